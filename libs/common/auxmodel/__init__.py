@@ -1,0 +1,49 @@
+"""The auxiliary-model seam: every completion made for a seat goes through :class:`AuxiliaryModel`.
+
+It refuses a call whose attribution names no stage or purpose (before resolving any model),
+resolves the role's provider chain and falls back along it, charges the seat's and the company's
+token budget after the answer, and records an ``auxiliary_spend`` event. Providers: any
+OpenAI-compatible endpoint, and a deterministic offline provider that answers every purpose from
+rules, so the whole system runs with no model at all.
+"""
+
+from libs.common.auxmodel._seam import (
+    Attribution,
+    AttributionMissing,
+    AuxiliaryModel,
+    AuxiliaryUnavailable,
+    Completion,
+    NoAuxiliaryModel,
+    Prompt,
+    ProviderError,
+    Stage,
+)
+from libs.common.auxmodel.offline import OfflineProvider, OfflineRules
+from libs.common.auxmodel.openai_provider import OpenAICompatibleProvider
+
+__all__ = [
+    "Attribution",
+    "AttributionMissing",
+    "AuxiliaryModel",
+    "AuxiliaryUnavailable",
+    "Completion",
+    "NoAuxiliaryModel",
+    "OfflineProvider",
+    "OfflineRules",
+    "OpenAICompatibleProvider",
+    "Prompt",
+    "ProviderError",
+    "Stage",
+    "build_providers",
+]
+
+
+def build_providers(settings, rules: OfflineRules):  # type: ignore[no-untyped-def]
+    """One provider object per entry of ``providers.llm``."""
+    out = {}
+    for name, cfg in settings.providers.llm.items():
+        if cfg.kind == "offline":
+            out[name] = OfflineProvider(rules, name=name)
+        else:
+            out[name] = OpenAICompatibleProvider(cfg, name=name)
+    return out

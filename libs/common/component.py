@@ -1,0 +1,21 @@
+"""What a service's bootstrap hands the runner: servicers to mount, passes to tick, tasks to run."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from libs.common.grpcserver import Registration
+from libs.common.passrunner import PassSpec
+
+__all__ = ["Component"]
+
+
+@dataclass
+class Component:
+    name: str
+    registrations: list[Registration]
+    passes: list[PassSpec] = field(default_factory=list)
+    rebuild_index: Callable[[], Awaitable[int]] | None = None
+    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Long-running tasks started once the server serves (e.g. the reflector's workers)."""

@@ -1,0 +1,440 @@
+"""Configuration: one YAML file plus environment overrides, read once in ``main()`` and passed down.
+
+Every knob of the spec lives here with the spec's default; ``docs/configuration.md`` lists each one,
+its default and the rule behind it. Precedence, highest first: explicit overrides (tests), the
+environment (``AGENTLEARN_<SECTION>__<KNOB>``, plus the conventional ``DATABASE_URL``,
+``QDRANT_URL``, ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``), the YAML file, the defaults below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+__all__ = [
+    "BudgetConfig",
+    "CompanyConfig",
+    "EmbeddingsConfig",
+    "LearningConfig",
+    "ProviderConfig",
+    "RoleConfig",
+    "Settings",
+    "load_settings",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Providers
+# --------------------------------------------------------------------------------------------
+
+
+class EmbeddingsConfig(_Section):
+    """``providers.embeddings``: the one embedding model of the deployment."""
+
+    kind: Literal["local", "openai", "none"] = "local"
+    """``local``: MiniLM shipped in a PyPI package, run offline; ``openai``: any
+    OpenAI-compatible endpoint; ``none``: no embeddings (vector halves do not run)."""
+    model: str = "all-MiniLM-L6-v2"
+    """Model name stored beside every vector; a vector of another model is never a match."""
+    dimensions: int | None = None
+    """Requested width (OpenAI ``dimensions``); the local model is fixed at 384."""
+    base_url: str | None = None
+    """Endpoint of an OpenAI-compatible server (``kind: openai``)."""
+    api_key: SecretStr | None = None
+    """Key for that endpoint."""
+    max_input_tokens: int = 256
+    """The model's input; a longer text is split between words and its pieces' vectors pooled."""
+    timeout_seconds: float = 10.0
+    """Deadline of one embeddings request (the inline write budget is separate and shorter)."""
+
+    def fingerprint(self) -> str:
+        """What the fill's holds and pause are about: model, width, limits and endpoint.
+
+        A change of any of the four releases every held note at once (spec: "The holder fills what
+        is missing"); a key rotation or any other edit keeps them.
+        """
+        basis = {
+            "model": self.model,
+            "dimensions": self.dimensions,
+            "max_input_tokens": self.max_input_tokens,
+            "endpoint": self.base_url if self.kind == "openai" else self.kind,
+        }
+        return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class ProviderConfig(_Section):
+    """One auxiliary-model provider a role's chain can name."""
+
+    kind: Literal["offline", "openai"] = "offline"
+    """``offline``: deterministic rules, no model; ``openai``: any OpenAI-compatible endpoint."""
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str = "offline-rules"
+    timeout_seconds: float = 30.0
+    """Deadline of one completion; a timeout falls back along the chain."""
+
+
+def _default_llm_providers() -> dict[str, ProviderConfig]:
+    return {"offline": ProviderConfig(kind="offline", model="offline-rules")}
+
+
+class ProvidersConfig(_Section):
+    embeddings: EmbeddingsConfig = EmbeddingsConfig()
+    llm: dict[str, ProviderConfig] = Field(default_factory=_default_llm_providers)
+    """Named auxiliary-model providers. Empty means no auxiliary model is configured anywhere."""
+    auxiliary_chain: list[str] = Field(default_factory=lambda: ["offline"])
+    """The default ``llm_auxiliary`` chain for roles that do not name their own."""
+
+
+# --------------------------------------------------------------------------------------------
+# Company, roles, budgets
+# --------------------------------------------------------------------------------------------
+
+
+class RoleConfig(_Section):
+    learning_enabled: bool | None = None
+    """Per-role opt-out (reflector gate 3). Unset inherits ``learning.enabled``."""
+    llm_auxiliary: list[str] | None = None
+    """The role's auxiliary provider chain (names under ``providers.llm``); unset inherits
+    ``providers.auxiliary_chain``."""
+    knowledge_containers: list[str] = Field(default_factory=list)
+    """Knowledge containers (spaces) the role may read; empty means none."""
+    unit: str | None = None
+    """The unit (team) the role belongs to."""
+
+
+class BudgetConfig(_Section):
+    """``token_budget``: ceilings on auxiliary tokens per window. ``None`` means no ceiling."""
+
+    seat_ceiling_tokens: int | None = None
+    company_ceiling_tokens: int | None = None
+    window_hours: int = 24
+
+
+class CompanyConfig(_Section):
+    roles: dict[str, RoleConfig] = Field(default_factory=dict)
+    """Roles of the company by name. With ``accept_unknown_roles`` a role not listed behaves as a
+    default ``RoleConfig``; otherwise it closes the reflector's "no role" gate."""
+    accept_unknown_roles: bool = True
+    token_budget: BudgetConfig = BudgetConfig()
+
+
+# --------------------------------------------------------------------------------------------
+# Learning knobs (the spec's ``learning:`` block)
+# --------------------------------------------------------------------------------------------
+
+
+class DiaryConfig(_Section):
+    max_content_chars: int = 2000
+    """learning.MaxContentChars: a longer note is refused, never trimmed."""
+    embed_budget_seconds: float = 2.0
+    """learning.DiaryEmbedBudget: inline embed deadline; past it the note is stored without."""
+    long_cap_per_seat: int = 500
+    """LONG notes kept per seat; past it the sweep evicts least-used, then least-recently-used,
+    then oldest."""
+    vector_limit: int = 50
+    """memoryVectorLimit: vector top-K of the candidate pool."""
+    recency_limit: int = 50
+    """memoryRecencyLimit: recency top-K of the candidate pool."""
+    lexical_limit: int = 50
+    """Beyond the spec: full-text top-K of the candidate pool (0 switches it off)."""
+    max_recall_limit: int = 500
+    """Largest K a caller may ask for per half."""
+    sweep_interval_seconds: int = 3600
+    """Cadence of the retention sweep (expired SHORT notes, LONG cap) in the all-in-one."""
+
+
+class FillConfig(_Section):
+    """The vector fill pass shared by diary notes and episodes."""
+
+    interval_seconds: int = 60
+    """Once a minute."""
+    requests_per_minute: int = 16
+    """Requests one runner may send a minute, refused ones included."""
+    company_bytes_per_minute: int = 1_000_000
+    """Bytes of text a minute across the whole company: one ledger in Postgres shared by every
+    runner and by both row families (notes and episodes)."""
+    hold_back_seconds: int = 3600
+    """A refused note, an unusable vector, or a refused configuration waits this long."""
+    batch_size: int = 64
+    """Texts per embeddings request."""
+    probe_word: str = "hello"
+    """The plain word that judges a minute's first refusal."""
+
+
+class PersonalMemoryConfig(_Section):
+    max_refreshes_per_turn: int = 3
+    """learning.personal_memory.max_refreshes_per_turn."""
+    refresh_ledger_runs: int = 256
+    """Refresh state kept for the newest N run ids."""
+
+
+class EpisodesConfig(_Section):
+    account_bytes: int = 600
+    """learning.EpisodeAccountBytes: an ask or account past it is condensed when shown."""
+    rewrite_timeout_seconds: float = 30.0
+    """learning.EpisodeRewriteTimeout: one deadline shared by every rewrite of one answer."""
+    rewrite_concurrency: int = 4
+    """Rewrites run at once."""
+    similar_prior_work_limit: int = 3
+    """Hits of the ``## Similar prior work`` block."""
+    summary_input_bytes: int = 11_000
+    """Past this an ask or account is condensed before the briefing (a sixth of one call's input)."""
+
+
+class EpisodeLifecycleConfig(_Section):
+    interval_seconds: int = 3600
+    """Hourly."""
+    max_raw_episodes_per_agent: int = 500
+    """When a pass is due for a seat (not a cap)."""
+    non_terminal_max_age_days: int = 14
+    tool_free_max_age_days: int = 90
+    consolidated_grace_days: int = 30
+    compaction_batch_size: int = 200
+    compaction_min_age_days: int = 30
+    compaction_min_cluster_size: int = 3
+    compaction_jaccard_threshold: float = 0.6
+    """Greedy tool-sequence Jaccard threshold of the compaction clusters (the spec gives none; the
+    clustered synthesis pass's pooling threshold is used)."""
+    compacted_max_age_days: int = 0
+    """0 disables the eviction of compacted rows."""
+    condense_bytes: int = 280
+    """A member's task or outcome past this is condensed before the summary call."""
+    rewrite_concurrency: int = 4
+
+
+class SkillSynthesisConfig(_Section):
+    min_tool_calls: int = 5
+    """A turn is skill-worthy from this many tool calls (Hermes's default)."""
+    max_skills_per_agent: int = 50
+    """Per-seat catalogue cap (the spec names the knob without a default; 50 chosen)."""
+    duplicate_jaccard_threshold: float = 0.8
+    """Tool-SET Jaccard at or above which a candidate duplicates a live skill (stricter than the
+    pooling threshold on purpose; the spec gives no number, 0.8 chosen)."""
+    scheduler_enabled: bool = False
+    """Clustered synthesis is off by default."""
+    scheduler_interval_seconds: int = 86400
+    cluster_jaccard_threshold: float = 0.6
+    cluster_min_size: int = 3
+    episode_fetch_limit: int = 200
+
+
+class SkillRefinementConfig(_Section):
+    enabled: bool = True
+    """False refuses RefineSkill and leaves the auto refiner unwired."""
+    auto_refine_on_success: bool = True
+    auto_refine_on_failure: bool = True
+    max_body_chars: int = 20_000
+    max_versions_kept: int = 10
+
+
+class SkillCuratorConfig(_Section):
+    interval_hours: int = 24
+    stale_after_days: int = 30
+    archive_after_days: int = 90
+
+
+class PromotionConfig(_Section):
+    enabled: bool = False
+    interval_hours: int = 24
+    min_sibling_count: int = 3
+    """Distinct seats of one unit that must converge (the spec gives no number; 3 chosen)."""
+
+
+class PrefetchConfig(_Section):
+    embed_budget_seconds: float = 2.0
+    """prefetch.EmbedBudget: the ask is embedded once under this budget."""
+    aux_timeout_seconds: float = 30.0
+    """prefetch.AuxTimeout: everything one block asks a model, past the recall."""
+    skills_char_budget: int = 4000
+    """Characters of the skills menu; a skill whose line does not fit is not offered."""
+    knowledge_results: int = 5
+
+
+class LearningConfig(_Section):
+    enabled: bool = True
+    """Company-wide learning switch; a role's ``learning_enabled`` inherits it."""
+    summarize_episodes: bool = True
+    summarize_max_tokens: int = 400
+    diary: DiaryConfig = DiaryConfig()
+    fill: FillConfig = FillConfig()
+    personal_memory: PersonalMemoryConfig = PersonalMemoryConfig()
+    episodes: EpisodesConfig = EpisodesConfig()
+    episode_lifecycle: EpisodeLifecycleConfig = EpisodeLifecycleConfig()
+    skill_synthesis: SkillSynthesisConfig = SkillSynthesisConfig()
+    skill_refinement: SkillRefinementConfig = SkillRefinementConfig()
+    skill_curator: SkillCuratorConfig = SkillCuratorConfig()
+    promotion: PromotionConfig = PromotionConfig()
+    prefetch: PrefetchConfig = PrefetchConfig()
+
+
+# --------------------------------------------------------------------------------------------
+# Infrastructure
+# --------------------------------------------------------------------------------------------
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = 50051
+    grace_seconds: float = 5.0
+    """Drain time on shutdown after health reports NOT_SERVING."""
+
+
+class ServiceAddresses(_Section):
+    """Where each service listens when it runs as its own process (split mode, Kubernetes)."""
+
+    diary: str = "127.0.0.1:50061"
+    episodes: str = "127.0.0.1:50062"
+    skills: str = "127.0.0.1:50063"
+    profiles: str = "127.0.0.1:50064"
+    reflector: str = "127.0.0.1:50065"
+    prefetch: str = "127.0.0.1:50066"
+
+
+class TelemetryConfig(_Section):
+    otlp_endpoint: str | None = None
+    """OTLP/gRPC collector (e.g. http://otel-collector:4317); unset exports nothing."""
+    service_name: str = "agentlearn"
+
+
+class LeaseConfig(_Section):
+    backend: Literal["postgres", "kubernetes"] = "postgres"
+    ttl_seconds: int = 300
+    kubernetes_namespace: str = "agentlearn"
+    kubernetes_api: str | None = None
+    """API server URL; unset means in-cluster."""
+
+
+class Settings(BaseSettings):
+    """The whole configuration. Construct with :func:`load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AGENTLEARN_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    database_url: SecretStr | None = None
+    """PostgreSQL with pgvector; unset starts the embedded server under ``data_dir``."""
+    qdrant_url: str | None = None
+    """A Qdrant server; unset uses Qdrant's embedded engine under ``data_dir``."""
+    qdrant_api_key: SecretStr | None = None
+    vector_index: Literal["auto", "qdrant", "edge", "local"] = "auto"
+    """``auto``: ``qdrant`` when ``qdrant_url`` is set, else ``edge``; ``local`` is
+    qdrant-client's local mode (tests)."""
+    data_dir: Path = Path("data")
+    providers: ProvidersConfig = ProvidersConfig()
+    company_defaults: CompanyConfig = CompanyConfig()
+    """Applies to every company not listed under ``companies``."""
+    companies: dict[str, CompanyConfig] = Field(default_factory=dict)
+    learning: LearningConfig = LearningConfig()
+    server: ServerConfig = ServerConfig()
+    services: ServiceAddresses = ServiceAddresses()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    leases: LeaseConfig = LeaseConfig()
+
+    @model_validator(mode="after")
+    def _chains_name_providers(self) -> Settings:
+        names = set(self.providers.llm)
+        chains = [("providers.auxiliary_chain", self.providers.auxiliary_chain)]
+        for cname, company in [("company_defaults", self.company_defaults), *self.companies.items()]:
+            for rname, role in company.roles.items():
+                if role.llm_auxiliary is not None:
+                    chains.append((f"{cname}.roles.{rname}.llm_auxiliary", role.llm_auxiliary))
+        for where, chain in chains:
+            unknown = [n for n in chain if n not in names]
+            if unknown:
+                raise ValueError(f"{where} names providers not under providers.llm: {unknown}")
+        return self
+
+    def company(self, company: str) -> CompanyConfig:
+        return self.companies.get(company, self.company_defaults)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML file arrives as init kwargs (see load_settings), below the environment.
+        return (env_settings, init_settings)
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _conventional_env(env: dict[str, str]) -> dict[str, Any]:
+    """The environment names operators already use, mapped onto the config tree."""
+    out: dict[str, Any] = {}
+    if env.get("DATABASE_URL"):
+        out["database_url"] = env["DATABASE_URL"]
+    if env.get("QDRANT_URL"):
+        out["qdrant_url"] = env["QDRANT_URL"]
+    if env.get("QDRANT_API_KEY"):
+        out["qdrant_api_key"] = env["QDRANT_API_KEY"]
+    base, key = env.get("OPENAI_BASE_URL"), env.get("OPENAI_API_KEY")
+    if base and key:
+        # An OpenAI-compatible endpoint becomes the head of the auxiliary chain; the offline rules
+        # stay behind it as the fallback, so a model outage degrades instead of stopping learning.
+        out["providers"] = {
+            "llm": {
+                "openai": {
+                    "kind": "openai",
+                    "base_url": base,
+                    "api_key": key,
+                    "model": env.get("OPENAI_MODEL", "gpt-4o-mini"),
+                },
+                "offline": {"kind": "offline", "model": "offline-rules"},
+            },
+            "auxiliary_chain": ["openai", "offline"],
+        }
+        if env.get("OPENAI_EMBEDDINGS_MODEL"):
+            out["providers"]["embeddings"] = {
+                "kind": "openai",
+                "base_url": base,
+                "api_key": key,
+                "model": env["OPENAI_EMBEDDINGS_MODEL"],
+                "max_input_tokens": 8191,
+            }
+    return out
+
+
+def load_settings(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None
+) -> Settings:
+    """Read the YAML file (``path`` or ``$AGENTLEARN_CONFIG``), apply the environment, then overrides."""
+    env = dict(os.environ if env is None else env)
+    path = path or env.get("AGENTLEARN_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        text = Path(path).read_text()
+        loaded = yaml.safe_load(text) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: the top level must be a mapping")
+        data = loaded
+    data = _deep_merge(data, _conventional_env(env))
+    if overrides:
+        data = _deep_merge(data, overrides)
+    return Settings(**data)

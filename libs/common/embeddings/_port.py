@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Vector:
+    """A unit vector and the model it came from."""
+
+    values: np.ndarray
+    model: str
+
+    @property
+    def dimensions(self) -> int:
+        return int(self.values.shape[0])
+
+    def tolist(self) -> list[float]:
+        return self.values.astype(np.float32).tolist()
+
+
+class EmbeddingError(Exception):
+    """An embeddings request that did not produce vectors. ``kind`` is machine-readable."""
+
+    kind = "error"
+
+    @property
+    def about_input(self) -> bool:
+        """True when the provider refused what was sent (the fill isolates such texts)."""
+        return False
+
+
+class EmbeddingRateLimited(EmbeddingError):
+    kind = "rate_limited"
+
+
+class EmbeddingTimeout(EmbeddingError):
+    kind = "timeout"
+
+
+class EmbeddingUnavailable(EmbeddingError):
+    """5xx, network failure: may answer if called again."""
+
+    kind = "unavailable"
+
+
+class EmbeddingRefused(EmbeddingError):
+    """The provider refused this request (400/422): the input, or a configuration it dislikes."""
+
+    kind = "refused"
+
+    @property
+    def about_input(self) -> bool:
+        return True
+
+
+class EmbeddingConfigurationError(EmbeddingError):
+    """A refused key, a model the endpoint does not serve, a width the store was not sized for."""
+
+    kind = "configuration"
+
+
+class Embedder(Protocol):
+    model: str
+
+    @property
+    def dimensions(self) -> int | None: ...
+
+    def split(self, text: str) -> list[str]:
+        """The pieces of ``text`` that each fit the model's input, split between words."""
+        ...
+
+    async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
+        """One request: a raw vector per piece. Raises :class:`EmbeddingError`."""
+        ...
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector | None]:
+        """One request for all pieces of all texts; ``None`` where a vector has no direction."""
+        ...
+
+
+def usable(values: np.ndarray) -> bool:
+    """A vector any recall could return: finite and not all zeros."""
+    return bool(values.size) and bool(np.all(np.isfinite(values))) and float(np.abs(values).max()) > 0.0
+
+
+def pool(pieces: Sequence[np.ndarray], weights: Sequence[float] | None = None) -> np.ndarray | None:
+    """Pool piece vectors into one unit vector (mean weighted by piece length), or ``None``.
+
+    Weighting by length keeps a short tail piece from counting as much as a full one. A piece
+    with no direction poisons the pool: the text's vector is then none, not a partial one.
+    """
+    if not pieces or any(not usable(p) for p in pieces):
+        return None
+    w = np.asarray(weights if weights is not None else [1.0] * len(pieces), dtype=np.float64)
+    stacked = np.stack([p.astype(np.float64) / np.linalg.norm(p) for p in pieces])
+    mean = (stacked * w[:, None]).sum(axis=0) / w.sum()
+    norm = float(np.linalg.norm(mean))
+    if not math.isfinite(norm) or norm == 0.0:
+        return None
+    return (mean / norm).astype(np.float32)
+
+
+async def embed_texts(embedder: Embedder, texts: Sequence[str]) -> list[Vector | None]:
+    """Split every text, send all pieces in one request, pool each text's pieces."""
+    spans: list[tuple[int, int]] = []
+    pieces: list[str] = []
+    for text in texts:
+        parts = embedder.split(text) or [text]
+        spans.append((len(pieces), len(pieces) + len(parts)))
+        pieces.extend(parts)
+    raw = await embedder.embed_pieces(pieces)
+    out: list[Vector | None] = []
+    for start, end in spans:
+        pooled = pool(raw[start:end], [len(p) for p in pieces[start:end]])
+        out.append(None if pooled is None else Vector(pooled, embedder.model))
+    return out

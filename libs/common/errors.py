@@ -1,0 +1,89 @@
+"""One error root for every service; subclasses mirror gRPC status codes.
+
+A use case raises these; one server interceptor (``libs.common.grpcserver``) turns them into a
+``google.rpc.Status`` carrying ``ErrorInfo`` (reason, domain, metadata) and, for a caller's bad
+field, ``BadRequest.FieldViolation``. Anything else that escapes is a bug and becomes INTERNAL;
+a caller's mistake never does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+__all__ = [
+    "AgentLearnError",
+    "AlreadyExists",
+    "FailedPrecondition",
+    "FieldViolation",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "Unavailable",
+]
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    field: str
+    description: str
+
+
+class AgentLearnError(Exception):
+    """Root of every error a service reports on purpose."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        domain: str = "agentlearn.dev",
+        metadata: dict[str, object] | None = None,
+        field: str | None = None,
+        violations: list[FieldViolation] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+        self.domain = domain
+        # AIP-193: values quoted in the message also sit in metadata, as strings.
+        self.metadata = {k: str(v) for k, v in (metadata or {}).items()}
+        self.violations = list(violations or [])
+        if field is not None:
+            self.violations.insert(0, FieldViolation(field, message))
+            self.metadata.setdefault("field", field)
+
+    def __str__(self) -> str:
+        return f"{self.code.name} {self.reason}: {self.message}"
+
+
+class InvalidArgument(AgentLearnError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(AgentLearnError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(AgentLearnError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPrecondition(AgentLearnError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class PermissionDenied(AgentLearnError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class ResourceExhausted(AgentLearnError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(AgentLearnError):
+    code = grpc.StatusCode.UNAVAILABLE

@@ -1,0 +1,109 @@
+"""The one wiring point for shared infrastructure: Postgres, the embedder, the vector index, the
+auxiliary seam, events, budgets, leases and the clock.
+
+``open_infra`` opens each client inside the caller's ``AsyncExitStack`` (closed in reverse
+order); with no ``database_url`` it starts the embedded PostgreSQL under ``data_dir``. Tests pass
+their own adapters (a ManualClock, qdrant-client local mode, an embedder pointed at a scripted
+server) instead of patching anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from libs.common.auxmodel import AuxiliaryModel, OfflineRules, build_providers
+from libs.common.budgets import BudgetLedger
+from libs.common.clock import Clock, SystemClock
+from libs.common.config import Settings
+from libs.common.db import COMMON_MIGRATIONS, Migrations, connect_pool, migrate
+from libs.common.embedded_pg import start_embedded_postgres
+from libs.common.embeddings import Embedder, build_embedder
+from libs.common.events import PostgresEventLog
+from libs.common.leases import LeaseClaimer, PostgresLeaseClaimer
+from libs.common.vectorindex import VectorIndex, build_vector_index
+
+__all__ = ["Infra", "open_infra", "resolve_dsn"]
+
+_log = logging.getLogger(__name__)
+_UNSET = object()
+
+
+@dataclass
+class Infra:
+    settings: Settings
+    dsn: str
+    pool: asyncpg.Pool
+    clock: Clock
+    events: PostgresEventLog
+    embedder: Embedder | None
+    index: VectorIndex
+    budget: BudgetLedger
+    leases: LeaseClaimer
+    rules: OfflineRules
+    aux: AuxiliaryModel
+
+
+async def resolve_dsn(settings: Settings) -> str:
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    return await start_embedded_postgres(Path(settings.data_dir) / "postgres")
+
+
+async def open_infra(
+    settings: Settings,
+    stack: contextlib.AsyncExitStack,
+    migrations: Sequence[Migrations],
+    *,
+    clock: Clock | None = None,
+    embedder: Embedder | object | None = _UNSET,
+    index: VectorIndex | None = None,
+    dsn: str | None = None,
+    pool_size: int = 10,
+) -> Infra:
+    dsn = dsn or await resolve_dsn(settings)
+    await migrate(dsn, [COMMON_MIGRATIONS, *migrations])
+    pool = await connect_pool(dsn, max_size=pool_size)
+    stack.push_async_callback(pool.close)
+    clock = clock or SystemClock()
+    events = PostgresEventLog(pool, clock)
+    if embedder is _UNSET:
+        embedder = build_embedder(settings.providers.embeddings)
+        close = getattr(embedder, "close", None)
+        if close is not None:
+            stack.push_async_callback(close)
+    if index is None:
+        index = build_vector_index(settings)
+        stack.push_async_callback(index.close)
+    budget = BudgetLedger(pool)
+    if settings.leases.backend == "kubernetes":
+        from libs.common.k8s_leases import KubernetesLeaseClaimer
+
+        leases: LeaseClaimer = KubernetesLeaseClaimer.from_settings(settings.leases, clock)
+    else:
+        leases = PostgresLeaseClaimer(pool, clock)
+    rules = OfflineRules()
+    providers = build_providers(settings, rules)
+    for provider in providers.values():
+        close = getattr(provider, "close", None)
+        if close is not None:
+            stack.push_async_callback(close)
+    aux = AuxiliaryModel(settings, providers, budget, events, clock)
+    return Infra(
+        settings=settings,
+        dsn=dsn,
+        pool=pool,
+        clock=clock,
+        events=events,
+        embedder=embedder,  # type: ignore[arg-type]
+        index=index,
+        budget=budget,
+        leases=leases,
+        rules=rules,
+        aux=aux,
+    )

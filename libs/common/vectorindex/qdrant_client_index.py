@@ -1,0 +1,150 @@
+"""Qdrant through ``qdrant-client``: a server by URL, or the client's local mode (same API)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from qdrant_client import AsyncQdrantClient, models
+
+from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable
+
+__all__ = ["QdrantClientIndex"]
+
+
+class QdrantClientIndex:
+    name = "qdrant"
+
+    def __init__(self, client: AsyncQdrantClient, *, timeout: float = 5.0):
+        self._client = client
+        self._timeout = timeout
+        self._known: set[str] = set()
+        self._create_lock = asyncio.Lock()
+
+    @classmethod
+    def for_url(cls, url: str, *, api_key: str | None = None) -> QdrantClientIndex:
+        return cls(AsyncQdrantClient(url=url, api_key=api_key, timeout=5))
+
+    @classmethod
+    def local(cls, path: Path | None = None) -> QdrantClientIndex:
+        """qdrant-client's local mode: in memory, or persisted under ``path``."""
+        if path is None:
+            return cls(AsyncQdrantClient(location=":memory:"))
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(AsyncQdrantClient(path=str(path)))
+
+    async def _call(self, coro):  # type: ignore[no-untyped-def]
+        try:
+            return await asyncio.wait_for(coro, self._timeout)
+        except IndexUnavailable:
+            raise
+        except Exception as exc:
+            raise IndexUnavailable(f"qdrant: {type(exc).__name__}: {exc}") from exc
+
+    async def _exists(self, collection: str) -> bool:
+        if collection in self._known:
+            return True
+        if await self._call(self._client.collection_exists(collection)):
+            self._known.add(collection)
+            return True
+        return False
+
+    async def _ensure(self, collection: str, size: int) -> None:
+        if collection in self._known:
+            return
+        async with self._create_lock:
+            if await self._exists(collection):
+                return
+            await self._call(
+                self._client.create_collection(
+                    collection, vectors_config=models.VectorParams(size=size, distance=models.Distance.COSINE)
+                )
+            )
+            for key, schema in (
+                ("company", models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)),
+                ("seat", models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)),
+                ("model", models.PayloadSchemaType.KEYWORD),
+                ("expire_at", models.PayloadSchemaType.FLOAT),
+            ):
+                await self._call(self._client.create_payload_index(collection, key, field_schema=schema))
+            self._known.add(collection)
+
+    async def upsert(self, collection: str, points: Sequence[IndexPoint]) -> None:
+        if not points:
+            return
+        await self._ensure(collection, int(points[0].vector.shape[0]))
+        await self._call(
+            self._client.upsert(
+                collection,
+                points=[
+                    models.PointStruct(
+                        id=str(p.id),
+                        vector=p.vector.astype(np.float32).tolist(),
+                        payload={
+                            "company": p.company,
+                            "seat": p.seat,
+                            "model": p.model,
+                            "expire_at": p.expire_at,
+                            **dict(p.labels),
+                        },
+                    )
+                    for p in points
+                ],
+                wait=True,
+            )
+        )
+
+    async def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None:
+        if not ids or not await self._exists(collection):
+            return
+        await self._call(
+            self._client.delete(collection, points_selector=models.PointIdsList(points=[str(i) for i in ids]))
+        )
+
+    async def search(
+        self,
+        collection: str,
+        vector: np.ndarray,
+        *,
+        company: str,
+        seat: str,
+        model: str,
+        now: float,
+        limit: int,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[IndexHit]:
+        if limit <= 0 or not await self._exists(collection):
+            return []
+        must = [
+            models.FieldCondition(key="company", match=models.MatchValue(value=company)),
+            models.FieldCondition(key="seat", match=models.MatchValue(value=seat)),
+            models.FieldCondition(key="model", match=models.MatchValue(value=model)),
+            models.FieldCondition(key="expire_at", range=models.Range(gt=now)),
+        ]
+        must += [models.FieldCondition(key=k, match=models.MatchValue(value=v)) for k, v in (labels or {}).items()]
+        resp = await self._call(
+            self._client.query_points(
+                collection,
+                query=vector.astype(np.float32).tolist(),
+                query_filter=models.Filter(must=must),
+                limit=limit,
+                with_payload=False,
+            )
+        )
+        return [IndexHit(uuid.UUID(str(p.id)), float(p.score)) for p in resp.points]
+
+    async def reset(self, collection: str) -> None:
+        if await self._exists(collection):
+            await self._call(self._client.delete_collection(collection))
+        self._known.discard(collection)
+
+    async def count(self, collection: str) -> int:
+        if not await self._exists(collection):
+            return 0
+        return int((await self._call(self._client.count(collection, exact=True))).count)
+
+    async def close(self) -> None:
+        await self._client.close()

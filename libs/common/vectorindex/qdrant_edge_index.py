@@ -1,0 +1,201 @@
+"""Qdrant's engine in-process (``qdrant-edge-py``): one shard per collection under a directory.
+
+The SDK is synchronous, so every call runs in a worker thread; a lock per shard keeps one
+operation at a time on it. Shards persist and reopen across restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable
+
+__all__ = ["QdrantEdgeIndex"]
+
+
+class QdrantEdgeIndex:
+    name = "qdrant-edge"
+
+    def __init__(self, root: Path):
+        self._root = Path(root)
+        self._shards: dict[str, object] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._registry = threading.Lock()
+        self._closed = False
+
+    def _path(self, collection: str) -> Path:
+        return self._root / collection
+
+    def _open(self, collection: str, size: int | None):  # type: ignore[no-untyped-def]
+        """The shard of ``collection``: open, load from disk, or (given a size) create it."""
+        from qdrant_edge import (
+            Distance,
+            EdgeConfig,
+            EdgeShard,
+            EdgeVectorParams,
+            FloatIndexParams,
+            KeywordIndexParams,
+            UpdateOperation,
+        )
+
+        with self._registry:
+            if self._closed:
+                raise IndexUnavailable("qdrant-edge index is closed")
+            shard = self._shards.get(collection)
+            if shard is not None:
+                return shard
+            path = self._path(collection)
+            if path.exists() and any(path.iterdir()):
+                shard = EdgeShard.load(str(path))
+            elif size is None:
+                return None
+            else:
+                path.mkdir(parents=True, exist_ok=True)
+                shard = EdgeShard.create(
+                    str(path), EdgeConfig(vectors=EdgeVectorParams(size=size, distance=Distance.Cosine))
+                )
+                shard.update(UpdateOperation.create_field_index("company", KeywordIndexParams(is_tenant=True)))
+                shard.update(UpdateOperation.create_field_index("seat", KeywordIndexParams(is_tenant=True)))
+                shard.update(UpdateOperation.create_field_index("model", KeywordIndexParams()))
+                shard.update(UpdateOperation.create_field_index("expire_at", FloatIndexParams()))
+            self._shards[collection] = shard
+            self._locks[collection] = threading.Lock()
+            return shard
+
+    async def _run(self, fn):  # type: ignore[no-untyped-def]
+        try:
+            return await asyncio.to_thread(fn)
+        except IndexUnavailable:
+            raise
+        except Exception as exc:
+            raise IndexUnavailable(f"qdrant-edge: {type(exc).__name__}: {exc}") from exc
+
+    async def upsert(self, collection: str, points: Sequence[IndexPoint]) -> None:
+        if not points:
+            return
+        from qdrant_edge import Point, UpdateOperation
+
+        def work() -> None:
+            shard = self._open(collection, int(points[0].vector.shape[0]))
+            batch = [
+                Point(
+                    str(p.id),
+                    p.vector.astype(np.float32).tolist(),
+                    {
+                        "company": p.company,
+                        "seat": p.seat,
+                        "model": p.model,
+                        "expire_at": p.expire_at,
+                        **dict(p.labels),
+                    },
+                )
+                for p in points
+            ]
+            with self._locks[collection]:
+                shard.update(UpdateOperation.upsert_points(batch))
+
+        await self._run(work)
+
+    async def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None:
+        if not ids:
+            return
+        from qdrant_edge import UpdateOperation
+
+        def work() -> None:
+            shard = self._open(collection, None)
+            if shard is None:
+                return
+            with self._locks[collection]:
+                shard.update(UpdateOperation.delete_points([str(i) for i in ids]))
+
+        await self._run(work)
+
+    async def search(
+        self,
+        collection: str,
+        vector: np.ndarray,
+        *,
+        company: str,
+        seat: str,
+        model: str,
+        now: float,
+        limit: int,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[IndexHit]:
+        if limit <= 0:
+            return []
+        from qdrant_edge import FieldCondition, Filter, MatchValue, Query, QueryRequest, RangeFloat
+
+        must = [
+            FieldCondition("company", match=MatchValue(company)),
+            FieldCondition("seat", match=MatchValue(seat)),
+            FieldCondition("model", match=MatchValue(model)),
+            FieldCondition("expire_at", range=RangeFloat(gt=now)),
+        ]
+        must += [FieldCondition(k, match=MatchValue(v)) for k, v in (labels or {}).items()]
+        request = QueryRequest(
+            limit=limit,
+            query=Query.Nearest(vector.astype(np.float32).tolist()),
+            filter=Filter(must=must),
+            with_payload=False,
+        )
+
+        def work() -> list[IndexHit]:
+            shard = self._open(collection, None)
+            if shard is None:
+                return []
+            with self._locks[collection]:
+                points = shard.query(request)
+            return [IndexHit(uuid.UUID(str(p.id)), float(p.score)) for p in points]
+
+        return await self._run(work)
+
+    async def reset(self, collection: str) -> None:
+        def work() -> None:
+            with self._registry:
+                shard = self._shards.pop(collection, None)
+                self._locks.pop(collection, None)
+            if shard is not None:
+                shard.close()
+            shutil.rmtree(self._path(collection), ignore_errors=True)
+
+        await self._run(work)
+
+    async def count(self, collection: str) -> int:
+        from qdrant_edge import CountRequest
+
+        def work() -> int:
+            shard = self._open(collection, None)
+            if shard is None:
+                return 0
+            with self._locks[collection]:
+                return int(shard.count(CountRequest(exact=True)))
+
+        return await self._run(work)
+
+    def optimize(self) -> None:
+        """Build HNSW for every open shard (benchmarks; the engine also optimises on its own)."""
+        with self._registry:
+            shards = list(self._shards.items())
+        for name, shard in shards:
+            with self._locks[name]:
+                shard.optimize()
+
+    async def close(self) -> None:
+        def work() -> None:
+            with self._registry:
+                self._closed = True
+                shards = list(self._shards.values())
+                self._shards.clear()
+            for shard in shards:
+                shard.flush()
+                shard.close()
+
+        await asyncio.to_thread(work)

@@ -1,0 +1,67 @@
+"""The diary's domain: notes, tiers, recall candidates, and the rules that are data."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+import numpy as np
+
+__all__ = ["COLLECTION_BASE", "DOMAIN", "Candidate", "Note", "NoteSource", "NoteTier", "Recall"]
+
+DOMAIN = "diary.agentlearn.dev"
+COLLECTION_BASE = "diary_notes"
+MAX_TTL_DAYS = 3650
+
+
+class NoteTier(StrEnum):
+    LONG = "long"
+    SHORT = "short"
+
+
+class NoteSource(StrEnum):
+    UNSPECIFIED = "unspecified"
+    REFLECT_AND_PERSIST = "reflect_and_persist"
+    PERSIST_DECIDER = "persist_decider"
+    OPERATOR = "operator"
+
+
+@dataclass(frozen=True)
+class Note:
+    id: uuid.UUID
+    company: str
+    seat: str
+    content: str
+    tier: NoteTier
+    source: NoteSource
+    turn_id: str | None
+    create_time: datetime
+    expire_time: datetime | None
+    use_count: int = 0
+    last_used_time: datetime | None = None
+    embedding_model: str | None = None
+    embedding_dims: int | None = None
+
+
+@dataclass
+class Candidate:
+    note: Note
+    found_by: set[str] = field(default_factory=set)  # {"vector", "recency", "lexical"}
+    similarity: float = 0.0
+    lexical_rank: float = 0.0
+
+
+@dataclass(frozen=True)
+class Recall:
+    candidates: list[Candidate]
+    embedding_status: str  # embedded | provided | failed | unconfigured | skipped
+    vector_source: str | None  # index | exact_scan | None
+    unreachable_by_vector: int
+
+
+@dataclass(frozen=True)
+class QueryVector:
+    values: np.ndarray
+    model: str

@@ -1,0 +1,344 @@
+"""Diary use cases: write, recall, mark used, read, list, delete.
+
+Dependencies arrive as arguments (store, embedder, index, clock, config, events); the servicer
+only translates protobuf to these calls and back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from libs.common.config import DiaryConfig
+from libs.common.embeddings import Embedder, EmbeddingError
+from libs.common.errors import InvalidArgument, NotFound
+from libs.common.events import EventSink
+from libs.common.validation import (
+    decode_page_token,
+    encode_page_token,
+    optional_limit,
+    page_size,
+    require_id,
+    require_text,
+    seat_ref,
+)
+from libs.common.vectorindex import NO_EXPIRY, IndexPoint, IndexUnavailable, VectorIndex, collection_name
+from services.diary.domain import (
+    COLLECTION_BASE,
+    DOMAIN,
+    MAX_TTL_DAYS,
+    Candidate,
+    Note,
+    NoteSource,
+    NoteTier,
+    QueryVector,
+    Recall,
+)
+from services.diary.store import PostgresNoteStore
+
+__all__ = ["DiaryService", "index_point"]
+
+_log = logging.getLogger(__name__)
+
+
+def index_point(
+    note_id: uuid.UUID, company: str, seat: str, vector: np.ndarray, model: str, expire_time: datetime | None
+) -> IndexPoint:
+    return IndexPoint(
+        id=note_id,
+        vector=vector,
+        company=company,
+        seat=seat,
+        model=model,
+        expire_at=expire_time.timestamp() if expire_time else NO_EXPIRY,
+    )
+
+
+class DiaryService:
+    def __init__(
+        self,
+        store: PostgresNoteStore,
+        embedder: Embedder | None,
+        index: VectorIndex,
+        clock,  # libs.common.clock.Clock
+        config: DiaryConfig,
+        events: EventSink,
+    ):
+        self.store = store
+        self.embedder = embedder
+        self.index = index
+        self.clock = clock
+        self.config = config
+        self.events = events
+
+    # ---------------------------------------------------------------- write
+
+    async def write_note(
+        self,
+        company: str,
+        seat: str,
+        content: str,
+        tier: NoteTier | None,
+        ttl_days: int,
+        source: NoteSource,
+        turn_id: str | None,
+    ) -> tuple[Note, str | None]:
+        """Store a note verbatim; returns it and why it has no vector, when it has none."""
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        limit = self.config.max_content_chars
+        if len(content) > limit:
+            # Refused, never trimmed: the writer can tighten the text and retry.
+            raise InvalidArgument(
+                f"content is {len(content)} characters; a note holds at most {limit}",
+                reason="NOTE_TOO_LONG",
+                domain=DOMAIN,
+                field="content",
+                metadata={"limit": limit, "length": len(content)},
+            )
+        require_text(content, "content", domain=DOMAIN)
+        if tier is None:
+            raise InvalidArgument(
+                "tier must be NOTE_TIER_LONG or NOTE_TIER_SHORT", reason="FIELD_REQUIRED", domain=DOMAIN, field="tier"
+            )
+        now = self.clock.now()
+        if tier is NoteTier.SHORT:
+            if not 1 <= ttl_days <= MAX_TTL_DAYS:
+                raise InvalidArgument(
+                    f"a SHORT note needs ttl_days between 1 and {MAX_TTL_DAYS}, got {ttl_days}",
+                    reason="TTL_OUT_OF_RANGE",
+                    domain=DOMAIN,
+                    field="ttl_days",
+                    metadata={"value": ttl_days, "maximum": MAX_TTL_DAYS},
+                )
+            expire_time: datetime | None = now + timedelta(days=ttl_days)
+        else:
+            if ttl_days:
+                raise InvalidArgument(
+                    "a LONG note has no time to live; send ttl_days 0 or write a SHORT note",
+                    reason="TTL_NOT_ALLOWED",
+                    domain=DOMAIN,
+                    field="ttl_days",
+                    metadata={"value": ttl_days},
+                )
+            expire_time = None
+        vector, skipped = await self._embed_inline(content)
+        note = Note(
+            id=uuid.uuid4(),
+            company=company,
+            seat=seat,
+            content=content,
+            tier=tier,
+            source=source,
+            turn_id=turn_id or None,
+            create_time=now,
+            expire_time=expire_time,
+            embedding_model=self.embedder.model if (vector is not None and self.embedder) else None,
+        )
+        stored = await self.store.insert(note, vector)
+        if vector is not None:
+            await self._index(stored, vector)
+        return stored, skipped
+
+    async def _embed_inline(self, content: str) -> tuple[np.ndarray | None, str | None]:
+        """The two-second embed: a vector, or none and the reason (the fill tries again later)."""
+        if self.embedder is None:
+            return None, "unconfigured"
+        try:
+            async with asyncio.timeout(self.config.embed_budget_seconds):
+                [vec] = await self.embedder.embed([content])
+        except TimeoutError:
+            return None, "timeout"
+        except EmbeddingError as err:
+            return None, err.kind
+        if vec is None:
+            return None, "unusable_vector"
+        return vec.values, None
+
+    async def _index(self, note: Note, vector: np.ndarray) -> None:
+        try:
+            await self.index.upsert(
+                collection_name(COLLECTION_BASE, int(vector.shape[0])),
+                [index_point(note.id, note.company, note.seat, vector, note.embedding_model or "", note.expire_time)],
+            )
+        except IndexUnavailable as err:
+            # The row holds its vector; the fill pass indexes it when the index is back.
+            _log.warning("note %s stored but not indexed: %s", note.id, err)
+            return
+        await self.store.set_indexed([note.id])
+
+    # ---------------------------------------------------------------- recall
+
+    async def recall(
+        self,
+        company: str,
+        seat: str,
+        query: str,
+        vector_limit: int | None,
+        recency_limit: int | None,
+        lexical_limit: int | None,
+        query_vector: QueryVector | None,
+    ) -> Recall:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        cap = self.config.max_recall_limit
+        k_vec = optional_limit(
+            vector_limit, "vector_limit", default=self.config.vector_limit, maximum=cap, domain=DOMAIN
+        )
+        k_rec = optional_limit(
+            recency_limit, "recency_limit", default=self.config.recency_limit, maximum=cap, domain=DOMAIN
+        )
+        k_lex = optional_limit(
+            lexical_limit, "lexical_limit", default=self.config.lexical_limit, maximum=cap, domain=DOMAIN
+        )
+        now = self.clock.now()
+        pool: dict[uuid.UUID, Candidate] = {}
+
+        def add(note: Note, half: str, similarity: float = 0.0, rank: float = 0.0) -> None:
+            cand = pool.setdefault(note.id, Candidate(note=note))
+            cand.found_by.add(half)
+            cand.similarity = max(cand.similarity, similarity)
+            cand.lexical_rank = max(cand.lexical_rank, rank)
+
+        # The vector half.
+        status, source, unreachable = "skipped", None, 0
+        vector: QueryVector | None = None
+        if k_vec and query_vector is not None:
+            vector, status = query_vector, "provided"
+        elif k_vec and query.strip():
+            vector, status = await self._embed_query(query)
+        if vector is not None:
+            hits, source = await self._vector_half(company, seat, now, vector, k_vec)
+            for note, sim in hits:
+                add(note, "vector", similarity=sim)
+            unreachable = await self.store.unreachable_by_vector(
+                company, seat, now, vector.model, int(vector.values.shape[0])
+            )
+        # The lexical half.
+        if k_lex and query.strip():
+            for note, rank in await self.store.lexical(company, seat, now, query, k_lex):
+                add(note, "lexical", rank=rank)
+        # The recency half.
+        if k_rec:
+            for note in await self.store.recent(company, seat, now, k_rec):
+                add(note, "recency")
+
+        def order(c: Candidate) -> tuple:
+            tier = 0 if "vector" in c.found_by else (1 if "lexical" in c.found_by else 2)
+            return (tier, -c.similarity, -c.lexical_rank, -c.note.create_time.timestamp())
+
+        return Recall(sorted(pool.values(), key=order), status, source, unreachable)
+
+    async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
+        if self.embedder is None:
+            return None, "unconfigured"
+        try:
+            async with asyncio.timeout(self.config.embed_budget_seconds):
+                [vec] = await self.embedder.embed([query])
+        except (TimeoutError, EmbeddingError):
+            return None, "failed"
+        if vec is None:
+            return None, "failed"
+        return QueryVector(vec.values, vec.model), "embedded"
+
+    async def _vector_half(
+        self, company: str, seat: str, now: datetime, vector: QueryVector, limit: int
+    ) -> tuple[list[tuple[Note, float]], str]:
+        try:
+            hits = await self.index.search(
+                collection_name(COLLECTION_BASE, int(vector.values.shape[0])),
+                vector.values,
+                company=company,
+                seat=seat,
+                model=vector.model,
+                now=now.timestamp(),
+                limit=limit,
+            )
+        except IndexUnavailable as err:
+            _log.warning("vector index unreachable, exact scan for %s/%s: %s", company, seat, err)
+            return await self.store.exact(company, seat, now, vector.values, vector.model, limit), "exact_scan"
+        notes = await self.store.hydrate(company, seat, [h.id for h in hits], now)
+        return [(notes[h.id], h.score) for h in hits if h.id in notes], "index"
+
+    # ---------------------------------------------------------------- uses
+
+    async def mark_used(self, company: str, seat: str, note_ids: list[str]) -> int:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        if len(note_ids) > 500:
+            raise InvalidArgument(
+                f"at most 500 note_ids per call, got {len(note_ids)}",
+                reason="TOO_MANY_IDS",
+                domain=DOMAIN,
+                field="note_ids",
+                metadata={"limit": 500, "count": len(note_ids)},
+            )
+        ids = [require_id(v, f"note_ids[{i}]", domain=DOMAIN) for i, v in enumerate(note_ids)]
+        if not ids:
+            return 0
+        # Shielded: a use the seat already benefited from is recorded even when the caller's turn
+        # is finishing and it cancels the call.
+        return await asyncio.shield(self.store.mark_used(company, seat, sorted(set(ids)), self.clock.now()))
+
+    # ---------------------------------------------------------------- reads
+
+    async def get(self, company: str, seat: str, note_id: str) -> Note:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        nid = require_id(note_id, "note_id", domain=DOMAIN)
+        note = await self.store.get(company, seat, nid, self.clock.now())
+        if note is None:
+            raise NotFound(
+                f"note {note_id} not found for seat {seat}",
+                reason="NOTE_NOT_FOUND",
+                domain=DOMAIN,
+                metadata={"note_id": note_id, "seat": seat},
+            )
+        return note
+
+    async def list_notes(
+        self, company: str, seat: str, size: int, token: str, tier: NoteTier | None
+    ) -> tuple[list[Note], str, int]:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        size = page_size(size, domain=DOMAIN)
+        scope = {"company": company, "seat": seat, "tier": str(tier) if tier else None}
+        cursor = decode_page_token(token, scope, domain=DOMAIN)
+        after = None
+        if cursor is not None:
+            try:
+                after = (datetime.fromisoformat(cursor["t"]), uuid.UUID(cursor["id"]))
+            except (KeyError, ValueError, TypeError):
+                raise InvalidArgument(
+                    "page_token is not a token this service issued",
+                    reason="PAGE_TOKEN_INVALID",
+                    domain=DOMAIN,
+                    field="page_token",
+                ) from None
+        now = self.clock.now()
+        notes = await self.store.page(company, seat, now, tier, after, size + 1)
+        total = await self.store.count(company, seat, now, tier)
+        next_token = ""
+        if len(notes) > size:
+            notes = notes[:size]
+            last = notes[-1]
+            next_token = encode_page_token({"t": last.create_time.isoformat(), "id": str(last.id)}, scope)
+        return notes, next_token, total
+
+    async def delete(self, company: str, seat: str, note_id: str) -> None:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        nid = require_id(note_id, "note_id", domain=DOMAIN)
+        found, dims = await self.store.delete(company, seat, nid)
+        if not found:
+            raise NotFound(
+                f"note {note_id} not found for seat {seat}",
+                reason="NOTE_NOT_FOUND",
+                domain=DOMAIN,
+                metadata={"note_id": note_id, "seat": seat},
+            )
+        if dims:
+            try:
+                await self.index.delete(collection_name(COLLECTION_BASE, dims), [nid])
+            except IndexUnavailable as err:
+                # A stale point is harmless: every hit is re-read from Postgres, which no longer
+                # has the row; rebuild-index clears it.
+                _log.warning("note %s deleted; its point stays in the index until a rebuild: %s", nid, err)

@@ -1,0 +1,162 @@
+"""DiaryService over gRPC: protobuf in, domain calls, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentlearn.common.v1 import embedding_pb2
+from agentlearn.diary.v1 import diary_service_pb2 as pb
+from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from libs.common.errors import InvalidArgument
+from services.diary.domain import DOMAIN, Note, NoteSource, NoteTier, QueryVector
+from services.diary.service import DiaryService
+
+__all__ = ["DiaryServicer", "note_to_pb"]
+
+_TIER_TO_PB = {NoteTier.LONG: pb.NOTE_TIER_LONG, NoteTier.SHORT: pb.NOTE_TIER_SHORT}
+_TIER_FROM_PB = {v: k for k, v in _TIER_TO_PB.items()}
+_SOURCE_TO_PB = {
+    NoteSource.UNSPECIFIED: pb.NOTE_SOURCE_UNSPECIFIED,
+    NoteSource.REFLECT_AND_PERSIST: pb.NOTE_SOURCE_REFLECT_AND_PERSIST,
+    NoteSource.PERSIST_DECIDER: pb.NOTE_SOURCE_PERSIST_DECIDER,
+    NoteSource.OPERATOR: pb.NOTE_SOURCE_OPERATOR,
+}
+_SOURCE_FROM_PB = {v: k for k, v in _SOURCE_TO_PB.items()}
+_HALF = {"vector": pb.RECALL_HALF_VECTOR, "recency": pb.RECALL_HALF_RECENCY, "lexical": pb.RECALL_HALF_LEXICAL}
+_EMBEDDING_STATUS = {
+    "embedded": embedding_pb2.EMBEDDING_STATUS_EMBEDDED,
+    "provided": embedding_pb2.EMBEDDING_STATUS_PROVIDED,
+    "failed": embedding_pb2.EMBEDDING_STATUS_FAILED,
+    "unconfigured": embedding_pb2.EMBEDDING_STATUS_UNCONFIGURED,
+    "skipped": embedding_pb2.EMBEDDING_STATUS_SKIPPED,
+}
+_VECTOR_SOURCE = {
+    None: embedding_pb2.VECTOR_SOURCE_UNSPECIFIED,
+    "index": embedding_pb2.VECTOR_SOURCE_INDEX,
+    "exact_scan": embedding_pb2.VECTOR_SOURCE_EXACT_SCAN,
+}
+
+
+def _ts(value) -> Timestamp | None:  # type: ignore[no-untyped-def]
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def note_to_pb(note: Note) -> pb.Note:
+    return pb.Note(
+        id=str(note.id),
+        company=note.company,
+        seat=note.seat,
+        content=note.content,
+        tier=_TIER_TO_PB[note.tier],
+        source=_SOURCE_TO_PB[note.source],
+        turn_id=note.turn_id or "",
+        create_time=_ts(note.create_time),
+        expire_time=_ts(note.expire_time),
+        use_count=note.use_count,
+        last_used_time=_ts(note.last_used_time),
+        embedding_model=note.embedding_model or "",
+        embedding_dimensions=note.embedding_dims or 0,
+    )
+
+
+def _query_vector(msg: embedding_pb2.Embedding) -> QueryVector | None:
+    if not msg.values:
+        return None
+    values = np.asarray(msg.values, dtype=np.float32)
+    if not msg.model:
+        raise InvalidArgument(
+            "query_embedding.model is required with query_embedding.values",
+            reason="FIELD_REQUIRED",
+            domain=DOMAIN,
+            field="query_embedding.model",
+        )
+    if msg.dimensions and msg.dimensions != values.shape[0]:
+        raise InvalidArgument(
+            f"query_embedding has {values.shape[0]} values but says dimensions {msg.dimensions}",
+            reason="FIELD_INVALID",
+            domain=DOMAIN,
+            field="query_embedding.dimensions",
+            metadata={"values": values.shape[0], "dimensions": msg.dimensions},
+        )
+    if not np.all(np.isfinite(values)) or not np.any(values):
+        raise InvalidArgument(
+            "query_embedding has no direction (all zeros or not finite)",
+            reason="VECTOR_UNUSABLE",
+            domain=DOMAIN,
+            field="query_embedding.values",
+        )
+    return QueryVector(values, msg.model)
+
+
+class DiaryServicer(pb_grpc.DiaryServiceServicer):
+    def __init__(self, service: DiaryService):
+        self._service = service
+
+    async def WriteNote(self, request: pb.WriteNoteRequest, context: grpc.aio.ServicerContext) -> pb.WriteNoteResponse:
+        if request.tier not in (pb.NOTE_TIER_LONG, pb.NOTE_TIER_SHORT, pb.NOTE_TIER_UNSPECIFIED):
+            raise InvalidArgument(f"unknown tier {request.tier}", reason="FIELD_INVALID", domain=DOMAIN, field="tier")
+        note, skipped = await self._service.write_note(
+            request.company,
+            request.seat,
+            request.content,
+            _TIER_FROM_PB.get(request.tier),
+            request.ttl_days,
+            _SOURCE_FROM_PB.get(request.source, NoteSource.UNSPECIFIED),
+            request.turn_id,
+        )
+        return pb.WriteNoteResponse(note=note_to_pb(note), embedding_skipped_reason=skipped or "")
+
+    async def RecallNotes(
+        self, request: pb.RecallNotesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecallNotesResponse:
+        recall = await self._service.recall(
+            request.company,
+            request.seat,
+            request.query,
+            request.vector_limit if request.HasField("vector_limit") else None,
+            request.recency_limit if request.HasField("recency_limit") else None,
+            request.lexical_limit if request.HasField("lexical_limit") else None,
+            _query_vector(request.query_embedding) if request.HasField("query_embedding") else None,
+        )
+        return pb.RecallNotesResponse(
+            candidates=[
+                pb.RecallCandidate(
+                    note=note_to_pb(c.note),
+                    found_by=sorted(_HALF[h] for h in c.found_by),
+                    similarity=c.similarity,
+                    lexical_rank=c.lexical_rank,
+                )
+                for c in recall.candidates
+            ],
+            embedding_status=_EMBEDDING_STATUS[recall.embedding_status],
+            vector_source=_VECTOR_SOURCE[recall.vector_source],
+            unreachable_by_vector_count=recall.unreachable_by_vector,
+        )
+
+    async def MarkNotesUsed(
+        self, request: pb.MarkNotesUsedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MarkNotesUsedResponse:
+        marked = await self._service.mark_used(request.company, request.seat, list(request.note_ids))
+        return pb.MarkNotesUsedResponse(marked_count=marked)
+
+    async def GetNote(self, request: pb.GetNoteRequest, context: grpc.aio.ServicerContext) -> pb.GetNoteResponse:
+        note = await self._service.get(request.company, request.seat, request.note_id)
+        return pb.GetNoteResponse(note=note_to_pb(note))
+
+    async def ListNotes(self, request: pb.ListNotesRequest, context: grpc.aio.ServicerContext) -> pb.ListNotesResponse:
+        notes, token, total = await self._service.list_notes(
+            request.company, request.seat, request.page_size, request.page_token, _TIER_FROM_PB.get(request.tier)
+        )
+        return pb.ListNotesResponse(notes=[note_to_pb(n) for n in notes], next_page_token=token, total_size=total)
+
+    async def DeleteNote(
+        self, request: pb.DeleteNoteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteNoteResponse:
+        await self._service.delete(request.company, request.seat, request.note_id)
+        return pb.DeleteNoteResponse()

@@ -1,0 +1,214 @@
+"""PostgreSQL store of ``agent_diary``: named queries, ``$n`` parameters, driver errors kept inside.
+
+Every read is scoped to one (company, seat) and carries the expiry predicate itself, so an expired
+SHORT note never takes a slot in any half of the pool, swept or not.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg
+import numpy as np
+
+from services.diary.domain import Note, NoteSource, NoteTier
+
+__all__ = ["PostgresNoteStore"]
+
+_COLUMNS = """id, company, seat, content, tier, source, turn_id, create_time, expire_time, use_count,
+              last_used_time, embedding_model, embedding_dims"""
+_LIVE = "(expire_time IS NULL OR expire_time > $3)"
+
+SQL = {
+    "insert": f"""
+        INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
+                                 embedding, embedding_model, embedding_dims)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+        RETURNING {_COLUMNS}""",
+    "get": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = $4",
+    "hydrate": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = ANY($4)",
+    "recent": f"""SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE}
+                  ORDER BY create_time DESC, id DESC LIMIT $4""",
+    # The lexical half: the query's own English lexemes OR-ed together (a question rarely shares all
+    # of its words with the note that answers it), ranked by cover density, length-normalised.
+    "lexical": f"""
+        WITH q AS (
+            SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq
+            FROM unnest(tsvector_to_array(to_tsvector('english', $5))) AS lexeme)
+        SELECT {_COLUMNS}, ts_rank(d.tsv, q.tsq, 1) AS rank
+        FROM agent_diary d, q
+        WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3) AND d.tsv @@ q.tsq
+        ORDER BY rank DESC, d.create_time DESC LIMIT $4""",
+    # The exact per-seat scan that answers when the index cannot.
+    "exact": f"""
+        SELECT {_COLUMNS}, 1 - (embedding <=> $5) AS similarity
+        FROM agent_diary
+        WHERE company = $1 AND seat = $2 AND {_LIVE}
+          AND embedding IS NOT NULL AND embedding_model = $6 AND embedding_dims = $7
+        ORDER BY embedding <=> $5 LIMIT $4""",
+    "unreachable": f"""
+        SELECT count(*) FROM agent_diary
+        WHERE company = $1 AND seat = $2 AND {_LIVE}
+          AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $4 OR embedding_dims IS DISTINCT FROM $5)""",
+    "mark_used": """
+        UPDATE agent_diary SET use_count = use_count + 1, last_used_time = $4
+        WHERE company = $1 AND seat = $2 AND id = ANY($3) AND (expire_time IS NULL OR expire_time > $4)""",
+    "count": f"""SELECT count(*) FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE}
+                 AND ($4::text IS NULL OR tier = $4)""",
+    "page": f"""
+        SELECT {_COLUMNS} FROM agent_diary
+        WHERE company = $1 AND seat = $2 AND {_LIVE} AND ($4::text IS NULL OR tier = $4)
+          AND ($5::timestamptz IS NULL OR (create_time, id) < ($5, $6::uuid))
+        ORDER BY create_time DESC, id DESC LIMIT $7""",
+    "delete": "DELETE FROM agent_diary WHERE company = $1 AND seat = $2 AND id = $3 RETURNING embedding_dims",
+    "set_indexed": "UPDATE agent_diary SET indexed = true WHERE id = ANY($1)",
+    "sweep_expired": """
+        DELETE FROM agent_diary WHERE id IN (
+            SELECT id FROM agent_diary WHERE expire_time IS NOT NULL AND expire_time <= $1 LIMIT $2)
+        RETURNING id, embedding_dims""",
+    "seats_over_cap": """
+        SELECT company, seat FROM agent_diary WHERE tier = 'long'
+        GROUP BY company, seat HAVING count(*) > $1""",
+    # Past the cap: least-retrieved first, then least-recently-retrieved (never retrieved first),
+    # then oldest. What survives is what the seat reaches for.
+    "evict_over_cap": """
+        DELETE FROM agent_diary WHERE id IN (
+            SELECT id FROM agent_diary WHERE company = $1 AND seat = $2 AND tier = 'long'
+            ORDER BY use_count DESC, last_used_time DESC NULLS LAST, create_time DESC, id DESC
+            OFFSET $3)
+        RETURNING id, embedding_dims""",
+    "unindexed": """
+        SELECT id, company, seat, embedding, embedding_model, expire_time FROM agent_diary
+        WHERE embedding IS NOT NULL AND NOT indexed AND (expire_time IS NULL OR expire_time > $1)
+        ORDER BY company, seat, id LIMIT $2""",
+    "all_vectors": """
+        SELECT id, company, seat, embedding, embedding_model, embedding_dims, expire_time FROM agent_diary
+        WHERE embedding IS NOT NULL AND (expire_time IS NULL OR expire_time > $1)
+          AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3""",
+    "clear_indexed": "UPDATE agent_diary SET indexed = false WHERE indexed",
+}
+
+
+def _note(row: asyncpg.Record) -> Note:
+    return Note(
+        id=row["id"],
+        company=row["company"],
+        seat=row["seat"],
+        content=row["content"],
+        tier=NoteTier(row["tier"]),
+        source=NoteSource(row["source"]),
+        turn_id=row["turn_id"],
+        create_time=row["create_time"],
+        expire_time=row["expire_time"],
+        use_count=int(row["use_count"]),
+        last_used_time=row["last_used_time"],
+        embedding_model=row["embedding_model"],
+        embedding_dims=row["embedding_dims"],
+    )
+
+
+class PostgresNoteStore:
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    async def insert(self, note: Note, vector: np.ndarray | None) -> Note:
+        row = await self.pool.fetchrow(
+            SQL["insert"],
+            note.id,
+            note.company,
+            note.seat,
+            note.content,
+            str(note.tier),
+            str(note.source),
+            note.turn_id,
+            note.create_time,
+            note.expire_time,
+            None if vector is None else vector.astype(np.float32),
+            note.embedding_model if vector is not None else None,
+            int(vector.shape[0]) if vector is not None else None,
+        )
+        return _note(row)
+
+    async def get(self, company: str, seat: str, note_id: uuid.UUID, now: datetime) -> Note | None:
+        row = await self.pool.fetchrow(SQL["get"], company, seat, now, note_id)
+        return _note(row) if row else None
+
+    async def hydrate(self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime) -> dict[uuid.UUID, Note]:
+        rows = await self.pool.fetch(SQL["hydrate"], company, seat, now, list(ids))
+        return {r["id"]: _note(r) for r in rows}
+
+    async def recent(self, company: str, seat: str, now: datetime, limit: int) -> list[Note]:
+        return [_note(r) for r in await self.pool.fetch(SQL["recent"], company, seat, now, limit)]
+
+    async def lexical(self, company: str, seat: str, now: datetime, query: str, limit: int) -> list[tuple[Note, float]]:
+        rows = await self.pool.fetch(SQL["lexical"], company, seat, now, limit, query)
+        return [(_note(r), float(r["rank"])) for r in rows]
+
+    async def exact(
+        self, company: str, seat: str, now: datetime, vector: np.ndarray, model: str, limit: int
+    ) -> list[tuple[Note, float]]:
+        rows = await self.pool.fetch(
+            SQL["exact"], company, seat, now, limit, vector.astype(np.float32), model, int(vector.shape[0])
+        )
+        return [(_note(r), float(r["similarity"])) for r in rows]
+
+    async def unreachable_by_vector(self, company: str, seat: str, now: datetime, model: str, dims: int) -> int:
+        return int(await self.pool.fetchval(SQL["unreachable"], company, seat, now, model, dims))
+
+    async def mark_used(self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime) -> int:
+        status = await self.pool.execute(SQL["mark_used"], company, seat, list(ids), now)
+        return int(status.split()[-1])
+
+    async def count(self, company: str, seat: str, now: datetime, tier: NoteTier | None) -> int:
+        return int(await self.pool.fetchval(SQL["count"], company, seat, now, str(tier) if tier else None))
+
+    async def page(
+        self,
+        company: str,
+        seat: str,
+        now: datetime,
+        tier: NoteTier | None,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> list[Note]:
+        rows = await self.pool.fetch(
+            SQL["page"],
+            company,
+            seat,
+            now,
+            str(tier) if tier else None,
+            after[0] if after else None,
+            after[1] if after else None,
+            limit,
+        )
+        return [_note(r) for r in rows]
+
+    async def delete(self, company: str, seat: str, note_id: uuid.UUID) -> tuple[bool, int | None]:
+        row = await self.pool.fetchrow(SQL["delete"], company, seat, note_id)
+        return (row is not None, row["embedding_dims"] if row else None)
+
+    async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None:
+        if ids:
+            await self.pool.execute(SQL["set_indexed"], list(ids))
+
+    async def sweep_expired(self, now: datetime, batch: int = 5000) -> list[tuple[uuid.UUID, int | None]]:
+        rows = await self.pool.fetch(SQL["sweep_expired"], now, batch)
+        return [(r["id"], r["embedding_dims"]) for r in rows]
+
+    async def seats_over_cap(self, cap: int) -> list[tuple[str, str]]:
+        return [(r["company"], r["seat"]) for r in await self.pool.fetch(SQL["seats_over_cap"], cap)]
+
+    async def evict_over_cap(self, company: str, seat: str, cap: int) -> list[tuple[uuid.UUID, int | None]]:
+        rows = await self.pool.fetch(SQL["evict_over_cap"], company, seat, cap)
+        return [(r["id"], r["embedding_dims"]) for r in rows]
+
+    async def unindexed(self, now: datetime, limit: int) -> list[asyncpg.Record]:
+        return await self.pool.fetch(SQL["unindexed"], now, limit)
+
+    async def vectors_page(self, now: datetime, after: uuid.UUID | None, limit: int) -> list[asyncpg.Record]:
+        return await self.pool.fetch(SQL["all_vectors"], now, after, limit)
+
+    async def clear_indexed(self) -> None:
+        await self.pool.execute(SQL["clear_indexed"])

@@ -1,0 +1,1 @@
+"""The runner: ``./run up`` (all-in-one), ``serve``, ``pass``, ``rebuild-index``, ``demo``."""

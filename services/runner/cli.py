@@ -1,0 +1,156 @@
+"""Command line of ``./run``: ``up``, ``serve``, ``pass``, ``rebuild-index``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from libs.common import telemetry
+from libs.common.config import Settings, load_settings
+from libs.common.grpcserver import create_server, drain
+from libs.common.infra import Infra, open_infra
+from libs.common.passrunner import holder_identity, run_pass, tick_forever
+from services.runner.registry import SERVICES, migrations_of
+
+_log = logging.getLogger("agentlearn")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="./run", description="agentlearn runner")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--config", help="YAML config file (default: $AGENTLEARN_CONFIG)")
+        sp.add_argument("--data-dir", help="where embedded PostgreSQL and Qdrant keep their data")
+        sp.add_argument("--log-level", default="INFO")
+
+    up = sub.add_parser("up", help="all-in-one: every service on one gRPC server")
+    common(up)
+    up.add_argument("--port", type=int, help="gRPC port (default 50051)")
+    up.add_argument("--host", help="bind address (default 127.0.0.1)")
+
+    serve = sub.add_parser("serve", help="one service alone")
+    common(serve)
+    serve.add_argument("service", choices=sorted(SERVICES))
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--host")
+
+    run_pass_p = sub.add_parser("pass", help="run one background pass once (lease-claimed)")
+    common(run_pass_p)
+    run_pass_p.add_argument("name")
+
+    rebuild = sub.add_parser("rebuild-index", help="restore the vector index from Postgres")
+    common(rebuild)
+    return p
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict = {}
+    if getattr(args, "data_dir", None):
+        overrides["data_dir"] = args.data_dir
+    server: dict = {}
+    if getattr(args, "port", None):
+        server["port"] = args.port
+    if getattr(args, "host", None):
+        server["host"] = args.host
+    if server:
+        overrides["server"] = server
+    settings = load_settings(args.config, overrides)
+    # Resolved once, so every log line and the ready line name the same directory.
+    return settings.model_copy(update={"data_dir": Path(os.path.abspath(settings.data_dir))})
+
+
+async def _open(settings: Settings, stack: contextlib.AsyncExitStack, names: list[str]) -> tuple[Infra, list]:
+    infra = await open_infra(settings, stack, migrations_of(names))
+    load = getattr(infra.embedder, "load", None)
+    if load is not None:
+        await asyncio.to_thread(load)  # the first write must not pay the model's load time
+    components = [SERVICES[n].component(infra) for n in names]
+    return infra, components
+
+
+async def serve(settings: Settings, names: list[str], *, ready_line: bool = True) -> int:
+    telemetry.configure_tracing(settings.telemetry)
+    async with contextlib.AsyncExitStack() as stack:
+        infra, components = await _open(settings, stack, names)
+        registrations = [r for c in components for r in c.registrations]
+        address = f"{settings.server.host}:{settings.server.port}"
+        server, port, health = await create_server(registrations, address)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        holder = holder_identity()
+        ttl = settings.leases.ttl_seconds
+        tasks = [
+            asyncio.create_task(tick_forever(p, infra.leases, holder, ttl), name=p.name)
+            for c in components
+            for p in c.passes
+            if p.enabled
+        ]
+        tasks += [asyncio.create_task(bg(), name=f"{c.name}-background") for c in components for bg in c.background]
+        if ready_line:
+            print(
+                f"agentlearn ready on {settings.server.host}:{port} "
+                f"services={','.join(c.name for c in components)} data_dir={settings.data_dir}",
+                flush=True,
+            )
+        await stop.wait()
+        _log.info("shutting down: NOT_SERVING, draining for %ss", settings.server.grace_seconds)
+        await drain(server, health, settings.server.grace_seconds)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    _log.info("stopped")
+    return 0
+
+
+async def one_pass(settings: Settings, name: str) -> int:
+    async with contextlib.AsyncExitStack() as stack:
+        infra, components = await _open(settings, stack, list(SERVICES))
+        specs = {p.name: p for c in components for p in c.passes}
+        if name not in specs:
+            print(f"unknown pass {name!r}; known: {', '.join(sorted(specs))}", file=sys.stderr)
+            return 2
+        ran, result = await run_pass(specs[name], infra.leases, holder_identity(), settings.leases.ttl_seconds)
+        if not ran:
+            print(f"pass {name}: not run (its lease is held elsewhere or could not be read)")
+            return 3
+        print(f"pass {name}: {result}")
+        return 0
+
+
+async def rebuild_index(settings: Settings) -> int:
+    async with contextlib.AsyncExitStack() as stack:
+        _, components = await _open(settings, stack, list(SERVICES))
+        for c in components:
+            if c.rebuild_index is not None:
+                count = await c.rebuild_index()
+                print(f"{c.name}: {count} vectors restored from Postgres")
+    return 0
+
+
+async def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    settings = _settings(args)
+    if args.command == "up":
+        return await serve(settings, list(SERVICES))
+    if args.command == "serve":
+        return await serve(settings, [args.service])
+    if args.command == "pass":
+        return await one_pass(settings, args.name)
+    if args.command == "rebuild-index":
+        return await rebuild_index(settings)
+    return 2

@@ -1,0 +1,167 @@
+"""A scripted OpenAI-compatible HTTP server for tests: the one thing outside our control.
+
+It speaks ``POST /v1/embeddings`` and ``POST /v1/chat/completions`` over real HTTP on a loopback
+port. By default embeddings are deterministic (a vector derived from each input's hash) and chat
+answers come from a handler; tests push scripted replies (status codes, delays, zero or non-finite
+vectors, invalid JSON) that are served in order, and read back every request received.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Reply", "ScriptedOpenAI", "hash_vector"]
+
+
+def hash_vector(text: str, dims: int) -> list[float]:
+    """The server's default embedding: deterministic, unit length, unrelated texts near-orthogonal."""
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    vec = np.random.default_rng(seed).normal(size=dims)
+    return (vec / np.linalg.norm(vec)).tolist()
+
+
+@dataclass
+class Reply:
+    """One scripted answer. ``body`` None means the default answer for the request."""
+
+    status: int = 200
+    body: Any = None
+    delay: float = 0.0
+    raw: bytes | None = None
+    vectors: Callable[[list[str]], list[list[float]]] | None = None
+    """For embeddings: compute the vectors from the inputs (zero vectors, NaNs, ...)."""
+
+
+@dataclass
+class _Script:
+    queue: deque = field(default_factory=deque)
+    rule: Callable[[dict], Reply | None] | None = None
+
+
+class ScriptedOpenAI:
+    def __init__(self, *, dims: int = 64, model: str = "scripted-embed"):
+        self.dims = dims
+        self.model = model
+        self.requests: list[tuple[str, dict]] = []
+        self._scripts = {"embeddings": _Script(), "chat": _Script()}
+        self.chat_handler: Callable[[dict], str] = lambda body: "NOOP"
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # -------------------------------------------------------------- scripting
+
+    def push(self, kind: str, *replies: Reply) -> None:
+        with self._lock:
+            self._scripts[kind].queue.extend(replies)
+
+    def rule(self, kind: str, fn: Callable[[dict], Reply | None] | None) -> None:
+        """A reply computed per request (consulted after the queue is empty); None = default."""
+        with self._lock:
+            self._scripts[kind].rule = fn
+
+    def received(self, kind: str) -> list[dict]:
+        path = "/v1/embeddings" if kind == "embeddings" else "/v1/chat/completions"
+        with self._lock:
+            return [body for p, body in self.requests if p == path]
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    # -------------------------------------------------------------- serving
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> ScriptedOpenAI:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                kind = "embeddings" if self.path.endswith("/embeddings") else "chat"
+                with owner._lock:
+                    owner.requests.append((self.path, body))
+                    script = owner._scripts[kind]
+                    reply = script.queue.popleft() if script.queue else None
+                    rule = script.rule
+                if reply is None and rule is not None:
+                    reply = rule(body)
+                reply = reply or Reply()
+                if reply.delay:
+                    time.sleep(reply.delay)
+                if reply.raw is not None:
+                    payload = reply.raw
+                elif reply.body is not None:
+                    payload = json.dumps(reply.body).encode()
+                elif reply.status != 200:
+                    payload = json.dumps(
+                        {"error": {"message": f"scripted {reply.status}", "type": "scripted"}}
+                    ).encode()
+                elif kind == "embeddings":
+                    payload = owner._embeddings(body, reply)
+                else:
+                    payload = owner._chat(body)
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a scripted timeout)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def _embeddings(self, body: dict, reply: Reply) -> bytes:
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        dims = body.get("dimensions") or self.dims
+        vectors = reply.vectors(inputs) if reply.vectors else [hash_vector(t, dims) for t in inputs]
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        tokens = sum(max(1, len(t) // 4) for t in inputs)
+        out = {
+            "object": "list",
+            "data": data,
+            "model": body.get("model", self.model),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        # json.dumps writes NaN for non-finite floats, which the openai client parses back.
+        return json.dumps(out).encode()
+
+    def _chat(self, body: dict) -> bytes:
+        text = self.chat_handler(body)
+        prompt = sum(len(m.get("content") or "") for m in body.get("messages", [])) // 4 + 1
+        completion = len(text) // 4 + 1
+        out = {
+            "id": "chatcmpl-scripted",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "scripted-chat"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+        }
+        return json.dumps(out).encode()

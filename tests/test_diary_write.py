@@ -1,0 +1,147 @@
+"""WriteNote: stored verbatim, refused past 2,000 characters, embedded inline under a two-second
+budget, stored without a vector (never refused) when none can be had."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from agentlearn.diary.v1 import diary_service_pb2 as pb
+from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
+from tests.support.app import open_app
+from tests.support.grpc_errors import error_info
+from tests.support.scripted_openai import Reply
+
+
+@pytest.fixture
+async def diary(make_settings, dsn, clock, local_embedder, vector_index):
+    async with open_app(
+        make_settings(), dsn, names=["diary"], clock=clock, embedder=local_embedder, index=vector_index
+    ) as app:
+        yield app, pb_grpc.DiaryServiceStub(app.channel)
+
+
+def write(stub, content, tier=pb.NOTE_TIER_LONG, ttl=0, seat="ana", company="acme"):  # type: ignore[no-untyped-def]
+    return stub.WriteNote(
+        pb.WriteNoteRequest(
+            company=company, seat=seat, content=content, tier=tier, ttl_days=ttl, source=pb.NOTE_SOURCE_OPERATOR
+        )
+    )
+
+
+async def test_note_is_stored_verbatim_with_its_vector_and_model(diary):
+    app, stub = diary
+    content = "  Stakeholder Bob prefers weekly digests.\n\tÜnïcödé kept — exactly.  "
+    resp = await write(stub, content)
+    assert resp.note.content == content
+    assert resp.note.embedding_model == "all-MiniLM-L6-v2"
+    assert resp.note.embedding_dimensions == 384
+    assert resp.embedding_skipped_reason == ""
+    got = await stub.GetNote(pb.GetNoteRequest(company="acme", seat="ana", note_id=resp.note.id))
+    assert got.note.content == content
+    row = await app.infra.pool.fetchrow("SELECT embedding, indexed FROM agent_diary WHERE id = $1::uuid", resp.note.id)
+    assert row["embedding"] is not None and row["indexed"] is True
+
+
+async def test_two_thousand_characters_is_the_limit_and_past_it_is_refused_untrimmed(diary):
+    app, stub = diary
+    ok = await write(stub, "x" * 2000)
+    assert len(ok.note.content) == 2000
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await write(stub, "y" * 2001)
+    code, info, bad = error_info(exc.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.reason == "NOTE_TOO_LONG"
+    assert info.metadata["limit"] == "2000" and info.metadata["length"] == "2001"
+    assert "2000" in exc.value.details()
+    assert bad.field_violations[0].field == "content"
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 1
+
+
+async def test_characters_not_bytes_are_counted(diary):
+    _, stub = diary
+    resp = await write(stub, "é" * 2000)  # 4,000 bytes, 2,000 characters
+    assert len(resp.note.content) == 2000
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "field", "reason"),
+    [
+        ({"content": "", "tier": pb.NOTE_TIER_LONG}, "content", "FIELD_REQUIRED"),
+        ({"content": "   ", "tier": pb.NOTE_TIER_LONG}, "content", "FIELD_REQUIRED"),
+        ({"content": "a fact"}, "tier", "FIELD_REQUIRED"),
+        ({"content": "a state", "tier": pb.NOTE_TIER_SHORT}, "ttl_days", "TTL_OUT_OF_RANGE"),
+        ({"content": "a state", "tier": pb.NOTE_TIER_SHORT, "ttl_days": -1}, "ttl_days", "TTL_OUT_OF_RANGE"),
+        ({"content": "a fact", "tier": pb.NOTE_TIER_LONG, "ttl_days": 3}, "ttl_days", "TTL_NOT_ALLOWED"),
+        ({"content": "a fact", "tier": pb.NOTE_TIER_LONG, "seat": ""}, "seat", "FIELD_REQUIRED"),
+        ({"content": "a fact", "tier": pb.NOTE_TIER_LONG, "company": "bad handle!"}, "company", "FIELD_INVALID"),
+    ],
+)
+async def test_bad_writes_are_invalid_argument_naming_the_field(diary, request_kwargs, field, reason):
+    app, stub = diary
+    req = {"company": "acme", "seat": "ana", **request_kwargs}
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await stub.WriteNote(pb.WriteNoteRequest(**req))
+    code, info, bad = error_info(exc.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.reason == reason
+    assert info.domain == "diary.agentlearn.dev"
+    assert bad.field_violations[0].field == field
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 0
+
+
+async def test_short_note_expires_after_its_ttl(diary):
+    _app, stub = diary
+    resp = await write(stub, "Sprint freeze runs through Friday", tier=pb.NOTE_TIER_SHORT, ttl=3)
+    created = resp.note.create_time.ToDatetime()
+    assert (resp.note.expire_time.ToDatetime() - created).days == 3
+    assert not (await write(stub, "Bob prefers digests")).note.HasField("expire_time")
+
+
+@pytest.fixture
+async def remote_diary(make_settings, dsn, clock, scripted_openai, vector_index):
+    """A diary whose embedder is an OpenAI-compatible endpoint we script."""
+    settings = make_settings(
+        providers={
+            "embeddings": {
+                "kind": "openai",
+                "base_url": scripted_openai.base_url,
+                "api_key": "k",
+                "model": "scripted-embed",
+            }
+        },
+        learning={"diary": {"embed_budget_seconds": 0.5}},
+    )
+    embedder = OpenAICompatibleEmbedder(settings.providers.embeddings)
+    async with open_app(settings, dsn, names=["diary"], clock=clock, embedder=embedder, index=vector_index) as app:
+        yield app, pb_grpc.DiaryServiceStub(app.channel), scripted_openai
+    await embedder.close()
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (Reply(delay=1.5), "timeout"),
+        (Reply(status=429), "rate_limited"),
+        (Reply(status=503), "unavailable"),
+        (Reply(status=401), "configuration"),
+        (Reply(vectors=lambda inputs: [[0.0] * 64 for _ in inputs]), "unusable_vector"),
+        (Reply(vectors=lambda inputs: [[float("nan")] * 64 for _ in inputs]), "unusable_vector"),
+    ],
+)
+async def test_a_note_without_a_vector_is_stored_never_refused(remote_diary, reply, reason):
+    app, stub, server = remote_diary
+    server.push("embeddings", reply)
+    resp = await write(stub, "Ana's team ships on Thursdays")
+    assert resp.embedding_skipped_reason == reason
+    assert resp.note.embedding_model == ""
+    row = await app.infra.pool.fetchrow("SELECT content, embedding FROM agent_diary WHERE id = $1::uuid", resp.note.id)
+    assert row["content"] == "Ana's team ships on Thursdays" and row["embedding"] is None
+
+
+async def test_the_remote_vector_is_tagged_with_its_model_and_width(remote_diary):
+    _, stub, server = remote_diary
+    resp = await write(stub, "Ana prefers Slack over email")
+    assert (resp.note.embedding_model, resp.note.embedding_dimensions) == ("scripted-embed", 64)
+    assert server.received("embeddings")[0]["input"] == ["Ana prefers Slack over email"]
