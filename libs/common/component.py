@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from libs.common.grpcserver import Registration
 from libs.common.passrunner import PassSpec
@@ -15,6 +16,8 @@ __all__ = ["Component"]
 class Component:
     name: str
     registrations: list[Registration]
+    service: Any = None
+    """The service's use-case object (operators' tools and tests reach it here)."""
     passes: list[PassSpec] = field(default_factory=list)
     rebuild_index: Callable[[], Awaitable[int]] | None = None
     background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)

@@ -24,7 +24,9 @@ One minute, as :meth:`VectorFill.run_minute` runs it:
 * A row longer than a minute's byte budget (an episode's ask is bounded only by the event that
   carried it) is sent a request at a time across minutes; its embedded pieces are kept
   (``memory_fill_input_continued`` names the row and how many are in), a refused or direction-less
-  piece holds the row with the pieces before it kept, so the retry resumes at that piece.
+  piece holds the row with the pieces before it kept, so the retry resumes at that piece. Once a
+  chunk of a long row is refused, its pieces go one per request, so the refused piece is found
+  even when the refused chunk spent the minute's bytes.
 """
 
 from __future__ import annotations
@@ -168,7 +170,8 @@ class VectorFill:
     async def _spend_bytes(self, company: str, size: int, now: datetime) -> bool:
         window = now.replace(second=0, microsecond=0)
         row = await self._db.fetchrow(
-            """INSERT INTO fill_budget (company, window_start, bytes) SELECT $1, $2, $3 WHERE $3 <= $4
+            """INSERT INTO fill_budget (company, window_start, bytes)
+               SELECT $1, $2, $3::bigint WHERE $3::bigint <= $4::bigint
                ON CONFLICT (company, window_start) DO UPDATE SET bytes = fill_budget.bytes + EXCLUDED.bytes
                WHERE fill_budget.bytes + EXCLUDED.bytes <= $4
                RETURNING bytes""",
@@ -381,7 +384,9 @@ class VectorFill:
         pieces = self._embedder.split(row.text) or [row.text]
         digest = hashlib.sha256(row.text.encode()).hexdigest()
         kept = await self._kept_pieces(source.name, row, fp, digest)
-        cap = self._config.batch_size
+        # Once a chunk of this row was refused its pieces go one per request, remembered on the
+        # row: a minute whose bytes the refused chunk spent must not start it over.
+        cap = 1 if row.alone else self._config.batch_size
         while len(kept) < len(pieces):
             start = len(kept)
             chunk = pieces[start : start + cap]
@@ -396,10 +401,12 @@ class VectorFill:
             except EmbeddingError as err:
                 if not err.about_input:
                     raise _EndMinute(err.kind) from err
+                if len(chunk) > 1:
+                    cap = 1
+                    await source.hold(row, self._clock.now(), fp, True)  # alone from now on, not held
                 if self._first_answer:
                     await self._judge_refusal(row.company, fp)
                 if len(chunk) > 1:
-                    cap = max(1, len(chunk) // 2)  # find the refused piece by halving
                     continue
                 await self._hold(source, row, fp, alone=False)
                 self._report.refused_held += 1

@@ -71,6 +71,7 @@ def component(infra: Infra) -> Component:
     return Component(
         name=NAME,
         registrations=[registration(service)],
+        service=service,
         passes=pass_specs(service, infra),
         rebuild_index=lambda: passes.rebuild_index(service),
     )

@@ -55,7 +55,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     if getattr(args, "data_dir", None):
         overrides["data_dir"] = args.data_dir
     server: dict = {}
-    if getattr(args, "port", None):
+    if getattr(args, "port", None) is not None:
         server["port"] = args.port
     if getattr(args, "host", None):
         server["host"] = args.host

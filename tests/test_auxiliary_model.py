@@ -1,0 +1,161 @@
+"""The auxiliary seam: attribution or refusal, the provider chain with fallback, tokens charged to
+the seat and the company, an auxiliary_spend event for every answered call."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from libs.common.auxmodel import (
+    Attribution,
+    AttributionMissing,
+    AuxiliaryUnavailable,
+    NoAuxiliaryModel,
+    Prompt,
+    Stage,
+)
+from libs.common.budgets import window_start
+from libs.common.events import read_events
+from libs.common.infra import open_infra
+from tests.support.scripted_openai import Reply
+
+
+def chain_settings(make_settings, server, **extra):  # type: ignore[no-untyped-def]
+    return make_settings(
+        providers={
+            "llm": {
+                "primary": {
+                    "kind": "openai",
+                    "base_url": server.base_url,
+                    "api_key": "k",
+                    "model": "big",
+                    "timeout_seconds": 0.5,
+                },
+                "secondary": {
+                    "kind": "openai",
+                    "base_url": server.base_url,
+                    "api_key": "k",
+                    "model": "small",
+                    "timeout_seconds": 0.5,
+                },
+                "offline": {"kind": "offline"},
+            },
+            "auxiliary_chain": ["primary", "secondary", "offline"],
+        },
+        **extra,
+    )
+
+
+@contextlib.asynccontextmanager
+async def infra_for(settings, dsn, clock):  # type: ignore[no-untyped-def]
+    async with contextlib.AsyncExitStack() as stack:
+        infra = await open_infra(settings, stack, [], clock=clock, embedder=None, dsn=dsn, index=_NoIndex())
+        infra.rules.register("echo", lambda data: f"rule says {data['word']}")
+        yield infra
+
+
+class _NoIndex:
+    name = "none"
+
+    async def close(self) -> None:
+        pass
+
+
+ATTR = Attribution(company="acme", seat="ana", stage=Stage.REFLECTION, purpose="echo", turn_id="run-1")
+PROMPT = Prompt(purpose="echo", system="Repeat the word.", user="word: hi", data={"word": "hi"})
+
+
+@pytest.mark.parametrize(
+    "attribution",
+    [
+        Attribution(company="acme", seat="ana", stage=None, purpose="echo"),
+        Attribution(company="acme", seat="ana", stage=Stage.TURN, purpose=""),
+    ],
+)
+async def test_a_call_that_does_not_say_whose_cost_it_is_is_refused_before_any_model(
+    make_settings, dsn, clock, scripted_openai, attribution
+):
+    async with infra_for(chain_settings(make_settings, scripted_openai), dsn, clock) as infra:
+        with pytest.raises(AttributionMissing):
+            await infra.aux.complete(attribution, PROMPT)
+        assert scripted_openai.received("chat") == []
+
+
+async def test_the_first_provider_answers_and_the_call_is_charged_and_recorded(
+    make_settings, dsn, clock, scripted_openai
+):
+    scripted_openai.chat_handler = lambda body: "hello from " + body["model"]
+    async with infra_for(chain_settings(make_settings, scripted_openai), dsn, clock) as infra:
+        done = await infra.aux.complete(ATTR, PROMPT)
+        assert done.text == "hello from big" and done.provider == "primary"
+        [event] = await read_events(infra.pool, "auxiliary_spend")
+        assert event["seat"] == "ana" and event["turn_id"] == "run-1"
+        assert event["payload"]["stage"] == "reflection" and event["payload"]["purpose"] == "echo"
+        assert event["payload"]["provider"] == "primary"
+        rows = await infra.pool.fetch("SELECT seat, tokens, window_start FROM token_spend ORDER BY seat")
+        assert [(r["seat"], r["tokens"]) for r in rows] == [("", done.total_tokens), ("ana", done.total_tokens)]
+        assert rows[0]["window_start"] == window_start(clock.now(), 24)
+
+
+@pytest.mark.parametrize("failure", [Reply(status=429), Reply(status=500), Reply(delay=1.5), Reply(status=401)])
+async def test_a_failing_provider_falls_back_along_the_chain(make_settings, dsn, clock, scripted_openai, failure):
+    scripted_openai.chat_handler = lambda body: "from " + body["model"]
+    scripted_openai.push("chat", failure)
+    async with infra_for(chain_settings(make_settings, scripted_openai), dsn, clock) as infra:
+        done = await infra.aux.complete(ATTR, PROMPT)
+        assert done.text == "from small" and done.provider == "secondary"
+        [event] = await read_events(infra.pool, "auxiliary_spend")
+        assert event["payload"]["provider"] == "secondary"  # only the answered call is charged
+
+
+async def test_the_offline_rules_answer_when_every_model_fails(make_settings, dsn, clock, scripted_openai):
+    scripted_openai.rule("chat", lambda body: Reply(status=503))
+    async with infra_for(chain_settings(make_settings, scripted_openai), dsn, clock) as infra:
+        done = await infra.aux.complete(ATTR, PROMPT)
+        assert done.text == "rule says hi" and done.provider == "offline" and done.total_tokens > 0
+
+
+async def test_every_provider_failing_names_each_failure(make_settings, dsn, clock, scripted_openai):
+    scripted_openai.push("chat", Reply(status=429), Reply(status=500))
+    settings = chain_settings(make_settings, scripted_openai)
+    async with infra_for(settings, dsn, clock) as infra:
+        attr = Attribution(company="acme", seat="ana", stage=Stage.BACKGROUND, purpose="unknown-purpose")
+        with pytest.raises(AuxiliaryUnavailable) as exc:
+            await infra.aux.complete(attr, Prompt(purpose="unknown-purpose", system="s", user="u"))
+        assert exc.value.failures == [
+            ("primary", "rate_limited"),
+            ("secondary", "server_error"),
+            ("offline", "no_rule"),
+        ]
+        assert await read_events(infra.pool, "auxiliary_spend") == []
+
+
+async def test_a_roles_own_chain_is_used_and_an_empty_one_means_no_model(make_settings, dsn, clock, scripted_openai):
+    settings = chain_settings(
+        make_settings,
+        scripted_openai,
+        company_defaults={"roles": {"quiet": {"llm_auxiliary": []}, "cheap": {"llm_auxiliary": ["offline"]}}},
+    )
+    async with infra_for(settings, dsn, clock) as infra:
+        cheap = Attribution("acme", "ana", Stage.TURN, "echo", role="cheap")
+        assert (await infra.aux.complete(cheap, PROMPT)).provider == "offline"
+        with pytest.raises(NoAuxiliaryModel):
+            await infra.aux.complete(Attribution("acme", "ana", Stage.TURN, "echo", role="quiet"), PROMPT)
+        assert scripted_openai.received("chat") == []
+
+
+async def test_budget_room_reads_both_ceilings(make_settings, dsn, clock):
+    settings = make_settings(
+        company_defaults={"token_budget": {"seat_ceiling_tokens": 10, "company_ceiling_tokens": 15}}
+    )
+    async with infra_for(settings, dsn, clock) as infra:
+        budget = settings.company("acme").token_budget
+        await infra.budget.charge("acme", "ana", 8, clock.now(), budget)
+        room = await infra.budget.room("acme", "ana", clock.now(), budget)
+        assert not room.exhausted and (room.seat_spent, room.company_spent) == (8, 8)
+        await infra.budget.charge("acme", "bob", 8, clock.now(), budget)
+        room = await infra.budget.room("acme", "ana", clock.now(), budget)
+        assert room.exhausted and room.which == "company"
+        clock.advance(hours=24)
+        assert not (await infra.budget.room("acme", "ana", clock.now(), budget)).exhausted  # a new window

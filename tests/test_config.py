@@ -1,0 +1,92 @@
+"""Config: the spec's defaults, YAML + environment layering, and checks on what is named."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from libs.common.config import load_settings
+
+
+def test_every_spec_default_is_the_specs():
+    s = load_settings(None, env={})
+    L = s.learning
+    assert (L.diary.max_content_chars, L.diary.embed_budget_seconds, L.diary.long_cap_per_seat) == (2000, 2.0, 500)
+    assert (L.diary.vector_limit, L.diary.recency_limit) == (50, 50)
+    assert (L.fill.interval_seconds, L.fill.requests_per_minute, L.fill.company_bytes_per_minute) == (60, 16, 1_000_000)
+    assert L.fill.hold_back_seconds == 3600
+    assert L.personal_memory.max_refreshes_per_turn == 3 and L.personal_memory.refresh_ledger_runs == 256
+    assert (L.episodes.account_bytes, L.episodes.rewrite_timeout_seconds, L.episodes.rewrite_concurrency) == (
+        600,
+        30.0,
+        4,
+    )
+    e = L.episode_lifecycle
+    assert (e.interval_seconds, e.max_raw_episodes_per_agent, e.non_terminal_max_age_days) == (3600, 500, 14)
+    assert (e.tool_free_max_age_days, e.consolidated_grace_days, e.compaction_batch_size) == (90, 30, 200)
+    assert (e.compaction_min_age_days, e.compaction_min_cluster_size, e.compacted_max_age_days) == (30, 3, 0)
+    assert e.condense_bytes == 280
+    k = L.skill_synthesis
+    assert (k.min_tool_calls, k.scheduler_enabled, k.cluster_jaccard_threshold, k.cluster_min_size) == (
+        5,
+        False,
+        0.6,
+        3,
+    )
+    assert k.episode_fetch_limit == 200
+    r = L.skill_refinement
+    assert (r.enabled, r.auto_refine_on_success, r.auto_refine_on_failure) == (True, True, True)
+    assert (r.max_body_chars, r.max_versions_kept) == (20_000, 10)
+    c = L.skill_curator
+    assert (c.interval_hours, c.stale_after_days, c.archive_after_days) == (24, 30, 90)
+    assert (L.prefetch.embed_budget_seconds, L.prefetch.aux_timeout_seconds) == (2.0, 30.0)
+    assert s.server.port == 50051 and s.providers.embeddings.kind == "local"
+    assert s.providers.auxiliary_chain == ["offline"]
+
+
+def test_yaml_is_layered_under_the_environment(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("learning:\n  diary:\n    long_cap_per_seat: 42\n    vector_limit: 7\nserver:\n  port: 6000\n")
+    monkeypatch.setenv("AGENTLEARN_LEARNING__DIARY__VECTOR_LIMIT", "9")
+    s = load_settings(cfg)
+    assert s.learning.diary.long_cap_per_seat == 42  # from the file
+    assert s.learning.diary.vector_limit == 9  # the environment wins
+    assert s.server.port == 6000
+    assert s.learning.diary.recency_limit == 50  # untouched default
+
+
+def test_conventional_environment_names_select_external_infrastructure():
+    s = load_settings(
+        None,
+        env={
+            "DATABASE_URL": "postgresql://u:p@db/agentlearn",
+            "QDRANT_URL": "http://qdrant:6333",
+            "OPENAI_BASE_URL": "http://llm:8000/v1",
+            "OPENAI_API_KEY": "sk-test",
+        },
+    )
+    assert s.database_url.get_secret_value() == "postgresql://u:p@db/agentlearn"
+    assert s.qdrant_url == "http://qdrant:6333"
+    assert s.providers.auxiliary_chain == ["openai", "offline"]
+    assert s.providers.llm["openai"].api_key.get_secret_value() == "sk-test"
+    assert "sk-test" not in repr(s)  # secrets never print
+    assert s.providers.embeddings.kind == "local"  # embeddings move only when asked to
+
+
+def test_a_chain_naming_an_unknown_provider_is_refused():
+    with pytest.raises(ValidationError, match=r"names providers not under providers\.llm"):
+        load_settings(None, {"company_defaults": {"roles": {"swe": {"llm_auxiliary": ["nope"]}}}}, env={})
+
+
+def test_unknown_knobs_are_refused_not_ignored():
+    with pytest.raises(ValidationError):
+        load_settings(None, {"learning": {"diary": {"long_cap": 3}}}, env={})
+
+
+def test_fingerprint_moves_with_model_width_limits_or_endpoint_only():
+    base = load_settings(None, env={}).providers.embeddings
+    fp = base.fingerprint()
+    assert base.model_copy(update={"model": "m2"}).fingerprint() != fp
+    assert base.model_copy(update={"dimensions": 128}).fingerprint() != fp
+    assert base.model_copy(update={"max_input_tokens": 512}).fingerprint() != fp
+    assert base.model_copy(update={"timeout_seconds": 99}).fingerprint() == fp

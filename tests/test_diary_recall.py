@@ -1,0 +1,213 @@
+"""RecallNotes: the candidate pool is vector top-K ∪ recency top-K ∪ lexical top-K, each K 50 by
+default and 0 switching its half off, deduped by id, one seat, unexpired, the query's model only."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from agentlearn.common.v1 import embedding_pb2
+from agentlearn.diary.v1 import diary_service_pb2 as pb
+from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
+from tests.support.app import open_app
+from tests.support.grpc_errors import error_info
+
+FACTS = [
+    "Bob prefers weekly status digests over daily pings",
+    "The staging database is rebuilt every Sunday night",
+    "Ana wants pull requests to use semantic commit messages",
+    "The security channel must be tagged before merging auth changes",
+    "Carla is on vacation until the end of the month",
+]
+
+
+@pytest.fixture
+async def diary(make_settings, dsn, clock, local_embedder, vector_index):
+    async with open_app(
+        make_settings(), dsn, names=["diary"], clock=clock, embedder=local_embedder, index=vector_index
+    ) as app:
+        yield app, pb_grpc.DiaryServiceStub(app.channel)
+
+
+async def write(stub, content, *, seat="ana", tier=pb.NOTE_TIER_LONG, ttl=0, clock=None):  # type: ignore[no-untyped-def]
+    if clock is not None:
+        clock.advance(seconds=1)
+    resp = await stub.WriteNote(
+        pb.WriteNoteRequest(company="acme", seat=seat, content=content, tier=tier, ttl_days=ttl)
+    )
+    return resp.note
+
+
+def recall(stub, query, seat="ana", **limits):  # type: ignore[no-untyped-def]
+    return stub.RecallNotes(pb.RecallNotesRequest(company="acme", seat=seat, query=query, **limits))
+
+
+def halves(candidate) -> set[int]:  # type: ignore[no-untyped-def]
+    return set(candidate.found_by)
+
+
+async def test_vector_half_finds_the_topical_note_and_says_how(diary, clock):
+    _, stub = diary
+    ids = {f: (await write(stub, f, clock=clock)).id for f in FACTS}
+    resp = await recall(stub, "how often should I send Bob an update?", recency_limit=0, lexical_limit=0)
+    assert resp.embedding_status == embedding_pb2.EMBEDDING_STATUS_EMBEDDED
+    assert resp.vector_source == embedding_pb2.VECTOR_SOURCE_INDEX
+    top = resp.candidates[0]
+    assert top.note.id == ids[FACTS[0]]
+    assert halves(top) == {pb.RECALL_HALF_VECTOR}
+    sims = [c.similarity for c in resp.candidates]
+    assert sims == sorted(sims, reverse=True)
+
+
+async def test_recency_half_returns_the_newest_notes_regardless_of_topic(diary, clock):
+    _, stub = diary
+    notes = [await write(stub, f"routine fact number {i}", clock=clock) for i in range(60)]
+    resp = await recall(stub, "", vector_limit=0, lexical_limit=0)
+    got = [c.note.id for c in resp.candidates]
+    assert got == [n.id for n in reversed(notes)][:50]  # default K is 50, newest first
+    resp = await recall(stub, "", vector_limit=0, lexical_limit=0, recency_limit=5)
+    assert [c.note.id for c in resp.candidates] == [n.id for n in reversed(notes)][:5]
+
+
+async def test_lexical_half_matches_words_the_vector_may_miss(diary, clock):
+    _, stub = diary
+    target = await write(stub, "Ticket POC-518 tracks the flaky kafka consumer", clock=clock)
+    for f in FACTS:
+        await write(stub, f, clock=clock)
+    resp = await recall(stub, "what is POC-518 about?", vector_limit=0, recency_limit=0)
+    assert [c.note.id for c in resp.candidates] == [target.id]
+    assert halves(resp.candidates[0]) == {pb.RECALL_HALF_LEXICAL}
+    assert resp.candidates[0].lexical_rank > 0
+
+
+async def test_halves_are_unioned_and_deduped_by_id(diary, clock):
+    _, stub = diary
+    for f in FACTS:
+        await write(stub, f, clock=clock)
+    resp = await recall(stub, "Bob weekly digests")
+    ids = [c.note.id for c in resp.candidates]
+    assert len(ids) == len(set(ids)) == len(FACTS)
+    bob = next(c for c in resp.candidates if "Bob" in c.note.content)
+    assert halves(bob) == {pb.RECALL_HALF_VECTOR, pb.RECALL_HALF_RECENCY, pb.RECALL_HALF_LEXICAL}
+    assert resp.candidates[0].note.id == bob.note.id
+
+
+async def test_zero_switches_every_half_off(diary, clock):
+    _, stub = diary
+    await write(stub, FACTS[0], clock=clock)
+    resp = await recall(stub, "Bob", vector_limit=0, recency_limit=0, lexical_limit=0)
+    assert list(resp.candidates) == []
+    assert resp.embedding_status == embedding_pb2.EMBEDDING_STATUS_SKIPPED
+
+
+@pytest.mark.parametrize("field", ["vector_limit", "recency_limit", "lexical_limit"])
+@pytest.mark.parametrize("value", [-1, 501])
+async def test_limits_out_of_range_are_refused(diary, field, value):
+    _, stub = diary
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await recall(stub, "x", **{field: value})
+    code, info, bad = error_info(exc.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.reason == "LIMIT_OUT_OF_RANGE"
+    assert bad.field_violations[0].field == field
+
+
+async def test_a_seat_never_sees_another_seats_notes_in_any_half(diary, clock):
+    _, stub = diary
+    for f in FACTS:
+        await write(stub, f, seat="bob", clock=clock)
+    await write(stub, "Ana keeps her own notes", seat="ana", clock=clock)
+    resp = await recall(stub, "Bob weekly digests staging database", seat="ana")
+    assert {c.note.seat for c in resp.candidates} == {"ana"}
+    assert len(resp.candidates) == 1
+
+
+async def test_an_expired_short_note_takes_no_slot_even_before_the_sweep(diary, clock):
+    app, stub = diary
+    short = await write(stub, "Sprint freeze runs through Friday", tier=pb.NOTE_TIER_SHORT, ttl=2, clock=clock)
+    long = await write(stub, "Bob prefers weekly digests", clock=clock)
+    resp = await recall(stub, "sprint freeze Friday")
+    assert short.id in {c.note.id for c in resp.candidates}
+    clock.advance(days=2, seconds=1)
+    resp = await recall(stub, "sprint freeze Friday")
+    assert [c.note.id for c in resp.candidates] == [long.id]
+    # ...and the row is still there: the read's own predicate excluded it, not a sweep.
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 2
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await stub.GetNote(pb.GetNoteRequest(company="acme", seat="ana", note_id=short.id))
+    assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_vector_of_another_model_is_never_a_match(
+    make_settings, dsn, clock, local_embedder, scripted_openai, vector_index
+):
+    """Notes embedded by one model; the query embedded by another: the vector half finds nothing
+    and says how many notes it could not reach."""
+    async with open_app(
+        make_settings(), dsn, names=["diary"], clock=clock, embedder=local_embedder, index=vector_index
+    ) as app:
+        stub = pb_grpc.DiaryServiceStub(app.channel)
+        for f in FACTS:
+            await write(stub, f, clock=clock)
+    # Same database and index, another embedder of the same width.
+    scripted_openai.dims = 384
+    settings = make_settings(
+        providers={
+            "embeddings": {
+                "kind": "openai",
+                "base_url": scripted_openai.base_url,
+                "api_key": "k",
+                "model": "other-model",
+            }
+        }
+    )
+    other = OpenAICompatibleEmbedder(settings.providers.embeddings)
+    async with open_app(settings, dsn, names=["diary"], clock=clock, embedder=other, index=vector_index) as app:
+        stub = pb_grpc.DiaryServiceStub(app.channel)
+        resp = await recall(stub, "Bob weekly digests", recency_limit=0, lexical_limit=0)
+        assert list(resp.candidates) == []
+        assert resp.unreachable_by_vector_count == len(FACTS)
+    await other.close()
+
+
+async def test_a_provided_query_vector_is_used_without_embedding_again(diary, clock, local_embedder):
+    _, stub = diary
+    for f in FACTS:
+        await write(stub, f, clock=clock)
+    [vec] = await local_embedder.embed(["who is on vacation?"])
+    resp = await recall(
+        stub,
+        "",
+        recency_limit=0,
+        lexical_limit=0,
+        query_embedding=embedding_pb2.Embedding(values=vec.tolist(), model=vec.model, dimensions=vec.dimensions),
+    )
+    assert resp.embedding_status == embedding_pb2.EMBEDDING_STATUS_PROVIDED
+    assert "vacation" in resp.candidates[0].note.content
+
+
+async def test_an_unusable_provided_vector_is_refused(diary):
+    _, stub = diary
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await recall(stub, "", query_embedding=embedding_pb2.Embedding(values=[0.0] * 384, model="m"))
+    code, info, _ = error_info(exc.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "VECTOR_UNUSABLE"
+
+
+async def test_an_unreachable_index_falls_back_to_an_exact_scan_and_says_so(diary, clock):
+    app, stub = diary
+    ids = {f: (await write(stub, f, clock=clock)).id for f in FACTS}
+    indexed = await recall(stub, "who is away on vacation?", recency_limit=0, lexical_limit=0)
+    await app.infra.index.close()  # the index goes away
+    resp = await recall(stub, "who is away on vacation?", recency_limit=0, lexical_limit=0)
+    assert resp.vector_source == embedding_pb2.VECTOR_SOURCE_EXACT_SCAN
+    assert resp.candidates[0].note.id == ids[FACTS[4]]
+    # The exact scan ranks exactly as the index did.
+    assert [c.note.id for c in resp.candidates] == [c.note.id for c in indexed.candidates]
+    for a, b in zip(resp.candidates, indexed.candidates, strict=True):
+        assert a.similarity == pytest.approx(b.similarity, abs=1e-4)
+    # Writes still succeed while the index is down: the row keeps its vector, unindexed.
+    note = await write(stub, "Dan joins the platform team on Monday", clock=clock)
+    assert note.embedding_model == "all-MiniLM-L6-v2"
+    assert await app.infra.pool.fetchval("SELECT indexed FROM agent_diary WHERE id = $1::uuid", note.id) is False

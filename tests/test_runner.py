@@ -1,0 +1,120 @@
+"""The all-in-one as a user runs it: a separate process, embedded infrastructure, one ready line,
+reflection for grpcurl, health per service, a clean drain on SIGTERM, data kept across restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentlearn.diary.v1 import diary_service_pb2 as pb
+from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+GRPCURL = Path(sys.executable).parent / "grpcurl"
+
+
+def _env() -> dict[str, str]:
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGENTLEARN_", "DATABASE_URL", "QDRANT_URL", "OPENAI_"))
+    }
+
+
+async def _start(data_dir: Path) -> tuple[asyncio.subprocess.Process, int]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.runner",
+        "up",
+        "--port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        cwd=ROOT,
+        env=_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    async with asyncio.timeout(90):
+        line = (await proc.stdout.readline()).decode()
+    assert line.startswith("agentlearn ready on 127.0.0.1:"), line
+    port = int(line.split()[3].rsplit(":", 1)[1])
+    return proc, port
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> int:
+    proc.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(30):
+        return await proc.wait()
+
+
+def _cli(*args: str, data_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "services.runner", *args, "--data-dir", str(data_dir)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def test_up_serves_reflection_health_and_keeps_data_across_restarts(tmp_path):
+    data = tmp_path / "data"
+    proc, port = await _start(data)
+    try:
+        listed = await asyncio.to_thread(
+            subprocess.run,
+            [str(GRPCURL), "-plaintext", f"127.0.0.1:{port}", "list"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert "agentlearn.diary.v1.DiaryService" in listed.stdout.split()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            resp = await health.Check(health_pb2.HealthCheckRequest(service="agentlearn.diary.v1.DiaryService"))
+            assert resp.status == health_pb2.HealthCheckResponse.SERVING
+            note = (
+                await pb_grpc.DiaryServiceStub(channel).WriteNote(
+                    pb.WriteNoteRequest(
+                        company="acme", seat="ana", content="Bob prefers digests", tier=pb.NOTE_TIER_LONG
+                    )
+                )
+            ).note
+            assert note.embedding_model == "all-MiniLM-L6-v2"
+    finally:
+        assert await _stop(proc) == 0
+    assert (data / "postgres" / "PG_VERSION").exists() and (data / "qdrant-edge").is_dir()
+
+    proc, port = await _start(data)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.DiaryServiceStub(channel)
+            got = await stub.GetNote(pb.GetNoteRequest(company="acme", seat="ana", note_id=note.id))
+            assert got.note.content == "Bob prefers digests"
+            found = await stub.RecallNotes(
+                pb.RecallNotesRequest(
+                    company="acme", seat="ana", query="digest for Bob", recency_limit=0, lexical_limit=0
+                )
+            )
+            assert [c.note.id for c in found.candidates] == [note.id]
+    finally:
+        assert await _stop(proc) == 0
+
+    swept = await asyncio.to_thread(_cli, "pass", "diary-sweep", data_dir=data)
+    assert swept.returncode == 0 and "pass diary-sweep:" in swept.stdout, swept.stderr[-2000:]
+    unknown = await asyncio.to_thread(_cli, "pass", "no-such-pass", data_dir=data)
+    assert unknown.returncode == 2 and "diary-fill" in unknown.stderr
+    rebuilt = await asyncio.to_thread(_cli, "rebuild-index", data_dir=data)
+    assert rebuilt.returncode == 0 and "diary: 1 vectors restored from Postgres" in rebuilt.stdout

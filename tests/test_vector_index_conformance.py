@@ -1,0 +1,109 @@
+"""One suite, both adapters of the vector-index port (Qdrant embedded engine; qdrant-client local
+mode, the same client code that talks to a Qdrant server)."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from libs.common.vectorindex import IndexPoint, IndexUnavailable, collection_name
+
+COLL = collection_name("conformance", 8)
+
+
+def vec(*xs: float) -> np.ndarray:
+    v = np.zeros(8, dtype=np.float32)
+    v[: len(xs)] = xs
+    return v / np.linalg.norm(v)
+
+
+def point(v, company="acme", seat="ana", model="m", expire_at=1e12, **labels):  # type: ignore[no-untyped-def]
+    return IndexPoint(uuid.uuid4(), v, company, seat, model, expire_at, labels)
+
+
+async def search(index, v, **kw):  # type: ignore[no-untyped-def]
+    args = {"company": "acme", "seat": "ana", "model": "m", "now": 1000.0, "limit": 10, **kw}
+    return await index.search(COLL, v, **args)
+
+
+async def test_nearest_first_with_cosine_scores(vector_index):
+    a, b, c = point(vec(1, 0)), point(vec(1, 1)), point(vec(0, 1))
+    await vector_index.upsert(COLL, [a, b, c])
+    hits = await search(vector_index, vec(1, 0.1))
+    assert [h.id for h in hits] == [a.id, b.id, c.id]
+    assert hits[0].score == pytest.approx(float(vec(1, 0) @ vec(1, 0.1)), abs=1e-4)
+
+
+async def test_filters_company_seat_model_expiry_and_labels(vector_index):
+    mine = point(vec(1, 0), kind="raw")
+    others = [
+        point(vec(1, 0), company="other"),
+        point(vec(1, 0), seat="bob"),
+        point(vec(1, 0), model="m2"),
+        point(vec(1, 0), expire_at=999.0),  # expired at now=1000
+        point(vec(1, 0), kind="compacted"),
+    ]
+    await vector_index.upsert(COLL, [mine, *others])
+    hits = await search(vector_index, vec(1, 0), labels={"kind": "raw"})
+    assert [h.id for h in hits] == [mine.id]
+    unexpired = await search(vector_index, vec(1, 0), now=998.0, labels={"kind": "raw"})
+    assert len(unexpired) == 1  # the expired one lacks the label; expiry alone tested below
+    soon = point(vec(1, 0), expire_at=1500.0)
+    await vector_index.upsert(COLL, [soon])
+    assert soon.id in {h.id for h in await search(vector_index, vec(1, 0), now=1400.0)}
+    assert soon.id not in {h.id for h in await search(vector_index, vec(1, 0), now=1500.0)}
+
+
+async def test_limit_upsert_replaces_and_delete_removes(vector_index):
+    pts = [point(vec(1, i / 10)) for i in range(5)]
+    await vector_index.upsert(COLL, pts)
+    assert len(await search(vector_index, vec(1, 0), limit=3)) == 3
+    moved = IndexPoint(pts[0].id, vec(0, 1), "acme", "ana", "m")
+    await vector_index.upsert(COLL, [moved])
+    assert await vector_index.count(COLL) == 5
+    assert (await search(vector_index, vec(0, 1), limit=1))[0].id == pts[0].id
+    await vector_index.delete(COLL, [pts[1].id, pts[2].id])
+    assert await vector_index.count(COLL) == 3
+    assert {h.id for h in await search(vector_index, vec(1, 0))} == {pts[0].id, pts[3].id, pts[4].id}
+
+
+async def test_unknown_collection_reads_empty_and_reset_empties(vector_index):
+    assert await search(vector_index, vec(1)) == []
+    assert await vector_index.count(COLL) == 0
+    await vector_index.delete(COLL, [uuid.uuid4()])
+    await vector_index.upsert(COLL, [point(vec(1))])
+    await vector_index.reset(COLL)
+    assert await vector_index.count(COLL) == 0 and await search(vector_index, vec(1)) == []
+
+
+async def test_a_closed_index_reports_unavailable(vector_index):
+    await vector_index.upsert(COLL, [point(vec(1))])
+    await vector_index.close()
+    with pytest.raises(IndexUnavailable):
+        await search(vector_index, vec(1))
+
+
+async def test_edge_shards_persist_across_reopen(tmp_path):
+    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+
+    first = QdrantEdgeIndex(tmp_path / "e")
+    p = point(vec(1, 2))
+    await first.upsert(COLL, [p])
+    await first.close()
+    again = QdrantEdgeIndex(tmp_path / "e")
+    assert [h.id for h in await search(again, vec(1, 2))] == [p.id]
+    await again.close()
+
+
+async def test_client_local_mode_persists_under_a_path(tmp_path):
+    from libs.common.vectorindex.qdrant_client_index import QdrantClientIndex
+
+    first = QdrantClientIndex.local(tmp_path / "q")
+    p = point(vec(2, 1))
+    await first.upsert(COLL, [p])
+    await first.close()
+    again = QdrantClientIndex.local(tmp_path / "q")
+    assert [h.id for h in await search(again, vec(2, 1))] == [p.id]
+    await again.close()
