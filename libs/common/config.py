@@ -344,6 +344,9 @@ class Settings(BaseSettings):
     services: ServiceAddresses = ServiceAddresses()
     telemetry: TelemetryConfig = TelemetryConfig()
     leases: LeaseConfig = LeaseConfig()
+    services_local_for_passes: bool = True
+    """``./run pass`` serves the sibling services a pass calls from its own process; a CronJob in a
+    cluster sets this false and reaches them at ``services.<name>``."""
 
     @model_validator(mode="after")
     def _chains_name_providers(self) -> Settings:

@@ -19,6 +19,7 @@ import asyncpg
 
 from libs.common.auxmodel import AuxiliaryModel, OfflineRules, build_providers
 from libs.common.budgets import BudgetLedger
+from libs.common.channels import ServiceChannels
 from libs.common.clock import Clock, SystemClock
 from libs.common.config import Settings
 from libs.common.db import COMMON_MIGRATIONS, Migrations, connect_pool, migrate
@@ -47,6 +48,8 @@ class Infra:
     leases: LeaseClaimer
     rules: OfflineRules
     aux: AuxiliaryModel
+    channels: ServiceChannels
+    """Clients of the other services (see ``libs.common.channels``)."""
 
 
 async def resolve_dsn(settings: Settings) -> str:
@@ -94,6 +97,8 @@ async def open_infra(
         if close is not None:
             stack.push_async_callback(close)
     aux = AuxiliaryModel(settings, providers, budget, events, clock)
+    channels = ServiceChannels(settings.services)
+    stack.push_async_callback(channels.close)
     return Infra(
         settings=settings,
         dsn=dsn,
@@ -106,4 +111,5 @@ async def open_infra(
         leases=leases,
         rules=rules,
         aux=aux,
+        channels=channels,
     )

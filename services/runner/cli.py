@@ -82,6 +82,7 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
         registrations = [r for c in components for r in c.registrations]
         address = f"{settings.server.host}:{settings.server.port}"
         server, port, health = await create_server(registrations, address)
+        infra.channels.serve_locally([c.name for c in components], f"{settings.server.host}:{port}")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -118,6 +119,13 @@ async def one_pass(settings: Settings, name: str) -> int:
         if name not in specs:
             print(f"unknown pass {name!r}; known: {', '.join(sorted(specs))}", file=sys.stderr)
             return 2
+        if settings.services_local_for_passes:
+            # A pass may call sibling services (skill synthesis reads episodes); outside a cluster
+            # they are served from this process on a private port for the pass's lifetime.
+            registrations = [r for c in components for r in c.registrations]
+            server, port, _ = await create_server(registrations, "127.0.0.1:0")
+            stack.push_async_callback(server.stop, None)
+            infra.channels.serve_locally([c.name for c in components], f"127.0.0.1:{port}")
         ran, result = await run_pass(specs[name], infra.leases, holder_identity(), settings.leases.ttl_seconds)
         if not ran:
             print(f"pass {name}: not run (its lease is held elsewhere or could not be read)")

@@ -1,15 +1,28 @@
-"""The services this build implements, in start order. Each module is a service's bootstrap with
-``NAME``, ``MIGRATIONS`` and ``component(infra) -> Component``."""
+"""The services this build implements, in start order. A service is its bootstrap module
+``services.<name>.bootstrap`` with ``NAME``, ``MIGRATIONS`` and ``component(infra) -> Component``;
+a name whose package does not exist yet is simply not part of this build."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from types import ModuleType
 
-from services.diary import bootstrap as diary
+ORDER = ["diary", "episodes", "skills", "profiles", "reflector", "prefetch"]
 
-SERVICES: dict[str, ModuleType] = {
-    diary.NAME: diary,
-}
+
+def _discover() -> dict[str, ModuleType]:
+    found: dict[str, ModuleType] = {}
+    for name in ORDER:
+        if importlib.util.find_spec(f"services.{name}") is None:
+            continue
+        if importlib.util.find_spec(f"services.{name}.bootstrap") is None:
+            continue
+        found[name] = importlib.import_module(f"services.{name}.bootstrap")
+    return found
+
+
+SERVICES: dict[str, ModuleType] = _discover()
 
 
 def migrations_of(names: list[str]) -> list:

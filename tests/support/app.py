@@ -51,6 +51,7 @@ async def open_app(
             [r for c in components.values() for r in c.registrations], "127.0.0.1:0"
         )
         stack.push_async_callback(server.stop, None)
+        infra.channels.serve_locally(names, f"127.0.0.1:{port}")
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         stack.push_async_callback(channel.close)
         yield App(infra, components, port, channel)
