@@ -181,6 +181,11 @@ class PersonalMemoryConfig(_Section):
 
 
 class EpisodesConfig(_Section):
+    embed_budget_seconds: float = 2.0
+    """An episode's inline embed has the diary's two-second budget; past it the row is stored
+    without a vector and the fill embeds it."""
+    search_limit: int = 10
+    """Default hits of SearchEpisodes."""
     account_bytes: int = 600
     """learning.EpisodeAccountBytes: an ask or account past it is condensed when shown."""
     rewrite_timeout_seconds: float = 30.0
