@@ -31,7 +31,8 @@ __all__ = [
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Attribute docstrings become field descriptions: docs/configuration.md is generated from them.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -79,8 +80,11 @@ class ProviderConfig(_Section):
     kind: Literal["offline", "openai"] = "offline"
     """``offline``: deterministic rules, no model; ``openai``: any OpenAI-compatible endpoint."""
     base_url: str | None = None
+    """Endpoint of an OpenAI-compatible server (``kind: openai``)."""
     api_key: SecretStr | None = None
+    """Key for that endpoint (never printed)."""
     model: str = "offline-rules"
+    """Model name sent to the endpoint and recorded on every ``auxiliary_spend``."""
     timeout_seconds: float = 30.0
     """Deadline of one completion; a timeout falls back along the chain."""
 
@@ -91,6 +95,7 @@ def _default_llm_providers() -> dict[str, ProviderConfig]:
 
 class ProvidersConfig(_Section):
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
+    """The embeddings seam (DESIGN: "Embeddings")."""
     llm: dict[str, ProviderConfig] = Field(default_factory=_default_llm_providers)
     """Named auxiliary-model providers. Empty means no auxiliary model is configured anywhere."""
     auxiliary_chain: list[str] = Field(default_factory=lambda: ["offline"])
@@ -118,8 +123,11 @@ class BudgetConfig(_Section):
     """``token_budget``: ceilings on auxiliary tokens per window. ``None`` means no ceiling."""
 
     seat_ceiling_tokens: int | None = None
+    """A seat's auxiliary tokens per window; at the ceiling the reflector's budget gate skips."""
     company_ceiling_tokens: int | None = None
+    """The company's auxiliary tokens per window (all seats)."""
     window_hours: int = 24
+    """Width of a budget window; every call is charged in the window current when it returns."""
 
 
 class CompanyConfig(_Section):
@@ -127,7 +135,10 @@ class CompanyConfig(_Section):
     """Roles of the company by name. With ``accept_unknown_roles`` a role not listed behaves as a
     default ``RoleConfig``; otherwise it closes the reflector's "no role" gate."""
     accept_unknown_roles: bool = True
+    """A role not listed under ``roles`` behaves as a default role; false closes the reflector's
+    "no role" gate for it."""
     token_budget: BudgetConfig = BudgetConfig()
+    """Spec "What the auxiliary calls cost"."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,11 +215,18 @@ class EpisodeLifecycleConfig(_Section):
     max_raw_episodes_per_agent: int = 500
     """When a pass is due for a seat (not a cap)."""
     non_terminal_max_age_days: int = 14
+    """Drop ``self_iterate`` rows older than this (a mid-state only feeds recall as noise)."""
     tool_free_max_age_days: int = 90
+    """Drop rows that called no tool older than this (nothing can fold them); reported alone as
+    ``tool_free_dropped``."""
     consolidated_grace_days: int = 30
+    """Drop rows a skill was drafted from after this grace (time to audit the consolidation)."""
     compaction_batch_size: int = 200
+    """The oldest foldable raw rows one pass clusters."""
     compaction_min_age_days: int = 30
+    """Only rows older than this are folded."""
     compaction_min_cluster_size: int = 3
+    """A cluster folds into a compacted row from this size."""
     compaction_jaccard_threshold: float = 0.6
     """Greedy tool-sequence Jaccard threshold of the compaction clusters (the spec gives none; the
     clustered synthesis pass's pooling threshold is used)."""
@@ -217,6 +235,7 @@ class EpisodeLifecycleConfig(_Section):
     condense_bytes: int = 280
     """A member's task or outcome past this is condensed before the summary call."""
     rewrite_concurrency: int = 4
+    """Condensations run at once during compaction."""
 
 
 class SkillSynthesisConfig(_Section):
@@ -228,31 +247,44 @@ class SkillSynthesisConfig(_Section):
     """Tool-SET Jaccard at or above which a candidate duplicates a live skill (stricter than the
     pooling threshold on purpose; the spec gives no number, 0.8 chosen)."""
     scheduler_enabled: bool = False
-    """Clustered synthesis is off by default."""
+    """Clustered synthesis is off by default (an auxiliary call per seat per day)."""
     scheduler_interval_seconds: int = 86400
+    """Daily."""
     cluster_jaccard_threshold: float = 0.6
+    """Pooling threshold: "is this the same kind of work"."""
     cluster_min_size: int = 3
+    """The smallest cluster a skill is drafted from."""
     episode_fetch_limit: int = 200
+    """A seat's most recent raw settled turns read per pass."""
 
 
 class SkillRefinementConfig(_Section):
     enabled: bool = True
     """False refuses RefineSkill and leaves the auto refiner unwired."""
     auto_refine_on_success: bool = True
+    """Append ``Observed in practice:`` bullets after done turns."""
     auto_refine_on_failure: bool = True
+    """Append ``Counter-example:`` bullets after failed turns (both false = refinement off)."""
     max_body_chars: int = 20_000
+    """A body past this is refused (manual) or skipped (auto), never truncated."""
     max_versions_kept: int = 10
+    """Refinement history kept per skill."""
 
 
 class SkillCuratorConfig(_Section):
     interval_hours: int = 24
+    """Daily: the transitions are measured in tens of days."""
     stale_after_days: int = 30
+    """active → stale when unused (not offered, not loaded) this long."""
     archive_after_days: int = 90
+    """stale → archived when unused this long; widened to the stale window if inside it."""
 
 
 class PromotionConfig(_Section):
     enabled: bool = False
+    """Cross-agent promotion to the knowledge base (a later issue)."""
     interval_hours: int = 24
+    """Daily."""
     min_sibling_count: int = 3
     """Distinct seats of one unit that must converge (the spec gives no number; 3 chosen)."""
 
@@ -265,13 +297,16 @@ class PrefetchConfig(_Section):
     skills_char_budget: int = 4000
     """Characters of the skills menu; a skill whose line does not fit is not offered."""
     knowledge_results: int = 5
+    """Pages the ``## Relevant knowledge`` block renders."""
 
 
 class LearningConfig(_Section):
     enabled: bool = True
     """Company-wide learning switch; a role's ``learning_enabled`` inherits it."""
     summarize_episodes: bool = True
+    """learning.summarize_episodes: the ``## Similar prior work`` hits become one briefing."""
     summarize_max_tokens: int = 400
+    """Cap of that briefing (the spec names the knob without a default; 400 chosen)."""
     diary: DiaryConfig = DiaryConfig()
     fill: FillConfig = FillConfig()
     personal_memory: PersonalMemoryConfig = PersonalMemoryConfig()
@@ -291,7 +326,9 @@ class LearningConfig(_Section):
 
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
+    """Bind address of the gRPC server."""
     port: int = 50051
+    """gRPC port of the all-in-one (``--port``)."""
     grace_seconds: float = 5.0
     """Drain time on shutdown after health reports NOT_SERVING."""
 
@@ -300,23 +337,33 @@ class ServiceAddresses(_Section):
     """Where each service listens when it runs as its own process (split mode, Kubernetes)."""
 
     diary: str = "127.0.0.1:50061"
+    """DiaryService."""
     episodes: str = "127.0.0.1:50062"
+    """EpisodeService."""
     skills: str = "127.0.0.1:50063"
+    """SkillService."""
     profiles: str = "127.0.0.1:50064"
+    """ProfileService."""
     reflector: str = "127.0.0.1:50065"
+    """ReflectorService."""
     prefetch: str = "127.0.0.1:50066"
+    """PrefetchService."""
 
 
 class TelemetryConfig(_Section):
     otlp_endpoint: str | None = None
     """OTLP/gRPC collector (e.g. http://otel-collector:4317); unset exports nothing."""
     service_name: str = "agentlearn"
+    """``service.name`` of this process's spans."""
 
 
 class LeaseConfig(_Section):
     backend: Literal["postgres", "kubernetes"] = "postgres"
+    """Where passes claim their lease: a row in Postgres, or a ``coordination.k8s.io`` Lease."""
     ttl_seconds: int = 300
+    """A claim expires this long after it was taken or renewed."""
     kubernetes_namespace: str = "agentlearn"
+    """Namespace of the Lease objects."""
     kubernetes_api: str | None = None
     """API server URL; unset means in-cluster."""
 
@@ -329,6 +376,7 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
+        use_attribute_docstrings=True,
     )
 
     database_url: SecretStr | None = None
@@ -336,19 +384,28 @@ class Settings(BaseSettings):
     qdrant_url: str | None = None
     """A Qdrant server; unset uses Qdrant's embedded engine under ``data_dir``."""
     qdrant_api_key: SecretStr | None = None
+    """Key of that server."""
     vector_index: Literal["auto", "qdrant", "edge", "local"] = "auto"
     """``auto``: ``qdrant`` when ``qdrant_url`` is set, else ``edge``; ``local`` is
     qdrant-client's local mode (tests)."""
     data_dir: Path = Path("data")
+    """Embedded PostgreSQL and Qdrant data (``--data-dir``), kept across restarts."""
     providers: ProvidersConfig = ProvidersConfig()
+    """Embeddings and auxiliary-model providers."""
     company_defaults: CompanyConfig = CompanyConfig()
     """Applies to every company not listed under ``companies``."""
     companies: dict[str, CompanyConfig] = Field(default_factory=dict)
+    """Per-company overrides of ``company_defaults`` (roles, budgets), by company handle."""
     learning: LearningConfig = LearningConfig()
+    """The spec's ``learning:`` block."""
     server: ServerConfig = ServerConfig()
+    """The gRPC server."""
     services: ServiceAddresses = ServiceAddresses()
+    """Addresses of the services in split mode and on Kubernetes."""
     telemetry: TelemetryConfig = TelemetryConfig()
+    """OpenTelemetry export."""
     leases: LeaseConfig = LeaseConfig()
+    """Lease claims of the background passes."""
     services_local_for_passes: bool = True
     """``./run pass`` serves the sibling services a pass calls from its own process; a CronJob in a
     cluster sets this false and reaches them at ``services.<name>``."""
