@@ -86,9 +86,16 @@ class DiaryService:
         ttl_days: int,
         source: NoteSource,
         turn_id: str | None,
-    ) -> tuple[Note, str | None]:
-        """Store a note verbatim; returns it and why it has no vector, when it has none."""
+        request_id: str | None = None,
+    ) -> tuple[Note, str | None, bool]:
+        """Store a note verbatim; returns it, why it has no vector (when it has none), and whether
+        this call created it (false: ``request_id`` named a note already written)."""
         company, seat = seat_ref(company, seat, domain=DOMAIN)
+        if request_id:
+            require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)
+            earlier = await self.store.by_request(company, seat, request_id)
+            if earlier is not None:
+                return earlier, None, False
         limit = self.config.max_content_chars
         if len(content) > limit:
             # Refused, never trimmed: the writer can tighten the text and retry.
@@ -138,10 +145,14 @@ class DiaryService:
             expire_time=expire_time,
             embedding_model=self.embedder.model if (vector is not None and self.embedder) else None,
         )
-        stored = await self.store.insert(note, vector)
+        stored = await self.store.insert(note, vector, request_id or None)
+        if stored is None:  # a concurrent retry with the same key won the insert
+            earlier = await self.store.by_request(company, seat, request_id or "")
+            assert earlier is not None
+            return earlier, None, False
         if vector is not None:
             await self._index(stored, vector)
-        return stored, skipped
+        return stored, skipped, True
 
     async def _embed_inline(self, content: str) -> tuple[np.ndarray | None, str | None]:
         """The two-second embed: a vector, or none and the reason (the fill tries again later)."""

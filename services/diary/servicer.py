@@ -101,7 +101,7 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
     async def WriteNote(self, request: pb.WriteNoteRequest, context: grpc.aio.ServicerContext) -> pb.WriteNoteResponse:
         if request.tier not in (pb.NOTE_TIER_LONG, pb.NOTE_TIER_SHORT, pb.NOTE_TIER_UNSPECIFIED):
             raise InvalidArgument(f"unknown tier {request.tier}", reason="FIELD_INVALID", domain=DOMAIN, field="tier")
-        note, skipped = await self._service.write_note(
+        note, skipped, created = await self._service.write_note(
             request.company,
             request.seat,
             request.content,
@@ -109,8 +109,9 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
             request.ttl_days,
             _SOURCE_FROM_PB.get(request.source, NoteSource.UNSPECIFIED),
             request.turn_id,
+            request.request_id or None,
         )
-        return pb.WriteNoteResponse(note=note_to_pb(note), embedding_skipped_reason=skipped or "")
+        return pb.WriteNoteResponse(note=note_to_pb(note), embedding_skipped_reason=skipped or "", created=created)
 
     async def RecallNotes(
         self, request: pb.RecallNotesRequest, context: grpc.aio.ServicerContext

@@ -24,9 +24,11 @@ _LIVE = "(expire_time IS NULL OR expire_time > $3)"
 SQL = {
     "insert": f"""
         INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
-                                 embedding, embedding_model, embedding_dims)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                                 embedding, embedding_model, embedding_dims, request_id)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+        ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
         RETURNING {_COLUMNS}""",
+    "by_request": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND request_id = $3",
     "get": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = $4",
     "hydrate": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = ANY($4)",
     "recent": f"""SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE}
@@ -113,7 +115,12 @@ class PostgresNoteStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
 
-    async def insert(self, note: Note, vector: np.ndarray | None) -> Note:
+    async def by_request(self, company: str, seat: str, request_id: str) -> Note | None:
+        row = await self.pool.fetchrow(SQL["by_request"], company, seat, request_id)
+        return _note(row) if row else None
+
+    async def insert(self, note: Note, vector: np.ndarray | None, request_id: str | None = None) -> Note | None:
+        """The stored note, or ``None`` when ``request_id`` was already used (see ``by_request``)."""
         row = await self.pool.fetchrow(
             SQL["insert"],
             note.id,
@@ -128,8 +135,9 @@ class PostgresNoteStore:
             None if vector is None else vector.astype(np.float32),
             note.embedding_model if vector is not None else None,
             int(vector.shape[0]) if vector is not None else None,
+            request_id,
         )
-        return _note(row)
+        return _note(row) if row else None
 
     async def get(self, company: str, seat: str, note_id: uuid.UUID, now: datetime) -> Note | None:
         row = await self.pool.fetchrow(SQL["get"], company, seat, now, note_id)
