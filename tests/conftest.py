@@ -126,3 +126,16 @@ def make_settings(tmp_path: Path):
         return load_settings(None, overrides, env={})
 
     return make
+
+
+@pytest.fixture
+async def edge_index(tmp_path: Path):
+    """One adapter, for tests whose subject is not the vector index."""
+    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+
+    index = QdrantEdgeIndex(tmp_path / "edge-single")
+    yield index
+    try:
+        await index.close()
+    except Exception:
+        pass

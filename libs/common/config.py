@@ -300,6 +300,27 @@ class PrefetchConfig(_Section):
     """Pages the ``## Relevant knowledge`` block renders."""
 
 
+class ReflectionConfig(_Section):
+    workers: list[str] = Field(
+        default_factory=lambda: ["persist_decider", "episodist", "profiler", "skill_use", "synthesizer", "refiner"]
+    )
+    """The workers wired, in the order they run; empty closes the "no workers" gate. The refiner is
+    left unbuilt when ``skill_refinement.enabled`` is false or both auto flags are."""
+    concurrency: int = 2
+    """Turns one process reflects at once."""
+    poll_interval_seconds: float = 5.0
+    """Backstop poll of the queue; a submit wakes the workers at once through LISTEN/NOTIFY."""
+    claim_lease_seconds: float = 30.0
+    """A claimed turn is another worker's to take if its holder stops renewing for this long (a
+    crashed process): nothing is lost, and a redo writes nothing twice (idempotent receivers)."""
+    budget_recheck_seconds: float = 300.0
+    """A turn deferred by the budget gate is looked at again this often (and at the next window)."""
+    rpc_timeout_seconds: float = 10.0
+    """Deadline of every call a worker makes on another service."""
+    recent_notes_shown: int = 50
+    """Recent notes the persist decider is shown and told not to repeat (Diary.Recent, up to 50)."""
+
+
 class LearningConfig(_Section):
     enabled: bool = True
     """Company-wide learning switch; a role's ``learning_enabled`` inherits it."""
@@ -317,6 +338,8 @@ class LearningConfig(_Section):
     skill_curator: SkillCuratorConfig = SkillCuratorConfig()
     promotion: PromotionConfig = PromotionConfig()
     prefetch: PrefetchConfig = PrefetchConfig()
+    reflection: ReflectionConfig = ReflectionConfig()
+    """The reflector's harness."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,16 +33,29 @@ SQL = {
     "hydrate": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = ANY($4)",
     "recent": f"""SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE}
                   ORDER BY create_time DESC, id DESC LIMIT $4""",
-    # The lexical half: the query's own English lexemes OR-ed together (a question rarely shares all
-    # of its words with the note that answers it), ranked by cover density, length-normalised.
+    # The lexical half. A note matches when it shares any English lexeme with the query (a question
+    # rarely shares all of its words with the note that answers it); matches are ranked by the
+    # summed inverse document frequency of the lexemes they share, computed over this seat's matched
+    # notes only, so a name that is on every note weighs little and a rare word a lot. On LoCoMo
+    # this lifts the lexical top-50 from 70% to 74% of the evidence over ts_rank (bench/locomo.py).
+    # The CTEs stay MATERIALIZED: inlined, PostgreSQL re-ran the seat count per row.
     "lexical": f"""
         WITH q AS (
-            SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq
-            FROM unnest(tsvector_to_array(to_tsvector('english', $5))) AS lexeme)
-        SELECT {_COLUMNS}, ts_rank(d.tsv, q.tsq, 1) AS rank
-        FROM agent_diary d, q
-        WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3) AND d.tsv @@ q.tsq
-        ORDER BY rank DESC, d.create_time DESC LIMIT $4""",
+            SELECT lexeme, quote_literal(lexeme)::tsquery AS lq
+            FROM unnest(tsvector_to_array(to_tsvector('english', $5))) AS lexeme),
+        m AS MATERIALIZED (
+            SELECT {_COLUMNS}, d.tsv FROM agent_diary d
+            WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3)
+              AND d.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM q)),
+        n AS MATERIALIZED (SELECT count(*)::float8 AS n FROM m),
+        w AS MATERIALIZED (
+            SELECT q.lq, ln(1 + (n.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
+            FROM q JOIN m ON m.tsv @@ q.lq, n
+            GROUP BY q.lexeme, q.lq, n.n),
+        s AS (SELECT m.id, sum(w.idf) AS rank FROM m JOIN w ON m.tsv @@ w.lq GROUP BY m.id)
+        SELECT {_COLUMNS}, s.rank
+        FROM m JOIN s USING (id)
+        ORDER BY s.rank DESC, m.create_time DESC LIMIT $4""",
     # The exact per-seat scan that answers when the index cannot.
     "exact": f"""
         SELECT {_COLUMNS}, 1 - (embedding <=> $5) AS similarity

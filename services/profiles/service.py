@@ -1,0 +1,251 @@
+"""Profile use cases: merge an observation, read the named subjects' profiles, list them.
+
+Dependencies arrive as arguments (store, clock, events, limits); the servicer only translates
+protobuf to these calls and back. Every read and write is scoped to (company, observer).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from libs.common.errors import FieldViolation, InvalidArgument
+from libs.common.events import EventSink
+from libs.common.validation import (
+    decode_page_token,
+    encode_page_token,
+    page_size,
+    require_ident,
+    require_text,
+)
+from services.profiles.domain import DOMAIN, LIST_FIELDS, Limits, Observation, Profile, Subject, merge
+from services.profiles.store import PostgresProfileStore
+
+__all__ = ["EVENT_UPDATED", "ProfileService", "SubjectRef"]
+
+EVENT_UPDATED = "counterparty_profile_updated"
+
+_PLATFORM = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+# A handle or an external id: no whitespace and no control characters anywhere.
+_SUBJECT_ID = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
+
+SubjectRef = tuple[str, str, str]
+"""A subject as the caller sent it: (handle, external_id, platform)."""
+
+
+class ProfileService:
+    def __init__(
+        self,
+        store: PostgresProfileStore,
+        clock,  # libs.common.clock.Clock
+        events: EventSink,
+        limits: Limits | None = None,
+    ):
+        self.store = store
+        self.clock = clock
+        self.events = events
+        self.limits = limits or Limits()
+
+    # ---------------------------------------------------------------- checks
+
+    def _scope(self, company: str, observer: str) -> tuple[str, str]:
+        return require_ident(company, "company", domain=DOMAIN), require_ident(observer, "observer", domain=DOMAIN)
+
+    def _subject_id(self, value: str, field: str) -> str | None:
+        if not value:
+            return None
+        require_text(value, field, domain=DOMAIN, max_chars=self.limits.max_subject_chars)
+        if not _SUBJECT_ID.match(value):
+            raise InvalidArgument(
+                f"{field} {value!r} must not contain whitespace or control characters",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field=field,
+                metadata={"value": value},
+            )
+        return value
+
+    def _subject(self, ref: SubjectRef, prefix: str) -> Subject:
+        """A subject needs a platform and a handle or an external id (both may be given: the
+        profile is then filed under the handle and remembers the external id)."""
+        handle_in, external_in, platform_in = ref
+        platform = platform_in.lower()
+        require_text(platform, f"{prefix}.platform", domain=DOMAIN)
+        if not _PLATFORM.match(platform):
+            raise InvalidArgument(
+                f"{prefix}.platform {platform_in!r} is not a platform name (letters, digits, . _ -, at most 64)",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field=f"{prefix}.platform",
+                metadata={"value": platform_in[:100]},
+            )
+        handle = self._subject_id(handle_in, f"{prefix}.handle")
+        external_id = self._subject_id(external_in, f"{prefix}.external_id")
+        if handle is None and external_id is None:
+            message = f"{prefix} needs a handle or, for a person with none, an external_id"
+            raise InvalidArgument(
+                message,
+                reason="FIELD_REQUIRED",
+                domain=DOMAIN,
+                field=f"{prefix}.handle",
+                violations=[FieldViolation(f"{prefix}.external_id", message)],
+            )
+        return Subject(platform=platform, handle=handle, external_id=external_id)
+
+    def _items(self, values: Sequence[str], field: str) -> tuple[str, ...]:
+        bound = self.limits.bound(field)
+        if len(values) > bound:
+            raise InvalidArgument(
+                f"{field} has {len(values)} items; a profile keeps at most {bound}",
+                reason="TOO_MANY_ITEMS",
+                domain=DOMAIN,
+                field=field,
+                metadata={"limit": bound, "count": len(values)},
+            )
+        for i, value in enumerate(values):
+            # Refused, never trimmed: the writer can tighten the text and retry.
+            require_text(value, f"{field}[{i}]", domain=DOMAIN, max_chars=self.limits.max_item_chars)
+        return tuple(v.strip() for v in values)
+
+    # ---------------------------------------------------------------- write
+
+    async def upsert_profile(
+        self,
+        company: str,
+        observer: str,
+        subject_ref: SubjectRef,
+        communication_style: str,
+        past_decisions: Sequence[str],
+        sensitivities: Sequence[str],
+        topics: Sequence[str],
+        turn_id: str,
+    ) -> tuple[Profile, bool]:
+        """Merge one observation pass into the observer's profile of the subject; returns the
+        profile after the merge and whether this pass created it."""
+        company, observer = self._scope(company, observer)
+        subject = self._subject(subject_ref, "subject")
+        # A seat never profiles itself, on any platform.
+        if subject.key.casefold() == observer.casefold():
+            field = "subject.handle" if subject.handle else "subject.external_id"
+            raise InvalidArgument(
+                f"seat {observer} cannot profile itself",
+                reason="SELF_PROFILE",
+                domain=DOMAIN,
+                field=field,
+                metadata={"observer": observer, "platform": subject.platform},
+            )
+        style = communication_style.strip()
+        if len(style) > self.limits.max_style_chars:
+            raise InvalidArgument(
+                f"communication_style is {len(style)} characters; the limit is {self.limits.max_style_chars}",
+                reason="FIELD_TOO_LONG",
+                domain=DOMAIN,
+                field="communication_style",
+                metadata={"limit": self.limits.max_style_chars, "length": len(style)},
+            )
+        lists = {
+            f: self._items(v, f) for f, v in zip(LIST_FIELDS, (past_decisions, sensitivities, topics), strict=True)
+        }
+        if not style and not any(lists.values()):
+            message = "an observation carries a communication_style or at least one decision, sensitivity or topic"
+            raise InvalidArgument(
+                message,
+                reason="OBSERVATION_EMPTY",
+                domain=DOMAIN,
+                violations=[FieldViolation(f, message) for f in ("communication_style", *LIST_FIELDS)],
+            )
+        if len(turn_id) > self.limits.max_turn_id_chars:
+            raise InvalidArgument(
+                f"turn_id is {len(turn_id)} characters; the limit is {self.limits.max_turn_id_chars}",
+                reason="FIELD_TOO_LONG",
+                domain=DOMAIN,
+                field="turn_id",
+                metadata={"limit": self.limits.max_turn_id_chars, "length": len(turn_id)},
+            )
+        obs = Observation(
+            communication_style=style or None,
+            past_decisions=lists["past_decisions"],
+            sensitivities=lists["sensitivities"],
+            topics=lists["topics"],
+            turn_id=turn_id.strip() or None,
+        )
+        now = self.clock.now()
+
+        def apply(current: Profile) -> Profile | None:
+            # The same turn observed again (a retried pass) is already in the profile.
+            if obs.turn_id is not None and obs.turn_id == current.last_turn_id:
+                return None
+            return merge(current, subject, obs, self.limits, now)
+
+        profile, created, changed = await self.store.observe(company, observer, subject, now, apply)
+        if changed:
+            await self.events.emit(
+                EVENT_UPDATED,
+                company=company,
+                seat=observer,
+                turn_id=obs.turn_id,
+                subject={
+                    "handle": profile.subject.handle,
+                    "external_id": profile.subject.external_id,
+                    "platform": profile.subject.platform,
+                },
+                created=created,
+                profile_id=str(profile.id),
+                observation_count=profile.observation_count,
+            )
+        return profile, created
+
+    # ---------------------------------------------------------------- reads
+
+    async def get_profiles(self, company: str, observer: str, subject_refs: Sequence[SubjectRef]) -> list[Profile]:
+        """The observer's profiles of the named subjects, in the order asked; a subject with no
+        profile (or named twice) is absent (or answered once)."""
+        company, observer = self._scope(company, observer)
+        cap = self.limits.max_subjects_per_get
+        if len(subject_refs) > cap:
+            raise InvalidArgument(
+                f"at most {cap} subjects per call, got {len(subject_refs)}",
+                reason="TOO_MANY_SUBJECTS",
+                domain=DOMAIN,
+                field="subjects",
+                metadata={"limit": cap, "count": len(subject_refs)},
+            )
+        subjects = [self._subject(ref, f"subjects[{i}]") for i, ref in enumerate(subject_refs)]
+        if not subjects:
+            return []
+        found = {(p.subject.platform, p.subject_key): p for p in await self.store.get_many(company, observer, subjects)}
+        out: list[Profile] = []
+        seen: set[tuple[str, str]] = set()
+        for s in subjects:
+            key = (s.platform, s.key)
+            if key in found and key not in seen:
+                seen.add(key)
+                out.append(found[key])
+        return out
+
+    async def list_profiles(self, company: str, observer: str, size: int, token: str) -> tuple[list[Profile], str, int]:
+        company, observer = self._scope(company, observer)
+        size = page_size(size, domain=DOMAIN)
+        scope = {"company": company, "observer": observer}
+        cursor = decode_page_token(token, scope, domain=DOMAIN)
+        after = None
+        if cursor is not None:
+            try:
+                after = (datetime.fromisoformat(cursor["t"]), uuid.UUID(cursor["id"]))
+            except (KeyError, ValueError, TypeError):
+                raise InvalidArgument(
+                    "page_token is not a token this service issued",
+                    reason="PAGE_TOKEN_INVALID",
+                    domain=DOMAIN,
+                    field="page_token",
+                ) from None
+        profiles = await self.store.page(company, observer, after, size + 1)
+        total = await self.store.count(company, observer)
+        next_token = ""
+        if len(profiles) > size:
+            profiles = profiles[:size]
+            last = profiles[-1]
+            next_token = encode_page_token({"t": last.update_time.isoformat(), "id": str(last.id)}, scope)
+        return profiles, next_token, total

@@ -1,0 +1,84 @@
+"""ProfileService over gRPC: protobuf in, domain calls, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentlearn.profiles.v1 import profile_service_pb2 as pb
+from agentlearn.profiles.v1 import profile_service_pb2_grpc as pb_grpc
+from services.profiles.domain import Profile
+from services.profiles.service import ProfileService, SubjectRef
+
+__all__ = ["ProfileServicer", "profile_to_pb"]
+
+
+def _ts(value: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def _ref(subject: pb.Subject) -> SubjectRef:
+    return (subject.handle, subject.external_id, subject.platform)
+
+
+def profile_to_pb(profile: Profile) -> pb.Profile:
+    return pb.Profile(
+        id=str(profile.id),
+        company=profile.company,
+        observer=profile.observer,
+        subject=pb.Subject(
+            handle=profile.subject.handle or "",
+            external_id=profile.subject.external_id or "",
+            platform=profile.subject.platform,
+        ),
+        communication_style=profile.communication_style,
+        past_decisions=list(profile.past_decisions),
+        sensitivities=list(profile.sensitivities),
+        topics=list(profile.topics),
+        observation_count=profile.observation_count,
+        create_time=_ts(profile.create_time),
+        update_time=_ts(profile.update_time),
+        last_turn_id=profile.last_turn_id or "",
+    )
+
+
+class ProfileServicer(pb_grpc.ProfileServiceServicer):
+    def __init__(self, service: ProfileService):
+        self._service = service
+
+    async def UpsertProfile(
+        self, request: pb.UpsertProfileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpsertProfileResponse:
+        profile, created = await self._service.upsert_profile(
+            request.company,
+            request.observer,
+            _ref(request.subject),
+            request.communication_style,
+            list(request.past_decisions),
+            list(request.sensitivities),
+            list(request.topics),
+            request.turn_id,
+        )
+        return pb.UpsertProfileResponse(profile=profile_to_pb(profile), created=created)
+
+    async def GetProfiles(
+        self, request: pb.GetProfilesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetProfilesResponse:
+        profiles = await self._service.get_profiles(
+            request.company, request.observer, [_ref(s) for s in request.subjects]
+        )
+        return pb.GetProfilesResponse(profiles=[profile_to_pb(p) for p in profiles])
+
+    async def ListProfiles(
+        self, request: pb.ListProfilesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListProfilesResponse:
+        profiles, token, total = await self._service.list_profiles(
+            request.company, request.observer, request.page_size, request.page_token
+        )
+        return pb.ListProfilesResponse(
+            profiles=[profile_to_pb(p) for p in profiles], next_page_token=token, total_size=total
+        )

@@ -1,0 +1,36 @@
+"""The services the workers write through, each call with a deadline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentlearn.diary.v1 import diary_service_pb2_grpc
+from agentlearn.episodes.v1 import episode_service_pb2_grpc
+from agentlearn.profiles.v1 import profile_service_pb2_grpc
+from libs.common.channels import ServiceChannels
+
+__all__ = ["Clients"]
+
+
+@dataclass
+class Clients:
+    channels: ServiceChannels
+    timeout: float
+
+    @property
+    def diary(self) -> diary_service_pb2_grpc.DiaryServiceStub:
+        return diary_service_pb2_grpc.DiaryServiceStub(self.channels.channel("diary"))
+
+    @property
+    def episodes(self) -> episode_service_pb2_grpc.EpisodeServiceStub:
+        return episode_service_pb2_grpc.EpisodeServiceStub(self.channels.channel("episodes"))
+
+    @property
+    def profiles(self) -> profile_service_pb2_grpc.ProfileServiceStub:
+        return profile_service_pb2_grpc.ProfileServiceStub(self.channels.channel("profiles"))
+
+    @property
+    def skills(self):  # type: ignore[no-untyped-def]
+        from agentlearn.skills.v1 import skill_service_pb2_grpc
+
+        return skill_service_pb2_grpc.SkillServiceStub(self.channels.channel("skills"))

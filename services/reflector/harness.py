@@ -1,0 +1,275 @@
+"""The deterministic harness: claims queued turns, runs the gates in the spec's order, then the
+workers, each under its own failure isolation, and always completes the turn's record.
+
+Gates, in order (spec "7. Reflector", "Gates, in order"), each reported by name:
+
+1. no workers — nothing is wired;
+2. no role — the turn's role is not one this company has;
+3. opted out — the role's ``learning_enabled`` (unset inherits ``learning.enabled``);
+4. no budget — the seat or the company is at its ceiling. The only transient gate: the turn goes
+   back on the queue and runs when the window rolls over or the ceiling moves. A counter that
+   cannot be read reflects anyway: unknown is not "no";
+5. duplicate — a run id is reflected once, durably: the queue holds one job per run id
+   (SubmitTurn says so) and a finished record is never run again, across restarts and replicas;
+6. no engagement — skipped, or done having called no tool;
+7. per-worker skip — each worker states its own applicability.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from agentlearn.reflector.v1 import reflector_service_pb2 as pb
+from libs.common import telemetry
+from libs.common.budgets import BudgetLedger, window_start
+from libs.common.config import Settings
+from libs.common.events import EventSink
+from services.reflector.convert import turn_from_pb
+from services.reflector.domain import JOB_KIND, Gate, Turn, WorkerOutcome, WorkerStatus
+from services.reflector.queue import NOTIFY_CHANNEL, Job, JobQueue
+from services.reflector.store import PostgresReflectionStore
+from services.reflector.workers.base import Worker, WorkerContext, failure_kind
+
+__all__ = ["Harness"]
+
+_log = logging.getLogger(__name__)
+_tracer = telemetry.tracer("agentlearn.reflector")
+
+
+class Harness:
+    def __init__(
+        self,
+        settings: Settings,
+        queue: JobQueue,
+        store: PostgresReflectionStore,
+        workers: Sequence[Worker],
+        ctx: WorkerContext,
+        budget: BudgetLedger,
+        events: EventSink,
+        worker_id: str,
+    ):
+        self._settings = settings
+        self._config = settings.learning.reflection
+        self._queue = queue
+        self._store = store
+        self._workers = list(workers)
+        self._ctx = ctx
+        self._budget = budget
+        self._events = events
+        self._worker_id = worker_id
+        self._clock = ctx.clock
+        self._wake = asyncio.Event()
+
+    @property
+    def workers(self) -> list[str]:
+        return [w.name for w in self._workers]
+
+    # ------------------------------------------------------------------ gates
+
+    def _static_gate(self, turn: Turn) -> Gate | None:
+        if not self._workers:
+            return Gate.NO_WORKERS
+        company = self._settings.company(turn.company)
+        role = company.roles.get(turn.role)
+        if role is None and not (turn.role and company.accept_unknown_roles):
+            return Gate.NO_ROLE
+        enabled = role.learning_enabled if role is not None and role.learning_enabled is not None else None
+        if enabled is None:
+            enabled = self._settings.learning.enabled
+        if not enabled:
+            return Gate.OPTED_OUT
+        return None
+
+    async def _budget_gate(self, turn: Turn, now: datetime) -> datetime | None:
+        """When the turn should be looked at again if the budget is spent; None to go ahead."""
+        config = self._settings.company(turn.company).token_budget
+        if config.seat_ceiling_tokens is None and config.company_ceiling_tokens is None:
+            return None
+        try:
+            room = await self._budget.room(turn.company, turn.seat, now, config)
+        except Exception as exc:  # unknown is not "no": a coordination blip must not stop learning
+            _log.warning("budget counter unreadable for %s/%s (%s); reflecting anyway", turn.company, turn.seat, exc)
+            return None
+        if not room.exhausted:
+            return None
+        next_window = window_start(now, config.window_hours) + timedelta(hours=config.window_hours)
+        return min(next_window, now + timedelta(seconds=self._config.budget_recheck_seconds))
+
+    # ------------------------------------------------------------------ one job
+
+    async def process(self, job: Job) -> str:
+        """Reflect one claimed turn; returns the record's final state."""
+        token = otel_context.attach(telemetry.restore_context(job.trace_carrier))
+        try:
+            turn = turn_from_pb(pb.TurnCompleted.FromString(job.payload))
+            with _tracer.start_as_current_span(
+                "reflect",
+                attributes={
+                    "company": turn.company,
+                    "seat": turn.seat,
+                    "turn_id": turn.turn_id,
+                    "attempt": job.attempts,
+                },
+            ):
+                return await self._process(job, turn)
+        finally:
+            otel_context.detach(token)
+
+    async def _process(self, job: Job, turn: Turn) -> str:
+        now = self._clock.now()
+        record = await self._store.get(turn.company, turn.turn_id)
+        if record is not None and record.state in ("completed", "gated"):
+            # Gate 5: reflected already (a redelivery): never a second pass.
+            async with self._store.pool.acquire() as conn, conn.transaction():
+                await self._queue.finish(conn, job, self._worker_id, now)
+            return record.state
+        gate = self._static_gate(turn)
+        if gate is None:
+            later = await self._budget_gate(turn, now)
+            if later is not None:
+                async with self._store.pool.acquire() as conn, conn.transaction():
+                    if await self._queue.defer(conn, job, self._worker_id, later):
+                        await self._store.close(conn, turn.company, turn.turn_id, "deferred", Gate.NO_BUDGET, None)
+                return "deferred"
+        if gate is None and not turn.engaged:
+            gate = Gate.NO_ENGAGEMENT
+        if gate is not None:
+            await self._finish(job, turn, "gated", gate, [])
+            return "gated"
+        await self._store.start(turn.company, turn.turn_id, job.attempts)
+        done = {w.worker: w for w in (record.workers if record else [])}
+        outcomes: list[WorkerOutcome] = []
+        for worker in self._workers:
+            if worker.name in done:  # finished before a crash: its write is already in
+                outcomes.append(done[worker.name])
+                continue
+            outcome = await self._run_worker(worker, turn)
+            await self._store.append_worker(turn.company, turn.turn_id, outcome)
+            outcomes.append(outcome)
+            await self._queue.renew(job, self._worker_id, self._clock.now(), self._config.claim_lease_seconds)
+        await self._finish(job, turn, "completed", None, outcomes)
+        return "completed"
+
+    async def _run_worker(self, worker: Worker, turn: Turn) -> WorkerOutcome:
+        try:
+            gate = worker.gate(turn)
+        except Exception as exc:
+            _log.exception("worker %s gate raised for %s", worker.name, turn.turn_id)
+            return WorkerOutcome(worker.name, WorkerStatus.FAILED, failure=f"{failure_kind(exc)}: {exc}"[:500])
+        if gate is not None:
+            return WorkerOutcome(worker.name, WorkerStatus.SKIPPED, gate=gate)
+        with _tracer.start_as_current_span(
+            f"worker {worker.name}",
+            attributes={"company": turn.company, "seat": turn.seat, "turn_id": turn.turn_id, "worker": worker.name},
+        ) as span:
+            try:
+                outcome = await worker.run(turn, self._ctx)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # One worker's failure costs neither the others nor the record.
+                kind = failure_kind(exc)
+                _log.warning("worker %s failed on %s: %s: %s", worker.name, turn.turn_id, kind, exc)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, kind))
+                return WorkerOutcome(worker.name, WorkerStatus.FAILED, failure=f"{kind}: {exc}"[:500])
+            span.set_attribute("status", str(outcome.status))
+            return outcome
+
+    async def _finish(self, job: Job, turn: Turn, state: str, gate: Gate | None, outcomes: list[WorkerOutcome]) -> None:
+        now = self._clock.now()
+        async with self._store.pool.acquire() as conn, conn.transaction():
+            if not await self._queue.finish(conn, job, self._worker_id, now):
+                # Our claim lapsed and another worker took the turn; it completes the record.
+                _log.warning("lost the claim on %s before finishing; leaving it to its new holder", turn.turn_id)
+                return
+            await self._store.close(conn, turn.company, turn.turn_id, state, gate, now)
+        await self._events.emit(
+            "reflection_completed",
+            company=turn.company,
+            seat=turn.seat,
+            turn_id=turn.turn_id,
+            state=state,
+            gate=str(gate) if gate else None,
+            workers={o.worker: str(o.status) for o in outcomes},
+            failures={o.worker: o.failure for o in outcomes if o.failure},
+        )
+
+    # ------------------------------------------------------------------ the loop
+
+    async def drain(self) -> int:
+        """Reflect every turn that is claimable now; returns how many were taken."""
+        taken = 0
+        while True:
+            job = await self._queue.claim(
+                JOB_KIND, self._worker_id, self._clock.now(), self._config.claim_lease_seconds
+            )
+            if job is None:
+                return taken
+            taken += 1
+            await self._run_claimed(job)
+
+    async def _run_claimed(self, job: Job) -> None:
+        renew = asyncio.create_task(self._keep_claim(job))
+        try:
+            await self.process(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Not a worker's failure (those are recorded): the store or the queue. The claim lapses
+            # and the turn is taken again; nothing it wrote is written twice.
+            _log.exception("reflection of job %s failed; it will be retried", job.id)
+        finally:
+            renew.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renew
+
+    async def _keep_claim(self, job: Job) -> None:
+        lease = self._config.claim_lease_seconds
+        while True:
+            await asyncio.sleep(lease / 3)
+            try:
+                await self._queue.renew(job, self._worker_id, self._clock.now(), lease)
+            except Exception as exc:
+                _log.warning("could not renew the claim on job %s: %s", job.id, exc)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run_forever(self, dsn: str) -> None:
+        """The worker loop: woken by NOTIFY, polling as the backstop, ``concurrency`` at a time."""
+        import asyncpg
+
+        listener = None
+        try:
+            try:
+                listener = await asyncpg.connect(dsn)
+                await listener.add_listener(NOTIFY_CHANNEL, lambda *_: self._wake.set())
+            except Exception as exc:
+                _log.warning("LISTEN unavailable (%s); polling every %ss", exc, self._config.poll_interval_seconds)
+            async with asyncio.TaskGroup() as group:
+                for _ in range(max(1, self._config.concurrency)):
+                    group.create_task(self._loop())
+        finally:
+            if listener is not None:
+                await listener.close()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                taken = await self.drain()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                _log.exception("reflection queue unreadable; retrying")
+                taken = 0
+            if taken == 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._config.poll_interval_seconds)

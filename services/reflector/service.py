@@ -1,0 +1,129 @@
+"""Reflector use cases: queue a finished turn durably, read the records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from agentlearn.reflector.v1 import reflector_service_pb2 as pb
+from libs.common import telemetry
+from libs.common.errors import InvalidArgument, NotFound
+from libs.common.events import EventSink
+from libs.common.validation import decode_page_token, encode_page_token, page_size, require_text, seat_ref
+from services.reflector.domain import DOMAIN, JOB_KIND
+from services.reflector.queue import JobQueue
+from services.reflector.store import PostgresReflectionStore, ReflectionRecord
+
+__all__ = ["ReflectorService"]
+
+_STATE = {"queued": "queued", "running": "running", "completed": "completed", "gated": "gated", "deferred": "deferred"}
+
+
+def _check_turn(turn: pb.TurnCompleted) -> None:
+    seat_ref(turn.company, turn.seat, domain=DOMAIN)
+    require_text(turn.turn_id, "turn.turn_id", domain=DOMAIN, max_chars=200)
+    require_text(turn.role, "turn.role", domain=DOMAIN, max_chars=200)
+    if turn.outcome == pb.TURN_OUTCOME_UNSPECIFIED or turn.outcome not in pb.TurnOutcome.values():
+        raise InvalidArgument(
+            "turn.outcome must be DONE, FAILED, SELF_ITERATE or SKIPPED",
+            reason="FIELD_REQUIRED",
+            domain=DOMAIN,
+            field="turn.outcome",
+        )
+    if turn.HasField("start_time") and turn.HasField("end_time"):
+        if turn.end_time.ToDatetime() < turn.start_time.ToDatetime():
+            raise InvalidArgument(
+                "turn.end_time is before turn.start_time",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field="turn.end_time",
+            )
+    for i, item in enumerate(turn.interactions):
+        if not item.sender.platform or not (item.sender.handle or item.sender.external_id):
+            raise InvalidArgument(
+                "an interaction's sender needs a platform and a handle or an external id",
+                reason="FIELD_REQUIRED",
+                domain=DOMAIN,
+                field=f"turn.interactions[{i}].sender",
+            )
+    for i, skill in enumerate(turn.offered_skills):
+        require_text(skill.id, f"turn.offered_skills[{i}].id", domain=DOMAIN)
+
+
+class ReflectorService:
+    def __init__(self, queue: JobQueue, store: PostgresReflectionStore, clock, events: EventSink, harness=None):  # type: ignore[no-untyped-def]
+        self.queue = queue
+        self.store = store
+        self.clock = clock
+        self.events = events
+        self.harness = harness
+        """The worker harness of this process (``drain()`` reflects what is queued now)."""
+
+    async def submit(self, turn: pb.TurnCompleted) -> tuple[bool, str]:
+        """Queue the turn durably; returns (queued by this call, current state)."""
+        _check_turn(turn)
+        now: datetime = self.clock.now()
+        async with self.store.pool.acquire() as conn, conn.transaction():
+            queued = await self.queue.enqueue(
+                conn,
+                JOB_KIND,
+                turn.turn_id,
+                turn.company,
+                turn.seat,
+                turn.SerializeToString(),
+                telemetry.inject_context(),
+                now,
+            )
+            if queued:
+                await self.store.insert_queued(conn, turn.company, turn.seat, turn.turn_id, now)
+        if queued:
+            await self.events.emit(
+                "turn_completed",
+                company=turn.company,
+                seat=turn.seat,
+                turn_id=turn.turn_id,
+                role=turn.role,
+                outcome=pb.TurnOutcome.Name(turn.outcome),
+                label=turn.label,
+                tool_calls=len(turn.tools_called),
+                interactions=len(turn.interactions),
+            )
+        record = await self.store.get(turn.company, turn.turn_id)
+        return queued, record.state if record else "queued"
+
+    async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        require_text(turn_id, "turn_id", domain=DOMAIN)
+        record = await self.store.get(company, turn_id)
+        if record is None or record.seat != seat:
+            raise NotFound(
+                f"no reflection of turn {turn_id} for seat {seat}",
+                reason="REFLECTION_NOT_FOUND",
+                domain=DOMAIN,
+                metadata={"turn_id": turn_id, "seat": seat},
+            )
+        return record
+
+    async def list(self, company: str, seat: str, size: int, token: str) -> tuple[list[ReflectionRecord], str, int]:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        size = page_size(size, default=20, maximum=200, domain=DOMAIN)
+        scope = {"company": company, "seat": seat}
+        cursor = decode_page_token(token, scope, domain=DOMAIN)
+        after = None
+        if cursor is not None:
+            try:
+                after = (datetime.fromisoformat(cursor["t"]), str(cursor["id"]))
+            except (KeyError, ValueError, TypeError):
+                raise InvalidArgument(
+                    "page_token is not a token this service issued",
+                    reason="PAGE_TOKEN_INVALID",
+                    domain=DOMAIN,
+                    field="page_token",
+                ) from None
+        records = await self.store.page(company, seat, after, size + 1)
+        total = await self.store.count(company, seat)
+        next_token = ""
+        if len(records) > size:
+            records = records[:size]
+            last = records[-1]
+            next_token = encode_page_token({"t": last.submit_time.isoformat(), "id": last.turn_id}, scope)
+        return records, next_token, total

@@ -1,0 +1,92 @@
+"""ReflectorService over gRPC: protobuf in, use cases, protobuf out."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentlearn.reflector.v1 import reflector_service_pb2 as pb
+from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
+from libs.common.errors import InvalidArgument
+from services.reflector.domain import DOMAIN, WorkerStatus
+from services.reflector.service import ReflectorService
+from services.reflector.store import ReflectionRecord
+
+__all__ = ["ReflectorServicer", "reflection_to_pb"]
+
+_STATE = {
+    "queued": pb.REFLECTION_STATE_QUEUED,
+    "running": pb.REFLECTION_STATE_RUNNING,
+    "completed": pb.REFLECTION_STATE_COMPLETED,
+    "gated": pb.REFLECTION_STATE_GATED,
+    "deferred": pb.REFLECTION_STATE_DEFERRED,
+}
+_STATUS = {
+    WorkerStatus.WROTE: pb.WORKER_STATUS_WROTE,
+    WorkerStatus.NOTHING: pb.WORKER_STATUS_NOTHING,
+    WorkerStatus.SKIPPED: pb.WORKER_STATUS_SKIPPED,
+    WorkerStatus.FAILED: pb.WORKER_STATUS_FAILED,
+}
+
+
+def _ts(value) -> Timestamp | None:  # type: ignore[no-untyped-def]
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def reflection_to_pb(r: ReflectionRecord) -> pb.Reflection:
+    return pb.Reflection(
+        turn_id=r.turn_id,
+        company=r.company,
+        seat=r.seat,
+        state=_STATE.get(r.state, pb.REFLECTION_STATE_UNSPECIFIED),
+        gate=r.gate or "",
+        workers=[
+            pb.WorkerOutcome(
+                worker=w.worker,
+                status=_STATUS[w.status],
+                gate=w.gate,
+                failure=w.failure,
+                written=w.written,
+                detail=w.detail,
+            )
+            for w in r.workers
+        ],
+        submit_time=_ts(r.submit_time),
+        complete_time=_ts(r.complete_time),
+        attempts=r.attempts,
+    )
+
+
+class ReflectorServicer(pb_grpc.ReflectorServiceServicer):
+    def __init__(self, service: ReflectorService):
+        self._service = service
+
+    async def SubmitTurn(
+        self, request: pb.SubmitTurnRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitTurnResponse:
+        if not request.HasField("turn"):
+            raise InvalidArgument("turn is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="turn")
+        queued, state = await self._service.submit(request.turn)
+        return pb.SubmitTurnResponse(
+            turn_id=request.turn.turn_id, queued=queued, state=_STATE.get(state, pb.REFLECTION_STATE_UNSPECIFIED)
+        )
+
+    async def GetReflection(
+        self, request: pb.GetReflectionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetReflectionResponse:
+        record = await self._service.get(request.company, request.seat, request.turn_id)
+        return pb.GetReflectionResponse(reflection=reflection_to_pb(record))
+
+    async def ListReflections(
+        self, request: pb.ListReflectionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListReflectionsResponse:
+        records, token, total = await self._service.list(
+            request.company, request.seat, request.page_size, request.page_token
+        )
+        return pb.ListReflectionsResponse(
+            reflections=[reflection_to_pb(r) for r in records], next_page_token=token, total_size=total
+        )

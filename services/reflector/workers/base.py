@@ -1,0 +1,146 @@
+"""What every worker shares: the context it runs in, the turn as prompts describe it, prompt files,
+output parsing, and the failure kinds a reflection records."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any, Protocol
+
+import grpc
+
+from libs.common.auxmodel import (
+    Attribution,
+    AuxiliaryModel,
+    AuxiliaryUnavailable,
+    Completion,
+    NoAuxiliaryModel,
+    Prompt,
+    Stage,
+)
+from libs.common.clock import Clock
+from libs.common.config import Settings
+from libs.common.events import EventSink
+from services.reflector.clients import Clients
+from services.reflector.domain import Turn, WorkerOutcome
+
+__all__ = [
+    "InvalidOutput",
+    "Worker",
+    "WorkerContext",
+    "ask_model",
+    "describe_turn",
+    "failure_kind",
+    "parse_object",
+    "prompt_file",
+]
+
+_PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
+
+
+class InvalidOutput(Exception):
+    """The model answered something that is not what the prompt asked for."""
+
+
+@dataclass
+class WorkerContext:
+    settings: Settings
+    aux: AuxiliaryModel
+    clients: Clients
+    events: EventSink
+    clock: Clock
+
+
+class Worker(Protocol):
+    name: str
+
+    def gate(self, turn: Turn) -> str | None:
+        """The name of this worker's own gate when it does not apply to ``turn``, else None."""
+        ...
+
+    async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome: ...
+
+
+def prompt_file(name: str) -> Template:
+    return Template((_PROMPTS / f"{name}.md").read_text())
+
+
+def describe_turn(turn: Turn, *, senders: bool = False) -> str:
+    """The turn under the names of what its fields are: woken by / asked / what it did — never a
+    "task" and a "plan", which a model reads as the whole of what was asked and intended."""
+    lines = [f"Woken by: {turn.label or '(no label)'}"]
+    if senders and turn.interactions:
+        lines.append("Asked (each message with its sender):")
+        lines += [f"  {i.sender.name} ({i.sender.platform}): {i.body}" for i in turn.interactions]
+    else:
+        lines.append(f"Asked: {turn.asked or '(nothing)'}")
+    lines.append(f"What it did: {turn.what_it_did or '(no account)'}")
+    tools = ", ".join(turn.tool_sequence) or "none"
+    lines.append(f"Outcome: {turn.outcome}; final-round tools: {tools}; tool calls: {len(turn.tools_called)}")
+    return "\n".join(lines)
+
+
+def turn_data(turn: Turn) -> dict[str, Any]:
+    """The turn as structured data, for the offline rules."""
+    return {
+        "turn_id": turn.turn_id,
+        "seat": turn.seat,
+        "label": turn.label,
+        "ask": turn.ask,
+        "asked": turn.asked,
+        "what_it_did": turn.what_it_did,
+        "outcome": str(turn.outcome),
+        "tool_sequence": list(turn.tool_sequence),
+        "tools_called": list(turn.tools_called),
+        "interactions": [
+            {"sender": i.sender.name, "sender_key": i.sender.key, "body": i.body} for i in turn.interactions
+        ],
+    }
+
+
+_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
+
+
+def parse_object(text: str) -> dict[str, Any]:
+    """A JSON object from a model's answer (a fenced block is accepted); else InvalidOutput."""
+    body = _FENCE.sub("", text.strip())
+    start, end = body.find("{"), body.rfind("}")
+    if start < 0 or end < start:
+        raise InvalidOutput(f"no JSON object in the answer: {text[:200]!r}")
+    try:
+        value = json.loads(body[start : end + 1])
+    except json.JSONDecodeError as exc:
+        raise InvalidOutput(f"invalid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise InvalidOutput("the answer is not a JSON object")
+    return value
+
+
+async def ask_model(ctx: WorkerContext, turn: Turn, purpose: str, prompt: Prompt) -> Completion:
+    attribution = Attribution(
+        company=turn.company,
+        seat=turn.seat,
+        stage=Stage.REFLECTION,
+        purpose=purpose,
+        turn_id=turn.turn_id,
+        role=turn.role,
+    )
+    return await ctx.aux.complete(attribution, prompt)
+
+
+def failure_kind(exc: BaseException) -> str:
+    """The recorded kind of a worker's failure: each cause is told apart."""
+    if isinstance(exc, AuxiliaryUnavailable):
+        return exc.kind  # rate_limited, server_error, timeout, connection, refused, configuration
+    if isinstance(exc, NoAuxiliaryModel):
+        return "no_model"
+    if isinstance(exc, InvalidOutput):
+        return "invalid_output"
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"rpc_{exc.code().name.lower()}"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return "error"

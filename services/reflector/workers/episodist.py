@@ -1,0 +1,63 @@
+"""Episodist: one episode row per turn, through EpisodeService.RecordEpisode (idempotent on the run
+id, so a redone reflection stores one row)."""
+
+from __future__ import annotations
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from services.reflector.domain import Outcome, Turn, WorkerOutcome, WorkerStatus
+from services.reflector.workers.base import WorkerContext
+
+__all__ = ["Episodist"]
+
+_OUTCOME = {
+    Outcome.DONE: ep_pb.TURN_OUTCOME_DONE,
+    Outcome.FAILED: ep_pb.TURN_OUTCOME_FAILED,
+    Outcome.SELF_ITERATE: ep_pb.TURN_OUTCOME_SELF_ITERATE,
+    Outcome.SKIPPED: ep_pb.TURN_OUTCOME_SKIPPED,
+}
+
+
+def _ts(value) -> Timestamp:  # type: ignore[no-untyped-def]
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+class Episodist:
+    name = "episodist"
+
+    def gate(self, turn: Turn) -> str | None:
+        if turn.start_time is None or turn.end_time is None:
+            return "no_times"
+        return None
+
+    async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
+        request = ep_pb.RecordEpisodeRequest(
+            company=turn.company,
+            seat=turn.seat,
+            turn_id=turn.turn_id,
+            work_item=turn.work_item,
+            label=turn.label,
+            ask=turn.asked,
+            what_it_did=turn.what_it_did,
+            outcome=_OUTCOME[turn.outcome],
+            review_outcome=turn.review_outcome,
+            tool_sequence=list(turn.tool_sequence),
+            tools_called=list(turn.tools_called),
+            skills_used=[s.id for s in turn.offered_skills],
+            conversation_id=turn.conversation_id,
+            start_time=_ts(turn.start_time),
+            end_time=_ts(turn.end_time),
+            subjects=sorted({i.sender.handle or i.sender.external_id for i in turn.interactions} - {""}),
+        )
+        if "role" in ep_pb.RecordEpisodeRequest.DESCRIPTOR.fields_by_name:
+            request.role = turn.role
+        resp = await ctx.clients.episodes.RecordEpisode(request, timeout=ctx.clients.timeout)
+        return WorkerOutcome(
+            self.name,
+            WorkerStatus.WROTE,
+            written=[f"episode:{resp.episode.id}"],
+            detail="recorded" if resp.created else "already recorded",
+        )

@@ -1,0 +1,154 @@
+"""Profiler: one observation pass per distinct sender of the turn's inbound interactions, written
+through ProfileService.UpsertProfile into the observing seat's private profile of that sender.
+
+Runs on unsettled turns too (who someone is does not depend on how the turn ended). Never the seat
+itself; an agent-to-agent ask, a schedule's fire or a sandbox completion carries no interactions to
+profile (they are internal triggers), so such turns are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
+from libs.common.auxmodel import OfflineRules, Prompt
+from services.reflector.domain import Interaction, Sender, Trigger, Turn, WorkerOutcome, WorkerStatus
+from services.reflector.workers.base import (
+    InvalidOutput,
+    WorkerContext,
+    ask_model,
+    describe_turn,
+    parse_object,
+    prompt_file,
+)
+
+__all__ = ["PURPOSE", "Profiler", "offline_rule", "register", "subjects_of"]
+
+PURPOSE = "profiler"
+_SYSTEM = prompt_file("profiler").template
+_USER = prompt_file("profiler_user")
+_INTERNAL = {Trigger.AGENT_ASK, Trigger.SCHEDULE, Trigger.SANDBOX}
+
+
+def subjects_of(turn: Turn) -> list[tuple[Sender, list[Interaction]]]:
+    """Each distinct sender with their messages in order (a thread where one person sent four
+    messages is one counterparty); the seat itself is never a subject."""
+    groups: dict[str, tuple[Sender, list[Interaction]]] = {}
+    for item in turn.interactions:
+        if not (item.sender.handle or item.sender.external_id) or item.sender.handle == turn.seat:
+            continue
+        groups.setdefault(item.sender.key, (item.sender, []))[1].append(item)
+    return list(groups.values())
+
+
+def _strings(value: Any, field: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidOutput(f"{field} must be a list of strings")
+    return [v.strip()[:500] for v in value if v.strip()]
+
+
+class Profiler:
+    name = "profiler"
+
+    def gate(self, turn: Turn) -> str | None:
+        if turn.trigger in _INTERNAL:
+            return f"internal_trigger_{turn.trigger}"
+        if not subjects_of(turn):
+            return "no_counterparty"
+        return None
+
+    async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
+        written: list[str] = []
+        for sender, messages in subjects_of(turn):
+            prompt = Prompt(
+                purpose=PURPOSE,
+                system=_SYSTEM,
+                user=_USER.substitute(
+                    sender=sender.name,
+                    platform=sender.platform,
+                    messages="\n".join(f"- {m.body}" for m in messages),
+                    turn=describe_turn(turn),
+                ),
+                data={"sender": sender.name, "platform": sender.platform, "messages": [m.body for m in messages]},
+                max_tokens=500,
+                json_output=True,
+            )
+            answer = parse_object((await ask_model(ctx, turn, PURPOSE, prompt)).text)
+            if answer.get("noop") is True:
+                continue
+            style = answer.get("communication_style") or ""
+            if not isinstance(style, str):
+                raise InvalidOutput("communication_style must be a string")
+            request = pr_pb.UpsertProfileRequest(
+                company=turn.company,
+                observer=turn.seat,
+                subject=pr_pb.Subject(handle=sender.handle, external_id=sender.external_id, platform=sender.platform),
+                communication_style=style.strip()[:500],
+                past_decisions=_strings(answer.get("past_decisions"), "past_decisions"),
+                sensitivities=_strings(answer.get("sensitivities"), "sensitivities"),
+                topics=_strings(answer.get("topics"), "topics"),
+                turn_id=turn.turn_id,
+            )
+            if "request_id" in pr_pb.UpsertProfileRequest.DESCRIPTOR.fields_by_name:
+                request.request_id = f"{turn.turn_id}:{self.name}:{sender.key}"
+            await ctx.clients.profiles.UpsertProfile(request, timeout=ctx.clients.timeout)
+            written.append(f"profile:{sender.key}")
+        if not written:
+            return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail="nothing to add")
+        return WorkerOutcome(self.name, WorkerStatus.WROTE, written=written)
+
+
+# ------------------------------------------------------------------------------ the offline rule
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]{3,}")
+_STOP = set(
+    "about above after again also been before being below could does doing down during each from further have "
+    "having here hers into itself just more most once only other ours over same should some such than that "
+    "their theirs them then there these they this those through under until very what when where which while "
+    "will with would your yours please thanks thank hello could can't cannot dont don't going want need like "
+    "today tomorrow yesterday week still sure okay".split()
+)
+_DECISION = re.compile(r"\b(let'?s|we'?ll|we will|decided|go with|going with|approved?|ship it)\b", re.I)
+_CARE = re.compile(r"\b(don'?t|do not|never|avoid|careful|sensitive|please no|hate|annoy)\b", re.I)
+_SENT = re.compile(r"[^.!?\n]+[.!?]?")
+
+
+def offline_rule(data: Mapping[str, Any]) -> str:
+    """A deterministic observation: style from how the messages are written, decisions and
+    sensitivities from the sentences that state them, topics from the most frequent words."""
+    messages = [m for m in data.get("messages", []) if m and m.strip()]
+    if not messages:
+        return json.dumps({"noop": True})
+    words = [w for m in messages for w in _WORD.findall(m)]
+    avg = sum(len(m.split()) for m in messages) / len(messages)
+    traits = ["brief" if avg < 15 else "detailed" if avg > 40 else "moderately detailed"]
+    if any(re.search(r"^\s*[-*•] ", m, re.M) for m in messages):
+        traits.append("uses bullet lists")
+    if any(re.search(r"\b(please|thanks|thank you)\b", m, re.I) for m in messages):
+        traits.append("polite")
+    if any("?" in m for m in messages):
+        traits.append("asks direct questions")
+    sentences = [s.strip() for m in messages for s in _SENT.findall(m) if s.strip()]
+    decisions = [s for s in sentences if _DECISION.search(s)][:5]
+    cares = [s for s in sentences if _CARE.search(s)][:5]
+    counts = Counter(w.lower() for w in words if w.lower() not in _STOP)
+    topics = [w for w, _ in counts.most_common(5)]
+    return json.dumps(
+        {
+            "noop": False,
+            "communication_style": f"Writes {', '.join(traits)} messages.",
+            "past_decisions": decisions,
+            "sensitivities": cares,
+            "topics": topics,
+        }
+    )
+
+
+def register(rules: OfflineRules) -> None:
+    rules.register(PURPOSE, offline_rule)

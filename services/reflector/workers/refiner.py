@@ -1,0 +1,155 @@
+"""Refiner (auto path): after a settled turn that was offered skills, one auxiliary call over the
+whole offered catalogue picks at most one skill and one bullet ("Observed in practice" after a
+success, "Counter-example" after a failure), or NOOP — the expected answer.
+
+Never on self_iterate (work the agent judged incomplete). Only skills that still exist: the offered
+ids are intersected with the live catalogue, so an archived skill is not resurrected, and a turn
+whose skills are all gone costs no model call. A name the model invents is dropped rather than
+matched onto the nearest skill. Left unbuilt when refinement is off (see bootstrap).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from libs.common.auxmodel import OfflineRules, Prompt
+from services.reflector.domain import Outcome, Turn, WorkerOutcome, WorkerStatus
+from services.reflector.workers.base import (
+    InvalidOutput,
+    WorkerContext,
+    ask_model,
+    describe_turn,
+    parse_object,
+    prompt_file,
+    turn_data,
+)
+
+__all__ = ["PURPOSE", "Refiner", "offline_rule", "register"]
+
+PURPOSE = "refiner"
+_SYSTEM = prompt_file("refiner").template
+_USER = prompt_file("refiner_user")
+
+
+class Refiner:
+    name = "refiner"
+
+    def __init__(self, on_success: bool, on_failure: bool):
+        self._on_success = on_success
+        self._on_failure = on_failure
+
+    def gate(self, turn: Turn) -> str | None:
+        if not turn.outcome.settled:
+            return "unsettled"
+        if not turn.offered_skills:
+            return "no_skills_used"
+        if turn.outcome is Outcome.DONE and not self._on_success:
+            return "auto_refine_on_success_off"
+        if turn.outcome is Outcome.FAILED and not self._on_failure:
+            return "auto_refine_on_failure_off"
+        return None
+
+    async def _live(self, turn: Turn, ctx: WorkerContext) -> list:
+        from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+
+        wanted = {s.id for s in turn.offered_skills}
+        live, token = [], ""
+        while True:
+            page = await ctx.clients.skills.ListSkills(
+                sk_pb.ListSkillsRequest(
+                    company=turn.company, seat=turn.seat, page_size=200, page_token=token, view=sk_pb.SKILL_VIEW_FULL
+                ),
+                timeout=ctx.clients.timeout,
+            )
+            live += [s for s in page.skills if s.id in wanted]
+            token = page.next_page_token
+            if not token:
+                return live
+
+    async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
+        from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+
+        live = await self._live(turn, ctx)
+        if not live:
+            return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail="no offered skill is live; no model call")
+        catalogue = "\n\n".join(f"### {s.name}\n{s.summary}\n\n{s.body}" for s in live)
+        prompt = Prompt(
+            purpose=PURPOSE,
+            system=_SYSTEM,
+            user=_USER.substitute(skills=catalogue, turn=describe_turn(turn)),
+            data={
+                **turn_data(turn),
+                "skills": [{"name": s.name, "tool_sequence": list(s.tool_sequence)} for s in live],
+            },
+            max_tokens=300,
+            json_output=True,
+        )
+        answer = parse_object((await ask_model(ctx, turn, PURPOSE, prompt)).text)
+        if answer.get("noop") is True or not answer.get("skill"):
+            return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail="NOOP")
+        by_name = {s.name: s for s in live}
+        skill = by_name.get(str(answer["skill"]))
+        if skill is None:
+            return WorkerOutcome(
+                self.name, WorkerStatus.NOTHING, detail=f"dropped: invented skill name {answer['skill']!r}"[:300]
+            )
+        observation = " ".join(str(answer.get("observation") or "").split())
+        if not observation:
+            raise InvalidOutput("an observation without text")
+        kind = (
+            sk_pb.OBSERVATION_KIND_OBSERVED if turn.outcome is Outcome.DONE else sk_pb.OBSERVATION_KIND_COUNTER_EXAMPLE
+        )
+        resp = await ctx.clients.skills.AppendSkillObservation(
+            sk_pb.AppendSkillObservationRequest(
+                company=turn.company,
+                seat=turn.seat,
+                skill_id=skill.id,
+                kind=kind,
+                observation=observation[:1000],
+                turn_id=turn.turn_id,
+                request_id=f"{turn.turn_id}:{self.name}",
+            ),
+            timeout=ctx.clients.timeout,
+        )
+        if resp.skipped:
+            reason = sk_pb.ObservationSkipReason.Name(resp.skip_reason)
+            return WorkerOutcome(self.name, WorkerStatus.SKIPPED, gate=reason.lower(), detail=skill.name)
+        return WorkerOutcome(
+            self.name, WorkerStatus.WROTE, written=[f"skill:{skill.id} v{resp.skill.version}"], detail=skill.name
+        )
+
+
+# ------------------------------------------------------------------------------ the offline rule
+
+
+def offline_rule(data: Mapping[str, Any]) -> str:
+    """NOOP unless the turn clearly taught a skill something: a failure of a turn that ran a skill's
+    tools is a counter-example; a success that needed a tool the skill does not name is an
+    observation. Picks the skill whose tools the turn overlapped most."""
+    turn_tools = set(data.get("tools_called") or [])
+    best, overlap = None, 0
+    for skill in data.get("skills", []):
+        n = len(turn_tools & set(skill.get("tool_sequence") or []))
+        if n > overlap:
+            best, overlap = skill, n
+    if best is None:
+        return json.dumps({"noop": True})
+    if data.get("outcome") == "failed":
+        tail = (data.get("what_it_did") or "it failed").strip().splitlines()[0][:300]
+        return json.dumps({"noop": False, "skill": best["name"], "observation": f"{data.get('label', '')}: {tail}"})
+    extra = sorted(turn_tools - set(best.get("tool_sequence") or []))
+    if not extra:
+        return json.dumps({"noop": True})
+    return json.dumps(
+        {
+            "noop": False,
+            "skill": best["name"],
+            "observation": f"also needed {', '.join(extra)} when woken by {data.get('label', '')}",
+        }
+    )
+
+
+def register(rules: OfflineRules) -> None:
+    rules.register(PURPOSE, offline_rule)

@@ -1,0 +1,145 @@
+"""Synthesizer (single-turn induction): a settled turn that made ≥ min_tool_calls tool calls is
+offered to the auxiliary model, which drafts a skill or declines (the ordinary answer).
+
+The gates that must close BEFORE any model call (a draft made only to be discarded is money spent
+for nothing) are the skills service's: SkillService.CheckSkillCandidate answers the per-seat cap and
+the tool-SET Jaccard duplicate check. A draft without a name, summary or body is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+
+from libs.common.auxmodel import OfflineRules, Prompt
+from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
+from services.reflector.workers.base import (
+    WorkerContext,
+    ask_model,
+    describe_turn,
+    parse_object,
+    prompt_file,
+    turn_data,
+)
+
+__all__ = ["PURPOSE", "Synthesizer", "offline_rule", "register"]
+
+PURPOSE = "synthesizer"
+_SYSTEM = prompt_file("synthesizer").template
+_USER = prompt_file("synthesizer_user")
+
+
+class Synthesizer:
+    name = "synthesizer"
+
+    def __init__(self, min_tool_calls: int):
+        self._min = min_tool_calls
+
+    def gate(self, turn: Turn) -> str | None:
+        if not turn.outcome.settled:
+            return "unsettled"
+        if len(turn.tools_called) < self._min:
+            return "below_min_tool_calls"
+        return None
+
+    async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
+        from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+
+        check = await ctx.clients.skills.CheckSkillCandidate(
+            sk_pb.CheckSkillCandidateRequest(
+                company=turn.company, seat=turn.seat, tool_set=sorted(set(turn.tools_called))
+            ),
+            timeout=ctx.clients.timeout,
+        )
+        if check.gate != sk_pb.CANDIDATE_GATE_OPEN:
+            gate = sk_pb.CandidateGate.Name(check.gate).removeprefix("CANDIDATE_GATE_").lower()
+            detail = f"duplicates {check.duplicate.name}" if check.HasField("duplicate") else ""
+            return WorkerOutcome(self.name, WorkerStatus.SKIPPED, gate=gate, detail=detail)
+        prompt = Prompt(
+            purpose=PURPOSE,
+            system=_SYSTEM,
+            user=_USER.substitute(turn=describe_turn(turn), tools=", ".join(turn.tools_called)),
+            data=turn_data(turn),
+            max_tokens=1500,
+            json_output=True,
+        )
+        draft = parse_object((await ask_model(ctx, turn, PURPOSE, prompt)).text)
+        if draft.get("decline") is True:
+            return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail=f"declined: {draft.get('reason', '')}"[:300])
+        name, summary, body = (str(draft.get(k) or "").strip() for k in ("name", "summary", "body"))
+        missing = [k for k, v in (("name", name), ("summary", summary), ("body", body)) if not v]
+        if missing:
+            return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail=f"draft dropped: no {', '.join(missing)}")
+        try:
+            resp = await ctx.clients.skills.CreateSkill(
+                sk_pb.CreateSkillRequest(
+                    company=turn.company,
+                    seat=turn.seat,
+                    name=name,
+                    summary=summary,
+                    body=body,
+                    tool_sequence=list(turn.tool_sequence or turn.tools_called),
+                    trigger=sk_pb.SKILL_TRIGGER_SINGLE,
+                    cluster_size=1,
+                    source_turn_ids=[turn.turn_id],
+                ),
+                timeout=ctx.clients.timeout,
+            )
+        except grpc.aio.AioRpcError as err:
+            if err.code() != grpc.StatusCode.ALREADY_EXISTS:
+                raise
+            existing = await self._existing(turn, ctx, name)
+            if existing is not None:  # this very turn wrote it before a crash: the redo is done
+                return WorkerOutcome(self.name, WorkerStatus.WROTE, written=[f"skill:{existing}"], detail="drafted")
+            return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail=f"draft dropped: {err.details()}"[:300])
+        return WorkerOutcome(self.name, WorkerStatus.WROTE, written=[f"skill:{resp.skill.id} {name}"], detail="drafted")
+
+    async def _existing(self, turn: Turn, ctx: WorkerContext, name: str) -> str | None:
+        from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+
+        try:
+            got = await ctx.clients.skills.GetSkill(
+                sk_pb.GetSkillRequest(company=turn.company, seat=turn.seat, skill_name=name),
+                timeout=ctx.clients.timeout,
+            )
+        except grpc.aio.AioRpcError:
+            return None
+        return f"{got.skill.id} {name}" if turn.turn_id in got.skill.source_turn_ids else None
+
+
+# ------------------------------------------------------------------------------ the offline rule
+
+_WORD = re.compile(r"[a-z][a-z0-9]+")
+_STOP = set("the a an to of for and or on in at by with from me my our your please can could would you".split())
+
+
+def offline_rule(data: Mapping[str, Any]) -> str:
+    """Drafts only from a done turn that used at least three distinct tools (a real procedure);
+    declines everything else. The name comes from the ask's words, the steps from the tool run."""
+    tools = list(data.get("tool_sequence") or data.get("tools_called") or [])
+    distinct = list(dict.fromkeys(data.get("tools_called") or tools))
+    if data.get("outcome") != "done" or len(distinct) < 3:
+        return json.dumps({"decline": True, "reason": "not a reusable procedure"})
+    source = (data.get("asked") or data.get("label") or "").lower()
+    words = [w for w in _WORD.findall(source) if w not in _STOP][:4] or ["procedure"]
+    name = "-".join(words)[:80]
+    title = " ".join(words).capitalize()
+    steps = "\n".join(f"{n}. Call `{tool}`." for n, tool in enumerate(tools or distinct, start=1))
+    asked = (data.get("asked") or "").strip().splitlines()[0:1]
+    body = (
+        f"# {title}\n\n"
+        f'## When to use\n\nWhen asked something like: "{asked[0] if asked else data.get("label", "")}" '
+        f"(woken by: {data.get('label', '')}).\n\n"
+        f"## Steps\n\n{steps}\n\n"
+        f"## Checks\n\nThe turn this was drafted from ended done: {data.get('what_it_did', '')}\n"
+    )
+    summary = f"Run {', '.join(distinct[:5])} to {' '.join(words)}."
+    return json.dumps({"decline": False, "name": name, "summary": summary, "body": body})
+
+
+def register(rules: OfflineRules) -> None:
+    rules.register(PURPOSE, offline_rule)

@@ -1,0 +1,66 @@
+"""Building TurnCompleted events for tests and benchmarks."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentlearn.reflector.v1 import reflector_service_pb2 as pb
+
+__all__ = ["message", "turn"]
+
+
+def _ts(value: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def message(sender: str, body: str, platform: str = "slack", **kw) -> pb.InboundInteraction:  # type: ignore[no-untyped-def]
+    return pb.InboundInteraction(
+        sender=pb.Sender(handle=sender, platform=platform, display_name=sender.title()), body=body, **kw
+    )
+
+
+def turn(
+    turn_id: str,
+    *,
+    now: datetime,
+    company: str = "acme",
+    seat: str = "ana",
+    role: str = "swe",
+    outcome: int = pb.TURN_OUTCOME_DONE,
+    tools: list[str] | None = None,
+    messages: list[pb.InboundInteraction] | None = None,
+    label: str = "Message from Bob: Slack message",
+    ask: str = "",
+    what_it_did: str = "Answered the question.",
+    offered: list[tuple[str, str]] | None = None,
+    trigger: int = pb.TRIGGER_KIND_MESSAGE,
+    self_persisted: bool = False,
+    review_outcome: str = "approved",
+    minutes: float = 3,
+) -> pb.TurnCompleted:
+    tools = ["search_docs", "read_ticket"] if tools is None else tools
+    return pb.TurnCompleted(
+        turn_id=turn_id,
+        work_key=f"work-{turn_id}",
+        company=company,
+        seat=seat,
+        role=role,
+        label=label,
+        ask=ask,
+        what_it_did=what_it_did,
+        outcome=outcome,
+        review_outcome=review_outcome,
+        tool_sequence=tools,
+        tools_called=tools,
+        offered_skills=[pb.OfferedSkill(id=i, name=n) for i, n in (offered or [])],
+        interactions=messages or [],
+        self_persisted=self_persisted,
+        trigger_kind=trigger,
+        start_time=_ts(now - timedelta(minutes=minutes)),
+        end_time=_ts(now),
+        conversation_id=f"conv-{seat}",
+    )

@@ -1,0 +1,353 @@
+"""The reflector's harness: durable queueing, the gates in order and by name, worker isolation and
+failure kinds, and the persist decider's rules. Real gRPC, real Postgres; the model is the offline
+rules or a scripted OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
+from agentlearn.diary.v1 import diary_service_pb2_grpc as diary_grpc
+from agentlearn.reflector.v1 import reflector_service_pb2 as pb
+from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
+from libs.common.events import read_events
+from tests.support.app import open_app
+from tests.support.grpc_errors import error_info
+from tests.support.scripted_openai import Reply
+from tests.support.turns import message, turn
+
+PERSIST_ONLY = {"reflection": {"workers": ["persist_decider"]}}
+
+
+class Env:
+    def __init__(self, app):  # type: ignore[no-untyped-def]
+        self.app = app
+        self.stub = pb_grpc.ReflectorServiceStub(app.channel)
+        self.diary = diary_grpc.DiaryServiceStub(app.channel)
+        self.harness = app.components["reflector"].service.harness
+
+    async def submit(self, t: pb.TurnCompleted) -> pb.SubmitTurnResponse:
+        return await self.stub.SubmitTurn(pb.SubmitTurnRequest(turn=t))
+
+    async def reflection(self, turn_id: str, seat: str = "ana") -> pb.Reflection:
+        resp = await self.stub.GetReflection(pb.GetReflectionRequest(company="acme", seat=seat, turn_id=turn_id))
+        return resp.reflection
+
+    async def notes(self, seat: str = "ana") -> list:
+        resp = await self.diary.ListNotes(diary_pb.ListNotesRequest(company="acme", seat=seat))
+        return list(resp.notes)
+
+    def worker(self, reflection: pb.Reflection, name: str) -> pb.WorkerOutcome:
+        [found] = [w for w in reflection.workers if w.worker == name]
+        return found
+
+
+@pytest.fixture
+def env_for(make_settings, dsn, clock, local_embedder, edge_index):
+    """open an app with the diary and the reflector and the given learning overrides"""
+
+    def opener(learning=None, **settings):  # type: ignore[no-untyped-def]
+        s = make_settings(learning=learning or PERSIST_ONLY, **settings)
+        return _Opened(s, dsn, clock, local_embedder, edge_index)
+
+    return opener
+
+
+class _Opened:
+    def __init__(self, settings, dsn, clock, embedder, index):  # type: ignore[no-untyped-def]
+        self._cm = open_app(settings, dsn, names=["diary", "reflector"], clock=clock, embedder=embedder, index=index)
+
+    async def __aenter__(self) -> Env:
+        return Env(await self._cm.__aenter__())
+
+    async def __aexit__(self, *exc) -> None:  # type: ignore[no-untyped-def]
+        await self._cm.__aexit__(*exc)
+
+
+BOB_PREFERS = [message("bob", "Thanks! I prefer weekly digests over daily pings.")]
+
+
+# ------------------------------------------------------------------------------ the queue
+
+
+async def test_submit_returns_once_queued_and_a_second_submit_is_a_no_op_that_says_so(env_for, clock):
+    async with env_for() as env:
+        first = await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        assert first.queued and first.state == pb.REFLECTION_STATE_QUEUED
+        again = await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        assert not again.queued and again.state == pb.REFLECTION_STATE_QUEUED
+        assert await env.harness.drain() == 1
+        after = await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        assert not after.queued and after.state == pb.REFLECTION_STATE_COMPLETED
+        assert await env.harness.drain() == 0
+        assert len(await env.notes()) == 1  # reflected once
+        [event] = await read_events(env.app.infra.pool, "turn_completed")
+        assert event["turn_id"] == "run-1" and event["payload"]["outcome"] == "TURN_OUTCOME_DONE"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda t: t.ClearField("turn_id"), "turn.turn_id"),
+        (lambda t: setattr(t, "company", ""), "company"),
+        (lambda t: setattr(t, "role", ""), "turn.role"),
+        (lambda t: setattr(t, "outcome", pb.TURN_OUTCOME_UNSPECIFIED), "turn.outcome"),
+        (lambda t: t.interactions.add(body="hi", sender=pb.Sender(handle="bob")), "turn.interactions[0].sender"),
+    ],
+)
+async def test_a_malformed_turn_is_refused_naming_the_field(env_for, clock, mutate, field):
+    async with env_for() as env:
+        t = turn("run-x", now=clock.now())
+        mutate(t)
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await env.submit(t)
+        code, info, bad = error_info(exc.value)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert bad.field_violations[0].field == field
+        assert info.domain == "reflector.agentlearn.dev"
+        assert await env.app.infra.pool.fetchval("SELECT count(*) FROM reflection_jobs") == 0
+
+
+# ------------------------------------------------------------------------------ the gates
+
+
+async def _gate(env: Env, t: pb.TurnCompleted) -> pb.Reflection:
+    await env.submit(t)
+    await env.harness.drain()
+    return await env.reflection(t.turn_id, seat=t.seat)
+
+
+async def test_no_workers_gate(env_for, clock):
+    async with env_for(learning={"reflection": {"workers": []}}) as env:
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        assert (r.state, r.gate) == (pb.REFLECTION_STATE_GATED, "no_workers")
+
+
+async def test_no_role_gate(env_for, clock):
+    async with env_for(company_defaults={"accept_unknown_roles": False, "roles": {"swe": {}}}) as env:
+        r = await _gate(env, turn("run-1", now=clock.now(), role="pm", messages=BOB_PREFERS))
+        assert (r.state, r.gate) == (pb.REFLECTION_STATE_GATED, "no_role")
+        ok = await _gate(env, turn("run-2", now=clock.now(), role="swe", messages=BOB_PREFERS))
+        assert ok.state == pb.REFLECTION_STATE_COMPLETED
+
+
+async def test_per_role_opt_out_and_inheritance(env_for, clock):
+    roles = {"roles": {"noisy": {"learning_enabled": False}, "keen": {"learning_enabled": True}, "plain": {}}}
+    async with env_for(learning={**PERSIST_ONLY, "enabled": False}, company_defaults=roles) as env:
+        assert (await _gate(env, turn("r1", now=clock.now(), role="noisy", messages=BOB_PREFERS))).gate == "opted_out"
+        assert (await _gate(env, turn("r2", now=clock.now(), role="plain", messages=BOB_PREFERS))).gate == "opted_out"
+        kept = await _gate(env, turn("r3", now=clock.now(), role="keen", messages=BOB_PREFERS))
+        assert kept.state == pb.REFLECTION_STATE_COMPLETED  # an explicit true beats the company's false
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda now: turn("r", now=now, outcome=pb.TURN_OUTCOME_SKIPPED, messages=BOB_PREFERS),
+        lambda now: turn("r", now=now, review_outcome="skipped", messages=BOB_PREFERS),
+        lambda now: turn("r", now=now, tools=[], messages=BOB_PREFERS),
+    ],
+)
+async def test_no_engagement_gate(env_for, clock, build):
+    async with env_for() as env:
+        r = await _gate(env, build(clock.now()))
+        assert (r.state, r.gate) == (pb.REFLECTION_STATE_GATED, "no_engagement")
+        assert await env.notes() == []
+
+
+async def test_budget_gate_defers_and_the_turn_runs_when_the_window_moves(env_for, clock):
+    budget = {"token_budget": {"seat_ceiling_tokens": 100, "window_hours": 24}}
+    async with env_for(company_defaults=budget) as env:
+        cfg = env.app.infra.settings.company("acme").token_budget
+        await env.app.infra.budget.charge("acme", "ana", 100, clock.now(), cfg)
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        assert (r.state, r.gate) == (pb.REFLECTION_STATE_DEFERRED, "no_budget")
+        assert await env.harness.drain() == 0  # not before its time
+        clock.advance(hours=24)
+        assert await env.harness.drain() == 1
+        r = await env.reflection("run-1")
+        assert r.state == pb.REFLECTION_STATE_COMPLETED and r.gate == "" and r.attempts == 2
+        assert len(await env.notes()) == 1
+
+
+async def test_an_unreadable_budget_counter_reflects_anyway(env_for, clock):
+    budget = {"token_budget": {"seat_ceiling_tokens": 100}}
+    async with env_for(company_defaults=budget) as env:
+        await env.app.infra.pool.execute("ALTER TABLE token_spend RENAME TO token_spend_unreachable")
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        assert r.state == pb.REFLECTION_STATE_COMPLETED
+
+
+# ------------------------------------------------------------------------------ persist decider
+
+
+async def test_persist_decider_writes_a_declarative_long_fact(env_for, clock):
+    async with env_for() as env:
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        w = env.worker(r, "persist_decider")
+        assert w.status == pb.WORKER_STATUS_WROTE and w.detail == "LONG"
+        [note] = await env.notes()
+        assert note.content == "Bob prefers weekly digests over daily pings."
+        assert note.tier == diary_pb.NOTE_TIER_LONG and note.source == diary_pb.NOTE_SOURCE_PERSIST_DECIDER
+        assert note.turn_id == "run-1"
+        [event] = await read_events(env.app.infra.pool, "persist_decider_completed")
+        assert event["payload"]["classification"] == "LONG" and event["payload"]["ttl_until"] is None
+
+
+async def test_persist_decider_writes_situational_state_as_short_with_a_ttl(env_for, clock):
+    async with env_for() as env:
+        msgs = [message("bob", "Heads up: I'm on vacation until the 20th.")]
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=msgs))
+        assert env.worker(r, "persist_decider").detail == "SHORT"
+        [note] = await env.notes()
+        assert note.tier == diary_pb.NOTE_TIER_SHORT
+        assert (note.expire_time.ToDatetime() - note.create_time.ToDatetime()).days == 14
+        [event] = await read_events(env.app.infra.pool, "persist_decider_completed")
+        assert event["payload"]["ttl_until"] is not None
+
+
+async def test_persist_decider_logs_doc_and_noop_without_writing(env_for, clock):
+    async with env_for() as env:
+        doc = await _gate(
+            env, turn("run-1", now=clock.now(), messages=[message("bob", "Everyone should rebase before merging.")])
+        )
+        assert env.worker(doc, "persist_decider").detail.startswith("DOC")
+        noop = await _gate(env, turn("run-2", now=clock.now(), messages=[message("bob", "ok, thanks")]))
+        assert env.worker(noop, "persist_decider").status == pb.WORKER_STATUS_NOTHING
+        assert await env.notes() == []
+
+
+@pytest.mark.parametrize(
+    ("kw", "gate"),
+    [({"outcome": pb.TURN_OUTCOME_SELF_ITERATE}, "unsettled"), ({"self_persisted": True}, "self_persisted")],
+)
+async def test_persist_decider_stays_out_of_unsettled_and_self_persisted_turns(env_for, clock, kw, gate):
+    async with env_for() as env:
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS, **kw))
+        w = env.worker(r, "persist_decider")
+        assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, gate)
+        assert await env.notes() == []
+
+
+async def test_persist_decider_does_not_repeat_a_note(env_for, clock):
+    async with env_for() as env:
+        await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        r = await _gate(env, turn("run-2", now=clock.now(), messages=BOB_PREFERS))
+        assert env.worker(r, "persist_decider").status == pb.WORKER_STATUS_NOTHING
+        assert len(await env.notes()) == 1
+
+
+# ------------------------------------------------------------------------------ with a model
+
+
+def scripted_chain(server):  # type: ignore[no-untyped-def]
+    return {
+        "llm": {
+            "model": {
+                "kind": "openai",
+                "base_url": server.base_url,
+                "api_key": "k",
+                "model": "m",
+                "timeout_seconds": 1.0,
+            }
+        },
+        "auxiliary_chain": ["model"],
+    }
+
+
+async def test_the_decider_is_shown_recent_notes_and_the_writing_rule(env_for, clock, scripted_openai):
+    scripted_openai.chat_handler = lambda body: json.dumps({"classification": "NOOP"})
+    async with env_for(providers=scripted_chain(scripted_openai)) as env:
+        await env.diary.WriteNote(
+            diary_pb.WriteNoteRequest(
+                company="acme", seat="ana", tier=diary_pb.NOTE_TIER_LONG, content="Carla owns the billing service"
+            )
+        )
+        await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        [call] = scripted_openai.received("chat")
+        system, user = call["messages"][0]["content"], call["messages"][1]["content"]
+        assert "declarative facts, not instructions" in system
+        assert "Carla owns the billing service" in user
+        assert "Woken by: Message from Bob: Slack message" in user and "What it did:" in user
+        assert "Bob (slack): Thanks! I prefer weekly digests" in user
+
+
+async def test_a_note_past_two_thousand_characters_is_skipped_and_logged(env_for, clock, scripted_openai):
+    scripted_openai.chat_handler = lambda body: json.dumps({"classification": "LONG", "content": "x" * 2001})
+    async with env_for(providers=scripted_chain(scripted_openai)) as env:
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        w = env.worker(r, "persist_decider")
+        assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, "note_too_long")
+        assert await env.notes() == []
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind"),
+    [
+        (Reply(status=429), "rate_limited"),
+        (Reply(status=500), "server_error"),
+        (Reply(delay=2.0), "timeout"),
+        (
+            Reply(
+                body={
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": "{not json"}, "finish_reason": "stop"}
+                    ],
+                    "model": "m",
+                    "id": "x",
+                    "object": "chat.completion",
+                    "created": 0,
+                }
+            ),
+            "invalid_output",
+        ),
+    ],
+)
+async def test_each_model_failure_is_recorded_by_kind_and_writes_nothing(env_for, clock, scripted_openai, reply, kind):
+    scripted_openai.push("chat", reply)
+    async with env_for(providers=scripted_chain(scripted_openai)) as env:
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        w = env.worker(r, "persist_decider")
+        assert w.status == pb.WORKER_STATUS_FAILED and w.failure.startswith(kind)
+        assert r.state == pb.REFLECTION_STATE_COMPLETED  # the pass completes its record
+        assert await env.notes() == []
+        [event] = await read_events(env.app.infra.pool, "reflection_completed")
+        assert event["payload"]["failures"]["persist_decider"].startswith(kind)
+
+
+async def test_reflection_calls_are_charged_to_the_seat_as_reflection_stage(env_for, clock):
+    async with env_for() as env:
+        await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        [spend] = await read_events(env.app.infra.pool, "auxiliary_spend")
+        assert spend["payload"]["stage"] == "reflection" and spend["payload"]["purpose"] == "persist_decider"
+        assert spend["turn_id"] == "run-1" and spend["seat"] == "ana"
+        spent = await env.app.infra.pool.fetchval("SELECT tokens FROM token_spend WHERE seat = 'ana'")
+        assert spent > 0
+
+
+# ------------------------------------------------------------------------------ reads
+
+
+async def test_reflections_page_and_stay_with_their_seat(env_for, clock):
+    async with env_for() as env:
+        for i in range(5):
+            clock.advance(seconds=1)
+            await env.submit(turn(f"run-{i}", now=clock.now(), messages=BOB_PREFERS))
+        await env.harness.drain()
+        seen, token = [], ""
+        while True:
+            page = await env.stub.ListReflections(
+                pb.ListReflectionsRequest(company="acme", seat="ana", page_size=2, page_token=token)
+            )
+            assert page.total_size == 5
+            seen += [r.turn_id for r in page.reflections]
+            token = page.next_page_token
+            if not token:
+                break
+        assert seen == [f"run-{i}" for i in reversed(range(5))]
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await env.reflection("run-1", seat="bob")
+        assert exc.value.code() == grpc.StatusCode.NOT_FOUND
