@@ -8,6 +8,7 @@ do).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import asyncpg
 import numpy as np
+from opentelemetry import trace
 from pgvector.asyncpg import register_vector
 
 __all__ = ["COMMON_MIGRATIONS", "Migrations", "as_array", "connect_pool", "migrate"]
@@ -88,9 +90,60 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
 
 
+_VERB = re.compile(r"^\s*(?:WITH\b.*?\)\s*)?(INSERT|UPDATE|DELETE|SELECT|COPY)\b", re.I | re.S)
+_TABLE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+([a-z_][a-z0-9_]*)", re.I)
+_tracer = trace.get_tracer("agentlearn.db")
+
+
+def _span_name(query: str) -> tuple[str, str, str]:
+    verb = (_VERB.match(query) or [None, "SQL"])[1].upper()
+    table = _TABLE.search(query)
+    name = table.group(1) if table else ""
+    return f"db {verb.lower()} {name}".strip(), verb, name
+
+
+class TracedConnection(asyncpg.Connection):
+    """Every statement is a span when a trace is recording: a turn's trace reaches every store write
+    of every service. Nothing is created when tracing is off."""
+
+    def _traced(self, query: str):  # type: ignore[no-untyped-def]
+        if not trace.get_current_span().is_recording():
+            return contextlib.nullcontext()
+        name, verb, table = _span_name(query)
+        return _tracer.start_as_current_span(
+            name,
+            kind=trace.SpanKind.CLIENT,
+            attributes={"db.system": "postgresql", "db.operation": verb, "db.sql.table": table,
+                        "db.statement": query.strip()[:500]},
+        )
+
+    async def execute(self, query: str, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        with self._traced(query):
+            return await super().execute(query, *args, **kwargs)
+
+    async def executemany(self, command: str, args, **kwargs):  # type: ignore[no-untyped-def,override]
+        with self._traced(command):
+            return await super().executemany(command, args, **kwargs)
+
+    async def fetch(self, query: str, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        with self._traced(query):
+            return await super().fetch(query, *args, **kwargs)
+
+    async def fetchrow(self, query: str, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        with self._traced(query):
+            return await super().fetchrow(query, *args, **kwargs)
+
+    async def fetchval(self, query: str, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        with self._traced(query):
+            return await super().fetchval(query, *args, **kwargs)
+
+
 async def connect_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
-    """A pool whose connections speak pgvector; run :func:`migrate` first (it creates the type)."""
-    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=_init_connection)
+    """A pool whose connections speak pgvector and trace their statements; run :func:`migrate`
+    first (it creates the type)."""
+    pool = await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection, connection_class=TracedConnection
+    )
     assert pool is not None
     return pool
 

@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
+from opentelemetry import trace
 
 from libs.common import telemetry
 from libs.common.errors import AgentLearnError
@@ -65,6 +66,26 @@ def _internal_status() -> grpc.Status:
     )
 
 
+_IDENTITY = ("company", "seat", "turn_id", "observer")
+
+
+def _label_span(request: Any) -> None:
+    """Name the tenant, seat and turn on the RPC's span (a turn's trace is searchable by them)."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    for field in _IDENTITY:
+        value = getattr(request, field, None)
+        if isinstance(value, str) and value:
+            span.set_attribute(field, value)
+    turn = getattr(request, "turn", None)
+    if turn is not None and hasattr(turn, "turn_id"):
+        for field in ("company", "seat", "turn_id"):
+            value = getattr(turn, field, "")
+            if value:
+                span.set_attribute(field, value)
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
     """Maps the error root onto rich statuses; an unexpected exception is INTERNAL and logged."""
 
@@ -80,6 +101,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            _label_span(request)
             try:
                 return await inner(request, context)
             except AgentLearnError as err:

@@ -14,7 +14,7 @@ from pathlib import Path
 from libs.common import telemetry
 from libs.common.config import Settings, load_settings
 from libs.common.grpcserver import create_server, drain
-from libs.common.infra import Infra, open_infra
+from libs.common.infra import Infra, open_infra, resolve_dsn
 from libs.common.passrunner import holder_identity, run_pass, tick_forever
 from services.runner.registry import SERVICES, migrations_of
 
@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     common(up)
     up.add_argument("--port", type=int, help="gRPC port (default 50051)")
     up.add_argument("--host", help="bind address (default 127.0.0.1)")
+    up.add_argument(
+        "--split",
+        action="store_true",
+        help="each service in its own process on its configured address (services.<name>), as on Kubernetes",
+    )
 
     serve = sub.add_parser("serve", help="one service alone")
     common(serve)
@@ -112,6 +117,60 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
     return 0
 
 
+async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
+    """One process per service, each on ``services.<name>``, sharing one PostgreSQL (the embedded one
+    is started here and handed to the children by URL) and one data directory. Prints one ready line
+    when every child is ready; SIGTERM is passed on to every child, which drains on its own."""
+    dsn = await resolve_dsn(settings)
+    env = {**os.environ, "DATABASE_URL": dsn}
+    children: dict[str, asyncio.subprocess.Process] = {}
+    addresses: dict[str, str] = {}
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        for name in SERVICES:
+            host, port = getattr(settings.services, name).rsplit(":", 1)
+            argv = [sys.executable, "-m", "services.runner", "serve", name, "--host", host, "--port", port,
+                    "--data-dir", str(settings.data_dir), "--log-level", args.log_level]
+            if args.config:
+                argv += ["--config", args.config]
+            children[name] = await asyncio.create_subprocess_exec(
+                *argv, env=env, stdout=asyncio.subprocess.PIPE, start_new_session=True
+            )
+        for name, proc in children.items():
+            async with asyncio.timeout(120):
+                line = (await proc.stdout.readline()).decode()
+            if not line.startswith("agentlearn ready on "):
+                raise RuntimeError(f"service {name} did not start (see its log above)")
+            addresses[name] = line.split()[3]
+        print(
+            "agentlearn ready (split) "
+            + " ".join(f"{n}={a}" for n, a in addresses.items())
+            + f" data_dir={settings.data_dir}",
+            flush=True,
+        )
+        waiters = {asyncio.create_task(p.wait()): n for n, p in children.items()}
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([stopper, *waiters], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task in waiters:
+                _log.error("service %s exited (%s); stopping the others", waiters[task], task.result())
+        stopper.cancel()
+    finally:
+        for proc in children.values():
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in children.values():
+            try:
+                async with asyncio.timeout(settings.server.grace_seconds + 15):
+                    await proc.wait()
+            except TimeoutError:
+                proc.kill()
+    return 0
+
+
 async def one_pass(settings: Settings, name: str) -> int:
     async with contextlib.AsyncExitStack() as stack:
         infra, components = await _open(settings, stack, list(SERVICES))
@@ -154,6 +213,8 @@ async def main(argv: list[str]) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = _settings(args)
     if args.command == "up":
+        if args.split:
+            return await serve_split(settings, args)
         return await serve(settings, list(SERVICES))
     if args.command == "serve":
         return await serve(settings, [args.service])
