@@ -414,3 +414,25 @@ async def test_each_merged_observation_is_an_event(profiles):
     assert first["subject"] == {"handle": "bob", "external_id": None, "platform": "slack"}
     assert second["subject"] == {"handle": "bob", "external_id": "U042", "platform": "slack"}
     assert second["observation_count"] == 2 and first["profile_id"] == second["profile_id"]
+
+
+async def test_a_retried_request_id_merges_nothing_twice(make_settings, dsn, clock, edge_index):
+    from agentlearn.profiles.v1 import profile_service_pb2 as ppb
+    from agentlearn.profiles.v1 import profile_service_pb2_grpc as pgrpc
+    from tests.support.app import open_app
+
+    async with open_app(make_settings(), dsn, names=["profiles"], clock=clock, embedder=None, index=edge_index) as app:
+        stub = pgrpc.ProfileServiceStub(app.channel)
+        subject = ppb.Subject(handle="bob", platform="slack")
+
+        def observe(topic: str, turn: str, key: str) -> ppb.UpsertProfileRequest:
+            return ppb.UpsertProfileRequest(
+                company="acme", observer="ana", subject=subject, topics=[topic], turn_id=turn, request_id=key
+            )
+
+        await stub.UpsertProfile(observe("kafka", "t1", "t1:profiler:slack/bob"))
+        await stub.UpsertProfile(observe("billing", "t2", "t2:profiler:slack/bob"))
+        again = await stub.UpsertProfile(observe("kafka", "t1", "t1:profiler:slack/bob"))  # t1 redone
+        assert not again.created
+        assert again.profile.observation_count == 2
+        assert list(again.profile.topics) == ["billing", "kafka"]

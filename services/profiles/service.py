@@ -121,6 +121,7 @@ class ProfileService:
         sensitivities: Sequence[str],
         topics: Sequence[str],
         turn_id: str,
+        request_id: str = "",
     ) -> tuple[Profile, bool]:
         """Merge one observation pass into the observer's profile of the subject; returns the
         profile after the merge and whether this pass created it."""
@@ -179,7 +180,11 @@ class ProfileService:
                 return None
             return merge(current, subject, obs, self.limits, now)
 
-        profile, created, changed = await self.store.observe(company, observer, subject, now, apply)
+        if request_id:
+            require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)
+        profile, created, changed = await self.store.observe(
+            company, observer, subject, now, apply, request_id=request_id or None
+        )
         if changed:
             await self.events.emit(
                 EVENT_UPDATED,

@@ -62,6 +62,7 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
             list(request.sensitivities),
             list(request.topics),
             request.turn_id,
+            request.request_id,
         )
         return pb.UpsertProfileResponse(profile=profile_to_pb(profile), created=created)
 

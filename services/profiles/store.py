@@ -28,6 +28,9 @@ _COLUMNS = """id, company, observer, platform, subject_key, subject_handle, subj
               create_time, update_time, last_turn_id"""
 
 SQL = {
+    "claim_request": """
+        INSERT INTO profile_requests (company, observer, request_id, create_time) VALUES ($1, $2, $3, $4)
+        ON CONFLICT DO NOTHING RETURNING 1""",
     "lock": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
         WHERE company = $1 AND observer = $2 AND platform = $3 AND subject_key = $4
@@ -83,12 +86,26 @@ class PostgresProfileStore:
         self.pool = pool
 
     async def observe(
-        self, company: str, observer: str, subject: Subject, now: datetime, merge: Merge
+        self,
+        company: str,
+        observer: str,
+        subject: Subject,
+        now: datetime,
+        merge: Merge,
+        request_id: str | None = None,
     ) -> tuple[Profile, bool, bool]:
         """Apply ``merge`` to the subject's profile under its row lock, creating the row on the
-        first observation. Returns (profile, created, changed)."""
+        first observation. Returns (profile, created, changed). A ``request_id`` seen before changes
+        nothing: it is recorded in the same transaction as the merge, so a retry after a crash
+        either finds it (the merge committed) or applies the merge (it did not)."""
         key = (company, observer, subject.platform, subject.key)
         async with self.pool.acquire() as conn, conn.transaction():
+            if request_id is not None:
+                fresh = await conn.fetchval(SQL["claim_request"], company, observer, request_id, now)
+                if fresh is None:  # applied before (a concurrent retry waits here for the first)
+                    row = await conn.fetchrow(SQL["lock"], *key)
+                    if row is not None:
+                        return _profile(row), False, False
             row = await conn.fetchrow(SQL["lock"], *key)
             if row is None:
                 first = merge(empty(company, observer, subject, now))

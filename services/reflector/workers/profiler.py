@@ -94,9 +94,8 @@ class Profiler:
                 sensitivities=_strings(answer.get("sensitivities"), "sensitivities"),
                 topics=_strings(answer.get("topics"), "topics"),
                 turn_id=turn.turn_id,
+                request_id=f"{turn.turn_id}:{self.name}:{sender.key}",
             )
-            if "request_id" in pr_pb.UpsertProfileRequest.DESCRIPTOR.fields_by_name:
-                request.request_id = f"{turn.turn_id}:{self.name}:{sender.key}"
             await ctx.clients.profiles.UpsertProfile(request, timeout=ctx.clients.timeout)
             written.append(f"profile:{sender.key}")
         if not written:
