@@ -33,7 +33,12 @@ class ServiceChannels:
         target = self._addresses[name]
         chan = self._channels.get(target)
         if chan is None:
-            chan = grpc.aio.insecure_channel(target, interceptors=telemetry.client_interceptors())
+            chan = grpc.aio.insecure_channel(
+                target,
+                interceptors=telemetry.client_interceptors(),
+                # Spread calls over every address a name resolves to (a headless Service's pods).
+                options=[("grpc.lb_policy_name", "round_robin")],
+            )
             self._channels[target] = chan
         return chan
 

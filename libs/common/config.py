@@ -429,6 +429,9 @@ class Settings(BaseSettings):
     """OpenTelemetry export."""
     leases: LeaseConfig = LeaseConfig()
     """Lease claims of the background passes."""
+    run_passes_in_process: bool = True
+    """The all-in-one and ``./run serve`` tick their services' passes on a clock; on Kubernetes the
+    CronJobs run them, so the replicas set this false."""
     services_local_for_passes: bool = True
     """``./run pass`` serves the sibling services a pass calls from its own process; a CronJob in a
     cluster sets this false and reaches them at ``services.<name>``."""

@@ -125,7 +125,12 @@ async def create_server(
     registrations: Sequence[Registration], address: str
 ) -> tuple[grpc.aio.Server, int, HealthServicer]:
     """Build and start a server on ``address`` (``host:0`` picks a port); returns the bound port."""
-    server = grpc.aio.server(interceptors=[telemetry.server_interceptor(), ErrorInterceptor()])
+    server = grpc.aio.server(
+        interceptors=[telemetry.server_interceptor(), ErrorInterceptor()],
+        # Connections are recycled every few minutes so clients re-resolve and spread over the
+        # replicas an autoscaler added (a long-lived HTTP/2 channel otherwise sticks to one pod).
+        options=[("grpc.max_connection_age_ms", 300_000), ("grpc.max_connection_age_grace_ms", 30_000)],
+    )
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     for reg in registrations:

@@ -98,7 +98,7 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
             asyncio.create_task(tick_forever(p, infra.leases, holder, ttl), name=p.name)
             for c in components
             for p in c.passes
-            if p.enabled
+            if p.enabled and settings.run_passes_in_process
         ]
         tasks += [asyncio.create_task(bg(), name=f"{c.name}-background") for c in components for bg in c.background]
         if ready_line:
@@ -172,12 +172,18 @@ async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def one_pass(settings: Settings, name: str) -> int:
+    telemetry.configure_tracing(settings.telemetry)
     async with contextlib.AsyncExitStack() as stack:
         infra, components = await _open(settings, stack, list(SERVICES))
         specs = {p.name: p for c in components for p in c.passes}
         if name not in specs:
             print(f"unknown pass {name!r}; known: {', '.join(sorted(specs))}", file=sys.stderr)
             return 2
+        if not specs[name].enabled:
+            # A resumed CronJob of a pass its config turns off (skill-synthesis without
+            # scheduler_enabled) does nothing, successfully.
+            print(f"pass {name}: disabled by configuration; nothing to do")
+            return 0
         if settings.services_local_for_passes:
             # A pass may call sibling services (skill synthesis reads episodes); outside a cluster
             # they are served from this process on a private port for the pass's lifetime.
