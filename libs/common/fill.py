@@ -6,8 +6,9 @@ One minute, as :meth:`VectorFill.run_minute` runs it:
 * It walks every company with rows to fill and, inside one, every seat in order starting at the
   seat where the previous minute ran out.
 * What it may send is bounded by what it sends, refused requests included: ``requests_per_minute``
-  requests for this runner, and ``company_bytes_per_minute`` bytes of text for the whole company,
-  counted in a Postgres ledger every runner and row family shares. A budget that runs out ends the
+  requests for this process (every fill it runs shares them: "sixteen requests a node"), and
+  ``company_bytes_per_minute`` bytes of text for the whole company, counted in a Postgres ledger
+  every runner and row family shares. A budget that runs out ends the
   minute and the next starts at that seat.
 * A rate limit, a timeout, an unreachable endpoint, a refused key or an unknown model ends the
   minute for every seat, not for one.
@@ -49,7 +50,7 @@ from libs.common.db import as_array
 from libs.common.embeddings import Embedder, EmbeddingError, Vector, pool, usable
 from libs.common.events import EventSink
 
-__all__ = ["FillReport", "FillRow", "FillSource", "VectorFill"]
+__all__ = ["FillReport", "FillRow", "FillSource", "RequestLedger", "VectorFill", "build_fill"]
 
 _log = logging.getLogger(__name__)
 _GLOBAL = "*"
@@ -106,6 +107,25 @@ class FillReport:
     seats_done: list[str] = field(default_factory=list)
 
 
+class RequestLedger:
+    """Requests one process sent per minute, across every fill it runs (diary notes and episodes
+    share a node's sixteen). One per process: it lives on the process's ``Infra``."""
+
+    def __init__(self) -> None:
+        self._window: datetime | None = None
+        self._sent = 0
+
+    def take(self, now: datetime, limit: int) -> bool:
+        window = now.replace(second=0, microsecond=0)
+        if window != self._window:
+            self._window, self._sent = window, 0
+        if self._sent >= limit:
+            return False
+        self._sent += 1
+        return True
+
+
+
 class _EndMinute(Exception):
     def __init__(self, why: str):
         self.why = why
@@ -121,6 +141,7 @@ class VectorFill:
         embeddings: EmbeddingsConfig,
         clock: Clock,
         events: EventSink,
+        requests: RequestLedger | None = None,
     ):
         self._db = db
         self._sources = list(sources)
@@ -129,6 +150,7 @@ class VectorFill:
         self._embeddings = embeddings
         self._clock = clock
         self._events = events
+        self._requests = requests or RequestLedger()
 
     # ------------------------------------------------------------------ state
 
@@ -258,7 +280,7 @@ class VectorFill:
 
     async def _send(self, company: str, size: int):  # type: ignore[no-untyped-def]
         """Charge one request of ``size`` bytes, or end the minute when a budget is spent."""
-        if self._requests_left <= 0:
+        if self._requests_left <= 0 or not self._requests.take(self._clock.now(), self._config.requests_per_minute):
             raise _EndMinute("requests")
         if not await self._spend_bytes(company, size, self._clock.now()):
             raise _EndMinute("bytes")
@@ -449,3 +471,19 @@ class VectorFill:
         await source.store_vector(row, Vector(pooled, self._embedder.model))
         await self._db.execute("DELETE FROM fill_pieces WHERE source = $1 AND row_id = $2", source.name, row.id)
         self._report.filled += 1
+
+
+def build_fill(infra, sources: Sequence[FillSource]) -> VectorFill | None:  # type: ignore[no-untyped-def]
+    """The fill a service's pass runs over its row families; None when no embedder is configured."""
+    if infra.embedder is None:
+        return None
+    return VectorFill(
+        infra.pool,
+        sources,
+        infra.embedder,
+        infra.settings.learning.fill,
+        infra.settings.providers.embeddings,
+        infra.clock,
+        infra.events,
+        infra.fill_requests,
+    )

@@ -26,6 +26,7 @@ from libs.common.db import COMMON_MIGRATIONS, Migrations, connect_pool, migrate
 from libs.common.embedded_pg import start_embedded_postgres
 from libs.common.embeddings import Embedder, build_embedder
 from libs.common.events import PostgresEventLog
+from libs.common.fill import RequestLedger
 from libs.common.leases import LeaseClaimer, PostgresLeaseClaimer
 from libs.common.vectorindex import VectorIndex, build_vector_index
 
@@ -50,6 +51,8 @@ class Infra:
     aux: AuxiliaryModel
     channels: ServiceChannels
     """Clients of the other services (see ``libs.common.channels``)."""
+    fill_requests: RequestLedger
+    """The vector fill's per-minute request count of this process, shared by every fill it runs."""
 
 
 async def resolve_dsn(settings: Settings) -> str:
@@ -112,4 +115,5 @@ async def open_infra(
         rules=rules,
         aux=aux,
         channels=channels,
+        fill_requests=RequestLedger(),
     )

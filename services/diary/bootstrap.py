@@ -8,7 +8,7 @@ from pathlib import Path
 from agentlearn.diary.v1 import diary_service_pb2, diary_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
-from libs.common.fill import VectorFill
+from libs.common.fill import VectorFill, build_fill
 from libs.common.grpcserver import Registration
 from libs.common.infra import Infra
 from libs.common.passrunner import PassSpec
@@ -38,17 +38,7 @@ def registration(service: DiaryService) -> Registration:
 
 
 def fill(service: DiaryService, infra: Infra) -> VectorFill | None:
-    if infra.embedder is None:
-        return None
-    return VectorFill(
-        infra.pool,
-        [passes.DiaryFillSource(service)],
-        infra.embedder,
-        infra.settings.learning.fill,
-        infra.settings.providers.embeddings,
-        infra.clock,
-        infra.events,
-    )
+    return build_fill(infra, [passes.DiaryFillSource(service)])
 
 
 def pass_specs(service: DiaryService, infra: Infra) -> list[PassSpec]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
@@ -15,6 +16,7 @@ from services.reflector.store import PostgresReflectionStore, ReflectionRecord
 
 __all__ = ["ReflectorService"]
 
+_WORK_ITEM = re.compile(r"^(native|jira):\S+$")
 _STATE = {"queued": "queued", "running": "running", "completed": "completed", "gated": "gated", "deferred": "deferred"}
 
 
@@ -45,6 +47,14 @@ def _check_turn(turn: pb.TurnCompleted) -> None:
                 domain=DOMAIN,
                 field=f"turn.interactions[{i}].sender",
             )
+    if turn.work_item and not _WORK_ITEM.match(turn.work_item):
+        raise InvalidArgument(
+            f"turn.work_item {turn.work_item!r} is not a backend-qualified ref (native:<id> or jira:<id>)",
+            reason="FIELD_INVALID",
+            domain=DOMAIN,
+            field="turn.work_item",
+            metadata={"value": turn.work_item[:200]},
+        )
     for i, skill in enumerate(turn.offered_skills):
         require_text(skill.id, f"turn.offered_skills[{i}].id", domain=DOMAIN)
 

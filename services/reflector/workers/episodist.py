@@ -39,7 +39,8 @@ class Episodist:
             seat=turn.seat,
             turn_id=turn.turn_id,
             work_item=turn.work_item,
-            label=turn.label,
+            # An event always has a label; a turn that arrives without one is named by its trigger.
+            label=turn.label or f"({turn.trigger} turn)",
             ask=turn.asked,
             what_it_did=turn.what_it_did,
             outcome=_OUTCOME[turn.outcome],
@@ -51,9 +52,8 @@ class Episodist:
             start_time=_ts(turn.start_time),
             end_time=_ts(turn.end_time),
             subjects=sorted({i.sender.handle or i.sender.external_id for i in turn.interactions} - {""}),
+            role=turn.role,
         )
-        if "role" in ep_pb.RecordEpisodeRequest.DESCRIPTOR.fields_by_name:
-            request.role = turn.role
         resp = await ctx.clients.episodes.RecordEpisode(request, timeout=ctx.clients.timeout)
         return WorkerOutcome(
             self.name,

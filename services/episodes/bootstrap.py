@@ -1,0 +1,76 @@
+"""Wiring of the episodes service: its migrations, its service from shared infrastructure, its
+servicer registration, its offline rules and its passes (``episode-lifecycle``, ``episode-fill``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentlearn.episodes.v1 import episode_service_pb2, episode_service_pb2_grpc
+from libs.common.component import Component
+from libs.common.db import Migrations
+from libs.common.fill import VectorFill, build_fill
+from libs.common.grpcserver import Registration
+from libs.common.infra import Infra
+from libs.common.passrunner import PassSpec
+from services.episodes import passes
+from services.episodes.lifecycle import EpisodeLifecycle, register_rules
+from services.episodes.service import EpisodeService
+from services.episodes.servicer import EpisodeServicer
+from services.episodes.store import PostgresEpisodeStore
+
+NAME = "episodes"
+MIGRATIONS = Migrations("episodes", Path(__file__).parent / "migrations")
+SERVICE_NAME = episode_service_pb2.DESCRIPTOR.services_by_name["EpisodeService"].full_name
+
+
+def build(infra: Infra) -> EpisodeService:
+    return EpisodeService(
+        store=PostgresEpisodeStore(infra.pool),
+        embedder=infra.embedder,
+        index=infra.index,
+        clock=infra.clock,
+        config=infra.settings.learning.episodes,
+        events=infra.events,
+    )
+
+
+def registration(service: EpisodeService) -> Registration:
+    return Registration(
+        SERVICE_NAME, episode_service_pb2_grpc.add_EpisodeServiceServicer_to_server, EpisodeServicer(service)
+    )
+
+
+def lifecycle(service: EpisodeService, infra: Infra) -> EpisodeLifecycle:
+    return EpisodeLifecycle(service, infra.aux, infra.settings.learning.episode_lifecycle, infra.events)
+
+
+def fill(service: EpisodeService, infra: Infra) -> VectorFill | None:
+    return build_fill(infra, [passes.EpisodeFillSource(service)])
+
+
+def pass_specs(service: EpisodeService, infra: Infra) -> list[PassSpec]:
+    learning = infra.settings.learning
+    worker = lifecycle(service, infra)
+    filler = fill(service, infra)
+
+    async def run_fill() -> object:
+        indexed = await passes.index_pending(service)
+        report = await filler.run_minute() if filler else None
+        return {"indexed": indexed, "fill": report}
+
+    return [
+        PassSpec("episode-lifecycle", worker.run, learning.episode_lifecycle.interval_seconds),
+        PassSpec("episode-fill", run_fill, learning.fill.interval_seconds),
+    ]
+
+
+def component(infra: Infra) -> Component:
+    register_rules(infra.rules)
+    service = build(infra)
+    return Component(
+        name=NAME,
+        registrations=[registration(service)],
+        service=service,
+        passes=pass_specs(service, infra),
+        rebuild_index=lambda: passes.rebuild_index(service),
+    )

@@ -1,0 +1,158 @@
+"""The episodes' domain: raw and compacted rows, outcomes, hits, and the rules that are data.
+
+One text per raw row is what its vector is of (:func:`vector_text`): the label of the event that
+woke the turn, what it was asked, and what it did — whole, one part per line, empty parts left
+out. The row stores all three, so the vector is a function of the row alone and the fill can
+compute it again later.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+import numpy as np
+
+__all__ = [
+    "COLLECTION_BASE",
+    "DOMAIN",
+    "Episode",
+    "EpisodeFilter",
+    "EpisodeKind",
+    "Hit",
+    "QueryVector",
+    "Search",
+    "TurnOutcome",
+    "label_names_run_id",
+    "tool_set",
+    "vector_text",
+]
+
+DOMAIN = "episodes.agentlearn.dev"
+COLLECTION_BASE = "episodes"
+WORK_ITEM_BACKENDS = ("native", "jira")
+"""A work item is filed as ``<backend>:<id>`` with one of these backends (spec: "Which work a
+turn is on"), or not at all."""
+MAX_SEARCH_LIMIT = 100
+MAX_IDS_PER_CALL = 500
+LIST_PAGE_DEFAULT, LIST_PAGE_MAX = 20, 200
+SEATS_PAGE_DEFAULT, SEATS_PAGE_MAX = 500, 5000
+
+
+class EpisodeKind(StrEnum):
+    RAW = "raw"
+    COMPACTED = "compacted"
+
+
+class TurnOutcome(StrEnum):
+    DONE = "done"
+    FAILED = "failed"
+    SELF_ITERATE = "self_iterate"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class Episode:
+    id: uuid.UUID
+    company: str
+    seat: str
+    kind: EpisodeKind
+    outcome: TurnOutcome
+    start_time: datetime
+    end_time: datetime
+    turn_id: str | None = None
+    role: str | None = None
+    work_item: str | None = None
+    label: str = ""
+    ask: str = ""
+    what_it_did: str = ""
+    review_outcome: str = ""
+    tool_sequence: tuple[str, ...] = ()
+    tools_called: tuple[str, ...] = ()
+    skills_used: tuple[str, ...] = ()
+    subjects: tuple[str, ...] = ()
+    conversation_id: str | None = None
+    duration_ms: int = 0
+    count: int = 1
+    common_task_pattern: str = ""
+    common_outcome: str = ""
+    success_rate: float = 0.0
+    done_count: int = 0
+    subjects_involved: tuple[str, ...] = ()
+    notable_patterns: tuple[str, ...] = ()
+    exemplar_turn_ids: tuple[str, ...] = ()
+    exemplar_of: uuid.UUID | None = None
+    consolidated_into_skill_id: str | None = None
+    embedding_model: str | None = None
+    embedding_dims: int | None = None
+
+    @property
+    def text(self) -> str:
+        return vector_text(self.label, self.ask, self.what_it_did)
+
+
+def vector_text(label: str, ask: str, what_it_did: str) -> str:
+    """The ONE text a raw row is embedded from: ``label``, ``ask`` and ``what_it_did`` joined by a
+    newline, each whole and as stored, a part with nothing in it (a turn told nothing has no ask)
+    left out."""
+    return "\n".join(part for part in (label, ask, what_it_did) if part and part.strip())
+
+
+def tool_set(tool_sequence: tuple[str, ...] | list[str], tools_called: tuple[str, ...] | list[str]) -> frozenset[str]:
+    """The tool names a turn used, as a set: what compaction's Jaccard compares (order and
+    repetition do not matter). The final round's sequence and every call both count, since a
+    final round is often the answer alone."""
+    return frozenset(tool_sequence) | frozenset(tools_called)
+
+
+def label_names_run_id(label: str, turn_id: str) -> bool:
+    """True when ``label`` carries ``turn_id`` as a token of its own (not inside a longer word).
+
+    A scheduled turn's label names its schedule and never the fire's run id, which differs on
+    every fire: led by the id, two fires of one schedule are unalike to every similarity search.
+    """
+    if not turn_id:
+        return False
+    pattern = r"(?<![A-Za-z0-9])" + re.escape(turn_id) + r"(?![A-Za-z0-9])"
+    return re.search(pattern, label) is not None
+
+
+@dataclass(frozen=True)
+class EpisodeFilter:
+    kind: EpisodeKind | None = None
+    outcomes: tuple[TurnOutcome, ...] = ()
+    min_tool_calls: int = 0
+    conversation_id: str | None = None
+
+    def scope(self) -> dict[str, object]:
+        return {
+            "kind": str(self.kind) if self.kind else None,
+            "outcomes": sorted(str(o) for o in self.outcomes),
+            "min_tool_calls": self.min_tool_calls,
+            "conversation_id": self.conversation_id,
+        }
+
+
+@dataclass
+class Hit:
+    episode: Episode
+    found_by: set[str] = field(default_factory=set)  # {"vector", "lexical"}
+    similarity: float = 0.0
+    lexical_rank: float = 0.0
+
+
+@dataclass(frozen=True)
+class Search:
+    hits: list[Hit]
+    embedding_status: str  # embedded | provided | failed | unconfigured | skipped
+    vector_source: str | None  # index | exact_scan | None
+    unreachable_by_vector: int
+
+
+@dataclass(frozen=True)
+class QueryVector:
+    values: np.ndarray
+    model: str

@@ -1,0 +1,463 @@
+"""Episode use cases: record, search, list, get, mark consolidated, list seats.
+
+Dependencies arrive as arguments (store, embedder, index, clock, config, events); the servicer
+only translates protobuf to these calls and back. The lifecycle pass is in ``lifecycle.py``, the
+fill and the index passes in ``passes.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from libs.common.config import EpisodesConfig
+from libs.common.embeddings import Embedder, EmbeddingError
+from libs.common.errors import InvalidArgument, NotFound
+from libs.common.events import EventSink
+from libs.common.validation import (
+    decode_page_token,
+    encode_page_token,
+    optional_limit,
+    page_size,
+    require_id,
+    require_ident,
+    require_text,
+    seat_ref,
+)
+from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
+from services.episodes.domain import (
+    COLLECTION_BASE,
+    DOMAIN,
+    LIST_PAGE_DEFAULT,
+    LIST_PAGE_MAX,
+    MAX_IDS_PER_CALL,
+    MAX_SEARCH_LIMIT,
+    SEATS_PAGE_DEFAULT,
+    SEATS_PAGE_MAX,
+    WORK_ITEM_BACKENDS,
+    Episode,
+    EpisodeFilter,
+    EpisodeKind,
+    Hit,
+    QueryVector,
+    Search,
+    TurnOutcome,
+    label_names_run_id,
+    vector_text,
+)
+from services.episodes.store import Dropped, PostgresEpisodeStore
+
+__all__ = ["EpisodeService", "TurnRecord", "drop_points", "index_point"]
+
+_log = logging.getLogger(__name__)
+
+
+def index_point(
+    episode_id: uuid.UUID, company: str, seat: str, outcome: str, vector: np.ndarray, model: str
+) -> IndexPoint:
+    """A raw row's point. ``kind: raw`` is on every point and every search filters on it, so even a
+    point written by mistake for another kind could never be a similarity hit."""
+    return IndexPoint(
+        id=episode_id,
+        vector=vector,
+        company=company,
+        seat=seat,
+        model=model,
+        labels={"kind": str(EpisodeKind.RAW), "outcome": outcome},
+    )
+
+
+async def drop_points(index: VectorIndex, gone: Sequence[Dropped]) -> None:
+    """Remove deleted rows' points (best effort: every hit is re-read from Postgres anyway)."""
+    by_dims: dict[int, list[uuid.UUID]] = defaultdict(list)
+    for d in gone:
+        if d.dims:
+            by_dims[d.dims].append(d.id)
+    for dims, ids in by_dims.items():
+        try:
+            await index.delete(collection_name(COLLECTION_BASE, dims), ids)
+        except IndexUnavailable as err:
+            _log.warning("%d deleted episodes keep stale points until a rebuild: %s", len(ids), err)
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """What RecordEpisode is told about one settled turn."""
+
+    company: str
+    seat: str
+    turn_id: str
+    outcome: TurnOutcome | None
+    start_time: datetime | None
+    end_time: datetime | None
+    label: str = ""
+    ask: str = ""
+    what_it_did: str = ""
+    role: str = ""
+    work_item: str = ""
+    review_outcome: str = ""
+    tool_sequence: tuple[str, ...] = ()
+    tools_called: tuple[str, ...] = ()
+    skills_used: tuple[str, ...] = ()
+    subjects: tuple[str, ...] = ()
+    conversation_id: str = ""
+
+
+def _names(values: Sequence[str], field: str) -> tuple[str, ...]:
+    for i, v in enumerate(values):
+        if not v or not v.strip():
+            raise InvalidArgument(
+                f"{field}[{i}] is empty", reason="FIELD_REQUIRED", domain=DOMAIN, field=f"{field}[{i}]"
+            )
+    return tuple(values)
+
+
+class EpisodeService:
+    def __init__(
+        self,
+        store: PostgresEpisodeStore,
+        embedder: Embedder | None,
+        index: VectorIndex,
+        clock,  # libs.common.clock.Clock
+        config: EpisodesConfig,
+        events: EventSink,
+    ):
+        self.store = store
+        self.embedder = embedder
+        self.index = index
+        self.clock = clock
+        self.config = config
+        self.events = events
+
+    # ---------------------------------------------------------------- record
+
+    def _validate(self, rec: TurnRecord) -> None:
+        require_text(rec.turn_id, "turn_id", domain=DOMAIN, max_chars=200)
+        require_text(rec.label, "label", domain=DOMAIN)
+        if label_names_run_id(rec.label, rec.turn_id):
+            # The label names what woke the turn (a schedule's name), never the fire's run id,
+            # which differs on every fire and makes two fires of one schedule unalike.
+            raise InvalidArgument(
+                f"label names the turn's own run id {rec.turn_id!r}; a scheduled turn's label names its schedule",
+                reason="LABEL_NAMES_RUN_ID",
+                domain=DOMAIN,
+                field="label",
+                metadata={"turn_id": rec.turn_id},
+            )
+        if rec.outcome is None:
+            raise InvalidArgument(
+                "outcome is required (DONE, FAILED, SELF_ITERATE or SKIPPED)",
+                reason="FIELD_REQUIRED",
+                domain=DOMAIN,
+                field="outcome",
+            )
+        if rec.start_time is None:
+            raise InvalidArgument("start_time is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="start_time")
+        if rec.end_time is None:
+            raise InvalidArgument("end_time is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="end_time")
+        if rec.end_time < rec.start_time:
+            raise InvalidArgument(
+                "end_time is before start_time",
+                reason="END_BEFORE_START",
+                domain=DOMAIN,
+                field="end_time",
+                metadata={"start_time": rec.start_time.isoformat(), "end_time": rec.end_time.isoformat()},
+            )
+        if rec.work_item:
+            backend, _, ref = rec.work_item.partition(":")
+            if backend not in WORK_ITEM_BACKENDS or not ref.strip():
+                raise InvalidArgument(
+                    f"work_item {rec.work_item[:100]!r} is not a backend-qualified ref "
+                    f"({', '.join(b + ':<id>' for b in WORK_ITEM_BACKENDS)})",
+                    reason="FIELD_INVALID",
+                    domain=DOMAIN,
+                    field="work_item",
+                    metadata={"value": rec.work_item[:100], "backends": ",".join(WORK_ITEM_BACKENDS)},
+                )
+        if rec.role:
+            require_ident(rec.role, "role", domain=DOMAIN)
+
+    async def record(self, rec: TurnRecord) -> tuple[Episode, bool, str | None]:
+        """Store one raw row; returns it, whether it was created, and why it has no vector."""
+        company, seat = seat_ref(rec.company, rec.seat, domain=DOMAIN)
+        self._validate(rec)
+        tool_sequence = _names(rec.tool_sequence, "tool_sequence")
+        tools_called = _names(rec.tools_called, "tools_called")
+        existing = await self.store.get_by_turn(company, seat, rec.turn_id)
+        if existing is not None:
+            return existing, False, None
+        assert rec.start_time is not None and rec.end_time is not None and rec.outcome is not None
+        text = vector_text(rec.label, rec.ask, rec.what_it_did)
+        vector, skipped = await self._embed_inline(text)
+        episode = Episode(
+            id=uuid.uuid4(),
+            company=company,
+            seat=seat,
+            kind=EpisodeKind.RAW,
+            outcome=rec.outcome,
+            start_time=rec.start_time,
+            end_time=rec.end_time,
+            turn_id=rec.turn_id,
+            role=rec.role or None,
+            work_item=rec.work_item or None,
+            label=rec.label,
+            ask=rec.ask,
+            what_it_did=rec.what_it_did,
+            review_outcome=rec.review_outcome,
+            tool_sequence=tool_sequence,
+            tools_called=tools_called,
+            skills_used=tuple(rec.skills_used),
+            subjects=tuple(rec.subjects),
+            conversation_id=rec.conversation_id or None,
+            duration_ms=int((rec.end_time - rec.start_time).total_seconds() * 1000),
+            embedding_model=self.embedder.model if (vector is not None and self.embedder) else None,
+        )
+        stored = await self.store.insert_raw(episode, vector, self.clock.now())
+        if stored is None:
+            # A concurrent call for the same run id won the insert: that row is the record.
+            winner = await self.store.get_by_turn(company, seat, rec.turn_id)
+            assert winner is not None
+            return winner, False, None
+        if vector is not None:
+            await self._index(stored, vector)
+        return stored, True, skipped
+
+    async def _embed_inline(self, text: str) -> tuple[np.ndarray | None, str | None]:
+        """The two-second embed: a vector, or none and the reason (the fill tries again later)."""
+        if self.embedder is None:
+            return None, "unconfigured"
+        try:
+            async with asyncio.timeout(self.config.embed_budget_seconds):
+                [vec] = await self.embedder.embed([text])
+        except TimeoutError:
+            return None, "timeout"
+        except EmbeddingError as err:
+            return None, err.kind
+        if vec is None:
+            return None, "unusable_vector"
+        return vec.values, None
+
+    async def _index(self, ep: Episode, vector: np.ndarray) -> None:
+        try:
+            await self.index.upsert(
+                collection_name(COLLECTION_BASE, int(vector.shape[0])),
+                [index_point(ep.id, ep.company, ep.seat, str(ep.outcome), vector, ep.embedding_model or "")],
+            )
+        except IndexUnavailable as err:
+            # The row holds its vector; the fill pass indexes it when the index is back.
+            _log.warning("episode %s stored but not indexed: %s", ep.id, err)
+            return
+        await self.store.set_indexed([ep.id])
+
+    # ---------------------------------------------------------------- search
+
+    async def search(
+        self,
+        company: str,
+        seat: str,
+        query: str,
+        limit: int,
+        lexical_limit: int | None,
+        outcome: TurnOutcome | None,
+        query_vector: QueryVector | None,
+    ) -> Search:
+        """Raw rows by similarity to ``query`` (the query's model only), unioned with a lexical
+        half. A compacted row is never a hit: it has no vector, its points do not exist, the index
+        filter and both SQL halves say ``kind = 'raw'``."""
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        if limit < 0 or limit > MAX_SEARCH_LIMIT:
+            raise InvalidArgument(
+                f"limit must be between 0 and {MAX_SEARCH_LIMIT}, got {limit}",
+                reason="LIMIT_OUT_OF_RANGE",
+                domain=DOMAIN,
+                field="limit",
+                metadata={"value": limit, "maximum": MAX_SEARCH_LIMIT},
+            )
+        k_vec = limit or self.config.search_limit
+        k_lex = optional_limit(lexical_limit, "lexical_limit", default=k_vec, maximum=MAX_SEARCH_LIMIT, domain=DOMAIN)
+        if not query.strip() and query_vector is None:
+            raise InvalidArgument(
+                "query (or query_embedding) is required; read recent turns with ListEpisodes",
+                reason="FIELD_REQUIRED",
+                domain=DOMAIN,
+                field="query",
+            )
+        hits: dict[uuid.UUID, Hit] = {}
+
+        status, source, unreachable = "skipped", None, 0
+        vector: QueryVector | None = query_vector
+        if vector is not None:
+            status = "provided"
+        else:
+            vector, status = await self._embed_query(query)
+        if vector is not None:
+            found, source = await self._vector_half(company, seat, vector, k_vec, outcome)
+            for ep, sim in found:
+                hit = hits.setdefault(ep.id, Hit(ep))
+                hit.found_by.add("vector")
+                hit.similarity = sim
+            unreachable = await self.store.unreachable_by_vector(
+                company, seat, vector.model, int(vector.values.shape[0]), outcome
+            )
+        if k_lex and query.strip():
+            for ep, rank in await self.store.lexical(company, seat, query, k_lex, outcome):
+                hit = hits.setdefault(ep.id, Hit(ep))
+                hit.found_by.add("lexical")
+                hit.lexical_rank = rank
+
+        def order(h: Hit) -> tuple:
+            return (0 if "vector" in h.found_by else 1, -h.similarity, -h.lexical_rank, -h.episode.end_time.timestamp())
+
+        return Search(sorted(hits.values(), key=order), status, source, unreachable)
+
+    async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
+        if self.embedder is None:
+            return None, "unconfigured"
+        if not query.strip():
+            return None, "skipped"
+        try:
+            async with asyncio.timeout(self.config.embed_budget_seconds):
+                [vec] = await self.embedder.embed([query])
+        except (TimeoutError, EmbeddingError):
+            return None, "failed"
+        if vec is None:
+            return None, "failed"
+        return QueryVector(vec.values, vec.model), "embedded"
+
+    async def _vector_half(
+        self, company: str, seat: str, vector: QueryVector, limit: int, outcome: TurnOutcome | None
+    ) -> tuple[list[tuple[Episode, float]], str]:
+        labels = {"kind": str(EpisodeKind.RAW)}
+        if outcome is not None:
+            labels["outcome"] = str(outcome)
+        try:
+            found = await self.index.search(
+                collection_name(COLLECTION_BASE, int(vector.values.shape[0])),
+                vector.values,
+                company=company,
+                seat=seat,
+                model=vector.model,
+                now=self.clock.now().timestamp(),
+                limit=limit,
+                labels=labels,
+            )
+        except IndexUnavailable as err:
+            _log.warning("vector index unreachable, exact scan for %s/%s: %s", company, seat, err)
+            return await self.store.exact(company, seat, vector.values, vector.model, limit, outcome), "exact_scan"
+        rows = await self.store.hydrate_raw(company, seat, [h.id for h in found])
+        return [(rows[h.id], h.score) for h in found if h.id in rows], "index"
+
+    # ---------------------------------------------------------------- reads
+
+    async def get(self, company: str, seat: str, episode_id: str, turn_id: str) -> Episode:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        if bool(episode_id) == bool(turn_id):
+            raise InvalidArgument(
+                "name the row by exactly one of episode_id and turn_id",
+                reason="ONE_OF_REQUIRED",
+                domain=DOMAIN,
+                field="episode_id",
+                metadata={"fields": "episode_id,turn_id"},
+            )
+        if episode_id:
+            ep = await self.store.get(company, seat, require_id(episode_id, "episode_id", domain=DOMAIN))
+            what = {"episode_id": episode_id}
+        else:
+            ep = await self.store.get_by_turn(company, seat, turn_id)
+            what = {"turn_id": turn_id}
+        if ep is None:
+            key, value = next(iter(what.items()))
+            raise NotFound(
+                f"no episode with {key} {value} for seat {seat}",
+                reason="EPISODE_NOT_FOUND",
+                domain=DOMAIN,
+                metadata={**what, "seat": seat},
+            )
+        return ep
+
+    async def list_episodes(
+        self, company: str, seat: str, size: int, token: str, f: EpisodeFilter
+    ) -> tuple[list[Episode], str, int]:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        size = page_size(size, default=LIST_PAGE_DEFAULT, maximum=LIST_PAGE_MAX, domain=DOMAIN)
+        if f.min_tool_calls < 0:
+            raise InvalidArgument(
+                f"filter.min_tool_calls must not be negative, got {f.min_tool_calls}",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field="filter.min_tool_calls",
+                metadata={"value": f.min_tool_calls},
+            )
+        scope = {"company": company, "seat": seat, **f.scope()}
+        cursor = decode_page_token(token, scope, domain=DOMAIN)
+        after = None
+        if cursor is not None:
+            try:
+                after = (datetime.fromisoformat(cursor["t"]), uuid.UUID(cursor["id"]))
+            except (KeyError, ValueError, TypeError):
+                raise InvalidArgument(
+                    "page_token is not a token this service issued",
+                    reason="PAGE_TOKEN_INVALID",
+                    domain=DOMAIN,
+                    field="page_token",
+                ) from None
+        rows = await self.store.page(company, seat, f, after, size + 1)
+        total = await self.store.count(company, seat, f)
+        next_token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            last = rows[-1]
+            next_token = encode_page_token({"t": last.end_time.isoformat(), "id": str(last.id)}, scope)
+        return rows, next_token, total
+
+    async def mark_consolidated(self, company: str, seat: str, turn_ids: list[str], skill_id: str) -> int:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        require_text(skill_id, "skill_id", domain=DOMAIN, max_chars=200)
+        if len(turn_ids) > MAX_IDS_PER_CALL:
+            raise InvalidArgument(
+                f"at most {MAX_IDS_PER_CALL} turn_ids per call, got {len(turn_ids)}",
+                reason="TOO_MANY_IDS",
+                domain=DOMAIN,
+                field="turn_ids",
+                metadata={"limit": MAX_IDS_PER_CALL, "count": len(turn_ids)},
+            )
+        for i, t in enumerate(turn_ids):
+            require_text(t, f"turn_ids[{i}]", domain=DOMAIN, max_chars=200)
+        if not turn_ids:
+            return 0
+        # Shielded like the diary's uses: a skill already drafted from these rows is recorded even
+        # when the caller goes away mid-call.
+        return await asyncio.shield(
+            self.store.mark_consolidated(company, seat, sorted(set(turn_ids)), skill_id, self.clock.now())
+        )
+
+    async def list_seats(self, company: str, size: int, token: str) -> tuple[list[tuple[str, str]], str]:
+        if company:
+            require_ident(company, "company", domain=DOMAIN)
+        size = page_size(size, default=SEATS_PAGE_DEFAULT, maximum=SEATS_PAGE_MAX, domain=DOMAIN)
+        scope = {"company": company or None}
+        cursor = decode_page_token(token, scope, domain=DOMAIN)
+        after = None
+        if cursor is not None:
+            try:
+                after = (str(cursor["company"]), str(cursor["seat"]))
+            except (KeyError, TypeError):
+                raise InvalidArgument(
+                    "page_token is not a token this service issued",
+                    reason="PAGE_TOKEN_INVALID",
+                    domain=DOMAIN,
+                    field="page_token",
+                ) from None
+        seats = await self.store.seats(company or None, after, size + 1)
+        next_token = ""
+        if len(seats) > size:
+            seats = seats[:size]
+            next_token = encode_page_token({"company": seats[-1][0], "seat": seats[-1][1]}, scope)
+        return seats, next_token

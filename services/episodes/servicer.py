@@ -1,0 +1,241 @@
+"""EpisodeService over gRPC: protobuf in, domain calls, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import grpc
+import numpy as np
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentlearn.common.v1 import embedding_pb2
+from agentlearn.episodes.v1 import episode_service_pb2 as pb
+from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
+from libs.common.errors import InvalidArgument
+from services.episodes.domain import DOMAIN, Episode, EpisodeFilter, EpisodeKind, QueryVector, TurnOutcome
+from services.episodes.service import EpisodeService, TurnRecord
+
+__all__ = ["EpisodeServicer", "episode_to_pb"]
+
+_KIND_TO_PB = {EpisodeKind.RAW: pb.EPISODE_KIND_RAW, EpisodeKind.COMPACTED: pb.EPISODE_KIND_COMPACTED}
+_KIND_FROM_PB = {v: k for k, v in _KIND_TO_PB.items()}
+_OUTCOME_TO_PB = {
+    TurnOutcome.DONE: pb.TURN_OUTCOME_DONE,
+    TurnOutcome.FAILED: pb.TURN_OUTCOME_FAILED,
+    TurnOutcome.SELF_ITERATE: pb.TURN_OUTCOME_SELF_ITERATE,
+    TurnOutcome.SKIPPED: pb.TURN_OUTCOME_SKIPPED,
+}
+_OUTCOME_FROM_PB = {v: k for k, v in _OUTCOME_TO_PB.items()}
+_HALF = {"vector": pb.SEARCH_HALF_VECTOR, "lexical": pb.SEARCH_HALF_LEXICAL}
+_EMBEDDING_STATUS = {
+    "embedded": embedding_pb2.EMBEDDING_STATUS_EMBEDDED,
+    "provided": embedding_pb2.EMBEDDING_STATUS_PROVIDED,
+    "failed": embedding_pb2.EMBEDDING_STATUS_FAILED,
+    "unconfigured": embedding_pb2.EMBEDDING_STATUS_UNCONFIGURED,
+    "skipped": embedding_pb2.EMBEDDING_STATUS_SKIPPED,
+}
+_VECTOR_SOURCE = {
+    None: embedding_pb2.VECTOR_SOURCE_UNSPECIFIED,
+    "index": embedding_pb2.VECTOR_SOURCE_INDEX,
+    "exact_scan": embedding_pb2.VECTOR_SOURCE_EXACT_SCAN,
+}
+
+
+def _ts(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def _when(msg: Timestamp, present: bool) -> datetime | None:
+    return msg.ToDatetime(tzinfo=UTC) if present else None
+
+
+def episode_to_pb(ep: Episode) -> pb.Episode:
+    return pb.Episode(
+        id=str(ep.id),
+        company=ep.company,
+        seat=ep.seat,
+        kind=_KIND_TO_PB[ep.kind],
+        turn_id=ep.turn_id or "",
+        work_item=ep.work_item or "",
+        label=ep.label,
+        ask=ep.ask,
+        what_it_did=ep.what_it_did,
+        outcome=_OUTCOME_TO_PB[ep.outcome],
+        review_outcome=ep.review_outcome,
+        tool_sequence=list(ep.tool_sequence),
+        tools_called=list(ep.tools_called),
+        skills_used=list(ep.skills_used),
+        conversation_id=ep.conversation_id or "",
+        start_time=_ts(ep.start_time),
+        end_time=_ts(ep.end_time),
+        duration_ms=ep.duration_ms,
+        count=ep.count,
+        common_task_pattern=ep.common_task_pattern,
+        common_outcome=ep.common_outcome,
+        success_rate=ep.success_rate,
+        done_count=ep.done_count,
+        subjects_involved=list(ep.subjects_involved),
+        notable_patterns=list(ep.notable_patterns),
+        exemplar_turn_ids=list(ep.exemplar_turn_ids),
+        consolidated_into_skill_id=ep.consolidated_into_skill_id or "",
+        embedding_model=ep.embedding_model or "",
+        subjects=list(ep.subjects),
+        role=ep.role or "",
+        embedding_dimensions=ep.embedding_dims or 0,
+    )
+
+
+def _outcome(value: int, field: str) -> TurnOutcome | None:
+    """The outcome, ``None`` when unset (RecordEpisode refuses that, naming the field)."""
+    if value == pb.TURN_OUTCOME_UNSPECIFIED:
+        return None
+    if value not in _OUTCOME_FROM_PB:
+        raise InvalidArgument(f"unknown {field} {value}", reason="FIELD_INVALID", domain=DOMAIN, field=field)
+    return _OUTCOME_FROM_PB[value]
+
+
+def _query_vector(msg: embedding_pb2.Embedding) -> QueryVector | None:
+    if not msg.values:
+        return None
+    values = np.asarray(msg.values, dtype=np.float32)
+    if not msg.model:
+        raise InvalidArgument(
+            "query_embedding.model is required with query_embedding.values",
+            reason="FIELD_REQUIRED",
+            domain=DOMAIN,
+            field="query_embedding.model",
+        )
+    if msg.dimensions and msg.dimensions != values.shape[0]:
+        raise InvalidArgument(
+            f"query_embedding has {values.shape[0]} values but says dimensions {msg.dimensions}",
+            reason="FIELD_INVALID",
+            domain=DOMAIN,
+            field="query_embedding.dimensions",
+            metadata={"values": values.shape[0], "dimensions": msg.dimensions},
+        )
+    if not np.all(np.isfinite(values)) or not np.any(values):
+        raise InvalidArgument(
+            "query_embedding has no direction (all zeros or not finite)",
+            reason="VECTOR_UNUSABLE",
+            domain=DOMAIN,
+            field="query_embedding.values",
+        )
+    return QueryVector(values, msg.model)
+
+
+def _filter(msg: pb.EpisodeFilter) -> EpisodeFilter:
+    if msg.kind not in (pb.EPISODE_KIND_UNSPECIFIED, *_KIND_FROM_PB):
+        raise InvalidArgument(
+            f"unknown filter.kind {msg.kind}", reason="FIELD_INVALID", domain=DOMAIN, field="filter.kind"
+        )
+    outcomes = []
+    for i, value in enumerate(msg.outcomes):
+        if value not in _OUTCOME_FROM_PB:
+            raise InvalidArgument(
+                f"filter.outcomes[{i}] must name an outcome, got {value}",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field=f"filter.outcomes[{i}]",
+            )
+        outcomes.append(_OUTCOME_FROM_PB[value])
+    return EpisodeFilter(
+        kind=_KIND_FROM_PB.get(msg.kind),
+        outcomes=tuple(sorted(set(outcomes))),
+        min_tool_calls=msg.min_tool_calls,
+        conversation_id=msg.conversation_id or None,
+    )
+
+
+class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
+    def __init__(self, service: EpisodeService):
+        self._service = service
+
+    async def RecordEpisode(
+        self, request: pb.RecordEpisodeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordEpisodeResponse:
+        rec = TurnRecord(
+            company=request.company,
+            seat=request.seat,
+            turn_id=request.turn_id,
+            outcome=_outcome(request.outcome, "outcome"),
+            start_time=_when(request.start_time, request.HasField("start_time")),
+            end_time=_when(request.end_time, request.HasField("end_time")),
+            label=request.label,
+            ask=request.ask,
+            what_it_did=request.what_it_did,
+            role=request.role,
+            work_item=request.work_item,
+            review_outcome=request.review_outcome,
+            tool_sequence=tuple(request.tool_sequence),
+            tools_called=tuple(request.tools_called),
+            skills_used=tuple(request.skills_used),
+            subjects=tuple(request.subjects),
+            conversation_id=request.conversation_id,
+        )
+        episode, created, skipped = await self._service.record(rec)
+        return pb.RecordEpisodeResponse(
+            episode=episode_to_pb(episode), created=created, embedding_skipped_reason=skipped or ""
+        )
+
+    async def SearchEpisodes(
+        self, request: pb.SearchEpisodesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SearchEpisodesResponse:
+        search = await self._service.search(
+            request.company,
+            request.seat,
+            request.query,
+            request.limit,
+            request.lexical_limit if request.HasField("lexical_limit") else None,
+            _outcome(request.outcome_filter, "outcome_filter"),
+            _query_vector(request.query_embedding) if request.HasField("query_embedding") else None,
+        )
+        return pb.SearchEpisodesResponse(
+            hits=[
+                pb.EpisodeHit(
+                    episode=episode_to_pb(h.episode),
+                    similarity=h.similarity,
+                    found_by=sorted(_HALF[x] for x in h.found_by),
+                    lexical_rank=h.lexical_rank,
+                )
+                for h in search.hits
+            ],
+            embedding_status=_EMBEDDING_STATUS[search.embedding_status],
+            vector_source=_VECTOR_SOURCE[search.vector_source],
+            unreachable_by_vector_count=search.unreachable_by_vector,
+        )
+
+    async def ListEpisodes(
+        self, request: pb.ListEpisodesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListEpisodesResponse:
+        rows, token, total = await self._service.list_episodes(
+            request.company, request.seat, request.page_size, request.page_token, _filter(request.filter)
+        )
+        return pb.ListEpisodesResponse(
+            episodes=[episode_to_pb(e) for e in rows], next_page_token=token, total_size=total
+        )
+
+    async def GetEpisode(
+        self, request: pb.GetEpisodeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetEpisodeResponse:
+        ep = await self._service.get(request.company, request.seat, request.episode_id, request.turn_id)
+        return pb.GetEpisodeResponse(episode=episode_to_pb(ep))
+
+    async def MarkEpisodesConsolidated(
+        self, request: pb.MarkEpisodesConsolidatedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MarkEpisodesConsolidatedResponse:
+        marked = await self._service.mark_consolidated(
+            request.company, request.seat, list(request.turn_ids), request.skill_id
+        )
+        return pb.MarkEpisodesConsolidatedResponse(marked_count=marked)
+
+    async def ListEpisodeSeats(
+        self, request: pb.ListEpisodeSeatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListEpisodeSeatsResponse:
+        seats, token = await self._service.list_seats(request.company, request.page_size, request.page_token)
+        return pb.ListEpisodeSeatsResponse(
+            seats=[pb.SeatRef(company=c, seat=s) for c, s in seats], next_page_token=token
+        )

@@ -1,0 +1,403 @@
+"""PostgreSQL store of ``episodes``: named queries, ``$n`` parameters, driver errors kept inside.
+
+Every read is scoped to one (company, seat). Similarity and the lexical half read raw rows only;
+listings read both kinds. The lifecycle's statements are here too, each scoped to one seat, and a
+fold is one transaction that re-checks its members under row locks before it deletes anything.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+import numpy as np
+
+from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, TurnOutcome
+
+__all__ = ["SQL", "Dropped", "PostgresEpisodeStore"]
+
+_COLUMNS = """id, company, seat, role, kind, turn_id, work_item, label, ask, what_it_did, outcome, review_outcome,
+              tool_sequence, tools_called, skills_used, subjects, conversation_id, start_time, end_time, duration_ms,
+              count, common_task_pattern, common_outcome, success_rate, done_count, subjects_involved,
+              notable_patterns, exemplar_turn_ids, exemplar_of, consolidated_into_skill_id, embedding_model,
+              embedding_dims"""
+_SEAT = "company = $1 AND seat = $2"
+# A listing's filter: $3 kind, $4 outcomes, $5 min tool calls, $6 conversation.
+_FILTER = """($3::text IS NULL OR kind = $3) AND (cardinality($4::text[]) = 0 OR outcome = ANY($4::text[]))
+             AND cardinality(tools_called) >= $5 AND ($6::text IS NULL OR conversation_id = $6)"""
+# Rows the vector half cannot reach: no vector of the query's model and width.
+_UNREACHABLE = "(embedding IS NULL OR embedding_model IS DISTINCT FROM $3 OR embedding_dims IS DISTINCT FROM $4)"
+# A row a fold may take: old enough, settled, called a tool, not a summary's exemplar, not absorbed
+# by a skill ($3 is the compaction horizon).
+_FOLDABLE = """kind = 'raw' AND end_time < $3 AND exemplar_of IS NULL AND consolidated_into_skill_id IS NULL
+               AND outcome <> 'self_iterate' AND (cardinality(tool_sequence) > 0 OR cardinality(tools_called) > 0)"""
+
+SQL = {
+    "insert": f"""
+        INSERT INTO episodes (id, company, seat, role, kind, turn_id, work_item, label, ask, what_it_did, outcome,
+                              review_outcome, tool_sequence, tools_called, skills_used, subjects, conversation_id,
+                              start_time, end_time, duration_ms, record_time, embedding, embedding_model,
+                              embedding_dims)
+        VALUES ($1, $2, $3, $4, 'raw', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+                $21, $22, $23)
+        ON CONFLICT (company, seat, turn_id) DO NOTHING
+        RETURNING {_COLUMNS}""",
+    "get": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND id = $3",
+    "get_by_turn": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND turn_id = $3",
+    "hydrate_raw": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND kind = 'raw' AND id = ANY($3)",
+    # The lexical half (the diary's): the query's own English lexemes OR-ed together, ranked by
+    # cover density, length-normalised; raw rows only.
+    "lexical": f"""
+        WITH q AS (
+            SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq
+            FROM unnest(tsvector_to_array(to_tsvector('english', $4))) AS lexeme)
+        SELECT {_COLUMNS}, ts_rank(e.tsv, q.tsq, 1) AS rank
+        FROM episodes e, q
+        WHERE e.company = $1 AND e.seat = $2 AND e.kind = 'raw' AND ($5::text IS NULL OR e.outcome = $5)
+          AND e.tsv @@ q.tsq
+        ORDER BY rank DESC, e.end_time DESC, e.id DESC LIMIT $3""",
+    # The exact per-seat scan that answers when the index cannot: raw rows of the query's model.
+    "exact": f"""
+        SELECT {_COLUMNS}, 1 - (embedding <=> $4) AS similarity
+        FROM episodes
+        WHERE {_SEAT} AND kind = 'raw' AND embedding IS NOT NULL AND embedding_model = $5 AND embedding_dims = $6
+          AND ($7::text IS NULL OR outcome = $7)
+        ORDER BY embedding <=> $4 LIMIT $3""",
+    "unreachable": f"""
+        SELECT count(*) FROM episodes
+        WHERE {_SEAT} AND kind = 'raw' AND {_UNREACHABLE} AND ($5::text IS NULL OR outcome = $5)""",
+    "count": f"SELECT count(*) FROM episodes WHERE {_SEAT} AND {_FILTER}",
+    "page": f"""
+        SELECT {_COLUMNS} FROM episodes
+        WHERE {_SEAT} AND {_FILTER}
+          AND ($7::timestamptz IS NULL OR (end_time, id) < ($7, $8::uuid))
+        ORDER BY end_time DESC, id DESC LIMIT $9""",
+    # Stamping is idempotent: a row already carrying this skill keeps its stamp time (the grace
+    # runs from the first stamp); a row re-drafted into another skill starts a new grace.
+    "mark_consolidated": f"""
+        UPDATE episodes SET
+            consolidated_time = CASE WHEN consolidated_into_skill_id IS NOT DISTINCT FROM $4
+                                     THEN consolidated_time ELSE $5 END,
+            consolidated_into_skill_id = $4
+        WHERE {_SEAT} AND kind = 'raw' AND turn_id = ANY($3)""",
+    # Seats with raw rows, walked as a skip scan over episodes_seat_raw: one index probe per seat.
+    "seats": """
+        WITH RECURSIVE seats(company, seat) AS (
+            (SELECT company, seat FROM episodes
+             WHERE kind = 'raw' AND (company, seat) > ($1, $2) ORDER BY company, seat LIMIT 1)
+            UNION ALL
+            SELECT n.company, n.seat FROM seats s CROSS JOIN LATERAL (
+                SELECT e.company, e.seat FROM episodes e
+                WHERE e.kind = 'raw' AND (e.company, e.seat) > (s.company, s.seat)
+                ORDER BY e.company, e.seat LIMIT 1) n)
+        SELECT company, seat FROM seats LIMIT $3""",
+    "seats_of_company": """
+        WITH RECURSIVE seats(seat) AS (
+            (SELECT seat FROM episodes WHERE kind = 'raw' AND company = $1 AND seat > $2 ORDER BY seat LIMIT 1)
+            UNION ALL
+            SELECT n.seat FROM seats s CROSS JOIN LATERAL (
+                SELECT e.seat FROM episodes e
+                WHERE e.kind = 'raw' AND e.company = $1 AND e.seat > s.seat ORDER BY e.seat LIMIT 1) n)
+        SELECT $1::text AS company, seat FROM seats LIMIT $3""",
+    # ---- the lifecycle (spec "Episode lifecycle")
+    # The gate: one indexed count per seat (an index-only scan of episodes_seat_raw).
+    "raw_count": f"SELECT count(*) FROM episodes WHERE {_SEAT} AND kind = 'raw'",
+    "seat_role": f"SELECT role FROM episodes WHERE {_SEAT} ORDER BY end_time DESC, id DESC LIMIT 1",
+    "drop_non_terminal": f"""
+        DELETE FROM episodes WHERE {_SEAT} AND kind = 'raw' AND outcome = 'self_iterate' AND end_time < $3
+        RETURNING id, embedding_dims""",
+    "drop_tool_free": f"""
+        DELETE FROM episodes WHERE {_SEAT} AND kind = 'raw' AND end_time < $3
+          AND cardinality(tool_sequence) = 0 AND cardinality(tools_called) = 0
+        RETURNING id, embedding_dims""",
+    "drop_consolidated": f"""
+        DELETE FROM episodes WHERE {_SEAT} AND kind = 'raw' AND consolidated_into_skill_id IS NOT NULL
+          AND end_time < $3 AND consolidated_time < $3
+        RETURNING id, embedding_dims""",
+    "fold_candidates": f"""
+        SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND {_FOLDABLE}
+        ORDER BY end_time, id LIMIT $4""",
+    "lock_members": f"SELECT id FROM episodes WHERE {_SEAT} AND {_FOLDABLE} AND id = ANY($4) FOR UPDATE",
+    "insert_compacted": """
+        INSERT INTO episodes (id, company, seat, role, kind, label, what_it_did, outcome, review_outcome,
+                              tool_sequence, tools_called, skills_used, subjects, start_time, end_time, duration_ms,
+                              record_time, count, common_task_pattern, common_outcome, success_rate, done_count,
+                              subjects_involved, notable_patterns, exemplar_turn_ids)
+        VALUES ($1, $2, $3, $4, 'compacted', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
+                $20, $21, $22, $23, $24)""",
+    "keep_exemplars": "UPDATE episodes SET exemplar_of = $2 WHERE id = ANY($1)",
+    "delete_ids": "DELETE FROM episodes WHERE id = ANY($1) RETURNING id, embedding_dims",
+    "evict_compacted": f"""
+        DELETE FROM episodes WHERE {_SEAT} AND kind = 'compacted' AND end_time < $3 RETURNING id""",
+    "evict_exemplars": "DELETE FROM episodes WHERE exemplar_of = ANY($1) RETURNING id, embedding_dims",
+    # ---- the index
+    "set_indexed": "UPDATE episodes SET indexed = true WHERE id = ANY($1) AND embedding IS NOT NULL",
+    "unindexed": """
+        SELECT id, company, seat, outcome, embedding, embedding_model FROM episodes
+        WHERE embedding IS NOT NULL AND NOT indexed ORDER BY company, seat, id LIMIT $1""",
+    "all_vectors": """
+        SELECT id, company, seat, outcome, embedding, embedding_model FROM episodes
+        WHERE kind = 'raw' AND embedding IS NOT NULL AND ($1::uuid IS NULL OR id > $1) ORDER BY id LIMIT $2""",
+    "clear_indexed": "UPDATE episodes SET indexed = false WHERE indexed",
+}
+
+
+def episode_of(row: asyncpg.Record) -> Episode:
+    return Episode(
+        id=row["id"],
+        company=row["company"],
+        seat=row["seat"],
+        kind=EpisodeKind(row["kind"]),
+        outcome=TurnOutcome(row["outcome"]),
+        start_time=row["start_time"],
+        end_time=row["end_time"],
+        turn_id=row["turn_id"],
+        role=row["role"],
+        work_item=row["work_item"],
+        label=row["label"],
+        ask=row["ask"],
+        what_it_did=row["what_it_did"],
+        review_outcome=row["review_outcome"],
+        tool_sequence=tuple(row["tool_sequence"]),
+        tools_called=tuple(row["tools_called"]),
+        skills_used=tuple(row["skills_used"]),
+        subjects=tuple(row["subjects"]),
+        conversation_id=row["conversation_id"],
+        duration_ms=int(row["duration_ms"]),
+        count=int(row["count"]),
+        common_task_pattern=row["common_task_pattern"],
+        common_outcome=row["common_outcome"],
+        success_rate=float(row["success_rate"]),
+        done_count=int(row["done_count"]),
+        subjects_involved=tuple(row["subjects_involved"]),
+        notable_patterns=tuple(row["notable_patterns"]),
+        exemplar_turn_ids=tuple(row["exemplar_turn_ids"]),
+        exemplar_of=row["exemplar_of"],
+        consolidated_into_skill_id=row["consolidated_into_skill_id"],
+        embedding_model=row["embedding_model"],
+        embedding_dims=row["embedding_dims"],
+    )
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A deleted row and the width of the vector it had (to drop its point from the index)."""
+
+    id: uuid.UUID
+    dims: int | None
+
+
+def _dropped(rows: Sequence[asyncpg.Record]) -> list[Dropped]:
+    return [Dropped(r["id"], r["embedding_dims"]) for r in rows]
+
+
+def _filter_args(f: EpisodeFilter) -> tuple:
+    return (
+        str(f.kind) if f.kind else None,
+        [str(o) for o in f.outcomes],
+        f.min_tool_calls,
+        f.conversation_id,
+    )
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One cluster folded into a compacted row: what to insert, keep and delete."""
+
+    compacted: Episode
+    member_ids: list[uuid.UUID]
+    exemplar_ids: list[uuid.UUID]
+
+
+class PostgresEpisodeStore:
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    # ---------------------------------------------------------------- writes
+
+    async def insert_raw(self, ep: Episode, vector: np.ndarray | None, now: datetime) -> Episode | None:
+        """Insert a raw row; ``None`` when the seat already has a row for this run id."""
+        row = await self.pool.fetchrow(
+            SQL["insert"],
+            ep.id,
+            ep.company,
+            ep.seat,
+            ep.role,
+            ep.turn_id,
+            ep.work_item,
+            ep.label,
+            ep.ask,
+            ep.what_it_did,
+            str(ep.outcome),
+            ep.review_outcome,
+            list(ep.tool_sequence),
+            list(ep.tools_called),
+            list(ep.skills_used),
+            list(ep.subjects),
+            ep.conversation_id,
+            ep.start_time,
+            ep.end_time,
+            ep.duration_ms,
+            now,
+            None if vector is None else vector.astype(np.float32),
+            ep.embedding_model if vector is not None else None,
+            int(vector.shape[0]) if vector is not None else None,
+        )
+        return episode_of(row) if row else None
+
+    async def mark_consolidated(
+        self, company: str, seat: str, turn_ids: Sequence[str], skill_id: str, now: datetime
+    ) -> int:
+        status = await self.pool.execute(SQL["mark_consolidated"], company, seat, list(turn_ids), skill_id, now)
+        return int(status.split()[-1])
+
+    # ---------------------------------------------------------------- reads
+
+    async def get(self, company: str, seat: str, episode_id: uuid.UUID) -> Episode | None:
+        row = await self.pool.fetchrow(SQL["get"], company, seat, episode_id)
+        return episode_of(row) if row else None
+
+    async def get_by_turn(self, company: str, seat: str, turn_id: str) -> Episode | None:
+        row = await self.pool.fetchrow(SQL["get_by_turn"], company, seat, turn_id)
+        return episode_of(row) if row else None
+
+    async def hydrate_raw(self, company: str, seat: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Episode]:
+        rows = await self.pool.fetch(SQL["hydrate_raw"], company, seat, list(ids))
+        return {r["id"]: episode_of(r) for r in rows}
+
+    async def lexical(
+        self, company: str, seat: str, query: str, limit: int, outcome: TurnOutcome | None
+    ) -> list[tuple[Episode, float]]:
+        rows = await self.pool.fetch(SQL["lexical"], company, seat, limit, query, str(outcome) if outcome else None)
+        return [(episode_of(r), float(r["rank"])) for r in rows]
+
+    async def exact(
+        self, company: str, seat: str, vector: np.ndarray, model: str, limit: int, outcome: TurnOutcome | None
+    ) -> list[tuple[Episode, float]]:
+        rows = await self.pool.fetch(
+            SQL["exact"],
+            company,
+            seat,
+            limit,
+            vector.astype(np.float32),
+            model,
+            int(vector.shape[0]),
+            str(outcome) if outcome else None,
+        )
+        return [(episode_of(r), float(r["similarity"])) for r in rows]
+
+    async def unreachable_by_vector(
+        self, company: str, seat: str, model: str, dims: int, outcome: TurnOutcome | None
+    ) -> int:
+        return int(
+            await self.pool.fetchval(SQL["unreachable"], company, seat, model, dims, str(outcome) if outcome else None)
+        )
+
+    async def count(self, company: str, seat: str, f: EpisodeFilter) -> int:
+        return int(await self.pool.fetchval(SQL["count"], company, seat, *_filter_args(f)))
+
+    async def page(
+        self, company: str, seat: str, f: EpisodeFilter, after: tuple[datetime, uuid.UUID] | None, limit: int
+    ) -> list[Episode]:
+        rows = await self.pool.fetch(
+            SQL["page"],
+            company,
+            seat,
+            *_filter_args(f),
+            after[0] if after else None,
+            after[1] if after else None,
+            limit,
+        )
+        return [episode_of(r) for r in rows]
+
+    async def seats(self, company: str | None, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
+        """Seats with raw rows, ordered by (company, seat), after the cursor."""
+        if company:
+            start = after[1] if after else ""
+            rows = await self.pool.fetch(SQL["seats_of_company"], company, start, limit)
+        else:
+            start_company, start_seat = after if after else ("", "")
+            rows = await self.pool.fetch(SQL["seats"], start_company, start_seat, limit)
+        return [(r["company"], r["seat"]) for r in rows]
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def raw_count(self, company: str, seat: str) -> int:
+        return int(await self.pool.fetchval(SQL["raw_count"], company, seat))
+
+    async def seat_role(self, company: str, seat: str) -> str | None:
+        return await self.pool.fetchval(SQL["seat_role"], company, seat)
+
+    async def drop(self, which: str, company: str, seat: str, before: datetime) -> list[Dropped]:
+        """``which``: non_terminal | tool_free | consolidated."""
+        return _dropped(await self.pool.fetch(SQL[f"drop_{which}"], company, seat, before))
+
+    async def fold_candidates(self, company: str, seat: str, before: datetime, limit: int) -> list[Episode]:
+        rows = await self.pool.fetch(SQL["fold_candidates"], company, seat, before, limit)
+        return [episode_of(r) for r in rows]
+
+    async def fold(self, fold: Fold, before: datetime, now: datetime) -> list[Dropped] | None:
+        """In one transaction: re-check the members under row locks, insert the compacted row, mark
+        the exemplars, delete the rest. ``None`` (nothing changed) when a member is gone or no
+        longer foldable (a skill stamped it meanwhile)."""
+        c = fold.compacted
+        async with self.pool.acquire() as conn, conn.transaction():
+            locked = await conn.fetch(SQL["lock_members"], c.company, c.seat, before, fold.member_ids)
+            if len(locked) != len(fold.member_ids):
+                return None
+            await conn.execute(
+                SQL["insert_compacted"],
+                c.id,
+                c.company,
+                c.seat,
+                c.role,
+                c.label,
+                c.what_it_did,
+                str(c.outcome),
+                c.review_outcome,
+                list(c.tool_sequence),
+                list(c.tools_called),
+                list(c.skills_used),
+                list(c.subjects),
+                c.start_time,
+                c.end_time,
+                c.duration_ms,
+                now,
+                c.count,
+                c.common_task_pattern,
+                c.common_outcome,
+                c.success_rate,
+                c.done_count,
+                list(c.subjects_involved),
+                list(c.notable_patterns),
+                list(c.exemplar_turn_ids),
+            )
+            await conn.execute(SQL["keep_exemplars"], fold.exemplar_ids, c.id)
+            keep = set(fold.exemplar_ids)
+            rows = await conn.fetch(SQL["delete_ids"], [i for i in fold.member_ids if i not in keep])
+        return _dropped(rows)
+
+    async def evict_compacted(self, company: str, seat: str, before: datetime) -> tuple[int, list[Dropped]]:
+        """Delete compacted rows older than ``before`` and the exemplars they kept."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            gone = [r["id"] for r in await conn.fetch(SQL["evict_compacted"], company, seat, before)]
+            exemplars = await conn.fetch(SQL["evict_exemplars"], gone) if gone else []
+        return len(gone), _dropped(exemplars)
+
+    # ---------------------------------------------------------------- index bookkeeping
+
+    async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None:
+        if ids:
+            await self.pool.execute(SQL["set_indexed"], list(ids))
+
+    async def unindexed(self, limit: int) -> list[asyncpg.Record]:
+        return await self.pool.fetch(SQL["unindexed"], limit)
+
+    async def vectors_page(self, after: uuid.UUID | None, limit: int) -> list[asyncpg.Record]:
+        return await self.pool.fetch(SQL["all_vectors"], after, limit)
+
+    async def clear_indexed(self) -> None:
+        await self.pool.execute(SQL["clear_indexed"])

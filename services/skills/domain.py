@@ -1,0 +1,278 @@
+"""The skills' domain: skills, versions, the gates' arithmetic, the body's practice section and the
+greedy clustering of turns. Everything here is pure (no I/O), so the rules read as data."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+__all__ = [
+    "BERLOT_ATTWELL_THRESHOLD",
+    "DOMAIN",
+    "PRACTICE_HEADING",
+    "CandidateVerdict",
+    "Cluster",
+    "Gate",
+    "LearningHealth",
+    "ObservationKind",
+    "Skill",
+    "SkillChange",
+    "SkillState",
+    "SkillTrigger",
+    "SkillVersion",
+    "Turn",
+    "append_practice_bullet",
+    "best_match",
+    "greedy_clusters",
+    "jaccard",
+    "practice_bullet",
+    "tool_set",
+]
+
+DOMAIN = "skills.agentlearn.dev"
+PRACTICE_HEADING = "## What practice added"
+BERLOT_ATTWELL_THRESHOLD = 0.1
+"""avg_uses_per_skill below this: the library is not doing what it claims (Berlot-Attwell et al.)."""
+NAME_MAX_CHARS = 100
+SUMMARY_MAX_CHARS = 1000
+REASON_MAX_CHARS = 1000
+OBSERVATION_MAX_CHARS = 1000
+MAX_IDS_PER_CALL = 500
+MAX_TOOLS = 500
+
+
+class SkillState(StrEnum):
+    ACTIVE = "active"
+    STALE = "stale"
+    ARCHIVED = "archived"
+
+
+class SkillTrigger(StrEnum):
+    SINGLE = "single"
+    CLUSTERED = "clustered"
+
+
+class SkillChange(StrEnum):
+    CREATED = "created"
+    REFINED = "refined"
+    OBSERVATION_APPENDED = "observation_appended"
+    ROLLED_BACK = "rolled_back"
+
+
+class ObservationKind(StrEnum):
+    OBSERVED = "observed"
+    COUNTER_EXAMPLE = "counter_example"
+
+
+class Gate(StrEnum):
+    OPEN = "open"
+    CATALOGUE_FULL = "catalogue_full"
+    DUPLICATE = "duplicate"
+
+
+_BULLET_PREFIX = {
+    ObservationKind.OBSERVED: "Observed in practice:",
+    ObservationKind.COUNTER_EXAMPLE: "Counter-example:",
+}
+
+
+@dataclass(frozen=True)
+class Skill:
+    id: uuid.UUID
+    company: str
+    seat: str
+    name: str
+    summary: str
+    body: str
+    tool_sequence: tuple[str, ...]
+    trigger: SkillTrigger
+    cluster_size: int
+    source_turn_ids: tuple[str, ...]
+    state: SkillState
+    pinned: bool
+    version: int
+    use_count: int
+    last_used_at: datetime | None
+    last_offered_at: datetime | None
+    unused_since: datetime
+    state_changed_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    change: SkillChange
+    change_reason: str
+    restored_from_version: int | None
+
+    @property
+    def live(self) -> bool:
+        return self.state is not SkillState.ARCHIVED
+
+    def days_unused(self, now: datetime) -> int:
+        return max(0, (now - self.unused_since).days)
+
+
+@dataclass(frozen=True)
+class SkillVersion:
+    skill_id: uuid.UUID
+    version: int
+    body: str
+    change: SkillChange
+    reason: str
+    restored_from_version: int | None
+    created_at: datetime
+    superseded_at: datetime | None
+    current: bool
+
+
+@dataclass(frozen=True)
+class CandidateVerdict:
+    gate: Gate
+    live_count: int
+    max_skills: int
+    threshold: float
+    duplicate: tuple[Skill, float] | None = None
+
+
+@dataclass(frozen=True)
+class LearningHealth:
+    company: str
+    seat: str
+    total_skills: int = 0
+    skills_used_at_least_once: int = 0
+    total_skill_uses: int = 0
+    most_recent_skill_use: datetime | None = None
+    avg_uses_per_skill: float = 0.0
+    avg_skill_age_days: float = 0.0
+    active_skills: int = 0
+    stale_skills: int = 0
+    archived_skills: int = 0
+
+    @property
+    def below_threshold(self) -> bool:
+        """Only a seat that has skills can be below it: an empty library claims nothing."""
+        return self.total_skills > 0 and self.avg_uses_per_skill < BERLOT_ATTWELL_THRESHOLD
+
+
+# ------------------------------------------------------------------------------ tool-set gates
+
+
+def tool_set(tools: Iterable[str]) -> frozenset[str]:
+    """The identity of a procedure: the SET of its tools (order and repeats are not identity)."""
+    return frozenset(t for t in tools if t)
+
+
+def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
+    sa, sb = tool_set(a), tool_set(b)
+    if not sa and not sb:
+        return 0.0
+    return len(sa & sb) / len(sa | sb)
+
+
+def best_match(tools: Iterable[str], skills: Sequence[Skill]) -> tuple[Skill, float] | None:
+    """The skill whose tool set is most similar (ties: the older skill, then the name)."""
+    candidate = tool_set(tools)
+    best: tuple[Skill, float] | None = None
+    for skill in sorted(skills, key=lambda s: (s.created_at, s.name)):
+        sim = jaccard(candidate, skill.tool_sequence)
+        if best is None or sim > best[1]:
+            best = (skill, sim)
+    return best
+
+
+# ------------------------------------------------------------------------ the practice section
+
+_HEADING_LINE = re.compile(r"^#{1,2}\s")
+
+
+def practice_bullet(kind: ObservationKind, observation: str) -> str:
+    """One line: the kind's prefix and the observation, its line breaks folded into spaces. A
+    prefix the writer already put there is not doubled."""
+    text = " ".join(observation.split())
+    prefix = _BULLET_PREFIX[kind]
+    for known in _BULLET_PREFIX.values():
+        if text.lower().startswith(known.lower()):
+            text = text[len(known) :].strip()
+            break
+    return f"- {prefix} {text}"
+
+
+def append_practice_bullet(body: str, bullet: str) -> str:
+    """The body with ``bullet`` under the one ``## What practice added`` heading at its end.
+
+    The first bullet creates the heading at the end. Later bullets go at the end of that section;
+    if the section is no longer last (a manual refinement wrote after it), it is moved to the end
+    with the new bullet, so the reader still meets the procedure first and what practice added
+    second, under one heading.
+    """
+    lines = body.rstrip("\n").split("\n")
+    start = next((i for i, line in enumerate(lines) if line.strip() == PRACTICE_HEADING), None)
+    if start is None:
+        sep = "\n\n" if body.strip() else ""
+        return f"{body.rstrip()}{sep}{PRACTICE_HEADING}\n\n{bullet}\n"
+    end = next((i for i in range(start + 1, len(lines)) if _HEADING_LINE.match(lines[i])), len(lines))
+    section = [line for line in lines[start + 1 : end] if line.strip()]
+    rest = lines[:start] + lines[end:]
+    head = "\n".join(rest).rstrip()
+    bullets = "\n".join([*section, bullet])
+    sep = "\n\n" if head else ""
+    return f"{head}{sep}{PRACTICE_HEADING}\n\n{bullets}\n"
+
+
+# ----------------------------------------------------------------------------------- clustering
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A settled raw turn as the clustered pass reads it."""
+
+    turn_id: str
+    tool_sequence: tuple[str, ...]
+    label: str = ""
+    ask: str = ""
+    what_it_did: str = ""
+    outcome: str = ""  # "done" | "failed"
+    end_time: datetime | None = None
+    consolidated_into_skill_id: str = ""
+    """Set when a skill was already drafted from this turn: it is not evidence again."""
+
+
+@dataclass
+class Cluster:
+    members: list[Turn] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    @property
+    def seed(self) -> Turn:
+        return self.members[0]
+
+    def representative(self) -> Turn:
+        """The medoid: the member most similar to all the others (a run that actually happened,
+        never a union nobody performed). Ties go to the earlier member, i.e. the newer turn."""
+        best, best_score = self.members[0], -1.0
+        for m in self.members:
+            score = sum(jaccard(m.tool_sequence, o.tool_sequence) for o in self.members if o is not m)
+            if score > best_score:
+                best, best_score = m, score
+        return best
+
+
+def greedy_clusters(turns: Sequence[Turn], threshold: float) -> list[Cluster]:
+    """Greedy single pass: each turn joins the first cluster whose seed's tool set is at least
+    ``threshold`` similar, else seeds a new one. Returned largest first; among equals, the one
+    whose seed is newest (``turns`` come newest first)."""
+    clusters: list[Cluster] = []
+    for turn in turns:
+        for cluster in clusters:
+            if jaccard(turn.tool_sequence, cluster.seed.tool_sequence) >= threshold:
+                cluster.members.append(turn)
+                break
+        else:
+            clusters.append(Cluster([turn]))
+    order = {id(c): i for i, c in enumerate(clusters)}
+    return sorted(clusters, key=lambda c: (-c.size, order[id(c)]))

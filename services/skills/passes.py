@@ -1,0 +1,186 @@
+"""The skills' background passes: the curator and clustered synthesis.
+
+Each is a one-shot function; ``services.runner`` wraps it in a lease claim (``skill-curator``,
+``skill-synthesis``), the all-in-one ticks it on its cadence, and a Kubernetes CronJob runs it as
+``./run pass <name>``. Both are idempotent: the curator's transitions are conditional on the state
+they leave, and a cluster a pass already drafted from is the new skill's duplicate next time (and
+its turns are stamped consolidated).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import grpc
+
+from libs.common.config import SkillSynthesisConfig
+from libs.common.errors import AgentLearnError
+from services.skills.domain import SkillState, SkillTrigger, best_match, greedy_clusters
+from services.skills.drafting import ClusterDrafter, cluster_data
+from services.skills.episodes import EpisodeReader
+from services.skills.service import SkillService
+
+__all__ = ["CuratorReport", "SynthesisReport", "curate", "synthesize_clustered"]
+
+_log = logging.getLogger(__name__)
+
+CURATOR_BATCH = 10_000
+"""Skills one curator statement moves; a large transition is a few short transactions."""
+
+
+@dataclass
+class CuratorReport:
+    staled: int = 0
+    archived: int = 0
+    stale_after_days: int = 0
+    archive_after_days: int = 0
+    """The archive window applied (widened to the stale window when configured inside it)."""
+    widened: bool = False
+
+
+async def curate(service: SkillService) -> CuratorReport:
+    """active → stale after stale_after_days unused, stale → archived after archive_after_days
+    unused; pinned skills exempt. An archive window inside the stale window is widened to it.
+
+    Archiving runs first, so one pass moves a skill one step at most: a skill always spends at
+    least one curator interval stale — listed with its ageing marker — before it is archived, even
+    when the curator has not run for months or the two windows are equal."""
+    cfg = service.curator
+    now = service.clock.now()
+    stale_days = cfg.stale_after_days
+    archive_days = max(cfg.archive_after_days, stale_days)
+    report = CuratorReport(stale_after_days=stale_days, archive_after_days=archive_days)
+    if archive_days != cfg.archive_after_days:
+        report.widened = True
+        _log.warning(
+            "learning.skill_curator.archive_after_days (%d) is inside the stale window (%d); widened to %d",
+            cfg.archive_after_days,
+            stale_days,
+            archive_days,
+        )
+    report.archived = await service.store.curate(
+        SkillState.STALE, SkillState.ARCHIVED, "skill_archived", now - timedelta(days=archive_days), now, CURATOR_BATCH
+    )
+    report.staled = await service.store.curate(
+        SkillState.ACTIVE, SkillState.STALE, "skill_staled", now - timedelta(days=stale_days), now, CURATOR_BATCH
+    )
+    await service.events.emit(
+        "skill_curator_completed",
+        staled=report.staled,
+        archived=report.archived,
+        stale_after_days=stale_days,
+        archive_after_days=archive_days,
+        widened=report.widened,
+    )
+    return report
+
+
+@dataclass
+class SynthesisReport:
+    seats: int = 0
+    seats_with_clusters: int = 0
+    drafted: int = 0
+    dropped: int = 0
+    """Drafts with a gap (no name, summary or body), or refused by CreateSkill."""
+    skipped_duplicate: int = 0
+    """Qualifying clusters the seat had already learned (skipped, not a stop)."""
+    catalogue_full: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+
+
+async def synthesize_clustered(
+    service: SkillService, episodes: EpisodeReader, drafter: ClusterDrafter, cfg: SkillSynthesisConfig
+) -> SynthesisReport:
+    """Per seat: cluster its recent settled raw turns, and draft ONE skill from the largest
+    qualifying cluster it has not already learned."""
+    report = SynthesisReport()
+
+    def fail(kind: str) -> None:
+        report.failures[kind] = report.failures.get(kind, 0) + 1
+
+    async for company, seat in episodes.seats():
+        report.seats += 1
+        try:
+            await _one_seat(service, episodes, drafter, cfg, company, seat, report, fail)
+        except grpc.aio.AioRpcError as err:
+            # One seat's unreadable rows must not stop every other seat's synthesis.
+            _log.warning("clustered synthesis for %s/%s: episodes call failed: %s", company, seat, err.code())
+            fail(f"episodes:{err.code().name}")
+    await service.events.emit(
+        "skill_synthesis_completed",
+        seats=report.seats,
+        drafted=report.drafted,
+        dropped=report.dropped,
+        skipped_duplicate=report.skipped_duplicate,
+        catalogue_full=report.catalogue_full,
+        failures=report.failures,
+    )
+    return report
+
+
+async def _one_seat(service, episodes, drafter, cfg, company, seat, report, fail) -> None:  # type: ignore[no-untyped-def]
+    turns = await episodes.recent_settled(company, seat, cfg.min_tool_calls, cfg.episode_fetch_limit)
+    # A turn a skill was already drafted from is not evidence twice; a turn with no final-round
+    # tools has no run to compare.
+    turns = [t for t in turns if t.tool_sequence and not t.consolidated_into_skill_id]
+    clusters = [c for c in greedy_clusters(turns, cfg.cluster_jaccard_threshold) if c.size >= cfg.cluster_min_size]
+    if not clusters:
+        return
+    report.seats_with_clusters += 1
+    live = await service.store.live_skills(company, seat)
+    if len(live) >= cfg.max_skills_per_agent:
+        report.catalogue_full += 1
+        return
+    for cluster in clusters:  # largest first
+        representative = cluster.representative()
+        match = best_match(representative.tool_sequence, live)
+        if match is not None and match[1] >= cfg.duplicate_jaccard_threshold:
+            report.skipped_duplicate += 1
+            _log.info(
+                "%s/%s: a cluster of %d duplicates skill %r (%.2f); next cluster",
+                company,
+                seat,
+                cluster.size,
+                match[0].name,
+                match[1],
+            )
+            continue
+        # One draft per seat per pass: whatever becomes of it, this seat is done until next pass.
+        data = cluster_data(cluster, representative, service.refinement.max_body_chars)
+        draft, outcome = await drafter.draft(company, seat, data)
+        if draft is None:
+            if outcome == "dropped":
+                report.dropped += 1
+                _log.info("%s/%s: clustered draft dropped (no name, summary or body)", company, seat)
+            else:
+                fail(outcome)
+            return
+        turn_ids = [m.turn_id for m in cluster.members]
+        try:
+            skill = await service.create(
+                company,
+                seat,
+                name=draft.name,
+                summary=draft.summary,
+                body=draft.body,
+                tool_sequence=representative.tool_sequence,
+                trigger=SkillTrigger.CLUSTERED,
+                cluster_size=cluster.size,
+                source_turn_ids=turn_ids,
+            )
+        except AgentLearnError as err:
+            # A draft the catalogue refuses (a name the seat has, a body past the cap, a gate a
+            # concurrent draft closed) is dropped, not retried with a second completion.
+            report.dropped += 1
+            _log.info("%s/%s: clustered draft %r refused: %s", company, seat, draft.name, err)
+            return
+        report.drafted += 1
+        try:
+            await episodes.mark_consolidated(company, seat, turn_ids, str(skill.id))
+        except grpc.aio.AioRpcError as err:
+            # The skill stands; next pass its cluster is a duplicate of it, so nothing is redrafted.
+            _log.warning("%s/%s: source turns of %s not stamped: %s", company, seat, skill.name, err.code())
+            fail(f"consolidate:{err.code().name}")
+        return

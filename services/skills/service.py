@@ -1,0 +1,811 @@
+"""Skill use cases: the gates, create, list, get, use, offer, refine, observe, versions, rollback,
+operator edits and learning health.
+
+Dependencies arrive as arguments (store, clock, config, events); the servicer only translates
+protobuf to these calls and back. The passes (curator, clustered synthesis) live in ``passes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from libs.common.config import SkillCuratorConfig, SkillRefinementConfig, SkillSynthesisConfig
+from libs.common.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
+from libs.common.events import EventSink
+from libs.common.validation import decode_page_token, encode_page_token, page_size, require_id, require_text, seat_ref
+from services.skills.domain import (
+    DOMAIN,
+    MAX_IDS_PER_CALL,
+    MAX_TOOLS,
+    NAME_MAX_CHARS,
+    OBSERVATION_MAX_CHARS,
+    REASON_MAX_CHARS,
+    SUMMARY_MAX_CHARS,
+    CandidateVerdict,
+    Gate,
+    LearningHealth,
+    ObservationKind,
+    Skill,
+    SkillChange,
+    SkillState,
+    SkillTrigger,
+    SkillVersion,
+    append_practice_bullet,
+    best_match,
+    practice_bullet,
+    tool_set,
+)
+from services.skills.store import PostgresSkillStore, SkillKey, StampFailed
+
+__all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult"]
+
+_log = logging.getLogger(__name__)
+
+STAMP_TIMEOUT_SECONDS = 2.0
+"""A telemetry stamp (use count, offer clock) waits at most this long for its row: a turn start
+must not hang on measurement. Past it the stamp is reported as failed."""
+
+
+@dataclass(frozen=True)
+class UseResult:
+    skill: Skill
+    revived: bool
+    telemetry_write_failed: bool
+
+
+@dataclass(frozen=True)
+class OfferResult:
+    marked: int
+    revived_names: list[str]
+    failure: str | None
+
+
+@dataclass(frozen=True)
+class ObservationResult:
+    skill: Skill
+    skipped_reason: str | None  # "body_cap" | "archived" | None
+
+
+class SkillService:
+    def __init__(
+        self,
+        store: PostgresSkillStore,
+        clock,  # libs.common.clock.Clock
+        synthesis: SkillSynthesisConfig,
+        refinement: SkillRefinementConfig,
+        curator: SkillCuratorConfig,
+        events: EventSink,
+    ):
+        self.store = store
+        self.clock = clock
+        self.synthesis = synthesis
+        self.refinement = refinement
+        self.curator = curator
+        self.events = events
+
+    # ---------------------------------------------------------------- identities
+
+    @staticmethod
+    def key(company: str, seat: str, skill_id: str, skill_name: str) -> SkillKey:
+        """Exactly one of ``skill_id`` and ``skill_name``."""
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        if skill_id and skill_name:
+            raise InvalidArgument(
+                "name the skill by skill_id or by skill_name, not both",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field="skill_name",
+            )
+        if skill_id:
+            return SkillKey(company, seat, id=require_id(skill_id, "skill_id", domain=DOMAIN))
+        if not skill_name or not skill_name.strip():
+            raise InvalidArgument(
+                "skill_name (or skill_id) is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="skill_name"
+            )
+        return SkillKey(company, seat, name=skill_name.strip())
+
+    @staticmethod
+    def _not_found(key: SkillKey) -> NotFound:
+        return NotFound(
+            f"seat {key.seat} has no skill {key.describe()}",
+            reason="SKILL_NOT_FOUND",
+            domain=DOMAIN,
+            metadata={"seat": key.seat, **({"skill_id": key.id} if key.id else {"skill_name": key.name})},
+        )
+
+    @staticmethod
+    def _archived(skill: Skill, action: str) -> FailedPrecondition:
+        return FailedPrecondition(
+            f"skill {skill.name!r} is archived; {action} needs an operator to restore it first",
+            reason="SKILL_ARCHIVED",
+            domain=DOMAIN,
+            metadata={"skill_id": skill.id, "skill_name": skill.name},
+        )
+
+    # ---------------------------------------------------------------- gates
+
+    def gate_verdict(self, live: Sequence[Skill], tools: frozenset[str]) -> CandidateVerdict:
+        """The cap on live skills first, then the tool-SET duplicate check against them."""
+        cap = self.synthesis.max_skills_per_agent
+        threshold = self.synthesis.duplicate_jaccard_threshold
+        if len(live) >= cap:
+            return CandidateVerdict(Gate.CATALOGUE_FULL, len(live), cap, threshold)
+        match = best_match(tools, live)
+        if match is not None and match[1] >= threshold:
+            return CandidateVerdict(Gate.DUPLICATE, len(live), cap, threshold, match)
+        return CandidateVerdict(Gate.OPEN, len(live), cap, threshold)
+
+    @staticmethod
+    def _tools(values: Sequence[str], field: str) -> list[str]:
+        if not values:
+            raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
+        if len(values) > MAX_TOOLS:
+            raise InvalidArgument(
+                f"{field} has {len(values)} entries; at most {MAX_TOOLS}",
+                reason="FIELD_TOO_LONG",
+                domain=DOMAIN,
+                field=field,
+                metadata={"limit": MAX_TOOLS, "count": len(values)},
+            )
+        for i, tool in enumerate(values):
+            require_text(tool, f"{field}[{i}]", domain=DOMAIN, max_chars=200)
+        return list(values)
+
+    async def check_candidate(self, company: str, seat: str, tools: Sequence[str]) -> CandidateVerdict:
+        """The cap, then the duplicate check: both before any model is asked to draft."""
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        candidate = tool_set(self._tools(tools, "tool_set"))
+        return self.gate_verdict(await self.store.live_skills(company, seat), candidate)
+
+    # ---------------------------------------------------------------- create
+
+    async def create(
+        self,
+        company: str,
+        seat: str,
+        *,
+        name: str,
+        summary: str,
+        body: str,
+        tool_sequence: Sequence[str],
+        trigger: SkillTrigger | None,
+        cluster_size: int,
+        source_turn_ids: Sequence[str],
+    ) -> Skill:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        name = require_text(name, "name", domain=DOMAIN).strip()
+        if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
+            raise InvalidArgument(
+                f"name must be one printable line of at most {NAME_MAX_CHARS} characters",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field="name",
+                metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
+            )
+        require_text(summary, "summary", domain=DOMAIN, max_chars=SUMMARY_MAX_CHARS)
+        require_text(body, "body", domain=DOMAIN)
+        self._body_fits(body)
+        tools = self._tools(tool_sequence, "tool_sequence")
+        if trigger is None:
+            raise InvalidArgument(
+                "trigger must be SKILL_TRIGGER_SINGLE or SKILL_TRIGGER_CLUSTERED",
+                reason="FIELD_REQUIRED",
+                domain=DOMAIN,
+                field="trigger",
+            )
+        turns = list(source_turn_ids)
+        if len(turns) > MAX_IDS_PER_CALL:
+            raise InvalidArgument(
+                f"at most {MAX_IDS_PER_CALL} source_turn_ids, got {len(turns)}",
+                reason="FIELD_TOO_LONG",
+                domain=DOMAIN,
+                field="source_turn_ids",
+                metadata={"limit": MAX_IDS_PER_CALL, "count": len(turns)},
+            )
+        for i, t in enumerate(turns):
+            require_text(t, f"source_turn_ids[{i}]", domain=DOMAIN, max_chars=200)
+        if trigger is SkillTrigger.SINGLE:
+            if cluster_size not in (0, 1):
+                raise InvalidArgument(
+                    f"a SINGLE skill comes from one turn; cluster_size must be 0 or 1, got {cluster_size}",
+                    reason="FIELD_INVALID",
+                    domain=DOMAIN,
+                    field="cluster_size",
+                    metadata={"value": cluster_size},
+                )
+            if len(turns) != 1:
+                raise InvalidArgument(
+                    f"a SINGLE skill names exactly one source turn, got {len(turns)}",
+                    reason="FIELD_INVALID",
+                    domain=DOMAIN,
+                    field="source_turn_ids",
+                    metadata={"count": len(turns)},
+                )
+            cluster_size = 1
+        else:
+            if cluster_size < 2:
+                raise InvalidArgument(
+                    f"a CLUSTERED skill comes from at least two turns; cluster_size is {cluster_size}",
+                    reason="FIELD_INVALID",
+                    domain=DOMAIN,
+                    field="cluster_size",
+                    metadata={"value": cluster_size},
+                )
+            if not turns:
+                raise InvalidArgument(
+                    "a CLUSTERED skill names its source turns",
+                    reason="FIELD_REQUIRED",
+                    domain=DOMAIN,
+                    field="source_turn_ids",
+                )
+        now = self.clock.now()
+        async with self.store.seat(company, seat) as tx:
+            if await tx.name_taken(name):
+                raise AlreadyExists(
+                    f"seat {seat} already has a skill named {name!r}",
+                    reason="SKILL_NAME_TAKEN",
+                    domain=DOMAIN,
+                    field="name",
+                    metadata={"name": name, "seat": seat},
+                )
+            verdict = self.gate_verdict(await tx.live_skills(), tool_set(tools))
+            self._raise_for_gate(verdict, seat)
+            skill = await tx.insert(
+                name=name,
+                summary=summary,
+                body=body,
+                tool_sequence=tools,
+                trigger=trigger,
+                cluster_size=cluster_size,
+                source_turn_ids=turns,
+                now=now,
+            )
+        await self.events.emit(
+            "skill_synthesized",
+            company=company,
+            seat=seat,
+            # A clustered draft came from a group: naming any single member would explain none of
+            # the others, so it carries no turn id.
+            turn_id=turns[0] if trigger is SkillTrigger.SINGLE else None,
+            skill_id=str(skill.id),
+            name=skill.name,
+            trigger=str(trigger),
+            cluster_size=cluster_size,
+            tool_count=len(tool_set(tools)),
+        )
+        return skill
+
+    @staticmethod
+    def _raise_for_gate(verdict: CandidateVerdict, seat: str) -> None:
+        if verdict.gate is Gate.CATALOGUE_FULL:
+            raise ResourceExhausted(
+                f"seat {seat} has {verdict.live_count} live skills; the catalogue holds at most {verdict.max_skills}",
+                reason="SKILL_CATALOGUE_FULL",
+                domain=DOMAIN,
+                metadata={"limit": verdict.max_skills, "live_skills": verdict.live_count},
+            )
+        if verdict.gate is Gate.DUPLICATE and verdict.duplicate is not None:
+            dup, sim = verdict.duplicate
+            raise AlreadyExists(
+                f"the tool set duplicates skill {dup.name!r} (Jaccard {sim:.2f} >= {verdict.threshold})",
+                reason="SKILL_DUPLICATE_TOOL_SET",
+                domain=DOMAIN,
+                field="tool_sequence",
+                metadata={
+                    "duplicate_skill_name": dup.name,
+                    "duplicate_skill_id": dup.id,
+                    "similarity": f"{sim:.4f}",
+                    "threshold": verdict.threshold,
+                },
+            )
+
+    def _body_fits(self, body: str, field: str = "body") -> None:
+        limit = self.refinement.max_body_chars
+        if len(body) > limit:
+            # Refused, never truncated: a clip lands mid-step and reads as the whole procedure.
+            raise InvalidArgument(
+                f"{field} is {len(body)} characters; a skill body holds at most {limit}",
+                reason="SKILL_BODY_TOO_LONG",
+                domain=DOMAIN,
+                field=field,
+                metadata={"limit": limit, "length": len(body)},
+            )
+
+    # ---------------------------------------------------------------- reads
+
+    async def list_skills(
+        self, company: str, seat: str, size: int, token: str, include_archived: bool
+    ) -> tuple[list[Skill], str, int]:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        size = page_size(size, default=50, maximum=200, domain=DOMAIN)
+        scope = {"company": company, "seat": seat, "archived": include_archived}
+        cursor = decode_page_token(token, scope, domain=DOMAIN)
+        after = None
+        if cursor is not None:
+            after = cursor.get("name")
+            if not isinstance(after, str):
+                raise InvalidArgument(
+                    "page_token is not a token this service issued",
+                    reason="PAGE_TOKEN_INVALID",
+                    domain=DOMAIN,
+                    field="page_token",
+                )
+        skills = await self.store.page(company, seat, include_archived, after, size + 1)
+        total = await self.store.count(company, seat, include_archived)
+        next_token = ""
+        if len(skills) > size:
+            skills = skills[:size]
+            next_token = encode_page_token({"name": skills[-1].name}, scope)
+        return skills, next_token, total
+
+    async def get(self, key: SkillKey) -> Skill:
+        skill = await self.store.get(key)
+        if skill is None:
+            raise self._not_found(key)
+        return skill
+
+    # ---------------------------------------------------------------- use and offer
+
+    async def use(self, key: SkillKey, turn_id: str | None) -> UseResult:
+        """The body verbatim, with the use recorded and a stale skill revived in the same write.
+
+        The use count is telemetry: if it cannot be written, the body is still returned (read
+        without the stamp) and the failure is announced, never swallowed."""
+        now = self.clock.now()
+        failed: str | None = None
+        try:
+            # Shielded: a use the seat already benefited from is recorded even if the caller goes.
+            used = await asyncio.shield(self.store.use(key, now, STAMP_TIMEOUT_SECONDS))
+        except StampFailed as err:
+            used, failed = None, str(err)
+        if used is None:
+            skill = await self.store.get(key)
+            if skill is None:
+                raise self._not_found(key)
+            if skill.state is SkillState.ARCHIVED:
+                raise self._archived(skill, "using it")
+            if failed is None:  # it changed under us (archived and restored mid-call): read it plainly
+                failed = "the skill changed while the use was recorded"
+            await self._telemetry_failed(
+                skill.company, skill.seat, turn_id, "skill_used", failed, [str(skill.id)], [skill.name]
+            )
+            return UseResult(skill, revived=False, telemetry_write_failed=True)
+        skill, prior = used
+        revived = prior is SkillState.STALE and skill.state is SkillState.ACTIVE
+        await self.events.emit(
+            "skill_used",
+            company=skill.company,
+            seat=skill.seat,
+            turn_id=turn_id or None,
+            skill_id=str(skill.id),
+            name=skill.name,
+            source_kind="synthesized",
+            version=skill.version,
+        )
+        if revived:
+            await self.events.emit(
+                "skill_revived",
+                company=skill.company,
+                seat=skill.seat,
+                turn_id=turn_id or None,
+                skill_id=str(skill.id),
+                name=skill.name,
+                cause="used",
+            )
+        return UseResult(skill, revived=revived, telemetry_write_failed=False)
+
+    async def mark_offered(
+        self, company: str, seat: str, skill_ids: Sequence[str], skill_names: Sequence[str], turn_id: str | None
+    ) -> OfferResult:
+        """Move the staleness clock of exactly the offered skills (a stale one is revived: being
+        offered is being used). A stamp that cannot be written is reported, never raised."""
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        if len(skill_ids) + len(skill_names) > MAX_IDS_PER_CALL:
+            raise InvalidArgument(
+                f"at most {MAX_IDS_PER_CALL} skills per call, got {len(skill_ids) + len(skill_names)}",
+                reason="TOO_MANY_IDS",
+                domain=DOMAIN,
+                field="skill_ids",
+                metadata={"limit": MAX_IDS_PER_CALL, "count": len(skill_ids) + len(skill_names)},
+            )
+        ids = sorted({require_id(v, f"skill_ids[{i}]", domain=DOMAIN) for i, v in enumerate(skill_ids)})
+        names = sorted({n.strip() for n in skill_names if n.strip()})
+        if not ids and not names:
+            return OfferResult(0, [], None)
+        now = self.clock.now()
+        try:
+            moved = await asyncio.shield(self.store.offer(company, seat, ids, names, now, STAMP_TIMEOUT_SECONDS))
+        except StampFailed as err:
+            _log.warning("offer stamp for %s/%s not written: %s", company, seat, err)
+            await self._telemetry_failed(
+                company, seat, turn_id, "skill_offered", str(err), [str(i) for i in ids], names
+            )
+            return OfferResult(0, [], str(err))
+        revived = []
+        for skill_id, name, before, after in moved:
+            if before is SkillState.STALE and after is SkillState.ACTIVE:
+                revived.append(name)
+                await self.events.emit(
+                    "skill_revived",
+                    company=company,
+                    seat=seat,
+                    turn_id=turn_id or None,
+                    skill_id=str(skill_id),
+                    name=name,
+                    cause="offered",
+                )
+        return OfferResult(len(moved), sorted(revived), None)
+
+    async def mark_used(
+        self, company: str, seat: str, skill_ids: Sequence[str], turn_id: str | None, request_id: str
+    ) -> tuple[int, list[str], bool]:
+        """Record a use of each named live skill (the SkillUse worker); returns (marked, revived
+        names, already applied). Unknown and archived ids are skipped: an archived skill is not
+        resurrected by a turn that was offered it before the curator archived it."""
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        if len(skill_ids) > MAX_IDS_PER_CALL:
+            raise InvalidArgument(
+                f"at most {MAX_IDS_PER_CALL} skills per call, got {len(skill_ids)}",
+                reason="TOO_MANY_IDS",
+                domain=DOMAIN,
+                field="skill_ids",
+                metadata={"limit": MAX_IDS_PER_CALL, "count": len(skill_ids)},
+            )
+        ids = sorted({require_id(v, f"skill_ids[{i}]", domain=DOMAIN) for i, v in enumerate(skill_ids)})
+        rid = self._request_id(request_id)
+        if not ids:
+            return 0, [], False
+        moved = await asyncio.shield(self.store.mark_used(company, seat, ids, self.clock.now(), rid))
+        if moved is None:
+            return 0, [], True
+        revived = []
+        for skill_id, name, before, after in moved:
+            if before is SkillState.STALE and after is SkillState.ACTIVE:
+                revived.append(name)
+                await self.events.emit(
+                    "skill_revived",
+                    company=company,
+                    seat=seat,
+                    turn_id=turn_id or None,
+                    skill_id=str(skill_id),
+                    name=name,
+                    cause="used",
+                )
+        return len(moved), sorted(revived), False
+
+    async def _telemetry_failed(
+        self,
+        company: str,
+        seat: str,
+        turn_id: str | None,
+        write: str,
+        error: str,
+        skill_ids: list[str],
+        skill_names: list[str],
+    ) -> None:
+        """Announce a stamp that could not be written: an operator has to see a clock that stopped
+        before the curator archives a hot skill. (If the event cannot be written either, the event
+        log says so in the process log.)"""
+        await self.events.emit(
+            "skill_telemetry_write_failed",
+            company=company,
+            seat=seat,
+            turn_id=turn_id or None,
+            write=write,
+            error=error[:500],
+            skill_ids=skill_ids,
+            skill_names=skill_names,
+        )
+
+    # ---------------------------------------------------------------- refinement
+
+    def _refinement_enabled(self) -> None:
+        if not self.refinement.enabled:
+            raise FailedPrecondition(
+                "skill refinement is disabled (learning.skill_refinement.enabled: false)",
+                reason="REFINEMENT_DISABLED",
+                domain=DOMAIN,
+                metadata={"knob": "learning.skill_refinement.enabled"},
+            )
+
+    @staticmethod
+    def _request_id(value: str) -> str | None:
+        if not value:
+            return None
+        return require_text(value, "request_id", domain=DOMAIN, max_chars=200)
+
+    async def refine(self, key: SkillKey, body: str, reason: str, turn_id: str | None, request_id: str = "") -> Skill:
+        """Whole-body replacement of one of the seat's own skills; the prior body is archived."""
+        self._refinement_enabled()
+        rid = self._request_id(request_id)
+        require_text(body, "body", domain=DOMAIN)
+        self._body_fits(body)
+        if len(reason) > REASON_MAX_CHARS:
+            raise InvalidArgument(
+                f"reason is {len(reason)} characters; the limit is {REASON_MAX_CHARS}",
+                reason="FIELD_TOO_LONG",
+                domain=DOMAIN,
+                field="reason",
+                metadata={"limit": REASON_MAX_CHARS, "length": len(reason)},
+            )
+        now = self.clock.now()
+        async with self.store.skill_row(key) as (conn, skill):
+            if skill is None:
+                raise self._not_found(key)
+            if skill.state is SkillState.ARCHIVED:
+                raise self._archived(skill, "refining it")
+            if rid is not None and await self.store.request_seen(conn, skill.id, rid):
+                return skill  # a retry of a refinement already made
+            refined = await self.store.new_version(
+                conn, skill, body, SkillChange.REFINED, reason, None, now, self.refinement.max_versions_kept, rid
+            )
+        await self.events.emit(
+            "skill_refined",
+            company=refined.company,
+            seat=refined.seat,
+            turn_id=turn_id or None,
+            skill_id=str(refined.id),
+            name=refined.name,
+            path="manual",
+            version=refined.version,
+            reason=reason,
+            body_chars=len(body),
+        )
+        return refined
+
+    async def append_observation(
+        self,
+        key: SkillKey,
+        kind: ObservationKind | None,
+        observation: str,
+        turn_id: str | None,
+        request_id: str = "",
+    ) -> ObservationResult:
+        """One bullet under the practice heading. Past the body cap it is skipped and logged."""
+        self._refinement_enabled()
+        rid = self._request_id(request_id)
+        cfg = self.refinement
+        if not cfg.auto_refine_on_success and not cfg.auto_refine_on_failure:
+            raise FailedPrecondition(
+                "automatic refinement is off (auto_refine_on_success and auto_refine_on_failure are both false)",
+                reason="REFINEMENT_DISABLED",
+                domain=DOMAIN,
+                metadata={"knob": "learning.skill_refinement.auto_refine_on_success/on_failure"},
+            )
+        if kind is None:
+            raise InvalidArgument(
+                "kind must be OBSERVATION_KIND_OBSERVED or OBSERVATION_KIND_COUNTER_EXAMPLE",
+                reason="FIELD_REQUIRED",
+                domain=DOMAIN,
+                field="kind",
+            )
+        knob = "auto_refine_on_success" if kind is ObservationKind.OBSERVED else "auto_refine_on_failure"
+        if not getattr(cfg, knob):
+            raise FailedPrecondition(
+                f"learning.skill_refinement.{knob} is false: this kind of observation is not appended",
+                reason="OBSERVATION_KIND_DISABLED",
+                domain=DOMAIN,
+                metadata={"knob": f"learning.skill_refinement.{knob}", "kind": str(kind)},
+            )
+        require_text(observation, "observation", domain=DOMAIN, max_chars=OBSERVATION_MAX_CHARS)
+        bullet = practice_bullet(kind, observation)
+        now = self.clock.now()
+        async with self.store.skill_row(key) as (conn, skill):
+            if skill is None:
+                raise self._not_found(key)
+            if rid is not None and await self.store.request_seen(conn, skill.id, rid):
+                return ObservationResult(skill, None)  # a redelivery of a bullet already appended
+            if skill.state is SkillState.ARCHIVED:
+                # The refiner reads the live catalogue; a skill archived meanwhile is not resurrected.
+                skipped: str | None = "archived"
+                result = skill
+            else:
+                body = append_practice_bullet(skill.body, bullet)
+                if len(body) > cfg.max_body_chars:
+                    skipped, result = "body_cap", skill
+                else:
+                    skipped = None
+                    result = await self.store.new_version(
+                        conn,
+                        skill,
+                        body,
+                        SkillChange.OBSERVATION_APPENDED,
+                        bullet,
+                        None,
+                        now,
+                        cfg.max_versions_kept,
+                        rid,
+                    )
+        if skipped is not None:
+            _log.info(
+                "observation for skill %s of %s/%s skipped: %s", result.name, result.company, result.seat, skipped
+            )
+            await self.events.emit(
+                "skill_refinement_skipped",
+                company=result.company,
+                seat=result.seat,
+                turn_id=turn_id or None,
+                skill_id=str(result.id),
+                name=result.name,
+                reason=skipped,
+                body_chars=len(result.body),
+                bullet_chars=len(bullet),
+                limit=cfg.max_body_chars,
+            )
+            return ObservationResult(result, skipped)
+        await self.events.emit(
+            "skill_refined",
+            company=result.company,
+            seat=result.seat,
+            turn_id=turn_id or None,
+            skill_id=str(result.id),
+            name=result.name,
+            path="auto",
+            observation_kind=str(kind),
+            version=result.version,
+        )
+        return ObservationResult(result, None)
+
+    # ---------------------------------------------------------------- versions
+
+    async def list_versions(self, key: SkillKey, size: int, token: str) -> tuple[list[SkillVersion], str, int]:
+        skill = await self.get(key)
+        size = page_size(size, default=20, maximum=100, domain=DOMAIN)
+        scope = {"skill": str(skill.id)}
+        cursor = decode_page_token(token, scope, domain=DOMAIN)
+        before = None
+        if cursor is not None:
+            before = cursor.get("v")
+            if not isinstance(before, int):
+                raise InvalidArgument(
+                    "page_token is not a token this service issued",
+                    reason="PAGE_TOKEN_INVALID",
+                    domain=DOMAIN,
+                    field="page_token",
+                )
+        versions = await self.store.versions_page(skill.id, before, size + 1)
+        total = await self.store.versions_count(skill.id)
+        next_token = ""
+        if len(versions) > size:
+            versions = versions[:size]
+            next_token = encode_page_token({"v": versions[-1].version}, scope)
+        return versions, next_token, total
+
+    async def rollback(self, key: SkillKey, version: int) -> Skill:
+        """A forward step: the archived body of ``version`` becomes a new version."""
+        if version <= 0:
+            raise InvalidArgument(
+                f"version must be a positive version number, got {version}",
+                reason="FIELD_REQUIRED" if version == 0 else "FIELD_INVALID",
+                domain=DOMAIN,
+                field="version",
+                metadata={"value": version},
+            )
+        now = self.clock.now()
+        async with self.store.skill_row(key) as (conn, skill):
+            if skill is None:
+                raise self._not_found(key)
+            if version == skill.version:
+                raise FailedPrecondition(
+                    f"version {version} is the live version of {skill.name!r}; nothing to roll back to",
+                    reason="SKILL_VERSION_CURRENT",
+                    domain=DOMAIN,
+                    metadata={"version": version, "skill_name": skill.name},
+                )
+            body = await self.store.archived_body(conn, skill.id, version)
+            if body is None:
+                raise NotFound(
+                    f"skill {skill.name!r} keeps no version {version} (versions past "
+                    f"{self.refinement.max_versions_kept} are dropped)",
+                    reason="SKILL_VERSION_NOT_FOUND",
+                    domain=DOMAIN,
+                    metadata={"version": version, "skill_name": skill.name, "current_version": skill.version},
+                )
+            rolled = await self.store.new_version(
+                conn,
+                skill,
+                body,
+                SkillChange.ROLLED_BACK,
+                f"rollback to version {version}",
+                version,
+                now,
+                self.refinement.max_versions_kept,
+            )
+        await self.events.emit(
+            "skill_refined",
+            company=rolled.company,
+            seat=rolled.seat,
+            skill_id=str(rolled.id),
+            name=rolled.name,
+            path="rollback",
+            version=rolled.version,
+            restored_from_version=version,
+        )
+        return rolled
+
+    # ---------------------------------------------------------------- operator edits
+
+    async def set_pinned(self, key: SkillKey, pinned: bool) -> Skill:
+        now = self.clock.now()
+        async with self.store.skill_row(key) as (conn, skill):
+            if skill is None:
+                raise self._not_found(key)
+            if skill.pinned == pinned:
+                return skill
+            updated = await self.store.set_pinned(conn, skill.id, pinned, now)
+        await self.events.emit(
+            "skill_pinned" if pinned else "skill_unpinned",
+            company=updated.company,
+            seat=updated.seat,
+            skill_id=str(updated.id),
+            name=updated.name,
+            cause="operator",
+        )
+        return updated
+
+    async def archive(self, key: SkillKey) -> Skill:
+        now = self.clock.now()
+        async with self.store.skill_row(key) as (conn, skill):
+            if skill is None:
+                raise self._not_found(key)
+            if skill.state is SkillState.ARCHIVED:
+                return skill
+            updated = await self.store.set_state(conn, skill.id, SkillState.ARCHIVED, now, reset_clock=False)
+        await self.events.emit(
+            "skill_archived",
+            company=updated.company,
+            seat=updated.seat,
+            skill_id=str(updated.id),
+            name=updated.name,
+            cause="operator",
+            from_state=str(skill.state),
+            to_state=str(SkillState.ARCHIVED),
+        )
+        return updated
+
+    async def restore(self, key: SkillKey) -> Skill:
+        """Back to active with a fresh clock (else the next curator tick would age it out again).
+        An archived skill re-enters the catalogue, so the cap applies."""
+        now = self.clock.now()
+        async with self.store.seat(key.company, key.seat) as tx:
+            skill = await tx.get_for_update(key)
+            if skill is None:
+                raise self._not_found(key)
+            if skill.state is SkillState.ACTIVE:
+                return skill
+            if skill.state is SkillState.ARCHIVED:
+                live = await tx.count_live()
+                cap = self.synthesis.max_skills_per_agent
+                if live >= cap:
+                    raise ResourceExhausted(
+                        f"seat {key.seat} has {live} live skills; the catalogue holds at most {cap}",
+                        reason="SKILL_CATALOGUE_FULL",
+                        domain=DOMAIN,
+                        metadata={"limit": cap, "live_skills": live},
+                    )
+            updated = await tx.set_state(skill.id, SkillState.ACTIVE, now, reset_clock=True)
+        await self.events.emit(
+            "skill_restored",
+            company=updated.company,
+            seat=updated.seat,
+            skill_id=str(updated.id),
+            name=updated.name,
+            cause="operator",
+            from_state=str(skill.state),
+        )
+        return updated
+
+    # ---------------------------------------------------------------- health
+
+    async def health(self, company: str, seat: str) -> LearningHealth:
+        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        return await self.store.health(company, seat, self.clock.now())

@@ -1,0 +1,444 @@
+"""PostgreSQL store of ``synthesized_skills``, ``synthesized_skill_versions`` and the
+``learning_health`` view: named queries, ``$n`` parameters, driver errors kept inside.
+
+Writes that must see a consistent catalogue (create: name, cap and duplicate gates; restore: the
+cap) run in a :class:`SeatTx`, a transaction holding the seat's advisory lock, so two drafts for
+one seat can never both pass the cap. Writes to one skill (refine, observation, rollback) lock its
+row. The curator's transitions are set-based statements that write their events in the same
+statement, so a transition and its event are one atomic write and 100,000 skills cost a handful of
+statements rather than a loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from libs.common.errors import AlreadyExists
+from services.skills.domain import (
+    DOMAIN,
+    LearningHealth,
+    Skill,
+    SkillChange,
+    SkillState,
+    SkillTrigger,
+    SkillVersion,
+)
+
+__all__ = ["SQL", "PostgresSkillStore", "SeatTx", "SkillKey", "StampFailed"]
+
+_COLUMNS = """id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size, source_turn_ids,
+              state, pinned, version, use_count, last_used_at, last_offered_at, unused_since, state_changed_at,
+              created_at, updated_at, change, change_reason, restored_from_version"""
+_S_COLUMNS = ", ".join(f"s.{c.strip()}" for c in _COLUMNS.split(","))
+# One skill of the seat by id or by name: exactly one of $3 (id) and $4 (name) is set.
+_KEY = "company = $1 AND seat = $2 AND (id = $3::uuid OR name = $4::text)"
+_LOCK_NAMESPACE = 0x736B6C73  # "skls": the seat locks of this service
+
+SQL = {
+    "lock_seat": "SELECT pg_advisory_xact_lock($1, hashtext($2 || '/' || $3))",
+    "insert": f"""
+        INSERT INTO synthesized_skills (id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size,
+                                        source_turn_ids, state, unused_since, state_changed_at, created_at,
+                                        updated_at, version_at, change)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $11, $11, $11, $11, 'created')
+        RETURNING {_COLUMNS}""",
+    "name_taken": "SELECT EXISTS (SELECT 1 FROM synthesized_skills WHERE company = $1 AND seat = $2 AND name = $3)",
+    "live": f"""SELECT {_COLUMNS} FROM synthesized_skills
+                WHERE company = $1 AND seat = $2 AND state <> 'archived' ORDER BY created_at, name""",
+    "get": f"SELECT {_COLUMNS} FROM synthesized_skills WHERE {_KEY}",
+    "get_for_update": f"SELECT {_COLUMNS} FROM synthesized_skills WHERE {_KEY} FOR UPDATE",
+    # A use: the body, the count, the clock, and a stale (unpinned) skill revived, in one statement.
+    "use": f"""
+        WITH prior AS (
+            SELECT id, state FROM synthesized_skills WHERE {_KEY} AND state <> 'archived' FOR UPDATE)
+        UPDATE synthesized_skills s
+           SET use_count = s.use_count + 1, last_used_at = $5, unused_since = greatest(s.unused_since, $5),
+               state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
+               state_changed_at = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5 ELSE s.state_changed_at END
+          FROM prior WHERE s.id = prior.id
+        RETURNING {_S_COLUMNS}, prior.state AS prior_state""",
+    # An offer moves the clock (and revives, like a use) of exactly the named live skills.
+    "offer": """
+        WITH prior AS (
+            SELECT id, state FROM synthesized_skills
+            WHERE company = $1 AND seat = $2 AND (id = ANY($3::uuid[]) OR name = ANY($4::text[]))
+              AND state <> 'archived'
+            ORDER BY id FOR UPDATE)
+        UPDATE synthesized_skills s
+           SET last_offered_at = $5, unused_since = greatest(s.unused_since, $5),
+               state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
+               state_changed_at = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5 ELSE s.state_changed_at END
+          FROM prior WHERE s.id = prior.id
+        RETURNING s.id, s.name, prior.state AS prior_state, s.state""",
+    "claim_use_request": """
+        INSERT INTO skill_use_requests (company, seat, request_id, created_at) VALUES ($1, $2, $3, $4)
+        ON CONFLICT DO NOTHING RETURNING 1""",
+    # Uses without loading (the reflector's SkillUse worker): the count, the clock, and revival.
+    "mark_used": """
+        WITH prior AS (
+            SELECT id, state FROM synthesized_skills
+            WHERE company = $1 AND seat = $2 AND id = ANY($3::uuid[]) AND state <> 'archived'
+            ORDER BY id FOR UPDATE)
+        UPDATE synthesized_skills s
+           SET use_count = s.use_count + 1, last_used_at = $4, unused_since = greatest(s.unused_since, $4),
+               state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
+               state_changed_at = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $4 ELSE s.state_changed_at END
+          FROM prior WHERE s.id = prior.id
+        RETURNING s.id, s.name, prior.state AS prior_state, s.state""",
+    "archive_version": """
+        INSERT INTO synthesized_skill_versions (skill_id, version, body, change, reason, restored_from_version,
+                                                request_id, created_at, superseded_at)
+        SELECT id, version, body, change, change_reason, restored_from_version, request_id, version_at, $2
+        FROM synthesized_skills WHERE id = $1""",
+    "set_body": f"""
+        UPDATE synthesized_skills
+           SET body = $2, version = version + 1, change = $3, change_reason = $4, restored_from_version = $5,
+               version_at = $6, updated_at = $6, request_id = $7
+         WHERE id = $1
+        RETURNING {_COLUMNS}""",
+    "trim_versions": """
+        DELETE FROM synthesized_skill_versions WHERE id IN (
+            SELECT id FROM synthesized_skill_versions WHERE skill_id = $1 ORDER BY version DESC OFFSET $2)""",
+    "request_seen": """
+        SELECT EXISTS (SELECT 1 FROM synthesized_skills WHERE id = $1 AND request_id = $2)
+            OR EXISTS (SELECT 1 FROM synthesized_skill_versions WHERE skill_id = $1 AND request_id = $2)""",
+    "get_version": """SELECT version, body FROM synthesized_skill_versions WHERE skill_id = $1 AND version = $2""",
+    "versions_page": """
+        SELECT * FROM (
+            SELECT id AS skill_id, version, body, change, change_reason AS reason, restored_from_version,
+                   version_at AS created_at, NULL::timestamptz AS superseded_at, true AS current
+            FROM synthesized_skills WHERE id = $1
+            UNION ALL
+            SELECT skill_id, version, body, change, reason, restored_from_version, created_at, superseded_at, false
+            FROM synthesized_skill_versions WHERE skill_id = $1) v
+        WHERE ($2::int IS NULL OR version < $2)
+        ORDER BY version DESC LIMIT $3""",
+    "versions_count": "SELECT 1 + count(*) FROM synthesized_skill_versions WHERE skill_id = $1",
+    "set_pinned": f"""UPDATE synthesized_skills SET pinned = $2, updated_at = $3 WHERE id = $1 RETURNING {_COLUMNS}""",
+    "set_state": f"""
+        UPDATE synthesized_skills SET state = $2, state_changed_at = $3, updated_at = $3,
+               unused_since = CASE WHEN $4 THEN greatest(unused_since, $3) ELSE unused_since END
+         WHERE id = $1 RETURNING {_COLUMNS}""",
+    "count_live": "SELECT count(*) FROM synthesized_skills WHERE company = $1 AND seat = $2 AND state <> 'archived'",
+    "page": f"""
+        SELECT {_COLUMNS} FROM synthesized_skills
+        WHERE company = $1 AND seat = $2 AND ($3 OR state <> 'archived') AND ($4::text IS NULL OR name > $4)
+        ORDER BY name LIMIT $5""",
+    "count": "SELECT count(*) FROM synthesized_skills WHERE company = $1 AND seat = $2 AND ($3 OR state <> 'archived')",
+    # The curator. $1 cutoff (clock at or before it has been unused long enough), $2 now, $3 batch.
+    # Each statement moves a batch and writes one event per moved skill in the same statement; rows
+    # another transaction holds (a use in flight, which would revive them anyway) are skipped.
+    "curate": """
+        WITH picked AS (
+            SELECT id FROM synthesized_skills
+            WHERE state = $4 AND NOT pinned AND unused_since <= $1
+            LIMIT $3 FOR UPDATE SKIP LOCKED),
+        moved AS (
+            UPDATE synthesized_skills s SET state = $5, state_changed_at = $2, updated_at = $2
+              FROM picked WHERE s.id = picked.id AND s.state = $4 AND NOT s.pinned AND s.unused_since <= $1
+            RETURNING s.id, s.company, s.seat, s.name, s.unused_since),
+        logged AS (
+            INSERT INTO events (time, kind, company, seat, payload)
+            SELECT $2, $6, company, seat,
+                   jsonb_build_object('skill_id', id, 'name', name, 'cause', 'curator',
+                                      'from_state', $4::text, 'to_state', $5::text,
+                                      'unused_since', unused_since,
+                                      'days_unused', floor(extract(epoch FROM ($2 - unused_since)) / 86400)::int)
+            FROM moved)
+        SELECT count(*) FROM moved""",
+    "health": """
+        SELECT company, seat, total_skills, skills_used_at_least_once, total_skill_uses, most_recent_skill_use,
+               avg_uses_per_skill, avg_skill_age_days, active_skills, stale_skills, archived_skills
+        FROM learning_health WHERE company = $1 AND seat = $2""",
+}
+
+
+class StampFailed(Exception):
+    """A telemetry stamp (a use count, an offer's clock) could not be written."""
+
+
+@dataclass(frozen=True)
+class SkillKey:
+    """One skill of a seat: by id or by name (exactly one is set)."""
+
+    company: str
+    seat: str
+    id: uuid.UUID | None = None
+    name: str | None = None
+
+    def args(self) -> tuple[str, str, uuid.UUID | None, str | None]:
+        return self.company, self.seat, self.id, self.name
+
+    def describe(self) -> str:
+        return str(self.id) if self.id is not None else repr(self.name)
+
+
+def _skill(row: asyncpg.Record) -> Skill:
+    return Skill(
+        id=row["id"],
+        company=row["company"],
+        seat=row["seat"],
+        name=row["name"],
+        summary=row["summary"],
+        body=row["body"],
+        tool_sequence=tuple(row["tool_sequence"]),
+        trigger=SkillTrigger(row["trigger"]),
+        cluster_size=int(row["cluster_size"]),
+        source_turn_ids=tuple(row["source_turn_ids"]),
+        state=SkillState(row["state"]),
+        pinned=bool(row["pinned"]),
+        version=int(row["version"]),
+        use_count=int(row["use_count"]),
+        last_used_at=row["last_used_at"],
+        last_offered_at=row["last_offered_at"],
+        unused_since=row["unused_since"],
+        state_changed_at=row["state_changed_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        change=SkillChange(row["change"]),
+        change_reason=row["change_reason"],
+        restored_from_version=row["restored_from_version"],
+    )
+
+
+def _version(row: asyncpg.Record) -> SkillVersion:
+    return SkillVersion(
+        skill_id=row["skill_id"],
+        version=int(row["version"]),
+        body=row["body"],
+        change=SkillChange(row["change"]),
+        reason=row["reason"],
+        restored_from_version=row["restored_from_version"],
+        created_at=row["created_at"],
+        superseded_at=row["superseded_at"],
+        current=bool(row["current"]),
+    )
+
+
+class SeatTx:
+    """A transaction holding one seat's advisory lock (see the module docstring)."""
+
+    def __init__(self, conn: asyncpg.Connection, company: str, seat: str):
+        self.conn = conn
+        self.company = company
+        self.seat = seat
+
+    async def name_taken(self, name: str) -> bool:
+        return bool(await self.conn.fetchval(SQL["name_taken"], self.company, self.seat, name))
+
+    async def live_skills(self) -> list[Skill]:
+        return [_skill(r) for r in await self.conn.fetch(SQL["live"], self.company, self.seat)]
+
+    async def count_live(self) -> int:
+        return int(await self.conn.fetchval(SQL["count_live"], self.company, self.seat))
+
+    async def insert(
+        self,
+        *,
+        name: str,
+        summary: str,
+        body: str,
+        tool_sequence: Sequence[str],
+        trigger: SkillTrigger,
+        cluster_size: int,
+        source_turn_ids: Sequence[str],
+        now: datetime,
+    ) -> Skill:
+        try:
+            row = await self.conn.fetchrow(
+                SQL["insert"],
+                uuid.uuid4(),
+                self.company,
+                self.seat,
+                name,
+                summary,
+                body,
+                list(tool_sequence),
+                str(trigger),
+                cluster_size,
+                list(source_turn_ids),
+                now,
+            )
+        except asyncpg.UniqueViolationError:
+            raise _name_taken(self.seat, name) from None
+        return _skill(row)
+
+    async def get_for_update(self, key: SkillKey) -> Skill | None:
+        row = await self.conn.fetchrow(SQL["get_for_update"], *key.args())
+        return _skill(row) if row else None
+
+    async def set_state(self, skill_id: uuid.UUID, state: SkillState, now: datetime, *, reset_clock: bool) -> Skill:
+        return _skill(await self.conn.fetchrow(SQL["set_state"], skill_id, str(state), now, reset_clock))
+
+
+def _name_taken(seat: str, name: str) -> AlreadyExists:
+    return AlreadyExists(
+        f"seat {seat} already has a skill named {name!r}",
+        reason="SKILL_NAME_TAKEN",
+        domain=DOMAIN,
+        field="name",
+        metadata={"name": name, "seat": seat},
+    )
+
+
+class PostgresSkillStore:
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    # -------------------------------------------------------------- transactions
+
+    @contextlib.asynccontextmanager
+    async def seat(self, company: str, seat: str) -> AsyncIterator[SeatTx]:
+        """A transaction holding the seat's lock: the catalogue cannot change under the caller."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(SQL["lock_seat"], _LOCK_NAMESPACE, company, seat)
+            yield SeatTx(conn, company, seat)
+
+    @contextlib.asynccontextmanager
+    async def skill_row(self, key: SkillKey) -> AsyncIterator[tuple[asyncpg.Connection, Skill | None]]:
+        """A transaction holding one skill's row lock (None when the seat has no such skill)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(SQL["get_for_update"], *key.args())
+            yield conn, (_skill(row) if row else None)
+
+    # -------------------------------------------------------------- reads
+
+    async def get(self, key: SkillKey) -> Skill | None:
+        row = await self.pool.fetchrow(SQL["get"], *key.args())
+        return _skill(row) if row else None
+
+    async def live_skills(self, company: str, seat: str) -> list[Skill]:
+        return [_skill(r) for r in await self.pool.fetch(SQL["live"], company, seat)]
+
+    async def page(
+        self, company: str, seat: str, include_archived: bool, after_name: str | None, limit: int
+    ) -> list[Skill]:
+        rows = await self.pool.fetch(SQL["page"], company, seat, include_archived, after_name, limit)
+        return [_skill(r) for r in rows]
+
+    async def count(self, company: str, seat: str, include_archived: bool) -> int:
+        return int(await self.pool.fetchval(SQL["count"], company, seat, include_archived))
+
+    async def versions_page(self, skill_id: uuid.UUID, before: int | None, limit: int) -> list[SkillVersion]:
+        return [_version(r) for r in await self.pool.fetch(SQL["versions_page"], skill_id, before, limit)]
+
+    async def versions_count(self, skill_id: uuid.UUID) -> int:
+        return int(await self.pool.fetchval(SQL["versions_count"], skill_id))
+
+    async def health(self, company: str, seat: str, now: datetime) -> LearningHealth:
+        async with self.pool.acquire() as conn, conn.transaction():
+            # The view measures ages against this transaction's notion of now: the service's clock.
+            await conn.execute("SELECT set_config('agentlearn.now', $1, true)", now.isoformat())
+            row = await conn.fetchrow(SQL["health"], company, seat)
+        if row is None:
+            return LearningHealth(company=company, seat=seat)
+        return LearningHealth(
+            company=company,
+            seat=seat,
+            total_skills=int(row["total_skills"]),
+            skills_used_at_least_once=int(row["skills_used_at_least_once"]),
+            total_skill_uses=int(row["total_skill_uses"]),
+            most_recent_skill_use=row["most_recent_skill_use"],
+            avg_uses_per_skill=float(row["avg_uses_per_skill"]),
+            avg_skill_age_days=float(row["avg_skill_age_days"]),
+            active_skills=int(row["active_skills"]),
+            stale_skills=int(row["stale_skills"]),
+            archived_skills=int(row["archived_skills"]),
+        )
+
+    # -------------------------------------------------------------- telemetry stamps
+
+    async def use(self, key: SkillKey, now: datetime, timeout: float) -> tuple[Skill, SkillState] | None:
+        """Record a use; returns the skill after it and its state before, or None when the seat has
+        no live skill under the key. Raises :class:`StampFailed` when the row cannot be written."""
+        try:
+            row = await self.pool.fetchrow(SQL["use"], *key.args(), now, timeout=timeout)
+        except (asyncpg.PostgresError, TimeoutError) as err:
+            raise StampFailed(f"{type(err).__name__}: {err}") from err
+        return (_skill(row), SkillState(row["prior_state"])) if row else None
+
+    async def offer(
+        self, company: str, seat: str, ids: Sequence[uuid.UUID], names: Sequence[str], now: datetime, timeout: float
+    ) -> list[tuple[uuid.UUID, str, SkillState, SkillState]]:
+        """Move the clock of the named live skills: (id, name, state before, state after) of each."""
+        try:
+            rows = await self.pool.fetch(SQL["offer"], company, seat, list(ids), list(names), now, timeout=timeout)
+        except (asyncpg.PostgresError, TimeoutError) as err:
+            raise StampFailed(f"{type(err).__name__}: {err}") from err
+        return [(r["id"], r["name"], SkillState(r["prior_state"]), SkillState(r["state"])) for r in rows]
+
+    async def mark_used(
+        self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, request_id: str | None
+    ) -> list[tuple[uuid.UUID, str, SkillState, SkillState]] | None:
+        """Record a use of each named live skill; None when ``request_id`` was applied before. The
+        key is recorded in the same transaction as the uses."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if request_id is not None:
+                if await conn.fetchval(SQL["claim_use_request"], company, seat, request_id, now) is None:
+                    return None
+            rows = await conn.fetch(SQL["mark_used"], company, seat, list(ids), now)
+        return [(r["id"], r["name"], SkillState(r["prior_state"]), SkillState(r["state"])) for r in rows]
+
+    # -------------------------------------------------------------- versions
+
+    @staticmethod
+    async def new_version(
+        conn: asyncpg.Connection,
+        skill: Skill,
+        body: str,
+        change: SkillChange,
+        reason: str,
+        restored_from: int | None,
+        now: datetime,
+        keep: int,
+        request_id: str | None = None,
+    ) -> Skill:
+        """Archive the live body to the versions, install ``body`` as version + 1, and drop the
+        oldest archived versions past ``keep``. Runs inside the caller's row-locked transaction."""
+        await conn.execute(SQL["archive_version"], skill.id, now)
+        row = await conn.fetchrow(SQL["set_body"], skill.id, body, str(change), reason, restored_from, now, request_id)
+        await conn.execute(SQL["trim_versions"], skill.id, keep)
+        return _skill(row)
+
+    @staticmethod
+    async def request_seen(conn: asyncpg.Connection, skill_id: uuid.UUID, request_id: str) -> bool:
+        """Whether a kept version of the skill was made by the call with this idempotency key."""
+        return bool(await conn.fetchval(SQL["request_seen"], skill_id, request_id))
+
+    @staticmethod
+    async def archived_body(conn: asyncpg.Connection, skill_id: uuid.UUID, version: int) -> str | None:
+        row = await conn.fetchrow(SQL["get_version"], skill_id, version)
+        return row["body"] if row else None
+
+    @staticmethod
+    async def set_pinned(conn: asyncpg.Connection, skill_id: uuid.UUID, pinned: bool, now: datetime) -> Skill:
+        return _skill(await conn.fetchrow(SQL["set_pinned"], skill_id, pinned, now))
+
+    @staticmethod
+    async def set_state(
+        conn: asyncpg.Connection, skill_id: uuid.UUID, state: SkillState, now: datetime, *, reset_clock: bool
+    ) -> Skill:
+        return _skill(await conn.fetchrow(SQL["set_state"], skill_id, str(state), now, reset_clock))
+
+    # -------------------------------------------------------------- the curator
+
+    async def curate(
+        self, from_state: SkillState, to_state: SkillState, event: str, cutoff: datetime, now: datetime, batch: int
+    ) -> int:
+        """Move every unpinned ``from_state`` skill whose clock is at or before ``cutoff``."""
+        moved = 0
+        while True:
+            n = int(
+                await self.pool.fetchval(
+                    SQL["curate"], cutoff, now, batch, str(from_state), str(to_state), event, timeout=300
+                )
+            )
+            moved += n
+            if n < batch:
+                return moved

@@ -1,0 +1,248 @@
+"""RecordEpisode and GetEpisode: one raw row per settled turn, idempotent on the run id, embedded
+inline as ONE text (label, ask, what it did) under a two-second budget, stored without a vector
+(never refused) when none can be had; refusals name their field."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import grpc
+import numpy as np
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentlearn.episodes.v1 import episode_service_pb2 as pb
+from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
+from libs.common.embeddings import pool
+from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
+from tests.support.app import open_app
+from tests.support.grpc_errors import error_info
+from tests.support.scripted_openai import Reply, hash_vector
+
+DOMAIN = "episodes.agentlearn.dev"
+
+
+def ts(dt) -> Timestamp:  # type: ignore[no-untyped-def]
+    out = Timestamp()
+    out.FromDatetime(dt)
+    return out
+
+
+def turn(clock, turn_id: str, *, seat: str = "ana", days_ago: float = 0, **fields) -> pb.RecordEpisodeRequest:  # type: ignore[no-untyped-def]
+    end = clock.now() - timedelta(days=days_ago)
+    fields.setdefault("label", "Message from Ana: Slack message")
+    fields.setdefault("outcome", pb.TURN_OUTCOME_DONE)
+    fields.setdefault("start_time", ts(end - timedelta(minutes=5)))
+    fields.setdefault("end_time", ts(end))
+    return pb.RecordEpisodeRequest(company="acme", seat=seat, turn_id=turn_id, **fields)
+
+
+@pytest.fixture
+async def episodes(make_settings, dsn, clock, local_embedder, vector_index):
+    async with open_app(
+        make_settings(), dsn, names=["episodes"], clock=clock, embedder=local_embedder, index=vector_index
+    ) as app:
+        yield app, pb_grpc.EpisodeServiceStub(app.channel)
+
+
+async def test_a_turn_is_stored_whole_with_its_vector_model_and_role(episodes, clock):
+    app, stub = episodes
+    ask = "Please rotate the staging database credentials.\n\tThe old ones leaked in #ops — ünïcödé kept.  "
+    resp = await stub.RecordEpisode(
+        turn(
+            clock,
+            "run-0001",
+            ask=ask,
+            what_it_did="Rotated the credentials and updated the vault entry.",
+            work_item="jira:OPS-12",
+            role="swe",
+            review_outcome="done",
+            tool_sequence=["vault.write", "slack.post"],
+            tools_called=["vault.read", "vault.write", "vault.write", "slack.post"],
+            skills_used=["rotate-secrets"],
+            subjects=["ana"],
+            conversation_id="C1/1700000000.1",
+        )
+    )
+    ep = resp.episode
+    assert resp.created and resp.embedding_skipped_reason == ""
+    assert ep.kind == pb.EPISODE_KIND_RAW and ep.count == 1 and ep.turn_id == "run-0001"
+    assert ep.ask == ask and ep.role == "swe" and ep.work_item == "jira:OPS-12"
+    assert list(ep.tools_called) == ["vault.read", "vault.write", "vault.write", "slack.post"]
+    assert ep.duration_ms == 5 * 60 * 1000
+    assert (ep.embedding_model, ep.embedding_dimensions) == ("all-MiniLM-L6-v2", 384)
+    got = await stub.GetEpisode(pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="run-0001"))
+    assert got.episode == ep
+    row = await app.infra.pool.fetchrow("SELECT embedding, indexed FROM episodes WHERE id = $1::uuid", ep.id)
+    assert row["embedding"] is not None and row["indexed"] is True
+
+
+@pytest.fixture
+async def remote(make_settings, dsn, clock, scripted_openai, vector_index, request):
+    """Episodes whose embedder is an OpenAI-compatible endpoint we script; its input is 256 tokens,
+    or what the test passes indirectly (priced at three bytes a token)."""
+    settings = make_settings(
+        providers={
+            "embeddings": {
+                "kind": "openai",
+                "base_url": scripted_openai.base_url,
+                "api_key": "k",
+                "model": "scripted-embed",
+                "max_input_tokens": getattr(request, "param", 256),
+            }
+        },
+        learning={"episodes": {"embed_budget_seconds": 0.5}},
+    )
+    embedder = OpenAICompatibleEmbedder(settings.providers.embeddings)
+    async with open_app(settings, dsn, names=["episodes"], clock=clock, embedder=embedder, index=vector_index) as app:
+        yield app, pb_grpc.EpisodeServiceStub(app.channel), scripted_openai
+    await embedder.close()
+
+
+async def test_the_vector_is_of_label_ask_and_what_it_did_as_one_text(remote, clock):
+    _, stub, server = remote
+    await stub.RecordEpisode(turn(clock, "r1", label="Ops ping", ask="Fix CI", what_it_did="Fixed it"))
+    await stub.RecordEpisode(
+        turn(clock, "r2", label="swe was assigned scheduled work weekly-report", what_it_did="Sent")
+    )
+    assert [b["input"] for b in server.received("embeddings")] == [
+        ["Ops ping\nFix CI\nFixed it"],
+        ["swe was assigned scheduled work weekly-report\nSent"],  # told nothing: no ask, no empty line
+    ]
+
+
+@pytest.mark.parametrize("remote", [10], indirect=True)
+async def test_a_long_turn_is_split_between_words_and_its_pieces_pooled(remote, clock):
+    app, stub, server = remote
+    ask = " ".join(f"word{i}" for i in range(40))  # far past 30 bytes a piece
+    resp = await stub.RecordEpisode(turn(clock, "r1", label="Long ask", ask=ask, what_it_did="Done"))
+    [body] = server.received("embeddings")  # every piece in one request
+    pieces = body["input"]
+    assert len(pieces) > 5 and all(len(p.encode()) <= 30 for p in pieces)
+    assert " ".join(" ".join(pieces).split()) == " ".join(f"Long ask {ask} Done".split())  # nothing dropped
+    expected = pool([np.asarray(hash_vector(p, 64), dtype=np.float32) for p in pieces], [len(p) for p in pieces])
+    stored = await app.infra.pool.fetchval("SELECT embedding FROM episodes WHERE id = $1::uuid", resp.episode.id)
+    assert np.allclose(stored.to_numpy(), expected, atol=1e-6)
+
+
+async def test_recording_a_run_id_twice_stores_one_row_and_embeds_once(remote, clock):
+    app, stub, server = remote
+    first = await stub.RecordEpisode(turn(clock, "r1", what_it_did="first account"))
+    again = await stub.RecordEpisode(turn(clock, "r1", what_it_did="a redelivery's other account"))
+    assert first.created and not again.created
+    assert again.episode == first.episode  # the stored row, unchanged
+    assert len(server.received("embeddings")) == 1
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM episodes") == 1
+    # The run id is per seat: another seat's turn with the same id is its own row.
+    other = await stub.RecordEpisode(turn(clock, "r1", seat="bob"))
+    assert other.created and other.episode.id != first.episode.id
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (Reply(delay=1.5), "timeout"),
+        (Reply(status=429), "rate_limited"),
+        (Reply(status=503), "unavailable"),
+        (Reply(vectors=lambda inputs: [[0.0] * 64 for _ in inputs]), "unusable_vector"),
+        (Reply(vectors=lambda inputs: [[float("nan")] * 64 for _ in inputs]), "unusable_vector"),
+    ],
+)
+async def test_a_turn_without_a_vector_is_stored_never_refused(remote, clock, reply, reason):
+    app, stub, server = remote
+    server.push("embeddings", reply)
+    resp = await stub.RecordEpisode(turn(clock, "r1", ask="Rotate the keys", what_it_did="Rotated"))
+    assert resp.created and resp.embedding_skipped_reason == reason
+    assert resp.episode.embedding_model == "" and resp.episode.embedding_dimensions == 0
+    row = await app.infra.pool.fetchrow("SELECT ask, embedding FROM episodes WHERE id = $1::uuid", resp.episode.id)
+    assert row["ask"] == "Rotate the keys" and row["embedding"] is None
+
+
+async def test_a_scheduled_turns_label_names_its_schedule_never_the_fires_run_id(episodes, clock):
+    app, stub = episodes
+    ok = await stub.RecordEpisode(turn(clock, "fire-7f3a9c", label="swe was assigned scheduled work weekly-report"))
+    assert ok.created
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await stub.RecordEpisode(turn(clock, "fire-81be02", label="swe was assigned scheduled work fire-81be02"))
+    code, info, bad = error_info(exc.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "LABEL_NAMES_RUN_ID"
+    assert info.domain == DOMAIN and info.metadata["turn_id"] == "fire-81be02"
+    assert bad.field_violations[0].field == "label"
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM episodes") == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        ({"company": "bad handle!"}, "company", "FIELD_INVALID"),
+        ({"seat": ""}, "seat", "FIELD_REQUIRED"),
+        ({"turn_id": ""}, "turn_id", "FIELD_REQUIRED"),
+        ({"turn_id": "x" * 201}, "turn_id", "FIELD_TOO_LONG"),
+        ({"label": "  "}, "label", "FIELD_REQUIRED"),
+        ({"outcome": pb.TURN_OUTCOME_UNSPECIFIED}, "outcome", "FIELD_REQUIRED"),
+        ({"outcome": 42}, "outcome", "FIELD_INVALID"),
+        ({"start_time": None}, "start_time", "FIELD_REQUIRED"),
+        ({"end_time": None}, "end_time", "FIELD_REQUIRED"),
+        ({"end_before_start": True}, "end_time", "END_BEFORE_START"),
+        ({"work_item": "OPS-12"}, "work_item", "FIELD_INVALID"),
+        ({"work_item": "linear:ENG-1"}, "work_item", "FIELD_INVALID"),
+        ({"work_item": "native:"}, "work_item", "FIELD_INVALID"),
+        ({"tool_sequence": ["search", ""]}, "tool_sequence[1]", "FIELD_REQUIRED"),
+        ({"role": "no spaces allowed"}, "role", "FIELD_INVALID"),
+    ],
+)
+async def test_bad_records_are_invalid_argument_naming_the_field(episodes, clock, change, field, reason):
+    app, stub = episodes
+    req = turn(clock, "run-1")
+    for key, value in change.items():
+        if key == "end_before_start":
+            req.end_time.CopyFrom(ts(clock.now() - timedelta(hours=1)))
+        elif value is None:
+            req.ClearField(key)
+        elif isinstance(value, list):
+            req.ClearField(key)
+            getattr(req, key).extend(value)
+        else:
+            setattr(req, key, value)
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await stub.RecordEpisode(req)
+    code, info, bad = error_info(exc.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.reason, info.domain) == (reason, DOMAIN)
+    assert bad.field_violations[0].field == field
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM episodes") == 0
+
+
+async def test_get_by_id_or_run_id_and_never_another_seats_row(episodes, clock):
+    _, stub = episodes
+    mine = (await stub.RecordEpisode(turn(clock, "r1"))).episode
+    theirs = (await stub.RecordEpisode(turn(clock, "r2", seat="bob"))).episode
+    by_id = await stub.GetEpisode(pb.GetEpisodeRequest(company="acme", seat="ana", episode_id=mine.id))
+    assert by_id.episode == mine
+    for req in (
+        pb.GetEpisodeRequest(company="acme", seat="ana", episode_id=theirs.id),
+        pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="r2"),
+        pb.GetEpisodeRequest(company="other", seat="ana", turn_id="r1"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await stub.GetEpisode(req)
+        code, info, _ = error_info(exc.value)
+        assert code == grpc.StatusCode.NOT_FOUND and info.reason == "EPISODE_NOT_FOUND"
+        assert info.domain == DOMAIN and info.metadata["seat"] == "ana"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "reason"),
+    [
+        ({}, "episode_id", "ONE_OF_REQUIRED"),
+        ({"episode_id": "00000000-0000-0000-0000-000000000001", "turn_id": "r1"}, "episode_id", "ONE_OF_REQUIRED"),
+        ({"episode_id": "not-a-uuid"}, "episode_id", "FIELD_INVALID"),
+    ],
+)
+async def test_get_names_exactly_one_valid_key(episodes, kwargs, field, reason):
+    _, stub = episodes
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await stub.GetEpisode(pb.GetEpisodeRequest(company="acme", seat="ana", **kwargs))
+    code, info, bad = error_info(exc.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == reason
+    assert bad.field_violations[0].field == field

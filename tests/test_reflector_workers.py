@@ -1,0 +1,370 @@
+"""Each reflection worker's rules, with every service it writes through running for real: the
+episodist, the profiler, skill use, single-turn synthesis, the auto refiner, and isolation between
+them. The model is the offline rules or a scripted OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
+from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
+from agentlearn.profiles.v1 import profile_service_pb2_grpc as pr_grpc
+from agentlearn.reflector.v1 import reflector_service_pb2 as pb
+from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
+from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
+from libs.common.events import read_events
+from tests.support.app import open_app
+from tests.support.turns import message, turn
+
+ALL = ["diary", "episodes", "skills", "profiles", "reflector"]
+FIVE_TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
+
+
+class Env:
+    def __init__(self, app):  # type: ignore[no-untyped-def]
+        self.app = app
+        self.stub = pb_grpc.ReflectorServiceStub(app.channel)
+        self.episodes = ep_grpc.EpisodeServiceStub(app.channel)
+        self.skills = sk_grpc.SkillServiceStub(app.channel)
+        self.profiles = pr_grpc.ProfileServiceStub(app.channel)
+        self.harness = app.components["reflector"].service.harness
+
+    async def reflect(self, t: pb.TurnCompleted) -> pb.Reflection:
+        await self.stub.SubmitTurn(pb.SubmitTurnRequest(turn=t))
+        await self.harness.drain()
+        resp = await self.stub.GetReflection(pb.GetReflectionRequest(company=t.company, seat=t.seat, turn_id=t.turn_id))
+        return resp.reflection
+
+    @staticmethod
+    def worker(r: pb.Reflection, name: str) -> pb.WorkerOutcome:
+        [w] = [w for w in r.workers if w.worker == name]
+        return w
+
+    async def skill(self, name: str, tools: list[str], seat: str = "ana") -> sk_pb.Skill:
+        resp = await self.skills.CreateSkill(
+            sk_pb.CreateSkillRequest(
+                company="acme",
+                seat=seat,
+                name=name,
+                summary=f"use for {name}",
+                body=f"# {name}\n\n1. Go.\n",
+                tool_sequence=tools,
+                trigger=sk_pb.SKILL_TRIGGER_SINGLE,
+                source_turn_ids=[f"seed-{name}"],
+            )
+        )
+        return resp.skill
+
+
+@pytest.fixture
+def env_for(make_settings, dsn, clock, local_embedder, edge_index):
+    def opener(learning=None, **settings):  # type: ignore[no-untyped-def]
+        return _Opened(make_settings(learning=learning or {}, **settings), dsn, clock, local_embedder, edge_index)
+
+    return opener
+
+
+class _Opened:
+    def __init__(self, settings, dsn, clock, embedder, index):  # type: ignore[no-untyped-def]
+        self._cm = open_app(settings, dsn, names=ALL, clock=clock, embedder=embedder, index=index)
+
+    async def __aenter__(self) -> Env:
+        return Env(await self._cm.__aenter__())
+
+    async def __aexit__(self, *exc) -> None:  # type: ignore[no-untyped-def]
+        await self._cm.__aexit__(*exc)
+
+
+# ------------------------------------------------------------------------------ episodist
+
+
+async def test_the_episodist_records_one_row_per_turn(env_for, clock):
+    async with env_for() as env:
+        msgs = [message("bob", "Can you look at the flaky kafka consumer?")]
+        r = await env.reflect(
+            turn(
+                "run-1",
+                now=clock.now(),
+                messages=msgs,
+                label="Message from Bob: Slack message",
+                what_it_did="Pinned the consumer group and reran CI.",
+            )
+        )
+        assert env.worker(r, "episodist").status == pb.WORKER_STATUS_WROTE
+        got = (
+            await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="run-1"))
+        ).episode
+        assert got.label == "Message from Bob: Slack message"
+        assert got.ask == "Can you look at the flaky kafka consumer?"  # the salient body, not a wrapper
+        assert got.what_it_did == "Pinned the consumer group and reran CI."
+        assert list(got.tool_sequence) == ["search_docs", "read_ticket"] and got.role == "swe"
+        assert list(got.subjects) == ["bob"]
+
+
+async def test_a_self_iterate_round_is_recorded_but_not_persisted(env_for, clock):
+    async with env_for() as env:
+        r = await env.reflect(
+            turn(
+                "run-1",
+                now=clock.now(),
+                outcome=pb.TURN_OUTCOME_SELF_ITERATE,
+                messages=[message("bob", "I prefer bullet points.")],
+            )
+        )
+        assert env.worker(r, "episodist").status == pb.WORKER_STATUS_WROTE
+        assert env.worker(r, "persist_decider").gate == "unsettled"
+
+
+# ------------------------------------------------------------------------------ profiler
+
+
+async def test_the_profiler_observes_each_distinct_sender_never_the_seat(env_for, clock):
+    async with env_for() as env:
+        msgs = [
+            message("bob", "Please keep it short."),
+            message("carla", "Let's ship the kafka fix today."),
+            message("bob", "Also: never page me after 6pm."),
+            message("ana", "On it."),  # the seat itself
+        ]
+        r = await env.reflect(
+            turn("run-1", now=clock.now(), messages=msgs, outcome=pb.TURN_OUTCOME_SELF_ITERATE)
+        )  # runs on unsettled turns too
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_WROTE and sorted(w.written) == ["profile:slack/bob", "profile:slack/carla"]
+        got = await env.profiles.GetProfiles(
+            pr_pb.GetProfilesRequest(
+                company="acme",
+                observer="ana",
+                subjects=[
+                    pr_pb.Subject(handle="bob", platform="slack"),
+                    pr_pb.Subject(handle="carla", platform="slack"),
+                    pr_pb.Subject(handle="ana", platform="slack"),
+                ],
+            )
+        )
+        assert [p.subject.handle for p in got.profiles] == ["bob", "carla"]
+        bob = got.profiles[0]
+        assert bob.observation_count == 1  # four messages, one counterparty pass per sender
+        assert any("never page me" in s for s in bob.sensitivities)
+        assert any("ship the kafka fix" in d for d in got.profiles[1].past_decisions)
+        # Private to the observer.
+        other = await env.profiles.GetProfiles(
+            pr_pb.GetProfilesRequest(
+                company="acme", observer="dan", subjects=[pr_pb.Subject(handle="bob", platform="slack")]
+            )
+        )
+        assert list(other.profiles) == []
+
+
+@pytest.mark.parametrize("trigger", [pb.TRIGGER_KIND_AGENT_ASK, pb.TRIGGER_KIND_SCHEDULE, pb.TRIGGER_KIND_SANDBOX])
+async def test_internal_triggers_are_not_profiled(env_for, clock, trigger):
+    async with env_for() as env:
+        r = await env.reflect(
+            turn("run-1", now=clock.now(), trigger=trigger, messages=[message("bob", "Please keep it short.")])
+        )
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_SKIPPED and w.gate.startswith("internal_trigger")
+
+
+# ------------------------------------------------------------------------------ skill use
+
+
+async def test_every_offered_skill_is_marked_used(env_for, clock):
+    async with env_for() as env:
+        a = await env.skill("alpha", ["a1", "a2"])
+        b = await env.skill("beta", ["b1", "b2"])
+        r = await env.reflect(turn("run-1", now=clock.now(), offered=[(a.id, a.name), (b.id, b.name)]))
+        assert env.worker(r, "skill_use").status == pb.WORKER_STATUS_WROTE
+        listed = {
+            s.name: s.use_count
+            for s in (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+        }
+        assert listed == {"alpha": 1, "beta": 1}
+
+
+# ------------------------------------------------------------------------------ synthesizer
+
+
+async def test_a_procedure_turn_drafts_a_single_turn_skill(env_for, clock):
+    async with env_for() as env:
+        r = await env.reflect(
+            turn(
+                "run-1",
+                now=clock.now(),
+                tools=FIVE_TOOLS,
+                ask="Fix the flaky checkout test",
+                what_it_did="Opened PR 42 with the fix.",
+            )
+        )
+        w = env.worker(r, "synthesizer")
+        assert w.status == pb.WORKER_STATUS_WROTE
+        [skill] = (
+            await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana", view=sk_pb.SKILL_VIEW_FULL))
+        ).skills
+        assert skill.trigger == sk_pb.SKILL_TRIGGER_SINGLE and list(skill.source_turn_ids) == ["run-1"]
+        assert list(skill.tool_sequence) == FIVE_TOOLS  # the run that happened
+        [event] = await read_events(env.app.infra.pool, "skill_synthesized")
+        assert event["turn_id"] == "run-1"
+
+
+async def test_synthesis_needs_min_tool_calls_and_a_settled_turn(env_for, clock):
+    async with env_for() as env:
+        few = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS[:4]))
+        assert env.worker(few, "synthesizer").gate == "below_min_tool_calls"
+        mid = await env.reflect(turn("run-2", now=clock.now(), tools=FIVE_TOOLS, outcome=pb.TURN_OUTCOME_SELF_ITERATE))
+        assert env.worker(mid, "synthesizer").gate == "unsettled"
+
+
+def scripted(server):  # type: ignore[no-untyped-def]
+    return {
+        "llm": {
+            "m": {"kind": "openai", "base_url": server.base_url, "api_key": "k", "model": "m", "timeout_seconds": 1.0}
+        },
+        "auxiliary_chain": ["m"],
+    }
+
+
+def purposes(server) -> list[str]:  # type: ignore[no-untyped-def]
+    """Which prompt each chat call carried (by its system prompt's opening words)."""
+    return [body["messages"][0]["content"][:40] for body in server.received("chat")]
+
+
+async def test_a_duplicate_tool_set_closes_the_gate_before_any_model_call(env_for, clock, scripted_openai):
+    scripted_openai.chat_handler = lambda body: json.dumps({"noop": True, "classification": "NOOP"})
+    async with env_for(
+        learning={"reflection": {"workers": ["synthesizer"]}}, providers=scripted(scripted_openai)
+    ) as env:
+        await env.skill("ship-fix", list(reversed(FIVE_TOOLS)))  # same set, another order
+        r = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS))
+        w = env.worker(r, "synthesizer")
+        assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, "duplicate")
+        assert scripted_openai.received("chat") == []
+
+
+async def test_a_full_catalogue_closes_the_gate_before_any_model_call(env_for, clock, scripted_openai):
+    async with env_for(
+        learning={"reflection": {"workers": ["synthesizer"]}, "skill_synthesis": {"max_skills_per_agent": 1}},
+        providers=scripted(scripted_openai),
+    ) as env:
+        await env.skill("only", ["x1", "x2"])
+        r = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS))
+        assert env.worker(r, "synthesizer").gate == "catalogue_full"
+        assert scripted_openai.received("chat") == []
+
+
+@pytest.mark.parametrize("missing", ["name", "summary", "body"])
+async def test_a_draft_with_a_gap_is_dropped(env_for, clock, scripted_openai, missing):
+    draft = {"decline": False, "name": "fix-flaky", "summary": "fix a flaky test", "body": "# Fix\n1. Go"}
+    draft[missing] = ""
+    scripted_openai.chat_handler = lambda body: json.dumps(draft)
+    async with env_for(
+        learning={"reflection": {"workers": ["synthesizer"]}}, providers=scripted(scripted_openai)
+    ) as env:
+        r = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS))
+        w = env.worker(r, "synthesizer")
+        assert w.status == pb.WORKER_STATUS_NOTHING and missing in w.detail
+        assert list((await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills) == []
+
+
+# ------------------------------------------------------------------------------ refiner
+
+
+async def test_the_refiner_appends_a_counter_example_after_a_failure(env_for, clock):
+    async with env_for(learning={"reflection": {"workers": ["refiner"]}}) as env:
+        s = await env.skill("deploy", ["build", "push", "deploy"])
+        r = await env.reflect(
+            turn(
+                "run-1",
+                now=clock.now(),
+                outcome=pb.TURN_OUTCOME_FAILED,
+                tools=["build", "push", "deploy"],
+                offered=[(s.id, s.name)],
+                label="Deploy request",
+                what_it_did="Deploy failed: registry quota exceeded.",
+            )
+        )
+        assert env.worker(r, "refiner").status == pb.WORKER_STATUS_WROTE
+        got = (await env.skills.GetSkill(sk_pb.GetSkillRequest(company="acme", seat="ana", skill_id=s.id))).skill
+        assert got.version == 2
+        assert got.body.endswith(
+            "## What practice added\n\n- Counter-example: Deploy request: Deploy failed: registry quota exceeded.\n"
+        )
+
+
+async def test_noop_is_the_ordinary_answer_and_writes_nothing(env_for, clock):
+    async with env_for(learning={"reflection": {"workers": ["refiner"]}}) as env:
+        s = await env.skill("deploy", ["build", "push", "deploy"])
+        r = await env.reflect(
+            turn("run-1", now=clock.now(), tools=["build", "push", "deploy"], offered=[(s.id, s.name)])
+        )
+        assert env.worker(r, "refiner").status == pb.WORKER_STATUS_NOTHING
+        got = (await env.skills.GetSkill(sk_pb.GetSkillRequest(company="acme", seat="ana", skill_id=s.id))).skill
+        assert got.version == 1
+
+
+async def test_an_invented_skill_name_is_dropped(env_for, clock, scripted_openai):
+    scripted_openai.chat_handler = lambda body: json.dumps(
+        {"noop": False, "skill": "deploy-v2", "observation": "check quotas first"}
+    )
+    async with env_for(learning={"reflection": {"workers": ["refiner"]}}, providers=scripted(scripted_openai)) as env:
+        s = await env.skill("deploy", ["build", "push", "deploy"])
+        r = await env.reflect(turn("run-1", now=clock.now(), outcome=pb.TURN_OUTCOME_FAILED, offered=[(s.id, s.name)]))
+        w = env.worker(r, "refiner")
+        assert w.status == pb.WORKER_STATUS_NOTHING and "invented" in w.detail
+        assert (
+            await env.skills.GetSkill(sk_pb.GetSkillRequest(company="acme", seat="ana", skill_id=s.id))
+        ).skill.version == 1
+
+
+async def test_one_call_over_the_whole_catalogue_and_archived_skills_cost_no_call(env_for, clock, scripted_openai):
+    scripted_openai.chat_handler = lambda body: json.dumps({"noop": True})
+    async with env_for(learning={"reflection": {"workers": ["refiner"]}}, providers=scripted(scripted_openai)) as env:
+        a = await env.skill("alpha", ["a1", "a2"])
+        b = await env.skill("beta", ["b1", "b2"])
+        await env.reflect(turn("run-1", now=clock.now(), offered=[(a.id, a.name), (b.id, b.name)]))
+        [call] = scripted_openai.received("chat")
+        assert "### alpha" in call["messages"][1]["content"] and "### beta" in call["messages"][1]["content"]
+        for s in (a, b):
+            await env.skills.ArchiveSkill(sk_pb.ArchiveSkillRequest(company="acme", seat="ana", skill_id=s.id))
+        scripted_openai.clear()
+        r = await env.reflect(turn("run-2", now=clock.now(), offered=[(a.id, a.name), (b.id, b.name)]))
+        assert env.worker(r, "refiner").status == pb.WORKER_STATUS_NOTHING
+        assert scripted_openai.received("chat") == []
+
+
+async def test_the_refiner_is_unbuilt_when_refinement_is_off(env_for, clock):
+    async with env_for(learning={"skill_refinement": {"enabled": False}}) as env:
+        s = await env.skill("deploy", ["build", "push"])
+        r = await env.reflect(turn("run-1", now=clock.now(), offered=[(s.id, s.name)]))
+        assert "refiner" not in [w.worker for w in r.workers]
+    async with env_for(
+        learning={"skill_refinement": {"auto_refine_on_success": False, "auto_refine_on_failure": False}}
+    ) as env:
+        r = await env.reflect(turn("run-2", now=clock.now(), offered=[(s.id, s.name)]))
+        assert "refiner" not in [w.worker for w in r.workers]
+
+
+# ------------------------------------------------------------------------------ isolation
+
+
+async def test_one_worker_failing_costs_no_other_worker(env_for, clock, scripted_openai):
+    """The first model call (the persist decider's) fails; every other worker still writes."""
+    from tests.support.scripted_openai import Reply
+
+    scripted_openai.push("chat", Reply(status=500))
+    scripted_openai.chat_handler = lambda body: json.dumps(
+        {"noop": False, "communication_style": "brief", "topics": ["kafka"]}
+    )
+    async with env_for(providers=scripted(scripted_openai)) as env:
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=[message("bob", "I prefer brief notes.")]))
+        statuses = {w.worker: w.status for w in r.workers}
+        assert statuses["persist_decider"] == pb.WORKER_STATUS_FAILED
+        assert statuses["episodist"] == pb.WORKER_STATUS_WROTE
+        assert statuses["profiler"] == pb.WORKER_STATUS_WROTE
+        assert r.state == pb.REFLECTION_STATE_COMPLETED
+        [event] = await read_events(env.app.infra.pool, "reflection_completed")
+        assert event["payload"]["failures"]["persist_decider"].startswith("server_error")

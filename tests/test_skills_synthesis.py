@@ -1,0 +1,287 @@
+"""Clustered synthesis over the real episodes service: the largest qualifying cluster first, one
+draft per seat per pass, a cluster the seat already learned skipped (not a stop), the
+representative run stored, source turns stamped, a draft with a gap dropped; a scripted model, and
+the offline rule when there is none."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentlearn.episodes.v1 import episode_service_pb2 as epb
+from agentlearn.episodes.v1 import episode_service_pb2_grpc as epb_grpc
+from agentlearn.skills.v1 import skill_service_pb2 as pb
+from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
+from libs.common.events import read_events
+from tests.support.app import open_app
+from tests.support.scripted_openai import Reply
+
+X = {  # five settled turns of one shape; x4 is the member most like all the others
+    "x1": ["a", "b", "c", "d", "e", "i"],
+    "x2": ["a", "b", "c", "d", "e", "f"],
+    "x3": ["a", "b", "c", "d", "e", "g"],
+    "x4": ["c", "a", "b", "e", "d"],
+    "x5": ["a", "b", "c", "d", "e", "h"],
+}
+Y = ["p", "q", "r", "s", "t"]
+Z = ["jira_get", "jira_comment", "slack_post", "github_pr", "github_merge"]
+REPRESENTATIVE_MARK = "The representative run (a run that actually happened):\n"
+
+
+def _ts(value) -> Timestamp:  # type: ignore[no-untyped-def]
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+async def record(estub, clock, turn_id, tools, *, seat="ana", outcome=epb.TURN_OUTCOME_DONE, calls=None):  # type: ignore[no-untyped-def]
+    clock.advance(minutes=1)
+    end = clock.now()
+    await estub.RecordEpisode(
+        epb.RecordEpisodeRequest(
+            company="acme",
+            seat=seat,
+            turn_id=turn_id,
+            label="Message from Ana: Slack message",
+            ask=f"please handle {turn_id}",
+            what_it_did=f"handled {turn_id}",
+            outcome=outcome,
+            tool_sequence=tools,
+            tools_called=calls if calls is not None else tools,
+            start_time=_ts(end - timedelta(seconds=30)),
+            end_time=_ts(end),
+        )
+    )
+
+
+def scripted_settings(make_settings, scripted_openai, **synthesis):  # type: ignore[no-untyped-def]
+    return make_settings(
+        providers={
+            "embeddings": {"kind": "none"},
+            "llm": {
+                "scripted": {
+                    "kind": "openai",
+                    "base_url": scripted_openai.base_url,
+                    "api_key": "k",
+                    "model": "scripted-chat",
+                }
+            },
+            "auxiliary_chain": ["scripted"],
+        },
+        learning={"skill_synthesis": synthesis} if synthesis else {},
+    )
+
+
+def representative_of(body: dict) -> list[str]:
+    user = body["messages"][1]["content"]
+    return user.split(REPRESENTATIVE_MARK, 1)[1].split("\n", 1)[0].split(" → ")
+
+
+def draft_from_prompt(body: dict) -> str:
+    tools = representative_of(body)
+    name = f"routine-{tools[0]}-{len(tools)}"
+    return json.dumps({"name": name, "summary": f"when {tools[0]} work comes in", "body": f"# {name}\n"})
+
+
+@pytest.fixture
+async def app(make_settings, dsn, clock, scripted_openai):
+    scripted_openai.chat_handler = draft_from_prompt
+    async with open_app(
+        scripted_settings(make_settings, scripted_openai), dsn, names=["episodes", "skills"], clock=clock
+    ) as app:
+        yield app
+
+
+def stubs(app):  # type: ignore[no-untyped-def]
+    return epb_grpc.EpisodeServiceStub(app.channel), pb_grpc.SkillServiceStub(app.channel)
+
+
+async def synthesize(app):  # type: ignore[no-untyped-def]
+    return await app.passes()["skill-synthesis"].run()
+
+
+async def consolidated(estub, turn_id, seat="ana") -> str:  # type: ignore[no-untyped-def]
+    got = await estub.GetEpisode(epb.GetEpisodeRequest(company="acme", seat=seat, turn_id=turn_id))
+    return got.episode.consolidated_into_skill_id
+
+
+async def catalogue(sstub, seat="ana"):  # type: ignore[no-untyped-def]
+    resp = await sstub.ListSkills(pb.ListSkillsRequest(company="acme", seat=seat, view=pb.SKILL_VIEW_FULL))
+    return list(resp.skills)
+
+
+async def test_the_largest_cluster_is_drafted_from_its_representative_run_and_its_turns_stamped(
+    app, clock, scripted_openai
+):
+    estub, sstub = stubs(app)
+    for turn_id, tools in X.items():
+        await record(estub, clock, turn_id, tools)
+    for i in range(3):
+        await record(estub, clock, f"y{i}", Y)
+    # Not evidence: mid-state rounds and turns below min_tool_calls, of Y's shape (they would
+    # make Y the largest cluster if counted), and two one-off turns.
+    for i in range(4):
+        await record(estub, clock, f"y-iter{i}", Y, outcome=epb.TURN_OUTCOME_SELF_ITERATE)
+        await record(estub, clock, f"y-short{i}", Y, calls=["p", "q", "r"])
+    await record(estub, clock, "odd1", ["u", "v", "w", "x", "y"])
+    await record(estub, clock, "odd2", ["k", "l", "m", "n", "o"], outcome=epb.TURN_OUTCOME_FAILED)
+
+    report = await synthesize(app)
+    assert (report.seats, report.drafted, report.dropped) == (1, 1, 0)
+    [call] = scripted_openai.received("chat")
+    assert representative_of(call) == X["x4"]
+    assert "woken by: Message from Ana: Slack message" in call["messages"][1]["content"]
+    [skill] = await catalogue(sstub)
+    assert skill.trigger == pb.SKILL_TRIGGER_CLUSTERED and skill.cluster_size == 5
+    # A run that actually happened, in its own order; not the union of the members' tools.
+    assert list(skill.tool_sequence) == X["x4"]
+    assert sorted(skill.source_turn_ids) == sorted(X)
+    for turn_id in X:
+        assert await consolidated(estub, turn_id) == skill.id
+    for turn_id in ("y0", "odd1"):
+        assert await consolidated(estub, turn_id) == ""
+    [event] = await read_events(app.infra.pool, "skill_synthesized")
+    assert event["turn_id"] is None
+    assert event["payload"]["trigger"] == "clustered" and event["payload"]["cluster_size"] == 5
+    [spend] = await read_events(app.infra.pool, "auxiliary_spend")
+    assert spend["payload"]["stage"] == "background" and spend["payload"]["purpose"] == "skill_synthesis_clustered"
+    assert spend["seat"] == "ana"
+
+
+async def test_one_draft_per_seat_per_pass_and_a_learned_cluster_is_skipped_not_a_stop(app, clock, scripted_openai):
+    estub, sstub = stubs(app)
+    for turn_id, tools in X.items():
+        await record(estub, clock, turn_id, tools)
+    for i in range(4):
+        await record(estub, clock, f"y{i}", Y)
+    for i in range(3):
+        await record(estub, clock, f"z{i}", Z)
+        await record(estub, clock, f"bob-z{i}", Z, seat="bob")
+    # The seat already learned Y's procedure (inline, from another turn).
+    await sstub.CreateSkill(
+        pb.CreateSkillRequest(
+            company="acme",
+            seat="ana",
+            name="the-y-thing",
+            summary="s",
+            body="b",
+            tool_sequence=list(reversed(Y)),
+            trigger=pb.SKILL_TRIGGER_SINGLE,
+            source_turn_ids=["earlier"],
+        )
+    )
+
+    first = await synthesize(app)
+    assert (first.seats, first.drafted) == (2, 2)  # one draft for each seat
+    assert {s.cluster_size for s in await catalogue(sstub) if s.trigger == pb.SKILL_TRIGGER_CLUSTERED} == {5}
+    assert [s.cluster_size for s in await catalogue(sstub, "bob")] == [3]
+    assert len(scripted_openai.received("chat")) == 2
+
+    second = await synthesize(app)
+    # X is learned (its turns are stamped); Y (4) duplicates "the-y-thing" and is skipped; Z (3) next.
+    assert (second.drafted, second.skipped_duplicate) == (1, 1)
+    clustered = {tuple(s.tool_sequence) for s in await catalogue(sstub) if s.trigger == pb.SKILL_TRIGGER_CLUSTERED}
+    assert clustered == {tuple(X["x4"]), tuple(Z)}
+    assert len(scripted_openai.received("chat")) == 3
+    for i in range(4):
+        assert await consolidated(estub, f"y{i}") == ""
+
+    third = await synthesize(app)
+    assert (third.drafted, third.skipped_duplicate) == (0, 1)
+    assert len(scripted_openai.received("chat")) == 3  # nothing left to draft: no call
+
+
+async def test_a_draft_without_a_name_summary_or_body_is_dropped(app, clock, scripted_openai):
+    estub, sstub = stubs(app)
+    for turn_id, tools in X.items():
+        await record(estub, clock, turn_id, tools)
+    for i in range(3):
+        await record(estub, clock, f"z{i}", Z)
+    answers = iter(
+        [
+            json.dumps({"name": "gap", "summary": "", "body": "# gap\n"}),
+            json.dumps({"name": "routine", "summary": "when a-work comes in", "body": "# routine\n"}),
+        ]
+    )
+    scripted_openai.chat_handler = lambda body: next(answers)
+    report = await synthesize(app)
+    assert (report.drafted, report.dropped) == (0, 1)
+    # One draft per seat per pass: the dropped draft is not followed by one for the next cluster.
+    assert len(scripted_openai.received("chat")) == 1
+    assert await catalogue(sstub) == []
+    assert await consolidated(estub, "x1") == ""
+    assert await read_events(app.infra.pool, "skill_synthesized") == []
+    # The next pass asks again, from the same (largest) cluster.
+    report = await synthesize(app)
+    assert report.drafted == 1
+    [skill] = await catalogue(sstub)
+    assert skill.name == "routine" and skill.cluster_size == 5
+
+
+async def test_a_full_catalogue_asks_no_model(make_settings, dsn, clock, scripted_openai):
+    settings = scripted_settings(make_settings, scripted_openai, max_skills_per_agent=1)
+    async with open_app(settings, dsn, names=["episodes", "skills"], clock=clock) as app:
+        estub, sstub = stubs(app)
+        for i in range(3):
+            await record(estub, clock, f"z{i}", Z)
+        await sstub.CreateSkill(
+            pb.CreateSkillRequest(
+                company="acme",
+                seat="ana",
+                name="only",
+                summary="s",
+                body="b",
+                tool_sequence=["unrelated"],
+                trigger=pb.SKILL_TRIGGER_SINGLE,
+                source_turn_ids=["r"],
+            )
+        )
+        report = await synthesize(app)
+        assert (report.catalogue_full, report.drafted) == (1, 0)
+        assert scripted_openai.received("chat") == []
+
+
+async def test_a_model_that_does_not_answer_costs_the_seat_its_draft_not_the_pass(app, clock, scripted_openai):
+    estub, sstub = stubs(app)
+    for i in range(3):
+        await record(estub, clock, f"z{i}", Z)
+        await record(estub, clock, f"bob-z{i}", Z, seat="bob")
+    scripted_openai.push("chat", Reply(status=500))
+    report = await synthesize(app)
+    assert report.drafted == 1 and report.failures == {"unavailable:server_error": 1}
+    assert len(await catalogue(sstub)) + len(await catalogue(sstub, "bob")) == 1
+
+
+async def test_with_no_model_the_offline_rule_drafts_a_skill_md(make_settings, dsn, clock):
+    settings = make_settings(providers={"embeddings": {"kind": "none"}})
+    async with open_app(settings, dsn, names=["episodes", "skills"], clock=clock) as app:
+        estub, sstub = stubs(app)
+        for turn_id, tools in X.items():
+            await record(estub, clock, turn_id, tools)
+        report = await synthesize(app)
+        assert report.drafted == 1
+        [skill] = await catalogue(sstub)
+        assert skill.cluster_size == 5 and list(skill.tool_sequence) == X["x4"]
+        body = skill.body
+        assert body.startswith(f"---\nname: {skill.name}\n")
+        steps = body.split("## Steps\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+        assert steps == [f"{i}. Call `{t}`." for i, t in enumerate(X["x4"], 1)]
+        assert "- Work woken by: Message from Ana: Slack message" in body
+        assert "- Asked like: please handle x4" in body
+        assert skill.name.startswith("c-to-d-routine-") and "done 5 of 5" in skill.summary
+        [spend] = await read_events(app.infra.pool, "auxiliary_spend")
+        assert spend["payload"]["provider"] == "offline"
+
+
+async def test_the_pass_is_registered_off_by_default(make_settings, dsn, clock):
+    async with open_app(make_settings(), dsn, names=["episodes", "skills"], clock=clock) as app:
+        spec = app.passes()["skill-synthesis"]
+        assert spec.enabled is False and spec.interval_seconds == 86400
+        curator = app.passes()["skill-curator"]
+        assert curator.enabled is True and curator.interval_seconds == 24 * 3600
+    settings = make_settings(learning={"skill_synthesis": {"scheduler_enabled": True}})
+    async with open_app(settings, dsn, names=["episodes", "skills"], clock=clock) as app:
+        assert app.passes()["skill-synthesis"].enabled is True
