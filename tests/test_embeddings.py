@@ -122,3 +122,13 @@ async def test_a_width_other_than_configured_is_a_configuration_error(scripted_o
     scripted_openai.push("embeddings", Reply(vectors=lambda inp: [[1.0] * 16 for _ in inp]))
     with pytest.raises(EmbeddingConfigurationError):
         await embedder.embed(["x"])
+
+
+async def test_concurrent_callers_share_a_model_run_and_each_gets_its_own_vectors(local_embedder):
+    import asyncio
+
+    texts = [f"note number {i} about topic {i % 3}" for i in range(12)] + [" ".join(["long"] * 600)]
+    alone = [await local_embedder.embed([t]) for t in texts]
+    together = await asyncio.gather(*(local_embedder.embed([t]) for t in texts))
+    for (a,), (b,) in zip(alone, together, strict=True):
+        assert np.allclose(a.values, b.values, atol=1e-5)

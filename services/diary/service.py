@@ -213,28 +213,37 @@ class DiaryService:
             cand.similarity = max(cand.similarity, similarity)
             cand.lexical_rank = max(cand.lexical_rank, rank)
 
-        # The vector half.
-        status, source, unreachable = "skipped", None, 0
-        vector: QueryVector | None = None
-        if k_vec and query_vector is not None:
-            vector, status = query_vector, "provided"
-        elif k_vec and query.strip():
-            vector, status = await self._embed_query(query)
-        if vector is not None:
+        async def vector_half() -> tuple[str, str | None, int, list[tuple[Note, float]]]:
+            vector: QueryVector | None = None
+            status = "skipped"
+            if k_vec and query_vector is not None:
+                vector, status = query_vector, "provided"
+            elif k_vec and query.strip():
+                vector, status = await self._embed_query(query)
+            if vector is None:
+                return status, None, 0, []
             hits, source = await self._vector_half(company, seat, now, vector, k_vec)
-            for note, sim in hits:
-                add(note, "vector", similarity=sim)
             unreachable = await self.store.unreachable_by_vector(
                 company, seat, now, vector.model, int(vector.values.shape[0])
             )
-        # The lexical half.
-        if k_lex and query.strip():
-            for note, rank in await self.store.lexical(company, seat, now, query, k_lex):
-                add(note, "lexical", rank=rank)
-        # The recency half.
-        if k_rec:
-            for note in await self.store.recent(company, seat, now, k_rec):
-                add(note, "recency")
+            return status, source, unreachable, hits
+
+        async def lexical_half() -> list[tuple[Note, float]]:
+            return await self.store.lexical(company, seat, now, query, k_lex) if k_lex and query.strip() else []
+
+        async def recency_half() -> list[Note]:
+            return await self.store.recent(company, seat, now, k_rec) if k_rec else []
+
+        # The three halves are independent reads: run them at once (the embed overlaps the others).
+        (status, source, unreachable, vector_hits), lexical_hits, recent = await asyncio.gather(
+            vector_half(), lexical_half(), recency_half()
+        )
+        for note, sim in vector_hits:
+            add(note, "vector", similarity=sim)
+        for note, rank in lexical_hits:
+            add(note, "lexical", rank=rank)
+        for note in recent:
+            add(note, "recency")
 
         def order(c: Candidate) -> tuple:
             tier = 0 if "vector" in c.found_by else (1 if "lexical" in c.found_by else 2)

