@@ -81,6 +81,11 @@ async def _open(settings: Settings, stack: contextlib.AsyncExitStack, names: lis
 
 
 async def serve(settings: Settings, names: list[str], *, ready_line: bool = True) -> int:
+    if len(names) == 1:  # one service per process: its spans say which
+        name = f"{settings.telemetry.service_name}-{names[0]}"
+        settings = settings.model_copy(
+            update={"telemetry": settings.telemetry.model_copy(update={"service_name": name})}
+        )
     telemetry.configure_tracing(settings.telemetry)
     async with contextlib.AsyncExitStack() as stack:
         infra, components = await _open(settings, stack, names)
