@@ -196,7 +196,7 @@ class EpisodesConfig(_Section):
     """An episode's inline embed has the diary's two-second budget; past it the row is stored
     without a vector and the fill embeds it."""
     search_limit: int = 10
-    """Default hits of SearchEpisodes."""
+    """Default vector top-K of SearchEpisodes (the lexical half adds up to as many again)."""
     account_bytes: int = 600
     """learning.EpisodeAccountBytes: an ask or account past it is condensed when shown."""
     rewrite_timeout_seconds: float = 30.0
@@ -264,7 +264,8 @@ class SkillRefinementConfig(_Section):
     auto_refine_on_success: bool = True
     """Append ``Observed in practice:`` bullets after done turns."""
     auto_refine_on_failure: bool = True
-    """Append ``Counter-example:`` bullets after failed turns (both false = refinement off)."""
+    """Append ``Counter-example:`` bullets after failed turns (both false: the auto path is off and
+    the refiner unbuilt; manual refine_skill still answers to ``enabled``)."""
     max_body_chars: int = 20_000
     """A body past this is refused (manual) or skipped (auto), never truncated."""
     max_versions_kept: int = 10
