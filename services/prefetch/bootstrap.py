@@ -1,0 +1,97 @@
+"""Wiring of the prefetch: its migrations (onboarding markers, the refresh ledger, knowledge
+pages), the turn-start builder and the builtins over the other services' channels, the knowledge
+backend (``KnowledgeService`` and the ``Searcher``), the offline rules of every purpose it asks a
+model, and the ``knowledge-fill`` pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentlearn.prefetch.v1 import prefetch_service_pb2, prefetch_service_pb2_grpc
+from libs.common.auxmodel import OfflineRules
+from libs.common.component import Component
+from libs.common.db import Migrations
+from libs.common.grpcserver import Registration
+from libs.common.infra import Infra
+from services.prefetch import knowledge, knowledge_block, memory, past_turns
+from services.prefetch.builtins import Builtins
+from services.prefetch.clients import Clients
+from services.prefetch.deps import Deps
+from services.prefetch.domain import RPC_TIMEOUT_SECONDS
+from services.prefetch.servicer import BuiltinServicer, PrefetchServicer
+from services.prefetch.store import PostgresPrefetchStore
+from services.prefetch.turn_context import TurnContextBuilder
+
+NAME = "prefetch"
+MIGRATIONS = Migrations("prefetch", Path(__file__).parent / "migrations")
+_SERVICES = prefetch_service_pb2.DESCRIPTOR.services_by_name
+PREFETCH_SERVICE_NAME = _SERVICES["PrefetchService"].full_name
+BUILTIN_SERVICE_NAME = _SERVICES["BuiltinService"].full_name
+
+
+@dataclass
+class Prefetch:
+    """The prefetch's use cases and what they share (``deps.searcher`` is the one knowledge seam
+    the turn-start block and ``search_knowledge`` both read)."""
+
+    deps: Deps
+    turn_context: TurnContextBuilder
+    builtins: Builtins
+    knowledge: knowledge.KnowledgeService
+
+
+def register_rules(rules: OfflineRules) -> None:
+    """The offline provider answers every purpose the prefetch asks, so it runs with no model."""
+    rules.register(memory.FILTER_PURPOSE, memory.memory_filter_rule)
+    rules.register(knowledge_block.QUERY_PURPOSE, knowledge_block.knowledge_query_rule)
+    rules.register(past_turns.SUMMARY_PURPOSE, past_turns.summary_rule)
+    rules.register(past_turns.REWRITE_PURPOSE, past_turns.rewrite_rule)
+
+
+def build(infra: Infra) -> Prefetch:
+    deps = Deps(
+        settings=infra.settings,
+        aux=infra.aux,
+        embedder=infra.embedder,
+        clients=Clients(infra.channels, RPC_TIMEOUT_SECONDS),
+        store=PostgresPrefetchStore(infra.pool),
+        searcher=knowledge.build_searcher(infra),
+        events=infra.events,
+        clock=infra.clock,
+    )
+    renderer = past_turns.PastTurns(infra.aux, infra.settings.learning)
+    return Prefetch(
+        deps=deps,
+        turn_context=TurnContextBuilder(deps, renderer),
+        builtins=Builtins(deps, renderer),
+        knowledge=knowledge.build_knowledge(infra),
+    )
+
+
+def registrations(prefetch: Prefetch) -> list[Registration]:
+    return [
+        Registration(
+            PREFETCH_SERVICE_NAME,
+            prefetch_service_pb2_grpc.add_PrefetchServiceServicer_to_server,
+            PrefetchServicer(prefetch.deps, prefetch.turn_context),
+        ),
+        Registration(
+            BUILTIN_SERVICE_NAME,
+            prefetch_service_pb2_grpc.add_BuiltinServiceServicer_to_server,
+            BuiltinServicer(prefetch.builtins),
+        ),
+        knowledge.knowledge_registration(prefetch.knowledge),
+    ]
+
+
+def component(infra: Infra) -> Component:
+    register_rules(infra.rules)
+    prefetch = build(infra)
+    return Component(
+        name=NAME,
+        registrations=registrations(prefetch),
+        service=prefetch,
+        passes=knowledge.knowledge_pass_specs(prefetch.knowledge, infra),
+        rebuild_index=lambda: knowledge.rebuild_index(prefetch.knowledge),
+    )

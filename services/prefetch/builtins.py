@@ -1,0 +1,475 @@
+"""The builtin tools an engine hands its model mid-turn (``BuiltinService``).
+
+Every refusal is a rich status (``ErrorInfo`` reason, domain ``prefetch.agentlearn.dev``, the field
+in ``BadRequest``); a refusal from the service behind a tool (the diary's ``NOTE_TOO_LONG``, the
+skills' ``REFINEMENT_DISABLED``) passes through with its own code, reason, domain and field.
+Answers that are not refusals (nothing found, a search that could not run) are tool-result text
+that says in words what happened and where to go next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
+from libs.common.embeddings import (
+    EmbeddingConfigurationError,
+    EmbeddingError,
+    EmbeddingRefused,
+)
+from libs.common.errors import InvalidArgument, ResourceExhausted
+from libs.common.validation import require_text, seat_ref
+from services.prefetch import memory
+from services.prefetch.clients import passthrough
+from services.prefetch.deps import Deps, Who
+from services.prefetch.domain import (
+    DOMAIN,
+    HINT_MAX_CHARS,
+    QUERY_EPISODES_DEFAULT,
+    QUERY_EPISODES_MAX,
+    QUERY_MAX_CHARS,
+    REFRESH_DEFAULT_LIMIT,
+    REFRESH_MAX_LIMIT,
+    Sender,
+    chain_hash,
+    hint_key,
+    one_line,
+)
+from services.prefetch.past_turns import PastTurns
+from services.prefetch.turn_context import distinct_senders, knowledge_read, mark_used, search
+
+__all__ = [
+    "Builtins",
+    "EpisodesAnswer",
+    "KnowledgeAnswer",
+    "RefreshAnswer",
+]
+
+_log = logging.getLogger(__name__)
+
+KNOWLEDGE_DEFAULT, KNOWLEDGE_MAX = 5, 20
+_OUTCOME_FILTER = {
+    "done": ep_pb.TURN_OUTCOME_DONE,
+    "failed": ep_pb.TURN_OUTCOME_FAILED,
+    "self_iterate": ep_pb.TURN_OUTCOME_SELF_ITERATE,
+    "skipped": ep_pb.TURN_OUTCOME_SKIPPED,
+}
+_OTHER_PATHS = (
+    "Your turns can still be read by conversation (query_episodes with conversation_id) or by recency "
+    "(query_episodes with no query)."
+)
+_CANNOT_RUN = {
+    "no_embeddings": (
+        "query_episodes cannot search by meaning: this company has no embeddings configured, so stop asking by meaning."
+    ),
+    "configuration": (
+        "query_episodes cannot search by meaning: the embedder refuses its configuration (a rejected "
+        "key, a missing model or endpoint, or a vector width the store was not sized for). No query will "
+        "get past it until an operator fixes providers.embeddings, so stop asking by meaning until then."
+    ),
+    "refused": (
+        "query_episodes could not search by meaning: the embedder refused this query. A differently "
+        "worded query may get past it."
+    ),
+    "unavailable": (
+        "query_episodes could not search by meaning: the embedder could not answer now ({detail}). "
+        "Asking again may work."
+    ),
+    "store": "query_episodes could not search: the episode store could not be read ({detail}).",
+}
+
+
+@dataclass(frozen=True)
+class RefreshAnswer:
+    text: str
+    note_ids: list[str]
+    spent: int
+    allowed: int
+    from_ledger: bool
+
+
+@dataclass(frozen=True)
+class EpisodesAnswer:
+    text: str
+    episode_ids: list[str]
+    unreachable: int
+
+
+@dataclass(frozen=True)
+class KnowledgeAnswer:
+    text: str
+    status: str
+    hits: list[Any]
+
+
+def _limit(value: int, field: str, default: int, maximum: int) -> int:
+    if value < 0:
+        raise InvalidArgument(
+            f"{field} must not be negative, got {value}",
+            reason="LIMIT_OUT_OF_RANGE",
+            domain=DOMAIN,
+            field=field,
+            metadata={"value": value, "maximum": maximum},
+        )
+    return default if value == 0 else min(value, maximum)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+class Builtins:
+    def __init__(self, deps: Deps, past_turns: PastTurns):
+        self.deps = deps
+        self.past_turns = past_turns
+
+    @property
+    def _timeout(self) -> float:
+        return self.deps.clients.timeout
+
+    # ------------------------------------------------------------------ refresh_memory
+
+    async def refresh_memory(
+        self, company: str, seat: str, turn_id: str, hint: str, limit: int, senders: tuple[Sender, ...], role: str
+    ) -> RefreshAnswer:
+        """Re-run the similarity half and the filter on the model's own hint. Capped per run id;
+        a repeat of a normalised hint is answered from the run's ledger (the rows it cached, so a
+        larger limit gets more); a failed filter spends its slot and is not cached, so the same
+        hint may be retried (which spends another)."""
+        seat_ref(company, seat, domain=DOMAIN)
+        require_text(turn_id, "turn_id", domain=DOMAIN, max_chars=200)
+        require_text(hint, "context_hint", domain=DOMAIN, max_chars=HINT_MAX_CHARS)
+        limit = _limit(limit, "limit", REFRESH_DEFAULT_LIMIT, REFRESH_MAX_LIMIT)
+        settings = self.deps.settings.learning.personal_memory
+        cap = settings.max_refreshes_per_turn
+        key = hint_key(hint)
+        store, now = self.deps.store, self.deps.clock.now()
+        reservation = await store.reserve(company, seat, turn_id, key, cap, settings.refresh_ledger_runs, now)
+        if reservation.outcome == "refused":
+            raise ResourceExhausted(
+                f"refresh_memory refused: this turn has already spent {reservation.spent} of its {cap} "
+                "refreshes. Work with the notes you have; a hint you already used this turn is still "
+                "answered from the turn's ledger at no cost.",
+                reason="REFRESH_LIMIT_REACHED",
+                domain=DOMAIN,
+                field="turn_id",
+                metadata={"spent": reservation.spent, "allowed": cap, "turn_id": turn_id},
+            )
+        if reservation.outcome == "cached":
+            assert reservation.entry is not None
+            notes = [memory.MemoryNote.from_row(r) for r in reservation.entry.notes]
+            shown = notes[:limit]
+            fresh = [n.id for n in notes[reservation.entry.shown : limit]]
+            if fresh:  # selected by the filter and shown for the first time now: a use
+                await mark_used(self.deps, company, seat, fresh)
+                await store.record_shown(company, seat, turn_id, key, len(shown), now)
+            tail = (
+                f"(A repeat of a hint already used this turn, answered from the turn's ledger: no refresh "
+                f"spent; {reservation.spent} of {cap} spent.)"
+            )
+            return RefreshAnswer(
+                _refresh_text(hint, shown, len(notes), tail), [n.id for n in shown], reservation.spent, cap, True
+            )
+        spent = reservation.spent
+        counted = f"(Refresh {spent} of {cap} this turn.)"
+        try:
+            resp = await self.deps.clients.diary.RecallNotes(
+                diary_pb.RecallNotesRequest(company=company, seat=seat, query=hint), timeout=self._timeout
+            )
+        except (grpc.aio.AioRpcError, TimeoutError) as err:
+            await store.record_failure(company, seat, turn_id, key, hint, now)
+            detail = err.code().name if isinstance(err, grpc.aio.AioRpcError) else "DEADLINE_EXCEEDED"
+            return RefreshAnswer(
+                f"Your diary could not be read ({detail}). {counted} You may retry the same hint; the retry "
+                "reads the diary again and counts as another refresh.",
+                [],
+                spent,
+                cap,
+                False,
+            )
+        pool = [memory.MemoryNote.from_pb(c.note) for c in resp.candidates]
+        who = Who(company, seat, role, turn_id)
+        try:
+            selected = await memory.select_notes(
+                self.deps.aux,
+                who.attribution(memory.FILTER_PURPOSE),
+                hint,
+                distinct_senders(senders),
+                pool,
+                REFRESH_MAX_LIMIT,
+                self.deps.settings.learning.prefetch.aux_timeout_seconds,
+            )
+        except memory.FilterFailed as err:
+            await store.record_failure(company, seat, turn_id, key, hint, now)
+            return RefreshAnswer(
+                f"The memory filter could not run for this hint ({err.kind}). {counted} You may retry the "
+                "same hint; the retry runs the filter again and counts as another refresh.",
+                [],
+                spent,
+                cap,
+                False,
+            )
+        shown = selected[:limit]
+        await store.record_answer(company, seat, turn_id, key, hint, [n.row() for n in selected], len(shown), now)
+        await mark_used(self.deps, company, seat, [n.id for n in shown])
+        return RefreshAnswer(
+            _refresh_text(hint, shown, len(selected), counted), [n.id for n in shown], spent, cap, False
+        )
+
+    # ------------------------------------------------------------------ query_episodes
+
+    async def query_episodes(
+        self,
+        company: str,
+        seat: str,
+        query: str,
+        conversation_id: str,
+        outcome_filter: str,
+        limit: int,
+        turn_id: str,
+        role: str,
+    ) -> EpisodesAnswer:
+        """Similarity (raw turns) when a query is given, one conversation when a conversation is,
+        recency otherwise. Never summarised; asks and accounts past 600 bytes condensed or named by
+        size through the same renderer as the turn-start block."""
+        seat_ref(company, seat, domain=DOMAIN)
+        limit = _limit(limit, "limit", QUERY_EPISODES_DEFAULT, QUERY_EPISODES_MAX)
+        outcome = None
+        if outcome_filter.strip():
+            outcome = _OUTCOME_FILTER.get(outcome_filter.strip().lower())
+            if outcome is None:
+                raise InvalidArgument(
+                    f"outcome_filter must be one of {', '.join(_OUTCOME_FILTER)}, got {outcome_filter!r}",
+                    reason="FIELD_INVALID",
+                    domain=DOMAIN,
+                    field="outcome_filter",
+                    metadata={"value": outcome_filter[:100]},
+                )
+        if len(query) > QUERY_MAX_CHARS:
+            require_text(query, "query", domain=DOMAIN, max_chars=QUERY_MAX_CHARS)
+        who = Who(company, seat, role, turn_id)
+        if query.strip():
+            return await self._episodes_by_similarity(who, query, outcome, limit)
+        flt = ep_pb.EpisodeFilter(conversation_id=conversation_id.strip(), outcomes=[outcome] if outcome else [])
+        try:
+            resp = await self.deps.clients.episodes.ListEpisodes(
+                ep_pb.ListEpisodesRequest(company=company, seat=seat, page_size=limit, filter=flt),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise passthrough("episodes", err) from err
+            return EpisodesAnswer(
+                f"query_episodes could not read your turns: the episode store could not be read ({err.code().name}).",
+                [],
+                0,
+            )
+        episodes = list(resp.episodes)
+        where = f"in conversation {conversation_id.strip()}" if conversation_id.strip() else "most recent"
+        if not episodes:
+            text = (
+                f"You have no recorded turns in conversation {conversation_id.strip()}."
+                if conversation_id.strip()
+                else "You have no recorded turns yet."
+            )
+            return EpisodesAnswer(text, [], 0)
+        rendered = await self.past_turns.render(who, episodes)
+        head = (
+            f"Your turns {where}, newest first ({len(episodes)} of {resp.total_size}):"
+            if conversation_id.strip()
+            else f"Your {where} turns, newest first ({len(episodes)} of {resp.total_size}):"
+        )
+        return EpisodesAnswer(f"{head}\n{rendered.text}", list(rendered.ids), 0)
+
+    async def _episodes_by_similarity(self, who: Who, query: str, outcome: int | None, limit: int) -> EpisodesAnswer:
+        embedder = self.deps.embedder
+        if embedder is None:
+            return _cannot_run("no_embeddings")
+        try:
+            async with asyncio.timeout(self.deps.settings.learning.episodes.embed_budget_seconds):
+                [vec] = await embedder.embed([query])
+        except EmbeddingConfigurationError:
+            return _cannot_run("configuration")
+        except EmbeddingRefused:
+            return _cannot_run("refused")
+        except TimeoutError:
+            return _cannot_run("unavailable", "it did not answer in time")
+        except EmbeddingError as err:
+            return _cannot_run("unavailable", err.kind.replace("_", " "))
+        if vec is None:  # a vector with no direction: no query of this text can rank anything
+            return _cannot_run("refused")
+        request = ep_pb.SearchEpisodesRequest(
+            company=who.company, seat=who.seat, query=query, limit=limit, lexical_limit=limit
+        )
+        request.query_embedding.values.extend(vec.tolist())
+        request.query_embedding.model = vec.model
+        request.query_embedding.dimensions = vec.dimensions
+        if outcome is not None:
+            request.outcome_filter = outcome
+        try:
+            resp = await self.deps.clients.episodes.SearchEpisodes(request, timeout=self._timeout)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise passthrough("episodes", err) from err
+            return _cannot_run("store", err.code().name)
+        except TimeoutError:
+            return _cannot_run("store", "DEADLINE_EXCEEDED")
+        unreachable = int(resp.unreachable_by_vector_count)
+        unreached = (
+            f"{_plural(unreachable, 'turn')} of yours could not be searched by meaning yet (their vectors "
+            f"are still being filled). {_OTHER_PATHS}"
+        )
+        episodes = [h.episode for h in resp.hits][:limit]
+        if not episodes:
+            if unreachable == 0:
+                return EpisodesAnswer(
+                    f'None of your past turns resembles "{one_line(query)}": this is new work.', [], 0
+                )
+            return EpisodesAnswer(
+                f'None of the past turns the search could reach resembles "{one_line(query)}". {unreached}',
+                [],
+                unreachable,
+            )
+        rendered = await self.past_turns.render(who, episodes)
+        text = f'Your past turns most like "{one_line(query)}", most similar first:\n{rendered.text}'
+        if unreachable:
+            text += f"\n\n{unreached}"
+        return EpisodesAnswer(text, list(rendered.ids), unreachable)
+
+    # ------------------------------------------------------------------ reflect_and_persist
+
+    async def reflect_and_persist(
+        self, company: str, seat: str, turn_id: str, content: str, tier: str, ttl_days: int
+    ) -> tuple[str, str]:
+        seat_ref(company, seat, domain=DOMAIN)
+        tiers = {"": diary_pb.NOTE_TIER_LONG, "long": diary_pb.NOTE_TIER_LONG, "short": diary_pb.NOTE_TIER_SHORT}
+        pb_tier = tiers.get(tier.strip().lower())
+        if pb_tier is None:
+            raise InvalidArgument(
+                f"tier must be 'long' or 'short', got {tier!r}",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field="tier",
+                metadata={"value": tier[:100]},
+            )
+        try:
+            resp = await self.deps.clients.diary.WriteNote(
+                diary_pb.WriteNoteRequest(
+                    company=company,
+                    seat=seat,
+                    content=content,
+                    tier=pb_tier,
+                    ttl_days=ttl_days,
+                    source=diary_pb.NOTE_SOURCE_REFLECT_AND_PERSIST,
+                    turn_id=turn_id,
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as err:
+            raise passthrough("diary", err) from err
+        note = resp.note
+        if note.tier == diary_pb.NOTE_TIER_SHORT:
+            until = note.expire_time.ToDatetime().date().isoformat()
+            kind = f"a situational note, read until {until}"
+        else:
+            kind = "a durable fact"
+        return note.id, f"Saved to your diary as {kind}. It is offered to you in later turns when it bears on the task."
+
+    # ------------------------------------------------------------------ skills
+
+    async def use_skill(self, company: str, seat: str, name: str, turn_id: str) -> tuple[str, str]:
+        seat_ref(company, seat, domain=DOMAIN)
+        require_text(name, "name", domain=DOMAIN, max_chars=200)
+        try:
+            resp = await self.deps.clients.skills.UseSkill(
+                skill_pb.UseSkillRequest(company=company, seat=seat, skill_name=name.strip(), turn_id=turn_id),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as err:
+            raise passthrough("skills", err) from err
+        return resp.skill.body, resp.skill.id
+
+    async def refine_skill(
+        self, company: str, seat: str, name: str, content: str, reason: str, turn_id: str
+    ) -> tuple[int, str]:
+        seat_ref(company, seat, domain=DOMAIN)
+        require_text(name, "skill_name", domain=DOMAIN, max_chars=200)
+        try:
+            resp = await self.deps.clients.skills.RefineSkill(
+                skill_pb.RefineSkillRequest(
+                    company=company, seat=seat, skill_name=name.strip(), body=content, reason=reason, turn_id=turn_id
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as err:
+            raise passthrough("skills", err) from err
+        version = resp.skill.version
+        return version, (
+            f"Skill {resp.skill.name} now reads as you wrote it (version {version}); the previous body is "
+            "kept in its history."
+        )
+
+    # ------------------------------------------------------------------ search_knowledge
+
+    async def search_knowledge(
+        self, company: str, seat: str, role: str, query: str, limit: int, turn_id: str
+    ) -> KnowledgeAnswer:
+        seat_ref(company, seat, domain=DOMAIN)
+        require_text(role, "role", domain=DOMAIN, max_chars=200)
+        require_text(query, "query", domain=DOMAIN, max_chars=QUERY_MAX_CHARS)
+        limit = _limit(limit, "limit", KNOWLEDGE_DEFAULT, KNOWLEDGE_MAX)
+        status, hits = await search(self.deps, company, role, query, limit)
+        text = _knowledge_text(status, hits, query)
+        if status == "searched" and hits:
+            start = Who(company, seat, role, turn_id)
+            await knowledge_read(self.deps, start, "search_knowledge", hits, query=query)
+        return KnowledgeAnswer(text, status, hits)
+
+    # ------------------------------------------------------------------ mark_onboarded
+
+    async def mark_onboarded(self, company: str, seat: str, unit_chain: list[str]) -> tuple[str, str]:
+        seat_ref(company, seat, domain=DOMAIN)
+        for i, unit in enumerate(unit_chain):
+            if not unit.strip():
+                raise InvalidArgument(
+                    f"unit_chain[{i}] is empty", reason="FIELD_REQUIRED", domain=DOMAIN, field=f"unit_chain[{i}]"
+                )
+        digest = chain_hash(unit_chain)
+        await self.deps.store.mark_onboarded(company, seat, digest, list(unit_chain), self.deps.clock.now())
+        chain = " › ".join(unit_chain) or "no unit"
+        return digest, (
+            f"Onboarding recorded for your current team structure ({chain}). The First-turn onboarding "
+            "section will not appear again unless your unit chain changes."
+        )
+
+
+# ------------------------------------------------------------------------------------ texts
+
+
+def _refresh_text(hint: str, shown: list[memory.MemoryNote], selected: int, tail: str) -> str:
+    about = one_line(hint)
+    if len(about) > 200:
+        about = about[:200].rsplit(" ", 1)[0] + " …"
+    if not shown:
+        return f'Nothing in your diary bears on "{about}". {tail}'
+    more = f" ({selected - len(shown)} more selected: ask again with a larger limit)" if selected > len(shown) else ""
+    return f'Notes from your diary that bear on "{about}"{more}:\n{memory.render_notes(shown)}\n{tail}'
+
+
+def _cannot_run(cause: str, detail: str = "") -> EpisodesAnswer:
+    return EpisodesAnswer(f"{_CANNOT_RUN[cause].format(detail=detail)} {_OTHER_PATHS}", [], 0)
+
+
+def _knowledge_text(status: str, hits: list[Any], query: str) -> str:
+    """The search_knowledge tool result, in the knowledge module's words: it says whether the
+    backend is unreachable, unconfigured or scoped to nothing, or that the search ran."""
+    from services.prefetch.knowledge import SearchOutcome, render_search_result
+
+    return render_search_result(SearchOutcome(status=status, hits=list(hits)), query)  # type: ignore[arg-type]

@@ -1,0 +1,53 @@
+"""What every prefetch use case runs with: its dependencies (one object, built once in bootstrap,
+so a test can wire another searcher without patching), and who a model call is made for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from libs.common.auxmodel import Attribution, AuxiliaryModel, Stage
+from libs.common.clock import Clock
+from libs.common.config import Settings
+from libs.common.embeddings import Embedder
+from libs.common.events import EventSink
+from services.prefetch.clients import Clients
+from services.prefetch.store import PostgresPrefetchStore
+
+__all__ = ["Deps", "Searcher", "Who"]
+
+
+class Searcher(Protocol):
+    """The knowledge-search seam (``services.prefetch.knowledge``): ``can_search`` does no I/O;
+    ``search`` returns an outcome whose ``status`` says whether the search ran."""
+
+    def can_search(self, company: str, role: str) -> bool: ...
+
+    async def search(self, company: str, role: str, query: str, limit: int) -> Any: ...
+
+    async def onboarding_pages(self, company: str, unit_chain: list[str]) -> list[Any]: ...
+
+
+@dataclass(frozen=True)
+class Who:
+    """The seat a call serves: every auxiliary call of the prefetch is the turn's (Stage.TURN)."""
+
+    company: str
+    seat: str
+    role: str
+    turn_id: str
+
+    def attribution(self, purpose: str) -> Attribution:
+        return Attribution(self.company, self.seat, Stage.TURN, purpose, self.turn_id or None, self.role or None)
+
+
+@dataclass
+class Deps:
+    settings: Settings
+    aux: AuxiliaryModel
+    embedder: Embedder | None
+    clients: Clients
+    store: PostgresPrefetchStore
+    searcher: Searcher
+    events: EventSink
+    clock: Clock

@@ -1,0 +1,261 @@
+"""The prefetch's domain: the turn start, the blocks it renders, the summary it records, and the
+small rules that are data (block headings, limits, hashing of a unit chain, normalising a hint).
+
+Nothing here does I/O; the use cases (``turn_context``, ``builtins``) compose these.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = [
+    "DOMAIN",
+    "HEADINGS",
+    "HINT_MAX_CHARS",
+    "MAX_SENDERS",
+    "MEMORY_BLOCK_NOTES",
+    "QUERY_EPISODES_DEFAULT",
+    "QUERY_EPISODES_MAX",
+    "QUERY_MAX_CHARS",
+    "REFRESH_DEFAULT_LIMIT",
+    "REFRESH_MAX_LIMIT",
+    "RPC_TIMEOUT_SECONDS",
+    "Block",
+    "BlockKind",
+    "Sender",
+    "Summary",
+    "TurnContext",
+    "TurnEmbedding",
+    "TurnStart",
+    "chain_hash",
+    "first_sentences",
+    "fit_bytes",
+    "hint_key",
+    "normalise_hint",
+    "one_line",
+]
+
+DOMAIN = "prefetch.agentlearn.dev"
+
+RPC_TIMEOUT_SECONDS = 10.0
+"""Deadline of every call the prefetch makes on another service (diary, episodes, skills,
+profiles) and of a knowledge search. A call past it degrades its block; it never fails the turn."""
+MEMORY_BLOCK_NOTES = 10
+"""Notes the turn-start ``## Personal memory`` digest shows at most (the filter is asked for at
+most this many)."""
+REFRESH_DEFAULT_LIMIT, REFRESH_MAX_LIMIT = 10, 50
+"""refresh_memory's ``limit``: default 10, at most 50 (larger is clamped)."""
+QUERY_EPISODES_DEFAULT, QUERY_EPISODES_MAX = 5, 20
+"""query_episodes' ``limit``: default 5, at most 20 (larger is clamped)."""
+HINT_MAX_CHARS = 4000
+"""A refresh hint longer than this is refused (it is the model's account of the task, not the task)."""
+QUERY_MAX_CHARS = 4000
+"""A query_episodes / search_knowledge query longer than this is refused."""
+MAX_SENDERS = 50
+"""Distinct senders read for counterparty blocks (ProfileService.GetProfiles takes 50)."""
+
+
+class BlockKind(StrEnum):
+    SIMILAR_PRIOR_WORK = "similar_prior_work"
+    PERSONAL_MEMORY = "personal_memory"
+    SKILLS = "skills"
+    RELEVANT_KNOWLEDGE = "relevant_knowledge"
+    COUNTERPARTY = "counterparty"
+    ONBOARDING = "onboarding"
+
+
+HEADINGS = {
+    BlockKind.SIMILAR_PRIOR_WORK: "## Similar prior work",
+    BlockKind.PERSONAL_MEMORY: "## Personal memory",
+    BlockKind.SKILLS: "## Synthesized skills you've learned",
+    BlockKind.RELEVANT_KNOWLEDGE: "## Relevant knowledge",
+    BlockKind.ONBOARDING: "## First-turn onboarding",
+}
+
+
+class TurnEmbedding(StrEnum):
+    """What became of the one vector the memory and episode searches rank by."""
+
+    EMBEDDED = "embedded"
+    FAILED = "failed"
+    UNCONFIGURED = "unconfigured"
+    GATED = "gated"
+
+
+@dataclass(frozen=True)
+class Sender:
+    """A sender of the turn's trigger (a counterparty)."""
+
+    handle: str = ""
+    external_id: str = ""
+    platform: str = ""
+    display_name: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What a profile is filed under: (platform lowercased, handle or else external id)."""
+        return (self.platform.strip().lower(), (self.handle or self.external_id).strip())
+
+    @property
+    def name(self) -> str:
+        return self.display_name or self.handle or self.external_id
+
+    def words(self) -> list[str]:
+        """Every way the sender is named, for a filter judging "party to the task"."""
+        return [w for w in (self.display_name, self.handle, self.external_id) if w]
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    company: str
+    seat: str
+    role: str
+    turn_id: str
+    ask: str
+    requires_recon: bool
+    senders: tuple[Sender, ...] = ()
+    unit_chain: tuple[str, ...] = ()
+
+    @property
+    def gated(self) -> bool:
+        """The thin-trigger gate: the builder's flag, or an ask with nothing in it."""
+        return self.requires_recon or not self.ask.strip()
+
+
+@dataclass
+class Block:
+    """One rendered block. ``hit`` is true when it rendered anything (entries or a hint)."""
+
+    kind: BlockKind
+    markdown: str = ""
+    selection_count: int = 0
+    ids: list[str] = field(default_factory=list)
+    counterparty: Sender | None = None
+    source_error: str = ""
+    """Why the block's source could not be read (``"diary: UNAVAILABLE"``); empty when it was."""
+
+    @property
+    def hit(self) -> bool:
+        return bool(self.markdown)
+
+    @property
+    def bytes(self) -> int:
+        return len(self.markdown.encode())
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The prefetch_summary of one turn."""
+
+    blocks: tuple[Block, ...]
+    knowledge_selection_count: int
+    trigger_requires_recon: bool
+    turn_embedding: TurnEmbedding
+    gated: bool
+
+    @property
+    def hits(self) -> int:
+        return sum(1 for b in self.blocks if b.hit)
+
+    @property
+    def line(self) -> str:
+        # The denominator is the length of the block list, never a literal: a block added without
+        # a summary entry reads as a wrong fraction rather than going unnoticed.
+        line = f"prefetch: {self.hits}/{len(self.blocks)} hits"
+        if self.gated:
+            line += " (thin trigger: relevance filters gated)"
+        elif self.turn_embedding is TurnEmbedding.FAILED:
+            line += " (turn embedding failed: memory and episode similarity did not run)"
+        return line
+
+    def payload(self) -> dict[str, object]:
+        """The event's payload: per block hit/bytes (flattened and as a list), the knowledge
+        selection count, the gate decision and the embedding's fate."""
+        out: dict[str, object] = {
+            "blocks": [
+                {"block": str(b.kind), "hit": b.hit, "bytes": b.bytes, "selection_count": b.selection_count}
+                | ({"source_error": b.source_error} if b.source_error else {})
+                for b in self.blocks
+            ],
+            "trigger_requires_recon": self.trigger_requires_recon,
+            "turn_embedding": str(self.turn_embedding),
+            "relevant_knowledge_selection_count": self.knowledge_selection_count,
+            "hits": self.hits,
+            "block_count": len(self.blocks),
+            "line": self.line,
+        }
+        for b in self.blocks:
+            if b.kind is BlockKind.COUNTERPARTY:
+                continue
+            out[f"{b.kind}_hit"] = b.hit
+            out[f"{b.kind}_bytes"] = b.bytes
+        parties = [b for b in self.blocks if b.kind is BlockKind.COUNTERPARTY]
+        out["counterparty_blocks"] = len(parties)
+        out["counterparty_bytes"] = sum(b.bytes for b in parties)
+        unread = {str(b.kind): b.source_error for b in self.blocks if b.source_error}
+        if unread:
+            out["unread_sources"] = unread
+        return out
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    blocks: tuple[Block, ...]
+    summary: Summary
+
+    @property
+    def markdown(self) -> str:
+        return "\n\n".join(b.markdown for b in self.blocks if b.markdown)
+
+
+# ------------------------------------------------------------------------------------ small rules
+
+
+def chain_hash(unit_chain: tuple[str, ...] | list[str]) -> str:
+    """The hash an onboarding marker is stamped with: the unit chain, in order, exactly."""
+    basis = "\x1f".join(unit_chain)
+    return hashlib.sha256(basis.encode()).hexdigest()[:32]
+
+
+def normalise_hint(hint: str) -> str:
+    """A refresh hint as the ledger compares it: case-folded, whitespace collapsed."""
+    return " ".join(hint.casefold().split())
+
+
+def hint_key(hint: str) -> str:
+    return hashlib.sha256(normalise_hint(hint).encode()).hexdigest()
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def fit_bytes(text: str, budget: int) -> str:
+    """The longest prefix of ``text`` that ends between words and fits ``budget`` UTF-8 bytes."""
+    if len(text.encode()) <= budget:
+        return text
+    out = ""
+    for word in text.split():
+        candidate = f"{out} {word}" if out else word
+        if len(candidate.encode()) > budget:
+            break
+        out = candidate
+    if not out:  # one very long word: cut on a character boundary
+        out = text.encode()[:budget].decode(errors="ignore")
+    return out
+
+
+def first_sentences(text: str, budget: int) -> str:
+    """Whole leading sentences of ``text`` within ``budget`` bytes (at least part of the first)."""
+    text = one_line(text)
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", text) if s]
+    out = ""
+    for s in sentences:
+        candidate = f"{out} {s}" if out else s
+        if len(candidate.encode()) > budget:
+            break
+        out = candidate
+    return out or fit_bytes(text, budget)

@@ -1,0 +1,148 @@
+"""The native backend's page use cases: write (with the inline embed) and read by id.
+
+Dependencies arrive as arguments (store, embedder, index, clock, limits); the servicer only
+translates protobuf to these calls and back. Searching is the :class:`NativeSearcher`'s job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+
+import numpy as np
+
+from libs.common.embeddings import Embedder, EmbeddingError
+from libs.common.errors import InvalidArgument, NotFound
+from libs.common.validation import require_id, require_ident, require_text
+from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
+from services.prefetch.knowledge.domain import COLLECTION_BASE, DOMAIN, Limits, Page, embedding_text
+from services.prefetch.knowledge.store import PostgresPageStore
+
+__all__ = ["EMBED_BUDGET_SECONDS", "KnowledgeService", "index_point"]
+
+_log = logging.getLogger(__name__)
+
+EMBED_BUDGET_SECONDS = 2.0
+"""A page's inline embed has the diary's two-second budget; past it the page is stored without a
+vector (never refused) and the fill embeds it."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def index_point(page_id: uuid.UUID, company: str, container: str, vector: np.ndarray, model: str) -> IndexPoint:
+    """A page's point: the container rides in the ``seat`` field, so a search is filtered by the
+    company and one container of the role's scope at a time (both tenant-indexed keywords)."""
+    return IndexPoint(id=page_id, vector=vector, company=company, seat=container, model=model)
+
+
+class KnowledgeService:
+    def __init__(
+        self,
+        store: PostgresPageStore,
+        embedder: Embedder | None,
+        index: VectorIndex,
+        clock,  # libs.common.clock.Clock
+        limits: Limits | None = None,
+        embed_budget_seconds: float = EMBED_BUDGET_SECONDS,
+    ):
+        self.store = store
+        self.embedder = embedder
+        self.index = index
+        self.clock = clock
+        self.limits = limits or Limits()
+        self.embed_budget_seconds = embed_budget_seconds
+
+    # ---------------------------------------------------------------- checks
+
+    def _title(self, value: str, field: str) -> str:
+        require_text(value, field, domain=DOMAIN, max_chars=self.limits.title_chars)
+        if value != value.strip() or _CONTROL.search(value):
+            raise InvalidArgument(
+                f"{field} must be one line without surrounding whitespace",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field=field,
+                metadata={"value": value[:100]},
+            )
+        return value
+
+    # ---------------------------------------------------------------- write
+
+    async def upsert_page(
+        self, company: str, container: str, title: str, body: str, parent_titles: list[str]
+    ) -> tuple[Page, bool, str | None]:
+        """Create or replace the page (by container and title). Returns it, whether this call
+        created it, and why it has no vector when it has none."""
+        company = require_ident(company, "company", domain=DOMAIN)
+        container = require_ident(container, "container", domain=DOMAIN)
+        title = self._title(title, "title")
+        require_text(body, "body", domain=DOMAIN, max_chars=self.limits.body_chars)
+        if len(parent_titles) > self.limits.parent_depth:
+            raise InvalidArgument(
+                f"a page has at most {self.limits.parent_depth} ancestors, got {len(parent_titles)}",
+                reason="TOO_MANY_ITEMS",
+                domain=DOMAIN,
+                field="parent_titles",
+                metadata={"limit": self.limits.parent_depth, "count": len(parent_titles)},
+            )
+        parents = [self._title(t, f"parent_titles[{i}]") for i, t in enumerate(parent_titles)]
+        vector, skipped = await self._vector_for(company, container, title, body)
+        model = self.embedder.model if (vector is not None and self.embedder is not None) else None
+        page, created = await self.store.upsert(
+            uuid.uuid4(), company, container, title, body, parents, self.clock.now(), vector, model
+        )
+        if vector is not None and model:
+            await self._index(page, vector, model)
+        return page, created, skipped
+
+    async def _vector_for(
+        self, company: str, container: str, title: str, body: str
+    ) -> tuple[np.ndarray | None, str | None]:
+        """The page's vector: the stored one when its text and model are unchanged (a move between
+        parents re-embeds nothing), else the inline embed."""
+        if self.embedder is None:
+            return None, "unconfigured"
+        earlier = await self.store.by_title(company, container, title)
+        if earlier is not None and earlier.body == body and earlier.embedding_model == self.embedder.model:
+            stored = await self.store.stored_vector(earlier.id)
+            if stored is not None:
+                return stored, None
+        try:
+            async with asyncio.timeout(self.embed_budget_seconds):
+                [vec] = await self.embedder.embed([embedding_text(title, body)])
+        except TimeoutError:
+            return None, "timeout"
+        except EmbeddingError as err:
+            return None, err.kind
+        if vec is None:
+            return None, "unusable_vector"
+        return vec.values, None
+
+    async def _index(self, page: Page, vector: np.ndarray, model: str) -> None:
+        try:
+            await self.index.upsert(
+                collection_name(COLLECTION_BASE, int(vector.shape[0])),
+                [index_point(page.id, page.company, page.container, vector, model)],
+            )
+        except IndexUnavailable as err:
+            # The row holds its vector; index_pending puts it in the index when the index is back.
+            _log.warning("page %s stored but not indexed: %s", page.id, err)
+            return
+        await self.store.set_indexed([page.id])
+
+    # ---------------------------------------------------------------- read
+
+    async def get_page(self, company: str, page_id: str) -> Page:
+        company = require_ident(company, "company", domain=DOMAIN)
+        pid = require_id(page_id, "page_id", domain=DOMAIN)
+        page = await self.store.get(company, pid)
+        if page is None:
+            raise NotFound(
+                f"page {page_id} not found in company {company}",
+                reason="PAGE_NOT_FOUND",
+                domain=DOMAIN,
+                metadata={"page_id": page_id, "company": company},
+            )
+        return page

@@ -1,0 +1,258 @@
+"""PostgreSQL store of ``knowledge_pages``: named queries, ``$n`` parameters, driver errors kept inside.
+
+Every search read is scoped to one company and a list of containers, and carries the auto-draft
+exclusion itself (``_VISIBLE``): a page under the Auto-Drafted Skills parent, the parent page
+itself, and any page titled ``[Auto-draft]…`` never leave the store through a search, whichever
+half found it. Operators' reads by id (``get``) see every page.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg
+import numpy as np
+
+from libs.common.db import as_array
+from services.prefetch.knowledge.domain import (
+    AUTO_DRAFT_TITLE_PREFIX,
+    AUTO_DRAFTED_PARENT,
+    ONBOARDING_PARENT,
+    Page,
+)
+
+__all__ = ["SQL", "PostgresPageStore", "StoreUnavailable"]
+
+
+class StoreUnavailable(Exception):
+    """The pages could not be read (connection refused, pool closed, query timed out)."""
+
+
+def _literal(text: str) -> str:
+    assert "'" not in text and "\\" not in text
+    return f"'{text}'"
+
+
+_COLUMNS = """p.id, p.company, p.container, p.title, p.body, p.parent_titles, p.create_time, p.update_time,
+              p.embedding_model, p.embedding_dims"""
+# Case- and blank-insensitive on purpose: fail closed on a parent typed "auto-drafted skills ".
+_VISIBLE = f"""
+    NOT EXISTS (SELECT 1 FROM unnest(p.parent_titles) AS a(t)
+                WHERE lower(btrim(a.t)) = {_literal(AUTO_DRAFTED_PARENT.lower())})
+    AND lower(btrim(p.title)) <> {_literal(AUTO_DRAFTED_PARENT.lower())}
+    AND lower(ltrim(p.title)) NOT LIKE {_literal(AUTO_DRAFT_TITLE_PREFIX.lower() + "%")}"""
+_SCOPE = "p.company = $1 AND p.container = ANY($2::text[])"
+# The query's English lexemes OR-ed: a page matches when it shares any of them.
+_ANY_LEXEME = (
+    "(SELECT string_agg(quote_literal(l), ' | ')::tsquery "
+    "FROM unnest(tsvector_to_array(to_tsvector('english', $3))) AS l)"
+)
+# A snippet around the first matches; a page matched by its vector alone opens with its first words.
+_HEADLINE = (
+    "ts_headline('english', p.body, {q}, "
+    '\'StartSel="", StopSel="", MaxWords=35, MinWords=15, MaxFragments=2, FragmentDelimiter=" … "\')'
+)
+
+SQL = {
+    "by_title": f"SELECT {_COLUMNS} FROM knowledge_pages p WHERE p.company = $1 AND p.container = $2 AND p.title = $3",
+    "stored_vector": """SELECT embedding FROM knowledge_pages WHERE id = $1""",
+    # Insert or replace by (company, container, title); xmax = 0 only on a row this statement inserted.
+    "upsert": f"""
+        INSERT INTO knowledge_pages AS p (id, company, container, title, body, parent_titles, create_time,
+                                          update_time, embedding, embedding_model, embedding_dims, indexed)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, false)
+        ON CONFLICT (company, container, title) DO UPDATE
+        SET body = EXCLUDED.body, parent_titles = EXCLUDED.parent_titles, update_time = EXCLUDED.update_time,
+            embedding = EXCLUDED.embedding, embedding_model = EXCLUDED.embedding_model,
+            embedding_dims = EXCLUDED.embedding_dims, indexed = false,
+            fill_held_until = NULL, fill_held_fingerprint = NULL, fill_alone = false
+        RETURNING {_COLUMNS}, (xmax = 0) AS created""",
+    "get": f"SELECT {_COLUMNS} FROM knowledge_pages p WHERE p.company = $1 AND p.id = $2",
+    # The lexical half, IDF-weighted as the diary's: a page matches when it shares any English
+    # lexeme with the query, ranked by the summed inverse document frequency (over the matched
+    # pages in scope) of the lexemes it shares, a lexeme found in the title counting half again.
+    "lexical": f"""
+        WITH q AS (
+            SELECT lexeme, quote_literal(lexeme)::tsquery AS lq, (quote_literal(lexeme) || ':A')::tsquery AS lqa
+            FROM unnest(tsvector_to_array(to_tsvector('english', $3))) AS lexeme),
+        m AS MATERIALIZED (
+            SELECT p.id, p.tsv FROM knowledge_pages p
+            WHERE {_SCOPE} AND {_VISIBLE}
+              AND p.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM q)),
+        n AS MATERIALIZED (SELECT count(*)::float8 AS n FROM m),
+        w AS MATERIALIZED (
+            SELECT q.lq, q.lqa, ln(1 + (n.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
+            FROM q JOIN m ON m.tsv @@ q.lq, n
+            GROUP BY q.lexeme, q.lq, q.lqa, n.n),
+        s AS (
+            SELECT m.id, sum(w.idf) + 0.5 * coalesce(sum(w.idf) FILTER (WHERE m.tsv @@ w.lqa), 0) AS rank
+            FROM m JOIN w ON m.tsv @@ w.lq GROUP BY m.id)
+        SELECT {_COLUMNS}, s.rank, {_HEADLINE.format(q=_ANY_LEXEME)} AS snippet
+        FROM s JOIN knowledge_pages p ON p.id = s.id
+        ORDER BY s.rank DESC, p.update_time DESC, p.id LIMIT $4""",
+    # Vector hits from the index, re-read in scope (a stale or foreign point is simply not found)
+    # and only while the page still holds a vector of the query's model.
+    "hydrate": f"""
+        SELECT {_COLUMNS}, {_HEADLINE.format(q=_ANY_LEXEME)} AS snippet
+        FROM knowledge_pages p
+        WHERE {_SCOPE} AND {_VISIBLE} AND p.id = ANY($4::uuid[])
+          AND p.embedding IS NOT NULL AND p.embedding_model = $5""",
+    # The exact scan that answers when the index cannot.
+    "exact": f"""
+        SELECT {_COLUMNS}, 1 - (p.embedding <=> $5) AS similarity, {_HEADLINE.format(q=_ANY_LEXEME)} AS snippet
+        FROM knowledge_pages p
+        WHERE {_SCOPE} AND {_VISIBLE}
+          AND p.embedding IS NOT NULL AND p.embedding_model = $6 AND p.embedding_dims = $7
+        ORDER BY p.embedding <=> $5 LIMIT $4""",
+    # Onboarding pages of the named containers: under an "Onboarding" page, or titled "Onboarding…".
+    "onboarding": f"""
+        SELECT {_COLUMNS}, array_position($2::text[], p.container) AS chain_pos
+        FROM knowledge_pages p
+        WHERE {_SCOPE} AND {_VISIBLE}
+          AND (EXISTS (SELECT 1 FROM unnest(p.parent_titles) AS a(t)
+                       WHERE lower(btrim(a.t)) = {_literal(ONBOARDING_PARENT.lower())})
+               OR lower(ltrim(p.title)) LIKE {_literal(ONBOARDING_PARENT.lower() + "%")})
+        ORDER BY chain_pos, array_length(p.parent_titles, 1) NULLS FIRST, p.title, p.id
+        LIMIT $3""",
+    # The vector fill and the index.
+    "set_indexed": "UPDATE knowledge_pages SET indexed = true WHERE id = ANY($1)",
+    "unindexed": """
+        SELECT id, company, container, embedding, embedding_model FROM knowledge_pages
+        WHERE embedding IS NOT NULL AND NOT indexed ORDER BY company, container, id LIMIT $1""",
+    "all_vectors": """
+        SELECT id, company, container, embedding, embedding_model, embedding_dims FROM knowledge_pages
+        WHERE embedding IS NOT NULL AND ($1::uuid IS NULL OR id > $1) ORDER BY id LIMIT $2""",
+    "clear_indexed": "UPDATE knowledge_pages SET indexed = false WHERE indexed",
+}
+
+_WS = re.compile(r"\s+")
+
+
+def _page(row: asyncpg.Record) -> Page:
+    return Page(
+        id=row["id"],
+        company=row["company"],
+        container=row["container"],
+        title=row["title"],
+        body=row["body"],
+        parent_titles=tuple(row["parent_titles"] or ()),
+        create_time=row["create_time"],
+        update_time=row["update_time"],
+        embedding_model=row["embedding_model"],
+        embedding_dims=row["embedding_dims"],
+    )
+
+
+def one_line(text: str | None, limit: int = 400) -> str:
+    """A snippet as one line of at most ``limit`` characters (cut between words)."""
+    flat = _WS.sub(" ", text or "").strip()
+    if len(flat) <= limit:
+        return flat
+    cut = flat[:limit].rsplit(" ", 1)[0]
+    return cut + " …"
+
+
+class PostgresPageStore:
+    """Pages in PostgreSQL. Search reads raise :class:`StoreUnavailable` when the database cannot
+    be read; no asyncpg exception leaves a search read."""
+
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    async def _fetch(self, name: str, *args: object) -> list[asyncpg.Record]:
+        try:
+            return await self.pool.fetch(SQL[name], *args)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as err:
+            raise StoreUnavailable(f"{type(err).__name__}: {err}") from err
+
+    # ------------------------------------------------------------------ writes and reads by key
+
+    async def by_title(self, company: str, container: str, title: str) -> Page | None:
+        row = await self.pool.fetchrow(SQL["by_title"], company, container, title)
+        return _page(row) if row else None
+
+    async def stored_vector(self, page_id: uuid.UUID) -> np.ndarray | None:
+        value = await self.pool.fetchval(SQL["stored_vector"], page_id)
+        return None if value is None else as_array(value)
+
+    async def upsert(
+        self,
+        page_id: uuid.UUID,
+        company: str,
+        container: str,
+        title: str,
+        body: str,
+        parent_titles: Sequence[str],
+        now: datetime,
+        vector: np.ndarray | None,
+        model: str | None,
+    ) -> tuple[Page, bool]:
+        row = await self.pool.fetchrow(
+            SQL["upsert"],
+            page_id,
+            company,
+            container,
+            title,
+            body,
+            list(parent_titles),
+            now,
+            None if vector is None else vector.astype(np.float32),
+            model if vector is not None else None,
+            int(vector.shape[0]) if vector is not None else None,
+        )
+        assert row is not None
+        return _page(row), bool(row["created"])
+
+    async def get(self, company: str, page_id: uuid.UUID) -> Page | None:
+        row = await self.pool.fetchrow(SQL["get"], company, page_id)
+        return _page(row) if row else None
+
+    # ------------------------------------------------------------------ search reads
+
+    async def lexical(
+        self, company: str, containers: Sequence[str], query: str, limit: int
+    ) -> list[tuple[Page, float, str]]:
+        rows = await self._fetch("lexical", company, list(containers), query, limit)
+        return [(_page(r), float(r["rank"]), one_line(r["snippet"])) for r in rows]
+
+    async def hydrate(
+        self, company: str, containers: Sequence[str], query: str, ids: Sequence[uuid.UUID], model: str
+    ) -> dict[uuid.UUID, tuple[Page, str]]:
+        rows = await self._fetch("hydrate", company, list(containers), query, list(ids), model)
+        return {r["id"]: (_page(r), one_line(r["snippet"])) for r in rows}
+
+    async def exact(
+        self, company: str, containers: Sequence[str], query: str, vector: np.ndarray, model: str, limit: int
+    ) -> list[tuple[Page, float, str]]:
+        rows = await self._fetch(
+            "exact",
+            company,
+            list(containers),
+            query,
+            limit,
+            vector.astype(np.float32),
+            model,
+            int(vector.shape[0]),
+        )
+        return [(_page(r), float(r["similarity"]), one_line(r["snippet"])) for r in rows]
+
+    async def onboarding(self, company: str, containers: Sequence[str], limit: int) -> list[Page]:
+        return [_page(r) for r in await self._fetch("onboarding", company, list(containers), limit)]
+
+    # ------------------------------------------------------------------ the index's bookkeeping
+
+    async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None:
+        if ids:
+            await self.pool.execute(SQL["set_indexed"], list(ids))
+
+    async def unindexed(self, limit: int) -> list[asyncpg.Record]:
+        return await self.pool.fetch(SQL["unindexed"], limit)
+
+    async def vectors_page(self, after: uuid.UUID | None, limit: int) -> list[asyncpg.Record]:
+        return await self.pool.fetch(SQL["all_vectors"], after, limit)
+
+    async def clear_indexed(self) -> None:
+        await self.pool.execute(SQL["clear_indexed"])

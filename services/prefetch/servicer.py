@@ -1,0 +1,230 @@
+"""PrefetchService and BuiltinService over gRPC: protobuf in, use cases, protobuf out."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
+from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
+from libs.common.errors import InvalidArgument
+from services.prefetch.builtins import Builtins
+from services.prefetch.deps import Deps
+from services.prefetch.domain import DOMAIN, Block, BlockKind, Sender, TurnContext, TurnEmbedding, TurnStart
+from services.prefetch.knowledge_block import hit_fields
+from services.prefetch.turn_context import TurnContextBuilder
+
+__all__ = ["BuiltinServicer", "PrefetchServicer", "context_to_pb"]
+
+_BLOCK = {
+    BlockKind.SIMILAR_PRIOR_WORK: pb.BLOCK_SIMILAR_PRIOR_WORK,
+    BlockKind.PERSONAL_MEMORY: pb.BLOCK_PERSONAL_MEMORY,
+    BlockKind.SKILLS: pb.BLOCK_SKILLS,
+    BlockKind.RELEVANT_KNOWLEDGE: pb.BLOCK_RELEVANT_KNOWLEDGE,
+    BlockKind.COUNTERPARTY: pb.BLOCK_COUNTERPARTY,
+    BlockKind.ONBOARDING: pb.BLOCK_ONBOARDING,
+}
+_EMBEDDING = {
+    TurnEmbedding.EMBEDDED: pb.TURN_EMBEDDING_EMBEDDED,
+    TurnEmbedding.FAILED: pb.TURN_EMBEDDING_FAILED,
+    TurnEmbedding.UNCONFIGURED: pb.TURN_EMBEDDING_UNCONFIGURED,
+    TurnEmbedding.GATED: pb.TURN_EMBEDDING_GATED,
+}
+_SEARCH_STATUS = {
+    "searched": pb.SEARCH_STATUS_SEARCHED,
+    "unconfigured": pb.SEARCH_STATUS_UNCONFIGURED,
+    "scoped_to_nothing": pb.SEARCH_STATUS_SCOPED_TO_NOTHING,
+    "unreachable": pb.SEARCH_STATUS_UNREACHABLE,
+}
+
+
+def _sender(msg: pb.Counterparty) -> Sender:
+    return Sender(handle=msg.handle, external_id=msg.external_id, platform=msg.platform, display_name=msg.display_name)
+
+
+def _counterparty(sender: Sender | None) -> pb.Counterparty | None:
+    if sender is None:
+        return None
+    return pb.Counterparty(
+        handle=sender.handle, external_id=sender.external_id, platform=sender.platform, display_name=sender.display_name
+    )
+
+
+def _block_to_pb(block: Block) -> pb.RenderedBlock:
+    return pb.RenderedBlock(
+        block=_BLOCK[block.kind],
+        markdown=block.markdown,
+        hit=block.hit,
+        bytes=block.bytes,
+        selection_count=block.selection_count,
+        counterparty=_counterparty(block.counterparty),
+        ids=block.ids,
+    )
+
+
+def context_to_pb(ctx: TurnContext) -> pb.BuildTurnContextResponse:
+    s = ctx.summary
+    return pb.BuildTurnContextResponse(
+        blocks=[_block_to_pb(b) for b in ctx.blocks],
+        summary=pb.PrefetchSummary(
+            blocks=[
+                pb.BlockSummary(block=_BLOCK[b.kind], hit=b.hit, bytes=b.bytes, source_error=b.source_error)
+                for b in s.blocks
+            ],
+            knowledge_selection_count=s.knowledge_selection_count,
+            trigger_requires_recon=s.trigger_requires_recon,
+            turn_embedding=_EMBEDDING[s.turn_embedding],
+            line=s.line,
+        ),
+        markdown=ctx.markdown,
+    )
+
+
+def _tool_to_pb(tool: Any) -> pb.Tool:
+    get = tool.get if isinstance(tool, dict) else (lambda k, d=None: getattr(tool, k, d))
+    parameters = get("parameters", {}) or {}
+    openai = get("openai") or {
+        "type": "function",
+        "function": {"name": get("name"), "description": get("description"), "parameters": parameters},
+    }
+    return pb.Tool(
+        name=get("name"),
+        description=get("description"),
+        parameters_json=parameters if isinstance(parameters, str) else json.dumps(parameters, sort_keys=True),
+        openai_tool_json=openai if isinstance(openai, str) else json.dumps(openai, sort_keys=True),
+    )
+
+
+def _guidance_to_pb(block: Any) -> pb.GuidanceBlock:
+    get = block.get if isinstance(block, dict) else (lambda k, d=None: getattr(block, k, d))
+    return pb.GuidanceBlock(
+        name=get("name"), markdown=get("markdown"), triggered_by=list(get("triggered_by", []) or [])
+    )
+
+
+class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
+    def __init__(self, deps: Deps, builder: TurnContextBuilder):
+        self._deps = deps
+        self._builder = builder
+
+    async def BuildTurnContext(
+        self, request: pb.BuildTurnContextRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BuildTurnContextResponse:
+        start = TurnStart(
+            company=request.company,
+            seat=request.seat,
+            role=request.role,
+            turn_id=request.turn_id,
+            ask=request.ask,
+            requires_recon=request.requires_recon,
+            senders=tuple(_sender(s) for s in request.senders),
+            unit_chain=tuple(request.unit_chain),
+        )
+        return context_to_pb(await self._builder.build(start))
+
+    async def ListTools(self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext) -> pb.ListToolsResponse:
+        from services.prefetch.tools import tool_schemas
+
+        _require(request.company, "company")
+        _require(request.role, "role")
+        can = self._deps.searcher.can_search(request.company, request.role)
+        tools = tool_schemas(self._deps.settings, request.company, request.role, can)
+        return pb.ListToolsResponse(tools=[_tool_to_pb(t) for t in tools])
+
+    async def GetGuidance(
+        self, request: pb.GetGuidanceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetGuidanceResponse:
+        from services.prefetch.guidance import guidance_blocks
+
+        _require(request.company, "company")
+        blocks = guidance_blocks(list(request.registered_tools))
+        return pb.GetGuidanceResponse(blocks=[_guidance_to_pb(b) for b in blocks])
+
+
+def _require(value: str, field: str) -> None:
+    if not value.strip():
+        raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
+
+
+class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
+    def __init__(self, builtins: Builtins):
+        self._b = builtins
+
+    async def RefreshMemory(
+        self, request: pb.RefreshMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RefreshMemoryResponse:
+        answer = await self._b.refresh_memory(
+            request.company,
+            request.seat,
+            request.turn_id,
+            request.context_hint,
+            request.limit,
+            tuple(_sender(s) for s in request.senders),
+            request.role,
+        )
+        return pb.RefreshMemoryResponse(
+            text=answer.text,
+            note_ids=answer.note_ids,
+            refreshes_spent=answer.spent,
+            refreshes_allowed=answer.allowed,
+            from_ledger=answer.from_ledger,
+        )
+
+    async def QueryEpisodes(
+        self, request: pb.QueryEpisodesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.QueryEpisodesResponse:
+        answer = await self._b.query_episodes(
+            request.company,
+            request.seat,
+            request.query,
+            request.conversation_id,
+            request.outcome_filter,
+            request.limit,
+            request.turn_id,
+            request.role,
+        )
+        return pb.QueryEpisodesResponse(
+            text=answer.text, episode_ids=answer.episode_ids, unreachable_count=answer.unreachable
+        )
+
+    async def ReflectAndPersist(
+        self, request: pb.ReflectAndPersistRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReflectAndPersistResponse:
+        note_id, text = await self._b.reflect_and_persist(
+            request.company, request.seat, request.turn_id, request.content, request.tier, request.ttl_days
+        )
+        return pb.ReflectAndPersistResponse(note_id=note_id, text=text)
+
+    async def UseSkill(self, request: pb.UseSkillRequest, context: grpc.aio.ServicerContext) -> pb.UseSkillResponse:
+        body, skill_id = await self._b.use_skill(request.company, request.seat, request.name, request.turn_id)
+        return pb.UseSkillResponse(body=body, skill_id=skill_id)
+
+    async def RefineSkill(
+        self, request: pb.RefineSkillRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RefineSkillResponse:
+        version, text = await self._b.refine_skill(
+            request.company, request.seat, request.skill_name, request.content, request.reason, request.turn_id
+        )
+        return pb.RefineSkillResponse(version=version, text=text)
+
+    async def SearchKnowledge(
+        self, request: pb.SearchKnowledgeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SearchKnowledgeResponse:
+        answer = await self._b.search_knowledge(
+            request.company, request.seat, request.role, request.query, request.limit, request.turn_id
+        )
+        hits = []
+        for h in answer.hits:
+            page_id, title, container, snippet = hit_fields(h)
+            hits.append(pb.KnowledgeHit(page_id=page_id, title=title, container=container, snippet=snippet))
+        return pb.SearchKnowledgeResponse(
+            hits=hits, status=_SEARCH_STATUS.get(answer.status, pb.SEARCH_STATUS_UNSPECIFIED), text=answer.text
+        )
+
+    async def MarkOnboarded(
+        self, request: pb.MarkOnboardedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MarkOnboardedResponse:
+        digest, text = await self._b.mark_onboarded(request.company, request.seat, list(request.unit_chain))
+        return pb.MarkOnboardedResponse(chain_hash=digest, text=text)

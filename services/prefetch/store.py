@@ -1,0 +1,152 @@
+"""PostgreSQL store of the prefetch's own state: onboarding markers and the refresh ledger.
+
+Named queries, ``$n`` parameters, time from the service's clock. The ledger's reservation is one
+transaction under the run row's lock, so two refreshes of one run racing each other cannot both
+take the last slot.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import asyncpg
+
+__all__ = ["LedgerEntry", "PostgresPrefetchStore", "Reservation"]
+
+SQL = {
+    "marker": "SELECT chain_hash FROM agent_onboarding_markers WHERE company = $1 AND seat = $2",
+    "mark": """
+        INSERT INTO agent_onboarding_markers (company, seat, chain_hash, unit_chain, marked_time)
+        VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (company, seat) DO UPDATE
+           SET chain_hash = EXCLUDED.chain_hash, unit_chain = EXCLUDED.unit_chain,
+               marked_time = EXCLUDED.marked_time""",
+    "run_insert": """
+        INSERT INTO refresh_ledger_runs (company, seat, turn_id, spent, create_time) VALUES ($1, $2, $3, 0, $4)
+        ON CONFLICT (company, seat, turn_id) DO NOTHING RETURNING seq""",
+    "run_lock": "SELECT spent FROM refresh_ledger_runs WHERE company = $1 AND seat = $2 AND turn_id = $3 FOR UPDATE",
+    "run_spend": "UPDATE refresh_ledger_runs SET spent = spent + 1 WHERE company = $1 AND seat = $2 AND turn_id = $3",
+    # Keep the newest N runs of the company; the hints go with their run (ON DELETE CASCADE).
+    "run_evict": """
+        DELETE FROM refresh_ledger_runs r
+        WHERE r.company = $1 AND r.seq < (
+            SELECT min(seq) FROM (
+                SELECT seq FROM refresh_ledger_runs WHERE company = $1 ORDER BY seq DESC LIMIT $2) newest)""",
+    "hint_get": """
+        SELECT status, notes, shown FROM refresh_ledger_hints
+        WHERE company = $1 AND seat = $2 AND turn_id = $3 AND hint_key = $4""",
+    "hint_put": """
+        INSERT INTO refresh_ledger_hints (company, seat, turn_id, hint_key, hint, status, notes, shown, update_time)
+        VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+        ON CONFLICT (company, seat, turn_id, hint_key) DO UPDATE
+           SET status = EXCLUDED.status, notes = EXCLUDED.notes, shown = EXCLUDED.shown,
+               hint = EXCLUDED.hint, update_time = EXCLUDED.update_time""",
+    "hint_shown": """
+        UPDATE refresh_ledger_hints SET shown = GREATEST(shown, $5), update_time = $6
+        WHERE company = $1 AND seat = $2 AND turn_id = $3 AND hint_key = $4""",
+    "runs_count": "SELECT count(*) FROM refresh_ledger_runs WHERE company = $1",
+}
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """A hint already answered this run: the selected notes (as rows) and how many were shown."""
+
+    notes: list[dict[str, Any]]
+    shown: int
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What the ledger decided for one refresh.
+
+    ``cached``: a repeat of an answered hint (``entry`` holds its rows; nothing spent);
+    ``refused``: the run has spent its cap; ``reserved``: a slot was spent for a fresh filter run.
+    ``spent`` is the run's count after the decision.
+    """
+
+    outcome: Literal["cached", "refused", "reserved"]
+    spent: int
+    entry: LedgerEntry | None = None
+
+
+class PostgresPrefetchStore:
+    def __init__(self, pool: asyncpg.Pool):
+        self._pool = pool
+
+    # ------------------------------------------------------------------ onboarding markers
+
+    async def marker(self, company: str, seat: str) -> str | None:
+        return await self._pool.fetchval(SQL["marker"], company, seat)
+
+    async def mark_onboarded(self, company: str, seat: str, chain_hash: str, chain: list[str], now: datetime) -> None:
+        await self._pool.execute(SQL["mark"], company, seat, chain_hash, chain, now)
+
+    # ------------------------------------------------------------------ refresh ledger
+
+    async def reserve(
+        self, company: str, seat: str, turn_id: str, hint_key: str, cap: int, keep_runs: int, now: datetime
+    ) -> Reservation:
+        """Answer a repeat from the ledger, refuse past the cap, or spend one slot."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            created = await conn.fetchval(SQL["run_insert"], company, seat, turn_id, now)
+            if created is not None:
+                await conn.execute(SQL["run_evict"], company, keep_runs)
+            spent = await conn.fetchval(SQL["run_lock"], company, seat, turn_id)
+            if spent is None:  # evicted by its own insert: only when keep_runs < 1
+                raise RuntimeError("refresh ledger keeps no runs (refresh_ledger_runs < 1)")
+            row = await conn.fetchrow(SQL["hint_get"], company, seat, turn_id, hint_key)
+            if row is not None and row["status"] == "answered":
+                return Reservation("cached", spent, LedgerEntry(json.loads(row["notes"]), row["shown"]))
+            if spent >= cap:
+                return Reservation("refused", spent)
+            await conn.execute(SQL["run_spend"], company, seat, turn_id)
+            return Reservation("reserved", spent + 1)
+
+    async def record_answer(
+        self,
+        company: str,
+        seat: str,
+        turn_id: str,
+        hint_key: str,
+        hint: str,
+        notes: list[dict[str, Any]],
+        shown: int,
+        now: datetime,
+    ) -> None:
+        await self._put(company, seat, turn_id, hint_key, hint, "answered", notes, shown, now)
+
+    async def record_failure(
+        self, company: str, seat: str, turn_id: str, hint_key: str, hint: str, now: datetime
+    ) -> None:
+        await self._put(company, seat, turn_id, hint_key, hint, "failed", [], 0, now)
+
+    async def _put(
+        self,
+        company: str,
+        seat: str,
+        turn_id: str,
+        hint_key: str,
+        hint: str,
+        status: str,
+        notes: list[dict[str, Any]],
+        shown: int,
+        now: datetime,
+    ) -> None:
+        try:
+            await self._pool.execute(
+                SQL["hint_put"], company, seat, turn_id, hint_key, hint, status, json.dumps(notes), shown, now
+            )
+        except asyncpg.ForeignKeyViolationError:
+            pass  # the run was evicted meanwhile (257 newer runs in between): nothing to remember
+
+    async def record_shown(
+        self, company: str, seat: str, turn_id: str, hint_key: str, shown: int, now: datetime
+    ) -> None:
+        await self._pool.execute(SQL["hint_shown"], company, seat, turn_id, hint_key, shown, now)
+
+    async def runs(self, company: str) -> int:
+        return await self._pool.fetchval(SQL["runs_count"], company)

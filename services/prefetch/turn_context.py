@@ -1,0 +1,497 @@
+"""BuildTurnContext: the turn-start blocks, in order, and the prefetch_summary.
+
+The ask is embedded ONCE (``learning.prefetch.embed_budget_seconds``) and the vector handed to the
+diary's and the episodes' reads as ``query_embedding``. The independent blocks run concurrently,
+each read under its own deadline; a source that cannot be read degrades its block and never fails
+the turn (the block's ``source_error`` and the summary say so).
+
+The thin-trigger gate (``requires_recon``, or an ask with nothing in it) makes no auxiliary call,
+no vector query and no embedding: personal memory reads its cheap recency list only to know
+whether the seat has notes (the hint then), relevant knowledge asks ``can_search`` only, and
+similar prior work renders its conditional hint unconditionally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from opentelemetry import trace
+
+from agentlearn.common.v1 import embedding_pb2
+from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
+from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
+from libs.common.embeddings import EmbeddingError
+from libs.common.errors import InvalidArgument
+from libs.common.validation import require_text, seat_ref
+from services.prefetch import hints, knowledge_block, memory
+from services.prefetch.clients import rpc_failure
+from services.prefetch.deps import Deps, Who
+from services.prefetch.domain import (
+    DOMAIN,
+    HEADINGS,
+    MAX_SENDERS,
+    MEMORY_BLOCK_NOTES,
+    Block,
+    BlockKind,
+    Sender,
+    Summary,
+    TurnContext,
+    TurnEmbedding,
+    TurnStart,
+    chain_hash,
+    one_line,
+)
+from services.prefetch.past_turns import PastTurns
+
+__all__ = ["TurnContextBuilder", "distinct_senders"]
+
+_log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("agentlearn.prefetch")
+
+_READ_ERRORS = (grpc.aio.AioRpcError, TimeoutError)
+_DETACHED: set[asyncio.Future[None]] = set()
+
+Embedded = tuple[embedding_pb2.Embedding | None, TurnEmbedding]
+
+
+def distinct_senders(senders: tuple[Sender, ...]) -> list[Sender]:
+    """One entry per (platform, handle-or-external-id), in order; a sender naming no platform or no
+    identity is not a counterparty that can have a profile."""
+    seen: dict[tuple[str, str], Sender] = {}
+    for s in senders:
+        platform, ident = s.key
+        if platform and ident:
+            seen.setdefault((platform, ident), s)
+    return list(seen.values())[:MAX_SENDERS]
+
+
+class TurnContextBuilder:
+    def __init__(self, deps: Deps, past_turns: PastTurns):
+        self.deps = deps
+        self.past_turns = past_turns
+
+    @property
+    def _timeout(self) -> float:
+        return self.deps.clients.timeout
+
+    # ------------------------------------------------------------------ the use case
+
+    async def build(self, start: TurnStart) -> TurnContext:
+        seat_ref(start.company, start.seat, domain=DOMAIN)
+        require_text(start.turn_id, "turn_id", domain=DOMAIN, max_chars=200)
+        require_text(start.role, "role", domain=DOMAIN, max_chars=200)
+        for i, unit in enumerate(start.unit_chain):
+            if not unit.strip():
+                raise InvalidArgument(
+                    f"unit_chain[{i}] is empty", reason="FIELD_REQUIRED", domain=DOMAIN, field=f"unit_chain[{i}]"
+                )
+        who = Who(start.company, start.seat, start.role, start.turn_id)
+        with _tracer.start_as_current_span(
+            "prefetch",
+            attributes={
+                "company": start.company,
+                "seat": start.seat,
+                "turn_id": start.turn_id,
+                "trigger_requires_recon": start.requires_recon,
+            },
+        ):
+            return await self._build(start, who)
+
+    async def _build(self, start: TurnStart, who: Who) -> TurnContext:
+        gated = start.gated
+        async with asyncio.TaskGroup() as tg:
+            embedding: asyncio.Task[Embedded] | None = None if gated else tg.create_task(self._embed(start.ask))
+            prior = tg.create_task(
+                self._guard(BlockKind.SIMILAR_PRIOR_WORK, lambda: self._similar_prior_work(start, who, embedding))
+            )
+            mem = tg.create_task(
+                self._guard(BlockKind.PERSONAL_MEMORY, lambda: self._personal_memory(start, who, embedding))
+            )
+            skills = tg.create_task(self._guard(BlockKind.SKILLS, lambda: self._skills(start)))
+            know = tg.create_task(self._guard(BlockKind.RELEVANT_KNOWLEDGE, lambda: self._knowledge(start, who)))
+            parties = tg.create_task(self._guard_many(BlockKind.COUNTERPARTY, lambda: self._counterparties(start)))
+            onboarding = tg.create_task(self._guard(BlockKind.ONBOARDING, lambda: self._onboarding(start)))
+        blocks = (
+            prior.result(),
+            mem.result(),
+            skills.result(),
+            know.result(),
+            *parties.result(),
+            onboarding.result(),
+        )
+        turn_embedding = TurnEmbedding.GATED if embedding is None else embedding.result()[1]
+        summary = Summary(
+            blocks=blocks,
+            knowledge_selection_count=know.result().selection_count,
+            trigger_requires_recon=start.requires_recon,
+            turn_embedding=turn_embedding,
+            gated=gated,
+        )
+        await self.deps.events.emit(
+            "prefetch_summary", company=start.company, seat=start.seat, turn_id=start.turn_id, **summary.payload()
+        )
+        return TurnContext(blocks, summary)
+
+    async def _guard(self, kind: BlockKind, make: Callable[[], Awaitable[Block]]) -> Block:
+        """A block that raised degrades to an empty block naming why; the turn goes on. Each block
+        is a span of the turn's prefetch trace."""
+        with _tracer.start_as_current_span(f"block {kind}") as span:
+            try:
+                block = await make()
+            except Exception as err:
+                _log.warning("prefetch block %s degraded: %s", kind, err, exc_info=not isinstance(err, _READ_ERRORS))
+                block = Block(kind, source_error=rpc_failure(str(kind), err))
+            _label(span, [block])
+            return block
+
+    async def _guard_many(self, kind: BlockKind, make: Callable[[], Awaitable[list[Block]]]) -> list[Block]:
+        with _tracer.start_as_current_span(f"block {kind}") as span:
+            try:
+                blocks = await make()
+            except Exception as err:
+                _log.warning("prefetch blocks %s degraded: %s", kind, err, exc_info=not isinstance(err, _READ_ERRORS))
+                blocks = [Block(kind, source_error=rpc_failure(str(kind), err))]
+            _label(span, blocks)
+            return blocks
+
+    # ------------------------------------------------------------------ the shared vector
+
+    async def _embed(self, ask: str) -> Embedded:
+        embedder = self.deps.embedder
+        if embedder is None:
+            return None, TurnEmbedding.UNCONFIGURED
+        try:
+            async with asyncio.timeout(self.deps.settings.learning.prefetch.embed_budget_seconds):
+                [vec] = await embedder.embed([ask])
+        except (TimeoutError, EmbeddingError) as err:
+            _log.info("turn embedding failed: %s", err)
+            return None, TurnEmbedding.FAILED
+        except Exception:  # an embedder bug must not fail the turn either
+            _log.exception("turn embedding raised")
+            return None, TurnEmbedding.FAILED
+        if vec is None:
+            return None, TurnEmbedding.FAILED
+        return (
+            embedding_pb2.Embedding(values=vec.tolist(), model=vec.model, dimensions=vec.dimensions),
+            TurnEmbedding.EMBEDDED,
+        )
+
+    # ------------------------------------------------------------------ ## Similar prior work
+
+    async def _similar_prior_work(self, start: TurnStart, who: Who, embedding: asyncio.Task[Embedded] | None) -> Block:
+        block = Block(BlockKind.SIMILAR_PRIOR_WORK)
+        heading = HEADINGS[BlockKind.SIMILAR_PRIOR_WORK]
+        if embedding is None:  # gated: only the skipped vector query could say whether such turns exist
+            block.markdown = f"{heading}\n{hints.EMPTY_RECALL_HINT}"
+            return block
+        vector, status = await embedding
+        if status is TurnEmbedding.FAILED:
+            # The search did not run (sending the ask alone would make the episodes service embed it
+            # again); the summary's turn_embedding says an empty block is not "nothing similar".
+            return block
+        learning = self.deps.settings.learning
+        limit = learning.episodes.similar_prior_work_limit
+        request = ep_pb.SearchEpisodesRequest(
+            company=start.company, seat=start.seat, query=start.ask, limit=limit, lexical_limit=limit
+        )
+        if vector is not None:
+            request.query_embedding.CopyFrom(vector)
+        try:
+            resp = await self.deps.clients.episodes.SearchEpisodes(request, timeout=self._timeout)
+        except _READ_ERRORS as err:
+            block.source_error = rpc_failure("episodes", err)
+            return block
+        found = [h.episode for h in resp.hits][:limit]
+        if not found:
+            return block
+        rendered = await self.past_turns.render(
+            who,
+            found,
+            summarize=learning.summarize_episodes,
+            ask=start.ask,
+            timeout=min(learning.prefetch.aux_timeout_seconds, learning.episodes.rewrite_timeout_seconds),
+        )
+        intro = (
+            hints.PRIOR_WORK_BRIEFING_INTRO.format(count=len(found)) if rendered.briefing else hints.PRIOR_WORK_INTRO
+        )
+        block.markdown = f"{heading}\n{intro}\n{rendered.text}"
+        block.selection_count = len(found)
+        block.ids = list(rendered.ids)
+        return block
+
+    # ------------------------------------------------------------------ ## Personal memory
+
+    async def _personal_memory(self, start: TurnStart, who: Who, embedding: asyncio.Task[Embedded] | None) -> Block:
+        block = Block(BlockKind.PERSONAL_MEMORY)
+        diary = self.deps.clients.diary
+        if embedding is None:
+            # Gated: the cheap recency read (no vector, no lexical, no filter) only to know whether
+            # the seat has notes to refresh.
+            request = diary_pb.RecallNotesRequest(
+                company=start.company, seat=start.seat, vector_limit=0, recency_limit=1, lexical_limit=0
+            )
+            try:
+                resp = await diary.RecallNotes(request, timeout=self._timeout)
+            except _READ_ERRORS as err:
+                block.source_error = rpc_failure("diary", err)
+                return block
+            block.markdown = memory.render_block([], has_notes=bool(resp.candidates))
+            return block
+        vector, _status = await embedding
+        request = diary_pb.RecallNotesRequest(company=start.company, seat=start.seat, query=start.ask)
+        if vector is not None:
+            request.query_embedding.CopyFrom(vector)
+        else:
+            request.vector_limit = 0  # failed or unconfigured: the diary must not embed the ask again
+        try:
+            resp = await diary.RecallNotes(request, timeout=self._timeout)
+        except _READ_ERRORS as err:
+            block.source_error = rpc_failure("diary", err)
+            return block
+        pool = [memory.MemoryNote.from_pb(c.note) for c in resp.candidates]
+        try:
+            selected = await memory.select_notes(
+                self.deps.aux,
+                who.attribution(memory.FILTER_PURPOSE),
+                start.ask,
+                distinct_senders(start.senders),
+                pool,
+                MEMORY_BLOCK_NOTES,
+                self.deps.settings.learning.prefetch.aux_timeout_seconds,
+            )
+        except memory.FilterFailed as err:
+            _log.info("memory filter failed for %s/%s: %s", start.company, start.seat, err)
+            selected = []
+        block.markdown = memory.render_block(selected, has_notes=bool(pool))
+        if selected:
+            block.selection_count = len(selected)
+            block.ids = [n.id for n in selected]
+            await mark_used(self.deps, start.company, start.seat, block.ids)
+        return block
+
+    # ------------------------------------------------------------------ ## Synthesized skills
+
+    async def _skills(self, start: TurnStart) -> Block:
+        block = Block(BlockKind.SKILLS)
+        stub = self.deps.clients.skills
+        skills: list[Any] = []
+        token = ""
+        for _ in range(10):  # a catalogue is capped (max_skills_per_agent); 10 pages of 200 is plenty
+            resp = await stub.ListSkills(
+                skill_pb.ListSkillsRequest(
+                    company=start.company,
+                    seat=start.seat,
+                    page_size=200,
+                    page_token=token,
+                    view=skill_pb.SKILL_VIEW_BASIC,
+                ),
+                timeout=self._timeout,
+            )
+            skills.extend(resp.skills)
+            token = resp.next_page_token
+            if not token:
+                break
+        budget = self.deps.settings.learning.prefetch.skills_char_budget
+        lines, offered, used = [], [], 0
+        for skill in skills:
+            if skill.state not in (skill_pb.SKILL_STATE_ACTIVE, skill_pb.SKILL_STATE_STALE):
+                continue
+            line = f"- **{skill.name}**: {one_line(skill.summary)}"
+            if skill.state == skill_pb.SKILL_STATE_STALE:
+                line += f" (unused for {skill.days_unused} days)"
+            if used + len(line) + 1 > budget:
+                continue  # its menu line does not fit: not offered, so its clock does not move
+            used += len(line) + 1
+            lines.append(line)
+            offered.append(skill)
+        if not offered:
+            return block
+        block.markdown = "\n".join([HEADINGS[BlockKind.SKILLS], hints.SKILLS_INTRO, *lines])
+        block.selection_count = len(offered)
+        block.ids = [s.id for s in offered]
+        try:
+            stamp = await stub.MarkSkillsOffered(
+                skill_pb.MarkSkillsOfferedRequest(
+                    company=start.company, seat=start.seat, skill_ids=block.ids, turn_id=start.turn_id
+                ),
+                timeout=self._timeout,
+            )
+            if stamp.telemetry_write_failed:
+                _log.warning(
+                    "skills offered to %s/%s not stamped: %s", start.company, start.seat, stamp.telemetry_failure
+                )
+        except _READ_ERRORS as err:
+            _log.warning("skills offered to %s/%s not stamped: %s", start.company, start.seat, err)
+        return block
+
+    # ------------------------------------------------------------------ ## Relevant knowledge
+
+    async def _knowledge(self, start: TurnStart, who: Who) -> Block:
+        block = Block(BlockKind.RELEVANT_KNOWLEDGE)
+        searcher = self.deps.searcher
+        if not searcher.can_search(start.company, start.role):
+            return block
+        if start.gated:
+            block.markdown = knowledge_block.render_block(None, [], gated=True)
+            return block
+        prefetch = self.deps.settings.learning.prefetch
+        query = await knowledge_block.write_query(self.deps.aux, who, start.ask, prefetch.aux_timeout_seconds)
+        if query is None:
+            return block  # nothing to search with: show nothing rather than a guess
+        status, hits = await search(self.deps, start.company, start.role, query, prefetch.knowledge_results)
+        if status == "unreachable":
+            block.source_error = "knowledge: unreachable"
+        block.markdown = knowledge_block.render_block(status, hits, gated=False)
+        if status == "searched" and hits:
+            block.selection_count = len(hits)
+            block.ids = [knowledge_block.hit_fields(h)[0] for h in hits]
+            await knowledge_read(self.deps, start, "relevant_knowledge", hits, query=query)
+        return block
+
+    # ------------------------------------------------------------------ counterparties
+
+    async def _counterparties(self, start: TurnStart) -> list[Block]:
+        senders = distinct_senders(start.senders)
+        if not senders:
+            return []
+        subjects = [prof_pb.Subject(handle=s.handle, external_id=s.external_id, platform=s.platform) for s in senders]
+        try:
+            resp = await self.deps.clients.profiles.GetProfiles(
+                prof_pb.GetProfilesRequest(company=start.company, observer=start.seat, subjects=subjects),
+                timeout=self._timeout,
+            )
+        except _READ_ERRORS as err:
+            return [Block(BlockKind.COUNTERPARTY, source_error=rpc_failure("profiles", err))]
+        by_key: dict[tuple[str, str], Any] = {}
+        for p in resp.profiles:
+            platform = p.subject.platform.lower()
+            for ident in (p.subject.handle, p.subject.external_id):
+                if ident:
+                    by_key.setdefault((platform, ident), p)
+        blocks = []
+        for s in senders:
+            platform = s.platform.strip().lower()
+            profile = by_key.get((platform, s.handle.strip())) or by_key.get((platform, s.external_id.strip()))
+            if profile is None:
+                continue
+            blocks.append(
+                Block(
+                    BlockKind.COUNTERPARTY,
+                    markdown=render_profile(s, profile),
+                    selection_count=1,
+                    ids=[profile.id],
+                    counterparty=s,
+                )
+            )
+        return blocks
+
+    # ------------------------------------------------------------------ ## First-turn onboarding
+
+    async def _onboarding(self, start: TurnStart) -> Block:
+        block = Block(BlockKind.ONBOARDING)
+        current = chain_hash(start.unit_chain)
+        if await self.deps.store.marker(start.company, start.seat) == current:
+            return block
+        finder = getattr(self.deps.searcher, "onboarding_pages", None)
+        if finder is None:
+            return block
+        try:
+            pages = list(await asyncio.wait_for(finder(start.company, list(start.unit_chain)), self._timeout))
+        except Exception as err:
+            _log.warning("onboarding pages unreadable for %s/%s: %s", start.company, start.seat, err)
+            block.source_error = "knowledge: unreachable"
+            return block
+        if not pages:
+            return block
+        chain = " › ".join(start.unit_chain) or "no unit"
+        block.markdown = "\n".join(
+            [
+                HEADINGS[BlockKind.ONBOARDING],
+                hints.ONBOARDING_INTRO.format(chain=chain),
+                knowledge_block.render_hits(pages),
+            ]
+        )
+        block.selection_count = len(pages)
+        block.ids = [knowledge_block.hit_fields(p)[0] for p in pages]
+        await knowledge_read(self.deps, start, "onboarding", pages)
+        return block
+
+
+# ------------------------------------------------------------------------------------ shared
+
+
+def render_profile(sender: Sender, profile: Any) -> str:
+    name = sender.name or profile.subject.handle or profile.subject.external_id
+    platform = profile.subject.platform or sender.platform
+    lines = [f"## Counterparty: {name} ({platform})", hints.COUNTERPARTY_INTRO.format(name=name, platform=platform)]
+    if profile.communication_style:
+        lines.append(f"- Communication style: {one_line(profile.communication_style)}")
+    for label, items in (
+        ("Past decisions", profile.past_decisions),
+        ("Sensitivities", profile.sensitivities),
+        ("Topics", profile.topics),
+    ):
+        if items:
+            lines.append(f"- {label}: {'; '.join(one_line(i) for i in list(items)[:5])}")
+    return "\n".join(lines)
+
+
+def _label(span: trace.Span, blocks: list[Block]) -> None:
+    if span.is_recording():
+        span.set_attribute("hit", any(b.hit for b in blocks))
+        span.set_attribute("bytes", sum(b.bytes for b in blocks))
+        span.set_attribute("selection_count", sum(b.selection_count for b in blocks))
+
+
+async def mark_used(deps: Deps, company: str, seat: str, note_ids: list[str]) -> None:
+    """Record a use of each note the filter selected and the seat was shown. Shielded: a use the
+    seat already benefited from is recorded even when the caller goes away; a failure is logged."""
+
+    async def call() -> None:
+        try:
+            await deps.clients.diary.MarkNotesUsed(
+                diary_pb.MarkNotesUsedRequest(company=company, seat=seat, note_ids=note_ids),
+                timeout=deps.clients.timeout,
+            )
+        except _READ_ERRORS as err:
+            _log.warning("uses of %d notes of %s/%s not recorded: %s", len(note_ids), company, seat, err)
+
+    if note_ids:
+        task = asyncio.ensure_future(call())
+        _DETACHED.add(task)  # held until done, so a caller going away cannot lose the write
+        task.add_done_callback(_DETACHED.discard)
+        await asyncio.shield(task)
+
+
+async def search(deps: Deps, company: str, role: str, query: str, limit: int) -> tuple[str, list[Any]]:
+    """The searcher's (status, hits); a search that raised or passed its deadline did not run."""
+    try:
+        outcome = await asyncio.wait_for(deps.searcher.search(company, role, query, limit), deps.clients.timeout)
+    except Exception as err:
+        _log.warning("knowledge search for %s/%s did not run: %s", company, role, err)
+        return "unreachable", []
+    status = str(getattr(outcome, "status", "unreachable") or "unreachable")
+    return status, list(getattr(outcome, "hits", []) or [])[:limit]
+
+
+async def knowledge_read(deps: Deps, start: Any, source: str, hits: list[Any], *, query: str | None = None) -> None:
+    """The knowledge_read event: one per read of the knowledge base, naming the pages it reached."""
+    pages = []
+    for h in hits:
+        page_id, title, container, _ = knowledge_block.hit_fields(h)
+        pages.append({"page_id": page_id, "title": title, "container": container})
+    await deps.events.emit(
+        "knowledge_read",
+        company=start.company,
+        seat=start.seat,
+        turn_id=start.turn_id or None,
+        source=source,
+        query=query,
+        pages=pages,
+    )

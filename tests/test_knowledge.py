@@ -1,0 +1,533 @@
+"""The native knowledge backend: UpsertPage / GetPage over real gRPC, and the searcher against real
+PostgreSQL, the real local embedding model and real index adapters — scoping by the role's
+containers, both auto-draft exclusions, snippets, the vector ∪ lexical merge, the exact scan when
+the index is down, "unreachable" when the store cannot be read, and CanSearch without I/O."""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+import pytest
+
+from agentlearn.prefetch.v1 import knowledge_service_pb2 as pb
+from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as pb_grpc
+from libs.common.clock import ManualClock
+from libs.common.config import Settings
+from libs.common.embeddings import EmbeddingUnavailable, Vector
+from libs.common.events import PostgresEventLog
+from libs.common.vectorindex import IndexUnavailable, collection_name
+from services.prefetch.knowledge import (
+    AUTO_DRAFTED_PARENT,
+    COLLECTION_BASE,
+    KnowledgeService,
+    NativePromotionWriter,
+    NativeSearcher,
+    PromotionDraft,
+    SearchOutcome,
+    UnconfiguredSearcher,
+    build_searcher,
+    knowledge_pass_specs,
+    rebuild_index,
+    render_search_result,
+)
+from services.prefetch.knowledge.domain import KnowledgeHit, Limits
+from tests.support.app import open_app
+from tests.support.grpc_errors import error_info
+
+DOMAIN = "prefetch.agentlearn.dev"
+
+ROLES = {
+    "sre": {"knowledge_containers": ["ops", "eng"]},
+    "writer": {"knowledge_containers": ["docs"]},
+    "intern": {"knowledge_containers": []},
+}
+
+
+def _settings(make_settings) -> Settings:
+    return make_settings(
+        company_defaults={"roles": {"sre": {"knowledge_containers": ["elsewhere"]}}},
+        companies={"acme": {"roles": ROLES}},
+    )
+
+
+class CountingEmbedder:
+    """The real local model behind a switch: counts calls, and fails on demand."""
+
+    def __init__(self, inner):  # type: ignore[no-untyped-def]
+        self._inner = inner
+        self.model = inner.model
+        self.calls = 0
+        self.fail = False
+
+    @property
+    def dimensions(self) -> int | None:
+        return self._inner.dimensions
+
+    def split(self, text: str) -> list[str]:
+        return self._inner.split(text)
+
+    async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
+        if self.fail:
+            raise EmbeddingUnavailable("switched off by the test")
+        return await self._inner.embed_pieces(pieces)
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector | None]:
+        self.calls += 1
+        if self.fail:
+            raise EmbeddingUnavailable("switched off by the test")
+        return await self._inner.embed(texts)
+
+
+class DownIndex:
+    """An index that never answers."""
+
+    name = "down"
+
+    async def upsert(self, collection, points):  # type: ignore[no-untyped-def]
+        raise IndexUnavailable("down")
+
+    async def delete(self, collection, ids):  # type: ignore[no-untyped-def]
+        raise IndexUnavailable("down")
+
+    async def search(self, collection, vector, **kwargs):  # type: ignore[no-untyped-def]
+        raise IndexUnavailable("down")
+
+    async def reset(self, collection):  # type: ignore[no-untyped-def]
+        raise IndexUnavailable("down")
+
+    async def count(self, collection):  # type: ignore[no-untyped-def]
+        raise IndexUnavailable("down")
+
+    async def close(self) -> None:
+        pass
+
+
+class NoIO:
+    """Anything a no-I/O check must not touch."""
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"I/O attempted: .{name}")
+
+
+@dataclass
+class KB:
+    settings: Settings
+    pool: object
+    service: KnowledgeService
+    searcher: NativeSearcher
+    embedder: CountingEmbedder
+    index: object
+    stub: pb_grpc.KnowledgeServiceStub
+
+    async def put(self, container: str, title: str, body: str, parents=(), company: str = "acme") -> str:  # type: ignore[no-untyped-def]
+        resp = await self.stub.UpsertPage(
+            pb.UpsertPageRequest(
+                company=company, container=container, title=title, body=body, parent_titles=list(parents)
+            )
+        )
+        return resp.page.id
+
+    async def titles(self, query: str, role: str = "sre", company: str = "acme", limit: int = 10) -> list[str]:
+        outcome = await self.searcher.search(company, role, query, limit)
+        assert outcome.status == "searched", outcome
+        return [h.title for h in outcome.hits]
+
+
+@contextlib.asynccontextmanager
+async def _kb(dsn: str, settings: Settings, embedder, index):  # type: ignore[no-untyped-def]
+    """The prefetch served as it runs (its bootstrap, over real gRPC), with a counting embedder."""
+    counting = CountingEmbedder(embedder)
+    async with open_app(settings, dsn, names=["prefetch"], clock=ManualClock(), embedder=counting, index=index) as app:
+        prefetch = app.components["prefetch"].service
+        searcher = prefetch.deps.searcher
+        assert isinstance(searcher, NativeSearcher)
+        yield KB(
+            settings,
+            app.infra.pool,
+            prefetch.knowledge,
+            searcher,
+            counting,
+            index,
+            pb_grpc.KnowledgeServiceStub(app.channel),
+        )
+
+
+@pytest.fixture
+async def kb(dsn, make_settings, local_embedder, edge_index):  # type: ignore[no-untyped-def]
+    async with _kb(dsn, _settings(make_settings), local_embedder, edge_index) as k:
+        yield k
+
+
+# ------------------------------------------------------------------------------------- UpsertPage / GetPage
+
+
+async def test_upsert_creates_then_replaces_by_container_and_title(kb: KB):
+    first = await kb.stub.UpsertPage(
+        pb.UpsertPageRequest(
+            company="acme",
+            container="ops",
+            title="Deploy runbook",
+            body="Ship with make ship.",
+            parent_titles=["Runbooks"],
+        )
+    )
+    assert first.created
+    page = first.page
+    assert (page.company, page.container, page.title, page.body) == (
+        "acme",
+        "ops",
+        "Deploy runbook",
+        "Ship with make ship.",
+    )
+    assert list(page.parent_titles) == ["Runbooks"]
+    assert page.embedding_model == kb.embedder.model
+    assert page.update_time.seconds > 0
+
+    again = await kb.stub.UpsertPage(
+        pb.UpsertPageRequest(company="acme", container="ops", title="Deploy runbook", body="Ship with make release.")
+    )
+    assert not again.created
+    assert again.page.id == page.id
+    assert again.page.body == "Ship with make release." and list(again.page.parent_titles) == []
+
+    # Same title in another container (or company) is another page.
+    other = await kb.stub.UpsertPage(
+        pb.UpsertPageRequest(company="acme", container="eng", title="Deploy runbook", body="Another team's.")
+    )
+    assert other.created and other.page.id != page.id
+
+    got = await kb.stub.GetPage(pb.GetPageRequest(company="acme", page_id=page.id))
+    assert got.page == again.page
+
+
+async def test_get_page_is_scoped_to_its_company_and_refuses_bad_ids(kb: KB):
+    page_id = await kb.put("ops", "Pager policy", "Acknowledge within five minutes.")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await kb.stub.GetPage(pb.GetPageRequest(company="globex", page_id=page_id))
+    code, info, _ = error_info(err.value)
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert (info.reason, info.domain, info.metadata["page_id"]) == ("PAGE_NOT_FOUND", DOMAIN, page_id)
+
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await kb.stub.GetPage(pb.GetPageRequest(company="acme", page_id="not-a-uuid"))
+    code, info, bad = error_info(err.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.reason, info.domain, bad.field_violations[0].field) == ("FIELD_INVALID", DOMAIN, "page_id")
+
+
+@pytest.mark.parametrize(
+    ("change", "reason", "field"),
+    [
+        ({"company": ""}, "FIELD_REQUIRED", "company"),
+        ({"container": ""}, "FIELD_REQUIRED", "container"),
+        ({"container": "has space"}, "FIELD_INVALID", "container"),
+        ({"title": "  "}, "FIELD_REQUIRED", "title"),
+        ({"title": "Two\nlines"}, "FIELD_INVALID", "title"),
+        ({"title": " padded"}, "FIELD_INVALID", "title"),
+        ({"title": "x" * 256}, "FIELD_TOO_LONG", "title"),
+        ({"body": ""}, "FIELD_REQUIRED", "body"),
+        ({"parent_titles": ["Runbooks", ""]}, "FIELD_REQUIRED", "parent_titles[1]"),
+        ({"parent_titles": [f"p{i}" for i in range(21)]}, "TOO_MANY_ITEMS", "parent_titles"),
+    ],
+)
+async def test_upsert_refusals_name_the_field(kb: KB, change, reason, field):  # type: ignore[no-untyped-def]
+    request = {"company": "acme", "container": "ops", "title": "Fine", "body": "Fine.", **change}
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await kb.stub.UpsertPage(pb.UpsertPageRequest(**request))
+    code, info, bad = error_info(err.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.reason, info.domain) == (reason, DOMAIN)
+    assert bad.field_violations[0].field == field
+    assert await kb.pool.fetchval("SELECT count(*) FROM knowledge_pages") == 0
+
+
+async def test_a_body_past_the_limit_is_refused_not_trimmed(kb: KB):
+    small = KnowledgeService(kb.service.store, None, kb.index, ManualClock(), Limits(body_chars=100))
+    from libs.common.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument) as err:
+        await small.upsert_page("acme", "ops", "Long", "x" * 101, [])
+    assert (err.value.reason, err.value.metadata["limit"]) == ("FIELD_TOO_LONG", "100")
+
+
+async def test_a_page_is_stored_without_a_vector_when_the_embed_fails_and_is_still_found_by_words(kb: KB):
+    kb.embedder.fail = True
+    resp = await kb.stub.UpsertPage(
+        pb.UpsertPageRequest(company="acme", container="ops", title="Pager policy", body="Acknowledge pages fast.")
+    )
+    assert resp.created and resp.page.embedding_model == ""
+    assert await kb.pool.fetchval("SELECT embedding IS NULL FROM knowledge_pages") is True
+    assert await kb.titles("pager acknowledge") == ["Pager policy"]
+
+
+async def test_moving_a_page_between_parents_re_embeds_nothing(kb: KB):
+    await kb.put("ops", "Rollback", "Redeploy the previous build.", parents=[AUTO_DRAFTED_PARENT])
+    calls = kb.embedder.calls
+    resp = await kb.stub.UpsertPage(
+        pb.UpsertPageRequest(
+            company="acme",
+            container="ops",
+            title="Rollback",
+            body="Redeploy the previous build.",
+            parent_titles=["Runbooks"],
+        )
+    )
+    assert kb.embedder.calls == calls
+    assert resp.page.embedding_model == kb.embedder.model
+    await kb.stub.UpsertPage(
+        pb.UpsertPageRequest(company="acme", container="ops", title="Rollback", body="Redeploy the last good build.")
+    )
+    assert kb.embedder.calls == calls + 1
+
+
+# ------------------------------------------------------------------------------------- scope
+
+
+async def test_search_reads_only_the_roles_containers_in_its_own_company(kb: KB):
+    await kb.put("ops", "Ops deploy runbook", "How to deploy the api.")
+    await kb.put("eng", "Eng deploy conventions", "Deploy from main only.")
+    await kb.put("docs", "Docs deploy style", "Write deploy notes in the changelog.")
+    await kb.put("ops", "Globex deploy runbook", "Their deploy.", company="globex")
+    await kb.put("elsewhere", "Default-company deploy", "Deploy elsewhere.", company="globex")
+
+    assert sorted(await kb.titles("deploy")) == ["Eng deploy conventions", "Ops deploy runbook"]
+    assert await kb.titles("deploy", role="writer") == ["Docs deploy style"]
+    # A company without its own roles falls back to company_defaults: sre reads "elsewhere" there.
+    assert await kb.titles("deploy", company="globex") == ["Default-company deploy"]
+
+    for role in ("intern", "unknown-role"):
+        outcome = await kb.searcher.search("acme", role, "deploy", 5)
+        assert outcome == SearchOutcome("scoped_to_nothing")
+
+
+async def test_can_search_does_no_io(kb: KB):
+    searcher = NativeSearcher(NoIO(), kb.settings, NoIO(), NoIO())  # type: ignore[arg-type]
+    assert searcher.can_search("acme", "sre") is True
+    assert searcher.can_search("acme", "writer") is True
+    assert searcher.can_search("acme", "intern") is False
+    assert searcher.can_search("acme", "unknown-role") is False
+    assert searcher.can_search("globex", "sre") is True  # company_defaults
+    assert searcher.can_search("globex", "writer") is False
+    assert UnconfiguredSearcher().can_search("acme", "sre") is False
+
+
+# ------------------------------------------------------------------------------------- exclusions
+
+
+async def test_the_auto_drafted_subtree_and_auto_draft_titles_are_never_searched(kb: KB):
+    await kb.put("ops", "Rollback runbook", "Rollback: redeploy the previous build.", parents=["Runbooks"])
+    await kb.put("ops", AUTO_DRAFTED_PARENT, "Rollback drafts waiting for review.")
+    await kb.put("ops", "Rollback procedure draft", "Rollback by redeploying.", parents=[AUTO_DRAFTED_PARENT])
+    await kb.put("ops", "Nested rollback draft", "Rollback nested.", parents=["Team", AUTO_DRAFTED_PARENT, "Sub"])
+    await kb.put("ops", "Lowercase rollback draft", "Rollback lower.", parents=["auto-drafted skills"])
+    await kb.put("eng", "[Auto-draft] Rollback steps", "Rollback by the backstop.")
+    await kb.put("eng", "[auto-draft] rollback again", "Rollback, lower-case prefix.")
+
+    # Both halves: the words match every page, and so does the vector.
+    assert await kb.titles("rollback redeploy previous build") == ["Rollback runbook"]
+
+    # The exact scan (index down) applies the same exclusions.
+    down = NativeSearcher(kb.searcher.store, kb.settings, kb.embedder, DownIndex())
+    outcome = await down.search("acme", "sre", "rollback redeploy previous build", 10)
+    assert [h.title for h in outcome.hits] == ["Rollback runbook"]
+
+    # A lead publishes a draft by moving it out of the subtree: now it is an ordinary page.
+    await kb.put("ops", "Rollback procedure draft", "Rollback by redeploying.", parents=["Runbooks"])
+    assert sorted(await kb.titles("rollback redeploy previous build")) == [
+        "Rollback procedure draft",
+        "Rollback runbook",
+    ]
+
+
+# ------------------------------------------------------------------------------------- ranking, snippets
+
+
+async def test_snippets_are_one_line_around_the_match(kb: KB):
+    filler = " ".join(f"word{i}" for i in range(200))
+    body = f"# Cafeteria\n\n{filler}\n\nThe espresso machine is descaled on Fridays.\n\n{filler}"
+    await kb.put("ops", "Kitchen notes", body)
+    [hit] = (await kb.searcher.search("acme", "sre", "espresso descaling", 5)).hits
+    assert "espresso machine is descaled" in hit.snippet
+    assert "\n" not in hit.snippet
+    assert len(hit.snippet) < 400 < len(body)
+    assert hit.container == "ops" and hit.page_id
+
+
+async def test_vector_and_lexical_halves_are_merged(kb: KB):
+    await kb.put("ops", "Expense policy", "Keep receipts for anything above fifty euros and file claims monthly.")
+    await kb.put("ops", "Travel booking", "Book trains through the travel desk; costs over budget need approval.")
+    await kb.put("eng", "Cafeteria menu", "Lunch is served from noon; Tuesday is taco day.")
+    query = "reimbursement for travel costs"
+
+    titles = await kb.titles(query)
+    # Found by its words and its meaning, then by meaning alone (it shares no word with the query).
+    assert titles == ["Travel booking", "Expense policy"]
+
+    words_only = NativeSearcher(kb.searcher.store, kb.settings, None, kb.index)
+    assert [h.title for h in (await words_only.search("acme", "sre", query, 10)).hits] == ["Travel booking"]
+
+    down = NativeSearcher(kb.searcher.store, kb.settings, kb.embedder, DownIndex())
+    assert [h.title for h in (await down.search("acme", "sre", query, 10)).hits] == titles
+
+    kb.embedder.fail = True  # the query cannot be embedded: the words still answer
+    assert await kb.titles(query) == ["Travel booking"]
+
+
+async def test_rarer_shared_words_rank_higher_and_the_limit_holds(kb: KB):
+    for i in range(6):
+        await kb.put("ops", f"Service note {i}", f"The service restarts nightly, note {i}.")
+    await kb.put("ops", "Kafka service", "The kafka service restarts when the broker is rebalanced.")
+    outcome = await kb.searcher.search("acme", "sre", "kafka service restarts", 3)
+    assert outcome.status == "searched"
+    assert len(outcome.hits) == 3
+    assert outcome.hits[0].title == "Kafka service"
+
+
+# ------------------------------------------------------------------------------------- degraded
+
+
+async def test_a_closed_store_is_unreachable_not_empty(kb: KB):
+    await kb.put("ops", "Deploy runbook", "How to deploy.")
+    await kb.pool.close()
+    outcome = await kb.searcher.search("acme", "sre", "deploy", 5)
+    assert outcome == SearchOutcome("unreachable")
+    assert await kb.searcher.onboarding_pages("acme", ["ops"]) == []
+    # The scope is decided before any I/O: a role with nothing to read is still "scoped to nothing".
+    assert (await kb.searcher.search("acme", "intern", "deploy", 5)).status == "scoped_to_nothing"
+
+
+async def test_an_unconfigured_searcher_says_so():
+    searcher = UnconfiguredSearcher()
+    assert await searcher.search("acme", "sre", "deploy", 5) == SearchOutcome("unconfigured")
+    assert await searcher.onboarding_pages("acme", ["ops"]) == []
+
+
+# ------------------------------------------------------------------------------------- onboarding
+
+
+async def test_onboarding_pages_follow_the_unit_chain(kb: KB):
+    await kb.put("platform", "Onboarding", "Start here.")
+    await kb.put("platform", "Your first deploy", "Deploy a hello world.", parents=["Onboarding"])
+    await kb.put("platform", "Deploy runbook", "Not onboarding.", parents=["Runbooks"])
+    await kb.put("platform", "Onboarding draft", "Hidden.", parents=[AUTO_DRAFTED_PARENT, "Onboarding"])
+    await kb.put("eng", "Onboarding checklist", "Get your laptop.")
+    await kb.put("eng", "Code review norms", "Two approvals.", parents=["Handbook", "Onboarding"])
+    await kb.put("sales", "Onboarding for sales", "Not on the chain.")
+    await kb.put("platform", "Onboarding", "Other company.", company="globex")
+
+    hits = await kb.searcher.onboarding_pages("acme", ["platform", "eng"])
+    assert [(h.container, h.title) for h in hits] == [
+        ("platform", "Onboarding"),
+        ("platform", "Your first deploy"),
+        ("eng", "Onboarding checklist"),
+        ("eng", "Code review norms"),
+    ]
+    assert hits[1].snippet == "Deploy a hello world."
+    assert await kb.searcher.onboarding_pages("acme", []) == []
+    assert await kb.searcher.onboarding_pages("acme", ["nowhere"]) == []
+
+
+# ------------------------------------------------------------------------------------- the tool's words
+
+
+def test_search_knowledge_answers_in_words_which_case_it_is():
+    texts = {
+        status: render_search_result(SearchOutcome(status), "deploy runbook")  # type: ignore[arg-type]
+        for status in ("unreachable", "unconfigured", "scoped_to_nothing", "searched")
+    }
+    assert len(set(texts.values())) == 4
+    assert "could not be searched" in texts["unreachable"] and "did not run" in texts["unreachable"]
+    assert "No knowledge base is configured" in texts["unconfigured"]
+    assert "scoped to nothing" in texts["scoped_to_nothing"]
+    assert "no page matched" in texts["searched"]
+    assert all('"deploy runbook"' in t for t in texts.values())
+
+
+def test_hits_render_as_bullets_and_an_exact_title_is_shown_whole():
+    hits = [
+        KnowledgeHit("id-1", "Deploy runbook", "ops", "make ship, then watch", body="Step 1. make ship\nStep 2. watch"),
+        KnowledgeHit("id-2", "Deploy conventions", "eng", "from main only", body="..."),
+    ]
+    text = render_search_result(SearchOutcome("searched", hits), "deploy")
+    assert text.splitlines()[1:3] == [
+        "- **Deploy runbook** (container ops, page id-1): make ship, then watch",
+        "- **Deploy conventions** (container eng, page id-2): from main only",
+    ]
+    assert "Step 2" not in text and "exact title" in text
+    whole = render_search_result(SearchOutcome("searched", hits), "  deploy RUNBOOK ")
+    assert whole.endswith("### Deploy runbook\n\nStep 1. make ship\nStep 2. watch")
+
+
+# ------------------------------------------------------------------------------------- passes and seams
+
+
+async def test_the_fill_embeds_pages_stored_without_a_vector_and_rebuild_restores_the_index(kb: KB, make_settings):
+    kb.embedder.fail = True
+    await kb.put("ops", "Expense policy", "Keep receipts for anything above fifty euros and file claims monthly.")
+    kb.embedder.fail = False
+    query = "reimbursement for travel costs"
+    assert await kb.titles(query) == []
+
+    infra = types.SimpleNamespace(
+        pool=kb.pool,
+        embedder=kb.embedder,
+        settings=kb.settings,
+        clock=kb.service.clock,
+        events=PostgresEventLog(kb.pool, kb.service.clock),
+    )
+    [spec] = knowledge_pass_specs(kb.service, infra)
+    assert spec.name == "knowledge-fill"
+    report = await spec.run()
+    assert report["fill"].filled == 1
+    assert await kb.titles(query) == ["Expense policy"]
+
+    collection = collection_name(COLLECTION_BASE, kb.embedder.dimensions)
+    await kb.index.reset(collection)
+    assert await kb.index.count(collection) == 0
+    assert await rebuild_index(kb.service) == 1
+    assert await kb.index.count(collection) == 1
+
+
+async def test_the_native_promotion_writer_files_hidden_drafts_once_per_title(kb: KB):
+    writer = NativePromotionWriter(kb.service)
+    draft = PromotionDraft(
+        company="acme",
+        unit="platform",
+        container_key="ops",
+        title="Rotating the api keys",
+        body="Rotate keys: revoke, reissue, redeploy.",
+        tool_sequence=("vault_read", "vault_write", "deploy"),
+        sibling_count=4,
+        distinct_agents=3,
+    )
+    first = await writer.write_draft(draft)
+    again = await writer.write_draft(draft)
+    assert first.created and not again.created and again.page_id == first.page_id
+    rows = await kb.pool.fetch("SELECT title, parent_titles FROM knowledge_pages ORDER BY title")
+    assert [(r["title"], list(r["parent_titles"])) for r in rows] == [
+        (AUTO_DRAFTED_PARENT, []),
+        ("Rotating the api keys", [AUTO_DRAFTED_PARENT]),
+    ]
+    assert await kb.titles("rotate api keys revoke reissue") == []
+
+
+async def test_build_searcher_wires_the_native_backend(kb: KB):
+    infra = types.SimpleNamespace(pool=kb.pool, settings=kb.settings, embedder=kb.embedder, index=kb.index)
+    searcher = build_searcher(infra)
+    assert isinstance(searcher, NativeSearcher)
+    await kb.put("ops", "Deploy runbook", "How to deploy.")
+    assert [h.title for h in (await searcher.search("acme", "sre", "deploy", 0)).hits] == ["Deploy runbook"]
+
+
+async def test_both_index_adapters_filter_by_company_and_container(dsn, make_settings, local_embedder, vector_index):  # type: ignore[no-untyped-def]
+    async with _kb(dsn, _settings(make_settings), local_embedder, vector_index) as k:
+        await k.put("ops", "Expense policy", "Keep receipts for anything above fifty euros and file claims monthly.")
+        await k.put("docs", "Expense policy", "Keep receipts for anything above fifty euros and file claims monthly.")
+        await k.put("ops", "Expense policy", "Keep receipts for anything above fifty euros.", company="globex")
+        outcome = await k.searcher.search("acme", "sre", "reimbursement for travel costs", 10)
+        assert [(h.container, h.title) for h in outcome.hits] == [("ops", "Expense policy")]

@@ -1,0 +1,80 @@
+"""The prefetch's pure rules: the offline answers of every purpose it asks a model, the summary
+line's denominator, hint normalisation, chain hashing and byte fitting."""
+
+from __future__ import annotations
+
+import json
+
+from services.prefetch.domain import (
+    Block,
+    BlockKind,
+    Summary,
+    TurnEmbedding,
+    chain_hash,
+    fit_bytes,
+    hint_key,
+    normalise_hint,
+)
+from services.prefetch.knowledge_block import knowledge_query_rule
+from services.prefetch.memory import memory_filter_rule
+from services.prefetch.past_turns import rewrite_rule, summary_rule
+
+
+def test_the_offline_filter_picks_shared_words_and_notes_naming_a_sender():
+    data = {
+        "query": "Deploy the billing service",
+        "senders": [["Bob", "bob"]],
+        "candidates": [
+            {"id": "n1", "content": "The cafeteria closes at two."},
+            {"id": "n2", "content": "Bob dislikes surprise meetings."},
+            {"id": "n3", "content": "Billing deploys need a change ticket."},
+            {"id": "n4", "content": "Deploying the billing service requires the billing on-call."},
+        ],
+        "max_selected": 10,
+    }
+    chosen = json.loads(memory_filter_rule(data))["selected"]
+    assert chosen[0] == "n4" and set(chosen) == {"n2", "n3", "n4"}
+    assert json.loads(memory_filter_rule({**data, "max_selected": 1}))["selected"] == ["n4"]
+
+
+def test_the_offline_query_is_the_asks_key_words():
+    assert knowledge_query_rule({"ask": "Hi! Could you please rotate the staging DB credentials?"}) == (
+        "rotate staging credentials"
+    )
+
+
+def test_the_offline_rewrite_keeps_whole_first_sentences_within_the_budget():
+    text = "First sentence is here. " + "Second one is much longer than that. " * 40
+    out = rewrite_rule({"text": text, "limit_bytes": 80})
+    assert out.startswith("First sentence is here.") and out.endswith("[…]") and len(out.encode()) <= 80
+
+
+def test_the_offline_briefing_is_marked_and_bounded():
+    turns = [
+        {"date": f"2026-01-0{i}", "woken_by": "Message", "outcome": "done", "asked": "A. B.", "what_it_did": "C."}
+        for i in range(1, 9)
+    ]
+    out = summary_rule({"turns": turns, "max_bytes": 200})
+    assert out.startswith("(Offline briefing") and len(out.encode()) <= 200 and "asked: A." in out
+
+
+def test_the_summary_line_counts_out_of_the_block_list():
+    blocks = (
+        Block(BlockKind.SIMILAR_PRIOR_WORK, "## x"),
+        Block(BlockKind.PERSONAL_MEMORY),
+        Block(BlockKind.COUNTERPARTY, "## Counterparty: Bob"),
+    )
+    s = Summary(blocks, 0, True, TurnEmbedding.GATED, True)
+    assert s.line == "prefetch: 2/3 hits (thin trigger: relevance filters gated)"
+    assert s.payload()["counterparty_blocks"] == 1 and s.payload()["similar_prior_work_hit"] is True
+
+
+def test_hints_compare_case_and_whitespace_insensitively_and_chains_in_order():
+    assert normalise_hint("  Billing\tEXPORT  ") == "billing export"
+    assert hint_key("Billing export") == hint_key(" billing   EXPORT")
+    assert chain_hash(["a", "b"]) != chain_hash(["b", "a"]) and chain_hash(["ab"]) != chain_hash(["a", "b"])
+
+
+def test_fit_bytes_ends_between_words_and_handles_one_long_word():
+    assert fit_bytes("alpha beta gamma", 11) == "alpha beta"
+    assert fit_bytes("é" * 10, 5) == "éé"
