@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
 
     rebuild = sub.add_parser("rebuild-index", help="restore the vector index from Postgres")
     common(rebuild)
+
+    sub.add_parser("demo", help="a scripted agent life against a running ./run up", add_help=False)
     return p
 
 
@@ -137,8 +139,21 @@ async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
     try:
         for name in SERVICES:
             host, port = getattr(settings.services, name).rsplit(":", 1)
-            argv = [sys.executable, "-m", "services.runner", "serve", name, "--host", host, "--port", port,
-                    "--data-dir", str(settings.data_dir), "--log-level", args.log_level]
+            argv = [
+                sys.executable,
+                "-m",
+                "services.runner",
+                "serve",
+                name,
+                "--host",
+                host,
+                "--port",
+                port,
+                "--data-dir",
+                str(settings.data_dir),
+                "--log-level",
+                args.log_level,
+            ]
             if args.config:
                 argv += ["--config", args.config]
             children[name] = await asyncio.create_subprocess_exec(
@@ -215,6 +230,10 @@ async def rebuild_index(settings: Settings) -> int:
 
 
 async def main(argv: list[str]) -> int:
+    if argv[:1] == ["demo"]:
+        from services.runner import demo
+
+        return await demo.main(argv[1:])
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),

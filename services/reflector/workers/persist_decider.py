@@ -174,27 +174,33 @@ def _fact(sender: str, sentence: str) -> tuple[str, str, int] | None:
     return None
 
 
+_FILLER = re.compile(r",?\s*\b(by the way|btw|thanks|thank you|please|if possible)\s*$", re.I)
+_RANK = {"LONG": 0, "SHORT": 1, "DOC": 2}
+
+
 def offline_rule(data: Mapping[str, Any]) -> str:
     """Deterministic decision from what people said: preferences and practices are LONG facts,
-    dated or temporary state is SHORT, team-wide practice is DOC; anything already noted is NOOP."""
-
+    dated or temporary state is SHORT, team-wide practice is DOC; anything already noted is NOOP.
+    One note a turn: the most durable thing said wins (a standing rule over today's plan)."""
     said = [(i["sender"], i["body"]) for i in data.get("interactions", [])]
     if not said and data.get("ask"):
         said = [("The requester", data["ask"])]
     known = {_norm(n) for n in data.get("recent_notes", [])}
+    found = []
     for sender, body in said:
         for sentence in _SENTENCE.findall(body or ""):
-            found = _fact(sender, sentence)
-            if found is None:
-                continue
-            tier, content, ttl = found
-            if _norm(content) in known:
-                return json.dumps({"classification": "NOOP", "reason": "already noted"})
-            answer = {"classification": tier, "content": content[:2000], "reason": "stated in the turn"}
-            if tier == "SHORT":
-                answer["ttl_days"] = ttl
-            return json.dumps(answer)
-    return json.dumps({"classification": "NOOP", "reason": "nothing durable was said"})
+            fact = _fact(sender, _FILLER.sub("", sentence.strip().rstrip(".!?")))
+            if fact is not None:
+                found.append(fact)
+    fresh = [f for f in found if _norm(f[1]) not in known]
+    if not fresh:
+        reason = "already noted" if found else "nothing durable was said"
+        return json.dumps({"classification": "NOOP", "reason": reason})
+    tier, content, ttl = min(fresh, key=lambda f: _RANK[f[0]])
+    answer = {"classification": tier, "content": content[:2000], "reason": "stated in the turn"}
+    if tier == "SHORT":
+        answer["ttl_days"] = ttl
+    return json.dumps(answer)
 
 
 def register(rules: OfflineRules) -> None:

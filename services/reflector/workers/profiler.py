@@ -111,7 +111,9 @@ _STOP = set(
     "having here hers into itself just more most once only other ours over same should some such than that "
     "their theirs them then there these they this those through under until very what when where which while "
     "will with would your yours please thanks thank hello could can't cannot dont don't going want need like "
-    "today tomorrow yesterday week still sure okay".split()
+    "today tomorrow yesterday week still sure okay heads quick meanwhile anyway maybe really thing things "
+    "something anything everything stuff also again soon later back look looks check checked know "
+    "think said says tell told make made done doing good great nice fine".split()
 )
 _DECISION = re.compile(r"\b(let'?s|we'?ll|we will|decided|go with|going with|approved?|ship it)\b", re.I)
 _CARE = re.compile(r"\b(don'?t|do not|never|avoid|careful|sensitive|please no|hate|annoy)\b", re.I)
