@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 
 from libs.common.clock import SystemClock
 from services.runner import demo
@@ -23,6 +24,7 @@ async def test_the_demo_shows_what_earlier_turns_taught(make_settings, dsn, loca
     assert "submitting 11 turns" in out and "not reflected" not in out
     assert "## Personal memory" in out and "Bob prefers weekly digests over daily pings." in out
     assert "## Similar prior work" in out and "Fix the flaky" in out
-    assert "## Synthesized skills you've learned" in out and "fix-flaky-checkout-test" in out
+    # Two workers reflect at once, so whichever flaky-test turn comes first names the skill.
+    assert "## Synthesized skills you've learned" in out and re.search(r"\*\*fix-flaky-\w+-test\*\*", out)
     assert "## Counterparty: Bob (slack)" in out
     assert "thin trigger" in out and "call refresh_memory" in out

@@ -149,13 +149,21 @@ async def test_the_remote_vector_is_tagged_with_its_model_and_width(remote_diary
 
 async def test_a_retry_with_the_same_request_id_returns_the_first_note(diary):
     app, stub = diary
-    req = pb.WriteNoteRequest(company="acme", seat="ana", content="Bob prefers digests", tier=pb.NOTE_TIER_LONG,
-                              request_id="run-7:persist_decider")
+    req = pb.WriteNoteRequest(
+        company="acme",
+        seat="ana",
+        content="Bob prefers digests",
+        tier=pb.NOTE_TIER_LONG,
+        request_id="run-7:persist_decider",
+    )
     first = await stub.WriteNote(req)
     again = await stub.WriteNote(req)
     assert first.created and not again.created
     assert again.note.id == first.note.id
-    other_seat = await stub.WriteNote(pb.WriteNoteRequest(company="acme", seat="bob", content="x",
-                                                          tier=pb.NOTE_TIER_LONG, request_id="run-7:persist_decider"))
+    other_seat = await stub.WriteNote(
+        pb.WriteNoteRequest(
+            company="acme", seat="bob", content="x", tier=pb.NOTE_TIER_LONG, request_id="run-7:persist_decider"
+        )
+    )
     assert other_seat.created  # keys are per seat
     assert await app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 2

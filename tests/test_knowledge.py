@@ -20,6 +20,7 @@ from libs.common.clock import ManualClock
 from libs.common.config import Settings
 from libs.common.embeddings import EmbeddingUnavailable, Vector
 from libs.common.events import PostgresEventLog
+from libs.common.fill import RequestLedger
 from libs.common.vectorindex import IndexUnavailable, collection_name
 from services.prefetch.knowledge import (
     AUTO_DRAFTED_PARENT,
@@ -479,6 +480,7 @@ async def test_the_fill_embeds_pages_stored_without_a_vector_and_rebuild_restore
         settings=kb.settings,
         clock=kb.service.clock,
         events=PostgresEventLog(kb.pool, kb.service.clock),
+        fill_requests=RequestLedger(),
     )
     [spec] = knowledge_pass_specs(kb.service, infra)
     assert spec.name == "knowledge-fill"

@@ -356,11 +356,21 @@ async def test_reflections_page_and_stay_with_their_seat(env_for, clock):
 def test_the_offline_decider_keeps_the_most_durable_thing_said():
     from services.reflector.workers.persist_decider import offline_rule
 
-    data = {"interactions": [{"sender": "Carla", "body": "Let's ship the retry fix today. "
-                                                         "Please never merge to main without a green staging run."}]}
+    data = {
+        "interactions": [
+            {
+                "sender": "Carla",
+                "body": "Let's ship the retry fix today. Please never merge to main without a green staging run.",
+            }
+        ]
+    }
     answer = json.loads(offline_rule(data))
-    assert answer == {"classification": "LONG", "reason": "stated in the turn",
-                      "content": "Carla does not want anyone to merge to main without a green staging run."}
-    filler = json.loads(offline_rule({"interactions": [{"sender": "Bob",
-                                                        "body": "I prefer weekly digests, by the way."}]}))
+    assert answer == {
+        "classification": "LONG",
+        "reason": "stated in the turn",
+        "content": "Carla does not want anyone to merge to main without a green staging run.",
+    }
+    filler = json.loads(
+        offline_rule({"interactions": [{"sender": "Bob", "body": "I prefer weekly digests, by the way."}]})
+    )
     assert filler["content"] == "Bob prefers weekly digests."

@@ -165,7 +165,12 @@ async def test_a_turn_is_one_trace_across_every_service_process(tmp_path):
         assert reflect[0].attributes["company"] == "acme" and reflect[0].attributes["seat"] == "ana"
         workers = {s.attributes.get("worker") for s in mine if s.name.startswith("worker ")}
         assert {"persist_decider", "episodist", "profiler", "skill_use"} <= workers
-        write = next(s for s in mine if s.name == "/agentlearn.diary.v1.DiaryService/WriteNote")
+        # The diary's server span (the reflector's client span of the same call has the same name).
+        write = next(
+            s
+            for s in mine
+            if s.name == "/agentlearn.diary.v1.DiaryService/WriteNote" and s.service == "agentlearn-diary"
+        )
         assert write.attributes.get("turn_id") == "split-run-1"  # the RPC span names the turn
     finally:
         if proc.returncode is None:

@@ -113,8 +113,12 @@ class TracedConnection(asyncpg.Connection):
         return _tracer.start_as_current_span(
             name,
             kind=trace.SpanKind.CLIENT,
-            attributes={"db.system": "postgresql", "db.operation": verb, "db.sql.table": table,
-                        "db.statement": query.strip()[:500]},
+            attributes={
+                "db.system": "postgresql",
+                "db.operation": verb,
+                "db.sql.table": table,
+                "db.statement": query.strip()[:500],
+            },
         )
 
     async def execute(self, query: str, *args, **kwargs):  # type: ignore[no-untyped-def,override]

@@ -125,7 +125,6 @@ class RequestLedger:
         return True
 
 
-
 class _EndMinute(Exception):
     def __init__(self, why: str):
         self.why = why

@@ -12,13 +12,17 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from libs.common.errors import InvalidArgument
 
 __all__ = [
     "decode_page_token",
+    "decode_time_cursor",
     "encode_page_token",
+    "encode_time_cursor",
     "optional_limit",
     "page_size",
     "require_id",
@@ -136,3 +140,26 @@ def decode_page_token(token: str, scope: dict[str, Any], *, domain: str) -> dict
             field="page_token",
         )
     return cursor
+
+
+def decode_time_cursor(
+    token: str, scope: dict[str, Any], *, domain: str, id_type: Callable[[str], Any] = str
+) -> tuple[datetime, Any] | None:
+    """The (time, id) position of a newest-first listing, from its page token (None: first page)."""
+    cursor = decode_page_token(token, scope, domain=domain)
+    if cursor is None:
+        return None
+    try:
+        return datetime.fromisoformat(cursor["t"]), id_type(cursor["id"])
+    except (KeyError, ValueError, TypeError):
+        raise InvalidArgument(
+            "page_token is not a token this service issued",
+            reason="PAGE_TOKEN_INVALID",
+            domain=domain,
+            field="page_token",
+        ) from None
+
+
+def encode_time_cursor(time: datetime, ident: object, scope: dict[str, Any]) -> str:
+    """The page token that resumes a newest-first listing after (time, id)."""
+    return encode_page_token({"t": time.isoformat(), "id": str(ident)}, scope)

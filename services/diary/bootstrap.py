@@ -38,7 +38,7 @@ def registration(service: DiaryService) -> Registration:
 
 
 def fill(service: DiaryService, infra: Infra) -> VectorFill | None:
-    return build_fill(infra, [passes.DiaryFillSource(service)])
+    return build_fill(infra, [passes.fill_source(service)])
 
 
 def pass_specs(service: DiaryService, infra: Infra) -> list[PassSpec]:

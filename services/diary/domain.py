@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-import numpy as np
+from libs.common.embeddings import Vector as QueryVector  # a query's vector and its model
 
-__all__ = ["COLLECTION_BASE", "DOMAIN", "Candidate", "Note", "NoteSource", "NoteTier", "Recall"]
+__all__ = ["COLLECTION_BASE", "DOMAIN", "Candidate", "Note", "NoteSource", "NoteTier", "QueryVector", "Recall"]
 
 DOMAIN = "diary.agentlearn.dev"
 COLLECTION_BASE = "diary_notes"
@@ -59,9 +59,3 @@ class Recall:
     embedding_status: str  # embedded | provided | failed | unconfigured | skipped
     vector_source: str | None  # index | exact_scan | None
     unreachable_by_vector: int
-
-
-@dataclass(frozen=True)
-class QueryVector:
-    values: np.ndarray
-    model: str

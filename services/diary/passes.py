@@ -11,19 +11,14 @@ import logging
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
 
-import asyncpg
-import numpy as np
-
-from libs.common.db import as_array
-from libs.common.embeddings import Vector
-from libs.common.fill import FillRow
+from libs.common import vector_rows
+from libs.common.vector_rows import VectorRows
 from libs.common.vectorindex import IndexUnavailable, VectorIndex, collection_name
 from services.diary.domain import COLLECTION_BASE
 from services.diary.service import DiaryService, index_point
 
-__all__ = ["DiaryFillSource", "SweepReport", "index_pending", "rebuild_index", "sweep"]
+__all__ = ["NOTES", "SweepReport", "fill_source", "index_pending", "rebuild_index", "sweep"]
 
 _log = logging.getLogger(__name__)
 
@@ -73,139 +68,32 @@ async def sweep(service: DiaryService) -> SweepReport:
     return report
 
 
+NOTES = VectorRows(
+    name="diary",
+    table="agent_diary",
+    seat_column="seat",
+    collection_base=COLLECTION_BASE,
+    order_column="create_time",
+    text_columns=("content",),
+    text=lambda r: r["content"],
+    point_columns=("expire_time",),
+    point=lambda r, vec, model: index_point(r["id"], r["company"], r["seat"], vec, model, r["expire_time"]),
+    live="(expire_time IS NULL OR expire_time > $NOW)",
+)
+"""The diary's notes as ``libs.common.vector_rows`` keeps them (an expired note is neither indexed
+nor filled)."""
+
+
 async def index_pending(service: DiaryService, batch: int = 1000) -> int:
     """Index notes whose vector is stored but not yet in the index (the index was down)."""
-    done = 0
-    while True:
-        rows = await service.store.unindexed(service.clock.now(), batch)
-        if not rows:
-            return done
-        by_dims: dict[int, list] = defaultdict(list)
-        for r in rows:
-            vec = as_array(r["embedding"])
-            by_dims[vec.shape[0]].append(
-                index_point(r["id"], r["company"], r["seat"], vec, r["embedding_model"], r["expire_time"])
-            )
-        try:
-            for dims, points in by_dims.items():
-                await service.index.upsert(collection_name(COLLECTION_BASE, dims), points)
-        except IndexUnavailable as err:
-            _log.warning("index still unreachable; %d notes wait to be indexed: %s", len(rows), err)
-            return done
-        await service.store.set_indexed([r["id"] for r in rows])
-        done += len(rows)
+    return await vector_rows.index_pending(NOTES, service.store.pool, service.index, service.clock, batch)
 
 
 async def rebuild_index(service: DiaryService, batch: int = 1000) -> int:
     """Restore the index from the vectors Postgres keeps: no embedding call at all."""
-    dims_seen: set[int] = set()
-    await service.store.clear_indexed()
-    after: uuid.UUID | None = None
-    total = 0
-    while True:
-        rows = await service.store.vectors_page(service.clock.now(), after, batch)
-        if not rows:
-            break
-        by_dims: dict[int, list] = defaultdict(list)
-        for r in rows:
-            vec = as_array(r["embedding"])
-            dims = vec.shape[0]
-            if dims not in dims_seen:
-                await service.index.reset(collection_name(COLLECTION_BASE, dims))
-                dims_seen.add(dims)
-            by_dims[dims].append(
-                index_point(r["id"], r["company"], r["seat"], vec, r["embedding_model"], r["expire_time"])
-            )
-        for dims, points in by_dims.items():
-            await service.index.upsert(collection_name(COLLECTION_BASE, dims), points)
-        await service.store.set_indexed([r["id"] for r in rows])
-        total += len(rows)
-        after = rows[-1]["id"]
-    return total
+    return await vector_rows.rebuild_index(NOTES, service.store.pool, service.index, service.clock, batch)
 
 
-class DiaryFillSource:
-    """The diary's rows as the shared fill sees them."""
-
-    name = "diary"
-
-    _PENDING = """
-        (expire_time IS NULL OR expire_time > $2)
-        AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $3
-             OR ($4::int IS NOT NULL AND embedding_dims IS DISTINCT FROM $4))
-        AND NOT (fill_held_until IS NOT NULL AND fill_held_until > $2 AND fill_held_fingerprint = $5)"""
-
-    def __init__(self, service: DiaryService):
-        self._service = service
-        self._pool: asyncpg.Pool = service.store.pool
-
-    async def companies(self, model: str, dims: int | None, fingerprint: str, now: datetime) -> list[str]:
-        rows = await self._pool.fetch(
-            f"SELECT DISTINCT company FROM agent_diary WHERE $1::text IS NULL AND {self._PENDING} ORDER BY company",
-            None,
-            now,
-            model,
-            dims,
-            fingerprint,
-        )
-        return [r["company"] for r in rows]
-
-    async def seats(self, company: str, model: str, dims: int | None, fingerprint: str, now: datetime) -> list[str]:
-        rows = await self._pool.fetch(
-            f"SELECT DISTINCT seat FROM agent_diary WHERE company = $1 AND {self._PENDING} ORDER BY seat",
-            company,
-            now,
-            model,
-            dims,
-            fingerprint,
-        )
-        return [r["seat"] for r in rows]
-
-    async def pending(
-        self, company: str, seat: str, model: str, dims: int | None, fingerprint: str, now: datetime, limit: int
-    ) -> list[FillRow]:
-        rows = await self._pool.fetch(
-            f"""SELECT id, content, fill_alone AND fill_held_fingerprint = $5 AS alone FROM agent_diary
-                WHERE company = $1 AND seat = $6 AND {self._PENDING}
-                ORDER BY create_time, id LIMIT $7""",
-            company,
-            now,
-            model,
-            dims,
-            fingerprint,
-            seat,
-            limit,
-        )
-        return [FillRow(r["id"], company, seat, r["content"], bool(r["alone"])) for r in rows]
-
-    async def store_vector(self, row: FillRow, vector: Vector) -> None:
-        rec = await self._pool.fetchrow(
-            """UPDATE agent_diary SET embedding = $2, embedding_model = $3, embedding_dims = $4, indexed = false,
-                   fill_held_until = NULL, fill_held_fingerprint = NULL, fill_alone = false
-               WHERE id = $1 RETURNING company, seat, expire_time""",
-            row.id,
-            vector.values.astype(np.float32),
-            vector.model,
-            vector.dimensions,
-        )
-        if rec is None:
-            return  # deleted meanwhile
-        try:
-            await self._service.index.upsert(
-                collection_name(COLLECTION_BASE, vector.dimensions),
-                [index_point(row.id, rec["company"], rec["seat"], vector.values, vector.model, rec["expire_time"])],
-            )
-        except IndexUnavailable as err:
-            _log.warning("filled note %s waits for the index: %s", row.id, err)
-            return
-        await self._service.store.set_indexed([row.id])
-
-    async def hold(self, row: FillRow, until: datetime, fingerprint: str, alone: bool) -> None:
-        await self._pool.execute(
-            """UPDATE agent_diary SET fill_held_until = $2, fill_held_fingerprint = $3, fill_alone = $4
-               WHERE id = $1""",
-            row.id,
-            until,
-            fingerprint,
-            alone,
-        )
+def fill_source(service: DiaryService) -> vector_rows.TableFillSource:
+    """The notes as the shared vector fill sees them."""
+    return vector_rows.TableFillSource(NOTES, service.store.pool, service.index)

@@ -14,12 +14,12 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from libs.common.config import DiaryConfig
-from libs.common.embeddings import Embedder, EmbeddingError
+from libs.common.embeddings import Embedder, embed_within
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
 from libs.common.validation import (
-    decode_page_token,
-    encode_page_token,
+    decode_time_cursor,
+    encode_time_cursor,
     optional_limit,
     page_size,
     require_id,
@@ -156,18 +156,8 @@ class DiaryService:
 
     async def _embed_inline(self, content: str) -> tuple[np.ndarray | None, str | None]:
         """The two-second embed: a vector, or none and the reason (the fill tries again later)."""
-        if self.embedder is None:
-            return None, "unconfigured"
-        try:
-            async with asyncio.timeout(self.config.embed_budget_seconds):
-                [vec] = await self.embedder.embed([content])
-        except TimeoutError:
-            return None, "timeout"
-        except EmbeddingError as err:
-            return None, err.kind
-        if vec is None:
-            return None, "unusable_vector"
-        return vec.values, None
+        vec, reason = await embed_within(self.embedder, content, self.config.embed_budget_seconds)
+        return (vec.values if vec is not None else None), reason
 
     async def _index(self, note: Note, vector: np.ndarray) -> None:
         try:
@@ -252,16 +242,10 @@ class DiaryService:
         return Recall(sorted(pool.values(), key=order), status, source, unreachable)
 
     async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
-        if self.embedder is None:
-            return None, "unconfigured"
-        try:
-            async with asyncio.timeout(self.config.embed_budget_seconds):
-                [vec] = await self.embedder.embed([query])
-        except (TimeoutError, EmbeddingError):
-            return None, "failed"
+        vec, reason = await embed_within(self.embedder, query, self.config.embed_budget_seconds)
         if vec is None:
-            return None, "failed"
-        return QueryVector(vec.values, vec.model), "embedded"
+            return None, "unconfigured" if reason == "unconfigured" else "failed"
+        return vec, "embedded"
 
     async def _vector_half(
         self, company: str, seat: str, now: datetime, vector: QueryVector, limit: int
@@ -322,18 +306,7 @@ class DiaryService:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         size = page_size(size, domain=DOMAIN)
         scope = {"company": company, "seat": seat, "tier": str(tier) if tier else None}
-        cursor = decode_page_token(token, scope, domain=DOMAIN)
-        after = None
-        if cursor is not None:
-            try:
-                after = (datetime.fromisoformat(cursor["t"]), uuid.UUID(cursor["id"]))
-            except (KeyError, ValueError, TypeError):
-                raise InvalidArgument(
-                    "page_token is not a token this service issued",
-                    reason="PAGE_TOKEN_INVALID",
-                    domain=DOMAIN,
-                    field="page_token",
-                ) from None
+        after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
         now = self.clock.now()
         notes = await self.store.page(company, seat, now, tier, after, size + 1)
         total = await self.store.count(company, seat, now, tier)
@@ -341,7 +314,7 @@ class DiaryService:
         if len(notes) > size:
             notes = notes[:size]
             last = notes[-1]
-            next_token = encode_page_token({"t": last.create_time.isoformat(), "id": str(last.id)}, scope)
+            next_token = encode_time_cursor(last.create_time, last.id, scope)
         return notes, next_token, total
 
     async def delete(self, company: str, seat: str, note_id: str) -> None:

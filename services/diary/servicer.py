@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import grpc
-import numpy as np
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.errors import InvalidArgument
-from services.diary.domain import DOMAIN, Note, NoteSource, NoteTier, QueryVector
+from libs.common.protoconv import query_vector, timestamp
+from services.diary.domain import DOMAIN, Note, NoteSource, NoteTier
 from services.diary.service import DiaryService
 
 __all__ = ["DiaryServicer", "note_to_pb"]
@@ -39,14 +38,6 @@ _VECTOR_SOURCE = {
 }
 
 
-def _ts(value) -> Timestamp | None:  # type: ignore[no-untyped-def]
-    if value is None:
-        return None
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
-
-
 def note_to_pb(note: Note) -> pb.Note:
     return pb.Note(
         id=str(note.id),
@@ -56,42 +47,13 @@ def note_to_pb(note: Note) -> pb.Note:
         tier=_TIER_TO_PB[note.tier],
         source=_SOURCE_TO_PB[note.source],
         turn_id=note.turn_id or "",
-        create_time=_ts(note.create_time),
-        expire_time=_ts(note.expire_time),
+        create_time=timestamp(note.create_time),
+        expire_time=timestamp(note.expire_time),
         use_count=note.use_count,
-        last_used_time=_ts(note.last_used_time),
+        last_used_time=timestamp(note.last_used_time),
         embedding_model=note.embedding_model or "",
         embedding_dimensions=note.embedding_dims or 0,
     )
-
-
-def _query_vector(msg: embedding_pb2.Embedding) -> QueryVector | None:
-    if not msg.values:
-        return None
-    values = np.asarray(msg.values, dtype=np.float32)
-    if not msg.model:
-        raise InvalidArgument(
-            "query_embedding.model is required with query_embedding.values",
-            reason="FIELD_REQUIRED",
-            domain=DOMAIN,
-            field="query_embedding.model",
-        )
-    if msg.dimensions and msg.dimensions != values.shape[0]:
-        raise InvalidArgument(
-            f"query_embedding has {values.shape[0]} values but says dimensions {msg.dimensions}",
-            reason="FIELD_INVALID",
-            domain=DOMAIN,
-            field="query_embedding.dimensions",
-            metadata={"values": values.shape[0], "dimensions": msg.dimensions},
-        )
-    if not np.all(np.isfinite(values)) or not np.any(values):
-        raise InvalidArgument(
-            "query_embedding has no direction (all zeros or not finite)",
-            reason="VECTOR_UNUSABLE",
-            domain=DOMAIN,
-            field="query_embedding.values",
-        )
-    return QueryVector(values, msg.model)
 
 
 class DiaryServicer(pb_grpc.DiaryServiceServicer):
@@ -123,7 +85,7 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
             request.vector_limit if request.HasField("vector_limit") else None,
             request.recency_limit if request.HasField("recency_limit") else None,
             request.lexical_limit if request.HasField("lexical_limit") else None,
-            _query_vector(request.query_embedding) if request.HasField("query_embedding") else None,
+            query_vector(request.query_embedding, domain=DOMAIN) if request.HasField("query_embedding") else None,
         )
         return pb.RecallNotesResponse(
             candidates=[

@@ -94,15 +94,6 @@ SQL = {
             ORDER BY use_count DESC, last_used_time DESC NULLS LAST, create_time DESC, id DESC
             OFFSET $3)
         RETURNING id, embedding_dims""",
-    "unindexed": """
-        SELECT id, company, seat, embedding, embedding_model, expire_time FROM agent_diary
-        WHERE embedding IS NOT NULL AND NOT indexed AND (expire_time IS NULL OR expire_time > $1)
-        ORDER BY company, seat, id LIMIT $2""",
-    "all_vectors": """
-        SELECT id, company, seat, embedding, embedding_model, embedding_dims, expire_time FROM agent_diary
-        WHERE embedding IS NOT NULL AND (expire_time IS NULL OR expire_time > $1)
-          AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3""",
-    "clear_indexed": "UPDATE agent_diary SET indexed = false WHERE indexed",
 }
 
 
@@ -224,12 +215,3 @@ class PostgresNoteStore:
     async def evict_over_cap(self, company: str, seat: str, cap: int) -> list[tuple[uuid.UUID, int | None]]:
         rows = await self.pool.fetch(SQL["evict_over_cap"], company, seat, cap)
         return [(r["id"], r["embedding_dims"]) for r in rows]
-
-    async def unindexed(self, now: datetime, limit: int) -> list[asyncpg.Record]:
-        return await self.pool.fetch(SQL["unindexed"], now, limit)
-
-    async def vectors_page(self, now: datetime, after: uuid.UUID | None, limit: int) -> list[asyncpg.Record]:
-        return await self.pool.fetch(SQL["all_vectors"], now, after, limit)
-
-    async def clear_indexed(self) -> None:
-        await self.pool.execute(SQL["clear_indexed"])

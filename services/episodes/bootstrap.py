@@ -45,7 +45,7 @@ def lifecycle(service: EpisodeService, infra: Infra) -> EpisodeLifecycle:
 
 
 def fill(service: EpisodeService, infra: Infra) -> VectorFill | None:
-    return build_fill(infra, [passes.EpisodeFillSource(service)])
+    return build_fill(infra, [passes.fill_source(service)])
 
 
 def pass_specs(service: EpisodeService, infra: Infra) -> list[PassSpec]:

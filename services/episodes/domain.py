@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-import numpy as np
+from libs.common.embeddings import Vector as QueryVector  # a query's vector and its model
 
 __all__ = [
     "COLLECTION_BASE",
@@ -150,9 +150,3 @@ class Search:
     embedding_status: str  # embedded | provided | failed | unconfigured | skipped
     vector_source: str | None  # index | exact_scan | None
     unreachable_by_vector: int
-
-
-@dataclass(frozen=True)
-class QueryVector:
-    values: np.ndarray
-    model: str

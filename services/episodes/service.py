@@ -18,12 +18,14 @@ from datetime import datetime
 import numpy as np
 
 from libs.common.config import EpisodesConfig
-from libs.common.embeddings import Embedder, EmbeddingError
+from libs.common.embeddings import Embedder, embed_within
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
 from libs.common.validation import (
     decode_page_token,
+    decode_time_cursor,
     encode_page_token,
+    encode_time_cursor,
     optional_limit,
     page_size,
     require_id,
@@ -231,18 +233,8 @@ class EpisodeService:
 
     async def _embed_inline(self, text: str) -> tuple[np.ndarray | None, str | None]:
         """The two-second embed: a vector, or none and the reason (the fill tries again later)."""
-        if self.embedder is None:
-            return None, "unconfigured"
-        try:
-            async with asyncio.timeout(self.config.embed_budget_seconds):
-                [vec] = await self.embedder.embed([text])
-        except TimeoutError:
-            return None, "timeout"
-        except EmbeddingError as err:
-            return None, err.kind
-        if vec is None:
-            return None, "unusable_vector"
-        return vec.values, None
+        vec, reason = await embed_within(self.embedder, text, self.config.embed_budget_seconds)
+        return (vec.values if vec is not None else None), reason
 
     async def _index(self, ep: Episode, vector: np.ndarray) -> None:
         try:
@@ -318,18 +310,12 @@ class EpisodeService:
         return Search(sorted(hits.values(), key=order), status, source, unreachable)
 
     async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
-        if self.embedder is None:
-            return None, "unconfigured"
-        if not query.strip():
+        if self.embedder is not None and not query.strip():
             return None, "skipped"
-        try:
-            async with asyncio.timeout(self.config.embed_budget_seconds):
-                [vec] = await self.embedder.embed([query])
-        except (TimeoutError, EmbeddingError):
-            return None, "failed"
+        vec, reason = await embed_within(self.embedder, query, self.config.embed_budget_seconds)
         if vec is None:
-            return None, "failed"
-        return QueryVector(vec.values, vec.model), "embedded"
+            return None, "unconfigured" if reason == "unconfigured" else "failed"
+        return vec, "embedded"
 
     async def _vector_half(
         self, company: str, seat: str, vector: QueryVector, limit: int, outcome: TurnOutcome | None
@@ -396,25 +382,14 @@ class EpisodeService:
                 metadata={"value": f.min_tool_calls},
             )
         scope = {"company": company, "seat": seat, **f.scope()}
-        cursor = decode_page_token(token, scope, domain=DOMAIN)
-        after = None
-        if cursor is not None:
-            try:
-                after = (datetime.fromisoformat(cursor["t"]), uuid.UUID(cursor["id"]))
-            except (KeyError, ValueError, TypeError):
-                raise InvalidArgument(
-                    "page_token is not a token this service issued",
-                    reason="PAGE_TOKEN_INVALID",
-                    domain=DOMAIN,
-                    field="page_token",
-                ) from None
+        after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
         rows = await self.store.page(company, seat, f, after, size + 1)
         total = await self.store.count(company, seat, f)
         next_token = ""
         if len(rows) > size:
             rows = rows[:size]
             last = rows[-1]
-            next_token = encode_page_token({"t": last.end_time.isoformat(), "id": str(last.id)}, scope)
+            next_token = encode_time_cursor(last.end_time, last.id, scope)
         return rows, next_token, total
 
     async def mark_consolidated(self, company: str, seat: str, turn_ids: list[str], skill_id: str) -> int:

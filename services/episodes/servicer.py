@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import grpc
-import numpy as np
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from libs.common.errors import InvalidArgument
-from services.episodes.domain import DOMAIN, Episode, EpisodeFilter, EpisodeKind, QueryVector, TurnOutcome
+from libs.common.protoconv import query_vector, timestamp
+from services.episodes.domain import DOMAIN, Episode, EpisodeFilter, EpisodeKind, TurnOutcome
 from services.episodes.service import EpisodeService, TurnRecord
 
 __all__ = ["EpisodeServicer", "episode_to_pb"]
@@ -41,14 +41,6 @@ _VECTOR_SOURCE = {
 }
 
 
-def _ts(value: datetime | None) -> Timestamp | None:
-    if value is None:
-        return None
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
-
-
 def _when(msg: Timestamp, present: bool) -> datetime | None:
     return msg.ToDatetime(tzinfo=UTC) if present else None
 
@@ -70,8 +62,8 @@ def episode_to_pb(ep: Episode) -> pb.Episode:
         tools_called=list(ep.tools_called),
         skills_used=list(ep.skills_used),
         conversation_id=ep.conversation_id or "",
-        start_time=_ts(ep.start_time),
-        end_time=_ts(ep.end_time),
+        start_time=timestamp(ep.start_time),
+        end_time=timestamp(ep.end_time),
         duration_ms=ep.duration_ms,
         count=ep.count,
         common_task_pattern=ep.common_task_pattern,
@@ -96,35 +88,6 @@ def _outcome(value: int, field: str) -> TurnOutcome | None:
     if value not in _OUTCOME_FROM_PB:
         raise InvalidArgument(f"unknown {field} {value}", reason="FIELD_INVALID", domain=DOMAIN, field=field)
     return _OUTCOME_FROM_PB[value]
-
-
-def _query_vector(msg: embedding_pb2.Embedding) -> QueryVector | None:
-    if not msg.values:
-        return None
-    values = np.asarray(msg.values, dtype=np.float32)
-    if not msg.model:
-        raise InvalidArgument(
-            "query_embedding.model is required with query_embedding.values",
-            reason="FIELD_REQUIRED",
-            domain=DOMAIN,
-            field="query_embedding.model",
-        )
-    if msg.dimensions and msg.dimensions != values.shape[0]:
-        raise InvalidArgument(
-            f"query_embedding has {values.shape[0]} values but says dimensions {msg.dimensions}",
-            reason="FIELD_INVALID",
-            domain=DOMAIN,
-            field="query_embedding.dimensions",
-            metadata={"values": values.shape[0], "dimensions": msg.dimensions},
-        )
-    if not np.all(np.isfinite(values)) or not np.any(values):
-        raise InvalidArgument(
-            "query_embedding has no direction (all zeros or not finite)",
-            reason="VECTOR_UNUSABLE",
-            domain=DOMAIN,
-            field="query_embedding.values",
-        )
-    return QueryVector(values, msg.model)
 
 
 def _filter(msg: pb.EpisodeFilter) -> EpisodeFilter:
@@ -191,7 +154,7 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
             request.limit,
             request.lexical_limit if request.HasField("lexical_limit") else None,
             _outcome(request.outcome_filter, "outcome_filter"),
-            _query_vector(request.query_embedding) if request.HasField("query_embedding") else None,
+            query_vector(request.query_embedding, domain=DOMAIN) if request.HasField("query_embedding") else None,
         )
         return pb.SearchEpisodesResponse(
             hits=[

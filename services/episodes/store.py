@@ -135,13 +135,6 @@ SQL = {
     "evict_exemplars": "DELETE FROM episodes WHERE exemplar_of = ANY($1) RETURNING id, embedding_dims",
     # ---- the index
     "set_indexed": "UPDATE episodes SET indexed = true WHERE id = ANY($1) AND embedding IS NOT NULL",
-    "unindexed": """
-        SELECT id, company, seat, outcome, embedding, embedding_model FROM episodes
-        WHERE embedding IS NOT NULL AND NOT indexed ORDER BY company, seat, id LIMIT $1""",
-    "all_vectors": """
-        SELECT id, company, seat, outcome, embedding, embedding_model FROM episodes
-        WHERE kind = 'raw' AND embedding IS NOT NULL AND ($1::uuid IS NULL OR id > $1) ORDER BY id LIMIT $2""",
-    "clear_indexed": "UPDATE episodes SET indexed = false WHERE indexed",
 }
 
 
@@ -392,12 +385,3 @@ class PostgresEpisodeStore:
     async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None:
         if ids:
             await self.pool.execute(SQL["set_indexed"], list(ids))
-
-    async def unindexed(self, limit: int) -> list[asyncpg.Record]:
-        return await self.pool.fetch(SQL["unindexed"], limit)
-
-    async def vectors_page(self, after: uuid.UUID | None, limit: int) -> list[asyncpg.Record]:
-        return await self.pool.fetch(SQL["all_vectors"], after, limit)
-
-    async def clear_indexed(self) -> None:
-        await self.pool.execute(SQL["clear_indexed"])

@@ -3,11 +3,11 @@ on, and reading a JSON object out of a model's answer."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from string import Template
-from typing import Any
+
+from libs.common.auxmodel.answers import InvalidOutput, parse_object
 
 __all__ = ["InvalidOutput", "content_words", "parse_object", "prompt"]
 
@@ -27,7 +27,6 @@ _STOPWORDS = frozenset(
     """.split()
 )
 _WORD = re.compile(r"[a-z0-9][a-z0-9_.\-]*[a-z0-9]|[a-z0-9]")
-_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
 def prompt(name: str) -> Template:
@@ -52,22 +51,3 @@ def content_words(text: str, *, stem: bool = True) -> list[str]:
             continue
         seen.setdefault(_stem(word) if stem else word, None)
     return list(seen)
-
-
-class InvalidOutput(Exception):
-    """The model answered something that is not what the prompt asked for."""
-
-
-def parse_object(text: str) -> dict[str, Any]:
-    """A JSON object from a model's answer (a fenced block is accepted); else InvalidOutput."""
-    body = _FENCE.sub("", text.strip())
-    start, end = body.find("{"), body.rfind("}")
-    if start < 0 or end < start:
-        raise InvalidOutput(f"no JSON object in the answer: {text[:200]!r}")
-    try:
-        value = json.loads(body[start : end + 1])
-    except json.JSONDecodeError as exc:
-        raise InvalidOutput(f"invalid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise InvalidOutput("the answer is not a JSON object")
-    return value

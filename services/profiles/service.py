@@ -9,13 +9,12 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 
 from libs.common.errors import FieldViolation, InvalidArgument
 from libs.common.events import EventSink
 from libs.common.validation import (
-    decode_page_token,
-    encode_page_token,
+    decode_time_cursor,
+    encode_time_cursor,
     page_size,
     require_ident,
     require_text,
@@ -234,23 +233,12 @@ class ProfileService:
         company, observer = self._scope(company, observer)
         size = page_size(size, domain=DOMAIN)
         scope = {"company": company, "observer": observer}
-        cursor = decode_page_token(token, scope, domain=DOMAIN)
-        after = None
-        if cursor is not None:
-            try:
-                after = (datetime.fromisoformat(cursor["t"]), uuid.UUID(cursor["id"]))
-            except (KeyError, ValueError, TypeError):
-                raise InvalidArgument(
-                    "page_token is not a token this service issued",
-                    reason="PAGE_TOKEN_INVALID",
-                    domain=DOMAIN,
-                    field="page_token",
-                ) from None
+        after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
         profiles = await self.store.page(company, observer, after, size + 1)
         total = await self.store.count(company, observer)
         next_token = ""
         if len(profiles) > size:
             profiles = profiles[:size]
             last = profiles[-1]
-            next_token = encode_page_token({"t": last.update_time.isoformat(), "id": str(last.id)}, scope)
+            next_token = encode_time_cursor(last.update_time, last.id, scope)
         return profiles, next_token, total

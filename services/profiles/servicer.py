@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.profiles.v1 import profile_service_pb2 as pb
 from agentlearn.profiles.v1 import profile_service_pb2_grpc as pb_grpc
+from libs.common.protoconv import timestamp
 from services.profiles.domain import Profile
 from services.profiles.service import ProfileService, SubjectRef
 
 __all__ = ["ProfileServicer", "profile_to_pb"]
-
-
-def _ts(value: datetime) -> Timestamp:
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
 
 
 def _ref(subject: pb.Subject) -> SubjectRef:
@@ -40,8 +32,8 @@ def profile_to_pb(profile: Profile) -> pb.Profile:
         sensitivities=list(profile.sensitivities),
         topics=list(profile.topics),
         observation_count=profile.observation_count,
-        create_time=_ts(profile.create_time),
-        update_time=_ts(profile.update_time),
+        create_time=timestamp(profile.create_time),
+        update_time=timestamp(profile.update_time),
         last_turn_id=profile.last_turn_id or "",
     )
 

@@ -9,7 +9,13 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
-from libs.common.validation import decode_page_token, encode_page_token, page_size, require_text, seat_ref
+from libs.common.validation import (
+    decode_time_cursor,
+    encode_time_cursor,
+    page_size,
+    require_text,
+    seat_ref,
+)
 from services.reflector.domain import DOMAIN, JOB_KIND
 from services.reflector.queue import JobQueue
 from services.reflector.store import PostgresReflectionStore, ReflectionRecord
@@ -117,23 +123,12 @@ class ReflectorService:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         size = page_size(size, default=20, maximum=200, domain=DOMAIN)
         scope = {"company": company, "seat": seat}
-        cursor = decode_page_token(token, scope, domain=DOMAIN)
-        after = None
-        if cursor is not None:
-            try:
-                after = (datetime.fromisoformat(cursor["t"]), str(cursor["id"]))
-            except (KeyError, ValueError, TypeError):
-                raise InvalidArgument(
-                    "page_token is not a token this service issued",
-                    reason="PAGE_TOKEN_INVALID",
-                    domain=DOMAIN,
-                    field="page_token",
-                ) from None
+        after = decode_time_cursor(token, scope, domain=DOMAIN)
         records = await self.store.page(company, seat, after, size + 1)
         total = await self.store.count(company, seat)
         next_token = ""
         if len(records) > size:
             records = records[:size]
             last = records[-1]
-            next_token = encode_page_token({"t": last.submit_time.isoformat(), "id": last.turn_id}, scope)
+            next_token = encode_time_cursor(last.submit_time, last.turn_id, scope)
         return records, next_token, total

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.errors import InvalidArgument
+from libs.common.protoconv import timestamp
 from services.reflector.domain import DOMAIN, WorkerStatus
 from services.reflector.service import ReflectorService
 from services.reflector.store import ReflectionRecord
@@ -29,14 +29,6 @@ _STATUS = {
 }
 
 
-def _ts(value) -> Timestamp | None:  # type: ignore[no-untyped-def]
-    if value is None:
-        return None
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
-
-
 def reflection_to_pb(r: ReflectionRecord) -> pb.Reflection:
     return pb.Reflection(
         turn_id=r.turn_id,
@@ -56,8 +48,8 @@ def reflection_to_pb(r: ReflectionRecord) -> pb.Reflection:
             )
             for w in r.workers
         ],
-        submit_time=_ts(r.submit_time),
-        complete_time=_ts(r.complete_time),
+        submit_time=timestamp(r.submit_time),
+        complete_time=timestamp(r.complete_time),
         attempts=r.attempts,
     )
 

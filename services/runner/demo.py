@@ -23,19 +23,12 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as rpb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rgrpc
 from agentlearn.skills.v1 import skill_service_pb2 as spb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sgrpc
+from libs.common.protoconv import timestamp
 
 __all__ = ["main"]
 
 SEAT, ROLE = "ana", "swe"
 FIX_TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
-
-
-def _ts(value: datetime):  # type: ignore[no-untyped-def]
-    from google.protobuf.timestamp_pb2 import Timestamp
-
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
 
 
 def _turn(
@@ -71,13 +64,13 @@ def _turn(
             rpb.InboundInteraction(
                 sender=rpb.Sender(handle=who, platform=platform, display_name=who.title()),
                 body=body,
-                send_time=_ts(when),
+                send_time=timestamp(when),
             )
             for body in (says or [])
         ],
         trigger_kind=rpb.TRIGGER_KIND_MESSAGE if says else rpb.TRIGGER_KIND_TASK,
-        start_time=_ts(when - timedelta(minutes=12)),
-        end_time=_ts(when),
+        start_time=timestamp(when - timedelta(minutes=12)),
+        end_time=timestamp(when),
         conversation_id=f"{company}-{who or 'tasks'}",
     )
 

@@ -430,19 +430,7 @@ class SkillService:
                 company, seat, turn_id, "skill_offered", str(err), [str(i) for i in ids], names
             )
             return OfferResult(0, [], str(err))
-        revived = []
-        for skill_id, name, before, after in moved:
-            if before is SkillState.STALE and after is SkillState.ACTIVE:
-                revived.append(name)
-                await self.events.emit(
-                    "skill_revived",
-                    company=company,
-                    seat=seat,
-                    turn_id=turn_id or None,
-                    skill_id=str(skill_id),
-                    name=name,
-                    cause="offered",
-                )
+        revived = await self._announce_revived(company, seat, turn_id, moved, "offered")
         return OfferResult(len(moved), sorted(revived), None)
 
     async def mark_used(
@@ -467,6 +455,13 @@ class SkillService:
         moved = await asyncio.shield(self.store.mark_used(company, seat, ids, self.clock.now(), rid))
         if moved is None:
             return 0, [], True
+        revived = await self._announce_revived(company, seat, turn_id, moved, "used")
+        return len(moved), sorted(revived), False
+
+    async def _announce_revived(
+        self, company: str, seat: str, turn_id: str | None, moved: list, cause: str
+    ) -> list[str]:
+        """A ``skill_revived`` event for each stale skill a stamp brought back; their names."""
         revived = []
         for skill_id, name, before, after in moved:
             if before is SkillState.STALE and after is SkillState.ACTIVE:
@@ -478,9 +473,9 @@ class SkillService:
                     turn_id=turn_id or None,
                     skill_id=str(skill_id),
                     name=name,
-                    cause="used",
+                    cause=cause,
                 )
-        return len(moved), sorted(revived), False
+        return revived
 
     async def _telemetry_failed(
         self,

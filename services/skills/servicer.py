@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.errors import InvalidArgument
+from libs.common.protoconv import timestamp
 from services.skills.domain import (
     BERLOT_ATTWELL_THRESHOLD,
     DOMAIN,
@@ -55,14 +55,6 @@ _SKIP = {
 }
 
 
-def _ts(value: datetime | None) -> Timestamp | None:
-    if value is None:
-        return None
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
-
-
 def skill_to_pb(skill: Skill, now: datetime, *, full: bool = True) -> pb.Skill:
     return pb.Skill(
         id=str(skill.id),
@@ -80,13 +72,13 @@ def skill_to_pb(skill: Skill, now: datetime, *, full: bool = True) -> pb.Skill:
         pinned=skill.pinned,
         version=skill.version,
         use_count=skill.use_count,
-        last_used_time=_ts(skill.last_used_at),
-        last_offered_time=_ts(skill.last_offered_at),
-        unused_since_time=_ts(skill.unused_since),
+        last_used_time=timestamp(skill.last_used_at),
+        last_offered_time=timestamp(skill.last_offered_at),
+        unused_since_time=timestamp(skill.unused_since),
         days_unused=skill.days_unused(now),
-        state_change_time=_ts(skill.state_changed_at),
-        create_time=_ts(skill.created_at),
-        update_time=_ts(skill.updated_at),
+        state_change_time=timestamp(skill.state_changed_at),
+        create_time=timestamp(skill.created_at),
+        update_time=timestamp(skill.updated_at),
     )
 
 
@@ -98,8 +90,8 @@ def _version_to_pb(v: SkillVersion) -> pb.SkillVersion:
         change=_CHANGE[v.change],
         reason=v.reason,
         restored_from_version=v.restored_from_version or 0,
-        create_time=_ts(v.created_at),
-        supersede_time=_ts(v.superseded_at),
+        create_time=timestamp(v.created_at),
+        supersede_time=timestamp(v.superseded_at),
         current=v.current,
     )
 
@@ -111,7 +103,7 @@ def _health_to_pb(h: LearningHealth) -> pb.LearningHealth:
         total_skills=h.total_skills,
         skills_used_at_least_once=h.skills_used_at_least_once,
         total_skill_uses=h.total_skill_uses,
-        most_recent_skill_use_time=_ts(h.most_recent_skill_use),
+        most_recent_skill_use_time=timestamp(h.most_recent_skill_use),
         avg_uses_per_skill=h.avg_uses_per_skill,
         avg_skill_age_days=h.avg_skill_age_days,
         active_skills=h.active_skills,

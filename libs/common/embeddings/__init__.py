@@ -14,6 +14,7 @@ from libs.common.embeddings._port import (
     EmbeddingTimeout,
     EmbeddingUnavailable,
     Vector,
+    embed_within,
     pool,
     usable,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "EmbeddingUnavailable",
     "Vector",
     "build_embedder",
+    "embed_within",
     "pool",
     "split_between_words",
     "usable",

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,3 +120,20 @@ async def embed_texts(embedder: Embedder, texts: Sequence[str]) -> list[Vector |
         pooled = pool(raw[start:end], [len(p) for p in pieces[start:end]])
         out.append(None if pooled is None else Vector(pooled, embedder.model))
     return out
+
+
+async def embed_within(embedder: Embedder | None, text: str, budget: float) -> tuple[Vector | None, str | None]:
+    """One text under a deadline (a write's or a turn's two seconds): its vector, or none and why —
+    ``unconfigured``, ``timeout``, the provider error's kind, or ``unusable_vector`` (no direction)."""
+    if embedder is None:
+        return None, "unconfigured"
+    try:
+        async with asyncio.timeout(budget):
+            [vec] = await embedder.embed([text])
+    except TimeoutError:
+        return None, "timeout"
+    except EmbeddingError as err:
+        return None, err.kind
+    if vec is None:
+        return None, "unusable_vector"
+    return vec, None

@@ -25,7 +25,7 @@ from services.prefetch.knowledge.domain import (
     SearchOutcome,
     SearchStatus,
 )
-from services.prefetch.knowledge.passes import KnowledgeFillSource, index_pending, knowledge_pass_specs, rebuild_index
+from services.prefetch.knowledge.passes import fill_source, index_pending, knowledge_pass_specs, rebuild_index
 from services.prefetch.knowledge.promotion import (
     NativePromotionWriter,
     PromotionDraft,
@@ -56,7 +56,6 @@ __all__ = [
     "COLLECTION_BASE",
     "DOMAIN",
     "ONBOARDING_PARENT",
-    "KnowledgeFillSource",
     "KnowledgeHit",
     "KnowledgeService",
     "KnowledgeServicer",
@@ -75,6 +74,7 @@ __all__ = [
     "UnconfiguredSearcher",
     "build_knowledge",
     "build_searcher",
+    "fill_source",
     "hit_to_pb",
     "index_pending",
     "knowledge_pass_specs",

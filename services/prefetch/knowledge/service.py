@@ -6,14 +6,13 @@ translates protobuf to these calls and back. Searching is the :class:`NativeSear
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import uuid
 
 import numpy as np
 
-from libs.common.embeddings import Embedder, EmbeddingError
+from libs.common.embeddings import Embedder, embed_within
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.validation import require_id, require_ident, require_text
 from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
@@ -109,16 +108,8 @@ class KnowledgeService:
             stored = await self.store.stored_vector(earlier.id)
             if stored is not None:
                 return stored, None
-        try:
-            async with asyncio.timeout(self.embed_budget_seconds):
-                [vec] = await self.embedder.embed([embedding_text(title, body)])
-        except TimeoutError:
-            return None, "timeout"
-        except EmbeddingError as err:
-            return None, err.kind
-        if vec is None:
-            return None, "unusable_vector"
-        return vec.values, None
+        vec, reason = await embed_within(self.embedder, embedding_text(title, body), self.embed_budget_seconds)
+        return (vec.values if vec is not None else None), reason
 
     async def _index(self, page: Page, vector: np.ndarray, model: str) -> None:
         try:

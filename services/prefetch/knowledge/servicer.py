@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.prefetch.v1 import knowledge_service_pb2 as pb
 from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as pb_grpc
 from agentlearn.prefetch.v1 import prefetch_service_pb2
 from libs.common.grpcserver import Registration
+from libs.common.protoconv import timestamp
 from services.prefetch.knowledge.domain import KnowledgeHit, Page, SearchOutcome
 from services.prefetch.knowledge.service import KnowledgeService
 
@@ -31,12 +31,6 @@ _STATUS = {
 }
 
 
-def _ts(value) -> Timestamp:  # type: ignore[no-untyped-def]
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
-
-
 def page_to_pb(page: Page) -> pb.Page:
     return pb.Page(
         id=str(page.id),
@@ -45,7 +39,7 @@ def page_to_pb(page: Page) -> pb.Page:
         title=page.title,
         body=page.body,
         parent_titles=list(page.parent_titles),
-        update_time=_ts(page.update_time),
+        update_time=timestamp(page.update_time),
         embedding_model=page.embedding_model or "",
     )
 

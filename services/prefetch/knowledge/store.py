@@ -119,13 +119,6 @@ SQL = {
         LIMIT $3""",
     # The vector fill and the index.
     "set_indexed": "UPDATE knowledge_pages SET indexed = true WHERE id = ANY($1)",
-    "unindexed": """
-        SELECT id, company, container, embedding, embedding_model FROM knowledge_pages
-        WHERE embedding IS NOT NULL AND NOT indexed ORDER BY company, container, id LIMIT $1""",
-    "all_vectors": """
-        SELECT id, company, container, embedding, embedding_model, embedding_dims FROM knowledge_pages
-        WHERE embedding IS NOT NULL AND ($1::uuid IS NULL OR id > $1) ORDER BY id LIMIT $2""",
-    "clear_indexed": "UPDATE knowledge_pages SET indexed = false WHERE indexed",
 }
 
 _WS = re.compile(r"\s+")
@@ -247,12 +240,3 @@ class PostgresPageStore:
     async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None:
         if ids:
             await self.pool.execute(SQL["set_indexed"], list(ids))
-
-    async def unindexed(self, limit: int) -> list[asyncpg.Record]:
-        return await self.pool.fetch(SQL["unindexed"], limit)
-
-    async def vectors_page(self, after: uuid.UUID | None, limit: int) -> list[asyncpg.Record]:
-        return await self.pool.fetch(SQL["all_vectors"], after, limit)
-
-    async def clear_indexed(self) -> None:
-        await self.pool.execute(SQL["clear_indexed"])

@@ -3,8 +3,6 @@ output parsing, and the failure kinds a reflection records."""
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -21,6 +19,7 @@ from libs.common.auxmodel import (
     Prompt,
     Stage,
 )
+from libs.common.auxmodel.answers import InvalidOutput, parse_object
 from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.events import EventSink
@@ -39,10 +38,6 @@ __all__ = [
 ]
 
 _PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
-
-
-class InvalidOutput(Exception):
-    """The model answered something that is not what the prompt asked for."""
 
 
 @dataclass
@@ -99,24 +94,6 @@ def turn_data(turn: Turn) -> dict[str, Any]:
             {"sender": i.sender.name, "sender_key": i.sender.key, "body": i.body} for i in turn.interactions
         ],
     }
-
-
-_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
-
-
-def parse_object(text: str) -> dict[str, Any]:
-    """A JSON object from a model's answer (a fenced block is accepted); else InvalidOutput."""
-    body = _FENCE.sub("", text.strip())
-    start, end = body.find("{"), body.rfind("}")
-    if start < 0 or end < start:
-        raise InvalidOutput(f"no JSON object in the answer: {text[:200]!r}")
-    try:
-        value = json.loads(body[start : end + 1])
-    except json.JSONDecodeError as exc:
-        raise InvalidOutput(f"invalid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise InvalidOutput("the answer is not a JSON object")
-    return value
 
 
 async def ask_model(ctx: WorkerContext, turn: Turn, purpose: str, prompt: Prompt) -> Completion:

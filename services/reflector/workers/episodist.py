@@ -3,9 +3,8 @@ id, so a redone reflection stores one row)."""
 
 from __future__ import annotations
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from libs.common.protoconv import timestamp
 from services.reflector.domain import Outcome, Turn, WorkerOutcome, WorkerStatus
 from services.reflector.workers.base import WorkerContext
 
@@ -17,12 +16,6 @@ _OUTCOME = {
     Outcome.SELF_ITERATE: ep_pb.TURN_OUTCOME_SELF_ITERATE,
     Outcome.SKIPPED: ep_pb.TURN_OUTCOME_SKIPPED,
 }
-
-
-def _ts(value) -> Timestamp:  # type: ignore[no-untyped-def]
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
 
 
 class Episodist:
@@ -49,8 +42,8 @@ class Episodist:
             tools_called=list(turn.tools_called),
             skills_used=[s.id for s in turn.offered_skills],
             conversation_id=turn.conversation_id,
-            start_time=_ts(turn.start_time),
-            end_time=_ts(turn.end_time),
+            start_time=timestamp(turn.start_time),
+            end_time=timestamp(turn.end_time),
             subjects=sorted({i.sender.handle or i.sender.external_id for i in turn.interactions} - {""}),
             role=turn.role,
         )
