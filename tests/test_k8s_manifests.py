@@ -52,7 +52,7 @@ CONFIG_KEY = "agentlearn.yaml"
 def pass_names_in_code() -> set[str]:
     """Every ``PassSpec("<name>", ...)`` a service declares: each must have its CronJob."""
     names: set[str] = set()
-    for path in (ROOT / "services").glob("*/bootstrap.py"):
+    for path in (ROOT / "services").rglob("*.py"):
         names |= set(re.findall(r'PassSpec\(\s*"([a-z0-9-]+)"', path.read_text()))
     return names
 
