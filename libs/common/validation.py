@@ -19,6 +19,7 @@ from typing import Any
 from libs.common.errors import InvalidArgument
 
 __all__ = [
+    "decode_cursor",
     "decode_page_token",
     "decode_time_cursor",
     "encode_page_token",
@@ -142,15 +143,14 @@ def decode_page_token(token: str, scope: dict[str, Any], *, domain: str) -> dict
     return cursor
 
 
-def decode_time_cursor(
-    token: str, scope: dict[str, Any], *, domain: str, id_type: Callable[[str], Any] = str
-) -> tuple[datetime, Any] | None:
-    """The (time, id) position of a newest-first listing, from its page token (None: first page)."""
+def decode_cursor(token: str, scope: dict[str, Any], read: Callable[[dict[str, Any]], Any], *, domain: str) -> Any:
+    """A listing's position from its page token, as ``read`` takes it out of the cursor (None: the
+    first page); a cursor ``read`` cannot take apart is a token this service did not issue."""
     cursor = decode_page_token(token, scope, domain=domain)
     if cursor is None:
         return None
     try:
-        return datetime.fromisoformat(cursor["t"]), id_type(cursor["id"])
+        return read(cursor)
     except (KeyError, ValueError, TypeError):
         raise InvalidArgument(
             "page_token is not a token this service issued",
@@ -158,6 +158,13 @@ def decode_time_cursor(
             domain=domain,
             field="page_token",
         ) from None
+
+
+def decode_time_cursor(
+    token: str, scope: dict[str, Any], *, domain: str, id_type: Callable[[str], Any] = str
+) -> tuple[datetime, Any] | None:
+    """The (time, id) position of a newest-first listing, from its page token (None: first page)."""
+    return decode_cursor(token, scope, lambda c: (datetime.fromisoformat(c["t"]), id_type(c["id"])), domain=domain)
 
 
 def encode_time_cursor(time: datetime, ident: object, scope: dict[str, Any]) -> str:

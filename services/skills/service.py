@@ -21,7 +21,7 @@ from libs.common.errors import (
     ResourceExhausted,
 )
 from libs.common.events import EventSink
-from libs.common.validation import decode_page_token, encode_page_token, page_size, require_id, require_text, seat_ref
+from libs.common.validation import decode_cursor, encode_page_token, page_size, require_id, require_text, seat_ref
 from services.skills.domain import (
     DOMAIN,
     MAX_IDS_PER_CALL,
@@ -328,17 +328,7 @@ class SkillService:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         size = page_size(size, default=50, maximum=200, domain=DOMAIN)
         scope = {"company": company, "seat": seat, "archived": include_archived}
-        cursor = decode_page_token(token, scope, domain=DOMAIN)
-        after = None
-        if cursor is not None:
-            after = cursor.get("name")
-            if not isinstance(after, str):
-                raise InvalidArgument(
-                    "page_token is not a token this service issued",
-                    reason="PAGE_TOKEN_INVALID",
-                    domain=DOMAIN,
-                    field="page_token",
-                )
+        after = decode_cursor(token, scope, lambda c: _typed(c["name"], str), domain=DOMAIN)
         skills = await self.store.page(company, seat, include_archived, after, size + 1)
         total = await self.store.count(company, seat, include_archived)
         next_token = ""
@@ -656,17 +646,7 @@ class SkillService:
         skill = await self.get(key)
         size = page_size(size, default=20, maximum=100, domain=DOMAIN)
         scope = {"skill": str(skill.id)}
-        cursor = decode_page_token(token, scope, domain=DOMAIN)
-        before = None
-        if cursor is not None:
-            before = cursor.get("v")
-            if not isinstance(before, int):
-                raise InvalidArgument(
-                    "page_token is not a token this service issued",
-                    reason="PAGE_TOKEN_INVALID",
-                    domain=DOMAIN,
-                    field="page_token",
-                )
+        before = decode_cursor(token, scope, lambda c: _typed(c["v"], int), domain=DOMAIN)
         versions = await self.store.versions_page(skill.id, before, size + 1)
         total = await self.store.versions_count(skill.id)
         next_token = ""
@@ -804,3 +784,10 @@ class SkillService:
     async def health(self, company: str, seat: str) -> LearningHealth:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         return await self.store.health(company, seat, self.clock.now())
+
+
+def _typed(value: object, kind: type) -> object:
+    """A cursor field of the type this service wrote (else the token is not one of ours)."""
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise TypeError(f"expected {kind.__name__}")
+    return value
