@@ -159,3 +159,16 @@ async def test_budget_room_reads_both_ceilings(make_settings, dsn, clock):
         assert room.exhausted and room.which == "company"
         clock.advance(hours=24)
         assert not (await infra.budget.room("acme", "ana", clock.now(), budget)).exhausted  # a new window
+
+
+async def test_a_timeout_is_one_deadline_for_the_whole_chain(make_settings, dsn, clock, scripted_openai):
+    """Both models are slow (each provider's own timeout is 0.5 s); the call's deadline is 0.6 s.
+    The first provider spends 0.5 s, the second gets what is left, and the offline rules at the end
+    of the chain are never asked: had each provider had its own 0.6 s, they would have answered."""
+    scripted_openai.rule("chat", lambda body: Reply(delay=2.0))
+    async with infra_for(chain_settings(make_settings, scripted_openai), dsn, clock) as infra:
+        with pytest.raises(AuxiliaryUnavailable) as exc:
+            await infra.aux.complete(ATTR, PROMPT, timeout=0.6)
+        assert exc.value.failures == [("primary", "timeout"), ("secondary", "timeout"), ("offline", "timeout")]
+        done = await infra.aux.complete(ATTR, PROMPT, timeout=5.0)  # without the tight deadline, rules answer
+        assert done.provider == "offline"

@@ -40,7 +40,7 @@ class Fill:
             emb["dimensions"] = dims
         return self.make_settings(providers={"embeddings": emb}, learning={"fill": fill})
 
-    async def write(self, seat: str, *contents: str) -> list[str]:
+    async def write(self, seat: str, *contents: str, company: str = "acme") -> list[str]:
         ids = []
         async with open_app(
             self.make_settings(), self.dsn, names=["diary"], clock=self.clock, embedder=None, index=self.index
@@ -49,7 +49,7 @@ class Fill:
             for content in contents:
                 self.clock.advance(seconds=1)
                 resp = await stub.WriteNote(
-                    pb.WriteNoteRequest(company="acme", seat=seat, content=content, tier=pb.NOTE_TIER_LONG)
+                    pb.WriteNoteRequest(company=company, seat=seat, content=content, tier=pb.NOTE_TIER_LONG)
                 )
                 assert resp.note.embedding_model == ""
                 ids.append(resp.note.id)
@@ -296,3 +296,22 @@ async def test_a_refused_piece_holds_the_row_and_the_retry_resumes_at_that_piece
     assert "POISON" in first_sent  # resumed at the refused piece, not at the first
     await fill.minute(settings)
     assert row in fill.filled()
+
+
+async def test_a_batch_is_bounded_by_the_bytes_left_so_it_always_goes(fill, scripted_openai):
+    """Three 60-byte notes, a 100-byte minute, batches of three: a batch of all three could never be
+    sent; bounded by the bytes left, one note goes each minute and every minute makes progress."""
+    notes = [f"{i} " + "x" * 58 for i in range(3)]
+    await fill.write("a", *notes)
+    for minute in range(1, 4):
+        report = await fill.minute(batch_size=3, company_bytes_per_minute=100)
+        assert (report.filled, report.ended_by) == (1, "bytes" if minute < 3 else None)
+    assert len(fill.filled()) == 3
+
+
+async def test_one_companys_spent_bytes_do_not_stop_the_others(fill, scripted_openai):
+    await fill.write("a", *[f"acme note {i} " + "x" * 40 for i in range(5)], company="acme")
+    [beta] = await fill.write("b", "the beta company's only note", company="beta")
+    report = await fill.minute(batch_size=1, company_bytes_per_minute=120)
+    assert report.ended_by == "bytes"  # acme ran out of its bytes...
+    assert beta in fill.filled()  # ...and beta was filled in the same minute

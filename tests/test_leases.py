@@ -57,3 +57,36 @@ async def test_a_pass_runs_once_under_its_lease_and_releases_it(dsn, clock):
         assert await leases.claim("diary-sweep", "other", 60) is not None  # released at the end
     finally:
         await pool.close()
+
+
+async def test_a_pass_renews_its_lease_while_it_runs_and_stops_when_it_loses_it(dsn, clock):
+    """TTL 1 s: the pass outlives its first grant, so it renews; then a peer's takeover (the lease
+    row changed under it) refuses the renewal and the pass is stopped rather than run on."""
+    import asyncio
+
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=3)
+    try:
+        from libs.common.clock import SystemClock
+
+        leases = PostgresLeaseClaimer(pool, SystemClock())
+        renewed = asyncio.Event()
+        stolen = asyncio.Event()
+
+        async def long_pass() -> str:
+            first = await pool.fetchval("SELECT expire_time FROM leases WHERE name = 'episode-lifecycle'")
+            async with asyncio.timeout(10):
+                while await pool.fetchval("SELECT expire_time FROM leases WHERE name = 'episode-lifecycle'") == first:
+                    await asyncio.sleep(0.05)
+            renewed.set()  # the runner extended the claim while we worked
+            await pool.execute("UPDATE leases SET holder = 'peer', expire_time = now() + interval '1 hour'")
+            stolen.set()
+            await asyncio.sleep(30)  # would run on; the lost renewal must stop it
+            return "ran to the end"
+
+        ran, result = await asyncio.wait_for(
+            run_pass(PassSpec("episode-lifecycle", long_pass, 3600), leases, "me", 1), 20
+        )
+        assert renewed.is_set() and stolen.is_set()
+        assert (ran, result) == (False, None)
+    finally:
+        await pool.close()

@@ -150,3 +150,16 @@ async def test_a_hint_is_required_and_a_negative_limit_refused(env):
     )
     code, info, _ = await refused(refresh(env, "x", limit=-1))
     assert info.reason == "LIMIT_OUT_OF_RANGE"
+
+
+async def test_parallel_refreshes_of_one_hint_spend_one_slot_and_one_model_call(env):
+    """A model may call tools in parallel: the same hint twice at once is one refresh (the second is
+    answered from the ledger), one model call, and one use of the note."""
+    import asyncio
+
+    note = await env.note("The billing export runs on Mondays.")
+    first, second = await asyncio.gather(refresh(env, "billing export"), refresh(env, "billing export"))
+    assert sorted([first.from_ledger, second.from_ledger]) == [False, True]
+    assert first.refreshes_spent == second.refreshes_spent == 1
+    assert await filter_calls(env) == 1
+    assert await env.uses(note) == 1

@@ -5,6 +5,7 @@ rules or a scripted OpenAI-compatible server."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import grpc
 import pytest
@@ -374,3 +375,46 @@ def test_the_offline_decider_keeps_the_most_durable_thing_said():
         offline_rule({"interactions": [{"sender": "Bob", "body": "I prefer weekly digests, by the way."}]})
     )
     assert filler["content"] == "Bob prefers weekly digests."
+
+
+async def test_the_opt_out_decision_rides_on_the_event(env_for, clock):
+    roles = {"roles": {"noisy": {"learning_enabled": False}}}
+    async with env_for(company_defaults=roles) as env:
+        t = turn("run-1", now=clock.now(), role="noisy", messages=BOB_PREFERS)
+        t.learning_enabled = True  # the role was opted in when the turn ran; the config changed since
+        assert (await _gate(env, t)).state == pb.REFLECTION_STATE_COMPLETED
+        t2 = turn("run-2", now=clock.now(), messages=BOB_PREFERS)
+        t2.learning_enabled = False
+        assert (await _gate(env, t2)).gate == "opted_out"
+
+
+async def test_a_worker_that_loses_its_claim_stops(env_for, clock, scripted_openai):
+    """The claim is stolen (another worker took the lapsed turn) while a slow model call runs: the
+    renewal fails and the pass stops; it neither completes the record nor writes."""
+    import asyncio
+
+    scripted_openai.rule("chat", lambda body: Reply(delay=3.0))
+    learning = {"reflection": {"workers": ["persist_decider"], "claim_lease_seconds": 0.3}}
+    async with env_for(learning=learning, providers=scripted_chain(scripted_openai)) as env:
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        draining = asyncio.create_task(env.harness.drain())
+        pool = env.app.infra.pool
+        async with asyncio.timeout(10):
+            while not scripted_openai.received("chat"):  # the worker is inside its model call
+                await asyncio.sleep(0.02)
+        await pool.execute("UPDATE reflection_jobs SET locked_by = 'another-worker'")
+        async with asyncio.timeout(10):
+            assert await draining == 1
+        r = await env.reflection("run-1")
+        assert r.state == pb.REFLECTION_STATE_RUNNING and list(r.workers) == []
+        assert await env.notes() == []
+
+
+async def test_the_episodist_takes_a_run_id_out_of_a_label():
+    from services.reflector.convert import turn_from_pb
+    from services.reflector.workers.episodist import _label
+
+    t = turn_from_pb(
+        turn("fire-8841", now=datetime(2026, 1, 1, tzinfo=UTC), label="Scheduled: weekly-report fire-8841")
+    )
+    assert _label(t) == "Scheduled: weekly-report"

@@ -54,6 +54,7 @@ __all__ = ["FillReport", "FillRow", "FillSource", "RequestLedger", "VectorFill",
 
 _log = logging.getLogger(__name__)
 _GLOBAL = "*"
+_COMPANIES = ""  # the fill_state row (per source) whose cursor is the company a spent minute stopped at
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,17 @@ class RequestLedger:
         self._window: datetime | None = None
         self._sent = 0
 
-    def take(self, now: datetime, limit: int) -> bool:
+    def _roll(self, now: datetime) -> None:
         window = now.replace(second=0, microsecond=0)
         if window != self._window:
             self._window, self._sent = window, 0
+
+    def available(self, now: datetime, limit: int) -> int:
+        self._roll(now)
+        return max(0, limit - self._sent)
+
+    def take(self, now: datetime, limit: int) -> bool:
+        self._roll(now)
         if self._sent >= limit:
             return False
         self._sent += 1
@@ -128,6 +136,10 @@ class RequestLedger:
 class _EndMinute(Exception):
     def __init__(self, why: str):
         self.why = why
+
+
+class _CompanySpent(_EndMinute):
+    """This company's bytes for the minute are spent: the minute goes on for the others."""
 
 
 class VectorFill:
@@ -230,20 +242,40 @@ class VectorFill:
     async def _run_source(self, source: FillSource) -> None:
         now = self._clock.now()
         model, dims, fp = self._embedder.model, self._embedder.dimensions, self._embeddings.fingerprint()
-        for company in await source.companies(model, dims, fp, now):
-            state = await self._state(source.name, company)
-            cursor = state["cursor_seat"] if state else None
-            seats = await source.seats(company, model, dims, fp, now)
-            if cursor is not None:
-                seats = [s for s in seats if s >= cursor] + [s for s in seats if s < cursor]
-            for seat in seats:
-                try:
-                    await self._fill_seat(source, company, seat, model, dims, fp)
-                except _EndMinute:
-                    await self._set_cursor(source.name, company, seat)
-                    raise
-                self._report.seats_done.append(f"{company}/{seat}")
-            await self._set_cursor(source.name, company, None)
+        companies = await source.companies(model, dims, fp, now)
+        # The walk over companies resumes, like the one over seats, where a spent minute stopped:
+        # one company's backlog does not take every minute's requests from the others.
+        state = await self._state(source.name, _COMPANIES)
+        start = state["cursor_seat"] if state else None
+        if start is not None:
+            companies = [c for c in companies if c >= start] + [c for c in companies if c < start]
+        for company in companies:
+            try:
+                await self._run_company(source, company, model, dims, fp, now)
+            except _CompanySpent as spent:
+                # This company's bytes are spent (its seat cursor is kept); the others go on.
+                self._report.ended_by = self._report.ended_by or spent.why
+            except _EndMinute:
+                await self._set_cursor(source.name, _COMPANIES, company)
+                raise
+        await self._set_cursor(source.name, _COMPANIES, None)
+
+    async def _run_company(
+        self, source: FillSource, company: str, model: str, dims: int | None, fp: str, now: datetime
+    ) -> None:
+        state = await self._state(source.name, company)
+        cursor = state["cursor_seat"] if state else None
+        seats = await source.seats(company, model, dims, fp, now)
+        if cursor is not None:
+            seats = [s for s in seats if s >= cursor] + [s for s in seats if s < cursor]
+        for seat in seats:
+            try:
+                await self._fill_seat(source, company, seat, model, dims, fp)
+            except _EndMinute:
+                await self._set_cursor(source.name, company, seat)
+                raise
+            self._report.seats_done.append(f"{company}/{seat}")
+        await self._set_cursor(source.name, company, None)
 
     async def _fill_seat(
         self, source: FillSource, company: str, seat: str, model: str, dims: int | None, fp: str
@@ -277,12 +309,22 @@ class VectorFill:
             if len(rows) < 1000:
                 return
 
-    async def _send(self, company: str, size: int):  # type: ignore[no-untyped-def]
+    def _probe_reserve(self) -> int:
+        """Bytes kept back for the probe word while the minute's first answer is pending: a
+        refusal must always be judgeable in the minute it happens, or a refused row would be sent
+        again every minute without ever being judged."""
+        return len(self._config.probe_word.encode()) if self._first_answer else 0
+
+    async def _send(self, company: str, size: int, *, probe: bool = False):  # type: ignore[no-untyped-def]
         """Charge one request of ``size`` bytes, or end the minute when a budget is spent."""
-        if self._requests_left <= 0 or not self._requests.take(self._clock.now(), self._config.requests_per_minute):
+        now = self._clock.now()
+        # While the first answer is pending, a request is sent only if the probe could follow it.
+        needed = 1 if probe or not self._first_answer else 2
+        if self._requests_left < needed or self._requests.available(now, self._config.requests_per_minute) < needed:
             raise _EndMinute("requests")
+        self._requests.take(now, self._config.requests_per_minute)
         if not await self._spend_bytes(company, size, self._clock.now()):
-            raise _EndMinute("bytes")
+            raise _CompanySpent("bytes")
         self._requests_left -= 1
         self._report.requests += 1
         self._report.bytes += size
@@ -291,7 +333,7 @@ class VectorFill:
         """A minute's first answer was a refusal: is it the configuration's or the rows'?"""
         self._first_answer = False
         word = self._config.probe_word
-        await self._send(company, len(word.encode()))
+        await self._send(company, len(word.encode()), probe=True)
         try:
             await self._embedder.embed_pieces([word])
         except EmbeddingError as err:
@@ -313,6 +355,18 @@ class VectorFill:
         self, source: FillSource, rows: list[FillRow], fp: str, work: deque[list[FillRow] | FillRow]
     ) -> None:
         company = rows[0].company
+        # A batch is bounded by the bytes the minute has left, not only by its count: the rest goes
+        # in the next request (or the next minute), so a batch can never be too big to send at all.
+        left = await self._bytes_left(company) - self._probe_reserve()
+        fits, used = 0, 0
+        while fits < len(rows) and used + rows[fits].size <= left:
+            used += rows[fits].size
+            fits += 1
+        if fits == 0:
+            raise _CompanySpent("bytes")
+        if fits < len(rows):
+            work.appendleft(rows[fits:])
+            rows = rows[:fits]
         await self._send(company, sum(r.size for r in rows))
         try:
             vectors = await self._embedder.embed([r.text for r in rows])
@@ -413,7 +467,7 @@ class VectorFill:
             chunk = pieces[start : start + cap]
             # As many pieces as the minute's bytes still allow (at least one: if even that does not
             # fit, the send below ends the minute and the next one resumes here).
-            left = await self._bytes_left(row.company)
+            left = await self._bytes_left(row.company) - self._probe_reserve()
             while len(chunk) > 1 and sum(len(p.encode()) for p in chunk) > left:
                 chunk = chunk[:-1]
             await self._send(row.company, sum(len(p.encode()) for p in chunk))
@@ -422,14 +476,13 @@ class VectorFill:
             except EmbeddingError as err:
                 if not err.about_input:
                     raise _EndMinute(err.kind) from err
+                if self._first_answer:
+                    await self._judge_refusal(row.company, fp)  # ends the minute if the config is at fault
                 if len(chunk) > 1:
                     cap = 1
                     await source.hold(row, self._clock.now(), fp, True)  # alone from now on, not held
-                if self._first_answer:
-                    await self._judge_refusal(row.company, fp)
-                if len(chunk) > 1:
                     continue
-                await self._hold(source, row, fp, alone=False)
+                await self._hold(source, row, fp, alone=True)
                 self._report.refused_held += 1
                 await self._events.emit(
                     "memory_fill_input_refused",

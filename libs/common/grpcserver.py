@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
@@ -22,7 +23,7 @@ from grpc_status import rpc_status
 from opentelemetry import trace
 
 from libs.common import telemetry
-from libs.common.errors import AgentLearnError
+from libs.common.errors import AgentLearnError, InvalidArgument, Unavailable
 
 __all__ = ["Registration", "create_server", "status_of"]
 
@@ -86,6 +87,43 @@ def _label_span(request: Any) -> None:
                 span.set_attribute(field, value)
 
 
+# A store that cannot be reached is the service's trouble, not the caller's: UNAVAILABLE (retryable).
+_STORE_DOWN = (
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    ConnectionError,
+)
+
+
+def _domain(method: str) -> str:
+    """``/agentlearn.diary.v1.DiaryService/WriteNote`` → ``diary.agentlearn.dev``."""
+    parts = method.strip("/").split(".")
+    return f"{parts[1]}.agentlearn.dev" if len(parts) > 2 and parts[0] == "agentlearn" else "agentlearn.dev"
+
+
+def _nul_field(msg: Any, prefix: str = "") -> str | None:
+    """The path of the first string field (at any depth) that contains U+0000, if any."""
+    if not hasattr(msg, "ListFields"):
+        return None
+    for field, value in msg.ListFields():
+        name = f"{prefix}{field.name}"
+        repeated = field.is_repeated
+        if field.type == field.TYPE_STRING:
+            items = list(value) if repeated else [value]
+            for i, item in enumerate(items):
+                if "\x00" in item:
+                    return f"{name}[{i}]" if repeated else name
+        elif field.type == field.TYPE_MESSAGE and not (field.message_type.GetOptions().map_entry):
+            items = list(value) if repeated else [value]
+            for i, item in enumerate(items):
+                found = _nul_field(item, f"{name}[{i}]." if repeated else f"{name}.")
+                if found:
+                    return found
+    return None
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
     """Maps the error root onto rich statuses; an unexpected exception is INTERNAL and logged."""
 
@@ -103,7 +141,25 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
             _label_span(request)
             try:
+                nul = _nul_field(request)
+                if nul is not None:
+                    # PostgreSQL text cannot hold U+0000: refuse it as the caller's, naming the field.
+                    raise InvalidArgument(
+                        f"{nul} contains a NUL character (U+0000), which text fields cannot hold",
+                        reason="FIELD_INVALID",
+                        domain=_domain(method),
+                        field=nul,
+                    )
                 return await inner(request, context)
+            except _STORE_DOWN as err:
+                _log.warning("%s: store unavailable: %s", method, err)
+                await context.abort_with_status(
+                    status_of(
+                        Unavailable(
+                            "the store is unavailable; retry later", reason="STORE_UNAVAILABLE", domain=_domain(method)
+                        )
+                    )
+                )
             except AgentLearnError as err:
                 if err.code == grpc.StatusCode.INTERNAL:
                     _log.error("%s failed: %s", method, err)

@@ -38,17 +38,37 @@ def holder_identity() -> str:
 
 
 async def run_pass(spec: PassSpec, leases: LeaseClaimer, holder: str, ttl_seconds: int) -> tuple[bool, Any]:
-    """Claim, run once, release. Returns (ran, result); ``ran`` is False when the claim failed."""
+    """Claim, run once, release. Returns (ran, result); ``ran`` is False when the claim failed.
+
+    The lease is renewed every third of its time to live while the pass runs, so a long pass
+    (hundreds of condensations) never outlives its claim; a renewal that is refused or cannot be
+    read stops the pass, because a peer may hold the duty by then (fail closed)."""
     lease = await leases.claim(spec.name, holder, ttl_seconds)
     if lease is None:
         _log.info("pass %s: lease held elsewhere or unknown; skipped", spec.name)
         return False, None
+    work = asyncio.create_task(spec.run(), name=f"pass {spec.name}")
+    keeper = asyncio.create_task(_keep_lease(spec.name, leases, holder, ttl_seconds, work))
     try:
-        result = await spec.run()
-        _log.info("pass %s: %s", spec.name, result)
-        return True, result
+        result = await work
+    except asyncio.CancelledError:
+        if keeper.done() and keeper.result() is False:
+            _log.warning("pass %s stopped: its lease could not be renewed", spec.name)
+            return False, None
+        raise
     finally:
+        keeper.cancel()
         await leases.release(lease)
+    _log.info("pass %s: %s", spec.name, result)
+    return True, result
+
+
+async def _keep_lease(name: str, leases: LeaseClaimer, holder: str, ttl_seconds: int, work: asyncio.Task) -> bool:
+    while True:
+        await asyncio.sleep(ttl_seconds / 3)
+        if await leases.claim(name, holder, ttl_seconds) is None:
+            work.cancel()
+            return False
 
 
 async def tick_forever(spec: PassSpec, leases: LeaseClaimer, holder: str, ttl_seconds: int) -> None:

@@ -147,6 +147,15 @@ class Builtins:
         require_text(turn_id, "turn_id", domain=DOMAIN, max_chars=200)
         require_text(hint, "context_hint", domain=DOMAIN, max_chars=HINT_MAX_CHARS)
         limit = _limit(limit, "limit", REFRESH_DEFAULT_LIMIT, REFRESH_MAX_LIMIT)
+        # One run's refreshes go one at a time, on every replica: two parallel calls with the same
+        # hint would otherwise both spend a slot and both call the filter, and two repeats would
+        # both count the same newly shown notes as uses.
+        async with self.deps.store.one_at_a_time("\x1f".join(("refresh_memory", company, seat, turn_id))):
+            return await self._refresh_memory(company, seat, turn_id, hint, limit, senders, role)
+
+    async def _refresh_memory(
+        self, company: str, seat: str, turn_id: str, hint: str, limit: int, senders: tuple[Sender, ...], role: str
+    ) -> RefreshAnswer:
         settings = self.deps.settings.learning.personal_memory
         cap = settings.max_refreshes_per_turn
         key = hint_key(hint)

@@ -7,7 +7,9 @@ take the last slot.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -76,6 +78,16 @@ class Reservation:
 class PostgresPrefetchStore:
     def __init__(self, pool: asyncpg.Pool):
         self._pool = pool
+
+    @contextlib.asynccontextmanager
+    async def one_at_a_time(self, key: str) -> AsyncIterator[None]:
+        """Serialise work on ``key`` across every replica (a session advisory lock held meanwhile)."""
+        async with self._pool.acquire() as conn:
+            await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", key)
+            try:
+                yield
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
 
     # ------------------------------------------------------------------ onboarding markers
 

@@ -108,7 +108,7 @@ def tool_schemas(settings: Settings, company: str, role: str, can_search: bool) 
                     },
                     "conversation_id": {
                         "type": "string",
-                        "description": "Your turns in this one conversation (thread, ticket), oldest first.",
+                        "description": "Your turns in this one conversation (thread, ticket), newest first.",
                     },
                     "outcome_filter": {
                         "type": "string",

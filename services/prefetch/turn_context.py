@@ -327,7 +327,18 @@ class TurnContextBuilder:
                     "skills offered to %s/%s not stamped: %s", start.company, start.seat, stamp.telemetry_failure
                 )
         except _READ_ERRORS as err:
+            # The skills service could not be reached: it could not announce the stopped clock
+            # itself, so the prefetch does (an operator must see it before the curator archives).
             _log.warning("skills offered to %s/%s not stamped: %s", start.company, start.seat, err)
+            await self.deps.events.emit(
+                "skill_telemetry_write_failed",
+                company=start.company,
+                seat=start.seat,
+                turn_id=start.turn_id,
+                write="skill_offered",
+                error=str(err)[:500],
+                skill_ids=list(block.ids),
+            )
         return block
 
     # ------------------------------------------------------------------ ## Relevant knowledge

@@ -58,4 +58,5 @@ def turn_from_pb(t: pb.TurnCompleted) -> Turn:
         end_time=_time(t, "end_time"),
         conversation_id=t.conversation_id,
         work_item=t.work_item,
+        learning_enabled=t.learning_enabled if t.HasField("learning_enabled") else None,
     )

@@ -105,6 +105,7 @@ class Turn:
     end_time: datetime | None
     conversation_id: str = ""
     work_item: str = ""
+    learning_enabled: bool | None = None
 
     @property
     def asked(self) -> str:

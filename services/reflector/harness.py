@@ -81,7 +81,11 @@ class Harness:
         role = company.roles.get(turn.role)
         if role is None and not (turn.role and company.accept_unknown_roles):
             return Gate.NO_ROLE
-        enabled = role.learning_enabled if role is not None and role.learning_enabled is not None else None
+        # The opt-out decision rides on the event when the engine made it (spec: "everything the
+        # gates read rides on the turn_completed payload"); else the role's setting, which inherits.
+        enabled = turn.learning_enabled
+        if enabled is None and role is not None:
+            enabled = role.learning_enabled
         if enabled is None:
             enabled = self._settings.learning.enabled
         if not enabled:
@@ -219,11 +223,16 @@ class Harness:
             await self._run_claimed(job)
 
     async def _run_claimed(self, job: Job) -> None:
-        renew = asyncio.create_task(self._keep_claim(job))
+        work = asyncio.create_task(self.process(job))
+        renew = asyncio.create_task(self._keep_claim(job, work))
         try:
-            await self.process(job)
+            await work
         except asyncio.CancelledError:
-            raise
+            if not (renew.done() and renew.result() is False):
+                raise
+            # The claim went to another worker (ours lapsed): it runs the turn; we stop here
+            # rather than spend a second round of model calls on it.
+            _log.warning("lost the claim on job %s; its new holder reflects it", job.id)
         except Exception:
             # Not a worker's failure (those are recorded): the store or the queue. The claim lapses
             # and the turn is taken again; nothing it wrote is written twice.
@@ -233,14 +242,18 @@ class Harness:
             with contextlib.suppress(asyncio.CancelledError):
                 await renew
 
-    async def _keep_claim(self, job: Job) -> None:
+    async def _keep_claim(self, job: Job, work: asyncio.Task) -> bool:
         lease = self._config.claim_lease_seconds
         while True:
             await asyncio.sleep(lease / 3)
             try:
-                await self._queue.renew(job, self._worker_id, self._clock.now(), lease)
+                held = await self._queue.renew(job, self._worker_id, self._clock.now(), lease)
             except Exception as exc:
                 _log.warning("could not renew the claim on job %s: %s", job.id, exc)
+                continue
+            if not held:
+                work.cancel()
+                return False
 
     def wake(self) -> None:
         self._wake.set()

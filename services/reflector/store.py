@@ -75,11 +75,14 @@ class PostgresReflectionStore:
         )
 
     async def append_worker(self, company: str, turn_id: str, outcome: WorkerOutcome) -> None:
+        """Record one worker's outcome, once: a second record of the same worker is ignored."""
         await self.pool.execute(
-            "UPDATE reflections SET workers = workers || $3::jsonb WHERE company = $1 AND turn_id = $2",
+            """UPDATE reflections SET workers = workers || $3::jsonb
+               WHERE company = $1 AND turn_id = $2 AND NOT workers @> $4::jsonb""",
             company,
             turn_id,
             json.dumps([outcome.to_json()]),
+            json.dumps([{"worker": outcome.worker}]),
         )
 
     async def close(

@@ -134,15 +134,24 @@ class AuxiliaryModel:
         return any(r.llm_auxiliary for c in companies for r in c.roles.values())
 
     async def complete(self, attribution: Attribution, prompt: Prompt, *, timeout: float | None = None) -> Completion:
+        """Ask the role's chain. ``timeout`` is one deadline for the whole chain (a block's bound
+        holds however many providers fall back); each provider also keeps its own timeout."""
         if not attribution.stage or not attribution.purpose:
             raise AttributionMissing("an auxiliary call must state its stage and purpose")
         names = self.chain(attribution.company, attribution.role)
         if not names:
             raise NoAuxiliaryModel(f"no auxiliary model for role {attribution.role!r}")
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         failures: list[tuple[str, str]] = []
         for name in names:
             provider = self._providers[name]
-            limit = provider.timeout_seconds if timeout is None else min(timeout, provider.timeout_seconds)
+            limit = provider.timeout_seconds
+            if deadline is not None:
+                limit = min(limit, deadline - loop.time())
+                if limit <= 0:
+                    failures.append((name, "timeout"))
+                    break
             try:
                 completion = await asyncio.wait_for(provider.complete(prompt), limit)
             except TimeoutError:

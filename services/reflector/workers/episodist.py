@@ -18,6 +18,16 @@ _OUTCOME = {
 }
 
 
+def _label(turn: Turn) -> str:
+    """The waking event's label, which names a schedule, never a fire: a run id the engine left in
+    it is taken out (two fires of one schedule must read alike), and a turn without a label is named
+    by its trigger."""
+    label = turn.label
+    if turn.turn_id and turn.turn_id in label:
+        label = " ".join(label.replace(turn.turn_id, " ").split()).strip(" :-")
+    return label or f"({turn.trigger} turn)"
+
+
 class Episodist:
     name = "episodist"
 
@@ -32,8 +42,7 @@ class Episodist:
             seat=turn.seat,
             turn_id=turn.turn_id,
             work_item=turn.work_item,
-            # An event always has a label; a turn that arrives without one is named by its trigger.
-            label=turn.label or f"({turn.trigger} turn)",
+            label=_label(turn),
             ask=turn.asked,
             what_it_did=turn.what_it_did,
             outcome=_OUTCOME[turn.outcome],
