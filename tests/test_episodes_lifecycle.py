@@ -58,6 +58,7 @@ class Seats:
         what: str = "Updated the ticket.",
         role: str = "",
         subjects=(),
+        conversation: str = "",
     ) -> str:
         turn_id = f"run-{next(self._ids):04d}"
         end = self.clock.now() - timedelta(days=days_ago)
@@ -74,6 +75,7 @@ class Seats:
                 tools_called=list(tools),
                 role=role,
                 subjects=list(subjects),
+                conversation_id=conversation,
                 start_time=ts(end - timedelta(minutes=3)),
                 end_time=ts(end),
             )
@@ -244,6 +246,45 @@ async def test_consolidated_rows_go_after_the_grace_and_are_never_folded(open_se
         assert (report.consolidated_dropped, report.clusters_compacted) == (1, 0)
 
 
+async def test_a_stamped_exemplar_outlives_the_consolidated_grace(open_seats, lifecycle_settings, clock):
+    """An exemplar is kept raw on purpose: a skill stamping it later does not make the consolidated
+    sweep delete it once the grace has run; it goes only with its summary."""
+    async with open_seats(lifecycle_settings()) as seats:
+        await seats.due()
+        members = [await seats.add(40) for _ in range(3)]
+        await seats.run()
+        [summary] = await seats.compacted()
+        exemplars = list(summary["exemplar_turn_ids"])
+        assert len(exemplars) == 2 and set(exemplars) < set(members)
+        absorbed = await seats.add(35, ("github.pr",))  # an ordinary row stamped alongside them
+        await seats.stub.MarkEpisodesConsolidated(
+            pb.MarkEpisodesConsolidatedRequest(
+                company="acme", seat="ana", turn_ids=[*exemplars, absorbed], skill_id="sk-1"
+            )
+        )
+        clock.advance(days=31)
+        await seats.due()
+        report = await seats.run()
+        rows = await seats.rows()
+        assert absorbed not in rows and report.consolidated_dropped == 1
+        assert all(rows[e]["exemplar_of"] == summary["id"] for e in exemplars)
+        # A reader that counts turns as evidence can leave the exemplars out of a listing.
+        listed = await seats.stub.ListEpisodes(
+            pb.ListEpisodesRequest(
+                company="acme",
+                seat="ana",
+                page_size=200,
+                filter=pb.EpisodeFilter(kind=pb.EPISODE_KIND_RAW, exclude_exemplars=True),
+            )
+        )
+        assert listed.total_size == len(listed.episodes) == 2 * (GATE + 1)  # the two due() batches
+        assert not {e.turn_id for e in listed.episodes} & set(exemplars)
+        everything = await seats.stub.ListEpisodes(
+            pb.ListEpisodesRequest(company="acme", seat="ana", filter=pb.EpisodeFilter(kind=pb.EPISODE_KIND_RAW))
+        )
+        assert everything.total_size == 2 * (GATE + 1) + 2
+
+
 async def test_only_rows_older_than_thirty_days_are_folded(open_seats, lifecycle_settings):
     async with open_seats(lifecycle_settings()) as seats:
         await seats.due()
@@ -386,6 +427,36 @@ async def test_a_retained_exemplar_is_never_folded_again_nor_takes_a_batch_slot(
             assert rows[kept]["exemplar_of"] == first["id"]  # still the first summary's, still raw
         report = await seats.run()  # nothing left to fold: exemplars only
         assert report.clusters_compacted == 0 and len(await seats.compacted()) == 2
+
+
+async def test_a_fold_of_one_conversation_is_filed_under_it(open_seats, lifecycle_settings):
+    """The conversation path returns both kinds: a summary whose members were all in one
+    conversation carries it; a cluster spanning several belongs to none of them."""
+    async with open_seats(lifecycle_settings()) as seats:
+        await seats.due()
+        one = [await seats.add(40 + i, conversation="C1/17.1") for i in range(3)]
+        mixed = [
+            await seats.add(40 + i, ("gmail.read", "gmail.send"), conversation=c)
+            for i, c in enumerate(["C2", "C2", "C3"])
+        ]
+        await seats.run()
+        summaries = {tuple(s["tool_sequence"]): s for s in await seats.compacted()}
+        filed = summaries[("jira.search", "jira.update")]
+        spread = summaries[("gmail.read", "gmail.send")]
+        assert filed["conversation_id"] == "C1/17.1" and spread["conversation_id"] is None
+        listed = await seats.stub.ListEpisodes(
+            pb.ListEpisodesRequest(company="acme", seat="ana", filter=pb.EpisodeFilter(conversation_id="C1/17.1"))
+        )
+        kinds = [(e.kind, e.turn_id) for e in listed.episodes]
+        assert (pb.EPISODE_KIND_COMPACTED, "") in kinds
+        assert {t for k, t in kinds if k == pb.EPISODE_KIND_RAW} == set(filed["exemplar_turn_ids"])
+        assert set(filed["exemplar_turn_ids"]) < set(one)
+        for conv in ("C2", "C3"):
+            got = await seats.stub.ListEpisodes(
+                pb.ListEpisodesRequest(company="acme", seat="ana", filter=pb.EpisodeFilter(conversation_id=conv))
+            )
+            assert {e.kind for e in got.episodes} <= {pb.EPISODE_KIND_RAW}
+            assert {e.turn_id for e in got.episodes} <= set(mixed)
 
 
 async def test_the_offline_rules_summarise_with_no_model_at_all(open_seats, lifecycle_settings):
@@ -531,6 +602,39 @@ async def test_a_summary_that_fails_leaves_its_cluster_raw(open_seats, lifecycle
         assert (report.compaction_failed, report.clusters_compacted) == (1, 0)
         [failed] = await seats.events("compaction_failed")
         assert failed["members"] == 3
+
+
+async def test_one_seats_fault_is_counted_and_the_pass_goes_on_to_the_next_seat(
+    open_seats, lifecycle_settings, scripted_openai, caplog
+):
+    """A real fault confined to one seat: its summary holds U+0000, which PostgreSQL text cannot
+    store, so its fold fails (and rolls back). The seat is logged and counted, what it dropped
+    before the fault is still reported, the next seat is compacted, and the pass is announced."""
+    chat = Chat(scripted_openai)
+    poison = json.dumps({"common_task_pattern": "Jira\u0000triage", "common_outcome": "o"})
+
+    def handle(body: dict) -> str:
+        return poison if "seat ana" in body["messages"][1]["content"] else chat.handle(body)
+
+    scripted_openai.chat_handler = handle
+    settings = lifecycle_settings(providers={"llm": scripted_llm(scripted_openai), "auxiliary_chain": ["scripted"]})
+    caplog.set_level("ERROR", logger="services.episodes.lifecycle")
+    async with open_seats(settings) as seats:
+        for seat in ("ana", "bob"):  # ana is listed first
+            await seats.due(seat)
+            await seats.add(20, seat=seat, outcome=SELF_ITERATE)
+            for i in range(3):
+                await seats.add(40 + i, seat=seat)
+        report = await seats.run()
+        assert (report.seats_due, report.seats_failed, report.clusters_compacted) == (2, 1, 1)
+        [(kind, count)] = report.failures.items()
+        assert count == 1 and kind
+        assert report.non_terminal_dropped == 2  # ana's drop happened before its fault: still counted
+        assert await seats.compacted("ana") == [] and len(await seats.compacted("bob")) == 1
+        assert sum(r["kind"] == "raw" for r in (await seats.rows("ana")).values()) == GATE + 1 + 3
+        assert any("acme/ana" in r.getMessage() for r in caplog.records if r.name == "services.episodes.lifecycle")
+        [event] = await seats.events("episode_lifecycle_pass")
+        assert event["seats_failed"] == 1 and event["failures"] == report.failures
 
 
 async def test_each_seat_is_summarised_by_its_own_roles_chain(open_seats, lifecycle_settings, scripted_openai):

@@ -482,6 +482,54 @@ async def test_an_offer_stamp_that_cannot_be_written_is_reported_not_raised(skil
     assert await app.infra.pool.fetchval("SELECT max(unused_since) FROM synthesized_skills") == before
 
 
+@pytest.mark.parametrize("fault", ["pool_closed", "reconnect_refused"])
+async def test_an_unreachable_store_is_a_failed_offer_stamp_logged_every_time_never_an_error(
+    skills, dsn, fault, caplog
+):
+    """The stamp's store gone (a closed pool: InterfaceError; every connection dead and a reconnect
+    refused: OSError) is a stamp not written — answered as one and logged on every call, not raised
+    as UNAVAILABLE or INTERNAL."""
+    app, stub = skills
+    await create(stub, "a", ["a"])
+    pool = app.infra.pool
+    if fault == "pool_closed":
+        await pool.close()
+    else:
+        pool.set_connect_args("postgresql://nobody@127.0.0.1:1/none")  # nothing listens on port 1
+        await pool.expire_connections()
+    caplog.set_level("WARNING", logger="services.skills.service")
+    try:
+        for turn in ("run-1", "run-2"):
+            resp = await stub.MarkSkillsOffered(
+                pb.MarkSkillsOfferedRequest(company="acme", seat="ana", skill_names=["a"], turn_id=turn)
+            )
+            assert resp.telemetry_write_failed is True and resp.marked_count == 0
+            expected = "InterfaceError" if fault == "pool_closed" else "Error"
+            assert expected in resp.telemetry_failure
+    finally:
+        if fault != "pool_closed":
+            pool.set_connect_args(dsn)
+            await pool.expire_connections()
+    warned = [r for r in caplog.records if r.name == "services.skills.service" and "not written" in r.message]
+    assert len(warned) == 2  # one per failure, not one per kind
+    assert all("skill_offered stamp for acme/ana" in r.getMessage() for r in warned)
+
+
+async def test_a_failed_use_stamp_is_logged_every_time(skills, caplog):
+    app, stub = skills
+    await create(stub, "open-pr")
+    await app.infra.pool.execute(
+        "ALTER TABLE synthesized_skills ADD CONSTRAINT no_uses CHECK (use_count = 0) NOT VALID"
+    )
+    caplog.set_level("WARNING", logger="services.skills.service")
+    for turn in ("run-1", "run-2"):
+        resp = await stub.UseSkill(pb.UseSkillRequest(company="acme", seat="ana", skill_name="open-pr", turn_id=turn))
+        assert resp.telemetry_write_failed is True
+    warned = [r.getMessage() for r in caplog.records if r.name == "services.skills.service"]
+    assert len(warned) == 2 and all("skill_used stamp for acme/ana (skills open-pr)" in m for m in warned)
+    assert len(await read_events(app.infra.pool, "skill_telemetry_write_failed")) == 2
+
+
 async def test_offer_refuses_a_malformed_id_naming_its_position(skills):
     _, stub = skills
     code, info, bad = await refused(

@@ -316,6 +316,30 @@ async def test_rollback_is_a_forward_step_so_rewinding_and_unrewinding_lose_noth
     ]
 
 
+async def test_a_retried_rollback_with_its_request_id_writes_nothing_new(skills):
+    app, stub = skills
+    await create(stub, body="A\n")
+    await refine(stub, "B\n", reason="try B")
+
+    def rollback(version, request_id):  # type: ignore[no-untyped-def]
+        return stub.RollbackSkill(
+            pb.RollbackSkillRequest(
+                company="acme", seat="ana", skill_name="open-pr", version=version, request_id=request_id
+            )
+        )
+
+    first = (await rollback(1, "rb-1")).skill
+    again = (await rollback(1, "rb-1")).skill  # the retry of a call whose answer was lost
+    assert first.body == again.body == "A\n" and first.version == again.version == 3
+    assert (await versions(stub)).total_size == 3
+    paths = [e["payload"]["path"] for e in await read_events(app.infra.pool, "skill_refined")]
+    assert paths == ["manual", "rollback"]
+    # Another key is another rollback.
+    assert (await rollback(2, "rb-2")).skill.version == 4
+    code, info, _ = await refused(rollback(1, "x" * 201))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "FIELD_TOO_LONG"
+
+
 async def test_history_is_bounded_by_max_versions_kept(make_settings, dsn, clock):
     async with await open_skills(make_settings, dsn, clock, max_versions_kept=3) as app:
         stub = pb_grpc.SkillServiceStub(app.channel)

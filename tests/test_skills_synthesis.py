@@ -37,16 +37,19 @@ def _ts(value) -> Timestamp:  # type: ignore[no-untyped-def]
     return ts
 
 
-async def record(estub, clock, turn_id, tools, *, seat="ana", outcome=epb.TURN_OUTCOME_DONE, calls=None):  # type: ignore[no-untyped-def]
+async def record(  # type: ignore[no-untyped-def]
+    estub, clock, turn_id, tools, *, seat="ana", outcome=epb.TURN_OUTCOME_DONE, calls=None, role="", ask=None
+):
     clock.advance(minutes=1)
     end = clock.now()
     await estub.RecordEpisode(
         epb.RecordEpisodeRequest(
             company="acme",
             seat=seat,
+            role=role,
             turn_id=turn_id,
             label="Message from Ana: Slack message",
-            ask=f"please handle {turn_id}",
+            ask=f"please handle {turn_id}" if ask is None else ask,
             what_it_did=f"handled {turn_id}",
             outcome=outcome,
             tool_sequence=tools,
@@ -57,7 +60,9 @@ async def record(estub, clock, turn_id, tools, *, seat="ana", outcome=epb.TURN_O
     )
 
 
-def scripted_settings(make_settings, scripted_openai, **synthesis):  # type: ignore[no-untyped-def]
+def scripted_settings(make_settings, scripted_openai, *, extra=None, **synthesis):  # type: ignore[no-untyped-def]
+    extra = dict(extra or {})
+    learning = {**extra.pop("learning", {}), **({"skill_synthesis": synthesis} if synthesis else {})}
     return make_settings(
         providers={
             "embeddings": {"kind": "none"},
@@ -67,11 +72,13 @@ def scripted_settings(make_settings, scripted_openai, **synthesis):  # type: ign
                     "base_url": scripted_openai.base_url,
                     "api_key": "k",
                     "model": "scripted-chat",
-                }
+                },
+                "offline": {"kind": "offline"},
             },
             "auxiliary_chain": ["scripted"],
         },
-        learning={"skill_synthesis": synthesis} if synthesis else {},
+        learning=learning,
+        **extra,
     )
 
 
@@ -285,3 +292,166 @@ async def test_the_pass_is_registered_off_by_default(make_settings, dsn, clock):
     settings = make_settings(learning={"skill_synthesis": {"scheduler_enabled": True}})
     async with open_app(settings, dsn, names=["episodes", "skills"], clock=clock) as app:
         assert app.passes()["skill-synthesis"].enabled is True
+
+
+# ------------------------------------------------------------------------ learned, refused, seats
+
+
+async def test_an_archived_skills_recurring_shape_is_learned_and_the_next_cluster_is_drafted(
+    app, clock, scripted_openai
+):
+    estub, sstub = stubs(app)
+    for turn_id, tools in X.items():
+        await record(estub, clock, turn_id, tools)
+    assert (await synthesize(app)).drafted == 1
+    [x_skill] = await catalogue(sstub)
+    await sstub.ArchiveSkill(pb.ArchiveSkillRequest(company="acme", seat="ana", skill_id=x_skill.id))
+    # X's shape recurs (four fresh turns, the largest cluster), and a new pattern Y (three) appears.
+    for i in range(4):
+        await record(estub, clock, f"x-again{i}", X["x4"])
+    for i in range(3):
+        await record(estub, clock, f"y{i}", Y)
+
+    report = await synthesize(app)
+    # The archived skill is learned: X is skipped (not redrafted under its own name), Y is drafted.
+    assert (report.drafted, report.skipped_duplicate, report.dropped) == (1, 1, 0)
+    assert len(scripted_openai.received("chat")) == 2
+    [y_skill] = await catalogue(sstub)
+    assert list(y_skill.tool_sequence) == Y and y_skill.cluster_size == 3
+    for i in range(4):
+        assert await consolidated(estub, f"x-again{i}") == ""
+    archived = await sstub.GetSkill(pb.GetSkillRequest(company="acme", seat="ana", skill_id=x_skill.id))
+    assert archived.skill.state == pb.SKILL_STATE_ARCHIVED  # an operator's to restore, not the pass's
+
+
+async def test_a_draft_refused_for_a_name_the_seat_has_moves_on_to_the_next_cluster(app, clock, scripted_openai):
+    estub, sstub = stubs(app)
+    for turn_id, tools in X.items():
+        await record(estub, clock, turn_id, tools)
+    for i in range(3):
+        await record(estub, clock, f"z{i}", Z)
+    await sstub.CreateSkill(
+        pb.CreateSkillRequest(
+            company="acme",
+            seat="ana",
+            name="taken",
+            summary="s",
+            body="b",
+            tool_sequence=["unrelated"],
+            trigger=pb.SKILL_TRIGGER_SINGLE,
+            source_turn_ids=["r"],
+        )
+    )
+
+    def handler(body: dict) -> str:
+        if representative_of(body) == X["x4"]:
+            return json.dumps({"name": "taken", "summary": "x work", "body": "# taken\n"})
+        return draft_from_prompt(body)
+
+    scripted_openai.chat_handler = handler
+    report = await synthesize(app)
+    assert (report.drafted, report.dropped) == (1, 1)
+    assert len(scripted_openai.received("chat")) == 2
+    clustered = [s for s in await catalogue(sstub) if s.trigger == pb.SKILL_TRIGGER_CLUSTERED]
+    assert [tuple(s.tool_sequence) for s in clustered] == [tuple(Z)]
+    assert await consolidated(estub, "x1") == ""
+
+
+async def test_each_seat_drafts_through_its_own_roles_chain(make_settings, dsn, clock, scripted_openai):
+    scripted_openai.chat_handler = draft_from_prompt
+    settings = scripted_settings(
+        make_settings,
+        scripted_openai,
+        extra={"company_defaults": {"roles": {"swe": {"llm_auxiliary": ["offline"]}, "quiet": {"llm_auxiliary": []}}}},
+    )
+    async with open_app(settings, dsn, names=["episodes", "skills"], clock=clock) as app:
+        estub, sstub = stubs(app)
+        for seat, role in (("ana", "swe"), ("bob", "quiet"), ("cy", "")):
+            for i in range(3):
+                await record(estub, clock, f"{seat}-z{i}", Z, seat=seat, role=role)
+        report = await synthesize(app)
+        # ana: swe's chain (the offline rule); bob: a role with no chain drafts nothing and is
+        # charged nothing; cy: no role, the default chain (the scripted model).
+        assert (report.drafted, report.seats_without_model, report.failures) == (2, 1, {})
+        assert len(scripted_openai.received("chat")) == 1
+        assert "please handle cy-z" in scripted_openai.received("chat")[0]["messages"][1]["content"]
+        [ana] = await catalogue(sstub, "ana")
+        assert "-routine-" in ana.name  # the offline rule's name
+        assert await catalogue(sstub, "bob") == []
+        assert len(await catalogue(sstub, "cy")) == 1
+        spend = await read_events(app.infra.pool, "auxiliary_spend")
+        assert sorted((e["seat"], e["payload"]["provider"]) for e in spend) == [
+            ("ana", "offline"),
+            ("cy", "scripted"),
+        ]
+        [done] = await read_events(app.infra.pool, "skill_synthesis_completed")
+        assert done["payload"]["seats_without_model"] == 1
+
+
+async def test_one_seats_fault_is_counted_and_the_next_seat_is_drafted(app, clock, scripted_openai, caplog):
+    """A real fault confined to one seat: its draft's body holds U+0000, which PostgreSQL text
+    cannot store, so its insert fails. The seat is logged and counted; the seat after it drafts."""
+    estub, sstub = stubs(app)
+    for i in range(3):
+        await record(estub, clock, f"z{i}", Z)  # ana, the first seat listed
+        await record(estub, clock, f"bob-z{i}", Z, seat="bob")
+
+    def handler(body: dict) -> str:
+        if "please handle bob-z" in body["messages"][1]["content"]:
+            return draft_from_prompt(body)
+        return json.dumps({"name": "poison", "summary": "s", "body": "# poison\n\u0000\n"})
+
+    scripted_openai.chat_handler = handler
+    caplog.set_level("ERROR", logger="services.skills.passes")
+    report = await synthesize(app)
+    assert (report.seats, report.drafted, report.seats_failed) == (2, 1, 1)
+    [(kind, count)] = report.failures.items()
+    assert kind.startswith("seat:") and count == 1
+    assert await catalogue(sstub) == [] and len(await catalogue(sstub, "bob")) == 1
+    assert any("acme/ana" in r.getMessage() for r in caplog.records if r.name == "services.skills.passes")
+    [done] = await read_events(app.infra.pool, "skill_synthesis_completed")
+    assert done["payload"]["seats_failed"] == 1 and done["payload"]["drafted"] == 1
+
+
+async def test_a_compactions_retained_exemplars_are_not_evidence(make_settings, dsn, clock):
+    """Three old turns fold into a summary that keeps two of them raw as exemplars; with one fresh
+    turn of the same shape, counting the exemplars would make a cluster of three out of one fold."""
+    settings = make_settings(
+        providers={"embeddings": {"kind": "none"}},
+        learning={"episode_lifecycle": {"max_raw_episodes_per_agent": 2}},
+    )
+    async with open_app(settings, dsn, names=["episodes", "skills"], clock=clock) as app:
+        estub, sstub = stubs(app)
+        for i in range(3):
+            await record(estub, clock, f"old{i}", Z)
+        clock.advance(days=40)
+        await record(estub, clock, "fresh", Z)
+        lifecycle = await app.passes()["episode-lifecycle"].run()
+        assert (lifecycle.clusters_compacted, lifecycle.exemplars_kept) == (1, 2)
+        report = await synthesize(app)
+        assert (report.seats_with_clusters, report.drafted) == (0, 0)
+        assert await catalogue(sstub) == []
+
+
+async def test_a_members_ask_and_account_reach_the_prompt_whole_or_named_by_size(
+    make_settings, dsn, clock, scripted_openai
+):
+    scripted_openai.chat_handler = draft_from_prompt
+    settings = scripted_settings(
+        make_settings, scripted_openai, extra={"learning": {"episodes": {"summary_input_bytes": 3000}}}
+    )
+    long_ask = "Please rebuild the release notes. " + " ".join(f"Item {i} needs a line of its own." for i in range(60))
+    huge_ask = "Please triage the incident. " + "Traceback frame in module.py line 7. " * 120
+    assert 600 < len(long_ask) < 2900 and len(huge_ask.encode()) > 3000
+    async with open_app(settings, dsn, names=["episodes", "skills"], clock=clock) as app:
+        estub, _ = stubs(app)
+        await record(estub, clock, "x1", X["x1"], ask=long_ask)
+        await record(estub, clock, "x2", X["x2"], ask=huge_ask)
+        await record(estub, clock, "x4", X["x4"])
+        assert (await synthesize(app)).drafted == 1
+        [call] = scripted_openai.received("chat")
+        prompt = call["messages"][1]["content"]
+        assert f"asked: {long_ask}" in prompt  # whole: past the old 600-character cut
+        assert f"asked: [ask of {len(huge_ask.encode())} bytes not shown]" in prompt
+        assert "what it did: handled x2" in prompt  # the short account still shown whole
+        assert "[cut]" not in prompt and "Traceback" not in prompt

@@ -126,14 +126,19 @@ class EpisodeFilter:
     outcomes: tuple[TurnOutcome, ...] = ()
     min_tool_calls: int = 0
     conversation_id: str | None = None
+    exclude_exemplars: bool = False
+    """Leave out a summary's retained exemplars (raw rows with ``exemplar_of`` set)."""
 
     def scope(self) -> dict[str, object]:
-        return {
+        scope: dict[str, object] = {
             "kind": str(self.kind) if self.kind else None,
             "outcomes": sorted(str(o) for o in self.outcomes),
             "min_tool_calls": self.min_tool_calls,
             "conversation_id": self.conversation_id,
         }
+        if self.exclude_exemplars:  # only when set, so a token issued without it stays valid
+            scope["exclude_exemplars"] = True
+        return scope
 
 
 @dataclass

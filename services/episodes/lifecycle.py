@@ -37,7 +37,7 @@ import string
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -298,6 +298,10 @@ class LifecycleReport:
     condense_failed: int = 0
     compacted_evicted: int = 0
     exemplars_evicted: int = 0
+    seats_failed: int = 0
+    """Seats whose pass raised (logged with the seat); the pass went on with the next seat."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """The failed seats by exception type."""
 
 
 @dataclass
@@ -331,28 +335,71 @@ class EpisodeLifecycle:
         now = self.service.clock.now()
         self._rewrites = asyncio.Semaphore(max(1, self.config.rewrite_concurrency))
         after: tuple[str, str] | None = None
-        while True:
-            seats = await self.store.seats(None, after, SEATS_PER_READ)
-            for company, seat in seats:
-                report.seats_checked += 1
-                # The gate: one indexed count; "not yet" is the common answer and costs only this.
-                if await self.store.raw_count(company, seat) <= self.config.max_raw_episodes_per_agent:
-                    continue
-                report.seats_due += 1
-                await self._seat(company, seat, now, report)
-            if len(seats) < SEATS_PER_READ:
-                break
-            after = seats[-1]
-        await self.events.emit("episode_lifecycle_pass", **asdict(report))
+        try:
+            while True:
+                seats = await self.store.seats(None, after, SEATS_PER_READ)
+                for company, seat in seats:
+                    report.seats_checked += 1
+                    try:
+                        # The gate: one indexed count; "not yet" is the common answer and costs only this.
+                        if await self.store.raw_count(company, seat) <= self.config.max_raw_episodes_per_agent:
+                            continue
+                        report.seats_due += 1
+                        await self._seat(company, seat, now, report)
+                    except Exception as err:
+                        # One seat's fault (a row the store refuses, a statement that fails) must not
+                        # stop every other seat's lifecycle: logged with the seat, counted, and on.
+                        _log.exception("episode lifecycle: %s/%s failed; next seat", company, seat)
+                        report.seats_failed += 1
+                        kind = type(err).__name__
+                        report.failures[kind] = report.failures.get(kind, 0) + 1
+                if len(seats) < SEATS_PER_READ:
+                    break
+                after = seats[-1]
+        finally:
+            # Always announced, even when the seat listing itself failed, with what was done.
+            await self.events.emit("episode_lifecycle_pass", **asdict(report))
         return report
 
     async def _seat(self, company: str, seat: str, now: datetime, report: LifecycleReport) -> None:
+        counts = _SeatCounts()
+        try:
+            await self._seat_steps(company, seat, now, counts, report)
+        finally:
+            # What was done is reported even when a later step failed: a drop is irrecoverable.
+            report.non_terminal_dropped += counts.non_terminal
+            report.tool_free_dropped += counts.tool_free
+            report.consolidated_dropped += counts.consolidated
+            report.clusters_compacted += counts.clusters
+            report.episodes_compacted += counts.compacted
+            report.episodes_deleted += counts.deleted
+            report.exemplars_kept += counts.exemplars
+            report.compaction_failed += counts.failed
+            report.compacted_evicted += counts.evicted
+        # The spec's CompactionCompleted folds the tool-free drops into non_terminal_dropped; only
+        # episode_lifecycle_pass reports them alone.
+        await self.events.emit(
+            "compaction_completed",
+            company=company,
+            seat=seat,
+            non_terminal_dropped=counts.non_terminal + counts.tool_free,
+            consolidated_dropped=counts.consolidated,
+            clusters_compacted=counts.clusters,
+            episodes_compacted=counts.compacted,
+            episodes_deleted=counts.deleted,
+            exemplars_kept=counts.exemplars,
+            compaction_failed=counts.failed,
+            compacted_evicted=counts.evicted,
+        )
+
+    async def _seat_steps(
+        self, company: str, seat: str, now: datetime, counts: _SeatCounts, report: LifecycleReport
+    ) -> None:
         cfg = self.config
 
         def ago(days: int) -> datetime:
             return now - timedelta(days=days)
 
-        counts = _SeatCounts()
         gone = await self.store.drop("non_terminal", company, seat, ago(cfg.non_terminal_max_age_days))
         counts.non_terminal = len(gone)
         tool_free = await self.store.drop("tool_free", company, seat, ago(cfg.tool_free_max_age_days))
@@ -373,31 +420,6 @@ class EpisodeLifecycle:
             counts.evicted = evicted
             report.exemplars_evicted += len(exemplars)
             await drop_points(self.service.index, exemplars)
-
-        report.non_terminal_dropped += counts.non_terminal
-        report.tool_free_dropped += counts.tool_free
-        report.consolidated_dropped += counts.consolidated
-        report.clusters_compacted += counts.clusters
-        report.episodes_compacted += counts.compacted
-        report.episodes_deleted += counts.deleted
-        report.exemplars_kept += counts.exemplars
-        report.compaction_failed += counts.failed
-        report.compacted_evicted += counts.evicted
-        # The spec's CompactionCompleted folds the tool-free drops into non_terminal_dropped; only
-        # episode_lifecycle_pass reports them alone.
-        await self.events.emit(
-            "compaction_completed",
-            company=company,
-            seat=seat,
-            non_terminal_dropped=counts.non_terminal + counts.tool_free,
-            consolidated_dropped=counts.consolidated,
-            clusters_compacted=counts.clusters,
-            episodes_compacted=counts.compacted,
-            episodes_deleted=counts.deleted,
-            exemplars_kept=counts.exemplars,
-            compaction_failed=counts.failed,
-            compacted_evicted=counts.evicted,
-        )
 
     # ---------------------------------------------------------------- compaction
 
@@ -556,6 +578,11 @@ def _compacted(
     columns."""
     oldest_first = sorted(cluster, key=lambda e: (e.end_time, str(e.id)))
     done = sum(e.outcome is TurnOutcome.DONE for e in cluster)
+    # Filed under a conversation only when every member was in that one: the conversation path
+    # then returns the summary beside its exemplars ("its recency and conversation paths return
+    # both kinds"); a cluster spanning several conversations belongs to none of them.
+    conversations = {e.conversation_id for e in cluster}
+    conversation_id = conversations.pop() if len(conversations) == 1 else None
     sequences = [e.tool_sequence for e in oldest_first if e.tool_sequence] or [e.tools_called for e in oldest_first]
     return Episode(
         id=uuid.uuid4(),
@@ -584,4 +611,5 @@ def _compacted(
         subjects_involved=_union([summary.subjects_involved, *(e.subjects for e in oldest_first)]),
         notable_patterns=summary.notable_patterns,
         exemplar_turn_ids=tuple(e.turn_id or "" for e in exemplars),
+        conversation_id=conversation_id,
     )

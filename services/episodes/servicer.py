@@ -110,6 +110,7 @@ def _filter(msg: pb.EpisodeFilter) -> EpisodeFilter:
         outcomes=tuple(sorted(set(outcomes))),
         min_tool_calls=msg.min_tool_calls,
         conversation_id=msg.conversation_id or None,
+        exclude_exemplars=msg.exclude_exemplars,
     )
 
 

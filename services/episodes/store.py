@@ -25,9 +25,10 @@ _COLUMNS = """id, company, seat, role, kind, turn_id, work_item, label, ask, wha
               notable_patterns, exemplar_turn_ids, exemplar_of, consolidated_into_skill_id, embedding_model,
               embedding_dims"""
 _SEAT = "company = $1 AND seat = $2"
-# A listing's filter: $3 kind, $4 outcomes, $5 min tool calls, $6 conversation.
+# A listing's filter: $3 kind, $4 outcomes, $5 min tool calls, $6 conversation, $7 exclude exemplars.
 _FILTER = """($3::text IS NULL OR kind = $3) AND (cardinality($4::text[]) = 0 OR outcome = ANY($4::text[]))
-             AND cardinality(tools_called) >= $5 AND ($6::text IS NULL OR conversation_id = $6)"""
+             AND cardinality(tools_called) >= $5 AND ($6::text IS NULL OR conversation_id = $6)
+             AND (NOT $7::boolean OR exemplar_of IS NULL)"""
 # Rows the vector half cannot reach: no vector of the query's model and width.
 _UNREACHABLE = "(embedding IS NULL OR embedding_model IS DISTINCT FROM $3 OR embedding_dims IS DISTINCT FROM $4)"
 # A row a fold may take: old enough, settled, called a tool, not a summary's exemplar, not absorbed
@@ -73,8 +74,8 @@ SQL = {
     "page": f"""
         SELECT {_COLUMNS} FROM episodes
         WHERE {_SEAT} AND {_FILTER}
-          AND ($7::timestamptz IS NULL OR (end_time, id) < ($7, $8::uuid))
-        ORDER BY end_time DESC, id DESC LIMIT $9""",
+          AND ($8::timestamptz IS NULL OR (end_time, id) < ($8, $9::uuid))
+        ORDER BY end_time DESC, id DESC LIMIT $10""",
     # Stamping is idempotent: a row already carrying this skill keeps its stamp time (the grace
     # runs from the first stamp); a row re-drafted into another skill starts a new grace.
     "mark_consolidated": f"""
@@ -113,9 +114,10 @@ SQL = {
         DELETE FROM episodes WHERE {_SEAT} AND kind = 'raw' AND end_time < $3
           AND cardinality(tool_sequence) = 0 AND cardinality(tools_called) = 0
         RETURNING id, embedding_dims""",
+    # A summary's exemplar is kept raw on purpose, stamped or not: it goes only with its summary.
     "drop_consolidated": f"""
         DELETE FROM episodes WHERE {_SEAT} AND kind = 'raw' AND consolidated_into_skill_id IS NOT NULL
-          AND end_time < $3 AND consolidated_time < $3
+          AND exemplar_of IS NULL AND end_time < $3 AND consolidated_time < $3
         RETURNING id, embedding_dims""",
     "fold_candidates": f"""
         SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND {_FOLDABLE}
@@ -125,9 +127,9 @@ SQL = {
         INSERT INTO episodes (id, company, seat, role, kind, label, what_it_did, outcome, review_outcome,
                               tool_sequence, tools_called, skills_used, subjects, start_time, end_time, duration_ms,
                               record_time, count, common_task_pattern, common_outcome, success_rate, done_count,
-                              subjects_involved, notable_patterns, exemplar_turn_ids)
+                              subjects_involved, notable_patterns, exemplar_turn_ids, conversation_id)
         VALUES ($1, $2, $3, $4, 'compacted', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-                $20, $21, $22, $23, $24)""",
+                $20, $21, $22, $23, $24, $25)""",
     "keep_exemplars": "UPDATE episodes SET exemplar_of = $2 WHERE id = ANY($1)",
     "delete_ids": "DELETE FROM episodes WHERE id = ANY($1) RETURNING id, embedding_dims",
     "evict_compacted": f"""
@@ -193,6 +195,7 @@ def _filter_args(f: EpisodeFilter) -> tuple:
         [str(o) for o in f.outcomes],
         f.min_tool_calls,
         f.conversation_id,
+        f.exclude_exemplars,
     )
 
 
@@ -367,6 +370,7 @@ class PostgresEpisodeStore:
                 list(c.subjects_involved),
                 list(c.notable_patterns),
                 list(c.exemplar_turn_ids),
+                c.conversation_id,
             )
             await conn.execute(SQL["keep_exemplars"], fold.exemplar_ids, c.id)
             keep = set(fold.exemplar_ids)

@@ -42,7 +42,7 @@ def pass_specs(service: SkillService, infra: Infra) -> list[PassSpec]:
     learning = infra.settings.learning
     synthesis = learning.skill_synthesis
     episodes = GrpcEpisodeReader(lambda: infra.channels.channel("episodes"))
-    drafter = drafting.ClusterDrafter(infra.aux)
+    drafter = drafting.ClusterDrafter(infra.aux, learning.episodes.summary_input_bytes)
     return [
         PassSpec("skill-curator", lambda: passes.curate(service), learning.skill_curator.interval_hours * 3600),
         PassSpec(

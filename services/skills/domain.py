@@ -237,6 +237,8 @@ class Turn:
     end_time: datetime | None = None
     consolidated_into_skill_id: str = ""
     """Set when a skill was already drafted from this turn: it is not evidence again."""
+    role: str = ""
+    """The seat's role when the turn ran: whose llm_auxiliary chain drafts from it."""
 
 
 @dataclass

@@ -4,6 +4,13 @@ offline rule answers from, the rule itself, and the parse that drops a draft wit
 The offline rule makes the system learn with no model at all: from the cluster's data alone it
 writes a SKILL.md whose steps are the representative run's tools in order and whose "When to use"
 quotes what the member turns were woken by and asked.
+
+Each member reaches the prompt with its ask and its account whole, never cut: a pattern inferred
+from a text's first few hundred bytes is the text's opening and none of what the turn was for. A
+member's two texts are bounded together by ``learning.episodes.summary_input_bytes``; past it the
+longer one (or both, when neither fits alone) is named by its size instead — ``[ask of N bytes not
+shown]`` — so the model knows there was one and how big it was, rather than reading a fragment as
+the whole.
 """
 
 from __future__ import annotations
@@ -38,8 +45,14 @@ PURPOSE = "skill_synthesis_clustered"
 PROMPTS = Path(__file__).parent / "prompts"
 MEMBERS_SHOWN = 8
 """Turns rendered into the prompt; the rest are counted, not shown."""
-FIELD_EXCERPT_CHARS = 600
-"""An ask or account past this is cut in the prompt and marked (learning.EpisodeAccountBytes)."""
+MEMBER_TEXT_BYTES = 11_000
+"""The default bound on one member's ask and account together (learning.episodes.
+summary_input_bytes); past it a text is named by its size rather than shown."""
+QUOTE_CHARS = 160
+"""The offline rule's "Asked like" quotes: an ask longer than this is not quoted."""
+WATCH_QUOTE_CHARS = 600
+"""The offline rule's "Watch out" quotes: a failed run's account up to this is quoted whole;
+a longer one is pointed at by its turn and size (learning.EpisodeAccountBytes)."""
 MAX_TOKENS = 2000
 
 
@@ -50,31 +63,49 @@ class Draft:
     body: str
 
 
-def _excerpt(text: str, limit: int = FIELD_EXCERPT_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rstrip() + " … [cut]"
+def _line(text: str) -> str:
+    """The text on one line: its whitespace runs folded into single spaces, nothing dropped."""
+    return " ".join(text.split())
 
 
-def _member(t: Turn) -> dict[str, Any]:
+def _shown(ask: str, account: str, bound: int) -> tuple[bool, bool]:
+    """Which of a member's two texts the prompt shows whole: both when together they fit
+    ``bound`` bytes; else the shorter alone when it fits; else neither. A text not shown is named
+    by its size, never cut."""
+    a, d = len(ask.encode()), len(account.encode())
+    if a + d <= bound:
+        return True, True
+    if a <= d:
+        return a <= bound, False
+    return False, d <= bound
+
+
+def _member(t: Turn, bound: int) -> dict[str, Any]:
+    ask_shown, account_shown = _shown(t.ask, t.what_it_did, bound)
     return {
         "turn_id": t.turn_id,
         "woken_by": t.label,
-        "asked": _excerpt(t.ask),
-        "what_it_did": _excerpt(t.what_it_did),
+        "asked": _line(t.ask) if ask_shown else "",
+        "asked_not_shown_bytes": 0 if ask_shown else len(t.ask.encode()),
+        "what_it_did": _line(t.what_it_did) if account_shown else "",
+        "what_it_did_not_shown_bytes": 0 if account_shown else len(t.what_it_did.encode()),
         "outcome": t.outcome,
         "tool_sequence": list(t.tool_sequence),
     }
 
 
-def cluster_data(cluster: Cluster, representative: Turn, max_body_chars: int) -> dict[str, Any]:
-    """The question as structured inputs (what the offline rule reads)."""
+def cluster_data(
+    cluster: Cluster, representative: Turn, max_body_chars: int, member_text_bytes: int = MEMBER_TEXT_BYTES
+) -> dict[str, Any]:
+    """The question as structured inputs (what the offline rule reads). ``member_text_bytes``
+    bounds one member's ask and account together (see the module docstring)."""
     members = [representative, *[m for m in cluster.members if m is not representative]]
     return {
         "cluster_size": cluster.size,
         "done_count": sum(1 for m in cluster.members if m.outcome == "done"),
         "failed_count": sum(1 for m in cluster.members if m.outcome == "failed"),
         "representative": list(representative.tool_sequence),
-        "members": [_member(m) for m in members[:MEMBERS_SHOWN]],
+        "members": [_member(m, member_text_bytes) for m in members[:MEMBERS_SHOWN]],
         "labels": [m.label for m in cluster.members if m.label],
         "max_body_chars": max_body_chars,
     }
@@ -84,8 +115,12 @@ def _render_member(i: int, m: Mapping[str, Any]) -> str:
     lines = [f"Turn {i} ({m['outcome'] or 'settled'}):", f"  woken by: {m['woken_by'] or '(no label)'}"]
     if m["asked"]:
         lines.append(f"  asked: {m['asked']}")
+    elif m.get("asked_not_shown_bytes"):
+        lines.append(f"  asked: [ask of {m['asked_not_shown_bytes']} bytes not shown]")
     if m["what_it_did"]:
         lines.append(f"  what it did: {m['what_it_did']}")
+    elif m.get("what_it_did_not_shown_bytes"):
+        lines.append(f"  what it did: [account of {m['what_it_did_not_shown_bytes']} bytes not shown]")
     lines.append(f"  tools: {' → '.join(m['tool_sequence'])}")
     return "\n".join(lines)
 
@@ -111,6 +146,17 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "tool"
 
 
+def _failed_once(m: Mapping[str, Any]) -> str:
+    """A failed member for the "Watch out" section: its account whole, or where to read it."""
+    account = m.get("what_it_did") or ""
+    if account and len(account) <= WATCH_QUOTE_CHARS:
+        return f"- A run like this failed once: {account}"
+    size = len(account.encode()) or int(m.get("what_it_did_not_shown_bytes") or 0)
+    if size:
+        return f"- A run like this failed once (turn {m['turn_id']}; its account of {size} bytes is on the episode)."
+    return f"- A run like this failed once (turn {m['turn_id']})."
+
+
 def offline_rule(data: Mapping[str, Any]) -> str:
     """A deterministic SKILL.md from the cluster alone: the run's tools in order, the kinds of work
     it was done for, and how often it ended done."""
@@ -123,8 +169,9 @@ def offline_rule(data: Mapping[str, Any]) -> str:
     labels = [label for label, _ in Counter(data.get("labels") or []).most_common(3)]
     asks = []
     for m in data["members"]:
-        ask = _excerpt(m.get("asked") or "", 160)
-        if ask and ask not in asks:
+        # Quoted whole or not at all: a quote cut mid-sentence reads as the whole ask.
+        ask = m.get("asked") or ""
+        if ask and len(ask) <= QUOTE_CHARS and ask not in asks:
             asks.append(ask)
     size, done = int(data["cluster_size"]), int(data["done_count"])
     kind = labels[0] if labels else "recurring work"
@@ -155,7 +202,7 @@ def offline_rule(data: Mapping[str, Any]) -> str:
             "",
             "## Watch out",
             "",
-            *[f"- A run like this failed once: {_excerpt(m.get('what_it_did') or '', 200)}" for m in failed[:2]],
+            *[_failed_once(m) for m in failed[:2]],
         ]
     return json.dumps({"name": name, "summary": summary[:200], "body": "\n".join(body_lines) + "\n"})
 
@@ -182,16 +229,25 @@ def parse_draft(text: str) -> Draft | None:
 
 
 class ClusterDrafter:
-    """Asks the auxiliary model for one draft, charged to the seat as background work."""
+    """Asks the auxiliary model for one draft, charged to the seat as background work, through
+    the seat's role's own llm_auxiliary chain."""
 
-    def __init__(self, aux: AuxiliaryModel):
+    def __init__(self, aux: AuxiliaryModel, member_text_bytes: int = MEMBER_TEXT_BYTES):
         self._aux = aux
+        self.member_text_bytes = member_text_bytes
 
-    async def draft(self, company: str, seat: str, data: Mapping[str, Any]) -> tuple[Draft | None, str]:
-        """(draft, outcome): outcome is "drafted", "dropped" (a gap or not JSON) or the failure."""
+    def data(self, cluster: Cluster, representative: Turn, max_body_chars: int) -> dict[str, Any]:
+        return cluster_data(cluster, representative, max_body_chars, self.member_text_bytes)
+
+    async def draft(
+        self, company: str, seat: str, data: Mapping[str, Any], role: str | None = None
+    ) -> tuple[Draft | None, str]:
+        """(draft, outcome): outcome is "drafted", "dropped" (a gap or not JSON),
+        "no_auxiliary_model" (the role's chain names no provider: nothing asked, nothing charged)
+        or the failure."""
         try:
             completion = await self._aux.complete(
-                Attribution(company, seat, Stage.BACKGROUND, PURPOSE), build_prompt(data)
+                Attribution(company, seat, Stage.BACKGROUND, PURPOSE, role=role or None), build_prompt(data)
             )
         except NoAuxiliaryModel:
             return None, "no_auxiliary_model"

@@ -29,7 +29,8 @@ class EpisodeReader(Protocol):
 
     async def recent_settled(self, company: str, seat: str, min_tool_calls: int, limit: int) -> list[Turn]:
         """The seat's newest ``limit`` raw turns that settled (done or failed) with at least
-        ``min_tool_calls`` tools, newest first."""
+        ``min_tool_calls`` tools, newest first. A compacted row's retained exemplars are not among
+        them: the summary already stands for their cluster, so they are not evidence again."""
         ...
 
     async def mark_consolidated(self, company: str, seat: str, turn_ids: Sequence[str], skill_id: str) -> int:
@@ -47,6 +48,7 @@ def _turn(ep: epb.Episode) -> Turn:
         outcome=_OUTCOME.get(ep.outcome, ""),
         end_time=ep.end_time.ToDatetime() if ep.HasField("end_time") else None,
         consolidated_into_skill_id=ep.consolidated_into_skill_id,
+        role=ep.role,
     )
 
 
@@ -80,6 +82,7 @@ class GrpcEpisodeReader:
             kind=epb.EPISODE_KIND_RAW,
             outcomes=[epb.TURN_OUTCOME_DONE, epb.TURN_OUTCOME_FAILED],
             min_tool_calls=min_tool_calls,
+            exclude_exemplars=True,
         )
         while len(out) < limit:
             resp = await self._stub().ListEpisodes(

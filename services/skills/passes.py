@@ -18,7 +18,7 @@ import grpc
 from libs.common.config import SkillSynthesisConfig
 from libs.common.errors import AgentLearnError
 from services.skills.domain import SkillState, SkillTrigger, best_match, greedy_clusters
-from services.skills.drafting import ClusterDrafter, cluster_data
+from services.skills.drafting import ClusterDrafter
 from services.skills.episodes import EpisodeReader
 from services.skills.service import SkillService
 
@@ -87,41 +87,63 @@ class SynthesisReport:
     skipped_duplicate: int = 0
     """Qualifying clusters the seat had already learned (skipped, not a stop)."""
     catalogue_full: int = 0
+    seats_without_model: int = 0
+    """Seats whose role's auxiliary chain names no provider: nothing drafted, nothing charged."""
+    seats_failed: int = 0
+    """Seats whose pass raised (logged with the seat, kind in ``failures``); the pass went on."""
     failures: dict[str, int] = field(default_factory=dict)
+
+
+REFUSED_MOVE_ON = frozenset({"SKILL_NAME_TAKEN", "SKILL_DUPLICATE_TOOL_SET"})
+"""CreateSkill refusals about the draft's identity (its name is the seat's already, or a skill with
+its tool set arrived meanwhile): the cluster cannot be written as drafted, but the next one may."""
 
 
 async def synthesize_clustered(
     service: SkillService, episodes: EpisodeReader, drafter: ClusterDrafter, cfg: SkillSynthesisConfig
 ) -> SynthesisReport:
     """Per seat: cluster its recent settled raw turns, and draft ONE skill from the largest
-    qualifying cluster it has not already learned."""
+    qualifying cluster it has not already learned. One seat's failure is logged, counted and
+    passed over; the completion event is always emitted."""
     report = SynthesisReport()
 
     def fail(kind: str) -> None:
         report.failures[kind] = report.failures.get(kind, 0) + 1
 
-    async for company, seat in episodes.seats():
-        report.seats += 1
-        try:
-            await _one_seat(service, episodes, drafter, cfg, company, seat, report, fail)
-        except grpc.aio.AioRpcError as err:
-            # One seat's unreadable rows must not stop every other seat's synthesis.
-            _log.warning("clustered synthesis for %s/%s: episodes call failed: %s", company, seat, err.code())
-            fail(f"episodes:{err.code().name}")
-    await service.events.emit(
-        "skill_synthesis_completed",
-        seats=report.seats,
-        drafted=report.drafted,
-        dropped=report.dropped,
-        skipped_duplicate=report.skipped_duplicate,
-        catalogue_full=report.catalogue_full,
-        failures=report.failures,
-    )
+    try:
+        async for company, seat in episodes.seats():
+            report.seats += 1
+            try:
+                await _one_seat(service, episodes, drafter, cfg, company, seat, report, fail)
+            except grpc.aio.AioRpcError as err:
+                # One seat's unreadable rows must not stop every other seat's synthesis.
+                _log.warning("clustered synthesis for %s/%s: episodes call failed: %s", company, seat, err.code())
+                report.seats_failed += 1
+                fail(f"episodes:{err.code().name}")
+            except Exception as err:
+                # Nor must any other fault confined to one seat (a draft the store cannot hold, ...).
+                _log.exception("clustered synthesis for %s/%s failed; next seat", company, seat)
+                report.seats_failed += 1
+                fail(f"seat:{type(err).__name__}")
+    finally:
+        await service.events.emit(
+            "skill_synthesis_completed",
+            seats=report.seats,
+            drafted=report.drafted,
+            dropped=report.dropped,
+            skipped_duplicate=report.skipped_duplicate,
+            catalogue_full=report.catalogue_full,
+            seats_without_model=report.seats_without_model,
+            seats_failed=report.seats_failed,
+            failures=report.failures,
+        )
     return report
 
 
 async def _one_seat(service, episodes, drafter, cfg, company, seat, report, fail) -> None:  # type: ignore[no-untyped-def]
     turns = await episodes.recent_settled(company, seat, cfg.min_tool_calls, cfg.episode_fetch_limit)
+    # The seat's role as of its newest turn: whose llm_auxiliary chain drafts (and is charged).
+    role = next((t.role for t in turns), "") or None
     # A turn a skill was already drafted from is not evidence twice; a turn with no final-round
     # tools has no run to compare.
     turns = [t for t in turns if t.tool_sequence and not t.consolidated_into_skill_id]
@@ -133,27 +155,36 @@ async def _one_seat(service, episodes, drafter, cfg, company, seat, report, fail
     if len(live) >= cfg.max_skills_per_agent:
         report.catalogue_full += 1
         return
+    # What the seat has learned is every skill it has, archived ones included: restoring an
+    # archived skill is an operator's edit, not a re-synthesis (and a redraft would collide with
+    # its name for ever).
+    learned = await service.store.all_skills(company, seat)
     for cluster in clusters:  # largest first
         representative = cluster.representative()
-        match = best_match(representative.tool_sequence, live)
+        match = best_match(representative.tool_sequence, learned)
         if match is not None and match[1] >= cfg.duplicate_jaccard_threshold:
             report.skipped_duplicate += 1
             _log.info(
-                "%s/%s: a cluster of %d duplicates skill %r (%.2f); next cluster",
+                "%s/%s: a cluster of %d duplicates skill %r (%s, %.2f); next cluster",
                 company,
                 seat,
                 cluster.size,
                 match[0].name,
+                match[0].state,
                 match[1],
             )
             continue
-        # One draft per seat per pass: whatever becomes of it, this seat is done until next pass.
-        data = cluster_data(cluster, representative, service.refinement.max_body_chars)
-        draft, outcome = await drafter.draft(company, seat, data)
+        # One draft per seat per pass: whatever becomes of it, this seat is done until next pass —
+        # unless the catalogue refuses the draft for its identity, which the next cluster may not share.
+        data = drafter.data(cluster, representative, service.refinement.max_body_chars)
+        draft, outcome = await drafter.draft(company, seat, data, role=role)
         if draft is None:
             if outcome == "dropped":
                 report.dropped += 1
                 _log.info("%s/%s: clustered draft dropped (no name, summary or body)", company, seat)
+            elif outcome == "no_auxiliary_model":
+                report.seats_without_model += 1
+                _log.info("%s/%s (role %r): no auxiliary chain; nothing drafted", company, seat, role)
             else:
                 fail(outcome)
             return
@@ -171,9 +202,14 @@ async def _one_seat(service, episodes, drafter, cfg, company, seat, report, fail
                 source_turn_ids=turn_ids,
             )
         except AgentLearnError as err:
-            # A draft the catalogue refuses (a name the seat has, a body past the cap, a gate a
-            # concurrent draft closed) is dropped, not retried with a second completion.
+            # A draft the catalogue refuses is dropped, not retried with a second completion. A
+            # refusal of its identity (a name the seat has, a tool set that arrived meanwhile) is
+            # this cluster's alone: the next cluster is tried. Any other (a body past the cap, a
+            # catalogue a concurrent draft filled) ends the seat's pass.
             report.dropped += 1
+            if err.reason in REFUSED_MOVE_ON:
+                _log.info("%s/%s: clustered draft %r refused (%s); next cluster", company, seat, draft.name, err.reason)
+                continue
             _log.info("%s/%s: clustered draft %r refused: %s", company, seat, draft.name, err)
             return
         report.drafted += 1

@@ -415,7 +415,6 @@ class SkillService:
         try:
             moved = await asyncio.shield(self.store.offer(company, seat, ids, names, now, STAMP_TIMEOUT_SECONDS))
         except StampFailed as err:
-            _log.warning("offer stamp for %s/%s not written: %s", company, seat, err)
             await self._telemetry_failed(
                 company, seat, turn_id, "skill_offered", str(err), [str(i) for i in ids], names
             )
@@ -478,8 +477,17 @@ class SkillService:
         skill_names: list[str],
     ) -> None:
         """Announce a stamp that could not be written: an operator has to see a clock that stopped
-        before the curator archives a hot skill. (If the event cannot be written either, the event
-        log says so in the process log.)"""
+        before the curator archives a hot skill. Every failure is logged here, whatever becomes of
+        the event: the event log warns only once per kind when it cannot write either, and the
+        likeliest reason a stamp fails (the store unreachable) is the likeliest reason it cannot."""
+        _log.warning(
+            "%s stamp for %s/%s (skills %s) not written: %s",
+            write,
+            company,
+            seat,
+            ", ".join(skill_names or skill_ids) or "-",
+            error,
+        )
         await self.events.emit(
             "skill_telemetry_write_failed",
             company=company,
@@ -655,8 +663,10 @@ class SkillService:
             next_token = encode_page_token({"v": versions[-1].version}, scope)
         return versions, next_token, total
 
-    async def rollback(self, key: SkillKey, version: int) -> Skill:
-        """A forward step: the archived body of ``version`` becomes a new version."""
+    async def rollback(self, key: SkillKey, version: int, request_id: str = "") -> Skill:
+        """A forward step: the archived body of ``version`` becomes a new version. A retry with the
+        ``request_id`` of a rollback the kept versions hold writes nothing and returns the skill."""
+        rid = self._request_id(request_id)
         if version <= 0:
             raise InvalidArgument(
                 f"version must be a positive version number, got {version}",
@@ -669,6 +679,8 @@ class SkillService:
         async with self.store.skill_row(key) as (conn, skill):
             if skill is None:
                 raise self._not_found(key)
+            if rid is not None and await self.store.request_seen(conn, skill.id, rid):
+                return skill  # a retry of a rollback already made
             if version == skill.version:
                 raise FailedPrecondition(
                     f"version {version} is the live version of {skill.name!r}; nothing to roll back to",
@@ -694,6 +706,7 @@ class SkillService:
                 version,
                 now,
                 self.refinement.max_versions_kept,
+                rid,
             )
         await self.events.emit(
             "skill_refined",

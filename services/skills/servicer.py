@@ -242,7 +242,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
     async def RollbackSkill(
         self, request: pb.RollbackSkillRequest, context: grpc.aio.ServicerContext
     ) -> pb.RollbackSkillResponse:
-        skill = await self._service.rollback(self._key(request), request.version)
+        skill = await self._service.rollback(self._key(request), request.version, request.request_id)
         return pb.RollbackSkillResponse(skill=skill_to_pb(skill, self._now()))
 
     async def PinSkill(self, request: pb.PinSkillRequest, context: grpc.aio.ServicerContext) -> pb.PinSkillResponse:

@@ -51,6 +51,8 @@ SQL = {
     "name_taken": "SELECT EXISTS (SELECT 1 FROM synthesized_skills WHERE company = $1 AND seat = $2 AND name = $3)",
     "live": f"""SELECT {_COLUMNS} FROM synthesized_skills
                 WHERE company = $1 AND seat = $2 AND state <> 'archived' ORDER BY created_at, name""",
+    "all": f"""SELECT {_COLUMNS} FROM synthesized_skills
+               WHERE company = $1 AND seat = $2 ORDER BY created_at, name""",
     "get": f"SELECT {_COLUMNS} FROM synthesized_skills WHERE {_KEY}",
     "get_for_update": f"SELECT {_COLUMNS} FROM synthesized_skills WHERE {_KEY} FOR UPDATE",
     # A use: the body, the count, the clock, and a stale (unpinned) skill revived, in one statement.
@@ -161,6 +163,12 @@ SQL = {
 
 class StampFailed(Exception):
     """A telemetry stamp (a use count, an offer's clock) could not be written."""
+
+
+_STAMP_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+"""Why a stamp may not be written: the database refused it, the pool or its connection is gone
+(``InterfaceError``: a closed pool, a dead connection), the network failed (``OSError``, a
+reconnect refused), or the row or a connection did not come within the stamp's timeout."""
 
 
 @dataclass(frozen=True)
@@ -316,6 +324,10 @@ class PostgresSkillStore:
     async def live_skills(self, company: str, seat: str) -> list[Skill]:
         return [_skill(r) for r in await self.pool.fetch(SQL["live"], company, seat)]
 
+    async def all_skills(self, company: str, seat: str) -> list[Skill]:
+        """Every skill of the seat, archived ones included (what it has learned)."""
+        return [_skill(r) for r in await self.pool.fetch(SQL["all"], company, seat)]
+
     async def page(
         self, company: str, seat: str, include_archived: bool, after_name: str | None, limit: int
     ) -> list[Skill]:
@@ -358,8 +370,10 @@ class PostgresSkillStore:
         """Record a use; returns the skill after it and its state before, or None when the seat has
         no live skill under the key. Raises :class:`StampFailed` when the row cannot be written."""
         try:
-            row = await self.pool.fetchrow(SQL["use"], *key.args(), now, timeout=timeout)
-        except (asyncpg.PostgresError, TimeoutError) as err:
+            # The timeout bounds the wait for a connection too: a turn start must not hang on it.
+            async with self.pool.acquire(timeout=timeout) as conn:
+                row = await conn.fetchrow(SQL["use"], *key.args(), now, timeout=timeout)
+        except _STAMP_ERRORS as err:
             raise StampFailed(f"{type(err).__name__}: {err}") from err
         return (_skill(row), SkillState(row["prior_state"])) if row else None
 
@@ -368,8 +382,9 @@ class PostgresSkillStore:
     ) -> list[tuple[uuid.UUID, str, SkillState, SkillState]]:
         """Move the clock of the named live skills: (id, name, state before, state after) of each."""
         try:
-            rows = await self.pool.fetch(SQL["offer"], company, seat, list(ids), list(names), now, timeout=timeout)
-        except (asyncpg.PostgresError, TimeoutError) as err:
+            async with self.pool.acquire(timeout=timeout) as conn:
+                rows = await conn.fetch(SQL["offer"], company, seat, list(ids), list(names), now, timeout=timeout)
+        except _STAMP_ERRORS as err:
             raise StampFailed(f"{type(err).__name__}: {err}") from err
         return [(r["id"], r["name"], SkillState(r["prior_state"]), SkillState(r["state"])) for r in rows]
 
