@@ -10,13 +10,13 @@ from pathlib import Path
 
 from agentlearn.prefetch.v1 import prefetch_service_pb2, prefetch_service_pb2_grpc
 from libs.common.auxmodel import OfflineRules
+from libs.common.clients import Clients
 from libs.common.component import Component
 from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
 from libs.common.infra import Infra
 from services.prefetch import knowledge, knowledge_block, memory, past_turns
 from services.prefetch.builtins import Builtins
-from services.prefetch.clients import Clients
 from services.prefetch.deps import Deps
 from services.prefetch.domain import RPC_TIMEOUT_SECONDS
 from services.prefetch.servicer import BuiltinServicer, PrefetchServicer

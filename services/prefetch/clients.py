@@ -1,5 +1,4 @@
-"""The services the prefetch reads and writes through, each call with a deadline, and the
-translation of a downstream refusal into our own error root so it passes through unchanged.
+"""The translation of a downstream refusal into our own error root so it passes through unchanged.
 
 A builtin that calls another service answers the caller with that service's own status: the
 diary's ``INVALID_ARGUMENT NOTE_TOO_LONG`` (its ErrorInfo reason, domain and metadata, and its
@@ -8,44 +7,14 @@ BadRequest field) reaches the engine exactly as the diary sent it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from agentlearn.diary.v1 import diary_service_pb2_grpc
-from agentlearn.episodes.v1 import episode_service_pb2_grpc
-from agentlearn.profiles.v1 import profile_service_pb2_grpc
-from agentlearn.skills.v1 import skill_service_pb2_grpc
-from libs.common.channels import ServiceChannels
 from libs.common.errors import AgentLearnError, FieldViolation
 from services.prefetch.domain import DOMAIN
 
-__all__ = ["Clients", "passthrough", "rpc_failure"]
-
-
-@dataclass
-class Clients:
-    channels: ServiceChannels
-    timeout: float
-    """Deadline of each call, in seconds."""
-
-    @property
-    def diary(self) -> diary_service_pb2_grpc.DiaryServiceStub:
-        return diary_service_pb2_grpc.DiaryServiceStub(self.channels.channel("diary"))
-
-    @property
-    def episodes(self) -> episode_service_pb2_grpc.EpisodeServiceStub:
-        return episode_service_pb2_grpc.EpisodeServiceStub(self.channels.channel("episodes"))
-
-    @property
-    def skills(self) -> skill_service_pb2_grpc.SkillServiceStub:
-        return skill_service_pb2_grpc.SkillServiceStub(self.channels.channel("skills"))
-
-    @property
-    def profiles(self) -> profile_service_pb2_grpc.ProfileServiceStub:
-        return profile_service_pb2_grpc.ProfileServiceStub(self.channels.channel("profiles"))
+__all__ = ["passthrough", "rpc_failure"]
 
 
 def rpc_failure(service: str, err: BaseException) -> str:

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from libs.common.auxmodel import Attribution, AuxiliaryModel, Stage
+from libs.common.clients import Clients
 from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.embeddings import Embedder
 from libs.common.events import EventSink
-from services.prefetch.clients import Clients
 from services.prefetch.store import PostgresPrefetchStore
 
 __all__ = ["Deps", "Searcher", "Who"]

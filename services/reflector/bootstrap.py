@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentlearn.reflector.v1 import reflector_service_pb2, reflector_service_pb2_grpc
+from libs.common.clients import Clients
 from libs.common.component import Component
 from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
 from libs.common.infra import Infra
 from libs.common.passrunner import holder_identity
-from services.reflector.clients import Clients
 from services.reflector.harness import Harness
 from services.reflector.queue import JobQueue
 from services.reflector.service import ReflectorService

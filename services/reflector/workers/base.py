@@ -20,10 +20,10 @@ from libs.common.auxmodel import (
     Stage,
 )
 from libs.common.auxmodel.answers import InvalidOutput, parse_object
+from libs.common.clients import Clients
 from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.events import EventSink
-from services.reflector.clients import Clients
 from services.reflector.domain import Turn, WorkerOutcome
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""The services the workers write through, each call with a deadline."""
+"""Stubs of the services one service calls on another, over ``ServiceChannels``, with the deadline
+every such call passes (``timeout=clients.timeout``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from agentlearn.diary.v1 import diary_service_pb2_grpc
 from agentlearn.episodes.v1 import episode_service_pb2_grpc
 from agentlearn.profiles.v1 import profile_service_pb2_grpc
+from agentlearn.skills.v1 import skill_service_pb2_grpc
 from libs.common.channels import ServiceChannels
 
 __all__ = ["Clients"]
@@ -16,6 +18,7 @@ __all__ = ["Clients"]
 class Clients:
     channels: ServiceChannels
     timeout: float
+    """Deadline of each call, in seconds."""
 
     @property
     def diary(self) -> diary_service_pb2_grpc.DiaryServiceStub:
@@ -26,11 +29,9 @@ class Clients:
         return episode_service_pb2_grpc.EpisodeServiceStub(self.channels.channel("episodes"))
 
     @property
-    def profiles(self) -> profile_service_pb2_grpc.ProfileServiceStub:
-        return profile_service_pb2_grpc.ProfileServiceStub(self.channels.channel("profiles"))
+    def skills(self) -> skill_service_pb2_grpc.SkillServiceStub:
+        return skill_service_pb2_grpc.SkillServiceStub(self.channels.channel("skills"))
 
     @property
-    def skills(self):  # type: ignore[no-untyped-def]
-        from agentlearn.skills.v1 import skill_service_pb2_grpc
-
-        return skill_service_pb2_grpc.SkillServiceStub(self.channels.channel("skills"))
+    def profiles(self) -> profile_service_pb2_grpc.ProfileServiceStub:
+        return profile_service_pb2_grpc.ProfileServiceStub(self.channels.channel("profiles"))
