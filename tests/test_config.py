@@ -90,3 +90,27 @@ def test_fingerprint_moves_with_model_width_limits_or_endpoint_only():
     assert base.model_copy(update={"dimensions": 128}).fingerprint() != fp
     assert base.model_copy(update={"max_input_tokens": 512}).fingerprint() != fp
     assert base.model_copy(update={"timeout_seconds": 99}).fingerprint() == fp
+
+
+def test_an_explicit_override_beats_the_environment(monkeypatch):
+    """A developer's shell must not change what a test asked for (issue 10: config precedence)."""
+    monkeypatch.setenv("AGENTLEARN_LEARNING__DIARY__MAX_CONTENT_CHARS", "7")
+    s = load_settings(None, {"learning": {"diary": {"max_content_chars": 300}}})
+    assert s.learning.diary.max_content_chars == 300
+    # With no override the environment still wins over the default ...
+    assert load_settings(None).learning.diary.max_content_chars == 7
+    # ... and an explicit ``env`` replaces os.environ entirely.
+    assert load_settings(None, env={}).learning.diary.max_content_chars == 2000
+
+
+def test_environment_values_reach_nested_and_list_knobs():
+    s = load_settings(
+        None,
+        env={
+            "AGENTLEARN_PROVIDERS__AUXILIARY_CHAIN": '["offline"]',
+            "agentlearn_server__port": "6100",
+            "AGENTLEARN_CONFIG": "",
+        },
+    )
+    assert s.providers.auxiliary_chain == ["offline"]
+    assert s.server.port == 6100

@@ -463,8 +463,10 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The YAML file arrives as init kwargs (see load_settings), below the environment.
-        return (env_settings, init_settings)
+        # load_settings layers the YAML file, the environment and the overrides itself (so an
+        # explicit override beats the shell, and an explicit ``env`` replaces ``os.environ``); the
+        # model only ever sees the merged result.
+        return (init_settings,)
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -513,10 +515,44 @@ def _conventional_env(env: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+_ENV_PREFIX = "AGENTLEARN_"
+
+
+def _agentlearn_env(env: dict[str, str]) -> dict[str, Any]:
+    """``AGENTLEARN_<SECTION>__<KNOB>`` variables as a nested mapping (keys case-insensitive; a
+    value that reads as a JSON list or object is parsed, as pydantic-settings does for complex
+    fields)."""
+    out: dict[str, Any] = {}
+    for key, value in env.items():
+        if not key.upper().startswith(_ENV_PREFIX) or key.upper() == "AGENTLEARN_CONFIG":
+            continue
+        path = [part.lower() for part in key[len(_ENV_PREFIX) :].split("__") if part]
+        if not path:
+            continue
+        parsed: Any = value
+        if value[:1] in "[{":
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                parsed = value
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[path[-1]] = parsed
+    return out
+
+
 def load_settings(
     path: str | Path | None = None, overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None
 ) -> Settings:
-    """Read the YAML file (``path`` or ``$AGENTLEARN_CONFIG``), apply the environment, then overrides."""
+    """Read the YAML file (``path`` or ``$AGENTLEARN_CONFIG``), apply the environment, then overrides.
+
+    Precedence, highest first: ``overrides`` (flags, tests), the environment (``env``, default
+    ``os.environ``), the YAML file, the defaults.
+    """
     env = dict(os.environ if env is None else env)
     path = path or env.get("AGENTLEARN_CONFIG")
     data: dict[str, Any] = {}
@@ -527,6 +563,7 @@ def load_settings(
             raise ValueError(f"{path}: the top level must be a mapping")
         data = loaded
     data = _deep_merge(data, _conventional_env(env))
+    data = _deep_merge(data, _agentlearn_env(env))
     if overrides:
         data = _deep_merge(data, overrides)
     return Settings(**data)
