@@ -22,3 +22,12 @@ def test_configuration_page_is_current():
 def test_the_example_config_loads():
     settings = load_settings(ROOT / "config" / "agentlearn.example.yaml", env={})
     assert settings.company("acme").roles["noisy-bot"].learning_enabled is False
+
+
+def test_security_page_lists_every_rpcs_scope_as_the_protos_declare():
+    from libs.common.auth import scope_table
+
+    page = (ROOT / "docs" / "security.md").read_text()
+    begin, end = "<!-- scope-table:begin -->\n", "\n<!-- scope-table:end -->"
+    embedded = page[page.index(begin) + len(begin) : page.index(end)]
+    assert embedded == scope_table(), "regenerate the table: .venv/bin/python -m libs.common.auth"

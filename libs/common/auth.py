@@ -16,10 +16,23 @@ A caller is one of three kinds:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import functools
+import hashlib
+import hmac
+import secrets
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
 
-from libs.common.errors import PermissionDenied
+from google.protobuf import descriptor_pool
+
+from libs.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 
 __all__ = [
     "ANONYMOUS",
@@ -103,3 +116,333 @@ def current_principal() -> Principal:
 def use_principal(principal: Principal) -> contextvars.Token[Principal]:
     """Make ``principal`` current for this task; reset with ``_current.reset(token)``."""
     return _current.set(principal)
+
+
+# --------------------------------------------------------------------------------------------
+# Tokens: issued, listed and revoked by ``./run token``; only a digest is stored.
+# --------------------------------------------------------------------------------------------
+
+TOKEN_PREFIX = "agl_"
+
+
+def digest_of(token: str) -> str:
+    """What the store keeps of a token. Tokens are 256 random bits, so a plain SHA-256 is enough:
+    there is nothing to brute-force that a slow hash would protect."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A token as an operator sees it: never its secret."""
+
+    id: str
+    company: str
+    seat: str | None
+    user: str | None
+    scopes: tuple[str, ...]
+    name: str
+    create_time: datetime
+    expire_time: datetime | None
+    revoke_time: datetime | None
+    last_used_time: datetime | None
+
+    def principal(self) -> Principal:
+        return Principal(
+            kind="token",
+            company=self.company,
+            seat=self.seat,
+            user=self.user,
+            scopes=frozenset(self.scopes),
+            token_id=self.id,
+        )
+
+    def live(self, now: datetime) -> bool:
+        return self.revoke_time is None and (self.expire_time is None or self.expire_time > now)
+
+
+_TOKEN_COLUMNS = "id, company, seat, user_handle, scopes, name, create_time, expire_time, revoke_time, last_used_time"
+TOKEN_SQL = {
+    "insert": """INSERT INTO api_tokens (id, digest, company, seat, user_handle, scopes, name, create_time,
+                     expire_time) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)""",
+    "by_digest": f"SELECT {_TOKEN_COLUMNS} FROM api_tokens WHERE digest = $1",
+    "touch": "UPDATE api_tokens SET last_used_time = $2 WHERE id = $1",
+    "revoke": "UPDATE api_tokens SET revoke_time = $2 WHERE id = $1 AND revoke_time IS NULL",
+    "get": f"SELECT {_TOKEN_COLUMNS} FROM api_tokens WHERE id = $1",
+    "list": f"""SELECT {_TOKEN_COLUMNS} FROM api_tokens WHERE ($1::text IS NULL OR company = $1)
+                ORDER BY company, create_time DESC""",
+}
+
+
+def _token_record(row: Any) -> TokenRecord:
+    return TokenRecord(
+        id=str(row["id"]),
+        company=row["company"],
+        seat=row["seat"],
+        user=row["user_handle"],
+        scopes=tuple(row["scopes"]),
+        name=row["name"],
+        create_time=row["create_time"],
+        expire_time=row["expire_time"],
+        revoke_time=row["revoke_time"],
+        last_used_time=row["last_used_time"],
+    )
+
+
+class TokenStore:
+    """The ``api_tokens`` table (common migration 0002)."""
+
+    def __init__(self, pool: Any, clock: Any):
+        self._pool = pool
+        self._clock = clock
+
+    async def issue(
+        self,
+        company: str,
+        scopes: Sequence[str],
+        *,
+        seat: str | None = None,
+        user: str | None = None,
+        name: str = "",
+        ttl: timedelta | None = None,
+    ) -> tuple[str, TokenRecord]:
+        """A new token (returned once, never stored) and its record."""
+        unknown = sorted(set(scopes) - set(SCOPES))
+        if not scopes or unknown:
+            raise InvalidArgument(
+                f"scopes must be some of {', '.join(SCOPES)}; unknown: {', '.join(unknown) or '(none given)'}",
+                reason="SCOPE_UNKNOWN",
+                field="scopes",
+            )
+        if not company:
+            raise InvalidArgument("a token is bound to a company", reason="FIELD_REQUIRED", field="company")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        now = self._clock.now()
+        token_id = uuid.uuid4()
+        await self._pool.execute(
+            TOKEN_SQL["insert"],
+            token_id,
+            digest_of(token),
+            company,
+            seat or None,
+            user or None,
+            sorted(set(scopes)),
+            name,
+            now,
+            now + ttl if ttl else None,
+        )
+        record = await self.get(str(token_id))
+        assert record is not None
+        return token, record
+
+    async def get(self, token_id: str) -> TokenRecord | None:
+        try:
+            key = uuid.UUID(token_id)
+        except ValueError:
+            return None
+        row = await self._pool.fetchrow(TOKEN_SQL["get"], key)
+        return _token_record(row) if row else None
+
+    async def by_token(self, token: str) -> TokenRecord | None:
+        row = await self._pool.fetchrow(TOKEN_SQL["by_digest"], digest_of(token))
+        return _token_record(row) if row else None
+
+    async def touch(self, token_id: str) -> None:
+        await self._pool.execute(TOKEN_SQL["touch"], uuid.UUID(token_id), self._clock.now())
+
+    async def revoke(self, token_id: str) -> bool:
+        """True when this call revoked it (False: unknown or already revoked)."""
+        try:
+            key = uuid.UUID(token_id)
+        except ValueError:
+            return False
+        status = await self._pool.execute(TOKEN_SQL["revoke"], key, self._clock.now())
+        return status.endswith("1")
+
+    async def list(self, company: str | None = None) -> list[TokenRecord]:
+        return [_token_record(r) for r in await self._pool.fetch(TOKEN_SQL["list"], company)]
+
+
+# --------------------------------------------------------------------------------------------
+# Authenticating a call: bearer tokens, the in-process service secret, mutual TLS.
+# --------------------------------------------------------------------------------------------
+
+INTERNAL_HEADER = "x-agentlearn-internal"
+"""Metadata carrying the deployment's internal secret on calls between services (all-in-one,
+split mode). Never logged; an outside caller cannot know it."""
+SERVICE_HEADER = "x-agentlearn-service"
+"""The calling service's name, beside the secret (for traces and logs)."""
+
+
+class Authenticator:
+    """Turns a call's credentials into a :class:`Principal`.
+
+    ``mode`` is ``local`` (every call is LOCAL: the all-in-one on loopback) or ``tokens``. Verified
+    tokens are cached for ``cache_seconds`` so the hot path does not read Postgres per call; a
+    revocation therefore takes effect within that many seconds on every replica.
+    """
+
+    def __init__(
+        self,
+        store: TokenStore | None,
+        clock: Any,
+        *,
+        mode: str,
+        cache_seconds: float = 10.0,
+        internal_secret: str | None = None,
+        cache_size: int = 10_000,
+    ):
+        if mode not in ("local", "tokens"):
+            raise ValueError(f"unknown auth mode {mode!r}")
+        self.mode = mode
+        self._store = store
+        self._clock = clock
+        self._ttl = cache_seconds
+        self._internal = internal_secret
+        self._cache: OrderedDict[str, tuple[TokenRecord | None, float]] = OrderedDict()
+        self._cache_size = cache_size
+
+    @property
+    def local(self) -> bool:
+        return self.mode == "local"
+
+    @property
+    def trusts_peers(self) -> bool:
+        """Verified client-certificate names count as services (only the mutual-TLS internal
+        listener requests client certificates at all)."""
+        return not self.local
+
+    def attach_store(self, store: TokenStore) -> None:
+        """The token store, once Postgres is open (the server binds its ports before that)."""
+        self._store = store
+
+    def _service(self, metadata: Mapping[str, str], peer_names: Sequence[str]) -> Principal | None:
+        if peer_names:
+            # Only the internal listener asks for (and verifies) client certificates: a verified
+            # peer name is another agentlearn service.
+            return Principal(kind="service", service=peer_names[0])
+        secret = metadata.get(INTERNAL_HEADER)
+        if secret and self._internal and hmac.compare_digest(secret.encode(), self._internal.encode()):
+            return Principal(kind="service", service=metadata.get(SERVICE_HEADER) or "internal")
+        return None
+
+    async def authenticate(self, metadata: Mapping[str, str], peer_names: Sequence[str] = ()) -> Principal:
+        """The principal of a call, or Unauthenticated."""
+        if self.local:
+            return LOCAL
+        service = self._service(metadata, peer_names)
+        if service is not None:
+            return service
+        header = metadata.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if not header:
+            raise Unauthenticated(
+                "this server requires a bearer token: send metadata 'authorization: Bearer <token>' "
+                "(issued by ./run token issue)",
+                reason="CREDENTIAL_MISSING",
+            )
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("the authorization header must be 'Bearer <token>'", reason="CREDENTIAL_MALFORMED")
+        record = await self._lookup(token.strip())
+        if record is None or not record.live(self._clock.now()):
+            raise Unauthenticated("the token is unknown, revoked or expired", reason="CREDENTIAL_INVALID")
+        return record.principal()
+
+    async def _lookup(self, token: str) -> TokenRecord | None:
+        key = digest_of(token)
+        now = time.monotonic()
+        hit = self._cache.get(key)
+        if hit is not None and hit[1] > now:
+            self._cache.move_to_end(key)
+            return hit[0]
+        if self._store is None:
+            raise Unauthenticated("the server is still starting", reason="CREDENTIAL_UNVERIFIABLE")
+        record = await self._store.by_token(token)
+        if record is not None and record.live(self._clock.now()):
+            with contextlib.suppress(Exception):  # last-used is bookkeeping; never fail a call on it
+                await self._store.touch(record.id)
+        self._cache[key] = (record, now + self._ttl)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return record
+
+
+# --------------------------------------------------------------------------------------------
+# What a request names, and what its RPC needs.
+# --------------------------------------------------------------------------------------------
+
+_SEAT_FIELDS = ("seat", "observer")
+_IDENTITY_FIELDS = ("company", "user", *_SEAT_FIELDS)
+
+
+def named_identities(message: Any, depth: int = 0) -> list[tuple[str | None, str | None, str | None]]:
+    """Every (company, seat, user) a request names: its own ``company`` / ``seat`` (or
+    ``observer``) / ``user`` fields, and those of messages nested in it (a ``turn``, say).
+    Empty strings name nothing."""
+    if depth > 4 or not hasattr(message, "ListFields"):
+        return []
+    found: list[tuple[str | None, str | None, str | None]] = []
+    own: dict[str, str] = {}
+    for fd, value in message.ListFields():
+        if fd.type == fd.TYPE_STRING and not fd.is_repeated and fd.name in _IDENTITY_FIELDS:
+            own["seat" if fd.name in _SEAT_FIELDS else fd.name] = value
+        elif fd.type == fd.TYPE_MESSAGE and not fd.message_type.GetOptions().map_entry:
+            for item in value if fd.is_repeated else [value]:
+                found += named_identities(item, depth + 1)
+    if own:
+        found.insert(0, (own.get("company") or None, own.get("seat") or None, own.get("user") or None))
+    return found
+
+
+@functools.lru_cache(maxsize=1024)
+def required_scope(method: str) -> str:
+    """The scope ``/pkg.Service/Method`` declares in its proto (``admin`` when it declares none)."""
+    from agentlearn.common.v1 import auth_pb2
+
+    name = method.strip("/").replace("/", ".")
+    try:
+        descriptor = descriptor_pool.Default().FindMethodByName(name)
+    except KeyError:
+        return "admin"
+    options = descriptor.GetOptions()
+    scope = options.Extensions[auth_pb2.required_scope]
+    return scope or "admin"
+
+
+def authorize(principal: Principal, method: str, request: Any) -> None:
+    """Refuse a call its principal may not make: the RPC's scope, then every identity the request
+    names. Runs before the handler reads anything, so a refusal says nothing about rows."""
+    scope = required_scope(method)
+    if not principal.allows(scope):
+        raise PermissionDenied(
+            f"the credential lacks the scope {scope!r} this call needs",
+            reason="SCOPE_MISSING",
+            metadata={"scope": scope},
+        )
+    for company, seat, user in named_identities(request):
+        principal.check(company, seat, user)
+
+
+def scope_table() -> str:
+    """Markdown: every RPC of every contract with the scope it declares (docs/security.md embeds
+    it; a test keeps the page in step with the protos)."""
+    import importlib
+    import pkgutil
+
+    import agentlearn
+    from agentlearn.common.v1 import auth_pb2
+
+    rows = []
+    for info in sorted(pkgutil.walk_packages(agentlearn.__path__, "agentlearn."), key=lambda i: i.name):
+        if not info.name.endswith("_pb2"):
+            continue
+        module = importlib.import_module(info.name)
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for method in service.methods:
+                scope = method.GetOptions().Extensions[auth_pb2.required_scope] or "admin"
+                rows.append(f"| `{service.full_name}` | `{method.name}` | `{scope}` |")
+    return "\n".join(["| service | RPC | scope |", "|---|---|---|", *rows])
+
+
+if __name__ == "__main__":
+    print(scope_table())

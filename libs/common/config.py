@@ -350,15 +350,51 @@ class LearningConfig(_Section):
 
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
-    """Bind address of the gRPC server."""
+    """Bind address of the gRPC server. Any address but loopback needs ``auth.mode: tokens``."""
     port: int = 50051
     """gRPC port of the all-in-one (``--port``)."""
     grace_seconds: float = 5.0
     """Drain time on shutdown after health reports NOT_SERVING."""
+    tls_cert: Path | None = None
+    """PEM certificate chain of the public port (``--tls-cert``); unset serves plaintext."""
+    tls_key: Path | None = None
+    """PEM private key of that certificate (``--tls-key``)."""
+    internal_port: int | None = None
+    """A second listener for calls between services, mutual TLS only (Kubernetes: 50052). Unset:
+    services call each other on the public port with the deployment's internal secret."""
+    internal_tls_cert: Path | None = None
+    """PEM certificate this service presents on the internal listener."""
+    internal_tls_key: Path | None = None
+    """Its private key."""
+    internal_tls_ca: Path | None = None
+    """PEM CA that signs every service's certificate; a client certificate it did not sign is
+    refused at the handshake."""
+
+
+class AuthConfig(_Section):
+    """Caller authentication (docs/security.md)."""
+
+    mode: Literal["auto", "tokens"] = "auto"
+    """``auto``: local mode (no tokens, every caller trusted, said in the ready line) when the server
+    binds only loopback, and a refusal to start on any other address; ``tokens``: every call needs
+    a bearer token issued by ``./run token issue`` (``--require-auth``)."""
+    cache_seconds: float = 10.0
+    """Verified tokens are cached this long per process: a revocation takes effect within it."""
+    internal_secret: SecretStr | None = None
+    """The secret services present to each other on the public port (all-in-one, split mode).
+    Unset: a random one per process (split mode hands the parent's to its children)."""
 
 
 class ServiceAddresses(_Section):
-    """Where each service listens when it runs as its own process (split mode, Kubernetes)."""
+    """Where each service listens when it runs as its own process (split mode, Kubernetes), and the
+    client certificate a service presents when it calls another over mutual TLS."""
+
+    tls_cert: Path | None = None
+    """PEM client certificate for calls to other services (Kubernetes: the internal listener)."""
+    tls_key: Path | None = None
+    """Its private key."""
+    tls_ca: Path | None = None
+    """PEM CA that signs the other services' server certificates."""
 
     diary: str = "127.0.0.1:50061"
     """DiaryService."""
@@ -428,6 +464,8 @@ class Settings(BaseSettings):
     """Addresses of the services in split mode and on Kubernetes."""
     telemetry: TelemetryConfig = TelemetryConfig()
     """OpenTelemetry export."""
+    auth: AuthConfig = AuthConfig()
+    """Caller authentication."""
     leases: LeaseConfig = LeaseConfig()
     """Lease claims of the background passes."""
     run_passes_in_process: bool = True

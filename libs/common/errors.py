@@ -21,6 +21,7 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "ResourceExhausted",
+    "Unauthenticated",
     "Unavailable",
 ]
 
@@ -83,6 +84,10 @@ class PermissionDenied(AgentLearnError):
 
 class ResourceExhausted(AgentLearnError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unauthenticated(AgentLearnError):
+    code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class Unavailable(AgentLearnError):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +24,21 @@ from grpc_status import rpc_status
 from opentelemetry import trace
 
 from libs.common import telemetry
+from libs.common.auth import Authenticator, authorize, use_principal
 from libs.common.errors import AgentLearnError, InvalidArgument, Unavailable
 
-__all__ = ["Registration", "create_server", "status_of"]
+__all__ = [
+    "AuthInterceptor",
+    "BindError",
+    "BoundServer",
+    "CallTracker",
+    "Listener",
+    "Registration",
+    "bind_server",
+    "create_server",
+    "start_server",
+    "status_of",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -177,35 +190,263 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         )
 
 
-async def create_server(
-    registrations: Sequence[Registration], address: str
-) -> tuple[grpc.aio.Server, int, HealthServicer]:
-    """Build and start a server on ``address`` (``host:0`` picks a port); returns the bound port."""
+_UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+"""Health (probes) and reflection (schemas only) answer without a credential."""
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates every call and authorizes it before its handler runs (see ``libs.common.auth``):
+    no or a bad credential is UNAUTHENTICATED; a scope the RPC's proto declares and the credential
+    lacks, or a company / seat / user the request names and the credential is not bound to, is
+    PERMISSION_DENIED — decided before anything is read, so it never says whether a row exists."""
+
+    def __init__(self, authenticator: Authenticator):
+        self.authenticator = authenticator
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(_UNAUTHENTICATED_PREFIXES):
+            return handler
+        authenticator = self.authenticator
+
+        async def admit(request: Any, context: grpc.aio.ServicerContext) -> None:
+            metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+            peer = context.auth_context() or {}
+            names = [n.decode() for n in peer.get("x509_common_name", [])] if authenticator.trusts_peers else []
+            try:
+                principal = await authenticator.authenticate(metadata, names)
+                authorize(principal, method, request)
+            except AgentLearnError as err:
+                err.domain = _domain(method) if err.domain == "agentlearn.dev" else err.domain
+                await context.abort_with_status(status_of(err))  # raises: the handler never runs
+            use_principal(principal)
+            span = trace.get_current_span()
+            if span.is_recording():
+                span.set_attribute("agentlearn.principal", principal.kind)
+                if principal.token_id:
+                    span.set_attribute("agentlearn.token_id", principal.token_id)
+
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                await admit(request, context)
+                return await inner(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            inner_stream = handler.unary_stream
+
+            async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                await admit(request, context)
+                async for item in inner_stream(request, context):
+                    yield item
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # client-streaming RPCs do not exist here; refuse to guess their identity
+
+
+class BindError(OSError):
+    """A port that cannot be bound (taken, or an invalid address)."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One port a server binds: plaintext, TLS, or mutual TLS (a client certificate signed by
+    ``client_ca`` required: the internal listener calls between services use on Kubernetes)."""
+
+    address: str
+    cert: bytes | None = None
+    key: bytes | None = None
+    client_ca: bytes | None = None
+
+    def credentials(self) -> grpc.ServerCredentials | None:
+        if self.cert is None or self.key is None:
+            if self.client_ca is not None:
+                raise ValueError(f"{self.address}: mutual TLS needs a certificate and a key")
+            return None
+        return grpc.ssl_server_credentials(
+            [(self.key, self.cert)],
+            root_certificates=self.client_ca,
+            require_client_auth=self.client_ca is not None,
+        )
+
+
+class CallTracker(grpc.aio.ServerInterceptor):
+    """Counts the calls a server is running, so a drain can tell when it is idle.
+
+    gRPC's own graceful stop cancels every call the server has received but not yet handed to a
+    handler, and a busy event loop hands them over slowly: stopping at once on SIGTERM cancelled
+    most of a burst in flight. So a drain keeps serving until nothing has run for a moment."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.last_activity = time.monotonic()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def _enter(self) -> None:
+        self.active += 1
+        self.last_activity = time.monotonic()
+        self._idle.clear()
+
+    def _exit(self) -> None:
+        self.active -= 1
+        self.last_activity = time.monotonic()
+        if self.active == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        self._enter()
+        try:
+            handler = await continuation(handler_call_details)
+        except BaseException:
+            self._exit()
+            raise
+        if handler is None or (handler.unary_unary is None and handler.unary_stream is None):
+            self._exit()
+            return handler
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    return await inner(request, context)
+                finally:
+                    self._exit()
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        inner_stream = handler.unary_stream
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                async for item in inner_stream(request, context):
+                    yield item
+            finally:
+                self._exit()
+
+        return grpc.unary_stream_rpc_method_handler(
+            stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+@dataclass
+class BoundServer:
+    """A server whose ports are bound but which serves nothing yet (``start_server``)."""
+
+    server: grpc.aio.Server
+    ports: list[int]
+    health: HealthServicer
+    calls: CallTracker
+
+    @property
+    def port(self) -> int:
+        return self.ports[0]
+
+
+def bind_server(listeners: Sequence[Listener] | str, *, authenticator: Authenticator | None = None) -> BoundServer:
+    """Build a server and bind its ports now, so a port already served fails in a second, before
+    any store is opened. ``SO_REUSEPORT`` is off: a second server on a taken port must not answer
+    half the calls."""
+    if isinstance(listeners, str):
+        listeners = [Listener(listeners)]
+    authenticator = authenticator or Authenticator(None, None, mode="local")
+    calls = CallTracker()
     server = grpc.aio.server(
-        interceptors=[telemetry.server_interceptor(), ErrorInterceptor()],
-        # Connections are recycled every few minutes so clients re-resolve and spread over the
-        # replicas an autoscaler added (a long-lived HTTP/2 channel otherwise sticks to one pod).
-        options=[("grpc.max_connection_age_ms", 300_000), ("grpc.max_connection_age_grace_ms", 30_000)],
+        interceptors=[calls, telemetry.server_interceptor(), AuthInterceptor(authenticator), ErrorInterceptor()],
+        options=[
+            ("grpc.so_reuseport", 0),
+            # Connections are recycled every few minutes so clients re-resolve and spread over the
+            # replicas an autoscaler added (a long-lived HTTP/2 channel otherwise sticks to one pod).
+            ("grpc.max_connection_age_ms", 300_000),
+            ("grpc.max_connection_age_grace_ms", 30_000),
+        ],
     )
+    ports = []
+    for listener in listeners:
+        creds = listener.credentials()
+        try:
+            port = (
+                server.add_secure_port(listener.address, creds)
+                if creds is not None
+                else server.add_insecure_port(listener.address)
+            )
+        except RuntimeError as err:
+            raise BindError(f"cannot bind {listener.address}: the port is taken or the address is invalid") from err
+        if port == 0:
+            raise BindError(f"cannot bind {listener.address}: the port is taken or the address is invalid")
+        ports.append(port)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    return BoundServer(server, ports, health, calls)
+
+
+async def start_server(bound: BoundServer, registrations: Sequence[Registration]) -> None:
+    """Mount the servicers (with reflection) and start serving; every service reports SERVING."""
     for reg in registrations:
-        reg.add(reg.servicer, server)
+        reg.add(reg.servicer, bound.server)
     names = [reg.service_name for reg in registrations]
     reflection.enable_server_reflection(
-        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], bound.server
     )
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot bind {address}")
-    await server.start()
+    await bound.server.start()
     for name in names:
-        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    await health.set("", health_pb2.HealthCheckResponse.SERVING)
-    return server, port, health
+        await bound.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await bound.health.set("", health_pb2.HealthCheckResponse.SERVING)
 
 
-async def drain(server: grpc.aio.Server, health: HealthServicer, grace: float) -> None:
-    """Graceful shutdown: report NOT_SERVING everywhere, then let in-flight calls finish."""
-    await health.enter_graceful_shutdown()
-    await server.stop(grace)
+async def create_server(
+    registrations: Sequence[Registration], address: str, *, authenticator: Authenticator | None = None
+) -> tuple[grpc.aio.Server, int, HealthServicer]:
+    """Build and start a server on ``address`` (``host:0`` picks a port); returns the bound port.
+    Without an authenticator every call runs in local mode."""
+    bound = bind_server(address, authenticator=authenticator)
+    await start_server(bound, registrations)
+    return bound.server, bound.port, bound.health
+
+
+async def drain(bound: BoundServer, grace: float, *, settle: float = 0.5) -> None:
+    """Graceful shutdown: report NOT_SERVING everywhere, keep serving what is in flight (and what
+    the transport already received) until nothing has run for ``settle`` seconds or ``grace`` is
+    spent, then stop; a call still running at the end of the grace is cancelled."""
+    deadline = time.monotonic() + grace
+    await bound.health.enter_graceful_shutdown()
+    calls = bound.calls
+    while (left := deadline - time.monotonic()) > 0:
+        if not await calls.wait_idle(left):
+            break
+        quiet = time.monotonic() - calls.last_activity
+        if quiet >= settle:
+            break
+        await asyncio.sleep(min(settle - quiet, max(0.0, deadline - time.monotonic())))
+    await bound.server.stop(max(0.0, deadline - time.monotonic()))

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 
+from libs.common.auth import TokenStore
 from libs.common.auxmodel import AuxiliaryModel, OfflineRules, build_providers
 from libs.common.budgets import BudgetLedger
 from libs.common.channels import ServiceChannels
@@ -53,6 +55,11 @@ class Infra:
     """Clients of the other services (see ``libs.common.channels``)."""
     fill_requests: RequestLedger
     """The vector fill's per-minute request count of this process, shared by every fill it runs."""
+    internal_secret: str
+    """What this process's services present to each other (``auth.internal_secret``, or a random
+    one for this process when unset)."""
+    tokens: TokenStore
+    """Caller credentials (``./run token``)."""
 
 
 async def resolve_dsn(settings: Settings) -> str:
@@ -100,7 +107,11 @@ async def open_infra(
         if close is not None:
             stack.push_async_callback(close)
     aux = AuxiliaryModel(settings, providers, budget, events, clock)
-    channels = ServiceChannels(settings.services)
+    secret = settings.auth.internal_secret
+    internal_secret = secret.get_secret_value() if secret is not None else secrets.token_urlsafe(32)
+    channels = ServiceChannels(
+        settings.services, internal_secret=internal_secret, caller=settings.telemetry.service_name
+    )
     stack.push_async_callback(channels.close)
     return Infra(
         settings=settings,
@@ -116,4 +127,6 @@ async def open_infra(
         aux=aux,
         channels=channels,
         fill_requests=RequestLedger(),
+        internal_secret=internal_secret,
+        tokens=TokenStore(pool, clock),
     )

@@ -1,4 +1,4 @@
-"""Command line of ``./run``: ``up``, ``serve``, ``pass``, ``rebuild-index``."""
+"""Command line of ``./run``: ``up``, ``serve``, ``pass``, ``rebuild-index``, ``token``."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from pathlib import Path
 
 from libs.common import telemetry
 from libs.common.config import Settings, load_settings
-from libs.common.grpcserver import create_server, drain
+from libs.common.grpcserver import BindError, bind_server, create_server, drain, start_server
 from libs.common.infra import Infra, open_infra, resolve_dsn
 from libs.common.passrunner import holder_identity, run_pass, tick_forever
+from services.runner import security
 from services.runner.registry import SERVICES, migrations_of
 
 _log = logging.getLogger("agentlearn")
@@ -30,10 +31,18 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--data-dir", help="where embedded PostgreSQL and Qdrant keep their data")
         sp.add_argument("--log-level", default="INFO")
 
+    def serving(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--port", type=int, help="gRPC port (default 50051)")
+        sp.add_argument("--host", help="bind address (default 127.0.0.1; any other address needs tokens)")
+        sp.add_argument(
+            "--require-auth", action="store_true", help="require bearer tokens on loopback too (auth.mode: tokens)"
+        )
+        sp.add_argument("--tls-cert", help="PEM certificate chain: serve the public port over TLS")
+        sp.add_argument("--tls-key", help="PEM private key of --tls-cert")
+
     up = sub.add_parser("up", help="all-in-one: every service on one gRPC server")
     common(up)
-    up.add_argument("--port", type=int, help="gRPC port (default 50051)")
-    up.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serving(up)
     up.add_argument(
         "--split",
         action="store_true",
@@ -43,8 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="one service alone")
     common(serve)
     serve.add_argument("service", choices=sorted(SERVICES))
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--host")
+    serving(serve)
 
     run_pass_p = sub.add_parser("pass", help="run one background pass once (lease-claimed)")
     common(run_pass_p)
@@ -54,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     common(rebuild)
 
     sub.add_parser("demo", help="a scripted agent life against a running ./run up", add_help=False)
+    security.add_token_parser(sub, common)
     return p
 
 
@@ -66,8 +75,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         server["port"] = args.port
     if getattr(args, "host", None):
         server["host"] = args.host
+    for flag in ("tls_cert", "tls_key"):
+        if getattr(args, flag, None):
+            server[flag] = getattr(args, flag)
     if server:
         overrides["server"] = server
+    if getattr(args, "require_auth", False):
+        overrides["auth"] = {"mode": "tokens"}
     settings = load_settings(args.config, overrides)
     # Resolved once, so every log line and the ready line name the same directory.
     return settings.model_copy(update={"data_dir": Path(os.path.abspath(settings.data_dir))})
@@ -88,12 +102,19 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
         settings = settings.model_copy(
             update={"telemetry": settings.telemetry.model_copy(update={"service_name": name})}
         )
+    # Decided and bound before anything is opened: a refused address or a taken port fails in a
+    # second with one line, never after Postgres started.
+    mode = security.auth_mode(settings)
+    settings = security.with_internal_secret(settings)
+    authenticator = security.authenticator(settings, mode)
+    bound = bind_server(security.listeners(settings), authenticator=authenticator)
     telemetry.configure_tracing(settings.telemetry)
     async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(bound.server.stop, 0)
         infra, components = await _open(settings, stack, names)
-        registrations = [r for c in components for r in c.registrations]
-        address = f"{settings.server.host}:{settings.server.port}"
-        server, port, health = await create_server(registrations, address)
+        authenticator.attach_store(infra.tokens)
+        await start_server(bound, [r for c in components for r in c.registrations])
+        port = bound.port
         infra.channels.serve_locally([c.name for c in components], f"{settings.server.host}:{port}")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -109,14 +130,22 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
         ]
         tasks += [asyncio.create_task(bg(), name=f"{c.name}-background") for c in components for bg in c.background]
         if ready_line:
+            auth = (
+                "auth=local (no tokens: loopback only; --require-auth to require them)"
+                if mode == "local"
+                else "auth=tokens"
+            )
+            tls = " tls=on" if settings.server.tls_cert else ""
+            internal = f" internal={bound.ports[1]}" if len(bound.ports) > 1 else ""
             print(
                 f"agentlearn ready on {settings.server.host}:{port} "
-                f"services={','.join(c.name for c in components)} data_dir={settings.data_dir}",
+                f"services={','.join(c.name for c in components)} data_dir={settings.data_dir} "
+                f"{auth}{tls}{internal}",
                 flush=True,
             )
         await stop.wait()
         _log.info("shutting down: NOT_SERVING, draining for %ss", settings.server.grace_seconds)
-        await drain(server, health, settings.server.grace_seconds)
+        await drain(bound, settings.server.grace_seconds)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -128,8 +157,14 @@ async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
     """One process per service, each on ``services.<name>``, sharing one PostgreSQL (the embedded one
     is started here and handed to the children by URL) and one data directory. Prints one ready line
     when every child is ready; SIGTERM is passed on to every child, which drains on its own."""
+    mode = security.auth_mode(settings)  # refuse before starting anything
+    settings = security.with_internal_secret(settings)
     dsn = await resolve_dsn(settings)
-    env = {**os.environ, "DATABASE_URL": dsn}
+    secret = settings.auth.internal_secret
+    assert secret is not None
+    env = {**os.environ, "DATABASE_URL": dsn, "AGENTLEARN_AUTH__INTERNAL_SECRET": secret.get_secret_value()}
+    if mode == "tokens":
+        env["AGENTLEARN_AUTH__MODE"] = "tokens"
     children: dict[str, asyncio.subprocess.Process] = {}
     addresses: dict[str, str] = {}
     stop = asyncio.Event()
@@ -242,12 +277,18 @@ async def main(argv: list[str]) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = _settings(args)
-    if args.command == "up":
-        if args.split:
-            return await serve_split(settings, args)
-        return await serve(settings, list(SERVICES))
-    if args.command == "serve":
-        return await serve(settings, [args.service])
+    try:
+        if args.command == "up":
+            if args.split:
+                return await serve_split(settings, args)
+            return await serve(settings, list(SERVICES))
+        if args.command == "serve":
+            return await serve(settings, [args.service])
+    except (security.StartRefused, BindError) as err:
+        print(f"agentlearn: {err}", file=sys.stderr)
+        return 2
+    if args.command == "token":
+        return await security.run_token(settings, args)
     if args.command == "pass":
         return await one_pass(settings, args.name)
     if args.command == "rebuild-index":

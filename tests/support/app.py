@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from libs.common.auth import Authenticator
 from libs.common.clock import Clock
 from libs.common.component import Component
 from libs.common.config import Settings
@@ -40,15 +41,21 @@ async def open_app(
     clock: Clock | None = None,
     embedder: Any = None,
     index: VectorIndex | None = None,
+    auth_mode: str = "local",
 ) -> AsyncIterator[App]:
+    """Every service of ``names`` on one loopback server. ``auth_mode="tokens"`` authenticates every
+    call as ``./run up --require-auth`` does (token cache off, so a revocation shows at once)."""
     names = names or list(SERVICES)
     async with contextlib.AsyncExitStack() as stack:
         infra = await open_infra(
             settings, stack, migrations_of(names), clock=clock, embedder=embedder, index=index, dsn=dsn, pool_size=5
         )
         components = {n: SERVICES[n].component(infra) for n in names}
+        authenticator = Authenticator(
+            infra.tokens, infra.clock, mode=auth_mode, cache_seconds=0, internal_secret=infra.internal_secret
+        )
         server, port, _health = await create_server(
-            [r for c in components.values() for r in c.registrations], "127.0.0.1:0"
+            [r for c in components.values() for r in c.registrations], "127.0.0.1:0", authenticator=authenticator
         )
         stack.push_async_callback(server.stop, None)
         infra.channels.serve_locally(names, f"127.0.0.1:{port}")

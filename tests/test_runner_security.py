@@ -1,0 +1,186 @@
+"""Secure by default, as an operator meets it: local mode only on loopback (and said in the ready
+line), a refusal in one line on any other address without authentication, a taken port refused
+before Postgres starts, and tokens issued, used and revoked with ``./run token``."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+
+import grpc
+import pytest
+
+from agentlearn.diary.v1 import diary_service_pb2 as pb
+from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from tests.test_runner import ROOT, _cli, _env, _stop
+
+pytestmark = pytest.mark.slow
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "services.runner", *args],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_a_public_address_without_authentication_is_refused_in_one_line(tmp_path):
+    done = _run("up", "--host", "0.0.0.0", "--port", "0", "--data-dir", str(tmp_path / "d"))
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [lines[-1]] and lines[-1].startswith("agentlearn: refusing to serve on 0.0.0.0"), done.stderr
+    assert "--require-auth" in lines[-1]
+    assert not (tmp_path / "d" / "postgres").exists()  # nothing was started
+
+
+def test_a_taken_port_is_refused_before_anything_starts(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _run("up", "--port", str(port), "--data-dir", str(tmp_path / "d"))
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"cannot bind 127.0.0.1:{port}" in lines[0], done.stderr
+    assert not (tmp_path / "d" / "postgres").exists()
+
+
+async def _start(data_dir, *flags: str) -> tuple[asyncio.subprocess.Process, int, str]:  # type: ignore[no-untyped-def]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.runner",
+        "up",
+        "--port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        *flags,
+        cwd=ROOT,
+        env=_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    async with asyncio.timeout(90):
+        line = (await proc.stdout.readline()).decode()
+    assert line.startswith("agentlearn ready on 127.0.0.1:"), line
+    return proc, int(line.split()[3].rsplit(":", 1)[1]), line
+
+
+async def test_require_auth_serves_only_token_holders_and_tokens_come_from_the_cli(tmp_path):
+    data = tmp_path / "data"
+    proc, port, ready = await _start(data, "--require-auth")
+    try:
+        assert "auth=tokens" in ready
+        issued = await asyncio.to_thread(
+            _cli, "token", "issue", "--company", "acme", "--seat", "ana", "--scopes", "memory:write", data_dir=data
+        )
+        assert issued.returncode == 0, issued.stderr[-2000:]
+        token = issued.stdout.strip()
+        assert token.startswith("agl_") and "\n" not in token
+        request = pb.WriteNoteRequest(company="acme", seat="ana", content="Bob prefers digests", tier=pb.NOTE_TIER_LONG)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.DiaryServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.WriteNote(request, timeout=10)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            note = (await stub.WriteNote(request, metadata=(("authorization", f"Bearer {token}"),), timeout=10)).note
+            assert note.content == "Bob prefers digests"
+
+            listed = await asyncio.to_thread(_cli, "token", "list", "--company", "acme", data_dir=data)
+            token_id = listed.stdout.split()[0]
+            assert "live" in listed.stdout and token not in listed.stdout
+            revoked = await asyncio.to_thread(_cli, "token", "revoke", token_id, data_dir=data)
+            assert revoked.returncode == 0
+            # Revocation takes effect within auth.cache_seconds (10 s by default): wait for it.
+            async with asyncio.timeout(30):
+                while True:
+                    try:
+                        await stub.WriteNote(request, metadata=(("authorization", f"Bearer {token}"),), timeout=10)
+                    except grpc.aio.AioRpcError as refused:
+                        assert refused.code() == grpc.StatusCode.UNAUTHENTICATED
+                        break
+                    await asyncio.sleep(0.5)
+    finally:
+        assert await _stop(proc) == 0
+
+
+async def test_local_mode_says_so_in_its_ready_line(tmp_path):
+    proc, _, ready = await _start(tmp_path / "data")
+    try:
+        assert "auth=local" in ready and "loopback only" in ready
+    finally:
+        assert await _stop(proc) == 0
+
+
+async def test_sigterm_mid_burst_cancels_nothing_and_loses_nothing(tmp_path):
+    """SIGTERM while a burst of reads and idempotent writes is in flight: health goes NOT_SERVING,
+    every call the server received runs to its end (none CANCELLED), the process exits, and every
+    write it acknowledged is there after a restart; a retry of any write that did not answer lands
+    once."""
+    data = tmp_path / "data"
+    proc, port, _ = await _start(data)
+    stopped = False
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.DiaryServiceStub(channel)
+
+            def note(i: int) -> pb.WriteNoteRequest:
+                return pb.WriteNoteRequest(
+                    company="acme",
+                    seat="ana",
+                    content=f"Fact {i}: the billing export for region {i} runs on Mondays.",
+                    tier=pb.NOTE_TIER_LONG,
+                    request_id=f"burst-{i}",
+                )
+
+            async def call(coro) -> str:  # type: ignore[no-untyped-def]
+                try:
+                    await coro
+                    return "OK"
+                except grpc.aio.AioRpcError as err:
+                    return err.code().name
+
+            writes = [asyncio.create_task(call(stub.WriteNote(note(i), timeout=60))) for i in range(40)]
+            reads = [
+                asyncio.create_task(
+                    call(
+                        stub.RecallNotes(
+                            pb.RecallNotesRequest(company="acme", seat="ana", query=f"billing {i}"), timeout=60
+                        )
+                    )
+                )
+                for i in range(40)
+            ]
+            await asyncio.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            stopped = True
+            write_codes = await asyncio.gather(*writes)
+            read_codes = await asyncio.gather(*reads)
+            async with asyncio.timeout(30):
+                assert await proc.wait() == 0
+        assert "CANCELLED" not in write_codes + read_codes, (write_codes, read_codes)
+        acknowledged = [i for i, code in enumerate(write_codes) if code == "OK"]
+        assert acknowledged, write_codes
+    finally:
+        if not stopped:
+            await _stop(proc)
+
+    proc, port, _ = await _start(data)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.DiaryServiceStub(channel)
+            for i in range(40):  # a retry of every write: the acknowledged ones are not written twice
+                await stub.WriteNote(note(i), timeout=60)
+            listed = await stub.ListNotes(pb.ListNotesRequest(company="acme", seat="ana", page_size=100))
+            contents = [n.content for n in listed.notes]
+            assert sorted(contents) == sorted({note(i).content for i in range(40)})
+    finally:
+        assert await _stop(proc) == 0
