@@ -1,4 +1,4 @@
-"""The Kubernetes manifests in deploy/k8s: schema-valid
+"""The Kubernetes manifests in deploy/k8s (and the optional ones in deploy/k8s-optional): schema-valid
 offline (kubernetes-validate --strict), and the properties the deployment relies on, read from the
 YAML itself: ports and probes, the secrets each pod mounts, disruption budgets and the shutdown
 sequence, and the network policies evaluated into who can reach what."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from services.runner.registry import ORDER
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"
+OPTIONAL = ROOT / "deploy" / "k8s-optional"
 # The oldest release with every field used here GA (podFailurePolicy, CronJob timeZone, the preStop
 # sleep action enabled by default), and the newest the validator ships schemas for.
 KUBERNETES_VERSIONS = ["1.31.0", "1.37.0"]
@@ -839,3 +841,148 @@ def test_the_role_grants_only_get_create_update_on_the_pass_leases() -> None:
     }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": PASS_SA, "namespace": NAMESPACE}]
     assert PASS_SA in of_kind("ServiceAccount")
+
+
+# ------------------------------------------------------------------ optional manifests
+
+
+def json_patch(doc: dict, ops: list[dict]) -> dict:
+    """The RFC 6902 operations the overlay uses (add, replace), applied to a copy of ``doc``."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].lstrip("/").split("/")]
+        node: Any = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if op["op"] == "add" and isinstance(node, list):
+            node.insert(len(node) if last == "-" else int(last), op["value"])
+        elif op["op"] == "add":
+            node[last] = op["value"]
+        elif op["op"] == "replace":
+            if isinstance(node, list):
+                node[int(last)] = op["value"]
+            else:
+                assert last in node, op["path"]  # replace of a missing member fails in kustomize too
+                node[last] = op["value"]
+        else:
+            raise AssertionError(f"unsupported patch operation {op['op']}")
+    return doc
+
+
+def _label_selector(text: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in text.split(","))
+
+
+def public_tls_build() -> list[dict[str, Any]]:
+    """deploy/k8s-optional/public-tls rendered the way kustomize renders it: the base with the
+    overlay's patches applied to the targets they name."""
+    overlay = OPTIONAL / "public-tls"
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert [(overlay / r).resolve() for r in kustomization["resources"]] == [K8S.resolve()]
+    docs = copy.deepcopy(DOCS)
+    for patch in kustomization["patches"]:
+        target, ops = patch["target"], yaml.safe_load((overlay / patch["path"]).read_text())
+        wanted = _label_selector(target["labelSelector"])
+        for i, doc in enumerate(docs):
+            if doc["kind"] == target["kind"] and wanted.items() <= doc["metadata"].get("labels", {}).items():
+                docs[i] = json_patch(doc, ops)
+    return docs
+
+
+def test_the_public_tls_overlay_mounts_the_certificate_and_probes_without_tls(tmp_path: Path) -> None:
+    built = public_tls_build()
+    out = tmp_path / "public-tls.yaml"
+    out.write_text(yaml.safe_dump_all(built))
+    for version in KUBERNETES_VERSIONS:
+        result = subprocess.run(
+            [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", version, str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    deployments = of_kind("Deployment", built)
+    assert set(deployments) == set(DEPLOYMENTS)
+    for name, deployment in deployments.items():
+        spec = pod_spec(deployment)
+        (container,) = spec["containers"]
+        (volume,) = [v for v in spec["volumes"] if v.get("secret", {}).get("secretName") == "agentlearn-public-tls"]
+        assert {i["key"] for i in volume["secret"]["items"]} == {"tls.crt", "tls.key"}
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+        assert mount["readOnly"] is True
+        env = env_of(container)
+        for var, key in (("AGENTLEARN_SERVER__TLS_CERT", "tls.crt"), ("AGENTLEARN_SERVER__TLS_KEY", "tls.key")):
+            assert env[var]["value"] == str(PurePosixPath(mount["mountPath"]) / key)
+        # The kubelet's gRPC probe cannot speak TLS before Kubernetes 1.37: the port is probed over TCP.
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert container[kind]["tcpSocket"]["port"] == "grpc" and "grpc" not in container[kind]
+        # Nothing else moved: same secrets plus the public certificate, same ports and shutdown.
+        assert secrets_mounted(spec) == secrets_expected(name) | {"agentlearn-public-tls"}
+        base = pod_spec(DEPLOYMENTS[name])["containers"][0]
+        assert container["ports"] == base["ports"] and container["lifecycle"] == base["lifecycle"]
+    assert [d for d in built if d["kind"] != "Deployment"] == [d for d in DOCS if d["kind"] != "Deployment"]
+
+
+def test_the_cert_manager_certificate_names_every_service() -> None:
+    directory = OPTIONAL / "cert-manager"
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert kustomization["namespace"] == NAMESPACE
+    docs = [d for r in kustomization["resources"] for d in _load(directory / r)]
+    assert {d["apiVersion"] for d in docs} == {"cert-manager.io/v1"}
+    certificates = of_kind("Certificate", docs)
+    issuers = of_kind("Issuer", docs)
+    leaf = certificates[INTERNAL_TLS_SECRET]
+    spec = leaf["spec"]
+    assert spec["secretName"] == INTERNAL_TLS_SECRET
+    # Each service by its identity name and by the host its callers dial (services.<name>).
+    for name in DEPLOYMENTS:
+        host = RAW_CONFIG["services"][name].rsplit(":", 1)[0]
+        assert {f"agentlearn-{name}", host} <= set(spec["dnsNames"]), name
+    assert {"server auth", "client auth"} <= set(spec["usages"])
+    assert spec["privateKey"]["rotationPolicy"] == "Always"  # a renewal is a new key
+    # Signed by a CA issuer whose own key is in a Secret no pod mounts.
+    issuer = issuers[spec["issuerRef"]["name"]]
+    ca_secret = issuer["spec"]["ca"]["secretName"]
+    assert any(c["spec"].get("isCA") and c["spec"]["secretName"] == ca_secret for c in certificates.values())
+    assert all(ca_secret not in secrets_mounted(pod_spec(d)) for _, d in workloads())
+
+
+def test_the_token_job_reads_only_the_database(tmp_path: Path) -> None:
+    path = OPTIONAL / "token-job.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", KUBERNETES_VERSIONS[0], str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (job,) = _load(path)
+    spec = pod_spec(job)
+    (container,) = spec["containers"]
+    assert container["args"][0] == "token"
+    assert secrets_mounted(spec) == {"agentlearn-database"}
+    assert spec["automountServiceAccountToken"] is False
+    pod = Endpoint("token job", NAMESPACE, job["spec"]["template"]["metadata"]["labels"])
+    assert reachable(pod, POSTGRES, 5432)
+    assert not reachable(pod, ANYWHERE, 443) and not reachable(pod, QDRANT, 6333)
+    for name in DEPLOYMENTS:
+        assert not reachable(pod, endpoint_of(name), INTERNAL_PORT)
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with its built-in kustomize) is not installed")
+def test_kustomize_builds_the_base_and_the_overlays_as_read_here() -> None:
+    def build(directory: Path) -> list[dict[str, Any]]:
+        out = subprocess.run(
+            ["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=True
+        )
+        return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+    def key(d: dict) -> tuple[str, str]:
+        return (d["kind"], d["metadata"]["name"])
+
+    base = build(K8S)
+    assert sorted(map(key, base)) == sorted(map(key, DOCS))
+    tls = {key(d): d for d in build(OPTIONAL / "public-tls")}
+    for doc in public_tls_build():
+        assert tls[key(doc)] == doc, key(doc)
+    assert {d["kind"] for d in build(OPTIONAL / "cert-manager")} == {"Issuer", "Certificate"}
