@@ -782,6 +782,7 @@ def test_egress_is_dns_postgres_collector_and_what_the_pod_uses(name: str) -> No
 def test_the_model_endpoint_cidr_is_a_placeholder_the_operator_sets() -> None:
     """Shipped as a documentation range (RFC 5737), reaching nothing until the operator sets it."""
     assert ipaddress.ip_address(model_endpoint().ip) in ipaddress.ip_network("192.0.2.0/24")
+    assert "egress-model" in (ROOT / "docs" / "deploy.md").read_text()
 
 
 # ------------------------------------------------------------------ passes and their leases
