@@ -174,7 +174,7 @@ def calls_in_code(package: str) -> set[str]:
     found: set[str] = set()
     for path in (ROOT / "services" / package).rglob("*.py"):
         text = path.read_text()
-        found |= set(re.findall(r"\bclients\.(\w+)", text))
+        found |= set(re.findall(r"clients\.(\w+)", text))  # also self._clients.<name>
         found |= set(re.findall(r'\.channel\(\s*"(\w+)"', text))
     return {n for n in found if n in CONTRACT_SERVICES and n != package}
 
