@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 
-from libs.common.config import load_settings
+from libs.common.config import ConfigError, load_settings
 
 
 def test_every_spec_default_is_the_specs():
@@ -74,13 +73,31 @@ def test_conventional_environment_names_select_external_infrastructure():
 
 
 def test_a_chain_naming_an_unknown_provider_is_refused():
-    with pytest.raises(ValidationError, match=r"names providers not under providers\.llm"):
+    with pytest.raises(ConfigError, match=r"names providers not under providers\.llm"):
         load_settings(None, {"company_defaults": {"roles": {"swe": {"llm_auxiliary": ["nope"]}}}}, env={})
 
 
 def test_unknown_knobs_are_refused_not_ignored():
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConfigError, match=r"^the configuration: learning\.diary\.long_cap: Extra inputs"):
         load_settings(None, {"learning": {"diary": {"long_cap": 3}}}, env={})
+
+
+def test_config_errors_are_one_line_naming_the_file_and_the_key(tmp_path):
+    """An operator reads one line, not a traceback naming <unicode string> (issue 15)."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("learning:\n  diary:\n    long_cap_per_seat: 5\n   vector_limit: [\n")
+    missing = tmp_path / "nope.yaml"
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("learning:\n  diary:\n    long_cap_per_seat: many\n")
+    messages = []
+    for path in (broken, missing, wrong):
+        with pytest.raises(ConfigError) as err:
+            load_settings(path, env={})
+        messages.append(str(err.value))
+    assert all("\n" not in m and m.startswith(str(tmp_path)) for m in messages), messages
+    assert "line 4" in messages[0] and "not valid YAML" in messages[0]
+    assert "cannot read the config file" in messages[1]
+    assert "learning.diary.long_cap_per_seat" in messages[2]
 
 
 def test_fingerprint_moves_with_model_width_limits_or_endpoint_only():

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
     "BudgetConfig",
     "CompanyConfig",
+    "ConfigError",
     "EmbeddingsConfig",
     "LearningConfig",
     "ProviderConfig",
@@ -411,10 +412,21 @@ class ServiceAddresses(_Section):
 
 
 class TelemetryConfig(_Section):
+    """OpenTelemetry. The standard ``OTEL_*`` variables (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+    ``_PROTOCOL``, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``,
+    ``OTEL_SDK_DISABLED``) work as everywhere and win over these keys."""
+
     otlp_endpoint: str | None = None
-    """OTLP/gRPC collector (e.g. http://otel-collector:4317); unset exports nothing."""
+    """OTLP collector for traces and metrics (e.g. http://otel-collector:4317); unset, and no
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``, exports nothing (``/metrics`` still serves Prometheus)."""
+    otlp_protocol: Literal["grpc", "http/protobuf"] = "grpc"
+    """OTLP transport (``OTEL_EXPORTER_OTLP_PROTOCOL``)."""
     service_name: str = "agentlearn"
-    """``service.name`` of this process's spans."""
+    """``service.name`` of this process (``OTEL_SERVICE_NAME``). ``./run serve <name>`` appends the
+    service's name to the default (``agentlearn-diary``); a name set here is used as it is."""
+    log_format: Literal["text", "json"] = "text"
+    """Log lines: ``text`` for a terminal, ``json`` (one object per line, with trace and span ids)
+    for a log pipeline (``--log-format``)."""
 
 
 class LeaseConfig(_Section):
@@ -583,25 +595,48 @@ def _agentlearn_env(env: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+class ConfigError(ValueError):
+    """A configuration that cannot be used, said in one line naming the file and the key."""
+
+
 def load_settings(
     path: str | Path | None = None, overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None
 ) -> Settings:
     """Read the YAML file (``path`` or ``$AGENTLEARN_CONFIG``), apply the environment, then overrides.
 
     Precedence, highest first: ``overrides`` (flags, tests), the environment (``env``, default
-    ``os.environ``), the YAML file, the defaults.
+    ``os.environ``), the YAML file, the defaults. Anything wrong is a :class:`ConfigError` whose
+    message is one line naming the file (or the environment) and the key.
     """
     env = dict(os.environ if env is None else env)
     path = path or env.get("AGENTLEARN_CONFIG")
     data: dict[str, Any] = {}
+    source = "the configuration"
     if path:
-        text = Path(path).read_text()
-        loaded = yaml.safe_load(text) or {}
+        source = str(path)
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read the config file: {err.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigError(f"{path}{at}: not valid YAML: {problem}") from None
         if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: the top level must be a mapping")
+            raise ConfigError(f"{path}: the top level must be a mapping")
         data = loaded
+        source = f"{path} (or the environment)"
     data = _deep_merge(data, _conventional_env(env))
     data = _deep_merge(data, _agentlearn_env(env))
     if overrides:
         data = _deep_merge(data, overrides)
-    return Settings(**data)
+    try:
+        return Settings(**data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(p) for p in first.get("loc", ())) or "(top level)"
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        raise ConfigError(f"{source}: {key}: {first.get('msg', 'invalid')}{more}") from None

@@ -26,6 +26,7 @@ from opentelemetry import trace
 from libs.common import telemetry
 from libs.common.auth import Authenticator, authorize, use_principal
 from libs.common.errors import AgentLearnError, InvalidArgument, Unavailable
+from libs.common.metrics import RPC_DURATION
 
 __all__ = [
     "AuthInterceptor",
@@ -285,8 +286,22 @@ class Listener:
         )
 
 
+def _rpc_labels(method: str) -> dict[str, str]:
+    service, _, name = method.strip("/").partition("/")
+    return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+
+
+def _record_rpc(labels: dict[str, str], context: grpc.aio.ServicerContext, started: float) -> None:
+    code = context.code()
+    if isinstance(code, int):  # aio contexts report a raw status number
+        code = next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
+    status = code.name if code is not None else "OK"
+    RPC_DURATION.record((time.perf_counter() - started) * 1000, {**labels, "rpc.grpc.status_code": status})
+
+
 class CallTracker(grpc.aio.ServerInterceptor):
-    """Counts the calls a server is running, so a drain can tell when it is idle.
+    """Counts the calls a server is running, so a drain can tell when it is idle, and records each
+    call's duration and status code (``rpc.server.duration``).
 
     gRPC's own graceful stop cancels every call the server has received but not yet handed to a
     handler, and a busy event loop hands them over slowly: stopping at once on SIGTERM cancelled
@@ -330,14 +345,17 @@ class CallTracker(grpc.aio.ServerInterceptor):
         if handler is None or (handler.unary_unary is None and handler.unary_stream is None):
             self._exit()
             return handler
+        labels = _rpc_labels(handler_call_details.method)
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                started = time.perf_counter()
                 try:
                     return await inner(request, context)
                 finally:
                     self._exit()
+                    _record_rpc(labels, context, started)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary,
@@ -347,11 +365,13 @@ class CallTracker(grpc.aio.ServerInterceptor):
         inner_stream = handler.unary_stream
 
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            started = time.perf_counter()
             try:
                 async for item in inner_stream(request, context):
                     yield item
             finally:
                 self._exit()
+                _record_rpc(labels, context, started)
 
         return grpc.unary_stream_rpc_method_handler(
             stream,

@@ -28,6 +28,7 @@ from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from libs.common.embeddings import EmbeddingError
 from libs.common.errors import InvalidArgument
+from libs.common.metrics import PREFETCH_BLOCKS
 from libs.common.validation import require_text, seat_ref
 from services.prefetch import hints, knowledge_block, memory
 from services.prefetch.clients import rpc_failure
@@ -136,6 +137,8 @@ class TurnContextBuilder:
         await self.deps.events.emit(
             "prefetch_summary", company=start.company, seat=start.seat, turn_id=start.turn_id, **summary.payload()
         )
+        for b in blocks:
+            PREFETCH_BLOCKS.add(1, {"agentlearn.block": str(b.kind), "agentlearn.hit": b.hit})
         return TurnContext(blocks, summary)
 
     async def _guard(self, kind: BlockKind, make: Callable[[], Awaitable[Block]]) -> Block:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from libs.common import telemetry
-from libs.common.config import Settings, load_settings
+from libs.common.config import ConfigError, Settings, TelemetryConfig, load_settings
 from libs.common.grpcserver import BindError, bind_server, create_server, drain, start_server
 from libs.common.infra import Infra, open_infra, resolve_dsn
 from libs.common.passrunner import holder_identity, run_pass, tick_forever
@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", help="YAML config file (default: $AGENTLEARN_CONFIG)")
         sp.add_argument("--data-dir", help="where embedded PostgreSQL and Qdrant keep their data")
         sp.add_argument("--log-level", default="INFO")
+        sp.add_argument(
+            "--log-format", choices=["text", "json"], help="log lines for a terminal (text) or a pipeline (json)"
+        )
 
     def serving(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--port", type=int, help="gRPC port (default 50051)")
@@ -80,6 +83,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             server[flag] = getattr(args, flag)
     if server:
         overrides["server"] = server
+    if getattr(args, "log_format", None):
+        overrides["telemetry"] = {"log_format": args.log_format}
     if getattr(args, "require_auth", False):
         overrides["auth"] = {"mode": "tokens"}
     settings = load_settings(args.config, overrides)
@@ -97,8 +102,11 @@ async def _open(settings: Settings, stack: contextlib.AsyncExitStack, names: lis
 
 
 async def serve(settings: Settings, names: list[str], *, ready_line: bool = True) -> int:
-    if len(names) == 1:  # one service per process: its spans say which
-        name = f"{settings.telemetry.service_name}-{names[0]}"
+    default_name = TelemetryConfig.model_fields["service_name"].default
+    if len(names) == 1 and settings.telemetry.service_name == default_name:
+        # One service per process: its spans say which (a name configured for the pod, as the
+        # Kubernetes manifests set, is taken as it is rather than doubled).
+        name = f"{default_name}-{names[0]}"
         settings = settings.model_copy(
             update={"telemetry": settings.telemetry.model_copy(update={"service_name": name})}
         )
@@ -270,13 +278,12 @@ async def main(argv: list[str]) -> int:
 
         return await demo.main(argv[1:])
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except ConfigError as err:
+        print(f"agentlearn: {err}", file=sys.stderr)
+        return 2
+    telemetry.configure_logging(args.log_level, settings.telemetry.log_format)
     try:
         if args.command == "up":
             if args.split:

@@ -11,6 +11,7 @@ from libs.common.budgets import BudgetLedger
 from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.events import EventSink
+from libs.common.metrics import AUX_TOKENS
 
 _log = logging.getLogger(__name__)
 
@@ -179,6 +180,14 @@ class AuxiliaryModel:
                 )
             except Exception as exc:
                 _log.warning("auxiliary spend not charged: %s", exc)
+        AUX_TOKENS.add(
+            completion.prompt_tokens + completion.completion_tokens,
+            {
+                "agentlearn.purpose": attribution.purpose,
+                "agentlearn.stage": str(attribution.stage),
+                "agentlearn.model": completion.model,
+            },
+        )
         if self._events is not None:
             await self._events.emit(
                 "auxiliary_spend",

@@ -1,0 +1,132 @@
+"""Every metric agentlearn records, in one place, through the OpenTelemetry metrics API.
+
+The meter provider (``telemetry.configure_metrics``) exports them by OTLP when configured and
+always to Prometheus, served at ``/metrics`` on the HTTP port (:func:`prometheus_app`). Names
+follow the semantic conventions where one exists (``rpc.server.duration``); ours are namespaced
+``agentlearn.*``. Recording is best-effort and cheap: an instrument with no provider installed is a
+no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from opentelemetry import metrics
+
+__all__ = [
+    "AUX_TOKENS",
+    "EMBED_BATCH",
+    "EMBED_DURATION",
+    "FILL_BACKLOG",
+    "LEARNING_CHECKS",
+    "PREFETCH_BLOCKS",
+    "QUEUE_DEPTH",
+    "QUEUE_LAG",
+    "RPC_DURATION",
+    "WORKER_OUTCOMES",
+    "prometheus_app",
+]
+
+
+class _Lazy:
+    """An instrument created on first use, so it binds to the provider installed by then (the
+    module is imported before ``configure_metrics`` runs)."""
+
+    def __init__(self, factory: Callable[[metrics.Meter], Any]):
+        self._factory = factory
+        self._instrument: Any = None
+        self._provider: Any = None
+
+    def _get(self) -> Any:
+        provider = metrics.get_meter_provider()
+        if self._instrument is None or provider is not self._provider:
+            self._provider = provider
+            self._instrument = self._factory(metrics.get_meter("agentlearn"))
+        return self._instrument
+
+    def add(self, amount: float, attributes: dict[str, Any] | None = None) -> None:
+        self._get().add(amount, attributes=attributes)
+
+    def record(self, amount: float, attributes: dict[str, Any] | None = None) -> None:
+        self._get().record(amount, attributes=attributes)
+
+    def set(self, amount: float, attributes: dict[str, Any] | None = None) -> None:
+        self._get().set(amount, attributes=attributes)
+
+
+RPC_DURATION = _Lazy(
+    lambda m: m.create_histogram(
+        "rpc.server.duration",
+        unit="ms",
+        description="Duration of inbound RPCs, per method and status code (gRPC semantic conventions)",
+    )
+)
+"""Attributes: ``rpc.system`` (grpc), ``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code``."""
+
+QUEUE_DEPTH = _Lazy(
+    lambda m: m.create_gauge(
+        "agentlearn.queue.depth", unit="{job}", description="Jobs waiting or running in the durable queue, per kind"
+    )
+)
+"""Attributes: ``agentlearn.job.kind`` (reflection, learning). The reflector's HPA scales on it."""
+
+QUEUE_LAG = _Lazy(
+    lambda m: m.create_histogram(
+        "agentlearn.queue.lag", unit="s", description="Time from enqueue to claim of a job, per kind"
+    )
+)
+
+WORKER_OUTCOMES = _Lazy(
+    lambda m: m.create_counter(
+        "agentlearn.reflection.worker.outcomes", unit="{outcome}", description="Reflection worker outcomes"
+    )
+)
+"""Attributes: ``agentlearn.worker``, ``agentlearn.worker.status``."""
+
+FILL_BACKLOG = _Lazy(
+    lambda m: m.create_gauge(
+        "agentlearn.fill.backlog", unit="{row}", description="Rows waiting for a vector of the current model"
+    )
+)
+"""Attributes: ``agentlearn.fill.source`` (notes, episodes, pages)."""
+
+EMBED_BATCH = _Lazy(
+    lambda m: m.create_histogram(
+        "agentlearn.embedding.batch.size", unit="{text}", description="Texts per embedding model run"
+    )
+)
+
+EMBED_DURATION = _Lazy(
+    lambda m: m.create_histogram(
+        "agentlearn.embedding.duration", unit="s", description="Duration of one embedding model run"
+    )
+)
+
+AUX_TOKENS = _Lazy(
+    lambda m: m.create_counter(
+        "agentlearn.auxiliary.tokens", unit="{token}", description="Auxiliary-model tokens spent"
+    )
+)
+"""Attributes: ``agentlearn.purpose``, ``agentlearn.stage``, ``agentlearn.model``."""
+
+PREFETCH_BLOCKS = _Lazy(
+    lambda m: m.create_counter(
+        "agentlearn.prefetch.blocks", unit="{block}", description="Turn-start blocks rendered, by block and hit"
+    )
+)
+"""Attributes: ``agentlearn.block``, ``agentlearn.hit`` (true/false). Hit rate = hit / all."""
+
+LEARNING_CHECKS = _Lazy(
+    lambda m: m.create_counter(
+        "agentlearn.learning_checks", unit="{check}", description="Session learning checks finished, by outcome"
+    )
+)
+"""Attributes: ``agentlearn.trigger``, ``agentlearn.outcome``."""
+
+
+def prometheus_app() -> Callable[[dict[str, Any], Any, Any], Awaitable[None]]:
+    """An ASGI app serving the Prometheus exposition of this process's metrics (``/metrics``)."""
+    from prometheus_client import make_asgi_app
+
+    return make_asgi_app()
