@@ -49,6 +49,7 @@ from libs.common.config import EmbeddingsConfig, FillConfig
 from libs.common.db import as_array
 from libs.common.embeddings import Embedder, EmbeddingError, Vector, pool, usable
 from libs.common.events import EventSink
+from libs.common.metrics import FILL_BACKLOG
 
 __all__ = ["FillReport", "FillRow", "FillSource", "RequestLedger", "VectorFill", "build_fill"]
 
@@ -79,6 +80,10 @@ class FillSource(Protocol):
 
     async def seats(self, company: str, model: str, dims: int | None, fingerprint: str, now: datetime) -> list[str]:
         """Seats of ``company`` with rows to fill, sorted."""
+        ...
+
+    async def backlog(self, model: str, dims: int | None, fingerprint: str, now: datetime) -> int:
+        """How many rows wait for a vector of (model, dims), held ones aside (a metric)."""
         ...
 
     async def pending(
@@ -237,7 +242,19 @@ class VectorFill:
                 await self._run_source(source)
         except _EndMinute as end:
             report.ended_by = end.why
+        await self._record_backlog()
         return report
+
+    async def _record_backlog(self) -> None:
+        """``agentlearn.fill.backlog`` per source, after the minute; measurement never fails it."""
+        model, dims, fp = self._embedder.model, self._embedder.dimensions, self._embeddings.fingerprint()
+        for source in self._sources:
+            try:
+                left = await source.backlog(model, dims, fp, self._clock.now())
+            except Exception as exc:
+                _log.debug("fill backlog of %s unreadable: %s", source.name, exc)
+                continue
+            FILL_BACKLOG.set(left, {"agentlearn.fill.source": source.name})
 
     async def _run_source(self, source: FillSource) -> None:
         now = self._clock.now()

@@ -172,6 +172,13 @@ class TableFillSource:
         )
         return [r["company"] for r in records]
 
+    async def backlog(self, model: str, dims: int | None, fingerprint: str, now: datetime) -> int:
+        return int(
+            await self._pool.fetchval(
+                f"SELECT count(*) FROM {self._rows.table} WHERE {self._pending}", now, model, dims, fingerprint
+            )
+        )
+
     async def seats(self, company: str, model: str, dims: int | None, fingerprint: str, now: datetime) -> list[str]:
         seat = self._rows.seat_column
         records = await self._pool.fetch(
