@@ -446,3 +446,78 @@ def scope_table() -> str:
 
 if __name__ == "__main__":
     print(scope_table())
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP: the same principal for the session-learning API, the inspector and /metrics.
+# --------------------------------------------------------------------------------------------
+
+TOKEN_COOKIE = "agentlearn_token"
+"""A browser (the inspector) carries its token in this HttpOnly, SameSite=Strict cookie instead of
+an Authorization header."""
+
+
+class HttpAuthMiddleware:
+    """ASGI middleware: authenticates every HTTP request as the gRPC interceptor does and puts the
+    principal in ``scope["state"]["principal"]`` (Starlette's ``request.state.principal``) and in
+    :func:`current_principal`. No or a bad credential is 401 with a JSON error body naming the
+    reason; paths in ``public`` (health, metrics, the OpenAPI document) need none. What each route
+    may do (its scope, the session's owner) is the route's to check against the principal."""
+
+    def __init__(self, app: Any, authenticator: Authenticator, *, public: Sequence[str] = (), cookies: bool = False):
+        self.app = app
+        self.authenticator = authenticator
+        self.public = tuple(public)
+        self.cookies = cookies
+
+    def _credentials(self, scope: Mapping[str, Any]) -> dict[str, str]:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        if "authorization" not in headers and self.cookies:
+            for part in headers.get("cookie", "").split(";"):
+                name, _, value = part.strip().partition("=")
+                if name == TOKEN_COOKIE and value:
+                    headers["authorization"] = f"Bearer {value}"
+        return headers
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if any(path == p or (p.endswith("/") and path.startswith(p)) for p in self.public):
+            scope.setdefault("state", {})["principal"] = ANONYMOUS
+            await self.app(scope, receive, send)
+            return
+        try:
+            principal = await self.authenticator.authenticate(self._credentials(scope))
+        except Unauthenticated as err:
+            await _json_error(send, 401, "UNAUTHENTICATED", err.reason, err.message, {"www-authenticate": "Bearer"})
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        token = use_principal(principal)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _current.reset(token)
+
+
+async def _json_error(send: Any, status: int, code: str, reason: str, message: str, headers: dict[str, str]) -> None:
+    """An error body shaped like google.rpc.Status, so HTTP and gRPC callers read the same fields."""
+    import json
+
+    body = json.dumps(
+        {
+            "error": {
+                "code": status,
+                "status": code,
+                "message": message,
+                "details": [
+                    {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "agentlearn.dev"}
+                ],
+            }
+        }
+    ).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
