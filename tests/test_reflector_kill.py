@@ -114,7 +114,8 @@ async def test_sigkill_mid_pass_loses_nothing_and_doubles_nothing(
                     await asyncio.sleep(0.2)
             # Exactly once, everywhere.
             assert await conn.fetchval("SELECT count(*) FROM reflections") == TURNS
-            assert await conn.fetchval("SELECT count(*) FROM reflection_jobs WHERE state <> 'done'") == 0
+            left = "SELECT count(*) FROM background_jobs WHERE kind = 'reflection' AND state <> 'done'"
+            assert await conn.fetchval(left) == 0
             notes = await conn.fetchval("SELECT count(*) FROM agent_diary WHERE source = 'persist_decider'")
             distinct = await conn.fetchval(
                 "SELECT count(DISTINCT turn_id) FROM agent_diary WHERE source = 'persist_decider'"
