@@ -388,6 +388,21 @@ async def test_a_turn_still_failing_after_max_attempts_is_dead_lettered_with_its
         again = await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
         assert not again.queued and again.state == pb.REFLECTION_STATE_DEAD_LETTERED
         assert await env.notes() == []
+        # The cause fixed, an operator runs the dead letters again (docs/services/reflector.md).
+        scripted_openai.rule("chat", None)
+        scripted_openai.chat_handler = lambda body: json.dumps(
+            {"classification": "LONG", "content": "Bob prefers weekly digests.", "reason": "said"}
+        )
+        await env.app.infra.pool.execute(
+            "UPDATE background_jobs SET state = 'queued', attempts = 0, run_after = $1 "
+            "WHERE kind = 'reflection' AND state = 'dead'",
+            clock.now(),
+        )
+        assert await env.harness.drain() == 1
+        r = await env.reflection("run-1")
+        assert r.state == pb.REFLECTION_STATE_COMPLETED and r.reason == ""
+        assert env.worker(r, "persist_decider").status == pb.WORKER_STATUS_WROTE
+        assert len(await env.notes()) == 1
 
 
 async def test_a_service_down_is_retried_and_only_the_unfinished_worker_runs_again(env_for, clock):
@@ -533,6 +548,36 @@ async def test_a_worker_that_loses_its_claim_stops(env_for, clock, scripted_open
         r = await env.reflection("run-1")
         assert r.state == pb.REFLECTION_STATE_RUNNING and list(r.workers) == []
         assert await env.notes() == []
+
+
+async def test_a_worker_that_stops_hands_its_turn_back_at_once(env_for, clock, scripted_openai):
+    """Cancelled mid-pass (the process stopping cleanly), the worker puts the turn back on the queue
+    with its attempt given back, so the next process takes it without waiting out the lease."""
+    import asyncio
+
+    scripted_openai.rule("chat", lambda body: Reply(delay=5.0))
+    providers = scripted_chain(scripted_openai)
+    providers["llm"]["model"]["timeout_seconds"] = 30.0
+    learning = {"reflection": {"workers": ["persist_decider"], "claim_lease_seconds": 300}}
+    async with env_for(learning=learning, providers=providers) as env:
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        draining = asyncio.create_task(env.harness.drain())
+        async with asyncio.timeout(10):
+            while not scripted_openai.received("chat"):  # the worker is inside its model call
+                await asyncio.sleep(0.02)
+        draining.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await draining
+        job = await env.app.infra.pool.fetchrow("SELECT state, attempts, locked_by FROM background_jobs")
+        assert (job["state"], job["attempts"], job["locked_by"]) == ("queued", 0, None)
+        assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_QUEUED
+        scripted_openai.rule("chat", None)
+        scripted_openai.chat_handler = lambda body: json.dumps(
+            {"classification": "LONG", "content": "Bob prefers weekly digests.", "reason": "said"}
+        )
+        assert await env.harness.drain() == 1  # at once: the lease of 300 s is not waited out
+        assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_COMPLETED
+        assert len(await env.notes()) == 1
 
 
 async def test_the_episodist_takes_a_run_id_out_of_a_label():
