@@ -108,6 +108,7 @@ _STORE_DOWN = (
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.TooManyConnectionsError,
     ConnectionError,
+    FileNotFoundError,  # the embedded server's Unix socket is gone while it restarts
 )
 
 
