@@ -184,3 +184,90 @@ async def test_sigterm_mid_burst_cancels_nothing_and_loses_nothing(tmp_path):
             assert sorted(contents) == sorted({note(i).content for i in range(40)})
     finally:
         assert await _stop(proc) == 0
+
+
+async def test_split_mode_with_tokens_reflects_and_its_children_do_not_outlive_a_killed_parent(tmp_path):
+    """``./run up --split --require-auth``: an engine with a reflect token submits a turn and the
+    reflector's workers reach the other processes as a service (the parent handed them its internal
+    secret). Then the parent is SIGKILLed: every child notices (a pipe only the parent held) and
+    exits; nothing keeps serving on the ports."""
+    import yaml
+
+    from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
+    from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
+    from libs.common.clock import SystemClock
+    from services.runner.registry import SERVICES
+    from tests.support.turns import message, turn
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    ports = {name: free_port() for name in SERVICES}
+    config = tmp_path / "split.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "services": {name: f"127.0.0.1:{port}" for name, port in ports.items()},
+                "run_passes_in_process": False,
+                "learning": {"reflection": {"poll_interval_seconds": 0.5}},
+            }
+        )
+    )
+    data = tmp_path / "data"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.runner", "up", "--split", "--require-auth", "--config", str(config),
+        "--data-dir", str(data), "--log-level", "WARNING",
+        cwd=ROOT, env=_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(180):
+            line = (await proc.stdout.readline()).decode()
+        assert line.startswith("agentlearn ready (split)") and "auth=tokens" in line, line
+        issued = await asyncio.to_thread(
+            _cli,
+            "token",
+            "issue",
+            "--company",
+            "acme",
+            "--seat",
+            "ana",
+            "--scopes",
+            "reflect,memory:read",
+            data_dir=data,
+        )
+        token = issued.stdout.strip()
+        md = (("authorization", f"Bearer {token}"),)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['reflector']}") as channel:
+            stub = rf_grpc.ReflectorServiceStub(channel)
+            t = turn("split-auth-1", now=SystemClock().now(), messages=[message("bob", "I prefer weekly digests.")])
+            assert (await stub.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t), metadata=md)).queued
+            async with asyncio.timeout(90):
+                while True:
+                    r = (
+                        await stub.GetReflection(
+                            rf_pb.GetReflectionRequest(company="acme", seat="ana", turn_id="split-auth-1"), metadata=md
+                        )
+                    ).reflection
+                    if r.state == rf_pb.REFLECTION_STATE_COMPLETED:
+                        break
+                    await asyncio.sleep(0.2)
+        statuses = {w.worker: w.status for w in r.workers}
+        assert statuses["persist_decider"] == rf_pb.WORKER_STATUS_WROTE, r.workers
+        assert statuses["episodist"] == rf_pb.WORKER_STATUS_WROTE, r.workers
+    finally:
+        proc.kill()
+        await proc.wait()
+
+    def answering() -> list[str]:
+        up = []
+        for name, port in ports.items():
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    up.append(name)
+        return up
+
+    async with asyncio.timeout(60):
+        while answering():
+            await asyncio.sleep(0.3)

@@ -101,6 +101,24 @@ async def _open(settings: Settings, stack: contextlib.AsyncExitStack, names: lis
     return infra, components
 
 
+PARENT_PIPE_ENV = "AGL_SPLIT_PARENT_PIPE"  # not AGENTLEARN_*: that prefix is the config's
+"""Split mode: the fd of a pipe whose write end only the parent holds (EOF: the parent is gone)."""
+
+
+def _stop_with_parent(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    raw = os.environ.get(PARENT_PIPE_ENV)
+    if not raw:
+        return
+    fd = int(raw)
+
+    def parent_gone() -> None:
+        loop.remove_reader(fd)
+        _log.warning("the split-mode parent is gone; draining")
+        stop.set()
+
+    loop.add_reader(fd, parent_gone)
+
+
 async def serve(settings: Settings, names: list[str], *, ready_line: bool = True) -> int:
     default_name = TelemetryConfig.model_fields["service_name"].default
     if len(names) == 1 and settings.telemetry.service_name == default_name:
@@ -128,6 +146,7 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        _stop_with_parent(loop, stop)
         holder = holder_identity()
         ttl = settings.leases.ttl_seconds
         tasks = [
@@ -179,6 +198,10 @@ async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # The children run in their own sessions (a terminal's Ctrl-C reaches only this process, which
+    # passes SIGTERM on); the write end of this pipe lives only here, so when this process dies,
+    # however it dies, every child reads EOF and drains itself.
+    lifeline_read, lifeline_write = os.pipe()
     try:
         for name in SERVICES:
             host, port = getattr(settings.services, name).rsplit(":", 1)
@@ -200,18 +223,22 @@ async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
             if args.config:
                 argv += ["--config", args.config]
             children[name] = await asyncio.create_subprocess_exec(
-                *argv, env=env, stdout=asyncio.subprocess.PIPE, start_new_session=True
+                *argv,
+                env={**env, PARENT_PIPE_ENV: str(lifeline_read)},
+                stdout=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=(lifeline_read,),
             )
         for name, proc in children.items():
             async with asyncio.timeout(120):
                 line = (await proc.stdout.readline()).decode()
             if not line.startswith("agentlearn ready on "):
-                raise RuntimeError(f"service {name} did not start (see its log above)")
+                raise security.StartRefused(f"service {name} did not start (see its log above)")
             addresses[name] = line.split()[3]
         print(
             "agentlearn ready (split) "
             + " ".join(f"{n}={a}" for n, a in addresses.items())
-            + f" data_dir={settings.data_dir}",
+            + f" data_dir={settings.data_dir} auth={mode}",
             flush=True,
         )
         waiters = {asyncio.create_task(p.wait()): n for n, p in children.items()}
@@ -231,6 +258,8 @@ async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
                     await proc.wait()
             except TimeoutError:
                 proc.kill()
+        os.close(lifeline_read)
+        os.close(lifeline_write)
     return 0
 
 
