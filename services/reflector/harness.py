@@ -43,6 +43,7 @@ from libs.common.budgets import BudgetLedger, window_start
 from libs.common.config import Settings
 from libs.common.events import EventSink
 from libs.common.jobs import Job, JobQueue, listen
+from libs.common.metrics import QUEUE_DEPTH, QUEUE_LAG, WORKER_OUTCOMES
 from services.reflector.convert import turn_from_pb
 from services.reflector.domain import (
     JOB_KIND,
@@ -198,6 +199,7 @@ class Harness:
             # Recorded the moment it is known: a pass resumed after a crash skips this worker
             # (unless it failed for a passing reason: then it runs again).
             await self._store.put_worker(turn.company, turn.seat, turn.turn_id, outcome)
+            WORKER_OUTCOMES.add(1, {"agentlearn.worker": worker.name, "agentlearn.worker.status": str(outcome.status)})
             outcomes.append(outcome)
         unfinished = [o for o in outcomes if o.retryable]
         if unfinished:
@@ -310,6 +312,9 @@ class Harness:
             if job is None:
                 return taken
             taken += 1
+            if job.attempts == 1:  # enqueue to first claim; a retry's wait is its backoff
+                lag = (self._clock.now() - job.create_time).total_seconds()
+                QUEUE_LAG.record(max(0.0, lag), {"agentlearn.job.kind": JOB_KIND})
             await self._run_claimed(job)
 
     async def _run_claimed(self, job: Job) -> None:
@@ -367,8 +372,18 @@ class Harness:
         ``concurrency`` turns at a time."""
         async with asyncio.TaskGroup() as group:
             group.create_task(listen(dsn, [JOB_KIND], self._wake.set))
+            group.create_task(self._sample_depth())
             for _ in range(max(1, self._config.concurrency)):
                 group.create_task(self._loop())
+
+    async def _sample_depth(self, every: float = 15.0) -> None:
+        """``agentlearn.queue.depth`` (what the reflector's autoscaler scales on), sampled."""
+        while True:
+            try:
+                QUEUE_DEPTH.set(await self._queue.pending(JOB_KIND), {"agentlearn.job.kind": JOB_KIND})
+            except Exception as exc:
+                _log.debug("queue depth unreadable: %s", exc)
+            await asyncio.sleep(every)
 
     async def _loop(self) -> None:
         while True:
