@@ -27,6 +27,7 @@ from libs.common.embeddings import (
 from libs.common.errors import InvalidArgument, ResourceExhausted
 from libs.common.validation import require_text, seat_ref
 from services.prefetch import memory
+from services.prefetch.calltool import tool_request_id
 from services.prefetch.clients import passthrough
 from services.prefetch.deps import Deps, Who
 from services.prefetch.domain import (
@@ -378,6 +379,7 @@ class Builtins:
                     ttl_days=ttl_days,
                     source=diary_pb.NOTE_SOURCE_REFLECT_AND_PERSIST,
                     turn_id=turn_id,
+                    request_id=tool_request_id(),
                 ),
                 timeout=self._timeout,
             )
@@ -413,7 +415,13 @@ class Builtins:
         try:
             resp = await self.deps.clients.skills.RefineSkill(
                 skill_pb.RefineSkillRequest(
-                    company=company, seat=seat, skill_name=name.strip(), body=content, reason=reason, turn_id=turn_id
+                    company=company,
+                    seat=seat,
+                    skill_name=name.strip(),
+                    body=content,
+                    reason=reason,
+                    turn_id=turn_id,
+                    request_id=tool_request_id(),
                 ),
                 timeout=self._timeout,
             )

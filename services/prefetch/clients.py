@@ -11,19 +11,43 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from libs.common.embeddings import EmbeddingError
 from libs.common.errors import AgentLearnError, FieldViolation
+from libs.common.vectorindex import IndexUnavailable
 from services.prefetch.domain import DOMAIN
+from services.prefetch.knowledge.store import StoreUnavailable
 
 __all__ = ["passthrough", "rpc_failure"]
 
 
+_SOURCE_OF_BLOCK = {
+    "similar_prior_work": "episodes",
+    "personal_memory": "diary",
+    "skills": "skills",
+    "relevant_knowledge": "knowledge",
+    "counterparty": "profiles",
+    "onboarding": "prefetch",
+}
+"""The service a turn-start block reads, for a failure reported under the block's name."""
+
+
 def rpc_failure(service: str, err: BaseException) -> str:
-    """A short account of a failed read for the summary: ``"diary: UNAVAILABLE"``."""
+    """A short account of a failed read for the summary: ``"diary: UNAVAILABLE"``: always the
+    service and a gRPC status code name, never an exception's text (an ``AioRpcError``'s is a
+    multi-line Python repr, and an unknown exception's may carry anything). A block name is
+    reported as the service behind the block."""
+    service = _SOURCE_OF_BLOCK.get(str(service), str(service))
     if isinstance(err, grpc.aio.AioRpcError):
-        return f"{service}: {err.code().name}"
-    if isinstance(err, TimeoutError):
-        return f"{service}: DEADLINE_EXCEEDED"
-    return f"{service}: {type(err).__name__}"
+        code = err.code()
+    elif isinstance(err, AgentLearnError):
+        code = err.code
+    elif isinstance(err, TimeoutError):
+        code = grpc.StatusCode.DEADLINE_EXCEEDED
+    elif isinstance(err, OSError | StoreUnavailable | IndexUnavailable | EmbeddingError):
+        code = grpc.StatusCode.UNAVAILABLE
+    else:
+        code = grpc.StatusCode.INTERNAL  # a bug: the server log has the traceback
+    return f"{service}: {code.name}"
 
 
 def passthrough(service: str, err: grpc.aio.AioRpcError) -> AgentLearnError:

@@ -11,6 +11,7 @@ from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 from libs.common.errors import InvalidArgument
 from services.prefetch.builtins import Builtins
+from services.prefetch.calltool import call_tool, outcome_filter_of, tier_of
 from services.prefetch.deps import Deps
 from services.prefetch.domain import DOMAIN, Block, BlockKind, Sender, TurnContext, TurnEmbedding, TurnStart
 from services.prefetch.knowledge_block import hit_fields
@@ -180,7 +181,7 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
             request.seat,
             request.query,
             request.conversation_id,
-            request.outcome_filter,
+            outcome_filter_of(request),
             request.limit,
             request.turn_id,
             request.role,
@@ -193,7 +194,7 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
         self, request: pb.ReflectAndPersistRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReflectAndPersistResponse:
         note_id, text = await self._b.reflect_and_persist(
-            request.company, request.seat, request.turn_id, request.content, request.tier, request.ttl_days
+            request.company, request.seat, request.turn_id, request.content, tier_of(request), request.ttl_days
         )
         return pb.ReflectAndPersistResponse(note_id=note_id, text=text)
 
@@ -228,3 +229,6 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
     ) -> pb.MarkOnboardedResponse:
         digest, text = await self._b.mark_onboarded(request.company, request.seat, list(request.unit_chain))
         return pb.MarkOnboardedResponse(chain_hash=digest, text=text)
+
+    async def CallTool(self, request: pb.CallToolRequest, context: grpc.aio.ServicerContext) -> pb.CallToolResponse:
+        return await call_tool(self, self._b.deps, request, context)

@@ -1,0 +1,1 @@
+"""``./run mcp``: an MCP server (stdio or streamable HTTP) in front of a running agentlearn."""

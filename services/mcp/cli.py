@@ -1,0 +1,154 @@
+"""``./run mcp``: flags (each with an environment default), the gRPC channel, and the transport.
+
+    ./run mcp --company acme --seat ana --role swe                  # stdio (an IDE spawns it)
+    ./run mcp --transport http --port 8765 --company acme ...       # streamable HTTP on /mcp
+
+Over stdio, stdout is the protocol: everything this process says goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import sys
+from pathlib import Path
+
+import grpc
+
+from services.mcp.server import Seat, build_server
+
+__all__ = ["main", "parse_args"]
+
+_ENV = {
+    "address": "AGENTLEARN_ADDRESS",
+    "token": "AGENTLEARN_TOKEN",
+    "company": "AGENTLEARN_COMPANY",
+    "seat": "AGENTLEARN_SEAT",
+    "role": "AGENTLEARN_ROLE",
+    "unit_chain": "AGENTLEARN_UNIT_CHAIN",
+    "tls_ca": "AGENTLEARN_TLS_CA",
+}
+
+
+def parse_args(argv: list[str], env: dict[str, str] | None = None) -> argparse.Namespace:
+    env = dict(os.environ) if env is None else env
+    p = argparse.ArgumentParser(
+        prog="./run mcp",
+        description="An MCP server exposing one seat's agentlearn memory (tools, turn-start context) to any "
+        "MCP client. Each flag defaults to the environment variable named in its help.",
+    )
+    p.add_argument(
+        "--address",
+        default=env.get(_ENV["address"], "127.0.0.1:50051"),
+        help="agentlearn's gRPC address (AGENTLEARN_ADDRESS; default %(default)s)",
+    )
+    p.add_argument(
+        "--token",
+        default=env.get(_ENV["token"], ""),
+        help="bearer token for agentlearn "
+        "(AGENTLEARN_TOKEN; not needed in local mode). Over HTTP a client's own Authorization header wins",
+    )
+    p.add_argument("--company", default=env.get(_ENV["company"], ""), help="the company (AGENTLEARN_COMPANY)")
+    p.add_argument("--seat", default=env.get(_ENV["seat"], ""), help="the seat whose memory this is (AGENTLEARN_SEAT)")
+    p.add_argument("--role", default=env.get(_ENV["role"], ""), help="the seat's role (AGENTLEARN_ROLE)")
+    p.add_argument(
+        "--unit-chain",
+        default=env.get(_ENV["unit_chain"], ""),
+        help="the seat's units from its own up, comma-separated (AGENTLEARN_UNIT_CHAIN; for onboarding)",
+    )
+    p.add_argument("--tls", action="store_true", help="reach agentlearn over TLS with the system's roots")
+    p.add_argument(
+        "--tls-ca",
+        default=env.get(_ENV["tls_ca"], ""),
+        help="reach agentlearn over TLS trusting this CA bundle (AGENTLEARN_TLS_CA)",
+    )
+    p.add_argument("--turn-id", default="", help="the run id tool calls belong to until a context read starts another")
+    p.add_argument("--timeout", type=float, default=60.0, help="deadline of each call to agentlearn, seconds")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="stdio (default) or streamable HTTP")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP: the address to bind (default %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP: the port (0: any free one; default %(default)s)")
+    p.add_argument("--path", default="/mcp", help="HTTP: the endpoint path (default %(default)s)")
+    args = p.parse_args(argv)
+    missing = [f"--{n}" for n in ("company", "seat", "role") if not getattr(args, n).strip()]
+    if missing:
+        p.error(f"{', '.join(missing)} required (or {', '.join(_ENV[m[2:]] for m in missing)})")
+    return args
+
+
+def _channel(args: argparse.Namespace) -> grpc.aio.Channel:
+    if args.tls or args.tls_ca:
+        roots = Path(args.tls_ca).read_bytes() if args.tls_ca else None
+        return grpc.aio.secure_channel(args.address, grpc.ssl_channel_credentials(root_certificates=roots))
+    return grpc.aio.insecure_channel(args.address)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _say(text: str) -> None:
+    print(f"agentlearn-mcp: {text}", file=sys.stderr, flush=True)
+
+
+async def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.transport == "http" and args.token and not _loopback(args.host):
+        _say(
+            f"refusing to serve {args.host}: this server's token would act for anyone who reaches the port. "
+            "Bind loopback, or start without --token so each MCP client sends its own 'Authorization: Bearer'."
+        )
+        return 2
+    channel = _channel(args)
+    seat = Seat(
+        channel=channel,
+        company=args.company.strip(),
+        seat=args.seat.strip(),
+        role=args.role.strip(),
+        token=args.token.strip(),
+        unit_chain=[u.strip() for u in args.unit_chain.split(",") if u.strip()],
+        timeout=args.timeout,
+    )
+    if args.turn_id:
+        seat.turn_id = args.turn_id
+    server = build_server(seat)
+    who = f"{seat.company}/{seat.seat} ({seat.role}) via {args.address}"
+    try:
+        if args.transport == "stdio":
+            from mcp.server.stdio import stdio_server
+
+            _say(f"serving MCP on stdio for {who}")
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+        else:
+            await _serve_http(server, args, who)
+    finally:
+        await channel.close()
+    return 0
+
+
+async def _serve_http(server, args: argparse.Namespace, who: str) -> None:  # type: ignore[no-untyped-def]
+    import uvicorn
+
+    app = server.streamable_http_app(streamable_http_path=args.path, host=args.host)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as err:
+        sock.close()
+        _say(f"cannot bind {args.host}:{args.port}: {err.strerror}")
+        raise SystemExit(2) from None
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
+    # The socket already queues connections, so the line is true as soon as it is printed.
+    _say(f"serving MCP (streamable HTTP) on http://{host}:{port}{args.path} for {who}")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[sock])

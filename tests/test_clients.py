@@ -1,0 +1,115 @@
+"""The pip-installable Python client: built into a wheel from a clean copy of the protos and
+``clients/python`` (stubs generated at build time, none committed), installed into a fresh venv,
+and run outside the repository: ``examples/python/lifecycle.py`` lives one turn against a real
+server, and the reflector's episode of that turn shows what ``turn_end`` carried (the offered
+skills, the times, the sender's message, the tools called).
+
+Offline: the wheel is built with ``--no-build-isolation`` from the build tools already in .venv, and
+the fresh venv reaches its runtime dependencies (grpcio, protobuf, ...) through a ``.pth`` line
+naming .venv's site-packages — a line in a ``.pth`` adds a directory without running that
+directory's own ``.pth`` files, so the repository (which .venv adds by one) stays out of reach,
+as the test asserts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.test_clients_support import offer_skill, reflected_episode, serving
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    """A fresh venv with the client wheel installed; returns its python."""
+    base = tmp_path_factory.mktemp("client")
+    clean = base / "checkout"
+    shutil.copytree(ROOT / "protos", clean / "protos")
+    shutil.copytree(
+        ROOT / "clients" / "python", clean / "clients" / "python", ignore=shutil.ignore_patterns("build", "*.egg-info")
+    )
+    dist = base / "dist"
+    build = ["wheel", "--no-build-isolation", "--no-deps", "--no-index", "-q", "-w", str(dist)]
+    subprocess.run(
+        [sys.executable, "-m", "pip", *build, str(clean / "clients" / "python")],
+        check=True,
+        capture_output=True,
+    )
+    [wheel] = dist.glob("agentlearn_client-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "agentlearn/prefetch/v1/prefetch_service_pb2_grpc.py" in names
+    assert "agentlearn/prefetch/v1/prefetch_service_pb2.pyi" in names and "agentlearn_client/_client.py" in names
+    assert not list((ROOT / "clients" / "python").rglob("*_pb2.py")), "stubs are generated, never committed"
+
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-index", "--no-deps", wheel],
+        check=True,
+        capture_output=True,
+    )
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(site) / "runtime-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def test_the_wheel_is_self_contained(installed, tmp_path):
+    probe = (
+        "import importlib.util, agentlearn_client, agentlearn.reflector.v1.reflector_service_pb2_grpc as r;"
+        "print(agentlearn_client.__file__);"
+        "print(importlib.util.find_spec('libs'), importlib.util.find_spec('services'))"
+    )
+    out = subprocess.run([installed, "-c", probe], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+    where, repo = out.splitlines()
+    assert where.startswith(str(installed.parent.parent)), where
+    assert repo == "None None"  # the repository is not importable: everything came from the wheel
+
+
+async def test_a_turn_lifecycle_with_the_installed_client(installed, make_settings, dsn, local_embedder, edge_index):
+    async with serving(make_settings, dsn, local_embedder, edge_index) as app:
+        skill = await offer_skill(app)
+        process = await asyncio.create_subprocess_exec(
+            installed,
+            str(ROOT / "examples" / "python" / "lifecycle.py"),
+            "--address",
+            f"127.0.0.1:{app.port}",
+            "--turn-id",
+            "py-turn-1",
+            cwd=installed.parent,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 120)
+        assert process.returncode == 0, err.decode()
+        summary = json.loads(out.decode().strip().splitlines()[-1])
+        assert summary["offered_skills"] == [skill.id] and summary["queued"] is True
+        assert summary["refresh_note_ids"] == [summary["note_id"]]
+        assert summary["refusal"] == {
+            "code": "INVALID_ARGUMENT",
+            "reason": "TOOL_ARGUMENTS_INVALID",
+            "fields": ["arguments_json.content"],
+        }
+        assert "## Synthesized skills you've learned" in out.decode() and "prod-deploy-approval" in out.decode()
+
+        episode = await reflected_episode(app, "py-turn-1")
+    assert list(episode.skills_used) == [skill.id]
+    assert list(episode.tools_called) == ["reflect_and_persist", "refresh_memory"]
+    assert "Who approves prod deploys?" in episode.ask
+    assert episode.start_time.ToDatetime() < episode.end_time.ToDatetime()
+    assert episode.label == "Message from Bob: Slack message"

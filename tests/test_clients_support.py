@@ -1,0 +1,70 @@
+"""What the client and example tests share (no tests here): every service served for real on a
+loopback port with the reflector's workers running, a skill the seat can be offered, and waiting
+(with a deadline) for a submitted turn to be reflected into its episode."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
+from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
+from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
+from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
+from libs.common.clock import SystemClock
+from tests.support.app import App, open_app
+from tests.test_prefetch_support import default_settings
+
+__all__ = ["offer_skill", "reflected_episode", "serving"]
+
+
+@contextlib.asynccontextmanager
+async def serving(make_settings, dsn, embedder, index, **kw) -> AsyncIterator[App]:  # type: ignore[no-untyped-def]
+    """The whole system, as ``./run up`` runs it (the reflector's workers included)."""
+    settings = default_settings(make_settings)
+    async with open_app(settings, dsn, clock=SystemClock(), embedder=embedder, index=index, **kw) as app:
+        workers = asyncio.create_task(app.components["reflector"].background[0]())
+        try:
+            yield app
+        finally:
+            workers.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await workers
+
+
+async def offer_skill(app: App, seat: str = "ana") -> sk_pb.Skill:
+    """A skill in the seat's catalogue: the turn-start skills block offers it."""
+    resp = await sk_grpc.SkillServiceStub(app.channel).CreateSkill(
+        sk_pb.CreateSkillRequest(
+            company="acme",
+            seat=seat,
+            name="prod-deploy-approval",
+            summary="Get a prod deploy approved in #releases",
+            body="# prod-deploy-approval\n\n1. Ask Dana in #releases.\n",
+            tool_sequence=["slack_post", "slack_read"],
+            trigger=sk_pb.SKILL_TRIGGER_SINGLE,
+            source_turn_ids=["seed"],
+        )
+    )
+    return resp.skill
+
+
+async def reflected_episode(app: App, turn_id: str, seat: str = "ana", deadline: float = 90.0) -> ep_pb.Episode:
+    """The episode the reflector wrote for ``turn_id``, once its reflection completed."""
+    reflector = rf_grpc.ReflectorServiceStub(app.channel)
+    until = time.monotonic() + deadline
+    while True:
+        got = await reflector.GetReflection(rf_pb.GetReflectionRequest(company="acme", seat=seat, turn_id=turn_id))
+        if got.reflection.state == rf_pb.REFLECTION_STATE_COMPLETED:
+            break
+        assert time.monotonic() < until, f"turn {turn_id} not reflected: {got.reflection}"
+        await asyncio.sleep(0.2)
+    listed = await ep_grpc.EpisodeServiceStub(app.channel).ListEpisodes(
+        ep_pb.ListEpisodesRequest(company="acme", seat=seat, page_size=50)
+    )
+    [episode] = [e for e in listed.episodes if e.turn_id == turn_id]
+    return episode

@@ -1,0 +1,71 @@
+"""The Node.js example (examples/node, @grpc/grpc-js + @grpc/proto-loader over the protos, no
+generated code) lives one turn against a real server: the turn-start context with its offered
+skill, a note written and found again through CallTool, a refusal decoded from its google.rpc
+status (reason and every bad field), and a submitted turn whose episode carries what it sent.
+Its node_modules come from its package-lock.json (``npm ci``, skipped when the lock is unchanged,
+as ./run does for buf)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.test_clients_support import offer_skill, reflected_episode, serving
+
+ROOT = Path(__file__).resolve().parents[1]
+NODE = ROOT / "examples" / "node"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def node_modules() -> Path:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.fail("Node.js and npm are required (the README lists them)")
+    want = hashlib.sha256((NODE / "package-lock.json").read_bytes()).hexdigest()
+    marker = NODE / "node_modules" / ".lock.sha256"
+    if not marker.exists() or marker.read_text() != want:
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE, check=True, capture_output=True
+        )
+        marker.write_text(want)
+    return NODE / "node_modules"
+
+
+async def test_the_node_example_lives_a_turn(node_modules, make_settings, dsn, local_embedder, edge_index):
+    async with serving(make_settings, dsn, local_embedder, edge_index) as app:
+        skill = await offer_skill(app)
+        process = await asyncio.create_subprocess_exec(
+            "node",
+            "lifecycle.js",
+            "--address",
+            f"127.0.0.1:{app.port}",
+            "--turn-id",
+            "node-turn-1",
+            cwd=NODE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 120)
+        assert process.returncode == 0, err.decode()
+        text = out.decode()
+        summary = json.loads(text.strip().splitlines()[-1])
+        assert summary["offered_skills"] == [skill.id] and summary["queued"] is True
+        assert summary["refresh_note_ids"] == [summary["note_id"]]
+        assert summary["refusal"] == {
+            "code": "INVALID_ARGUMENT",
+            "reason": "TOOL_ARGUMENTS_INVALID",
+            "fields": ["arguments_json.content"],
+        }
+        assert "prod-deploy-approval" in text and "tools: refresh_memory, query_episodes" in text
+
+        episode = await reflected_episode(app, "node-turn-1")
+    assert list(episode.skills_used) == [skill.id]
+    assert list(episode.tools_called) == ["reflect_and_persist", "refresh_memory"]
+    assert "Who approves prod deploys?" in episode.ask
+    assert episode.start_time.ToDatetime() <= episode.end_time.ToDatetime()

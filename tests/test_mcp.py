@@ -1,0 +1,160 @@
+"""``./run mcp`` (``python -m services.mcp``) driven by the official MCP SDK's own client, over
+stdio and over streamable HTTP, against a real agentlearn on a loopback port: the tools are what
+ListTools offers, a note written by reflect_and_persist is found by refresh_memory and is in the
+turn-context resource and the turn_start prompt, a refusal is a tool result the model can read,
+tool calls are charged to the turn whose context was read (or the one ``_meta`` names), and a
+token's scopes hold through the MCP server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from services.mcp.server import TURN_META_KEY
+from tests.support.app import open_app
+from tests.test_prefetch_support import SERVICES, default_settings, open_env
+
+ROOT = Path(__file__).resolve().parents[1]
+SEAT = ["--company", "acme", "--seat", "ana", "--role", "swe", "--unit-chain", "platform,engineering"]
+NOTE = "Dana approves prod deploys in #releases."
+
+
+@pytest.fixture
+async def env(make_settings, dsn, clock, local_embedder, edge_index):
+    async with open_env(default_settings(make_settings), dsn, clock, embedder=local_embedder, index=edge_index) as e:
+        yield e
+
+
+def stdio(port: int, *extra: str) -> Client:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "services.mcp", "--address", f"127.0.0.1:{port}", *SEAT, *extra],
+        cwd=str(ROOT),
+    )
+    return Client(params, read_timeout_seconds=60)
+
+
+@contextlib.asynccontextmanager
+async def http_server(port: int) -> AsyncIterator[str]:
+    """``python -m services.mcp --transport http --port 0`` as a subprocess; yields its URL."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.mcp",
+        "--transport",
+        "http",
+        "--port",
+        "0",
+        "--address",
+        f"127.0.0.1:{port}",
+        *SEAT,
+        cwd=str(ROOT),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    said: list[str] = []
+    try:
+        async with asyncio.timeout(60):
+            while not (match := re.search(r"on (http://\S+) for", said[-1] if said else "")):
+                line = await process.stderr.readline()
+                assert line, f"the MCP server exited: {''.join(said)}"
+                said.append(line.decode())
+        drain = asyncio.create_task(process.stderr.read())
+        yield match.group(1)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await process.wait()
+        with contextlib.suppress(NameError):
+            await drain
+
+
+async def a_life(client: Client) -> None:
+    """What any MCP client can do with the seat's memory, asserted on real answers."""
+    names = {t.name for t in (await client.list_tools()).tools}
+    assert {"refresh_memory", "query_episodes", "reflect_and_persist", "use_skill", "search_knowledge"} <= names
+    assert "mark_onboarded" in names and "refine_skill" in names
+
+    wrote = await client.call_tool("reflect_and_persist", {"content": NOTE})
+    assert not wrote.is_error, wrote.content
+    note_id = wrote.structured_content["note_id"]
+    assert "Saved to your diary" in wrote.content[0].text
+
+    found = await client.call_tool("refresh_memory", {"context_hint": "who approves prod deploys"})
+    assert not found.is_error and found.structured_content["note_ids"] == [note_id]
+    assert NOTE in found.content[0].text
+
+    refused = await client.call_tool("reflect_and_persist", {"tier": "forever"})
+    assert refused.is_error
+    text = refused.content[0].text
+    assert text.startswith("INVALID_ARGUMENT") and "- arguments_json.content: content is required" in text
+    assert "reason: TOOL_ARGUMENTS_INVALID (prefetch.agentlearn.dev)" in text
+
+    uri = "agentlearn://turn-context/turn-ctx-1?ask=When%20can%20I%20deploy%20to%20prod%3F"
+    context = await client.read_resource(uri)
+    assert "## Personal memory" in context.contents[0].text and NOTE in context.contents[0].text
+    templates = (await client.list_resource_templates()).resource_templates
+    assert [t.uri_template for t in templates] == ["agentlearn://turn-context/{turn_id}{?ask}"]
+
+    prompt = await client.get_prompt("turn_start", {"ask": "Who approves prod deploys?", "turn_id": "turn-p-1"})
+    assert NOTE in prompt.messages[0].content.text and "Who approves prod deploys?" in prompt.messages[0].content.text
+
+    guidance = await client.read_resource("agentlearn://guidance")
+    assert "reflect_and_persist" in guidance.contents[0].text
+
+
+async def test_mcp_over_stdio_with_the_sdks_client(env):
+    async with stdio(env.app.port) as client:
+        await a_life(client)
+
+
+async def test_mcp_over_streamable_http_with_the_sdks_client(env):
+    async with http_server(env.app.port) as url, Client(url, read_timeout_seconds=60) as client:
+        await a_life(client)
+
+
+async def test_tool_calls_are_charged_to_the_turn_whose_context_was_read(env):
+    async with stdio(env.app.port, "--turn-id", "turn-start") as client:
+
+        async def spent(hint: str, **meta: str) -> int:
+            answer = await client.call_tool(
+                "refresh_memory", {"context_hint": hint}, meta={TURN_META_KEY: meta["turn"]} if meta else None
+            )
+            assert not answer.is_error, answer.content
+            return answer.structured_content["refreshes_spent"]
+
+        assert await spent("billing export") == 1  # the --turn-id turn
+        await client.read_resource("agentlearn://turn-context/turn-a?ask=billing")
+        assert [await spent("billing export"), await spent("deploys")] == [1, 2]  # turn-a, a fresh run
+        assert await spent("holidays", turn="turn-b") == 1  # the turn _meta names
+        assert await spent("holidays") == 3  # back on turn-a
+
+
+async def test_a_tokens_scopes_hold_through_the_mcp_server(make_settings, dsn, clock, local_embedder, edge_index):
+    async with open_app(
+        default_settings(make_settings),
+        dsn,
+        names=SERVICES,
+        clock=clock,
+        embedder=local_embedder,
+        index=edge_index,
+        auth_mode="tokens",
+    ) as app:
+        reader, _ = await app.infra.tokens.issue("acme", ["memory:read"], seat="ana")
+        async with stdio(app.port, "--token", reader) as client:
+            assert (await client.call_tool("refresh_memory", {"context_hint": "deploys"})).structured_content
+            refused = await client.call_tool("reflect_and_persist", {"content": NOTE})
+            assert refused.is_error and refused.content[0].text.startswith("PERMISSION_DENIED")
+            assert "reason: SCOPE_MISSING" in refused.content[0].text
+        async with stdio(app.port) as anonymous:
+            with pytest.raises(Exception, match="UNAUTHENTICATED"):
+                await anonymous.list_tools()
