@@ -19,12 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
+    "AuthConfig",
     "BudgetConfig",
     "CompanyConfig",
     "EmbeddingsConfig",
     "LearningConfig",
     "ProviderConfig",
     "RoleConfig",
+    "ServerConfig",
     "Settings",
     "load_settings",
 ]
@@ -355,6 +357,14 @@ class ServerConfig(_Section):
     """gRPC port of the all-in-one (``--port``)."""
     grace_seconds: float = 5.0
     """Drain time on shutdown after health reports NOT_SERVING."""
+    max_concurrent_rpcs: int = Field(default=1000, ge=1)
+    """Calls one server runs at once; past it a call is refused at once with RESOURCE_EXHAUSTED
+    (reason ``SERVER_OVERLOADED``) and a retry hint, instead of queueing until its deadline. Health
+    checks and reflection are never refused. In the all-in-one a turn's inner calls (the prefetch
+    reading the diary...) count too."""
+    max_concurrent_rpcs_per_company: int = Field(default=200, ge=1)
+    """Calls one company (the request's ``company``) runs at once on one server; past it that
+    company's calls are refused (reason ``COMPANY_OVERLOADED``) while other companies are served."""
 
 
 class ServiceAddresses(_Section):
@@ -390,6 +400,16 @@ class LeaseConfig(_Section):
     """Namespace of the Lease objects."""
     kubernetes_api: str | None = None
     """API server URL; unset means in-cluster."""
+
+
+class AuthConfig(_Section):
+    """``auth``: how callers and the tokens this deployment hands out are trusted."""
+
+    page_token_secret: SecretStr | None = None
+    """Key of the HMAC-SHA256 that signs page tokens (a forged or edited token is refused). Unset:
+    a random key created once and kept in Postgres (``deployment_keys``), so every replica and
+    every restart agrees. Rotating it invalidates the page tokens in flight (the caller starts its
+    listing over). Environment: ``AGENTLEARN_AUTH__PAGE_TOKEN_SECRET``."""
 
 
 class Settings(BaseSettings):
@@ -430,6 +450,8 @@ class Settings(BaseSettings):
     """OpenTelemetry export."""
     leases: LeaseConfig = LeaseConfig()
     """Lease claims of the background passes."""
+    auth: AuthConfig = AuthConfig()
+    """Callers' credentials and the keys that sign what the services hand out."""
     run_passes_in_process: bool = True
     """The all-in-one and ``./run serve`` tick their services' passes on a clock; on Kubernetes the
     CronJobs run them, so the replicas set this false."""
