@@ -93,7 +93,7 @@ async def test_submit_returns_once_queued_and_a_second_submit_is_a_no_op_that_sa
     ("mutate", "field"),
     [
         (lambda t: t.ClearField("turn_id"), "turn.turn_id"),
-        (lambda t: setattr(t, "company", ""), "company"),
+        (lambda t: setattr(t, "company", ""), "turn.company"),
         (lambda t: setattr(t, "role", ""), "turn.role"),
         (lambda t: setattr(t, "outcome", pb.TURN_OUTCOME_UNSPECIFIED), "turn.outcome"),
         (lambda t: t.interactions.add(body="hi", sender=pb.Sender(handle="bob")), "turn.interactions[0].sender"),

@@ -86,6 +86,8 @@ class Violation:
     reason: str
     description: str
     limit: str = ""
+    facts: tuple[tuple[str, str], ...] = ()
+    """What was measured (``length``, ``count``, ``value``), for the refusal's metadata."""
 
 
 def echo(value: object) -> str:
@@ -234,8 +236,9 @@ def _typed_checks(kind: str, rules: Any, fd: FieldDescriptor, where: str) -> lis
     raise ContractError(f"{where}: {kind} rules are not supported by libs.common.contract")
 
 
-def _v(path: str, reason: str, description: str, limit: object = "") -> list[Violation]:
-    return [Violation(path, reason, description[:_MAX_DESCRIPTION], str(limit))]
+def _v(path: str, reason: str, description: str, limit: object = "", **facts: object) -> list[Violation]:
+    measured = tuple((k, str(v)) for k, v in facts.items())
+    return [Violation(path, reason, description[:_MAX_DESCRIPTION], str(limit), measured)]
 
 
 def _string_checks(r: validate_pb2.StringRules, where: str) -> list[_Check]:
@@ -275,7 +278,9 @@ def _string_checks(r: validate_pb2.StringRules, where: str) -> list[_Check]:
         def max_len(value: str, path: str) -> list[Violation]:
             if len(value) <= m:
                 return []
-            return _v(path, "FIELD_TOO_LONG", f"{path} is {len(value)} characters; the limit is {m}", m)
+            return _v(
+                path, "FIELD_TOO_LONG", f"{path} is {len(value)} characters; the limit is {m}", m, length=len(value)
+            )
 
         checks.append(max_len)
     if r.HasField("len"):
@@ -294,7 +299,7 @@ def _string_checks(r: validate_pb2.StringRules, where: str) -> list[_Check]:
             size = len(value.encode("utf-8", "surrogatepass"))
             if size <= mb:
                 return []
-            return _v(path, "FIELD_TOO_LONG", f"{path} is {size} bytes; the limit is {mb}", mb)
+            return _v(path, "FIELD_TOO_LONG", f"{path} is {size} bytes; the limit is {mb}", mb, bytes=size)
 
         checks.append(max_bytes)
     if r.HasField("pattern"):
@@ -403,7 +408,7 @@ def _range_check(reason: str, lo: int | None, hi: int | None, message: str) -> _
         if (lo is None or value >= lo) and (hi is None or value <= hi):
             return []
         text = f"{path}: {message} (got {value})" if message else f"{path} must be {bounds}, got {value}"
-        return _v(path, reason, text, limit)
+        return _v(path, reason, text, limit, value=value)
 
     return in_range
 
@@ -427,7 +432,7 @@ def _repeated_checks(r: validate_pb2.RepeatedRules, fp: _FieldPlan, where: str) 
         def max_items(value: Any, path: str) -> list[Violation]:
             if len(value) <= m:
                 return []
-            return _v(path, "TOO_MANY_ITEMS", f"{path} has {len(value)} items; the limit is {m}", m)
+            return _v(path, "TOO_MANY_ITEMS", f"{path} has {len(value)} items; the limit is {m}", m, count=len(value))
 
         checks.append(max_items)
     if r.unique:
@@ -473,7 +478,8 @@ def _size_check(reason: str, limit: int, message: str) -> _Check:
             return []
         unit = "characters" if isinstance(value, str) else "items"
         text = f"{path} has {len(value)} {unit}; the limit is {limit}"
-        return _v(path, reason, f"{text} ({message})" if message else text, limit)
+        measured = {"length": len(value)} if isinstance(value, str) else {"count": len(value)}
+        return _v(path, reason, f"{text} ({message})" if message else text, limit, **measured)
 
     return size
 
@@ -609,6 +615,7 @@ def refusal(found: list[Violation], *, domain: str) -> InvalidArgument:
     metadata["fields"] = paths if len(paths) <= 250 else paths[:247] + "..."
     if first.limit:
         metadata["limit"] = first.limit
+    metadata.update(first.facts)
     reasons = ",".join(dict.fromkeys(v.reason for v in found))
     if reasons != first.reason:
         metadata["reasons"] = reasons[:250]
