@@ -181,7 +181,9 @@ def _fingerprint(scope: dict[str, Any]) -> str:
 
 def encode_page_token(cursor: dict[str, Any], scope: dict[str, Any]) -> str:
     """An opaque, signed token: the cursor plus a fingerprint of the request's filters."""
-    payload = json.dumps({"c": cursor, "f": _fingerprint(scope)}, default=str, separators=(",", ":")).encode()
+    payload = json.dumps(
+        {"c": cursor, "f": _fingerprint(scope)}, default=str, separators=(",", ":"), ensure_ascii=False
+    ).encode()
     return f"{_b64(payload)}.{_b64(_mac(payload))}"
 
 
