@@ -63,6 +63,18 @@ async def test_a_5000_character_company_is_a_rich_invalid_argument_not_a_metadat
     assert "not a handle not a handle not a handle" not in bad.field_violations[0].description
 
 
+async def test_the_widest_refusal_still_fits_the_callers_metadata(app):
+    """Many bad fields, each quoting multi-byte input: the status arrives whole, with its details."""
+    emoji = "\U0001f600" * 5000
+    stub = diary_grpc.DiaryServiceStub(app.channel)
+    code, info, bad = await _refused(
+        stub.MarkNotesUsed(diary_pb.MarkNotesUsedRequest(company=emoji, seat=emoji, note_ids=[emoji[:500]] * 120))
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "FIELD_TOO_LONG"
+    assert len(bad.field_violations) == 8 and bad.field_violations[0].field == "company"
+    assert info.metadata["violations"] == "100+"
+
+
 async def test_every_violated_field_of_a_request_is_reported_at_once(app):
     stub = diary_grpc.DiaryServiceStub(app.channel)
     code, info, bad = await _refused(

@@ -55,10 +55,10 @@ __all__ = [
     "violations",
 ]
 
-MAX_REPORTED = 10
+MAX_REPORTED = 8
 """Violations listed in one refusal's BadRequest (the rest are counted in its metadata): the whole
 status rides in the response trailers, which a client caps (8 KiB by default)."""
-_MAX_DESCRIPTION = 240
+_MAX_DESCRIPTION = 160
 _ECHO = 32
 
 MIN_TIMESTAMP_SECONDS = -62_135_596_800
@@ -93,7 +93,8 @@ class Violation:
 def echo(value: object) -> str:
     """A bad value as a message may quote it: at most a short prefix, never the whole input."""
     text = str(value)
-    return repr(text) if len(text) <= _ECHO else repr(text[:_ECHO]) + f"… ({len(text)} characters)"
+    # ascii(): a quoted value never widens the status with multi-byte characters.
+    return ascii(text) if len(text) <= _ECHO else ascii(text[:_ECHO]) + f"... ({len(text)} characters)"
 
 
 # A check of one value: its path in, the violations out (empty when the value keeps the rule).
@@ -612,15 +613,15 @@ def refusal(found: list[Violation], *, domain: str) -> InvalidArgument:
             message += "; and more (see the BadRequest)"
     metadata: dict[str, object] = {"field": first.field, "violations": count}
     paths = ",".join(dict.fromkeys(v.field for v in found))
-    metadata["fields"] = paths if len(paths) <= 250 else paths[:247] + "..."
+    metadata["fields"] = paths if len(paths) <= 96 else paths[:93] + "..."
     if first.limit:
         metadata["limit"] = first.limit
     metadata.update(first.facts)
     reasons = ",".join(dict.fromkeys(v.reason for v in found))
     if reasons != first.reason:
-        metadata["reasons"] = reasons[:250]
+        metadata["reasons"] = reasons[:96]
     return InvalidArgument(
-        message[:1000],
+        message[:300],
         reason=first.reason,
         domain=domain,
         metadata=metadata,

@@ -108,23 +108,33 @@ def _domain(method: str) -> str:
 
 # A refusal rides in the response trailers, which a client caps (8 KiB by default): a message or a
 # metadata value that quotes a caller's 5,000-character input would turn the refusal into the
-# client's own RESOURCE_EXHAUSTED with no details. Everything quoted back is cut to these.
-_MAX_MESSAGE = 1000
-_MAX_META_VALUE = 256
-_MAX_META_KEYS = 16
-_MAX_DESCRIPTION = 256
+# client's own RESOURCE_EXHAUSTED with no details. Everything quoted back is cut to these UTF-8
+# byte budgets, so the whole status (the message percent-encoded, the details base64) stays near
+# 5 KiB at worst.
+_MAX_MESSAGE = 300
+_MAX_META_KEY = 32
+_MAX_META_VALUE = 96
+_MAX_META_KEYS = 8
+_MAX_FIELD = 80
+_MAX_DESCRIPTION = 140
 _MAX_ECHO = 200
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` UTF-8 bytes (never inside a character)."""
+    raw = text.encode("utf-8", "replace")
+    return text if len(raw) <= limit else raw[: limit - 3].decode("utf-8", "ignore") + "..."
 
 
 def _bounded(err: AgentLearnError) -> AgentLearnError:
     """``err`` with everything it quotes cut to sizes that always fit the caller's metadata."""
-    err.message = err.message if len(err.message) <= _MAX_MESSAGE else err.message[: _MAX_MESSAGE - 1] + "…"
+    err.message = _cut(err.message, _MAX_MESSAGE)
     err.metadata = {
-        k[:64]: (v if len(v) <= _MAX_META_VALUE else v[: _MAX_META_VALUE - 1] + "…")
-        for k, v in list(err.metadata.items())[:_MAX_META_KEYS]
+        _cut(k, _MAX_META_KEY): _cut(v, _MAX_META_VALUE) for k, v in list(err.metadata.items())[:_MAX_META_KEYS]
     }
     err.violations = [
-        FieldViolation(v.field[:_MAX_ECHO], v.description[:_MAX_DESCRIPTION]) for v in err.violations[:MAX_REPORTED]
+        FieldViolation(_cut(v.field, _MAX_FIELD), _cut(v.description, _MAX_DESCRIPTION))
+        for v in err.violations[:MAX_REPORTED]
     ]
     return err
 
