@@ -27,7 +27,10 @@ async def test_an_unexpected_exception_is_internal_and_says_nothing_of_itself():
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             with pytest.raises(grpc.aio.AioRpcError) as exc:
-                await pb_grpc.DiaryServiceStub(channel).GetNote(pb.GetNoteRequest())
+                # A request the contract accepts, so the servicer's bug is what answers.
+                await pb_grpc.DiaryServiceStub(channel).GetNote(
+                    pb.GetNoteRequest(company="acme", seat="ana", note_id="00000000-0000-0000-0000-000000000001")
+                )
             code, info, _ = error_info(exc.value)
             assert code == grpc.StatusCode.INTERNAL and info.reason == "INTERNAL"
             assert "secret" not in exc.value.details()
@@ -68,7 +71,11 @@ async def test_a_nul_character_anywhere_is_the_callers_mistake_naming_the_field(
             )
         assert error_info(exc.value)[2].field_violations[0].field == "query_embedding.model"
         with pytest.raises(grpc.aio.AioRpcError) as exc:
-            await stub.MarkNotesUsed(pb.MarkNotesUsedRequest(company="acme", seat="ana", note_ids=["x", "y\x00"]))
+            await stub.MarkNotesUsed(
+                pb.MarkNotesUsedRequest(
+                    company="acme", seat="ana", note_ids=["00000000-0000-0000-0000-000000000001", "y\x00"]
+                )
+            )
         assert error_info(exc.value)[2].field_violations[0].field == "note_ids[1]"
 
 

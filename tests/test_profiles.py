@@ -251,7 +251,7 @@ async def test_the_observer_never_profiles_itself(profiles, subject, field):
     ("request_kwargs", "field", "reason"),
     [
         ({"subject": pb.Subject(handle="bob")}, "subject.platform", "FIELD_REQUIRED"),
-        ({"subject": None}, "subject.platform", "FIELD_REQUIRED"),
+        ({"subject": None}, "subject", "FIELD_REQUIRED"),  # the contract: subject is required
         ({"subject": pb.Subject(platform="slack")}, "subject.handle", "FIELD_REQUIRED"),
         ({"subject": pb.Subject(handle="bob", platform="sl ack")}, "subject.platform", "FIELD_INVALID"),
         ({"subject": pb.Subject(handle="bob smith", platform="slack")}, "subject.handle", "FIELD_INVALID"),

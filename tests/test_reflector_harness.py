@@ -113,7 +113,7 @@ async def test_a_run_id_is_the_seats_own(env_for, clock):
     ("mutate", "field"),
     [
         (lambda t: t.ClearField("turn_id"), "turn.turn_id"),
-        (lambda t: setattr(t, "company", ""), "company"),
+        (lambda t: setattr(t, "company", ""), "turn.company"),
         (lambda t: setattr(t, "role", ""), "turn.role"),
         (lambda t: setattr(t, "outcome", pb.TURN_OUTCOME_UNSPECIFIED), "turn.outcome"),
         (lambda t: t.interactions.add(body="hi", sender=pb.Sender(handle="bob")), "turn.interactions[0].sender"),

@@ -310,7 +310,12 @@ async def test_get_by_id_or_name_reads_any_state_and_is_not_a_use(skills):
     [
         ({}, grpc.StatusCode.INVALID_ARGUMENT, "FIELD_REQUIRED", "skill_name"),
         ({"skill_id": "not-a-uuid"}, grpc.StatusCode.INVALID_ARGUMENT, "FIELD_INVALID", "skill_id"),
-        ({"skill_id": "x", "skill_name": "y"}, grpc.StatusCode.INVALID_ARGUMENT, "FIELD_INVALID", "skill_name"),
+        (
+            {"skill_id": "00000000-0000-0000-0000-000000000001", "skill_name": "y"},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "FIELD_INVALID",
+            "skill_name",
+        ),
         ({"skill_name": "nope"}, grpc.StatusCode.NOT_FOUND, "SKILL_NOT_FOUND", None),
     ],
 )

@@ -327,11 +327,11 @@ class Authenticator:
 
     async def authenticate(self, metadata: Mapping[str, str], peer_names: Sequence[str] = ()) -> Principal:
         """The principal of a call, or Unauthenticated."""
+        service = self._service(metadata, peer_names if not self.local else ())
+        if service is not None:
+            return service  # in local mode too: load shedding tells a service's inner calls apart
         if self.local:
             return LOCAL
-        service = self._service(metadata, peer_names)
-        if service is not None:
-            return service
         header = metadata.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if not header:

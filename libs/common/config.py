@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
+    "AuthConfig",
     "BudgetConfig",
     "CompanyConfig",
     "ConfigError",
@@ -26,6 +27,7 @@ __all__ = [
     "LearningConfig",
     "ProviderConfig",
     "RoleConfig",
+    "ServerConfig",
     "Settings",
     "load_settings",
 ]
@@ -368,6 +370,14 @@ class ServerConfig(_Section):
     """gRPC port of the all-in-one (``--port``)."""
     grace_seconds: float = 5.0
     """Drain time on shutdown after health reports NOT_SERVING."""
+    max_concurrent_rpcs: int = Field(default=1000, ge=1)
+    """Calls one server runs at once; past it a call is refused at once with RESOURCE_EXHAUSTED
+    (reason ``SERVER_OVERLOADED``) and a retry hint, instead of queueing until its deadline. Health
+    checks and reflection are never refused. In the all-in-one a turn's inner calls (the prefetch
+    reading the diary...) count too."""
+    max_concurrent_rpcs_per_company: int = Field(default=200, ge=1)
+    """Calls one company (the request's ``company``) runs at once on one server; past it that
+    company's calls are refused (reason ``COMPANY_OVERLOADED``) while other companies are served."""
     tls_cert: Path | None = None
     """PEM certificate chain of the public port (``--tls-cert``); unset serves plaintext."""
     tls_key: Path | None = None
@@ -396,6 +406,11 @@ class AuthConfig(_Section):
     internal_secret: SecretStr | None = None
     """The secret services present to each other on the public port (all-in-one, split mode).
     Unset: a random one per process (split mode hands the parent's to its children)."""
+    page_token_secret: SecretStr | None = None
+    """Key of the HMAC-SHA256 that signs page tokens (a forged or edited token is refused). Unset:
+    a random key created once and kept in Postgres (``deployment_keys``), so every replica and
+    every restart agrees. Rotating it invalidates the page tokens in flight (the caller starts its
+    listing over). Environment: ``AGENTLEARN_AUTH__PAGE_TOKEN_SECRET``."""
 
 
 class ServiceAddresses(_Section):
@@ -489,7 +504,7 @@ class Settings(BaseSettings):
     telemetry: TelemetryConfig = TelemetryConfig()
     """OpenTelemetry export."""
     auth: AuthConfig = AuthConfig()
-    """Caller authentication."""
+    """Callers' credentials and the keys that sign what the services hand out."""
     leases: LeaseConfig = LeaseConfig()
     """Lease claims of the background passes."""
     run_passes_in_process: bool = True

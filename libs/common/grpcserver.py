@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
@@ -24,8 +25,10 @@ from grpc_status import rpc_status
 from opentelemetry import trace
 
 from libs.common import telemetry
-from libs.common.auth import Authenticator, authorize, use_principal
-from libs.common.errors import AgentLearnError, InvalidArgument, Unavailable
+from libs.common.auth import Authenticator, authorize, current_principal, use_principal
+from libs.common.config import ServerConfig
+from libs.common.contract import MAX_REPORTED, check_request
+from libs.common.errors import AgentLearnError, FieldViolation, Unavailable
 from libs.common.metrics import RPC_DURATION
 
 __all__ = [
@@ -33,7 +36,10 @@ __all__ = [
     "BindError",
     "BoundServer",
     "CallTracker",
+    "ErrorInterceptor",
+    "Health",
     "Listener",
+    "LoadShedder",
     "Registration",
     "bind_server",
     "create_server",
@@ -92,13 +98,13 @@ def _label_span(request: Any) -> None:
     for field in _IDENTITY:
         value = getattr(request, field, None)
         if isinstance(value, str) and value:
-            span.set_attribute(field, value)
+            span.set_attribute(field, value[:_MAX_ECHO])
     turn = getattr(request, "turn", None)
     if turn is not None and hasattr(turn, "turn_id"):
         for field in ("company", "seat", "turn_id"):
             value = getattr(turn, field, "")
             if value:
-                span.set_attribute(field, value)
+                span.set_attribute(field, value[:_MAX_ECHO])
 
 
 # A store that cannot be reached is the service's trouble, not the caller's: UNAVAILABLE (retryable).
@@ -118,29 +124,47 @@ def _domain(method: str) -> str:
     return f"{parts[1]}.agentlearn.dev" if len(parts) > 2 and parts[0] == "agentlearn" else "agentlearn.dev"
 
 
-def _nul_field(msg: Any, prefix: str = "") -> str | None:
-    """The path of the first string field (at any depth) that contains U+0000, if any."""
-    if not hasattr(msg, "ListFields"):
-        return None
-    for field, value in msg.ListFields():
-        name = f"{prefix}{field.name}"
-        repeated = field.is_repeated
-        if field.type == field.TYPE_STRING:
-            items = list(value) if repeated else [value]
-            for i, item in enumerate(items):
-                if "\x00" in item:
-                    return f"{name}[{i}]" if repeated else name
-        elif field.type == field.TYPE_MESSAGE and not (field.message_type.GetOptions().map_entry):
-            items = list(value) if repeated else [value]
-            for i, item in enumerate(items):
-                found = _nul_field(item, f"{name}[{i}]." if repeated else f"{name}.")
-                if found:
-                    return found
-    return None
+# A refusal rides in the response trailers, which a client caps (8 KiB by default): a message or a
+# metadata value that quotes a caller's 5,000-character input would turn the refusal into the
+# client's own RESOURCE_EXHAUSTED with no details. Everything quoted back is cut to these UTF-8
+# byte budgets, so the whole status (the message percent-encoded, the details base64) stays near
+# 5 KiB at worst.
+_MAX_MESSAGE = 300
+_MAX_META_KEY = 32
+_MAX_META_VALUE = 96
+_MAX_META_KEYS = 8
+_MAX_FIELD = 80
+_MAX_DESCRIPTION = 140
+_MAX_ECHO = 200
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` UTF-8 bytes (never inside a character)."""
+    raw = text.encode("utf-8", "replace")
+    return text if len(raw) <= limit else raw[: limit - 3].decode("utf-8", "ignore") + "..."
+
+
+def _bounded(err: AgentLearnError) -> AgentLearnError:
+    """``err`` with everything it quotes cut to sizes that always fit the caller's metadata."""
+    err.message = _cut(err.message, _MAX_MESSAGE)
+    err.metadata = {
+        _cut(k, _MAX_META_KEY): _cut(v, _MAX_META_VALUE) for k, v in list(err.metadata.items())[:_MAX_META_KEYS]
+    }
+    err.violations = [
+        FieldViolation(_cut(v.field, _MAX_FIELD), _cut(v.description, _MAX_DESCRIPTION))
+        for v in err.violations[:MAX_REPORTED]
+    ]
+    return err
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Maps the error root onto rich statuses; an unexpected exception is INTERNAL and logged."""
+    """The one validating step at the edge, and the one place errors become rich statuses.
+
+    Every request is checked against its contract first (``libs.common.contract``: the protos'
+    buf.validate rules, every violated field reported at once, NUL characters and out-of-range
+    timestamps anywhere); the error root maps onto rich statuses; an unexpected exception is
+    INTERNAL and logged, never the caller's mistake.
+    """
 
     async def intercept_service(
         self,
@@ -152,33 +176,24 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             return handler
         inner = handler.unary_unary
         method = handler_call_details.method
+        domain = _domain(method)
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
             _label_span(request)
             try:
-                nul = _nul_field(request)
-                if nul is not None:
-                    # PostgreSQL text cannot hold U+0000: refuse it as the caller's, naming the field.
-                    raise InvalidArgument(
-                        f"{nul} contains a NUL character (U+0000), which text fields cannot hold",
-                        reason="FIELD_INVALID",
-                        domain=_domain(method),
-                        field=nul,
-                    )
+                check_request(request, domain=domain)
                 return await inner(request, context)
             except _STORE_DOWN as err:
                 _log.warning("%s: store unavailable: %s", method, err)
                 await context.abort_with_status(
                     status_of(
-                        Unavailable(
-                            "the store is unavailable; retry later", reason="STORE_UNAVAILABLE", domain=_domain(method)
-                        )
+                        Unavailable("the store is unavailable; retry later", reason="STORE_UNAVAILABLE", domain=domain)
                     )
                 )
             except AgentLearnError as err:
                 if err.code == grpc.StatusCode.INTERNAL:
                     _log.error("%s failed: %s", method, err)
-                await context.abort_with_status(status_of(err))
+                await context.abort_with_status(status_of(_bounded(err)))
             except (grpc.aio.AbortError, asyncio.CancelledError):
                 raise
             except Exception:
@@ -189,6 +204,112 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             guarded,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
+        )
+
+
+# Health checks and reflection answer whatever the load: an orchestrator that cannot read health
+# would restart a replica for being busy.
+_NEVER_SHED = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+RETRY_AFTER_SECONDS = 1.0
+"""The retry hint (google.rpc.RetryInfo) a refused call carries."""
+
+
+def _company_of(request: Any) -> str:
+    company = getattr(request, "company", None)
+    if not isinstance(company, str):
+        turn = getattr(request, "turn", None)
+        company = getattr(turn, "company", "") if turn is not None else ""
+    return company if isinstance(company, str) else ""
+
+
+def _overloaded(reason: str, message: str, domain: str, limit: int) -> grpc.Status:
+    info = any_pb2.Any()
+    info.Pack(error_details_pb2.ErrorInfo(reason=reason, domain=domain, metadata={"limit": str(limit)}))
+    retry = any_pb2.Any()
+    retry.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=int(RETRY_AFTER_SECONDS))))
+    return rpc_status.to_status(
+        status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=message, details=[info, retry])
+    )
+
+
+class LoadShedder(grpc.aio.ServerInterceptor):
+    """Refuses a call at once when the server (or the call's company) already runs its limit of
+    calls, with RESOURCE_EXHAUSTED, ErrorInfo and a RetryInfo hint — never queued until its
+    deadline, so one tenant's burst cannot starve the others and a caller learns to back off.
+    Counters, not semaphores: nothing waits here."""
+
+    def __init__(self, max_calls: int, max_calls_per_company: int):
+        self.max_calls = max_calls
+        self.max_calls_per_company = max_calls_per_company
+        self.in_flight = 0
+        self.in_flight_by_company: dict[str, int] = defaultdict(int)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or handler.unary_unary is None or method.startswith(_NEVER_SHED):
+            return handler
+        inner = handler.unary_unary
+        domain = _domain(method)
+
+        async def admitted(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if current_principal().kind == "service":
+                # A call one service makes for its own caller: that caller's call was admitted (or
+                # refused) already, and refusing its inner reads would only degrade what it builds.
+                return await inner(request, context)
+            company = _company_of(request)
+            if self.in_flight >= self.max_calls:
+                await context.abort_with_status(
+                    _overloaded(
+                        "SERVER_OVERLOADED",
+                        f"the server is running its limit of {self.max_calls} calls; retry shortly",
+                        domain,
+                        self.max_calls,
+                    )
+                )
+            if company and self.in_flight_by_company[company] >= self.max_calls_per_company:
+                await context.abort_with_status(
+                    _overloaded(
+                        "COMPANY_OVERLOADED",
+                        f"this company is running its limit of {self.max_calls_per_company} calls; retry shortly",
+                        domain,
+                        self.max_calls_per_company,
+                    )
+                )
+            self.in_flight += 1
+            if company:
+                self.in_flight_by_company[company] += 1
+            try:
+                return await inner(request, context)
+            finally:
+                self.in_flight -= 1
+                if company:
+                    left = self.in_flight_by_company[company] - 1
+                    if left:
+                        self.in_flight_by_company[company] = left
+                    else:
+                        del self.in_flight_by_company[company]
+
+        return grpc.unary_unary_rpc_method_handler(
+            admitted,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+class Health(HealthServicer):
+    """The stock async health servicer, plus ``List`` (every service's status), which the stock one
+    leaves unimplemented (a caller saw INTERNAL NotImplementedError)."""
+
+    async def List(self, request: health_pb2.HealthListRequest, context: grpc.aio.ServicerContext) -> Any:
+        return health_pb2.HealthListResponse(
+            statuses={
+                name: health_pb2.HealthCheckResponse(status=status) for name, status in self._server_status.items()
+            }
         )
 
 
@@ -395,16 +516,30 @@ class BoundServer:
         return self.ports[0]
 
 
-def bind_server(listeners: Sequence[Listener] | str, *, authenticator: Authenticator | None = None) -> BoundServer:
+def bind_server(
+    listeners: Sequence[Listener] | str,
+    *,
+    authenticator: Authenticator | None = None,
+    config: ServerConfig | None = None,
+) -> BoundServer:
     """Build a server and bind its ports now, so a port already served fails in a second, before
     any store is opened. ``SO_REUSEPORT`` is off: a second server on a taken port must not answer
     half the calls."""
     if isinstance(listeners, str):
         listeners = [Listener(listeners)]
     authenticator = authenticator or Authenticator(None, None, mode="local")
+    config = config or ServerConfig()
     calls = CallTracker()
     server = grpc.aio.server(
-        interceptors=[calls, telemetry.server_interceptor(), AuthInterceptor(authenticator), ErrorInterceptor()],
+        # Outermost first: count the call, span it, authenticate it (before anything else is told
+        # about it), shed it past the limits, then check its contract and map errors.
+        interceptors=[
+            calls,
+            telemetry.server_interceptor(),
+            AuthInterceptor(authenticator),
+            LoadShedder(config.max_concurrent_rpcs, config.max_concurrent_rpcs_per_company),
+            ErrorInterceptor(),
+        ],
         options=[
             ("grpc.so_reuseport", 0),
             # Connections are recycled every few minutes so clients re-resolve and spread over the
@@ -427,7 +562,7 @@ def bind_server(listeners: Sequence[Listener] | str, *, authenticator: Authentic
         if port == 0:
             raise BindError(f"cannot bind {listener.address}: the port is taken or the address is invalid")
         ports.append(port)
-    health = HealthServicer()
+    health = Health()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     return BoundServer(server, ports, health, calls)
 
@@ -447,11 +582,16 @@ async def start_server(bound: BoundServer, registrations: Sequence[Registration]
 
 
 async def create_server(
-    registrations: Sequence[Registration], address: str, *, authenticator: Authenticator | None = None
+    registrations: Sequence[Registration],
+    address: str,
+    config: ServerConfig | None = None,
+    *,
+    authenticator: Authenticator | None = None,
 ) -> tuple[grpc.aio.Server, int, HealthServicer]:
     """Build and start a server on ``address`` (``host:0`` picks a port); returns the bound port.
-    Without an authenticator every call runs in local mode."""
-    bound = bind_server(address, authenticator=authenticator)
+    ``config`` carries the load-shedding limits (unset: the defaults of ``ServerConfig``); without
+    an authenticator every call runs in local mode."""
+    bound = bind_server(address, authenticator=authenticator, config=config)
     await start_server(bound, registrations)
     return bound.server, bound.port, bound.health
 

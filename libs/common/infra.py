@@ -30,6 +30,7 @@ from libs.common.embeddings import Embedder, build_embedder
 from libs.common.events import PostgresEventLog
 from libs.common.fill import RequestLedger
 from libs.common.leases import LeaseClaimer, PostgresLeaseClaimer
+from libs.common.validation import load_page_token_key, use_page_token_key
 from libs.common.vectorindex import VectorIndex, build_vector_index
 
 __all__ = ["Infra", "open_infra", "resolve_dsn"]
@@ -84,6 +85,9 @@ async def open_infra(
     pool = await connect_pool(dsn, max_size=pool_size)
     stack.push_async_callback(pool.close)
     clock = clock or SystemClock()
+    # Every replica signs and verifies page tokens with the deployment's one key.
+    secret = settings.auth.page_token_secret
+    use_page_token_key(await load_page_token_key(pool, secret.get_secret_value() if secret else None, clock.now()))
     events = PostgresEventLog(pool, clock)
     if embedder is _UNSET:
         embedder = build_embedder(settings.providers.embeddings)

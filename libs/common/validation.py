@@ -1,7 +1,13 @@
 """Request checks shared by every servicer: identities, ids, limits, page tokens.
 
 Each check raises :class:`~libs.common.errors.InvalidArgument` naming the field, so a caller's
-mistake is always INVALID_ARGUMENT with a reason a program can branch on.
+mistake is always INVALID_ARGUMENT with a reason a program can branch on. Most field limits now
+live in the protos and are checked at the edge (``libs.common.contract``); these remain for the
+rules a use case applies after normalising (stripping, lower-casing) and for direct callers.
+
+Page tokens are signed (HMAC-SHA256 with the deployment's page-token key, see
+:func:`load_page_token_key`), so a caller can neither forge a cursor nor edit one it was given; a
+token that does not verify, or whose cursor cannot be taken apart, is PAGE_TOKEN_INVALID.
 """
 
 from __future__ import annotations
@@ -9,13 +15,18 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 import re
+import secrets
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
+
+from libs.common.contract import echo
 from libs.common.errors import InvalidArgument
 
 __all__ = [
@@ -24,11 +35,13 @@ __all__ = [
     "decode_time_cursor",
     "encode_page_token",
     "encode_time_cursor",
+    "load_page_token_key",
     "optional_limit",
     "page_size",
     "require_id",
     "require_text",
     "seat_ref",
+    "use_page_token_key",
 ]
 
 _IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
@@ -53,7 +66,7 @@ def require_ident(value: str, field: str, *, domain: str) -> str:
     require_text(value, field, domain=domain)
     if not _IDENT.match(value):
         raise InvalidArgument(
-            f"{field} {value!r} is not a valid handle (letters, digits, . _ : @ / -, at most 200)",
+            f"{field} {echo(value)} is not a valid handle (letters, digits, . _ : @ / -, at most 200)",
             reason="FIELD_INVALID",
             domain=domain,
             field=field,
@@ -72,7 +85,7 @@ def require_id(value: str, field: str, *, domain: str) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         raise InvalidArgument(
-            f"{field} {value!r} is not a valid id",
+            f"{field} {echo(value)} is not a valid id",
             reason="FIELD_INVALID",
             domain=domain,
             field=field,
@@ -108,38 +121,111 @@ def page_size(value: int, *, default: int = 50, maximum: int = 500, domain: str)
     return default if value == 0 else min(value, maximum)
 
 
+# ------------------------------------------------------------------------------ page tokens
+
+_KEY_NAME = "page_token"
+_MAC_BYTES = 16
+_INT64 = 2**63
+_FIRST, _LAST = datetime(1, 1, 2, tzinfo=UTC), datetime(9999, 12, 30, tzinfo=UTC)
+
+# Named queries of the deployment-keys table (libs/common/migrations/0003_deployment_keys.sql).
+SQL_INSERT_KEY = """
+INSERT INTO deployment_keys (name, key, create_time) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO NOTHING
+"""
+SQL_SELECT_KEY = "SELECT key FROM deployment_keys WHERE name = $1"
+
+# The key every token of this process is signed with. One per deployment, set once when the
+# process opens its infrastructure (``open_infra``); a process that never does (a unit test, a
+# one-off script) signs with a random key of its own, so its tokens verify only in itself. A
+# module-level key rather than an argument: every listing of every service mints and reads tokens,
+# and the key is as process-wide as the logging configuration.
+_key: bytes = secrets.token_bytes(32)
+
+
+def use_page_token_key(key: bytes) -> None:
+    """Sign and verify every page token of this process with ``key`` from now on."""
+    global _key
+    if len(key) < 16:
+        raise ValueError("a page-token key needs at least 16 bytes")
+    _key = key
+
+
+async def load_page_token_key(pool: asyncpg.Pool, secret: str | None, now: datetime) -> bytes:
+    """The deployment's page-token key: ``auth.page_token_secret`` when configured, else a random
+    key created by the first process to ask and kept in Postgres, so every replica and every
+    restart verifies the tokens the others minted."""
+    if secret:
+        return hashlib.sha256(secret.encode()).digest()
+    async with pool.acquire() as conn:
+        await conn.execute(SQL_INSERT_KEY, _KEY_NAME, secrets.token_bytes(32), now)
+        key = await conn.fetchval(SQL_SELECT_KEY, _KEY_NAME)
+    return bytes(key)
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode((text + "=" * (-len(text) % 4)).encode())
+
+
+def _mac(payload: bytes) -> bytes:
+    return hmac.new(_key, payload, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
 def _fingerprint(scope: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(scope, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def encode_page_token(cursor: dict[str, Any], scope: dict[str, Any]) -> str:
-    """An opaque token: the cursor plus a fingerprint of the request's filters."""
-    raw = json.dumps({"c": cursor, "f": _fingerprint(scope)}, default=str).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    """An opaque, signed token: the cursor plus a fingerprint of the request's filters."""
+    payload = json.dumps(
+        {"c": cursor, "f": _fingerprint(scope)}, default=str, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+    return f"{_b64(payload)}.{_b64(_mac(payload))}"
+
+
+def _invalid_token(message: str, domain: str) -> InvalidArgument:
+    return InvalidArgument(message, reason="PAGE_TOKEN_INVALID", domain=domain, field="page_token")
+
+
+def _plain(value: Any) -> bool:
+    """A cursor holds only what this service put in it: strings without NUL, 64-bit integers."""
+    if isinstance(value, str):
+        return "\x00" not in value
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, int):
+        return -_INT64 <= value < _INT64
+    if isinstance(value, float):
+        return value == value and abs(value) != float("inf")
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
 
 
 def decode_page_token(token: str, scope: dict[str, Any], *, domain: str) -> dict[str, Any] | None:
-    """The cursor of ``token``; refused when malformed or minted for other filters."""
+    """The cursor of ``token``; refused when it does not verify, is malformed, or was minted for
+    other filters."""
     if not token:
         return None
     try:
-        padded = token + "=" * (-len(token) % 4)
-        body = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        cursor, fingerprint = body["c"], body["f"]
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        raise InvalidArgument(
-            "page_token is not a token this service issued",
-            reason="PAGE_TOKEN_INVALID",
-            domain=domain,
-            field="page_token",
-        ) from None
+        body, _, mac = token.partition(".")
+        payload = _unb64(body)
+        if not mac or not hmac.compare_digest(_unb64(mac), _mac(payload)):
+            raise _invalid_token("page_token is not a token this service issued", domain)
+        parsed = json.loads(payload)
+        cursor, fingerprint = parsed["c"], parsed["f"]
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeError):
+        raise _invalid_token("page_token is not a token this service issued", domain) from None
+    if not isinstance(cursor, dict) or not _plain(cursor):
+        raise _invalid_token("page_token is not a token this service issued", domain)
     if fingerprint != _fingerprint(scope):
-        raise InvalidArgument(
-            "page_token was issued for a request with other filters",
-            reason="PAGE_TOKEN_INVALID",
-            domain=domain,
-            field="page_token",
-        )
+        raise _invalid_token("page_token was issued for a request with other filters", domain)
     return cursor
 
 
@@ -151,20 +237,35 @@ def decode_cursor(token: str, scope: dict[str, Any], read: Callable[[dict[str, A
         return None
     try:
         return read(cursor)
-    except (KeyError, ValueError, TypeError):
-        raise InvalidArgument(
-            "page_token is not a token this service issued",
-            reason="PAGE_TOKEN_INVALID",
-            domain=domain,
-            field="page_token",
-        ) from None
+    except (KeyError, ValueError, TypeError, OverflowError):
+        raise _invalid_token("page_token is not a token this service issued", domain) from None
+
+
+def _cursor_time(text: Any) -> datetime:
+    """A cursor's time as an aware UTC datetime PostgreSQL can compare (years 1..9999 with a day of
+    room, so no offset overflows a datetime on its way to the driver)."""
+    if not isinstance(text, str):
+        raise TypeError("time")
+    value = datetime.fromisoformat(text)
+    if value.tzinfo is None:
+        raise ValueError("naive time")
+    value = value.astimezone(UTC)
+    if not _FIRST <= value <= _LAST:
+        raise ValueError("time out of range")
+    return value
 
 
 def decode_time_cursor(
     token: str, scope: dict[str, Any], *, domain: str, id_type: Callable[[str], Any] = str
 ) -> tuple[datetime, Any] | None:
     """The (time, id) position of a newest-first listing, from its page token (None: first page)."""
-    return decode_cursor(token, scope, lambda c: (datetime.fromisoformat(c["t"]), id_type(c["id"])), domain=domain)
+
+    def read(c: dict[str, Any]) -> tuple[datetime, Any]:
+        if not isinstance(c["id"], str):
+            raise TypeError("id")
+        return _cursor_time(c["t"]), id_type(c["id"])
+
+    return decode_cursor(token, scope, read, domain=domain)
 
 
 def encode_time_cursor(time: datetime, ident: object, scope: dict[str, Any]) -> str:

@@ -1,4 +1,6 @@
-"""DiaryService over gRPC: protobuf in, domain calls, protobuf out. No rules live here."""
+"""DiaryService over gRPC: protobuf in, domain calls, protobuf out. No rules live here: the
+request's limits and enums are checked at the edge against its contract (diary_service.proto), so
+an undefined tier never reaches ``_TIER_FROM_PB`` (ListNotes tier 99 once listed both tiers)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import grpc
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
-from libs.common.errors import InvalidArgument
 from libs.common.protoconv import query_vector, timestamp
 from services.diary.domain import DOMAIN, Note, NoteSource, NoteTier
 from services.diary.service import DiaryService
@@ -61,8 +62,6 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
         self._service = service
 
     async def WriteNote(self, request: pb.WriteNoteRequest, context: grpc.aio.ServicerContext) -> pb.WriteNoteResponse:
-        if request.tier not in (pb.NOTE_TIER_LONG, pb.NOTE_TIER_SHORT, pb.NOTE_TIER_UNSPECIFIED):
-            raise InvalidArgument(f"unknown tier {request.tier}", reason="FIELD_INVALID", domain=DOMAIN, field="tier")
         note, skipped, created = await self._service.write_note(
             request.company,
             request.seat,

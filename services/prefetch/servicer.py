@@ -9,11 +9,10 @@ import grpc
 
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
-from libs.common.errors import InvalidArgument
 from services.prefetch.builtins import Builtins
 from services.prefetch.calltool import call_tool, outcome_filter_of, tier_of
 from services.prefetch.deps import Deps
-from services.prefetch.domain import DOMAIN, Block, BlockKind, Sender, TurnContext, TurnEmbedding, TurnStart
+from services.prefetch.domain import Block, BlockKind, Sender, TurnContext, TurnEmbedding, TurnStart
 from services.prefetch.knowledge_block import hit_fields
 from services.prefetch.turn_context import TurnContextBuilder
 
@@ -128,8 +127,6 @@ class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
     async def ListTools(self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext) -> pb.ListToolsResponse:
         from services.prefetch.tools import tool_schemas
 
-        _require(request.company, "company")
-        _require(request.role, "role")
         can = self._deps.searcher.can_search(request.company, request.role)
         tools = tool_schemas(self._deps.settings, request.company, request.role, can)
         return pb.ListToolsResponse(tools=[_tool_to_pb(t) for t in tools])
@@ -139,14 +136,8 @@ class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
     ) -> pb.GetGuidanceResponse:
         from services.prefetch.guidance import guidance_blocks
 
-        _require(request.company, "company")
         blocks = guidance_blocks(list(request.registered_tools))
         return pb.GetGuidanceResponse(blocks=[_guidance_to_pb(b) for b in blocks])
-
-
-def _require(value: str, field: str) -> None:
-    if not value.strip():
-        raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
 
 
 class BuiltinServicer(pb_grpc.BuiltinServiceServicer):

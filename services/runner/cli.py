@@ -133,7 +133,7 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
     mode = security.auth_mode(settings)
     settings = security.with_internal_secret(settings)
     authenticator = security.authenticator(settings, mode)
-    bound = bind_server(security.listeners(settings), authenticator=authenticator)
+    bound = bind_server(security.listeners(settings), authenticator=authenticator, config=settings.server)
     telemetry.configure_tracing(settings.telemetry)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(bound.server.stop, 0)

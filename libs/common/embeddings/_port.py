@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -84,6 +84,10 @@ class Embedder(Protocol):
         ...
 
 
+def _split_all(embedder: Embedder, texts: list[str]) -> list[list[str]]:
+    return [embedder.split(text) or [text] for text in texts]
+
+
 def usable(values: np.ndarray) -> bool:
     """A vector any recall could return: finite and not all zeros."""
     return bool(values.size) and bool(np.all(np.isfinite(values))) and float(np.abs(values).max()) > 0.0
@@ -106,12 +110,17 @@ def pool(pieces: Sequence[np.ndarray], weights: Sequence[float] | None = None) -
     return (mean / norm).astype(np.float32)
 
 
-async def embed_texts(embedder: Embedder, texts: Sequence[str]) -> list[Vector | None]:
-    """Split every text, send all pieces in one request, pool each text's pieces."""
+Offload = Callable[..., Awaitable[Any]]
+"""Runs a function on an embedder's worker threads: ``await offload(fn, *args)``."""
+
+
+async def embed_texts(embedder: Embedder, texts: Sequence[str], offload: Offload) -> list[Vector | None]:
+    """Split every text (on the embedder's threads: tokenising a long text would stall every call
+    this process serves), send all pieces in one request, pool each text's pieces."""
+    splits = await offload(_split_all, embedder, list(texts))
     spans: list[tuple[int, int]] = []
     pieces: list[str] = []
-    for text in texts:
-        parts = embedder.split(text) or [text]
+    for parts in splits:
         spans.append((len(pieces), len(pieces) + len(parts)))
         pieces.extend(parts)
     raw = await embedder.embed_pieces(pieces)

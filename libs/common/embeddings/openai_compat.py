@@ -6,7 +6,9 @@ ends its minute on a rate limit). Every failure is mapped onto the seam's error 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import openai
@@ -57,6 +59,10 @@ class OpenAICompatibleEmbedder:
             max_retries=0,
             timeout=config.timeout_seconds,
         )
+        # Splitting a long text is CPU work: it runs here, never on the event loop; close() drops
+        # the jobs not yet started so a stopping process does not wait on them.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-split")
+        self._closed = False
 
     @property
     def dimensions(self) -> int | None:
@@ -87,8 +93,20 @@ class OpenAICompatibleEmbedder:
             )
         return vecs
 
+    async def offload(self, fn, *args):  # type: ignore[no-untyped-def]
+        """Run ``fn(*args)`` on the embedder's thread (cancelled with its caller if not started)."""
+        if self._closed:
+            raise EmbeddingUnavailable("the embedder is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def split_async(self, text: str) -> list[str]:
+        """:meth:`split` off the event loop."""
+        return await self.offload(self.split, text)
+
     async def embed(self, texts: Sequence[str]) -> list[Vector | None]:
-        return await embed_texts(self, texts)
+        return await embed_texts(self, texts, self.offload)
 
     async def close(self) -> None:
+        self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)
         await self._client.close()

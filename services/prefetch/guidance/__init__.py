@@ -99,15 +99,14 @@ def guidance_blocks(
     registered_tools: Sequence[str], catalogue: Sequence[Guidance] | None = None
 ) -> list[dict[str, Any]]:
     """The blocks whose trigger tool is among ``registered_tools``, each as ``{name, markdown,
-    triggered_by}`` (the registered tools that triggered it, in the order given)."""
-    tools: list[str] = []
-    for tool in registered_tools:
-        tool = tool.strip()
-        if tool and tool not in tools:
-            tools.append(tool)
+    triggered_by}`` (the registered tools that triggered it, in the order given).
+
+    Linear in the number of tools: de-duplication and membership go through dicts and sets (an
+    engine may register tens of thousands of MCP tools; a list scan per tool stalled the server)."""
+    tools = list(dict.fromkeys(t for t in (tool.strip() for tool in registered_tools) if t))
     out: list[dict[str, Any]] = []
     for block in _bundled() if catalogue is None else catalogue:
-        triggered = _matching(tools, block.triggers)
+        hits = set(_matching(tools, block.triggers))
         markdown = block.markdown
         if block.lines:
             rendered = []
@@ -115,12 +114,11 @@ def guidance_blocks(
                 present = _matching(tools, line.patterns)
                 if present:
                     rendered.append(line.text.replace("{tools}", ", ".join(f"`{t}`" for t in present)))
-                    triggered += [t for t in present if t not in triggered]
+                    hits.update(present)
             if not rendered:
                 continue
             markdown = f"{markdown}\n\n" + "\n".join(rendered)
-            triggered = [t for t in tools if t in triggered]
-        if not triggered:
+        if not hits:
             continue
-        out.append({"name": block.name, "markdown": markdown, "triggered_by": triggered})
+        out.append({"name": block.name, "markdown": markdown, "triggered_by": [t for t in tools if t in hits]})
     return out
