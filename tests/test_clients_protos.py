@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PROTOS = sorted((ROOT / "protos").rglob("*.proto"))
+PROTOS = sorted((ROOT / "protos" / "agentlearn").rglob("*.proto"))  # ours, not the vendored ones
 
 
 def option(text: str, name: str) -> str | None:

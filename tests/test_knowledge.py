@@ -72,6 +72,9 @@ class CountingEmbedder:
     def split(self, text: str) -> list[str]:
         return self._inner.split(text)
 
+    async def split_async(self, text: str) -> list[str]:
+        return await self._inner.split_async(text)
+
     async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
         if self.fail:
             raise EmbeddingUnavailable("switched off by the test")

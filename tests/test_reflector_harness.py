@@ -588,3 +588,19 @@ async def test_the_episodist_takes_a_run_id_out_of_a_label():
         turn("fire-8841", now=datetime(2026, 1, 1, tzinfo=UTC), label="Scheduled: weekly-report fire-8841")
     )
     assert _label(t) == "Scheduled: weekly-report"
+
+
+async def test_a_turn_asked_more_than_its_episode_can_hold_is_refused_at_submit(env_for, clock):
+    """Each body fits the contract, but their sum would be refused by RecordEpisode later and the
+    episode lost: SubmitTurn refuses it instead, naming the field and the limit."""
+    from services.reflector.service import MAX_ASKED_CHARS
+
+    async with env_for() as env:
+        bodies = [message("bob", "x" * 30_000) for _ in range(4)]
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await env.submit(turn("too-much", now=clock.now(), messages=bodies))
+        code, info, bad = error_info(err.value)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "FIELD_TOO_LONG"
+        assert info.metadata["limit"] == str(MAX_ASKED_CHARS)
+        assert bad.field_violations[0].field == "turn.interactions"
+        assert await env.app.infra.pool.fetchval("SELECT count(*) FROM reflections") == 0

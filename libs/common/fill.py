@@ -473,7 +473,7 @@ class VectorFill:
             )
 
     async def _fill_long(self, source: FillSource, row: FillRow, fp: str) -> None:
-        pieces = self._embedder.split(row.text) or [row.text]
+        pieces = await self._embedder.split_async(row.text) or [row.text]
         digest = hashlib.sha256(row.text.encode()).hexdigest()
         kept = await self._kept_pieces(source.name, row, fp, digest)
         # Once a chunk of this row was refused its pieces go one per request, remembered on the

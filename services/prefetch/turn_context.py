@@ -339,7 +339,7 @@ class TurnContextBuilder:
                 seat=start.seat,
                 turn_id=start.turn_id,
                 write="skill_offered",
-                error=str(err)[:500],
+                error=rpc_failure("skills", err),
                 skill_ids=list(block.ids),
             )
         return block

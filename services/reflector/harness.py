@@ -55,7 +55,7 @@ from services.reflector.domain import (
     turn_id_of,
 )
 from services.reflector.store import PostgresReflectionStore
-from services.reflector.workers.base import Worker, WorkerContext, failure_kind
+from services.reflector.workers.base import Worker, WorkerContext, failure_kind, failure_text
 
 __all__ = ["Harness"]
 
@@ -159,7 +159,7 @@ class Harness:
                     with contextlib.suppress(Exception):
                         record = await self._store.get(turn.company, turn.seat, turn.turn_id)
                         workers = record.workers if record else []
-                        return await self._retry_or_dead_letter(job, turn, workers, f"{failure_kind(exc)}: {exc}")
+                        return await self._retry_or_dead_letter(job, turn, workers, failure_text(exc))
                     raise
         finally:
             otel_context.detach(token)
@@ -259,7 +259,7 @@ class Harness:
             gate = worker.gate(turn)
         except Exception as exc:
             _log.exception("worker %s gate raised for %s", worker.name, turn.turn_id)
-            return WorkerOutcome(worker.name, WorkerStatus.FAILED, failure=f"{failure_kind(exc)}: {exc}"[:500])
+            return WorkerOutcome(worker.name, WorkerStatus.FAILED, failure=failure_text(exc)[:500])
         if gate is not None:
             return WorkerOutcome(worker.name, WorkerStatus.SKIPPED, gate=gate)
         with _tracer.start_as_current_span(
@@ -277,7 +277,7 @@ class Harness:
                 status = WorkerStatus.RETRYING if kind in RETRYABLE_FAILURES else WorkerStatus.FAILED
                 _log.warning("worker %s %s on %s: %s: %s", worker.name, status, turn.turn_id, kind, exc)
                 span.set_status(trace.Status(trace.StatusCode.ERROR, kind))
-                return WorkerOutcome(worker.name, status, failure=f"{kind}: {exc}"[:500])
+                return WorkerOutcome(worker.name, status, failure=failure_text(exc)[:500])
             span.set_attribute("status", str(outcome.status))
             return outcome
 

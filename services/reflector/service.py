@@ -25,6 +25,10 @@ __all__ = ["ReflectorService"]
 _WORK_ITEM = re.compile(r"^(native|jira):\S+$")
 
 
+MAX_ASKED_CHARS = 100_000
+"""What a turn was asked, in all: the episode's ``ask`` takes at most this (RecordEpisode's contract)."""
+
+
 def _check_turn(turn: pb.TurnCompleted) -> None:
     seat_ref(turn.company, turn.seat, domain=DOMAIN)
     require_text(turn.turn_id, "turn.turn_id", domain=DOMAIN, max_chars=200)
@@ -62,6 +66,18 @@ def _check_turn(turn: pb.TurnCompleted) -> None:
         )
     for i, skill in enumerate(turn.offered_skills):
         require_text(skill.id, f"turn.offered_skills[{i}].id", domain=DOMAIN)
+    # What the turn was asked becomes its episode's ask (the bodies joined): refused here, at the
+    # edge, rather than accepted and then lost when the episode cannot take it. The contract bounds
+    # each body; only their sum needs this.
+    asked = sum(len(i.body) + 1 for i in turn.interactions) if turn.interactions else len(turn.ask)
+    if asked > MAX_ASKED_CHARS:
+        raise InvalidArgument(
+            f"the turn's inbound text is {asked} characters in all; the limit is {MAX_ASKED_CHARS}",
+            reason="FIELD_TOO_LONG",
+            domain=DOMAIN,
+            field="turn.interactions" if turn.interactions else "turn.ask",
+            metadata={"limit": MAX_ASKED_CHARS, "length": asked},
+        )
 
 
 class ReflectorService:

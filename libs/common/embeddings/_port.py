@@ -75,6 +75,11 @@ class Embedder(Protocol):
         """The pieces of ``text`` that each fit the model's input, split between words."""
         ...
 
+    async def split_async(self, text: str) -> list[str]:
+        """:meth:`split` on the embedder's own threads (tokenising a long text on the event loop
+        would stall every call the process serves)."""
+        ...
+
     async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
         """One request: a raw vector per piece. Raises :class:`EmbeddingError`."""
         ...

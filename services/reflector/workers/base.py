@@ -35,6 +35,7 @@ __all__ = [
     "ask_model",
     "describe_turn",
     "failure_kind",
+    "failure_text",
     "parse_object",
     "prompt_file",
 ]
@@ -117,6 +118,16 @@ def _asks_to_retry(exc: grpc.aio.AioRpcError) -> bool:
     except Exception:  # a malformed status detail is no invitation
         return False
     return status is not None and any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in status.details)
+
+
+def failure_text(exc: BaseException) -> str:
+    """``"<kind>: <what happened>"`` for a reflection record: a gRPC failure as its status code and
+    the server's own message, never an ``AioRpcError``'s multi-line Python repr."""
+    kind = failure_kind(exc)
+    if isinstance(exc, grpc.aio.AioRpcError):
+        detail = " ".join((exc.details() or "").split())
+        return f"{kind}: {exc.code().name}" + (f": {detail}" if detail else "")
+    return f"{kind}: {exc}"
 
 
 def failure_kind(exc: BaseException) -> str:
