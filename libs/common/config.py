@@ -21,9 +21,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 __all__ = [
     "BudgetConfig",
     "CompanyConfig",
-    "MemoryConfig",
     "EmbeddingsConfig",
     "LearningConfig",
+    "MemoryConfig",
     "ProviderConfig",
     "RoleConfig",
     "SessionsConfig",

@@ -14,6 +14,7 @@ from pathlib import Path
 from libs.common import telemetry
 from libs.common.config import Settings, load_settings
 from libs.common.grpcserver import create_server, drain
+from libs.common.httpserver import start_http
 from libs.common.infra import Infra, open_infra, resolve_dsn
 from libs.common.passrunner import holder_identity, run_pass, tick_forever
 from services.runner.registry import SERVICES, migrations_of
@@ -34,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     common(up)
     up.add_argument("--port", type=int, help="gRPC port (default 50051)")
     up.add_argument("--host", help="bind address (default 127.0.0.1)")
+    up.add_argument("--http-port", type=int, help="HTTP port of the sessions API (default 8080; 0 picks one)")
     up.add_argument(
         "--split",
         action="store_true",
@@ -45,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("service", choices=sorted(SERVICES))
     serve.add_argument("--port", type=int)
     serve.add_argument("--host")
+    serve.add_argument("--http-port", type=int)
 
     run_pass_p = sub.add_parser("pass", help="run one background pass once (lease-claimed)")
     common(run_pass_p)
@@ -66,6 +69,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         server["port"] = args.port
     if getattr(args, "host", None):
         server["host"] = args.host
+    if getattr(args, "http_port", None) is not None:
+        server["http_port"] = args.http_port
     if server:
         overrides["server"] = server
     settings = load_settings(args.config, overrides)
@@ -95,6 +100,8 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
         address = f"{settings.server.host}:{settings.server.port}"
         server, port, health = await create_server(registrations, address)
         infra.channels.serve_locally([c.name for c in components], f"{settings.server.host}:{port}")
+        routes = [r for c in components for r in c.http_routes]
+        http = await start_http(routes, settings.server.host, settings.server.http_port) if routes else None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -111,11 +118,14 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
         if ready_line:
             print(
                 f"agentlearn ready on {settings.server.host}:{port} "
-                f"services={','.join(c.name for c in components)} data_dir={settings.data_dir}",
+                f"services={','.join(c.name for c in components)} data_dir={settings.data_dir}"
+                + (f" http={http.address}" if http else ""),
                 flush=True,
             )
         await stop.wait()
         _log.info("shutting down: NOT_SERVING, draining for %ss", settings.server.grace_seconds)
+        if http is not None:
+            await http.stop(settings.server.grace_seconds)
         await drain(server, health, settings.server.grace_seconds)
         for task in tasks:
             task.cancel()
@@ -149,6 +159,8 @@ async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
                 host,
                 "--port",
                 port,
+                "--http-port",  # only a service with HTTP routes (sessions) binds it
+                str(settings.server.http_port),
                 "--data-dir",
                 str(settings.data_dir),
                 "--log-level",
