@@ -73,8 +73,6 @@ SQL = {
         WHERE company = $1 AND session_id = $2 AND turn_id = $3 AND seq > $4 AND seq < $5 AND kind <> 'turn_end'""",
     "covered_seq": """
         SELECT coalesce(max(trigger_seq), 0) FROM learning_checks WHERE company = $1 AND session_id = $2""",
-    # The time of the last check's trigger point, when it falls inside the turn: the covered work ends there.
-    "event_at": "SELECT event_time, turn_id FROM session_events WHERE company = $1 AND session_id = $2 AND seq = $3",
     "event_id_at": "SELECT event_id FROM session_events WHERE company = $1 AND session_id = $2 AND seq = $3",
     "insert_check": f"""
         INSERT INTO learning_checks (id, company, session_id, owner, workspace, seat, role, trigger, plan_revision,
@@ -286,17 +284,11 @@ class SessionTx:
 
     async def turn_window(self, turn_id: str, end: Event) -> TurnWindow:
         """The turn's work no check covered: its events after the last check's trigger point, up to
-        its end. When that point is inside the turn, the covered work ends there, so the window's
-        time starts at it."""
+        its end; its time runs from the first of them to the end."""
         s = self.session
         covered = await self.covered_seq()
         row = await self.conn.fetchrow(SQL["turn_window"], s.company, s.session_id, turn_id, covered, end.seq)
-        start = row["start_time"]
-        if covered:
-            at = await self.conn.fetchrow(SQL["event_at"], s.company, s.session_id, covered)
-            if at is not None and at["turn_id"] == turn_id:
-                start = at["event_time"]
-        return TurnWindow(int(row["tool_results"] or 0), start, end.event_time)
+        return TurnWindow(int(row["tool_results"] or 0), row["start_time"], end.event_time)
 
     async def event_id_at(self, seq: int) -> str:
         if seq <= 0:

@@ -13,12 +13,18 @@ from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
 from libs.common.protoconv import timestamp
 from tests.support.app import App, open_app
+from tests.support.grpc_errors import error_info
 
 __all__ = [
     "SessionEnv",
     "assistant",
+    "chat_answer",
+    "info",
+    "is_review",
     "open_sessions",
+    "prompt_text",
     "result",
+    "scripted_llm",
     "step",
     "tool_request",
     "turn_end",
@@ -28,6 +34,55 @@ __all__ = [
 ]
 
 SERVICES = ["diary", "skills", "prefetch", "sessions"]
+
+
+def scripted_llm(server, *, timeout: float = 10.0) -> dict:  # type: ignore[no-untyped-def]
+    """``providers`` whose only auxiliary model is the scripted OpenAI-compatible server (no offline
+    fallback, so a failure of the server is the check's model error)."""
+    return {
+        "llm": {
+            "scripted": {
+                "kind": "openai",
+                "base_url": server.base_url,
+                "api_key": "k",
+                "model": "small",
+                "timeout_seconds": timeout,
+            }
+        },
+        "auxiliary_chain": ["scripted"],
+        "embeddings": {"kind": "none"},
+    }
+
+
+def is_review(body: dict) -> bool:
+    """A scripted chat request that is a session review (not the memory judge)."""
+    system = next((m["content"] for m in body.get("messages", []) if m["role"] == "system"), "")
+    return "You review a piece of finished work from a chat session" in system
+
+
+def prompt_text(body: dict) -> str:
+    return "\n".join(m.get("content") or "" for m in body.get("messages", []))
+
+
+def chat_answer(text: str, *, completion_tokens: int | None = None, finish: str = "stop") -> dict:
+    """An OpenAI chat completion body with ``text`` (for Reply(body=...))."""
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "small",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": 100,
+            "completion_tokens": completion_tokens if completion_tokens is not None else len(text) // 4 + 1,
+            "total_tokens": 100 + (completion_tokens or len(text) // 4 + 1),
+        },
+    }
+
+
+def info(err):  # type: ignore[no-untyped-def]
+    """The ErrorInfo of a failed call."""
+    return error_info(err)[1]
 
 
 def _ev(event_id: str, kind: int, text: str, at: datetime, turn: str = "t1", **kw: Any) -> pb.SessionEvent:
@@ -53,12 +108,16 @@ def result(
     return _ev(event_id, pb.EVENT_KIND_TOOL_RESULT, text, at, turn, tool_name=tool, status=status, source=source)
 
 
-def verification(event_id: str, tool: str, text: str, at: datetime, turn: str = "t1", ok: bool = True) -> pb.SessionEvent:
+def verification(
+    event_id: str, tool: str, text: str, at: datetime, turn: str = "t1", ok: bool = True
+) -> pb.SessionEvent:
     status = pb.EVENT_STATUS_SUCCEEDED if ok else pb.EVENT_STATUS_FAILED
     return _ev(event_id, pb.EVENT_KIND_VERIFICATION, text, at, turn, tool_name=tool, status=status)
 
 
-def turn_end(event_id: str, at: datetime, turn: str = "t1", outcome: int = pb.TURN_OUTCOME_SUCCEEDED) -> pb.SessionEvent:
+def turn_end(
+    event_id: str, at: datetime, turn: str = "t1", outcome: int = pb.TURN_OUTCOME_SUCCEEDED
+) -> pb.SessionEvent:
     return _ev(event_id, pb.EVENT_KIND_TURN_END, "", at, turn, turn_outcome=outcome)
 
 
@@ -99,10 +158,16 @@ class SessionEnv:
             pb.AppendSessionEventsRequest(session_id=session_id, events=list(events), **fields)
         )
 
-    async def plan(self, session_id: str, revision: int, *steps: pb.PlanStep, user: str | None = None) -> pb.SavePlanResponse:
+    async def plan(
+        self, session_id: str, revision: int, *steps: pb.PlanStep, user: str | None = None
+    ) -> pb.SavePlanResponse:
         return await self.stub.SavePlan(
             pb.SavePlanRequest(
-                company=self.company, session_id=session_id, user=user or self.user, revision=revision, steps=list(steps)
+                company=self.company,
+                session_id=session_id,
+                user=user or self.user,
+                revision=revision,
+                steps=list(steps),
             )
         )
 
