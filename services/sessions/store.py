@@ -38,7 +38,9 @@ from services.sessions.domain import (
     TurnWindow,
 )
 
-__all__ = ["SQL", "PostgresSessionStore", "SessionTx"]
+__all__ = ["SQL", "LessonTx", "PostgresSessionStore", "SessionTx"]
+
+_LESSON_LOCKS = 0x6C73736E  # "lssn": the advisory lock namespace of workspace lessons
 
 _SESSION = "company, session_id, owner, workspace, seat, role, last_seq, plan_revision, create_time"
 _EVENT = "seq, event_id, kind, text, event_time, turn_id, tool_name, source, status, turn_outcome, remember"
@@ -133,8 +135,9 @@ SQL = {
     "count_of_kinds": """
         SELECT count(*) FROM session_events
         WHERE company = $1 AND session_id = $2 AND kind = ANY($3::text[]) AND seq <= $4""",
+    "lock_lesson": "SELECT pg_advisory_xact_lock($1, hashtext($2))",
     "lesson": """
-        SELECT page_id, body, sources FROM workspace_lessons
+        SELECT page_id, title, body FROM workspace_lessons
         WHERE company = $1 AND workspace = $2 AND content_hash = $3""",
     "record_lesson": """
         INSERT INTO workspace_lessons (company, workspace, content_hash, page_id, title, body, sources, create_time,
@@ -468,21 +471,24 @@ class PostgresSessionStore:
 
     # -------------------------------------------------------------- lessons
 
-    async def lesson(self, company: str, workspace: str, content_hash: str) -> tuple[str, str, list] | None:
-        row = await self.pool.fetchrow(SQL["lesson"], company, workspace, content_hash)
-        return (row["page_id"], row["body"], _json(row["sources"])) if row else None
+    @contextlib.asynccontextmanager
+    async def lesson_lock(self, company: str, workspace: str, content_hash: str) -> AsyncIterator[LessonTx]:
+        """A transaction holding the lock of one lesson's normalized content in one workspace: two
+        checks writing the same lesson at once land on one page."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(SQL["lock_lesson"], _LESSON_LOCKS, f"{company}/{workspace}/{content_hash}")
+            yield LessonTx(conn, company, workspace, content_hash)
 
-    async def record_lesson(
-        self,
-        company: str,
-        workspace: str,
-        content_hash: str,
-        page_id: str,
-        title: str,
-        body: str,
-        source: dict,
-        now: datetime,
-    ) -> None:
-        await self.pool.execute(
-            SQL["record_lesson"], company, workspace, content_hash, page_id, title, body, json.dumps(source), now
-        )
+
+class LessonTx:
+    def __init__(self, conn: asyncpg.Connection, company: str, workspace: str, content_hash: str):
+        self.conn = conn
+        self.key = (company, workspace, content_hash)
+
+    async def known(self) -> tuple[str, str, str] | None:
+        """(page id, title, body) of the lesson's page when it was written before."""
+        row = await self.conn.fetchrow(SQL["lesson"], *self.key)
+        return (row["page_id"], row["title"], row["body"]) if row else None
+
+    async def record(self, page_id: str, title: str, body: str, source: dict, now: datetime) -> None:
+        await self.conn.execute(SQL["record_lesson"], *self.key, page_id, title, body, json.dumps(source), now)

@@ -75,14 +75,18 @@ def rpc_failure(err: grpc.aio.AioRpcError) -> str:
     return f"{err.code().name}: {err.details() or ''}"[:500]
 
 
-def lesson_title(normalized: str, content_hash: str) -> str:
-    """A page title derived only from the normalized content, so identical normalized content
-    always lands on the same page (the knowledge store keys pages by container and title)."""
-    words = normalized.split()
-    head = " ".join(words[:14])
-    if len(words) > 14:
-        head += " …"
-    head = head[:1].upper() + head[1:]
+def lesson_title(text: str, content_hash: str) -> str:
+    """A page title: the lesson's opening words and the hash of its normalized content. The hash
+    keeps two lessons that open alike apart; the page a lesson reuses is found by the hash, never
+    by the title (see ``Writer.lesson``)."""
+    words = "".join(ch for ch in " ".join(text.split()) if ch.isprintable()).split(" ")
+    head = ""
+    for word in words:
+        if len(head) + len(word) + 1 > 100:
+            head = head.rstrip(" ,;:—-") + " …"
+            break
+        head = f"{head} {word}" if head else word
+    head = head.rstrip(" .!?,;:")
     return f"{head} [{content_hash[:10]}]"
 
 
@@ -135,36 +139,39 @@ class Writer:
             out.dropped.append(Dropped(OutputKind.PROJECT_LESSON, "the lesson has no words", tuple(evidence_ids)))
             return
         digest = _hash(normalized)
-        title = lesson_title(normalized, digest)
-        known = await self.store.lesson(check.company, check.workspace, digest)
-        body = (
-            known[1]
-            if known
-            else (
-                f"{cand.text}\n\n---\nLearned in session {check.session_id} (learning check {check.id}) "
-                f"from evidence {', '.join(evidence_ids)}."
-            )
-        )
-        try:
-            resp = await self.clients.knowledge.UpsertPage(
-                kb_pb.UpsertPageRequest(
-                    company=check.company,
-                    container=workspace_container(check.workspace),
-                    title=title,
-                    body=body,
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            out.failures.append(
-                PartialFailure(OutputKind.PROJECT_LESSON, FailureKind.WRITE_FAILED, f"knowledge: {rpc_failure(err)}")
-            )
-            return
-        page = resp.page
         source = {"session_id": check.session_id, "check_id": str(check.id), "evidence_ids": list(evidence_ids)}
-        await self.store.record_lesson(
-            check.company, check.workspace, digest, page.id, title, body, source, self.clock.now()
-        )
+        # Under the lesson's lock: the page of identical normalized content is found by its hash
+        # (and keeps the title and text it was first written with), so it is reused whatever the
+        # new copy's case, spacing or punctuation, even when two checks write it at once.
+        async with self.store.lesson_lock(check.company, check.workspace, digest) as tx:
+            known = await tx.known()
+            if known:
+                _, title, body = known
+            else:
+                title = lesson_title(cand.text, digest)
+                body = (
+                    f"{cand.text}\n\n---\nLearned in session {check.session_id} (learning check {check.id}) "
+                    f"from evidence {', '.join(evidence_ids)}."
+                )
+            try:
+                resp = await self.clients.knowledge.UpsertPage(
+                    kb_pb.UpsertPageRequest(
+                        company=check.company,
+                        container=workspace_container(check.workspace),
+                        title=title,
+                        body=body,
+                    ),
+                    timeout=self._timeout,
+                )
+            except grpc.aio.AioRpcError as err:
+                out.failures.append(
+                    PartialFailure(
+                        OutputKind.PROJECT_LESSON, FailureKind.WRITE_FAILED, f"knowledge: {rpc_failure(err)}"
+                    )
+                )
+                return
+            page = resp.page
+            await tx.record(page.id, title, body, source, self.clock.now())
         disposition = Disposition.WRITTEN if resp.created else Disposition.REUSED
         out.outputs.append(Output(OutputKind.PROJECT_LESSON, page.id, disposition, tuple(evidence_ids)))
         if not page.embedding_model:
