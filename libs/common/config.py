@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
@@ -115,6 +115,16 @@ class ProvidersConfig(_Section):
 ToolPermission = Literal["allow", "ask", "deny"]
 """What a role may do with a tool: ``allow`` runs it, ``ask`` needs a person's approval first,
 ``deny`` never runs it. A background worker has nobody to ask, so only ``allow`` lets it write."""
+TOOL_PERMISSIONS = ("allow", "ask", "deny")
+
+
+def _permissions(value: dict[str, str]) -> dict[str, str]:
+    # Kept as plain strings in the model (the generated docs list dict values by type) and checked
+    # here, so a typo is refused at start rather than read as "not allow".
+    bad = {tool: p for tool, p in value.items() if p not in TOOL_PERMISSIONS}
+    if bad:
+        raise ValueError(f"tool permissions must be one of {list(TOOL_PERMISSIONS)}: {bad}")
+    return value
 
 WORKSPACE_CONTAINER_PREFIX = "workspace:"
 
@@ -139,12 +149,14 @@ class RoleConfig(_Section):
     """Workspaces whose project lessons the role reads: each adds the knowledge container
     ``workspace:<name>`` to ``knowledge_containers`` (session learning: "Project lessons become
     workspace-scoped, indexed notes", searchable by every seat of the workspace)."""
-    tool_permissions: dict[str, ToolPermission] = Field(default_factory=dict)
+    tool_permissions: dict[str, str] = Field(default_factory=dict)
     """The role's permission per tool (``allow`` / ``ask`` / ``deny``), over
     ``sessions.default_tool_permissions``. Session learning rechecks ``write_knowledge`` before a
     project lesson and ``distill_skill`` before a skill proposal; the background worker cannot
     approve ``ask`` or ``deny`` (spec: "Knowledge and skill writes recheck the corresponding tool
     permission")."""
+
+    _check_permissions = field_validator("tool_permissions")(_permissions)
 
 
 class BudgetConfig(_Section):
@@ -492,16 +504,19 @@ class SessionsConfig(_Section):
     """A project lesson longer than this is dropped, never trimmed."""
     personal_fact_duplicate_similarity: float = 0.9
     """A personal fact whose embedding is at least this similar to a note the seat already has
-    reuses that note instead of writing another (the embedding-backed dedup; 0.9 chosen: near-
-    verbatim restatements on the local MiniLM)."""
+    reuses that note instead of writing another (the embedding-backed dedup; 0.9 chosen:
+    near-verbatim restatements score above it on the local MiniLM, related facts below)."""
     default_workspace: str = "default"
     """The workspace of a session that names none, for users without their own
     ``companies.<c>.users.<u>.default_workspace``."""
-    default_tool_permissions: dict[str, ToolPermission] = Field(
+    default_tool_permissions: dict[str, str] = Field(
         default_factory=lambda: {"write_knowledge": "allow", "distill_skill": "allow"}
     )
-    """Permission per tool for roles that do not set their own (``roles.<r>.tool_permissions``);
-    a tool listed nowhere is ``allow``."""
+    """Permission per tool (``allow`` / ``ask`` / ``deny``) for roles that do not set their own
+    (``roles.<r>.tool_permissions``); both tools default to ``allow`` (a proposal still waits for a
+    person); a tool listed nowhere is ``allow``."""
+
+    _check_permissions = field_validator("default_tool_permissions")(_permissions)
     rpc_timeout_seconds: float = 10.0
     """Deadline of every call a check makes on another service (diary, skills, knowledge)."""
 
@@ -629,8 +644,8 @@ class Settings(BaseSettings):
         ``allow``."""
         own = self.company(company).roles.get(role) if role else None
         if own is not None and tool in own.tool_permissions:
-            return own.tool_permissions[tool]
-        return self.sessions.default_tool_permissions.get(tool, "allow")
+            return own.tool_permissions[tool]  # type: ignore[return-value]
+        return self.sessions.default_tool_permissions.get(tool, "allow")  # type: ignore[return-value]
 
     def default_workspace(self, company: str, user: str) -> str:
         """The workspace of the user's sessions that name none."""
