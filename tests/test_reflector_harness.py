@@ -5,7 +5,8 @@ rules or a scripted OpenAI-compatible server."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import socket
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -15,6 +16,7 @@ from agentlearn.diary.v1 import diary_service_pb2_grpc as diary_grpc
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
+from libs.common.jobs import JobQueue
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
 from tests.support.scripted_openai import Reply
@@ -50,16 +52,16 @@ class Env:
 def env_for(make_settings, dsn, clock, local_embedder, edge_index):
     """open an app with the diary and the reflector and the given learning overrides"""
 
-    def opener(learning=None, **settings):  # type: ignore[no-untyped-def]
+    def opener(learning=None, names=("diary", "reflector"), **settings):  # type: ignore[no-untyped-def]
         s = make_settings(learning=learning or PERSIST_ONLY, **settings)
-        return _Opened(s, dsn, clock, local_embedder, edge_index)
+        return _Opened(s, dsn, clock, local_embedder, edge_index, list(names))
 
     return opener
 
 
 class _Opened:
-    def __init__(self, settings, dsn, clock, embedder, index):  # type: ignore[no-untyped-def]
-        self._cm = open_app(settings, dsn, names=["diary", "reflector"], clock=clock, embedder=embedder, index=index)
+    def __init__(self, settings, dsn, clock, embedder, index, names):  # type: ignore[no-untyped-def]
+        self._cm = open_app(settings, dsn, names=names, clock=clock, embedder=embedder, index=index)
 
     async def __aenter__(self) -> Env:
         return Env(await self._cm.__aenter__())
@@ -89,6 +91,24 @@ async def test_submit_returns_once_queued_and_a_second_submit_is_a_no_op_that_sa
         assert event["turn_id"] == "run-1" and event["payload"]["outcome"] == "TURN_OUTCOME_DONE"
 
 
+async def test_a_run_id_is_the_seats_own(env_for, clock):
+    """Another seat reporting the same run id queues its own reflection: it neither learns the
+    first seat's state nor loses its own turn."""
+    async with env_for() as env:
+        ana = await env.submit(turn("run-1", now=clock.now(), seat="ana", messages=BOB_PREFERS))
+        assert await env.harness.drain() == 1
+        bob = await env.submit(turn("run-1", now=clock.now(), seat="bob", messages=BOB_PREFERS))
+        assert ana.queued and bob.queued and bob.state == pb.REFLECTION_STATE_QUEUED
+        assert (await env.reflection("run-1", seat="ana")).state == pb.REFLECTION_STATE_COMPLETED
+        assert (await env.reflection("run-1", seat="bob")).state == pb.REFLECTION_STATE_QUEUED
+        assert await env.harness.drain() == 1
+        assert (await env.reflection("run-1", seat="bob")).state == pb.REFLECTION_STATE_COMPLETED
+        assert len(await env.notes("ana")) == len(await env.notes("bob")) == 1
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await env.reflection("run-1", seat="carla")
+        assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+
+
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
@@ -109,7 +129,7 @@ async def test_a_malformed_turn_is_refused_naming_the_field(env_for, clock, muta
         assert code == grpc.StatusCode.INVALID_ARGUMENT
         assert bad.field_violations[0].field == field
         assert info.domain == "reflector.agentlearn.dev"
-        assert await env.app.infra.pool.fetchval("SELECT count(*) FROM reflection_jobs") == 0
+        assert await env.app.infra.pool.fetchval("SELECT count(*) FROM background_jobs") == 0
 
 
 # ------------------------------------------------------------------------------ the gates
@@ -285,38 +305,158 @@ async def test_a_note_past_two_thousand_characters_is_skipped_and_logged(env_for
         assert await env.notes() == []
 
 
-@pytest.mark.parametrize(
-    ("reply", "kind"),
-    [
-        (Reply(status=429), "rate_limited"),
-        (Reply(status=500), "server_error"),
-        (Reply(delay=2.0), "timeout"),
-        (
-            Reply(
-                body={
-                    "choices": [
-                        {"index": 0, "message": {"role": "assistant", "content": "{not json"}, "finish_reason": "stop"}
-                    ],
-                    "model": "m",
-                    "id": "x",
-                    "object": "chat.completion",
-                    "created": 0,
-                }
-            ),
-            "invalid_output",
-        ),
-    ],
-)
-async def test_each_model_failure_is_recorded_by_kind_and_writes_nothing(env_for, clock, scripted_openai, reply, kind):
-    scripted_openai.push("chat", reply)
+async def test_a_final_model_failure_is_recorded_by_kind_and_writes_nothing(env_for, clock, scripted_openai):
+    """Output a model gave that cannot be used is an answer: the worker's outcome, final."""
+    body = {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "{not json"}, "finish_reason": "stop"}],
+        "model": "m",
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+    }
+    scripted_openai.push("chat", Reply(body=body))
     async with env_for(providers=scripted_chain(scripted_openai)) as env:
         r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
         w = env.worker(r, "persist_decider")
-        assert w.status == pb.WORKER_STATUS_FAILED and w.failure.startswith(kind)
+        assert w.status == pb.WORKER_STATUS_FAILED and w.failure.startswith("invalid_output")
         assert r.state == pb.REFLECTION_STATE_COMPLETED  # the pass completes its record
         assert await env.notes() == []
         [event] = await read_events(env.app.infra.pool, "reflection_completed")
-        assert event["payload"]["failures"]["persist_decider"].startswith(kind)
+        assert event["payload"]["failures"]["persist_decider"].startswith("invalid_output")
+        clock.advance(hours=1)
+        assert await env.harness.drain() == 0  # never run again
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind"),
+    [(Reply(status=429), "rate_limited"), (Reply(status=500), "server_error"), (Reply(delay=2.0), "timeout")],
+)
+async def test_a_passing_model_failure_is_retried_with_backoff_not_recorded_final(
+    env_for, clock, scripted_openai, reply, kind
+):
+    scripted_openai.chat_handler = lambda body: json.dumps(
+        {"classification": "LONG", "content": "Bob prefers weekly digests.", "reason": "said"}
+    )
+    scripted_openai.push("chat", reply)
+    async with env_for(providers=scripted_chain(scripted_openai)) as env:
+        submitted = clock.now()
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        w = env.worker(r, "persist_decider")
+        assert w.status == pb.WORKER_STATUS_RETRYING and w.failure.startswith(kind)
+        assert r.state == pb.REFLECTION_STATE_RETRYING and r.reason.startswith(f"persist_decider: {kind}")
+        assert r.next_attempt_time.ToDatetime(tzinfo=submitted.tzinfo) == submitted + timedelta(seconds=15)
+        assert await read_events(env.app.infra.pool, "reflection_completed") == []
+        [retrying] = await read_events(env.app.infra.pool, "reflection_retrying")
+        assert retrying["payload"]["attempts"] == 1
+        again = await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        assert not again.queued and again.state == pb.REFLECTION_STATE_RETRYING
+        assert await env.harness.drain() == 0  # not before its time
+        clock.advance(seconds=15)
+        assert await env.harness.drain() == 1
+        r = await env.reflection("run-1")
+        assert r.state == pb.REFLECTION_STATE_COMPLETED and r.attempts == 2 and r.reason == ""
+        assert env.worker(r, "persist_decider").status == pb.WORKER_STATUS_WROTE
+        assert [n.content for n in await env.notes()] == ["Bob prefers weekly digests."]
+
+
+async def test_a_turn_still_failing_after_max_attempts_is_dead_lettered_with_its_reason(
+    env_for, clock, scripted_openai
+):
+    scripted_openai.rule("chat", lambda body: Reply(status=503))
+    learning = {"reflection": {"workers": ["persist_decider"], "max_attempts": 3, "retry_backoff_seconds": 10}}
+    async with env_for(learning=learning, providers=scripted_chain(scripted_openai)) as env:
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        waits = []
+        for _ in range(3):
+            assert await env.harness.drain() == 1
+            r = await env.reflection("run-1")
+            if r.state == pb.REFLECTION_STATE_RETRYING:
+                waits.append(r.next_attempt_time.ToDatetime(tzinfo=clock.now().tzinfo) - clock.now())
+                clock.set(r.next_attempt_time.ToDatetime(tzinfo=clock.now().tzinfo))
+        assert waits == [timedelta(seconds=10), timedelta(seconds=20)]  # doubling
+        assert r.state == pb.REFLECTION_STATE_DEAD_LETTERED and r.attempts == 3
+        assert r.reason.startswith("gave up after 3 attempts: persist_decider: server_error")
+        w = env.worker(r, "persist_decider")
+        assert w.status == pb.WORKER_STATUS_FAILED and w.failure.startswith("server_error")
+        assert len(scripted_openai.received("chat")) == 3
+        [dead] = await read_events(env.app.infra.pool, "reflection_dead_lettered")
+        assert dead["payload"]["reason"] == r.reason and dead["turn_id"] == "run-1"
+        job = await env.app.infra.pool.fetchrow("SELECT state, reason FROM background_jobs")
+        assert (job["state"], job["reason"]) == ("dead", r.reason)
+        clock.advance(days=1)
+        assert await env.harness.drain() == 0
+        again = await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        assert not again.queued and again.state == pb.REFLECTION_STATE_DEAD_LETTERED
+        assert await env.notes() == []
+        # The cause fixed, an operator runs the dead letters again (docs/services/reflector.md).
+        scripted_openai.rule("chat", None)
+        scripted_openai.chat_handler = lambda body: json.dumps(
+            {"classification": "LONG", "content": "Bob prefers weekly digests.", "reason": "said"}
+        )
+        await env.app.infra.pool.execute(
+            "UPDATE background_jobs SET state = 'queued', attempts = 0, run_after = $1 "
+            "WHERE kind = 'reflection' AND state = 'dead'",
+            clock.now(),
+        )
+        assert await env.harness.drain() == 1
+        r = await env.reflection("run-1")
+        assert r.state == pb.REFLECTION_STATE_COMPLETED and r.reason == ""
+        assert env.worker(r, "persist_decider").status == pb.WORKER_STATUS_WROTE
+        assert len(await env.notes()) == 1
+
+
+async def test_a_service_down_is_retried_and_only_the_unfinished_worker_runs_again(env_for, clock):
+    """The episodes service is unreachable on the first attempt: the episodist is left retrying
+    while the persist decider finishes; on the next attempt only the episodist runs."""
+    learning = {"reflection": {"workers": ["persist_decider", "episodist"], "rpc_timeout_seconds": 5}}
+    with socket.socket() as dead:
+        dead.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        async with env_for(learning=learning, names=["diary", "episodes", "reflector"]) as env:
+            env.app.infra.channels.serve_locally(["episodes"], f"127.0.0.1:{dead.getsockname()[1]}")
+            r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+            assert r.state == pb.REFLECTION_STATE_RETRYING
+            assert env.worker(r, "persist_decider").status == pb.WORKER_STATUS_WROTE
+            episodist = env.worker(r, "episodist")
+            assert episodist.status == pb.WORKER_STATUS_RETRYING and episodist.failure.startswith("rpc_unavailable")
+            assert r.reason.startswith("episodist: rpc_unavailable")
+            env.app.infra.channels.serve_locally(["episodes"], f"127.0.0.1:{env.app.port}")  # it is back
+            clock.advance(seconds=15)
+            assert await env.harness.drain() == 1
+            r = await env.reflection("run-1")
+            assert r.state == pb.REFLECTION_STATE_COMPLETED and r.attempts == 2
+            assert [w.worker for w in r.workers] == ["persist_decider", "episodist"]  # in the order they ran
+            assert env.worker(r, "episodist").status == pb.WORKER_STATUS_WROTE
+            assert await env.app.infra.pool.fetchval("SELECT count(*) FROM episodes") == 1
+            spends = await read_events(env.app.infra.pool, "auxiliary_spend")
+            assert [e["payload"]["purpose"] for e in spends] == ["persist_decider"]  # it did not run again
+            assert len(await env.notes()) == 1
+
+
+async def test_on_resume_a_retryable_failure_runs_again_and_a_finished_worker_does_not(env_for, clock):
+    """A pass stopped mid-way (its claim lapsed) had recorded the persist decider FAILED with a
+    retryable kind (as a drain's self-call did before retries existed) and the episodist WROTE: the
+    resumed pass runs the persist decider again and leaves the episodist's outcome as it is."""
+    learning = {"reflection": {"workers": ["persist_decider", "episodist"], "claim_lease_seconds": 30}}
+    async with env_for(learning=learning, names=["diary", "episodes", "reflector"]) as env:
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        pool = env.app.infra.pool
+        job = await JobQueue(pool).claim("reflection", "crashed-worker", clock.now(), 30)
+        recorded = [
+            {"worker": "persist_decider", "status": "failed", "failure": "rpc_unavailable: failed to connect"},
+            {"worker": "episodist", "status": "wrote", "written": ["episode:recorded-before"]},
+        ]
+        await pool.execute(
+            "UPDATE reflections SET state = 'running', workers = $1::jsonb, attempts = 1", json.dumps(recorded)
+        )
+        assert job is not None and await env.harness.drain() == 0  # still held
+        clock.advance(seconds=31)  # the crashed worker's claim lapsed
+        assert await env.harness.drain() == 1
+        r = await env.reflection("run-1")
+        assert r.state == pb.REFLECTION_STATE_COMPLETED and r.attempts == 2
+        assert env.worker(r, "persist_decider").status == pb.WORKER_STATUS_WROTE
+        assert list(env.worker(r, "episodist").written) == ["episode:recorded-before"]
+        assert await pool.fetchval("SELECT count(*) FROM episodes") == 0  # not run again
+        assert len(await env.notes()) == 1
 
 
 async def test_reflection_calls_are_charged_to_the_seat_as_reflection_stage(env_for, clock):
@@ -402,12 +542,42 @@ async def test_a_worker_that_loses_its_claim_stops(env_for, clock, scripted_open
         async with asyncio.timeout(10):
             while not scripted_openai.received("chat"):  # the worker is inside its model call
                 await asyncio.sleep(0.02)
-        await pool.execute("UPDATE reflection_jobs SET locked_by = 'another-worker'")
+        await pool.execute("UPDATE background_jobs SET locked_by = 'another-worker'")
         async with asyncio.timeout(10):
             assert await draining == 1
         r = await env.reflection("run-1")
         assert r.state == pb.REFLECTION_STATE_RUNNING and list(r.workers) == []
         assert await env.notes() == []
+
+
+async def test_a_worker_that_stops_hands_its_turn_back_at_once(env_for, clock, scripted_openai):
+    """Cancelled mid-pass (the process stopping cleanly), the worker puts the turn back on the queue
+    with its attempt given back, so the next process takes it without waiting out the lease."""
+    import asyncio
+
+    scripted_openai.rule("chat", lambda body: Reply(delay=5.0))
+    providers = scripted_chain(scripted_openai)
+    providers["llm"]["model"]["timeout_seconds"] = 30.0
+    learning = {"reflection": {"workers": ["persist_decider"], "claim_lease_seconds": 300}}
+    async with env_for(learning=learning, providers=providers) as env:
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        draining = asyncio.create_task(env.harness.drain())
+        async with asyncio.timeout(10):
+            while not scripted_openai.received("chat"):  # the worker is inside its model call
+                await asyncio.sleep(0.02)
+        draining.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await draining
+        job = await env.app.infra.pool.fetchrow("SELECT state, attempts, locked_by FROM background_jobs")
+        assert (job["state"], job["attempts"], job["locked_by"]) == ("queued", 0, None)
+        assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_QUEUED
+        scripted_openai.rule("chat", None)
+        scripted_openai.chat_handler = lambda body: json.dumps(
+            {"classification": "LONG", "content": "Bob prefers weekly digests.", "reason": "said"}
+        )
+        assert await env.harness.drain() == 1  # at once: the lease of 300 s is not waited out
+        assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_COMPLETED
+        assert len(await env.notes()) == 1
 
 
 async def test_the_episodist_takes_a_run_id_out_of_a_label():

@@ -1,16 +1,20 @@
-"""Kill test: 500 turns submitted, the process running the reflector's workers SIGKILLed several
-times mid-pass and restarted; every turn is reflected exactly once — none lost, no diary row,
-episode or profile observation doubled."""
+"""Kill test: 500 turns submitted in a stream, the process running the reflector (its SubmitTurn
+and its workers) SIGKILLed several times mid-pass and mid-burst and restarted on the same port;
+every turn is reflected exactly once — none lost, none completed twice, no diary row, episode or
+profile observation doubled. A submit cut off by a kill is sent again by its client and is queued
+once."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
 import asyncpg
+import grpc
 import pytest
 import yaml
 
@@ -20,13 +24,20 @@ from libs.common.clock import SystemClock
 from tests.support.app import open_app
 from tests.support.turns import message, turn
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
 ROOT = Path(__file__).resolve().parents[1]
 TURNS = 500
+BURST = 20
 WORKERS = ["persist_decider", "episodist", "profiler"]
 
 
-async def _start_reflector(config: Path, dsn: str, data: Path) -> tuple[asyncio.subprocess.Process, int]:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _start_reflector(config: Path, dsn: str, data: Path, port: int) -> tuple[asyncio.subprocess.Process, int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEARN_", "OPENAI_", "QDRANT_"))}
     env["DATABASE_URL"] = dsn
     proc = await asyncio.create_subprocess_exec(
@@ -36,7 +47,7 @@ async def _start_reflector(config: Path, dsn: str, data: Path) -> tuple[asyncio.
         "serve",
         "reflector",
         "--port",
-        "0",
+        str(port),
         "--config",
         str(config),
         "--data-dir",
@@ -84,37 +95,63 @@ async def test_sigkill_mid_pass_loses_nothing_and_doubles_nothing(
                 }
             )
         )
-        proc, port = await _start_reflector(config, dsn, tmp_path / "reflector-data")
+        port = _free_port()  # the same port across restarts: clients reconnect
+        proc, _ = await _start_reflector(config, dsn, tmp_path / "reflector-data", port)
         conn = await asyncpg.connect(dsn)
         kills = 0
+        cut_off: set[str] = set()  # submits whose call a kill cut off, sent again
+        submitter: asyncio.Task | None = None
         try:
-            import grpc
-
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
                 stub = pb_grpc.ReflectorServiceStub(channel)
                 now = clock.now()
-                for i in range(TURNS):
-                    seat = f"seat-{i % 7}"
+
+                async def submit_all() -> None:
+                    # A stream of bursts, a second apart: turns keep arriving across the first kills
+                    # and while the process is down.
+                    for first in range(0, TURNS, BURST):
+                        for i in range(first, min(first + BURST, TURNS)):
+                            await submit(i)
+                        await asyncio.sleep(1.0)
+
+                async def submit(i: int) -> None:
+                    turn_id = f"run-{i:04d}"
                     msgs = [message("bob", f"I prefer report format number {i} for the weekly update.")]
-                    resp = await stub.SubmitTurn(
-                        pb.SubmitTurnRequest(turn=turn(f"run-{i:04d}", now=now, seat=seat, messages=msgs))
-                    )
-                    assert resp.queued
-            # Kill the worker process mid-pass at several points of progress, restarting each time.
-            for target in (40, 160, 320):
-                async with asyncio.timeout(240):
-                    while await _completed(conn) < target:
-                        await asyncio.sleep(0.05)
-                proc.send_signal(signal.SIGKILL)
-                await proc.wait()
-                kills += 1
-                proc, port = await _start_reflector(config, dsn, tmp_path / "reflector-data")
+                    req = pb.SubmitTurnRequest(turn=turn(turn_id, now=now, seat=f"seat-{i % 7}", messages=msgs))
+                    while True:
+                        try:
+                            resp = await stub.SubmitTurn(req, timeout=10)
+                            break
+                        except grpc.aio.AioRpcError as err:
+                            # The process is down or restarting: send it again, as a client does.
+                            assert err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                            cut_off.add(turn_id)
+                            await asyncio.sleep(0.05)
+                    # Queued by this call, or by an earlier one whose answer the kill cut off.
+                    assert resp.queued or turn_id in cut_off, turn_id
+
+                submitter = asyncio.create_task(submit_all())
+                # Kill the process mid-pass at several points of progress, restarting each time.
+                for target in (40, 160, 320):
+                    async with asyncio.timeout(240):
+                        while await _completed(conn) < target:
+                            await asyncio.sleep(0.05)
+                    if target == 40:
+                        assert not submitter.done()  # mid-burst: turns are still arriving
+                    proc.send_signal(signal.SIGKILL)
+                    await proc.wait()
+                    kills += 1
+                    proc, _ = await _start_reflector(config, dsn, tmp_path / "reflector-data", port)
+                async with asyncio.timeout(120):
+                    await submitter
+                assert cut_off  # some submits met a killed or restarting process, and were sent again
             async with asyncio.timeout(300):
                 while await _completed(conn) < TURNS:
                     await asyncio.sleep(0.2)
             # Exactly once, everywhere.
             assert await conn.fetchval("SELECT count(*) FROM reflections") == TURNS
-            assert await conn.fetchval("SELECT count(*) FROM reflection_jobs WHERE state <> 'done'") == 0
+            left = "SELECT count(*) FROM background_jobs WHERE kind = 'reflection' AND state <> 'done'"
+            assert await conn.fetchval(left) == 0
             notes = await conn.fetchval("SELECT count(*) FROM agent_diary WHERE source = 'persist_decider'")
             distinct = await conn.fetchval(
                 "SELECT count(DISTINCT turn_id) FROM agent_diary WHERE source = 'persist_decider'"
@@ -125,10 +162,16 @@ async def test_sigkill_mid_pass_loses_nothing_and_doubles_nothing(
             assert observed == TURNS  # one observation of bob per turn, none merged twice
             assert await conn.fetchval("SELECT count(*) FROM reflections WHERE attempts > 1") >= 1  # kills landed
             failed = await conn.fetch(
-                "SELECT turn_id, workers FROM reflections WHERE workers::text LIKE '%\"failed\"%' LIMIT 3"
+                "SELECT turn_id, workers FROM reflections WHERE workers::text ~ '\"(failed|retrying)\"' LIMIT 3"
             )
             assert failed == [], failed
+            doubled = await conn.fetchval(
+                "SELECT count(*) - count(DISTINCT turn_id) FROM events WHERE kind = 'reflection_completed'"
+            )
+            assert doubled == 0  # no turn completed twice
         finally:
+            if submitter is not None and not submitter.done():
+                submitter.cancel()
             await conn.close()
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)

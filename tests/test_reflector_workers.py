@@ -352,7 +352,8 @@ async def test_the_refiner_is_unbuilt_when_refinement_is_off(env_for, clock):
 
 
 async def test_one_worker_failing_costs_no_other_worker(env_for, clock, scripted_openai):
-    """The first model call (the persist decider's) fails; every other worker still writes."""
+    """The first model call (the persist decider's) fails; every other worker still writes, and the
+    turn is retried for the one that did not finish."""
     from tests.support.scripted_openai import Reply
 
     scripted_openai.push("chat", Reply(status=500))
@@ -362,9 +363,9 @@ async def test_one_worker_failing_costs_no_other_worker(env_for, clock, scripted
     async with env_for(providers=scripted(scripted_openai)) as env:
         r = await env.reflect(turn("run-1", now=clock.now(), messages=[message("bob", "I prefer brief notes.")]))
         statuses = {w.worker: w.status for w in r.workers}
-        assert statuses["persist_decider"] == pb.WORKER_STATUS_FAILED
+        assert statuses["persist_decider"] == pb.WORKER_STATUS_RETRYING
         assert statuses["episodist"] == pb.WORKER_STATUS_WROTE
         assert statuses["profiler"] == pb.WORKER_STATUS_WROTE
-        assert r.state == pb.REFLECTION_STATE_COMPLETED
-        [event] = await read_events(env.app.infra.pool, "reflection_completed")
-        assert event["payload"]["failures"]["persist_decider"].startswith("server_error")
+        assert r.state == pb.REFLECTION_STATE_RETRYING
+        [event] = await read_events(env.app.infra.pool, "reflection_retrying")
+        assert event["payload"]["reason"].startswith("persist_decider: server_error")

@@ -399,7 +399,19 @@ class ReflectionConfig(_Section):
     budget_recheck_seconds: float = 300.0
     """A turn deferred by the budget gate is looked at again this often (and at the next window)."""
     rpc_timeout_seconds: float = 10.0
-    """Deadline of every call a worker makes on another service."""
+    """Deadline of every call a worker makes on another service (the channel's own retries of an
+    unavailable or overloaded service happen inside it)."""
+    max_attempts: int = 8
+    """Attempts at a turn before it is dead-lettered (``REFLECTION_STATE_DEAD_LETTERED``, its reason
+    kept) while a worker keeps failing for a passing reason: a service unavailable, out of time or
+    shedding load; the auxiliary model rate-limited, timing out, erroring or unreachable. An attempt
+    is one pass of the turn, and one whose claim lapsed (a crash) counts; a budget deferral does
+    not. Each attempt runs only the workers that have not finished."""
+    retry_backoff_seconds: float = 15.0
+    """Wait before the second attempt after a passing fault; it doubles with each attempt (with the
+    defaults a turn keeps being retried for about half an hour of outage)."""
+    retry_backoff_max_seconds: float = 900.0
+    """Longest wait between two attempts."""
     recent_notes_shown: int = 50
     """Recent notes the persist decider is shown and told not to repeat (Diary.Recent, up to 50)."""
 

@@ -11,9 +11,9 @@ from libs.common.component import Component
 from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
 from libs.common.infra import Infra
+from libs.common.jobs import JobQueue
 from libs.common.passrunner import holder_identity
 from services.reflector.harness import Harness
-from services.reflector.queue import JobQueue
 from services.reflector.service import ReflectorService
 from services.reflector.servicer import ReflectorServicer
 from services.reflector.store import PostgresReflectionStore

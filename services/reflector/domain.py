@@ -9,6 +9,7 @@ from enum import StrEnum
 __all__ = [
     "DOMAIN",
     "JOB_KIND",
+    "RETRYABLE_FAILURES",
     "Gate",
     "Interaction",
     "OfferedSkill",
@@ -18,10 +19,52 @@ __all__ = [
     "Turn",
     "WorkerOutcome",
     "WorkerStatus",
+    "failure_kind_of",
+    "job_key",
+    "turn_id_of",
 ]
 
 DOMAIN = "reflector.agentlearn.dev"
 JOB_KIND = "reflection"
+
+
+def job_key(seat: str, turn_id: str) -> str:
+    """The queue key of a turn: a run id is one seat's (two seats may report the same run id).
+    The seat is escaped so the first ``/`` always ends it (the key is unambiguous)."""
+    return seat.replace("%", "%25").replace("/", "%2F") + "/" + turn_id
+
+
+def turn_id_of(key: str) -> str:
+    """The run id of a :func:`job_key`."""
+    return key.split("/", 1)[1]
+
+
+RETRYABLE_FAILURES = frozenset(
+    {
+        # A service the worker writes through is down, restarting, shedding load (RESOURCE_EXHAUSTED
+        # with RetryInfo; without it a limit: ``rpc_limit_reached``, final), or did not answer in
+        # time. The channel's retry policy has already retried what it may within the call.
+        "rpc_unavailable",
+        "rpc_deadline_exceeded",
+        "rpc_resource_exhausted",
+        # The service cancelled the call (its process stopping mid-call): not an answer.
+        "rpc_cancelled",
+        # The auxiliary model's provider chain failed for a passing reason.
+        "rate_limited",
+        "server_error",
+        "timeout",
+        "connection",
+    }
+)
+"""Failure kinds that say "not now" rather than "no": the turn goes back on the queue with backoff
+and the worker runs again. Everything else (``refused``, ``configuration``, ``no_model``,
+``invalid_output``, ``rpc_limit_reached``, ``rpc_invalid_argument``, ...) is the worker's final
+outcome: running it again would get the same answer."""
+
+
+def failure_kind_of(failure: str) -> str:
+    """The kind of a recorded failure (``"<kind>: <message>"``)."""
+    return failure.split(":", 1)[0].strip()
 
 
 class Outcome(StrEnum):
@@ -127,6 +170,8 @@ class WorkerStatus(StrEnum):
     NOTHING = "nothing"
     SKIPPED = "skipped"
     FAILED = "failed"
+    RETRYING = "retrying"
+    """Failed for a passing reason (a retryable kind); it runs again on the turn's next attempt."""
 
 
 @dataclass
@@ -138,6 +183,14 @@ class WorkerOutcome:
     written: list[str] = field(default_factory=list)
     detail: str = ""
     duration_ms: int = 0
+
+    @property
+    def retryable(self) -> bool:
+        """A failure for a passing reason: the worker has not finished and runs again. Judged by
+        the kind, so an outcome recorded FAILED before retries existed is re-run too."""
+        if self.status not in (WorkerStatus.FAILED, WorkerStatus.RETRYING):
+            return False
+        return failure_kind_of(self.failure) in RETRYABLE_FAILURES
 
     def to_json(self) -> dict:
         return {

@@ -9,6 +9,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
+from libs.common.jobs import JobQueue
 from libs.common.validation import (
     decode_time_cursor,
     encode_time_cursor,
@@ -16,14 +17,12 @@ from libs.common.validation import (
     require_text,
     seat_ref,
 )
-from services.reflector.domain import DOMAIN, JOB_KIND
-from services.reflector.queue import JobQueue
+from services.reflector.domain import DOMAIN, JOB_KIND, job_key
 from services.reflector.store import PostgresReflectionStore, ReflectionRecord
 
 __all__ = ["ReflectorService"]
 
 _WORK_ITEM = re.compile(r"^(native|jira):\S+$")
-_STATE = {"queued": "queued", "running": "running", "completed": "completed", "gated": "gated", "deferred": "deferred"}
 
 
 def _check_turn(turn: pb.TurnCompleted) -> None:
@@ -75,20 +74,22 @@ class ReflectorService:
         """The worker harness of this process (``drain()`` reflects what is queued now)."""
 
     async def submit(self, turn: pb.TurnCompleted) -> tuple[bool, str]:
-        """Queue the turn durably; returns (queued by this call, current state)."""
+        """Queue the turn durably; returns (queued by this call, current state). A run id is the
+        seat's own: another seat reporting the same run id queues its own reflection."""
         _check_turn(turn)
         now: datetime = self.clock.now()
         async with self.store.pool.acquire() as conn, conn.transaction():
-            queued = await self.queue.enqueue(
+            job_id = await self.queue.enqueue(
                 conn,
-                JOB_KIND,
-                turn.turn_id,
-                turn.company,
-                turn.seat,
-                turn.SerializeToString(),
-                telemetry.inject_context(),
-                now,
+                kind=JOB_KIND,
+                key=job_key(turn.seat, turn.turn_id),
+                company=turn.company,
+                seat=turn.seat,
+                payload=turn.SerializeToString(),
+                trace_carrier=telemetry.inject_context(),
+                now=now,
             )
+            queued = job_id is not None
             if queued:
                 await self.store.insert_queued(conn, turn.company, turn.seat, turn.turn_id, now)
         if queued:
@@ -103,14 +104,14 @@ class ReflectorService:
                 tool_calls=len(turn.tools_called),
                 interactions=len(turn.interactions),
             )
-        record = await self.store.get(turn.company, turn.turn_id)
+        record = await self.store.get(turn.company, turn.seat, turn.turn_id)
         return queued, record.state if record else "queued"
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         require_text(turn_id, "turn_id", domain=DOMAIN)
-        record = await self.store.get(company, turn_id)
-        if record is None or record.seat != seat:
+        record = await self.store.get(company, seat, turn_id)
+        if record is None:
             raise NotFound(
                 f"no reflection of turn {turn_id} for seat {seat}",
                 reason="REFLECTION_NOT_FOUND",

@@ -20,12 +20,15 @@ _STATE = {
     "completed": pb.REFLECTION_STATE_COMPLETED,
     "gated": pb.REFLECTION_STATE_GATED,
     "deferred": pb.REFLECTION_STATE_DEFERRED,
+    "retrying": pb.REFLECTION_STATE_RETRYING,
+    "dead_lettered": pb.REFLECTION_STATE_DEAD_LETTERED,
 }
 _STATUS = {
     WorkerStatus.WROTE: pb.WORKER_STATUS_WROTE,
     WorkerStatus.NOTHING: pb.WORKER_STATUS_NOTHING,
     WorkerStatus.SKIPPED: pb.WORKER_STATUS_SKIPPED,
     WorkerStatus.FAILED: pb.WORKER_STATUS_FAILED,
+    WorkerStatus.RETRYING: pb.WORKER_STATUS_RETRYING,
 }
 
 
@@ -51,6 +54,8 @@ def reflection_to_pb(r: ReflectionRecord) -> pb.Reflection:
         submit_time=timestamp(r.submit_time),
         complete_time=timestamp(r.complete_time),
         attempts=r.attempts,
+        reason=r.reason or "",
+        next_attempt_time=timestamp(r.next_attempt_time),
     )
 
 

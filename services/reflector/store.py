@@ -1,5 +1,6 @@
-"""PostgreSQL store of ``reflections``: each turn's record, with every worker's outcome appended the
-moment it is known, so a pass resumed after a crash skips the workers that already finished."""
+"""PostgreSQL store of ``reflections``: each turn's record (one per company, seat and run id), with
+every worker's outcome put the moment it is known, so a pass resumed after a crash or a retry runs
+only the workers that have not finished."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import asyncpg
 
 from services.reflector.domain import WorkerOutcome
 
-__all__ = ["PostgresReflectionStore", "ReflectionRecord"]
+__all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord"]
 
 
 @dataclass
@@ -25,6 +26,10 @@ class ReflectionRecord:
     attempts: int = 0
     submit_time: datetime | None = None
     complete_time: datetime | None = None
+    reason: str | None = None
+    """Why it is retrying or was dead-lettered."""
+    next_attempt_time: datetime | None = None
+    """When a retrying or deferred turn runs again."""
 
 
 def _record(row: asyncpg.Record) -> ReflectionRecord:
@@ -38,10 +43,59 @@ def _record(row: asyncpg.Record) -> ReflectionRecord:
         attempts=row["attempts"],
         submit_time=row["submit_time"],
         complete_time=row["complete_time"],
+        reason=row["reason"],
+        next_attempt_time=row["next_attempt_time"],
     )
 
 
-_COLUMNS = "company, seat, turn_id, state, gate, workers, attempts, submit_time, complete_time"
+_COLUMNS = (
+    "company, seat, turn_id, state, gate, workers, attempts, submit_time, complete_time, reason, next_attempt_time"
+)
+_TURN = "company = $1 AND seat = $2 AND turn_id = $3"
+
+SQL = {
+    "insert_queued": """
+        INSERT INTO reflections (company, seat, turn_id, state, submit_time) VALUES ($1, $2, $3, 'queued', $4)
+        ON CONFLICT (company, seat, turn_id) DO NOTHING""",
+    "get": f"SELECT {_COLUMNS} FROM reflections WHERE {_TURN}",
+    # Each take of the turn counts (a crash's, a retry's, a deferral's).
+    "start": f"""
+        UPDATE reflections SET state = 'running', gate = NULL, reason = NULL, next_attempt_time = NULL,
+               attempts = attempts + 1
+        WHERE {_TURN}""",
+    "workers_for_update": f"SELECT workers FROM reflections WHERE {_TURN} FOR UPDATE",
+    "set_workers": f"UPDATE reflections SET workers = $4::jsonb WHERE {_TURN}",
+    "close": f"""
+        UPDATE reflections SET state = $4, gate = $5, complete_time = $6, reason = NULL, next_attempt_time = NULL
+        WHERE {_TURN}""",
+    "defer": f"""
+        UPDATE reflections SET state = 'deferred', gate = $4, next_attempt_time = $5, attempts = attempts + 1
+        WHERE {_TURN}""",
+    "retrying": f"UPDATE reflections SET state = 'retrying', reason = $4, next_attempt_time = $5 WHERE {_TURN}",
+    "dead_letter": f"""
+        UPDATE reflections SET state = 'dead_lettered', reason = $4, workers = $5::jsonb, complete_time = $6,
+               next_attempt_time = NULL
+        WHERE {_TURN}""",
+    # A pass handed back on shutdown: it waits in the queue again.
+    "requeued": f"UPDATE reflections SET state = 'queued' WHERE {_TURN} AND state = 'running'",
+    "page": f"""
+        SELECT {_COLUMNS} FROM reflections WHERE company = $1 AND seat = $2
+        AND ($3::timestamptz IS NULL OR (submit_time, turn_id) < ($3, $4::text))
+        ORDER BY submit_time DESC, turn_id DESC LIMIT $5""",
+    "count": "SELECT count(*) FROM reflections WHERE company = $1 AND seat = $2",
+}
+
+
+def merge_outcome(workers: list[WorkerOutcome], outcome: WorkerOutcome) -> list[WorkerOutcome] | None:
+    """``workers`` with ``outcome`` in its place: it replaces the worker's unfinished (retryable)
+    outcome where it stood, or is appended. None when the worker already has a final outcome: it
+    is recorded once (a stale holder's late result changes nothing)."""
+    for i, known in enumerate(workers):
+        if known.worker == outcome.worker:
+            if not known.retryable:
+                return None
+            return [*workers[:i], outcome, *workers[i + 1 :]]
+    return [*workers, outcome]
 
 
 class PostgresReflectionStore:
@@ -51,68 +105,74 @@ class PostgresReflectionStore:
     async def insert_queued(
         self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, now: datetime
     ) -> None:
-        await conn.execute(
-            """INSERT INTO reflections (company, seat, turn_id, state, submit_time) VALUES ($1, $2, $3, 'queued', $4)
-               ON CONFLICT (company, turn_id) DO NOTHING""",
-            company,
-            seat,
-            turn_id,
-            now,
-        )
+        await conn.execute(SQL["insert_queued"], company, seat, turn_id, now)
 
-    async def get(self, company: str, turn_id: str) -> ReflectionRecord | None:
-        row = await self.pool.fetchrow(
-            f"SELECT {_COLUMNS} FROM reflections WHERE company = $1 AND turn_id = $2", company, turn_id
-        )
+    async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None:
+        row = await self.pool.fetchrow(SQL["get"], company, seat, turn_id)
         return _record(row) if row else None
 
-    async def start(self, company: str, turn_id: str, attempts: int) -> None:
-        await self.pool.execute(
-            "UPDATE reflections SET state = 'running', gate = NULL, attempts = $3 WHERE company = $1 AND turn_id = $2",
-            company,
-            turn_id,
-            attempts,
-        )
+    async def start(self, company: str, seat: str, turn_id: str) -> None:
+        await self.pool.execute(SQL["start"], company, seat, turn_id)
 
-    async def append_worker(self, company: str, turn_id: str, outcome: WorkerOutcome) -> None:
-        """Record one worker's outcome, once: a second record of the same worker is ignored."""
-        await self.pool.execute(
-            """UPDATE reflections SET workers = workers || $3::jsonb
-               WHERE company = $1 AND turn_id = $2 AND NOT workers @> $4::jsonb""",
-            company,
-            turn_id,
-            json.dumps([outcome.to_json()]),
-            json.dumps([{"worker": outcome.worker}]),
-        )
+    async def put_worker(self, company: str, seat: str, turn_id: str, outcome: WorkerOutcome) -> bool:
+        """Record one worker's outcome (see :func:`merge_outcome`); False when it was not."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            raw = await conn.fetchval(SQL["workers_for_update"], company, seat, turn_id)
+            if raw is None:
+                return False
+            merged = merge_outcome([WorkerOutcome.from_json(w) for w in json.loads(raw)], outcome)
+            if merged is None:
+                return False
+            await conn.execute(SQL["set_workers"], company, seat, turn_id, json.dumps([w.to_json() for w in merged]))
+            return True
 
     async def close(
-        self, conn: asyncpg.Connection, company: str, turn_id: str, state: str, gate: str | None, now: datetime | None
+        self,
+        conn: asyncpg.Connection,
+        company: str,
+        seat: str,
+        turn_id: str,
+        state: str,
+        gate: str | None,
+        now: datetime,
+    ) -> None:
+        """Completed or gated: the turn's pass is over."""
+        await conn.execute(SQL["close"], company, seat, turn_id, state, gate, now)
+
+    async def defer(
+        self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, gate: str, until: datetime
+    ) -> None:
+        await conn.execute(SQL["defer"], company, seat, turn_id, gate, until)
+
+    async def retrying(
+        self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, reason: str, until: datetime
+    ) -> None:
+        await conn.execute(SQL["retrying"], company, seat, turn_id, reason, until)
+
+    async def dead_letter(
+        self,
+        conn: asyncpg.Connection,
+        company: str,
+        seat: str,
+        turn_id: str,
+        reason: str,
+        workers: list[WorkerOutcome],
+        now: datetime,
     ) -> None:
         await conn.execute(
-            "UPDATE reflections SET state = $3, gate = $4, complete_time = $5 WHERE company = $1 AND turn_id = $2",
-            company,
-            turn_id,
-            state,
-            gate,
-            now,
+            SQL["dead_letter"], company, seat, turn_id, reason, json.dumps([w.to_json() for w in workers]), now
         )
+
+    async def requeued(self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str) -> None:
+        await conn.execute(SQL["requeued"], company, seat, turn_id)
 
     async def page(
         self, company: str, seat: str, after: tuple[datetime, str] | None, limit: int
     ) -> list[ReflectionRecord]:
         rows = await self.pool.fetch(
-            f"""SELECT {_COLUMNS} FROM reflections WHERE company = $1 AND seat = $2
-                AND ($3::timestamptz IS NULL OR (submit_time, turn_id) < ($3, $4::text))
-                ORDER BY submit_time DESC, turn_id DESC LIMIT $5""",
-            company,
-            seat,
-            after[0] if after else None,
-            after[1] if after else None,
-            limit,
+            SQL["page"], company, seat, after[0] if after else None, after[1] if after else None, limit
         )
         return [_record(r) for r in rows]
 
     async def count(self, company: str, seat: str) -> int:
-        return int(
-            await self.pool.fetchval("SELECT count(*) FROM reflections WHERE company = $1 AND seat = $2", company, seat)
-        )
+        return int(await self.pool.fetchval(SQL["count"], company, seat))

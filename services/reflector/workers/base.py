@@ -9,6 +9,8 @@ from string import Template
 from typing import Any, Protocol
 
 import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from libs.common.auxmodel import (
     Attribution,
@@ -108,8 +110,18 @@ async def ask_model(ctx: WorkerContext, turn: Turn, purpose: str, prompt: Prompt
     return await ctx.aux.complete(attribution, prompt)
 
 
+def _asks_to_retry(exc: grpc.aio.AioRpcError) -> bool:
+    """The status carries ``google.rpc.RetryInfo``: the server says to come back later."""
+    try:
+        status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    except Exception:  # a malformed status detail is no invitation
+        return False
+    return status is not None and any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in status.details)
+
+
 def failure_kind(exc: BaseException) -> str:
-    """The recorded kind of a worker's failure: each cause is told apart."""
+    """The recorded kind of a worker's failure: each cause is told apart. Whether a kind is retried
+    is ``domain.RETRYABLE_FAILURES``."""
     if isinstance(exc, AuxiliaryUnavailable):
         return exc.kind  # rate_limited, server_error, timeout, connection, refused, configuration
     if isinstance(exc, NoAuxiliaryModel):
@@ -117,7 +129,12 @@ def failure_kind(exc: BaseException) -> str:
     if isinstance(exc, InvalidOutput):
         return "invalid_output"
     if isinstance(exc, grpc.aio.AioRpcError):
-        return f"rpc_{exc.code().name.lower()}"
+        code = exc.code()
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not _asks_to_retry(exc):
+            # A limit (a full skill catalogue), not a server shedding load: asking again gets the
+            # same answer. Load shedding says when to come back (RetryInfo) and is retried.
+            return "rpc_limit_reached"
+        return f"rpc_{code.name.lower()}"
     if isinstance(exc, TimeoutError):
         return "timeout"
     return "error"

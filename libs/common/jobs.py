@@ -1,0 +1,264 @@
+"""The one durable queue of background work: rows of ``background_jobs`` claimed with
+``FOR UPDATE SKIP LOCKED``, woken by LISTEN/NOTIFY with polling as the backstop (the pgqueuer /
+procrastinate model). Each job family is a ``kind``: ``reflection`` (a finished turn) and
+``learning`` (a session learning check).
+
+A claim is a lease: its holder renews it while it works. What becomes of a claim whose holder
+stopped renewing (a crash, a SIGKILL) is the family's choice:
+
+- ``claim(..., reclaim_lapsed=True)`` takes it again (the reflector: its receivers are idempotent,
+  so a redo writes nothing twice);
+- ``claim(..., reclaim_lapsed=False)`` leaves it, and ``interrupt_lapsed`` reports it as
+  ``INTERRUPTED`` (session learning: an interrupted check is reported, never silently replayed).
+
+Every transition after a claim is guarded by the holder *and* the claim's ``attempts`` (each
+claim counts one), so a holder whose lease lapsed and was taken by another can change nothing: a
+stale holder's ``finish`` returns False. A job is queued once per ``(kind, company, key)``: the
+durable duplicate gate.
+
+Attempts bound retries: ``retry`` (a transient fault) keeps the attempt counted, ``defer`` (not
+now, e.g. no budget) gives it back, and the caller dead-letters once its own limit is reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+import asyncpg
+
+__all__ = ["NOTIFY_CHANNEL", "SQL", "Job", "JobQueue", "JobState", "listen"]
+
+_log = logging.getLogger(__name__)
+
+NOTIFY_CHANNEL = "background_jobs"
+"""The LISTEN/NOTIFY channel; the payload is the job's kind."""
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    """Waiting for its ``run_after`` (new, retried or deferred)."""
+    RUNNING = "running"
+    """Claimed; its holder renews the lease while it works."""
+    DONE = "done"
+    DEAD = "dead"
+    """Dead-lettered: given up, with the reason kept."""
+    INTERRUPTED = "interrupted"
+    """Its holder stopped mid-run and the family reports that rather than replaying it."""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    kind: str
+    key: str
+    company: str
+    seat: str
+    payload: bytes
+    trace_carrier: dict
+    attempts: int
+    """Claims that counted, this one included (the fence of every transition this claim makes)."""
+    create_time: datetime
+
+
+_JOB = "id, kind, key, company, seat, payload, trace_carrier, attempts, create_time"
+# Every transition of a claim: still held by this worker, under this very claim.
+_HELD = "id = $1 AND locked_by = $2 AND attempts = $3 AND state = 'running'"
+
+SQL = {
+    "enqueue": """
+        INSERT INTO background_jobs (kind, key, company, seat, payload, trace_carrier, run_after, create_time)
+        VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8)
+        ON CONFLICT (kind, company, key) DO NOTHING RETURNING id""",
+    "notify": "SELECT pg_notify($1, $2)",
+    "get": f"""
+        SELECT {_JOB}, state, reason FROM background_jobs WHERE kind = $1 AND company = $2 AND key = $3""",
+    "claim": f"""
+        UPDATE background_jobs SET state = 'running', locked_by = $2, locked_until = $4, attempts = attempts + 1
+        WHERE id = (
+            SELECT id FROM background_jobs
+            WHERE kind = $1 AND run_after <= $3
+              AND (state = 'queued' OR ($5 AND state = 'running' AND locked_until < $3))
+            ORDER BY run_after, id
+            FOR UPDATE SKIP LOCKED LIMIT 1)
+        RETURNING {_JOB}""",
+    "renew": f"UPDATE background_jobs SET locked_until = $4 WHERE {_HELD}",
+    "finish": f"""
+        UPDATE background_jobs SET state = 'done', finish_time = $4, locked_by = NULL, locked_until = NULL
+        WHERE {_HELD}""",
+    "defer": f"""
+        UPDATE background_jobs SET state = 'queued', run_after = $4, attempts = attempts - 1,
+               locked_by = NULL, locked_until = NULL
+        WHERE {_HELD}""",
+    "retry": f"""
+        UPDATE background_jobs SET state = 'queued', run_after = $4, reason = $5, locked_by = NULL, locked_until = NULL
+        WHERE {_HELD}""",
+    "dead_letter": f"""
+        UPDATE background_jobs SET state = 'dead', finish_time = $4, reason = $5, locked_by = NULL, locked_until = NULL
+        WHERE {_HELD}""",
+    "interrupt_lapsed": f"""
+        UPDATE background_jobs SET state = 'interrupted', finish_time = $2, reason = $3,
+               locked_by = NULL, locked_until = NULL
+        WHERE kind = $1 AND state = 'running' AND locked_until < $2
+        RETURNING {_JOB}""",
+    "pending": "SELECT count(*) FROM background_jobs WHERE kind = $1 AND state IN ('queued', 'running')",
+}
+
+_INTERRUPTED = "its worker stopped before it finished (the claim lapsed)"
+
+
+def _job(row: asyncpg.Record) -> Job:
+    carrier = row["trace_carrier"]
+    return Job(
+        id=row["id"],
+        kind=row["kind"],
+        key=row["key"],
+        company=row["company"],
+        seat=row["seat"],
+        payload=bytes(row["payload"]),
+        trace_carrier=json.loads(carrier) if isinstance(carrier, str) else dict(carrier),
+        attempts=row["attempts"],
+        create_time=row["create_time"],
+    )
+
+
+def _changed(status: str) -> bool:
+    return status.endswith(" 1")
+
+
+class JobQueue:
+    def __init__(self, pool: asyncpg.Pool, notify_channel: str = NOTIFY_CHANNEL):
+        self._pool = pool
+        self._channel = notify_channel
+
+    async def enqueue(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        kind: str,
+        key: str,
+        company: str,
+        seat: str,
+        payload: bytes,
+        trace_carrier: dict,
+        now: datetime,
+        run_after: datetime | None = None,
+    ) -> int | None:
+        """Queue a job inside the caller's transaction (it lands, and wakes the workers, only if
+        that commits); its id, or None when ``(kind, company, key)`` is already queued or ran."""
+        job_id = await conn.fetchval(
+            SQL["enqueue"], kind, key, company, seat, payload, json.dumps(trace_carrier), run_after or now, now
+        )
+        if job_id is not None:
+            await conn.execute(SQL["notify"], self._channel, kind)
+        return job_id
+
+    async def get(self, kind: str, company: str, key: str) -> tuple[Job, JobState, str | None] | None:
+        row = await self._pool.fetchrow(SQL["get"], kind, company, key)
+        if row is None:
+            return None
+        return _job(row), JobState(row["state"]), row["reason"]
+
+    async def claim(
+        self, kind: str, worker: str, now: datetime, lease_seconds: float, *, reclaim_lapsed: bool = True
+    ) -> Job | None:
+        """Take the next due job of ``kind`` (oldest ``run_after`` first) for ``lease_seconds``.
+        With ``reclaim_lapsed`` a running job whose lease lapsed is taken too."""
+        row = await self._pool.fetchrow(
+            SQL["claim"], kind, worker, now, now + timedelta(seconds=lease_seconds), reclaim_lapsed
+        )
+        return _job(row) if row is not None else None
+
+    async def renew(self, job: Job, worker: str, now: datetime, lease_seconds: float) -> bool:
+        """Extend the lease; False when this claim is no longer held (the caller stops)."""
+        status = await self._pool.execute(
+            SQL["renew"], job.id, worker, job.attempts, now + timedelta(seconds=lease_seconds)
+        )
+        return _changed(status)
+
+    async def finish(self, conn: asyncpg.Connection, job: Job, worker: str, now: datetime) -> bool:
+        """Mark it done inside the caller's transaction; False if this claim is no longer held."""
+        return _changed(await conn.execute(SQL["finish"], job.id, worker, job.attempts, now))
+
+    async def defer(self, conn: asyncpg.Connection, job: Job, worker: str, until: datetime) -> bool:
+        """Back to QUEUED until ``until``, the attempt given back (not now is not a fault)."""
+        return _changed(await conn.execute(SQL["defer"], job.id, worker, job.attempts, until))
+
+    async def retry(self, conn: asyncpg.Connection, job: Job, worker: str, until: datetime, reason: str) -> bool:
+        """Back to QUEUED until ``until`` after a retryable fault; the attempt stays counted and
+        ``reason`` is kept."""
+        return _changed(await conn.execute(SQL["retry"], job.id, worker, job.attempts, until, reason))
+
+    async def dead_letter(self, conn: asyncpg.Connection, job: Job, worker: str, now: datetime, reason: str) -> bool:
+        """Give up on it (DEAD, never claimed again), keeping ``reason``."""
+        return _changed(await conn.execute(SQL["dead_letter"], job.id, worker, job.attempts, now, reason))
+
+    async def interrupt_lapsed(self, kind: str, now: datetime) -> list[Job]:
+        """Every RUNNING job of ``kind`` whose lease lapsed becomes INTERRUPTED; returns them (for a
+        family that claims with ``reclaim_lapsed=False`` to report)."""
+        rows = await self._pool.fetch(SQL["interrupt_lapsed"], kind, now, _INTERRUPTED)
+        return [_job(r) for r in rows]
+
+    async def pending(self, kind: str) -> int:
+        """Jobs of ``kind`` not yet finished (queued, or running)."""
+        return int(await self._pool.fetchval(SQL["pending"], kind))
+
+
+async def listen(
+    dsn: str,
+    kinds: Iterable[str],
+    on_wake: Callable[[], None],
+    *,
+    channel: str = NOTIFY_CHANNEL,
+    reconnect_seconds: float = 2.0,
+    check_seconds: float = 30.0,
+) -> None:
+    """Call ``on_wake`` whenever a job of one of ``kinds`` is queued; runs until cancelled.
+
+    The wake is an optimisation: the workers poll as the backstop. A lost connection (a database
+    restart) is reopened every ``reconnect_seconds``, and ``on_wake`` is called after each
+    (re)connect, since anything queued meanwhile sent its NOTIFY to nobody. A connection that the
+    socket does not report as lost is checked every ``check_seconds``.
+    """
+    wanted = frozenset(kinds)
+
+    def notified(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if payload in wanted:
+            on_wake()
+
+    down_logged = False
+    while True:
+        try:
+            conn = await asyncpg.connect(dsn)
+        except Exception as exc:  # any failure to connect means "poll until it returns"
+            if not down_logged:
+                _log.warning("LISTEN %s unavailable (%s); polling until it returns", channel, exc)
+                down_logged = True
+            await asyncio.sleep(reconnect_seconds)
+            continue
+        lost = asyncio.Event()
+        try:
+            conn.add_termination_listener(lambda _c, lost=lost: lost.set())
+            await conn.add_listener(channel, notified)
+            if down_logged:
+                _log.info("LISTEN %s restored", channel)
+            down_logged = False
+            on_wake()
+            while not lost.is_set():
+                try:
+                    await asyncio.wait_for(lost.wait(), check_seconds)
+                except TimeoutError:
+                    await asyncio.wait_for(conn.execute("SELECT 1"), check_seconds)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the connection failed: reconnect
+            _log.warning("LISTEN %s connection failed (%s); reconnecting", channel, exc)
+        finally:
+            if not conn.is_closed():
+                conn.terminate()
+        await asyncio.sleep(reconnect_seconds if not lost.is_set() else 0)
