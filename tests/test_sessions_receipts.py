@@ -12,6 +12,7 @@ import socket
 import uuid
 from datetime import timedelta
 
+import grpc
 import pytest
 
 from agentlearn.sessions.v1 import session_service_pb2 as pb
@@ -24,6 +25,7 @@ from tests.support.scripted_openai import Reply
 from tests.support.sessions import (
     assistant,
     chat_answer,
+    info,
     is_review,
     open_sessions,
     result,
@@ -452,3 +454,10 @@ async def test_the_away_digest_lists_what_finished_since_a_time(make_settings, d
         "s3": pb.CHECK_STATE_INTERRUPTED,
     }
     assert dying.check_id in {c.check_id for c in digest.checks}
+
+
+async def test_the_away_digest_needs_a_time(make_settings, dsn, edge_index, clock):
+    async with open_sessions(make_settings(), dsn, clock=clock, embedder=None, index=edge_index) as env:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await env.stub.GetAwayDigest(pb.GetAwayDigestRequest(company="acme", user="dana"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and info(err.value).metadata["field"] == "since_time"

@@ -15,8 +15,10 @@ with the same body as one that does not exist. Raw evidence is never returned.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+import asyncpg
 from google.protobuf import json_format
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -31,6 +33,9 @@ from services.sessions.servicer import check_to_pb
 
 __all__ = ["OPENAPI", "routes"]
 
+_log = logging.getLogger(__name__)
+_STORE_DOWN = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, ConnectionError, OSError, TimeoutError)
+"""The store could not be reached: the service's trouble, not the caller's (503, retryable)."""
 _HTTP_STATUS = {
     "INVALID_ARGUMENT": 400,
     "FAILED_PRECONDITION": 409,
@@ -151,6 +156,12 @@ def routes(service: SessionService) -> list[Route]:
             return JSONResponse(body)
         except AgentLearnError as err:
             return _from(err)
+        except _STORE_DOWN as err:
+            _log.warning("sessions HTTP %s %s: store unavailable: %s", request.method, request.url.path, err)
+            return _error(503, "UNAVAILABLE", "STORE_UNAVAILABLE", "the session store is unavailable; retry")
+        except Exception:
+            _log.exception("sessions HTTP %s %s failed", request.method, request.url.path)
+            return _error(500, "INTERNAL", "INTERNAL", "internal error; see the server log")
 
     async def openapi(request: Request) -> JSONResponse:
         return JSONResponse(OPENAPI)
