@@ -45,6 +45,8 @@ async def _up(data: Path) -> asyncio.subprocess.Process:
         "up",
         "--port",
         "0",
+        "--http-port",
+        "0",
         "--data-dir",
         str(data),
         cwd=ROOT,

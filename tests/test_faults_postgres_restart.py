@@ -82,6 +82,8 @@ async def test_turns_accepted_before_a_postgres_restart_are_reflected_once_after
         "up",
         "--port",
         "0",
+        "--http-port",
+        "0",
         "--config",
         str(config),
         "--data-dir",

@@ -46,6 +46,8 @@ async def _serve(name: str, port: int, config: Path, dsn: str, data: Path) -> tu
         name,
         "--port",
         str(port),
+        "--http-port",
+        "0",
         "--config",
         str(config),
         "--data-dir",

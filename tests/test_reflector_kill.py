@@ -48,6 +48,8 @@ async def _start_reflector(config: Path, dsn: str, data: Path, port: int) -> tup
         "reflector",
         "--port",
         str(port),
+        "--http-port",
+        "0",
         "--config",
         str(config),
         "--data-dir",

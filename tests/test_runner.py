@@ -38,6 +38,8 @@ async def _start(data_dir: Path) -> tuple[asyncio.subprocess.Process, int]:
         "up",
         "--port",
         "0",
+        "--http-port",
+        "0",
         "--data-dir",
         str(data_dir),
         cwd=ROOT,

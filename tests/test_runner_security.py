@@ -32,7 +32,7 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 
 def test_a_public_address_without_authentication_is_refused_in_one_line(tmp_path):
-    done = _run("up", "--host", "0.0.0.0", "--port", "0", "--data-dir", str(tmp_path / "d"))
+    done = _run("up", "--host", "0.0.0.0", "--port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "d"))
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines == [lines[-1]] and lines[-1].startswith("agentlearn: refusing to serve on 0.0.0.0"), done.stderr
@@ -45,7 +45,7 @@ def test_a_taken_port_is_refused_before_anything_starts(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = _run("up", "--port", str(port), "--data-dir", str(tmp_path / "d"))
+        done = _run("up", "--port", str(port), "--http-port", "0", "--data-dir", str(tmp_path / "d"))
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"cannot bind 127.0.0.1:{port}" in lines[0], done.stderr
@@ -59,6 +59,8 @@ async def _start(data_dir, *flags: str) -> tuple[asyncio.subprocess.Process, int
         "services.runner",
         "up",
         "--port",
+        "0",
+        "--http-port",
         "0",
         "--data-dir",
         str(data_dir),
@@ -212,6 +214,7 @@ async def test_split_mode_with_tokens_reflects_and_its_children_do_not_outlive_a
                 "services": {name: f"127.0.0.1:{port}" for name, port in ports.items()},
                 "run_passes_in_process": False,
                 "learning": {"reflection": {"poll_interval_seconds": 0.5}},
+                "server": {"http_port": 0},
             }
         )
     )

@@ -47,6 +47,7 @@ async def test_a_turn_is_one_trace_across_every_service_process(tmp_path):
                 "services": {name: f"127.0.0.1:{port}" for name, port in ports.items()},
                 "telemetry": {"otlp_endpoint": collector.endpoint},
                 "run_passes_in_process": False,
+                "server": {"http_port": 0},
                 "learning": {"reflection": {"poll_interval_seconds": 0.5}},
             }
         )

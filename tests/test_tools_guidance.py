@@ -50,6 +50,7 @@ def test_parameters_are_the_model_facing_fields_of_each_builtin_request(make_set
         "reflect_and_persist": (["content", "tier", "ttl_days"], ["content"]),
         "use_skill": (["name"], ["name"]),
         "refine_skill": (["content", "reason", "skill_name"], ["content", "skill_name"]),
+        "distill_skill": (["body", "name", "summary", "tool_sequence"], ["body", "name", "summary", "tool_sequence"]),
         "search_knowledge": (["limit", "query"], ["query"]),
         "mark_onboarded": ([], []),
     }

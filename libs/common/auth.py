@@ -502,20 +502,12 @@ class HttpAuthMiddleware:
 
 
 async def _json_error(send: Any, status: int, code: str, reason: str, message: str, headers: dict[str, str]) -> None:
-    """An error body shaped like google.rpc.Status, so HTTP and gRPC callers read the same fields."""
+    """An error body with the fields of the gRPC refusal (``status`` is the gRPC code name, ``reason``
+    and ``domain`` the ErrorInfo's), the same shape the HTTP API's own refusals have."""
     import json
 
     body = json.dumps(
-        {
-            "error": {
-                "code": status,
-                "status": code,
-                "message": message,
-                "details": [
-                    {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "agentlearn.dev"}
-                ],
-            }
-        }
+        {"error": {"code": status, "status": code, "reason": reason, "domain": "agentlearn.dev", "message": message}}
     ).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.encode(), v.encode()) for k, v in headers.items()]

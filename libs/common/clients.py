@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from agentlearn.diary.v1 import diary_service_pb2_grpc
 from agentlearn.episodes.v1 import episode_service_pb2_grpc
+from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc
 from agentlearn.profiles.v1 import profile_service_pb2_grpc
+from agentlearn.sessions.v1 import session_service_pb2_grpc
 from agentlearn.skills.v1 import skill_service_pb2_grpc
 from libs.common.channels import ServiceChannels
 
@@ -35,3 +37,12 @@ class Clients:
     @property
     def profiles(self) -> profile_service_pb2_grpc.ProfileServiceStub:
         return profile_service_pb2_grpc.ProfileServiceStub(self.channels.channel("profiles"))
+
+    @property
+    def knowledge(self) -> knowledge_service_pb2_grpc.KnowledgeServiceStub:
+        """The native knowledge backend, served by the prefetch until it moves to its own service."""
+        return knowledge_service_pb2_grpc.KnowledgeServiceStub(self.channels.channel("prefetch"))
+
+    @property
+    def sessions(self) -> session_service_pb2_grpc.SessionServiceStub:
+        return session_service_pb2_grpc.SessionServiceStub(self.channels.channel("sessions"))

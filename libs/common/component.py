@@ -1,4 +1,5 @@
-"""What a service's bootstrap hands the runner: servicers to mount, passes to tick, tasks to run."""
+"""What a service's bootstrap hands the runner: servicers to mount, HTTP routes to serve, passes to
+tick, tasks to run."""
 
 from __future__ import annotations
 
@@ -22,3 +23,6 @@ class Component:
     rebuild_index: Callable[[], Awaitable[int]] | None = None
     background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Long-running tasks started once the server serves (e.g. the reflector's workers)."""
+    http_routes: list[Any] = field(default_factory=list)
+    """Starlette routes the runner serves over HTTP (``libs.common.httpserver``) beside the gRPC
+    server, on ``server.http_port``; a process none of whose components has any serves no HTTP."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
@@ -25,11 +25,16 @@ __all__ = [
     "ConfigError",
     "EmbeddingsConfig",
     "LearningConfig",
+    "MemoryConfig",
     "ProviderConfig",
     "RoleConfig",
     "ServerConfig",
+    "SessionsConfig",
     "Settings",
+    "ToolPermission",
+    "UserConfig",
     "load_settings",
+    "workspace_container",
 ]
 
 
@@ -110,6 +115,29 @@ class ProvidersConfig(_Section):
 # --------------------------------------------------------------------------------------------
 
 
+ToolPermission = Literal["allow", "ask", "deny"]
+"""What a role may do with a tool: ``allow`` runs it, ``ask`` needs a person's approval first,
+``deny`` never runs it. A background worker has nobody to ask, so only ``allow`` lets it write."""
+TOOL_PERMISSIONS = ("allow", "ask", "deny")
+
+
+def _permissions(value: dict[str, str]) -> dict[str, str]:
+    # Kept as plain strings in the model (the generated docs list dict values by type) and checked
+    # here, so a typo is refused at start rather than read as "not allow".
+    bad = {tool: p for tool, p in value.items() if p not in TOOL_PERMISSIONS}
+    if bad:
+        raise ValueError(f"tool permissions must be one of {list(TOOL_PERMISSIONS)}: {bad}")
+    return value
+
+WORKSPACE_CONTAINER_PREFIX = "workspace:"
+
+
+def workspace_container(workspace: str) -> str:
+    """The knowledge container a workspace's project lessons live in (``workspace:<name>``): the
+    session learning checks write there and every role listing the workspace reads it."""
+    return f"{WORKSPACE_CONTAINER_PREFIX}{workspace}"
+
+
 class RoleConfig(_Section):
     learning_enabled: bool | None = None
     """Per-role opt-out (reflector gate 3). Unset inherits ``learning.enabled``."""
@@ -120,6 +148,18 @@ class RoleConfig(_Section):
     """Knowledge containers (spaces) the role may read; empty means none."""
     unit: str | None = None
     """The unit (team) the role belongs to."""
+    workspaces: list[str] = Field(default_factory=list)
+    """Workspaces whose project lessons the role reads: each adds the knowledge container
+    ``workspace:<name>`` to ``knowledge_containers`` (session learning: "Project lessons become
+    workspace-scoped, indexed notes", searchable by every seat of the workspace)."""
+    tool_permissions: dict[str, str] = Field(default_factory=dict)
+    """The role's permission per tool (``allow`` / ``ask`` / ``deny``), over
+    ``sessions.default_tool_permissions``. Session learning rechecks ``write_knowledge`` before a
+    project lesson and ``distill_skill`` before a skill proposal; the background worker cannot
+    approve ``ask`` or ``deny`` (spec: "Knowledge and skill writes recheck the corresponding tool
+    permission")."""
+
+    _check_permissions = field_validator("tool_permissions")(_permissions)
 
 
 class BudgetConfig(_Section):
@@ -133,6 +173,37 @@ class BudgetConfig(_Section):
     """Width of a budget window; every call is charged in the window current when it returns."""
 
 
+ExtractionCadence = Literal["on", "off"]
+
+
+class MemoryConfig(_Section):
+    """``memory``: how personal memory is extracted for a company or one of its users."""
+
+    extraction_cadence: ExtractionCadence | None = None
+    """memory.extractionCadence: ``off`` stops personal-memory writes, the session learning checks'
+    personal facts included (spec: "memory.extractionCadence=off also disables personal memory
+    writes from learning checks"); unset inherits (user → company → ``on``). YAML's bare
+    ``off``/``on`` are read as the words, not as booleans."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_booleans(cls, data: Any) -> Any:
+        # YAML 1.1 reads a bare `off` as false: the knob means the word.
+        if isinstance(data, dict) and isinstance(data.get("extraction_cadence"), bool):
+            data = {**data, "extraction_cadence": "on" if data["extraction_cadence"] else "off"}
+        return data
+
+
+class UserConfig(_Section):
+    """One user of a company (the person who owns chat sessions)."""
+
+    default_workspace: str | None = None
+    """The workspace of the user's sessions that name none (spec: "Unscoped sessions use the user's
+    default workspace for saved learning"); unset: ``sessions.default_workspace``."""
+    memory: MemoryConfig = MemoryConfig()
+    """The user's own ``memory`` knobs, over the company's."""
+
+
 class CompanyConfig(_Section):
     roles: dict[str, RoleConfig] = Field(default_factory=dict)
     """Roles of the company by name. With ``accept_unknown_roles`` a role not listed behaves as a
@@ -142,6 +213,17 @@ class CompanyConfig(_Section):
     "no role" gate for it."""
     token_budget: BudgetConfig = BudgetConfig()
     """Spec "What the auxiliary calls cost"."""
+    memory: MemoryConfig = MemoryConfig()
+    """The company's ``memory`` knobs (``extraction_cadence``); a user's own override them."""
+    users: dict[str, UserConfig] = Field(default_factory=dict)
+    """Per-user knobs by user handle (default workspace, ``memory``)."""
+
+    def extraction_cadence(self, user: str) -> ExtractionCadence:
+        """The user's cadence, else the company's, else ``on``."""
+        own = self.users.get(user)
+        if own is not None and own.memory.extraction_cadence is not None:
+            return own.memory.extraction_cadence
+        return self.memory.extraction_cadence or "on"
 
 
 # --------------------------------------------------------------------------------------------
@@ -337,6 +419,21 @@ class ReflectionConfig(_Section):
     """Recent notes the persist decider is shown and told not to repeat (Diary.Recent, up to 50)."""
 
 
+class SkillProposalsConfig(_Section):
+    """Skill proposals: candidates (from session learning checks and ``distill_skill``) that wait
+    for a person's approval before they become live skills."""
+
+    duplicate_similarity_threshold: float = 0.85
+    """Cosine similarity of two skills' "name: summary" embeddings at or above which a candidate is
+    a semantic duplicate (of a live skill, of a pending proposal) or is suppressed (by a rejected
+    proposal). Applied only where an embedder is configured; the tool-SET Jaccard check
+    (``skill_synthesis.duplicate_jaccard_threshold``) runs whenever the candidate names its tools.
+    The spec gives no number; 0.85 chosen on the local MiniLM, where paraphrased skill names score
+    about 0.85 to 0.95 and different procedures below 0.7."""
+    page_size: int = 50
+    """Default page of ListSkillProposals (at most 200)."""
+
+
 class LearningConfig(_Section):
     enabled: bool = True
     """Company-wide learning switch; a role's ``learning_enabled`` inherits it."""
@@ -356,6 +453,87 @@ class LearningConfig(_Section):
     prefetch: PrefetchConfig = PrefetchConfig()
     reflection: ReflectionConfig = ReflectionConfig()
     """The reflector's harness."""
+    skill_proposals: SkillProposalsConfig = SkillProposalsConfig()
+    """Skill proposals awaiting approval (session learning, ``distill_skill``)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Session learning (spec/session-learning.txt)
+# --------------------------------------------------------------------------------------------
+
+
+class EvidenceConfig(_Section):
+    """What one learning check may read (spec "Evidence and cost")."""
+
+    max_chat_messages: int = 8
+    """Chat messages (user and assistant) recorded at or before the trigger, newest kept."""
+    max_verification_records: int = 8
+    """Verification records at or before the trigger, newest kept."""
+    max_execution_events: int = 100
+    """Execution events (tool requests and tool results) at or before the trigger, newest kept."""
+    excerpt_chars: int = 2400
+    """Each excerpt is redacted, then capped at this many characters."""
+    total_chars: int = 40_000
+    """All excerpts of one check together; older records are omitted once it is spent (the
+    milestone's plan evidence is placed first)."""
+
+
+class SubstantialTurnConfig(_Section):
+    """When a successful turn is substantial enough to check (spec "Triggers")."""
+
+    min_tool_results: int = 6
+    """At least this many tool-result events since the turn's start or its last check."""
+    min_duration_seconds: int = 120
+    """Or at least this long (since the turn's start or its last check) with a recorded result."""
+
+
+class SessionsConfig(_Section):
+    """Session learning checks: the durable queue's worker, the evidence bounds, the review call,
+    the writes and the receipts (spec/session-learning.txt)."""
+
+    poll_interval_seconds: float = 15.0
+    """The worker polls the queue this often (spec: "The worker polls every 15 seconds");
+    LISTEN/NOTIFY wakes it sooner when a check is queued."""
+    claim_lease_seconds: float = 30.0
+    """A claimed check's lease, renewed while it runs. A check whose lease lapses (its process
+    died) is reported ``interrupted`` and never replayed on its own."""
+    concurrency: int = 2
+    """Checks one process runs at once."""
+    evidence: EvidenceConfig = EvidenceConfig()
+    """Evidence bounds of one check."""
+    substantial_turn: SubstantialTurnConfig = SubstantialTurnConfig()
+    """The substantial-turn trigger's thresholds."""
+    list_default: int = 30
+    """ListLearningChecks' default page: the latest 30 checks (spec "Visibility")."""
+    list_max: int = 100
+    """The largest page ListLearningChecks and GetAwayDigest return."""
+    review_max_tokens: int = 2000
+    """The one review call's answer budget; an answer cut at it is ``truncated output``."""
+    review_timeout_seconds: float = 120.0
+    """One deadline for the review call along the whole provider chain."""
+    max_lessons: int = 5
+    """Project lessons one check may write; further ones are dropped with a reason."""
+    max_personal_facts: int = 5
+    """Personal facts one check may write; further ones are dropped with a reason."""
+    lesson_max_chars: int = 2000
+    """A project lesson longer than this is dropped, never trimmed."""
+    personal_fact_duplicate_similarity: float = 0.9
+    """A personal fact whose embedding is at least this similar to a note the seat already has
+    reuses that note instead of writing another (the embedding-backed dedup; 0.9 chosen:
+    near-verbatim restatements score above it on the local MiniLM, related facts below)."""
+    default_workspace: str = "default"
+    """The workspace of a session that names none, for users without their own
+    ``companies.<c>.users.<u>.default_workspace``."""
+    default_tool_permissions: dict[str, str] = Field(
+        default_factory=lambda: {"write_knowledge": "allow", "distill_skill": "allow"}
+    )
+    """Permission per tool (``allow`` / ``ask`` / ``deny``) for roles that do not set their own
+    (``roles.<r>.tool_permissions``); both tools default to ``allow`` (a proposal still waits for a
+    person); a tool listed nowhere is ``allow``."""
+
+    _check_permissions = field_validator("default_tool_permissions")(_permissions)
+    rpc_timeout_seconds: float = 10.0
+    """Deadline of every call a check makes on another service (diary, skills, knowledge)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -365,9 +543,13 @@ class LearningConfig(_Section):
 
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
-    """Bind address of the gRPC server. Any address but loopback needs ``auth.mode: tokens``."""
+    """Bind address of the gRPC server and of the HTTP server. Any address but loopback needs
+    ``auth.mode: tokens``."""
     port: int = 50051
     """gRPC port of the all-in-one (``--port``)."""
+    http_port: int = 8080
+    """HTTP port (``--http-port``) of the services that serve HTTP (the sessions API); 0 picks a
+    free port."""
     grace_seconds: float = 5.0
     """Drain time on shutdown after health reports NOT_SERVING."""
     max_concurrent_rpcs: int = Field(default=1000, ge=1)
@@ -436,6 +618,8 @@ class ServiceAddresses(_Section):
     """ReflectorService."""
     prefetch: str = "127.0.0.1:50066"
     """PrefetchService."""
+    sessions: str = "127.0.0.1:50067"
+    """SessionService."""
 
 
 class TelemetryConfig(_Section):
@@ -497,6 +681,8 @@ class Settings(BaseSettings):
     """Per-company overrides of ``company_defaults`` (roles, budgets), by company handle."""
     learning: LearningConfig = LearningConfig()
     """The spec's ``learning:`` block."""
+    sessions: SessionsConfig = SessionsConfig()
+    """Session learning checks (spec/session-learning.txt)."""
     server: ServerConfig = ServerConfig()
     """The gRPC server."""
     services: ServiceAddresses = ServiceAddresses()
@@ -530,6 +716,21 @@ class Settings(BaseSettings):
 
     def company(self, company: str) -> CompanyConfig:
         return self.companies.get(company, self.company_defaults)
+
+    def tool_permission(self, company: str, role: str, tool: str) -> ToolPermission:
+        """The role's own permission for ``tool``, else ``sessions.default_tool_permissions``, else
+        ``allow``."""
+        own = self.company(company).roles.get(role) if role else None
+        if own is not None and tool in own.tool_permissions:
+            return own.tool_permissions[tool]  # type: ignore[return-value]
+        return self.sessions.default_tool_permissions.get(tool, "allow")  # type: ignore[return-value]
+
+    def default_workspace(self, company: str, user: str) -> str:
+        """The workspace of the user's sessions that name none."""
+        own = self.company(company).users.get(user)
+        if own is not None and own.default_workspace:
+            return own.default_workspace
+        return self.sessions.default_workspace
 
     @classmethod
     def settings_customise_sources(

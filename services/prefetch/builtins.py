@@ -24,7 +24,7 @@ from libs.common.embeddings import (
     EmbeddingError,
     EmbeddingRefused,
 )
-from libs.common.errors import InvalidArgument, ResourceExhausted
+from libs.common.errors import InvalidArgument, PermissionDenied, ResourceExhausted
 from libs.common.validation import require_text, seat_ref
 from services.prefetch import memory
 from services.prefetch.calltool import tool_request_id
@@ -432,6 +432,63 @@ class Builtins:
             f"Skill {resp.skill.name} now reads as you wrote it (version {version}); the previous body is "
             "kept in its history."
         )
+
+    # ------------------------------------------------------------------ distill_skill
+
+    async def distill_skill(
+        self,
+        company: str,
+        seat: str,
+        role: str,
+        *,
+        name: str,
+        summary: str,
+        body: str,
+        tool_sequence: list[str],
+        turn_id: str,
+        session_id: str,
+    ) -> tuple[str, str, str]:
+        """Propose a skill through SkillService.ProposeSkill (the same checks as a session learning
+        check's candidate); never a live skill. Returns (proposal id, disposition, tool result text).
+
+        The role's ``distill_skill`` permission is rechecked: ``deny`` refuses; ``ask`` is the engine's
+        to put to a person before it calls, so a call that arrives was approved."""
+        seat_ref(company, seat, domain=DOMAIN)
+        require_text(role, "role", domain=DOMAIN, max_chars=200)
+        if self.deps.settings.tool_permission(company, role, "distill_skill") == "deny":
+            raise PermissionDenied(
+                f"role {role} may not propose skills (its distill_skill permission is deny)",
+                reason="TOOL_DENIED",
+                domain=DOMAIN,
+                metadata={"tool": "distill_skill", "role": role},
+            )
+        try:
+            resp = await self.deps.clients.skills.ProposeSkill(
+                skill_pb.ProposeSkillRequest(
+                    company=company,
+                    seat=seat,
+                    name=name,
+                    summary=summary,
+                    body=body,
+                    tool_sequence=tool_sequence,
+                    origin=skill_pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
+                    source=skill_pb.ProposalSource(session_id=session_id, turn_id=turn_id),
+                    request_id=f"distill:{turn_id}:{name.strip()}"[:200] if turn_id else "",
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as err:
+            raise passthrough("skills", err) from err
+        disposition = skill_pb.ProposalDisposition.Name(resp.disposition).removeprefix("PROPOSAL_DISPOSITION_").lower()
+        match = resp.match.name
+        text = {
+            "created": f"Proposed skill {name.strip()}: a person reviews it before it is offered to you.",
+            "already_proposed": f"Skill {name.strip()} was already proposed from this turn; it awaits review.",
+            "duplicate_proposal": f"A pending proposal ({match}) already covers this; nothing new was filed.",
+            "duplicate_skill": f"You already have this skill ({match}): load it with use_skill instead.",
+            "suppressed": f"A person rejected a proposal like this one ({match}); it is not proposed again.",
+        }.get(disposition, f"Proposal answered {disposition}.")
+        return (resp.proposal.id if resp.HasField("proposal") else ""), disposition, text
 
     # ------------------------------------------------------------------ search_knowledge
 

@@ -201,6 +201,22 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
         )
         return pb.RefineSkillResponse(version=version, text=text)
 
+    async def DistillSkill(
+        self, request: pb.DistillSkillRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DistillSkillResponse:
+        proposal_id, disposition, text = await self._b.distill_skill(
+            request.company,
+            request.seat,
+            request.role,
+            name=request.name,
+            summary=request.summary,
+            body=request.body,
+            tool_sequence=list(request.tool_sequence),
+            turn_id=request.turn_id,
+            session_id=request.session_id,
+        )
+        return pb.DistillSkillResponse(proposal_id=proposal_id, disposition=disposition, text=text)
+
     async def SearchKnowledge(
         self, request: pb.SearchKnowledgeRequest, context: grpc.aio.ServicerContext
     ) -> pb.SearchKnowledgeResponse:

@@ -7,6 +7,7 @@ role, turn_id, senders) are the engine's to fill and never appear here. A parame
 request field's name, so an engine maps arguments onto the request one to one.
 
 Withdrawn tools: ``refine_skill`` when ``learning.skill_refinement.enabled`` is false (RefineSkill
+would refuse), ``distill_skill`` when the role's ``distill_skill`` permission is ``deny`` (DistillSkill
 would refuse), ``search_knowledge`` when the role can search nothing (``Searcher.can_search``).
 """
 
@@ -32,6 +33,7 @@ BUILTIN_NAMES = (
     "reflect_and_persist",
     "use_skill",
     "refine_skill",
+    "distill_skill",
     "search_knowledge",
     "mark_onboarded",
 )
@@ -188,6 +190,44 @@ def tool_schemas(settings: Settings, company: str, role: str, can_search: bool) 
                         },
                     },
                     ["skill_name", "content"],
+                ),
+            )
+        )
+    if settings.tool_permission(company, role, "distill_skill") != "deny":
+        tools.append(
+            _tool(
+                "distill_skill",
+                "Propose a reusable procedure you just carried out end to end (and saw work) as a new skill; a "
+                "person reviews it before it is offered, and a duplicate of a skill or a rejected proposal is not "
+                "filed.",
+                _object(
+                    {
+                        "name": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": 100,
+                            "description": "A short name: lowercase words joined by hyphens.",
+                        },
+                        "summary": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": 1000,
+                            "description": "One line saying when the skill applies.",
+                        },
+                        "body": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": learning.skill_refinement.max_body_chars,
+                            "description": "The SKILL.md body: the procedure step by step, as it worked.",
+                        },
+                        "tool_sequence": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {"type": "string", "minLength": 1},
+                            "description": "The tools the procedure used, in the order it used them.",
+                        },
+                    },
+                    ["name", "summary", "body", "tool_sequence"],
                 ),
             )
         )

@@ -12,9 +12,12 @@ import sys
 from pathlib import Path
 
 from libs.common import telemetry
+from libs.common.auth import Authenticator, HttpAuthMiddleware
 from libs.common.config import ConfigError, Settings, TelemetryConfig, load_settings
 from libs.common.grpcserver import BindError, bind_server, create_server, drain, start_server
+from libs.common.httpserver import bind_http, build_app, start_http
 from libs.common.infra import Infra, open_infra, resolve_dsn
+from libs.common.metrics import prometheus_app
 from libs.common.passrunner import holder_identity, run_pass, tick_forever
 from services.runner import security
 from services.runner.registry import SERVICES, migrations_of
@@ -36,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
 
     def serving(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--port", type=int, help="gRPC port (default 50051)")
+        sp.add_argument(
+            "--http-port", type=int, help="HTTP port: the session-learning API, /metrics (default 8080; 0 picks one)"
+        )
         sp.add_argument("--host", help="bind address (default 127.0.0.1; any other address needs tokens)")
         sp.add_argument(
             "--require-auth", action="store_true", help="require bearer tokens on loopback too (auth.mode: tokens)"
@@ -78,6 +84,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         server["port"] = args.port
     if getattr(args, "host", None):
         server["host"] = args.host
+    if getattr(args, "http_port", None) is not None:
+        server["http_port"] = args.http_port
     for flag in ("tls_cert", "tls_key"):
         if getattr(args, flag, None):
             server[flag] = getattr(args, flag)
@@ -99,6 +107,29 @@ async def _open(settings: Settings, stack: contextlib.AsyncExitStack, names: lis
         await asyncio.to_thread(load)  # the first write must not pay the model's load time
     components = [SERVICES[n].component(infra) for n in names]
     return infra, components
+
+
+PUBLIC_HTTP_PATHS = ("/metrics", "/healthz", "/api/openapi.json")
+"""What any caller may read without a credential: aggregate metrics, liveness, the API's schema."""
+
+
+def http_app(components: list, authenticator: Authenticator):  # type: ignore[type-arg,no-untyped-def]
+    """Every component's HTTP routes plus ``/metrics`` and ``/healthz``, behind the same
+    authentication as the gRPC port."""
+    from starlette.middleware import Middleware
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    async def healthz(_request):  # type: ignore[no-untyped-def]
+        return PlainTextResponse("ok\n")
+
+    routes = [
+        *[r for c in components for r in c.http_routes],
+        Route("/healthz", healthz, methods=["GET"]),
+        Mount("/metrics", app=prometheus_app()),
+    ]
+    auth = Middleware(HttpAuthMiddleware, authenticator=authenticator, public=PUBLIC_HTTP_PATHS, cookies=True)
+    return build_app(routes, [auth])
 
 
 PARENT_PIPE_ENV = "AGL_SPLIT_PARENT_PIPE"  # not AGENTLEARN_*: that prefix is the config's
@@ -134,6 +165,7 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
     settings = security.with_internal_secret(settings)
     authenticator = security.authenticator(settings, mode)
     bound = bind_server(security.listeners(settings), authenticator=authenticator, config=settings.server)
+    http_socket = bind_http(settings.server.host, settings.server.http_port)
     telemetry.configure_tracing(settings.telemetry)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(bound.server.stop, 0)
@@ -142,6 +174,7 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
         await start_server(bound, [r for c in components for r in c.registrations])
         port = bound.port
         infra.channels.serve_locally([c.name for c in components], f"{settings.server.host}:{port}")
+        http = await start_http(http_app(components, authenticator), settings.server.host, 0, sock=http_socket)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -167,12 +200,13 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
             print(
                 f"agentlearn ready on {settings.server.host}:{port} "
                 f"services={','.join(c.name for c in components)} data_dir={settings.data_dir} "
-                f"{auth}{tls}{internal}",
+                f"http={http.address} {auth}{tls}{internal}",
                 flush=True,
             )
         await stop.wait()
         _log.info("shutting down: NOT_SERVING, draining for %ss", settings.server.grace_seconds)
-        await drain(bound, settings.server.grace_seconds)
+        # HTTP and gRPC drain together, within one grace.
+        await asyncio.gather(http.stop(settings.server.grace_seconds), drain(bound, settings.server.grace_seconds))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -215,6 +249,10 @@ async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
                 host,
                 "--port",
                 port,
+                # One HTTP port per process: the sessions API keeps the configured one; the others
+                # serve only /metrics, on a port of their own (the ready line names it).
+                "--http-port",
+                str(settings.server.http_port if name == "sessions" else 0),
                 "--data-dir",
                 str(settings.data_dir),
                 "--log-level",

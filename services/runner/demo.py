@@ -5,7 +5,13 @@ styles ask for things, state preferences and situational facts, and one procedur
 flaky test: the same five tools in the same order). Every turn is submitted to the reflector, which
 learns from it in the background. Then new turns start, and the demo prints what BuildTurnContext
 hands the agent: the notes, the similar prior work, the synthesized skill and the profiles that the
-earlier turns taught. Everything runs with the offline model provider: no keys, no network.
+earlier turns taught.
+
+Then a chat session (spec/session-learning.txt): Dana works with ana on a failing payments test —
+an execution plan whose steps get done, a substantial turn of tool results ending in a green
+verification, and a manual "Check recent work". The learning checks run from the durable queue,
+and the demo prints their receipts and the skill proposal waiting for approval. Everything runs
+with the offline model provider: no keys, no network.
 """
 
 from __future__ import annotations
@@ -17,10 +23,14 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 
+from agentlearn.prefetch.v1 import knowledge_service_pb2 as kpb
+from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as kgrpc
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as ppb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pgrpc
 from agentlearn.reflector.v1 import reflector_service_pb2 as rpb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rgrpc
+from agentlearn.sessions.v1 import session_service_pb2 as spb_s
+from agentlearn.sessions.v1 import session_service_pb2_grpc as sgrpc_s
 from agentlearn.skills.v1 import skill_service_pb2 as spb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sgrpc
 from libs.common.protoconv import timestamp
@@ -240,4 +250,220 @@ async def main(argv: list[str]) -> int:
         )
         _print_context("New turn: a thin trigger ('+1' in a thread): the gate renders hints, asks no model", resp)
         print(f"skills the seat learned: {', '.join(name for _, name in offered) or 'none'}")
+        if not await session_demo(channel, company):
+            return 1
     return 0
+
+
+# ------------------------------------------------------------------------------ a chat session
+
+USER, WORKSPACE = "dana", "payments"
+
+
+def _event(n: int, kind: int, text: str, when: datetime, turn: str, **kw) -> spb_s.SessionEvent:  # type: ignore[no-untyped-def]
+    return spb_s.SessionEvent(
+        event_id=f"ev-{n:03d}", kind=kind, text=text, event_time=timestamp(when), turn_id=turn, **kw
+    )
+
+
+def session_events(start: datetime) -> tuple[list[spb_s.SessionEvent], list[spb_s.SessionEvent]]:
+    """Two turns of Dana's session with ana: the first opens the work, the second is substantial (six
+    tool results and a green verification; an external coding agent's excerpt among them)."""
+    ok = spb_s.EVENT_STATUS_SUCCEEDED
+    first = [
+        _event(
+            1, spb_s.EVENT_KIND_USER_MESSAGE, "The payments refund test fails on CI. Can you fix it?", start, "turn-1"
+        ),
+        _event(
+            2,
+            spb_s.EVENT_KIND_USER_MESSAGE,
+            "Dana reviews pull requests only in the mornings.",
+            start + timedelta(seconds=5),
+            "turn-1",
+            remember=True,
+        ),
+        _event(
+            3,
+            spb_s.EVENT_KIND_ASSISTANT_MESSAGE,
+            "On it: I'll plan the fix first.",
+            start + timedelta(seconds=9),
+            "turn-1",
+        ),
+    ]
+    at = start + timedelta(minutes=1)
+    runs = [
+        (
+            "pytest",
+            'tests/payments/test_refund.py FAILED: relation "refunds_v2" does not exist',
+            spb_s.EVENT_STATUS_FAILED,
+        ),
+        ("make", "make migrate: applied 3 migrations (refunds_v2 created)", ok),
+        ("grep", "conftest.py:12 uses DATABASE_URL=postgres://ci:s3cret-pw@db:5432/test", ok),
+        ("claude-code", "Patched conftest.py to run migrations once per session; 1 file changed", ok),
+        ("git", "committed: fix(payments): migrate the test database before the refund tests", ok),
+        ("gh", "opened PR #482: fix(payments): migrate before refund tests", ok),
+    ]
+    second = []
+    for i, (tool, text, status) in enumerate(runs):
+        when = at + timedelta(seconds=20 * i)
+        second.append(_event(10 + 2 * i, spb_s.EVENT_KIND_TOOL_REQUEST, f"{tool} ...", when, "turn-2", tool_name=tool))
+        second.append(
+            _event(
+                11 + 2 * i,
+                spb_s.EVENT_KIND_TOOL_RESULT,
+                text,
+                when + timedelta(seconds=10),
+                "turn-2",
+                tool_name=tool,
+                status=status,
+                source="claude-code" if tool == "claude-code" else "",
+            )
+        )
+    end = at + timedelta(minutes=3)
+    second.append(
+        _event(
+            30,
+            spb_s.EVENT_KIND_VERIFICATION,
+            "pytest tests/payments: 42 passed in 3.1s",
+            end,
+            "turn-2",
+            tool_name="pytest",
+            status=ok,
+        )
+    )
+    second.append(_event(31, spb_s.EVENT_KIND_ASSISTANT_MESSAGE, "Fixed, PR #482 is green.", end, "turn-2"))
+    second.append(
+        _event(
+            32,
+            spb_s.EVENT_KIND_TURN_END,
+            "",
+            end + timedelta(seconds=1),
+            "turn-2",
+            turn_outcome=spb_s.TURN_OUTCOME_SUCCEEDED,
+        )
+    )
+    return first, second
+
+
+def _name(enum, value: int, prefix: str) -> str:  # type: ignore[no-untyped-def]
+    return enum.Name(value).removeprefix(prefix).lower()
+
+
+def _print_check(c: spb_s.LearningCheck) -> None:
+    trigger = _name(spb_s.CheckTrigger, c.trigger, "CHECK_TRIGGER_")
+    state = _name(spb_s.CheckState, c.state, "CHECK_STATE_")
+    outcome = _name(spb_s.CheckOutcome, c.outcome, "CHECK_OUTCOME_") if c.outcome else "-"
+    print(f"  {trigger:<17} {state:<11} {outcome:<16} {c.reason}")
+    ev = c.evidence
+    print(
+        f"      read {ev.chat_messages} chat messages, {ev.verification_records} verification records, "
+        f"{ev.execution_events} execution events, {ev.plan_steps} plan steps; "
+        f"{ev.redactions} secret{'' if ev.redactions == 1 else 's'} redacted"
+    )
+    for o in c.outputs:
+        kind = _name(spb_s.OutputKind, o.kind, "OUTPUT_KIND_")
+        disp = _name(spb_s.OutputDisposition, o.disposition, "OUTPUT_DISPOSITION_")
+        print(f"      {disp:<7} {kind:<15} {o.id}  (cites {', '.join(o.evidence_ids)})")
+    for d in c.dropped:
+        print(f"      dropped {_name(spb_s.OutputKind, d.kind, 'OUTPUT_KIND_')}: {d.reason}")
+    for p in c.partial_failures:
+        print(f"      partial failure {_name(spb_s.FailureKind, p.failure, 'FAILURE_KIND_')}: {p.detail}")
+
+
+async def _settled(stub: sgrpc_s.SessionServiceStub, company: str, session_id: str, timeout: float = 120) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        checks = (
+            await stub.ListLearningChecks(
+                spb_s.ListLearningChecksRequest(company=company, session_id=session_id, user=USER), timeout=10
+            )
+        ).checks
+        if checks and all(c.state not in (spb_s.CHECK_STATE_QUEUED, spb_s.CHECK_STATE_RUNNING) for c in checks):
+            return True
+        await asyncio.sleep(0.3)
+    return False
+
+
+async def session_demo(channel: grpc.aio.Channel, company: str) -> bool:
+    """A chat session's learning checks: plan steps done, a substantial turn, a manual check."""
+    sessions = sgrpc_s.SessionServiceStub(channel)
+    skills = sgrpc.SkillServiceStub(channel)
+    knowledge = kgrpc.KnowledgeServiceStub(channel)
+    session_id = f"{company}-session-1"
+    first, second = session_events(datetime.now(UTC) - timedelta(minutes=10))
+    print("\n" + "=" * 100)
+    print(f"  Session learning: {USER} works with {SEAT} in workspace {WORKSPACE} (session {session_id})")
+    print("=" * 100)
+    await sessions.AppendSessionEvents(
+        spb_s.AppendSessionEventsRequest(
+            company=company, session_id=session_id, user=USER, workspace=WORKSPACE, seat=SEAT, role=ROLE, events=first
+        ),
+        timeout=10,
+    )
+    steps = [
+        ("reproduce", "Reproduce the failing refund test"),
+        ("fix", "Fix the test database setup"),
+        ("pr", "Open a pull request"),
+    ]
+
+    async def plan(revision: int, statuses: list[int]) -> spb_s.SavePlanResponse:
+        return await sessions.SavePlan(
+            spb_s.SavePlanRequest(
+                company=company,
+                session_id=session_id,
+                user=USER,
+                revision=revision,
+                steps=[spb_s.PlanStep(id=i, title=t, status=st) for (i, t), st in zip(steps, statuses, strict=True)],
+            ),
+            timeout=10,
+        )
+
+    await plan(1, [spb_s.STEP_STATUS_PROPOSED] * 3)
+    print("plan revision 1 (proposed): no check")
+    await sessions.AppendSessionEvents(
+        spb_s.AppendSessionEventsRequest(company=company, session_id=session_id, user=USER, events=second[:6]),
+        timeout=10,
+    )
+    saved = await plan(2, [spb_s.STEP_STATUS_DONE, spb_s.STEP_STATUS_IN_PROGRESS, spb_s.STEP_STATUS_PENDING])
+    print(f"plan revision 2: steps newly done {list(saved.newly_done_step_ids)} -> one check queued")
+    turn = await sessions.AppendSessionEvents(
+        spb_s.AppendSessionEventsRequest(company=company, session_id=session_id, user=USER, events=second[6:]),
+        timeout=10,
+    )
+    print(f"turn-2 ended successfully after six tool results -> {len(turn.queued_checks)} check queued")
+    if not await _settled(sessions, company, session_id):
+        print("the learning checks did not finish within 2 minutes")
+        return False
+    await sessions.CheckRecentWork(
+        spb_s.CheckRecentWorkRequest(company=company, session_id=session_id, user=USER), timeout=10
+    )
+    again = await sessions.CheckRecentWork(
+        spb_s.CheckRecentWorkRequest(company=company, session_id=session_id, user=USER), timeout=10
+    )
+    print(f"Check recent work -> a manual check; asked again at once -> reused: {again.reused}")
+    if not await _settled(sessions, company, session_id):
+        print("the manual check did not finish within 2 minutes")
+        return False
+    checks = (
+        await sessions.ListLearningChecks(
+            spb_s.ListLearningChecksRequest(company=company, session_id=session_id, user=USER), timeout=10
+        )
+    ).checks
+    print("\nlearning receipts (newest first; ListLearningChecks, also GET /api/sessions/{id}/learning):")
+    for c in checks:
+        _print_check(c)
+    lessons = {o.id for c in checks for o in c.outputs if o.kind == spb_s.OUTPUT_KIND_PROJECT_LESSON}
+    for page_id in sorted(lessons):
+        page = (await knowledge.GetPage(kpb.GetPageRequest(company=company, page_id=page_id), timeout=10)).page
+        print(f"\nproject lesson in {page.container}: {page.title}\n  {page.body.splitlines()[0]}")
+    proposals = (
+        await skills.ListSkillProposals(spb.ListSkillProposalsRequest(company=company, seat=SEAT), timeout=10)
+    ).proposals
+    print("\nskill proposals awaiting approval (ListSkillProposals; never live until approved):")
+    for prop in proposals:
+        state = spb.ProposalState.Name(prop.state).removeprefix("PROPOSAL_STATE_").lower()
+        print(f"  [{state}] {prop.name}: {prop.summary}")
+        print(f"    tools: {' -> '.join(prop.tool_sequence)}; from session {prop.source.session_id}")
+        for line in prop.body.splitlines():
+            print(f"    | {line}")
+    return True

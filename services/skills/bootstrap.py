@@ -13,9 +13,10 @@ from libs.common.infra import Infra
 from libs.common.passrunner import PassSpec
 from services.skills import drafting, passes
 from services.skills.episodes import GrpcEpisodeReader
+from services.skills.proposals import ProposalService
 from services.skills.service import SkillService
 from services.skills.servicer import SkillServicer
-from services.skills.store import PostgresSkillStore
+from services.skills.store import PostgresProposalStore, PostgresSkillStore
 
 NAME = "skills"
 MIGRATIONS = Migrations("skills", Path(__file__).parent / "migrations")
@@ -34,8 +35,17 @@ def build(infra: Infra) -> SkillService:
     )
 
 
-def registration(service: SkillService) -> Registration:
-    return Registration(SERVICE_NAME, skill_service_pb2_grpc.add_SkillServiceServicer_to_server, SkillServicer(service))
+def build_proposals(service: SkillService, infra: Infra) -> ProposalService:
+    """Skill proposals (session learning checks, distill_skill): the duplicate checks use the
+    deployment's embedder where one is configured."""
+    config = infra.settings.learning.skill_proposals
+    return ProposalService(service, PostgresProposalStore(infra.pool), infra.embedder, config, infra.events)
+
+
+def registration(service: SkillService, proposals: ProposalService | None = None) -> Registration:
+    return Registration(
+        SERVICE_NAME, skill_service_pb2_grpc.add_SkillServiceServicer_to_server, SkillServicer(service, proposals)
+    )
 
 
 def pass_specs(service: SkillService, infra: Infra) -> list[PassSpec]:
@@ -60,7 +70,7 @@ def component(infra: Infra) -> Component:
     service = build(infra)
     return Component(
         name=NAME,
-        registrations=[registration(service)],
+        registrations=[registration(service, build_proposals(service, infra))],
         service=service,
         passes=pass_specs(service, infra),
     )

@@ -278,3 +278,84 @@ def greedy_clusters(turns: Sequence[Turn], threshold: float) -> list[Cluster]:
             clusters.append(Cluster([turn]))
     order = {id(c): i for i, c in enumerate(clusters)}
     return sorted(clusters, key=lambda c: (-c.size, order[id(c)]))
+
+
+# ----------------------------------------------------------------------------------- proposals
+
+
+class ProposalState(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
+class ProposalOrigin(StrEnum):
+    SESSION_CHECK = "session_check"
+    DISTILL_SKILL = "distill_skill"
+
+
+class ProposalDisposition(StrEnum):
+    CREATED = "created"
+    ALREADY_PROPOSED = "already_proposed"
+    DUPLICATE_PROPOSAL = "duplicate_proposal"
+    DUPLICATE_SKILL = "duplicate_skill"
+    SUPPRESSED = "suppressed"
+
+
+class DuplicateCheck(StrEnum):
+    EXACT_NAME = "exact_name"
+    EXACT_BODY = "exact_body"
+    TOOL_SET = "tool_set"
+    EMBEDDING = "embedding"
+
+
+@dataclass(frozen=True)
+class SkillProposal:
+    """A skill candidate waiting for (or past) a person's decision. Never a live skill by itself."""
+
+    id: uuid.UUID
+    company: str
+    seat: str
+    name: str
+    summary: str
+    body: str
+    tool_sequence: tuple[str, ...]
+    origin: ProposalOrigin
+    session_id: str
+    check_id: str
+    evidence_ids: tuple[str, ...]
+    turn_id: str
+    state: ProposalState
+    created_at: datetime
+    decided_at: datetime | None = None
+    decided_by: str = ""
+    decision_reason: str = ""
+    skill_id: uuid.UUID | None = None
+
+    @property
+    def source_ref(self) -> str:
+        """What the live skill names as its source: the turn, else the session, else the proposal."""
+        if self.turn_id:
+            return self.turn_id
+        if self.session_id:
+            return f"session:{self.session_id}"
+        return f"proposal:{self.id}"
+
+
+@dataclass(frozen=True)
+class ProposalMatch:
+    check: DuplicateCheck
+    name: str
+    similarity: float
+    skill_id: uuid.UUID | None = None
+    proposal_id: uuid.UUID | None = None
+
+
+def normalized(text: str) -> str:
+    """Case and spacing do not make a skill's name or body new."""
+    return " ".join(text.casefold().split())
+
+
+def describe_skill(name: str, summary: str) -> str:
+    """What a skill's embedding is of: its name and its summary."""
+    return f"{name}: {summary}"

@@ -13,15 +13,22 @@ from libs.common.protoconv import timestamp
 from services.skills.domain import (
     BERLOT_ATTWELL_THRESHOLD,
     DOMAIN,
+    DuplicateCheck,
     Gate,
     LearningHealth,
     ObservationKind,
+    ProposalDisposition,
+    ProposalMatch,
+    ProposalOrigin,
+    ProposalState,
     Skill,
     SkillChange,
+    SkillProposal,
     SkillState,
     SkillTrigger,
     SkillVersion,
 )
+from services.skills.proposals import ProposalService
 from services.skills.service import SkillService
 
 __all__ = ["SkillServicer", "skill_to_pb"]
@@ -117,9 +124,68 @@ def _enum_known(value: int, known: set[int], field: str) -> None:
         raise InvalidArgument(f"unknown {field} {value}", reason="FIELD_INVALID", domain=DOMAIN, field=field)
 
 
+_P_STATE = {
+    ProposalState.PENDING: pb.PROPOSAL_STATE_PENDING,
+    ProposalState.APPROVED: pb.PROPOSAL_STATE_APPROVED,
+    ProposalState.REJECTED: pb.PROPOSAL_STATE_REJECTED,
+}
+_P_STATE_FROM_PB = {v: k for k, v in _P_STATE.items()}
+_ORIGIN = {
+    ProposalOrigin.SESSION_CHECK: pb.PROPOSAL_ORIGIN_SESSION_CHECK,
+    ProposalOrigin.DISTILL_SKILL: pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
+}
+_ORIGIN_FROM_PB = {v: k for k, v in _ORIGIN.items()}
+_DISPOSITION = {
+    ProposalDisposition.CREATED: pb.PROPOSAL_DISPOSITION_CREATED,
+    ProposalDisposition.ALREADY_PROPOSED: pb.PROPOSAL_DISPOSITION_ALREADY_PROPOSED,
+    ProposalDisposition.DUPLICATE_PROPOSAL: pb.PROPOSAL_DISPOSITION_DUPLICATE_PROPOSAL,
+    ProposalDisposition.DUPLICATE_SKILL: pb.PROPOSAL_DISPOSITION_DUPLICATE_SKILL,
+    ProposalDisposition.SUPPRESSED: pb.PROPOSAL_DISPOSITION_SUPPRESSED,
+}
+_CHECK = {
+    DuplicateCheck.EXACT_NAME: pb.DUPLICATE_CHECK_EXACT_NAME,
+    DuplicateCheck.EXACT_BODY: pb.DUPLICATE_CHECK_EXACT_BODY,
+    DuplicateCheck.TOOL_SET: pb.DUPLICATE_CHECK_TOOL_SET,
+    DuplicateCheck.EMBEDDING: pb.DUPLICATE_CHECK_EMBEDDING,
+}
+
+
+def proposal_to_pb(p: SkillProposal) -> pb.SkillProposal:
+    return pb.SkillProposal(
+        id=str(p.id),
+        company=p.company,
+        seat=p.seat,
+        name=p.name,
+        summary=p.summary,
+        body=p.body,
+        tool_sequence=list(p.tool_sequence),
+        origin=_ORIGIN[p.origin],
+        source=pb.ProposalSource(
+            session_id=p.session_id, check_id=p.check_id, evidence_ids=list(p.evidence_ids), turn_id=p.turn_id
+        ),
+        state=_P_STATE[p.state],
+        create_time=timestamp(p.created_at),
+        decide_time=timestamp(p.decided_at),
+        decided_by=p.decided_by,
+        decision_reason=p.decision_reason,
+        skill_id=str(p.skill_id) if p.skill_id else "",
+    )
+
+
+def _match_to_pb(m: ProposalMatch) -> pb.ProposalMatch:
+    return pb.ProposalMatch(
+        check=_CHECK[m.check],
+        skill_id=str(m.skill_id) if m.skill_id else "",
+        proposal_id=str(m.proposal_id) if m.proposal_id else "",
+        name=m.name,
+        similarity=m.similarity,
+    )
+
+
 class SkillServicer(pb_grpc.SkillServiceServicer):
-    def __init__(self, service: SkillService):
+    def __init__(self, service: SkillService, proposals: ProposalService | None = None):
         self._service = service
+        self._proposals = proposals
 
     def _now(self) -> datetime:
         return self._service.clock.now()
@@ -276,3 +342,60 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             berlot_attwell_threshold=BERLOT_ATTWELL_THRESHOLD,
             below_berlot_attwell_threshold=health.below_threshold,
         )
+
+    # ------------------------------------------------------------------ proposals
+
+    def _props(self) -> ProposalService:
+        if self._proposals is None:
+            raise NotImplementedError("skill proposals are not wired in this process")
+        return self._proposals
+
+    async def ProposeSkill(
+        self, request: pb.ProposeSkillRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProposeSkillResponse:
+        _enum_known(request.origin, {pb.PROPOSAL_ORIGIN_UNSPECIFIED, *_ORIGIN_FROM_PB}, "origin")
+        result = await self._props().propose(
+            request.company,
+            request.seat,
+            name=request.name,
+            summary=request.summary,
+            body=request.body,
+            tool_sequence=list(request.tool_sequence),
+            origin=_ORIGIN_FROM_PB.get(request.origin),
+            session_id=request.source.session_id,
+            check_id=request.source.check_id,
+            evidence_ids=list(request.source.evidence_ids),
+            turn_id=request.source.turn_id,
+            request_id=request.request_id,
+        )
+        return pb.ProposeSkillResponse(
+            disposition=_DISPOSITION[result.disposition],
+            proposal=proposal_to_pb(result.proposal) if result.proposal else None,
+            match=_match_to_pb(result.match) if result.match else None,
+            checks_run=[_CHECK[c] for c in result.checks_run],
+        )
+
+    async def ListSkillProposals(
+        self, request: pb.ListSkillProposalsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSkillProposalsResponse:
+        _enum_known(request.state, {pb.PROPOSAL_STATE_UNSPECIFIED, *_P_STATE_FROM_PB}, "state")
+        found, token = await self._props().list(
+            request.company, request.seat, _P_STATE_FROM_PB.get(request.state), request.page_size, request.page_token
+        )
+        return pb.ListSkillProposalsResponse(proposals=[proposal_to_pb(p) for p in found], next_page_token=token)
+
+    async def ApproveSkillProposal(
+        self, request: pb.ApproveSkillProposalRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ApproveSkillProposalResponse:
+        proposal, skill = await self._props().approve(
+            request.company, request.seat, request.proposal_id, request.reviewer, request.reason
+        )
+        return pb.ApproveSkillProposalResponse(proposal=proposal_to_pb(proposal), skill=skill_to_pb(skill, self._now()))
+
+    async def RejectSkillProposal(
+        self, request: pb.RejectSkillProposalRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RejectSkillProposalResponse:
+        proposal = await self._props().reject(
+            request.company, request.seat, request.proposal_id, request.reviewer, request.reason
+        )
+        return pb.RejectSkillProposalResponse(proposal=proposal_to_pb(proposal))

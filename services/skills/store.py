@@ -18,19 +18,24 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
+import numpy as np
 
+from libs.common.db import as_array
 from libs.common.errors import AlreadyExists
 from services.skills.domain import (
     DOMAIN,
     LearningHealth,
+    ProposalOrigin,
+    ProposalState,
     Skill,
     SkillChange,
+    SkillProposal,
     SkillState,
     SkillTrigger,
     SkillVersion,
 )
 
-__all__ = ["SQL", "PostgresSkillStore", "SeatTx", "SkillKey", "StampFailed"]
+__all__ = ["PROPOSAL_SQL", "SQL", "PostgresProposalStore", "PostgresSkillStore", "SeatTx", "SkillKey", "StampFailed"]
 
 _COLUMNS = """id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size, source_turn_ids,
               state, pinned, version, use_count, last_used_at, last_offered_at, unused_since, state_changed_at,
@@ -457,3 +462,153 @@ class PostgresSkillStore:
             moved += n
             if n < batch:
                 return moved
+
+
+# ------------------------------------------------------------------------------------- proposals
+
+_P_COLUMNS = """id, company, seat, name, summary, body, tool_sequence, origin, session_id, check_id, evidence_ids,
+                turn_id, state, created_at, decided_at, decided_by, decision_reason, skill_id"""
+
+PROPOSAL_SQL = {
+    "by_request": f"SELECT {_P_COLUMNS} FROM skill_proposals WHERE company = $1 AND seat = $2 AND request_id = $3",
+    "get": f"SELECT {_P_COLUMNS} FROM skill_proposals WHERE company = $1 AND seat = $2 AND id = $3",
+    # What a candidate is compared with: the pending and the rejected proposals, with their vectors.
+    "comparable": f"""
+        SELECT {_P_COLUMNS}, embedding, embedding_model FROM skill_proposals
+        WHERE company = $1 AND seat = $2 AND state IN ('pending', 'rejected')
+        ORDER BY created_at, id""",
+    "insert": f"""
+        INSERT INTO skill_proposals (id, company, seat, name, summary, body, tool_sequence, origin, session_id,
+                                     check_id, evidence_ids, turn_id, state, request_id, embedding, embedding_model,
+                                     created_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, $14, $15, $16)
+        ON CONFLICT (company, seat, request_id) DO NOTHING
+        RETURNING {_P_COLUMNS}""",
+    "approve": f"""
+        UPDATE skill_proposals SET state = 'approved', decided_at = $4, decided_by = $5, decision_reason = $6,
+               skill_id = $7
+        WHERE company = $1 AND seat = $2 AND id = $3 AND state = 'pending'
+        RETURNING {_P_COLUMNS}""",
+    "reject": f"""
+        UPDATE skill_proposals SET state = 'rejected', decided_at = $4, decided_by = $5, decision_reason = $6
+        WHERE company = $1 AND seat = $2 AND id = $3 AND state = 'pending'
+        RETURNING {_P_COLUMNS}""",
+    "page": f"""
+        SELECT {_P_COLUMNS} FROM skill_proposals
+        WHERE company = $1 AND seat = $2 AND ($3::text IS NULL OR state = $3)
+          AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5::uuid))
+        ORDER BY created_at DESC, id DESC LIMIT $6""",
+}
+
+
+def _proposal(row: asyncpg.Record) -> SkillProposal:
+    return SkillProposal(
+        id=row["id"],
+        company=row["company"],
+        seat=row["seat"],
+        name=row["name"],
+        summary=row["summary"],
+        body=row["body"],
+        tool_sequence=tuple(row["tool_sequence"]),
+        origin=ProposalOrigin(row["origin"]),
+        session_id=row["session_id"],
+        check_id=row["check_id"],
+        evidence_ids=tuple(row["evidence_ids"]),
+        turn_id=row["turn_id"],
+        state=ProposalState(row["state"]),
+        created_at=row["created_at"],
+        decided_at=row["decided_at"],
+        decided_by=row["decided_by"],
+        decision_reason=row["decision_reason"],
+        skill_id=row["skill_id"],
+    )
+
+
+class PostgresProposalStore:
+    """``skill_proposals``. Inserts run inside the skills store's seat transaction (``SeatTx``), so a
+    proposal and a skill created at once see each other's gates."""
+
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    async def by_request(self, company: str, seat: str, request_id: str) -> SkillProposal | None:
+        row = await self.pool.fetchrow(PROPOSAL_SQL["by_request"], company, seat, request_id)
+        return _proposal(row) if row else None
+
+    async def get(self, company: str, seat: str, proposal_id: uuid.UUID) -> SkillProposal | None:
+        row = await self.pool.fetchrow(PROPOSAL_SQL["get"], company, seat, proposal_id)
+        return _proposal(row) if row else None
+
+    async def comparable(
+        self, company: str, seat: str, conn: asyncpg.Connection | None = None
+    ) -> list[tuple[SkillProposal, np.ndarray | None, str | None]]:
+        """The seat's pending and rejected proposals, each with its stored vector and its model."""
+        rows = await (conn or self.pool).fetch(PROPOSAL_SQL["comparable"], company, seat)
+        return [
+            (_proposal(r), as_array(r["embedding"]) if r["embedding"] is not None else None, r["embedding_model"])
+            for r in rows
+        ]
+
+    async def insert(
+        self,
+        conn: asyncpg.Connection,
+        proposal: SkillProposal,
+        request_id: str | None,
+        vector: np.ndarray | None,
+        model: str | None,
+    ) -> SkillProposal | None:
+        """The stored proposal; None when ``request_id`` was used before (see ``by_request``)."""
+        row = await conn.fetchrow(
+            PROPOSAL_SQL["insert"],
+            proposal.id,
+            proposal.company,
+            proposal.seat,
+            proposal.name,
+            proposal.summary,
+            proposal.body,
+            list(proposal.tool_sequence),
+            str(proposal.origin),
+            proposal.session_id,
+            proposal.check_id,
+            list(proposal.evidence_ids),
+            proposal.turn_id,
+            request_id,
+            None if vector is None else vector.astype(np.float32),
+            model if vector is not None else None,
+            proposal.created_at,
+        )
+        return _proposal(row) if row else None
+
+    async def decide(
+        self,
+        company: str,
+        seat: str,
+        proposal_id: uuid.UUID,
+        state: ProposalState,
+        now: datetime,
+        reviewer: str,
+        reason: str,
+        skill_id: uuid.UUID | None = None,
+    ) -> SkillProposal | None:
+        """Move a pending proposal to ``state``; None when it was not pending."""
+        if state is ProposalState.APPROVED:
+            row = await self.pool.fetchrow(
+                PROPOSAL_SQL["approve"], company, seat, proposal_id, now, reviewer, reason, skill_id
+            )
+        else:
+            row = await self.pool.fetchrow(PROPOSAL_SQL["reject"], company, seat, proposal_id, now, reviewer, reason)
+        return _proposal(row) if row else None
+
+    async def page(
+        self,
+        company: str,
+        seat: str,
+        state: ProposalState | None,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> list[SkillProposal]:
+        t, i = after if after else (None, None)
+        rows = await self.pool.fetch(
+            PROPOSAL_SQL["page"], company, seat, str(state) if state else None, t, i, limit
+        )
+        return [_proposal(r) for r in rows]

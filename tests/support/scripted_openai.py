@@ -40,6 +40,10 @@ class Reply:
     raw: bytes | None = None
     vectors: Callable[[list[str]], list[list[float]]] | None = None
     """For embeddings: compute the vectors from the inputs (zero vectors, NaNs, ...)."""
+    hold: threading.Event | None = None
+    """Do not answer until this event is set (a request held open: a check that is running)."""
+    hold_timeout: float = 300.0
+    """A held request is answered after this long anyway, so a forgotten hold cannot hang a test run."""
 
 
 @dataclass
@@ -53,6 +57,8 @@ class ScriptedOpenAI:
         self.dims = dims
         self.model = model
         self.requests: list[tuple[str, dict]] = []
+        self.held = 0
+        """Requests that were held open by a ``Reply(hold=...)``."""
         self._scripts = {"embeddings": _Script(), "chat": _Script()}
         self.chat_handler: Callable[[dict], str] = lambda body: "NOOP"
         self._lock = threading.Lock()
@@ -104,6 +110,10 @@ class ScriptedOpenAI:
                 if reply is None and rule is not None:
                     reply = rule(body)
                 reply = reply or Reply()
+                if reply.hold is not None:
+                    with owner._lock:
+                        owner.held += 1
+                    reply.hold.wait(reply.hold_timeout)
                 if reply.delay:
                     time.sleep(reply.delay)
                 if reply.raw is not None:

@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from libs.common.config import Settings
+from libs.common.config import Settings, workspace_container
 from libs.common.embeddings import Embedder, EmbeddingError
 from libs.common.vectorindex import IndexHit, IndexUnavailable, VectorIndex, collection_name
 from services.prefetch.knowledge.domain import COLLECTION_BASE, KnowledgeHit, Limits, Page, SearchOutcome
@@ -80,10 +80,14 @@ def _clean(names: Sequence[str] | None) -> list[str]:
 
 
 def role_containers(settings: Settings, company: str, role: str) -> list[str]:
-    """The containers ``role`` may read in ``company`` (company-specific roles, else the defaults).
-    An unknown role reads nothing, whatever ``accept_unknown_roles`` says: scope is never implied."""
+    """The containers ``role`` may read in ``company`` (company-specific roles, else the defaults):
+    its ``knowledge_containers``, and ``workspace:<name>`` for each of its ``workspaces`` (where the
+    session learning checks file a workspace's project lessons). An unknown role reads nothing,
+    whatever ``accept_unknown_roles`` says: scope is never implied."""
     cfg = settings.company(company).roles.get(role)
-    return _clean(cfg.knowledge_containers) if cfg is not None else []
+    if cfg is None:
+        return []
+    return _clean([*cfg.knowledge_containers, *(workspace_container(w) for w in _clean(cfg.workspaces))])
 
 
 class UnconfiguredSearcher:

@@ -1,0 +1,444 @@
+"""Session use cases: record events, save plan revisions, queue checks (the triggers), and read the
+receipts and the away digest.
+
+Dependencies arrive as arguments (store, queue, settings, clock, events); the servicer and the
+HTTP routes only translate to these calls and back. The checks themselves run in ``worker``.
+
+Ownership: a session belongs to the user of its first append. Every call naming a session checks
+that its user is the owner before anything else is read, and answers a stranger exactly as it
+answers for a session that does not exist (NOT_FOUND, SESSION_NOT_FOUND), so nothing says it
+exists.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from libs.common import telemetry
+from libs.common.config import Settings
+from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from libs.common.events import EventSink
+from libs.common.jobs import JobQueue
+from libs.common.validation import (
+    decode_time_cursor,
+    encode_time_cursor,
+    page_size,
+    require_ident,
+    require_text,
+)
+from services.sessions.domain import (
+    DOMAIN,
+    JOB_KIND,
+    MAX_EVENT_TEXT_CHARS,
+    MAX_EVENTS_PER_CALL,
+    MAX_ID_CHARS,
+    MAX_PLAN_STEPS,
+    MAX_STEP_TITLE_CHARS,
+    CheckTrigger,
+    Event,
+    EventKind,
+    LearningCheck,
+    PlanStep,
+    Session,
+    TurnOutcome,
+    plan_trigger,
+    substantial,
+)
+from services.sessions.store import PostgresSessionStore, SessionTx
+
+__all__ = ["AppendResult", "PlanResult", "SessionService", "not_found"]
+
+
+def not_found(session_id: str) -> NotFound:
+    """The one answer for a session that does not exist and for one the caller does not own."""
+    return NotFound(
+        f"session {session_id} not found",
+        reason="SESSION_NOT_FOUND",
+        domain=DOMAIN,
+        metadata={"session_id": session_id},
+    )
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    appended: int
+    duplicates: int
+    workspace: str
+    queued: list[LearningCheck] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    revision: int
+    newly_done: tuple[str, ...]
+    complete: bool
+    check: LearningCheck | None
+    already_saved: bool
+
+
+@dataclass(frozen=True)
+class Digest:
+    checks: list[LearningCheck]
+    next_page_token: str
+    completed: int
+    failed: int
+    interrupted: int
+
+
+class SessionService:
+    def __init__(
+        self,
+        store: PostgresSessionStore,
+        queue: JobQueue,
+        settings: Settings,
+        clock,  # libs.common.clock.Clock
+        events: EventSink,
+    ):
+        self.store = store
+        self.queue = queue
+        self.settings = settings
+        self.config = settings.sessions
+        self.clock = clock
+        self.events = events
+
+    # ---------------------------------------------------------------- checks
+
+    def _ident(self, value: str, field: str) -> str:
+        return require_ident(value, field, domain=DOMAIN)
+
+    def _ref(self, company: str, session_id: str, user: str) -> tuple[str, str, str]:
+        return self._ident(company, "company"), self._ident(session_id, "session_id"), self._ident(user, "user")
+
+    @staticmethod
+    def _owned(tx: SessionTx | None, session_id: str, user: str) -> SessionTx:
+        if tx is None or tx.session.owner != user:
+            raise not_found(session_id)
+        return tx
+
+    async def owned(self, company: str, session_id: str, user: str) -> Session:
+        """The session, when ``user`` owns it (else NOT_FOUND, the same as for none)."""
+        company, session_id, user = self._ref(company, session_id, user)
+        session = await self.store.get_session(company, session_id)
+        if session is None or session.owner != user:
+            raise not_found(session_id)
+        return session
+
+    def _validate_events(self, events: Sequence[Event]) -> None:
+        if len(events) > MAX_EVENTS_PER_CALL:
+            raise InvalidArgument(
+                f"at most {MAX_EVENTS_PER_CALL} events per call, got {len(events)}",
+                reason="TOO_MANY_EVENTS",
+                domain=DOMAIN,
+                field="events",
+                metadata={"limit": MAX_EVENTS_PER_CALL, "count": len(events)},
+            )
+        for i, e in enumerate(events):
+            where = f"events[{i}]"
+            require_text(e.event_id, f"{where}.event_id", domain=DOMAIN, max_chars=MAX_ID_CHARS)
+            if len(e.text) > MAX_EVENT_TEXT_CHARS:
+                raise InvalidArgument(
+                    f"{where}.text is {len(e.text)} characters; the limit is {MAX_EVENT_TEXT_CHARS}",
+                    reason="FIELD_TOO_LONG",
+                    domain=DOMAIN,
+                    field=f"{where}.text",
+                    metadata={"limit": MAX_EVENT_TEXT_CHARS, "length": len(e.text)},
+                )
+            for name in ("turn_id", "tool_name", "source"):
+                value = getattr(e, name)
+                if len(value) > MAX_ID_CHARS:
+                    raise InvalidArgument(
+                        f"{where}.{name} is {len(value)} characters; the limit is {MAX_ID_CHARS}",
+                        reason="FIELD_TOO_LONG",
+                        domain=DOMAIN,
+                        field=f"{where}.{name}",
+                        metadata={"limit": MAX_ID_CHARS, "length": len(value)},
+                    )
+            if e.kind is EventKind.TURN_END:
+                require_text(e.turn_id, f"{where}.turn_id", domain=DOMAIN)
+                if e.turn_outcome is TurnOutcome.UNSPECIFIED:
+                    raise InvalidArgument(
+                        f"{where}.turn_outcome is required on a turn end",
+                        reason="FIELD_REQUIRED",
+                        domain=DOMAIN,
+                        field=f"{where}.turn_outcome",
+                    )
+
+    # ---------------------------------------------------------------- queueing a check
+
+    async def _queue(
+        self,
+        tx: SessionTx,
+        trigger: CheckTrigger,
+        *,
+        trigger_seq: int,
+        job_key: str,
+        newly_done: Sequence[str] = (),
+        turn_id: str = "",
+    ) -> LearningCheck | None:
+        """The check's receipt and its job, in the caller's transaction; None when the job key was
+        queued before (a retried write)."""
+        now = self.clock.now()
+        check_id = uuid.uuid4()
+        check = await tx.insert_check(
+            check_id=check_id,
+            trigger=trigger,
+            plan_revision=tx.session.plan_revision,
+            newly_done=newly_done,
+            turn_id=turn_id,
+            trigger_seq=trigger_seq,
+            job_key=job_key,
+            now=now,
+        )
+        if check is None:
+            return None
+        await self.queue.enqueue(
+            tx.conn,
+            kind=JOB_KIND,
+            key=job_key,
+            company=tx.session.company,
+            seat=tx.session.seat,
+            payload=json.dumps({"check_id": str(check_id)}).encode(),
+            trace_carrier=telemetry.inject_context(),
+            now=now,
+        )
+        return check
+
+    # ---------------------------------------------------------------- append
+
+    async def append_events(
+        self,
+        company: str,
+        session_id: str,
+        user: str,
+        workspace: str,
+        seat: str,
+        role: str,
+        events: Sequence[Event],
+    ) -> AppendResult:
+        company, session_id, user = self._ref(company, session_id, user)
+        if workspace:
+            self._ident(workspace, "workspace")
+        if seat:
+            self._ident(seat, "seat")
+        if role:
+            self._ident(role, "role")
+        self._validate_events(events)
+        now = self.clock.now()
+        existing = await self.store.get_session(company, session_id)
+        create = None
+        if existing is None:
+            if not seat:
+                raise InvalidArgument(
+                    "seat is required on a session's first append (the agent seat its learning goes to)",
+                    reason="FIELD_REQUIRED",
+                    domain=DOMAIN,
+                    field="seat",
+                )
+            create = Session(
+                company=company,
+                session_id=session_id,
+                owner=user,
+                workspace=workspace or self.settings.default_workspace(company, user),
+                seat=seat,
+                role=role,
+                last_seq=0,
+                plan_revision=0,
+                create_time=now,
+            )
+        async with self.store.open_session(company, session_id, create, now) as found:
+            tx = self._owned(found, session_id, user)
+            s = tx.session
+            for name, given, own in (
+                ("workspace", workspace, s.workspace),
+                ("seat", seat, s.seat),
+                ("role", role, s.role),
+            ):
+                if given and given != own:
+                    raise FailedPrecondition(
+                        f"session {session_id} has {name} {own!r}; an append cannot move it to {given!r}",
+                        reason=f"SESSION_{name.upper()}_MISMATCH",
+                        domain=DOMAIN,
+                        field=name,
+                        metadata={"session_id": session_id, name: own},
+                    )
+            seen = await tx.seen([e.event_id for e in events])
+            fresh: list[Event] = []
+            batch: set[str] = set()
+            for e in events:
+                if e.event_id in seen or e.event_id in batch:
+                    continue
+                batch.add(e.event_id)
+                fresh.append(e)
+            stored = await tx.insert_events(fresh, now)
+            queued = []
+            for e in stored:
+                if e.kind is EventKind.TURN_END and e.turn_outcome is TurnOutcome.SUCCEEDED:
+                    check = await self._turn_end(tx, e)
+                    if check is not None:
+                        queued.append(check)
+        for check in queued:
+            await self._announce(check)
+        return AppendResult(len(stored), len(events) - len(stored), s.workspace, queued)
+
+    async def _turn_end(self, tx: SessionTx, end: Event) -> LearningCheck | None:
+        """A successful turn's end: a check when the work no check covered is substantial."""
+        window = await tx.turn_window(end.turn_id, end)
+        rule = self.config.substantial_turn
+        if not substantial(window, rule.min_tool_results, rule.min_duration_seconds):
+            return None
+        return await self._queue(
+            tx,
+            CheckTrigger.SUBSTANTIAL_TURN,
+            trigger_seq=end.seq,
+            job_key=f"turn:{tx.session.session_id}:{end.seq}",
+            turn_id=end.turn_id,
+        )
+
+    async def _announce(self, check: LearningCheck) -> None:
+        await self.events.emit(
+            "learning_check_queued",
+            company=check.company,
+            seat=check.seat,
+            turn_id=check.turn_id or None,
+            check_id=str(check.id),
+            session_id=check.session_id,
+            trigger=str(check.trigger),
+        )
+
+    # ---------------------------------------------------------------- plans
+
+    def _validate_plan(self, revision: int, steps: Sequence[PlanStep]) -> list[PlanStep]:
+        if revision <= 0:
+            raise InvalidArgument(
+                f"revision must be a positive number, got {revision}",
+                reason="FIELD_REQUIRED" if revision == 0 else "FIELD_INVALID",
+                domain=DOMAIN,
+                field="revision",
+                metadata={"value": revision},
+            )
+        if len(steps) > MAX_PLAN_STEPS:
+            raise InvalidArgument(
+                f"a plan has at most {MAX_PLAN_STEPS} steps, got {len(steps)}",
+                reason="TOO_MANY_STEPS",
+                domain=DOMAIN,
+                field="steps",
+                metadata={"limit": MAX_PLAN_STEPS, "count": len(steps)},
+            )
+        ids: set[str] = set()
+        out = []
+        for i, step in enumerate(steps):
+            where = f"steps[{i}]"
+            require_text(step.id, f"{where}.id", domain=DOMAIN, max_chars=MAX_ID_CHARS)
+            require_text(step.title, f"{where}.title", domain=DOMAIN, max_chars=MAX_STEP_TITLE_CHARS)
+            if step.id in ids:
+                raise InvalidArgument(
+                    f"{where}.id {step.id!r} repeats an earlier step's id",
+                    reason="DUPLICATE_STEP_ID",
+                    domain=DOMAIN,
+                    field=f"{where}.id",
+                    metadata={"step_id": step.id},
+                )
+            ids.add(step.id)
+            out.append(step)
+        return out
+
+    async def save_plan(
+        self, company: str, session_id: str, user: str, revision: int, steps: Sequence[PlanStep]
+    ) -> PlanResult:
+        company, session_id, user = self._ref(company, session_id, user)
+        clean = self._validate_plan(revision, steps)
+        now = self.clock.now()
+        async with self.store.open_session(company, session_id, None, now) as found:
+            tx = self._owned(found, session_id, user)
+            latest = tx.session.plan_revision
+            if revision <= latest:
+                if revision == latest and await tx.plan(latest) == clean:
+                    return PlanResult(revision, (), False, None, already_saved=True)
+                # A stale write is refused and triggers nothing.
+                raise FailedPrecondition(
+                    f"revision {revision} is stale: session {session_id} is at plan revision {latest}",
+                    reason="STALE_PLAN_REVISION",
+                    domain=DOMAIN,
+                    field="revision",
+                    metadata={"revision": revision, "current_revision": latest},
+                )
+            previous = await tx.plan(latest) or []
+            await tx.insert_plan(revision, clean, now)
+            rule = plan_trigger(previous, clean)
+            check = None
+            if rule.trigger is not None:
+                check = await self._queue(
+                    tx,
+                    rule.trigger,
+                    trigger_seq=tx.session.last_seq,
+                    job_key=f"plan:{session_id}:{revision}",
+                    newly_done=rule.newly_done,
+                )
+        if check is not None:
+            await self._announce(check)
+        return PlanResult(revision, rule.newly_done, rule.complete, check, already_saved=False)
+
+    # ---------------------------------------------------------------- manual
+
+    async def check_recent_work(self, company: str, session_id: str, user: str) -> tuple[LearningCheck, bool]:
+        """A manual check, or the session's queued or running one (never a pile of requests)."""
+        company, session_id, user = self._ref(company, session_id, user)
+        now = self.clock.now()
+        async with self.store.open_session(company, session_id, None, now) as found:
+            tx = self._owned(found, session_id, user)
+            active = await tx.active_check()
+            if active is not None:
+                return active, True
+            check = await self._queue(
+                tx,
+                CheckTrigger.MANUAL,
+                trigger_seq=tx.session.last_seq,
+                job_key=f"manual:{session_id}:{uuid.uuid4()}",
+            )
+            assert check is not None  # a fresh key is never taken
+        await self._announce(check)
+        return check, False
+
+    # ---------------------------------------------------------------- reads
+
+    async def list_checks(
+        self, company: str, session_id: str, user: str, size: int, token: str
+    ) -> tuple[list[LearningCheck], str]:
+        session = await self.owned(company, session_id, user)
+        size = page_size(size, default=self.config.list_default, maximum=self.config.list_max, domain=DOMAIN)
+        scope = {"company": session.company, "session": session.session_id}
+        after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
+        checks = await self.store.checks_page(session.company, session.session_id, after, size + 1)
+        next_token = ""
+        if len(checks) > size:
+            checks = checks[:size]
+            next_token = encode_time_cursor(checks[-1].create_time, checks[-1].id, scope)
+        return checks, next_token
+
+    async def away_digest(self, company: str, user: str, since: datetime | None, size: int, token: str) -> Digest:
+        company = self._ident(company, "company")
+        user = self._ident(user, "user")
+        if since is None:
+            raise InvalidArgument("since_time is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="since_time")
+        size = page_size(size, default=self.config.list_default, maximum=self.config.list_max, domain=DOMAIN)
+        scope = {"company": company, "user": user, "since": since.isoformat()}
+        after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
+        checks = await self.store.away_page(company, user, since, after, size + 1)
+        next_token = ""
+        if len(checks) > size:
+            checks = checks[:size]
+            last = checks[-1]
+            assert last.finish_time is not None
+            next_token = encode_time_cursor(last.finish_time, last.id, scope)
+        counts = await self.store.away_counts(company, user, since)
+        return Digest(
+            checks,
+            next_token,
+            counts.get("completed", 0),
+            counts.get("failed", 0),
+            counts.get("interrupted", 0),
+        )

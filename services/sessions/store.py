@@ -1,0 +1,494 @@
+"""PostgreSQL store of ``chat_sessions``, ``session_events``, ``session_plans``,
+``learning_checks`` and ``workspace_lessons``: named queries, ``$n`` parameters, driver errors kept
+inside.
+
+Every write to a session runs in a :class:`SessionTx`: a transaction holding the session's row lock,
+so sequence numbers, plan revisions and "at most one queued or running check" hold under races, and
+a check queued by a write commits (with its job) in the same transaction as the write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+
+import asyncpg
+
+from services.sessions.domain import (
+    CheckOutcome,
+    CheckState,
+    CheckTrigger,
+    Disposition,
+    Dropped,
+    Event,
+    EventKind,
+    EventStatus,
+    FailureKind,
+    LearningCheck,
+    Output,
+    OutputKind,
+    PartialFailure,
+    PlanStep,
+    Session,
+    StepStatus,
+    TurnOutcome,
+    TurnWindow,
+)
+
+__all__ = ["SQL", "LessonTx", "PostgresSessionStore", "SessionTx"]
+
+_LESSON_LOCKS = 0x6C73736E  # "lssn": the advisory lock namespace of workspace lessons
+
+_SESSION = "company, session_id, owner, workspace, seat, role, last_seq, plan_revision, create_time"
+_EVENT = "seq, event_id, kind, text, event_time, turn_id, tool_name, source, status, turn_outcome, remember"
+_CHECK = """id, company, session_id, owner, workspace, seat, role, trigger, plan_revision, newly_done, turn_id,
+            trigger_seq, trigger_event_id, job_key, state, outcome, reason, outputs, dropped, partial_failures,
+            evidence, create_time, start_time, finish_time"""
+
+SQL = {
+    "create_session": """
+        INSERT INTO chat_sessions (company, session_id, owner, workspace, seat, role, create_time, update_time)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+        ON CONFLICT (company, session_id) DO NOTHING""",
+    "lock_session": f"SELECT {_SESSION} FROM chat_sessions WHERE company = $1 AND session_id = $2 FOR UPDATE",
+    "get_session": f"SELECT {_SESSION} FROM chat_sessions WHERE company = $1 AND session_id = $2",
+    "seen_events": """
+        SELECT event_id FROM session_events WHERE company = $1 AND session_id = $2 AND event_id = ANY($3::text[])""",
+    "insert_event": """
+        INSERT INTO session_events (company, session_id, seq, event_id, kind, text, event_time, turn_id, tool_name,
+                                    source, status, turn_outcome, remember, record_time)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)""",
+    "advance": "UPDATE chat_sessions SET last_seq = $3, update_time = $4 WHERE company = $1 AND session_id = $2",
+    "set_plan_revision": """
+        UPDATE chat_sessions SET plan_revision = $3, update_time = $4 WHERE company = $1 AND session_id = $2""",
+    "plan": "SELECT steps FROM session_plans WHERE company = $1 AND session_id = $2 AND revision = $3",
+    "insert_plan": """
+        INSERT INTO session_plans (company, session_id, revision, steps, save_time)
+        VALUES ($1, $2, $3, $4::jsonb, $5)""",
+    # The substantial-turn window: the turn's events after the last check's trigger point.
+    "turn_window": """
+        SELECT count(*) FILTER (WHERE kind = 'tool_result') AS tool_results, min(event_time) AS start_time
+        FROM session_events
+        WHERE company = $1 AND session_id = $2 AND turn_id = $3 AND seq > $4 AND seq < $5 AND kind <> 'turn_end'""",
+    "covered_seq": """
+        SELECT coalesce(max(trigger_seq), 0) FROM learning_checks WHERE company = $1 AND session_id = $2""",
+    "event_id_at": "SELECT event_id FROM session_events WHERE company = $1 AND session_id = $2 AND seq = $3",
+    "insert_check": f"""
+        INSERT INTO learning_checks (id, company, session_id, owner, workspace, seat, role, trigger, plan_revision,
+                                     newly_done, turn_id, trigger_seq, trigger_event_id, job_key, state, create_time)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'queued', $15)
+        ON CONFLICT (company, job_key) DO NOTHING
+        RETURNING {_CHECK}""",
+    "active_check": f"""
+        SELECT {_CHECK} FROM learning_checks
+        WHERE company = $1 AND session_id = $2 AND state IN ('queued', 'running')
+        ORDER BY create_time DESC, id DESC LIMIT 1""",
+    "get_check": f"SELECT {_CHECK} FROM learning_checks WHERE id = $1",
+    "checks_page": f"""
+        SELECT {_CHECK} FROM learning_checks
+        WHERE company = $1 AND session_id = $2
+          AND ($3::timestamptz IS NULL OR (create_time, id) < ($3, $4::uuid))
+        ORDER BY create_time DESC, id DESC LIMIT $5""",
+    "away_page": f"""
+        SELECT {_CHECK} FROM learning_checks
+        WHERE company = $1 AND owner = $2 AND finish_time IS NOT NULL AND finish_time >= $3
+          AND state IN ('completed', 'failed', 'interrupted')
+          AND ($4::timestamptz IS NULL OR (finish_time, id) < ($4, $5::uuid))
+        ORDER BY finish_time DESC, id DESC LIMIT $6""",
+    "away_counts": """
+        SELECT state, count(*) FROM learning_checks
+        WHERE company = $1 AND owner = $2 AND finish_time IS NOT NULL AND finish_time >= $3
+          AND state IN ('completed', 'failed', 'interrupted')
+        GROUP BY state""",
+    "start_check": """
+        UPDATE learning_checks SET state = 'running', start_time = $2
+        WHERE id = $1 AND state = 'queued' RETURNING id""",
+    "finish_check": """
+        UPDATE learning_checks
+           SET state = $2, outcome = $3, reason = $4, outputs = $5::jsonb, dropped = $6::jsonb,
+               partial_failures = $7::jsonb, evidence = $8::jsonb, finish_time = $9,
+               start_time = coalesce(start_time, $9)
+         WHERE id = $1 AND state IN ('queued', 'running') RETURNING id""",
+    # A check whose job was interrupted (its process died): reported, with what it had written.
+    "interrupt_check": """
+        UPDATE learning_checks SET state = 'interrupted', outcome = 'interrupted', reason = $3, finish_time = $4
+         WHERE company = $1 AND job_key = $2 AND state IN ('queued', 'running') RETURNING id""",
+    # A worker that finished after its claim lapsed: the receipt stays interrupted, with what it wrote.
+    "annotate_interrupted": """
+        UPDATE learning_checks
+           SET outputs = $2::jsonb, dropped = $3::jsonb, partial_failures = $4::jsonb, evidence = $5::jsonb,
+               reason = reason || $6
+         WHERE id = $1 AND state = 'interrupted'""",
+    "unfinished": f"""
+        SELECT {_CHECK} FROM learning_checks WHERE state IN ('queued', 'running')
+        ORDER BY create_time LIMIT $1""",
+    # The newest records of some kinds at or before the trigger (the evidence bounds).
+    "latest_of_kinds": f"""
+        SELECT * FROM (
+            SELECT {_EVENT} FROM session_events
+            WHERE company = $1 AND session_id = $2 AND kind = ANY($3::text[]) AND seq <= $4
+            ORDER BY seq DESC LIMIT $5) e
+        ORDER BY seq""",
+    "count_of_kinds": """
+        SELECT count(*) FROM session_events
+        WHERE company = $1 AND session_id = $2 AND kind = ANY($3::text[]) AND seq <= $4""",
+    "lock_lesson": "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+    "lesson": """
+        SELECT page_id, title, body FROM workspace_lessons
+        WHERE company = $1 AND workspace = $2 AND content_hash = $3""",
+    "record_lesson": """
+        INSERT INTO workspace_lessons (company, workspace, content_hash, page_id, title, body, sources, create_time,
+                                       update_time)
+        VALUES ($1, $2, $3, $4, $5, $6, jsonb_build_array($7::jsonb), $8, $8)
+        ON CONFLICT (company, workspace, content_hash) DO UPDATE
+           SET page_id = EXCLUDED.page_id, update_time = EXCLUDED.update_time,
+               sources = CASE WHEN workspace_lessons.sources @> jsonb_build_array($7::jsonb)
+                              THEN workspace_lessons.sources
+                              ELSE workspace_lessons.sources || jsonb_build_array($7::jsonb) END""",
+}
+
+
+def _session(row: asyncpg.Record) -> Session:
+    return Session(
+        company=row["company"],
+        session_id=row["session_id"],
+        owner=row["owner"],
+        workspace=row["workspace"],
+        seat=row["seat"],
+        role=row["role"],
+        last_seq=int(row["last_seq"]),
+        plan_revision=int(row["plan_revision"]),
+        create_time=row["create_time"],
+    )
+
+
+def _event(row: asyncpg.Record) -> Event:
+    return Event(
+        event_id=row["event_id"],
+        kind=EventKind(row["kind"]),
+        text=row["text"],
+        event_time=row["event_time"],
+        turn_id=row["turn_id"],
+        tool_name=row["tool_name"],
+        source=row["source"],
+        status=EventStatus(row["status"]),
+        turn_outcome=TurnOutcome(row["turn_outcome"]),
+        remember=bool(row["remember"]),
+        seq=int(row["seq"]),
+    )
+
+
+def _steps(value: str | list) -> list[PlanStep]:
+    items = json.loads(value) if isinstance(value, str) else value
+    return [PlanStep(s["id"], s["title"], StepStatus(s["status"])) for s in items]
+
+
+def _json(value: object) -> object:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _check(row: asyncpg.Record) -> LearningCheck:
+    return LearningCheck(
+        id=row["id"],
+        company=row["company"],
+        session_id=row["session_id"],
+        owner=row["owner"],
+        workspace=row["workspace"],
+        seat=row["seat"],
+        role=row["role"],
+        trigger=CheckTrigger(row["trigger"]),
+        plan_revision=int(row["plan_revision"]),
+        newly_done=tuple(row["newly_done"] or ()),
+        turn_id=row["turn_id"],
+        trigger_seq=int(row["trigger_seq"]),
+        trigger_event_id=row["trigger_event_id"],
+        job_key=row["job_key"],
+        state=CheckState(row["state"]),
+        create_time=row["create_time"],
+        outcome=CheckOutcome(row["outcome"]) if row["outcome"] else None,
+        reason=row["reason"],
+        outputs=[
+            Output(OutputKind(o["kind"]), o["id"], Disposition(o["disposition"]), tuple(o.get("evidence_ids", ())))
+            for o in _json(row["outputs"])
+        ],
+        dropped=[
+            Dropped(OutputKind(d["kind"]), d["reason"], tuple(d.get("evidence_ids", ()))) for d in _json(row["dropped"])
+        ],
+        partial_failures=[
+            PartialFailure(OutputKind(p["kind"]), FailureKind(p["failure"]), p["detail"], p.get("output_id", ""))
+            for p in _json(row["partial_failures"])
+        ],
+        evidence={k: int(v) for k, v in _json(row["evidence"]).items()},
+        start_time=row["start_time"],
+        finish_time=row["finish_time"],
+    )
+
+
+class SessionTx:
+    """A transaction holding one session's row lock."""
+
+    def __init__(self, conn: asyncpg.Connection, session: Session):
+        self.conn = conn
+        self.session = session
+
+    async def seen(self, event_ids: Sequence[str]) -> set[str]:
+        rows = await self.conn.fetch(SQL["seen_events"], self.session.company, self.session.session_id, list(event_ids))
+        return {r["event_id"] for r in rows}
+
+    async def insert_events(self, events: Sequence[Event], now: datetime) -> list[Event]:
+        """Record ``events`` after the session's last one; returns them with their sequence."""
+        s = self.session
+        seq = s.last_seq
+        stored = []
+        for e in events:
+            seq += 1
+            await self.conn.execute(
+                SQL["insert_event"],
+                s.company,
+                s.session_id,
+                seq,
+                e.event_id,
+                str(e.kind),
+                e.text,
+                e.event_time,
+                e.turn_id,
+                e.tool_name,
+                e.source,
+                str(e.status),
+                str(e.turn_outcome),
+                e.remember,
+                now,
+            )
+            stored.append(Event(**{**e.__dict__, "seq": seq}))
+        if stored:
+            await self.conn.execute(SQL["advance"], s.company, s.session_id, seq, now)
+            self.session = Session(**{**s.__dict__, "last_seq": seq})
+        return stored
+
+    async def plan(self, revision: int) -> list[PlanStep] | None:
+        if revision <= 0:
+            return []
+        value = await self.conn.fetchval(SQL["plan"], self.session.company, self.session.session_id, revision)
+        return None if value is None else _steps(value)
+
+    async def insert_plan(self, revision: int, steps: Sequence[PlanStep], now: datetime) -> None:
+        s = self.session
+        body = json.dumps([{"id": p.id, "title": p.title, "status": str(p.status)} for p in steps])
+        await self.conn.execute(SQL["insert_plan"], s.company, s.session_id, revision, body, now)
+        await self.conn.execute(SQL["set_plan_revision"], s.company, s.session_id, revision, now)
+        self.session = Session(**{**s.__dict__, "plan_revision": revision})
+
+    async def covered_seq(self) -> int:
+        """The last event any check of the session was triggered at (0: none)."""
+        return int(await self.conn.fetchval(SQL["covered_seq"], self.session.company, self.session.session_id))
+
+    async def turn_window(self, turn_id: str, end: Event) -> TurnWindow:
+        """The turn's work no check covered: its events after the last check's trigger point, up to
+        its end; its time runs from the first of them to the end."""
+        s = self.session
+        covered = await self.covered_seq()
+        row = await self.conn.fetchrow(SQL["turn_window"], s.company, s.session_id, turn_id, covered, end.seq)
+        return TurnWindow(int(row["tool_results"] or 0), row["start_time"], end.event_time)
+
+    async def event_id_at(self, seq: int) -> str:
+        if seq <= 0:
+            return ""
+        value = await self.conn.fetchval(SQL["event_id_at"], self.session.company, self.session.session_id, seq)
+        return value or ""
+
+    async def active_check(self) -> LearningCheck | None:
+        row = await self.conn.fetchrow(SQL["active_check"], self.session.company, self.session.session_id)
+        return _check(row) if row else None
+
+    async def insert_check(
+        self,
+        *,
+        check_id: uuid.UUID,
+        trigger: CheckTrigger,
+        plan_revision: int,
+        newly_done: Sequence[str],
+        turn_id: str,
+        trigger_seq: int,
+        job_key: str,
+        now: datetime,
+    ) -> LearningCheck | None:
+        """The receipt of a new check, queued; None when the job key was queued before."""
+        s = self.session
+        row = await self.conn.fetchrow(
+            SQL["insert_check"],
+            check_id,
+            s.company,
+            s.session_id,
+            s.owner,
+            s.workspace,
+            s.seat,
+            s.role,
+            str(trigger),
+            plan_revision,
+            list(newly_done),
+            turn_id,
+            trigger_seq,
+            await self.event_id_at(trigger_seq),
+            job_key,
+            now,
+        )
+        return _check(row) if row else None
+
+
+class PostgresSessionStore:
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    # -------------------------------------------------------------- sessions
+
+    @contextlib.asynccontextmanager
+    async def open_session(
+        self, company: str, session_id: str, create: Session | None, now: datetime
+    ) -> AsyncIterator[SessionTx | None]:
+        """A transaction holding the session's row lock; ``create`` makes it when it does not exist
+        (the first append). Yields None for a session that does not exist (and is not created)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if create is not None:
+                await conn.execute(
+                    SQL["create_session"],
+                    create.company,
+                    create.session_id,
+                    create.owner,
+                    create.workspace,
+                    create.seat,
+                    create.role,
+                    now,
+                )
+            row = await conn.fetchrow(SQL["lock_session"], company, session_id)
+            yield SessionTx(conn, _session(row)) if row else None
+
+    async def get_session(self, company: str, session_id: str) -> Session | None:
+        row = await self.pool.fetchrow(SQL["get_session"], company, session_id)
+        return _session(row) if row else None
+
+    async def plan(self, company: str, session_id: str, revision: int) -> list[PlanStep]:
+        if revision <= 0:
+            return []
+        value = await self.pool.fetchval(SQL["plan"], company, session_id, revision)
+        return [] if value is None else _steps(value)
+
+    # -------------------------------------------------------------- evidence
+
+    async def latest(
+        self, company: str, session_id: str, kinds: Sequence[EventKind], through_seq: int, limit: int
+    ) -> tuple[list[Event], int]:
+        """The newest ``limit`` events of ``kinds`` at or before ``through_seq`` (oldest first), and
+        how many such events there are in all."""
+        names = [str(k) for k in kinds]
+        rows = await self.pool.fetch(SQL["latest_of_kinds"], company, session_id, names, through_seq, limit)
+        total = await self.pool.fetchval(SQL["count_of_kinds"], company, session_id, names, through_seq)
+        return [_event(r) for r in rows], int(total)
+
+    # -------------------------------------------------------------- checks
+
+    async def get_check(self, check_id: uuid.UUID) -> LearningCheck | None:
+        row = await self.pool.fetchrow(SQL["get_check"], check_id)
+        return _check(row) if row else None
+
+    async def checks_page(
+        self, company: str, session_id: str, after: tuple[datetime, uuid.UUID] | None, limit: int
+    ) -> list[LearningCheck]:
+        t, i = after if after else (None, None)
+        rows = await self.pool.fetch(SQL["checks_page"], company, session_id, t, i, limit)
+        return [_check(r) for r in rows]
+
+    async def away_page(
+        self, company: str, owner: str, since: datetime, after: tuple[datetime, uuid.UUID] | None, limit: int
+    ) -> list[LearningCheck]:
+        t, i = after if after else (None, None)
+        rows = await self.pool.fetch(SQL["away_page"], company, owner, since, t, i, limit)
+        return [_check(r) for r in rows]
+
+    async def away_counts(self, company: str, owner: str, since: datetime) -> dict[str, int]:
+        rows = await self.pool.fetch(SQL["away_counts"], company, owner, since)
+        return {r["state"]: int(r["count"]) for r in rows}
+
+    async def start_check(self, check_id: uuid.UUID, now: datetime) -> bool:
+        return await self.pool.fetchval(SQL["start_check"], check_id, now) is not None
+
+    @staticmethod
+    def _receipt_json(check: LearningCheck) -> tuple[str, str, str, str]:
+        return (
+            json.dumps(
+                [
+                    {
+                        "kind": str(o.kind),
+                        "id": o.id,
+                        "disposition": str(o.disposition),
+                        "evidence_ids": list(o.evidence_ids),
+                    }
+                    for o in check.outputs
+                ]
+            ),
+            json.dumps(
+                [{"kind": str(d.kind), "reason": d.reason, "evidence_ids": list(d.evidence_ids)} for d in check.dropped]
+            ),
+            json.dumps(
+                [
+                    {"kind": str(p.kind), "failure": str(p.failure), "detail": p.detail, "output_id": p.output_id}
+                    for p in check.partial_failures
+                ]
+            ),
+            json.dumps(check.evidence),
+        )
+
+    async def finish_check(self, conn: asyncpg.Connection, check: LearningCheck, now: datetime) -> bool:
+        """Record the check's end inside the caller's transaction (the job's finish is in it too)."""
+        assert check.outcome is not None
+        outputs, dropped, failures, evidence = self._receipt_json(check)
+        row = await conn.fetchval(
+            SQL["finish_check"],
+            check.id,
+            str(check.outcome.state),
+            str(check.outcome),
+            check.reason,
+            outputs,
+            dropped,
+            failures,
+            evidence,
+            now,
+        )
+        return row is not None
+
+    async def annotate_interrupted(self, check: LearningCheck) -> None:
+        outputs, dropped, failures, evidence = self._receipt_json(check)
+        note = f" — it went on after its claim lapsed and ended {check.outcome}: {check.reason}"[:1000]
+        await self.pool.execute(SQL["annotate_interrupted"], check.id, outputs, dropped, failures, evidence, note)
+
+    async def interrupt_check(self, company: str, job_key: str, reason: str, now: datetime) -> bool:
+        return await self.pool.fetchval(SQL["interrupt_check"], company, job_key, reason, now) is not None
+
+    async def unfinished(self, limit: int) -> list[LearningCheck]:
+        return [_check(r) for r in await self.pool.fetch(SQL["unfinished"], limit)]
+
+    # -------------------------------------------------------------- lessons
+
+    @contextlib.asynccontextmanager
+    async def lesson_lock(self, company: str, workspace: str, content_hash: str) -> AsyncIterator[LessonTx]:
+        """A transaction holding the lock of one lesson's normalized content in one workspace: two
+        checks writing the same lesson at once land on one page."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(SQL["lock_lesson"], _LESSON_LOCKS, f"{company}/{workspace}/{content_hash}")
+            yield LessonTx(conn, company, workspace, content_hash)
+
+
+class LessonTx:
+    def __init__(self, conn: asyncpg.Connection, company: str, workspace: str, content_hash: str):
+        self.conn = conn
+        self.key = (company, workspace, content_hash)
+
+    async def known(self) -> tuple[str, str, str] | None:
+        """(page id, title, body) of the lesson's page when it was written before."""
+        row = await self.conn.fetchrow(SQL["lesson"], *self.key)
+        return (row["page_id"], row["title"], row["body"]) if row else None
+
+    async def record(self, page_id: str, title: str, body: str, source: dict, now: datetime) -> None:
+        await self.conn.execute(SQL["record_lesson"], *self.key, page_id, title, body, json.dumps(source), now)

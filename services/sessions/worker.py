@@ -1,0 +1,260 @@
+"""The background worker of the learning checks: jobs of kind ``learning`` in the shared
+``background_jobs`` queue (``libs.common.jobs``).
+
+Spec: "The worker polls every 15 seconds, claims jobs atomically and resumes queued work after
+restart. In-flight checks interrupted by restart are reported as interrupted, not silently
+declared successful or automatically replayed."
+
+- Polling every ``sessions.poll_interval_seconds``; LISTEN/NOTIFY wakes it sooner when a check is
+  queued.
+- Claims with ``reclaim_lapsed=False``: a check whose process died (its lease lapsed) is never
+  taken again. Each sweep turns such jobs INTERRUPTED (``interrupt_lapsed``) and their receipts
+  ``interrupted``, with the reason; CheckRecentWork reviews the session again when a person wants.
+- Queued checks survive a restart in the table and are claimed by the next worker.
+- A check's end and its job's end commit in one transaction. A worker that lost its claim (its
+  lease lapsed while it was still running) records nothing over the interrupted receipt but what
+  it wrote, so the receipt stays true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+
+from opentelemetry import context as otel_context
+
+from libs.common import telemetry
+from libs.common.clock import Clock
+from libs.common.config import SessionsConfig
+from libs.common.events import EventSink
+from libs.common.jobs import Job, JobQueue, JobState, listen
+from services.sessions.checks import CheckRunner
+from services.sessions.domain import JOB_KIND, CheckOutcome, CheckState, LearningCheck
+from services.sessions.store import PostgresSessionStore
+
+__all__ = ["INTERRUPTED_REASON", "LearningWorker"]
+
+_log = logging.getLogger(__name__)
+_tracer = telemetry.tracer("agentlearn.sessions")
+
+INTERRUPTED_REASON = (
+    "the process running this check stopped before it finished (a restart or a crash); it is not replayed on "
+    "its own: use Check recent work to review the session again"
+)
+RECONCILE_LIMIT = 500
+
+
+class LearningWorker:
+    def __init__(
+        self,
+        store: PostgresSessionStore,
+        queue: JobQueue,
+        runner: CheckRunner,
+        config: SessionsConfig,
+        clock: Clock,
+        events: EventSink,
+        worker_id: str,
+    ):
+        self.store = store
+        self.queue = queue
+        self.runner = runner
+        self.config = config
+        self.clock = clock
+        self.events = events
+        self.worker_id = worker_id
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # ------------------------------------------------------------------ interrupted checks
+
+    async def sweep(self) -> int:
+        """Report every check whose process died: its job INTERRUPTED, its receipt ``interrupted``."""
+        now = self.clock.now()
+        reported = 0
+        for job in await self.queue.interrupt_lapsed(JOB_KIND, now):
+            if await self.store.interrupt_check(job.company, job.key, INTERRUPTED_REASON, now):
+                reported += 1
+                await self.events.emit(
+                    "learning_check_interrupted", company=job.company, seat=job.seat, job_key=job.key
+                )
+        return reported
+
+    async def reconcile(self) -> int:
+        """At start: a receipt still queued or running whose job was interrupted meanwhile (the
+        process that interrupted it died before reporting it) is reported now."""
+        fixed = 0
+        now = self.clock.now()
+        for check in await self.store.unfinished(RECONCILE_LIMIT):
+            found = await self.queue.get(JOB_KIND, check.company, check.job_key)
+            if found is None:
+                continue
+            _, state, _ = found
+            if state is JobState.INTERRUPTED and await self.store.interrupt_check(
+                check.company, check.job_key, INTERRUPTED_REASON, now
+            ):
+                fixed += 1
+        return fixed
+
+    # ------------------------------------------------------------------ one job
+
+    async def process(self, job: Job) -> CheckState | None:
+        """Run one claimed check; returns the state recorded (None when nothing was)."""
+        token = otel_context.attach(telemetry.restore_context(job.trace_carrier))
+        try:
+            with _tracer.start_as_current_span(
+                "learning check", attributes={"company": job.company, "seat": job.seat, "job_key": job.key}
+            ):
+                return await self._process(job)
+        finally:
+            otel_context.detach(token)
+
+    async def _process(self, job: Job) -> CheckState | None:
+        try:
+            check_id = uuid.UUID(json.loads(job.payload)["check_id"])
+        except (ValueError, KeyError, TypeError) as err:
+            await self._dead(job, f"unreadable payload: {err}")
+            return None
+        check = await self.store.get_check(check_id)
+        if check is None:
+            await self._dead(job, f"no receipt for check {check_id}")
+            return None
+        if not check.state.active:  # already reported (e.g. interrupted): never run again
+            async with self.store.pool.acquire() as conn, conn.transaction():
+                await self.queue.finish(conn, job, self.worker_id, self.clock.now())
+            return check.state
+        await self.store.start_check(check.id, self.clock.now())
+        try:
+            check = await self.runner.run(check)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Not an outcome a receipt names (those are all handled): the store or a bug. The
+            # check is reported interrupted with the cause, and not replayed.
+            _log.exception("learning check %s failed", check.id)
+            await self._dead(job, f"worker error: {type(exc).__name__}: {exc}"[:500], check)
+            return CheckState.INTERRUPTED
+        return await self._finish(job, check)
+
+    async def _finish(self, job: Job, check: LearningCheck) -> CheckState | None:
+        now = self.clock.now()
+        async with self.store.pool.acquire() as conn, conn.transaction():
+            if not await self.queue.finish(conn, job, self.worker_id, now):
+                held = False
+            else:
+                held = True
+                await self.store.finish_check(conn, check, now)
+        if not held:
+            # The claim lapsed while we worked and the check was reported interrupted: keep that,
+            # and add what this run wrote so the receipt does not hide a write.
+            _log.warning("lost the claim on learning check %s before finishing; it stays interrupted", check.id)
+            await self.store.annotate_interrupted(check)
+            return CheckState.INTERRUPTED
+        assert check.outcome is not None
+        await self.events.emit(
+            "learning_check_completed",
+            company=check.company,
+            seat=check.seat,
+            turn_id=check.turn_id or None,
+            check_id=str(check.id),
+            session_id=check.session_id,
+            trigger=str(check.trigger),
+            outcome=str(check.outcome),
+            counts=check.counts(),
+            partial_failures=len(check.partial_failures),
+        )
+        return check.outcome.state
+
+    async def _dead(self, job: Job, reason: str, check: LearningCheck | None = None) -> None:
+        now = self.clock.now()
+        async with self.store.pool.acquire() as conn, conn.transaction():
+            held = await self.queue.dead_letter(conn, job, self.worker_id, now, reason)
+            if held and check is not None:
+                check.outcome = CheckOutcome.INTERRUPTED
+                check.reason = f"{reason}; not replayed: use Check recent work to review the session again"
+                await self.store.finish_check(conn, check, now)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def drain(self) -> int:
+        """Run every check claimable now; returns how many were taken."""
+        taken = 0
+        while True:
+            job = await self.queue.claim(
+                JOB_KIND, self.worker_id, self.clock.now(), self.config.claim_lease_seconds, reclaim_lapsed=False
+            )
+            if job is None:
+                return taken
+            taken += 1
+            await self._run_claimed(job)
+
+    async def _run_claimed(self, job: Job) -> None:
+        work = asyncio.create_task(self.process(job))
+        renew = asyncio.create_task(self._keep_claim(job, work))
+        try:
+            await work
+        except asyncio.CancelledError:
+            if not (renew.done() and renew.result() is False):
+                raise
+            _log.warning("lost the claim on learning job %s; it is reported interrupted", job.id)
+        except Exception:
+            # The store failed under the worker: the claim lapses and the sweep reports it.
+            _log.exception("learning job %s could not be recorded; its claim will lapse", job.id)
+        finally:
+            renew.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renew
+
+    async def _keep_claim(self, job: Job, work: asyncio.Task) -> bool:
+        lease = self.config.claim_lease_seconds
+        while True:
+            await asyncio.sleep(lease / 3)
+            try:
+                held = await self.queue.renew(job, self.worker_id, self.clock.now(), lease)
+            except Exception as exc:
+                _log.warning("could not renew the claim on learning job %s: %s", job.id, exc)
+                continue
+            if not held:
+                work.cancel()
+                return False
+
+    async def run_forever(self, dsn: str) -> None:
+        """Woken by NOTIFY, polling as the backstop, ``concurrency`` checks at a time; sweeps for
+        interrupted checks on the same clock."""
+        try:
+            await self.reconcile()
+        except Exception:
+            _log.exception("could not reconcile unfinished learning checks at start")
+        async with asyncio.TaskGroup() as group:
+            group.create_task(listen(dsn, [JOB_KIND], self.wake))
+            group.create_task(self._sweeper())
+            for _ in range(max(1, self.config.concurrency)):
+                group.create_task(self._loop())
+
+    async def _sweeper(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                _log.exception("could not sweep interrupted learning checks")
+            await asyncio.sleep(min(self.config.poll_interval_seconds, self.config.claim_lease_seconds))
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                taken = await self.drain()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                _log.exception("learning queue unreadable; retrying")
+                taken = 0
+            if taken == 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_seconds)

@@ -1,0 +1,394 @@
+"""The writes of a learning check, each through the owning service's RPCs, each reported.
+
+- A project lesson becomes a knowledge page in the workspace's container (``workspace:<name>``,
+  read by every role that lists the workspace), titled from its normalized content, so identical
+  normalized content reuses its page; its sources (session, check, event ids) are kept in
+  ``workspace_lessons``. A page stored without a vector is a partial failure (not indexed).
+- Personal facts go through the memory judge (``judge``), then the embedding-backed dedup (a
+  note of the seat at least ``personal_fact_duplicate_similarity`` similar is reused), then
+  ``DiaryService.WriteNote`` with an idempotency key of the normalized content. Nothing is written
+  when ``memory.extraction_cadence`` is off for the user or the company.
+- A skill candidate becomes a proposal through ``SkillService.ProposeSkill`` (the duplicate
+  checks and the rejection suppression live there), never a live skill.
+
+Knowledge and skill writes recheck the role's tool permission first (``write_knowledge``,
+``distill_skill``): only ``allow`` lets the background worker write; ``ask`` and ``deny`` are
+refused and the receipt says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
+from agentlearn.prefetch.v1 import knowledge_service_pb2 as kb_pb
+from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
+from libs.common.auxmodel import (
+    Attribution,
+    AttributionMissing,
+    AuxiliaryModel,
+    AuxiliaryUnavailable,
+    NoAuxiliaryModel,
+    Stage,
+)
+from libs.common.auxmodel.answers import InvalidOutput
+from libs.common.clients import Clients
+from libs.common.clock import Clock
+from libs.common.config import Settings, workspace_container
+from services.sessions import judge
+from services.sessions.domain import (
+    Disposition,
+    Dropped,
+    FailureKind,
+    LearningCheck,
+    Output,
+    OutputKind,
+    PartialFailure,
+)
+from services.sessions.review import FactCandidate, LessonCandidate, SkillCandidate
+from services.sessions.store import PostgresSessionStore
+
+__all__ = ["Results", "Writer", "lesson_title", "rpc_failure"]
+
+_log = logging.getLogger(__name__)
+
+KNOWLEDGE_TOOL = "write_knowledge"
+SKILL_TOOL = "distill_skill"
+RECENT_NOTES_SHOWN = 50
+"""The judge is shown the seat's recent notes, as the persist decider is (Diary.Recent, up to 50)."""
+DEDUP_CANDIDATES = 5
+
+
+@dataclass
+class Results:
+    outputs: list[Output] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+    failures: list[PartialFailure] = field(default_factory=list)
+
+
+def rpc_failure(err: grpc.aio.AioRpcError) -> str:
+    return f"{err.code().name}: {err.details() or ''}"[:500]
+
+
+def lesson_title(text: str, content_hash: str) -> str:
+    """A page title: the lesson's opening words and the hash of its normalized content. The hash
+    keeps two lessons that open alike apart; the page a lesson reuses is found by the hash, never
+    by the title (see ``Writer.lesson``)."""
+    words = "".join(ch for ch in " ".join(text.split()) if ch.isprintable()).split(" ")
+    head = ""
+    for word in words:
+        if len(head) + len(word) + 1 > 100:
+            head = head.rstrip(" ,;:—-") + " …"
+            break
+        head = f"{head} {word}" if head else word
+    head = head.rstrip(" .!?,;:")
+    return f"{head} [{content_hash[:10]}]"
+
+
+def _hash(normalized: str) -> str:
+    return hashlib.sha256(normalized.encode()).hexdigest()
+
+
+class Writer:
+    def __init__(
+        self,
+        clients: Clients,
+        settings: Settings,
+        aux: AuxiliaryModel,
+        store: PostgresSessionStore,
+        clock: Clock,
+    ):
+        self.clients = clients
+        self.settings = settings
+        self.aux = aux
+        self.store = store
+        self.clock = clock
+
+    @property
+    def _timeout(self) -> float:
+        return self.settings.sessions.rpc_timeout_seconds
+
+    def _refused(self, check: LearningCheck, tool: str) -> str | None:
+        """Why the role may not write through ``tool`` from the background, or None when it may."""
+        permission = self.settings.tool_permission(check.company, check.role, tool)
+        if permission == "allow":
+            return None
+        return (
+            f"role {check.role or '(none)'} has {tool} permission {permission}: it needs a person's approval, "
+            "which the background worker cannot give"
+            if permission == "ask"
+            else f"role {check.role or '(none)'} has {tool} permission deny"
+        )
+
+    # ---------------------------------------------------------------- project lessons
+
+    async def lesson(
+        self, check: LearningCheck, cand: LessonCandidate, evidence_ids: Sequence[str], out: Results
+    ) -> None:
+        refused = self._refused(check, KNOWLEDGE_TOOL)
+        if refused:
+            out.failures.append(PartialFailure(OutputKind.PROJECT_LESSON, FailureKind.PERMISSION_REFUSED, refused))
+            return
+        normalized = judge.normalize(cand.text)
+        if not normalized:
+            out.dropped.append(Dropped(OutputKind.PROJECT_LESSON, "the lesson has no words", tuple(evidence_ids)))
+            return
+        digest = _hash(normalized)
+        source = {"session_id": check.session_id, "check_id": str(check.id), "evidence_ids": list(evidence_ids)}
+        # Under the lesson's lock: the page of identical normalized content is found by its hash
+        # (and keeps the title and text it was first written with), so it is reused whatever the
+        # new copy's case, spacing or punctuation, even when two checks write it at once.
+        async with self.store.lesson_lock(check.company, check.workspace, digest) as tx:
+            known = await tx.known()
+            if known:
+                _, title, body = known
+            else:
+                title = lesson_title(cand.text, digest)
+                body = (
+                    f"{cand.text}\n\n---\nLearned in session {check.session_id} (learning check {check.id}) "
+                    f"from evidence {', '.join(evidence_ids)}."
+                )
+            try:
+                resp = await self.clients.knowledge.UpsertPage(
+                    kb_pb.UpsertPageRequest(
+                        company=check.company,
+                        container=workspace_container(check.workspace),
+                        title=title,
+                        body=body,
+                    ),
+                    timeout=self._timeout,
+                )
+            except grpc.aio.AioRpcError as err:
+                out.failures.append(
+                    PartialFailure(
+                        OutputKind.PROJECT_LESSON, FailureKind.WRITE_FAILED, f"knowledge: {rpc_failure(err)}"
+                    )
+                )
+                return
+            page = resp.page
+            await tx.record(page.id, title, body, source, self.clock.now())
+        disposition = Disposition.WRITTEN if resp.created else Disposition.REUSED
+        out.outputs.append(Output(OutputKind.PROJECT_LESSON, page.id, disposition, tuple(evidence_ids)))
+        if not page.embedding_model:
+            out.failures.append(
+                PartialFailure(
+                    OutputKind.PROJECT_LESSON,
+                    FailureKind.NOT_INDEXED,
+                    "the page was saved without a vector: full-text search finds it, similarity search does not "
+                    "until the knowledge fill embeds it",
+                    page.id,
+                )
+            )
+
+    # ---------------------------------------------------------------- personal facts
+
+    async def facts(
+        self,
+        check: LearningCheck,
+        facts: Sequence[tuple[FactCandidate, Sequence[str]]],
+        out: Results,
+    ) -> None:
+        if not facts:
+            return
+        cadence = self.settings.company(check.company).extraction_cadence(check.owner)
+        if cadence == "off":
+            for _, ids in facts:
+                out.dropped.append(
+                    Dropped(
+                        OutputKind.PERSONAL_FACT,
+                        "memory.extraction_cadence is off for this user or company: no personal memory is written",
+                        tuple(ids),
+                    )
+                )
+            return
+        diary = self.clients.diary
+        try:
+            recent = await diary.RecallNotes(
+                diary_pb.RecallNotesRequest(
+                    company=check.company,
+                    seat=check.seat,
+                    vector_limit=0,
+                    lexical_limit=0,
+                    recency_limit=RECENT_NOTES_SHOWN,
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as err:
+            self._all_failed(facts, f"diary: {rpc_failure(err)}", out)
+            return
+        notes = [c.note.content for c in recent.candidates]
+        prompt = judge.build_prompt([f.text for f, _ in facts], notes)
+        attribution = Attribution(
+            company=check.company,
+            seat=check.seat,
+            stage=Stage.BACKGROUND,
+            purpose=judge.PURPOSE,
+            turn_id=check.turn_id or None,
+            role=check.role or None,
+        )
+        try:
+            completion = await self.aux.complete(
+                attribution, prompt, timeout=self.settings.sessions.review_timeout_seconds
+            )
+            verdicts = judge.read_verdicts(completion.text, len(facts))
+        except (AuxiliaryUnavailable, NoAuxiliaryModel, AttributionMissing) as err:
+            self._all_failed(facts, f"the memory judge did not answer: {err}", out)
+            return
+        except InvalidOutput as err:
+            self._all_failed(facts, f"the memory judge answered no usable verdicts: {err}", out)
+            return
+        limit = self.settings.learning.diary.max_content_chars
+        for i, (fact, ids) in enumerate(facts, 1):
+            verdict = verdicts.get(i)
+            if verdict is None:
+                out.dropped.append(Dropped(OutputKind.PERSONAL_FACT, "the memory judge gave it no verdict", tuple(ids)))
+                continue
+            if verdict.tier in ("NOOP", "DOC"):
+                why = (
+                    "team knowledge, not personal memory"
+                    if verdict.tier == "DOC"
+                    else (verdict.reason or "nothing worth persisting")
+                )
+                out.dropped.append(
+                    Dropped(
+                        OutputKind.PERSONAL_FACT, f"the memory judge classified it {verdict.tier}: {why}", tuple(ids)
+                    )
+                )
+                continue
+            content = verdict.content or fact.text
+            if len(content) > limit:
+                out.dropped.append(
+                    Dropped(
+                        OutputKind.PERSONAL_FACT,
+                        f"the note is {len(content)} characters; a note holds at most {limit} (never trimmed)",
+                        tuple(ids),
+                    )
+                )
+                continue
+            await self._fact(check, content, verdict, ids, out)
+
+    def _all_failed(self, facts: Sequence[tuple[FactCandidate, Sequence[str]]], detail: str, out: Results) -> None:
+        for _ in facts:
+            out.failures.append(PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.WRITE_FAILED, detail[:500]))
+
+    async def _fact(
+        self, check: LearningCheck, content: str, verdict: judge.Verdict, ids: Sequence[str], out: Results
+    ) -> None:
+        diary = self.clients.diary
+        floor = self.settings.sessions.personal_fact_duplicate_similarity
+        try:
+            similar = await diary.RecallNotes(
+                diary_pb.RecallNotesRequest(
+                    company=check.company,
+                    seat=check.seat,
+                    query=content,
+                    vector_limit=DEDUP_CANDIDATES,
+                    lexical_limit=0,
+                    recency_limit=0,
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as err:
+            out.failures.append(
+                PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.WRITE_FAILED, f"diary: {rpc_failure(err)}")
+            )
+            return
+        near = [c for c in similar.candidates if diary_pb.RECALL_HALF_VECTOR in c.found_by and c.similarity >= floor]
+        if near:
+            best = max(near, key=lambda c: c.similarity)
+            out.outputs.append(Output(OutputKind.PERSONAL_FACT, best.note.id, Disposition.REUSED, tuple(ids)))
+            return
+        try:
+            resp = await diary.WriteNote(
+                diary_pb.WriteNoteRequest(
+                    company=check.company,
+                    seat=check.seat,
+                    content=content,
+                    tier=diary_pb.NOTE_TIER_LONG if verdict.tier == "LONG" else diary_pb.NOTE_TIER_SHORT,
+                    ttl_days=verdict.ttl_days if verdict.tier == "SHORT" else 0,
+                    source=diary_pb.NOTE_SOURCE_PERSIST_DECIDER,
+                    turn_id=check.turn_id or f"session:{check.session_id}",
+                    # Identical normalized content is one note of the seat, whichever check wrote it.
+                    request_id=f"session-fact:{_hash(judge.normalize(content))[:40]}",
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as err:
+            out.failures.append(
+                PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.WRITE_FAILED, f"diary: {rpc_failure(err)}")
+            )
+            return
+        note = resp.note
+        out.outputs.append(
+            Output(
+                OutputKind.PERSONAL_FACT,
+                note.id,
+                Disposition.WRITTEN if resp.created else Disposition.REUSED,
+                tuple(ids),
+            )
+        )
+        if not note.embedding_model:
+            out.failures.append(
+                PartialFailure(
+                    OutputKind.PERSONAL_FACT,
+                    FailureKind.NOT_INDEXED,
+                    f"the note was saved without a vector ({resp.embedding_skipped_reason or 'no embedder'}); the "
+                    "diary fill embeds it later",
+                    note.id,
+                )
+            )
+
+    # ---------------------------------------------------------------- skill proposal
+
+    async def skill(
+        self, check: LearningCheck, cand: SkillCandidate, evidence_ids: Sequence[str], out: Results
+    ) -> None:
+        refused = self._refused(check, SKILL_TOOL)
+        if refused:
+            out.failures.append(PartialFailure(OutputKind.SKILL_PROPOSAL, FailureKind.PERMISSION_REFUSED, refused))
+            return
+        try:
+            resp = await self.clients.skills.ProposeSkill(
+                skill_pb.ProposeSkillRequest(
+                    company=check.company,
+                    seat=check.seat,
+                    name=cand.name,
+                    summary=cand.summary,
+                    body=cand.body,
+                    tool_sequence=list(cand.tool_sequence),
+                    origin=skill_pb.PROPOSAL_ORIGIN_SESSION_CHECK,
+                    source=skill_pb.ProposalSource(
+                        session_id=check.session_id,
+                        check_id=str(check.id),
+                        evidence_ids=list(evidence_ids),
+                        turn_id=check.turn_id,
+                    ),
+                    request_id=f"learning:{check.id}",
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as err:
+            out.failures.append(
+                PartialFailure(OutputKind.SKILL_PROPOSAL, FailureKind.WRITE_FAILED, f"skills: {rpc_failure(err)}")
+            )
+            return
+        d = resp.disposition
+        ids = tuple(evidence_ids)
+        if d in (skill_pb.PROPOSAL_DISPOSITION_CREATED, skill_pb.PROPOSAL_DISPOSITION_ALREADY_PROPOSED):
+            out.outputs.append(Output(OutputKind.SKILL_PROPOSAL, resp.proposal.id, Disposition.WRITTEN, ids))
+        elif d == skill_pb.PROPOSAL_DISPOSITION_DUPLICATE_PROPOSAL:
+            out.outputs.append(Output(OutputKind.SKILL_PROPOSAL, resp.proposal.id, Disposition.REUSED, ids))
+        else:
+            match = resp.match
+            check_name = skill_pb.DuplicateCheck.Name(match.check).removeprefix("DUPLICATE_CHECK_").lower()
+            what = (
+                f"a rejected proposal ({match.name}, {check_name} {match.similarity:.2f}) matches: not proposed again"
+                if d == skill_pb.PROPOSAL_DISPOSITION_SUPPRESSED
+                else f"duplicates the live skill {match.name} ({check_name} {match.similarity:.2f})"
+            )
+            out.dropped.append(Dropped(OutputKind.SKILL_PROPOSAL, what, ids))
