@@ -23,6 +23,7 @@ __all__ = [
     "BudgetConfig",
     "CompanyConfig",
     "ConfigError",
+    "DatabaseConfig",
     "EmbeddingsConfig",
     "LearningConfig",
     "MemoryConfig",
@@ -576,6 +577,21 @@ class ServerConfig(_Section):
     refused at the handshake."""
 
 
+class DatabaseConfig(_Section):
+    """``database``: how each process uses PostgreSQL (the URL itself is ``database_url``)."""
+
+    pool_size: int = Field(default=10, ge=1)
+    """Connections one process keeps at most. Behind PgBouncer, size the pooler for
+    replicas x pool_size."""
+    statement_cache_size: int = Field(default=100, ge=0)
+    """asyncpg's prepared-statement cache per connection; 0 for PgBouncer in transaction mode,
+    which cannot keep a prepared statement across transactions."""
+    migrate_on_start: bool = True
+    """Apply pending migrations when a process starts (the all-in-one). False (Kubernetes): a
+    ``./run migrate`` Job applies them with DDL rights, and a service whose schema is behind refuses
+    to start with one line instead of needing those rights itself."""
+
+
 class AuthConfig(_Section):
     """Caller authentication (docs/security.md)."""
 
@@ -664,6 +680,8 @@ class Settings(BaseSettings):
 
     database_url: SecretStr | None = None
     """PostgreSQL with pgvector; unset starts the embedded server under ``data_dir``."""
+    database: DatabaseConfig = DatabaseConfig()
+    """Pool, statement cache, migrations."""
     qdrant_url: str | None = None
     """A Qdrant server; unset uses Qdrant's embedded engine under ``data_dir``."""
     qdrant_api_key: SecretStr | None = None

@@ -20,7 +20,7 @@ import numpy as np
 from opentelemetry import trace
 from pgvector.asyncpg import register_vector
 
-__all__ = ["COMMON_MIGRATIONS", "Migrations", "as_array", "connect_pool", "migrate"]
+__all__ = ["COMMON_MIGRATIONS", "Migrations", "as_array", "connect_pool", "migrate", "pending_migrations"]
 
 _log = logging.getLogger(__name__)
 _LOCK_KEY = 0x61676C6E  # "agln": one advisory lock for every migration run
@@ -142,11 +142,39 @@ class TracedConnection(asyncpg.Connection):
             return await super().fetchval(query, *args, **kwargs)
 
 
-async def connect_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+async def pending_migrations(dsn: str, components: Sequence[Migrations]) -> list[str]:
+    """The migration files of ``components`` not yet applied (read-only: no DDL right needed)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+        done: set[tuple[str, int]] = set()
+        if exists:
+            done = {(r["component"], r["version"]) for r in await conn.fetch(SQL_APPLIED)}
+    finally:
+        await conn.close()
+    return [
+        f"{comp.component}/{path.name}"
+        for comp in components
+        for version, path in comp.files()
+        if (comp.component, version) not in done
+    ]
+
+
+SQL_APPLIED = "SELECT component, version FROM schema_migrations"
+
+
+async def connect_pool(
+    dsn: str, *, min_size: int = 1, max_size: int = 10, statement_cache_size: int = 100
+) -> asyncpg.Pool:
     """A pool whose connections speak pgvector and trace their statements; run :func:`migrate`
-    first (it creates the type)."""
+    first (it creates the type). ``statement_cache_size=0`` for PgBouncer in transaction mode."""
     pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection, connection_class=TracedConnection
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        init=_init_connection,
+        connection_class=TracedConnection,
+        statement_cache_size=statement_cache_size,
     )
     assert pool is not None
     return pool

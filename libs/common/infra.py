@@ -24,7 +24,7 @@ from libs.common.budgets import BudgetLedger
 from libs.common.channels import ServiceChannels
 from libs.common.clock import Clock, SystemClock
 from libs.common.config import Settings
-from libs.common.db import COMMON_MIGRATIONS, Migrations, connect_pool, migrate
+from libs.common.db import COMMON_MIGRATIONS, Migrations, connect_pool, migrate, pending_migrations
 from libs.common.embedded_pg import start_embedded_postgres
 from libs.common.embeddings import Embedder, build_embedder
 from libs.common.events import PostgresEventLog
@@ -33,7 +33,12 @@ from libs.common.leases import LeaseClaimer, PostgresLeaseClaimer
 from libs.common.validation import load_page_token_key, use_page_token_key
 from libs.common.vectorindex import VectorIndex, build_vector_index
 
-__all__ = ["Infra", "open_infra", "resolve_dsn"]
+__all__ = ["Infra", "SchemaBehind", "open_infra", "resolve_dsn"]
+
+
+class SchemaBehind(RuntimeError):
+    """The process may not migrate and the schema is not current: a one-line reason."""
+
 
 _log = logging.getLogger(__name__)
 _UNSET = object()
@@ -78,11 +83,22 @@ async def open_infra(
     embedder: Embedder | object | None = _UNSET,
     index: VectorIndex | None = None,
     dsn: str | None = None,
-    pool_size: int = 10,
+    pool_size: int | None = None,
 ) -> Infra:
     dsn = dsn or await resolve_dsn(settings)
-    await migrate(dsn, [COMMON_MIGRATIONS, *migrations])
-    pool = await connect_pool(dsn, max_size=pool_size)
+    components = [COMMON_MIGRATIONS, *migrations]
+    if settings.database.migrate_on_start:
+        await migrate(dsn, components)
+    elif pending := await pending_migrations(dsn, components):
+        raise SchemaBehind(
+            f"the database schema is behind ({len(pending)} migrations pending, first {pending[0]}): "
+            "run ./run migrate (database.migrate_on_start is false)"
+        )
+    pool = await connect_pool(
+        dsn,
+        max_size=pool_size or settings.database.pool_size,
+        statement_cache_size=settings.database.statement_cache_size,
+    )
     stack.push_async_callback(pool.close)
     clock = clock or SystemClock()
     # Every replica signs and verifies page tokens with the deployment's one key.

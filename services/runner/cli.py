@@ -14,9 +14,10 @@ from pathlib import Path
 from libs.common import telemetry
 from libs.common.auth import Authenticator, HttpAuthMiddleware
 from libs.common.config import ConfigError, Settings, TelemetryConfig, load_settings
+from libs.common.db import COMMON_MIGRATIONS, migrate
 from libs.common.grpcserver import BindError, bind_server, create_server, drain, start_server
 from libs.common.httpserver import bind_http, build_app, start_http
-from libs.common.infra import Infra, open_infra, resolve_dsn
+from libs.common.infra import Infra, SchemaBehind, open_infra, resolve_dsn
 from libs.common.metrics import prometheus_app
 from libs.common.passrunner import holder_identity, run_pass, tick_forever
 from services.runner import security
@@ -69,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
 
     rebuild = sub.add_parser("rebuild-index", help="restore the vector index from Postgres")
     common(rebuild)
+
+    migrate_p = sub.add_parser(
+        "migrate",
+        help="apply every service's pending migrations, then exit (a Kubernetes Job: services need no DDL rights)",
+    )
+    common(migrate_p)
 
     sub.add_parser("demo", help="a scripted agent life against a running ./run up", add_help=False)
     security.add_token_parser(sub, common)
@@ -329,6 +336,14 @@ async def one_pass(settings: Settings, name: str) -> int:
         return 0
 
 
+async def migrate_all(settings: Settings) -> int:
+    """Apply every service's migrations (the common ones first), under the advisory lock, once."""
+    dsn = await resolve_dsn(settings)
+    applied = await migrate(dsn, [COMMON_MIGRATIONS, *migrations_of(list(SERVICES))])
+    print(f"migrate: {len(applied)} applied" + (": " + ", ".join(applied) if applied else " (the schema is current)"))
+    return 0
+
+
 async def rebuild_index(settings: Settings) -> int:
     async with contextlib.AsyncExitStack() as stack:
         _, components = await _open(settings, stack, list(SERVICES))
@@ -358,7 +373,7 @@ async def main(argv: list[str]) -> int:
             return await serve(settings, list(SERVICES))
         if args.command == "serve":
             return await serve(settings, [args.service])
-    except (security.StartRefused, BindError) as err:
+    except (security.StartRefused, BindError, SchemaBehind) as err:
         print(f"agentlearn: {err}", file=sys.stderr)
         return 2
     if args.command == "token":
@@ -367,4 +382,6 @@ async def main(argv: list[str]) -> int:
         return await one_pass(settings, args.name)
     if args.command == "rebuild-index":
         return await rebuild_index(settings)
+    if args.command == "migrate":
+        return await migrate_all(settings)
     return 2
