@@ -39,7 +39,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as skill_grpc
-from libs.common.auth import INTERNAL_HEADER, SCOPES
+from libs.common.auth import INTERNAL_HEADER, SCOPES, required_scope
 from tests.support.app import open_app
 
 COMPANIES = ("acme", "globex")
@@ -116,6 +116,7 @@ async def _call(app, method: Any, request: Any, metadata: Any) -> grpc.StatusCod
 async def test_every_rpc_refuses_strangers_and_other_tenants_before_reading(app):
     every_scope = [s for s in SCOPES if s != "admin"]
     acme_ana, _ = await app.infra.tokens.issue("acme", every_scope, seat="ana", user="ann")
+    acme_ana_admin, _ = await app.infra.tokens.issue("acme", ["admin"], seat="ana", user="ann")
     own = {"company": "acme", "seat": "ana", "user": "ann"}
     strangers = [
         {"company": "globex", "seat": "ana", "user": "ann"},  # another company
@@ -139,7 +140,12 @@ async def test_every_rpc_refuses_strangers_and_other_tenants_before_reading(app)
             code = await _call(app, method, _request(method, other), _bearer(acme_ana))
             assert code == grpc.StatusCode.PERMISSION_DENIED, (method.full_name, other, code)
             checked += 1
-        code = await _call(app, method, _request(method, own), _bearer(acme_ana))
+        own_token = (
+            acme_ana_admin
+            if required_scope(f"/{method.containing_service.full_name}/{method.name}") == "admin"
+            else acme_ana
+        )
+        code = await _call(app, method, _request(method, own), _bearer(own_token))
         assert code not in (
             grpc.StatusCode.UNAUTHENTICATED,
             grpc.StatusCode.PERMISSION_DENIED,
