@@ -15,6 +15,7 @@ from libs.common import telemetry
 from libs.common.auth import Authenticator, HttpAuthMiddleware
 from libs.common.config import ConfigError, Settings, TelemetryConfig, load_settings
 from libs.common.db import COMMON_MIGRATIONS, migrate
+from libs.common.embedded_pg import EmbeddedPostgresFailed
 from libs.common.grpcserver import BindError, bind_server, create_server, drain, start_server
 from libs.common.httpserver import bind_http, build_app, start_http
 from libs.common.infra import Infra, SchemaBehind, open_infra, resolve_dsn
@@ -366,22 +367,17 @@ async def main(argv: list[str]) -> int:
         print(f"agentlearn: {err}", file=sys.stderr)
         return 2
     telemetry.configure_logging(args.log_level, settings.telemetry.log_format)
+    commands = {
+        "up": lambda: serve_split(settings, args) if args.split else serve(settings, list(SERVICES)),
+        "serve": lambda: serve(settings, [args.service]),
+        "token": lambda: security.run_token(settings, args),
+        "pass": lambda: one_pass(settings, args.name),
+        "rebuild-index": lambda: rebuild_index(settings),
+        "migrate": lambda: migrate_all(settings),
+    }
     try:
-        if args.command == "up":
-            if args.split:
-                return await serve_split(settings, args)
-            return await serve(settings, list(SERVICES))
-        if args.command == "serve":
-            return await serve(settings, [args.service])
-    except (security.StartRefused, BindError, SchemaBehind) as err:
+        return await commands[args.command]()
+    except (security.StartRefused, BindError, SchemaBehind, EmbeddedPostgresFailed) as err:
+        # What an operator can act on, in one line (the cause first), not a traceback.
         print(f"agentlearn: {err}", file=sys.stderr)
         return 2
-    if args.command == "token":
-        return await security.run_token(settings, args)
-    if args.command == "pass":
-        return await one_pass(settings, args.name)
-    if args.command == "rebuild-index":
-        return await rebuild_index(settings)
-    if args.command == "migrate":
-        return await migrate_all(settings)
-    return 2
