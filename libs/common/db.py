@@ -156,9 +156,11 @@ class TracedConnection(asyncpg.Connection):
             return await super().fetchval(query, *args, **kwargs)
 
 
-async def pending_migrations(dsn: str, components: Sequence[Migrations]) -> list[str]:
+async def pending_migrations(
+    dsn: str, components: Sequence[Migrations], *, statement_cache_size: int = 100
+) -> list[str]:
     """The migration files of ``components`` not yet applied (read-only: no DDL right needed)."""
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, statement_cache_size=statement_cache_size)
     try:
         exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
         done: set[tuple[str, int]] = set()
