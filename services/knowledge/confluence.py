@@ -548,20 +548,32 @@ class ConfluenceBackend:
         return PageListing(tuple(pages), None if nxt is None else {"start": nxt})
 
     async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:
+        """The ``Onboarding`` pages of the unit chain's spaces and the pages under them: own unit
+        first, then by depth and title (the native backend's order)."""
         cred = self._credential(access)
         if cred is None or not containers:
             return SearchOutcome(ServedMode.CONFLUENCE)
         spaces = list(containers)
         try:
-            parents = await self._ids_titled(ONBOARDING_PARENT, spaces, cred)
-            if not parents:
-                return SearchOutcome(ServedMode.CONFLUENCE)
-            cql = f"type = page AND space IN {_cql_list(spaces)} AND ancestor IN {_id_list(parents)}"
-            data = await self._content_search(cql, cred, limit=min(limit * 2, 100))
+            parents = await self._content_search(
+                f"type = page AND title = {cql_string(ONBOARDING_PARENT)} AND space IN {_cql_list(spaces)}",
+                cred,
+                limit=min(limit, 100),
+            )
+            roots = [c for c in parents.get("results") or [] if str(c.get("id", "")).isdigit()]
+            children: list[dict[str, Any]] = []
+            if roots:
+                ids = _id_list([str(c["id"]) for c in roots])
+                data = await self._content_search(
+                    f"type = page AND space IN {_cql_list(spaces)} AND ancestor IN {ids}",
+                    cred,
+                    limit=min(limit * 2, 100),
+                )
+                children = list(data.get("results") or [])
         except BackendUnavailable as err:
             _log.warning("onboarding pages of %s unreadable: %s", access.reader, err.detail)
             return SearchOutcome.did_not_run(err.reason, err.detail)
-        found = [c for c in data.get("results") or [] if self._visible(c, spaces)]
+        found = [c for c in [*roots, *children] if self._visible(c, spaces)]
         order = {s: i for i, s in enumerate(spaces)}
         found.sort(
             key=lambda c: (
