@@ -153,15 +153,16 @@ def _distinct_in_order(tools: Sequence[str]) -> list[str]:
 
 
 def draft_title(representative: Run) -> str:
-    """The draft's title, derived from the representative's tool SET so every tick that finds the
-    same convergence names the same page (the writer's dedup key): the first four tools in order
-    and a digest of the whole set. Never the ``[Auto-draft]`` prefix: the parent chain hides a
-    draft, and a lead who publishes it by moving it keeps a title that does not hide it."""
-    tools = _distinct_in_order(representative.tools)
+    """The draft's title, a function of the representative's tool SET alone (sorted names, a digest
+    of the whole set), so every tick that finds the same convergence names the same page — the
+    writer's dedup key — whichever member is its representative this time. Never the
+    ``[Auto-draft]`` prefix: the parent chain hides a draft, and a lead who publishes it by moving
+    it keeps a title that does not hide it."""
+    tools = sorted(tool_set(representative.tools))
     names = [t if len(t) <= TOOL_NAME_CHARS else t[: TOOL_NAME_CHARS - 1] + "…" for t in tools[:4]]
-    digest = hashlib.sha1("\x1f".join(sorted(tool_set(tools))).encode()).hexdigest()[:8]
-    more = " → …" if len(tools) > 4 else ""
-    return f"Team routine: {' → '.join(names)}{more} ({digest})"
+    digest = hashlib.sha1("\x1f".join(tools).encode()).hexdigest()[:8]
+    more = f" +{len(tools) - 4} more" if len(tools) > 4 else ""
+    return f"Team routine: {', '.join(names)}{more} ({digest})"
 
 
 # ------------------------------------------------------------------------------ the distillation
