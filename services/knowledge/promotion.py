@@ -55,7 +55,7 @@ from libs.common.auxmodel import (
 )
 from libs.common.config import Settings
 from libs.common.events import EventSink
-from services.knowledge.backends import BackendUnavailable, PromotionRefused, PromotionWriter
+from services.knowledge.backends import BackendUnavailable, PromotionWriter
 from services.knowledge.domain import PromotionDraft
 from services.knowledge.scope import unit_container
 from services.skills.domain import Turn, jaccard, tool_set
@@ -449,7 +449,7 @@ async def _one_unit(settings, writer, distiller, events, company, unit, runs, re
         )
         try:
             result = await writer.write_draft(draft)
-        except (BackendUnavailable, PromotionRefused, Exception) as err:
+        except Exception as err:  # PromotionRefused, BackendUnavailable, a store fault: all the same here
             # Nothing is announced; the next tick retries.
             report.write_failures += 1
             fail(f"write:{type(err).__name__}")
