@@ -101,7 +101,8 @@ async def test_the_episodist_records_one_row_per_turn(env_for, clock):
         assert got.label == "Message from Bob: Slack message"
         assert got.ask == "Can you look at the flaky kafka consumer?"  # the salient body, not a wrapper
         assert got.what_it_did == "Pinned the consumer group and reran CI."
-        assert list(got.tool_sequence) == ["search_docs", "read_ticket"] and got.role == "swe"
+        assert list(got.tools_called) == ["search_docs", "read_ticket"] and got.role == "swe"
+        assert list(got.tool_sequence) == ["read_ticket"]  # the final round, as reported
         assert list(got.subjects) == ["bob"]
 
 
@@ -243,6 +244,51 @@ async def test_a_duplicate_tool_set_closes_the_gate_before_any_model_call(env_fo
         w = env.worker(r, "synthesizer")
         assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, "duplicate")
         assert scripted_openai.received("chat") == []
+
+
+FINAL_A = ["run_tests", "github_create_pr"]
+FINAL_B = ["jira_get_issue", "github_search"]
+
+
+def draft_handler(body: dict) -> str:  # type: ignore[type-arg]
+    n = len(body["messages"][1]["content"])
+    return json.dumps({"decline": False, "name": f"fix-flaky-{n}", "summary": "fix a flaky test", "body": "# Fix\n1."})
+
+
+async def test_a_turn_like_a_skills_source_is_refused_before_the_model_is_paid(env_for, clock, scripted_openai):
+    """One definition of the turn's tool set on both sides: the second turn, identical to the one
+    the skill was drafted from, closes the gate before any model call (it used to pay for a draft
+    CreateSkill then refused, because the gate compared every call and the skill stored the final
+    round)."""
+    scripted_openai.chat_handler = draft_handler
+    async with env_for(
+        learning={"reflection": {"workers": ["synthesizer"]}}, providers=scripted(scripted_openai)
+    ) as env:
+        first = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS, final_round=FINAL_A))
+        assert env.worker(first, "synthesizer").status == pb.WORKER_STATUS_WROTE
+        [skill] = (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+        assert list(skill.tool_sequence) == FIVE_TOOLS  # the turn's run: every call, in order
+        assert len(scripted_openai.received("chat")) == 1
+        again = await env.reflect(turn("run-2", now=clock.now(), tools=FIVE_TOOLS, final_round=FINAL_A))
+        w = env.worker(again, "synthesizer")
+        assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, "duplicate")
+        assert len(scripted_openai.received("chat")) == 1  # no second draft paid for
+
+
+async def test_the_same_tools_with_another_final_round_are_the_same_procedure(env_for, clock, scripted_openai):
+    """A turn that called the same tools as a skill's source, ending in another final round, is a
+    duplicate (it used to pass both checks and become a second skill)."""
+    scripted_openai.chat_handler = draft_handler
+    async with env_for(
+        learning={"reflection": {"workers": ["synthesizer"]}}, providers=scripted(scripted_openai)
+    ) as env:
+        await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS, final_round=FINAL_A))
+        other = await env.reflect(turn("run-2", now=clock.now(), tools=list(reversed(FIVE_TOOLS)), final_round=FINAL_B))
+        w = env.worker(other, "synthesizer")
+        assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, "duplicate")
+        skills = (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+        assert len(skills) == 1
+        assert len(scripted_openai.received("chat")) == 1
 
 
 async def test_a_full_catalogue_closes_the_gate_before_any_model_call(env_for, clock, scripted_openai):

@@ -158,6 +158,19 @@ async def test_the_largest_cluster_is_drafted_from_its_representative_run_and_it
     assert spend["seat"] == "ana"
 
 
+async def test_turns_are_pooled_and_stored_by_every_tool_they_called_not_their_final_round(app, clock, scripted_openai):
+    """The clustered pass uses the one definition of a turn's tool set (every call, the run the
+    single-turn path stores too): three turns that called Z's tools, each ending in another final
+    round, are one cluster, and the skill stores the representative's whole run."""
+    estub, sstub = stubs(app)
+    for i, last in enumerate([["github_merge"], ["slack_post"], ["jira_comment", "github_pr"]]):
+        await record(estub, clock, f"z{i}", last, calls=Z)
+    report = await synthesize(app)
+    assert report.drafted == 1
+    [skill] = await catalogue(sstub)
+    assert skill.cluster_size == 3 and list(skill.tool_sequence) == Z
+
+
 async def test_one_draft_per_seat_per_pass_and_a_learned_cluster_is_skipped_not_a_stop(app, clock, scripted_openai):
     estub, sstub = stubs(app)
     for turn_id, tools in X.items():

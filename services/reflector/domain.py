@@ -158,6 +158,20 @@ class Turn:
         return self.ask
 
     @property
+    def tool_run(self) -> tuple[str, ...]:
+        """The turn's run of tools: every call it made, in order (``tools_called``), or the final
+        round's sequence when the engine reported no calls. Its SET is the turn's tool set — the one
+        identity every skill path compares (spec: "over the tool set, not the ordered run"). The
+        whole turn rather than its final round: a final round is often the answer alone, and two
+        turns that called the same tools are the same procedure however their last round ended."""
+        return self.tools_called or self.tool_sequence
+
+    @property
+    def tool_set(self) -> frozenset[str]:
+        """The turn's tool set: the tools of :attr:`tool_run`, order and repeats ignored."""
+        return frozenset(t for t in self.tool_run if t)
+
+    @property
     def engaged(self) -> bool:
         """Spec gate 6: a skipped turn, or one done with no tool called, processed nothing."""
         if self.outcome is Outcome.SKIPPED or self.review_outcome.strip().lower() == "skipped":

@@ -93,6 +93,7 @@ def turn_data(turn: Turn) -> dict[str, Any]:
         "outcome": str(turn.outcome),
         "tool_sequence": list(turn.tool_sequence),
         "tools_called": list(turn.tools_called),
+        "tool_run": list(turn.tool_run),
         "interactions": [
             {"sender": i.sender.name, "sender_key": i.sender.key, "body": i.body} for i in turn.interactions
         ],

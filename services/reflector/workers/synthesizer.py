@@ -4,6 +4,12 @@ offered to the auxiliary model, which drafts a skill or declines (the ordinary a
 The gates that must close BEFORE any model call (a draft made only to be discarded is money spent
 for nothing) are the skills service's: SkillService.CheckSkillCandidate answers the per-seat cap and
 the tool-SET Jaccard duplicate check. A draft without a name, summary or body is dropped.
+
+One definition on both sides: the gate is asked about the turn's tool set (``Turn.tool_set``, the
+set of every tool the turn called) and the skill stores the run that set comes from
+(``Turn.tool_run``), so CreateSkill's own duplicate check compares exactly what the gate compared —
+a turn the gate lets through is never one CreateSkill then refuses for its tools, and a turn that
+called the same tools as a skill's source is a duplicate however its final round ended.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ from services.reflector.workers.base import (
 __all__ = ["PURPOSE", "Synthesizer", "offline_rule", "register"]
 
 PURPOSE = "synthesizer"
+MAX_RUN = 500
+"""The longest run a skill stores (SkillService's ``tool_sequence`` bound): a longer turn would be
+drafted and then refused, so it is not offered to the model."""
 _SYSTEM = prompt_file("synthesizer").template
 _USER = prompt_file("synthesizer_user")
 
@@ -42,17 +51,17 @@ class Synthesizer:
     def gate(self, turn: Turn) -> str | None:
         if not turn.outcome.settled:
             return "unsettled"
-        if len(turn.tools_called) < self._min:
+        if len(turn.tool_run) < self._min:
             return "below_min_tool_calls"
+        if len(turn.tool_run) > MAX_RUN:
+            return "tool_run_too_long"
         return None
 
     async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
         from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 
         check = await ctx.clients.skills.CheckSkillCandidate(
-            sk_pb.CheckSkillCandidateRequest(
-                company=turn.company, seat=turn.seat, tool_set=sorted(set(turn.tools_called))
-            ),
+            sk_pb.CheckSkillCandidateRequest(company=turn.company, seat=turn.seat, tool_set=sorted(turn.tool_set)),
             timeout=ctx.clients.timeout,
         )
         if check.gate != sk_pb.CANDIDATE_GATE_OPEN:
@@ -62,7 +71,7 @@ class Synthesizer:
         prompt = Prompt(
             purpose=PURPOSE,
             system=_SYSTEM,
-            user=_USER.substitute(turn=describe_turn(turn), tools=", ".join(turn.tools_called)),
+            user=_USER.substitute(turn=describe_turn(turn), tools=", ".join(turn.tool_run)),
             data=turn_data(turn),
             max_tokens=1500,
             json_output=True,
@@ -82,7 +91,7 @@ class Synthesizer:
                     name=name,
                     summary=summary,
                     body=body,
-                    tool_sequence=list(turn.tool_sequence or turn.tools_called),
+                    tool_sequence=list(turn.tool_run),
                     trigger=sk_pb.SKILL_TRIGGER_SINGLE,
                     cluster_size=1,
                     source_turn_ids=[turn.turn_id],
@@ -119,9 +128,10 @@ _STOP = set("the a an to of for and or on in at by with from me my our your plea
 
 def offline_rule(data: Mapping[str, Any]) -> str:
     """Drafts only from a done turn that used at least three distinct tools (a real procedure);
-    declines everything else. The name comes from the ask's words, the steps from the tool run."""
-    tools = list(data.get("tool_sequence") or data.get("tools_called") or [])
-    distinct = list(dict.fromkeys(data.get("tools_called") or tools))
+    declines everything else. The name comes from the ask's words, the steps from the turn's run
+    (every call in order, the run the skill stores)."""
+    tools = list(data.get("tool_run") or data.get("tools_called") or data.get("tool_sequence") or [])
+    distinct = list(dict.fromkeys(tools))
     if data.get("outcome") != "done" or len(distinct) < 3:
         return json.dumps({"decline": True, "reason": "not a reusable procedure"})
     source = (data.get("asked") or data.get("label") or "").lower()
