@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import grpc
 import pytest
 
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
@@ -210,6 +211,56 @@ async def test_a_procedure_turn_drafts_a_single_turn_skill(env_for, clock):
         assert list(skill.tool_sequence) == FIVE_TOOLS  # the run that happened
         [event] = await read_events(env.app.infra.pool, "skill_synthesized")
         assert event["turn_id"] == "run-1"
+
+
+async def test_a_single_turn_skill_stamps_its_source_episode(env_for, clock):
+    async with env_for() as env:
+        r = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS, ask="Fix the flaky checkout test"))
+        assert env.worker(r, "synthesizer").status == pb.WORKER_STATUS_WROTE
+        [skill] = (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+        got = await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="run-1"))
+        assert got.episode.consolidated_into_skill_id == skill.id
+
+
+async def test_a_stamp_that_waits_for_its_episode_is_retried_with_the_episodist(env_for, clock):
+    """The synthesizer runs before the episodist here: its stamp finds no episode, so it is retried
+    (not finished unstamped), and the retry stamps the skill the first attempt drafted, drafting
+    nothing again."""
+    async with env_for(learning={"reflection": {"workers": ["synthesizer", "episodist"]}}) as env:
+        r = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS, ask="Fix the flaky checkout test"))
+        w = env.worker(r, "synthesizer")
+        assert w.status == pb.WORKER_STATUS_RETRYING and w.failure.startswith("episode_pending")
+        assert r.state == pb.REFLECTION_STATE_RETRYING
+        clock.advance(seconds=60)
+        await env.harness.drain()
+        r = (
+            await env.stub.GetReflection(pb.GetReflectionRequest(company="acme", seat="ana", turn_id="run-1"))
+        ).reflection
+        assert r.state == pb.REFLECTION_STATE_COMPLETED
+        assert env.worker(r, "synthesizer").status == pb.WORKER_STATUS_WROTE
+        [skill] = (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+        got = await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="run-1"))
+        assert got.episode.consolidated_into_skill_id == skill.id
+
+
+async def test_an_archived_skill_is_learned_and_not_drafted_again(env_for, clock, scripted_openai):
+    """Single-turn synthesis checks archived skills as the clustered pass does: a turn of an archived
+    skill's procedure closes the gate before any model call (it used to be re-created under a new
+    name)."""
+    scripted_openai.chat_handler = draft_handler
+    async with env_for(
+        learning={"reflection": {"workers": ["synthesizer"]}}, providers=scripted(scripted_openai)
+    ) as env:
+        old = await env.skill("ship-fix", FIVE_TOOLS)
+        await env.skills.ArchiveSkill(sk_pb.ArchiveSkillRequest(company="acme", seat="ana", skill_id=old.id))
+        r = await env.reflect(turn("run-1", now=clock.now(), tools=list(reversed(FIVE_TOOLS))))
+        w = env.worker(r, "synthesizer")
+        assert (w.status, w.gate, w.detail) == (pb.WORKER_STATUS_SKIPPED, "duplicate", "duplicates ship-fix (archived)")
+        assert scripted_openai.received("chat") == []
+        # CreateSkill agrees with the gate: the archived skill's tools are taken.
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await env.skill("ship-fix-again", FIVE_TOOLS)
+        assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
 
 
 async def test_synthesis_needs_min_tool_calls_and_a_settled_turn(env_for, clock):

@@ -54,6 +54,8 @@ RETRYABLE_FAILURES = frozenset(
         "server_error",
         "timeout",
         "connection",
+        # A write waits for the turn's episode, which the episodist records on its retry.
+        "episode_pending",
     }
 )
 """Failure kinds that say "not now" rather than "no": the turn goes back on the queue with backoff

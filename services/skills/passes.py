@@ -200,6 +200,7 @@ async def _one_seat(service, episodes, drafter, cfg, company, seat, report, fail
                 trigger=SkillTrigger.CLUSTERED,
                 cluster_size=cluster.size,
                 source_turn_ids=turn_ids,
+                archived_are_learned=True,
             )
         except AgentLearnError as err:
             # A draft the catalogue refuses is dropped, not retried with a second completion. A

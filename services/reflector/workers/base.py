@@ -29,6 +29,7 @@ from libs.common.events import EventSink
 from services.reflector.domain import Turn, WorkerOutcome
 
 __all__ = [
+    "EpisodePending",
     "InvalidOutput",
     "Worker",
     "WorkerContext",
@@ -60,6 +61,11 @@ class Worker(Protocol):
         ...
 
     async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome: ...
+
+
+class EpisodePending(Exception):
+    """A worker's write depends on the turn's episode, which the episodist has not recorded yet (it
+    failed for a passing reason this attempt): a passing failure, retried with it."""
 
 
 def prompt_file(name: str) -> Template:
@@ -140,6 +146,8 @@ def failure_kind(exc: BaseException) -> str:
         return "no_model"
     if isinstance(exc, InvalidOutput):
         return "invalid_output"
+    if isinstance(exc, EpisodePending):
+        return "episode_pending"
     if isinstance(exc, grpc.aio.AioRpcError):
         code = exc.code()
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not _asks_to_retry(exc):

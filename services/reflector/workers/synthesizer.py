@@ -21,9 +21,12 @@ from typing import Any
 
 import grpc
 
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from libs.common.auxmodel import OfflineRules, Prompt
 from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
 from services.reflector.workers.base import (
+    EpisodePending,
     WorkerContext,
     ask_model,
     describe_turn,
@@ -58,15 +61,22 @@ class Synthesizer:
         return None
 
     async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
-        from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
-
         check = await ctx.clients.skills.CheckSkillCandidate(
             sk_pb.CheckSkillCandidateRequest(company=turn.company, seat=turn.seat, tool_set=sorted(turn.tool_set)),
             timeout=ctx.clients.timeout,
         )
         if check.gate != sk_pb.CANDIDATE_GATE_OPEN:
+            if check.HasField("duplicate"):
+                # The duplicate may be this very turn's draft, written by an attempt that stopped
+                # before its source episode was stamped: then finish the stamp, draft nothing.
+                mine = await self._own_skill(turn, ctx, skill_id=check.duplicate.id)
+                if mine is not None:
+                    return await self._stamped(turn, ctx, *mine)
             gate = sk_pb.CandidateGate.Name(check.gate).removeprefix("CANDIDATE_GATE_").lower()
-            detail = f"duplicates {check.duplicate.name}" if check.HasField("duplicate") else ""
+            detail = ""
+            if check.HasField("duplicate"):
+                archived = check.duplicate.state == sk_pb.SKILL_STATE_ARCHIVED
+                detail = f"duplicates {check.duplicate.name}" + (" (archived)" if archived else "")
             return WorkerOutcome(self.name, WorkerStatus.SKIPPED, gate=gate, detail=detail)
         prompt = Prompt(
             purpose=PURPOSE,
@@ -101,23 +111,45 @@ class Synthesizer:
         except grpc.aio.AioRpcError as err:
             if err.code() != grpc.StatusCode.ALREADY_EXISTS:
                 raise
-            existing = await self._existing(turn, ctx, name)
-            if existing is not None:  # this very turn wrote it before a crash: the redo is done
-                return WorkerOutcome(self.name, WorkerStatus.WROTE, written=[f"skill:{existing}"], detail="drafted")
+            mine = await self._own_skill(turn, ctx, skill_name=name)
+            if mine is not None:  # this very turn wrote it before a crash: the redo stamps it
+                return await self._stamped(turn, ctx, *mine)
             return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail=f"draft dropped: {err.details()}"[:300])
-        return WorkerOutcome(self.name, WorkerStatus.WROTE, written=[f"skill:{resp.skill.id} {name}"], detail="drafted")
+        return await self._stamped(turn, ctx, resp.skill.id, name)
 
-    async def _existing(self, turn: Turn, ctx: WorkerContext, name: str) -> str | None:
-        from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+    async def _stamped(self, turn: Turn, ctx: WorkerContext, skill_id: str, name: str) -> WorkerOutcome:
+        """Stamp the turn's episode with the skill drafted from it (spec: "it stamps
+        consolidated_into_skill_id on each source row"), so the lifecycle drops it after the grace
+        and no pass offers it as evidence again. The episodist runs first; if it has not recorded
+        the episode yet (it failed for a passing reason this attempt), this worker is retried with
+        it rather than finish with the source unstamped for good."""
+        resp = await ctx.clients.episodes.MarkEpisodesConsolidated(
+            ep_pb.MarkEpisodesConsolidatedRequest(
+                company=turn.company, seat=turn.seat, turn_ids=[turn.turn_id], skill_id=skill_id
+            ),
+            timeout=ctx.clients.timeout,
+        )
+        written = [f"skill:{skill_id} {name}"]
+        if resp.marked_count:
+            return WorkerOutcome(self.name, WorkerStatus.WROTE, written=[*written, "episode stamped"], detail="drafted")
+        if "episodist" in ctx.settings.learning.reflection.workers:
+            raise EpisodePending(f"the episode of {turn.turn_id} is not recorded yet; skill {name} waits to stamp it")
+        return WorkerOutcome(self.name, WorkerStatus.WROTE, written=written, detail="drafted (no episode to stamp)")
 
+    async def _own_skill(
+        self, turn: Turn, ctx: WorkerContext, *, skill_id: str = "", skill_name: str = ""
+    ) -> tuple[str, str] | None:
+        """(id, name) of the named skill when this turn drafted it, else None."""
         try:
             got = await ctx.clients.skills.GetSkill(
-                sk_pb.GetSkillRequest(company=turn.company, seat=turn.seat, skill_name=name),
+                sk_pb.GetSkillRequest(company=turn.company, seat=turn.seat, skill_id=skill_id, skill_name=skill_name),
                 timeout=ctx.clients.timeout,
             )
         except grpc.aio.AioRpcError:
             return None
-        return f"{got.skill.id} {name}" if turn.turn_id in got.skill.source_turn_ids else None
+        if turn.turn_id in got.skill.source_turn_ids and got.skill.trigger == sk_pb.SKILL_TRIGGER_SINGLE:
+            return got.skill.id, got.skill.name
+        return None
 
 
 # ------------------------------------------------------------------------------ the offline rule
