@@ -179,6 +179,17 @@ async def test_no_engagement_gate(env_for, clock, build):
         assert await env.notes() == []
 
 
+async def test_a_turn_with_a_final_round_engaged_even_when_it_reports_no_calls(env_for, clock):
+    """Gate 6 reads the turn's run of tools, not tools_called alone: a done turn whose engine
+    reported its final round's tools but no calls did engage (it used to be gated as having called
+    nothing)."""
+    async with env_for() as env:
+        t = turn("r", now=clock.now(), tools=[], final_round=["jira_search"], messages=BOB_PREFERS)
+        r = await _gate(env, t)
+        assert r.state == pb.REFLECTION_STATE_COMPLETED and r.gate == ""
+        assert len(await env.notes()) == 1
+
+
 async def test_budget_gate_defers_and_the_turn_runs_when_the_window_moves(env_for, clock):
     budget = {"token_budget": {"seat_ceiling_tokens": 100, "window_hours": 24}}
     async with env_for(company_defaults=budget) as env:

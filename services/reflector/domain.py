@@ -175,10 +175,12 @@ class Turn:
 
     @property
     def engaged(self) -> bool:
-        """Spec gate 6: a skipped turn, or one done with no tool called, processed nothing."""
+        """Spec gate 6: a skipped turn, or one done with no tool called, processed nothing. "No
+        tool called" is an empty run (:attr:`tool_run`): neither a call nor a final-round tool was
+        reported — a turn whose engine reported only its final round did call that round's tools."""
         if self.outcome is Outcome.SKIPPED or self.review_outcome.strip().lower() == "skipped":
             return False
-        return not (self.outcome is Outcome.DONE and not self.tools_called)
+        return not (self.outcome is Outcome.DONE and not self.tool_run)
 
 
 class WorkerStatus(StrEnum):
