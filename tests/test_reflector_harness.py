@@ -117,6 +117,9 @@ async def test_a_run_id_is_the_seats_own(env_for, clock):
         (lambda t: setattr(t, "role", ""), "turn.role"),
         (lambda t: setattr(t, "outcome", pb.TURN_OUTCOME_UNSPECIFIED), "turn.outcome"),
         (lambda t: t.interactions.add(body="hi", sender=pb.Sender(handle="bob")), "turn.interactions[0].sender"),
+        # Without its times the turn could have no episode: refused, not accepted and lost later.
+        (lambda t: t.ClearField("start_time"), "turn.start_time"),
+        (lambda t: t.ClearField("end_time"), "turn.end_time"),
     ],
 )
 async def test_a_malformed_turn_is_refused_naming_the_field(env_for, clock, mutate, field):

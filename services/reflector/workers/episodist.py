@@ -33,6 +33,8 @@ class Episodist:
 
     def gate(self, turn: Turn) -> str | None:
         if turn.start_time is None or turn.end_time is None:
+            # SubmitTurn refuses such a turn; only one queued before it did reaches here, and its
+            # record names why it has no episode.
             return "no_times"
         return None
 
