@@ -151,11 +151,24 @@ async def test_no_workers_gate(env_for, clock):
 
 
 async def test_no_role_gate(env_for, clock):
-    async with env_for(company_defaults={"accept_unknown_roles": False, "roles": {"swe": {}}}) as env:
+    async with env_for(company_defaults={"roles": {"swe": {}}}) as env:
         r = await _gate(env, turn("run-1", now=clock.now(), role="pm", messages=BOB_PREFERS))
         assert (r.state, r.gate) == (pb.REFLECTION_STATE_GATED, "no_role")
         ok = await _gate(env, turn("run-2", now=clock.now(), role="swe", messages=BOB_PREFERS))
         assert ok.state == pb.REFLECTION_STATE_COMPLETED
+
+
+async def test_gate_two_closes_by_default_and_opens_only_when_asked(env_for, clock):
+    """accept_unknown_roles is false by default: with no company configuration a role the default
+    company does not list (only ``swe``) is gated; ``accept_unknown_roles: true`` takes it."""
+    async with env_for() as env:
+        r = await _gate(env, turn("run-1", now=clock.now(), role="pm", messages=BOB_PREFERS))
+        assert (r.state, r.gate) == (pb.REFLECTION_STATE_GATED, "no_role")
+        ok = await _gate(env, turn("run-2", now=clock.now(), role="swe", messages=BOB_PREFERS))
+        assert ok.state == pb.REFLECTION_STATE_COMPLETED
+    async with env_for(company_defaults={"accept_unknown_roles": True}) as env:
+        r = await _gate(env, turn("run-3", now=clock.now(), role="pm", messages=BOB_PREFERS))
+        assert r.state == pb.REFLECTION_STATE_COMPLETED
 
 
 async def test_per_role_opt_out_and_inheritance(env_for, clock):
@@ -194,7 +207,7 @@ async def test_a_turn_with_a_final_round_engaged_even_when_it_reports_no_calls(e
 
 
 async def test_budget_gate_defers_and_the_turn_runs_when_the_window_moves(env_for, clock):
-    budget = {"token_budget": {"seat_ceiling_tokens": 100, "window_hours": 24}}
+    budget = {"roles": {"swe": {}}, "token_budget": {"seat_ceiling_tokens": 100, "window_hours": 24}}
     async with env_for(company_defaults=budget) as env:
         cfg = env.app.infra.settings.company("acme").token_budget
         await env.app.infra.budget.charge("acme", "ana", 100, clock.now(), cfg)
@@ -209,7 +222,7 @@ async def test_budget_gate_defers_and_the_turn_runs_when_the_window_moves(env_fo
 
 
 async def test_an_unreadable_budget_counter_reflects_anyway(env_for, clock):
-    budget = {"token_budget": {"seat_ceiling_tokens": 100}}
+    budget = {"roles": {"swe": {}}, "token_budget": {"seat_ceiling_tokens": 100}}
     async with env_for(company_defaults=budget) as env:
         await env.app.infra.pool.execute("ALTER TABLE token_spend RENAME TO token_spend_unreachable")
         r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
@@ -532,7 +545,7 @@ def test_the_offline_decider_keeps_the_most_durable_thing_said():
 
 
 async def test_the_opt_out_decision_rides_on_the_event(env_for, clock):
-    roles = {"roles": {"noisy": {"learning_enabled": False}}}
+    roles = {"roles": {"swe": {}, "noisy": {"learning_enabled": False}}}
     async with env_for(company_defaults=roles) as env:
         t = turn("run-1", now=clock.now(), role="noisy", messages=BOB_PREFERS)
         t.learning_enabled = True  # the role was opted in when the turn ran; the config changed since

@@ -207,11 +207,12 @@ class UserConfig(_Section):
 
 class CompanyConfig(_Section):
     roles: dict[str, RoleConfig] = Field(default_factory=dict)
-    """Roles of the company by name. With ``accept_unknown_roles`` a role not listed behaves as a
-    default ``RoleConfig``; otherwise it closes the reflector's "no role" gate."""
-    accept_unknown_roles: bool = True
-    """A role not listed under ``roles`` behaves as a default role; false closes the reflector's
-    "no role" gate for it."""
+    """Roles of the company by name. A turn of a role not listed closes the reflector's "no role"
+    gate (spec gate 2: learning about a renamed or removed role writes memory under an identity
+    nothing can read back), unless ``accept_unknown_roles``."""
+    accept_unknown_roles: bool = False
+    """True: a role not listed under ``roles`` behaves as a default role, and gate 2 never closes.
+    Off by default, so a company lists the roles it has."""
     token_budget: BudgetConfig = BudgetConfig()
     """Spec "What the auxiliary calls cost"."""
     memory: MemoryConfig = MemoryConfig()
@@ -693,8 +694,11 @@ class Settings(BaseSettings):
     """Embedded PostgreSQL and Qdrant data (``--data-dir``), kept across restarts."""
     providers: ProvidersConfig = ProvidersConfig()
     """Embeddings and auxiliary-model providers."""
-    company_defaults: CompanyConfig = CompanyConfig()
-    """Applies to every company not listed under ``companies``."""
+    company_defaults: CompanyConfig = CompanyConfig(roles={"swe": RoleConfig()})
+    """Applies to every company not listed under ``companies``. With no configuration at all it
+    lists one role, ``swe`` (what ``./run demo``, the examples and the clients' quick starts use),
+    so a fresh ``./run up`` learns from them; a config file that sets ``company_defaults`` lists its
+    own roles (``config/agentlearn.example.yaml``)."""
     companies: dict[str, CompanyConfig] = Field(default_factory=dict)
     """Per-company overrides of ``company_defaults`` (roles, budgets), by company handle."""
     learning: LearningConfig = LearningConfig()
