@@ -162,6 +162,74 @@ async def test_the_profiler_observes_each_distinct_sender_never_the_seat(env_for
         assert list(other.profiles) == []
 
 
+async def test_a_sender_named_like_the_seat_in_another_case_is_the_seat(env_for, clock):
+    """The profiler compares the seat to a sender case-insensitively, as the profiles service refuses
+    (SELF_PROFILE): "Ana" on a turn of seat ana is the seat, skipped — it used to be sent, refused,
+    and fail the worker before the senders after it were profiled."""
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}) as env:
+        msgs = [
+            message("bob", "Please keep it short."),
+            message("Ana", "On it."),
+            message("carla", "Let's ship the kafka fix today."),
+        ]
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=msgs))
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_WROTE and w.failure == ""
+        assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla"]
+
+
+async def test_one_senders_failure_costs_no_other_sender(env_for, clock, scripted_openai):
+    """The model's answer about dan is unusable: dan is not profiled (the record says so), bob before
+    him and carla after him are."""
+
+    def answer(body: dict) -> str:  # type: ignore[type-arg]
+        if "Dan" in body["messages"][1]["content"].split("\n", 1)[0]:
+            return "not json at all"
+        return json.dumps({"noop": False, "communication_style": "brief", "topics": ["kafka"]})
+
+    scripted_openai.chat_handler = answer
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}, providers=scripted(scripted_openai)) as env:
+        msgs = [message("bob", "Keep it short."), message("dan", "Check the refund job."), message("carla", "Ship.")]
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=msgs))
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_WROTE
+        assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla"]
+        assert w.failure.startswith("invalid_output") and "slack/dan" in w.failure
+        assert r.state == pb.REFLECTION_STATE_COMPLETED  # a final failure: not retried
+
+
+async def test_a_passing_failure_for_one_sender_retries_only_the_senders_not_yet_merged(
+    env_for, clock, scripted_openai
+):
+    from tests.support.scripted_openai import Reply
+
+    down = {"dan": True}
+
+    def about(body: dict) -> str:  # type: ignore[type-arg]
+        return body["messages"][1]["content"].split("\n", 1)[0]
+
+    scripted_openai.rule("chat", lambda body: Reply(status=503) if "Dan" in about(body) and down["dan"] else None)
+    scripted_openai.chat_handler = lambda body: json.dumps({"noop": False, "communication_style": "brief"})
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}, providers=scripted(scripted_openai)) as env:
+        msgs = [message("bob", "Keep it short."), message("dan", "Check the refund job."), message("carla", "Ship.")]
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=msgs))
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_RETRYING and "slack/dan" in w.failure
+        assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla"]
+        down["dan"] = False
+        scripted_openai.clear()
+        clock.advance(seconds=60)
+        await env.harness.drain()
+        r = (
+            await env.stub.GetReflection(pb.GetReflectionRequest(company="acme", seat="ana", turn_id="run-1"))
+        ).reflection
+        w = env.worker(r, "profiler")
+        assert r.state == pb.REFLECTION_STATE_COMPLETED and w.status == pb.WORKER_STATUS_WROTE
+        assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla", "profile:slack/dan"]
+        # Only dan was asked about again: bob's and carla's profiles already carry this turn.
+        assert [about(b) for b in scripted_openai.received("chat")] == ["The person: Dan (slack)"]
+
+
 @pytest.mark.parametrize("trigger", [pb.TRIGGER_KIND_AGENT_ASK, pb.TRIGGER_KIND_SCHEDULE, pb.TRIGGER_KIND_SANDBOX])
 async def test_internal_triggers_are_not_profiled(env_for, clock, trigger):
     async with env_for() as env:
