@@ -114,6 +114,13 @@ class Sender:
     def name(self) -> str:
         return self.display_name or self.handle or self.external_id
 
+    def is_seat(self, seat: str) -> bool:
+        """The sender is the observing seat itself: its key (handle, else external id) names the
+        seat, compared case-insensitively on any platform — the profiles service's own rule
+        (SELF_PROFILE). A seat's own messages are never a counterparty's, nor facts to note."""
+        key = (self.handle or self.external_id).strip()
+        return bool(key) and key.casefold() == seat.strip().casefold()
+
 
 @dataclass(frozen=True)
 class Interaction:

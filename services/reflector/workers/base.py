@@ -78,7 +78,10 @@ def describe_turn(turn: Turn, *, senders: bool = False) -> str:
     lines = [f"Woken by: {turn.label or '(no label)'}"]
     if senders and turn.interactions:
         lines.append("Asked (each message with its sender):")
-        lines += [f"  {i.sender.name} ({i.sender.platform}): {i.body}" for i in turn.interactions]
+        lines += [
+            f"  {i.sender.name} ({i.sender.platform}{', this agent' if i.sender.is_seat(turn.seat) else ''}): {i.body}"
+            for i in turn.interactions
+        ]
     else:
         lines.append(f"Asked: {turn.asked or '(nothing)'}")
     lines.append(f"What it did: {turn.what_it_did or '(no account)'}")
@@ -100,8 +103,15 @@ def turn_data(turn: Turn) -> dict[str, Any]:
         "tool_sequence": list(turn.tool_sequence),
         "tools_called": list(turn.tools_called),
         "tool_run": list(turn.tool_run),
+        "end_time": turn.end_time.isoformat() if turn.end_time else "",
         "interactions": [
-            {"sender": i.sender.name, "sender_key": i.sender.key, "body": i.body} for i in turn.interactions
+            {
+                "sender": i.sender.name,
+                "sender_key": i.sender.key,
+                "sender_is_seat": i.sender.is_seat(turn.seat),
+                "body": i.body,
+            }
+            for i in turn.interactions
         ],
     }
 

@@ -40,7 +40,7 @@ from services.reflector.workers.base import (
     prompt_file,
 )
 
-__all__ = ["PURPOSE", "Profiler", "is_the_seat", "offline_rule", "register", "subjects_of"]
+__all__ = ["PURPOSE", "Profiler", "offline_rule", "register", "subjects_of"]
 
 _log = logging.getLogger(__name__)
 PURPOSE = "profiler"
@@ -49,20 +49,12 @@ _USER = prompt_file("profiler_user")
 _INTERNAL = {Trigger.AGENT_ASK, Trigger.SCHEDULE, Trigger.SANDBOX}
 
 
-def is_the_seat(sender: Sender, seat: str) -> bool:
-    """The sender is the observing seat itself: its key (handle, else external id) names the seat,
-    compared case-insensitively on any platform — the profiles service's own rule (SELF_PROFILE),
-    so a sender it would refuse is never sent."""
-    key = (sender.handle or sender.external_id).strip()
-    return bool(key) and key.casefold() == seat.strip().casefold()
-
-
 def subjects_of(turn: Turn) -> list[tuple[Sender, list[Interaction]]]:
     """Each distinct sender with their messages in order (a thread where one person sent four
     messages is one counterparty); the seat itself is never a subject."""
     groups: dict[str, tuple[Sender, list[Interaction]]] = {}
     for item in turn.interactions:
-        if not (item.sender.handle or item.sender.external_id) or is_the_seat(item.sender, turn.seat):
+        if not (item.sender.handle or item.sender.external_id) or item.sender.is_seat(turn.seat):
             continue
         groups.setdefault(item.sender.key, (item.sender, []))[1].append(item)
     return list(groups.values())
