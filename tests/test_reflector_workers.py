@@ -107,6 +107,34 @@ async def test_the_episodist_records_one_row_per_turn(env_for, clock):
         assert list(got.subjects) == ["bob"]
 
 
+async def test_a_redelivered_trigger_counts_once_in_episodes_profiles_and_notes(env_for, clock):
+    """The same work run twice (a redelivered trigger: a new run id, the same work key) is reflected
+    twice — a second pass over a second execution — but collapses by its work key: one episode, one
+    observation of Bob, one note."""
+    async with env_for(learning={"reflection": {"workers": ["persist_decider", "episodist", "profiler"]}}) as env:
+        msgs = [message("bob", "Thanks! I prefer weekly digests over daily pings.")]
+        first = turn("run-1", now=clock.now(), messages=msgs)
+        again = turn("run-2", now=clock.now(), messages=msgs)
+        again.work_key = first.work_key
+        await env.reflect(first)
+        r = await env.reflect(again)
+        assert r.state == pb.REFLECTION_STATE_COMPLETED
+        w = env.worker(r, "episodist")
+        assert w.status == pb.WORKER_STATUS_NOTHING and "collapsed" in w.detail
+        listed = await env.episodes.ListEpisodes(ep_pb.ListEpisodesRequest(company="acme", seat="ana"))
+        assert listed.total_size == 1
+        [bob] = (
+            await env.profiles.GetProfiles(
+                pr_pb.GetProfilesRequest(
+                    company="acme", observer="ana", subjects=[pr_pb.Subject(handle="bob", platform="slack")]
+                )
+            )
+        ).profiles
+        assert bob.observation_count == 1
+        notes = await env.app.infra.pool.fetchval("SELECT count(*) FROM agent_diary WHERE seat = 'ana'")
+        assert notes == 1
+
+
 async def test_a_self_iterate_round_is_recorded_but_not_persisted(env_for, clock):
     async with env_for() as env:
         r = await env.reflect(

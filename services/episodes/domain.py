@@ -88,6 +88,8 @@ class Episode:
     consolidated_into_skill_id: str | None = None
     embedding_model: str | None = None
     embedding_dims: int | None = None
+    work_key: str | None = None
+    """The unit of work a raw row records (one row per work key: a redelivery is collapsed into it)."""
 
     @property
     def text(self) -> str:

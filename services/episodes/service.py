@@ -56,7 +56,7 @@ from services.episodes.domain import (
 )
 from services.episodes.store import Dropped, PostgresEpisodeStore
 
-__all__ = ["EpisodeService", "TurnRecord", "drop_points", "index_point"]
+__all__ = ["EpisodeService", "Recorded", "TurnRecord", "drop_points", "index_point"]
 
 _log = logging.getLogger(__name__)
 
@@ -110,6 +110,18 @@ class TurnRecord:
     skills_used: tuple[str, ...] = ()
     subjects: tuple[str, ...] = ()
     conversation_id: str = ""
+    work_key: str = ""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What RecordEpisode did: the row, whether this call created it, why it has no vector, and
+    whether the run was collapsed into a row of the same work recorded under another run id."""
+
+    episode: Episode
+    created: bool
+    skipped: str | None = None
+    collapsed: bool = False
 
 
 def _names(values: Sequence[str], field: str) -> tuple[str, ...]:
@@ -186,15 +198,23 @@ class EpisodeService:
         if rec.role:
             require_ident(rec.role, "role", domain=DOMAIN)
 
-    async def record(self, rec: TurnRecord) -> tuple[Episode, bool, str | None]:
-        """Store one raw row; returns it, whether it was created, and why it has no vector."""
+    async def record(self, rec: TurnRecord) -> Recorded:
+        """Store one raw row. Idempotent on the run id; and one row per work key: a redelivered
+        trigger, which runs again under a new run id, is collapsed into the row its work already
+        has (spec gate 5: "what collapses THAT is the episode row's own work-key index"), so the
+        same work is one turn to every read, profile and compaction. The first execution's row
+        stands; the redelivery's run id is filed under it."""
         company, seat = seat_ref(rec.company, rec.seat, domain=DOMAIN)
         self._validate(rec)
         tool_sequence = _names(rec.tool_sequence, "tool_sequence")
         tools_called = _names(rec.tools_called, "tools_called")
         existing = await self.store.get_by_turn(company, seat, rec.turn_id)
         if existing is not None:
-            return existing, False, None
+            return Recorded(existing, False, collapsed=existing.turn_id != rec.turn_id)
+        if rec.work_key:
+            same_work = await self.store.get_by_work_key(company, seat, rec.work_key)
+            if same_work is not None:
+                return await self._collapse(company, seat, rec, same_work)
         assert rec.start_time is not None and rec.end_time is not None and rec.outcome is not None
         text = vector_text(rec.label, rec.ask, rec.what_it_did)
         vector, skipped = await self._embed_inline(text)
@@ -220,16 +240,35 @@ class EpisodeService:
             conversation_id=rec.conversation_id or None,
             duration_ms=int((rec.end_time - rec.start_time).total_seconds() * 1000),
             embedding_model=self.embedder.model if (vector is not None and self.embedder) else None,
+            work_key=rec.work_key or None,
         )
         stored = await self.store.insert_raw(episode, vector, self.clock.now())
         if stored is None:
-            # A concurrent call for the same run id won the insert: that row is the record.
+            # A concurrent call won the insert: for the same run id, that row is the record; for
+            # the same work under another run id, this run is collapsed into it.
             winner = await self.store.get_by_turn(company, seat, rec.turn_id)
-            assert winner is not None
-            return winner, False, None
+            if winner is not None:
+                return Recorded(winner, False)
+            same_work = await self.store.get_by_work_key(company, seat, rec.work_key) if rec.work_key else None
+            if same_work is None:  # deleted between the two reads: nothing to collapse into
+                raise RuntimeError(f"episode of {rec.turn_id} neither inserted nor found")
+            return await self._collapse(company, seat, rec, same_work)
         if vector is not None:
             await self._index(stored, vector)
-        return stored, True, skipped
+        return Recorded(stored, True, skipped)
+
+    async def _collapse(self, company: str, seat: str, rec: TurnRecord, row: Episode) -> Recorded:
+        await self.store.alias_run(company, seat, rec.turn_id, row.id, self.clock.now())
+        _log.info(
+            "episode of %s/%s run %s collapsed into %s (work key %r, first run %s)",
+            company,
+            seat,
+            rec.turn_id,
+            row.id,
+            rec.work_key,
+            row.turn_id,
+        )
+        return Recorded(row, False, collapsed=True)
 
     async def _embed_inline(self, text: str) -> tuple[np.ndarray | None, str | None]:
         """The two-second embed: a vector, or none and the reason (the fill tries again later)."""

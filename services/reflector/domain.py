@@ -159,6 +159,12 @@ class Turn:
     work_item: str = ""
     learning_enabled: bool | None = None
 
+    def write_key(self, worker: str, *parts: str) -> str:
+        """The idempotency key of a worker's write: per unit of WORK when the turn names one, so a
+        redelivered trigger (a second run of the same work) neither counts a sender's observation
+        twice nor writes a second note for what the first run noted; per run id otherwise."""
+        return ":".join([self.work_key or self.turn_id, worker, *parts])
+
     @property
     def asked(self) -> str:
         """What the turn was asked: the interactions' bodies in order, or the ``ask`` it carries."""

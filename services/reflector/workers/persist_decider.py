@@ -127,7 +127,7 @@ class PersistDecider:
                     ttl_days=ttl,
                     source=diary_pb.NOTE_SOURCE_PERSIST_DECIDER,
                     turn_id=turn.turn_id,
-                    request_id=f"{turn.turn_id}:{self.name}",
+                    request_id=turn.write_key(self.name),
                 ),
                 timeout=ctx.clients.timeout,
             )

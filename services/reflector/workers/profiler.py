@@ -142,7 +142,7 @@ class Profiler:
             sensitivities=_strings(answer.get("sensitivities"), "sensitivities"),
             topics=_strings(answer.get("topics"), "topics"),
             turn_id=turn.turn_id,
-            request_id=f"{turn.turn_id}:{self.name}:{sender.key}",
+            request_id=turn.write_key(self.name, sender.key),
         )
         await ctx.clients.profiles.UpsertProfile(request, timeout=ctx.clients.timeout)
         return True
