@@ -15,6 +15,7 @@ from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from libs.common.embeddings import pool
 from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
+from libs.common.events import read_events
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
 from tests.support.scripted_openai import Reply, hash_vector
@@ -136,6 +137,18 @@ async def test_recording_a_run_id_twice_stores_one_row_and_embeds_once(remote, c
     # The run id is per seat: another seat's turn with the same id is its own row.
     other = await stub.RecordEpisode(turn(clock, "r1", seat="bob"))
     assert other.created and other.episode.id != first.episode.id
+
+
+async def test_each_row_written_is_announced_once_as_episode_written(remote, clock):
+    app, stub, _ = remote
+    first = await stub.RecordEpisode(turn(clock, "r1", work_key="w1", outcome=pb.TURN_OUTCOME_FAILED))
+    await stub.RecordEpisode(turn(clock, "r1", work_key="w1"))  # a repeat of the run: no row written
+    await stub.RecordEpisode(turn(clock, "r2", work_key="w1"))  # a redelivery, collapsed: none either
+    [event] = await read_events(app.infra.pool, "episode_written")
+    assert (event["company"], event["seat"], event["turn_id"]) == ("acme", "ana", "r1")
+    assert event["payload"]["episode_id"] == first.episode.id
+    assert event["payload"]["outcome"] == "failed" and event["payload"]["episode_kind"] == "raw"
+    assert event["payload"]["work_key"] == "w1" and event["payload"]["embedding_model"] == "scripted-embed"
 
 
 async def test_a_redelivered_trigger_is_collapsed_into_its_works_row(remote, clock):

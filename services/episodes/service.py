@@ -255,6 +255,20 @@ class EpisodeService:
             return await self._collapse(company, seat, rec, same_work)
         if vector is not None:
             await self._index(stored, vector)
+        # The spec's episode_written: one per row the turn's record wrote (a repeat or a collapsed
+        # redelivery writes none).
+        await self.events.emit(
+            "episode_written",
+            company=company,
+            seat=seat,
+            turn_id=rec.turn_id,
+            episode_id=str(stored.id),
+            episode_kind=str(EpisodeKind.RAW),
+            outcome=str(stored.outcome),
+            work_key=rec.work_key or None,
+            embedding_model=stored.embedding_model,
+            embedding_skipped_reason=skipped,
+        )
         return Recorded(stored, True, skipped)
 
     async def _collapse(self, company: str, seat: str, rec: TurnRecord, row: Episode) -> Recorded:
