@@ -100,7 +100,7 @@ async def test_a_rich_trigger_renders_every_block_in_order_and_records_the_summa
 
     assert resp.markdown == "\n\n".join(b.markdown for b in resp.blocks)
     s = resp.summary
-    assert s.line == "prefetch: 6/6 hits"
+    assert s.line == "prefetch: 6/7 hits"  # the engine's seven; the chat thread is the engine's own
     assert [b.block for b in s.blocks] == kinds and all(b.hit for b in s.blocks)
     assert s.knowledge_selection_count == 1 and not s.trigger_requires_recon
     assert s.turn_embedding == pb.TURN_EMBEDDING_EMBEDDED
@@ -108,7 +108,7 @@ async def test_a_rich_trigger_renders_every_block_in_order_and_records_the_summa
     [event] = await env.events("prefetch_summary")
     p = event["payload"]
     assert (event["seat"], event["turn_id"]) == ("ana", "turn-1")
-    assert p["line"] == "prefetch: 6/6 hits" and p["block_count"] == 6 and p["hits"] == 6
+    assert p["line"] == "prefetch: 6/7 hits" and p["block_count"] == 7 and p["hits"] == 6
     assert p["relevant_knowledge_hit"] and p["relevant_knowledge_selection_count"] == 1
     assert p["personal_memory_bytes"] == memory.bytes and p["turn_embedding"] == "embedded"
     assert p["trigger_requires_recon"] is False and "unread_sources" not in p
@@ -164,6 +164,7 @@ async def test_a_thin_trigger_makes_no_model_call_no_vector_query_and_no_embeddi
         assert embedder.texts == []  # nothing embedded, so no vector query could run
         assert scripted_openai.received("chat") == []  # no auxiliary call at all
         assert await env.events("auxiliary_spend") == []
+        [summary_event] = await env.events("prefetch_summary")
     assert block(resp, pb.BLOCK_PERSONAL_MEMORY).markdown.endswith(hints.EMPTY_MEMORY_HINT)
     assert block(resp, pb.BLOCK_RELEVANT_KNOWLEDGE).markdown.endswith(hints.EMPTY_KNOWLEDGE_HINT)
     recall = block(resp, pb.BLOCK_SIMILAR_PRIOR_WORK)
@@ -172,8 +173,9 @@ async def test_a_thin_trigger_makes_no_model_call_no_vector_query_and_no_embeddi
     assert block(resp, pb.BLOCK_SKILLS).hit  # not a relevance block: not gated
     s = resp.summary
     assert s.trigger_requires_recon is recon  # the builder's flag; false for an empty ask
-    assert s.turn_embedding == pb.TURN_EMBEDDING_GATED
-    assert s.line == "prefetch: 4/5 hits (thin trigger: relevance filters gated)"
+    assert s.turn_embedding == pb.TURN_EMBEDDING_UNSPECIFIED  # absent: no search asked for a vector
+    assert s.line == "prefetch: 4/7 hits (thin trigger: relevance filters gated)"
+    assert "turn_embedding" not in summary_event["payload"]
 
 
 async def test_gate_hints_render_only_where_they_are_actionable(env):
@@ -182,7 +184,7 @@ async def test_gate_hints_render_only_where_they_are_actionable(env):
     assert not block(resp, pb.BLOCK_PERSONAL_MEMORY).hit
     assert not block(resp, pb.BLOCK_RELEVANT_KNOWLEDGE).hit
     assert block(resp, pb.BLOCK_SIMILAR_PRIOR_WORK).markdown.endswith(hints.EMPTY_RECALL_HINT)
-    assert resp.summary.line == "prefetch: 1/5 hits (thin trigger: relevance filters gated)"
+    assert resp.summary.line == "prefetch: 1/7 hits (thin trigger: relevance filters gated)"
 
 
 # ------------------------------------------------------------------------------------ personal memory
@@ -353,7 +355,8 @@ async def test_one_block_per_distinct_sender_with_a_profile_of_this_observer(env
     parties = [b for b in resp.blocks if b.block == pb.BLOCK_COUNTERPARTY]
     assert [p.counterparty.handle for p in parties] == ["bob", "dan"]
     assert parties[1].markdown.startswith("## Counterparty: Dan (slack)") and "Formal." in parties[1].markdown
-    assert resp.summary.line == "prefetch: 3/7 hits"  # the denominator is the block list's length
+    # The denominator is the engine's fixed list, whatever the senders; two profiles are one kind.
+    assert resp.summary.line == "prefetch: 2/7 hits"
 
 
 # ------------------------------------------------------------------------------------ onboarding

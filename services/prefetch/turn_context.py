@@ -126,7 +126,8 @@ class TurnContextBuilder:
             *parties.result(),
             onboarding.result(),
         )
-        turn_embedding = TurnEmbedding.GATED if embedding is None else embedding.result()[1]
+        # Absent where no search asked for the vector (the gate embedded nothing).
+        turn_embedding = None if embedding is None else embedding.result()[1]
         summary = Summary(
             blocks=blocks,
             knowledge_selection_count=know.result().selection_count,
