@@ -28,6 +28,7 @@ __all__ = [
     "LearningConfig",
     "MemoryConfig",
     "ProviderConfig",
+    "RelevanceConfig",
     "RoleConfig",
     "ServerConfig",
     "SessionsConfig",
@@ -436,6 +437,33 @@ class SkillProposalsConfig(_Section):
     """Default page of ListSkillProposals (at most 200)."""
 
 
+MEASURED_RELEVANCE_FLOORS: dict[str, float] = {"all-MiniLM-L6-v2": 0.42}
+"""Relevance floors measured on the dev data (``./run bench relevance_floor``; docs/services/episodes.md,
+"The relevance floor"):
+the 99.8th percentile of the cosine similarity of unrelated LoCoMo pairs (a question and the turns
+of other conversations), i.e. at most one unrelated row in 500 — a full seat's rows of one kind —
+clears it. all-MiniLM-L6-v2: unrelated p99.8 = 0.424; 63 % of question-evidence pairs clear it."""
+
+
+class RelevanceConfig(_Section):
+    """``learning.relevance``: when a vector hit counts as related at all."""
+
+    floors: dict[str, float] = Field(default_factory=dict)
+    """Per embedding model (the name stored beside every vector): the cosine similarity below which
+    a hit is not related — ``## Similar prior work``, ``query_episodes`` and the diary's vector half
+    never offer it, so an unrelated turn is not shown as similar and "this is new work" can be said.
+    A model not listed here takes its measured floor (``all-MiniLM-L6-v2``: 0.42, measured with
+    ``./run bench relevance_floor`` on the dev data); a model with no measured floor has none (every
+    top-K hit is kept) until one is measured and set here; ``0`` switches a model's floor off."""
+
+    def floor(self, model: str | None) -> float | None:
+        """The floor of ``model``'s similarities, or None when it has none."""
+        if not model:
+            return None
+        value = self.floors.get(model, MEASURED_RELEVANCE_FLOORS.get(model))
+        return value if value else None
+
+
 class LearningConfig(_Section):
     enabled: bool = True
     """Company-wide learning switch; a role's ``learning_enabled`` inherits it."""
@@ -447,6 +475,8 @@ class LearningConfig(_Section):
     fill: FillConfig = FillConfig()
     personal_memory: PersonalMemoryConfig = PersonalMemoryConfig()
     episodes: EpisodesConfig = EpisodesConfig()
+    relevance: RelevanceConfig = RelevanceConfig()
+    """When a similarity hit is related at all: a floor per embedding model."""
     episode_lifecycle: EpisodeLifecycleConfig = EpisodeLifecycleConfig()
     skill_synthesis: SkillSynthesisConfig = SkillSynthesisConfig()
     skill_refinement: SkillRefinementConfig = SkillRefinementConfig()

@@ -157,3 +157,5 @@ class Search:
     embedding_status: str  # embedded | provided | failed | unconfigured | skipped
     vector_source: str | None  # index | exact_scan | None
     unreachable_by_vector: int
+    relevance_floor: float | None = None
+    """The query model's floor the hits were held to (None: the model has none)."""

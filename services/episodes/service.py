@@ -17,7 +17,7 @@ from datetime import datetime
 
 import numpy as np
 
-from libs.common.config import EpisodesConfig
+from libs.common.config import EpisodesConfig, RelevanceConfig
 from libs.common.embeddings import Embedder, embed_within
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
@@ -142,7 +142,10 @@ class EpisodeService:
         clock,  # libs.common.clock.Clock
         config: EpisodesConfig,
         events: EventSink,
+        relevance: RelevanceConfig | None = None,
     ):
+        self.relevance = relevance or RelevanceConfig()
+        """The floor per embedding model below which a hit is not related (``learning.relevance``)."""
         self.store = store
         self.embedder = embedder
         self.index = index
@@ -342,9 +345,15 @@ class EpisodeService:
             status = "provided"
         else:
             vector, status = await self._embed_query(query)
+        # The relevance floor of the query's model: a hit below it is not related (its top-K place
+        # is only the least unlike of unrelated rows), so it is not a hit at all — the seat is not
+        # shown an unrelated turn as similar, and an empty answer can say "this is new work".
+        floor = self.relevance.floor(vector.model) if vector is not None else None
         if vector is not None:
             found, source = await self._vector_half(company, seat, vector, k_vec, outcome)
             for ep, sim in found:
+                if floor is not None and sim < floor:
+                    continue
                 hit = hits.setdefault(ep.id, Hit(ep))
                 hit.found_by.add("vector")
                 hit.similarity = sim
@@ -352,7 +361,21 @@ class EpisodeService:
                 company, seat, vector.model, int(vector.values.shape[0]), outcome
             )
         if k_lex and query.strip():
-            for ep, rank in await self.store.lexical(company, seat, query, k_lex, outcome):
+            lexical = await self.store.lexical(
+                company,
+                seat,
+                query,
+                k_lex,
+                outcome,
+                vector.values if vector is not None else None,
+                vector.model if vector is not None else None,
+            )
+            for ep, rank, sim in lexical:
+                # A word in common is not relatedness: a lexical hit whose meaning can be compared
+                # (its vector is of the query's model) is held to the same floor. One the fill has
+                # not reached yet can only be found this way, and is kept.
+                if floor is not None and sim is not None and sim < floor and ep.id not in hits:
+                    continue
                 hit = hits.setdefault(ep.id, Hit(ep))
                 hit.found_by.add("lexical")
                 hit.lexical_rank = rank
@@ -360,7 +383,7 @@ class EpisodeService:
         def order(h: Hit) -> tuple:
             return (0 if "vector" in h.found_by else 1, -h.similarity, -h.lexical_rank, -h.episode.end_time.timestamp())
 
-        return Search(sorted(hits.values(), key=order), status, source, unreachable)
+        return Search(sorted(hits.values(), key=order), status, source, unreachable, floor)
 
     async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
         if self.embedder is not None and not query.strip():

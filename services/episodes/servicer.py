@@ -175,6 +175,7 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
             embedding_status=_EMBEDDING_STATUS[search.embedding_status],
             vector_source=_VECTOR_SOURCE[search.vector_source],
             unreachable_by_vector_count=search.unreachable_by_vector,
+            relevance_floor=search.relevance_floor or 0.0,
         )
 
     async def ListEpisodes(

@@ -59,12 +59,17 @@ SQL = {
         ON CONFLICT (company, seat, turn_id) DO NOTHING""",
     "hydrate_raw": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND kind = 'raw' AND id = ANY($3)",
     # The lexical half (the diary's): the query's own English lexemes OR-ed together, ranked by
-    # cover density, length-normalised; raw rows only.
+    # cover density, length-normalised; raw rows only. With a query vector ($6, of model $7 and
+    # width $8) each hit also says how similar it is in meaning, where its own vector is of that
+    # model (NULL otherwise): the relevance floor applies to it as to a vector hit.
     "lexical": f"""
         WITH q AS (
             SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq
             FROM unnest(tsvector_to_array(to_tsvector('english', $4))) AS lexeme)
-        SELECT {_COLUMNS}, ts_rank(e.tsv, q.tsq, 1) AS rank
+        SELECT {_COLUMNS}, ts_rank(e.tsv, q.tsq, 1) AS rank,
+               CASE WHEN $6::vector IS NOT NULL AND e.embedding IS NOT NULL AND e.embedding_model = $7
+                         AND e.embedding_dims = $8
+                    THEN 1 - (e.embedding <=> $6::vector) END AS similarity
         FROM episodes e, q
         WHERE e.company = $1 AND e.seat = $2 AND e.kind = 'raw' AND ($5::text IS NULL OR e.outcome = $5)
           AND e.tsv @@ q.tsq
@@ -285,10 +290,31 @@ class PostgresEpisodeStore:
         return {r["id"]: episode_of(r) for r in rows}
 
     async def lexical(
-        self, company: str, seat: str, query: str, limit: int, outcome: TurnOutcome | None
-    ) -> list[tuple[Episode, float]]:
-        rows = await self.pool.fetch(SQL["lexical"], company, seat, limit, query, str(outcome) if outcome else None)
-        return [(episode_of(r), float(r["rank"])) for r in rows]
+        self,
+        company: str,
+        seat: str,
+        query: str,
+        limit: int,
+        outcome: TurnOutcome | None,
+        vector: np.ndarray | None = None,
+        model: str | None = None,
+    ) -> list[tuple[Episode, float, float | None]]:
+        """Lexical hits: (row, rank, cosine similarity to ``vector`` where the row has a vector of
+        ``model`` and its width, else None)."""
+        rows = await self.pool.fetch(
+            SQL["lexical"],
+            company,
+            seat,
+            limit,
+            query,
+            str(outcome) if outcome else None,
+            None if vector is None else vector.astype(np.float32),
+            model,
+            None if vector is None else int(vector.shape[0]),
+        )
+        return [
+            (episode_of(r), float(r["rank"]), None if r["similarity"] is None else float(r["similarity"])) for r in rows
+        ]
 
     async def exact(
         self, company: str, seat: str, vector: np.ndarray, model: str, limit: int, outcome: TurnOutcome | None
