@@ -235,7 +235,12 @@ class Env:
 
     # ------------------------------------------------------------------ reading
 
-    async def build(self, ask: str, *, turn_id: str = "turn-1", **kw: Any) -> pb.BuildTurnContextResponse:
+    async def build(self, ask: str, *, turn_id: str | None = None, **kw: Any) -> pb.BuildTurnContextResponse:
+        """A turn start; each call is a new run (turn-1, turn-2, ...) unless ``turn_id`` names one:
+        a run's context is frozen, so a second call for the same run id answers the first's."""
+        if turn_id is None:
+            self._runs = getattr(self, "_runs", 0) + 1
+            turn_id = f"turn-{self._runs}"
         kw.setdefault("role", "swe")
         return await self.prefetch.BuildTurnContext(
             pb.BuildTurnContextRequest(company="acme", seat="ana", turn_id=turn_id, ask=ask, **kw)

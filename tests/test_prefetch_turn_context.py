@@ -5,8 +5,11 @@ and onboarding blocks, a degraded source, and the prefetch_summary event. Real s
 
 from __future__ import annotations
 
+import asyncio
+import json
 from datetime import UTC
 
+import grpc
 import pytest
 
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
@@ -15,8 +18,10 @@ from libs.common.embeddings import EmbeddingTimeout
 from services.prefetch import hints
 from services.prefetch.knowledge import KnowledgeHit, SearchOutcome
 from services.skills import passes as skill_passes
+from tests.support.grpc_errors import error_info
 from tests.support.scripted_openai import Reply
 from tests.test_prefetch_support import (
+    ROLES,
     CountingEmbedder,
     block,
     default_settings,
@@ -471,3 +476,78 @@ async def test_the_prefetch_is_one_trace_with_a_span_per_block(make_settings, ds
     assert all("hit" in s.attributes and "bytes" in s.attributes for s in blocks)
     rpc = [s for s in spans if s.name.endswith("PrefetchService/BuildTurnContext")]
     assert rpc and rpc[0].context.trace_id == root.context.trace_id
+
+
+# ------------------------------------------------------------------------------------ frozen per run id
+
+
+async def test_a_runs_context_is_frozen_no_model_call_or_note_use_twice(
+    make_settings, dsn, clock, local_embedder, edge_index, scripted_openai
+):
+    """Frozen at turn start: a second call for the same run id (a self_iterate round, a retry) is
+    answered with the first call's blocks — it used to ask the models again and count the selected
+    notes' uses again. Another run id is built afresh."""
+    scripted_openai.chat_handler = lambda body: (
+        json.dumps({"selected": ["n1"]}) if purpose_of(body) == "memory_filter" else "billing export digest"
+    )
+    settings = llm_settings(make_settings, scripted_openai)
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        digest = await env.note("Bob prefers weekly digests of the billing export, sent on Mondays.")
+        first = await env.build(ASK, turn_id="run-7")
+        calls = len(scripted_openai.received("chat"))
+        assert calls > 0 and await env.uses(digest) == 1
+        again = await env.build(ASK, turn_id="run-7")
+        assert again == first
+        assert len(scripted_openai.received("chat")) == calls  # no model asked again
+        assert await env.uses(digest) == 1  # the note's use counted once
+        assert len(await env.events("prefetch_summary")) == 1  # one summary per turn
+        other = await env.build(ASK, turn_id="run-8")
+        assert len(scripted_openai.received("chat")) > calls and await env.uses(digest) == 2
+        assert other.markdown == first.markdown
+    # Durable across replicas: a process started afterwards answers the run from what was kept.
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        scripted_openai.clear()
+        assert await env.build(ASK, turn_id="run-7") == first
+        assert scripted_openai.received("chat") == []
+
+
+async def test_concurrent_calls_for_one_run_build_it_once(env):
+    await env.note("Bob prefers weekly digests of the billing export, sent on Mondays.")
+    await env.turn("Message from Bob: Slack message", "Send me the billing export digest", "Sent it.")
+    results = await asyncio.gather(*(env.build(ASK, turn_id="run-9") for _ in range(4)))
+    assert all(r == results[0] for r in results)
+    assert len(await env.events("prefetch_summary")) == 1
+
+
+async def test_a_seat_with_no_budget_room_has_its_turn_parked_and_no_prefetch_runs(
+    make_settings, dsn, clock, local_embedder, edge_index, scripted_openai
+):
+    """The budget park: at the seat's ceiling BuildTurnContext refuses (RESOURCE_EXHAUSTED,
+    BUDGET_EXHAUSTED, the ceiling and when the window rolls over) before any block is built — it
+    used to run every model call anyway. A run frozen before the ceiling was reached keeps its
+    context; the next window builds again."""
+    scripted_openai.chat_handler = lambda body: json.dumps({"selected": []})
+    budget = {"seat_ceiling_tokens": 100, "window_hours": 24}
+    settings = llm_settings(
+        make_settings, scripted_openai, companies={"acme": {"roles": ROLES, "token_budget": budget}}
+    )
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        await env.note("Bob prefers weekly digests of the billing export, sent on Mondays.")
+        before = await env.build(ASK, turn_id="run-1")
+        cfg = settings.company("acme").token_budget
+        await env.app.infra.budget.charge("acme", "ana", 100, clock.now(), cfg)
+        scripted_openai.clear()
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await env.build(ASK, turn_id="run-2")
+        code, info, _ = error_info(err.value)
+        assert (code, info.reason, info.domain) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "BUDGET_EXHAUSTED",
+            "prefetch.agentlearn.dev",
+        )
+        assert info.metadata["ceiling"] == "seat" and info.metadata["window_end"]
+        assert scripted_openai.received("chat") == []
+        assert len(await env.events("prefetch_summary")) == 1  # run-1's only
+        assert await env.build(ASK, turn_id="run-1") == before  # frozen before the ceiling
+        clock.advance(hours=24)
+        assert (await env.build(ASK, turn_id="run-2")).summary.line

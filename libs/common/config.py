@@ -387,6 +387,11 @@ class PrefetchConfig(_Section):
     """Characters of the skills menu; a skill whose line does not fit is not offered."""
     knowledge_results: int = 5
     """Pages the ``## Relevant knowledge`` block renders."""
+    frozen_context_hours: int = 24
+    """BuildTurnContext is frozen per run id (spec: "Frozen at turn start"): the rendered context of
+    (company, seat, turn_id) is kept this long after it was built, so every later call for the run —
+    a self_iterate round, a retry, another replica — gets the same blocks with no model call and no
+    note use counted again. A run id asked after this is built afresh."""
 
 
 class ReflectionConfig(_Section):

@@ -223,6 +223,37 @@ class Summary:
         return out
 
 
+def _block_json(b: Block) -> dict[str, object]:
+    out: dict[str, object] = {
+        "kind": str(b.kind),
+        "markdown": b.markdown,
+        "selection_count": b.selection_count,
+        "ids": list(b.ids),
+        "source_error": b.source_error,
+    }
+    if b.counterparty is not None:
+        c = b.counterparty
+        out["counterparty"] = {
+            "handle": c.handle,
+            "external_id": c.external_id,
+            "platform": c.platform,
+            "display_name": c.display_name,
+        }
+    return out
+
+
+def _block_of(data: dict) -> Block:  # type: ignore[type-arg]
+    party = data.get("counterparty")
+    return Block(
+        BlockKind(data["kind"]),
+        markdown=data["markdown"],
+        selection_count=int(data["selection_count"]),
+        ids=list(data["ids"]),
+        counterparty=Sender(**party) if party else None,
+        source_error=data.get("source_error", ""),
+    )
+
+
 @dataclass(frozen=True)
 class TurnContext:
     blocks: tuple[Block, ...]
@@ -231,6 +262,30 @@ class TurnContext:
     @property
     def markdown(self) -> str:
         return "\n\n".join(b.markdown for b in self.blocks if b.markdown)
+
+    def to_json(self) -> dict[str, object]:
+        """The context as it is frozen for its run id (see ``turn_context``)."""
+        s = self.summary
+        return {
+            "blocks": [_block_json(b) for b in self.blocks],
+            "knowledge_selection_count": s.knowledge_selection_count,
+            "trigger_requires_recon": s.trigger_requires_recon,
+            "turn_embedding": None if s.turn_embedding is None else str(s.turn_embedding),
+            "gated": s.gated,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> TurnContext:  # type: ignore[type-arg]
+        blocks = tuple(_block_of(b) for b in data["blocks"])
+        embedding = data.get("turn_embedding")
+        summary = Summary(
+            blocks=blocks,
+            knowledge_selection_count=int(data["knowledge_selection_count"]),
+            trigger_requires_recon=bool(data["trigger_requires_recon"]),
+            turn_embedding=TurnEmbedding(embedding) if embedding else None,
+            gated=bool(data["gated"]),
+        )
+        return cls(blocks, summary)
 
 
 # ------------------------------------------------------------------------------------ small rules
