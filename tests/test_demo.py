@@ -22,6 +22,12 @@ async def test_the_demo_shows_what_earlier_turns_taught(make_settings, dsn, loca
     out = capsys.readouterr().out
     assert "submitting 11 turns" in out and "not reflected" not in out
     assert "## Personal memory" in out and "Bob prefers weekly digests over daily pings." in out
+    bob = out.split("New turn: Bob asks for a payments update")[1].split("New turn:")[0]
+    # Bob's vacation ended weeks before these turns start: not remembered as current state.
+    assert "## Personal memory" in bob and "vacation until" not in bob.split("## Personal memory")[1].split("##")[0]
+    # Only related turns are "similar": the flaky-test fixes have nothing to do with payments.
+    prior = bob.split("## Similar prior work")[1].split("\n## ")[0]
+    assert "payments migration" in prior and "flaky" not in prior
     assert "## Similar prior work" in out and "Fix the flaky" in out
     # Two workers reflect at once, so whichever flaky-test turn comes first names the skill.
     assert "## Synthesized skills you've learned" in out and re.search(r"\*\*fix-flaky-\w+-test\*\*", out)

@@ -60,6 +60,21 @@ async def test_vector_half_finds_the_topical_note_and_says_how(diary, clock):
     assert sims == sorted(sims, reverse=True)
 
 
+async def test_the_vector_half_offers_only_notes_above_the_models_relevance_floor(diary, clock):
+    """The vector half holds its top-K to the model's relevance floor (measured on the dev data): an
+    ask unrelated to every note gets no vector hit at all (it used to get the K least-unlike notes),
+    while the recency half still brings the newest notes whatever the topic."""
+    _, stub = diary
+    for f in FACTS:
+        await write(stub, f, clock=clock)
+    resp = await recall(stub, "quarterly tax filing for the EU subsidiary", lexical_limit=0)
+    assert resp.relevance_floor == pytest.approx(0.42)
+    assert [c for c in resp.candidates if pb.RECALL_HALF_VECTOR in c.found_by] == []
+    assert len(resp.candidates) == len(FACTS)  # recency: every note, none found by meaning
+    related = await recall(stub, "how often should I send Bob an update?", recency_limit=0, lexical_limit=0)
+    assert related.candidates and all(c.similarity >= related.relevance_floor for c in related.candidates)
+
+
 async def test_recency_half_returns_the_newest_notes_regardless_of_topic(diary, clock):
     _, stub = diary
     notes = [await write(stub, f"routine fact number {i}", clock=clock) for i in range(60)]

@@ -267,6 +267,39 @@ async def test_the_company_byte_budget_is_shared_with_the_diary(fill, scripted_o
     assert report.filled == 3
 
 
+async def _notes(fill, *contents: str) -> None:  # type: ignore[no-untyped-def]
+    async with open_app(
+        fill.make_settings(), fill.dsn, names=["diary"], clock=fill.clock, embedder=None, index=fill.index
+    ) as app:
+        stub = diary_grpc.DiaryServiceStub(app.channel)
+        for content in contents:
+            await stub.WriteNote(diary_pb.WriteNoteRequest(company="acme", seat="ana", content=content, tier=1))
+
+
+@pytest.mark.parametrize("reply", [Reply(status=429), Reply(status=503), Reply(delay=1.0)])
+async def test_a_provider_that_ends_the_minute_ends_it_for_every_fill_of_the_process(fill, scripted_openai, reply):
+    """The diary's fill meets a rate limit (or a server error, or a timeout): the episodes' fill that
+    runs after it in the same minute sends nothing — it used to keep sending that minute."""
+    await fill.record("ana", ("an episode", "", ""))
+    await _notes(fill, "a note")
+    scripted_openai.push("embeddings", reply)
+    results = await fill.minute(fill.settings(), names=("diary", "episodes"))
+    diary, episodes = results["diary"]["fill"], results["episodes"]["fill"]
+    assert diary.requests == 1 and diary.ended_by in ("rate_limited", "unavailable", "timeout")
+    assert (episodes.requests, episodes.ended_by) == (0, diary.ended_by)
+    assert len(scripted_openai.received("embeddings")) == 1
+    results = await fill.minute(fill.settings(), names=("diary", "episodes"))  # the next minute
+    assert results["diary"]["fill"].filled == 1 and results["episodes"]["fill"].filled == 1
+
+
+async def test_the_request_budget_is_the_processs_not_each_fills(fill, scripted_openai):
+    await fill.record("ana", ("episode one", "", ""), ("episode two", "", ""))
+    await _notes(fill, "note one", "note two")
+    results = await fill.minute(fill.settings(batch_size=1, requests_per_minute=2), names=("diary", "episodes"))
+    assert (results["diary"]["fill"].requests, results["episodes"]["fill"].requests) == (2, 0)
+    assert results["episodes"]["fill"].ended_by == "requests"
+
+
 async def test_rows_of_a_model_the_company_left_are_filled_again(fill, scripted_openai):
     ids = await fill.record("ana", ("one", "", ""), ("two", "", ""))
     await fill.minute()

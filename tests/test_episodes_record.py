@@ -15,6 +15,7 @@ from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from libs.common.embeddings import pool
 from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
+from libs.common.events import read_events
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
 from tests.support.scripted_openai import Reply, hash_vector
@@ -136,6 +137,47 @@ async def test_recording_a_run_id_twice_stores_one_row_and_embeds_once(remote, c
     # The run id is per seat: another seat's turn with the same id is its own row.
     other = await stub.RecordEpisode(turn(clock, "r1", seat="bob"))
     assert other.created and other.episode.id != first.episode.id
+
+
+async def test_each_row_written_is_announced_once_as_episode_written(remote, clock):
+    app, stub, _ = remote
+    first = await stub.RecordEpisode(turn(clock, "r1", work_key="w1", outcome=pb.TURN_OUTCOME_FAILED))
+    await stub.RecordEpisode(turn(clock, "r1", work_key="w1"))  # a repeat of the run: no row written
+    await stub.RecordEpisode(turn(clock, "r2", work_key="w1"))  # a redelivery, collapsed: none either
+    [event] = await read_events(app.infra.pool, "episode_written")
+    assert (event["company"], event["seat"], event["turn_id"]) == ("acme", "ana", "r1")
+    assert event["payload"]["episode_id"] == first.episode.id
+    assert event["payload"]["outcome"] == "failed" and event["payload"]["episode_kind"] == "raw"
+    assert event["payload"]["work_key"] == "w1" and event["payload"]["embedding_model"] == "scripted-embed"
+
+
+async def test_a_redelivered_trigger_is_collapsed_into_its_works_row(remote, clock):
+    """One raw row per work key (spec gate 5: the episode row's own work-key index collapses a
+    redelivered trigger): the second run of the same work writes no row and embeds nothing; its run
+    id names the first run's row for every read, a retry, and a skill's stamp."""
+    app, stub, server = remote
+    first = await stub.RecordEpisode(turn(clock, "r1", work_key="slack:C1/1700.1", what_it_did="first run"))
+    again = await stub.RecordEpisode(turn(clock, "r2", work_key="slack:C1/1700.1", what_it_did="redelivered run"))
+    assert first.created and not first.collapsed and first.episode.work_key == "slack:C1/1700.1"
+    assert (again.created, again.collapsed) == (False, True)
+    assert again.episode == first.episode
+    assert len(server.received("embeddings")) == 1
+    listed = await stub.ListEpisodes(pb.ListEpisodesRequest(company="acme", seat="ana"))
+    assert listed.total_size == 1
+    by_second = await stub.GetEpisode(pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="r2"))
+    assert by_second.episode.id == first.episode.id
+    retried = await stub.RecordEpisode(turn(clock, "r2", work_key="slack:C1/1700.1"))
+    assert (retried.created, retried.collapsed, retried.episode.id) == (False, True, first.episode.id)
+    marked = await stub.MarkEpisodesConsolidated(
+        pb.MarkEpisodesConsolidatedRequest(company="acme", seat="ana", turn_ids=["r2"], skill_id="s-1")
+    )
+    assert marked.marked_count == 1
+    # Other work, another seat's same work key, and a turn naming no key are rows of their own.
+    other = await stub.RecordEpisode(turn(clock, "r3", work_key="slack:C1/1700.2"))
+    bobs = await stub.RecordEpisode(turn(clock, "r1", seat="bob", work_key="slack:C1/1700.1"))
+    keyless = [await stub.RecordEpisode(turn(clock, f"r{i}")) for i in (4, 5)]
+    assert other.created and bobs.created and all(k.created for k in keyless)
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM episodes") == 5
 
 
 @pytest.mark.parametrize(

@@ -75,20 +75,40 @@ async def episodes(make_settings, dsn, clock, local_embedder, vector_index):
         settings, dsn, names=["episodes"], clock=clock, embedder=local_embedder, index=vector_index
     ) as app:
         stub = pb_grpc.EpisodeServiceStub(app.channel)
-        yield app, stub, Turns(stub, clock)
+        turns = Turns(stub, clock)
+        turns.dsn, turns.embedder, turns.index = dsn, local_embedder, vector_index
+        yield app, stub, turns
 
 
 async def test_similarity_finds_the_topical_turn_and_says_how(episodes):
     _, stub, turns = episodes
     rows = await turns.all()
-    resp = await search(stub, "the CI pipeline keeps failing overnight", lexical_limit=0)
+    resp = await search(stub, "why is the nightly build failing", lexical_limit=0)
     assert resp.embedding_status == embedding_pb2.EMBEDDING_STATUS_EMBEDDED
     assert resp.vector_source == embedding_pb2.VECTOR_SOURCE_INDEX
     assert resp.hits[0].episode.id == rows[TURNS[1][0]].id
     assert list(resp.hits[0].found_by) == [pb.SEARCH_HALF_VECTOR]
-    sims = [h.similarity for h in resp.hits]
-    assert sims == sorted(sims, reverse=True) and len(resp.hits) == 5
+    # Only the related turn: the other four are below the model's relevance floor (they used to be
+    # returned as the "most similar" of five whatever they were about).
+    assert len(resp.hits) == 1 and resp.hits[0].similarity >= resp.relevance_floor == pytest.approx(0.42)
     assert resp.unreachable_by_vector_count == 0
+
+
+async def test_an_ask_like_nothing_the_seat_did_finds_nothing(episodes, make_settings):
+    """The relevance floor (measured per model on the dev data): a query unrelated to every turn is
+    answered with no hit at all, by either half — a name in common is not relatedness."""
+    _, stub, turns = episodes
+    await turns.all()
+    for query in ("Ana: what should we bring to the team picnic on Saturday?", "quarterly tax filing for the EU"):
+        resp = await search(stub, query)
+        assert list(resp.hits) == [], query
+    # With the floor switched off for the model, the top-K are returned whatever they are about.
+    off = make_settings(learning={"relevance": {"floors": {"all-MiniLM-L6-v2": 0}}})
+    async with open_app(
+        off, turns.dsn, names=["episodes"], clock=turns.clock, embedder=turns.embedder, index=turns.index
+    ) as app:
+        resp = await search(pb_grpc.EpisodeServiceStub(app.channel), "quarterly tax filing for the EU", lexical_limit=0)
+        assert len(resp.hits) == 5 and resp.relevance_floor == 0
 
 
 async def test_the_ask_and_the_account_are_part_of_the_vector_not_only_the_label(episodes):
@@ -104,9 +124,9 @@ async def test_the_ask_and_the_account_are_part_of_the_vector_not_only_the_label
 async def test_default_limit_and_the_lexical_half(episodes):
     _, stub, turns = episodes
     for i in range(12):
-        await turns.add(f"Routine ping {i}", f"Routine question number {i}", "Answered")
+        await turns.add(f"Routine ping {i}", f"Please restart the staging deploy (request {i})", "Restarted it")
     target = await turns.add("Message from Carla: Jira ticket", "What is POC-518 about?", "Explained it")
-    resp = await search(stub, "routine question", lexical_limit=0)
+    resp = await search(stub, "restart the staging deploy", lexical_limit=0)
     assert len(resp.hits) == 10  # learning.episodes.search_limit
     resp = await search(stub, "POC-518", limit=1)
     lexical = [h for h in resp.hits if pb.SEARCH_HALF_LEXICAL in h.found_by]

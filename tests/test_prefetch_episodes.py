@@ -81,6 +81,25 @@ async def test_an_empty_answer_is_new_work_only_when_nothing_was_unreachable(env
     assert resp.text == 'None of your past turns resembles "calibrate the telescope": this is new work.'
 
 
+async def test_unrelated_turns_are_not_answered_as_similar_so_new_work_can_be_said(env):
+    """With turns on record, none of them about the query: below the relevance floor nothing is a
+    hit (it used to answer the closest turns whatever they were about), so the answer is new work —
+    even for a turn that shares a word (Bob) with the query."""
+    await env.turn("Message from Bob: Slack message", "Export billing to CSV", "Exported it.")
+    await env.turn("Message from Dan: email", "Book the offsite dinner", "Booked a restaurant.")
+    resp = await query(env, "Bob: calibrate the telescope mirror")
+    assert resp.text == 'None of your past turns resembles "Bob: calibrate the telescope mirror": this is new work.'
+    assert list(resp.episode_ids) == []
+
+
+async def test_similar_prior_work_is_absent_when_nothing_resembles_the_ask(env):
+    await env.turn("Message from Bob: Slack message", "Export billing to CSV", "Exported it.")
+    await env.turn("Message from Dan: email", "Book the offsite dinner", "Booked a restaurant.")
+    resp = await env.build("Bob: can you calibrate the telescope mirror tonight?")
+    prior = block(resp, pb.BLOCK_SIMILAR_PRIOR_WORK)
+    assert not prior.hit and prior.selection_count == 0
+
+
 @pytest.mark.parametrize(
     "failure,words",
     [
@@ -196,7 +215,7 @@ async def test_the_briefing_replaces_the_bullets_and_its_failure_falls_back_to_c
     settings = llm_settings(make_settings, scripted_openai)
     async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
         await env.turn("Message from Bob: Slack message", LONG_ASK, "Exported it.")
-        prior = block(await env.build("the billing export request"), pb.BLOCK_SIMILAR_PRIOR_WORK)
+        prior = block(await env.build("a very long request about the billing export"), pb.BLOCK_SIMILAR_PRIOR_WORK)
         assert "Past turns of yours that resemble this one, most similar first:" in prior.markdown
         assert "Asked (condensed from" in prior.markdown and "CONDENSED by the model" in prior.markdown
         purposes = [purpose_of(b) for b in scripted_openai.received("chat")]
@@ -218,7 +237,7 @@ async def test_a_briefing_that_does_not_answer_in_time_leaves_the_bullets_the_re
     )
     async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
         await env.turn("Message from Bob: Slack message", LONG_ASK, "Exported it.")
-        prior = block(await env.build("the billing export request"), pb.BLOCK_SIMILAR_PRIOR_WORK)
+        prior = block(await env.build("a very long request about the billing export"), pb.BLOCK_SIMILAR_PRIOR_WORK)
     # The summary took the whole shared deadline: nothing was left for a rewrite.
     assert "[not shown: " in prior.markdown and "CONDENSED" not in prior.markdown
     assert prior.selection_count == 1

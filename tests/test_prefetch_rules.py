@@ -64,9 +64,20 @@ def test_the_summary_line_counts_out_of_the_block_list():
         Block(BlockKind.PERSONAL_MEMORY),
         Block(BlockKind.COUNTERPARTY, "## Counterparty: Bob"),
     )
-    s = Summary(blocks, 0, True, TurnEmbedding.GATED, True)
-    assert s.line == "prefetch: 2/3 hits (thin trigger: relevance filters gated)"
+    s = Summary(blocks, 0, True, None, True)
+    assert s.line == "prefetch: 2/7 hits (thin trigger: relevance filters gated)"
     assert s.payload()["counterparty_blocks"] == 1 and s.payload()["similar_prior_work_hit"] is True
+    assert "turn_embedding" not in s.payload()  # absent where no search asked for a vector
+
+
+def test_the_denominator_is_the_engines_fixed_list_whatever_the_senders():
+    """N/7 whatever the number of senders: three counterparty blocks are one kind (the line used to
+    read 3/8 with three senders and 1/5 with none)."""
+    parties = tuple(Block(BlockKind.COUNTERPARTY, f"## Counterparty: {n}") for n in ("Bob", "Dan", "Eve"))
+    many = Summary((Block(BlockKind.SKILLS, "## s"), *parties), 0, False, TurnEmbedding.EMBEDDED, False)
+    none = Summary((Block(BlockKind.SKILLS, "## s"),), 0, False, TurnEmbedding.EMBEDDED, False)
+    assert many.line == "prefetch: 2/7 hits" and none.line == "prefetch: 1/7 hits"
+    assert many.payload()["block_count"] == none.payload()["block_count"] == 7
 
 
 def test_hints_compare_case_and_whitespace_insensitively_and_chains_in_order():

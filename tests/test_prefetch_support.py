@@ -176,9 +176,11 @@ class Env:
         seat: str = "ana",
         outcome: int = ep_pb.TURN_OUTCOME_DONE,
         tools: Sequence[str] = ("jira.search",),
+        final_round: Sequence[str] | None = None,
         days_ago: float = 0.0,
         conversation: str = "",
     ) -> ep_pb.Episode:
+        """``tools``: every call the turn made; ``final_round``: its last round (the last call)."""
         self._turns += 1
         self.clock.advance(seconds=1)
         end = self.clock.now() - timedelta(days=days_ago)
@@ -191,7 +193,7 @@ class Env:
                 ask=ask,
                 what_it_did=what,
                 outcome=outcome,
-                tool_sequence=list(tools),
+                tool_sequence=list(tools[-1:] if final_round is None else final_round),
                 tools_called=list(tools),
                 conversation_id=conversation,
                 start_time=ts(end - timedelta(minutes=2)),
@@ -235,7 +237,12 @@ class Env:
 
     # ------------------------------------------------------------------ reading
 
-    async def build(self, ask: str, *, turn_id: str = "turn-1", **kw: Any) -> pb.BuildTurnContextResponse:
+    async def build(self, ask: str, *, turn_id: str | None = None, **kw: Any) -> pb.BuildTurnContextResponse:
+        """A turn start; each call is a new run (turn-1, turn-2, ...) unless ``turn_id`` names one:
+        a run's context is frozen, so a second call for the same run id answers the first's."""
+        if turn_id is None:
+            self._runs = getattr(self, "_runs", 0) + 1
+            turn_id = f"turn-{self._runs}"
         kw.setdefault("role", "swe")
         return await self.prefetch.BuildTurnContext(
             pb.BuildTurnContextRequest(company="acme", seat="ana", turn_id=turn_id, ask=ask, **kw)

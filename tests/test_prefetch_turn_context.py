@@ -5,6 +5,8 @@ and onboarding blocks, a degraded source, and the prefetch_summary event. Real s
 
 from __future__ import annotations
 
+import asyncio
+import json
 from datetime import UTC
 
 import grpc
@@ -16,8 +18,10 @@ from libs.common.embeddings import EmbeddingTimeout
 from services.knowledge.client import GrpcKnowledgeClient
 from services.prefetch import hints
 from services.skills import passes as skill_passes
+from tests.support.grpc_errors import error_info
 from tests.support.scripted_openai import Reply
 from tests.test_prefetch_support import (
+    ROLES,
     CountingEmbedder,
     block,
     default_settings,
@@ -78,7 +82,9 @@ async def test_a_rich_trigger_renders_every_block_in_order_and_records_the_summa
 
     prior = block(resp, pb.BLOCK_SIMILAR_PRIOR_WORK)
     assert prior.markdown.startswith("## Similar prior work")
-    assert prior.selection_count == 2 and "offline briefing" in prior.markdown.lower()  # summarize_episodes on
+    assert prior.selection_count == 1 and "offline briefing" in prior.markdown.lower()  # summarize_episodes on
+    # The billing turn only: booking the offsite dinner is below the relevance floor, not "similar".
+    assert "billing" in prior.markdown and "offsite" not in prior.markdown
 
     memory = block(resp, pb.BLOCK_PERSONAL_MEMORY)
     assert memory.markdown.startswith("## Personal memory") and "weekly digests" in memory.markdown
@@ -101,7 +107,7 @@ async def test_a_rich_trigger_renders_every_block_in_order_and_records_the_summa
 
     assert resp.markdown == "\n\n".join(b.markdown for b in resp.blocks)
     s = resp.summary
-    assert s.line == "prefetch: 6/6 hits"
+    assert s.line == "prefetch: 6/7 hits"  # the engine's seven; the chat thread is the engine's own
     assert [b.block for b in s.blocks] == kinds and all(b.hit for b in s.blocks)
     assert s.knowledge_selection_count == 1 and not s.trigger_requires_recon
     assert s.turn_embedding == pb.TURN_EMBEDDING_EMBEDDED
@@ -109,7 +115,7 @@ async def test_a_rich_trigger_renders_every_block_in_order_and_records_the_summa
     [event] = await env.events("prefetch_summary")
     p = event["payload"]
     assert (event["seat"], event["turn_id"]) == ("ana", "turn-1")
-    assert p["line"] == "prefetch: 6/6 hits" and p["block_count"] == 6 and p["hits"] == 6
+    assert p["line"] == "prefetch: 6/7 hits" and p["block_count"] == 7 and p["hits"] == 6
     assert p["relevant_knowledge_hit"] and p["relevant_knowledge_selection_count"] == 1
     assert p["personal_memory_bytes"] == memory.bytes and p["turn_embedding"] == "embedded"
     assert p["trigger_requires_recon"] is False and "unread_sources" not in p
@@ -165,6 +171,7 @@ async def test_a_thin_trigger_makes_no_model_call_no_vector_query_and_no_embeddi
         assert embedder.texts == []  # nothing embedded, so no vector query could run
         assert scripted_openai.received("chat") == []  # no auxiliary call at all
         assert await env.events("auxiliary_spend") == []
+        [summary_event] = await env.events("prefetch_summary")
     assert block(resp, pb.BLOCK_PERSONAL_MEMORY).markdown.endswith(hints.EMPTY_MEMORY_HINT)
     assert block(resp, pb.BLOCK_RELEVANT_KNOWLEDGE).markdown.endswith(hints.EMPTY_KNOWLEDGE_HINT)
     recall = block(resp, pb.BLOCK_SIMILAR_PRIOR_WORK)
@@ -173,8 +180,9 @@ async def test_a_thin_trigger_makes_no_model_call_no_vector_query_and_no_embeddi
     assert block(resp, pb.BLOCK_SKILLS).hit  # not a relevance block: not gated
     s = resp.summary
     assert s.trigger_requires_recon is recon  # the builder's flag; false for an empty ask
-    assert s.turn_embedding == pb.TURN_EMBEDDING_GATED
-    assert s.line == "prefetch: 4/5 hits (thin trigger: relevance filters gated)"
+    assert s.turn_embedding == pb.TURN_EMBEDDING_UNSPECIFIED  # absent: no search asked for a vector
+    assert s.line == "prefetch: 4/7 hits (thin trigger: relevance filters gated)"
+    assert "turn_embedding" not in summary_event["payload"]
 
 
 async def test_gate_hints_render_only_where_they_are_actionable(env):
@@ -183,7 +191,7 @@ async def test_gate_hints_render_only_where_they_are_actionable(env):
     assert not block(resp, pb.BLOCK_PERSONAL_MEMORY).hit
     assert not block(resp, pb.BLOCK_RELEVANT_KNOWLEDGE).hit
     assert block(resp, pb.BLOCK_SIMILAR_PRIOR_WORK).markdown.endswith(hints.EMPTY_RECALL_HINT)
-    assert resp.summary.line == "prefetch: 1/5 hits (thin trigger: relevance filters gated)"
+    assert resp.summary.line == "prefetch: 1/7 hits (thin trigger: relevance filters gated)"
 
 
 # ------------------------------------------------------------------------------------ personal memory
@@ -343,7 +351,8 @@ async def test_one_block_per_distinct_sender_with_a_profile_of_this_observer(env
     parties = [b for b in resp.blocks if b.block == pb.BLOCK_COUNTERPARTY]
     assert [p.counterparty.handle for p in parties] == ["bob", "dan"]
     assert parties[1].markdown.startswith("## Counterparty: Dan (slack)") and "Formal." in parties[1].markdown
-    assert resp.summary.line == "prefetch: 3/7 hits"  # the denominator is the block list's length
+    # The denominator is the engine's fixed list, whatever the senders; two profiles are one kind.
+    assert resp.summary.line == "prefetch: 2/7 hits"
 
 
 # ------------------------------------------------------------------------------------ onboarding
@@ -456,3 +465,78 @@ async def test_the_prefetch_is_one_trace_with_a_span_per_block(make_settings, ds
     assert all("hit" in s.attributes and "bytes" in s.attributes for s in blocks)
     rpc = [s for s in spans if s.name.endswith("PrefetchService/BuildTurnContext")]
     assert rpc and rpc[0].context.trace_id == root.context.trace_id
+
+
+# ------------------------------------------------------------------------------------ frozen per run id
+
+
+async def test_a_runs_context_is_frozen_no_model_call_or_note_use_twice(
+    make_settings, dsn, clock, local_embedder, edge_index, scripted_openai
+):
+    """Frozen at turn start: a second call for the same run id (a self_iterate round, a retry) is
+    answered with the first call's blocks — it used to ask the models again and count the selected
+    notes' uses again. Another run id is built afresh."""
+    scripted_openai.chat_handler = lambda body: (
+        json.dumps({"selected": ["n1"]}) if purpose_of(body) == "memory_filter" else "billing export digest"
+    )
+    settings = llm_settings(make_settings, scripted_openai)
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        digest = await env.note("Bob prefers weekly digests of the billing export, sent on Mondays.")
+        first = await env.build(ASK, turn_id="run-7")
+        calls = len(scripted_openai.received("chat"))
+        assert calls > 0 and await env.uses(digest) == 1
+        again = await env.build(ASK, turn_id="run-7")
+        assert again == first
+        assert len(scripted_openai.received("chat")) == calls  # no model asked again
+        assert await env.uses(digest) == 1  # the note's use counted once
+        assert len(await env.events("prefetch_summary")) == 1  # one summary per turn
+        other = await env.build(ASK, turn_id="run-8")
+        assert len(scripted_openai.received("chat")) > calls and await env.uses(digest) == 2
+        assert other.markdown == first.markdown
+    # Durable across replicas: a process started afterwards answers the run from what was kept.
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        scripted_openai.clear()
+        assert await env.build(ASK, turn_id="run-7") == first
+        assert scripted_openai.received("chat") == []
+
+
+async def test_concurrent_calls_for_one_run_build_it_once(env):
+    await env.note("Bob prefers weekly digests of the billing export, sent on Mondays.")
+    await env.turn("Message from Bob: Slack message", "Send me the billing export digest", "Sent it.")
+    results = await asyncio.gather(*(env.build(ASK, turn_id="run-9") for _ in range(4)))
+    assert all(r == results[0] for r in results)
+    assert len(await env.events("prefetch_summary")) == 1
+
+
+async def test_a_seat_with_no_budget_room_has_its_turn_parked_and_no_prefetch_runs(
+    make_settings, dsn, clock, local_embedder, edge_index, scripted_openai
+):
+    """The budget park: at the seat's ceiling BuildTurnContext refuses (RESOURCE_EXHAUSTED,
+    BUDGET_EXHAUSTED, the ceiling and when the window rolls over) before any block is built — it
+    used to run every model call anyway. A run frozen before the ceiling was reached keeps its
+    context; the next window builds again."""
+    scripted_openai.chat_handler = lambda body: json.dumps({"selected": []})
+    budget = {"seat_ceiling_tokens": 100, "window_hours": 24}
+    settings = llm_settings(
+        make_settings, scripted_openai, companies={"acme": {"roles": ROLES, "token_budget": budget}}
+    )
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        await env.note("Bob prefers weekly digests of the billing export, sent on Mondays.")
+        before = await env.build(ASK, turn_id="run-1")
+        cfg = settings.company("acme").token_budget
+        await env.app.infra.budget.charge("acme", "ana", 100, clock.now(), cfg)
+        scripted_openai.clear()
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await env.build(ASK, turn_id="run-2")
+        code, info, _ = error_info(err.value)
+        assert (code, info.reason, info.domain) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "BUDGET_EXHAUSTED",
+            "prefetch.agentlearn.dev",
+        )
+        assert info.metadata["ceiling"] == "seat" and info.metadata["window_end"]
+        assert scripted_openai.received("chat") == []
+        assert len(await env.events("prefetch_summary")) == 1  # run-1's only
+        assert await env.build(ASK, turn_id="run-1") == before  # frozen before the ceiling
+        clock.advance(hours=24)
+        assert (await env.build(ASK, turn_id="run-2")).summary.line

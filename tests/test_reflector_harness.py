@@ -97,13 +97,13 @@ async def test_a_run_id_is_the_seats_own(env_for, clock):
     async with env_for() as env:
         ana = await env.submit(turn("run-1", now=clock.now(), seat="ana", messages=BOB_PREFERS))
         assert await env.harness.drain() == 1
-        bob = await env.submit(turn("run-1", now=clock.now(), seat="bob", messages=BOB_PREFERS))
-        assert ana.queued and bob.queued and bob.state == pb.REFLECTION_STATE_QUEUED
+        dan = await env.submit(turn("run-1", now=clock.now(), seat="dan", messages=BOB_PREFERS))
+        assert ana.queued and dan.queued and dan.state == pb.REFLECTION_STATE_QUEUED
         assert (await env.reflection("run-1", seat="ana")).state == pb.REFLECTION_STATE_COMPLETED
-        assert (await env.reflection("run-1", seat="bob")).state == pb.REFLECTION_STATE_QUEUED
+        assert (await env.reflection("run-1", seat="dan")).state == pb.REFLECTION_STATE_QUEUED
         assert await env.harness.drain() == 1
-        assert (await env.reflection("run-1", seat="bob")).state == pb.REFLECTION_STATE_COMPLETED
-        assert len(await env.notes("ana")) == len(await env.notes("bob")) == 1
+        assert (await env.reflection("run-1", seat="dan")).state == pb.REFLECTION_STATE_COMPLETED
+        assert len(await env.notes("ana")) == len(await env.notes("dan")) == 1
         with pytest.raises(grpc.aio.AioRpcError) as exc:
             await env.reflection("run-1", seat="carla")
         assert exc.value.code() == grpc.StatusCode.NOT_FOUND
@@ -117,6 +117,9 @@ async def test_a_run_id_is_the_seats_own(env_for, clock):
         (lambda t: setattr(t, "role", ""), "turn.role"),
         (lambda t: setattr(t, "outcome", pb.TURN_OUTCOME_UNSPECIFIED), "turn.outcome"),
         (lambda t: t.interactions.add(body="hi", sender=pb.Sender(handle="bob")), "turn.interactions[0].sender"),
+        # Without its times the turn could have no episode: refused, not accepted and lost later.
+        (lambda t: t.ClearField("start_time"), "turn.start_time"),
+        (lambda t: t.ClearField("end_time"), "turn.end_time"),
     ],
 )
 async def test_a_malformed_turn_is_refused_naming_the_field(env_for, clock, mutate, field):
@@ -148,11 +151,24 @@ async def test_no_workers_gate(env_for, clock):
 
 
 async def test_no_role_gate(env_for, clock):
-    async with env_for(company_defaults={"accept_unknown_roles": False, "roles": {"swe": {}}}) as env:
+    async with env_for(company_defaults={"roles": {"swe": {}}}) as env:
         r = await _gate(env, turn("run-1", now=clock.now(), role="pm", messages=BOB_PREFERS))
         assert (r.state, r.gate) == (pb.REFLECTION_STATE_GATED, "no_role")
         ok = await _gate(env, turn("run-2", now=clock.now(), role="swe", messages=BOB_PREFERS))
         assert ok.state == pb.REFLECTION_STATE_COMPLETED
+
+
+async def test_gate_two_closes_by_default_and_opens_only_when_asked(env_for, clock):
+    """accept_unknown_roles is false by default: with no company configuration a role the default
+    company does not list (only ``swe``) is gated; ``accept_unknown_roles: true`` takes it."""
+    async with env_for() as env:
+        r = await _gate(env, turn("run-1", now=clock.now(), role="pm", messages=BOB_PREFERS))
+        assert (r.state, r.gate) == (pb.REFLECTION_STATE_GATED, "no_role")
+        ok = await _gate(env, turn("run-2", now=clock.now(), role="swe", messages=BOB_PREFERS))
+        assert ok.state == pb.REFLECTION_STATE_COMPLETED
+    async with env_for(company_defaults={"accept_unknown_roles": True}) as env:
+        r = await _gate(env, turn("run-3", now=clock.now(), role="pm", messages=BOB_PREFERS))
+        assert r.state == pb.REFLECTION_STATE_COMPLETED
 
 
 async def test_per_role_opt_out_and_inheritance(env_for, clock):
@@ -179,8 +195,19 @@ async def test_no_engagement_gate(env_for, clock, build):
         assert await env.notes() == []
 
 
+async def test_a_turn_with_a_final_round_engaged_even_when_it_reports_no_calls(env_for, clock):
+    """Gate 6 reads the turn's run of tools, not tools_called alone: a done turn whose engine
+    reported its final round's tools but no calls did engage (it used to be gated as having called
+    nothing)."""
+    async with env_for() as env:
+        t = turn("r", now=clock.now(), tools=[], final_round=["jira_search"], messages=BOB_PREFERS)
+        r = await _gate(env, t)
+        assert r.state == pb.REFLECTION_STATE_COMPLETED and r.gate == ""
+        assert len(await env.notes()) == 1
+
+
 async def test_budget_gate_defers_and_the_turn_runs_when_the_window_moves(env_for, clock):
-    budget = {"token_budget": {"seat_ceiling_tokens": 100, "window_hours": 24}}
+    budget = {"roles": {"swe": {}}, "token_budget": {"seat_ceiling_tokens": 100, "window_hours": 24}}
     async with env_for(company_defaults=budget) as env:
         cfg = env.app.infra.settings.company("acme").token_budget
         await env.app.infra.budget.charge("acme", "ana", 100, clock.now(), cfg)
@@ -195,7 +222,7 @@ async def test_budget_gate_defers_and_the_turn_runs_when_the_window_moves(env_fo
 
 
 async def test_an_unreadable_budget_counter_reflects_anyway(env_for, clock):
-    budget = {"token_budget": {"seat_ceiling_tokens": 100}}
+    budget = {"roles": {"swe": {}}, "token_budget": {"seat_ceiling_tokens": 100}}
     async with env_for(company_defaults=budget) as env:
         await env.app.infra.pool.execute("ALTER TABLE token_spend RENAME TO token_spend_unreachable")
         r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
@@ -218,16 +245,62 @@ async def test_persist_decider_writes_a_declarative_long_fact(env_for, clock):
         assert event["payload"]["classification"] == "LONG" and event["payload"]["ttl_until"] is None
 
 
-async def test_persist_decider_writes_situational_state_as_short_with_a_ttl(env_for, clock):
+async def test_persist_decider_writes_situational_state_as_a_short_declarative_fact_until_its_end(env_for, clock):
     async with env_for() as env:
+        today = clock.now().date()
+        assert today.day < 20  # the statement below names this month's 20th
         msgs = [message("bob", "Heads up: I'm on vacation until the 20th.")]
         r = await _gate(env, turn("run-1", now=clock.now(), messages=msgs))
         assert env.worker(r, "persist_decider").detail == "SHORT"
         [note] = await env.notes()
+        # About Bob, in the agent's words, dated: not a quote of what he said.
+        assert note.content == f"Bob is on vacation until the 20th (said {today.isoformat()})."
         assert note.tier == diary_pb.NOTE_TIER_SHORT
-        assert (note.expire_time.ToDatetime() - note.create_time.ToDatetime()).days == 14
+        # True through the 20th: it expires when the 21st begins.
+        assert note.expire_time.ToDatetime().date() == today.replace(day=21)
         [event] = await read_events(env.app.infra.pool, "persist_decider_completed")
         assert event["payload"]["ttl_until"] is not None
+
+
+async def test_situational_state_that_already_ended_is_not_noted(env_for, clock):
+    """A SHORT note's days count from the turn, not from the reflection: state that stopped being
+    true before the turn was reflected (a vacation said a month ago) is not written."""
+    async with env_for() as env:
+        said = clock.now()
+        clock.advance(days=30)
+        msgs = [message("bob", "Heads up: I'm out of office this week.")]
+        r = await _gate(env, turn("run-1", now=said, messages=msgs))
+        w = env.worker(r, "persist_decider")
+        assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, "already_over")
+        assert await env.notes() == []
+
+
+async def test_the_seats_own_messages_are_not_noted(env_for, clock):
+    async with env_for() as env:
+        msgs = [message("Ana", "I prefer tabs over spaces."), message("bob", "ok, thanks")]
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=msgs))
+        assert env.worker(r, "persist_decider").status == pb.WORKER_STATUS_NOTHING
+        assert await env.notes() == []
+
+
+async def test_a_long_statement_is_skipped_whole_not_trimmed(env_for, clock):
+    """The offline rules keep the writers' one rule: a note past 2,000 characters is skipped and
+    logged, never trimmed to fit (it used to be cut at 2,000)."""
+    async with env_for() as env:
+        long = "I prefer release notes that list " + ", ".join(f"component {i}" for i in range(300))
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=[message("bob", long)]))
+        w = env.worker(r, "persist_decider")
+        assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, "note_too_long")
+        assert await env.notes() == []
+
+
+async def test_a_paraphrase_of_a_note_is_a_repeat(env_for, clock):
+    async with env_for() as env:
+        await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        again = [message("bob", "I'd prefer a weekly digest to daily pings.")]
+        r = await _gate(env, turn("run-2", now=clock.now(), messages=again))
+        assert env.worker(r, "persist_decider").status == pb.WORKER_STATUS_NOTHING
+        assert len(await env.notes()) == 1
 
 
 async def test_persist_decider_logs_doc_and_noop_without_writing(env_for, clock):
@@ -517,8 +590,27 @@ def test_the_offline_decider_keeps_the_most_durable_thing_said():
     assert filler["content"] == "Bob prefers weekly digests."
 
 
+@pytest.mark.parametrize(
+    ("said", "note"),
+    [
+        (
+            "Please always tag the security channel before merging.",
+            "Carla expects ana to tag the security channel before merging every time.",
+        ),
+        ("We use trunk-based development, so keep branches short-lived.", "Carla's team uses trunk-based development."),
+        ("I'd like you to send me a digest on Fridays.", "Carla would like ana to send Carla a digest on Fridays."),
+        ("The sprint freeze runs through 2026-05-10.", "The sprint freeze runs through 2026-05-10 (said 2026-05-01)."),
+    ],
+)
+def test_the_offline_decider_writes_declarative_facts_not_instructions_or_quotes(said, note):
+    from services.reflector.workers.persist_decider import offline_rule
+
+    data = {"seat": "ana", "end_time": "2026-05-01T10:00:00+00:00", "interactions": [{"sender": "Carla", "body": said}]}
+    assert json.loads(offline_rule(data))["content"] == note
+
+
 async def test_the_opt_out_decision_rides_on_the_event(env_for, clock):
-    roles = {"roles": {"noisy": {"learning_enabled": False}}}
+    roles = {"roles": {"swe": {}, "noisy": {"learning_enabled": False}}}
     async with env_for(company_defaults=roles) as env:
         t = turn("run-1", now=clock.now(), role="noisy", messages=BOB_PREFERS)
         t.learning_enabled = True  # the role was opted in when the turn ran; the config changed since

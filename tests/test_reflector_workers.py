@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import grpc
 import pytest
 
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
@@ -101,8 +102,37 @@ async def test_the_episodist_records_one_row_per_turn(env_for, clock):
         assert got.label == "Message from Bob: Slack message"
         assert got.ask == "Can you look at the flaky kafka consumer?"  # the salient body, not a wrapper
         assert got.what_it_did == "Pinned the consumer group and reran CI."
-        assert list(got.tool_sequence) == ["search_docs", "read_ticket"] and got.role == "swe"
+        assert list(got.tools_called) == ["search_docs", "read_ticket"] and got.role == "swe"
+        assert list(got.tool_sequence) == ["read_ticket"]  # the final round, as reported
         assert list(got.subjects) == ["bob"]
+
+
+async def test_a_redelivered_trigger_counts_once_in_episodes_profiles_and_notes(env_for, clock):
+    """The same work run twice (a redelivered trigger: a new run id, the same work key) is reflected
+    twice — a second pass over a second execution — but collapses by its work key: one episode, one
+    observation of Bob, one note."""
+    async with env_for(learning={"reflection": {"workers": ["persist_decider", "episodist", "profiler"]}}) as env:
+        msgs = [message("bob", "Thanks! I prefer weekly digests over daily pings.")]
+        first = turn("run-1", now=clock.now(), messages=msgs)
+        again = turn("run-2", now=clock.now(), messages=msgs)
+        again.work_key = first.work_key
+        await env.reflect(first)
+        r = await env.reflect(again)
+        assert r.state == pb.REFLECTION_STATE_COMPLETED
+        w = env.worker(r, "episodist")
+        assert w.status == pb.WORKER_STATUS_NOTHING and "collapsed" in w.detail
+        listed = await env.episodes.ListEpisodes(ep_pb.ListEpisodesRequest(company="acme", seat="ana"))
+        assert listed.total_size == 1
+        [bob] = (
+            await env.profiles.GetProfiles(
+                pr_pb.GetProfilesRequest(
+                    company="acme", observer="ana", subjects=[pr_pb.Subject(handle="bob", platform="slack")]
+                )
+            )
+        ).profiles
+        assert bob.observation_count == 1
+        notes = await env.app.infra.pool.fetchval("SELECT count(*) FROM agent_diary WHERE seat = 'ana'")
+        assert notes == 1
 
 
 async def test_a_self_iterate_round_is_recorded_but_not_persisted(env_for, clock):
@@ -160,6 +190,74 @@ async def test_the_profiler_observes_each_distinct_sender_never_the_seat(env_for
         assert list(other.profiles) == []
 
 
+async def test_a_sender_named_like_the_seat_in_another_case_is_the_seat(env_for, clock):
+    """The profiler compares the seat to a sender case-insensitively, as the profiles service refuses
+    (SELF_PROFILE): "Ana" on a turn of seat ana is the seat, skipped — it used to be sent, refused,
+    and fail the worker before the senders after it were profiled."""
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}) as env:
+        msgs = [
+            message("bob", "Please keep it short."),
+            message("Ana", "On it."),
+            message("carla", "Let's ship the kafka fix today."),
+        ]
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=msgs))
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_WROTE and w.failure == ""
+        assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla"]
+
+
+async def test_one_senders_failure_costs_no_other_sender(env_for, clock, scripted_openai):
+    """The model's answer about dan is unusable: dan is not profiled (the record says so), bob before
+    him and carla after him are."""
+
+    def answer(body: dict) -> str:  # type: ignore[type-arg]
+        if "Dan" in body["messages"][1]["content"].split("\n", 1)[0]:
+            return "not json at all"
+        return json.dumps({"noop": False, "communication_style": "brief", "topics": ["kafka"]})
+
+    scripted_openai.chat_handler = answer
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}, providers=scripted(scripted_openai)) as env:
+        msgs = [message("bob", "Keep it short."), message("dan", "Check the refund job."), message("carla", "Ship.")]
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=msgs))
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_WROTE
+        assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla"]
+        assert w.failure.startswith("invalid_output") and "slack/dan" in w.failure
+        assert r.state == pb.REFLECTION_STATE_COMPLETED  # a final failure: not retried
+
+
+async def test_a_passing_failure_for_one_sender_retries_only_the_senders_not_yet_merged(
+    env_for, clock, scripted_openai
+):
+    from tests.support.scripted_openai import Reply
+
+    down = {"dan": True}
+
+    def about(body: dict) -> str:  # type: ignore[type-arg]
+        return body["messages"][1]["content"].split("\n", 1)[0]
+
+    scripted_openai.rule("chat", lambda body: Reply(status=503) if "Dan" in about(body) and down["dan"] else None)
+    scripted_openai.chat_handler = lambda body: json.dumps({"noop": False, "communication_style": "brief"})
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}, providers=scripted(scripted_openai)) as env:
+        msgs = [message("bob", "Keep it short."), message("dan", "Check the refund job."), message("carla", "Ship.")]
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=msgs))
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_RETRYING and "slack/dan" in w.failure
+        assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla"]
+        down["dan"] = False
+        scripted_openai.clear()
+        clock.advance(seconds=60)
+        await env.harness.drain()
+        r = (
+            await env.stub.GetReflection(pb.GetReflectionRequest(company="acme", seat="ana", turn_id="run-1"))
+        ).reflection
+        w = env.worker(r, "profiler")
+        assert r.state == pb.REFLECTION_STATE_COMPLETED and w.status == pb.WORKER_STATUS_WROTE
+        assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla", "profile:slack/dan"]
+        # Only dan was asked about again: bob's and carla's profiles already carry this turn.
+        assert [about(b) for b in scripted_openai.received("chat")] == ["The person: Dan (slack)"]
+
+
 @pytest.mark.parametrize("trigger", [pb.TRIGGER_KIND_AGENT_ASK, pb.TRIGGER_KIND_SCHEDULE, pb.TRIGGER_KIND_SANDBOX])
 async def test_internal_triggers_are_not_profiled(env_for, clock, trigger):
     async with env_for() as env:
@@ -211,6 +309,56 @@ async def test_a_procedure_turn_drafts_a_single_turn_skill(env_for, clock):
         assert event["turn_id"] == "run-1"
 
 
+async def test_a_single_turn_skill_stamps_its_source_episode(env_for, clock):
+    async with env_for() as env:
+        r = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS, ask="Fix the flaky checkout test"))
+        assert env.worker(r, "synthesizer").status == pb.WORKER_STATUS_WROTE
+        [skill] = (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+        got = await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="run-1"))
+        assert got.episode.consolidated_into_skill_id == skill.id
+
+
+async def test_a_stamp_that_waits_for_its_episode_is_retried_with_the_episodist(env_for, clock):
+    """The synthesizer runs before the episodist here: its stamp finds no episode, so it is retried
+    (not finished unstamped), and the retry stamps the skill the first attempt drafted, drafting
+    nothing again."""
+    async with env_for(learning={"reflection": {"workers": ["synthesizer", "episodist"]}}) as env:
+        r = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS, ask="Fix the flaky checkout test"))
+        w = env.worker(r, "synthesizer")
+        assert w.status == pb.WORKER_STATUS_RETRYING and w.failure.startswith("episode_pending")
+        assert r.state == pb.REFLECTION_STATE_RETRYING
+        clock.advance(seconds=60)
+        await env.harness.drain()
+        r = (
+            await env.stub.GetReflection(pb.GetReflectionRequest(company="acme", seat="ana", turn_id="run-1"))
+        ).reflection
+        assert r.state == pb.REFLECTION_STATE_COMPLETED
+        assert env.worker(r, "synthesizer").status == pb.WORKER_STATUS_WROTE
+        [skill] = (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+        got = await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="run-1"))
+        assert got.episode.consolidated_into_skill_id == skill.id
+
+
+async def test_an_archived_skill_is_learned_and_not_drafted_again(env_for, clock, scripted_openai):
+    """Single-turn synthesis checks archived skills as the clustered pass does: a turn of an archived
+    skill's procedure closes the gate before any model call (it used to be re-created under a new
+    name)."""
+    scripted_openai.chat_handler = draft_handler
+    async with env_for(
+        learning={"reflection": {"workers": ["synthesizer"]}}, providers=scripted(scripted_openai)
+    ) as env:
+        old = await env.skill("ship-fix", FIVE_TOOLS)
+        await env.skills.ArchiveSkill(sk_pb.ArchiveSkillRequest(company="acme", seat="ana", skill_id=old.id))
+        r = await env.reflect(turn("run-1", now=clock.now(), tools=list(reversed(FIVE_TOOLS))))
+        w = env.worker(r, "synthesizer")
+        assert (w.status, w.gate, w.detail) == (pb.WORKER_STATUS_SKIPPED, "duplicate", "duplicates ship-fix (archived)")
+        assert scripted_openai.received("chat") == []
+        # CreateSkill agrees with the gate: the archived skill's tools are taken.
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await env.skill("ship-fix-again", FIVE_TOOLS)
+        assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+
+
 async def test_synthesis_needs_min_tool_calls_and_a_settled_turn(env_for, clock):
     async with env_for() as env:
         few = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS[:4]))
@@ -243,6 +391,51 @@ async def test_a_duplicate_tool_set_closes_the_gate_before_any_model_call(env_fo
         w = env.worker(r, "synthesizer")
         assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, "duplicate")
         assert scripted_openai.received("chat") == []
+
+
+FINAL_A = ["run_tests", "github_create_pr"]
+FINAL_B = ["jira_get_issue", "github_search"]
+
+
+def draft_handler(body: dict) -> str:  # type: ignore[type-arg]
+    n = len(body["messages"][1]["content"])
+    return json.dumps({"decline": False, "name": f"fix-flaky-{n}", "summary": "fix a flaky test", "body": "# Fix\n1."})
+
+
+async def test_a_turn_like_a_skills_source_is_refused_before_the_model_is_paid(env_for, clock, scripted_openai):
+    """One definition of the turn's tool set on both sides: the second turn, identical to the one
+    the skill was drafted from, closes the gate before any model call (it used to pay for a draft
+    CreateSkill then refused, because the gate compared every call and the skill stored the final
+    round)."""
+    scripted_openai.chat_handler = draft_handler
+    async with env_for(
+        learning={"reflection": {"workers": ["synthesizer"]}}, providers=scripted(scripted_openai)
+    ) as env:
+        first = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS, final_round=FINAL_A))
+        assert env.worker(first, "synthesizer").status == pb.WORKER_STATUS_WROTE
+        [skill] = (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+        assert list(skill.tool_sequence) == FIVE_TOOLS  # the turn's run: every call, in order
+        assert len(scripted_openai.received("chat")) == 1
+        again = await env.reflect(turn("run-2", now=clock.now(), tools=FIVE_TOOLS, final_round=FINAL_A))
+        w = env.worker(again, "synthesizer")
+        assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, "duplicate")
+        assert len(scripted_openai.received("chat")) == 1  # no second draft paid for
+
+
+async def test_the_same_tools_with_another_final_round_are_the_same_procedure(env_for, clock, scripted_openai):
+    """A turn that called the same tools as a skill's source, ending in another final round, is a
+    duplicate (it used to pass both checks and become a second skill)."""
+    scripted_openai.chat_handler = draft_handler
+    async with env_for(
+        learning={"reflection": {"workers": ["synthesizer"]}}, providers=scripted(scripted_openai)
+    ) as env:
+        await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS, final_round=FINAL_A))
+        other = await env.reflect(turn("run-2", now=clock.now(), tools=list(reversed(FIVE_TOOLS)), final_round=FINAL_B))
+        w = env.worker(other, "synthesizer")
+        assert (w.status, w.gate) == (pb.WORKER_STATUS_SKIPPED, "duplicate")
+        skills = (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+        assert len(skills) == 1
+        assert len(scripted_openai.received("chat")) == 1
 
 
 async def test_a_full_catalogue_closes_the_gate_before_any_model_call(env_for, clock, scripted_openai):

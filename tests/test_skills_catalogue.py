@@ -181,16 +181,24 @@ async def test_the_duplicate_check_compares_tool_sets_not_runs(skills):
     assert (await create(stub, "wider", ["f", "e", "d", "c", "b", "a"])).name == "wider"
 
 
-async def test_the_duplicate_check_reads_only_the_seats_live_skills(skills):
+async def test_the_duplicate_check_reads_the_seats_own_skills_archived_ones_included(skills):
+    """Another seat's skill is never a duplicate; the seat's own archived skill is (it is learned:
+    restoring it is an operator's RestoreSkill, not a re-synthesis under a new name)."""
     _, stub = skills
     await create(stub, "theirs", ["a", "b"], seat="bob")
     archived = await create(stub, "old", ["x", "y"])
     await stub.ArchiveSkill(pb.ArchiveSkillRequest(company="acme", seat="ana", skill_id=archived.id))
-    for tools in (["a", "b"], ["x", "y"]):
-        check = await stub.CheckSkillCandidate(
-            pb.CheckSkillCandidateRequest(company="acme", seat="ana", tool_set=tools)
-        )
-        assert check.gate == pb.CANDIDATE_GATE_OPEN
+    theirs = await stub.CheckSkillCandidate(
+        pb.CheckSkillCandidateRequest(company="acme", seat="ana", tool_set=["a", "b"])
+    )
+    assert theirs.gate == pb.CANDIDATE_GATE_OPEN
+    old = await stub.CheckSkillCandidate(pb.CheckSkillCandidateRequest(company="acme", seat="ana", tool_set=["y", "x"]))
+    assert old.gate == pb.CANDIDATE_GATE_DUPLICATE
+    assert (old.duplicate.name, old.duplicate.state) == ("old", pb.SKILL_STATE_ARCHIVED)
+    assert old.live_skill_count == 0  # the cap still counts live skills only
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await create(stub, "old-again", ["x", "y"])
+    assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
 
 
 async def test_a_full_catalogue_closes_the_cap_gate_first(make_settings, dsn, clock):

@@ -38,8 +38,20 @@ def _ts(value) -> Timestamp:  # type: ignore[no-untyped-def]
 
 
 async def record(  # type: ignore[no-untyped-def]
-    estub, clock, turn_id, tools, *, seat="ana", outcome=epb.TURN_OUTCOME_DONE, calls=None, role="", ask=None
+    estub,
+    clock,
+    turn_id,
+    tools,
+    *,
+    seat="ana",
+    outcome=epb.TURN_OUTCOME_DONE,
+    calls=None,
+    final_round=None,
+    role="",
+    ask=None,
 ):
+    """``tools``: the turn's calls (``calls`` overrides them); ``final_round``: its last round, by
+    default the last call — the two lists an engine reports are not the same list."""
     clock.advance(minutes=1)
     end = clock.now()
     await estub.RecordEpisode(
@@ -52,7 +64,7 @@ async def record(  # type: ignore[no-untyped-def]
             ask=f"please handle {turn_id}" if ask is None else ask,
             what_it_did=f"handled {turn_id}",
             outcome=outcome,
-            tool_sequence=tools,
+            tool_sequence=tools[-1:] if final_round is None else final_round,
             tools_called=calls if calls is not None else tools,
             start_time=_ts(end - timedelta(seconds=30)),
             end_time=_ts(end),
@@ -156,6 +168,19 @@ async def test_the_largest_cluster_is_drafted_from_its_representative_run_and_it
     [spend] = await read_events(app.infra.pool, "auxiliary_spend")
     assert spend["payload"]["stage"] == "background" and spend["payload"]["purpose"] == "skill_synthesis_clustered"
     assert spend["seat"] == "ana"
+
+
+async def test_turns_are_pooled_and_stored_by_every_tool_they_called_not_their_final_round(app, clock, scripted_openai):
+    """The clustered pass uses the one definition of a turn's tool set (every call, the run the
+    single-turn path stores too): three turns that called Z's tools, each ending in another final
+    round, are one cluster, and the skill stores the representative's whole run."""
+    estub, sstub = stubs(app)
+    for i, last in enumerate([["github_merge"], ["slack_post"], ["jira_comment", "github_pr"]]):
+        await record(estub, clock, f"z{i}", Z, final_round=last)
+    report = await synthesize(app)
+    assert report.drafted == 1
+    [skill] = await catalogue(sstub)
+    assert skill.cluster_size == 3 and list(skill.tool_sequence) == Z
 
 
 async def test_one_draft_per_seat_per_pass_and_a_learned_cluster_is_skipped_not_a_stop(app, clock, scripted_openai):

@@ -31,6 +31,7 @@ __all__ = [
     "LearningConfig",
     "MemoryConfig",
     "ProviderConfig",
+    "RelevanceConfig",
     "RoleConfig",
     "ServerConfig",
     "SessionsConfig",
@@ -234,11 +235,12 @@ class CompanyKnowledgeConfig(_Section):
 
 class CompanyConfig(_Section):
     roles: dict[str, RoleConfig] = Field(default_factory=dict)
-    """Roles of the company by name. With ``accept_unknown_roles`` a role not listed behaves as a
-    default ``RoleConfig``; otherwise it closes the reflector's "no role" gate."""
-    accept_unknown_roles: bool = True
-    """A role not listed under ``roles`` behaves as a default role; false closes the reflector's
-    "no role" gate for it."""
+    """Roles of the company by name. A turn of a role not listed closes the reflector's "no role"
+    gate (spec gate 2: learning about a renamed or removed role writes memory under an identity
+    nothing can read back), unless ``accept_unknown_roles``."""
+    accept_unknown_roles: bool = False
+    """True: a role not listed under ``roles`` behaves as a default role, and gate 2 never closes.
+    Off by default, so a company lists the roles it has."""
     token_budget: BudgetConfig = BudgetConfig()
     """Spec "What the auxiliary calls cost"."""
     memory: MemoryConfig = MemoryConfig()
@@ -419,6 +421,11 @@ class PrefetchConfig(_Section):
     """Characters of the skills menu; a skill whose line does not fit is not offered."""
     knowledge_results: int = 5
     """Pages the ``## Relevant knowledge`` block renders."""
+    frozen_context_hours: int = 24
+    """BuildTurnContext is frozen per run id (spec: "Frozen at turn start"): the rendered context of
+    (company, seat, turn_id) is kept this long after it was built, so every later call for the run —
+    a self_iterate round, a retry, another replica — gets the same blocks with no model call and no
+    note use counted again. A run id asked after this is built afresh."""
 
 
 class ReflectionConfig(_Section):
@@ -469,6 +476,33 @@ class SkillProposalsConfig(_Section):
     """Default page of ListSkillProposals (at most 200)."""
 
 
+MEASURED_RELEVANCE_FLOORS: dict[str, float] = {"all-MiniLM-L6-v2": 0.42}
+"""Relevance floors measured on the dev data (``./run bench relevance_floor``; docs/services/episodes.md,
+"The relevance floor"):
+the 99.8th percentile of the cosine similarity of unrelated LoCoMo pairs (a question and the turns
+of other conversations), i.e. at most one unrelated row in 500 — a full seat's rows of one kind —
+clears it. all-MiniLM-L6-v2: unrelated p99.8 = 0.424; 63 % of question-evidence pairs clear it."""
+
+
+class RelevanceConfig(_Section):
+    """``learning.relevance``: when a vector hit counts as related at all."""
+
+    floors: dict[str, float] = Field(default_factory=dict)
+    """Per embedding model (the name stored beside every vector): the cosine similarity below which
+    a hit is not related — ``## Similar prior work``, ``query_episodes`` and the diary's vector half
+    never offer it, so an unrelated turn is not shown as similar and "this is new work" can be said.
+    A model not listed here takes its measured floor (``all-MiniLM-L6-v2``: 0.42, measured with
+    ``./run bench relevance_floor`` on the dev data); a model with no measured floor has none (every
+    top-K hit is kept) until one is measured and set here; ``0`` switches a model's floor off."""
+
+    def floor(self, model: str | None) -> float | None:
+        """The floor of ``model``'s similarities, or None when it has none."""
+        if not model:
+            return None
+        value = self.floors.get(model, MEASURED_RELEVANCE_FLOORS.get(model))
+        return value if value else None
+
+
 class LearningConfig(_Section):
     enabled: bool = True
     """Company-wide learning switch; a role's ``learning_enabled`` inherits it."""
@@ -480,6 +514,8 @@ class LearningConfig(_Section):
     fill: FillConfig = FillConfig()
     personal_memory: PersonalMemoryConfig = PersonalMemoryConfig()
     episodes: EpisodesConfig = EpisodesConfig()
+    relevance: RelevanceConfig = RelevanceConfig()
+    """When a similarity hit is related at all: a floor per embedding model."""
     episode_lifecycle: EpisodeLifecycleConfig = EpisodeLifecycleConfig()
     skill_synthesis: SkillSynthesisConfig = SkillSynthesisConfig()
     skill_refinement: SkillRefinementConfig = SkillRefinementConfig()
@@ -775,8 +811,11 @@ class Settings(BaseSettings):
     """Embedded PostgreSQL and Qdrant data (``--data-dir``), kept across restarts."""
     providers: ProvidersConfig = ProvidersConfig()
     """Embeddings and auxiliary-model providers."""
-    company_defaults: CompanyConfig = CompanyConfig()
-    """Applies to every company not listed under ``companies``."""
+    company_defaults: CompanyConfig = CompanyConfig(roles={"swe": RoleConfig()})
+    """Applies to every company not listed under ``companies``. With no configuration at all it
+    lists one role, ``swe`` (what ``./run demo``, the examples and the clients' quick starts use),
+    so a fresh ``./run up`` learns from them; a config file that sets ``company_defaults`` lists its
+    own roles (``config/agentlearn.example.yaml``)."""
     companies: dict[str, CompanyConfig] = Field(default_factory=dict)
     """Per-company overrides of ``company_defaults`` (roles, budgets), by company handle."""
     learning: LearningConfig = LearningConfig()

@@ -6,12 +6,14 @@ One minute, as :meth:`VectorFill.run_minute` runs it:
 * It walks every company with rows to fill and, inside one, every seat in order starting at the
   seat where the previous minute ran out.
 * What it may send is bounded by what it sends, refused requests included: ``requests_per_minute``
-  requests for this process (every fill it runs shares them: "sixteen requests a node"), and
+  requests for this process (every fill it runs shares them, on one :class:`RequestLedger`:
+  "sixteen requests a node"), and
   ``company_bytes_per_minute`` bytes of text for the whole company, counted in a Postgres ledger
   every runner and row family shares. A budget that runs out ends the
   minute and the next starts at that seat.
 * A rate limit, a timeout, an unreachable endpoint, a refused key or an unknown model ends the
-  minute for every seat, not for one.
+  minute for every seat, not for one — and for every fill of the process (the ledger remembers it),
+  so the episodes' fill does not keep sending in a minute the diary's fill was told "not now".
 * A refused batch is split in halves until the row it refuses is alone; that row is held back an
   hour, then offered again alone.
 * A vector with no direction costs only its row: held back an hour
@@ -114,17 +116,31 @@ class FillReport:
 
 
 class RequestLedger:
-    """Requests one process sent per minute, across every fill it runs (diary notes and episodes
-    share a node's sixteen). One per process: it lives on the process's ``Infra``."""
+    """The minute of one process, shared by every fill it runs (diary notes, episodes, pages): the
+    requests sent (a node's sixteen, refused ones included) and whether the provider ended the
+    minute. A rate limit, a timeout, an unreachable endpoint or a refused configuration "ends the
+    minute for every seat rather than for one" — so for every fill of the process too: a fill that
+    starts later in the same minute sends nothing. One per process: it lives on ``Infra``."""
 
     def __init__(self) -> None:
         self._window: datetime | None = None
         self._sent = 0
+        self._ended: str | None = None
 
     def _roll(self, now: datetime) -> None:
         window = now.replace(second=0, microsecond=0)
         if window != self._window:
-            self._window, self._sent = window, 0
+            self._window, self._sent, self._ended = window, 0, None
+
+    def end(self, now: datetime, why: str) -> None:
+        """The provider ended this minute (``why``: rate_limited, timeout, ...)."""
+        self._roll(now)
+        self._ended = self._ended or why
+
+    def ended(self, now: datetime) -> str | None:
+        """Why this minute was ended, if it was."""
+        self._roll(now)
+        return self._ended
 
     def available(self, now: datetime, limit: int) -> int:
         self._roll(now)
@@ -145,6 +161,11 @@ class _EndMinute(Exception):
 
 class _CompanySpent(_EndMinute):
     """This company's bytes for the minute are spent: the minute goes on for the others."""
+
+
+_NOT_THE_PROVIDERS = frozenset({"requests", "bytes", "paused"})
+"""Why a minute ends that is not the provider ending it: the budgets (already shared: the request
+count on the ledger, the bytes in Postgres) and the configuration pause (in Postgres)."""
 
 
 class VectorFill:
@@ -234,7 +255,11 @@ class VectorFill:
         if await self.paused_until() is not None:
             report.ended_by = "paused"
             return report
-        self._requests_left = self._config.requests_per_minute
+        ended = self._requests.ended(self._clock.now())
+        if ended is not None:
+            # Another fill of this process met the provider's "not now" this minute.
+            report.ended_by = ended
+            return report
         self._first_answer = True
         self._report = report
         try:
@@ -242,6 +267,8 @@ class VectorFill:
                 await self._run_source(source)
         except _EndMinute as end:
             report.ended_by = end.why
+            if end.why not in _NOT_THE_PROVIDERS:
+                self._requests.end(self._clock.now(), end.why)
         await self._record_backlog()
         return report
 
@@ -335,14 +362,17 @@ class VectorFill:
     async def _send(self, company: str, size: int, *, probe: bool = False):  # type: ignore[no-untyped-def]
         """Charge one request of ``size`` bytes, or end the minute when a budget is spent."""
         now = self._clock.now()
+        ended = self._requests.ended(now)
+        if ended is not None:  # another fill of this process met the provider's "not now" meanwhile
+            raise _EndMinute(ended)
         # While the first answer is pending, a request is sent only if the probe could follow it.
+        # The request budget is the process's (the ledger every fill shares), not this pass's.
         needed = 1 if probe or not self._first_answer else 2
-        if self._requests_left < needed or self._requests.available(now, self._config.requests_per_minute) < needed:
+        if self._requests.available(now, self._config.requests_per_minute) < needed:
             raise _EndMinute("requests")
         self._requests.take(now, self._config.requests_per_minute)
         if not await self._spend_bytes(company, size, self._clock.now()):
             raise _CompanySpent("bytes")
-        self._requests_left -= 1
         self._report.requests += 1
         self._report.bytes += size
 

@@ -30,6 +30,7 @@ def build(infra: Infra) -> DiaryService:
         clock=infra.clock,
         config=infra.settings.learning.diary,
         events=infra.events,
+        relevance=infra.settings.learning.relevance,
     )
 
 

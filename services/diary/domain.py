@@ -59,3 +59,5 @@ class Recall:
     embedding_status: str  # embedded | provided | failed | unconfigured | skipped
     vector_source: str | None  # index | exact_scan | None
     unreachable_by_vector: int
+    relevance_floor: float | None = None
+    """The query model's floor the vector half was held to (None: the model has none)."""

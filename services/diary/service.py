@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from libs.common.config import DiaryConfig
+from libs.common.config import DiaryConfig, RelevanceConfig
 from libs.common.embeddings import Embedder, embed_within
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
@@ -67,7 +67,10 @@ class DiaryService:
         clock,  # libs.common.clock.Clock
         config: DiaryConfig,
         events: EventSink,
+        relevance: RelevanceConfig | None = None,
     ):
+        self.relevance = relevance or RelevanceConfig()
+        """The floor per embedding model below which a vector hit is not related."""
         self.store = store
         self.embedder = embedder
         self.index = index
@@ -203,7 +206,10 @@ class DiaryService:
             cand.similarity = max(cand.similarity, similarity)
             cand.lexical_rank = max(cand.lexical_rank, rank)
 
+        floor: float | None = None
+
         async def vector_half() -> tuple[str, str | None, int, list[tuple[Note, float]]]:
+            nonlocal floor
             vector: QueryVector | None = None
             status = "skipped"
             if k_vec and query_vector is not None:
@@ -213,6 +219,12 @@ class DiaryService:
             if vector is None:
                 return status, None, 0, []
             hits, source = await self._vector_half(company, seat, now, vector, k_vec)
+            # The relevance floor of the query's model: the vector half offers what is related, not
+            # merely the least unlike of the seat's notes (the recency half still brings the rules
+            # that apply whatever the topic).
+            floor = self.relevance.floor(vector.model)
+            if floor is not None:
+                hits = [(note, sim) for note, sim in hits if sim >= floor]
             unreachable = await self.store.unreachable_by_vector(
                 company, seat, now, vector.model, int(vector.values.shape[0])
             )
@@ -239,7 +251,7 @@ class DiaryService:
             tier = 0 if "vector" in c.found_by else (1 if "lexical" in c.found_by else 2)
             return (tier, -c.similarity, -c.lexical_rank, -c.note.create_time.timestamp())
 
-        return Recall(sorted(pool.values(), key=order), status, source, unreachable)
+        return Recall(sorted(pool.values(), key=order), status, source, unreachable, floor)
 
     async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
         vec, reason = await embed_within(self.embedder, query, self.config.embed_budget_seconds)

@@ -99,6 +99,7 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
             embedding_status=_EMBEDDING_STATUS[recall.embedding_status],
             vector_source=_VECTOR_SOURCE[recall.vector_source],
             unreachable_by_vector_count=recall.unreachable_by_vector,
+            relevance_floor=recall.relevance_floor or 0.0,
         )
 
     async def MarkNotesUsed(

@@ -31,6 +31,7 @@ def build(infra: Infra) -> EpisodeService:
         clock=infra.clock,
         config=infra.settings.learning.episodes,
         events=infra.events,
+        relevance=infra.settings.learning.relevance,
     )
 
 

@@ -88,6 +88,8 @@ class Episode:
     consolidated_into_skill_id: str | None = None
     embedding_model: str | None = None
     embedding_dims: int | None = None
+    work_key: str | None = None
+    """The unit of work a raw row records (one row per work key: a redelivery is collapsed into it)."""
 
     @property
     def text(self) -> str:
@@ -155,3 +157,5 @@ class Search:
     embedding_status: str  # embedded | provided | failed | unconfigured | skipped
     vector_source: str | None  # index | exact_scan | None
     unreachable_by_vector: int
+    relevance_floor: float | None = None
+    """The query model's floor the hits were held to (None: the model has none)."""

@@ -17,7 +17,7 @@ from datetime import datetime
 
 import numpy as np
 
-from libs.common.config import EpisodesConfig
+from libs.common.config import EpisodesConfig, RelevanceConfig
 from libs.common.embeddings import Embedder, embed_within
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
@@ -56,7 +56,7 @@ from services.episodes.domain import (
 )
 from services.episodes.store import Dropped, PostgresEpisodeStore
 
-__all__ = ["EpisodeService", "TurnRecord", "drop_points", "index_point"]
+__all__ = ["EpisodeService", "Recorded", "TurnRecord", "drop_points", "index_point"]
 
 _log = logging.getLogger(__name__)
 
@@ -110,6 +110,18 @@ class TurnRecord:
     skills_used: tuple[str, ...] = ()
     subjects: tuple[str, ...] = ()
     conversation_id: str = ""
+    work_key: str = ""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What RecordEpisode did: the row, whether this call created it, why it has no vector, and
+    whether the run was collapsed into a row of the same work recorded under another run id."""
+
+    episode: Episode
+    created: bool
+    skipped: str | None = None
+    collapsed: bool = False
 
 
 def _names(values: Sequence[str], field: str) -> tuple[str, ...]:
@@ -130,7 +142,10 @@ class EpisodeService:
         clock,  # libs.common.clock.Clock
         config: EpisodesConfig,
         events: EventSink,
+        relevance: RelevanceConfig | None = None,
     ):
+        self.relevance = relevance or RelevanceConfig()
+        """The floor per embedding model below which a hit is not related (``learning.relevance``)."""
         self.store = store
         self.embedder = embedder
         self.index = index
@@ -186,15 +201,23 @@ class EpisodeService:
         if rec.role:
             require_ident(rec.role, "role", domain=DOMAIN)
 
-    async def record(self, rec: TurnRecord) -> tuple[Episode, bool, str | None]:
-        """Store one raw row; returns it, whether it was created, and why it has no vector."""
+    async def record(self, rec: TurnRecord) -> Recorded:
+        """Store one raw row. Idempotent on the run id; and one row per work key: a redelivered
+        trigger, which runs again under a new run id, is collapsed into the row its work already
+        has (spec gate 5: "what collapses THAT is the episode row's own work-key index"), so the
+        same work is one turn to every read, profile and compaction. The first execution's row
+        stands; the redelivery's run id is filed under it."""
         company, seat = seat_ref(rec.company, rec.seat, domain=DOMAIN)
         self._validate(rec)
         tool_sequence = _names(rec.tool_sequence, "tool_sequence")
         tools_called = _names(rec.tools_called, "tools_called")
         existing = await self.store.get_by_turn(company, seat, rec.turn_id)
         if existing is not None:
-            return existing, False, None
+            return Recorded(existing, False, collapsed=existing.turn_id != rec.turn_id)
+        if rec.work_key:
+            same_work = await self.store.get_by_work_key(company, seat, rec.work_key)
+            if same_work is not None:
+                return await self._collapse(company, seat, rec, same_work)
         assert rec.start_time is not None and rec.end_time is not None and rec.outcome is not None
         text = vector_text(rec.label, rec.ask, rec.what_it_did)
         vector, skipped = await self._embed_inline(text)
@@ -220,16 +243,49 @@ class EpisodeService:
             conversation_id=rec.conversation_id or None,
             duration_ms=int((rec.end_time - rec.start_time).total_seconds() * 1000),
             embedding_model=self.embedder.model if (vector is not None and self.embedder) else None,
+            work_key=rec.work_key or None,
         )
         stored = await self.store.insert_raw(episode, vector, self.clock.now())
         if stored is None:
-            # A concurrent call for the same run id won the insert: that row is the record.
+            # A concurrent call won the insert: for the same run id, that row is the record; for
+            # the same work under another run id, this run is collapsed into it.
             winner = await self.store.get_by_turn(company, seat, rec.turn_id)
-            assert winner is not None
-            return winner, False, None
+            if winner is not None:
+                return Recorded(winner, False)
+            same_work = await self.store.get_by_work_key(company, seat, rec.work_key) if rec.work_key else None
+            if same_work is None:  # deleted between the two reads: nothing to collapse into
+                raise RuntimeError(f"episode of {rec.turn_id} neither inserted nor found")
+            return await self._collapse(company, seat, rec, same_work)
         if vector is not None:
             await self._index(stored, vector)
-        return stored, True, skipped
+        # The spec's episode_written: one per row the turn's record wrote (a repeat or a collapsed
+        # redelivery writes none).
+        await self.events.emit(
+            "episode_written",
+            company=company,
+            seat=seat,
+            turn_id=rec.turn_id,
+            episode_id=str(stored.id),
+            episode_kind=str(EpisodeKind.RAW),
+            outcome=str(stored.outcome),
+            work_key=rec.work_key or None,
+            embedding_model=stored.embedding_model,
+            embedding_skipped_reason=skipped,
+        )
+        return Recorded(stored, True, skipped)
+
+    async def _collapse(self, company: str, seat: str, rec: TurnRecord, row: Episode) -> Recorded:
+        await self.store.alias_run(company, seat, rec.turn_id, row.id, self.clock.now())
+        _log.info(
+            "episode of %s/%s run %s collapsed into %s (work key %r, first run %s)",
+            company,
+            seat,
+            rec.turn_id,
+            row.id,
+            rec.work_key,
+            row.turn_id,
+        )
+        return Recorded(row, False, collapsed=True)
 
     async def _embed_inline(self, text: str) -> tuple[np.ndarray | None, str | None]:
         """The two-second embed: a vector, or none and the reason (the fill tries again later)."""
@@ -289,9 +345,15 @@ class EpisodeService:
             status = "provided"
         else:
             vector, status = await self._embed_query(query)
+        # The relevance floor of the query's model: a hit below it is not related (its top-K place
+        # is only the least unlike of unrelated rows), so it is not a hit at all — the seat is not
+        # shown an unrelated turn as similar, and an empty answer can say "this is new work".
+        floor = self.relevance.floor(vector.model) if vector is not None else None
         if vector is not None:
             found, source = await self._vector_half(company, seat, vector, k_vec, outcome)
             for ep, sim in found:
+                if floor is not None and sim < floor:
+                    continue
                 hit = hits.setdefault(ep.id, Hit(ep))
                 hit.found_by.add("vector")
                 hit.similarity = sim
@@ -299,7 +361,21 @@ class EpisodeService:
                 company, seat, vector.model, int(vector.values.shape[0]), outcome
             )
         if k_lex and query.strip():
-            for ep, rank in await self.store.lexical(company, seat, query, k_lex, outcome):
+            lexical = await self.store.lexical(
+                company,
+                seat,
+                query,
+                k_lex,
+                outcome,
+                vector.values if vector is not None else None,
+                vector.model if vector is not None else None,
+            )
+            for ep, rank, sim in lexical:
+                # A word in common is not relatedness: a lexical hit whose meaning can be compared
+                # (its vector is of the query's model) is held to the same floor. One the fill has
+                # not reached yet can only be found this way, and is kept.
+                if floor is not None and sim is not None and sim < floor and ep.id not in hits:
+                    continue
                 hit = hits.setdefault(ep.id, Hit(ep))
                 hit.found_by.add("lexical")
                 hit.lexical_rank = rank
@@ -307,7 +383,7 @@ class EpisodeService:
         def order(h: Hit) -> tuple:
             return (0 if "vector" in h.found_by else 1, -h.similarity, -h.lexical_rank, -h.episode.end_time.timestamp())
 
-        return Search(sorted(hits.values(), key=order), status, source, unreachable)
+        return Search(sorted(hits.values(), key=order), status, source, unreachable, floor)
 
     async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
         if self.embedder is not None and not query.strip():

@@ -78,6 +78,7 @@ def episode_to_pb(ep: Episode) -> pb.Episode:
         subjects=list(ep.subjects),
         role=ep.role or "",
         embedding_dimensions=ep.embedding_dims or 0,
+        work_key=ep.work_key or "",
     )
 
 
@@ -139,10 +140,14 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
             skills_used=tuple(request.skills_used),
             subjects=tuple(request.subjects),
             conversation_id=request.conversation_id,
+            work_key=request.work_key,
         )
-        episode, created, skipped = await self._service.record(rec)
+        done = await self._service.record(rec)
         return pb.RecordEpisodeResponse(
-            episode=episode_to_pb(episode), created=created, embedding_skipped_reason=skipped or ""
+            episode=episode_to_pb(done.episode),
+            created=done.created,
+            embedding_skipped_reason=done.skipped or "",
+            collapsed=done.collapsed,
         )
 
     async def SearchEpisodes(
@@ -170,6 +175,7 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
             embedding_status=_EMBEDDING_STATUS[search.embedding_status],
             vector_source=_VECTOR_SOURCE[search.vector_source],
             unreachable_by_vector_count=search.unreachable_by_vector,
+            relevance_floor=search.relevance_floor or 0.0,
         )
 
     async def ListEpisodes(

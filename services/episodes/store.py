@@ -23,7 +23,7 @@ _COLUMNS = """id, company, seat, role, kind, turn_id, work_item, label, ask, wha
               tool_sequence, tools_called, skills_used, subjects, conversation_id, start_time, end_time, duration_ms,
               count, common_task_pattern, common_outcome, success_rate, done_count, subjects_involved,
               notable_patterns, exemplar_turn_ids, exemplar_of, consolidated_into_skill_id, embedding_model,
-              embedding_dims"""
+              embedding_dims, work_key"""
 _SEAT = "company = $1 AND seat = $2"
 # A listing's filter: $3 kind, $4 outcomes, $5 min tool calls, $6 conversation, $7 exclude exemplars.
 _FILTER = """($3::text IS NULL OR kind = $3) AND (cardinality($4::text[]) = 0 OR outcome = ANY($4::text[]))
@@ -41,21 +41,35 @@ SQL = {
         INSERT INTO episodes (id, company, seat, role, kind, turn_id, work_item, label, ask, what_it_did, outcome,
                               review_outcome, tool_sequence, tools_called, skills_used, subjects, conversation_id,
                               start_time, end_time, duration_ms, record_time, embedding, embedding_model,
-                              embedding_dims)
+                              embedding_dims, work_key)
         VALUES ($1, $2, $3, $4, 'raw', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-                $21, $22, $23)
-        ON CONFLICT (company, seat, turn_id) DO NOTHING
+                $21, $22, $23, $24)
+        ON CONFLICT DO NOTHING
         RETURNING {_COLUMNS}""",
     "get": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND id = $3",
-    "get_by_turn": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND turn_id = $3",
+    # A run id names its own row, or the row its work was collapsed into (episode_runs).
+    "get_by_turn": f"""
+        SELECT {_COLUMNS} FROM episodes
+        WHERE {_SEAT} AND (turn_id = $3 OR id = (
+            SELECT episode_id FROM episode_runs r WHERE r.company = $1 AND r.seat = $2 AND r.turn_id = $3))
+        ORDER BY turn_id = $3 DESC LIMIT 1""",
+    "get_by_work_key": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND work_key = $3",
+    "alias_run": """
+        INSERT INTO episode_runs (company, seat, turn_id, episode_id, record_time) VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (company, seat, turn_id) DO NOTHING""",
     "hydrate_raw": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND kind = 'raw' AND id = ANY($3)",
     # The lexical half (the diary's): the query's own English lexemes OR-ed together, ranked by
-    # cover density, length-normalised; raw rows only.
+    # cover density, length-normalised; raw rows only. With a query vector ($6, of model $7 and
+    # width $8) each hit also says how similar it is in meaning, where its own vector is of that
+    # model (NULL otherwise): the relevance floor applies to it as to a vector hit.
     "lexical": f"""
         WITH q AS (
             SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq
             FROM unnest(tsvector_to_array(to_tsvector('english', $4))) AS lexeme)
-        SELECT {_COLUMNS}, ts_rank(e.tsv, q.tsq, 1) AS rank
+        SELECT {_COLUMNS}, ts_rank(e.tsv, q.tsq, 1) AS rank,
+               CASE WHEN $6::vector IS NOT NULL AND e.embedding IS NOT NULL AND e.embedding_model = $7
+                         AND e.embedding_dims = $8
+                    THEN 1 - (e.embedding <=> $6::vector) END AS similarity
         FROM episodes e, q
         WHERE e.company = $1 AND e.seat = $2 AND e.kind = 'raw' AND ($5::text IS NULL OR e.outcome = $5)
           AND e.tsv @@ q.tsq
@@ -83,7 +97,8 @@ SQL = {
             consolidated_time = CASE WHEN consolidated_into_skill_id IS NOT DISTINCT FROM $4
                                      THEN consolidated_time ELSE $5 END,
             consolidated_into_skill_id = $4
-        WHERE {_SEAT} AND kind = 'raw' AND turn_id = ANY($3)""",
+        WHERE {_SEAT} AND kind = 'raw' AND (turn_id = ANY($3) OR id IN (
+            SELECT episode_id FROM episode_runs r WHERE r.company = $1 AND r.seat = $2 AND r.turn_id = ANY($3)))""",
     # Seats with raw rows, walked as a skip scan over episodes_seat_raw: one index probe per seat.
     "seats": """
         WITH RECURSIVE seats(company, seat) AS (
@@ -174,6 +189,7 @@ def episode_of(row: asyncpg.Record) -> Episode:
         consolidated_into_skill_id=row["consolidated_into_skill_id"],
         embedding_model=row["embedding_model"],
         embedding_dims=row["embedding_dims"],
+        work_key=row["work_key"],
     )
 
 
@@ -215,7 +231,7 @@ class PostgresEpisodeStore:
     # ---------------------------------------------------------------- writes
 
     async def insert_raw(self, ep: Episode, vector: np.ndarray | None, now: datetime) -> Episode | None:
-        """Insert a raw row; ``None`` when the seat already has a row for this run id."""
+        """Insert a raw row; ``None`` when the seat already has a row for this run id or work key."""
         row = await self.pool.fetchrow(
             SQL["insert"],
             ep.id,
@@ -241,8 +257,17 @@ class PostgresEpisodeStore:
             None if vector is None else vector.astype(np.float32),
             ep.embedding_model if vector is not None else None,
             int(vector.shape[0]) if vector is not None else None,
+            ep.work_key or None,
         )
         return episode_of(row) if row else None
+
+    async def get_by_work_key(self, company: str, seat: str, work_key: str) -> Episode | None:
+        row = await self.pool.fetchrow(SQL["get_by_work_key"], company, seat, work_key)
+        return episode_of(row) if row else None
+
+    async def alias_run(self, company: str, seat: str, turn_id: str, episode_id: uuid.UUID, now: datetime) -> None:
+        """File another run id under a row: the run's work was recorded already (a redelivery)."""
+        await self.pool.execute(SQL["alias_run"], company, seat, turn_id, episode_id, now)
 
     async def mark_consolidated(
         self, company: str, seat: str, turn_ids: Sequence[str], skill_id: str, now: datetime
@@ -265,10 +290,31 @@ class PostgresEpisodeStore:
         return {r["id"]: episode_of(r) for r in rows}
 
     async def lexical(
-        self, company: str, seat: str, query: str, limit: int, outcome: TurnOutcome | None
-    ) -> list[tuple[Episode, float]]:
-        rows = await self.pool.fetch(SQL["lexical"], company, seat, limit, query, str(outcome) if outcome else None)
-        return [(episode_of(r), float(r["rank"])) for r in rows]
+        self,
+        company: str,
+        seat: str,
+        query: str,
+        limit: int,
+        outcome: TurnOutcome | None,
+        vector: np.ndarray | None = None,
+        model: str | None = None,
+    ) -> list[tuple[Episode, float, float | None]]:
+        """Lexical hits: (row, rank, cosine similarity to ``vector`` where the row has a vector of
+        ``model`` and its width, else None)."""
+        rows = await self.pool.fetch(
+            SQL["lexical"],
+            company,
+            seat,
+            limit,
+            query,
+            str(outcome) if outcome else None,
+            None if vector is None else vector.astype(np.float32),
+            model,
+            None if vector is None else int(vector.shape[0]),
+        )
+        return [
+            (episode_of(r), float(r["rank"]), None if r["similarity"] is None else float(r["similarity"])) for r in rows
+        ]
 
     async def exact(
         self, company: str, seat: str, vector: np.ndarray, model: str, limit: int, outcome: TurnOutcome | None

@@ -23,6 +23,7 @@ __all__ = [
     "REFRESH_DEFAULT_LIMIT",
     "REFRESH_MAX_LIMIT",
     "RPC_TIMEOUT_SECONDS",
+    "SUMMARY_BLOCKS",
     "Block",
     "BlockKind",
     "Sender",
@@ -76,13 +77,31 @@ HEADINGS = {
 }
 
 
+SUMMARY_BLOCKS = (
+    "similar_prior_work",
+    "personal_memory",
+    "skills",
+    "relevant_knowledge",
+    "counterparty",
+    "onboarding",
+    "thread",
+)
+"""The engine's block list: the seven context prefetches a turn start resolves (spec:
+``prefetch_summary``, "prefetch: N/7 hits"). Fixed — not the blocks one turn happened to render —
+so the line of a turn with four senders reads against the same seven as one with none. The
+counterparty kind is one entry however many senders it rendered a block for. ``thread`` (the chat
+thread) is rendered by the engine, never here: it counts in the denominator and never as a hit of
+this service. A block kind rendered here but missing from this list reads as a wrong fraction
+(8/7) rather than going unnoticed."""
+
+
 class TurnEmbedding(StrEnum):
-    """What became of the one vector the memory and episode searches rank by."""
+    """What became of the one vector the memory and episode searches rank by. Absent (None) where
+    no search asked for one: a thin trigger embeds nothing."""
 
     EMBEDDED = "embedded"
     FAILED = "failed"
     UNCONFIGURED = "unconfigured"
-    GATED = "gated"
 
 
 @dataclass(frozen=True)
@@ -153,18 +172,20 @@ class Summary:
     blocks: tuple[Block, ...]
     knowledge_selection_count: int
     trigger_requires_recon: bool
-    turn_embedding: TurnEmbedding
+    turn_embedding: TurnEmbedding | None
+    """None where no search asked for the vector (a thin trigger): the key is then absent."""
     gated: bool
 
     @property
     def hits(self) -> int:
-        return sum(1 for b in self.blocks if b.hit)
+        """Block kinds that rendered something (the counterparty kind once, however many senders)."""
+        return len({str(b.kind) for b in self.blocks if b.hit})
 
     @property
     def line(self) -> str:
-        # The denominator is the length of the block list, never a literal: a block added without
-        # a summary entry reads as a wrong fraction rather than going unnoticed.
-        line = f"prefetch: {self.hits}/{len(self.blocks)} hits"
+        # The denominator is the length of the engine's block list, never a literal and never the
+        # number of blocks this turn rendered (which grew with its senders).
+        line = f"prefetch: {self.hits}/{len(SUMMARY_BLOCKS)} hits"
         if self.gated:
             line += " (thin trigger: relevance filters gated)"
         elif self.turn_embedding is TurnEmbedding.FAILED:
@@ -181,12 +202,13 @@ class Summary:
                 for b in self.blocks
             ],
             "trigger_requires_recon": self.trigger_requires_recon,
-            "turn_embedding": str(self.turn_embedding),
             "relevant_knowledge_selection_count": self.knowledge_selection_count,
             "hits": self.hits,
-            "block_count": len(self.blocks),
+            "block_count": len(SUMMARY_BLOCKS),
             "line": self.line,
         }
+        if self.turn_embedding is not None:
+            out["turn_embedding"] = str(self.turn_embedding)
         for b in self.blocks:
             if b.kind is BlockKind.COUNTERPARTY:
                 continue
@@ -201,6 +223,37 @@ class Summary:
         return out
 
 
+def _block_json(b: Block) -> dict[str, object]:
+    out: dict[str, object] = {
+        "kind": str(b.kind),
+        "markdown": b.markdown,
+        "selection_count": b.selection_count,
+        "ids": list(b.ids),
+        "source_error": b.source_error,
+    }
+    if b.counterparty is not None:
+        c = b.counterparty
+        out["counterparty"] = {
+            "handle": c.handle,
+            "external_id": c.external_id,
+            "platform": c.platform,
+            "display_name": c.display_name,
+        }
+    return out
+
+
+def _block_of(data: dict) -> Block:  # type: ignore[type-arg]
+    party = data.get("counterparty")
+    return Block(
+        BlockKind(data["kind"]),
+        markdown=data["markdown"],
+        selection_count=int(data["selection_count"]),
+        ids=list(data["ids"]),
+        counterparty=Sender(**party) if party else None,
+        source_error=data.get("source_error", ""),
+    )
+
+
 @dataclass(frozen=True)
 class TurnContext:
     blocks: tuple[Block, ...]
@@ -209,6 +262,30 @@ class TurnContext:
     @property
     def markdown(self) -> str:
         return "\n\n".join(b.markdown for b in self.blocks if b.markdown)
+
+    def to_json(self) -> dict[str, object]:
+        """The context as it is frozen for its run id (see ``turn_context``)."""
+        s = self.summary
+        return {
+            "blocks": [_block_json(b) for b in self.blocks],
+            "knowledge_selection_count": s.knowledge_selection_count,
+            "trigger_requires_recon": s.trigger_requires_recon,
+            "turn_embedding": None if s.turn_embedding is None else str(s.turn_embedding),
+            "gated": s.gated,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> TurnContext:  # type: ignore[type-arg]
+        blocks = tuple(_block_of(b) for b in data["blocks"])
+        embedding = data.get("turn_embedding")
+        summary = Summary(
+            blocks=blocks,
+            knowledge_selection_count=int(data["knowledge_selection_count"]),
+            trigger_requires_recon=bool(data["trigger_requires_recon"]),
+            turn_embedding=TurnEmbedding(embedding) if embedding else None,
+            gated=bool(data["gated"]),
+        )
+        return cls(blocks, summary)
 
 
 # ------------------------------------------------------------------------------------ small rules

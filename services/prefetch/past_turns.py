@@ -87,6 +87,13 @@ class Rendered:
         return self.briefing or "\n".join(self.entries)
 
 
+def tools_of(e: ep_pb.Episode) -> list[str]:
+    """The tools a turn used, each once in the order first called: its run (every call; the final
+    round when no calls were recorded) — the one definition of a turn's tools the skill gates use
+    too. A final round is often the answer alone, so it would under-report what the turn did."""
+    return list(dict.fromkeys(t for t in (e.tools_called or e.tool_sequence) if t))
+
+
 class PastTurns:
     def __init__(self, aux: AuxiliaryModel, learning: LearningConfig):
         self._aux = aux
@@ -136,7 +143,7 @@ class PastTurns:
         return f"{label}: [not shown: {_size(size)}, too long for one line, and no condensed version came in time]"
 
     def _entry(self, e: ep_pb.Episode, rewrites: Mapping[str, str | None]) -> str:
-        tools = ", ".join(e.tool_sequence) or "none"
+        tools = ", ".join(tools_of(e)) or "none"
         if e.kind == ep_pb.EPISODE_KIND_COMPACTED:
             span = f"{_date(e.start_time)} to {_date(e.end_time)}"
             lines = [
@@ -226,7 +233,7 @@ class PastTurns:
                     "date": _date(e.end_time),
                     "woken_by": e.label,
                     "outcome": outcome_name(e.outcome),
-                    "tools": list(e.tool_sequence),
+                    "tools": tools_of(e),
                     "asked": whole(e.ask),
                     "what_it_did": whole(e.what_it_did),
                 }

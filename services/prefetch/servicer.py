@@ -28,10 +28,10 @@ _BLOCK = {
     BlockKind.ONBOARDING: pb.BLOCK_ONBOARDING,
 }
 _EMBEDDING = {
+    None: pb.TURN_EMBEDDING_UNSPECIFIED,  # absent: no search asked for the vector (a thin trigger)
     TurnEmbedding.EMBEDDED: pb.TURN_EMBEDDING_EMBEDDED,
     TurnEmbedding.FAILED: pb.TURN_EMBEDDING_FAILED,
     TurnEmbedding.UNCONFIGURED: pb.TURN_EMBEDDING_UNCONFIGURED,
-    TurnEmbedding.GATED: pb.TURN_EMBEDDING_GATED,
 }
 _SEARCH_STATUS = {
     UnsearchedReason.UNCONFIGURED: pb.SEARCH_STATUS_UNCONFIGURED,

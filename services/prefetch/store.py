@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import asyncpg
 
-__all__ = ["LedgerEntry", "PostgresPrefetchStore", "Reservation"]
+__all__ = ["FrozenContext", "LedgerEntry", "PostgresPrefetchStore", "Reservation"]
 
 SQL = {
     "marker": "SELECT chain_hash FROM agent_onboarding_markers WHERE company = $1 AND seat = $2",
@@ -50,6 +50,26 @@ SQL = {
         UPDATE refresh_ledger_hints SET shown = GREATEST(shown, $5), update_time = $6
         WHERE company = $1 AND seat = $2 AND turn_id = $3 AND hint_key = $4""",
     "runs_count": "SELECT count(*) FROM refresh_ledger_runs WHERE company = $1",
+    # ---- frozen turn contexts (BuildTurnContext per run id)
+    "context_claim": """
+        INSERT INTO turn_contexts (company, seat, turn_id, state, claim_time, create_time)
+        VALUES ($1, $2, $3, 'building', $4, $4)
+        ON CONFLICT (company, seat, turn_id) DO NOTHING RETURNING 1""",
+    "context_get": """
+        SELECT state, context, claim_time FROM turn_contexts WHERE company = $1 AND seat = $2 AND turn_id = $3""",
+    # A claim older than $4 is a build that died with its process: the caller takes it over.
+    "context_take_over": """
+        UPDATE turn_contexts SET claim_time = $5
+        WHERE company = $1 AND seat = $2 AND turn_id = $3 AND state = 'building' AND claim_time < $4
+        RETURNING 1""",
+    "context_save": """
+        UPDATE turn_contexts SET state = 'built', context = $4::jsonb, create_time = $5
+        WHERE company = $1 AND seat = $2 AND turn_id = $3""",
+    "context_release": """
+        DELETE FROM turn_contexts WHERE company = $1 AND seat = $2 AND turn_id = $3 AND state = 'building'""",
+    "context_prune": """
+        DELETE FROM turn_contexts WHERE ctid IN (
+            SELECT ctid FROM turn_contexts WHERE create_time < $1 ORDER BY create_time LIMIT $2)""",
 }
 
 
@@ -73,6 +93,16 @@ class Reservation:
     outcome: Literal["cached", "refused", "reserved"]
     spent: int
     entry: LedgerEntry | None = None
+
+
+@dataclass(frozen=True)
+class FrozenContext:
+    """A run's turn context as stored: ``building`` (claimed by a call still building it) or
+    ``built`` (``context`` holds it)."""
+
+    state: Literal["building", "built"]
+    context: dict[str, Any] | None
+    claim_time: datetime
 
 
 class PostgresPrefetchStore:
@@ -162,3 +192,33 @@ class PostgresPrefetchStore:
 
     async def runs(self, company: str) -> int:
         return await self._pool.fetchval(SQL["runs_count"], company)
+
+    # ------------------------------------------------------------------ frozen turn contexts
+
+    async def claim_context(self, company: str, seat: str, turn_id: str, now: datetime) -> bool:
+        """True when this call is the first for the run and now builds its context."""
+        return await self._pool.fetchval(SQL["context_claim"], company, seat, turn_id, now) is not None
+
+    async def frozen_context(self, company: str, seat: str, turn_id: str) -> FrozenContext | None:
+        row = await self._pool.fetchrow(SQL["context_get"], company, seat, turn_id)
+        if row is None:
+            return None
+        context = json.loads(row["context"]) if row["context"] is not None else None
+        return FrozenContext(row["state"], context, row["claim_time"])
+
+    async def take_over_context(
+        self, company: str, seat: str, turn_id: str, stale_before: datetime, now: datetime
+    ) -> bool:
+        taken = await self._pool.fetchval(SQL["context_take_over"], company, seat, turn_id, stale_before, now)
+        return taken is not None
+
+    async def save_context(self, company: str, seat: str, turn_id: str, context: dict[str, Any], now: datetime) -> None:
+        await self._pool.execute(SQL["context_save"], company, seat, turn_id, json.dumps(context), now)
+
+    async def release_context(self, company: str, seat: str, turn_id: str) -> None:
+        await self._pool.execute(SQL["context_release"], company, seat, turn_id)
+
+    async def prune_contexts(self, before: datetime, limit: int = 500) -> int:
+        """Forget contexts built before ``before`` (at most ``limit`` a call: bounded work)."""
+        status = await self._pool.execute(SQL["context_prune"], before, limit)
+        return int(status.split()[-1])

@@ -14,8 +14,10 @@ similar prior work renders its conditional hint unconditionally.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -26,8 +28,9 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
+from libs.common.budgets import window_start
 from libs.common.embeddings import EmbeddingError
-from libs.common.errors import InvalidArgument
+from libs.common.errors import InvalidArgument, ResourceExhausted
 from libs.common.metrics import PREFETCH_BLOCKS
 from libs.common.validation import require_text, seat_ref
 from services.prefetch import hints, knowledge_block, memory
@@ -56,6 +59,8 @@ _tracer = trace.get_tracer("agentlearn.prefetch")
 
 _READ_ERRORS = (grpc.aio.AioRpcError, TimeoutError)
 _DETACHED: set[asyncio.Future[None]] = set()
+_EPSILON = timedelta(microseconds=1)
+"""A claim is taken over only if it is still the one read (compare-and-set on its time)."""
 
 Embedded = tuple[embedding_pb2.Embedding | None, TurnEmbedding]
 
@@ -101,7 +106,85 @@ class TurnContextBuilder:
                 "trigger_requires_recon": start.requires_recon,
             },
         ):
-            return await self._build(start, who)
+            return await self._frozen_or_built(start, who)
+
+    # ------------------------------------------------------------------ frozen per run id
+
+    def _claim_seconds(self) -> float:
+        """How long a build may take before its claim counts as dead: its embed, every block's
+        reads and its model calls (each bounded), with room to spare."""
+        prefetch = self.deps.settings.learning.prefetch
+        return prefetch.embed_budget_seconds + prefetch.aux_timeout_seconds + 2 * self._timeout
+
+    async def _frozen_or_built(self, start: TurnStart, who: Who) -> TurnContext:
+        """Frozen at turn start (spec): the first call for a run id builds the context and keeps
+        it; every later call for the same run — a self_iterate round, a retry, another replica — is
+        answered with it, so no model is asked again and no note use is counted twice. A call that
+        arrives while the first is still building waits for it rather than build a second one."""
+        store, key = self.deps.store, (start.company, start.seat, start.turn_id)
+        frozen = await store.frozen_context(*key)
+        if frozen is not None and frozen.state == "built" and frozen.context is not None:
+            return TurnContext.from_json(frozen.context)
+        await self._park_if_spent(start)
+        loop = asyncio.get_running_loop()
+        limit = self._claim_seconds()
+        give_up = loop.time() + limit
+        while not await store.claim_context(*key, self.deps.clock.now()):
+            frozen = await store.frozen_context(*key)
+            if frozen is None:
+                continue  # its builder gave up meanwhile: claim it again
+            if frozen.state == "built" and frozen.context is not None:
+                return TurnContext.from_json(frozen.context)
+            now = self.deps.clock.now()
+            stale = (now - frozen.claim_time).total_seconds() > limit or loop.time() > give_up
+            if stale and await store.take_over_context(*key, frozen.claim_time + _EPSILON, now):
+                _log.warning("turn context of %s/%s/%s: a build died mid-way; building it here", *key)
+                break
+            await asyncio.sleep(0.1)
+        try:
+            context = await self._build(start, who)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(store.release_context(*key))
+            raise
+        now = self.deps.clock.now()
+        await store.save_context(*key, context.to_json(), now)
+        hours = self.deps.settings.learning.prefetch.frozen_context_hours
+        try:
+            await store.prune_contexts(now - timedelta(hours=hours))
+        except Exception as err:  # retention is housekeeping: it never fails the turn
+            _log.warning("frozen turn contexts not pruned: %s", err)
+        return context
+
+    async def _park_if_spent(self, start: TurnStart) -> None:
+        """The budget park (spec "What the auxiliary calls cost": "a seat with no room has its
+        delivery parked, so no prefetch runs"): a turn may not start while the seat or the company
+        is at its token ceiling, so none of its blocks is built. Refused with RESOURCE_EXHAUSTED /
+        BUDGET_EXHAUSTED naming the ceiling and when the window rolls over — the engine parks the
+        delivery until then. A run whose context was frozen before the ceiling was reached keeps
+        it (its rounds run no model call). An unreadable counter lets the turn start."""
+        room = await self.deps.aux.room(start.company, start.seat)
+        if room is None or not room.exhausted:
+            return
+        config = self.deps.settings.company(start.company).token_budget
+        now = self.deps.clock.now()
+        window_end = window_start(now, config.window_hours) + timedelta(hours=max(1, config.window_hours))
+        which = room.which or "seat"
+        spent, ceiling = (
+            (room.seat_spent, room.seat_ceiling) if which == "seat" else (room.company_spent, room.company_ceiling)
+        )
+        raise ResourceExhausted(
+            f"the {which}'s token budget is spent ({spent} of {ceiling} tokens this window): the turn's "
+            f"delivery is parked until the window rolls over at {window_end.isoformat()}, and no prefetch runs",
+            reason="BUDGET_EXHAUSTED",
+            domain=DOMAIN,
+            metadata={
+                "ceiling": which,
+                "spent": spent,
+                "limit": ceiling or 0,
+                "window_end": window_end.isoformat(),
+            },
+        )
 
     async def _build(self, start: TurnStart, who: Who) -> TurnContext:
         gated = start.gated
@@ -125,7 +208,8 @@ class TurnContextBuilder:
             *parties.result(),
             onboarding.result(),
         )
-        turn_embedding = TurnEmbedding.GATED if embedding is None else embedding.result()[1]
+        # Absent where no search asked for the vector (the gate embedded nothing).
+        turn_embedding = None if embedding is None else embedding.result()[1]
         summary = Summary(
             blocks=blocks,
             knowledge_selection_count=know.result().selection_count,

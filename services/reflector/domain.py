@@ -54,6 +54,8 @@ RETRYABLE_FAILURES = frozenset(
         "server_error",
         "timeout",
         "connection",
+        # A write waits for the turn's episode, which the episodist records on its retry.
+        "episode_pending",
     }
 )
 """Failure kinds that say "not now" rather than "no": the turn goes back on the queue with backoff
@@ -112,6 +114,13 @@ class Sender:
     def name(self) -> str:
         return self.display_name or self.handle or self.external_id
 
+    def is_seat(self, seat: str) -> bool:
+        """The sender is the observing seat itself: its key (handle, else external id) names the
+        seat, compared case-insensitively on any platform — the profiles service's own rule
+        (SELF_PROFILE). A seat's own messages are never a counterparty's, nor facts to note."""
+        key = (self.handle or self.external_id).strip()
+        return bool(key) and key.casefold() == seat.strip().casefold()
+
 
 @dataclass(frozen=True)
 class Interaction:
@@ -150,6 +159,12 @@ class Turn:
     work_item: str = ""
     learning_enabled: bool | None = None
 
+    def write_key(self, worker: str, *parts: str) -> str:
+        """The idempotency key of a worker's write: per unit of WORK when the turn names one, so a
+        redelivered trigger (a second run of the same work) neither counts a sender's observation
+        twice nor writes a second note for what the first run noted; per run id otherwise."""
+        return ":".join([self.work_key or self.turn_id, worker, *parts])
+
     @property
     def asked(self) -> str:
         """What the turn was asked: the interactions' bodies in order, or the ``ask`` it carries."""
@@ -158,11 +173,27 @@ class Turn:
         return self.ask
 
     @property
+    def tool_run(self) -> tuple[str, ...]:
+        """The turn's run of tools: every call it made, in order (``tools_called``), or the final
+        round's sequence when the engine reported no calls. Its SET is the turn's tool set — the one
+        identity every skill path compares (spec: "over the tool set, not the ordered run"). The
+        whole turn rather than its final round: a final round is often the answer alone, and two
+        turns that called the same tools are the same procedure however their last round ended."""
+        return self.tools_called or self.tool_sequence
+
+    @property
+    def tool_set(self) -> frozenset[str]:
+        """The turn's tool set: the tools of :attr:`tool_run`, order and repeats ignored."""
+        return frozenset(t for t in self.tool_run if t)
+
+    @property
     def engaged(self) -> bool:
-        """Spec gate 6: a skipped turn, or one done with no tool called, processed nothing."""
+        """Spec gate 6: a skipped turn, or one done with no tool called, processed nothing. "No
+        tool called" is an empty run (:attr:`tool_run`): neither a call nor a final-round tool was
+        reported — a turn whose engine reported only its final round did call that round's tools."""
         if self.outcome is Outcome.SKIPPED or self.review_outcome.strip().lower() == "skipped":
             return False
-        return not (self.outcome is Outcome.DONE and not self.tools_called)
+        return not (self.outcome is Outcome.DONE and not self.tool_run)
 
 
 class WorkerStatus(StrEnum):

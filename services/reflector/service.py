@@ -40,6 +40,17 @@ def _check_turn(turn: pb.TurnCompleted) -> None:
             domain=DOMAIN,
             field="turn.outcome",
         )
+    # The turn's episode needs both times (spec: every episode row carries started_at, ended_at and
+    # duration_ms): a turn without them is refused here, naming the field, rather than accepted
+    # and then silently left without an episode.
+    for name in ("start_time", "end_time"):
+        if not turn.HasField(name):
+            raise InvalidArgument(
+                f"turn.{name} is required: the turn's episode records when it started and ended",
+                reason="FIELD_REQUIRED",
+                domain=DOMAIN,
+                field=f"turn.{name}",
+            )
     if turn.HasField("start_time") and turn.HasField("end_time"):
         if turn.end_time.ToDatetime() < turn.start_time.ToDatetime():
             raise InvalidArgument(

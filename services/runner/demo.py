@@ -67,7 +67,8 @@ def _turn(
         what_it_did=did,
         outcome=outcome,
         review_outcome="approved",
-        tool_sequence=tools,
+        # Every call in order, and the final round's tools: the last call (the one that answered).
+        tool_sequence=tools[-1:],
         tools_called=tools,
         offered_skills=[rpb.OfferedSkill(id=i, name=name) for i, name in (offered or [])],
         interactions=[
@@ -151,7 +152,13 @@ def life(company: str, start: datetime) -> list[rpb.TurnCompleted]:
 def _print_context(title: str, resp: ppb.BuildTurnContextResponse) -> None:
     print("\n" + "=" * 100)
     print(f"  {title}")
-    print(f"  {resp.summary.line}   (turn embedding: {ppb.TurnEmbedding.Name(resp.summary.turn_embedding)})")
+    embedding = resp.summary.turn_embedding
+    fate = (
+        ppb.TurnEmbedding.Name(embedding).removeprefix("TURN_EMBEDDING_").lower()
+        if embedding
+        else "none: no search asked for one"
+    )
+    print(f"  {resp.summary.line}   (turn embedding: {fate})")
     print("=" * 100)
     for block in resp.blocks:
         if block.hit:

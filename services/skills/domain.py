@@ -230,6 +230,7 @@ class Turn:
 
     turn_id: str
     tool_sequence: tuple[str, ...]
+    """The final round's tools, in order."""
     label: str = ""
     ask: str = ""
     what_it_did: str = ""
@@ -239,6 +240,16 @@ class Turn:
     """Set when a skill was already drafted from this turn: it is not evidence again."""
     role: str = ""
     """The seat's role when the turn ran: whose llm_auxiliary chain drafts from it."""
+    tools_called: tuple[str, ...] = ()
+    """Every tool call the turn made, in order."""
+
+    @property
+    def run(self) -> tuple[str, ...]:
+        """The turn's run of tools: every call it made, in order, or its final round when no calls
+        were recorded. Its set is the turn's tool set — the same definition the single-turn
+        synthesizer and CreateSkill use, so a skill drafted by either path is compared with new
+        turns on one footing (a final round is often the answer alone)."""
+        return self.tools_called or self.tool_sequence
 
 
 @dataclass
@@ -258,7 +269,7 @@ class Cluster:
         never a union nobody performed). Ties go to the earlier member, i.e. the newer turn."""
         best, best_score = self.members[0], -1.0
         for m in self.members:
-            score = sum(jaccard(m.tool_sequence, o.tool_sequence) for o in self.members if o is not m)
+            score = sum(jaccard(m.run, o.run) for o in self.members if o is not m)
             if score > best_score:
                 best, best_score = m, score
         return best
@@ -271,7 +282,7 @@ def greedy_clusters(turns: Sequence[Turn], threshold: float) -> list[Cluster]:
     clusters: list[Cluster] = []
     for turn in turns:
         for cluster in clusters:
-            if jaccard(turn.tool_sequence, cluster.seed.tool_sequence) >= threshold:
+            if jaccard(turn.run, cluster.seed.run) >= threshold:
                 cluster.members.append(turn)
                 break
         else:

@@ -90,7 +90,7 @@ def _member(t: Turn, bound: int) -> dict[str, Any]:
         "what_it_did": _line(t.what_it_did) if account_shown else "",
         "what_it_did_not_shown_bytes": 0 if account_shown else len(t.what_it_did.encode()),
         "outcome": t.outcome,
-        "tool_sequence": list(t.tool_sequence),
+        "tool_sequence": list(t.run),
     }
 
 
@@ -104,7 +104,7 @@ def cluster_data(
         "cluster_size": cluster.size,
         "done_count": sum(1 for m in cluster.members if m.outcome == "done"),
         "failed_count": sum(1 for m in cluster.members if m.outcome == "failed"),
-        "representative": list(representative.tool_sequence),
+        "representative": list(representative.run),
         "members": [_member(m, member_text_bytes) for m in members[:MEMBERS_SHOWN]],
         "labels": [m.label for m in cluster.members if m.label],
         "max_body_chars": max_body_chars,

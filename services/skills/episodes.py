@@ -42,6 +42,7 @@ def _turn(ep: epb.Episode) -> Turn:
     return Turn(
         turn_id=ep.turn_id,
         tool_sequence=tuple(ep.tool_sequence),
+        tools_called=tuple(ep.tools_called),
         label=ep.label,
         ask=ep.ask,
         what_it_did=ep.what_it_did,

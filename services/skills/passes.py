@@ -144,9 +144,9 @@ async def _one_seat(service, episodes, drafter, cfg, company, seat, report, fail
     turns = await episodes.recent_settled(company, seat, cfg.min_tool_calls, cfg.episode_fetch_limit)
     # The seat's role as of its newest turn: whose llm_auxiliary chain drafts (and is charged).
     role = next((t.role for t in turns), "") or None
-    # A turn a skill was already drafted from is not evidence twice; a turn with no final-round
-    # tools has no run to compare.
-    turns = [t for t in turns if t.tool_sequence and not t.consolidated_into_skill_id]
+    # A turn a skill was already drafted from is not evidence twice; a turn with no tools has no
+    # run to compare.
+    turns = [t for t in turns if t.run and not t.consolidated_into_skill_id]
     clusters = [c for c in greedy_clusters(turns, cfg.cluster_jaccard_threshold) if c.size >= cfg.cluster_min_size]
     if not clusters:
         return
@@ -161,7 +161,7 @@ async def _one_seat(service, episodes, drafter, cfg, company, seat, report, fail
     learned = await service.store.all_skills(company, seat)
     for cluster in clusters:  # largest first
         representative = cluster.representative()
-        match = best_match(representative.tool_sequence, learned)
+        match = best_match(representative.run, learned)
         if match is not None and match[1] >= cfg.duplicate_jaccard_threshold:
             report.skipped_duplicate += 1
             _log.info(
@@ -196,10 +196,11 @@ async def _one_seat(service, episodes, drafter, cfg, company, seat, report, fail
                 name=draft.name,
                 summary=draft.summary,
                 body=draft.body,
-                tool_sequence=representative.tool_sequence,
+                tool_sequence=representative.run,
                 trigger=SkillTrigger.CLUSTERED,
                 cluster_size=cluster.size,
                 source_turn_ids=turn_ids,
+                archived_are_learned=True,
             )
         except AgentLearnError as err:
             # A draft the catalogue refuses is dropped, not retried with a second completion. A

@@ -133,13 +133,17 @@ class SkillService:
 
     # ---------------------------------------------------------------- gates
 
-    def gate_verdict(self, live: Sequence[Skill], tools: frozenset[str]) -> CandidateVerdict:
-        """The cap on live skills first, then the tool-SET duplicate check against them."""
+    def gate_verdict(
+        self, live: Sequence[Skill], tools: frozenset[str], learned: Sequence[Skill] | None = None
+    ) -> CandidateVerdict:
+        """The cap on live skills first, then the tool-SET duplicate check against ``learned`` (every
+        skill the seat has, archived ones included, where the caller read them) or else the live
+        ones."""
         cap = self.synthesis.max_skills_per_agent
         threshold = self.synthesis.duplicate_jaccard_threshold
         if len(live) >= cap:
             return CandidateVerdict(Gate.CATALOGUE_FULL, len(live), cap, threshold)
-        match = best_match(tools, live)
+        match = best_match(tools, live if learned is None else learned)
         if match is not None and match[1] >= threshold:
             return CandidateVerdict(Gate.DUPLICATE, len(live), cap, threshold, match)
         return CandidateVerdict(Gate.OPEN, len(live), cap, threshold)
@@ -161,10 +165,15 @@ class SkillService:
         return list(values)
 
     async def check_candidate(self, company: str, seat: str, tools: Sequence[str]) -> CandidateVerdict:
-        """The cap, then the duplicate check: both before any model is asked to draft."""
+        """The cap, then the duplicate check: both before any model is asked to draft. The duplicate
+        check reads every skill the seat has learned, archived ones included, as the clustered pass
+        does: an archived skill is learned, and drafting it again would re-create it under a new
+        name (bringing it back is an operator's RestoreSkill)."""
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         candidate = tool_set(self._tools(tools, "tool_set"))
-        return self.gate_verdict(await self.store.live_skills(company, seat), candidate)
+        learned = await self.store.all_skills(company, seat)
+        live = [s for s in learned if s.state is not SkillState.ARCHIVED]
+        return self.gate_verdict(live, candidate, learned)
 
     # ---------------------------------------------------------------- create
 
@@ -180,7 +189,12 @@ class SkillService:
         trigger: SkillTrigger | None,
         cluster_size: int,
         source_turn_ids: Sequence[str],
+        archived_are_learned: bool = False,
     ) -> Skill:
+        """Store a draft after re-checking the gates under the seat's lock. ``archived_are_learned``:
+        the duplicate check reads archived skills too — the synthesis paths' rule (CreateSkill,
+        CheckSkillCandidate, the clustered pass); an approved proposal keeps its own check, against
+        the live skills."""
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         name = require_text(name, "name", domain=DOMAIN).strip()
         if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
@@ -257,7 +271,13 @@ class SkillService:
                     field="name",
                     metadata={"name": name, "seat": seat},
                 )
-            verdict = self.gate_verdict(await tx.live_skills(), tool_set(tools))
+            learned = await tx.all_skills() if archived_are_learned else None
+            live = (
+                [s for s in learned if s.state is not SkillState.ARCHIVED]
+                if learned is not None
+                else await tx.live_skills()
+            )
+            verdict = self.gate_verdict(live, tool_set(tools), learned)
             self._raise_for_gate(verdict, seat)
             skill = await tx.insert(
                 name=name,

@@ -205,7 +205,9 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         )
         if verdict.duplicate is not None:
             dup, sim = verdict.duplicate
-            resp.duplicate.CopyFrom(pb.SkillMatch(id=str(dup.id), name=dup.name, similarity=sim))
+            resp.duplicate.CopyFrom(
+                pb.SkillMatch(id=str(dup.id), name=dup.name, similarity=sim, state=_STATE[dup.state])
+            )
         return resp
 
     async def CreateSkill(
@@ -222,6 +224,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             trigger=_TRIGGER_FROM_PB.get(request.trigger),
             cluster_size=request.cluster_size,
             source_turn_ids=list(request.source_turn_ids),
+            archived_are_learned=True,
         )
         return pb.CreateSkillResponse(skill=skill_to_pb(skill, self._now()))
 

@@ -248,6 +248,10 @@ class SeatTx:
     async def live_skills(self) -> list[Skill]:
         return [_skill(r) for r in await self.conn.fetch(SQL["live"], self.company, self.seat)]
 
+    async def all_skills(self) -> list[Skill]:
+        """Every skill of the seat, archived ones included (what it has learned)."""
+        return [_skill(r) for r in await self.conn.fetch(SQL["all"], self.company, self.seat)]
+
     async def count_live(self) -> int:
         return int(await self.conn.fetchval(SQL["count_live"], self.company, self.seat))
 

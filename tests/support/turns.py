@@ -32,6 +32,7 @@ def turn(
     role: str = "swe",
     outcome: int = pb.TURN_OUTCOME_DONE,
     tools: list[str] | None = None,
+    final_round: list[str] | None = None,
     messages: list[pb.InboundInteraction] | None = None,
     label: str = "Message from Bob: Slack message",
     ask: str = "",
@@ -42,7 +43,10 @@ def turn(
     review_outcome: str = "approved",
     minutes: float = 3,
 ) -> pb.TurnCompleted:
+    # ``tools`` is every call the turn made, in order; ``final_round`` the tools of its last round
+    # (by default the last call alone): the two lists the engine reports are not the same list.
     tools = ["search_docs", "read_ticket"] if tools is None else tools
+    final_round = tools[-1:] if final_round is None else final_round
     return pb.TurnCompleted(
         turn_id=turn_id,
         work_key=f"work-{turn_id}",
@@ -54,7 +58,7 @@ def turn(
         what_it_did=what_it_did,
         outcome=outcome,
         review_outcome=review_outcome,
-        tool_sequence=tools,
+        tool_sequence=final_round,
         tools_called=tools,
         offered_skills=[pb.OfferedSkill(id=i, name=n) for i, n in (offered or [])],
         interactions=messages or [],

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from libs.common.budgets import BudgetLedger
+from libs.common.budgets import BudgetLedger, BudgetRoom
 from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.events import EventSink
@@ -123,6 +123,19 @@ class AuxiliaryModel:
         if names is None:
             names = self._settings.providers.auxiliary_chain
         return [n for n in names if n in self._providers]
+
+    async def room(self, company: str, seat: str) -> BudgetRoom | None:
+        """What the seat's and the company's token budgets have left in the current window, read
+        before work that would spend it starts (the turn-start budget park). None when the company
+        sets no ceiling, or the counter cannot be read: unknown is not "no"."""
+        config = self._settings.company(company).token_budget
+        if self._budget is None or (config.seat_ceiling_tokens is None and config.company_ceiling_tokens is None):
+            return None
+        try:
+            return await self._budget.room(company, seat, self._clock.now(), config)
+        except Exception as exc:
+            _log.warning("budget counter unreadable for %s/%s (%s); going ahead", company, seat, exc)
+            return None
 
     def configured(self, company: str, role: str | None = None) -> bool:
         return bool(self.chain(company, role))

@@ -29,6 +29,7 @@ from libs.common.events import EventSink
 from services.reflector.domain import Turn, WorkerOutcome
 
 __all__ = [
+    "EpisodePending",
     "InvalidOutput",
     "Worker",
     "WorkerContext",
@@ -62,6 +63,11 @@ class Worker(Protocol):
     async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome: ...
 
 
+class EpisodePending(Exception):
+    """A worker's write depends on the turn's episode, which the episodist has not recorded yet (it
+    failed for a passing reason this attempt): a passing failure, retried with it."""
+
+
 def prompt_file(name: str) -> Template:
     return Template((_PROMPTS / f"{name}.md").read_text())
 
@@ -72,7 +78,10 @@ def describe_turn(turn: Turn, *, senders: bool = False) -> str:
     lines = [f"Woken by: {turn.label or '(no label)'}"]
     if senders and turn.interactions:
         lines.append("Asked (each message with its sender):")
-        lines += [f"  {i.sender.name} ({i.sender.platform}): {i.body}" for i in turn.interactions]
+        lines += [
+            f"  {i.sender.name} ({i.sender.platform}{', this agent' if i.sender.is_seat(turn.seat) else ''}): {i.body}"
+            for i in turn.interactions
+        ]
     else:
         lines.append(f"Asked: {turn.asked or '(nothing)'}")
     lines.append(f"What it did: {turn.what_it_did or '(no account)'}")
@@ -93,8 +102,16 @@ def turn_data(turn: Turn) -> dict[str, Any]:
         "outcome": str(turn.outcome),
         "tool_sequence": list(turn.tool_sequence),
         "tools_called": list(turn.tools_called),
+        "tool_run": list(turn.tool_run),
+        "end_time": turn.end_time.isoformat() if turn.end_time else "",
         "interactions": [
-            {"sender": i.sender.name, "sender_key": i.sender.key, "body": i.body} for i in turn.interactions
+            {
+                "sender": i.sender.name,
+                "sender_key": i.sender.key,
+                "sender_is_seat": i.sender.is_seat(turn.seat),
+                "body": i.body,
+            }
+            for i in turn.interactions
         ],
     }
 
@@ -139,6 +156,8 @@ def failure_kind(exc: BaseException) -> str:
         return "no_model"
     if isinstance(exc, InvalidOutput):
         return "invalid_output"
+    if isinstance(exc, EpisodePending):
+        return "episode_pending"
     if isinstance(exc, grpc.aio.AioRpcError):
         code = exc.code()
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not _asks_to_retry(exc):

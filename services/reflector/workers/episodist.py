@@ -1,5 +1,6 @@
 """Episodist: one episode row per turn, through EpisodeService.RecordEpisode (idempotent on the run
-id, so a redone reflection stores one row)."""
+id, so a redone reflection stores one row; and one row per work key, so a redelivered trigger's
+second execution is collapsed into the first's row)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ class Episodist:
 
     def gate(self, turn: Turn) -> str | None:
         if turn.start_time is None or turn.end_time is None:
+            # SubmitTurn refuses such a turn; only one queued before it did reaches here, and its
+            # record names why it has no episode.
             return "no_times"
         return None
 
@@ -55,8 +58,17 @@ class Episodist:
             end_time=timestamp(turn.end_time),
             subjects=sorted({i.sender.handle or i.sender.external_id for i in turn.interactions} - {""}),
             role=turn.role,
+            work_key=turn.work_key,
         )
         resp = await ctx.clients.episodes.RecordEpisode(request, timeout=ctx.clients.timeout)
+        if resp.collapsed:
+            # A redelivered trigger: its work already has a row (the first run's); this run is
+            # filed under it rather than counted as a second turn.
+            return WorkerOutcome(
+                self.name,
+                WorkerStatus.NOTHING,
+                detail=f"work {turn.work_key} already recorded (run {resp.episode.turn_id}): collapsed into it",
+            )
         return WorkerOutcome(
             self.name,
             WorkerStatus.WROTE,

@@ -8,26 +8,41 @@ profile (they are internal triggers), so such turns are skipped.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+import grpc
+
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
 from libs.common.auxmodel import OfflineRules, Prompt
-from services.reflector.domain import Interaction, Sender, Trigger, Turn, WorkerOutcome, WorkerStatus
+from services.reflector.domain import (
+    RETRYABLE_FAILURES,
+    Interaction,
+    Sender,
+    Trigger,
+    Turn,
+    WorkerOutcome,
+    WorkerStatus,
+)
 from services.reflector.workers.base import (
     InvalidOutput,
     WorkerContext,
     ask_model,
     describe_turn,
+    failure_kind,
+    failure_text,
     parse_object,
     prompt_file,
 )
 
 __all__ = ["PURPOSE", "Profiler", "offline_rule", "register", "subjects_of"]
 
+_log = logging.getLogger(__name__)
 PURPOSE = "profiler"
 _SYSTEM = prompt_file("profiler").template
 _USER = prompt_file("profiler_user")
@@ -39,7 +54,7 @@ def subjects_of(turn: Turn) -> list[tuple[Sender, list[Interaction]]]:
     messages is one counterparty); the seat itself is never a subject."""
     groups: dict[str, tuple[Sender, list[Interaction]]] = {}
     for item in turn.interactions:
-        if not (item.sender.handle or item.sender.external_id) or item.sender.handle == turn.seat:
+        if not (item.sender.handle or item.sender.external_id) or item.sender.is_seat(turn.seat):
             continue
         groups.setdefault(item.sender.key, (item.sender, []))[1].append(item)
     return list(groups.values())
@@ -64,43 +79,105 @@ class Profiler:
         return None
 
     async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
+        """One pass per sender, each on its own: one sender's failure (a model that does not answer
+        for it, an answer that is unusable, a profile the service refuses) costs neither the senders
+        before it nor the ones after. A passing failure leaves the worker to be retried, and the
+        retry skips the senders this turn already merged."""
+        subjects = subjects_of(turn)
+        merged = await self._merged_already(turn, ctx, [sender for sender, _ in subjects])
         written: list[str] = []
-        for sender, messages in subjects_of(turn):
-            prompt = Prompt(
-                purpose=PURPOSE,
-                system=_SYSTEM,
-                user=_USER.substitute(
-                    sender=sender.name,
-                    platform=sender.platform,
-                    messages="\n".join(f"- {m.body}" for m in messages),
-                    turn=describe_turn(turn),
-                ),
-                data={"sender": sender.name, "platform": sender.platform, "messages": [m.body for m in messages]},
-                max_tokens=500,
-                json_output=True,
-            )
-            answer = parse_object((await ask_model(ctx, turn, PURPOSE, prompt)).text)
-            if answer.get("noop") is True:
+        failures: list[tuple[str, BaseException]] = []
+        for sender, messages in subjects:
+            if sender.key in merged:
+                written.append(f"profile:{sender.key}")
                 continue
-            style = answer.get("communication_style") or ""
-            if not isinstance(style, str):
-                raise InvalidOutput("communication_style must be a string")
-            request = pr_pb.UpsertProfileRequest(
-                company=turn.company,
-                observer=turn.seat,
-                subject=pr_pb.Subject(handle=sender.handle, external_id=sender.external_id, platform=sender.platform),
-                communication_style=style.strip()[:500],
-                past_decisions=_strings(answer.get("past_decisions"), "past_decisions"),
-                sensitivities=_strings(answer.get("sensitivities"), "sensitivities"),
-                topics=_strings(answer.get("topics"), "topics"),
-                turn_id=turn.turn_id,
-                request_id=f"{turn.turn_id}:{self.name}:{sender.key}",
+            try:
+                if await self._observe(turn, ctx, sender, messages):
+                    written.append(f"profile:{sender.key}")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                _log.warning("profiler: %s on %s not profiled: %s", sender.key, turn.turn_id, failure_text(exc))
+                failures.append((sender.key, exc))
+        if not failures:
+            if not written:
+                return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail="nothing to add")
+            return WorkerOutcome(self.name, WorkerStatus.WROTE, written=written)
+        passing = [(key, exc) for key, exc in failures if failure_kind(exc) in RETRYABLE_FAILURES]
+        key, exc = (passing or failures)[0]
+        failure = f"{failure_text(exc)} (sender {key}; {len(failures)} of {len(subjects)} senders not profiled)"
+        if passing:
+            status = WorkerStatus.RETRYING
+        else:
+            status = WorkerStatus.WROTE if written else WorkerStatus.FAILED
+        return WorkerOutcome(self.name, status, failure=failure[:500], written=written)
+
+    async def _observe(self, turn: Turn, ctx: WorkerContext, sender: Sender, messages: list[Interaction]) -> bool:
+        """One sender's observation pass; True when a profile was written."""
+        prompt = Prompt(
+            purpose=PURPOSE,
+            system=_SYSTEM,
+            user=_USER.substitute(
+                sender=sender.name,
+                platform=sender.platform,
+                messages="\n".join(f"- {m.body}" for m in messages),
+                turn=describe_turn(turn),
+            ),
+            data={"sender": sender.name, "platform": sender.platform, "messages": [m.body for m in messages]},
+            max_tokens=500,
+            json_output=True,
+        )
+        answer = parse_object((await ask_model(ctx, turn, PURPOSE, prompt)).text)
+        if answer.get("noop") is True:
+            return False
+        style = answer.get("communication_style") or ""
+        if not isinstance(style, str):
+            raise InvalidOutput("communication_style must be a string")
+        request = pr_pb.UpsertProfileRequest(
+            company=turn.company,
+            observer=turn.seat,
+            subject=pr_pb.Subject(handle=sender.handle, external_id=sender.external_id, platform=sender.platform),
+            communication_style=style.strip()[:500],
+            past_decisions=_strings(answer.get("past_decisions"), "past_decisions"),
+            sensitivities=_strings(answer.get("sensitivities"), "sensitivities"),
+            topics=_strings(answer.get("topics"), "topics"),
+            turn_id=turn.turn_id,
+            request_id=turn.write_key(self.name, sender.key),
+        )
+        await ctx.clients.profiles.UpsertProfile(request, timeout=ctx.clients.timeout)
+        return True
+
+    async def _merged_already(self, turn: Turn, ctx: WorkerContext, senders: list[Sender]) -> set[str]:
+        """Senders whose profile's last merged observation is this turn's (an earlier attempt
+        wrote it): no model is asked about them again. Unreadable: none are skipped (the upsert's
+        idempotency key still keeps a repeat from counting twice)."""
+        if not senders:
+            return set()
+        try:
+            resp = await ctx.clients.profiles.GetProfiles(
+                pr_pb.GetProfilesRequest(
+                    company=turn.company,
+                    observer=turn.seat,
+                    subjects=[
+                        pr_pb.Subject(handle=s.handle, external_id=s.external_id, platform=s.platform)
+                        for s in senders[:50]
+                    ],
+                ),
+                timeout=ctx.clients.timeout,
             )
-            await ctx.clients.profiles.UpsertProfile(request, timeout=ctx.clients.timeout)
-            written.append(f"profile:{sender.key}")
-        if not written:
-            return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail="nothing to add")
-        return WorkerOutcome(self.name, WorkerStatus.WROTE, written=written)
+        except grpc.aio.AioRpcError:
+            return set()
+        done = set()
+        for p in resp.profiles:
+            if p.last_turn_id != turn.turn_id:
+                continue
+            for s in senders:
+                if s.platform.lower() == p.subject.platform and (s.handle or s.external_id) in (
+                    p.subject.handle,
+                    p.subject.external_id,
+                ):
+                    done.add(s.key)
+        return done
 
 
 # ------------------------------------------------------------------------------ the offline rule

@@ -4,6 +4,12 @@ offered to the auxiliary model, which drafts a skill or declines (the ordinary a
 The gates that must close BEFORE any model call (a draft made only to be discarded is money spent
 for nothing) are the skills service's: SkillService.CheckSkillCandidate answers the per-seat cap and
 the tool-SET Jaccard duplicate check. A draft without a name, summary or body is dropped.
+
+One definition on both sides: the gate is asked about the turn's tool set (``Turn.tool_set``, the
+set of every tool the turn called) and the skill stores the run that set comes from
+(``Turn.tool_run``), so CreateSkill's own duplicate check compares exactly what the gate compared —
+a turn the gate lets through is never one CreateSkill then refuses for its tools, and a turn that
+called the same tools as a skill's source is a duplicate however its final round ended.
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ from typing import Any
 
 import grpc
 
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from libs.common.auxmodel import OfflineRules, Prompt
 from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
 from services.reflector.workers.base import (
+    EpisodePending,
     WorkerContext,
     ask_model,
     describe_turn,
@@ -29,6 +38,9 @@ from services.reflector.workers.base import (
 __all__ = ["PURPOSE", "Synthesizer", "offline_rule", "register"]
 
 PURPOSE = "synthesizer"
+MAX_RUN = 500
+"""The longest run a skill stores (SkillService's ``tool_sequence`` bound): a longer turn would be
+drafted and then refused, so it is not offered to the model."""
 _SYSTEM = prompt_file("synthesizer").template
 _USER = prompt_file("synthesizer_user")
 
@@ -42,27 +54,34 @@ class Synthesizer:
     def gate(self, turn: Turn) -> str | None:
         if not turn.outcome.settled:
             return "unsettled"
-        if len(turn.tools_called) < self._min:
+        if len(turn.tool_run) < self._min:
             return "below_min_tool_calls"
+        if len(turn.tool_run) > MAX_RUN:
+            return "tool_run_too_long"
         return None
 
     async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
-        from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
-
         check = await ctx.clients.skills.CheckSkillCandidate(
-            sk_pb.CheckSkillCandidateRequest(
-                company=turn.company, seat=turn.seat, tool_set=sorted(set(turn.tools_called))
-            ),
+            sk_pb.CheckSkillCandidateRequest(company=turn.company, seat=turn.seat, tool_set=sorted(turn.tool_set)),
             timeout=ctx.clients.timeout,
         )
         if check.gate != sk_pb.CANDIDATE_GATE_OPEN:
+            if check.HasField("duplicate"):
+                # The duplicate may be this very turn's draft, written by an attempt that stopped
+                # before its source episode was stamped: then finish the stamp, draft nothing.
+                mine = await self._own_skill(turn, ctx, skill_id=check.duplicate.id)
+                if mine is not None:
+                    return await self._stamped(turn, ctx, *mine)
             gate = sk_pb.CandidateGate.Name(check.gate).removeprefix("CANDIDATE_GATE_").lower()
-            detail = f"duplicates {check.duplicate.name}" if check.HasField("duplicate") else ""
+            detail = ""
+            if check.HasField("duplicate"):
+                archived = check.duplicate.state == sk_pb.SKILL_STATE_ARCHIVED
+                detail = f"duplicates {check.duplicate.name}" + (" (archived)" if archived else "")
             return WorkerOutcome(self.name, WorkerStatus.SKIPPED, gate=gate, detail=detail)
         prompt = Prompt(
             purpose=PURPOSE,
             system=_SYSTEM,
-            user=_USER.substitute(turn=describe_turn(turn), tools=", ".join(turn.tools_called)),
+            user=_USER.substitute(turn=describe_turn(turn), tools=", ".join(turn.tool_run)),
             data=turn_data(turn),
             max_tokens=1500,
             json_output=True,
@@ -82,7 +101,7 @@ class Synthesizer:
                     name=name,
                     summary=summary,
                     body=body,
-                    tool_sequence=list(turn.tool_sequence or turn.tools_called),
+                    tool_sequence=list(turn.tool_run),
                     trigger=sk_pb.SKILL_TRIGGER_SINGLE,
                     cluster_size=1,
                     source_turn_ids=[turn.turn_id],
@@ -92,23 +111,45 @@ class Synthesizer:
         except grpc.aio.AioRpcError as err:
             if err.code() != grpc.StatusCode.ALREADY_EXISTS:
                 raise
-            existing = await self._existing(turn, ctx, name)
-            if existing is not None:  # this very turn wrote it before a crash: the redo is done
-                return WorkerOutcome(self.name, WorkerStatus.WROTE, written=[f"skill:{existing}"], detail="drafted")
+            mine = await self._own_skill(turn, ctx, skill_name=name)
+            if mine is not None:  # this very turn wrote it before a crash: the redo stamps it
+                return await self._stamped(turn, ctx, *mine)
             return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail=f"draft dropped: {err.details()}"[:300])
-        return WorkerOutcome(self.name, WorkerStatus.WROTE, written=[f"skill:{resp.skill.id} {name}"], detail="drafted")
+        return await self._stamped(turn, ctx, resp.skill.id, name)
 
-    async def _existing(self, turn: Turn, ctx: WorkerContext, name: str) -> str | None:
-        from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+    async def _stamped(self, turn: Turn, ctx: WorkerContext, skill_id: str, name: str) -> WorkerOutcome:
+        """Stamp the turn's episode with the skill drafted from it (spec: "it stamps
+        consolidated_into_skill_id on each source row"), so the lifecycle drops it after the grace
+        and no pass offers it as evidence again. The episodist runs first; if it has not recorded
+        the episode yet (it failed for a passing reason this attempt), this worker is retried with
+        it rather than finish with the source unstamped for good."""
+        resp = await ctx.clients.episodes.MarkEpisodesConsolidated(
+            ep_pb.MarkEpisodesConsolidatedRequest(
+                company=turn.company, seat=turn.seat, turn_ids=[turn.turn_id], skill_id=skill_id
+            ),
+            timeout=ctx.clients.timeout,
+        )
+        written = [f"skill:{skill_id} {name}"]
+        if resp.marked_count:
+            return WorkerOutcome(self.name, WorkerStatus.WROTE, written=[*written, "episode stamped"], detail="drafted")
+        if "episodist" in ctx.settings.learning.reflection.workers:
+            raise EpisodePending(f"the episode of {turn.turn_id} is not recorded yet; skill {name} waits to stamp it")
+        return WorkerOutcome(self.name, WorkerStatus.WROTE, written=written, detail="drafted (no episode to stamp)")
 
+    async def _own_skill(
+        self, turn: Turn, ctx: WorkerContext, *, skill_id: str = "", skill_name: str = ""
+    ) -> tuple[str, str] | None:
+        """(id, name) of the named skill when this turn drafted it, else None."""
         try:
             got = await ctx.clients.skills.GetSkill(
-                sk_pb.GetSkillRequest(company=turn.company, seat=turn.seat, skill_name=name),
+                sk_pb.GetSkillRequest(company=turn.company, seat=turn.seat, skill_id=skill_id, skill_name=skill_name),
                 timeout=ctx.clients.timeout,
             )
         except grpc.aio.AioRpcError:
             return None
-        return f"{got.skill.id} {name}" if turn.turn_id in got.skill.source_turn_ids else None
+        if turn.turn_id in got.skill.source_turn_ids and got.skill.trigger == sk_pb.SKILL_TRIGGER_SINGLE:
+            return got.skill.id, got.skill.name
+        return None
 
 
 # ------------------------------------------------------------------------------ the offline rule
@@ -119,9 +160,10 @@ _STOP = set("the a an to of for and or on in at by with from me my our your plea
 
 def offline_rule(data: Mapping[str, Any]) -> str:
     """Drafts only from a done turn that used at least three distinct tools (a real procedure);
-    declines everything else. The name comes from the ask's words, the steps from the tool run."""
-    tools = list(data.get("tool_sequence") or data.get("tools_called") or [])
-    distinct = list(dict.fromkeys(data.get("tools_called") or tools))
+    declines everything else. The name comes from the ask's words, the steps from the turn's run
+    (every call in order, the run the skill stores)."""
+    tools = list(data.get("tool_run") or data.get("tools_called") or data.get("tool_sequence") or [])
+    distinct = list(dict.fromkeys(tools))
     if data.get("outcome") != "done" or len(distinct) < 3:
         return json.dumps({"decline": True, "reason": "not a reusable procedure"})
     source = (data.get("asked") or data.get("label") or "").lower()
