@@ -636,6 +636,10 @@ class ServiceAddresses(_Section):
     """PrefetchService."""
     sessions: str = "127.0.0.1:50067"
     """SessionService."""
+    telemetry: str = "127.0.0.1:50068"
+    """TelemetryService (the read side of the event log)."""
+    inspector: str = "127.0.0.1:50069"
+    """The inspector's process (HTTP pages; its gRPC port serves health only)."""
 
 
 class TelemetryConfig(_Section):
