@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from libs.common import telemetry
+from libs.common.auth import current_principal
 from libs.common.config import Settings
-from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from libs.common.events import EventSink
 from libs.common.jobs import JobQueue
 from libs.common.validation import (
@@ -44,6 +45,7 @@ from services.sessions.domain import (
     LearningCheck,
     PlanStep,
     Session,
+    SessionSummary,
     TurnOutcome,
     plan_trigger,
     substantial,
@@ -418,6 +420,32 @@ class SessionService:
             checks = checks[:size]
             next_token = encode_time_cursor(checks[-1].create_time, checks[-1].id, scope)
         return checks, next_token
+
+    async def list_sessions(
+        self, company: str, seat: str, user: str, query: str, size: int, token: str
+    ) -> tuple[list[SessionSummary], str]:
+        """A company's sessions, most recently active first. A credential bound to a seat or a user
+        must name it (the edge has checked that what it names is its own): a company-wide listing
+        would show it other seats' and users' sessions."""
+        company = self._ident(company, "company")
+        seat_or_none = self._ident(seat, "seat") if seat else None
+        owner = self._ident(user, "user") if user else None
+        principal = current_principal()
+        if (principal.seat and seat_or_none is None) or (principal.user and owner is None):
+            raise PermissionDenied(
+                "a credential bound to a seat or a user lists only that seat's or user's sessions: name it",
+                reason="CREDENTIAL_SCOPE_MISMATCH",
+                domain=DOMAIN,
+            )
+        size = page_size(size, default=self.config.list_default, maximum=self.config.list_max, domain=DOMAIN)
+        scope = {"company": company, "seat": seat_or_none, "user": owner, "query": query}
+        after = decode_time_cursor(token, scope, domain=DOMAIN)
+        rows = await self.store.sessions_page(company, seat_or_none, owner, query, after, size + 1)
+        next_token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            next_token = encode_time_cursor(rows[-1].update_time, rows[-1].session.session_id, scope)
+        return rows, next_token
 
     async def away_digest(self, company: str, user: str, since: datetime | None, size: int, token: str) -> Digest:
         company = self._ident(company, "company")
