@@ -110,15 +110,16 @@ class Inspector:
         kw.setdefault("timeout", 60)
         return httpx.AsyncClient(base_url=self.base_url, **kw)
 
-    async def signed_in(self, token: str) -> httpx.AsyncClient:
+    @contextlib.asynccontextmanager
+    async def signed_in(self, token: str) -> AsyncIterator[httpx.AsyncClient]:
         """An HTTP client that signed in through the form (cookie jar and all)."""
-        client = self.client()
-        page = await client.get("/inspector/signin")
-        resp = await client.post(
-            "/inspector/signin", data={"csrf": csrf_of(page.text), "token": token, "next": "/inspector/"}
-        )
-        assert resp.status_code == 303, resp.text
-        return client
+        async with self.client() as client:
+            page = await client.get("/inspector/signin")
+            resp = await client.post(
+                "/inspector/signin", data={"csrf": csrf_of(page.text), "token": token, "next": "/inspector/"}
+            )
+            assert resp.status_code == 303, resp.text
+            yield client
 
 
 @contextlib.asynccontextmanager
@@ -377,3 +378,44 @@ async def seed(env: Inspector) -> Seeded:
     )
     clock.advance(minutes=1)  # the telemetry windows end at now, exclusive
     return out
+
+
+@contextlib.asynccontextmanager
+async def seeded_env(pg_uri: str, template_db: str, root, embedder, *, auth_mode: str = "tokens", **settings: Any):  # type: ignore[no-untyped-def]
+    """A fresh database, every service, the HTTP app and the seeded company, for a whole test
+    module (seeding is the slow part; the module's tests act on different rows)."""
+    import uuid
+
+    import asyncpg
+
+    from libs.common.config import load_settings
+    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+
+    name = f"i_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_uri)
+    try:
+        await admin.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    finally:
+        await admin.close()
+    dsn = re.sub(r"/[^/?]*\?", f"/{name}?", pg_uri, count=1)
+    index = QdrantEdgeIndex(root / "edge")
+    overrides = {
+        "data_dir": str(root / "data"),
+        "companies": {"acme": {"roles": {"swe": {}}}, "globex": {"roles": {"swe": {}}}},
+        "learning": {"episode_lifecycle": {"max_raw_episodes_per_agent": 5, "compaction_min_cluster_size": 3}},
+        **settings,
+    }
+    clock = ManualClock(NOW)
+    try:
+        async with open_inspector(
+            load_settings(None, overrides, env={}), dsn, clock, embedder=embedder, index=index, auth_mode=auth_mode
+        ) as env:
+            seeded = await seed(env)
+            yield env, seeded
+    finally:
+        await index.close()
+        admin = await asyncpg.connect(pg_uri)
+        try:
+            await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        finally:
+            await admin.close()

@@ -109,7 +109,7 @@ def _secret(request: Request) -> str | None:
 def csrf_token(request: Request) -> str:
     """The token every form of this browser session carries (empty until a secret exists: the page
     that renders the first form sets the cookie, see :func:`ensure_csrf_cookie`)."""
-    secret = _secret(request) or request.state.__dict__.get("new_csrf_secret")
+    secret = _secret(request) or getattr(request.state, "new_csrf_secret", None)
     if not secret:
         return ""
     return hmac.new(secret.encode(), _LABEL, hashlib.sha256).hexdigest()
