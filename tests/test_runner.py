@@ -120,3 +120,47 @@ async def test_up_serves_reflection_health_and_keeps_data_across_restarts(tmp_pa
     assert unknown.returncode == 2 and "diary-fill" in unknown.stderr
     rebuilt = await asyncio.to_thread(_cli, "rebuild-index", data_dir=data)
     assert rebuilt.returncode == 0 and "diary: 1 vectors restored from Postgres" in rebuilt.stdout
+
+
+async def test_a_pass_worker_ticks_its_passes_under_their_leases_and_stops_on_sigterm(tmp_path):
+    """``./run passes diary-fill``: the long-running form of the fill CronJob. A note stored without a
+    vector (the embedder was off when it was written) gets one from the worker's tick; /healthz
+    answers meanwhile; SIGTERM stops it cleanly and its lease is released."""
+    import asyncpg
+    import httpx
+    import yaml
+
+    data = tmp_path / "data"
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"learning": {"fill": {"interval_seconds": 1}}}))
+    migrated = await asyncio.to_thread(_cli, "migrate", data_dir=data)
+    assert migrated.returncode == 0, migrated.stderr[-2000:]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.runner", "passes", "diary-fill", "--http-port", "0",
+        "--config", str(config), "--data-dir", str(data),
+        cwd=ROOT, env=_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(90):
+            line = (await proc.stdout.readline()).decode()
+        assert line.startswith("agentlearn passes ready: diary-fill"), line
+        http = line.split("http=")[1].split()[0]
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"http://{http}/healthz")).text == "ok\n"
+        dsn = (data / "postgres").resolve()
+        conn = await asyncpg.connect(host=str(dsn), user="postgres", database="postgres")
+        try:
+            note = await conn.fetchval(
+                """INSERT INTO agent_diary (id, company, seat, content, tier, source, create_time)
+                   VALUES (gen_random_uuid(), 'acme', 'ana', 'Bob prefers digests', 'long', 'operator', now())
+                   RETURNING id"""
+            )
+            async with asyncio.timeout(60):
+                while not await conn.fetchval("SELECT embedding IS NOT NULL FROM agent_diary WHERE id = $1", note):
+                    await asyncio.sleep(0.5)
+        finally:
+            await conn.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            assert await proc.wait() == 0

@@ -274,3 +274,25 @@ async def test_split_mode_with_tokens_reflects_and_its_children_do_not_outlive_a
     async with asyncio.timeout(60):
         while answering():
             await asyncio.sleep(0.3)
+
+
+def test_a_postgres_that_cannot_start_is_one_line_with_its_own_reason(tmp_path):
+    """Issue 15: the server's real cause first (here: a data directory of another major version),
+    not a traceback of pg_ctl's argv and a dump of its log."""
+    data = tmp_path / "d"
+    assert _run("migrate", "--data-dir", str(data), timeout=120).returncode == 0
+    (data / "postgres" / "PG_VERSION").write_text("99\n")
+    done = _run("migrate", "--data-dir", str(data), timeout=120)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert "did not start: database files are incompatible with server" in lines[0]
+
+
+def test_a_missing_or_broken_config_file_is_one_line(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("server:\n  port: [\n")
+    for path in (tmp_path / "missing.yaml", broken):
+        done = _run("up", "--config", str(path), "--data-dir", str(tmp_path / "d"))
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 2 and len(lines) == 1 and str(path) in lines[0], done.stderr[-2000:]

@@ -172,7 +172,13 @@ async def test_a_turn_is_one_trace_across_every_service_process(tmp_path):
             for s in mine
             if s.name == "/agentlearn.diary.v1.DiaryService/WriteNote" and s.service == "agentlearn-diary"
         )
-        assert write.attributes.get("turn_id") == "split-run-1"  # the RPC span names the turn
+        assert write.attributes.get("agentlearn.turn_id") == "split-run-1"  # the RPC span names the turn
+        # Store writes by the database semantic conventions; the pool's reset statement is not a span.
+        insert = next(s for s in mine if s.name == "db insert agent_diary")
+        assert insert.attributes["db.system.name"] == "postgresql"
+        assert insert.attributes["db.collection.name"] == "agent_diary"
+        assert insert.attributes["db.operation.name"] == "INSERT"
+        assert not [s for s in spans if "UNLISTEN" in str(s.attributes.get("db.query.text", ""))]
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)

@@ -610,6 +610,10 @@ class DatabaseConfig(_Section):
     statement_cache_size: int = Field(default=100, ge=0)
     """asyncpg's prepared-statement cache per connection; 0 for PgBouncer in transaction mode,
     which cannot keep a prepared statement across transactions."""
+    listen_url: SecretStr | None = None
+    """Where the queue's workers LISTEN for wake-ups (a session-mode connection). Unset: the
+    database URL. Behind PgBouncer in transaction mode LISTEN does not work: point this at
+    PostgreSQL directly (or a session-mode pool); without it the workers still poll."""
     migrate_on_start: bool = True
     """Apply pending migrations when a process starts (the all-in-one). False (Kubernetes): a
     ``./run migrate`` Job applies them with DDL rights, and a service whose schema is behind refuses

@@ -131,12 +131,40 @@ def _start(pgdata: Path) -> str:
     _spawn_watchdog(pgdata)  # first: a death from here on is cleaned up after
     with _lock():
         live_handles(pgdata)
-    server = get_server(pgdata, cleanup_mode="stop")
+    try:
+        server = get_server(pgdata, cleanup_mode="stop")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:
+        raise EmbeddedPostgresFailed(_cause(pgdata, err)) from err
     return server.get_uri()
 
 
+class EmbeddedPostgresFailed(RuntimeError):
+    """The embedded server would not start; the message is its own reason, first."""
+
+
+def _cause(pgdata: Path, err: BaseException) -> str:
+    """The server's own reason (the last FATAL / PANIC / ERROR of its log, with its DETAIL and
+    HINT), so the operator reads "database files are incompatible with server" rather than a
+    CalledProcessError naming pg_ctl's argv."""
+    log = pgdata / "log"
+    lines: list[str] = []
+    try:
+        lines = log.read_text(errors="replace").splitlines()[-200:]
+    except OSError:
+        pass
+    for i in range(len(lines) - 1, -1, -1):
+        if any(f" {level}:  " in lines[i] for level in ("FATAL", "PANIC", "ERROR")):
+            told = [lines[i].split(":  ", 1)[-1].strip()]
+            for extra in lines[i + 1 : i + 3]:
+                if " DETAIL:  " in extra or " HINT:  " in extra:
+                    told.append(extra.split(":  ", 1)[-1].strip())
+            return f"the embedded PostgreSQL in {pgdata} did not start: {' '.join(told)} (its log: {log})"
+    return f"the embedded PostgreSQL in {pgdata} did not start ({type(err).__name__}); its log: {log}"
+
+
 async def start_embedded_postgres(pgdata: Path) -> str:
-    """Start (or reuse) the server for ``pgdata``; returns its connection URI."""
+    """Start (or reuse) the server for ``pgdata``; returns its connection URI. Raises
+    :class:`EmbeddedPostgresFailed` with the server's own reason when it will not start."""
     return await asyncio.to_thread(_start, pgdata)
 
 

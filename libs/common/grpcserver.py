@@ -91,20 +91,21 @@ _IDENTITY = ("company", "seat", "turn_id", "observer")
 
 
 def _label_span(request: Any) -> None:
-    """Name the tenant, seat and turn on the RPC's span (a turn's trace is searchable by them)."""
+    """Name the tenant, seat and turn on the RPC's span (``agentlearn.company``, ``agentlearn.seat``,
+    ``agentlearn.turn_id``, ``agentlearn.observer``): a turn's trace is searchable by them."""
     span = trace.get_current_span()
     if not span.is_recording():
         return
     for field in _IDENTITY:
         value = getattr(request, field, None)
         if isinstance(value, str) and value:
-            span.set_attribute(field, value[:_MAX_ECHO])
+            span.set_attribute(f"agentlearn.{field}", value)
     turn = getattr(request, "turn", None)
     if turn is not None and hasattr(turn, "turn_id"):
         for field in ("company", "seat", "turn_id"):
             value = getattr(turn, field, "")
             if value:
-                span.set_attribute(field, value[:_MAX_ECHO])
+                span.set_attribute(f"agentlearn.{field}", value)
 
 
 # A store that cannot be reached is the service's trouble, not the caller's: UNAVAILABLE (retryable).

@@ -66,6 +66,8 @@ class Infra:
     one for this process when unset)."""
     tokens: TokenStore
     """Caller credentials (``./run token``)."""
+    listen_dsn: str = ""
+    """Where queue workers LISTEN (``database.listen_url``, else the database URL)."""
 
 
 async def resolve_dsn(settings: Settings) -> str:
@@ -89,7 +91,9 @@ async def open_infra(
     components = [COMMON_MIGRATIONS, *migrations]
     if settings.database.migrate_on_start:
         await migrate(dsn, components)
-    elif pending := await pending_migrations(dsn, components):
+    elif pending := await pending_migrations(
+        dsn, components, statement_cache_size=settings.database.statement_cache_size
+    ):
         raise SchemaBehind(
             f"the database schema is behind ({len(pending)} migrations pending, first {pending[0]}): "
             "run ./run migrate (database.migrate_on_start is false)"
@@ -149,4 +153,7 @@ async def open_infra(
         fill_requests=RequestLedger(),
         internal_secret=internal_secret,
         tokens=TokenStore(pool, clock),
+        listen_dsn=(
+            settings.database.listen_url.get_secret_value() if settings.database.listen_url is not None else dsn
+        ),
     )

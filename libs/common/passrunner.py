@@ -18,7 +18,10 @@ from typing import Any
 
 from libs.common.leases import LeaseClaimer
 
-__all__ = ["PassSpec", "holder_identity", "run_pass", "tick_forever"]
+__all__ = ["LEASE_LOST", "PassSpec", "holder_identity", "run_pass", "tick_forever"]
+
+LEASE_LOST = "lease_lost"
+"""``run_pass``'s result when the pass started and stopped partway: its lease could not be renewed."""
 
 _log = logging.getLogger(__name__)
 
@@ -38,7 +41,8 @@ def holder_identity() -> str:
 
 
 async def run_pass(spec: PassSpec, leases: LeaseClaimer, holder: str, ttl_seconds: int) -> tuple[bool, Any]:
-    """Claim, run once, release. Returns (ran, result); ``ran`` is False when the claim failed.
+    """Claim, run once, release. Returns (ran, result); ``ran`` is False when the claim failed
+    (result None) or the lease was lost partway (result :data:`LEASE_LOST`).
 
     The lease is renewed every third of its time to live while the pass runs, so a long pass
     (hundreds of condensations) never outlives its claim; a renewal that is refused or cannot be
@@ -54,7 +58,7 @@ async def run_pass(spec: PassSpec, leases: LeaseClaimer, holder: str, ttl_second
     except asyncio.CancelledError:
         if keeper.done() and keeper.result() is False:
             _log.warning("pass %s stopped: its lease could not be renewed", spec.name)
-            return False, None
+            return False, LEASE_LOST
         raise
     finally:
         keeper.cancel()

