@@ -85,7 +85,7 @@ async def test_sessions_are_listed_newest_activity_first_with_their_checks_and_f
     assert info.reason == "FIELD_REQUIRED" and [v.field for v in bad.field_violations] == ["company"]
 
 
-async def test_only_inspect_of_the_company_lists_and_a_bound_credential_only_its_own(
+async def test_only_inspect_of_the_company_lists_and_a_bound_credential_lists_only_its_own(
     make_settings, dsn, edge_index, clock
 ):
     async with open_sessions(make_settings(), dsn, clock=clock, embedder=None, index=edge_index) as trusted:
@@ -108,14 +108,20 @@ async def test_only_inspect_of_the_company_lists_and_a_bound_credential_only_its
         chat = await bearer("chat", user="dana")
         code, info, _ = await refused(env.stub.ListSessions(pb.ListSessionsRequest(company="acme"), metadata=chat))
         assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "SCOPE_MISSING")
+        # A credential bound to a seat or a user lists its own: naming none is naming its own,
+        # naming another is refused.
         ana = await bearer("inspect", seat="ana")
-        mine = await env.stub.ListSessions(pb.ListSessionsRequest(company="acme", seat="ana"), metadata=ana)
-        assert [s.session_id for s in mine.sessions] == ["s-1"]
-        for request in (pb.ListSessionsRequest(company="acme"), pb.ListSessionsRequest(company="acme", seat="bo")):
-            code, info, _ = await refused(env.stub.ListSessions(request, metadata=ana))
-            assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CREDENTIAL_SCOPE_MISMATCH")
+        for request in (pb.ListSessionsRequest(company="acme"), pb.ListSessionsRequest(company="acme", seat="ana")):
+            mine = await env.stub.ListSessions(request, metadata=ana)
+            assert [s.session_id for s in mine.sessions] == ["s-1"]
+        code, info, _ = await refused(
+            env.stub.ListSessions(pb.ListSessionsRequest(company="acme", seat="bo"), metadata=ana)
+        )
+        assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CREDENTIAL_SCOPE_MISMATCH")
         dana = await bearer("inspect", user="dana")
-        code, info, _ = await refused(env.stub.ListSessions(pb.ListSessionsRequest(company="acme"), metadata=dana))
-        assert info.reason == "CREDENTIAL_SCOPE_MISMATCH"
-        theirs = await env.stub.ListSessions(pb.ListSessionsRequest(company="acme", user="dana"), metadata=dana)
+        theirs = await env.stub.ListSessions(pb.ListSessionsRequest(company="acme"), metadata=dana)
         assert [s.session_id for s in theirs.sessions] == ["s-1"]
+        code, info, _ = await refused(
+            env.stub.ListSessions(pb.ListSessionsRequest(company="acme", user="erin"), metadata=dana)
+        )
+        assert info.reason == "CREDENTIAL_SCOPE_MISMATCH"

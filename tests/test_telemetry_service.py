@@ -409,14 +409,19 @@ async def test_only_inspect_of_the_same_company_may_read(make_settings, dsn, clo
             "SCOPE_MISSING",
             "inspect",
         )
-        # A credential bound to one seat reads that seat, never the whole company.
+        # A credential bound to one seat reads that seat, never the whole company: naming no seat
+        # is naming its own, naming another is refused.
+        await app.infra.events.emit_strict("turn_completed", company="acme", seat="ana")
+        await app.infra.events.emit_strict("turn_completed", company="acme", seat="bo")
+        clock.advance(seconds=1)
         ana, _ = await app.infra.tokens.issue("acme", ["inspect"], seat="ana")
-        await stub.ListEvents(pb.ListEventsRequest(company="acme", seat="ana"), metadata=bearer(ana))
-        for call in (
-            stub.ListEvents(pb.ListEventsRequest(company="acme"), metadata=bearer(ana)),
-            stub.ListEvents(pb.ListEventsRequest(company="acme", seat="bo"), metadata=bearer(ana)),
-            stub.GetAuxiliarySpend(pb.GetAuxiliarySpendRequest(company="acme"), metadata=bearer(ana)),
-            stub.ListSeatActivity(pb.ListSeatActivityRequest(company="acme"), metadata=bearer(ana)),
-        ):
-            code, info, _ = await refused(call)
-            assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CREDENTIAL_SCOPE_MISMATCH")
+        own = await stub.ListEvents(pb.ListEventsRequest(company="acme"), metadata=bearer(ana))
+        assert {e.seat for e in own.events} == {"ana"}
+        listed = await stub.ListSeatActivity(pb.ListSeatActivityRequest(company="acme"), metadata=bearer(ana))
+        assert [s.seat for s in listed.seats] == ["ana"] and listed.total_size == 1
+        company_wide = await stub.ListSeatActivity(pb.ListSeatActivityRequest(company="acme"), metadata=bearer(inspect))
+        assert [s.seat for s in company_wide.seats] == ["ana", "bo"]
+        code, info, _ = await refused(
+            stub.ListEvents(pb.ListEventsRequest(company="acme", seat="bo"), metadata=bearer(ana))
+        )
+        assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CREDENTIAL_SCOPE_MISMATCH")

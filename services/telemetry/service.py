@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from libs.common.auth import current_principal
-from libs.common.errors import InvalidArgument, PermissionDenied
+from libs.common.errors import InvalidArgument
 from libs.common.validation import (
     decode_cursor,
     decode_time_cursor,
@@ -56,14 +56,6 @@ class PurposeTotal:
     completion_tokens: int
 
 
-def _seat_bound() -> PermissionDenied:
-    return PermissionDenied(
-        "a credential bound to a seat reads only that seat: name it",
-        reason="CREDENTIAL_SCOPE_MISMATCH",
-        domain=DOMAIN,
-    )
-
-
 class TelemetryService:
     def __init__(self, store: PostgresEventReader, clock):  # type: ignore[no-untyped-def]
         self.store = store
@@ -104,13 +96,10 @@ class TelemetryService:
 
     @staticmethod
     def _seat(seat: str) -> str | None:
-        """The seat asked for, or None for the whole company. A credential bound to one seat must
-        name it (the edge has checked that what it names is its own): a company-wide answer would
-        include the other seats."""
+        """The seat asked for, or None for the whole company. A credential bound to one seat reads
+        that seat only: asking for no seat is asking for its own (the edge has refused any other)."""
         if not seat:
-            if current_principal().seat:
-                raise _seat_bound()
-            return None
+            return current_principal().seat or None
         return require_ident(seat, "seat", domain=DOMAIN)
 
     # ---------------------------------------------------------------- aggregations
@@ -149,11 +138,10 @@ class TelemetryService:
         self, company: str, query: str, start: datetime | None, end: datetime | None, size: int, token: str
     ) -> tuple[list[SeatActivity], str, int]:
         company = self._company(company)
-        if current_principal().seat:
-            raise _seat_bound()
+        only = current_principal().seat or None  # a seat-bound credential lists its own seat only
         window = self.window(start, end)
         size = page_size(size, default=SEATS_PAGE_DEFAULT, maximum=SEATS_PAGE_MAX, domain=DOMAIN)
-        scope = {"company": company, "query": query, "start": window.start.isoformat() if start else None}
+        scope = {"company": company, "query": query, "only": only, "start": window.start.isoformat() if start else None}
 
         def read(c: dict) -> str:
             if not isinstance(c["seat"], str):
@@ -161,8 +149,8 @@ class TelemetryService:
             return c["seat"]
 
         after = decode_cursor(token, scope, read, domain=DOMAIN)
-        rows = await self.store.seats(company, query, window.start, window.end, after, size + 1)
-        total = await self.store.seat_count(company, query)
+        rows = await self.store.seats(company, query, only, window.start, window.end, after, size + 1)
+        total = await self.store.seat_count(company, query, only)
         next_token = ""
         if len(rows) > size:
             rows = rows[:size]

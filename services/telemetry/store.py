@@ -36,8 +36,11 @@ def _tokens(key: str) -> str:
 
 
 _IN_WINDOW = "time >= $3 AND time < $4"
+# A company's seats matching the query text, or only the one seat a bound credential may see
+# ({only}: the parameter number it takes in each query).
 _SEAT_MATCH = (
     "company = $1 AND seat IS NOT NULL AND seat <> '' AND ($2::text = '' OR strpos(lower(seat), lower($2)) > 0)"
+    " AND ({only}::text IS NULL OR seat = {only})"
 )
 
 SQL = {
@@ -80,11 +83,11 @@ SQL = {
                         FILTER (WHERE kind = '{AUXILIARY_SPEND}' AND {_IN_WINDOW}), 0)::bigint AS aux_tokens,
                max(time) AS last_event_time
         FROM events
-        WHERE {_SEAT_MATCH} AND ($5::text IS NULL OR seat > $5)
+        WHERE {_SEAT_MATCH.format(only="$7")} AND ($5::text IS NULL OR seat > $5)
         GROUP BY seat
         ORDER BY seat
         LIMIT $6""",
-    "seat_count": f"SELECT count(DISTINCT seat) FROM events WHERE {_SEAT_MATCH}",
+    "seat_count": f"SELECT count(DISTINCT seat) FROM events WHERE {_SEAT_MATCH.format(only='$3')}",
     "events": """
         SELECT id, time, kind, company, seat, turn_id, trace_id, payload
         FROM events
@@ -120,9 +123,16 @@ class PostgresEventReader:
         ]
 
     async def seats(
-        self, company: str, query: str, start: datetime, end: datetime, after: str | None, limit: int
+        self,
+        company: str,
+        query: str,
+        only: str | None,
+        start: datetime,
+        end: datetime,
+        after: str | None,
+        limit: int,
     ) -> list[SeatActivity]:
-        rows = await self.pool.fetch(SQL["seats"], company, query, start, end, after, limit)
+        rows = await self.pool.fetch(SQL["seats"], company, query, start, end, after, limit, only)
         return [
             SeatActivity(
                 company=company,
@@ -137,8 +147,8 @@ class PostgresEventReader:
             for r in rows
         ]
 
-    async def seat_count(self, company: str, query: str) -> int:
-        return int(await self.pool.fetchval(SQL["seat_count"], company, query))
+    async def seat_count(self, company: str, query: str, only: str | None) -> int:
+        return int(await self.pool.fetchval(SQL["seat_count"], company, query, only))
 
     async def events(
         self,
