@@ -120,6 +120,10 @@ def _contains(needle: str, *haystack: str) -> bool:
     return any(folded in (h or "").casefold() for h in haystack)
 
 
+def _skills(count: int) -> str:
+    return f"{count} skill" if count == 1 else f"{count} skills"
+
+
 def _safe_next(target: str) -> str:
     """Only a path of the inspector itself (never another host, never a scheme)."""
     if target.startswith(PREFIX + "/") and "//" not in target and "\\" not in target:
@@ -429,7 +433,7 @@ class Inspector:
                     r.seat,
                     r.health.health.avg_uses_per_skill,
                     flagged=r.health.below_berlot_attwell_threshold,
-                    text=f"{r.health.health.avg_uses_per_skill:.2f} ({r.health.health.total_skills} skills)",
+                    text=f"{r.health.health.avg_uses_per_skill:.2f} ({_skills(r.health.health.total_skills)})",
                 )
                 for r in with_health
             ],
