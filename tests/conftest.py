@@ -23,6 +23,27 @@ from tests.support.scripted_openai import ScriptedOpenAI
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every session gets a temporary tree of its own, outside ``/tmp/pytest-of-<user>``.
+
+    The embedded PostgreSQL runs as its own system user when we are root; a test that starts
+    ``./run up --data-dir <tmp_path>/...`` needs that user to reach the directory. pytest resets its
+    shared root (``/tmp/pytest-of-<user>``) to mode 0700 whenever any pytest starts on the machine,
+    and a server whose directory became unreachable dies mid-run (issue 10). A session-private
+    basetemp is touched by nobody else."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        base = Path(tempfile.mkdtemp(prefix="agentlearn-pytest-"))
+        base.chmod(0o755)
+        config.option.basetemp = str(base / "tmp")
+        config._agentlearn_basetemp = base  # type: ignore[attr-defined]  # removed at the end
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    base = getattr(config, "_agentlearn_basetemp", None)
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def _with_db(uri: str, name: str) -> str:
     return re.sub(r"/[^/?]*\?", f"/{name}?", uri, count=1)
 

@@ -7,10 +7,8 @@ once."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
-import sys
 from pathlib import Path
 
 import asyncpg
@@ -22,6 +20,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
+from tests.support.runner import clean_env, start
 from tests.support.turns import message, turn
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
@@ -38,33 +37,11 @@ def _free_port() -> int:
 
 
 async def _start_reflector(config: Path, dsn: str, data: Path, port: int) -> tuple[asyncio.subprocess.Process, int]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEARN_", "OPENAI_", "QDRANT_"))}
-    env["DATABASE_URL"] = dsn
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.runner",
-        "serve",
-        "reflector",
-        "--port",
-        str(port),
-        "--http-port",
-        "0",
-        "--config",
-        str(config),
-        "--data-dir",
-        str(data),
-        "--log-level",
-        "WARNING",
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    async with asyncio.timeout(90):
-        line = (await proc.stdout.readline()).decode()
-    assert line.startswith("agentlearn ready on"), line
-    return proc, int(line.split()[3].rsplit(":", 1)[1])
+    running = await start(
+        "serve", "reflector", "--port", str(port), "--config", str(config), "--data-dir", str(data),
+        "--log-level", "WARNING", env=clean_env({"DATABASE_URL": dsn}),
+    )  # fmt: skip
+    return running.proc, running.port
 
 
 async def _completed(conn: asyncpg.Connection) -> int:

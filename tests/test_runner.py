@@ -4,7 +4,6 @@ reflection for grpcurl, health per service, a clean drain on SIGTERM, data kept 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -16,42 +15,19 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from tests.support.runner import ROOT, clean_env, start
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
 GRPCURL = Path(sys.executable).parent / "grpcurl"
 
 
 def _env() -> dict[str, str]:
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AGENTLEARN_", "DATABASE_URL", "QDRANT_URL", "OPENAI_"))
-    }
+    return clean_env()
 
 
 async def _start(data_dir: Path) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.runner",
-        "up",
-        "--port",
-        "0",
-        "--http-port",
-        "0",
-        "--data-dir",
-        str(data_dir),
-        cwd=ROOT,
-        env=_env(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    async with asyncio.timeout(90):
-        line = (await proc.stdout.readline()).decode()
-    assert line.startswith("agentlearn ready on 127.0.0.1:"), line
-    port = int(line.split()[3].rsplit(":", 1)[1])
-    return proc, port
+    running = await start("up", "--port", "0", "--data-dir", str(data_dir), ready="agentlearn ready on 127.0.0.1:")
+    return running.proc, running.port
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> int:
@@ -135,16 +111,18 @@ async def test_a_pass_worker_ticks_its_passes_under_their_leases_and_stops_on_si
     config.write_text(yaml.safe_dump({"learning": {"fill": {"interval_seconds": 1}}}))
     migrated = await asyncio.to_thread(_cli, "migrate", data_dir=data)
     assert migrated.returncode == 0, migrated.stderr[-2000:]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.runner", "passes", "diary-fill", "--http-port", "0",
-        "--config", str(config), "--data-dir", str(data),
-        cwd=ROOT, env=_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    running = await start(
+        "passes",
+        "diary-fill",
+        "--config",
+        str(config),
+        "--data-dir",
+        str(data),
+        ready="agentlearn passes ready: diary-fill",
+    )
+    proc = running.proc
     try:
-        async with asyncio.timeout(90):
-            line = (await proc.stdout.readline()).decode()
-        assert line.startswith("agentlearn passes ready: diary-fill"), line
-        http = line.split("http=")[1].split()[0]
+        http = running.http
         async with httpx.AsyncClient() as client:
             assert (await client.get(f"http://{http}/healthz")).text == "ok\n"
         dsn = (data / "postgres").resolve()

@@ -15,6 +15,7 @@ import pytest
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from tests.support.runner import start
 from tests.test_runner import ROOT, _cli, _env, _stop
 
 pytestmark = pytest.mark.slow
@@ -53,27 +54,10 @@ def test_a_taken_port_is_refused_before_anything_starts(tmp_path):
 
 
 async def _start(data_dir, *flags: str) -> tuple[asyncio.subprocess.Process, int, str]:  # type: ignore[no-untyped-def]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.runner",
-        "up",
-        "--port",
-        "0",
-        "--http-port",
-        "0",
-        "--data-dir",
-        str(data_dir),
-        *flags,
-        cwd=ROOT,
-        env=_env(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+    running = await start(
+        "up", "--port", "0", "--data-dir", str(data_dir), *flags, ready="agentlearn ready on 127.0.0.1:"
     )
-    async with asyncio.timeout(90):
-        line = (await proc.stdout.readline()).decode()
-    assert line.startswith("agentlearn ready on 127.0.0.1:"), line
-    return proc, int(line.split()[3].rsplit(":", 1)[1]), line
+    return running.proc, running.port, running.line
 
 
 async def test_require_auth_serves_only_token_holders_and_tokens_come_from_the_cli(tmp_path):
@@ -219,15 +203,13 @@ async def test_split_mode_with_tokens_reflects_and_its_children_do_not_outlive_a
         )
     )
     data = tmp_path / "data"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.runner", "up", "--split", "--require-auth", "--config", str(config),
-        "--data-dir", str(data), "--log-level", "WARNING",
-        cwd=ROOT, env=_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+    running = await start(
+        "up", "--split", "--require-auth", "--config", str(config), "--data-dir", str(data), "--log-level", "WARNING",
+        ready="agentlearn ready (split)", timeout=180, start_new_session=True,
     )  # fmt: skip
+    proc, line = running.proc, running.line
     try:
-        async with asyncio.timeout(180):
-            line = (await proc.stdout.readline()).decode()
-        assert line.startswith("agentlearn ready (split)") and "auth=tokens" in line, line
+        assert "auth=tokens" in line, line
         issued = await asyncio.to_thread(
             _cli,
             "token",

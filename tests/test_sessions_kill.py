@@ -7,10 +7,8 @@ is lost and none runs twice."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
-import sys
 import threading
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
+from tests.support.runner import clean_env, start
 from tests.support.scripted_openai import Reply
 from tests.support.sessions import chat_answer, is_review, prompt_text, result, user, verification, wait_for
 
@@ -34,34 +33,11 @@ _CHECK_ID = re.compile(r"Learning check ([0-9a-f-]{36})")
 
 
 async def _start(config: Path, dsn: str, data: Path) -> tuple[asyncio.subprocess.Process, int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEARN_", "OPENAI_", "QDRANT_"))}
-    env["DATABASE_URL"] = dsn
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.runner",
-        "serve",
-        "sessions",
-        "--port",
-        "0",
-        "--http-port",
-        "0",
-        "--config",
-        str(config),
-        "--data-dir",
-        str(data),
-        "--log-level",
-        "WARNING",
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    async with asyncio.timeout(90):
-        line = (await proc.stdout.readline()).decode()
-    assert line.startswith("agentlearn ready on") and " http=127.0.0.1:" in line, line
-    port = int(line.split()[3].rsplit(":", 1)[1])
-    return proc, port, line.split("http=")[1].split()[0]
+    running = await start(
+        "serve", "sessions", "--port", "0", "--config", str(config), "--data-dir", str(data),
+        "--log-level", "WARNING", env=clean_env({"DATABASE_URL": dsn}),
+    )  # fmt: skip
+    return running.proc, running.port, running.http
 
 
 async def test_sigkill_mid_check_reports_it_interrupted_and_completes_the_queued_ones(

@@ -8,7 +8,6 @@ import asyncio
 import json
 import logging
 import signal
-import sys
 
 import grpc
 import pytest
@@ -19,7 +18,8 @@ from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.config import TelemetryConfig
 from libs.common.telemetry import JsonFormatter, export_settings
 from tests.support.otlp_collector import OtlpHttpCollector
-from tests.test_runner import ROOT, _env
+from tests.support.runner import start
+from tests.test_runner import _env
 
 CONFIG = TelemetryConfig()
 
@@ -70,28 +70,10 @@ async def test_a_service_exports_over_otlp_http_under_the_standard_service_name(
         "OTEL_SERVICE_NAME": "memory-diary",
         "OTEL_BSP_SCHEDULE_DELAY": "200",
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.runner",
-        "serve",
-        "diary",
-        "--port",
-        "0",
-        "--http-port",
-        "0",
-        "--data-dir",
-        str(tmp_path / "d"),
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    # Its stderr is the test's (pytest shows it on a failure).
+    running = await start("serve", "diary", "--port", "0", "--data-dir", str(tmp_path / "d"), env=env, stderr=None)
+    proc, port = running.proc, running.port
     try:
-        async with asyncio.timeout(90):
-            line = (await proc.stdout.readline()).decode()
-        assert line.startswith("agentlearn ready"), (tmp_path / "stderr.log").read_text()[-3000:]
-        port = int(line.split()[3].rsplit(":", 1)[1])
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await pb_grpc.DiaryServiceStub(channel).WriteNote(
                 pb.WriteNoteRequest(company="acme", seat="ana", content="Bob prefers digests", tier=pb.NOTE_TIER_LONG)
@@ -123,28 +105,10 @@ async def test_a_configured_service_name_is_not_doubled(tmp_path):
         "AGENTLEARN_TELEMETRY__OTLP_PROTOCOL": "http/protobuf",
         "OTEL_BSP_SCHEDULE_DELAY": "200",
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.runner",
-        "serve",
-        "diary",
-        "--port",
-        "0",
-        "--http-port",
-        "0",
-        "--data-dir",
-        str(tmp_path / "d"),
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    # Its stderr is the test's (pytest shows it on a failure).
+    running = await start("serve", "diary", "--port", "0", "--data-dir", str(tmp_path / "d"), env=env, stderr=None)
+    proc, port = running.proc, running.port
     try:
-        async with asyncio.timeout(90):
-            line = (await proc.stdout.readline()).decode()
-        assert line.startswith("agentlearn ready"), (tmp_path / "stderr.log").read_text()[-3000:]
-        port = int(line.split()[3].rsplit(":", 1)[1])
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await pb_grpc.DiaryServiceStub(channel).ListNotes(pb.ListNotesRequest(company="acme", seat="ana"))
         async with asyncio.timeout(30):

@@ -1,0 +1,87 @@
+"""The runner as an operator starts it, for tests: ``python -m services.runner <args>`` in a
+separate process with a clean environment, read up to its one ready line.
+
+Every process binds an HTTP port too (default 8080); tests always ask for a free one (``--http-port
+0``) unless they name one, so parallel runs never collide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ROOT", "Running", "clean_env", "start"]
+
+ROOT = Path(__file__).resolve().parents[2]
+_INHERITED = ("AGENTLEARN_", "DATABASE_URL", "QDRANT_", "OPENAI_")
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without anything that configures agentlearn, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED)}
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class Running:
+    proc: asyncio.subprocess.Process
+    line: str
+    """The ready line, e.g. ``agentlearn ready on 127.0.0.1:41234 services=... http=127.0.0.1:39001``."""
+
+    @property
+    def port(self) -> int:
+        return int(self.line.split()[3].rsplit(":", 1)[1])
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def http(self) -> str:
+        return self.line.split("http=")[1].split()[0]
+
+    async def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.returncode is None:
+            self.proc.send_signal(sig)
+        async with asyncio.timeout(timeout):
+            return await self.proc.wait()
+
+
+async def start(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    ready: str = "agentlearn ready",
+    timeout: float = 90,
+    stderr: Any = asyncio.subprocess.DEVNULL,
+    **kwargs: Any,
+) -> Running:
+    """Start ``python -m services.runner *args`` and wait for its ready line (``ready`` prefix)."""
+    argv = list(args)
+    if args and args[0] in ("up", "serve", "passes") and "--http-port" not in argv:
+        argv += ["--http-port", "0"]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.runner",
+        *argv,
+        cwd=ROOT,
+        env=dict(env) if env is not None else clean_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+        **kwargs,
+    )
+    assert proc.stdout is not None
+    async with asyncio.timeout(timeout):
+        line = (await proc.stdout.readline()).decode()
+    if not line.startswith(ready):
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(f"{' '.join(argv)} did not get ready: {line!r}")
+    return Running(proc, line)
