@@ -48,8 +48,8 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
-from agentlearn.prefetch.v1 import knowledge_service_pb2 as kn_pb  # noqa: E402
-from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as kn_grpc  # noqa: E402
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb  # noqa: E402
+from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
@@ -63,7 +63,7 @@ from services.episodes.service import index_point as episode_point  # noqa: E402
 from services.runner.registry import SERVICES, migrations_of  # noqa: E402
 
 COMPANY, ROLE, MODEL = "bench", "swe", "all-MiniLM-L6-v2"
-NAMES = ["diary", "episodes", "skills", "profiles", "prefetch"]
+NAMES = ["diary", "episodes", "skills", "profiles", "knowledge", "prefetch"]
 PEOPLE = ["Ana", "Bob", "Carla", "Dan", "Eve", "Farid", "Gus", "Hana"]
 TOPICS = [
     "rotate the staging database credentials",

@@ -2,7 +2,7 @@
 
     ./run bench sessions [--checks 120] [--workers 1,2,4] [--rates 2,5] [--seconds 15]
 
-The diary, skills, prefetch (the knowledge backend) and sessions run in this process on one
+The diary, skills, knowledge, prefetch and sessions run in this process on one
 loopback gRPC server, as in the all-in-one (embedded PostgreSQL, embedded Qdrant, the local MiniLM
 model). Each check reads a session's evidence (a user message the user asked to remember, six tool
 results, a green verification, a plan), makes the one review call (offline rule), and writes a
@@ -40,7 +40,7 @@ from libs.common.infra import open_infra
 from libs.common.protoconv import timestamp
 from services.runner.registry import SERVICES, migrations_of
 
-NAMES = ["diary", "skills", "prefetch", "sessions"]
+NAMES = ["diary", "skills", "knowledge", "prefetch", "sessions"]
 TOOLS = ["make", "grep", "git", "gh", "bash", "pytest"]
 
 

@@ -13,7 +13,6 @@ from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from libs.common.errors import InvalidArgument
 from services.prefetch.clients import rpc_failure
-from services.prefetch.knowledge import StoreUnavailable
 from tests.test_prefetch_support import default_settings, open_env, refused
 
 
@@ -78,6 +77,6 @@ async def test_a_failure_text_is_the_service_and_a_status_code_never_an_exceptio
     assert rpc_failure("similar_prior_work", TimeoutError()) == "episodes: DEADLINE_EXCEEDED"
     refusal = InvalidArgument("bad", reason="FIELD_INVALID", field="x")
     assert rpc_failure("skills", refusal) == "skills: INVALID_ARGUMENT"
-    assert rpc_failure("relevant_knowledge", StoreUnavailable("PostgresError: x")) == "knowledge: UNAVAILABLE"
+    assert rpc_failure("relevant_knowledge", ConnectionRefusedError()) == "knowledge: UNAVAILABLE"
     bug = RuntimeError("<object object at 0x7f00>")
     assert rpc_failure("counterparty", bug) == "profiles: INTERNAL"

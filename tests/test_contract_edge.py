@@ -28,7 +28,7 @@ async def app(make_settings, dsn, clock, edge_index):
     async with open_app(
         make_settings(),
         dsn,
-        names=["diary", "episodes", "reflector", "prefetch"],
+        names=["diary", "episodes", "reflector", "knowledge", "prefetch"],
         clock=clock,
         embedder=None,
         index=edge_index,

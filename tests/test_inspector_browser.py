@@ -35,7 +35,7 @@ CHROMIUM_ARGS = [
 HAVE_CHROMIUM = Path(CHROMIUM).exists()
 SHOTS = os.environ.get("AGENTLEARN_INSPECTOR_SCREENSHOTS", "")
 SEAT = "/inspector/c/acme/s/ana/"
-SHOT_PAGES = {"company", "seat", "diary", "skill", "episode", "proposals", "reflections", "session"}
+SHOT_PAGES = {"company", "seat", "diary", "skill", "episode", "proposals", "reflections", "session", "drafts"}
 """The pages docs/inspector.md shows."""
 
 
@@ -188,6 +188,7 @@ MAIN_PAGES = [
     ("reflections", SEAT + "reflections"),
     ("events", SEAT + "events"),
     ("sessions", "/inspector/c/acme/sessions"),
+    ("drafts", "/inspector/c/acme/drafts"),
 ]
 
 UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button')]

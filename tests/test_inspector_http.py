@@ -144,7 +144,7 @@ async def test_reading_needs_inspect_and_a_change_needs_its_write_scope(env):
         assert page.status_code == 403 and "inspect or admin" in page.text
     async with inspector.signed_in(await inspector.token("acme", "inspect")) as viewer:
         diary = await viewer.get(SEAT + "diary")
-        assert diary.status_code == 200 and "<tr id=\"note-" in diary.text
+        assert diary.status_code == 200 and '<tr id="note-' in diary.text
         assert "/delete" not in diary.text and "Read-only" in diary.text  # no button it could not use
         refused = await viewer.post(f"{SEAT}diary/{seeded.notes['bob']}/delete", data={"csrf": csrf_of(diary.text)})
         assert refused.status_code == 403 and "memory:write" in refused.text
@@ -231,6 +231,23 @@ async def test_pages_show_what_the_services_hold_and_never_raw_session_evidence(
         for raw in ("I review deploys on Tuesdays", "build ok", "42 passed"):
             assert raw not in session.text  # receipts only
         assert (await client.get("/inspector/c/acme/sessions/no-such-session")).status_code == 404
+
+
+async def test_knowledge_drafts_wait_for_a_lead_on_their_own_page(env):
+    inspector, seeded = env
+    async with inspector.signed_in(await inspector.token("acme", "inspect")) as client:
+        page = await client.get("/inspector/c/acme/drafts")
+        assert page.status_code == 200
+        shown = text_of(page.text)
+        assert "[Auto-draft] Rotate on-call handover" in shown and "space eng" in shown
+        assert "Page the next on-call." in page.text and f'id="draft-{seeded.draft_id}"' in page.text
+        assert "GLOBEX-SECRET" not in page.text
+        none = text_of((await client.get("/inspector/c/acme/drafts", params={"q": "kafka"})).text)
+        assert "No draft matches" in none
+        assert (await client.get("/inspector/c/globex/drafts")).status_code == 403
+    async with inspector.signed_in(await inspector.token("acme", "inspect", seat="ana")) as client:
+        refused = await client.get("/inspector/c/acme/drafts")
+        assert refused.status_code == 403 and "Rotate on-call" not in refused.text
 
 
 async def test_lists_are_paged_and_searchable(env):

@@ -21,6 +21,8 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as diary_grpc
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb
+from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pf_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pf_grpc
 from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
@@ -81,6 +83,7 @@ class Seeded:
     session_id: str = "sess-ana-1"
     check_id: str = ""
     globex_note: str = ""
+    draft_id: str = ""
 
 
 @dataclass
@@ -358,6 +361,33 @@ async def seed(env: Inspector) -> Seeded:
     out.check_id = check.check.check_id
     await env.app.components["sessions"].service.worker.drain()
 
+    # A cross-agent promotion draft waiting for a lead, and one of globex's.
+    knowledge = kn_grpc.KnowledgeServiceStub(ch)
+    drafted = await knowledge.WritePromotionDraft(
+        kn_pb.WritePromotionDraftRequest(
+            company="acme",
+            unit="platform",
+            container_key="eng",
+            title="[Auto-draft] Rotate on-call handover",
+            body="# Rotate on-call handover\n\n1. Post the handover.\n2. Page the next on-call.\n",
+            tool_sequence=["slack.post", "pager.page"],
+            sibling_count=4,
+            distinct_agents=3,
+        )
+    )
+    out.draft_id = drafted.page_id
+    await knowledge.WritePromotionDraft(
+        kn_pb.WritePromotionDraftRequest(
+            company="globex",
+            unit="ops",
+            container_key="ops",
+            title="[Auto-draft] GLOBEX-SECRET-DRAFT",
+            body="GLOBEX-SECRET-DRAFT-BODY",
+            tool_sequence=["x.y"],
+            sibling_count=3,
+            distinct_agents=3,
+        )
+    )
     gx = await diary.WriteNote(
         diary_pb.WriteNoteRequest(
             company="globex", seat="carl", content="GLOBEX-SECRET-NOTE", tier=diary_pb.NOTE_TIER_LONG

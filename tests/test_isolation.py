@@ -29,8 +29,8 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as diary_grpc
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
-from agentlearn.prefetch.v1 import knowledge_service_pb2 as kn_pb
-from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as kn_grpc
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb
+from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pf_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pf_grpc
 from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
@@ -341,7 +341,15 @@ async def test_no_seat_reaches_another_seats_rows_by_id_run_id_name_or_query(app
                 skills.ListSkillVersions(skill_pb.ListSkillVersionsRequest(**mine, skill_id=skill.id), metadata=md),
                 "ListSkillVersions",
             ),
-            (knowledge.GetPage(kn_pb.GetPageRequest(company=company, page_id=theirs["page"]), metadata=md), "GetPage")
+            (
+                knowledge.GetPage(
+                    kn_pb.GetPageRequest(
+                        reader=kn_pb.Reader(company=company, seat=seat, role="swe"), page_id=theirs["page"]
+                    ),
+                    metadata=md,
+                ),
+                "GetPage",
+            )
             if o_company != company
             else None,
         ]

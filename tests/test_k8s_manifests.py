@@ -220,21 +220,24 @@ PASS_USES: dict[str, set[str]] = {
     "knowledge-fill": {"index", "model"},
     "skill-curator": set(),
     "skill-synthesis": {"model"},
+    # Drafts are native pages (embedded and indexed) or Confluence pages; one auxiliary call each.
+    "skill-promotion": {"index", "model"},
 }
 
 # "Who calls whom (NetworkPolicy on 50052)". A pass CronJob calls what its pass calls: skill
-# synthesis reads episodes (services/skills/episodes.py); the other passes work in-process. A
-# contract name this build serves from another service ("knowledge": the prefetch's
-# KnowledgeService, libs/common/clients.py) is granted to the service that serves it.
+# synthesis and skill promotion read episodes (services/skills/episodes.py); the other passes work
+# in-process.
 EVERY_SERVICE = "*"
 CALLS: dict[str, set[str] | str] = {
     "reflector": {"diary", "episodes", "skills", "profiles"},
     "prefetch": {"diary", "episodes", "skills", "profiles", "knowledge"},
     "skills": set(),  # the replicas call nobody; "skills (passes)" are the CronJobs below
     "skill-synthesis": {"episodes"},
+    "knowledge": set(),  # the replicas call nobody; its passes are the CronJobs
+    "skill-promotion": {"episodes"},
     "sessions": {"diary", "skills", "knowledge"},
-    # Every service it shows (docs/inspector.md); "knowledge" joins with the drafts page.
-    "inspector": {"diary", "episodes", "skills", "profiles", "reflector", "sessions", "telemetry"},
+    # Every service it shows (docs/inspector.md).
+    "inspector": {"diary", "episodes", "skills", "profiles", "reflector", "sessions", "telemetry", "knowledge"},
 }
 # Components with HTTP pages and no gRPC service of their own: their readiness is the whole
 # process's health ("").
@@ -997,6 +1000,23 @@ def test_egress_is_dns_postgres_collector_and_what_the_pod_uses(name: str) -> No
     for port in (22, 80, 8080, 5433, PUBLIC_PORT, INTERNAL_PORT):
         assert not reachable(pod, ANYWHERE, port), port
     assert not reachable(pod, DNS, 80)  # the DNS rule is the DNS port only
+
+
+def confluence_site() -> Endpoint:
+    """An address inside the CIDR the operator gives the Confluence site (egress-knowledge)."""
+    (policy,) = [p for p in POLICIES if p["metadata"]["name"] == "egress-knowledge"]
+    (rule,) = policy["spec"]["egress"]
+    (peer,) = rule["to"]
+    network = ipaddress.ip_network(peer["ipBlock"]["cidr"])
+    return Endpoint("Confluence", None, ip=str(next(iter(network.hosts()), network.network_address)))
+
+
+@pytest.mark.parametrize("name", WORKLOAD_NAMES)
+def test_only_the_knowledge_service_and_its_promotion_pass_reach_confluence(name: str) -> None:
+    """A placeholder range (RFC 2544) the operator sets; the passes reach any 443 for the Lease API."""
+    site = confluence_site()
+    assert ipaddress.ip_address(site.ip) in ipaddress.ip_network("198.18.0.0/15")
+    assert reachable(endpoint_of(name), site, 443) is (name in ("knowledge", "skill-promotion") or name in CRONJOBS)
 
 
 def test_the_model_endpoint_cidr_is_a_placeholder_the_operator_sets() -> None:

@@ -1,7 +1,8 @@
-"""The native knowledge backend: UpsertPage / GetPage over real gRPC, and the searcher against real
-PostgreSQL, the real local embedding model and real index adapters — scoping by the role's
-containers, both auto-draft exclusions, snippets, the vector ∪ lexical merge, the exact scan when
-the index is down, "unreachable" when the store cannot be read, and CanSearch without I/O."""
+"""The knowledge service's native backend: UpsertPage / GetPage over real gRPC, and the search
+against real PostgreSQL, the real local embedding model and real index adapters — scoping by the
+reader's containers, both auto-draft exclusions, snippets, the vector ∪ lexical merge, the exact
+scan when the index is down, "unreachable" when the store cannot be read, CanSearch without I/O,
+the fill, the native promotion writer, and the deprecated prefetch.v1 alias."""
 
 from __future__ import annotations
 
@@ -14,33 +15,43 @@ import grpc
 import numpy as np
 import pytest
 
-from agentlearn.prefetch.v1 import knowledge_service_pb2 as pb
-from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as pb_grpc
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
+from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
+from agentlearn.prefetch.v1 import knowledge_service_pb2 as legacy_pb
+from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as legacy_grpc
 from libs.common.clock import ManualClock
 from libs.common.config import Settings
 from libs.common.embeddings import EmbeddingUnavailable, Vector
 from libs.common.events import PostgresEventLog
 from libs.common.fill import RequestLedger
 from libs.common.vectorindex import IndexUnavailable, collection_name
-from services.prefetch.knowledge import (
+from services.knowledge.backends import UnconfiguredBackend
+from services.knowledge.bootstrap import build_backend
+from services.knowledge.domain import (
     AUTO_DRAFTED_PARENT,
     COLLECTION_BASE,
-    KnowledgeService,
-    NativePromotionWriter,
-    NativeSearcher,
+    Access,
+    KnowledgeHit,
+    Limits,
     PromotionDraft,
+    ReadContext,
+    Reader,
+    ReadSource,
     SearchOutcome,
-    UnconfiguredSearcher,
-    build_searcher,
-    knowledge_pass_specs,
-    rebuild_index,
-    render_search_result,
+    ServedMode,
+    UnsearchedReason,
 )
-from services.prefetch.knowledge.domain import KnowledgeHit, Limits
+from services.knowledge.native import NativePages
+from services.knowledge.native_search import NativeBackend
+from services.knowledge.passes import knowledge_pass_specs, rebuild_index
+from services.knowledge.scope import access_of
+from services.knowledge.service import KnowledgeService
+from services.prefetch.knowledge_block import render_search_result
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
 
-DOMAIN = "prefetch.agentlearn.dev"
+DOMAIN = "knowledge.agentlearn.dev"
+CTX = ReadContext(ReadSource.SEARCH_PAGES)
 
 ROLES = {
     "sre": {"knowledge_containers": ["ops", "eng"]},
@@ -123,10 +134,11 @@ class KB:
     settings: Settings
     pool: object
     service: KnowledgeService
-    searcher: NativeSearcher
+    backend: NativeBackend
     embedder: CountingEmbedder
     index: object
     stub: pb_grpc.KnowledgeServiceStub
+    legacy: legacy_grpc.KnowledgeServiceStub
 
     async def put(self, container: str, title: str, body: str, parents=(), company: str = "acme") -> str:  # type: ignore[no-untyped-def]
         resp = await self.stub.UpsertPage(
@@ -136,28 +148,38 @@ class KB:
         )
         return resp.page.id
 
+    def access(self, role: str = "sre", company: str = "acme", seat: str = "") -> Access:
+        return access_of(self.settings, Reader(company, seat, role))
+
+    async def search(self, query: str, role: str = "sre", company: str = "acme", limit: int = 10) -> SearchOutcome:
+        return await self.service.search(Reader(company, "", role), query, limit, CTX)
+
     async def titles(self, query: str, role: str = "sre", company: str = "acme", limit: int = 10) -> list[str]:
-        outcome = await self.searcher.search(company, role, query, limit)
-        assert outcome.status == "searched", outcome
+        outcome = await self.search(query, role, company, limit)
+        assert outcome.served is ServedMode.NATIVE, outcome
         return [h.title for h in outcome.hits]
+
+    def other(self, embedder=None, index=None) -> NativeBackend:  # type: ignore[no-untyped-def]
+        """The same pages behind another embedder or index (words only, index down)."""
+        return NativeBackend(self.backend.pages, self.settings, embedder, index)
 
 
 @contextlib.asynccontextmanager
 async def _kb(dsn: str, settings: Settings, embedder, index):  # type: ignore[no-untyped-def]
-    """The prefetch served as it runs (its bootstrap, over real gRPC), with a counting embedder."""
+    """The knowledge service served as it runs (its bootstrap, over real gRPC), with a counting embedder."""
     counting = CountingEmbedder(embedder)
-    async with open_app(settings, dsn, names=["prefetch"], clock=ManualClock(), embedder=counting, index=index) as app:
-        prefetch = app.components["prefetch"].service
-        searcher = prefetch.deps.searcher
-        assert isinstance(searcher, NativeSearcher)
+    async with open_app(settings, dsn, names=["knowledge"], clock=ManualClock(), embedder=counting, index=index) as app:
+        service = app.components["knowledge"].service
+        assert isinstance(service.backend, NativeBackend)
         yield KB(
             settings,
             app.infra.pool,
-            prefetch.knowledge,
-            searcher,
+            service,
+            service.backend,
             counting,
             index,
             pb_grpc.KnowledgeServiceStub(app.channel),
+            legacy_grpc.KnowledgeServiceStub(app.channel),
         )
 
 
@@ -165,6 +187,10 @@ async def _kb(dsn: str, settings: Settings, embedder, index):  # type: ignore[no
 async def kb(dsn, make_settings, local_embedder, edge_index):  # type: ignore[no-untyped-def]
     async with _kb(dsn, _settings(make_settings), local_embedder, edge_index) as k:
         yield k
+
+
+def operator(page_id: str, company: str = "acme") -> pb.GetPageRequest:
+    return pb.GetPageRequest(reader=pb.Reader(company=company), page_id=page_id)
 
 
 # ------------------------------------------------------------------------------------- UpsertPage / GetPage
@@ -205,23 +231,35 @@ async def test_upsert_creates_then_replaces_by_container_and_title(kb: KB):
     )
     assert other.created and other.page.id != page.id
 
-    got = await kb.stub.GetPage(pb.GetPageRequest(company="acme", page_id=page.id))
+    got = await kb.stub.GetPage(operator(page.id))
     assert got.page == again.page
+    # The deprecated prefetch.v1 alias writes and reads the same pages.
+    legacy = await kb.legacy.GetPage(legacy_pb.GetPageRequest(company="acme", page_id=page.id))
+    assert (legacy.page.id, legacy.page.body) == (page.id, "Ship with make release.")
+    aliased = await kb.legacy.UpsertPage(
+        legacy_pb.UpsertPageRequest(company="acme", container="ops", title="Deploy runbook", body="Ship with make go.")
+    )
+    assert not aliased.created and aliased.page.id == page.id
+    assert (await kb.stub.GetPage(operator(page.id))).page.body == "Ship with make go."
 
 
 async def test_get_page_is_scoped_to_its_company_and_refuses_bad_ids(kb: KB):
     page_id = await kb.put("ops", "Pager policy", "Acknowledge within five minutes.")
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await kb.stub.GetPage(pb.GetPageRequest(company="globex", page_id=page_id))
+        await kb.stub.GetPage(operator(page_id, company="globex"))
     code, info, _ = error_info(err.value)
     assert code == grpc.StatusCode.NOT_FOUND
     assert (info.reason, info.domain, info.metadata["page_id"]) == ("PAGE_NOT_FOUND", DOMAIN, page_id)
 
+    # An id no backend issues is not a page (native ids are UUIDs, Confluence's numbers).
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await kb.stub.GetPage(pb.GetPageRequest(company="acme", page_id="not-a-uuid"))
+        await kb.stub.GetPage(operator("not-a-uuid"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await kb.stub.GetPage(operator("no spaces/or slashes"))
     code, info, bad = error_info(err.value)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    assert (info.reason, info.domain, bad.field_violations[0].field) == ("FIELD_INVALID", DOMAIN, "page_id")
+    assert (info.reason, bad.field_violations[0].field) == ("FIELD_INVALID", "page_id")
 
 
 @pytest.mark.parametrize(
@@ -251,7 +289,7 @@ async def test_upsert_refusals_name_the_field(kb: KB, change, reason, field):  #
 
 
 async def test_a_body_past_the_limit_is_refused_not_trimmed(kb: KB):
-    small = KnowledgeService(kb.service.store, None, kb.index, ManualClock(), Limits(body_chars=100))
+    small = NativePages(kb.backend.store, None, kb.index, ManualClock(), Limits(body_chars=100))
     from libs.common.errors import InvalidArgument
 
     with pytest.raises(InvalidArgument) as err:
@@ -305,19 +343,27 @@ async def test_search_reads_only_the_roles_containers_in_its_own_company(kb: KB)
     assert await kb.titles("deploy", company="globex") == ["Default-company deploy"]
 
     for role in ("intern", "unknown-role"):
-        outcome = await kb.searcher.search("acme", role, "deploy", 5)
-        assert outcome == SearchOutcome("scoped_to_nothing")
+        outcome = await kb.search("deploy", role=role)
+        assert outcome == SearchOutcome.did_not_run(UnsearchedReason.SCOPED_TO_NOTHING)
 
 
 async def test_can_search_does_no_io(kb: KB):
-    searcher = NativeSearcher(NoIO(), kb.settings, NoIO(), NoIO())  # type: ignore[arg-type]
-    assert searcher.can_search("acme", "sre") is True
-    assert searcher.can_search("acme", "writer") is True
-    assert searcher.can_search("acme", "intern") is False
-    assert searcher.can_search("acme", "unknown-role") is False
-    assert searcher.can_search("globex", "sre") is True  # company_defaults
-    assert searcher.can_search("globex", "writer") is False
-    assert UnconfiguredSearcher().can_search("acme", "sre") is False
+    pages = NativePages(NoIO(), NoIO(), NoIO(), NoIO())  # type: ignore[arg-type]
+    backend = NativeBackend(pages, kb.settings, NoIO(), NoIO())  # type: ignore[arg-type]
+    service = KnowledgeService(kb.settings, pages, backend, NoIO())  # type: ignore[arg-type]
+    for company, role, expected in [
+        ("acme", "sre", True),
+        ("acme", "writer", True),
+        ("acme", "intern", False),
+        ("acme", "unknown-role", False),
+        ("globex", "sre", True),  # company_defaults
+        ("globex", "writer", False),
+    ]:
+        assert service.can_search(Reader(company, "", role))[0] is expected, (company, role)
+    assert UnconfiguredBackend().can_search(kb.access()) is False
+    # Over gRPC too, with the containers it would read.
+    resp = await kb.stub.CanSearch(pb.CanSearchRequest(reader=pb.Reader(company="acme", role="sre")))
+    assert resp.can_search and list(resp.containers) == ["ops", "eng"] and not resp.unscoped
 
 
 # ------------------------------------------------------------------------------------- exclusions
@@ -336,8 +382,8 @@ async def test_the_auto_drafted_subtree_and_auto_draft_titles_are_never_searched
     assert await kb.titles("rollback redeploy previous build") == ["Rollback runbook"]
 
     # The exact scan (index down) applies the same exclusions.
-    down = NativeSearcher(kb.searcher.store, kb.settings, kb.embedder, DownIndex())
-    outcome = await down.search("acme", "sre", "rollback redeploy previous build", 10)
+    down = kb.other(kb.embedder, DownIndex())
+    outcome = await down.search(kb.access(), "rollback redeploy previous build", 10)
     assert [h.title for h in outcome.hits] == ["Rollback runbook"]
 
     # A lead publishes a draft by moving it out of the subtree: now it is an ordinary page.
@@ -355,7 +401,7 @@ async def test_snippets_are_one_line_around_the_match(kb: KB):
     filler = " ".join(f"word{i}" for i in range(200))
     body = f"# Cafeteria\n\n{filler}\n\nThe espresso machine is descaled on Fridays.\n\n{filler}"
     await kb.put("ops", "Kitchen notes", body)
-    [hit] = (await kb.searcher.search("acme", "sre", "espresso descaling", 5)).hits
+    [hit] = (await kb.search("espresso descaling", limit=5)).hits
     assert "espresso machine is descaled" in hit.snippet
     assert "\n" not in hit.snippet
     assert len(hit.snippet) < 400 < len(body)
@@ -372,11 +418,11 @@ async def test_vector_and_lexical_halves_are_merged(kb: KB):
     # Found by its words and its meaning, then by meaning alone (it shares no word with the query).
     assert titles == ["Travel booking", "Expense policy"]
 
-    words_only = NativeSearcher(kb.searcher.store, kb.settings, None, kb.index)
-    assert [h.title for h in (await words_only.search("acme", "sre", query, 10)).hits] == ["Travel booking"]
+    words_only = kb.other(None, kb.index)
+    assert [h.title for h in (await words_only.search(kb.access(), query, 10)).hits] == ["Travel booking"]
 
-    down = NativeSearcher(kb.searcher.store, kb.settings, kb.embedder, DownIndex())
-    assert [h.title for h in (await down.search("acme", "sre", query, 10)).hits] == titles
+    down = kb.other(kb.embedder, DownIndex())
+    assert [h.title for h in (await down.search(kb.access(), query, 10)).hits] == titles
 
     kb.embedder.fail = True  # the query cannot be embedded: the words still answer
     assert await kb.titles(query) == ["Travel booking"]
@@ -386,8 +432,8 @@ async def test_rarer_shared_words_rank_higher_and_the_limit_holds(kb: KB):
     for i in range(6):
         await kb.put("ops", f"Service note {i}", f"The service restarts nightly, note {i}.")
     await kb.put("ops", "Kafka service", "The kafka service restarts when the broker is rebalanced.")
-    outcome = await kb.searcher.search("acme", "sre", "kafka service restarts", 3)
-    assert outcome.status == "searched"
+    outcome = await kb.search("kafka service restarts", limit=3)
+    assert outcome.served is ServedMode.NATIVE
     assert len(outcome.hits) == 3
     assert outcome.hits[0].title == "Kafka service"
 
@@ -398,17 +444,26 @@ async def test_rarer_shared_words_rank_higher_and_the_limit_holds(kb: KB):
 async def test_a_closed_store_is_unreachable_not_empty(kb: KB):
     await kb.put("ops", "Deploy runbook", "How to deploy.")
     await kb.pool.close()
-    outcome = await kb.searcher.search("acme", "sre", "deploy", 5)
-    assert outcome == SearchOutcome("unreachable")
-    assert await kb.searcher.onboarding_pages("acme", ["ops"]) == []
+    outcome = await kb.search("deploy", limit=5)
+    assert outcome.served is None and outcome.unsearched is UnsearchedReason.UNREACHABLE and not outcome.hits
+    onboarding = await kb.service.onboarding(Reader("acme", "ana", "sre"), ["ops"], CTX)
+    assert onboarding.unsearched is UnsearchedReason.UNREACHABLE
     # The scope is decided before any I/O: a role with nothing to read is still "scoped to nothing".
-    assert (await kb.searcher.search("acme", "intern", "deploy", 5)).status == "scoped_to_nothing"
+    assert (await kb.search("deploy", role="intern")).unsearched is UnsearchedReason.SCOPED_TO_NOTHING
+    # A read by id says the backend could not be read: UNAVAILABLE, never "not found".
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await kb.stub.GetPage(operator("00000000-0000-0000-0000-000000000001"))
+    code, info, _ = error_info(err.value)
+    assert code == grpc.StatusCode.UNAVAILABLE and info.reason == "KNOWLEDGE_UNREACHABLE"
 
 
-async def test_an_unconfigured_searcher_says_so():
-    searcher = UnconfiguredSearcher()
-    assert await searcher.search("acme", "sre", "deploy", 5) == SearchOutcome("unconfigured")
-    assert await searcher.onboarding_pages("acme", ["ops"]) == []
+async def test_an_unconfigured_backend_says_so():
+    backend = UnconfiguredBackend()
+    access = Access(Reader("acme", "ana", "sre"), ("ops",))
+    assert await backend.search(access, "deploy", 5) == SearchOutcome.did_not_run(
+        UnsearchedReason.UNCONFIGURED, "no knowledge backend is configured"
+    )
+    assert not (await backend.onboarding(access, ["ops"], 5)).ran
 
 
 # ------------------------------------------------------------------------------------- onboarding
@@ -424,7 +479,8 @@ async def test_onboarding_pages_follow_the_unit_chain(kb: KB):
     await kb.put("sales", "Onboarding for sales", "Not on the chain.")
     await kb.put("platform", "Onboarding", "Other company.", company="globex")
 
-    hits = await kb.searcher.onboarding_pages("acme", ["platform", "eng"])
+    reader = Reader("acme", "ana", "sre")
+    hits = (await kb.service.onboarding(reader, ["platform", "eng"], CTX)).hits
     assert [(h.container, h.title) for h in hits] == [
         ("platform", "Onboarding"),
         ("platform", "Your first deploy"),
@@ -432,24 +488,27 @@ async def test_onboarding_pages_follow_the_unit_chain(kb: KB):
         ("eng", "Code review norms"),
     ]
     assert hits[1].snippet == "Deploy a hello world."
-    assert await kb.searcher.onboarding_pages("acme", []) == []
-    assert await kb.searcher.onboarding_pages("acme", ["nowhere"]) == []
+    assert (await kb.service.onboarding(reader, [], CTX)).hits == ()
+    assert (await kb.service.onboarding(reader, ["nowhere"], CTX)).hits == ()
 
 
 # ------------------------------------------------------------------------------------- the tool's words
 
 
 def test_search_knowledge_answers_in_words_which_case_it_is():
-    texts = {
-        status: render_search_result(SearchOutcome(status), "deploy runbook")  # type: ignore[arg-type]
-        for status in ("unreachable", "unconfigured", "scoped_to_nothing", "searched")
-    }
-    assert len(set(texts.values())) == 4
+    outcomes = {str(reason): SearchOutcome.did_not_run(reason) for reason in UnsearchedReason}
+    outcomes["searched"] = SearchOutcome(ServedMode.NATIVE)
+    texts = {name: render_search_result(outcome, "deploy runbook") for name, outcome in outcomes.items()}
+    assert len(set(texts.values())) == len(UnsearchedReason) + 1 == 6
     assert "could not be searched" in texts["unreachable"] and "did not run" in texts["unreachable"]
+    assert "refused the credential" in texts["credential_refused"] and "did not run" in texts["credential_refused"]
+    assert "rate-limiting" in texts["rate_limited"] and "did not run" in texts["rate_limited"]
     assert "No knowledge base is configured" in texts["unconfigured"]
     assert "scoped to nothing" in texts["scoped_to_nothing"]
     assert "no page matched" in texts["searched"]
     assert all('"deploy runbook"' in t for t in texts.values())
+    with pytest.raises(ValueError):
+        SearchOutcome(None)  # an outcome either ran or says why it did not
 
 
 def test_hits_render_as_bullets_and_an_exact_title_is_shown_whole():
@@ -457,13 +516,13 @@ def test_hits_render_as_bullets_and_an_exact_title_is_shown_whole():
         KnowledgeHit("id-1", "Deploy runbook", "ops", "make ship, then watch", body="Step 1. make ship\nStep 2. watch"),
         KnowledgeHit("id-2", "Deploy conventions", "eng", "from main only", body="..."),
     ]
-    text = render_search_result(SearchOutcome("searched", hits), "deploy")
+    text = render_search_result(SearchOutcome(ServedMode.NATIVE, None, tuple(hits)), "deploy")
     assert text.splitlines()[1:3] == [
         "- **Deploy runbook** (container ops, page id-1): make ship, then watch",
         "- **Deploy conventions** (container eng, page id-2): from main only",
     ]
     assert "Step 2" not in text and "exact title" in text
-    whole = render_search_result(SearchOutcome("searched", hits), "  deploy RUNBOOK ")
+    whole = render_search_result(SearchOutcome(ServedMode.NATIVE, None, tuple(hits)), "  deploy RUNBOOK ")
     assert whole.endswith("### Deploy runbook\n\nStep 1. make ship\nStep 2. watch")
 
 
@@ -481,11 +540,11 @@ async def test_the_fill_embeds_pages_stored_without_a_vector_and_rebuild_restore
         pool=kb.pool,
         embedder=kb.embedder,
         settings=kb.settings,
-        clock=kb.service.clock,
-        events=PostgresEventLog(kb.pool, kb.service.clock),
+        clock=kb.service.pages.clock,
+        events=PostgresEventLog(kb.pool, kb.service.pages.clock),
         fill_requests=RequestLedger(),
     )
-    [spec] = knowledge_pass_specs(kb.service, infra)
+    [spec] = knowledge_pass_specs(kb.service.pages, infra)
     assert spec.name == "knowledge-fill"
     report = await spec.run()
     assert report["fill"].filled == 1
@@ -494,12 +553,12 @@ async def test_the_fill_embeds_pages_stored_without_a_vector_and_rebuild_restore
     collection = collection_name(COLLECTION_BASE, kb.embedder.dimensions)
     await kb.index.reset(collection)
     assert await kb.index.count(collection) == 0
-    assert await rebuild_index(kb.service) == 1
+    assert await rebuild_index(kb.service.pages) == 1
     assert await kb.index.count(collection) == 1
 
 
 async def test_the_native_promotion_writer_files_hidden_drafts_once_per_title(kb: KB):
-    writer = NativePromotionWriter(kb.service)
+    writer = kb.backend
     draft = PromotionDraft(
         company="acme",
         unit="platform",
@@ -510,9 +569,18 @@ async def test_the_native_promotion_writer_files_hidden_drafts_once_per_title(kb
         sibling_count=4,
         distinct_agents=3,
     )
+    assert await writer.existing_draft("acme", "ops", draft.title) is None
     first = await writer.write_draft(draft)
     again = await writer.write_draft(draft)
     assert first.created and not again.created and again.page_id == first.page_id
+    assert await writer.existing_draft("acme", "ops", draft.title) == again
+    # Over gRPC: the same page, found by its title.
+    resp = await kb.stub.WritePromotionDraft(
+        pb.WritePromotionDraftRequest(
+            company="acme", unit="platform", container_key="ops", title=draft.title, body=draft.body
+        )
+    )
+    assert (resp.page_id, resp.created, resp.backend) == (first.page_id, False, pb.SERVED_MODE_NATIVE)
     rows = await kb.pool.fetch("SELECT title, parent_titles FROM knowledge_pages ORDER BY title")
     assert [(r["title"], list(r["parent_titles"])) for r in rows] == [
         (AUTO_DRAFTED_PARENT, []),
@@ -521,12 +589,13 @@ async def test_the_native_promotion_writer_files_hidden_drafts_once_per_title(kb
     assert await kb.titles("rotate api keys revoke reissue") == []
 
 
-async def test_build_searcher_wires_the_native_backend(kb: KB):
-    infra = types.SimpleNamespace(pool=kb.pool, settings=kb.settings, embedder=kb.embedder, index=kb.index)
-    searcher = build_searcher(infra)
-    assert isinstance(searcher, NativeSearcher)
+async def test_build_backend_wires_native_unless_told_otherwise(kb: KB, make_settings):
+    assert build_backend(kb.settings, kb.backend) is kb.backend
+    off = make_settings(knowledge={"backend": "none"})
+    assert isinstance(build_backend(off, kb.backend), UnconfiguredBackend)
     await kb.put("ops", "Deploy runbook", "How to deploy.")
-    assert [h.title for h in (await searcher.search("acme", "sre", "deploy", 0)).hits] == ["Deploy runbook"]
+    # limit 0 means learning.prefetch.knowledge_results
+    assert [h.title for h in (await kb.search("deploy", limit=0)).hits] == ["Deploy runbook"]
 
 
 async def test_both_index_adapters_filter_by_company_and_container(dsn, make_settings, local_embedder, vector_index):  # type: ignore[no-untyped-def]
@@ -534,5 +603,5 @@ async def test_both_index_adapters_filter_by_company_and_container(dsn, make_set
         await k.put("ops", "Expense policy", "Keep receipts for anything above fifty euros and file claims monthly.")
         await k.put("docs", "Expense policy", "Keep receipts for anything above fifty euros and file claims monthly.")
         await k.put("ops", "Expense policy", "Keep receipts for anything above fifty euros.", company="globex")
-        outcome = await k.searcher.search("acme", "sre", "reimbursement for travel costs", 10)
+        outcome = await k.search("reimbursement for travel costs")
         assert [(h.container, h.title) for h in outcome.hits] == [("ops", "Expense policy")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 
 from libs.common.leases import PostgresLeaseClaimer
-from libs.common.passrunner import PassSpec, run_pass
+from libs.common.passrunner import LEASE_LOST, PassSpec, run_pass
 
 
 async def test_one_holder_at_a_time_takeover_after_expiry_bumps_the_fence(dsn, clock):
@@ -87,6 +87,6 @@ async def test_a_pass_renews_its_lease_while_it_runs_and_stops_when_it_loses_it(
             run_pass(PassSpec("episode-lifecycle", long_pass, 3600), leases, "me", 1), 20
         )
         assert renewed.is_set() and stolen.is_set()
-        assert (ran, result) == (False, None)
+        assert (ran, result) == (False, LEASE_LOST)  # stopped partway, and says so
     finally:
         await pool.close()

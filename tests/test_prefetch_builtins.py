@@ -5,12 +5,13 @@ delegation of ListTools / GetGuidance. Real services over gRPC."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
+from services.knowledge.client import GrpcKnowledgeClient
 from services.prefetch.domain import chain_hash
-from services.prefetch.knowledge import UnconfiguredSearcher
 from tests.test_prefetch_support import default_settings, open_env, refused
 
 
@@ -116,24 +117,27 @@ async def test_search_knowledge_says_in_words_what_happened(env):
     scoped = await search(env, "billing", role="intern")
     assert scoped.status == pb.SEARCH_STATUS_SCOPED_TO_NOTHING and "scoped to nothing" in scoped.text
 
-    env.service.deps.searcher = UnconfiguredSearcher()
-    unconfigured = await search(env, "billing")
-    assert (
-        unconfigured.status == pb.SEARCH_STATUS_UNCONFIGURED and "No knowledge base is configured" in unconfigured.text
-    )
+
+async def test_a_deployment_with_knowledge_off_says_it_is_not_configured(
+    make_settings, dsn, clock, local_embedder, edge_index
+):
+    settings = default_settings(make_settings, knowledge={"backend": "none"})
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        unconfigured = await search(env, "billing")
+    assert unconfigured.status == pb.SEARCH_STATUS_UNCONFIGURED
+    assert "No knowledge base is configured" in unconfigured.text
 
 
 async def test_a_search_that_did_not_run_says_it_is_unreachable(env):
-    class Broken:
-        def can_search(self, company, role):  # type: ignore[no-untyped-def]
-            return True
-
-        async def search(self, company, role, query, limit):  # type: ignore[no-untyped-def]
-            raise ConnectionError("backend down")
-
-    env.service.deps.searcher = Broken()
-    resp = await search(env, "billing")
+    # The knowledge service stops answering (nothing listens on port 1): the search did not run.
+    dead = grpc.aio.insecure_channel("127.0.0.1:1")
+    env.service.deps.searcher = GrpcKnowledgeClient(lambda: dead, 5.0)
+    try:
+        resp = await search(env, "billing")
+    finally:
+        await dead.close()
     assert resp.status == pb.SEARCH_STATUS_UNREACHABLE and "did not run" in resp.text
+    assert "knowledge: UNAVAILABLE" in resp.text
 
 
 # ------------------------------------------------------------------------------------ onboarding, catalogue

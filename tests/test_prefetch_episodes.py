@@ -103,7 +103,7 @@ async def test_a_query_that_cannot_run_says_what_stopped_it(
 async def test_an_unreadable_episode_store_is_said_as_what_it_was(
     make_settings, dsn, clock, local_embedder, edge_index
 ):
-    names = ["diary", "prefetch"]
+    names = ["diary", "knowledge", "prefetch"]
     async with open_env(
         default_settings(make_settings), dsn, clock, embedder=local_embedder, index=edge_index, names=names
     ) as env:

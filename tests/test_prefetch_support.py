@@ -21,8 +21,8 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as diary_grpc
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
-from agentlearn.prefetch.v1 import knowledge_service_pb2 as kn_pb
-from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as kn_grpc
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb
+from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
@@ -35,7 +35,7 @@ from tests.support.grpc_errors import error_info
 
 __all__ = ["SERVICES", "CountingEmbedder", "Env", "llm_settings", "open_env", "purpose_of", "refused"]
 
-SERVICES = ["diary", "episodes", "skills", "profiles", "prefetch"]
+SERVICES = ["diary", "episodes", "skills", "profiles", "knowledge", "prefetch"]
 ROLES = {"swe": {"knowledge_containers": ["eng"], "unit": "platform"}, "intern": {}}
 
 

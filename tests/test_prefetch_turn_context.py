@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from datetime import UTC
 
+import grpc
 import pytest
 
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from libs.common.embeddings import EmbeddingTimeout
+from services.knowledge.client import GrpcKnowledgeClient
 from services.prefetch import hints
-from services.prefetch.knowledge import KnowledgeHit, SearchOutcome
 from services.skills import passes as skill_passes
 from tests.support.scripted_openai import Reply
 from tests.test_prefetch_support import (
@@ -276,24 +277,6 @@ async def test_a_stale_skill_is_rendered_with_its_ageing_marker_and_the_offer_re
 # ------------------------------------------------------------------------------------ knowledge
 
 
-class FakeSearcher:
-    """A knowledge seam answering a fixed outcome (the native backend cannot be made unreachable
-    on demand); ``queries`` records what it was asked."""
-
-    def __init__(self, status: str, hits=()):  # type: ignore[no-untyped-def]
-        self.status, self.hits, self.queries = status, list(hits), []
-
-    def can_search(self, company: str, role: str) -> bool:
-        return True
-
-    async def search(self, company, role, query, limit):  # type: ignore[no-untyped-def]
-        self.queries.append(query)
-        return SearchOutcome(status=self.status, hits=self.hits)
-
-    async def onboarding_pages(self, company, unit_chain):  # type: ignore[no-untyped-def]
-        return []
-
-
 async def test_knowledge_found_nothing_renders_the_empty_hint_and_unreachable_the_unsearched_one(env):
     await env.page("eng", "Holiday calendar", "Public holidays of the year.")
     resp = await env.build(ASK)
@@ -301,25 +284,30 @@ async def test_knowledge_found_nothing_renders_the_empty_hint_and_unreachable_th
     assert knowledge.markdown.endswith(hints.EMPTY_KNOWLEDGE_HINT) and knowledge.selection_count == 0
     assert resp.summary.knowledge_selection_count == 0 and knowledge.hit
 
-    env.service.deps.searcher = fake = FakeSearcher("unreachable")
-    resp = await env.build(ASK, turn_id="turn-2")
+    # The knowledge service stops answering (nothing listens on port 1): the search did not run.
+    dead = grpc.aio.insecure_channel("127.0.0.1:1")
+    env.service.deps.searcher = GrpcKnowledgeClient(lambda: dead, 5.0)
+    try:
+        resp = await env.build(ASK, turn_id="turn-2")
+    finally:
+        await dead.close()
     knowledge = block(resp, pb.BLOCK_RELEVANT_KNOWLEDGE)
     assert knowledge.markdown.endswith(hints.UNSEARCHED_KNOWLEDGE_HINT)
     assert hints.EMPTY_KNOWLEDGE_HINT not in knowledge.markdown
-    assert fake.queries == ["send bob weekly billing export digest"]  # the offline rule's keywords
     assert resp.summary.blocks[3].source_error == "knowledge: unreachable"
 
 
 async def test_knowledge_hits_render_title_container_and_snippet(env):
-    env.service.deps.searcher = FakeSearcher(
-        "searched", [KnowledgeHit("p1", "Billing runbook", "eng", "Run the export on Mondays.")]
-    )
+    page = await env.page("eng", "Billing runbook", "Run the billing export on Mondays.")
     resp = await env.build(ASK)
     knowledge = block(resp, pb.BLOCK_RELEVANT_KNOWLEDGE)
-    assert "- **Billing runbook** (eng): Run the export on Mondays." in knowledge.markdown
-    assert list(knowledge.ids) == ["p1"] and resp.summary.knowledge_selection_count == 1
+    # title, container, and the snippet around the match (the store's headline)
+    assert "- **Billing runbook** (eng): billing export on Mondays" in knowledge.markdown
+    assert list(knowledge.ids) == [page.id] and resp.summary.knowledge_selection_count == 1
     [read] = await env.events("knowledge_read")
-    assert read["payload"]["pages"] == [{"page_id": "p1", "title": "Billing runbook", "container": "eng"}]
+    assert read["payload"]["pages"] == [{"page_id": page.id, "title": "Billing runbook", "container": "eng"}]
+    assert read["payload"]["source"] == "relevant_knowledge" and read["seat"] == "ana"
+    assert read["payload"]["query"] == "send bob weekly billing export digest"  # the offline rule's keywords
 
 
 async def test_a_role_that_can_search_nothing_asks_no_query(env):
@@ -331,9 +319,11 @@ async def test_a_role_that_can_search_nothing_asks_no_query(env):
 
 async def test_a_failed_query_generation_renders_nothing(env):
     # The offline rule writes the ask's content words; an ask of none leaves nothing to search with.
-    env.service.deps.searcher = fake = FakeSearcher("searched")
+    # A search that ran would render at least the empty hint; nothing rendered means none ran.
+    await env.page("eng", "Please read", "Could you please do it?")
     resp = await env.build("could you please do it?")
-    assert not block(resp, pb.BLOCK_RELEVANT_KNOWLEDGE).hit and fake.queries == []
+    assert not block(resp, pb.BLOCK_RELEVANT_KNOWLEDGE).hit
+    assert await env.events("knowledge_read") == []
 
 
 # ------------------------------------------------------------------------------------ counterparties
@@ -380,7 +370,7 @@ async def test_a_source_that_cannot_be_read_degrades_its_block_and_the_summary_s
 ):
     # Episodes and skills are not served: their reads fail, the turn does not.
     settings = default_settings(make_settings)
-    names = ["diary", "profiles", "prefetch"]
+    names = ["diary", "profiles", "knowledge", "prefetch"]
     async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index, names=names) as env:
         await env.note("Bob prefers weekly digests of the billing export.")
         resp = await env.build(ASK)

@@ -58,7 +58,7 @@ async def test_sigkill_mid_check_reports_it_interrupted_and_completes_the_queued
     async with open_app(
         make_settings(),
         dsn,
-        names=["diary", "skills", "prefetch"],
+        names=["diary", "skills", "knowledge", "prefetch"],
         clock=SystemClock(),
         embedder=None,
         index=edge_index,

@@ -143,8 +143,8 @@ def _dead_address() -> str:
 
 async def test_writes_that_fail_are_reported_whole_or_partial(llm, dsn, edge_index, clock, scripted_openai):
     scripted_openai.chat_handler = lambda body: "{}"
-    # The knowledge backend (the prefetch) is down; the diary is up.
-    settings = llm(services={"prefetch": _dead_address()})
+    # The knowledge service is down; the diary is up.
+    settings = llm(services={"knowledge": _dead_address()})
     async with open_sessions(
         settings, dsn, clock=clock, embedder=None, index=edge_index, names=["diary", "skills", "sessions"]
     ) as env:

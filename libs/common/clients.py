@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from agentlearn.diary.v1 import diary_service_pb2_grpc
 from agentlearn.episodes.v1 import episode_service_pb2_grpc
-from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc
+from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc
 from agentlearn.profiles.v1 import profile_service_pb2_grpc
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc
 from agentlearn.sessions.v1 import session_service_pb2_grpc
@@ -42,8 +42,8 @@ class Clients:
 
     @property
     def knowledge(self) -> knowledge_service_pb2_grpc.KnowledgeServiceStub:
-        """The native knowledge backend, served by the prefetch until it moves to its own service."""
-        return knowledge_service_pb2_grpc.KnowledgeServiceStub(self.channels.channel("prefetch"))
+        """The knowledge service (agentlearn.knowledge.v1)."""
+        return knowledge_service_pb2_grpc.KnowledgeServiceStub(self.channels.channel("knowledge"))
 
     @property
     def sessions(self) -> session_service_pb2_grpc.SessionServiceStub:

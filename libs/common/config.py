@@ -22,9 +22,12 @@ __all__ = [
     "AuthConfig",
     "BudgetConfig",
     "CompanyConfig",
+    "CompanyKnowledgeConfig",
     "ConfigError",
+    "ConfluenceConfig",
     "DatabaseConfig",
     "EmbeddingsConfig",
+    "KnowledgeConfig",
     "LearningConfig",
     "MemoryConfig",
     "ProviderConfig",
@@ -205,6 +208,30 @@ class UserConfig(_Section):
     """The user's own ``memory`` knobs, over the company's."""
 
 
+class CompanyKnowledgeConfig(_Section):
+    """``companies.<c>.knowledge``: who reads which knowledge containers, and where a unit's drafts go
+    (spec: "Relevant-knowledge prefetch", "Cross-agent promotion is the third path")."""
+
+    scope: list[str] = Field(default_factory=list)
+    """knowledge.scope: containers (Confluence space keys, native containers) every seat of the
+    company may read. The search is narrowed to them (``space IN (...)``) beside the role's own
+    ``knowledge_containers`` and the seat's ``seat_containers``."""
+    seat_containers: dict[str, list[str]] = Field(default_factory=dict)
+    """Per-seat read permission on the native backend: containers one seat may read besides the
+    company scope and its role's (by seat handle)."""
+    seat_credentials: dict[str, SecretStr] = Field(default_factory=dict)
+    """Per-seat Confluence credentials by seat handle (the seat's own backend user): the search and
+    page reads run as that account, so Confluence's page permissions apply; a seat without one
+    falls back to ``knowledge.confluence.token``. ``user:api-token`` is sent as Basic auth (Cloud),
+    anything else as a Bearer personal access token (Data Center). A seat with its own credential
+    may search unscoped when no container names its reading."""
+    unit_containers: dict[str, str] = Field(default_factory=dict)
+    """A unit's wiki space (its container key) by unit name: where cross-agent promotion files the
+    unit's drafts (under its "Auto-Drafted Skills" page) and where its Onboarding pages are read. A
+    unit not listed is soft-skipped by promotion (the log names this key); its onboarding pages are
+    read from the container named like the unit."""
+
+
 class CompanyConfig(_Section):
     roles: dict[str, RoleConfig] = Field(default_factory=dict)
     """Roles of the company by name. With ``accept_unknown_roles`` a role not listed behaves as a
@@ -218,6 +245,8 @@ class CompanyConfig(_Section):
     """The company's ``memory`` knobs (``extraction_cadence``); a user's own override them."""
     users: dict[str, UserConfig] = Field(default_factory=dict)
     """Per-user knobs by user handle (default workspace, ``memory``)."""
+    knowledge: CompanyKnowledgeConfig = CompanyKnowledgeConfig()
+    """Knowledge read scope, per-seat permissions and credentials, units' containers."""
 
     def extraction_cadence(self, user: str) -> ExtractionCadence:
         """The user's cadence, else the company's, else ``on``."""
@@ -369,11 +398,16 @@ class SkillCuratorConfig(_Section):
 
 class PromotionConfig(_Section):
     enabled: bool = False
-    """Cross-agent promotion to the knowledge base (a later issue)."""
+    """Cross-agent promotion: a daily pass drafts a knowledge page under a unit's "Auto-Drafted
+    Skills" parent when its seats converge on one tool run. Off by default, like clustered
+    synthesis (an auxiliary call per converging unit per day)."""
     interval_hours: int = 24
     """Daily."""
     min_sibling_count: int = 3
     """Distinct seats of one unit that must converge (the spec gives no number; 3 chosen)."""
+    cluster_jaccard_threshold: float = 0.6
+    """Tool-set Jaccard at which two runs (of any seats of the unit) are the same kind of work, as
+    clustered synthesis pools a seat's own turns."""
 
 
 class PrefetchConfig(_Section):
@@ -664,10 +698,54 @@ class ServiceAddresses(_Section):
     """PrefetchService."""
     sessions: str = "127.0.0.1:50067"
     """SessionService."""
-    telemetry: str = "127.0.0.1:50068"
+    knowledge: str = "127.0.0.1:50068"
+    """KnowledgeService (agentlearn.knowledge.v1)."""
+    telemetry: str = "127.0.0.1:50069"
     """TelemetryService (the read side of the event log)."""
-    inspector: str = "127.0.0.1:50069"
+    inspector: str = "127.0.0.1:50070"
     """The inspector's process (HTTP pages; its gRPC port serves health only)."""
+
+
+class ConfluenceConfig(_Section):
+    """``knowledge.confluence``: the Confluence backend (REST v1, CQL search)."""
+
+    base_url: str | None = None
+    """The site's base URL, e.g. ``https://acme.atlassian.net/wiki`` (Cloud) or
+    ``https://wiki.acme.com`` (Data Center); ``/rest/api/...`` is appended. Set: Confluence is the
+    knowledge backend (unless ``knowledge.backend`` says otherwise)."""
+    token: SecretStr | None = None
+    """The org-level credential, used for a seat with no ``seat_credentials`` of its own and for
+    the passes (promotion drafts, operators' reads). ``user:api-token`` is sent as Basic auth,
+    anything else as a Bearer token."""
+    timeout_seconds: float = 10.0
+    """Deadline of one HTTP request."""
+    page_size: int = Field(default=25, ge=1, le=200)
+    """Results asked per request; a search follows ``_links.next`` for more."""
+    max_pages: int = Field(default=4, ge=1)
+    """Result pages one search follows at most (drafts filtered out can leave a page short)."""
+    max_retries: int = Field(default=2, ge=0)
+    """Retries of a request answered 429, each after its ``Retry-After``."""
+    max_retry_after_seconds: float = 5.0
+    """The longest ``Retry-After`` a request waits out; a longer one answers "rate limited" at once
+    rather than holding the turn."""
+
+
+class KnowledgeConfig(_Section):
+    """``knowledge``: the knowledge backend of the deployment (spec: "one backend per org")."""
+
+    backend: Literal["auto", "native", "confluence", "none"] = "auto"
+    """``auto``: Confluence when ``knowledge.confluence.base_url`` is set (the spec's default),
+    else the native pages in PostgreSQL (the embedded default); ``none``: no backend (every search
+    answers "not configured"). On Confluence, ``workspace:<name>`` containers (session learning's
+    project lessons) stay native pages and are searched beside it."""
+    tool_skills_container: str | None = "tool-skills"
+    """The Tool Skills registry: the container whose pages override or add to the bundled
+    guidance blocks (a page titled like a block replaces it), read on every GetGuidance so an edit
+    applies at once. Unset: the bundled blocks only."""
+    search_timeout_seconds: float = 10.0
+    """One search's deadline in the knowledge service; past it the search did not run."""
+    confluence: ConfluenceConfig = ConfluenceConfig()
+    """The Confluence backend."""
 
 
 class TelemetryConfig(_Section):
@@ -731,6 +809,8 @@ class Settings(BaseSettings):
     """Per-company overrides of ``company_defaults`` (roles, budgets), by company handle."""
     learning: LearningConfig = LearningConfig()
     """The spec's ``learning:`` block."""
+    knowledge: KnowledgeConfig = KnowledgeConfig()
+    """The knowledge backend (native pages or Confluence) and the Tool Skills registry."""
     sessions: SessionsConfig = SessionsConfig()
     """Session learning checks (spec/session-learning.txt)."""
     inspector: InspectorConfig = InspectorConfig()
@@ -766,8 +846,25 @@ class Settings(BaseSettings):
                 raise ValueError(f"{where} names providers not under providers.llm: {unknown}")
         return self
 
+    @model_validator(mode="after")
+    def _confluence_has_a_site(self) -> Settings:
+        if self.knowledge.backend == "confluence" and not self.knowledge.confluence.base_url:
+            raise ValueError("knowledge.backend is confluence but knowledge.confluence.base_url is not set")
+        return self
+
     def company(self, company: str) -> CompanyConfig:
         return self.companies.get(company, self.company_defaults)
+
+    def company_key(self, company: str) -> str:
+        """Where ``company``'s own settings live in the file (for a log naming the key to set)."""
+        return f"companies.{company}" if company in self.companies else "company_defaults"
+
+    def knowledge_backend(self) -> Literal["native", "confluence", "none"]:
+        """The backend ``knowledge.backend`` resolves to (``auto``: Confluence when it has a site)."""
+        chosen = self.knowledge.backend
+        if chosen == "auto":
+            return "confluence" if self.knowledge.confluence.base_url else "native"
+        return chosen
 
     def tool_permission(self, company: str, role: str, tool: str) -> ToolPermission:
         """The role's own permission for ``tool``, else ``sessions.default_tool_permissions``, else

@@ -94,6 +94,9 @@ class Gateway:
     async def skills(self, method: str, request: Any) -> Any:
         return await self._call("skills", self.clients.skills, method, request)
 
+    async def knowledge(self, method: str, request: Any) -> Any:
+        return await self._call("knowledge", self.clients.knowledge, method, request)
+
     async def profiles(self, method: str, request: Any) -> Any:
         return await self._call("profiles", self.clients.profiles, method, request)
 

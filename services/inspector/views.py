@@ -27,6 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary
 from agentlearn.episodes.v1 import episode_service_pb2 as episodes
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as knowledge
 from agentlearn.profiles.v1 import profile_service_pb2 as profiles
 from agentlearn.reflector.v1 import reflector_service_pb2 as reflector
 from agentlearn.sessions.v1 import session_service_pb2 as sessions
@@ -50,6 +51,10 @@ STATIC = Mount(f"{PREFIX}/static", app=StaticFiles(directory=__file__.rsplit("/"
 MAX_QUERY = 200
 SEARCH_POOL = 50
 """A search the service ranks (notes, episodes) asks for this many per half; the pool is paged here."""
+AUTO_DRAFTED = "Auto-Drafted Skills"
+"""The knowledge page cross-agent promotion files its drafts under, one per space."""
+DRAFTS_PAGE_MAX = 50
+"""ListPages returns at most 50 pages with their bodies."""
 THRESHOLD = 0.1
 """Berlot-Attwell: fewer average uses per skill than this and the library may not be doing what it
 claims (GetLearningHealth answers with the same value)."""
@@ -152,6 +157,7 @@ class Inspector:
             STATIC,
             Route(PREFIX + "/c/{company}/", self._page(self.company), methods=get),
             Route(PREFIX + "/c/{company}/sessions", self._page(self.session_list), methods=get),
+            Route(PREFIX + "/c/{company}/drafts", self._page(self.drafts), methods=get),
             Route(PREFIX + "/c/{company}/sessions/{session}", self._page(self.session), methods=get),
             Route(seat + "/", self._page(self.seat), methods=get),
             Route(seat + "/diary", self._page(self.diary), methods=get),
@@ -1035,4 +1041,56 @@ class Inspector:
             seat_url=f"{PREFIX}/c/{seg(company)}/s/{seg(summary.seat)}/",
             page=page,
             filters={},
+        )
+
+    # ------------------------------------------------------------------------------ knowledge drafts
+
+    async def drafts(self, request: Request) -> Response:
+        company = self._handle(request, "company")
+        principal = require_reader(request, company)
+        if principal.seat:
+            raise Denied(
+                403,
+                "Not yours to see",
+                "Knowledge drafts belong to the company's units; a token bound to one seat cannot list them.",
+            )
+        q, token = self._q(request), self._token(request)
+        container = request.query_params.get("container", "").strip()[:200]
+        size = min(self.config.page_size, DRAFTS_PAGE_MAX)
+
+        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+            r = await self.rpc.knowledge(
+                "ListPages",
+                knowledge.ListPagesRequest(
+                    reader=knowledge.Reader(company=company),  # no seat, no role: an operator's read
+                    container=container,
+                    parent_title=AUTO_DRAFTED,
+                    include_drafts=True,
+                    view=knowledge.PAGE_VIEW_FULL,
+                    page_size=size,
+                    page_token=service_token,
+                    context=knowledge.ReadContext(source=knowledge.READ_SOURCE_INSPECTOR),
+                ),
+            )
+            return r.pages, r.next_page_token
+
+        match = (lambda p: _contains(q, p.title, p.body, p.container)) if q else None
+        needs_container = False
+        try:
+            page = await scan(fetch, match, token, size, self.config.search_scan_pages if q else 1)
+        except ServiceError as err:
+            if err.field != "container":
+                raise
+            # A backend that lists one space at a time (Confluence) asks for the space first.
+            page, needs_container = Page([]), True
+        return self.render(
+            request,
+            "drafts.html",
+            company=company,
+            company_url=f"{PREFIX}/c/{seg(company)}/",
+            page=page,
+            q=q,
+            container=container,
+            needs_container=needs_container,
+            filters={"q": q, "container": container},
         )

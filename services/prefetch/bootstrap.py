@@ -1,7 +1,7 @@
-"""Wiring of the prefetch: its migrations (onboarding markers, the refresh ledger, knowledge
-pages), the turn-start builder and the builtins over the other services' channels, the knowledge
-backend (``KnowledgeService`` and the ``Searcher``), the offline rules of every purpose it asks a
-model, and the ``knowledge-fill`` pass."""
+"""Wiring of the prefetch: its migrations (onboarding markers, the refresh ledger), the turn-start
+builder and the builtins over the other services' channels — the knowledge service's among them,
+through its ``Searcher`` client — and the offline rules of every purpose it asks a model. The
+knowledge pages, their fill and promotion are the knowledge service's (``services/knowledge``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from libs.common.component import Component
 from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
 from libs.common.infra import Infra
-from services.prefetch import knowledge, knowledge_block, memory, past_turns
+from services.knowledge.client import GrpcKnowledgeClient
+from services.prefetch import knowledge_block, memory, past_turns
 from services.prefetch.builtins import Builtins
 from services.prefetch.deps import Deps
 from services.prefetch.domain import RPC_TIMEOUT_SECONDS
@@ -33,12 +34,11 @@ BUILTIN_SERVICE_NAME = _SERVICES["BuiltinService"].full_name
 @dataclass
 class Prefetch:
     """The prefetch's use cases and what they share (``deps.searcher`` is the one knowledge seam
-    the turn-start block and ``search_knowledge`` both read)."""
+    the turn-start block, ``search_knowledge``, onboarding and the guidance registry all read)."""
 
     deps: Deps
     turn_context: TurnContextBuilder
     builtins: Builtins
-    knowledge: knowledge.KnowledgeService
 
 
 def register_rules(rules: OfflineRules) -> None:
@@ -56,7 +56,12 @@ def build(infra: Infra) -> Prefetch:
         embedder=infra.embedder,
         clients=Clients(infra.channels, RPC_TIMEOUT_SECONDS),
         store=PostgresPrefetchStore(infra.pool),
-        searcher=knowledge.build_searcher(infra),
+        # The knowledge service's own search deadline plus a margin, so a search that did not run
+        # comes back saying why (rate limited, credential refused) rather than as our timeout.
+        searcher=GrpcKnowledgeClient(
+            lambda: infra.channels.channel("knowledge"),
+            max(RPC_TIMEOUT_SECONDS, infra.settings.knowledge.search_timeout_seconds + 2.0),
+        ),
         events=infra.events,
         clock=infra.clock,
     )
@@ -65,7 +70,6 @@ def build(infra: Infra) -> Prefetch:
         deps=deps,
         turn_context=TurnContextBuilder(deps, renderer),
         builtins=Builtins(deps, renderer),
-        knowledge=knowledge.build_knowledge(infra),
     )
 
 
@@ -81,7 +85,6 @@ def registrations(prefetch: Prefetch) -> list[Registration]:
             prefetch_service_pb2_grpc.add_BuiltinServiceServicer_to_server,
             BuiltinServicer(prefetch.builtins),
         ),
-        knowledge.knowledge_registration(prefetch.knowledge),
     ]
 
 
@@ -92,6 +95,4 @@ def component(infra: Infra) -> Component:
         name=NAME,
         registrations=registrations(prefetch),
         service=prefetch,
-        passes=knowledge.knowledge_pass_specs(prefetch.knowledge, infra),
-        rebuild_index=lambda: knowledge.rebuild_index(prefetch.knowledge),
     )

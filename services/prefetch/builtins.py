@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 
@@ -26,6 +25,7 @@ from libs.common.embeddings import (
 )
 from libs.common.errors import InvalidArgument, PermissionDenied, ResourceExhausted
 from libs.common.validation import require_text, seat_ref
+from services.knowledge.domain import ReadContext, Reader, ReadSource, SearchOutcome
 from services.prefetch import memory
 from services.prefetch.calltool import tool_request_id
 from services.prefetch.clients import passthrough
@@ -43,8 +43,9 @@ from services.prefetch.domain import (
     hint_key,
     one_line,
 )
+from services.prefetch.knowledge_block import render_search_result, search
 from services.prefetch.past_turns import PastTurns
-from services.prefetch.turn_context import distinct_senders, knowledge_read, mark_used, search
+from services.prefetch.turn_context import distinct_senders, mark_used
 
 __all__ = [
     "Builtins",
@@ -106,8 +107,7 @@ class EpisodesAnswer:
 @dataclass(frozen=True)
 class KnowledgeAnswer:
     text: str
-    status: str
-    hits: list[Any]
+    outcome: SearchOutcome
 
 
 def _limit(value: int, field: str, default: int, maximum: int) -> int:
@@ -499,12 +499,16 @@ class Builtins:
         require_text(role, "role", domain=DOMAIN, max_chars=200)
         require_text(query, "query", domain=DOMAIN, max_chars=QUERY_MAX_CHARS)
         limit = _limit(limit, "limit", KNOWLEDGE_DEFAULT, KNOWLEDGE_MAX)
-        status, hits = await search(self.deps, company, role, query, limit)
-        text = _knowledge_text(status, hits, query)
-        if status == "searched" and hits:
-            start = Who(company, seat, role, turn_id)
-            await knowledge_read(self.deps, start, "search_knowledge", hits, query=query)
-        return KnowledgeAnswer(text, status, hits)
+        # The same seam, scope, auto-draft exclusion and credential as the turn-start block; the
+        # knowledge service records the knowledge_read.
+        outcome = await search(
+            self.deps,
+            Reader(company, seat, role),
+            query,
+            limit,
+            ReadContext(ReadSource.SEARCH_KNOWLEDGE, turn_id),
+        )
+        return KnowledgeAnswer(render_search_result(outcome, query), outcome)
 
     # ------------------------------------------------------------------ mark_onboarded
 
@@ -539,11 +543,3 @@ def _refresh_text(hint: str, shown: list[memory.MemoryNote], selected: int, tail
 
 def _cannot_run(cause: str, detail: str = "") -> EpisodesAnswer:
     return EpisodesAnswer(f"{_CANNOT_RUN[cause].format(detail=detail)} {_OTHER_PATHS}", [], 0)
-
-
-def _knowledge_text(status: str, hits: list[Any], query: str) -> str:
-    """The search_knowledge tool result, in the knowledge module's words: it says whether the
-    backend is unreachable, unconfigured or scoped to nothing, or that the search ran."""
-    from services.prefetch.knowledge import SearchOutcome, render_search_result
-
-    return render_search_result(SearchOutcome(status=status, hits=list(hits)), query)  # type: ignore[arg-type]

@@ -37,6 +37,7 @@ from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from libs.common.auth import current_principal, required_scope
 from libs.common.errors import AgentLearnError, FieldViolation, InvalidArgument, NotFound, PermissionDenied
 from libs.common.validation import require_ident, require_text
+from services.knowledge.domain import Reader
 from services.prefetch.deps import Deps
 from services.prefetch.domain import DOMAIN
 from services.prefetch.tools import BUILTIN_NAMES, tool_schemas
@@ -88,7 +89,7 @@ async def call_tool(
     _check_envelope(request)
     name = request.name.strip()
     trace.get_current_span().set_attribute("agentlearn.tool", name[:100])
-    can_search = deps.searcher.can_search(request.company, request.role)
+    can_search = await deps.searcher.can_search(Reader(request.company, request.seat, request.role))
     offered = {t["name"]: t for t in tool_schemas(deps.settings, request.company, request.role, can_search)}
     tool = offered.get(name)
     if tool is None:

@@ -15,7 +15,6 @@ from libs.common.embeddings import EmbeddingError
 from libs.common.errors import AgentLearnError, FieldViolation
 from libs.common.vectorindex import IndexUnavailable
 from services.prefetch.domain import DOMAIN
-from services.prefetch.knowledge.store import StoreUnavailable
 
 __all__ = ["passthrough", "rpc_failure"]
 
@@ -43,7 +42,7 @@ def rpc_failure(service: str, err: BaseException) -> str:
         code = err.code
     elif isinstance(err, TimeoutError):
         code = grpc.StatusCode.DEADLINE_EXCEEDED
-    elif isinstance(err, OSError | StoreUnavailable | IndexUnavailable | EmbeddingError):
+    elif isinstance(err, OSError | IndexUnavailable | EmbeddingError):
         code = grpc.StatusCode.UNAVAILABLE
     else:
         code = grpc.StatusCode.INTERNAL  # a bug: the server log has the traceback

@@ -1,10 +1,13 @@
 """What every prefetch use case runs with: its dependencies (one object, built once in bootstrap,
-so a test can wire another searcher without patching), and who a model call is made for."""
+so a test can wire another searcher without patching), and who a model call is made for.
+
+``searcher`` is the knowledge service's seam (``services.knowledge.client.Searcher``): in every
+deployment the gRPC client of ``agentlearn.knowledge.v1``, so the prefetch reads pages from their
+owner like it reads every other row."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from libs.common.auxmodel import Attribution, AuxiliaryModel, Stage
 from libs.common.clients import Clients
@@ -12,20 +15,10 @@ from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.embeddings import Embedder
 from libs.common.events import EventSink
+from services.knowledge.client import Searcher
 from services.prefetch.store import PostgresPrefetchStore
 
 __all__ = ["Deps", "Searcher", "Who"]
-
-
-class Searcher(Protocol):
-    """The knowledge-search seam (``services.prefetch.knowledge``): ``can_search`` does no I/O;
-    ``search`` returns an outcome whose ``status`` says whether the search ran."""
-
-    def can_search(self, company: str, role: str) -> bool: ...
-
-    async def search(self, company: str, role: str, query: str, limit: int) -> Any: ...
-
-    async def onboarding_pages(self, company: str, unit_chain: list[str]) -> list[Any]: ...
 
 
 @dataclass(frozen=True)

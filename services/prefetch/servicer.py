@@ -9,11 +9,12 @@ import grpc
 
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
+from services.knowledge.domain import Reader, UnsearchedReason
 from services.prefetch.builtins import Builtins
 from services.prefetch.calltool import call_tool, outcome_filter_of, tier_of
 from services.prefetch.deps import Deps
 from services.prefetch.domain import Block, BlockKind, Sender, TurnContext, TurnEmbedding, TurnStart
-from services.prefetch.knowledge_block import hit_fields
+from services.prefetch.guidance import GuidanceBlock, GuidanceSource, guidance_for
 from services.prefetch.turn_context import TurnContextBuilder
 
 __all__ = ["BuiltinServicer", "PrefetchServicer", "context_to_pb"]
@@ -33,10 +34,15 @@ _EMBEDDING = {
     TurnEmbedding.GATED: pb.TURN_EMBEDDING_GATED,
 }
 _SEARCH_STATUS = {
-    "searched": pb.SEARCH_STATUS_SEARCHED,
-    "unconfigured": pb.SEARCH_STATUS_UNCONFIGURED,
-    "scoped_to_nothing": pb.SEARCH_STATUS_SCOPED_TO_NOTHING,
-    "unreachable": pb.SEARCH_STATUS_UNREACHABLE,
+    UnsearchedReason.UNCONFIGURED: pb.SEARCH_STATUS_UNCONFIGURED,
+    UnsearchedReason.SCOPED_TO_NOTHING: pb.SEARCH_STATUS_SCOPED_TO_NOTHING,
+    UnsearchedReason.UNREACHABLE: pb.SEARCH_STATUS_UNREACHABLE,
+    UnsearchedReason.CREDENTIAL_REFUSED: pb.SEARCH_STATUS_CREDENTIAL_REFUSED,
+    UnsearchedReason.RATE_LIMITED: pb.SEARCH_STATUS_RATE_LIMITED,
+}
+_GUIDANCE_SOURCE = {
+    GuidanceSource.BUNDLED: pb.GUIDANCE_SOURCE_BUNDLED,
+    GuidanceSource.REGISTRY: pb.GUIDANCE_SOURCE_REGISTRY,
 }
 
 
@@ -97,10 +103,14 @@ def _tool_to_pb(tool: Any) -> pb.Tool:
     )
 
 
-def _guidance_to_pb(block: Any) -> pb.GuidanceBlock:
-    get = block.get if isinstance(block, dict) else (lambda k, d=None: getattr(block, k, d))
+def _guidance_to_pb(block: GuidanceBlock) -> pb.GuidanceBlock:
     return pb.GuidanceBlock(
-        name=get("name"), markdown=get("markdown"), triggered_by=list(get("triggered_by", []) or [])
+        name=block.name,
+        markdown=block.markdown,
+        triggered_by=list(block.triggered_by),
+        source=_GUIDANCE_SOURCE[block.source],
+        page_id=block.page_id,
+        container=block.container,
     )
 
 
@@ -127,17 +137,19 @@ class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
     async def ListTools(self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext) -> pb.ListToolsResponse:
         from services.prefetch.tools import tool_schemas
 
-        can = self._deps.searcher.can_search(request.company, request.role)
+        can = await self._deps.searcher.can_search(Reader(request.company, "", request.role))
         tools = tool_schemas(self._deps.settings, request.company, request.role, can)
         return pb.ListToolsResponse(tools=[_tool_to_pb(t) for t in tools])
 
     async def GetGuidance(
         self, request: pb.GetGuidanceRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetGuidanceResponse:
-        from services.prefetch.guidance import guidance_blocks
-
-        blocks = guidance_blocks(list(request.registered_tools))
-        return pb.GetGuidanceResponse(blocks=[_guidance_to_pb(b) for b in blocks])
+        answer = await guidance_for(
+            self._deps.searcher, self._deps.settings, request.company, list(request.registered_tools)
+        )
+        return pb.GetGuidanceResponse(
+            blocks=[_guidance_to_pb(b) for b in answer.blocks], registry_unreadable=answer.registry_unreadable
+        )
 
 
 class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
@@ -223,13 +235,13 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
         answer = await self._b.search_knowledge(
             request.company, request.seat, request.role, request.query, request.limit, request.turn_id
         )
-        hits = []
-        for h in answer.hits:
-            page_id, title, container, snippet = hit_fields(h)
-            hits.append(pb.KnowledgeHit(page_id=page_id, title=title, container=container, snippet=snippet))
-        return pb.SearchKnowledgeResponse(
-            hits=hits, status=_SEARCH_STATUS.get(answer.status, pb.SEARCH_STATUS_UNSPECIFIED), text=answer.text
-        )
+        outcome = answer.outcome
+        hits = [
+            pb.KnowledgeHit(page_id=h.page_id, title=h.title, container=h.container, snippet=h.snippet)
+            for h in outcome.hits
+        ]
+        status = pb.SEARCH_STATUS_SEARCHED if outcome.ran else _SEARCH_STATUS[outcome.unsearched]  # type: ignore[index]
+        return pb.SearchKnowledgeResponse(hits=hits, status=status, text=answer.text)
 
     async def MarkOnboarded(
         self, request: pb.MarkOnboardedRequest, context: grpc.aio.ServicerContext

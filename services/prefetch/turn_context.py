@@ -45,7 +45,6 @@ from services.prefetch.domain import (
     TurnContext,
     TurnEmbedding,
     TurnStart,
-    chain_hash,
     one_line,
 )
 from services.prefetch.past_turns import PastTurns
@@ -347,26 +346,7 @@ class TurnContextBuilder:
     # ------------------------------------------------------------------ ## Relevant knowledge
 
     async def _knowledge(self, start: TurnStart, who: Who) -> Block:
-        block = Block(BlockKind.RELEVANT_KNOWLEDGE)
-        searcher = self.deps.searcher
-        if not searcher.can_search(start.company, start.role):
-            return block
-        if start.gated:
-            block.markdown = knowledge_block.render_block(None, [], gated=True)
-            return block
-        prefetch = self.deps.settings.learning.prefetch
-        query = await knowledge_block.write_query(self.deps.aux, who, start.ask, prefetch.aux_timeout_seconds)
-        if query is None:
-            return block  # nothing to search with: show nothing rather than a guess
-        status, hits = await search(self.deps, start.company, start.role, query, prefetch.knowledge_results)
-        if status == "unreachable":
-            block.source_error = "knowledge: unreachable"
-        block.markdown = knowledge_block.render_block(status, hits, gated=False)
-        if status == "searched" and hits:
-            block.selection_count = len(hits)
-            block.ids = [knowledge_block.hit_fields(h)[0] for h in hits]
-            await knowledge_read(self.deps, start, "relevant_knowledge", hits, query=query)
-        return block
+        return await knowledge_block.relevant_knowledge(self.deps, start, who)
 
     # ------------------------------------------------------------------ counterparties
 
@@ -408,33 +388,7 @@ class TurnContextBuilder:
     # ------------------------------------------------------------------ ## First-turn onboarding
 
     async def _onboarding(self, start: TurnStart) -> Block:
-        block = Block(BlockKind.ONBOARDING)
-        current = chain_hash(start.unit_chain)
-        if await self.deps.store.marker(start.company, start.seat) == current:
-            return block
-        finder = getattr(self.deps.searcher, "onboarding_pages", None)
-        if finder is None:
-            return block
-        try:
-            pages = list(await asyncio.wait_for(finder(start.company, list(start.unit_chain)), self._timeout))
-        except Exception as err:
-            _log.warning("onboarding pages unreadable for %s/%s: %s", start.company, start.seat, err)
-            block.source_error = "knowledge: unreachable"
-            return block
-        if not pages:
-            return block
-        chain = " › ".join(start.unit_chain) or "no unit"
-        block.markdown = "\n".join(
-            [
-                HEADINGS[BlockKind.ONBOARDING],
-                hints.ONBOARDING_INTRO.format(chain=chain),
-                knowledge_block.render_hits(pages),
-            ]
-        )
-        block.selection_count = len(pages)
-        block.ids = [knowledge_block.hit_fields(p)[0] for p in pages]
-        await knowledge_read(self.deps, start, "onboarding", pages)
-        return block
+        return await knowledge_block.onboarding_block(self.deps, start)
 
 
 # ------------------------------------------------------------------------------------ shared
@@ -481,31 +435,3 @@ async def mark_used(deps: Deps, company: str, seat: str, note_ids: list[str]) ->
         _DETACHED.add(task)  # held until done, so a caller going away cannot lose the write
         task.add_done_callback(_DETACHED.discard)
         await asyncio.shield(task)
-
-
-async def search(deps: Deps, company: str, role: str, query: str, limit: int) -> tuple[str, list[Any]]:
-    """The searcher's (status, hits); a search that raised or passed its deadline did not run."""
-    try:
-        outcome = await asyncio.wait_for(deps.searcher.search(company, role, query, limit), deps.clients.timeout)
-    except Exception as err:
-        _log.warning("knowledge search for %s/%s did not run: %s", company, role, err)
-        return "unreachable", []
-    status = str(getattr(outcome, "status", "unreachable") or "unreachable")
-    return status, list(getattr(outcome, "hits", []) or [])[:limit]
-
-
-async def knowledge_read(deps: Deps, start: Any, source: str, hits: list[Any], *, query: str | None = None) -> None:
-    """The knowledge_read event: one per read of the knowledge base, naming the pages it reached."""
-    pages = []
-    for h in hits:
-        page_id, title, container, _ = knowledge_block.hit_fields(h)
-        pages.append({"page_id": page_id, "title": title, "container": container})
-    await deps.events.emit(
-        "knowledge_read",
-        company=start.company,
-        seat=start.seat,
-        turn_id=start.turn_id or None,
-        source=source,
-        query=query,
-        pages=pages,
-    )

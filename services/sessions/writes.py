@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
-from agentlearn.prefetch.v1 import knowledge_service_pb2 as kb_pb
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as kb_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from libs.common.auxmodel import (
     Attribution,

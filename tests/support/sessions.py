@@ -33,7 +33,7 @@ __all__ = [
     "wait_for",
 ]
 
-SERVICES = ["diary", "skills", "prefetch", "sessions"]
+SERVICES = ["diary", "skills", "knowledge", "prefetch", "sessions"]
 
 
 def scripted_llm(server, *, timeout: float = 10.0) -> dict:  # type: ignore[no-untyped-def]

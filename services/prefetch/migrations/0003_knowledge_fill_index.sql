@@ -1,3 +1,3 @@
--- The fill's idle minute is an index probe (libs/common/vector_rows.py).
-CREATE INDEX knowledge_pages_fill ON knowledge_pages (embedding_model, embedding_dims, company, container);
-DROP INDEX knowledge_pages_unfilled;
+-- Moved with 0002: the knowledge service's migration creates knowledge_pages_fill and drops
+-- knowledge_pages_unfilled. Kept so the prefetch's migration numbers stay as they shipped.
+SELECT 1;

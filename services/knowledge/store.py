@@ -3,7 +3,8 @@
 Every search read is scoped to one company and a list of containers, and carries the auto-draft
 exclusion itself (``_VISIBLE``): a page under the Auto-Drafted Skills parent, the parent page
 itself, and any page titled ``[Auto-draft]…`` never leave the store through a search, whichever
-half found it. Operators' reads by id (``get``) see every page.
+half found it. Reads by id (``get``) and listings return drafts only when asked; the service
+decides who may ask (an operator).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import asyncpg
 import numpy as np
 
 from libs.common.db import as_array
-from services.prefetch.knowledge.domain import (
+from services.knowledge.domain import (
     AUTO_DRAFT_TITLE_PREFIX,
     AUTO_DRAFTED_PARENT,
     ONBOARDING_PARENT,
     Page,
+    ServedMode,
 )
 
 __all__ = ["SQL", "PostgresPageStore", "StoreUnavailable"]
@@ -117,6 +119,20 @@ SQL = {
                OR lower(ltrim(p.title)) LIKE {_literal(ONBOARDING_PARENT.lower() + "%")})
         ORDER BY chain_pos, array_length(p.parent_titles, 1) NULLS FIRST, p.title, p.id
         LIMIT $3""",
+    # A listing, in (container, title, id) order after the cursor; the body only when asked.
+    "list": f"""
+        SELECT p.id, p.company, p.container, p.title,
+               CASE WHEN $9 THEN p.body ELSE '' END AS body,
+               p.parent_titles, p.create_time, p.update_time, p.embedding_model, p.embedding_dims
+        FROM knowledge_pages p
+        WHERE p.company = $1
+          AND ($2::text[] IS NULL OR p.container = ANY($2::text[]))
+          AND ($3::text IS NULL OR (cardinality(p.parent_titles) > 0
+               AND lower(btrim(p.parent_titles[cardinality(p.parent_titles)])) = lower(btrim($3))))
+          AND ($4 OR ({_VISIBLE}))
+          AND ($5::text IS NULL OR (p.container, p.title, p.id) > ($5::text, $6::text, $7::uuid))
+        ORDER BY p.container, p.title, p.id
+        LIMIT $8""",
     # The vector fill and the index.
     "set_indexed": "UPDATE knowledge_pages SET indexed = true WHERE id = ANY($1)",
 }
@@ -126,14 +142,15 @@ _WS = re.compile(r"\s+")
 
 def _page(row: asyncpg.Record) -> Page:
     return Page(
-        id=row["id"],
+        id=str(row["id"]),
         company=row["company"],
         container=row["container"],
         title=row["title"],
         body=row["body"],
         parent_titles=tuple(row["parent_titles"] or ()),
-        create_time=row["create_time"],
         update_time=row["update_time"],
+        backend=ServedMode.NATIVE,
+        create_time=row["create_time"],
         embedding_model=row["embedding_model"],
         embedding_dims=row["embedding_dims"],
     )
@@ -200,8 +217,35 @@ class PostgresPageStore:
         return _page(row), bool(row["created"])
 
     async def get(self, company: str, page_id: uuid.UUID) -> Page | None:
-        row = await self.pool.fetchrow(SQL["get"], company, page_id)
-        return _page(row) if row else None
+        """Raises :class:`StoreUnavailable` when the pages cannot be read."""
+        rows = await self._fetch("get", company, page_id)
+        return _page(rows[0]) if rows else None
+
+    async def list(
+        self,
+        company: str,
+        containers: Sequence[str] | None,
+        parent_title: str | None,
+        include_drafts: bool,
+        after: tuple[str, str, uuid.UUID] | None,
+        limit: int,
+        with_body: bool,
+    ) -> list[Page]:
+        """Pages in (container, title, id) order after ``after``; ``containers`` None: all."""
+        a = after or (None, None, None)
+        rows = await self._fetch(
+            "list",
+            company,
+            None if containers is None else list(containers),
+            parent_title,
+            include_drafts,
+            a[0],
+            a[1],
+            a[2],
+            limit,
+            with_body,
+        )
+        return [_page(r) for r in rows]
 
     # ------------------------------------------------------------------ search reads
 

@@ -2,9 +2,10 @@
 
 A page stored without a vector (the inline embed failed or timed out, or no embedder was wired
 when it was written) is embedded by the shared vector fill (``libs.common.fill``), its container
-standing where the diary has a seat. ``knowledge_pass_specs`` is what the prefetch bootstrap adds
-to its component (``knowledge-fill``), and ``rebuild_index`` restores the ``knowledge_pages``
-collections from the vectors Postgres keeps, without one embedding call. All are idempotent.
+standing where the diary has a seat. ``knowledge_pass_specs`` is what the knowledge bootstrap adds
+to its component (``knowledge-fill``, beside ``skill-promotion`` of ``promotion.py``), and
+``rebuild_index`` restores the ``knowledge_pages`` collections from the vectors Postgres keeps,
+without one embedding call. All are idempotent.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from libs.common import vector_rows
 from libs.common.fill import build_fill
 from libs.common.passrunner import PassSpec
 from libs.common.vector_rows import VectorRows
-from services.prefetch.knowledge.domain import COLLECTION_BASE, embedding_text
-from services.prefetch.knowledge.service import KnowledgeService, index_point
+from services.knowledge.domain import COLLECTION_BASE, embedding_text
+from services.knowledge.native import NativePages, index_point
 
 __all__ = ["PAGES", "fill_source", "index_pending", "knowledge_pass_specs", "rebuild_index"]
 
@@ -36,22 +37,22 @@ PAGES = VectorRows(
 """The pages as ``libs.common.vector_rows`` keeps them; a container stands where a seat would."""
 
 
-async def index_pending(service: KnowledgeService, batch: int = 1000) -> int:
+async def index_pending(service: NativePages, batch: int = 1000) -> int:
     """Index pages whose vector is stored but not yet in the index (the index was down)."""
     return await vector_rows.index_pending(PAGES, service.store.pool, service.index, service.clock, batch)
 
 
-async def rebuild_index(service: KnowledgeService, batch: int = 1000) -> int:
+async def rebuild_index(service: NativePages, batch: int = 1000) -> int:
     """Restore the index from the vectors Postgres keeps: no embedding call at all."""
     return await vector_rows.rebuild_index(PAGES, service.store.pool, service.index, service.clock, batch)
 
 
-def fill_source(service: KnowledgeService) -> vector_rows.TableFillSource:
+def fill_source(service: NativePages) -> vector_rows.TableFillSource:
     """The pages as the shared vector fill sees them."""
     return vector_rows.TableFillSource(PAGES, service.store.pool, service.index)
 
 
-def knowledge_pass_specs(service: KnowledgeService, infra) -> list[PassSpec]:  # type: ignore[no-untyped-def]
+def knowledge_pass_specs(service: NativePages, infra) -> list[PassSpec]:  # type: ignore[no-untyped-def]
     """``knowledge-fill``: index what waits for the index, then embed what has no vector."""
     filler = build_fill(infra, [fill_source(service)])
 

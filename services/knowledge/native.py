@@ -1,7 +1,9 @@
-"""The native backend's page use cases: write (with the inline embed) and read by id.
+"""Native pages: the write (with the inline embed), whatever the org's search backend is.
 
-Dependencies arrive as arguments (store, embedder, index, clock, limits); the servicer only
-translates protobuf to these calls and back. Searching is the :class:`NativeSearcher`'s job.
+UpsertPage always writes here: operators' and tests' pages, session learning's project lessons
+(``workspace:<name>``), the Tool Skills registry on a native deployment, and native promotion
+drafts. Dependencies arrive as arguments (store, embedder, index, clock, limits). Reading and
+searching are :class:`services.knowledge.native_search.NativeBackend`'s.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import uuid
 import numpy as np
 
 from libs.common.embeddings import Embedder, embed_within
-from libs.common.errors import InvalidArgument, NotFound
-from libs.common.validation import require_id, require_ident, require_text
+from libs.common.errors import InvalidArgument
+from libs.common.validation import require_ident, require_text
 from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
-from services.prefetch.knowledge.domain import COLLECTION_BASE, DOMAIN, Limits, Page, embedding_text
-from services.prefetch.knowledge.store import PostgresPageStore
+from services.knowledge.domain import COLLECTION_BASE, DOMAIN, Limits, Page, embedding_text
+from services.knowledge.store import PostgresPageStore
 
-__all__ = ["EMBED_BUDGET_SECONDS", "KnowledgeService", "index_point"]
+__all__ = ["EMBED_BUDGET_SECONDS", "NativePages", "check_title", "index_point"]
 
 _log = logging.getLogger(__name__)
 
@@ -36,7 +38,21 @@ def index_point(page_id: uuid.UUID, company: str, container: str, vector: np.nda
     return IndexPoint(id=page_id, vector=vector, company=company, seat=container, model=model)
 
 
-class KnowledgeService:
+def check_title(value: str, field: str, limits: Limits) -> str:
+    """A title (or an ancestor's): required, within the limit, one line without surrounding blanks."""
+    require_text(value, field, domain=DOMAIN, max_chars=limits.title_chars)
+    if value != value.strip() or _CONTROL.search(value):
+        raise InvalidArgument(
+            f"{field} must be one line without surrounding whitespace",
+            reason="FIELD_INVALID",
+            domain=DOMAIN,
+            field=field,
+            metadata={"value": value[:100]},
+        )
+    return value
+
+
+class NativePages:
     def __init__(
         self,
         store: PostgresPageStore,
@@ -53,19 +69,8 @@ class KnowledgeService:
         self.limits = limits or Limits()
         self.embed_budget_seconds = embed_budget_seconds
 
-    # ---------------------------------------------------------------- checks
-
     def _title(self, value: str, field: str) -> str:
-        require_text(value, field, domain=DOMAIN, max_chars=self.limits.title_chars)
-        if value != value.strip() or _CONTROL.search(value):
-            raise InvalidArgument(
-                f"{field} must be one line without surrounding whitespace",
-                reason="FIELD_INVALID",
-                domain=DOMAIN,
-                field=field,
-                metadata={"value": value[:100]},
-            )
-        return value
+        return check_title(value, field, self.limits)
 
     # ---------------------------------------------------------------- write
 
@@ -105,7 +110,7 @@ class KnowledgeService:
             return None, "unconfigured"
         earlier = await self.store.by_title(company, container, title)
         if earlier is not None and earlier.body == body and earlier.embedding_model == self.embedder.model:
-            stored = await self.store.stored_vector(earlier.id)
+            stored = await self.store.stored_vector(earlier.uuid)
             if stored is not None:
                 return stored, None
         vec, reason = await embed_within(self.embedder, embedding_text(title, body), self.embed_budget_seconds)
@@ -115,25 +120,10 @@ class KnowledgeService:
         try:
             await self.index.upsert(
                 collection_name(COLLECTION_BASE, int(vector.shape[0])),
-                [index_point(page.id, page.company, page.container, vector, model)],
+                [index_point(page.uuid, page.company, page.container, vector, model)],
             )
         except IndexUnavailable as err:
             # The row holds its vector; index_pending puts it in the index when the index is back.
             _log.warning("page %s stored but not indexed: %s", page.id, err)
             return
-        await self.store.set_indexed([page.id])
-
-    # ---------------------------------------------------------------- read
-
-    async def get_page(self, company: str, page_id: str) -> Page:
-        company = require_ident(company, "company", domain=DOMAIN)
-        pid = require_id(page_id, "page_id", domain=DOMAIN)
-        page = await self.store.get(company, pid)
-        if page is None:
-            raise NotFound(
-                f"page {page_id} not found in company {company}",
-                reason="PAGE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"page_id": page_id, "company": company},
-            )
-        return page
+        await self.store.set_indexed([page.uuid])

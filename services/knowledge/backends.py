@@ -1,0 +1,218 @@
+"""The backend seam inside the knowledge service, and how a deployment's backend is chosen.
+
+``KnowledgeBackend`` is what the native pages and Confluence both implement: a best-effort
+search, reads by id and by listing, the onboarding pages, and the ``PromotionWriter`` half
+(``existing_draft`` / ``write_draft``). The service resolves who may read what (``scope``) and
+hands the backend an :class:`Access`; every backend excludes the Auto-Drafted Skills subtree from
+searches itself, and the service re-checks every page it returns.
+
+- ``native``: pages in PostgreSQL (the embedded default).
+- ``confluence``: CQL over REST as the seat's own user (the spec's default when configured),
+  routed beside the native pages for ``workspace:<name>`` containers, which only native pages
+  hold (session learning's project lessons): :class:`RoutedBackend`.
+- ``none``: :class:`UnconfiguredBackend`, every search "not configured".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from libs.common.config import WORKSPACE_CONTAINER_PREFIX
+from services.knowledge.domain import (
+    Access,
+    KnowledgeHit,
+    Page,
+    PageListing,
+    PromotionDraft,
+    PromotionResult,
+    SearchOutcome,
+    ServedMode,
+    UnsearchedReason,
+    is_native_id,
+)
+
+__all__ = [
+    "BackendUnavailable",
+    "KnowledgeBackend",
+    "PromotionRefused",
+    "PromotionWriter",
+    "RoutedBackend",
+    "UnconfiguredBackend",
+]
+
+_log = logging.getLogger(__name__)
+
+
+class BackendUnavailable(Exception):
+    """A read that could not run, and why (the same reasons a search reports)."""
+
+    def __init__(self, reason: UnsearchedReason, detail: str = "", retry_after: float | None = None):
+        super().__init__(detail or str(reason))
+        self.reason = reason
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+class PromotionRefused(Exception):
+    """The writer will not file the draft (e.g. the Auto-Drafted Skills parent cannot be created,
+    and a draft at the space root would be read by every agent)."""
+
+
+class PromotionWriter(Protocol):
+    """learning.PromotionWriter: where cross-agent promotion files drafts. Dedup is the writer's
+    (keyed on the title, unique within a space), so a tick that finds its draft stays quiet."""
+
+    async def existing_draft(self, company: str, container: str, title: str) -> PromotionResult | None:
+        """The page of that title in the container (draft or published), or None. Raises
+        :class:`BackendUnavailable` when the backend cannot say."""
+        ...
+
+    async def write_draft(self, draft: PromotionDraft) -> PromotionResult:
+        """File the draft under the container's Auto-Drafted Skills page (created when missing), or
+        answer the page of that title already there (``created`` False). Raises on a write failure
+        (:class:`PromotionRefused`, :class:`BackendUnavailable`): nothing is announced."""
+        ...
+
+
+class KnowledgeBackend(PromotionWriter, Protocol):
+    mode: ServedMode | None
+    """Which backend this is (None: none configured)."""
+
+    def can_search(self, access: Access) -> bool:
+        """No I/O: could a search with this access return anything?"""
+        ...
+
+    async def search(self, access: Access, query: str, limit: int) -> SearchOutcome:
+        """Best effort, never raises; drafts excluded. Scoped to ``access``."""
+        ...
+
+    async def get_page(self, access: Access, page_id: str) -> Page | None:
+        """The page, read as ``access``'s credential; None when there is none it can see. Raises
+        :class:`BackendUnavailable`. The caller checks container and draft visibility."""
+        ...
+
+    async def list_pages(
+        self,
+        access: Access,
+        containers: Sequence[str] | None,
+        parent_title: str | None,
+        include_drafts: bool,
+        cursor: dict[str, object] | None,
+        size: int,
+        with_body: bool,
+    ) -> PageListing:
+        """Pages of ``containers`` (None: every container, operators only) in (container, title)
+        order from ``cursor``. Raises :class:`BackendUnavailable`."""
+        ...
+
+    async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:
+        """The Onboarding pages of ``containers`` (own unit first), drafts excluded."""
+        ...
+
+
+class UnconfiguredBackend:
+    """No knowledge backend: nothing can be searched and every search says so."""
+
+    mode: ServedMode | None = None
+
+    def can_search(self, access: Access) -> bool:
+        return False
+
+    async def search(self, access: Access, query: str, limit: int) -> SearchOutcome:
+        return SearchOutcome.did_not_run(UnsearchedReason.UNCONFIGURED, "no knowledge backend is configured")
+
+    async def get_page(self, access: Access, page_id: str) -> Page | None:
+        return None
+
+    async def list_pages(self, access, containers, parent_title, include_drafts, cursor, size, with_body):  # type: ignore[no-untyped-def]
+        return PageListing((), None)
+
+    async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:
+        return SearchOutcome.did_not_run(UnsearchedReason.UNCONFIGURED, "no knowledge backend is configured")
+
+    async def existing_draft(self, company: str, container: str, title: str) -> PromotionResult | None:
+        raise BackendUnavailable(UnsearchedReason.UNCONFIGURED, "no knowledge backend is configured")
+
+    async def write_draft(self, draft: PromotionDraft) -> PromotionResult:
+        raise PromotionRefused("no knowledge backend is configured")
+
+
+def _workspace(container: str) -> bool:
+    return container.startswith(WORKSPACE_CONTAINER_PREFIX)
+
+
+def _interleave(first: Sequence[KnowledgeHit], second: Sequence[KnowledgeHit], limit: int) -> tuple[KnowledgeHit, ...]:
+    """Two ranked lists as one: alternate, best of each first (neither backend's scores are
+    comparable with the other's)."""
+    out: list[KnowledgeHit] = []
+    for i in range(max(len(first), len(second))):
+        out += [h for h in (first[i] if i < len(first) else None, second[i] if i < len(second) else None) if h]
+    return tuple(out[:limit])
+
+
+class RoutedBackend:
+    """Confluence for spaces, the native pages for ``workspace:<name>`` containers (which only
+    native pages hold). The search runs on both halves of the reader's scope; if the primary half
+    did not run, the whole search did not run — a search that saw only part of the company's
+    pages must not claim "nothing matched" about the rest."""
+
+    def __init__(self, primary: KnowledgeBackend, native: KnowledgeBackend):
+        self.primary = primary
+        self.native = native
+        self.mode = primary.mode
+
+    @staticmethod
+    def _split(access: Access) -> tuple[Access, Access]:
+        spaces = tuple(c for c in access.containers if not _workspace(c))
+        workspaces = tuple(c for c in access.containers if _workspace(c))
+        primary = Access(access.reader, spaces, access.own_credential)
+        native = Access(access.reader, workspaces, False)
+        return primary, native
+
+    def can_search(self, access: Access) -> bool:
+        primary, native = self._split(access)
+        return self.primary.can_search(primary) or (bool(native.containers) and self.native.can_search(native))
+
+    async def search(self, access: Access, query: str, limit: int) -> SearchOutcome:
+        primary, native = self._split(access)
+        ask_primary = self.primary.can_search(primary)
+        ask_native = bool(native.containers)
+        if not ask_native:
+            return await self.primary.search(primary, query, limit)
+        if not ask_primary:
+            return await self.native.search(native, query, limit)
+        first, second = await asyncio.gather(
+            self.primary.search(primary, query, limit), self.native.search(native, query, limit)
+        )
+        if not first.ran:
+            return first
+        if not second.ran:
+            return second
+        return SearchOutcome(first.served, None, _interleave(first.hits, second.hits, limit))
+
+    def _for_id(self, page_id: str) -> KnowledgeBackend:
+        return self.native if is_native_id(page_id) else self.primary
+
+    async def get_page(self, access: Access, page_id: str) -> Page | None:
+        return await self._for_id(page_id).get_page(access, page_id)
+
+    async def list_pages(self, access, containers, parent_title, include_drafts, cursor, size, with_body):  # type: ignore[no-untyped-def]
+        if containers is not None and containers and all(_workspace(c) for c in containers):
+            return await self.native.list_pages(
+                access, containers, parent_title, include_drafts, cursor, size, with_body
+            )
+        return await self.primary.list_pages(access, containers, parent_title, include_drafts, cursor, size, with_body)
+
+    async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:
+        return await self.primary.onboarding(access, containers, limit)
+
+    async def existing_draft(self, company: str, container: str, title: str) -> PromotionResult | None:
+        backend = self.native if _workspace(container) else self.primary
+        return await backend.existing_draft(company, container, title)
+
+    async def write_draft(self, draft: PromotionDraft) -> PromotionResult:
+        backend = self.native if _workspace(draft.container_key) else self.primary
+        return await backend.write_draft(draft)

@@ -1,0 +1,64 @@
+"""The shipped ``agentlearn.prefetch.v1.KnowledgeService``, kept as a deprecated alias.
+
+It shipped inside the prefetch; its proto and RPCs stay (callers built against it keep working),
+served by the knowledge component and delegating to :class:`KnowledgeService`:
+
+- ``UpsertPage`` writes the same native page as ``agentlearn.knowledge.v1`` does.
+- ``GetPage`` names no reader, so it is an operator's read: it needs the ``inspect`` scope (the
+  services' own calls and local mode have it), and it now records ``knowledge_read``. It used to
+  hand any page of the company — drafts and every container — to any ``memory:read`` caller; a
+  seat reads through ``agentlearn.knowledge.v1.KnowledgeService.GetPage`` naming itself.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from agentlearn.prefetch.v1 import knowledge_service_pb2 as pb
+from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as pb_grpc
+from libs.common.grpcserver import Registration
+from libs.common.protoconv import timestamp
+from services.knowledge.domain import Page, ReadContext, Reader, ReadSource
+from services.knowledge.service import KnowledgeService
+
+__all__ = ["LEGACY_SERVICE_NAME", "LegacyKnowledgeServicer", "legacy_registration"]
+
+LEGACY_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["KnowledgeService"].full_name
+
+
+def _page_to_pb(page: Page) -> pb.Page:
+    return pb.Page(
+        id=page.id,
+        company=page.company,
+        container=page.container,
+        title=page.title,
+        body=page.body,
+        parent_titles=list(page.parent_titles),
+        update_time=timestamp(page.update_time),
+        embedding_model=page.embedding_model or "",
+    )
+
+
+class LegacyKnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
+    def __init__(self, service: KnowledgeService):
+        self._service = service
+
+    async def UpsertPage(
+        self, request: pb.UpsertPageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpsertPageResponse:
+        page, created, _ = await self._service.upsert_page(
+            request.company, request.container, request.title, request.body, list(request.parent_titles)
+        )
+        return pb.UpsertPageResponse(page=_page_to_pb(page), created=created)
+
+    async def GetPage(self, request: pb.GetPageRequest, context: grpc.aio.ServicerContext) -> pb.GetPageResponse:
+        page = await self._service.get_page(
+            Reader(company=request.company), request.page_id, ReadContext(ReadSource.GET_PAGE)
+        )
+        return pb.GetPageResponse(page=_page_to_pb(page))
+
+
+def legacy_registration(service: KnowledgeService) -> Registration:
+    return Registration(
+        LEGACY_SERVICE_NAME, pb_grpc.add_KnowledgeServiceServicer_to_server, LegacyKnowledgeServicer(service)
+    )

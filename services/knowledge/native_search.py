@@ -1,0 +1,275 @@
+"""The native backend: pages in PostgreSQL, searched by words and by meaning.
+
+- ``search``: best effort, never raises. Two halves run concurrently — the IDF-weighted lexical
+  match and the vector half (the index, or an exact pgvector scan when the index cannot answer) —
+  fused by reciprocal rank. Scoped to the access's containers; the Auto-Drafted Skills subtree and
+  ``[Auto-draft]`` titles are excluded inside every search query of the store.
+- ``get_page`` / ``list_pages``: reads by id and by listing (the service checks visibility).
+- ``onboarding``: the pages under an ``Onboarding`` page (or titled ``Onboarding…``) of the named
+  containers, own unit first.
+- The ``PromotionWriter`` half: a draft is filed in the unit's container under its
+  ``Auto-Drafted Skills`` page (created when missing), deduplicated by title (a page of that title
+  already there, draft or published, answers ``created`` False and is left alone). The title is
+  not given the ``[Auto-draft]`` prefix: this backend has a parent chain, and a prefix would keep a
+  page a lead published out of every search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from libs.common.config import Settings
+from libs.common.embeddings import Embedder, EmbeddingError
+from libs.common.vectorindex import IndexHit, IndexUnavailable, VectorIndex, collection_name
+from services.knowledge.backends import BackendUnavailable
+from services.knowledge.domain import (
+    AUTO_DRAFTED_PARENT,
+    COLLECTION_BASE,
+    Access,
+    KnowledgeHit,
+    Limits,
+    Page,
+    PageListing,
+    PromotionDraft,
+    PromotionResult,
+    SearchOutcome,
+    ServedMode,
+    UnsearchedReason,
+    is_native_id,
+)
+from services.knowledge.native import NativePages
+from services.knowledge.store import PostgresPageStore, StoreUnavailable, one_line
+
+__all__ = ["MIN_SIMILARITY", "PARENT_BODY", "RRF_K", "NativeBackend"]
+
+_log = logging.getLogger(__name__)
+
+RRF_K = 60
+"""Reciprocal-rank fusion constant: a page's score is the sum over the halves that found it of
+1 / (RRF_K + its rank there), so a page both halves found outranks one only either found."""
+MIN_SIMILARITY = 0.25
+"""A vector hit below this cosine similarity is dropped: the vector half always returns its top K,
+however unrelated, and an unrelated page in the prompt is noise. Chosen on the local MiniLM, where
+unrelated page/query pairs score about -0.1 to 0.2 and a paraphrase sharing no word 0.3 to 0.4."""
+
+PARENT_BODY = (
+    "Drafts distilled from procedures several agents of this unit converged on. They are hidden from "
+    "every agent's knowledge search until a lead reviews one and moves it out of this page; delete a "
+    "draft to reject it."
+)
+
+
+@dataclass
+class _Found:
+    page: Page
+    snippet: str
+    score: float = 0.0
+    similarity: float = 0.0
+    lexical_rank: float = 0.0
+    halves: set[str] = field(default_factory=set)
+
+
+def _unavailable(err: BaseException) -> BackendUnavailable:
+    return BackendUnavailable(UnsearchedReason.UNREACHABLE, f"native pages: {err}")
+
+
+class NativeBackend:
+    """Pages in PostgreSQL: the IDF-weighted lexical half ∪ the vector half, fused by reciprocal rank."""
+
+    mode: ServedMode | None = ServedMode.NATIVE
+
+    def __init__(
+        self,
+        pages: NativePages,
+        settings: Settings,
+        embedder: Embedder | None,
+        index: VectorIndex | None,
+        *,
+        limits: Limits | None = None,
+        min_similarity: float = MIN_SIMILARITY,
+    ):
+        self.pages = pages
+        self.store: PostgresPageStore = pages.store
+        self.settings = settings
+        self.embedder = embedder
+        self.index = index
+        self.limits = limits or Limits()
+        self.min_similarity = min_similarity
+
+    # ------------------------------------------------------------------ search
+
+    def can_search(self, access: Access) -> bool:
+        return bool(access.containers) or access.operator
+
+    async def search(self, access: Access, query: str, limit: int) -> SearchOutcome:
+        company, containers = access.reader.company, list(access.containers)
+        if not containers:
+            return SearchOutcome.did_not_run(UnsearchedReason.SCOPED_TO_NOTHING)
+        if not query.strip():
+            return SearchOutcome(ServedMode.NATIVE)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                lexical = tg.create_task(self.store.lexical(company, containers, query, limit))
+                vector = tg.create_task(self._vector_half(company, containers, query, limit))
+        except Exception as err:  # best effort by contract: the search did not run
+            cause = err.exceptions[0] if isinstance(err, ExceptionGroup) else err
+            if isinstance(cause, StoreUnavailable):
+                _log.warning("native knowledge search for %s did not run: %s", company, cause)
+            else:
+                _log.error("native knowledge search for %s failed", company, exc_info=cause)
+            return SearchOutcome.did_not_run(UnsearchedReason.UNREACHABLE, "the native pages could not be read")
+        return SearchOutcome(ServedMode.NATIVE, None, self._fuse(lexical.result(), vector.result(), limit))
+
+    def _fuse(
+        self, lexical: list[tuple[Page, float, str]], vector: list[tuple[Page, float, str]], limit: int
+    ) -> tuple[KnowledgeHit, ...]:
+        found: dict[str, _Found] = {}
+        for rank, (page, score, snippet) in enumerate(lexical, 1):
+            f = found.setdefault(page.id, _Found(page, snippet))
+            f.score += 1.0 / (RRF_K + rank)
+            f.lexical_rank = score
+            f.halves.add("lexical")
+        for rank, (page, similarity, snippet) in enumerate(vector, 1):
+            f = found.setdefault(page.id, _Found(page, snippet))
+            f.score += 1.0 / (RRF_K + rank)
+            f.similarity = similarity
+            f.halves.add("vector")
+        ordered = sorted(
+            found.values(), key=lambda f: (-f.score, -f.lexical_rank, -f.similarity, f.page.title, f.page.id)
+        )
+        return tuple(
+            KnowledgeHit(
+                page_id=f.page.id,
+                title=f.page.title,
+                container=f.page.container,
+                snippet=f.snippet,
+                body=f.page.body,
+            )
+            for f in ordered[:limit]
+        )
+
+    async def _embed(self, query: str) -> tuple[np.ndarray, str] | None:
+        if self.embedder is None:
+            return None
+        try:
+            async with asyncio.timeout(self.settings.learning.prefetch.embed_budget_seconds):
+                [vec] = await self.embedder.embed([query])
+        except (TimeoutError, EmbeddingError) as err:
+            _log.warning("knowledge query not embedded, lexical half only: %s", err or type(err).__name__)
+            return None
+        return None if vec is None else (vec.values, vec.model)
+
+    async def _vector_half(
+        self, company: str, containers: list[str], query: str, limit: int
+    ) -> list[tuple[Page, float, str]]:
+        embedded = await self._embed(query)
+        if embedded is None:
+            return []
+        values, model = embedded
+        # Oversampled: the store drops auto-drafts and stale points after the index answered.
+        k = max(limit * 3, 10)
+        if self.index is None:
+            failed: BaseException | None = IndexUnavailable("no vector index wired")
+            answers: list = []
+        else:
+            collection = collection_name(COLLECTION_BASE, int(values.shape[0]))
+            answers = await asyncio.gather(
+                *(
+                    self.index.search(collection, values, company=company, seat=c, model=model, now=0.0, limit=k)
+                    for c in containers
+                ),
+                return_exceptions=True,
+            )
+            failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            if not isinstance(failed, IndexUnavailable):
+                raise failed
+            _log.warning("vector index unreachable, exact scan for %s: %s", company, failed)
+            exact = await self.store.exact(company, containers, query, values, model, k)
+            return [(p, s, snip) for p, s, snip in exact if s >= self.min_similarity]
+        hits: list[IndexHit] = [h for a in answers for h in a]
+        best: dict[uuid.UUID, float] = {}
+        for h in hits:
+            best[h.id] = max(best.get(h.id, -1.0), h.score)
+        ranked = sorted((i for i in best if best[i] >= self.min_similarity), key=lambda i: -best[i])[:k]
+        if not ranked:
+            return []
+        pages = await self.store.hydrate(company, containers, query, ranked, model)
+        return [(pages[i][0], best[i], pages[i][1]) for i in ranked if i in pages]
+
+    # ------------------------------------------------------------------ reads
+
+    async def get_page(self, access: Access, page_id: str) -> Page | None:
+        if not is_native_id(page_id):
+            return None
+        try:
+            return await self.store.get(access.reader.company, uuid.UUID(page_id))
+        except StoreUnavailable as err:
+            raise _unavailable(err) from err
+
+    async def list_pages(
+        self,
+        access: Access,
+        containers: Sequence[str] | None,
+        parent_title: str | None,
+        include_drafts: bool,
+        cursor: dict[str, object] | None,
+        size: int,
+        with_body: bool,
+    ) -> PageListing:
+        after = None
+        if cursor is not None:
+            after = (str(cursor["c"]), str(cursor["t"]), uuid.UUID(str(cursor["id"])))
+        try:
+            pages = await self.store.list(
+                access.reader.company, containers, parent_title, include_drafts, after, size + 1, with_body
+            )
+        except StoreUnavailable as err:
+            raise _unavailable(err) from err
+        more = len(pages) > size
+        pages = pages[:size]
+        last = pages[-1] if pages else None
+        nxt = {"c": last.container, "t": last.title, "id": last.id} if (more and last is not None) else None
+        return PageListing(tuple(pages), nxt)
+
+    async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:
+        if not containers:
+            return SearchOutcome(ServedMode.NATIVE)
+        try:
+            pages = await self.store.onboarding(access.reader.company, list(containers), limit)
+        except StoreUnavailable as err:
+            _log.warning("onboarding pages of %s unreadable: %s", access.reader.company, err)
+            return SearchOutcome.did_not_run(UnsearchedReason.UNREACHABLE, "the native pages could not be read")
+        return SearchOutcome(
+            ServedMode.NATIVE,
+            None,
+            tuple(
+                KnowledgeHit(page_id=p.id, title=p.title, container=p.container, snippet=one_line(p.body, 200))
+                for p in pages
+            ),
+        )
+
+    # ------------------------------------------------------------------ PromotionWriter
+
+    async def existing_draft(self, company: str, container: str, title: str) -> PromotionResult | None:
+        found = await self.store.by_title(company, container, title)
+        if found is None:
+            return None
+        return PromotionResult(page_id=found.id, page_title=found.title, created=False, backend=ServedMode.NATIVE)
+
+    async def write_draft(self, draft: PromotionDraft) -> PromotionResult:
+        existing = await self.existing_draft(draft.company, draft.container_key, draft.title)
+        if existing is not None:
+            return existing
+        if await self.store.by_title(draft.company, draft.container_key, AUTO_DRAFTED_PARENT) is None:
+            await self.pages.upsert_page(draft.company, draft.container_key, AUTO_DRAFTED_PARENT, PARENT_BODY, [])
+        page, created, _ = await self.pages.upsert_page(
+            draft.company, draft.container_key, draft.title, draft.body, [AUTO_DRAFTED_PARENT]
+        )
+        return PromotionResult(page_id=page.id, page_title=page.title, created=created, backend=ServedMode.NATIVE)

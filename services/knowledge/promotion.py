@@ -1,0 +1,473 @@
+"""Cross-agent promotion, the third path (spec: "Cross-agent promotion is the third path").
+
+A daily singleton pass (``skill-promotion``, under its lease): when at least
+``learning.promotion.min_sibling_count`` DISTINCT seats of one unit converge on a similar tool run,
+the cluster is distilled into ONE draft page of the team knowledge base under the unit's
+"Auto-Drafted Skills" parent, for a lead to review. Its output is deliberately not a skill row: a
+procedure four seats arrived at is something the team has, which makes it documentation.
+
+- **Evidence**: each seat's newest settled raw turns (``skill_synthesis.min_tool_calls`` tools or
+  more, ``episode_fetch_limit`` of them), read from the episodes service. A seat's unit is its
+  role's ``unit`` as of its newest turn; only direct members pool — a parent unit does not pool its
+  children's runs (there is no pooling across units at all), so a convergence is never drafted
+  again one level up under a team that never converged.
+- **Convergence**: the unit's runs are greedy-clustered by tool-set Jaccard
+  (``promotion.cluster_jaccard_threshold``, the clustered pass's definition); a cluster qualifies
+  by its distinct seats, not its size — one seat repeating itself is a habit, not a team practice.
+  The representative is the medoid: a run that actually happened.
+- **One draft per unit per pass**, the cluster with the most seats first. Its title is derived
+  from the representative's tool set, so the writer (``PromotionWriter``: native pages or
+  Confluence) keys on it: a cluster already drafted — or published by a lead, under that title —
+  is found before any model call and the pass stays quiet about it; the next cluster is tried.
+- **The distillation** is one auxiliary call (stage background, purpose ``skill_promotion``),
+  attributed to the representative's seat and role, with an offline rule so the pass runs with no
+  model.
+- A unit with no container (``companies.<c>.knowledge.unit_containers.<unit>``) is soft-skipped and
+  the log names the key to set. A write failure announces nothing; the next tick retries.
+- Success publishes ``skill_promoted`` (unit, container_key, page_id, page_title, sibling_count,
+  distinct_agents).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import grpc
+
+from libs.common.auxmodel import (
+    Attribution,
+    AttributionMissing,
+    AuxiliaryModel,
+    AuxiliaryUnavailable,
+    NoAuxiliaryModel,
+    Prompt,
+    Stage,
+)
+from libs.common.config import Settings
+from libs.common.events import EventSink
+from services.knowledge.backends import BackendUnavailable, PromotionWriter
+from services.knowledge.domain import PromotionDraft
+from services.knowledge.scope import unit_container
+from services.skills.domain import Turn, jaccard, tool_set
+from services.skills.episodes import EpisodeReader
+
+__all__ = [
+    "PURPOSE",
+    "Distiller",
+    "PromotionReport",
+    "Run",
+    "RunCluster",
+    "cluster_runs",
+    "draft_title",
+    "offline_rule",
+    "promote",
+]
+
+_log = logging.getLogger(__name__)
+
+PURPOSE = "skill_promotion"
+PROMPTS = Path(__file__).parent / "prompts"
+MEMBERS_SHOWN = 8
+"""Runs rendered into the prompt; the rest are counted, not shown."""
+ASK_CHARS = 600
+"""An ask longer than this is named by its size in the prompt rather than shown."""
+QUOTE_CHARS = 160
+"""The offline rule quotes an ask only up to this (whole or not at all)."""
+TOOL_NAME_CHARS = 48
+MAX_TOKENS = 2000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One settled turn of one seat: the evidence a convergence is made of."""
+
+    seat: str
+    turn: Turn
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        return self.turn.tool_sequence
+
+
+@dataclass
+class RunCluster:
+    members: list[Run] = field(default_factory=list)
+
+    @property
+    def seed(self) -> Run:
+        return self.members[0]
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    @property
+    def seats(self) -> list[str]:
+        return sorted({m.seat for m in self.members})
+
+    @property
+    def distinct_agents(self) -> int:
+        return len(self.seats)
+
+    def representative(self) -> Run:
+        """The medoid: the member most similar to all the others (a run that happened, never a
+        union nobody performed). Ties go to the earlier member, i.e. the newer run."""
+        best, best_score = self.members[0], -1.0
+        for m in self.members:
+            score = sum(jaccard(m.tools, o.tools) for o in self.members if o is not m)
+            if score > best_score:
+                best, best_score = m, score
+        return best
+
+
+def cluster_runs(runs: Sequence[Run], threshold: float) -> list[RunCluster]:
+    """Greedy single pass over the unit's runs, newest first: each joins the first cluster whose
+    seed's tool set is at least ``threshold`` similar, else seeds its own. Returned with the most
+    distinct seats first, then the largest, then the newest seed."""
+    ordered = sorted(runs, key=lambda r: (r.turn.end_time or _EPOCH, r.turn.turn_id), reverse=True)
+    clusters: list[RunCluster] = []
+    for run in ordered:
+        for cluster in clusters:
+            if jaccard(run.tools, cluster.seed.tools) >= threshold:
+                cluster.members.append(run)
+                break
+        else:
+            clusters.append(RunCluster([run]))
+    order = {id(c): i for i, c in enumerate(clusters)}
+    return sorted(clusters, key=lambda c: (-c.distinct_agents, -c.size, order[id(c)]))
+
+
+def _distinct_in_order(tools: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(t for t in tools if t))
+
+
+def draft_title(representative: Run) -> str:
+    """The draft's title, a function of the representative's tool SET alone (sorted names, a digest
+    of the whole set), so every tick that finds the same convergence names the same page — the
+    writer's dedup key — whichever member is its representative this time. Never the
+    ``[Auto-draft]`` prefix: the parent chain hides a draft, and a lead who publishes it by moving
+    it keeps a title that does not hide it."""
+    tools = sorted(tool_set(representative.tools))
+    names = [t if len(t) <= TOOL_NAME_CHARS else t[: TOOL_NAME_CHARS - 1] + "…" for t in tools[:4]]
+    digest = hashlib.sha1("\x1f".join(tools).encode()).hexdigest()[:8]
+    more = f" +{len(tools) - 4} more" if len(tools) > 4 else ""
+    return f"Team routine: {', '.join(names)}{more} ({digest})"
+
+
+# ------------------------------------------------------------------------------ the distillation
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def cluster_data(unit: str, cluster: RunCluster, representative: Run) -> dict[str, Any]:
+    """The question as structured inputs (what the offline rule reads)."""
+    members = [representative, *[m for m in cluster.members if m is not representative]]
+    shown = []
+    for m in members[:MEMBERS_SHOWN]:
+        ask = _line(m.turn.ask)
+        shown.append(
+            {
+                "agent": m.seat,
+                "woken_by": m.turn.label,
+                "asked": ask if len(ask) <= ASK_CHARS else "",
+                "asked_not_shown_bytes": 0 if len(ask) <= ASK_CHARS else len(m.turn.ask.encode()),
+                "outcome": m.turn.outcome,
+                "tool_sequence": list(m.tools),
+            }
+        )
+    return {
+        "unit": unit,
+        "sibling_count": cluster.size,
+        "distinct_agents": cluster.distinct_agents,
+        "done_count": sum(1 for m in cluster.members if m.turn.outcome == "done"),
+        "failed_count": sum(1 for m in cluster.members if m.turn.outcome == "failed"),
+        "representative": list(representative.tools),
+        "members": shown,
+        "labels": [m.turn.label for m in cluster.members if m.turn.label],
+    }
+
+
+def _render_member(i: int, m: Mapping[str, Any]) -> str:
+    lines = [
+        f"Run {i} ({m['outcome'] or 'settled'}):",
+        f"  agent: {m['agent']}",
+        f"  woken by: {m['woken_by'] or '(no label)'}",
+    ]
+    if m["asked"]:
+        lines.append(f"  asked: {m['asked']}")
+    elif m.get("asked_not_shown_bytes"):
+        lines.append(f"  asked: [ask of {m['asked_not_shown_bytes']} bytes not shown]")
+    lines.append(f"  tools: {' → '.join(m['tool_sequence'])}")
+    return "\n".join(lines)
+
+
+def build_prompt(data: Mapping[str, Any]) -> Prompt:
+    system = (PROMPTS / f"{PURPOSE}.system.md").read_text()
+    user = Template((PROMPTS / f"{PURPOSE}.user.md").read_text()).substitute(
+        unit=data["unit"],
+        distinct_agents=data["distinct_agents"],
+        sibling_count=data["sibling_count"],
+        done_count=data["done_count"],
+        failed_count=data["failed_count"],
+        representative=" → ".join(data["representative"]),
+        shown=MEMBERS_SHOWN,
+        members="\n\n".join(_render_member(i + 1, m) for i, m in enumerate(data["members"])),
+    )
+    return Prompt(purpose=PURPOSE, system=system, user=user, data=data, max_tokens=MAX_TOKENS, json_output=True)
+
+
+def offline_rule(data: Mapping[str, Any]) -> str:
+    """A deterministic page from the cluster alone: when the team uses it (the kinds of work and
+    asks), the representative run's steps, and how often it ended done."""
+    tools: list[str] = list(data["representative"])
+    labels = [label for label, _ in Counter(data.get("labels") or []).most_common(3)]
+    asks: list[str] = []
+    for m in data["members"]:
+        ask = m.get("asked") or ""
+        if ask and len(ask) <= QUOTE_CHARS and ask not in asks:
+            asks.append(ask)
+    kind = labels[0] if labels else "recurring work"
+    agents, size, done = int(data["distinct_agents"]), int(data["sibling_count"]), int(data["done_count"])
+    summary = f"How the {data['unit']} team handles {kind}: {' → '.join(_distinct_in_order(tools)[:4])}"
+    when = [f"- Work woken by: {label}" for label in labels] + [f"- Asked like: {a}" for a in asks[:3]]
+    lines = [
+        f"{agents} agents of {data['unit']} ran this procedure independently ({size} runs, {done} done).",
+        "",
+        "## When to use",
+        "",
+        *(when or ["- Work like the runs this was drafted from."]),
+        "",
+        "## Steps",
+        "",
+        *[f"{i}. Call `{tool}`." for i, tool in enumerate(tools, 1)],
+    ]
+    return json.dumps({"summary": summary[:200], "body": "\n".join(lines) + "\n"})
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+
+
+def parse_page(text: str) -> tuple[str, str] | None:
+    """(summary, body), or None when the answer has no body (nothing is written)."""
+    try:
+        obj = json.loads(_FENCE.sub("", text.strip()))
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    body, summary = obj.get("body"), obj.get("summary")
+    if not isinstance(body, str) or not body.strip():
+        return None
+    return (" ".join(summary.split()) if isinstance(summary, str) else ""), body.strip()
+
+
+class Distiller:
+    """One auxiliary call per promoted cluster, charged as background work to the representative's
+    seat through its role's chain."""
+
+    def __init__(self, aux: AuxiliaryModel):
+        self._aux = aux
+
+    async def distil(
+        self, company: str, seat: str, role: str, data: Mapping[str, Any]
+    ) -> tuple[tuple[str, str] | None, str]:
+        """((summary, body), "distilled"), or (None, why): "dropped" (no body), "no_auxiliary_model",
+        or the failure."""
+        try:
+            completion = await self._aux.complete(
+                Attribution(company, seat, Stage.BACKGROUND, PURPOSE, role=role or None), build_prompt(data)
+            )
+        except NoAuxiliaryModel:
+            return None, "no_auxiliary_model"
+        except AuxiliaryUnavailable as err:
+            return None, f"unavailable:{err.kind}"
+        except AttributionMissing:  # our bug, not the model's: say so loudly
+            _log.exception("skill promotion call without attribution")
+            return None, "attribution_missing"
+        page = parse_page(completion.text)
+        return (page, "distilled") if page else (None, "dropped")
+
+
+def page_body(unit: str, summary: str, body: str, cluster: RunCluster, representative: Run) -> str:
+    """The draft as filed: the distilled page, then where it came from and how a lead adopts it."""
+    head = f"{summary}\n\n" if summary else ""
+    return (
+        f"{head}{body}\n\n---\n\n"
+        f"Drafted by agentlearn from {cluster.size} runs by {cluster.distinct_agents} agents of unit {unit} "
+        f"({', '.join(cluster.seats)}); representative run: {' → '.join(representative.tools)}.\n\n"
+        "To publish it, move it out of the Auto-Drafted Skills page; to reject it, delete it (it is "
+        "drafted again only if the team converges again).\n"
+    )
+
+
+# ------------------------------------------------------------------------------------- the pass
+
+
+@dataclass
+class PromotionReport:
+    seats: int = 0
+    seats_failed: int = 0
+    units: int = 0
+    units_without_container: int = 0
+    units_converged: int = 0
+    """Units with at least one cluster of min_sibling_count distinct seats."""
+    promoted: int = 0
+    already_drafted: int = 0
+    """Converging clusters whose draft (or published page) was already there: quiet."""
+    dropped: int = 0
+    write_failures: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+
+
+async def promote(
+    settings: Settings,
+    episodes: EpisodeReader,
+    writer: PromotionWriter,
+    distiller: Distiller,
+    events: EventSink,
+) -> PromotionReport:
+    """One tick: read every seat's runs, pool them by unit, and draft one page per converging
+    unit. One seat's or one unit's failure is logged, counted and passed over; the completion
+    event is always emitted."""
+    synthesis = settings.learning.skill_synthesis
+    report = PromotionReport()
+
+    def fail(kind: str) -> None:
+        report.failures[kind] = report.failures.get(kind, 0) + 1
+
+    try:
+        units: dict[tuple[str, str], list[Run]] = {}
+        async for company, seat in episodes.seats():
+            report.seats += 1
+            try:
+                turns = await episodes.recent_settled(
+                    company, seat, synthesis.min_tool_calls, synthesis.episode_fetch_limit
+                )
+            except grpc.aio.AioRpcError as err:
+                _log.warning("promotion: runs of %s/%s unreadable: %s", company, seat, err.code())
+                report.seats_failed += 1
+                fail(f"episodes:{err.code().name}")
+                continue
+            turns = [t for t in turns if t.tool_sequence]
+            if not turns:
+                continue
+            # The seat's unit as of its newest turn: direct membership, nothing inherited.
+            role = settings.company(company).roles.get(turns[0].role) if turns[0].role else None
+            if role is None or not role.unit:
+                continue
+            units.setdefault((company, role.unit), []).extend(Run(seat, t) for t in turns)
+        for (company, unit), runs in sorted(units.items()):
+            report.units += 1
+            try:
+                await _one_unit(settings, writer, distiller, events, company, unit, runs, report, fail)
+            except Exception as err:  # one unit's fault must not cost the others their promotion
+                _log.exception("promotion for unit %s of %s failed; next unit", unit, company)
+                fail(f"unit:{type(err).__name__}")
+    finally:
+        await events.emit(
+            "skill_promotion_completed",
+            seats=report.seats,
+            units=report.units,
+            units_without_container=report.units_without_container,
+            units_converged=report.units_converged,
+            promoted=report.promoted,
+            already_drafted=report.already_drafted,
+            dropped=report.dropped,
+            write_failures=report.write_failures,
+            failures=report.failures,
+        )
+    return report
+
+
+async def _one_unit(settings, writer, distiller, events, company, unit, runs, report, fail) -> None:  # type: ignore[no-untyped-def]
+    cfg = settings.learning.promotion
+    clusters = [
+        c for c in cluster_runs(runs, cfg.cluster_jaccard_threshold) if c.distinct_agents >= cfg.min_sibling_count
+    ]
+    if not clusters:
+        return
+    report.units_converged += 1
+    container = unit_container(settings, company, unit)
+    if container is None:
+        # A company that configured knowledge for one team and not another is supported: skip
+        # softly, and say which field would make this unit's drafts land.
+        report.units_without_container += 1
+        _log.info(
+            "promotion: unit %s of %s converged but has no knowledge container; set %s.knowledge.unit_containers.%s",
+            unit,
+            company,
+            settings.company_key(company),
+            unit,
+        )
+        return
+    for cluster in clusters:  # most seats first
+        representative = cluster.representative()
+        title = draft_title(representative)
+        try:
+            existing = await writer.existing_draft(company, container, title)
+        except BackendUnavailable as err:
+            report.write_failures += 1
+            fail(f"existing:{err.reason}")
+            _log.warning("promotion: drafts of %s/%s unreadable: %s", company, container, err.detail)
+            return
+        if existing is not None:
+            # Drafted on an earlier tick (or published by a lead): stay quiet, try the next one.
+            report.already_drafted += 1
+            continue
+        data = cluster_data(unit, cluster, representative)
+        page, outcome = await distiller.distil(company, representative.seat, representative.turn.role, data)
+        if page is None:
+            if outcome == "dropped":
+                report.dropped += 1
+            else:
+                fail(outcome)
+            _log.info("promotion: unit %s of %s: nothing drafted (%s)", unit, company, outcome)
+            return
+        summary, body = page
+        draft = PromotionDraft(
+            company=company,
+            unit=unit,
+            container_key=container,
+            title=title,
+            body=page_body(unit, summary, body, cluster, representative),
+            tool_sequence=tuple(representative.tools),
+            sibling_count=cluster.size,
+            distinct_agents=cluster.distinct_agents,
+        )
+        try:
+            result = await writer.write_draft(draft)
+        except Exception as err:  # PromotionRefused, BackendUnavailable, a store fault: all the same here
+            # Nothing is announced; the next tick retries.
+            report.write_failures += 1
+            fail(f"write:{type(err).__name__}")
+            _log.warning("promotion: draft %r for %s/%s not written: %s", title, company, container, err)
+            return
+        if not result.created:
+            report.already_drafted += 1
+            return
+        report.promoted += 1
+        await events.emit(
+            "skill_promoted",
+            company=company,
+            unit=unit,
+            container_key=container,
+            page_id=result.page_id,
+            page_title=result.page_title,
+            sibling_count=cluster.size,
+            distinct_agents=cluster.distinct_agents,
+            backend=str(result.backend),
+        )
+        return  # one draft per unit per pass

@@ -1,0 +1,250 @@
+"""agentlearn.knowledge.v1.KnowledgeService over gRPC: protobuf in, domain calls, protobuf out."""
+
+from __future__ import annotations
+
+from datetime import UTC
+
+import grpc
+
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
+from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
+from libs.common.grpcserver import Registration
+from libs.common.protoconv import timestamp
+from libs.common.validation import decode_page_token, encode_page_token, page_size
+from services.knowledge.domain import (
+    DOMAIN,
+    KnowledgeHit,
+    Page,
+    PromotionDraft,
+    ReadContext,
+    Reader,
+    ReadSource,
+    SearchOutcome,
+    ServedMode,
+    UnsearchedReason,
+)
+from services.knowledge.service import KnowledgeService
+
+__all__ = [
+    "SERVICE_NAME",
+    "KnowledgeServicer",
+    "context_from_pb",
+    "hit_from_pb",
+    "hit_to_pb",
+    "knowledge_registration",
+    "mode_from_pb",
+    "outcome_from_pb",
+    "outcome_to_pb",
+    "page_from_pb",
+    "page_to_pb",
+    "reader_to_pb",
+]
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["KnowledgeService"].full_name
+
+_MODE = {ServedMode.NATIVE: pb.SERVED_MODE_NATIVE, ServedMode.CONFLUENCE: pb.SERVED_MODE_CONFLUENCE}
+_MODE_BACK = {v: k for k, v in _MODE.items()}
+_REASON = {
+    UnsearchedReason.UNCONFIGURED: pb.UNSEARCHED_REASON_UNCONFIGURED,
+    UnsearchedReason.SCOPED_TO_NOTHING: pb.UNSEARCHED_REASON_SCOPED_TO_NOTHING,
+    UnsearchedReason.UNREACHABLE: pb.UNSEARCHED_REASON_UNREACHABLE,
+    UnsearchedReason.CREDENTIAL_REFUSED: pb.UNSEARCHED_REASON_CREDENTIAL_REFUSED,
+    UnsearchedReason.RATE_LIMITED: pb.UNSEARCHED_REASON_RATE_LIMITED,
+}
+_REASON_BACK = {v: k for k, v in _REASON.items()}
+_SOURCE = {
+    ReadSource.RELEVANT_KNOWLEDGE: pb.READ_SOURCE_RELEVANT_KNOWLEDGE,
+    ReadSource.SEARCH_KNOWLEDGE: pb.READ_SOURCE_SEARCH_KNOWLEDGE,
+    ReadSource.ONBOARDING: pb.READ_SOURCE_ONBOARDING,
+    ReadSource.TOOL_SKILL_CATALOGUE: pb.READ_SOURCE_TOOL_SKILL_CATALOGUE,
+    ReadSource.INSPECTOR: pb.READ_SOURCE_INSPECTOR,
+}
+_SOURCE_BACK = {v: k for k, v in _SOURCE.items()}
+
+
+def mode_to_pb(mode: ServedMode | None) -> int:
+    return _MODE[mode] if mode is not None else pb.SERVED_MODE_UNSPECIFIED
+
+
+def mode_from_pb(value: int) -> ServedMode | None:
+    return _MODE_BACK.get(value)
+
+
+def page_to_pb(page: Page) -> pb.Page:
+    return pb.Page(
+        id=page.id,
+        company=page.company,
+        container=page.container,
+        title=page.title,
+        body=page.body,
+        parent_titles=list(page.parent_titles),
+        update_time=timestamp(page.update_time),
+        embedding_model=page.embedding_model or "",
+        draft=page.draft,
+        backend=mode_to_pb(page.backend),
+    )
+
+
+def page_from_pb(msg: pb.Page) -> Page:
+    return Page(
+        id=msg.id,
+        company=msg.company,
+        container=msg.container,
+        title=msg.title,
+        body=msg.body,
+        parent_titles=tuple(msg.parent_titles),
+        update_time=msg.update_time.ToDatetime(tzinfo=UTC) if msg.HasField("update_time") else None,
+        backend=mode_from_pb(msg.backend) or ServedMode.NATIVE,
+        embedding_model=msg.embedding_model or None,
+    )
+
+
+def hit_to_pb(hit: KnowledgeHit) -> pb.KnowledgeHit:
+    return pb.KnowledgeHit(
+        page_id=hit.page_id, title=hit.title, container=hit.container, snippet=hit.snippet, body=hit.body
+    )
+
+
+def hit_from_pb(msg: pb.KnowledgeHit) -> KnowledgeHit:
+    return KnowledgeHit(
+        page_id=msg.page_id, title=msg.title, container=msg.container, snippet=msg.snippet, body=msg.body
+    )
+
+
+def outcome_to_pb(outcome: SearchOutcome) -> pb.SearchPagesResponse:
+    return pb.SearchPagesResponse(
+        served_mode=mode_to_pb(outcome.served),
+        unsearched_reason=_REASON[outcome.unsearched] if outcome.unsearched is not None else 0,
+        hits=[hit_to_pb(h) for h in outcome.hits],
+        detail=outcome.detail,
+    )
+
+
+def outcome_from_pb(served: int, reason: int, hits: list[KnowledgeHit], detail: str = "") -> SearchOutcome:
+    """An answer as the seam's outcome; one that names neither a mode nor a reason did not run."""
+    mode = mode_from_pb(served)
+    if mode is not None:
+        return SearchOutcome(mode, None, tuple(hits))
+    return SearchOutcome.did_not_run(_REASON_BACK.get(reason, UnsearchedReason.UNREACHABLE), detail)
+
+
+def reader_from_pb(msg: pb.Reader) -> Reader:
+    return Reader(company=msg.company, seat=msg.seat, role=msg.role)
+
+
+def reader_to_pb(reader: Reader) -> pb.Reader:
+    return pb.Reader(company=reader.company, seat=reader.seat, role=reader.role)
+
+
+def context_from_pb(msg: pb.ReadContext, default: ReadSource) -> ReadContext:
+    return ReadContext(_SOURCE_BACK.get(msg.source, default), msg.turn_id)
+
+
+def context_to_pb(context: ReadContext) -> pb.ReadContext:
+    return pb.ReadContext(source=_SOURCE.get(context.source, pb.READ_SOURCE_UNSPECIFIED), turn_id=context.turn_id)
+
+
+class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
+    def __init__(self, service: KnowledgeService):
+        self._service = service
+
+    async def UpsertPage(
+        self, request: pb.UpsertPageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpsertPageResponse:
+        page, created, _skipped = await self._service.upsert_page(
+            request.company, request.container, request.title, request.body, list(request.parent_titles)
+        )
+        return pb.UpsertPageResponse(page=page_to_pb(page), created=created)
+
+    async def GetPage(self, request: pb.GetPageRequest, context: grpc.aio.ServicerContext) -> pb.GetPageResponse:
+        page = await self._service.get_page(
+            reader_from_pb(request.reader), request.page_id, context_from_pb(request.context, ReadSource.GET_PAGE)
+        )
+        return pb.GetPageResponse(page=page_to_pb(page))
+
+    async def ListPages(self, request: pb.ListPagesRequest, context: grpc.aio.ServicerContext) -> pb.ListPagesResponse:
+        limits = self._service.limits
+        full = request.view == pb.PAGE_VIEW_FULL
+        size = page_size(
+            request.page_size,
+            default=limits.full_page_size if full else limits.list_page_size,
+            maximum=limits.full_page_max if full else limits.list_page_max,
+            domain=DOMAIN,
+        )
+        reader = reader_from_pb(request.reader)
+        scope = {
+            "company": reader.company,
+            "seat": reader.seat,
+            "role": reader.role,
+            "container": request.container,
+            "parent": request.parent_title,
+            "drafts": request.include_drafts,
+        }
+        cursor = decode_page_token(request.page_token, scope, domain=DOMAIN)
+        listing = await self._service.list_pages(
+            reader,
+            request.container,
+            request.parent_title,
+            request.include_drafts,
+            full,
+            size,
+            cursor,
+            context_from_pb(request.context, ReadSource.LIST_PAGES),
+        )
+        token = encode_page_token(listing.next_cursor, scope) if listing.next_cursor is not None else ""
+        return pb.ListPagesResponse(pages=[page_to_pb(p) for p in listing.pages], next_page_token=token)
+
+    async def SearchPages(
+        self, request: pb.SearchPagesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SearchPagesResponse:
+        outcome = await self._service.search(
+            reader_from_pb(request.reader),
+            request.query,
+            request.limit,
+            context_from_pb(request.context, ReadSource.SEARCH_PAGES),
+        )
+        return outcome_to_pb(outcome)
+
+    async def CanSearch(self, request: pb.CanSearchRequest, context: grpc.aio.ServicerContext) -> pb.CanSearchResponse:
+        can, access = self._service.can_search(reader_from_pb(request.reader))
+        return pb.CanSearchResponse(can_search=can, containers=list(access.containers), unscoped=access.unscoped)
+
+    async def ListOnboardingPages(
+        self, request: pb.ListOnboardingPagesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListOnboardingPagesResponse:
+        outcome = await self._service.onboarding(
+            reader_from_pb(request.reader),
+            list(request.unit_chain),
+            context_from_pb(request.context, ReadSource.ONBOARDING),
+        )
+        return pb.ListOnboardingPagesResponse(
+            pages=[hit_to_pb(h) for h in outcome.hits],
+            served_mode=mode_to_pb(outcome.served),
+            unsearched_reason=_REASON[outcome.unsearched] if outcome.unsearched is not None else 0,
+        )
+
+    async def WritePromotionDraft(
+        self, request: pb.WritePromotionDraftRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WritePromotionDraftResponse:
+        result = await self._service.write_promotion_draft(
+            PromotionDraft(
+                company=request.company,
+                unit=request.unit,
+                container_key=request.container_key,
+                title=request.title,
+                body=request.body,
+                tool_sequence=tuple(request.tool_sequence),
+                sibling_count=request.sibling_count,
+                distinct_agents=request.distinct_agents,
+            )
+        )
+        return pb.WritePromotionDraftResponse(
+            page_id=result.page_id,
+            page_title=result.page_title,
+            created=result.created,
+            backend=mode_to_pb(result.backend),
+        )
+
+
+def knowledge_registration(service: KnowledgeService) -> Registration:
+    return Registration(SERVICE_NAME, pb_grpc.add_KnowledgeServiceServicer_to_server, KnowledgeServicer(service))
