@@ -10,6 +10,7 @@ import re
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
@@ -315,3 +316,41 @@ async def test_local_mode_opens_without_a_token_says_so_on_every_page_and_still_
             assert (await client.post(url, data={})).status_code == 403
             assert (await client.post(url, data={"csrf": csrf_of(diary.text)})).status_code == 303
         assert not await note_exists(inspector, "acme", "ana", written.note.id)
+
+
+async def test_the_seats_page_degrades_and_says_so_when_the_event_log_cannot_be_read(
+    make_settings, dsn, local_embedder, edge_index
+):
+    """The telemetry service is down (nothing listens at its address): the company page still lists
+    the seats the episodes know, with their health, and says what it could not read."""
+    from services.runner.registry import SERVICES
+
+    settings = inspector_settings(
+        make_settings, services={"telemetry": "127.0.0.1:1"}, inspector={"rpc_timeout_seconds": 3}
+    )
+    names = [n for n in SERVICES if n != "telemetry"]
+    clock = ManualClock(NOW)
+    async with open_inspector(
+        settings, dsn, clock, embedder=local_embedder, index=edge_index, auth_mode="local", names=names
+    ) as inspector:
+        await ep_grpc.EpisodeServiceStub(inspector.channel).RecordEpisode(
+            ep_pb.RecordEpisodeRequest(
+                company="acme",
+                seat="ana",
+                turn_id="t-1",
+                label="Message",
+                outcome=ep_pb.TURN_OUTCOME_DONE,
+                start_time=Timestamp(seconds=int(NOW.timestamp()) - 60),
+                end_time=Timestamp(seconds=int(NOW.timestamp())),
+            )
+        )
+        async with inspector.client() as client:
+            page = await client.get("/inspector/c/acme/")
+            assert page.status_code == 200
+            assert "The event log could not be read" in page.text
+            assert re.search(r"<th scope=\"row\"><a href=\"/inspector/c/acme/s/ana/\">ana</a></th>", page.text)
+            overview = await client.get(SEAT)
+            assert (
+                overview.status_code == 200
+                and text_of(overview.text).count("The telemetry service did not answer.") == 2
+            )

@@ -126,9 +126,13 @@ class Inspector:
 
 
 @contextlib.asynccontextmanager
-async def open_inspector(settings, dsn, clock, *, embedder, index, auth_mode="tokens") -> AsyncIterator[Inspector]:  # type: ignore[no-untyped-def]
+async def open_inspector(
+    settings, dsn, clock, *, embedder, index, auth_mode="tokens", names=None
+) -> AsyncIterator[Inspector]:  # type: ignore[no-untyped-def]
+    """``names``: the services served (default every one); a service left out is reached at its
+    configured address (``services.<name>``)."""
     async with open_app(
-        settings, dsn, names=list(SERVICES), clock=clock, embedder=embedder, index=index, auth_mode=auth_mode
+        settings, dsn, names=names or list(SERVICES), clock=clock, embedder=embedder, index=index, auth_mode=auth_mode
     ) as app:
         authenticator = Authenticator(
             app.infra.tokens,

@@ -362,23 +362,30 @@ class Inspector:
 
     # ------------------------------------------------------------------------------ company
 
-    async def _seat_names(self, company: str, principal: Principal) -> tuple[list[str], dict[str, Any], bool]:
+    async def _seat_names(self, company: str, principal: Principal) -> tuple[list[str], dict[str, Any], bool, bool]:
         """Every seat of the company the event log or the episodes know, merged, with each one's
-        activity; True when the list was cut at ``seats_scan_limit``."""
+        activity; True when the list was cut at ``seats_scan_limit``; True when the event log could
+        not be read (the episodes' seats are listed alone, without activity)."""
         if principal.seat:
-            return [principal.seat], {}, False
+            return [principal.seat], {}, False, False
         start, end = self._window()
         activity: dict[str, Any] = {}
         names: set[str] = set()
         limit = self.config.seats_scan_limit
         token = ""
+        unread = False
         while len(names) < limit:
-            page = await self.rpc.telemetry(
-                "ListSeatActivity",
-                telemetry.ListSeatActivityRequest(
-                    company=company, start_time=_ts(start), end_time=_ts(end), page_size=500, page_token=token
-                ),
+            page = await self._maybe(
+                self.rpc.telemetry(
+                    "ListSeatActivity",
+                    telemetry.ListSeatActivityRequest(
+                        company=company, start_time=_ts(start), end_time=_ts(end), page_size=500, page_token=token
+                    ),
+                )
             )
+            if page is None:
+                unread, token = True, ""
+                break
             for s in page.seats:
                 activity[s.seat] = s
                 names.add(s.seat)
@@ -401,7 +408,7 @@ class Inspector:
             if not token:
                 break
         cut = cut or bool(token)
-        return sorted(names)[:limit], activity, cut
+        return sorted(names)[:limit], activity, cut, unread
 
     async def _seat_row(self, company: str, seat: str, activity: Any) -> SeatRow:
         health, notes, eps = await asyncio.gather(
@@ -425,7 +432,7 @@ class Inspector:
         company = self._handle(request, "company")
         principal = require_reader(request, company)
         q = self._q(request)
-        names, activity, cut = await self._seat_names(company, principal)
+        names, activity, cut, unread = await self._seat_names(company, principal)
         if q:
             names = [n for n in names if _contains(q, n)]
         page = offset_page(names, self._token(request), self.config.page_size)
@@ -468,6 +475,7 @@ class Inspector:
             page=page,
             q=q,
             cut=cut,
+            telemetry_unread=unread,
             days=self.config.days,
             uses_chart=uses_chart,
             tokens_chart=tokens_chart,
@@ -929,7 +937,7 @@ class Inspector:
 
     async def events(self, request: Request) -> Response:
         principal, company, seat = self._seat_scope(request)
-        kind = self._q(request)
+        kind = self._q(request)[:100]  # an event kind is at most 100 characters (ListEvents' contract)
         token = self._token(request)
 
         async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
