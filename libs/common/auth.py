@@ -462,13 +462,30 @@ class HttpAuthMiddleware:
     principal in ``scope["state"]["principal"]`` (Starlette's ``request.state.principal``) and in
     :func:`current_principal`. No or a bad credential is 401 with a JSON error body naming the
     reason; paths in ``public`` (health, metrics, the OpenAPI document) need none. What each route
-    may do (its scope, the session's owner) is the route's to check against the principal."""
+    may do (its scope, the session's owner) is the route's to check against the principal.
 
-    def __init__(self, app: Any, authenticator: Authenticator, *, public: Sequence[str] = (), cookies: bool = False):
+    Paths in ``optional`` (exact, or a prefix when they end in ``*``) belong to routes that answer
+    a request without a valid credential themselves (a browser is sent to a sign-in page, not
+    shown a JSON 401): a missing or refused credential runs as ANONYMOUS, with the refusal's reason
+    in ``scope["state"]["auth_error"]``; a valid one runs as its principal, as anywhere."""
+
+    def __init__(
+        self,
+        app: Any,
+        authenticator: Authenticator,
+        *,
+        public: Sequence[str] = (),
+        cookies: bool = False,
+        optional: Sequence[str] = (),
+    ):
         self.app = app
         self.authenticator = authenticator
         self.public = tuple(public)
         self.cookies = cookies
+        self.optional = tuple(optional)
+
+    def _optional(self, path: str) -> bool:
+        return any(path.startswith(p[:-1]) if p.endswith("*") else path == p for p in self.optional)
 
     def _credentials(self, scope: Mapping[str, Any]) -> dict[str, str]:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
@@ -491,8 +508,11 @@ class HttpAuthMiddleware:
         try:
             principal = await self.authenticator.authenticate(self._credentials(scope))
         except Unauthenticated as err:
-            await _json_error(send, 401, "UNAUTHENTICATED", err.reason, err.message, {"www-authenticate": "Bearer"})
-            return
+            if not self._optional(path):
+                await _json_error(send, 401, "UNAUTHENTICATED", err.reason, err.message, {"www-authenticate": "Bearer"})
+                return
+            scope.setdefault("state", {})["auth_error"] = err.reason
+            principal = ANONYMOUS
         scope.setdefault("state", {})["principal"] = principal
         token = use_principal(principal)
         try:

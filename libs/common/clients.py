@@ -9,8 +9,10 @@ from agentlearn.diary.v1 import diary_service_pb2_grpc
 from agentlearn.episodes.v1 import episode_service_pb2_grpc
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc
 from agentlearn.profiles.v1 import profile_service_pb2_grpc
+from agentlearn.reflector.v1 import reflector_service_pb2_grpc
 from agentlearn.sessions.v1 import session_service_pb2_grpc
 from agentlearn.skills.v1 import skill_service_pb2_grpc
+from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc
 from libs.common.channels import ServiceChannels
 
 __all__ = ["Clients"]
@@ -46,3 +48,11 @@ class Clients:
     @property
     def sessions(self) -> session_service_pb2_grpc.SessionServiceStub:
         return session_service_pb2_grpc.SessionServiceStub(self.channels.channel("sessions"))
+
+    @property
+    def reflector(self) -> reflector_service_pb2_grpc.ReflectorServiceStub:
+        return reflector_service_pb2_grpc.ReflectorServiceStub(self.channels.channel("reflector"))
+
+    @property
+    def telemetry(self) -> telemetry_service_pb2_grpc.TelemetryServiceStub:
+        return telemetry_service_pb2_grpc.TelemetryServiceStub(self.channels.channel("telemetry"))

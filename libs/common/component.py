@@ -26,3 +26,7 @@ class Component:
     http_routes: list[Any] = field(default_factory=list)
     """Starlette routes the runner serves over HTTP (``libs.common.httpserver``) beside the gRPC
     server, on ``server.http_port``; a process none of whose components has any serves no HTTP."""
+    http_open_paths: list[str] = field(default_factory=list)
+    """Paths of those routes (exact, or a prefix ending in ``*``) that answer a request without a
+    valid credential themselves (the inspector sends a browser to its sign-in page) instead of the
+    authentication middleware's 401; they see it as ANONYMOUS and must refuse it everything else."""

@@ -607,6 +607,30 @@ class SessionsConfig(_Section):
     """Deadline of every call a check makes on another service (diary, skills, knowledge)."""
 
 
+class InspectorConfig(_Section):
+    """The learning inspector: web pages on the HTTP port (``/inspector/``) that read and curate
+    what the seats learned through the services' RPCs (docs/inspector.md)."""
+
+    rpc_timeout_seconds: float = 10.0
+    """Deadline of every call a page makes on a service."""
+    page_size: int = Field(default=25, ge=1, le=200)
+    """Rows on one page of every list."""
+    search_scan_pages: int = Field(default=20, ge=1, le=200)
+    """A search the owning service cannot run itself (skills, profiles, reflections by text) reads
+    at most this many of the service's pages per request, then offers to search further."""
+    seats_scan_limit: int = Field(default=10_000, ge=100)
+    """The company page merges the seats the event log and the episodes know, up to this many; past
+    it the page says the list is cut."""
+    days: int = Field(default=30, ge=1, le=400)
+    """The window of the charts over time (prefetch hit rates, auxiliary spend, tokens per seat)."""
+    session_hours: float = Field(default=12.0, gt=0)
+    """How long the sign-in cookie lives in the browser (the token's own expiry still applies)."""
+    cookie_secure: Literal["auto", "always", "never"] = "auto"
+    """The ``Secure`` flag of the inspector's cookies: ``auto`` sets it when the request came over
+    HTTPS (directly, or ``X-Forwarded-Proto`` from a proxy uvicorn trusts); ``always`` behind a
+    TLS-terminating proxy it does not trust."""
+
+
 # --------------------------------------------------------------------------------------------
 # Infrastructure
 # --------------------------------------------------------------------------------------------
@@ -712,6 +736,10 @@ class ServiceAddresses(_Section):
     """SessionService."""
     knowledge: str = "127.0.0.1:50068"
     """KnowledgeService (agentlearn.knowledge.v1)."""
+    telemetry: str = "127.0.0.1:50069"
+    """TelemetryService (the read side of the event log)."""
+    inspector: str = "127.0.0.1:50070"
+    """The inspector's process (HTTP pages; its gRPC port serves health only)."""
 
 
 class ConfluenceConfig(_Section):
@@ -824,6 +852,8 @@ class Settings(BaseSettings):
     """The knowledge backend (native pages or Confluence) and the Tool Skills registry."""
     sessions: SessionsConfig = SessionsConfig()
     """Session learning checks (spec/session-learning.txt)."""
+    inspector: InspectorConfig = InspectorConfig()
+    """The learning inspector's pages (docs/inspector.md)."""
     server: ServerConfig = ServerConfig()
     """The gRPC server."""
     services: ServiceAddresses = ServiceAddresses()

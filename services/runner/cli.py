@@ -143,7 +143,13 @@ def http_app(components: list, authenticator: Authenticator):  # type: ignore[ty
         Route("/healthz", healthz, methods=["GET"]),
         Mount("/metrics", app=prometheus_app()),
     ]
-    auth = Middleware(HttpAuthMiddleware, authenticator=authenticator, public=PUBLIC_HTTP_PATHS, cookies=True)
+    auth = Middleware(
+        HttpAuthMiddleware,
+        authenticator=authenticator,
+        public=PUBLIC_HTTP_PATHS,
+        cookies=True,
+        optional=[p for c in components for p in c.http_open_paths],
+    )
     return build_app(routes, [auth])
 
 

@@ -8,7 +8,18 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-ORDER = ["diary", "episodes", "skills", "profiles", "reflector", "knowledge", "prefetch", "sessions"]
+ORDER = [
+    "diary",
+    "episodes",
+    "skills",
+    "profiles",
+    "reflector",
+    "knowledge",
+    "prefetch",
+    "sessions",
+    "telemetry",
+    "inspector",
+]
 
 
 def _discover() -> dict[str, ModuleType]:

@@ -168,6 +168,18 @@ class Session:
 
 
 @dataclass(frozen=True)
+class SessionSummary:
+    """A session as ListSessions lists it: the session, when it last recorded anything, and its
+    checks by count and newest state (never an event's text)."""
+
+    session: Session
+    update_time: datetime
+    check_count: int
+    last_check_state: CheckState | None
+    last_check_outcome: CheckOutcome | None
+
+
+@dataclass(frozen=True)
 class Event:
     """One recorded event. ``seq`` orders a session's events as they were recorded (1, 2, ...)."""
 

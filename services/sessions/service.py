@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from libs.common import telemetry
+from libs.common.auth import current_principal
 from libs.common.config import Settings
 from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from libs.common.events import EventSink
@@ -44,6 +45,7 @@ from services.sessions.domain import (
     LearningCheck,
     PlanStep,
     Session,
+    SessionSummary,
     TurnOutcome,
     plan_trigger,
     substantial,
@@ -418,6 +420,26 @@ class SessionService:
             checks = checks[:size]
             next_token = encode_time_cursor(checks[-1].create_time, checks[-1].id, scope)
         return checks, next_token
+
+    async def list_sessions(
+        self, company: str, seat: str, user: str, query: str, size: int, token: str
+    ) -> tuple[list[SessionSummary], str]:
+        """A company's sessions, most recently active first. A credential bound to a seat or a user
+        lists only that seat's or user's sessions: naming none is naming its own (the edge has
+        refused any other)."""
+        company = self._ident(company, "company")
+        principal = current_principal()
+        seat_or_none = self._ident(seat, "seat") if seat else principal.seat or None
+        owner = self._ident(user, "user") if user else principal.user or None
+        size = page_size(size, default=self.config.list_default, maximum=self.config.list_max, domain=DOMAIN)
+        scope = {"company": company, "seat": seat_or_none, "user": owner, "query": query}
+        after = decode_time_cursor(token, scope, domain=DOMAIN)
+        rows = await self.store.sessions_page(company, seat_or_none, owner, query, after, size + 1)
+        next_token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            next_token = encode_time_cursor(rows[-1].update_time, rows[-1].session.session_id, scope)
+        return rows, next_token
 
     async def away_digest(self, company: str, user: str, since: datetime | None, size: int, token: str) -> Digest:
         company = self._ident(company, "company")

@@ -232,6 +232,34 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         )
         return pb.ListLearningChecksResponse(checks=[check_to_pb(c) for c in checks], next_page_token=token)
 
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSessionsResponse:
+        rows, token = await self._service.list_sessions(
+            request.company, request.seat, request.user, request.query, request.page_size, request.page_token
+        )
+        return pb.ListSessionsResponse(
+            sessions=[
+                pb.SessionSummary(
+                    company=r.session.company,
+                    session_id=r.session.session_id,
+                    user=r.session.owner,
+                    workspace=r.session.workspace,
+                    seat=r.session.seat,
+                    role=r.session.role,
+                    event_count=r.session.last_seq,
+                    plan_revision=r.session.plan_revision,
+                    check_count=r.check_count,
+                    last_check_state=_STATE[r.last_check_state] if r.last_check_state else pb.CHECK_STATE_UNSPECIFIED,
+                    last_check_outcome=_OUTCOME[r.last_check_outcome],
+                    create_time=timestamp(r.session.create_time),
+                    update_time=timestamp(r.update_time),
+                )
+                for r in rows
+            ],
+            next_page_token=token,
+        )
+
     async def GetAwayDigest(
         self, request: pb.GetAwayDigestRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetAwayDigestResponse:

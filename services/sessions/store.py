@@ -33,6 +33,7 @@ from services.sessions.domain import (
     PartialFailure,
     PlanStep,
     Session,
+    SessionSummary,
     StepStatus,
     TurnOutcome,
     TurnWindow,
@@ -87,6 +88,24 @@ SQL = {
         WHERE company = $1 AND session_id = $2 AND state IN ('queued', 'running')
         ORDER BY create_time DESC, id DESC LIMIT 1""",
     "get_check": f"SELECT {_CHECK} FROM learning_checks WHERE id = $1",
+    # The index of a company's sessions, most recently active first, with each one's checks by
+    # count and its newest check's state.
+    "sessions_page": """
+        SELECT s.company, s.session_id, s.owner, s.workspace, s.seat, s.role, s.last_seq, s.plan_revision,
+               s.create_time, s.update_time,
+               (SELECT count(*) FROM learning_checks c
+                 WHERE c.company = s.company AND c.session_id = s.session_id) AS check_count,
+               l.state AS last_state, l.outcome AS last_outcome
+        FROM chat_sessions s
+        LEFT JOIN LATERAL (
+            SELECT state, outcome FROM learning_checks c
+            WHERE c.company = s.company AND c.session_id = s.session_id
+            ORDER BY create_time DESC, id DESC LIMIT 1
+        ) l ON true
+        WHERE s.company = $1 AND ($2::text IS NULL OR s.seat = $2) AND ($3::text IS NULL OR s.owner = $3)
+          AND ($4::text = '' OR strpos(lower(s.session_id), lower($4)) > 0)
+          AND ($5::timestamptz IS NULL OR (s.update_time, s.session_id) < ($5, $6::text))
+        ORDER BY s.update_time DESC, s.session_id DESC LIMIT $7""",
     "checks_page": f"""
         SELECT {_CHECK} FROM learning_checks
         WHERE company = $1 AND session_id = $2
@@ -368,6 +387,28 @@ class PostgresSessionStore:
     async def get_session(self, company: str, session_id: str) -> Session | None:
         row = await self.pool.fetchrow(SQL["get_session"], company, session_id)
         return _session(row) if row else None
+
+    async def sessions_page(
+        self,
+        company: str,
+        seat: str | None,
+        owner: str | None,
+        query: str,
+        after: tuple[datetime, str] | None,
+        limit: int,
+    ) -> list[SessionSummary]:
+        t, i = after if after else (None, None)
+        rows = await self.pool.fetch(SQL["sessions_page"], company, seat, owner, query, t, i, limit)
+        return [
+            SessionSummary(
+                session=_session(r),
+                update_time=r["update_time"],
+                check_count=int(r["check_count"]),
+                last_check_state=CheckState(r["last_state"]) if r["last_state"] else None,
+                last_check_outcome=CheckOutcome(r["last_outcome"]) if r["last_outcome"] else None,
+            )
+            for r in rows
+        ]
 
     async def plan(self, company: str, session_id: str, revision: int) -> list[PlanStep]:
         if revision <= 0:

@@ -1,0 +1,1104 @@
+"""The inspector's pages: company → seat drill-down, session learning, and the actions, each an RPC
+the CLI could also make.
+
+Every handler first checks the signed-in principal (``security.require_reader``) for the company
+and seat in its path, then calls the services through the :class:`~services.inspector.rpc.Gateway`.
+A read a page merely decorates with (a count, a chart) degrades to "unavailable" when its service
+does not answer; the page's own subject failing is the page's error, with the service's reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from agentlearn.diary.v1 import diary_service_pb2 as diary
+from agentlearn.episodes.v1 import episode_service_pb2 as episodes
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as knowledge
+from agentlearn.profiles.v1 import profile_service_pb2 as profiles
+from agentlearn.reflector.v1 import reflector_service_pb2 as reflector
+from agentlearn.sessions.v1 import session_service_pb2 as sessions
+from agentlearn.skills.v1 import skill_service_pb2 as skills
+from agentlearn.telemetry.v1 import telemetry_service_pb2 as telemetry
+from libs.common.auth import TOKEN_COOKIE, Principal
+from libs.common.config import InspectorConfig
+from services.inspector import charts, security
+from services.inspector.diff import diff_rows
+from services.inspector.paging import Page, offset_page, scan
+from services.inspector.render import environment, seg, unseg
+from services.inspector.rpc import Gateway, ServiceError
+from services.inspector.security import Denied, SignInRequired, principal_of, require_reader, require_scope
+
+__all__ = ["PREFIX", "Inspector"]
+
+_log = logging.getLogger(__name__)
+
+PREFIX = "/inspector"
+STATIC = Mount(f"{PREFIX}/static", app=StaticFiles(directory=__file__.rsplit("/", 1)[0] + "/static"), name="static")
+MAX_QUERY = 200
+SEARCH_POOL = 50
+"""A search the service ranks (notes, episodes) asks for this many per half; the pool is paged here."""
+AUTO_DRAFTED = "Auto-Drafted Skills"
+"""The knowledge page cross-agent promotion files its drafts under, one per space."""
+DRAFTS_PAGE_MAX = 50
+"""ListPages returns at most 50 pages with their bodies."""
+THRESHOLD = 0.1
+"""Berlot-Attwell: fewer average uses per skill than this and the library may not be doing what it
+claims (GetLearningHealth answers with the same value)."""
+
+FLASH = {
+    "note_deleted": "The note was deleted.",
+    "rolled_back": "The skill was rolled back: the chosen version's body is its new version.",
+    "pinned": "The skill is pinned: no automatic transition will touch it.",
+    "unpinned": "The skill is unpinned: it is back on the curator's clock.",
+    "archived": "The skill is archived: hidden from menus, its use refused.",
+    "restored": "The skill is active again with a fresh staleness clock.",
+    "approved": "The proposal was approved: it is a live skill now.",
+    "rejected": "The proposal was rejected: matching candidates will not be proposed again.",
+    "signed_out": "You are signed out.",
+}
+SIGN_IN_ERRORS = {
+    "CREDENTIAL_INVALID": "That token is unknown, revoked or expired.",
+    "CREDENTIAL_MALFORMED": "That is not a token.",
+    "CREDENTIAL_UNVERIFIABLE": "The server is still starting; try again in a moment.",
+    "missing": "Paste a token to sign in.",
+}
+SKILL_ACTIONS = {
+    "rollback": ("RollbackSkill", skills.RollbackSkillRequest, "rolled_back"),
+    "pin": ("PinSkill", skills.PinSkillRequest, "pinned"),
+    "unpin": ("UnpinSkill", skills.UnpinSkillRequest, "unpinned"),
+    "archive": ("ArchiveSkill", skills.ArchiveSkillRequest, "archived"),
+    "restore": ("RestoreSkill", skills.RestoreSkillRequest, "restored"),
+}
+PROPOSAL_STATES = {
+    "pending": skills.PROPOSAL_STATE_PENDING,
+    "approved": skills.PROPOSAL_STATE_APPROVED,
+    "rejected": skills.PROPOSAL_STATE_REJECTED,
+    "all": skills.PROPOSAL_STATE_UNSPECIFIED,
+}
+SEAT_TABS = [
+    ("overview", "Overview", ""),
+    ("diary", "Diary", "diary"),
+    ("episodes", "Episodes", "episodes"),
+    ("skills", "Skills", "skills"),
+    ("proposals", "Proposals", "proposals"),
+    ("profiles", "Profiles", "profiles"),
+    ("reflections", "Reflections", "reflections"),
+    ("events", "Events", "events"),
+]
+
+
+class NotFoundPage(Exception):
+    """A path that names nothing (a malformed handle, an unknown action)."""
+
+
+@dataclass
+class SeatRow:
+    seat: str
+    activity: telemetry.SeatActivity | None
+    health: skills.GetLearningHealthResponse | None
+    notes: int | None
+    episodes: int | None
+
+
+def _ts(value: datetime) -> Timestamp:
+    out = Timestamp()
+    out.FromDatetime(value)
+    return out
+
+
+def _contains(needle: str, *haystack: str) -> bool:
+    folded = needle.casefold()
+    return any(folded in (h or "").casefold() for h in haystack)
+
+
+def _skills(count: int) -> str:
+    return f"{count} skill" if count == 1 else f"{count} skills"
+
+
+def _safe_next(target: str) -> str:
+    """Only a path of the inspector itself (never another host, never a scheme)."""
+    if target.startswith(PREFIX + "/") and "//" not in target and "\\" not in target:
+        return target
+    return PREFIX + "/"
+
+
+class Inspector:
+    def __init__(self, gateway: Gateway, config: InspectorConfig, clock: Any):
+        self.rpc = gateway
+        self.config = config
+        self.clock = clock
+        self.env = environment()
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    def routes(self) -> list[Any]:
+        seat = PREFIX + "/c/{company}/s/{seat}"
+        get, post = ["GET"], ["POST"]
+        return [
+            Route("/", self.root, methods=get),
+            Route(PREFIX, self.root, methods=get),
+            Route(PREFIX + "/", self._page(self.home), methods=get),
+            Route(PREFIX + "/signin", self._page(self.signin), methods=["GET", "POST"]),
+            Route(PREFIX + "/signout", self._page(self.signout), methods=post),
+            STATIC,
+            Route(PREFIX + "/c/{company}/", self._page(self.company), methods=get),
+            Route(PREFIX + "/c/{company}/sessions", self._page(self.session_list), methods=get),
+            Route(PREFIX + "/c/{company}/drafts", self._page(self.drafts), methods=get),
+            Route(PREFIX + "/c/{company}/sessions/{session}", self._page(self.session), methods=get),
+            Route(seat + "/", self._page(self.seat), methods=get),
+            Route(seat + "/diary", self._page(self.diary), methods=get),
+            Route(seat + "/diary/{note_id}/delete", self._page(self.delete_note), methods=post),
+            Route(seat + "/episodes", self._page(self.episodes), methods=get),
+            Route(seat + "/episodes/{episode_id}", self._page(self.episode), methods=get),
+            Route(seat + "/skills", self._page(self.skills), methods=get),
+            Route(seat + "/skills/{skill_id}", self._page(self.skill), methods=get),
+            Route(seat + "/skills/{skill_id}/{action}", self._page(self.skill_action), methods=post),
+            Route(seat + "/proposals", self._page(self.proposals), methods=get),
+            Route(seat + "/proposals/{proposal_id}/{decision}", self._page(self.decide), methods=post),
+            Route(seat + "/profiles", self._page(self.profiles), methods=get),
+            Route(seat + "/reflections", self._page(self.reflections), methods=get),
+            Route(seat + "/events", self._page(self.events), methods=get),
+        ]
+
+    OPEN_PATHS: tuple[str, ...] = ("/", PREFIX, PREFIX + "/*")
+    """Paths that answer a request without a valid credential themselves: ``/`` and ``/inspector``
+    redirect, the sign-in page signs in, the static files are public, and every other page sends
+    the browser to sign in (never a JSON 401)."""
+
+    def _page(self, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        @functools.wraps(handler)
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except SignInRequired as err:
+                if request.method != "GET":
+                    return self.render(
+                        request,
+                        "error.html",
+                        401,
+                        title="Sign in first",
+                        message="Your session has ended; sign in again.",
+                    )
+                target = f"{PREFIX}/signin?next={quote(request.url.path)}"
+                if err.reason and err.reason in SIGN_IN_ERRORS:
+                    target += f"&error={err.reason}"
+                response: Response = RedirectResponse(target, 303)
+                if err.reason and request.cookies.get(TOKEN_COOKIE):
+                    security.clear_token_cookie(response, request, self.config)
+                return response
+            except Denied as err:
+                return self.render(request, "error.html", err.status, title=err.title, message=err.message)
+            except NotFoundPage:
+                return self.render(request, "error.html", 404, title="Not found", message="Nothing here by that name.")
+            except ServiceError as err:
+                return self.render(
+                    request,
+                    "error.html",
+                    err.http_status,
+                    title=f"The {err.service} service refused",
+                    message=err.message,
+                    reason=err.reason,
+                    field=err.field,
+                )
+            except Exception:
+                _log.exception("inspector %s %s failed", request.method, request.url.path)
+                return self.render(request, "error.html", 500, title="Something broke", message="See the server log.")
+
+        return endpoint
+
+    def render(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        secret = security.ensure_csrf_cookie(request)
+        principal = principal_of(request)
+        done = request.query_params.get("done", "")
+        html = self.env.get_template(template).render(
+            prefix=PREFIX,
+            principal=principal,
+            signed_in=principal.kind != "anonymous",
+            local=principal.kind in ("local", "service"),
+            csrf=security.csrf_token(request),
+            flash=FLASH.get(done, ""),
+            path=request.url.path,
+            at_first=not request.query_params.get("page"),
+            **context,
+        )
+        response = HTMLResponse(html, status)
+        if secret:
+            security.set_csrf_cookie(response, request, secret, self.config)
+        response.headers.update(
+            {
+                "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+                "script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "same-origin",
+                "X-Frame-Options": "DENY",
+                "Cache-Control": "no-store",
+            }
+        )
+        return response
+
+    def _back(self, url: str, done: str) -> RedirectResponse:
+        return RedirectResponse(f"{url}?done={done}", 303)
+
+    @staticmethod
+    def _handle(request: Request, name: str) -> str:
+        handle = unseg(request.path_params[name])
+        if handle is None:
+            raise NotFoundPage()
+        return handle
+
+    def _seat_scope(self, request: Request) -> tuple[Principal, str, str]:
+        company, seat = self._handle(request, "company"), self._handle(request, "seat")
+        return require_reader(request, company, seat), company, seat
+
+    @staticmethod
+    def _q(request: Request) -> str:
+        return request.query_params.get("q", "").strip()[:MAX_QUERY]
+
+    @staticmethod
+    def _token(request: Request) -> str:
+        return request.query_params.get("page", "")[:8192]
+
+    async def _form(self, request: Request) -> dict[str, str]:
+        form = await request.form()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        security.check_csrf(request, fields.get("csrf", ""))
+        return fields
+
+    def _window(self) -> tuple[datetime, datetime]:
+        end = self.clock.now()
+        today = end.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        return today - timedelta(days=self.config.days - 1), end
+
+    def _seat_context(self, company: str, seat: str, tab: str, principal: Principal) -> dict[str, Any]:
+        base = f"{PREFIX}/c/{seg(company)}/s/{seg(seat)}/"
+        return {
+            "company": company,
+            "seat": seat,
+            "seat_url": base,
+            "company_url": f"{PREFIX}/c/{seg(company)}/",
+            "tab": tab,
+            "tabs": [(key, label, base + suffix) for key, label, suffix in SEAT_TABS],
+            "can_write": principal.allows("memory:write"),
+            "can_admin": principal.allows("admin"),
+        }
+
+    @staticmethod
+    async def _maybe(call: Awaitable[Any]) -> Any:
+        """A decoration of a page: its value, or None when its service did not answer."""
+        try:
+            return await call
+        except ServiceError as err:
+            _log.info("inspector: %s %s unavailable for a page: %s", err.service, err.code.name, err.reason)
+            return None
+
+    # ------------------------------------------------------------------------------ entry
+
+    async def root(self, request: Request) -> Response:
+        return RedirectResponse(PREFIX + "/", 307 if request.method != "GET" else 302)
+
+    async def home(self, request: Request) -> Response:
+        principal = principal_of(request)
+        if principal.kind == "anonymous":
+            raise SignInRequired(getattr(request.state, "auth_error", ""))
+        if not principal.allows("inspect"):
+            raise Denied(403, "This token cannot open the inspector", "The inspector needs the inspect or admin scope.")
+        if principal.company:
+            target = f"{PREFIX}/c/{seg(principal.company)}/"
+            if principal.seat:
+                target += f"s/{seg(principal.seat)}/"
+            return RedirectResponse(target, 303)
+        wanted = request.query_params.get("company", "").strip()
+        if wanted:
+            if unseg(seg(wanted)) is None:
+                return self.render(request, "home.html", 400, companies=[], error="That is not a company handle.")
+            return RedirectResponse(f"{PREFIX}/c/{seg(wanted)}/", 303)
+        known = await self._maybe(
+            self.rpc.episodes("ListEpisodeSeats", episodes.ListEpisodeSeatsRequest(page_size=5000))
+        )
+        companies = sorted({s.company for s in known.seats}) if known is not None else []
+        return self.render(request, "home.html", companies=companies, error="")
+
+    async def signin(self, request: Request) -> Response:
+        nxt = _safe_next(request.query_params.get("next", PREFIX + "/"))
+        if request.method == "GET":
+            error = SIGN_IN_ERRORS.get(request.query_params.get("error", ""), "")
+            return self.render(request, "signin.html", next=nxt, error=error)
+        form = await self._form(request)
+        token = form.get("token", "").strip()
+        nxt = _safe_next(form.get("next", nxt))
+        if not token or len(token) > 512 or any(c.isspace() or not c.isprintable() for c in token):
+            return self.render(
+                request,
+                "signin.html",
+                400,
+                next=nxt,
+                error=SIGN_IN_ERRORS["missing" if not token else "CREDENTIAL_MALFORMED"],
+            )
+        # The token is verified by the authentication middleware on the very next request (the
+        # redirect); a refused one comes back here with its reason and the cookie cleared.
+        response = RedirectResponse(nxt, 303)
+        security.set_token_cookie(response, request, token, self.config)
+        return response
+
+    async def signout(self, request: Request) -> Response:
+        await self._form(request)
+        response = RedirectResponse(f"{PREFIX}/signin?done=signed_out", 303)
+        security.clear_token_cookie(response, request, self.config)
+        return response
+
+    # ------------------------------------------------------------------------------ company
+
+    async def _seat_names(self, company: str, principal: Principal) -> tuple[list[str], dict[str, Any], bool, bool]:
+        """Every seat of the company the event log or the episodes know, merged, with each one's
+        activity; True when the list was cut at ``seats_scan_limit``; True when the event log could
+        not be read (the episodes' seats are listed alone, without activity)."""
+        if principal.seat:
+            return [principal.seat], {}, False, False
+        start, end = self._window()
+        activity: dict[str, Any] = {}
+        names: set[str] = set()
+        limit = self.config.seats_scan_limit
+        token = ""
+        unread = False
+        while len(names) < limit:
+            page = await self._maybe(
+                self.rpc.telemetry(
+                    "ListSeatActivity",
+                    telemetry.ListSeatActivityRequest(
+                        company=company, start_time=_ts(start), end_time=_ts(end), page_size=500, page_token=token
+                    ),
+                )
+            )
+            if page is None:
+                unread, token = True, ""
+                break
+            for s in page.seats:
+                activity[s.seat] = s
+                names.add(s.seat)
+            token = page.next_page_token
+            if not token:
+                break
+        cut = bool(token)
+        token = ""
+        while len(names) < limit:
+            found = await self._maybe(
+                self.rpc.episodes(
+                    "ListEpisodeSeats",
+                    episodes.ListEpisodeSeatsRequest(company=company, page_size=5000, page_token=token),
+                )
+            )
+            if found is None:
+                break
+            names.update(s.seat for s in found.seats if s.company == company)
+            token = found.next_page_token
+            if not token:
+                break
+        cut = cut or bool(token)
+        return sorted(names)[:limit], activity, cut, unread
+
+    async def _seat_row(self, company: str, seat: str, activity: Any) -> SeatRow:
+        health, notes, eps = await asyncio.gather(
+            self._maybe(
+                self.rpc.skills("GetLearningHealth", skills.GetLearningHealthRequest(company=company, seat=seat))
+            ),
+            self._maybe(self.rpc.diary("ListNotes", diary.ListNotesRequest(company=company, seat=seat, page_size=1))),
+            self._maybe(
+                self.rpc.episodes("ListEpisodes", episodes.ListEpisodesRequest(company=company, seat=seat, page_size=1))
+            ),
+        )
+        return SeatRow(
+            seat,
+            activity,
+            health,
+            notes.total_size if notes is not None else None,
+            eps.total_size if eps is not None else None,
+        )
+
+    async def company(self, request: Request) -> Response:
+        company = self._handle(request, "company")
+        principal = require_reader(request, company)
+        q = self._q(request)
+        names, activity, cut, unread = await self._seat_names(company, principal)
+        if q:
+            names = [n for n in names if _contains(q, n)]
+        page = offset_page(names, self._token(request), self.config.page_size)
+        rows = await asyncio.gather(*(self._seat_row(company, n, activity.get(n)) for n in page.items))
+        with_health = [r for r in rows if r.health is not None]
+        uses_chart = charts.bar_chart(
+            "uses",
+            "Uses per skill by seat, against the 0.1 threshold",
+            [
+                charts.Bar(
+                    r.seat,
+                    r.health.health.avg_uses_per_skill,
+                    flagged=r.health.below_berlot_attwell_threshold,
+                    text=f"{r.health.health.avg_uses_per_skill:.2f} ({_skills(r.health.health.total_skills)})",
+                )
+                for r in with_health
+            ],
+            threshold=THRESHOLD,
+            threshold_label="0.1 threshold",
+            flag_text="below threshold",
+        )
+        tokens_chart = charts.bar_chart(
+            "tokens",
+            f"Auxiliary tokens spent by seat, last {self.config.days} days",
+            [
+                charts.Bar(
+                    r.seat,
+                    r.activity.auxiliary_tokens if r.activity else 0,
+                    text=f"{r.activity.auxiliary_tokens if r.activity else 0:,}",
+                )
+                for r in rows
+            ],
+        )
+        return self.render(
+            request,
+            "company.html",
+            company=company,
+            company_url=f"{PREFIX}/c/{seg(company)}/",
+            rows=rows,
+            page=page,
+            q=q,
+            cut=cut,
+            telemetry_unread=unread,
+            days=self.config.days,
+            uses_chart=uses_chart,
+            tokens_chart=tokens_chart,
+            threshold=THRESHOLD,
+        )
+
+    # ------------------------------------------------------------------------------ seat overview
+
+    async def seat(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        start, end = self._window()
+        window = {"company": company, "seat": seat, "start_time": _ts(start), "end_time": _ts(end)}
+        health, notes, raw, compacted, profs, pending, rates, spend = await asyncio.gather(
+            self.rpc.skills("GetLearningHealth", skills.GetLearningHealthRequest(company=company, seat=seat)),
+            self._maybe(self.rpc.diary("ListNotes", diary.ListNotesRequest(company=company, seat=seat, page_size=1))),
+            self._maybe(self._episode_count(company, seat, episodes.EPISODE_KIND_RAW)),
+            self._maybe(self._episode_count(company, seat, episodes.EPISODE_KIND_COMPACTED)),
+            self._maybe(
+                self.rpc.profiles(
+                    "ListProfiles", profiles.ListProfilesRequest(company=company, observer=seat, page_size=1)
+                )
+            ),
+            self._maybe(
+                self.rpc.skills(
+                    "ListSkillProposals",
+                    skills.ListSkillProposalsRequest(
+                        company=company, seat=seat, state=skills.PROPOSAL_STATE_PENDING, page_size=200
+                    ),
+                )
+            ),
+            self._maybe(self.rpc.telemetry("GetPrefetchHitRates", telemetry.GetPrefetchHitRatesRequest(**window))),
+            self._maybe(self.rpc.telemetry("GetAuxiliarySpend", telemetry.GetAuxiliarySpendRequest(**window))),
+        )
+        days = [start.date() + timedelta(days=i) for i in range((end.date() - start.date()).days + 1)]
+        rate_chart = spend_chart = None
+        if rates is not None:
+            series: dict[str, charts.Series] = {}
+            for d in rates.days:
+                day = d.day_start_time.ToDatetime(tzinfo=UTC).date()
+                series.setdefault(d.block, charts.Series(d.block.replace("_", " "))).points[day] = d.hit_rate
+            rate_chart = charts.line_chart(
+                "hitrate", f"Prefetch hit rate per block, last {self.config.days} days", days, list(series.values())
+            )
+        if spend is not None:
+            values: dict[tuple[date, str], int] = {}
+            for d in spend.days:
+                key = (d.day_start_time.ToDatetime(tzinfo=UTC).date(), d.purpose or "(none)")
+                values[key] = values.get(key, 0) + d.prompt_tokens + d.completion_tokens
+            purposes = [t.purpose or "(none)" for t in spend.totals]
+            spend_chart = charts.stacked_columns(
+                "spend", f"Auxiliary tokens per purpose per day, last {self.config.days} days", days, purposes, values
+            )
+        return self.render(
+            request,
+            "seat.html",
+            **self._seat_context(company, seat, "overview", principal),
+            health=health,
+            notes=notes.total_size if notes is not None else None,
+            raw=raw,
+            compacted=compacted,
+            profiles=profs.total_size if profs is not None else None,
+            pending=len(pending.proposals) if pending is not None else None,
+            pending_more=bool(pending.next_page_token) if pending is not None else False,
+            rates=rates,
+            spend=spend,
+            rate_chart=rate_chart,
+            spend_chart=spend_chart,
+            days=self.config.days,
+        )
+
+    async def _episode_count(self, company: str, seat: str, kind: int) -> int:
+        resp = await self.rpc.episodes(
+            "ListEpisodes",
+            episodes.ListEpisodesRequest(
+                company=company, seat=seat, page_size=1, filter=episodes.EpisodeFilter(kind=kind)
+            ),
+        )
+        return int(resp.total_size)
+
+    # ------------------------------------------------------------------------------ diary
+
+    async def diary(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        q, token = self._q(request), self._token(request)
+        tier = {"long": diary.NOTE_TIER_LONG, "short": diary.NOTE_TIER_SHORT}.get(
+            request.query_params.get("tier", ""), 0
+        )
+        if q:
+            resp = await self.rpc.diary(
+                "RecallNotes",
+                diary.RecallNotesRequest(
+                    company=company,
+                    seat=seat,
+                    query=q,
+                    vector_limit=SEARCH_POOL,
+                    recency_limit=0,
+                    lexical_limit=SEARCH_POOL,
+                ),
+            )
+            pool = [c.note for c in resp.candidates if not tier or c.note.tier == tier]
+            page: Page[Any] = offset_page(pool, token, self.config.page_size)
+        else:
+
+            async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+                r = await self.rpc.diary(
+                    "ListNotes",
+                    diary.ListNotesRequest(
+                        company=company, seat=seat, page_size=self.config.page_size, page_token=service_token, tier=tier
+                    ),
+                )
+                return r.notes, r.next_page_token
+
+            page = await scan(fetch, None, token, self.config.page_size, 1)
+        return self.render(
+            request,
+            "diary.html",
+            **self._seat_context(company, seat, "diary", principal),
+            page=page,
+            q=q,
+            tier=request.query_params.get("tier", ""),
+            filters={"q": q, "tier": request.query_params.get("tier", "")},
+        )
+
+    async def delete_note(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        form = await self._form(request)
+        require_scope(principal, "memory:write", "Deleting a note")
+        note_id = request.path_params["note_id"]
+        await self.rpc.diary("DeleteNote", diary.DeleteNoteRequest(company=company, seat=seat, note_id=note_id))
+        back = (
+            _safe_next(form.get("back", "")) if form.get("back") else f"{PREFIX}/c/{seg(company)}/s/{seg(seat)}/diary"
+        )
+        return self._back(back.split("?", 1)[0], "note_deleted")
+
+    # ------------------------------------------------------------------------------ episodes
+
+    async def episodes(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        q, token = self._q(request), self._token(request)
+        kind_name = request.query_params.get("kind", "")
+        kind = {"raw": episodes.EPISODE_KIND_RAW, "compacted": episodes.EPISODE_KIND_COMPACTED}.get(kind_name, 0)
+        if q:
+            resp = await self.rpc.episodes(
+                "SearchEpisodes",
+                episodes.SearchEpisodesRequest(
+                    company=company, seat=seat, query=q, limit=SEARCH_POOL, lexical_limit=SEARCH_POOL
+                ),
+            )
+            page: Page[Any] = offset_page([h.episode for h in resp.hits], token, self.config.page_size)
+        else:
+
+            async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+                r = await self.rpc.episodes(
+                    "ListEpisodes",
+                    episodes.ListEpisodesRequest(
+                        company=company,
+                        seat=seat,
+                        page_size=self.config.page_size,
+                        page_token=service_token,
+                        filter=episodes.EpisodeFilter(kind=kind),
+                    ),
+                )
+                return r.episodes, r.next_page_token
+
+            page = await scan(fetch, None, token, self.config.page_size, 1)
+        return self.render(
+            request,
+            "episodes.html",
+            **self._seat_context(company, seat, "episodes", principal),
+            page=page,
+            q=q,
+            kind=kind_name,
+            filters={"q": q, "kind": kind_name},
+        )
+
+    async def episode(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        try:
+            episode_id = str(uuid.UUID(request.path_params["episode_id"]))
+        except ValueError:
+            raise NotFoundPage() from None
+        resp = await self.rpc.episodes(
+            "GetEpisode", episodes.GetEpisodeRequest(company=company, seat=seat, episode_id=episode_id)
+        )
+        exemplars: list[tuple[str, Any]] = []
+        if resp.episode.kind == episodes.EPISODE_KIND_COMPACTED:
+            found = await asyncio.gather(
+                *(
+                    self._maybe(
+                        self.rpc.episodes(
+                            "GetEpisode", episodes.GetEpisodeRequest(company=company, seat=seat, turn_id=t)
+                        )
+                    )
+                    for t in resp.episode.exemplar_turn_ids
+                )
+            )
+            exemplars = [
+                (t, f.episode if f is not None else None)
+                for t, f in zip(resp.episode.exemplar_turn_ids, found, strict=True)
+            ]
+        return self.render(
+            request,
+            "episode.html",
+            **self._seat_context(company, seat, "episodes", principal),
+            episode=resp.episode,
+            exemplars=exemplars,
+        )
+
+    # ------------------------------------------------------------------------------ skills
+
+    async def skills(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        q, token = self._q(request), self._token(request)
+        archived = request.query_params.get("archived") == "1"
+
+        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+            r = await self.rpc.skills(
+                "ListSkills",
+                skills.ListSkillsRequest(
+                    company=company,
+                    seat=seat,
+                    page_size=self.config.page_size if not q else 200,
+                    page_token=service_token,
+                    include_archived=archived,
+                ),
+            )
+            return r.skills, r.next_page_token
+
+        match = (lambda s: _contains(q, s.name, s.summary)) if q else None
+        page = await scan(fetch, match, token, self.config.page_size, self.config.search_scan_pages if q else 1)
+        return self.render(
+            request,
+            "skills.html",
+            **self._seat_context(company, seat, "skills", principal),
+            page=page,
+            q=q,
+            archived=archived,
+            filters={"q": q, "archived": "1" if archived else ""},
+        )
+
+    async def _versions(self, company: str, seat: str, skill_id: str) -> list[Any]:
+        out: list[Any] = []
+        token = ""
+        for _ in range(20):  # the kept versions are few (max_versions_kept + the live one)
+            resp = await self.rpc.skills(
+                "ListSkillVersions",
+                skills.ListSkillVersionsRequest(
+                    company=company, seat=seat, skill_id=skill_id, page_size=100, page_token=token
+                ),
+            )
+            out += list(resp.versions)
+            token = resp.next_page_token
+            if not token:
+                break
+        return out
+
+    async def skill(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        try:
+            skill_id = str(uuid.UUID(request.path_params["skill_id"]))
+        except ValueError:
+            raise NotFoundPage() from None
+        got, versions = await asyncio.gather(
+            self.rpc.skills("GetSkill", skills.GetSkillRequest(company=company, seat=seat, skill_id=skill_id)),
+            self._versions(company, seat, skill_id),
+        )
+        by_number = {v.version: v for v in versions}
+        numbers = sorted(by_number)
+        diff = None
+        diff_error = ""
+
+        def number(name: str, default: int | None) -> int | None:
+            raw = request.query_params.get(name, "")
+            try:
+                return int(raw) if raw else default
+            except ValueError:
+                return None
+
+        if len(numbers) >= 2 or request.query_params.get("a"):
+            a = number("a", numbers[-2] if len(numbers) >= 2 else None)
+            b = number("b", numbers[-1] if numbers else None)
+            if a in by_number and b in by_number:
+                diff = {"a": a, "b": b, "rows": diff_rows(by_number[a].body, by_number[b].body)}
+            else:
+                diff_error = "Choose two versions the skill keeps."
+        return self.render(
+            request,
+            "skill.html",
+            **self._seat_context(company, seat, "skills", principal),
+            skill=got.skill,
+            versions=versions,
+            numbers=numbers,
+            diff=diff,
+            diff_error=diff_error,
+            request_id=str(uuid.uuid4()),
+        )
+
+    async def skill_action(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        action = request.path_params["action"]
+        if action not in SKILL_ACTIONS:
+            raise NotFoundPage()
+        try:
+            skill_id = str(uuid.UUID(request.path_params["skill_id"]))
+        except ValueError:
+            raise NotFoundPage() from None
+        form = await self._form(request)
+        require_scope(principal, "memory:write", "Changing a skill")
+        method, message, done = SKILL_ACTIONS[action]
+        fields: dict[str, Any] = {"company": company, "seat": seat, "skill_id": skill_id}
+        if action == "rollback":
+            try:
+                fields["version"] = int(form.get("version", ""))
+            except ValueError:
+                raise Denied(400, "Choose a version", "Rolling back needs the version to bring forward.") from None
+            fields["request_id"] = form.get("request_id", "")[:200]
+        await self.rpc.skills(method, message(**fields))
+        return self._back(f"{PREFIX}/c/{seg(company)}/s/{seg(seat)}/skills/{skill_id}", done)
+
+    # ------------------------------------------------------------------------------ proposals
+
+    async def proposals(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        q, token = self._q(request), self._token(request)
+        state_name = request.query_params.get("state", "pending")
+        state = PROPOSAL_STATES.get(state_name, skills.PROPOSAL_STATE_PENDING)
+
+        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+            r = await self.rpc.skills(
+                "ListSkillProposals",
+                skills.ListSkillProposalsRequest(
+                    company=company,
+                    seat=seat,
+                    state=state,
+                    page_size=self.config.page_size if not q else 200,
+                    page_token=service_token,
+                ),
+            )
+            return r.proposals, r.next_page_token
+
+        match = (lambda p: _contains(q, p.name, p.summary, p.body)) if q else None
+        page = await scan(fetch, match, token, self.config.page_size, self.config.search_scan_pages if q else 1)
+        return self.render(
+            request,
+            "proposals.html",
+            **self._seat_context(company, seat, "proposals", principal),
+            page=page,
+            q=q,
+            state=state_name if state_name in PROPOSAL_STATES else "pending",
+            states=list(PROPOSAL_STATES),
+            filters={"q": q, "state": state_name},
+        )
+
+    async def decide(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        decision = request.path_params["decision"]
+        if decision not in ("approve", "reject"):
+            raise NotFoundPage()
+        form = await self._form(request)
+        require_scope(principal, "admin", "Approving or rejecting a skill proposal")
+        reviewer = principal.user or (f"token:{principal.token_id}" if principal.token_id else principal.kind)
+        fields = {
+            "company": company,
+            "seat": seat,
+            "proposal_id": request.path_params["proposal_id"][:200],
+            "reviewer": f"inspector ({reviewer})",
+            "reason": form.get("reason", "")[:1000],
+        }
+        if decision == "approve":
+            await self.rpc.skills("ApproveSkillProposal", skills.ApproveSkillProposalRequest(**fields))
+        else:
+            await self.rpc.skills("RejectSkillProposal", skills.RejectSkillProposalRequest(**fields))
+        return self._back(
+            f"{PREFIX}/c/{seg(company)}/s/{seg(seat)}/proposals", "approved" if decision == "approve" else "rejected"
+        )
+
+    # ------------------------------------------------------------------------------ profiles, reflections, events
+
+    async def profiles(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        q, token = self._q(request), self._token(request)
+
+        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+            r = await self.rpc.profiles(
+                "ListProfiles",
+                profiles.ListProfilesRequest(
+                    company=company,
+                    observer=seat,
+                    page_size=self.config.page_size if not q else 500,
+                    page_token=service_token,
+                ),
+            )
+            return r.profiles, r.next_page_token
+
+        def match(p: Any) -> bool:
+            return _contains(
+                q,
+                p.subject.handle,
+                p.subject.external_id,
+                p.subject.platform,
+                p.communication_style,
+                *p.topics,
+                *p.past_decisions,
+                *p.sensitivities,
+            )
+
+        page = await scan(
+            fetch, match if q else None, token, self.config.page_size, self.config.search_scan_pages if q else 1
+        )
+        return self.render(
+            request,
+            "profiles.html",
+            **self._seat_context(company, seat, "profiles", principal),
+            page=page,
+            q=q,
+            filters={"q": q},
+        )
+
+    async def reflections(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        q, token = self._q(request), self._token(request)
+
+        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+            r = await self.rpc.reflector(
+                "ListReflections",
+                reflector.ListReflectionsRequest(
+                    company=company,
+                    seat=seat,
+                    page_size=self.config.page_size if not q else 200,
+                    page_token=service_token,
+                ),
+            )
+            return r.reflections, r.next_page_token
+
+        def match(r: Any) -> bool:
+            state = reflector.ReflectionState.Name(r.state).removeprefix("REFLECTION_STATE_").replace("_", " ")
+            return _contains(
+                q,
+                r.turn_id,
+                state,
+                r.gate,
+                r.reason,
+                *(w.worker for w in r.workers),
+                *(w.failure for w in r.workers),
+                *(x for w in r.workers for x in w.written),
+            )
+
+        page = await scan(
+            fetch, match if q else None, token, self.config.page_size, self.config.search_scan_pages if q else 1
+        )
+        return self.render(
+            request,
+            "reflections.html",
+            **self._seat_context(company, seat, "reflections", principal),
+            page=page,
+            q=q,
+            filters={"q": q},
+        )
+
+    async def events(self, request: Request) -> Response:
+        principal, company, seat = self._seat_scope(request)
+        kind = self._q(request)[:100]  # an event kind is at most 100 characters (ListEvents' contract)
+        token = self._token(request)
+
+        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+            r = await self.rpc.telemetry(
+                "ListEvents",
+                telemetry.ListEventsRequest(
+                    company=company,
+                    seat=seat,
+                    kinds=[kind] if kind else [],
+                    page_size=self.config.page_size,
+                    page_token=service_token,
+                ),
+            )
+            return r.events, r.next_page_token
+
+        page = await scan(fetch, None, token, self.config.page_size, 1)
+        return self.render(
+            request,
+            "events.html",
+            **self._seat_context(company, seat, "events", principal),
+            page=page,
+            q=kind,
+            filters={"q": kind},
+        )
+
+    # ------------------------------------------------------------------------------ session learning
+
+    async def session_list(self, request: Request) -> Response:
+        company = self._handle(request, "company")
+        principal = require_reader(request, company)
+        q, token = self._q(request), self._token(request)
+        seat = principal.seat or (unseg(request.query_params.get("seat", "")) or "")
+
+        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+            r = await self.rpc.sessions(
+                "ListSessions",
+                sessions.ListSessionsRequest(
+                    company=company,
+                    seat=seat,
+                    user=principal.user or "",
+                    query=q,
+                    page_size=self.config.page_size,
+                    page_token=service_token,
+                ),
+            )
+            return r.sessions, r.next_page_token
+
+        page = await scan(fetch, None, token, self.config.page_size, 1)
+        return self.render(
+            request,
+            "sessions.html",
+            company=company,
+            company_url=f"{PREFIX}/c/{seg(company)}/",
+            page=page,
+            q=q,
+            seat_filter=seat,
+            filters={"q": q, "seat": seat},
+        )
+
+    async def _owner_of(self, company: str, session_id: str, principal: Principal) -> Any:
+        token = ""
+        for _ in range(self.config.search_scan_pages):
+            resp = await self.rpc.sessions(
+                "ListSessions",
+                sessions.ListSessionsRequest(
+                    company=company,
+                    seat=principal.seat or "",
+                    user=principal.user or "",
+                    query=session_id,
+                    page_size=100,
+                    page_token=token,
+                ),
+            )
+            for s in resp.sessions:
+                if s.session_id == session_id:
+                    return s
+            token = resp.next_page_token
+            if not token:
+                break
+        raise NotFoundPage()
+
+    async def session(self, request: Request) -> Response:
+        company = self._handle(request, "company")
+        principal = require_reader(request, company)
+        session_id = self._handle(request, "session")
+        summary = await self._owner_of(company, session_id, principal)
+        token = self._token(request)
+
+        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+            r = await self.rpc.sessions(
+                "ListLearningChecks",
+                sessions.ListLearningChecksRequest(
+                    company=company,
+                    session_id=session_id,
+                    user=summary.user,
+                    page_size=self.config.page_size,
+                    page_token=service_token,
+                ),
+            )
+            return r.checks, r.next_page_token
+
+        page = await scan(fetch, None, token, self.config.page_size, 1)
+        return self.render(
+            request,
+            "session.html",
+            company=company,
+            company_url=f"{PREFIX}/c/{seg(company)}/",
+            summary=summary,
+            seat_url=f"{PREFIX}/c/{seg(company)}/s/{seg(summary.seat)}/",
+            page=page,
+            filters={},
+        )
+
+    # ------------------------------------------------------------------------------ knowledge drafts
+
+    async def drafts(self, request: Request) -> Response:
+        company = self._handle(request, "company")
+        principal = require_reader(request, company)
+        if principal.seat:
+            raise Denied(
+                403,
+                "Not yours to see",
+                "Knowledge drafts belong to the company's units; a token bound to one seat cannot list them.",
+            )
+        q, token = self._q(request), self._token(request)
+        container = request.query_params.get("container", "").strip()[:200]
+        size = min(self.config.page_size, DRAFTS_PAGE_MAX)
+
+        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+            r = await self.rpc.knowledge(
+                "ListPages",
+                knowledge.ListPagesRequest(
+                    reader=knowledge.Reader(company=company),  # no seat, no role: an operator's read
+                    container=container,
+                    parent_title=AUTO_DRAFTED,
+                    include_drafts=True,
+                    view=knowledge.PAGE_VIEW_FULL,
+                    page_size=size,
+                    page_token=service_token,
+                    context=knowledge.ReadContext(source=knowledge.READ_SOURCE_INSPECTOR),
+                ),
+            )
+            return r.pages, r.next_page_token
+
+        match = (lambda p: _contains(q, p.title, p.body, p.container)) if q else None
+        needs_container = False
+        try:
+            page = await scan(fetch, match, token, size, self.config.search_scan_pages if q else 1)
+        except ServiceError as err:
+            if err.field != "container":
+                raise
+            # A backend that lists one space at a time (Confluence) asks for the space first.
+            page, needs_container = Page([]), True
+        return self.render(
+            request,
+            "drafts.html",
+            company=company,
+            company_url=f"{PREFIX}/c/{seg(company)}/",
+            page=page,
+            q=q,
+            container=container,
+            needs_container=needs_container,
+            filters={"q": q, "container": container},
+        )

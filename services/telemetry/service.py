@@ -1,0 +1,192 @@
+"""Telemetry use cases: the windows a question is asked over, the page tokens, and the totals
+derived from the per-day rows. The store answers; this decides what is asked."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from libs.common.auth import current_principal
+from libs.common.errors import InvalidArgument
+from libs.common.validation import (
+    decode_cursor,
+    decode_time_cursor,
+    encode_page_token,
+    encode_time_cursor,
+    page_size,
+    require_ident,
+)
+from services.telemetry.domain import (
+    DEFAULT_DAYS,
+    DOMAIN,
+    EVENTS_PAGE_DEFAULT,
+    EVENTS_PAGE_MAX,
+    MAX_RANGE,
+    SEATS_PAGE_DEFAULT,
+    SEATS_PAGE_MAX,
+    BlockDay,
+    Event,
+    PurposeDay,
+    SeatActivity,
+    Window,
+    day_start,
+)
+from services.telemetry.store import PostgresEventReader
+
+__all__ = ["BlockTotal", "PurposeTotal", "TelemetryService"]
+
+
+@dataclass(frozen=True)
+class BlockTotal:
+    block: str
+    turns: int
+    hits: int
+
+    @property
+    def rate(self) -> float:
+        return self.hits / self.turns if self.turns else 0.0
+
+
+@dataclass(frozen=True)
+class PurposeTotal:
+    purpose: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class TelemetryService:
+    def __init__(self, store: PostgresEventReader, clock):  # type: ignore[no-untyped-def]
+        self.store = store
+        self.clock = clock
+
+    # ---------------------------------------------------------------- checks
+
+    def window(self, start: datetime | None, end: datetime | None) -> Window:
+        """[start, end): unset end is now, unset start the start of the UTC day 29 days before end
+        (30 days, today included). Refused: an end not after the start, a window past 400 days."""
+        end = end or self.clock.now()
+        if start is None:
+            try:
+                start = day_start(end) - timedelta(days=DEFAULT_DAYS - 1)
+            except OverflowError:  # an end in the first days of year 1: nothing lies before it
+                start = datetime.min.replace(tzinfo=end.tzinfo)
+        if end <= start:
+            raise InvalidArgument(
+                "end_time must be after start_time",
+                reason="RANGE_INVALID",
+                domain=DOMAIN,
+                field="end_time",
+                metadata={"start_time": start.isoformat(), "end_time": end.isoformat()},
+            )
+        if end - start > MAX_RANGE:
+            raise InvalidArgument(
+                f"the window is {(end - start).days} days; at most {MAX_RANGE.days}",
+                reason="RANGE_TOO_LONG",
+                domain=DOMAIN,
+                field="start_time",
+                metadata={"limit_days": MAX_RANGE.days, "days": (end - start).days},
+            )
+        return Window(start, end)
+
+    @staticmethod
+    def _company(company: str) -> str:
+        return require_ident(company, "company", domain=DOMAIN)
+
+    @staticmethod
+    def _seat(seat: str) -> str | None:
+        """The seat asked for, or None for the whole company. A credential bound to one seat reads
+        that seat only: asking for no seat is asking for its own (the edge has refused any other)."""
+        if not seat:
+            return current_principal().seat or None
+        return require_ident(seat, "seat", domain=DOMAIN)
+
+    # ---------------------------------------------------------------- aggregations
+
+    async def hit_rates(
+        self, company: str, seat: str, start: datetime | None, end: datetime | None
+    ) -> tuple[list[BlockDay], list[BlockTotal], Window]:
+        company, seat_or_none = self._company(company), self._seat(seat)
+        window = self.window(start, end)
+        days = await self.store.hit_rates(company, seat_or_none, window.start, window.end)
+        totals: dict[str, list[int]] = {}
+        for d in days:
+            t = totals.setdefault(d.block, [0, 0])
+            t[0] += d.turns  # an event lies in one day: the days' turns add up to the window's
+            t[1] += d.hits
+        return days, [BlockTotal(b, t[0], t[1]) for b, t in sorted(totals.items())], window
+
+    async def spend(
+        self, company: str, seat: str, start: datetime | None, end: datetime | None
+    ) -> tuple[list[PurposeDay], list[PurposeTotal], Window]:
+        company, seat_or_none = self._company(company), self._seat(seat)
+        window = self.window(start, end)
+        days = await self.store.spend(company, seat_or_none, window.start, window.end)
+        totals: dict[str, list[int]] = {}
+        for d in days:
+            t = totals.setdefault(d.purpose, [0, 0, 0])
+            t[0] += d.calls
+            t[1] += d.prompt_tokens
+            t[2] += d.completion_tokens
+        ordered = sorted(totals.items(), key=lambda kv: (-(kv[1][1] + kv[1][2]), kv[0]))
+        return days, [PurposeTotal(p, *t) for p, t in ordered], window
+
+    # ---------------------------------------------------------------- listings
+
+    async def seats(
+        self, company: str, query: str, start: datetime | None, end: datetime | None, size: int, token: str
+    ) -> tuple[list[SeatActivity], str, int]:
+        company = self._company(company)
+        only = current_principal().seat or None  # a seat-bound credential lists its own seat only
+        window = self.window(start, end)
+        size = page_size(size, default=SEATS_PAGE_DEFAULT, maximum=SEATS_PAGE_MAX, domain=DOMAIN)
+        scope = {"company": company, "query": query, "only": only, "start": window.start.isoformat() if start else None}
+
+        def read(c: dict) -> str:
+            if not isinstance(c["seat"], str):
+                raise TypeError("seat")
+            return c["seat"]
+
+        after = decode_cursor(token, scope, read, domain=DOMAIN)
+        rows = await self.store.seats(company, query, only, window.start, window.end, after, size + 1)
+        total = await self.store.seat_count(company, query, only)
+        next_token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            next_token = encode_page_token({"seat": rows[-1].seat}, scope)
+        return rows, next_token, total
+
+    async def events(
+        self,
+        company: str,
+        seat: str,
+        kinds: Sequence[str],
+        turn_id: str,
+        start: datetime | None,
+        end: datetime | None,
+        size: int,
+        token: str,
+    ) -> tuple[list[Event], str]:
+        company, seat_or_none = self._company(company), self._seat(seat)
+        if start is not None and end is not None and end <= start:
+            raise InvalidArgument(
+                "end_time must be after start_time", reason="RANGE_INVALID", domain=DOMAIN, field="end_time"
+            )
+        size = page_size(size, default=EVENTS_PAGE_DEFAULT, maximum=EVENTS_PAGE_MAX, domain=DOMAIN)
+        kinds = sorted(set(kinds))
+        scope = {
+            "company": company,
+            "seat": seat_or_none,
+            "kinds": kinds,
+            "turn_id": turn_id or None,
+            "start": start.isoformat() if start else None,
+            "end": end.isoformat() if end else None,
+        }
+        after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=int)
+        rows = await self.store.events(company, seat_or_none, kinds, turn_id or None, start, end, after, size + 1)
+        next_token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            next_token = encode_time_cursor(rows[-1].time, rows[-1].id, scope)
+        return rows, next_token

@@ -1,0 +1,133 @@
+"""TelemetryService over gRPC: protobuf in, use-case calls, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import json_format, struct_pb2
+
+from agentlearn.telemetry.v1 import telemetry_service_pb2 as pb
+from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc as pb_grpc
+from libs.common.protoconv import timestamp, when
+from services.telemetry.domain import Event, SeatActivity
+from services.telemetry.service import TelemetryService
+
+__all__ = ["TelemetryServicer"]
+
+
+def _struct(payload: dict) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    json_format.ParseDict(payload, out, ignore_unknown_fields=True)
+    return out
+
+
+def _event(e: Event) -> pb.Event:
+    return pb.Event(
+        id=str(e.id),
+        time=timestamp(e.time),
+        kind=e.kind,
+        company=e.company,
+        seat=e.seat or "",
+        turn_id=e.turn_id or "",
+        trace_id=e.trace_id or "",
+        payload=_struct(e.payload),
+    )
+
+
+def _seat(s: SeatActivity) -> pb.SeatActivity:
+    return pb.SeatActivity(
+        company=s.company,
+        seat=s.seat,
+        event_count=s.events,
+        turn_count=s.turns,
+        prefetch_count=s.prefetches,
+        auxiliary_call_count=s.auxiliary_calls,
+        auxiliary_tokens=s.auxiliary_tokens,
+        last_event_time=timestamp(s.last_event_time),
+    )
+
+
+class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
+    def __init__(self, service: TelemetryService):
+        self._service = service
+
+    async def GetPrefetchHitRates(
+        self, request: pb.GetPrefetchHitRatesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetPrefetchHitRatesResponse:
+        days, totals, window = await self._service.hit_rates(
+            request.company, request.seat, when(request, "start_time"), when(request, "end_time")
+        )
+        return pb.GetPrefetchHitRatesResponse(
+            days=[
+                pb.BlockDay(
+                    day_start_time=timestamp(d.day),
+                    block=d.block,
+                    turn_count=d.turns,
+                    hit_count=d.hits,
+                    hit_rate=d.rate,
+                )
+                for d in days
+            ],
+            totals=[
+                pb.BlockTotal(block=t.block, turn_count=t.turns, hit_count=t.hits, hit_rate=t.rate) for t in totals
+            ],
+            start_time=timestamp(window.start),
+            end_time=timestamp(window.end),
+        )
+
+    async def GetAuxiliarySpend(
+        self, request: pb.GetAuxiliarySpendRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetAuxiliarySpendResponse:
+        days, totals, window = await self._service.spend(
+            request.company, request.seat, when(request, "start_time"), when(request, "end_time")
+        )
+        return pb.GetAuxiliarySpendResponse(
+            days=[
+                pb.PurposeDay(
+                    day_start_time=timestamp(d.day),
+                    purpose=d.purpose,
+                    call_count=d.calls,
+                    prompt_tokens=d.prompt_tokens,
+                    completion_tokens=d.completion_tokens,
+                )
+                for d in days
+            ],
+            totals=[
+                pb.PurposeTotal(
+                    purpose=t.purpose,
+                    call_count=t.calls,
+                    prompt_tokens=t.prompt_tokens,
+                    completion_tokens=t.completion_tokens,
+                )
+                for t in totals
+            ],
+            start_time=timestamp(window.start),
+            end_time=timestamp(window.end),
+        )
+
+    async def ListSeatActivity(
+        self, request: pb.ListSeatActivityRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSeatActivityResponse:
+        seats, token, total = await self._service.seats(
+            request.company,
+            request.query,
+            when(request, "start_time"),
+            when(request, "end_time"),
+            request.page_size,
+            request.page_token,
+        )
+        return pb.ListSeatActivityResponse(seats=[_seat(s) for s in seats], next_page_token=token, total_size=total)
+
+    async def ListEvents(
+        self, request: pb.ListEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListEventsResponse:
+        events, token = await self._service.events(
+            request.company,
+            request.seat,
+            list(request.kinds),
+            request.turn_id,
+            when(request, "start_time"),
+            when(request, "end_time"),
+            request.page_size,
+            request.page_token,
+        )
+        return pb.ListEventsResponse(events=[_event(e) for e in events], next_page_token=token)

@@ -1,0 +1,356 @@
+"""The inspector over real HTTP (the app ``./run up`` serves, uvicorn on loopback, httpx with a
+cookie jar) with real tokens in tokens mode: sign-in and its cookie, a token of one company that
+sees nothing of another, reading without ``inspect``, changes without their write scope, forms
+without their token or from another site, and pages that show what the services' RPCs hold, paged
+and searchable. Every change is checked through gRPC, never through the page that made it."""
+
+from __future__ import annotations
+
+import re
+
+import grpc
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
+from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+from agentlearn.telemetry.v1 import telemetry_service_pb2 as tm_pb
+from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc as tm_grpc
+from libs.common.clock import ManualClock
+from tests.test_inspector_support import NOW, csrf_of, inspector_settings, open_inspector, seeded_env
+
+PAGE_SIZE = 2
+SEAT = "/inspector/c/acme/s/ana/"
+
+
+@pytest.fixture(scope="module")
+async def env(pg_uri, template_db, tmp_path_factory, local_embedder):
+    async with seeded_env(
+        pg_uri,
+        template_db,
+        tmp_path_factory.mktemp("inspector-http"),
+        local_embedder,
+        inspector={"page_size": PAGE_SIZE},
+    ) as pair:
+        yield pair
+
+
+def text_of(html: str) -> str:
+    """The visible text of a page, tags dropped (what a reader sees, for "is it on the page")."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+async def note_exists(inspector, company: str, seat: str, note_id: str) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        await inspector.diary.GetNote(diary_pb.GetNoteRequest(company=company, seat=seat, note_id=note_id))
+    except grpc.aio.AioRpcError as err:
+        assert err.code() == grpc.StatusCode.NOT_FOUND
+        return False
+    return True
+
+
+async def test_the_root_redirects_and_an_anonymous_browser_is_sent_to_sign_in(env):
+    inspector, seeded = env
+    async with inspector.client() as client:
+        root = await client.get("/")
+        assert root.status_code == 302 and root.headers["location"] == "/inspector/"
+        page = await client.get("/inspector/c/acme/s/ana/diary")
+        assert page.status_code == 303
+        assert page.headers["location"] == "/inspector/signin?next=/inspector/c/acme/s/ana/diary"
+        assert "Bob wants" not in page.text
+        posted = await client.post(f"{SEAT}diary/{seeded.notes['bob']}/delete", data={"csrf": "x"})
+        assert posted.status_code == 401
+        script = await client.get("/inspector/static/htmx.min.js")
+        assert script.status_code == 200 and "htmx" in script.text[:2000]
+        # The sessions API keeps answering a missing credential with its JSON 401, not a redirect.
+        api = await client.get("/api/sessions/s/learning")
+        assert api.status_code == 401 and api.json()["error"]["reason"] == "CREDENTIAL_MISSING"
+    assert await note_exists(inspector, "acme", "ana", seeded.notes["bob"])
+
+
+async def test_sign_in_keeps_the_token_in_an_httponly_strict_cookie_and_opens_its_company(env):
+    inspector, _ = env
+    token = await inspector.token("acme", "inspect")
+    async with inspector.client() as client:
+        form = await client.get("/inspector/signin")
+        assert form.status_code == 200 and 'type="password"' in form.text and '<label for="token">' in form.text
+        refused = await client.post("/inspector/signin", data={"token": token})  # no form token
+        assert refused.status_code == 403 and "set-cookie" not in refused.headers
+        signed = await client.post(
+            "/inspector/signin", data={"csrf": csrf_of(form.text), "token": token, "next": "https://evil.example/"}
+        )
+        assert signed.status_code == 303 and signed.headers["location"] == "/inspector/"  # never another site
+        cookie = signed.headers["set-cookie"]
+        assert cookie.startswith(f"agentlearn_token={token};")
+        attributes = {a.strip().split("=")[0].lower() for a in cookie.split(";")[1:]}
+        assert {"httponly", "path", "max-age", "samesite"} <= attributes and "secure" not in attributes
+        assert "samesite=strict" in cookie.lower() and "path=/inspector" in cookie.lower()
+        home = await client.get("/inspector/")
+        assert home.status_code == 303 and home.headers["location"] == "/inspector/c/acme/"
+        seats = await client.get("/inspector/c/acme/")
+        assert seats.status_code == 200
+        assert "ana" in text_of(seats.text) and "bo" in text_of(seats.text)
+        assert "Local mode" not in seats.text
+    # Served over TLS (a proxy uvicorn trusts says so), the cookie is Secure.
+    async with inspector.client(headers={"x-forwarded-proto": "https"}) as client:
+        form = await client.get("/inspector/signin")
+        signed = await client.post("/inspector/signin", data={"csrf": csrf_of(form.text), "token": token})
+        assert "secure" in {a.strip().lower() for a in signed.headers["set-cookie"].split(";")}
+    # A token that does not verify comes back to the form with the reason, and its cookie is cleared.
+    async with inspector.client() as client:
+        form = await client.get("/inspector/signin")
+        await client.post("/inspector/signin", data={"csrf": csrf_of(form.text), "token": "agl_not-a-real-token"})
+        page = await client.get("/inspector/c/acme/")
+        assert page.status_code == 303 and "error=CREDENTIAL_INVALID" in page.headers["location"]
+        assert 'agentlearn_token=""' in page.headers["set-cookie"] and "Max-Age=0" in page.headers["set-cookie"]
+        again = await client.get(page.headers["location"])
+        assert "unknown, revoked or expired" in again.text
+
+
+async def test_a_token_of_one_company_sees_nothing_of_another(env):
+    inspector, seeded = env
+    async with inspector.signed_in(await inspector.token("acme", "admin")) as client:
+        csrf = csrf_of((await client.get(SEAT + "diary")).text)
+        for path in (
+            "/inspector/c/globex/",
+            "/inspector/c/globex/sessions",
+            "/inspector/c/globex/s/carl/",
+            "/inspector/c/globex/s/carl/diary",
+            "/inspector/c/globex/s/carl/skills",
+            "/inspector/c/globex/s/carl/events",
+            "/inspector/c/globex/s/nobody/profiles",  # a seat that does not exist: the same answer
+        ):
+            page = await client.get(path)
+            assert page.status_code == 403, path
+            assert "GLOBEX-SECRET" not in page.text and "globex-secret-skill" not in page.text, path
+            assert "bound to another company or seat" in page.text
+        posted = await client.post(f"/inspector/c/globex/s/carl/diary/{seeded.globex_note}/delete", data={"csrf": csrf})
+        assert posted.status_code == 403
+    assert await note_exists(inspector, "globex", "carl", seeded.globex_note)
+    # A token bound to one seat sees that seat only, and its company page lists only it.
+    async with inspector.signed_in(await inspector.token("acme", "inspect", seat="ana")) as client:
+        assert (await client.get("/inspector/")).headers["location"] == SEAT
+        assert (await client.get("/inspector/c/acme/s/bo/")).status_code == 403
+        assert (await client.get(SEAT)).status_code == 200
+        listing = text_of((await client.get("/inspector/c/acme/")).text)
+        assert "ana" in listing and " bo " not in listing
+
+
+async def test_reading_needs_inspect_and_a_change_needs_its_write_scope(env):
+    inspector, seeded = env
+    async with inspector.signed_in(await inspector.token("acme", "memory:read", "memory:write")) as reader:
+        page = await reader.get("/inspector/c/acme/")
+        assert page.status_code == 403 and "inspect or admin" in page.text
+    async with inspector.signed_in(await inspector.token("acme", "inspect")) as viewer:
+        diary = await viewer.get(SEAT + "diary")
+        assert diary.status_code == 200 and '<tr id="note-' in diary.text
+        assert "/delete" not in diary.text and "Read-only" in diary.text  # no button it could not use
+        refused = await viewer.post(f"{SEAT}diary/{seeded.notes['bob']}/delete", data={"csrf": csrf_of(diary.text)})
+        assert refused.status_code == 403 and "memory:write" in refused.text
+        skill = await viewer.get(f"{SEAT}skills/{seeded.other_skill_id}")
+        refused = await viewer.post(f"{SEAT}skills/{seeded.other_skill_id}/pin", data={"csrf": csrf_of(skill.text)})
+        assert refused.status_code == 403
+    async with inspector.signed_in(await inspector.token("acme", "inspect", "memory:write")) as writer:
+        proposals = await writer.get(SEAT + "proposals")
+        assert "/approve" not in proposals.text and "needs a token with the <code>admin</code> scope" in proposals.text
+        refused = await writer.post(
+            f"{SEAT}proposals/{seeded.proposal_id}/approve", data={"csrf": csrf_of(proposals.text)}
+        )
+        assert refused.status_code == 403 and "admin" in refused.text
+    assert await note_exists(inspector, "acme", "ana", seeded.notes["bob"])
+    got = await inspector.skills.GetSkill(
+        sk_pb.GetSkillRequest(company="acme", seat="ana", skill_id=seeded.other_skill_id)
+    )
+    assert got.skill.pinned is False
+    pending = await inspector.skills.ListSkillProposals(
+        sk_pb.ListSkillProposalsRequest(company="acme", seat="ana", state=sk_pb.PROPOSAL_STATE_PENDING)
+    )
+    assert [p.id for p in pending.proposals] == [seeded.proposal_id]
+
+
+async def test_a_form_without_its_token_or_from_another_site_is_refused(env):
+    inspector, seeded = env
+    note = seeded.notes["staging"]
+    async with inspector.signed_in(await inspector.token("acme", "inspect", "memory:write")) as client:
+        diary = await client.get(SEAT + "diary")
+        csrf = csrf_of(diary.text)
+        url = f"{SEAT}diary/{note}/delete"
+        for data, headers in [
+            ({}, {}),
+            ({"csrf": "0" * 64}, {}),
+            ({"csrf": csrf}, {"origin": "https://evil.example"}),
+            ({"csrf": csrf}, {"origin": "null"}),
+        ]:
+            refused = await client.post(url, data=data, headers=headers)
+            assert refused.status_code == 403 and "security token" in refused.text, (data, headers)
+        assert await note_exists(inspector, "acme", "ana", note)
+        # Another browser session's token does not fit this one.
+        async with inspector.signed_in(await inspector.token("acme", "inspect", "memory:write")) as other:
+            foreign = csrf_of((await other.get(SEAT + "diary")).text)
+        assert foreign != csrf
+        assert (await client.post(url, data={"csrf": foreign})).status_code == 403
+        assert await note_exists(inspector, "acme", "ana", note)
+        done = await client.post(url, data={"csrf": csrf}, headers={"origin": inspector.base_url})
+        assert done.status_code == 303 and done.headers["location"].endswith("diary?done=note_deleted")
+    assert not await note_exists(inspector, "acme", "ana", note)
+
+
+async def test_pages_show_what_the_services_hold_and_never_raw_session_evidence(env):
+    inspector, seeded = env
+    async with inspector.signed_in(await inspector.token("acme", "inspect")) as client:
+        seats = text_of((await client.get("/inspector/c/acme/")).text)
+        assert re.search(r"bo 1 0 0\.00 below 0\.1", seats)  # bo's one skill is unused: below the threshold
+        overview = text_of((await client.get(SEAT)).text)
+        rates = await tm_grpc.TelemetryServiceStub(inspector.channel).GetPrefetchHitRates(
+            tm_pb.GetPrefetchHitRatesRequest(company="acme", seat="ana")
+        )
+        assert rates.totals
+        for total in rates.totals:
+            row = f"{total.block.replace('_', ' ')} {total.turn_count} {total.hit_count} {round(total.hit_rate * 100)}%"
+            assert row in overview
+        assert "Proposals waiting 1" in overview
+        compacted = text_of((await client.get(f"{SEAT}episodes/{seeded.compacted_id}")).text)
+        assert len(seeded.exemplars) >= 2
+        for run in seeded.exemplars:
+            assert f"Run {run}" in compacted
+        kept = await ep_grpc.EpisodeServiceStub(inspector.channel).GetEpisode(
+            ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id=seeded.exemplars[0])
+        )
+        assert kept.episode.ask in compacted
+        reflections = text_of((await client.get(SEAT + "reflections")).text)
+        assert "Run turn-reflected" in reflections and "episodist wrote" in reflections
+        proposals = text_of((await client.get(SEAT + "proposals")).text)
+        assert "rotate-api-keys" in proposals and "ev-7" in proposals and "plan:2:s3" in proposals
+        sessions = text_of((await client.get("/inspector/c/acme/sessions")).text)
+        assert seeded.session_id in sessions and "dana" in sessions
+        session = await client.get(f"/inspector/c/acme/sessions/{seeded.session_id}")
+        assert session.status_code == 200
+        shown = text_of(session.text)
+        assert "manual check" in shown and "personal fact" in shown
+        for raw in ("I review deploys on Tuesdays", "build ok", "42 passed"):
+            assert raw not in session.text  # receipts only
+        assert (await client.get("/inspector/c/acme/sessions/no-such-session")).status_code == 404
+
+
+async def test_knowledge_drafts_wait_for_a_lead_on_their_own_page(env):
+    inspector, seeded = env
+    async with inspector.signed_in(await inspector.token("acme", "inspect")) as client:
+        page = await client.get("/inspector/c/acme/drafts")
+        assert page.status_code == 200
+        shown = text_of(page.text)
+        assert "[Auto-draft] Rotate on-call handover" in shown and "space eng" in shown
+        assert "Page the next on-call." in page.text and f'id="draft-{seeded.draft_id}"' in page.text
+        assert "GLOBEX-SECRET" not in page.text
+        none = text_of((await client.get("/inspector/c/acme/drafts", params={"q": "kafka"})).text)
+        assert "No draft matches" in none
+        assert (await client.get("/inspector/c/globex/drafts")).status_code == 403
+    async with inspector.signed_in(await inspector.token("acme", "inspect", seat="ana")) as client:
+        refused = await client.get("/inspector/c/acme/drafts")
+        assert refused.status_code == 403 and "Rotate on-call" not in refused.text
+
+
+async def test_lists_are_paged_and_searchable(env):
+    inspector, _ = env
+    async with inspector.signed_in(await inspector.token("acme", "inspect")) as client:
+        listed = await inspector.diary.ListNotes(diary_pb.ListNotesRequest(company="acme", seat="ana", page_size=500))
+        assert len(listed.notes) > PAGE_SIZE
+        seen: list[str] = []
+        url = SEAT + "diary"
+        while url:
+            page = await client.get(url)
+            rows = re.findall(r'<tr id="note-([0-9a-f-]+)">', page.text)
+            assert 0 < len(rows) <= PAGE_SIZE
+            seen += rows
+            following = re.search(r'<a href="(\?[^"]*page=[^"]+)" rel="next">Next page</a>', page.text)
+            url = SEAT + "diary" + following.group(1).replace("&amp;", "&") if following else ""
+        assert seen == [n.id for n in listed.notes]  # every note once, newest first
+        found = await client.get(SEAT + "diary", params={"q": "Bob deploy report"})
+        assert re.findall(r'<tr id="note-([0-9a-f-]+)">', found.text)[0] in {
+            n.id for n in listed.notes if "Bob" in n.content
+        }
+        skills = text_of((await client.get(SEAT + "skills", params={"q": "DEPLOY"})).text)
+        assert "deploy-checklist" in skills and "triage-tickets" not in skills
+        profiles = text_of((await client.get(SEAT + "profiles", params={"q": "kafka"})).text)
+        assert "bob on slack" in profiles
+        none = text_of((await client.get(SEAT + "profiles", params={"q": "zzz-nothing"})).text)
+        assert "No profile matches" in none
+        events = text_of((await client.get(SEAT + "events", params={"q": "skill_refined"})).text)
+        assert "skill_refined" in events and "prefetch_summary" not in events
+        seats = text_of((await client.get("/inspector/c/acme/", params={"q": "B"})).text)
+        assert "bo" in seats and "ana" not in seats.split("Seats matching")[1]
+
+
+async def test_local_mode_opens_without_a_token_says_so_on_every_page_and_still_checks_forms(
+    make_settings, dsn, local_embedder, edge_index
+):
+    clock = ManualClock(NOW)
+    async with open_inspector(
+        inspector_settings(make_settings), dsn, clock, embedder=local_embedder, index=edge_index, auth_mode="local"
+    ) as inspector:
+        written = await inspector.diary.WriteNote(
+            diary_pb.WriteNoteRequest(company="acme", seat="ana", content="A note.", tier=diary_pb.NOTE_TIER_LONG)
+        )
+        async with inspector.client() as client:
+            for path in (
+                "/inspector/",
+                "/inspector/signin",
+                "/inspector/c/acme/",
+                "/inspector/c/acme/sessions",
+                SEAT,
+                SEAT + "diary",
+                SEAT + "episodes",
+                SEAT + "skills",
+                SEAT + "proposals",
+                SEAT + "profiles",
+                SEAT + "reflections",
+                SEAT + "events",
+                "/inspector/c/acme/s/ana/skills/not-a-uuid",  # an error page says so too
+            ):
+                page = await client.get(path)
+                assert page.status_code in (200, 404), path
+                assert "Local mode: no sign-in." in page.text, path
+            diary = await client.get(SEAT + "diary")
+            url = f"{SEAT}diary/{written.note.id}/delete"
+            assert (await client.post(url, data={})).status_code == 403
+            assert (await client.post(url, data={"csrf": csrf_of(diary.text)})).status_code == 303
+        assert not await note_exists(inspector, "acme", "ana", written.note.id)
+
+
+async def test_the_seats_page_degrades_and_says_so_when_the_event_log_cannot_be_read(
+    make_settings, dsn, local_embedder, edge_index
+):
+    """The telemetry service is down (nothing listens at its address): the company page still lists
+    the seats the episodes know, with their health, and says what it could not read."""
+    from services.runner.registry import SERVICES
+
+    settings = inspector_settings(
+        make_settings, services={"telemetry": "127.0.0.1:1"}, inspector={"rpc_timeout_seconds": 3}
+    )
+    names = [n for n in SERVICES if n != "telemetry"]
+    clock = ManualClock(NOW)
+    async with open_inspector(
+        settings, dsn, clock, embedder=local_embedder, index=edge_index, auth_mode="local", names=names
+    ) as inspector:
+        await ep_grpc.EpisodeServiceStub(inspector.channel).RecordEpisode(
+            ep_pb.RecordEpisodeRequest(
+                company="acme",
+                seat="ana",
+                turn_id="t-1",
+                label="Message",
+                outcome=ep_pb.TURN_OUTCOME_DONE,
+                start_time=Timestamp(seconds=int(NOW.timestamp()) - 60),
+                end_time=Timestamp(seconds=int(NOW.timestamp())),
+            )
+        )
+        async with inspector.client() as client:
+            page = await client.get("/inspector/c/acme/")
+            assert page.status_code == 200
+            assert "The event log could not be read" in page.text
+            assert re.search(r"<th scope=\"row\"><a href=\"/inspector/c/acme/s/ana/\">ana</a></th>", page.text)
+            overview = await client.get(SEAT)
+            assert (
+                overview.status_code == 200
+                and text_of(overview.text).count("The telemetry service did not answer.") == 2
+            )
