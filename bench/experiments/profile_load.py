@@ -111,7 +111,17 @@ class Spy:
     """py-spy attached to a pid until stopped (SIGINT makes it write its flame graph)."""
 
     def __init__(self, pid: int, out: Path, rate: int, native: bool):
-        self.cmd = [str(PYSPY), "record", "--pid", str(pid), "--rate", str(rate), "--format", "flamegraph", "--full-filenames"]
+        self.cmd = [
+            str(PYSPY),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(rate),
+            "--format",
+            "flamegraph",
+            "--full-filenames",
+        ]
         self.cmd += ["--native"] if native else []
         self.cmd += ["--output", str(out.with_suffix(".svg"))]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -142,19 +152,24 @@ def tracing_on(settings) -> list:  # type: ignore[no-untyped-def]
     return [exporter]
 
 
-def span_census(exporter, requests: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """Spans per request by name pattern (SQL statements, gRPC server/client, blocks)."""
+def span_census(exporter, requests: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """Spans per request by name (SQL statements grouped), and each name's median duration in ms:
+    where a request's wall time goes (the spans nest: a block contains its RPCs, an RPC its SQL)."""
     spans = exporter.get_finished_spans()
-    names = Counter()
+    names: Counter[str] = Counter()
+    durations: dict[str, list[float]] = {}
     for s in spans:
         n = s.name
         if n.startswith("db "):
-            n = "db (one SQL statement)"
+            n = "sql " + n[3:]  # one SQL statement: db <verb> <table>
         elif n.startswith("/"):
             n = f"rpc {'client' if s.kind.name == 'CLIENT' else 'server'} {n.rsplit('/', 1)[-1]}"
         names[n] += 1
-    out = {"total": len(spans) / max(requests, 1)}
-    out.update({k: v / max(requests, 1) for k, v in names.most_common()})
+        durations.setdefault(n, []).append((s.end_time - s.start_time) / 1e6)
+    per = max(requests, 1)
+    out: dict[str, object] = {"total spans": round(len(spans) / per, 2)}
+    for k, v in names.most_common():
+        out[k] = f"{v / per:.2f}/req, p50 {statistics.median(durations[k]):.2f} ms"
     return out
 
 
@@ -355,6 +370,16 @@ def ab_line(on: list[float], off: list[float]) -> str:
     )
 
 
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().strip()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (all its threads: ONNX's pool too)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def report(out: Path, lines: list[str]) -> None:
     text = "\n".join(lines) + "\n"
     out.with_suffix(".txt").write_text(text)
@@ -394,7 +419,9 @@ async def profile_prefetch(args: argparse.Namespace) -> None:
             ab = ab_line(on, off)
         # Unprofiled: the latency and the spans of one turn, then the profiled run.
         await srv.ask("clear")
+        c0 = cpu_seconds(srv.proc.pid)  # type: ignore[union-attr]
         quiet, _ = await drive(lambda i: stub.BuildTurnContext(request(i)), args.concurrency, args.seconds / 2)
+        cpu_ms = (cpu_seconds(srv.proc.pid) - c0) * 1000 / len(quiet)  # type: ignore[union-attr]
         census = await srv.ask(f"census {len(quiet)}")
         spy = Spy(srv.proc.pid, args.out, args.rate, args.native)  # type: ignore[union-attr]
         spy.start()
@@ -409,12 +436,14 @@ async def profile_prefetch(args: argparse.Namespace) -> None:
                 f"1 profile), 40 knowledge pages; {args.concurrency} caller(s); tracing {args.tracing}",
                 f"py-spy: {' '.join(spy.cmd)}",
                 f"py-spy said: {spy_out.splitlines()[-1] if spy_out else ''}",
-                f"load average at the end: {open('/proc/loadavg').read().strip()}",
-                f"without the profiler ({len(quiet)} calls): p50 {pct(quiet, 50):.1f} ms, p99 {pct(quiet, 99):.1f} ms",
+                f"load average at the end: {loadavg()}",
+                f"without the profiler ({len(quiet)} calls): p50 {pct(quiet, 50):.1f} ms, p99 {pct(quiet, 99):.1f} ms; "
+                f"server CPU {cpu_ms:.1f} ms per call (user+system, all threads)",
                 f"under the profiler ({len(lat)} calls in {wall:.0f}s): p50 {pct(lat, 50):.1f} ms, "
                 f"p99 {pct(lat, 99):.1f} ms, {len(lat) / wall:.1f} calls/s",
                 f"event-loop lag of the server while profiled (5 ms ticker): {json.dumps(lag)}",
-                f"spans per BuildTurnContext: {json.dumps({k: round(v, 2) for k, v in census.items()})}",  # type: ignore[union-attr]
+                "spans per BuildTurnContext (count per request, median duration; unprofiled run): "
+                + json.dumps(census, indent=1),
                 ab,
             ],
         )
@@ -429,7 +458,7 @@ async def profile_diary(args: argparse.Namespace) -> None:
     from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
-    data = json.loads(LOCOMO.read_text())
+    data = json.loads(LOCOMO.read_text())  # noqa: ASYNC240 (setup, before any load)
     texts = [
         f"{t['speaker']}: {t['text']}"
         for conv in data
@@ -459,7 +488,9 @@ async def profile_diary(args: argparse.Namespace) -> None:
             on, off = await tracing_ab(call, args.ab)  # one writer: the per-call cost, not the queue
             ab = ab_line(on, off)
         await srv.ask("clear")
+        c0 = cpu_seconds(srv.proc.pid)  # type: ignore[union-attr]
         quiet, qwall = await drive(call, args.writers, args.seconds / 2)
+        cpu_ms = (cpu_seconds(srv.proc.pid) - c0) * 1000 / len(quiet)  # type: ignore[union-attr]
         census = await srv.ask(f"census {len(quiet)}")
         spy = Spy(srv.proc.pid, args.out, args.rate, args.native)  # type: ignore[union-attr]
         spy.start()
@@ -474,12 +505,14 @@ async def profile_diary(args: argparse.Namespace) -> None:
                 f"the diary alone in a subprocess; tracing {args.tracing}",
                 f"py-spy: {' '.join(spy.cmd)}",
                 f"py-spy said: {spy_out.splitlines()[-1] if spy_out else ''}",
-                f"load average at the end: {open('/proc/loadavg').read().strip()}",
+                f"load average at the end: {loadavg()}",
                 f"without the profiler: {len(quiet) / qwall:.1f} notes/s, p50 {pct(quiet, 50):.1f} ms, "
-                f"p99 {pct(quiet, 99):.1f} ms",
-                f"under the profiler: {len(lat) / wall:.1f} notes/s, p50 {pct(lat, 50):.1f} ms, p99 {pct(lat, 99):.1f} ms",
+                f"p99 {pct(quiet, 99):.1f} ms; server CPU {cpu_ms:.1f} ms per note (user+system, all threads)",
+                f"under the profiler: {len(lat) / wall:.1f} notes/s, p50 {pct(lat, 50):.1f} ms, "
+                f"p99 {pct(lat, 99):.1f} ms",
                 f"event-loop lag of the server while profiled (5 ms ticker): {json.dumps(lag)}",
-                f"spans per WriteNote: {json.dumps({k: round(v, 2) for k, v in census.items()})}",  # type: ignore[union-attr]
+                "spans per WriteNote (count per request, median duration; unprofiled run): "
+                + json.dumps(census, indent=1),
                 ab,
             ],
         )
@@ -515,12 +548,20 @@ async def profile_reflector(args: argparse.Namespace) -> None:
             await submit(40, 0)
             for e in exporters:
                 e.clear()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu_seconds(os.getpid())
             async with asyncio.TaskGroup() as group:
                 for _ in range(args.workers):
                     group.create_task(harness.drain())
             quiet_rate = 40 / (time.perf_counter() - t0)
+            cpu_ms = (cpu_seconds(os.getpid()) - c0) * 1000 / 40
             census = span_census(exporters[0], 40) if exporters else {}
+            if args.census_only:
+                lines = [
+                    f"without the profiler: 40 turns at {quiet_rate:.1f} turns/s, process CPU {cpu_ms:.0f} ms per turn",
+                    "spans per reflected turn: " + json.dumps(census, indent=1),
+                ]
+                report(args.out, lines)
+                return
             await submit(args.turns, 1000)
             spy = Spy(os.getpid(), args.out, args.rate, args.native)
             spy.start()
@@ -545,12 +586,13 @@ async def profile_reflector(args: argparse.Namespace) -> None:
                     f"{args.workers} harness workers; tracing {args.tracing}",
                     f"py-spy: {' '.join(spy.cmd)}",
                     f"py-spy said: {spy_out.splitlines()[-1] if spy_out else ''}",
-                    f"load average at the end: {open('/proc/loadavg').read().strip()}",
-                    f"without the profiler: 40 turns at {quiet_rate:.1f} turns/s",
+                    f"load average at the end: {loadavg()}",
+                    f"without the profiler: 40 turns at {quiet_rate:.1f} turns/s, process CPU {cpu_ms:.0f} ms per turn",
                     f"under the profiler: {args.turns} turns in {wall:.1f}s = {args.turns / wall:.1f} turns/s",
                     "per-worker p50 ms: " + ", ".join(f"{r['worker']} {r['p50']:.0f}" for r in rows),
                     f"event-loop lag while profiled (5 ms ticker): {json.dumps(lagged)}",
-                    f"spans per reflected turn: {json.dumps({k: round(v, 2) for k, v in census.items()})}",
+                    "spans per reflected turn (count, median duration; unprofiled run): "
+                    + json.dumps(census, indent=1),
                 ],
             )
 
@@ -568,6 +610,7 @@ def main() -> int:
     ap.add_argument("--writers", type=int, default=16)
     ap.add_argument("--turns", type=int, default=300)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--census-only", action="store_true", help="reflector: spans of 40 turns, no profile")
     ap.add_argument("--ab", type=int, default=200, help="tracing A/B rounds before profiling (0: skip)")
     args = ap.parse_args()
     if args.scenario.startswith("serve-"):

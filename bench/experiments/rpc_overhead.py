@@ -84,7 +84,7 @@ def sync_us(fn, calls: int) -> tuple[float, float]:  # type: ignore[no-untyped-d
 async def hops(calls: int) -> list[tuple[str, tuple[float, float]]]:
     from libs.common.channels import ServiceChannels
     from libs.common.config import ServiceAddresses
-    from libs.common.grpcserver import bind_server, start_server, Registration
+    from libs.common.grpcserver import Registration, bind_server, start_server
 
     out = []
     # a. bare
@@ -177,8 +177,10 @@ def protos(calls: int) -> list[tuple[str, tuple[float, float]]]:
     sblob = skills.SerializeToString()
     return [
         (f"RecallNotesResponse, 150 candidates ({len(blob)} bytes): serialise", sync_us(resp.SerializeToString, calls)),
-        ("RecallNotesResponse, 150 candidates: parse", sync_us(lambda: diary_pb.RecallNotesResponse.FromString(blob), calls)),
-        ("MemoryNote.from_pb over 150 candidates", sync_us(lambda: [MemoryNote.from_pb(c.note) for c in resp.candidates], calls // 10)),
+        ("RecallNotesResponse, 150 candidates: parse",
+         sync_us(lambda: diary_pb.RecallNotesResponse.FromString(blob), calls)),
+        ("MemoryNote.from_pb over 150 candidates",
+         sync_us(lambda: [MemoryNote.from_pb(c.note) for c in resp.candidates], calls // 10)),
         ("Embedding(values=vec.tolist()) for 384 floats", sync_us(
             lambda: embedding_pb2.Embedding(values=vec.tolist(), model="m", dimensions=384), calls)),
         (f"ListSkillsResponse, 20 skills ({len(sblob)} bytes): serialise + parse", sync_us(
@@ -190,7 +192,7 @@ async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=3000)
     a = ap.parse_args()
-    print(f"load {open('/proc/loadavg').read().split()[:3]} (2 shared cores)")
+    print(f"load {Path('/proc/loadavg').read_text().split()[:3]} (2 shared cores)")  # noqa: ASYNC240
     rows = spans(a.calls)
     rows = [(f"{n} [no provider]", v) for n, v in rows[:1]] + rows[1:]
     rows += await hops(a.calls)  # installs the TracerProvider part-way
