@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The flame graphs of docs/perf/ (issue 14, "measure before you change anything"), reproduced.
 #
-#   bench/profile.sh [all|prefetch|diary|reflector|diary-fill|summary] [stem-prefix=before]
+#   bench/profile.sh [all|prefetch|diary|reflector|diary-fill|summary|ab] [stem-prefix=before]
 #
 # Each writes docs/perf/<prefix>-<name>.svg (py-spy's flame graph) and <prefix>-<name>.txt (the exact
 # py-spy command, the load, the latencies while sampling, the event-loop lag, the spans per request).
@@ -59,12 +59,21 @@ diary_fill() {
 
 summary() {
   for f in "$OUT/$P"-{prefetch,diary,reflector,diary-fill}.svg; do
-    [ -f "$f" ] && $PY bench/experiments/flamesummary.py "$f" > "${f%.svg}.summary.txt" && echo "wrote ${f%.svg}.summary.txt"
+    # Paths shortened for reading: site-packages/, the worktree and the stdlib prefix dropped.
+    [ -f "$f" ] && $PY bench/experiments/flamesummary.py "$f" \
+      | sed -E "s#$PWD/\.venv/lib/python3\.[0-9]+/site-packages/##g; s#$PWD/##g; s#/root/\.pyenv/versions/[^/]+/lib/python3\.[0-9]+/##g" \
+      > "${f%.svg}.summary.txt" && echo "wrote ${f%.svg}.summary.txt"
   done
 }
 
 case "$what" in
   all) prefetch; diary; reflector; diary_fill; summary ;;
+  # The A/B experiments behind analysis.md's measured gains (two servers, calls alternated).
+  ab)
+    $PY bench/experiments/profile_load.py onnx-ab --variant onnx1 --seats 30 --ab 150 --out docs/perf/runs/onnx-ab
+    $PY bench/experiments/profile_load.py onnx-ab --variant gc-freeze --seats 30 --ab 150 --out docs/perf/runs/gc-freeze-ab
+    $PY bench/experiments/profile_load.py writenote-ab --writers 16 --seconds 10 --windows 6 --out docs/perf/runs/writenote-ab
+    $PY bench/experiments/profile_load.py reflector --census-only --out docs/perf/runs/reflector-census ;;
   prefetch|diary|reflector|summary) "$what" ;;
   diary-fill) diary_fill ;;
   *) echo "unknown: $what" >&2; exit 2 ;;

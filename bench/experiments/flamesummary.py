@@ -228,7 +228,10 @@ def summarize(path: Path, top: int) -> str:
     data, idle = busy(data)
     lines = [f"{path}: {total} samples, {idle} of them a thread waiting (idle), {total - idle} busy"]
     total -= idle
-    lines.append("\ninclusive share by category (a sample counts where any frame of its stack matches):")
+    lines.append(
+        "\ninclusive share by category (a sample counts where any frame of its stack matches; a wrapper such"
+        "\nas an interceptor counts the work of everything it wraps: see 'deepest owner' for its own cost):"
+    )
     for name, pat in CATEGORIES:
         rx = re.compile(pat)
         n = sum(w for st, w in data if any(rx.search(f) for f in st))

