@@ -1,0 +1,208 @@
+"""What one internal gRPC hop, the server interceptors, a span and a proto conversion cost, each
+in isolation (measurement only, issue 14).
+
+    .venv/bin/python bench/experiments/rpc_overhead.py [--calls 3000]
+
+1. A round trip on loopback IN ONE PROCESS (as the all-in-one's prefetch calls its siblings) to a
+   servicer that does nothing (a scratch ``ProfileServiceServicer`` whose GetProfiles returns an
+   empty response at once), with:
+   a. a bare ``grpc.aio.server()`` and a bare channel;
+   b. the product's server (``libs.common.grpcserver.bind_server``: call tracker, OpenTelemetry,
+      auth in local mode, load shedding, contract check + error mapping) and the product's client
+      channel (``ServiceChannels``: OpenTelemetry client interceptor, identity, retry config);
+   c. b with a TracerProvider installed (what ``./run up`` does): every call is a recording span on
+      both sides;
+   d. the same servicer method awaited directly (what an in-process call behind the same client
+      interface would cost).
+2. One span (start_as_current_span with 4 attributes, end) with and without a TracerProvider; the
+   db.py statement-span wrapper's own work (``TracedConnection._traced``).
+3. Proto work of a BuildTurnContext: a RecallNotesResponse of 150 candidates serialised and parsed,
+   ``MemoryNote.from_pb`` over them, an Embedding of 384 floats from numpy (``.tolist()``), and a
+   ListSkillsResponse of 20 skills serialised and parsed.
+
+Reports microseconds per call: the fastest of 10 windows (the least disturbed by the other work on
+a shared machine) and their median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+import numpy as np  # noqa: E402
+
+from agentlearn.common.v1 import embedding_pb2  # noqa: E402
+from agentlearn.diary.v1 import diary_service_pb2 as diary_pb  # noqa: E402
+from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb  # noqa: E402
+from agentlearn.profiles.v1 import profile_service_pb2_grpc as prof_grpc  # noqa: E402
+from agentlearn.skills.v1 import skill_service_pb2 as skill_pb  # noqa: E402
+
+
+class Nothing(prof_grpc.ProfileServiceServicer):
+    async def GetProfiles(self, request, context):  # type: ignore[no-untyped-def,override]
+        return prof_pb.GetProfilesResponse()
+
+
+REQ = prof_pb.GetProfilesRequest(
+    company="acme", observer="seat-1", subjects=[prof_pb.Subject(handle="bob", platform="slack")]
+)
+
+
+async def per_call_us(fn, calls: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    for _ in range(200):
+        await fn()
+    windows = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        for _ in range(calls // 10):
+            await fn()
+        windows.append((time.perf_counter() - t0) / (calls // 10) * 1e6)
+    return min(windows), statistics.median(windows)
+
+
+def sync_us(fn, calls: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    for _ in range(100):
+        fn()
+    windows = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        for _ in range(calls // 10):
+            fn()
+        windows.append((time.perf_counter() - t0) / (calls // 10) * 1e6)
+    return min(windows), statistics.median(windows)
+
+
+async def hops(calls: int) -> list[tuple[str, tuple[float, float]]]:
+    from libs.common.channels import ServiceChannels
+    from libs.common.config import ServiceAddresses
+    from libs.common.grpcserver import Registration, bind_server, start_server
+
+    out = []
+    # a. bare
+    server = grpc.aio.server()
+    prof_grpc.add_ProfileServiceServicer_to_server(Nothing(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    chan = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    stub = prof_grpc.ProfileServiceStub(chan)
+    out.append(("loopback hop, bare server and channel", await per_call_us(lambda: stub.GetProfiles(REQ), calls)))
+    await chan.close()
+    await server.stop(None)
+
+    # b. the product's server and client channel
+    bound = bind_server("127.0.0.1:0")
+    await start_server(
+        bound,
+        [Registration("agentlearn.profiles.v1.ProfileService", prof_grpc.add_ProfileServiceServicer_to_server,
+                      Nothing())],
+    )  # fmt: skip
+    channels = ServiceChannels(ServiceAddresses(), internal_secret="s3cret", caller="prefetch")
+    channels.serve_locally(["profiles"], f"127.0.0.1:{bound.port}")
+    pstub = prof_grpc.ProfileServiceStub(channels.channel("profiles"))
+    out.append(
+        ("loopback hop, product server (5 interceptors) + product channel, no tracer provider",
+         await per_call_us(lambda: pstub.GetProfiles(REQ, timeout=5), calls))
+    )  # fmt: skip
+    await channels.close()
+    # c. the same with a TracerProvider (as ./run up): spans on both sides
+    from libs.common import telemetry
+    from libs.common.config import TelemetryConfig
+
+    telemetry.configure_tracing(TelemetryConfig())
+    channels = ServiceChannels(ServiceAddresses(), internal_secret="s3cret", caller="prefetch")
+    channels.serve_locally(["profiles"], f"127.0.0.1:{bound.port}")
+    pstub = prof_grpc.ProfileServiceStub(channels.channel("profiles"))
+    out.append(
+        ("loopback hop, product server + channel, TracerProvider installed (./run up)",
+         await per_call_us(lambda: pstub.GetProfiles(REQ, timeout=5), calls))
+    )  # fmt: skip
+    await channels.close()
+    await bound.server.stop(None)
+    servicer = Nothing()
+    out.append(("in-process: the servicer method awaited directly", await per_call_us(
+        lambda: servicer.GetProfiles(REQ, None), calls)))  # fmt: skip
+    return out
+
+
+def spans(calls: int) -> list[tuple[str, tuple[float, float]]]:
+    from opentelemetry import trace
+
+    from libs.common.db import _span_name
+
+    out = []
+    tracer = trace.get_tracer("x")
+
+    def one() -> None:
+        with tracer.start_as_current_span("db select agent_diary", kind=trace.SpanKind.CLIENT,
+                                          attributes={"a": "b", "c": "d", "e": "f", "g": "h"}):  # fmt: skip
+            pass
+
+    out.append(("one span, 4 attributes (provider as configured above)", sync_us(one, calls)))
+    q = "SELECT id, content FROM agent_diary d WHERE d.company = $1 AND d.seat = $2 ORDER BY create_time DESC LIMIT $3"
+    out.append(("db.py _span_name(query) (regexes per statement)", sync_us(lambda: _span_name(q), calls)))
+    return out
+
+
+def protos(calls: int) -> list[tuple[str, tuple[float, float]]]:
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from services.prefetch.memory import MemoryNote
+
+    ts = Timestamp()
+    ts.GetCurrentTime()
+    resp = diary_pb.RecallNotesResponse()
+    for i in range(150):
+        c = resp.candidates.add()
+        c.note.id = str(uuid.uuid4())
+        c.note.company, c.note.seat = "acme", "seat-1"
+        c.note.content = f"[8 May 2023] Caroline: I went to the LGBTQ support group yesterday, it was so powerful {i}."
+        c.note.tier = diary_pb.NOTE_TIER_LONG
+        c.note.create_time.CopyFrom(ts)
+        c.similarity, c.lexical_rank = 0.5, 3.2
+    blob = resp.SerializeToString()
+    vec = np.random.default_rng(1).normal(size=384).astype(np.float32)
+    skills = skill_pb.ListSkillsResponse()
+    for i in range(20):
+        s = skills.skills.add()
+        s.id, s.name, s.summary = str(uuid.uuid4()), f"skill-{i}", "How to rotate the staging credentials"
+    sblob = skills.SerializeToString()
+    return [
+        (f"RecallNotesResponse, 150 candidates ({len(blob)} bytes): serialise", sync_us(resp.SerializeToString, calls)),
+        ("RecallNotesResponse, 150 candidates: parse",
+         sync_us(lambda: diary_pb.RecallNotesResponse.FromString(blob), calls)),
+        ("MemoryNote.from_pb over 150 candidates",
+         sync_us(lambda: [MemoryNote.from_pb(c.note) for c in resp.candidates], calls // 10)),
+        ("Embedding(values=vec.tolist()) for 384 floats", sync_us(
+            lambda: embedding_pb2.Embedding(values=vec.tolist(), model="m", dimensions=384), calls)),
+        (f"ListSkillsResponse, 20 skills ({len(sblob)} bytes): serialise + parse", sync_us(
+            lambda: skill_pb.ListSkillsResponse.FromString(skills.SerializeToString()), calls)),
+    ]  # fmt: skip
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=3000)
+    a = ap.parse_args()
+    print(f"load {Path('/proc/loadavg').read_text().split()[:3]} (2 shared cores)")  # noqa: ASYNC240
+    rows = spans(a.calls)
+    rows = [(f"{n} [no provider]", v) for n, v in rows[:1]] + rows[1:]
+    rows += await hops(a.calls)  # installs the TracerProvider part-way
+    rows += [(f"{n} [TracerProvider]", v) for n, v in spans(a.calls)[:1]]
+    rows += protos(a.calls)
+    print(f"{'min us':>10} {'median us':>10}")
+    for name, (lo, med) in rows:
+        print(f"{lo:10.1f} {med:10.1f}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
