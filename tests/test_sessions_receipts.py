@@ -461,3 +461,32 @@ async def test_the_away_digest_needs_a_time(make_settings, dsn, edge_index, cloc
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await env.stub.GetAwayDigest(pb.GetAwayDigestRequest(company="acme", user="dana"))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and info(err.value).metadata["field"] == "since_time"
+
+
+async def test_finished_checks_are_counted_by_trigger_and_outcome_on_the_metrics_endpoint(
+    llm, dsn, edge_index, clock, scripted_openai
+):
+    """Operators see learning-check outcomes without reading receipts: the
+    ``agentlearn.learning_checks`` counter, by trigger and outcome, on ``/metrics``."""
+    from prometheus_client import generate_latest
+
+    from libs.common import telemetry
+    from libs.common.config import TelemetryConfig
+
+    def count() -> float:
+        for line in generate_latest().decode().splitlines():
+            if (
+                line.startswith("agentlearn_learning_checks")
+                and 'agentlearn_trigger="manual"' in line
+                and 'agentlearn_outcome="missing_evidence"' in line
+                and not line.startswith("#")
+            ):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    telemetry.configure_metrics(TelemetryConfig())
+    before = count()
+    async with open_sessions(llm(), dsn, clock=clock, embedder=None, index=edge_index) as env:
+        check = await _one_check(env, clock)
+    assert check.outcome == pb.CHECK_OUTCOME_MISSING_EVIDENCE
+    assert count() == before + 1

@@ -31,6 +31,7 @@ from libs.common.clock import Clock
 from libs.common.config import SessionsConfig
 from libs.common.events import EventSink
 from libs.common.jobs import Job, JobQueue, JobState, listen
+from libs.common.metrics import LEARNING_CHECKS
 from services.sessions.checks import CheckRunner
 from services.sessions.domain import JOB_KIND, CheckOutcome, CheckState, LearningCheck
 from services.sessions.store import PostgresSessionStore
@@ -107,7 +108,12 @@ class LearningWorker:
         token = otel_context.attach(telemetry.restore_context(job.trace_carrier))
         try:
             with _tracer.start_as_current_span(
-                "learning check", attributes={"company": job.company, "seat": job.seat, "job_key": job.key}
+                "learning check",
+                attributes={
+                    "agentlearn.company": job.company,
+                    "agentlearn.seat": job.seat,
+                    "agentlearn.job_key": job.key,
+                },
             ):
                 return await self._process(job)
         finally:
@@ -155,6 +161,7 @@ class LearningWorker:
             await self.store.annotate_interrupted(check)
             return CheckState.INTERRUPTED
         assert check.outcome is not None
+        LEARNING_CHECKS.add(1, {"agentlearn.trigger": str(check.trigger), "agentlearn.outcome": str(check.outcome)})
         await self.events.emit(
             "learning_check_completed",
             company=check.company,
@@ -177,6 +184,8 @@ class LearningWorker:
                 check.outcome = CheckOutcome.INTERRUPTED
                 check.reason = f"{reason}; not replayed: use Check recent work to review the session again"
                 await self.store.finish_check(conn, check, now)
+        if held and check is not None:
+            LEARNING_CHECKS.add(1, {"agentlearn.trigger": str(check.trigger), "agentlearn.outcome": str(check.outcome)})
 
     # ------------------------------------------------------------------ the loop
 
