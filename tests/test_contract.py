@@ -21,6 +21,7 @@ from libs.common.errors import InvalidArgument
 
 UUID = "00000000-0000-0000-0000-000000000001"
 
+
 def _generated() -> list[str]:
     """Every generated module of every contract under protos/agentlearn: a new service is covered
     the day its proto lands."""

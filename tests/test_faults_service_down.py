@@ -9,6 +9,7 @@ import asyncio
 import json
 import signal
 import socket
+import zlib
 from pathlib import Path
 
 import asyncpg
@@ -21,7 +22,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
 from tests.support.runner import clean_env, start
-from tests.support.turns import message, turn
+from tests.support.turns import distinct_preference, message, turn
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +87,7 @@ async def test_a_service_down_during_reflection_is_retried_and_lands_once(
                 stub = pb_grpc.ReflectorServiceStub(channel)
 
                 async def submit(turn_id: str) -> None:
-                    msgs = [message("bob", f"I prefer the report format {turn_id} for weekly updates.")]
+                    msgs = [message("bob", distinct_preference(zlib.crc32(turn_id.encode()) % 400_000))]
                     t = turn(turn_id, now=clock.now(), messages=msgs)
                     assert (await stub.SubmitTurn(pb.SubmitTurnRequest(turn=t))).queued
 

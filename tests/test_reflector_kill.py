@@ -21,7 +21,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
 from tests.support.runner import clean_env, start
-from tests.support.turns import message, turn
+from tests.support.turns import distinct_preference, message, turn
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ async def test_sigkill_mid_pass_loses_nothing_and_doubles_nothing(
 
                 async def submit(i: int) -> None:
                     turn_id = f"run-{i:04d}"
-                    msgs = [message("bob", f"I prefer report format number {i} for the weekly update.")]
+                    msgs = [message("bob", distinct_preference(i))]
                     req = pb.SubmitTurnRequest(turn=turn(turn_id, now=now, seat=f"seat-{i % 7}", messages=msgs))
                     while True:
                         try:
