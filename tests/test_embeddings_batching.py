@@ -55,7 +55,9 @@ async def test_the_session_runs_one_thread_without_spinning(local_embedder):
 async def test_what_waits_runs_as_length_sorted_runs_within_the_padded_budget_side_by_side():
     embedder = _Recording(model_runs=2, batch_pieces=128, batch=32)
     embedder.load()
-    alone = [(await LocalMiniLMEmbedder(batch_pieces=128).embed([t]))[0] for t in TEXTS[:3]]
+    single = LocalMiniLMEmbedder(batch_pieces=128)
+    alone = [(await single.embed([t]))[0] for t in TEXTS[:3]]
+    await single.close()
     together = await asyncio.gather(*(embedder.embed([t]) for t in TEXTS))
     # Every run's padded size (texts × the longest) is within the budget, and more than one text
     # shared a run: the waiting texts were batched, not run one by one or all padded together.
