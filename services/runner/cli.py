@@ -144,10 +144,12 @@ def opened(infra: Infra) -> str:
     return f"embedder={state} imported(onnxruntime,openai)={imported}"
 
 
-def _settled() -> None:
+def _settled(*, collect: bool = True) -> None:
     """Start-up is over: what exists now lives as long as the process, so the cyclic GC stops
-    walking it (a collection's cost is a tail latency on a server; docs/perf/analysis.md §4 #10)."""
-    gc.collect()
+    walking it (a collection's cost is a tail latency on a server; docs/perf/analysis.md §4 #10).
+    A long-lived process first collects start-up's garbage; a one-shot pass does not bother."""
+    if collect:
+        gc.collect()
     gc.freeze()
 
 
@@ -399,7 +401,7 @@ async def one_pass(settings: Settings, name: str) -> int:
             return 0
         if settings.services_local_for_passes:
             await _serve_siblings(infra, stack, components, [name])
-        _settled()
+        _settled(collect=False)
         ran, result = await run_pass(specs[name], infra.leases, holder_identity(), settings.leases.ttl_seconds)
         _log.info("pass %s finished: opened %s; %s", name, ",".join(c.name for c in components), opened(infra))
         if not ran and result == LEASE_LOST:
