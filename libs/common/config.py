@@ -71,6 +71,23 @@ class EmbeddingsConfig(_Section):
     """The model's input; a longer text is split between words and its pieces' vectors pooled."""
     timeout_seconds: float = 10.0
     """Deadline of one embeddings request (the inline write budget is separate and shorter)."""
+    model_runs: int = Field(default=2, ge=1, le=64)
+    """``local``: model runs side by side, each on one thread of its own (ONNX Runtime with one
+    intra-op thread and no spin-waiting): set it to the cores the process may use. A second
+    thread inside one run spin-waits on a core the event loop needs and costs more CPU per text
+    than it saves."""
+    batch_pieces: int = Field(default=256, ge=16, le=65_536)
+    """``local``: the padded word-piece budget of one model run. Texts that wait are sorted by
+    length and cut into runs of at most this many pieces counted padded (texts × the longest
+    text), so everything waiting is embedded together without paying for padding: one run of 16
+    short texts padded to the longest costs 3-5× the CPU per text of small runs (docs/perf). A
+    text longer than the budget runs alone."""
+    batch_max_texts: int = Field(default=32, ge=1, le=1024)
+    """``local``: at most this many texts in one model run, however short."""
+    query_cache_entries: int = Field(default=4096, ge=0, le=1_000_000)
+    """Query vectors kept per process (an LRU keyed by model and text; 1.5 KiB each at 384
+    dimensions): a repeated search query — RecallNotes' or SearchEpisodes' server-side embed, the
+    prefetch's ask — skips the model. 0 turns the cache off. Stored rows' texts never enter it."""
 
     def fingerprint(self) -> str:
         """What the fill's holds and pause are about: model, width, limits and endpoint.
@@ -133,6 +150,7 @@ def _permissions(value: dict[str, str]) -> dict[str, str]:
     if bad:
         raise ValueError(f"tool permissions must be one of {list(TOOL_PERMISSIONS)}: {bad}")
     return value
+
 
 WORKSPACE_CONTAINER_PREFIX = "workspace:"
 

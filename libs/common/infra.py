@@ -86,7 +86,11 @@ async def open_infra(
     index: VectorIndex | None = None,
     dsn: str | None = None,
     pool_size: int | None = None,
+    embeds: bool = True,
 ) -> Infra:
+    """Open what ``migrations``' services share. ``embeds=False`` (no service of the process ever
+    embeds) builds no embedder: ``Infra.embedder`` is ``None``. A built local embedder is not
+    loaded here: the model loads on its first embed, or when the runner warms it."""
     dsn = dsn or await resolve_dsn(settings)
     components = [COMMON_MIGRATIONS, *migrations]
     if settings.database.migrate_on_start:
@@ -110,7 +114,7 @@ async def open_infra(
     use_page_token_key(await load_page_token_key(pool, secret.get_secret_value() if secret else None, clock.now()))
     events = PostgresEventLog(pool, clock)
     if embedder is _UNSET:
-        embedder = build_embedder(settings.providers.embeddings)
+        embedder = build_embedder(settings.providers.embeddings) if embeds else None
         close = getattr(embedder, "close", None)
         if close is not None:
             stack.push_async_callback(close)

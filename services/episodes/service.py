@@ -388,7 +388,7 @@ class EpisodeService:
     async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
         if self.embedder is not None and not query.strip():
             return None, "skipped"
-        vec, reason = await embed_within(self.embedder, query, self.config.embed_budget_seconds)
+        vec, reason = await embed_within(self.embedder, query, self.config.embed_budget_seconds, query=True)
         if vec is None:
             return None, "unconfigured" if reason == "unconfigured" else "failed"
         return vec, "embedded"

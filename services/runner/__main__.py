@@ -9,6 +9,9 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 # The embedded PostgreSQL's lock directory falls back to /tmp without a session's runtime dir: fine.
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-from services.runner.cli import main  # noqa: E402 (after GRPC_VERBOSITY: gRPC reads it on import)
+from services.runner.cli import main, quick_exit  # noqa: E402 (after GRPC_VERBOSITY: gRPC reads it on import)
 
-sys.exit(asyncio.run(main(sys.argv[1:])))
+code = asyncio.run(main(sys.argv[1:]))
+if sys.argv[1:2] == ["pass"]:
+    quick_exit(code)
+sys.exit(code)

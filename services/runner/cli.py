@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -12,17 +13,15 @@ import sys
 from pathlib import Path
 
 from libs.common import telemetry
-from libs.common.auth import Authenticator, HttpAuthMiddleware
+from libs.common.auth import Authenticator
 from libs.common.config import ConfigError, Settings, TelemetryConfig, load_settings
 from libs.common.db import COMMON_MIGRATIONS, migrate
 from libs.common.embedded_pg import EmbeddedPostgresFailed
 from libs.common.grpcserver import BindError, bind_server, create_server, drain, start_server
-from libs.common.httpserver import bind_http, build_app, start_http
 from libs.common.infra import Infra, SchemaBehind, open_infra, resolve_dsn
-from libs.common.metrics import prometheus_app
 from libs.common.passrunner import LEASE_LOST, holder_identity, run_pass, tick_forever
 from services.runner import security
-from services.runner.registry import SERVICES, migrations_of
+from services.runner.registry import PASSES, SERVICES, embedder_mode, migrations_of
 
 _log = logging.getLogger("agentlearn")
 
@@ -115,13 +114,43 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings.model_copy(update={"data_dir": Path(os.path.abspath(settings.data_dir))})
 
 
-async def _open(settings: Settings, stack: contextlib.AsyncExitStack, names: list[str]) -> tuple[Infra, list]:
-    infra = await open_infra(settings, stack, migrations_of(names))
+async def _open(
+    settings: Settings, stack: contextlib.AsyncExitStack, names: list[str], *, warm: bool = True
+) -> tuple[Infra, list]:
+    """Open the infrastructure and components of ``names`` only (their bootstraps, their
+    migrations). The embedding model is loaded at start only where a service embeds inline and
+    ``warm`` (a server: its first write must not pay the load); otherwise it loads on the first
+    embed, and a process none of whose services embeds builds no embedder at all."""
+    mode = embedder_mode(names)
+    infra = await open_infra(settings, stack, migrations_of(names), embeds=mode != "none")
     load = getattr(infra.embedder, "load", None)
-    if load is not None:
-        await asyncio.to_thread(load)  # the first write must not pay the model's load time
+    if load is not None and warm and mode == "warm":
+        await asyncio.to_thread(load)
     components = [SERVICES[n].component(infra) for n in names]
+    _log.info("opened %s: %s", ",".join(names), opened(infra))
     return infra, components
+
+
+def opened(infra: Infra) -> str:
+    """What this process built that costs memory: the embedder and whether its model is loaded
+    (an operator's check that a pass or a profiles server did not load the model)."""
+    embedder = infra.embedder
+    if embedder is None:
+        state = "none"
+    else:
+        loaded = getattr(embedder, "loaded", None)
+        state = "remote" if loaded is None else ("loaded" if loaded else "not loaded")
+    imported = ",".join(m for m in ("onnxruntime", "openai") if m in sys.modules) or "neither"
+    return f"embedder={state} imported(onnxruntime,openai)={imported}"
+
+
+def _settled(*, collect: bool = True) -> None:
+    """Start-up is over: what exists now lives as long as the process, so the cyclic GC stops
+    walking it (a collection's cost is a tail latency on a server; docs/perf/analysis.md §4 #10).
+    A long-lived process first collects start-up's garbage; a one-shot pass does not bother."""
+    if collect:
+        gc.collect()
+    gc.freeze()
 
 
 PUBLIC_HTTP_PATHS = ("/metrics", "/healthz", "/api/openapi.json")
@@ -134,6 +163,10 @@ def http_app(components: list, authenticator: Authenticator):  # type: ignore[ty
     from starlette.middleware import Middleware
     from starlette.responses import PlainTextResponse
     from starlette.routing import Mount, Route
+
+    from libs.common.auth import HttpAuthMiddleware
+    from libs.common.httpserver import build_app
+    from libs.common.metrics import prometheus_app
 
     async def healthz(_request):  # type: ignore[no-untyped-def]
         return PlainTextResponse("ok\n")
@@ -182,6 +215,9 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
         )
     # Decided and bound before anything is opened: a refused address or a taken port fails in a
     # second with one line, never after Postgres started.
+    # The HTTP server (uvicorn, starlette) is imported by the processes that serve it, not by a pass.
+    from libs.common.httpserver import bind_http, start_http
+
     mode = security.auth_mode(settings)
     settings = security.with_internal_secret(settings)
     authenticator = security.authenticator(settings, mode)
@@ -210,6 +246,7 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
             if p.enabled and settings.run_passes_in_process
         ]
         tasks += [asyncio.create_task(bg(), name=f"{c.name}-background") for c in components for bg in c.background]
+        _settled()
         if ready_line:
             auth = (
                 "auth=local (no tokens: loopback only; --require-auth to require them)"
@@ -322,13 +359,40 @@ async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _pass_services(settings: Settings, names: list[str]) -> list[str]:
+    """The services a process running the passes ``names`` opens: each pass's own, plus the
+    siblings it calls when they are served from this process (outside a cluster)."""
+    wanted: list[str] = []
+    for n in names:
+        home = PASSES[n]
+        for service in (home.service, *(home.calls if settings.services_local_for_passes else ())):
+            if service in SERVICES and service not in wanted:
+                wanted.append(service)
+    return wanted
+
+
+async def _serve_siblings(infra: Infra, stack: contextlib.AsyncExitStack, components: list, names: list[str]) -> None:
+    """A pass may call sibling services (skill synthesis reads episodes); outside a cluster they are
+    served from this process on a private port for the pass's lifetime — only when one of its
+    passes calls one."""
+    if not any(PASSES[n].calls for n in names):
+        return
+    registrations = [r for c in components for r in c.registrations]
+    server, port, _ = await create_server(registrations, "127.0.0.1:0")
+    stack.push_async_callback(server.stop, None)
+    infra.channels.serve_locally([c.name for c in components], f"127.0.0.1:{port}")
+
+
 async def one_pass(settings: Settings, name: str) -> int:
+    if name not in PASSES:
+        print(f"unknown pass {name!r}; known: {', '.join(sorted(PASSES))}", file=sys.stderr)
+        return 2
     telemetry.configure_tracing(settings.telemetry)
     async with contextlib.AsyncExitStack() as stack:
-        infra, components = await _open(settings, stack, list(SERVICES))
+        infra, components = await _open(settings, stack, _pass_services(settings, [name]), warm=False)
         specs = {p.name: p for c in components for p in c.passes}
         if name not in specs:
-            print(f"unknown pass {name!r}; known: {', '.join(sorted(specs))}", file=sys.stderr)
+            print(f"pass {name!r} is not built by its service", file=sys.stderr)
             return 2
         if not specs[name].enabled:
             # A resumed CronJob of a pass its config turns off (skill-synthesis without
@@ -336,13 +400,10 @@ async def one_pass(settings: Settings, name: str) -> int:
             print(f"pass {name}: disabled by configuration; nothing to do")
             return 0
         if settings.services_local_for_passes:
-            # A pass may call sibling services (skill synthesis reads episodes); outside a cluster
-            # they are served from this process on a private port for the pass's lifetime.
-            registrations = [r for c in components for r in c.registrations]
-            server, port, _ = await create_server(registrations, "127.0.0.1:0")
-            stack.push_async_callback(server.stop, None)
-            infra.channels.serve_locally([c.name for c in components], f"127.0.0.1:{port}")
+            await _serve_siblings(infra, stack, components, [name])
+        _settled(collect=False)
         ran, result = await run_pass(specs[name], infra.leases, holder_identity(), settings.leases.ttl_seconds)
+        _log.info("pass %s finished: opened %s; %s", name, ",".join(c.name for c in components), opened(infra))
         if not ran and result == LEASE_LOST:
             print(f"pass {name}: stopped partway (its lease could not be renewed; a peer may hold it now)")
             return 3
@@ -358,20 +419,19 @@ async def pass_worker(settings: Settings, names: list[str]) -> int:
     clocks, each claiming its lease every tick as a CronJob would (Kubernetes: the fills, every
     minute, without a pod start per minute). Serves /healthz and /metrics on the HTTP port; SIGTERM
     cancels the ticks, and a pass cut short releases its lease."""
+    unknown = [n for n in names if n not in PASSES]
+    if unknown:
+        print(f"unknown passes {', '.join(unknown)}; known: {', '.join(sorted(PASSES))}", file=sys.stderr)
+        return 2
+    from libs.common.httpserver import bind_http, start_http
+
     http_socket = bind_http(settings.server.host, settings.server.http_port)
     telemetry.configure_tracing(settings.telemetry)
     async with contextlib.AsyncExitStack() as stack:
-        infra, components = await _open(settings, stack, list(SERVICES))
+        infra, components = await _open(settings, stack, _pass_services(settings, names), warm=False)
         specs = {p.name: p for c in components for p in c.passes}
-        unknown = [n for n in names if n not in specs]
-        if unknown:
-            print(f"unknown passes {', '.join(unknown)}; known: {', '.join(sorted(specs))}", file=sys.stderr)
-            return 2
         if settings.services_local_for_passes:
-            registrations = [r for c in components for r in c.registrations]
-            server, port, _ = await create_server(registrations, "127.0.0.1:0")
-            stack.push_async_callback(server.stop, None)
-            infra.channels.serve_locally([c.name for c in components], f"127.0.0.1:{port}")
+            await _serve_siblings(infra, stack, components, names)
         authenticator = security.authenticator(
             settings, "local" if security.is_loopback(settings.server.host) else "tokens"
         )
@@ -387,6 +447,7 @@ async def pass_worker(settings: Settings, names: list[str]) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        _settled()
         print(f"agentlearn passes ready: {' '.join(names)} http={http.address}", flush=True)
         await stop.wait()
         for task in tasks:
@@ -406,12 +467,27 @@ async def migrate_all(settings: Settings) -> int:
 
 async def rebuild_index(settings: Settings) -> int:
     async with contextlib.AsyncExitStack() as stack:
-        _, components = await _open(settings, stack, list(SERVICES))
+        _, components = await _open(settings, stack, list(SERVICES), warm=False)
         for c in components:
             if c.rebuild_index is not None:
                 count = await c.rebuild_index()
                 print(f"{c.name}: {count} vectors restored from Postgres")
     return 0
+
+
+def quick_exit(code: int) -> None:
+    """End a one-shot process (a pass: a CronJob pod's whole life) without the interpreter's
+    teardown — a last collection over every object it ever made, most of a second
+    (docs/perf/analysis.md §2.5). The exit hooks still run first: the span exporter's flush, the
+    embedded PostgreSQL's last-handle stop, the log handlers' flush."""
+    import atexit
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 async def main(argv: list[str]) -> int:

@@ -19,7 +19,6 @@ from libs.common.auxmodel._seam import (
     Stage,
 )
 from libs.common.auxmodel.offline import OfflineProvider, OfflineRules
-from libs.common.auxmodel.openai_provider import OpenAICompatibleProvider
 
 __all__ = [
     "Attribution",
@@ -38,6 +37,16 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    # The OpenAI SDK is a quarter of a process's import time (docs/perf/analysis.md §2.5): it is
+    # imported when a provider of that kind is configured or the class is asked for, not before.
+    if name == "OpenAICompatibleProvider":
+        from libs.common.auxmodel.openai_provider import OpenAICompatibleProvider
+
+        return OpenAICompatibleProvider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def build_providers(settings, rules: OfflineRules):  # type: ignore[no-untyped-def]
     """One provider object per entry of ``providers.llm``."""
     out = {}
@@ -45,5 +54,7 @@ def build_providers(settings, rules: OfflineRules):  # type: ignore[no-untyped-d
         if cfg.kind == "offline":
             out[name] = OfflineProvider(rules, name=name)
         else:
+            from libs.common.auxmodel.openai_provider import OpenAICompatibleProvider
+
             out[name] = OpenAICompatibleProvider(cfg, name=name)
     return out

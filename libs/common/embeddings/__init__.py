@@ -14,6 +14,7 @@ from libs.common.embeddings._port import (
     EmbeddingTimeout,
     EmbeddingUnavailable,
     Vector,
+    embed_query,
     embed_within,
     pool,
     usable,
@@ -30,6 +31,7 @@ __all__ = [
     "EmbeddingUnavailable",
     "Vector",
     "build_embedder",
+    "embed_query",
     "embed_within",
     "pool",
     "split_between_words",
@@ -44,7 +46,17 @@ def build_embedder(config):  # type: ignore[no-untyped-def]
     if config.kind == "local":
         from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
 
-        return LocalMiniLMEmbedder(model=config.model, max_input_tokens=config.max_input_tokens)
+        # Built, not loaded: the model loads on the first embed (or the runner's warm-up of a
+        # server whose requests embed), so a process that never embeds never pays for it.
+        return LocalMiniLMEmbedder(
+            model=config.model,
+            max_input_tokens=config.max_input_tokens,
+            model_runs=config.model_runs,
+            batch_pieces=config.batch_pieces,
+            batch=config.batch_max_texts,
+            query_cache_entries=config.query_cache_entries,
+        )
+    # Imported only when configured: the OpenAI SDK is a quarter of a process's import time.
     from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
 
     return OpenAICompatibleEmbedder(config)

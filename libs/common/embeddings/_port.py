@@ -136,14 +136,35 @@ async def embed_texts(embedder: Embedder, texts: Sequence[str], offload: Offload
     return out
 
 
-async def embed_within(embedder: Embedder | None, text: str, budget: float) -> tuple[Vector | None, str | None]:
+async def embed_query(embedder: Embedder, text: str) -> Vector | None:
+    """One query text's vector, through the embedder's query-vector cache when it has one (a hit
+    returns the very vector the first embed of (model, text) produced); otherwise :meth:`embed`.
+    Raises :class:`EmbeddingError` as :meth:`embed` does; a vector with no direction is not kept."""
+    cache = getattr(embedder, "query_cache", None)
+    if cache is not None:
+        hit = cache.get(embedder.model, text)
+        if hit is not None:
+            return Vector(hit, embedder.model)
+    [vec] = await embedder.embed([text])
+    if vec is not None and cache is not None:
+        vec = Vector(cache.put(embedder.model, text, vec.values), vec.model)
+    return vec
+
+
+async def embed_within(
+    embedder: Embedder | None, text: str, budget: float, *, query: bool = False
+) -> tuple[Vector | None, str | None]:
     """One text under a deadline (a write's or a turn's two seconds): its vector, or none and why —
-    ``unconfigured``, ``timeout``, the provider error's kind, or ``unusable_vector`` (no direction)."""
+    ``unconfigured``, ``timeout``, the provider error's kind, or ``unusable_vector`` (no direction).
+    ``query=True`` (a search's query, never a stored row's text) goes through the query cache."""
     if embedder is None:
         return None, "unconfigured"
     try:
         async with asyncio.timeout(budget):
-            [vec] = await embedder.embed([text])
+            if query:
+                vec = await embed_query(embedder, text)
+            else:
+                [vec] = await embedder.embed([text])
     except TimeoutError:
         return None, "timeout"
     except EmbeddingError as err:

@@ -7,7 +7,14 @@ a longer text is split between words and pooled. ``bench/embedders.py`` compares
 with the sentence-transformers one.
 
 Nothing CPU-heavy runs on the event loop: tokenising and splitting a text, and every model run,
-happen on the embedder's own worker threads, one batch of at most ``batch`` pieces per job. Pieces
+happen on the embedder's own worker threads. The model is loaded on the first embed (or by
+:meth:`load`), never on construction: a process that builds an embedder it never uses pays nothing.
+
+How waiting texts are run (docs/perf/analysis.md §2.3): everything that waits is taken together,
+sorted by length and cut into micro-batches whose *padded* size (texts × the longest) stays within
+``batch_pieces``; up to ``model_runs`` of them run side by side, each on one thread with a
+one-thread, non-spinning ONNX session — one big run padded to its longest text costs several times
+the CPU per text, and a second intra-op thread spin-waits on the core the event loop needs. Pieces
 whose caller has gone (its budget expired) are not run, and :meth:`close` cancels the jobs not yet
 started, so a process that stops does not wait on work nobody will read.
 """
@@ -15,19 +22,27 @@ started, so a process that stops does not wait on work nobody will read.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from libs.common.embeddings._cache import QueryCache
 from libs.common.embeddings._port import EmbeddingError, EmbeddingUnavailable, Vector, embed_texts
 from libs.common.embeddings._split import split_between_words
+from libs.common.metrics import EMBED_BATCH, EMBED_DURATION
 
 __all__ = ["LocalMiniLMEmbedder"]
 
 _DIMENSIONS = 384
+# Before tokenising, a piece's length in word pieces is guessed from its characters (English runs
+# near four characters a piece); the worker thread enforces the budget on the real counts.
+_CHARS_PER_PIECE = 4
 
 
 def _tokenizer_path() -> Path:
@@ -35,30 +50,63 @@ def _tokenizer_path() -> Path:
     return Path(__file__).parent / "data" / "all-MiniLM-L6-v2" / "tokenizer.json"
 
 
-class LocalMiniLMEmbedder:
-    """The local model. Splitting and inference run on its worker threads, one batch at a time."""
+@dataclass(eq=False)
+class _Request:
+    """One caller's pieces: the vectors arrive micro-batch by micro-batch, in any order."""
 
-    def __init__(self, *, model: str = "all-MiniLM-L6-v2", max_input_tokens: int = 256, batch: int = 32):
+    pieces: list[str]
+    future: asyncio.Future
+    vectors: list[np.ndarray | None] = field(default_factory=list)
+    left: int = 0
+
+    def __post_init__(self) -> None:
+        self.vectors = [None] * len(self.pieces)
+        self.left = len(self.pieces)
+
+
+class LocalMiniLMEmbedder:
+    """The local model. Splitting and inference run on its worker threads, micro-batch by micro-batch."""
+
+    def __init__(
+        self,
+        *,
+        model: str = "all-MiniLM-L6-v2",
+        max_input_tokens: int = 256,
+        model_runs: int = 2,
+        batch_pieces: int = 256,
+        batch: int = 32,
+        query_cache_entries: int = 0,
+    ):
         self.model = model
         self._max_tokens = max_input_tokens
-        self._batch = batch
+        self._runs = max(1, model_runs)
+        self._budget = max(1, batch_pieces)
+        self._batch = max(1, batch)
+        self.query_cache = QueryCache(query_cache_entries) if query_cache_entries else None
         self._session = None
         self._tokenizer = None
         self._counter = None
         self._load_lock = threading.Lock()
-        # Calls that arrive while a batch runs wait for the next one and go together: concurrent
-        # writers share one model run instead of queueing one text at a time.
-        self._waiting: list[tuple[list[str], asyncio.Future]] = []
-        self._draining = False
-        self._drain_task: asyncio.Task | None = None
+        # (request, index of its piece) for every piece not yet handed to a model run.
+        self._waiting: list[tuple[_Request, int]] = []
+        self._running = 0
+        self._jobs: set[asyncio.Task] = set()
         # Its own threads, not the loop's default executor: close() can drop the queued jobs, and
-        # asyncio.run's exit does not wait on them. Two: a text is split while a batch runs.
-        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embedder")
+        # asyncio.run's exit does not wait on them. One per side-by-side run, and one more so a
+        # text is split while the runs go on.
+        self.threads = self._runs + 1
+        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="embedder")
         self._closed = False
+        self._attrs = {"agentlearn.model": model}
 
     @property
     def dimensions(self) -> int:
         return _DIMENSIONS
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has been loaded into this process (the runner reports it)."""
+        return self._session is not None
 
     def _ensure_loaded(self) -> None:
         if self._session is not None:
@@ -72,13 +120,19 @@ class LocalMiniLMEmbedder:
 
             tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
             tokenizer.enable_truncation(max_length=self._max_tokens)
-            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            tokenizer.no_padding()  # each micro-batch is padded to its own longest, below
             counter = Tokenizer.from_file(str(_tokenizer_path()))
             counter.no_truncation()
             counter.no_padding()
             options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             options.log_severity_level = 3
+            # One thread per run, and no spin-waiting between the run's operators: the parallelism
+            # is across runs (model_runs), and a spinning thread takes a core from the event loop.
+            options.intra_op_num_threads = 1
+            options.inter_op_num_threads = 1
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
             # The arena keeps the peak of the largest batch ever seen (long texts' 256-token pieces)
             # for the life of the process; without it memory returns after each run.
             options.enable_cpu_mem_arena = False
@@ -90,7 +144,8 @@ class LocalMiniLMEmbedder:
             self._session = session
 
     def load(self) -> None:
-        """Load the model now rather than on the first request (the runner warms it at start)."""
+        """Load the model now rather than on the first request (a server whose first request
+        embeds warms it at start)."""
         self._ensure_loaded()
 
     def _token_costs(self, words: Sequence[str]) -> list[int]:
@@ -102,25 +157,53 @@ class LocalMiniLMEmbedder:
         return split_between_words(text, self._token_costs, self._max_tokens - 2)
 
     def _run(self, pieces: list[str]) -> list[np.ndarray]:
-        """Vectors of ``pieces`` in their order, batch after batch (a benchmark's direct call)."""
-        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
-        out: list[np.ndarray | None] = [None] * len(pieces)
-        for start in range(0, len(order), self._batch):
-            idx = order[start : start + self._batch]
-            for i, vec in zip(idx, self._run_batch([pieces[i] for i in idx]), strict=True):
-                out[i] = vec
-        return [v for v in out if v is not None]
+        """Vectors of ``pieces`` in their order, micro-batch after micro-batch (a benchmark's
+        direct call, on the calling thread)."""
+        return self._run_batch(pieces)
+
+    def _micro_batches(self, lengths: list[int]) -> list[list[int]]:
+        """Indices of ``lengths`` sorted by length and cut so that each run's padded size (texts ×
+        its longest) is within the budget and its texts within ``batch``; a text over the budget
+        runs alone."""
+        order = sorted(range(len(lengths)), key=lengths.__getitem__)
+        out: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            # Sorted ascending: the newcomer is the run's longest.
+            if current and ((len(current) + 1) * lengths[i] > self._budget or len(current) >= self._batch):
+                out.append(current)
+                current = []
+            current.append(i)
+        if current:
+            out.append(current)
+        return out
 
     def _run_batch(self, pieces: list[str]) -> list[np.ndarray]:
-        """One model run (a worker thread's job): a unit vector per piece, in order."""
+        """A worker thread's job: a unit vector per piece, in order. Tokenised here (the real piece
+        counts), then run as padded-budget micro-batches, one model run each."""
         self._ensure_loaded()
         enc = self._tokenizer.encode_batch(pieces)
-        ids = np.array([e.ids for e in enc], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        out: list[np.ndarray | None] = [None] * len(pieces)
+        for idx in self._micro_batches([len(e.ids) for e in enc]):
+            for i, vec in zip(idx, self._model_run([enc[i] for i in idx]), strict=True):
+                out[i] = vec
+        return out  # type: ignore[return-value]
+
+    def _model_run(self, enc: list) -> list[np.ndarray]:  # type: ignore[type-arg]
+        """One model run over encodings padded to their longest; records its size and duration."""
+        width = max(len(e.ids) for e in enc)
+        ids = np.zeros((len(enc), width), dtype=np.int64)
+        mask = np.zeros((len(enc), width), dtype=np.int64)
+        for row, e in enumerate(enc):
+            ids[row, : len(e.ids)] = e.ids
+            mask[row, : len(e.ids)] = e.attention_mask
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
+        started = time.perf_counter()
         hidden = self._session.run(None, feeds)[0]
+        EMBED_DURATION.record(time.perf_counter() - started, self._attrs)
+        EMBED_BATCH.record(len(enc), self._attrs)
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
@@ -142,64 +225,72 @@ class LocalMiniLMEmbedder:
             return []
         if self._closed:
             raise EmbeddingUnavailable("the embedder is closed")
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._waiting.append((list(pieces), future))
-        if not self._draining:
-            self._draining = True
-            self._drain_task = asyncio.get_running_loop().create_task(self._drain())
-        return await future
+        request = _Request(list(pieces), asyncio.get_running_loop().create_future())
+        self._waiting.extend((request, i) for i in range(len(request.pieces)))
+        self._dispatch()
+        return await request.future
 
-    async def _drain(self) -> None:
-        """Run everything waiting as shared batches, again and again, until nothing waits. A caller
-        that has gone (its budget expired, it was cancelled) is dropped: its pieces are not run."""
+    def _estimate(self, piece: str) -> int:
+        return min(self._max_tokens, 2 + math.ceil(len(piece) / _CHARS_PER_PIECE))
+
+    def _dispatch(self) -> None:
+        """Hand what waits to the free run slots: drop the pieces of callers that have gone, sort
+        the rest by length, and give each free slot its share (within the padded budget), so both
+        cores work when enough waits and nothing waits behind a slot that is idle."""
+        self._waiting = [(r, i) for r, i in self._waiting if not r.future.done()]
+        while self._waiting and self._running < self._runs and not self._closed:
+            free = self._runs - self._running
+            self._waiting.sort(key=lambda item: len(item[0].pieces[item[1]]))
+            share = max(1, math.ceil(len(self._waiting) / free))
+            take: list[tuple[_Request, int]] = []
+            for item in self._waiting:
+                longest = self._estimate(item[0].pieces[item[1]])
+                full = len(take) >= min(share, self._batch) or (len(take) + 1) * longest > self._budget
+                if take and full:
+                    break
+                take.append(item)
+            self._waiting = self._waiting[len(take) :]
+            self._running += 1
+            job = asyncio.get_running_loop().create_task(self._run_job(take))
+            self._jobs.add(job)
+            job.add_done_callback(self._jobs.discard)
+
+    async def _run_job(self, take: list[tuple[_Request, int]]) -> None:
         loop = asyncio.get_running_loop()
-        batch: list[tuple[list[str], asyncio.Future]] = []
         try:
-            while self._waiting:
-                batch = [(pieces, f) for pieces, f in self._waiting if not f.done()]
-                self._waiting = []
-                texts = [p for pieces, _ in batch for p in pieces]
-                owner = [k for k, (pieces, _) in enumerate(batch) for _ in pieces]
-                vectors: list[np.ndarray | None] = [None] * len(texts)
-                failure: Exception | None = None
-                order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # less padding
-                for start in range(0, len(order), self._batch):
-                    idx = [i for i in order[start : start + self._batch] if not batch[owner[i]][1].done()]
-                    if not idx:
-                        continue
-                    try:
-                        run = await loop.run_in_executor(self._executor, self._run_batch, [texts[i] for i in idx])
-                    except Exception as exc:  # onnxruntime errors are not the caller's to parse
-                        failure = exc
-                        break
-                    for i, vec in zip(idx, run, strict=True):
-                        vectors[i] = vec
-                start = 0
-                for pieces, future in batch:
-                    if not future.done():
-                        if failure is not None:
-                            future.set_exception(EmbeddingError(f"local model failed: {failure}"))
-                        else:
-                            future.set_result(vectors[start : start + len(pieces)])
-                    start += len(pieces)
-                batch = []
+            vectors = await loop.run_in_executor(self._executor, self._run_batch, [r.pieces[i] for r, i in take])
+        except Exception as exc:  # onnxruntime errors are not the caller's to parse
+            failure = exc if isinstance(exc, EmbeddingError) else EmbeddingError(f"local model failed: {exc}")
+            if isinstance(exc, RuntimeError) and self._closed:
+                failure = EmbeddingUnavailable("the embedder is closed")
+            for request in {r for r, _ in take}:
+                if not request.future.done():
+                    request.future.set_exception(failure)
+        except asyncio.CancelledError:
+            for request in {r for r, _ in take}:
+                if not request.future.done():
+                    request.future.set_exception(EmbeddingUnavailable("the embedder stopped"))
+            raise
+        else:
+            for (request, i), vec in zip(take, vectors, strict=True):
+                request.vectors[i] = vec
+                request.left -= 1
+                if request.left == 0 and not request.future.done():
+                    request.future.set_result(request.vectors)
         finally:
-            self._draining = False
-            for _, future in [*batch, *self._waiting]:
-                if not future.done():
-                    future.set_exception(EmbeddingUnavailable("the embedder stopped"))
-            if self._closed:
-                self._waiting = []
+            self._running -= 1
+            if not self._closed:
+                self._dispatch()
 
     async def embed(self, texts: Sequence[str]) -> list[Vector | None]:
         return await embed_texts(self, texts, self.offload)
 
     async def close(self) -> None:
-        """Stop: queued jobs are cancelled (a job already running finishes on its own thread,
+        """Stop: queued jobs are cancelled (a run already going finishes on its own thread,
         unawaited), waiting callers are told the embedder is unavailable."""
         self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
-        for _, future in self._waiting:
-            if not future.done():
-                future.set_exception(EmbeddingUnavailable("the embedder is closed"))
+        for request, _ in self._waiting:
+            if not request.future.done():
+                request.future.set_exception(EmbeddingUnavailable("the embedder is closed"))
         self._waiting = []

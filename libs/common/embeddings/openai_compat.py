@@ -7,6 +7,7 @@ ends its minute on a rate limit). Every failure is mapped onto the seam's error 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,6 +15,7 @@ import numpy as np
 import openai
 
 from libs.common.config import EmbeddingsConfig
+from libs.common.embeddings._cache import QueryCache
 from libs.common.embeddings._port import (
     EmbeddingConfigurationError,
     EmbeddingError,
@@ -25,6 +27,7 @@ from libs.common.embeddings._port import (
     embed_texts,
 )
 from libs.common.embeddings._split import split_between_words
+from libs.common.metrics import EMBED_BATCH, EMBED_DURATION
 
 __all__ = ["OpenAICompatibleEmbedder", "map_openai_error"]
 
@@ -62,6 +65,7 @@ class OpenAICompatibleEmbedder:
         # Splitting a long text is CPU work: it runs here, never on the event loop; close() drops
         # the jobs not yet started so a stopping process does not wait on them.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-split")
+        self.query_cache = QueryCache(config.query_cache_entries) if config.query_cache_entries else None
         self._closed = False
 
     @property
@@ -77,12 +81,16 @@ class OpenAICompatibleEmbedder:
         if not pieces:
             return []
         kwargs = {"dimensions": self._config.dimensions} if self._config.dimensions else {}
+        started = time.perf_counter()
         try:
             resp = await self._client.embeddings.create(
                 model=self.model, input=list(pieces), encoding_format="float", **kwargs
             )
         except Exception as exc:
             raise map_openai_error(exc) from exc
+        # One request is this provider's model run.
+        EMBED_DURATION.record(time.perf_counter() - started, {"agentlearn.model": self.model})
+        EMBED_BATCH.record(len(pieces), {"agentlearn.model": self.model})
         data = sorted(resp.data, key=lambda d: d.index)
         if len(data) != len(pieces):
             raise EmbeddingUnavailable(f"asked for {len(pieces)} vectors, got {len(data)}")
