@@ -142,3 +142,21 @@ async def test_a_pass_worker_ticks_its_passes_under_their_leases_and_stops_on_si
         proc.send_signal(signal.SIGTERM)
         async with asyncio.timeout(30):
             assert await proc.wait() == 0
+
+
+@pytest.mark.parametrize("command", ["pass", "passes"])
+def test_pass_help_lists_every_pass_of_the_build(command):
+    """An operator finds a pass's name in ``./run pass --help``, not in the code."""
+    from services.runner.registry import PASSES
+
+    out = subprocess.run(
+        [sys.executable, "-m", "services.runner", command, "--help"],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    listed = out.split("passes (name, the service it belongs to):", 1)[1].split()
+    assert set(PASSES) <= set(listed), out

@@ -26,6 +26,16 @@ from services.runner.registry import PASSES, SERVICES, embedder_mode, migrations
 _log = logging.getLogger("agentlearn")
 
 
+def _passes_epilog() -> str:
+    """The passes of this build, for ``--help`` (an operator should not read the code to find one)."""
+    width = max(len(name) for name in PASSES)
+    lines = [
+        f"  {name:<{width}}  {home.service}" + (f" (calls {', '.join(home.calls)})" if home.calls else "")
+        for name, home in sorted(PASSES.items())
+    ]
+    return "passes (name, the service it belongs to):\n" + "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="./run", description="agentlearn runner")
     sub = p.add_subparsers(dest="command", required=True)
@@ -64,12 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("service", choices=sorted(SERVICES))
     serving(serve)
 
-    run_pass_p = sub.add_parser("pass", help="run one background pass once (lease-claimed)")
+    run_pass_p = sub.add_parser(
+        "pass",
+        help="run one background pass once (lease-claimed)",
+        epilog=_passes_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     common(run_pass_p)
-    run_pass_p.add_argument("name")
+    run_pass_p.add_argument("name", help="the pass to run (listed below)")
 
     passes_p = sub.add_parser(
-        "passes", help="a long-running worker ticking the named passes on their clocks (lease-claimed each tick)"
+        "passes",
+        help="a long-running worker ticking the named passes on their clocks (lease-claimed each tick)",
+        epilog=_passes_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     common(passes_p)
     passes_p.add_argument("names", nargs="+", metavar="NAME")
