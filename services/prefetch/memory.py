@@ -51,7 +51,7 @@ class MemoryNote:
     # ledger's row: a cached answer is already a selection.
     similarity: float = 0.0
     lexical_rank: float = 0.0
-    found_by: frozenset[str] = frozenset()  # {"vector", "lexical", "recency"}
+    found_by: frozenset[str] = frozenset()  # {"vector", "lexical", "recency", "neighbour"}
 
     @classmethod
     def from_pb(cls, note: diary_pb.Note) -> MemoryNote:
@@ -87,6 +87,7 @@ _HALVES = {
     diary_pb.RECALL_HALF_VECTOR: "vector",
     diary_pb.RECALL_HALF_LEXICAL: "lexical",
     diary_pb.RECALL_HALF_RECENCY: "recency",
+    diary_pb.RECALL_HALF_NEIGHBOUR: "neighbour",
 }
 
 
