@@ -45,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import pickle
 import re
 import shutil
 import statistics
@@ -226,6 +227,15 @@ def _previous_overlap_rule(data: dict) -> str:
     return json.dumps({"selected": [cid for _, _, cid in sorted(scored)[: int(data.get("max_selected", 10))]]})
 
 
+def diary_with(service, relevance):  # type: ignore[no-untyped-def]
+    """A second DiaryService over the same store and index with another relevance config."""
+    from services.diary.service import DiaryService
+
+    return DiaryService(
+        service.store, service.embedder, service.index, service.clock, service.config, service.events, relevance
+    )
+
+
 class BlockPath:
     """The personal-memory block's path of BuildTurnContext on one RecallNotes response: the
     prefetch's MemoryNote, select_notes through the offline provider, render_block."""
@@ -354,6 +364,12 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
         from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 
         servicer = DiaryServicer(service)
+        # The same diary with the vector half not held to the model's relevance floor: what the floor
+        # costs this measurement (the product keeps it: an unrelated ask gets no topical candidates).
+        from libs.common.config import RelevanceConfig
+
+        unfloored = DiaryServicer(diary_with(service, RelevanceConfig(floors={embedder.model: 0.0})))
+        dumped: list[dict] = []
         block_path = BlockPath(settings, clock)
         previous_path = BlockPath(settings, clock, _previous_overlap_rule)
         half_of = {diary_pb.RECALL_HALF_VECTOR: "vector", diary_pb.RECALL_HALF_LEXICAL: "lexical",
@@ -363,7 +379,13 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
             "vector+lexical+neighbours (no recency)", "pool, recency half 10", "pool (all halves)",
         ]  # fmt: skip
         scores = {h: Score() for h in halves}
-        blocks = {"block": Score(), "block (previous: word overlap)": Score()}
+        blocks = {
+            "block": Score(),
+            "block (previous: word overlap)": Score(),
+            "block, no relevance floor": Score(),
+            "block (previous), no relevance floor": Score(),
+        }
+        no_floor_pool = Score()
         by_category: dict[object, dict[str, Score]] = defaultdict(lambda: {"pool": Score(), "block": Score()})
         shown_sizes: list[int] = []
         sweep = {int(n): (Score(), []) for n in args.neighbour_sweep.split(",") if n.strip()}
@@ -417,6 +439,22 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
                 blocks["block (previous: word overlap)"].add(kept, {dia_of[i] for i in before})
                 by_category[qa.get("category")]["pool"].add(kept, allp)
                 by_category[qa.get("category")]["block"].add(kept, {dia_of[i] for i in shown})
+                if args.compare_no_floor:
+                    free = await unfloored.RecallNotes(req, None)  # type: ignore[arg-type]
+                    no_floor_pool.add(kept, {dia_of[c.note.id] for c in free.candidates})
+                    got, _ = await block_path.shown(qa["question"], free)
+                    blocks["block, no relevance floor"].add(kept, {dia_of[i] for i in got})
+                    got, _ = await previous_path.shown(qa["question"], free)
+                    blocks["block (previous), no relevance floor"].add(kept, {dia_of[i] for i in got})
+                if args.dump_pools:
+                    dumped.append(
+                        {"seat": seat, "q": qa["question"], "category": qa.get("category"), "evidence": kept,
+                         "relevance_floor": resp.relevance_floor,
+                         "pool": [{"dia": dia_of[c.note.id], "content": c.note.content,
+                                   "found_by": sorted(half_of.get(h, str(h)) for h in c.found_by),
+                                   "similarity": c.similarity, "lexical_rank": c.lexical_rank,
+                                   "t": c.note.create_time.ToDatetime().timestamp()} for c in resp.candidates]}
+                    )  # fmt: skip
                 for n in sweep:
                     req.neighbour_limit = n
                     other = await servicer.RecallNotes(req, None)  # type: ignore[arg-type]
@@ -457,11 +495,18 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
         )
         print(
             table(
-                ["selection", "micro %", "macro %", "of the pool's"],
-                [[name, sc.micro(), sc.macro(), f"{sc.micro() / max(scores['pool (all halves)'].micro(), 1e-9):.3f}"]
-                 for name, sc in blocks.items()],
+                ["selection", "micro %", "macro %"],
+                [[name, sc.micro(), sc.macro()] for name, sc in blocks.items()],
             )
         )  # fmt: skip
+        blocks = {k: v for k, v in blocks.items() if v.items}
+        if args.compare_no_floor:
+            print(
+                f"pool without the relevance floor: micro {no_floor_pool.micro():.1f} %, "
+                f"macro {no_floor_pool.macro():.1f} %"
+            )
+        if args.dump_pools:
+            Path(args.dump_pools).write_bytes(pickle.dumps({"K": K, "questions": dumped}))  # noqa: ASYNC240 (after the run)
         print(f"block / previous: micro x{new.micro() / max(old.micro(), 1e-9):.3f}, "
               f"macro x{new.macro() / max(old.macro(), 1e-9):.3f}")  # fmt: skip
         cats = sorted(by_category, key=str)
@@ -567,6 +612,8 @@ if __name__ == "__main__":
     p.add_argument("--noise-sample", type=int, default=250, help="questions timed on the noisy table")
     p.add_argument("--neighbours", type=int, default=None, help="RecallNotes neighbour_limit (default: the server's)")
     p.add_argument("--neighbour-sweep", default="", help="extra neighbour_limit values to score the pool at (0,10)")
+    p.add_argument("--compare-no-floor", action="store_true", help="also ask a diary with no relevance floor")
+    p.add_argument("--dump-pools", default="", help="pickle every question's pool here (for bench/experiments)")
     p.add_argument("--skip-variants", action="store_true", help="parts 1 and the block only (no lexical variants)")
     args = p.parse_args()
     asyncio.run(main(args, json.loads(Path(args.data).read_text())))

@@ -164,9 +164,21 @@ async def main(a: argparse.Namespace) -> None:
             f"lexical half alone, LoCoMo dev: {len(rows)} notes in {len(data)} seats, {total} rows in the table "
             f"({a.noise_copies} noise copies), {len(questions)} questions x {a.rounds} rounds, K={a.limit}"
         )
+        # The neighbours read as RecallNotes runs it after the halves: the top 5 lexical hits as anchors.
+        nlat = []
+        for seat, q in questions:
+            top = await pool.fetch(SQL["lexical"], lm.COMPANY, seat, now, 5, q)
+            if top:
+                t = time.perf_counter()
+                await pool.fetch(
+                    SQL["neighbours"], lm.COMPANY, seat, now, [x["create_time"] for x in top], [x["id"] for x in top], 1
+                )  # fmt: skip
+                nlat.append(time.perf_counter() - t)
+        lat["neighbours (5 anchors)"] = nlat
         for name, xs in lat.items():
-            print(f"  {name:<7} p50 {pct(xs, 0.5):7.2f} ms  p90 {pct(xs, 0.9):7.2f} ms  p99 {pct(xs, 0.99):7.2f} ms"
+            print(f"  {name:<22} p50 {pct(xs, 0.5):7.2f} ms  p90 {pct(xs, 0.9):7.2f} ms  p99 {pct(xs, 0.99):7.2f} ms"
                   f"  mean {1000 * statistics.fmean(xs):6.2f} ms")  # fmt: skip
+        lat.pop("neighbours (5 anchors)")
         b, f = lat["before"], lat["after"]
         print(
             f"  after/before: p50 x{pct(f, 0.5) / pct(b, 0.5):.2f}, p99 x{pct(f, 0.99) / pct(b, 0.99):.2f}, "

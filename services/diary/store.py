@@ -39,11 +39,15 @@ SQL = {
     # summed inverse document frequency of the lexemes they share, computed over this seat's matched
     # notes only, so a name that is on every note weighs little and a rare word a lot. On LoCoMo
     # this lifts the lexical top-50 from 70% to 74% of the evidence over ts_rank (bench/locomo.py).
-    # Its cost is the matches: each (matched note, query lexeme) pair is tested once (h) and both
-    # the document frequencies (w) and the sums (top) read those pairs; only (id, create_time, tsv)
-    # of the matches is kept while ranking, and the whole row is read for the top K alone. The rank
-    # is rounded so notes holding the same lexemes tie exactly whatever order the sum ran in (ties:
-    # newest first). The CTEs stay MATERIALIZED: inlined, PostgreSQL re-ran the seat count per row.
+    # Its cost is the matches (a question's date or a speaker's name can match most of a seat): each
+    # (matched note, query lexeme) pair is tested once (h); the document frequencies are a window
+    # over those pairs and the sums a grouping of them, so no step joins the matches to themselves
+    # (the planner cannot estimate a CTE's rows and chose nested loops: a join of the matches with
+    # their sums cost |matches|² comparisons, ~100 ms at 419 matches); only (id, create_time, tsv)
+    # of the matches is kept while ranking and the whole row is read for the top K alone, by key.
+    # The rank is rounded so notes holding the same lexemes tie exactly whatever order the sum ran
+    # in (ties: newest first). The CTEs stay MATERIALIZED: inlined, PostgreSQL re-ran the seat
+    # count per row.
     "lexical": f"""
         WITH q AS (
             SELECT lexeme, quote_literal(lexeme)::tsquery AS lq
@@ -53,12 +57,13 @@ SQL = {
             WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3)
               AND d.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM q)),
         h AS MATERIALIZED (SELECT m.id, m.create_time, q.lexeme FROM m JOIN q ON m.tsv @@ q.lq),
-        w AS MATERIALIZED (
-            SELECT h.lexeme, ln(1 + ((SELECT count(*) FROM m)::float8 - count(*) + 0.5) / (count(*) + 0.5)) AS idf
-            FROM h GROUP BY h.lexeme),
+        hw AS (
+            SELECT h.id, h.create_time,
+                   ln(1 + ((SELECT count(*) FROM m)::float8 - count(*) OVER w + 0.5) / (count(*) OVER w + 0.5)) AS idf
+            FROM h WINDOW w AS (PARTITION BY h.lexeme)),
         top AS MATERIALIZED (
-            SELECT h.id, max(h.create_time) AS ct, round(sum(w.idf)::numeric, 9)::float8 AS rank
-            FROM h JOIN w USING (lexeme) GROUP BY h.id
+            SELECT hw.id, max(hw.create_time) AS ct, round(sum(hw.idf) * 1e9) / 1e9 AS rank
+            FROM hw GROUP BY hw.id
             ORDER BY rank DESC, ct DESC LIMIT $4)
         SELECT {_D_COLUMNS}, top.rank FROM top JOIN agent_diary d ON d.id = top.id
         ORDER BY top.rank DESC, top.ct DESC""",
