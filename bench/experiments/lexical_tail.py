@@ -4,7 +4,11 @@ before (``BEFORE`` below, each matching note tested against each query lexeme tw
 LONG note of its conversation's seat (no vectors: the lexical half does not read them), every
 question asked of its seat by both statements in alternating order, plus ``--noise-copies`` copies
 of every note in other seats of the same company. Prints p50/p99 per statement, their ratio, and
-whether both returned the same notes in the same order with the same ranks.
+whether both returned the same notes in the same order with the same ranks. ``--explore`` also
+times two intermediate candidates measured on the way (each pair tested once; and narrow rows) —
+neither removed the tail, which was the join of the matches to their sums (|matches|² comparisons
+under a nested loop the planner picks for CTEs it cannot estimate), fixed by ranking through a
+window over the pairs.
 
     .venv/bin/python bench/experiments/lexical_tail.py [--rounds 3] [--noise-copies 20]
 """
