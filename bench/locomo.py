@@ -489,6 +489,7 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
                   f"mean size {statistics.fmean(sz):.1f}")  # fmt: skip
         print()
         new, old = blocks["block"], blocks["block (previous: word overlap)"]
+        blocks = {k: v for k, v in blocks.items() if v.items}  # the no-floor rows only when asked
         print(
             "evidence in the rendered ## Personal memory block (BuildTurnContext's path: offline provider, "
             f"at most 10 notes; mean shown {statistics.fmean(shown_sizes):.1f}):"
@@ -499,7 +500,6 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
                 [[name, sc.micro(), sc.macro()] for name, sc in blocks.items()],
             )
         )  # fmt: skip
-        blocks = {k: v for k, v in blocks.items() if v.items}
         if args.compare_no_floor:
             print(
                 f"pool without the relevance floor: micro {no_floor_pool.micro():.1f} %, "
