@@ -14,8 +14,17 @@ vector is embedded inline and indexed exactly as the service does), in session o
 The date prefix carries the session date the turn belongs to (LoCoMo's temporal questions are
 answered from it; --no-date drops it); a turn that shares an image carries BLIP's caption (the
 dataset's stand-in for the image; --no-caption drops it). Every question is then asked with
-``service.recall(company, seat, question, K, K, K, None)`` and each evidence dia_id is looked up
-in the three halves of the pool (``Candidate.found_by``).
+RecallNotes (``DiaryServicer.RecallNotes``, the servicer the prefetch calls, with K per half) and
+each evidence dia_id is looked up in the halves of the pool (``RecallCandidate.found_by``).
+
+The rendered block: every pool then goes through the ``## Personal memory`` block's own path in
+BuildTurnContext — ``MemoryNote.from_candidate`` over the response, ``memory.select_notes`` with
+at most ``MEMORY_BLOCK_NOTES`` (10) through an ``AuxiliaryModel`` whose one provider is the offline
+provider with the prefetch's own rules (``services.prefetch.bootstrap.register_rules``), and
+``memory.render_block`` — and the evidence whose note is in the rendered block is counted (no
+senders: a LoCoMo question has none). For the ratio against the previous implementation, the
+same pools are also selected by the word-overlap rule the offline filter ran before issue 14
+(``_previous_overlap_rule``, kept here only as that baseline).
 
 Evidence ids are normalised: "D8:6; D9:17" is split, "D:11:26" read as "D11:26"; an id that names
 no turn of its conversation is dropped (counted), and a question left with no evidence is skipped
@@ -36,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import pickle
 import re
 import shutil
 import statistics
@@ -53,6 +63,7 @@ from libs.common.config import load_settings  # noqa: E402
 from libs.common.infra import open_infra  # noqa: E402
 from services.diary import bootstrap  # noqa: E402
 from services.diary.domain import NoteSource, NoteTier  # noqa: E402
+from services.diary.servicer import DiaryServicer  # noqa: E402
 from services.diary.store import _COLUMNS, SQL  # noqa: E402
 
 COMPANY = "locomo"
@@ -199,6 +210,64 @@ def evidence_ids(raw: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+# ------------------------------------------------------------------------------------ the block
+
+
+def _previous_overlap_rule(data: dict) -> str:
+    """The offline memory filter before issue 14 (word overlap, then pool order): the baseline of
+    the block's ratio, not product code."""
+    from services.prefetch.text import content_words
+
+    query = set(content_words(str(data.get("query", ""))))
+    scored = []
+    for i, cand in enumerate(data.get("candidates", [])):
+        score = len(set(content_words(str(cand.get("content", "")))) & query)
+        if score:
+            scored.append((-score, i, cand["id"]))
+    return json.dumps({"selected": [cid for _, _, cid in sorted(scored)[: int(data.get("max_selected", 10))]]})
+
+
+def diary_with(service, relevance):  # type: ignore[no-untyped-def]
+    """A second DiaryService over the same store and index with another relevance config."""
+    from services.diary.service import DiaryService
+
+    return DiaryService(
+        service.store, service.embedder, service.index, service.clock, service.config, service.events, relevance
+    )
+
+
+class BlockPath:
+    """The personal-memory block's path of BuildTurnContext on one RecallNotes response: the
+    prefetch's MemoryNote, select_notes through the offline provider, render_block."""
+
+    def __init__(self, settings, clock, rule=None) -> None:  # type: ignore[no-untyped-def]
+        from libs.common.auxmodel import Attribution, AuxiliaryModel, OfflineProvider, OfflineRules, Stage
+        from services.prefetch import bootstrap as prefetch_bootstrap
+        from services.prefetch import memory
+
+        rules = OfflineRules()
+        prefetch_bootstrap.register_rules(rules)
+        if rule is not None:
+            rules.register(memory.FILTER_PURPOSE, rule)
+        names = [n for n, c in settings.providers.llm.items() if c.kind == "offline"]
+        assert names, "the default settings name the offline provider"
+        # No budget ledger and no event sink: their writes are not what is measured here.
+        self.aux = AuxiliaryModel(settings, {n: OfflineProvider(rules, name=n) for n in names}, None, None, clock)
+        self.memory = memory
+        self.attribution = Attribution(COMPANY, "", Stage.TURN, memory.FILTER_PURPOSE)
+
+    async def shown(self, question: str, resp) -> tuple[list[str], str]:  # type: ignore[no-untyped-def]
+        """The ids of the notes in the rendered block, and the block."""
+        from services.prefetch.domain import MEMORY_BLOCK_NOTES
+
+        pool = [self.memory.MemoryNote.from_candidate(c) for c in resp.candidates]
+        selected = await self.memory.select_notes(
+            self.aux, self.attribution, question, [], pool, MEMORY_BLOCK_NOTES, 5.0
+        )  # fmt: skip
+        block = self.memory.render_block(selected, has_notes=bool(pool))
+        return [n.id for n in selected if f"- {n.content.strip().splitlines()[0]}" in block], block
+
+
 # ------------------------------------------------------------------------------------ metrics
 
 
@@ -281,7 +350,7 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
                     turn["dia_id"],
                 )
                 note, skipped = written[0], written[1]  # (note, why no vector, ...) across versions
-                dia_of[note.id] = turn["dia_id"]
+                dia_of[str(note.id)] = turn["dia_id"]
                 known.add(turn["dia_id"])
                 unembedded += skipped is not None
                 n_notes += 1
@@ -291,9 +360,35 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
         now = clock.now()
         await pool.execute("ANALYZE agent_diary")
 
-        # ---- ask every question through service.recall
-        halves = ["vector", "lexical", "recency", "vector+lexical", "pool (all three)"]
+        # ---- ask every question through RecallNotes; render the block from each pool
+        from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
+
+        servicer = DiaryServicer(service)
+        # The same diary with the vector half not held to the model's relevance floor: what the floor
+        # costs this measurement (the product keeps it: an unrelated ask gets no topical candidates).
+        from libs.common.config import RelevanceConfig
+
+        unfloored = DiaryServicer(diary_with(service, RelevanceConfig(floors={embedder.model: 0.0})))
+        dumped: list[dict] = []
+        block_path = BlockPath(settings, clock)
+        previous_path = BlockPath(settings, clock, _previous_overlap_rule)
+        half_of = {diary_pb.RECALL_HALF_VECTOR: "vector", diary_pb.RECALL_HALF_LEXICAL: "lexical",
+                   diary_pb.RECALL_HALF_RECENCY: "recency", diary_pb.RECALL_HALF_NEIGHBOUR: "neighbour"}  # fmt: skip
+        halves = [
+            "vector", "lexical", "recency", "neighbour", "vector+lexical", "vector+lexical+recency (no neighbours)",
+            "vector+lexical+neighbours (no recency)", "pool, recency half 10", "pool (all halves)",
+        ]  # fmt: skip
         scores = {h: Score() for h in halves}
+        blocks = {
+            "block": Score(),
+            "block (previous: word overlap)": Score(),
+            "block, no relevance floor": Score(),
+            "block (previous), no relevance floor": Score(),
+        }
+        no_floor_pool = Score()
+        by_category: dict[object, dict[str, Score]] = defaultdict(lambda: {"pool": Score(), "block": Score()})
+        shown_sizes: list[int] = []
+        sweep = {int(n): (Score(), []) for n in args.neighbour_sweep.split(",") if n.strip()}
         questions: list[tuple[str, str, list[str], set[str], set[str]]] = []  # seat, q, evidence, vec, rec
         n_q = skipped_q = dropped_ids = 0
         pool_sizes = []
@@ -308,22 +403,67 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
                 if not kept:
                     skipped_q += 1
                     continue
-                r = await service.recall(COMPANY, seat, qa["question"], K, K, K, None)
+                req = diary_pb.RecallNotesRequest(
+                    company=COMPANY, seat=seat, query=qa["question"], vector_limit=K, recency_limit=K,
+                    lexical_limit=K,
+                )  # fmt: skip
+                if args.neighbours is not None:
+                    req.neighbour_limit = args.neighbours
+                resp = await servicer.RecallNotes(req, None)  # type: ignore[arg-type]
                 by: dict[str, set[str]] = defaultdict(set)
-                for c in r.candidates:
+                for c in resp.candidates:
                     for h in c.found_by:
-                        by[h].add(dia_of[c.note.id])
-                allp = {dia_of[c.note.id] for c in r.candidates}
+                        by[half_of.get(h, diary_pb.RecallHalf.Name(h))].add(dia_of[c.note.id])
+                allp = {dia_of[c.note.id] for c in resp.candidates}
                 pool_sizes.append(len(allp))
                 scores["vector"].add(kept, by["vector"])
                 scores["lexical"].add(kept, by["lexical"])
                 scores["recency"].add(kept, by["recency"])
+                scores["neighbour"].add(kept, by["neighbour"])
                 scores["vector+lexical"].add(kept, by["vector"] | by["lexical"])
-                scores["pool (all three)"].add(kept, allp)
+                scores["vector+lexical+recency (no neighbours)"].add(kept, by["vector"] | by["lexical"] | by["recency"])
+                scores["vector+lexical+neighbours (no recency)"].add(
+                    kept, by["vector"] | by["lexical"] | by["neighbour"]
+                )
+                newest = sorted(
+                    (c for c in resp.candidates if diary_pb.RECALL_HALF_RECENCY in c.found_by),
+                    key=lambda c: -c.note.create_time.ToDatetime().timestamp(),
+                )[:10]
+                rec10 = {dia_of[c.note.id] for c in newest}
+                scores["pool, recency half 10"].add(kept, by["vector"] | by["lexical"] | by["neighbour"] | rec10)
+                scores["pool (all halves)"].add(kept, allp)
+                shown, _ = await block_path.shown(qa["question"], resp)
+                blocks["block"].add(kept, {dia_of[i] for i in shown})
+                shown_sizes.append(len(shown))
+                before, _ = await previous_path.shown(qa["question"], resp)
+                blocks["block (previous: word overlap)"].add(kept, {dia_of[i] for i in before})
+                by_category[qa.get("category")]["pool"].add(kept, allp)
+                by_category[qa.get("category")]["block"].add(kept, {dia_of[i] for i in shown})
+                if args.compare_no_floor:
+                    free = await unfloored.RecallNotes(req, None)  # type: ignore[arg-type]
+                    no_floor_pool.add(kept, {dia_of[c.note.id] for c in free.candidates})
+                    got, _ = await block_path.shown(qa["question"], free)
+                    blocks["block, no relevance floor"].add(kept, {dia_of[i] for i in got})
+                    got, _ = await previous_path.shown(qa["question"], free)
+                    blocks["block (previous), no relevance floor"].add(kept, {dia_of[i] for i in got})
+                if args.dump_pools:
+                    dumped.append(
+                        {"seat": seat, "q": qa["question"], "category": qa.get("category"), "evidence": kept,
+                         "relevance_floor": resp.relevance_floor,
+                         "pool": [{"dia": dia_of[c.note.id], "content": c.note.content,
+                                   "found_by": sorted(half_of.get(h, str(h)) for h in c.found_by),
+                                   "similarity": c.similarity, "lexical_rank": c.lexical_rank,
+                                   "t": c.note.create_time.ToDatetime().timestamp()} for c in resp.candidates]}
+                    )  # fmt: skip
+                for n in sweep:
+                    req.neighbour_limit = n
+                    other = await servicer.RecallNotes(req, None)  # type: ignore[arg-type]
+                    sweep[n][0].add(kept, {dia_of[c.note.id] for c in other.candidates})
+                    sweep[n][1].append(len(other.candidates))
                 questions.append((seat, qa["question"], kept, by["vector"], by["recency"]))
                 # sanity: the store's lexical half, asked directly, returns the same notes
                 rows = await pool.fetch(SQL["lexical"], COMPANY, seat, now, K, qa["question"])
-                lexical_mismatch += {dia_of[x["id"]] for x in rows} != by["lexical"]
+                lexical_mismatch += {dia_of[str(x["id"])] for x in rows} != by["lexical"]
         recall_s = time.perf_counter() - t0
 
         print(f"LoCoMo diary candidate pool: {Path(args.data).name}, K={K} per half")
@@ -341,8 +481,47 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
             f"store lexical == service lexical half: {len(questions) - lexical_mismatch}/{len(questions)}"
         )
         print()
+        sizes = f"mean pool size {statistics.fmean(pool_sizes):.1f}"
         print(table(["half", "micro %", "macro %"], [[h, scores[h].micro(), scores[h].macro()] for h in halves]))
+        print(f"({sizes}; neighbour_limit {'server default' if args.neighbours is None else args.neighbours})")
+        for n, (sc, sz) in sweep.items():
+            print(f"pool with neighbour_limit {n}: micro {sc.micro():.1f} %, macro {sc.macro():.1f} %, "
+                  f"mean size {statistics.fmean(sz):.1f}")  # fmt: skip
         print()
+        new, old = blocks["block"], blocks["block (previous: word overlap)"]
+        blocks = {k: v for k, v in blocks.items() if v.items}  # the no-floor rows only when asked
+        print(
+            "evidence in the rendered ## Personal memory block (BuildTurnContext's path: offline provider, "
+            f"at most 10 notes; mean shown {statistics.fmean(shown_sizes):.1f}):"
+        )
+        print(
+            table(
+                ["selection", "micro %", "macro %"],
+                [[name, sc.micro(), sc.macro()] for name, sc in blocks.items()],
+            )
+        )  # fmt: skip
+        if args.compare_no_floor:
+            print(
+                f"pool without the relevance floor: micro {no_floor_pool.micro():.1f} %, "
+                f"macro {no_floor_pool.macro():.1f} %"
+            )
+        if args.dump_pools:
+            Path(args.dump_pools).write_bytes(pickle.dumps({"K": K, "questions": dumped}))  # noqa: ASYNC240 (after the run)
+        print(f"block / previous: micro x{new.micro() / max(old.micro(), 1e-9):.3f}, "
+              f"macro x{new.macro() / max(old.macro(), 1e-9):.3f}")  # fmt: skip
+        cats = sorted(by_category, key=str)
+        print(
+            table(
+                ["LoCoMo category", *[str(c) for c in cats]],
+                [["n (questions)", *[len(by_category[c]["pool"].fracs) for c in cats]],
+                 ["pool micro %", *[by_category[c]["pool"].micro() for c in cats]],
+                 ["block micro %", *[by_category[c]["block"].micro() for c in cats]]],
+            )
+        )  # fmt: skip
+        print()
+        if args.skip_variants:
+            print(f"total {time.perf_counter() - t_start:.0f}s")
+            return
 
         # ---- part 2: lexical variants
         # Every question runs every variant, in a rotating order, so drift on a shared machine
@@ -359,7 +538,7 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
                 t = time.perf_counter()
                 rows = await pool.fetch(vs[name], COMPANY, seat, now, K, q)
                 lat[name].append(time.perf_counter() - t)
-                got[name][i] = {dia_of[x["id"]] for x in rows}
+                got[name][i] = {dia_of[str(x["id"])] for x in rows}
         results = got
         rows_out = []
         for name in names:
@@ -399,7 +578,7 @@ async def main(args: argparse.Namespace, data: list[dict]) -> None:
                     t = time.perf_counter()
                     rows = await pool.fetch(vs[name], COMPANY, seat, now, K, q)
                     ntimes[name].append(time.perf_counter() - t)
-                    equal[name] += {dia_of.get(x["id"], "?") for x in rows} == results[name][i]
+                    equal[name] += {dia_of.get(str(x["id"]), "?") for x in rows} == results[name][i]
             for name in names:
                 noise_lat[name] = statistics.median(ntimes[name]) * 1000
                 same[name] = f"{equal[name]}/{len(sample)}"
@@ -431,6 +610,11 @@ if __name__ == "__main__":
     p.add_argument("--no-caption", action="store_true", help="omit the shared image's caption")
     p.add_argument("--noise-copies", type=int, default=20, help="copies of every note in other seats (0: skip)")
     p.add_argument("--noise-sample", type=int, default=250, help="questions timed on the noisy table")
+    p.add_argument("--neighbours", type=int, default=None, help="RecallNotes neighbour_limit (default: the server's)")
+    p.add_argument("--neighbour-sweep", default="", help="extra neighbour_limit values to score the pool at (0,10)")
+    p.add_argument("--compare-no-floor", action="store_true", help="also ask a diary with no relevance floor")
+    p.add_argument("--dump-pools", default="", help="pickle every question's pool here (for bench/experiments)")
+    p.add_argument("--skip-variants", action="store_true", help="parts 1 and the block only (no lexical variants)")
     args = p.parse_args()
     asyncio.run(main(args, json.loads(Path(args.data).read_text())))
     sys.exit(0)

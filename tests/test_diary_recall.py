@@ -1,7 +1,11 @@
 """RecallNotes: the candidate pool is vector top-K ∪ recency top-K ∪ lexical top-K, each K 50 by
-default and 0 switching its half off, deduped by id, one seat, unexpired, the query's model only."""
+default and 0 switching its half off, deduped by id, one seat, unexpired, the query's model only;
+and the neighbours half (the notes written next to the best hits). The lexical half's ranking is
+checked against an IDF computed here from the seat's own lexemes."""
 
 from __future__ import annotations
+
+import math
 
 import grpc
 import pytest
@@ -40,6 +44,8 @@ async def write(stub, content, *, seat="ana", tier=pb.NOTE_TIER_LONG, ttl=0, clo
 
 
 def recall(stub, query, seat="ana", **limits):  # type: ignore[no-untyped-def]
+    # The neighbours half is off unless a test is about it: the others test their own halves.
+    limits.setdefault("neighbour_limit", 0)
     return stub.RecallNotes(pb.RecallNotesRequest(company="acme", seat=seat, query=query, **limits))
 
 
@@ -116,7 +122,7 @@ async def test_zero_switches_every_half_off(diary, clock):
     assert resp.embedding_status == embedding_pb2.EMBEDDING_STATUS_SKIPPED
 
 
-@pytest.mark.parametrize("field", ["vector_limit", "recency_limit", "lexical_limit"])
+@pytest.mark.parametrize("field", ["vector_limit", "recency_limit", "lexical_limit", "neighbour_limit"])
 @pytest.mark.parametrize("value", [-1, 501])
 async def test_limits_out_of_range_are_refused(diary, field, value):
     _, stub = diary
@@ -226,3 +232,83 @@ async def test_an_unreachable_index_falls_back_to_an_exact_scan_and_says_so(diar
     note = await write(stub, "Dan joins the platform team on Monday", clock=clock)
     assert note.embedding_model == "all-MiniLM-L6-v2"
     assert await app.infra.pool.fetchval("SELECT indexed FROM agent_diary WHERE id = $1::uuid", note.id) is False
+
+
+# ------------------------------------------------------------------------------------ neighbours
+
+
+async def test_the_neighbours_half_brings_the_notes_written_next_to_the_best_hits(diary, clock):
+    """A fact is stated and qualified over adjacent notes: the note written just after the best hit
+    (no word of the query, nothing like it) comes with it, one on each side and no further; another
+    seat's note written in between is never a neighbour, nor an expired one."""
+    _, stub = diary
+    for f in FACTS:
+        await write(stub, f, clock=clock)
+    before = await write(stub, "Planning notes for the quarter follow.", clock=clock)
+    await write(stub, "Bob is the operator on this.", seat="bob", clock=clock)  # another seat, in between
+    hit = await write(stub, "The Q3 revenue report goes to the board.", clock=clock)
+    await write(stub, "Lunch is at noon.", tier=pb.NOTE_TIER_SHORT, ttl=1, clock=clock)  # expires below
+    after = await write(stub, "It is due on the last Friday of October.", clock=clock)
+    further = await write(stub, "Finance prepares the figures in advance.", clock=clock)
+    clock.advance(days=1, seconds=1)
+    query = "Q3 revenue report"
+    off = await recall(stub, query, recency_limit=0)
+    assert hit.id in {c.note.id for c in off.candidates}
+    assert not {before.id, after.id} & {c.note.id for c in off.candidates}
+    on = await recall(stub, query, recency_limit=0, neighbour_limit=1)
+    found = {c.note.id: set(c.found_by) for c in on.candidates}
+    assert found[before.id] == found[after.id] == {pb.RECALL_HALF_NEIGHBOUR}
+    assert further.id not in found and {c.note.seat for c in on.candidates} == {"ana"}
+    assert [c.note.id for c in on.candidates][-2:] in ([before.id, after.id], [after.id, before.id])  # last
+    # The server's default (learning.diary.neighbour_limit) applies when the field is unset.
+    default = await stub.RecallNotes(pb.RecallNotesRequest(company="acme", seat="ana", query=query, recency_limit=0))
+    assert after.id in {c.note.id for c in default.candidates}
+
+
+async def test_no_topical_hit_means_no_neighbours(diary, clock):
+    _, stub = diary
+    for f in FACTS:
+        await write(stub, f, clock=clock)
+    resp = await recall(stub, "quarterly tax filing for the EU subsidiary", recency_limit=0, neighbour_limit=5)
+    assert list(resp.candidates) == []
+
+
+# ------------------------------------------------------------------------------------ lexical ranking
+
+
+async def test_the_lexical_half_ranks_by_idf_over_the_matched_notes_and_breaks_ties_newest_first(diary, clock):
+    """The reference here: a note matches when it holds any of the query's lexemes; its rank is the
+    sum over those lexemes of ln(1 + (N - df + 0.5) / (df + 0.5)), N the seat's matched notes, df
+    those holding the lexeme; ties newest first; top K. The seat repeats texts (equal ranks) so that
+    K cuts through a tie, which only the time order decides."""
+    app, stub = diary
+    texts = [
+        "Bob prefers weekly status digests",
+        "Bob reviews the staging database",
+        "weekly digests go out on Monday",
+        "the staging database is rebuilt on Sunday",
+        "Carla owns the weekly digest pipeline",
+        "nothing in common here",
+    ]
+    for i in range(24):
+        await write(stub, texts[i % len(texts)], clock=clock)
+        await write(stub, texts[i % len(texts)], seat="other", clock=clock)  # other seats change nothing
+    pool = app.infra.pool
+    for query, k in (("Bob weekly digests", 7), ("staging database on Sunday", 5), ("weekly Bob", 50)):
+        lexemes = set(await pool.fetchval("SELECT tsvector_to_array(to_tsvector('english', $1))", query))
+        rows = await pool.fetch(
+            "SELECT id, create_time, tsvector_to_array(tsv) AS lx FROM agent_diary"
+            " WHERE company = 'acme' AND seat = 'ana'"
+        )
+        matched = [(r["id"], r["create_time"], set(r["lx"]) & lexemes) for r in rows if set(r["lx"]) & lexemes]
+        n = len(matched)
+        df = {lx: sum(lx in m for _, _, m in matched) for lx in lexemes}
+        idf = {lx: math.log(1 + (n - d + 0.5) / (d + 0.5)) for lx, d in df.items()}
+        ranked = sorted(
+            ((sum(idf[lx] for lx in sorted(m)), t, i) for i, t, m in matched),
+            key=lambda x: (-round(x[0], 9), -x[1].timestamp()),
+        )[:k]
+        resp = await recall(stub, query, vector_limit=0, recency_limit=0, lexical_limit=k)
+        assert [c.note.id for c in resp.candidates] == [str(i) for _, _, i in ranked]
+        assert [c.lexical_rank for c in resp.candidates] == pytest.approx([r for r, _, _ in ranked], rel=1e-5)
+        assert len({round(r, 6) for r, _, _ in ranked}) < len(ranked)  # the seat has ties to break

@@ -20,20 +20,24 @@ from services.prefetch.memory import memory_filter_rule
 from services.prefetch.past_turns import rewrite_rule, summary_rule
 
 
-def test_the_offline_filter_picks_shared_words_and_notes_naming_a_sender():
+def test_the_offline_filter_ranks_by_the_pools_scores_and_lifts_notes_naming_a_sender():
+    def cand(cid: str, content: str, sim: float = 0.0, lex: float = 0.0) -> dict:
+        found = (["vector"] if sim else []) + (["lexical"] if lex else []) or ["recency"]
+        return {"id": cid, "content": content, "similarity": sim, "lexical_rank": lex, "found_by": found}
+
     data = {
         "query": "Deploy the billing service",
         "senders": [["Bob", "bob"]],
         "candidates": [
-            {"id": "n1", "content": "The cafeteria closes at two."},
-            {"id": "n2", "content": "Bob dislikes surprise meetings."},
-            {"id": "n3", "content": "Billing deploys need a change ticket."},
-            {"id": "n4", "content": "Deploying the billing service requires the billing on-call."},
+            cand("n1", "The cafeteria closes at two."),
+            cand("n2", "Bob dislikes surprise meetings."),
+            cand("n3", "Billing deploys need a change ticket.", sim=0.5, lex=1.0),
+            cand("n4", "Deploying the billing service requires the billing on-call.", sim=0.7, lex=2.0),
         ],
         "max_selected": 10,
     }
     chosen = json.loads(memory_filter_rule(data))["selected"]
-    assert chosen[0] == "n4" and set(chosen) == {"n2", "n3", "n4"}
+    assert chosen == ["n4", "n2", "n3"]  # the cafeteria: recency alone found it, it names no sender
     assert json.loads(memory_filter_rule({**data, "max_selected": 1}))["selected"] == ["n4"]
 
 

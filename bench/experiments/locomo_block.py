@@ -132,13 +132,26 @@ async def build_pools(args: argparse.Namespace) -> dict:  # type: ignore[type-ar
 
 
 def offline_filter(q: dict) -> list[dict]:  # type: ignore[type-arg]
+    from datetime import UTC, datetime
+
     from services.prefetch.memory import memory_filter_rule
 
     by = {f"n{i}": c for i, c in enumerate(q["pool"], 1)}
+    # The data select_notes gives the rule (since wave 4 it carries what the pool knows of each note).
     data = {
         "query": q["q"],
         "senders": [],
-        "candidates": [{"id": k, "content": c["content"]} for k, c in by.items()],
+        "candidates": [
+            {
+                "id": k,
+                "content": c["content"],
+                "similarity": c["similarity"],
+                "lexical_rank": c["lexical_rank"],
+                "found_by": c["found_by"],
+                "create_time": datetime.fromtimestamp(c["t"], UTC).isoformat(),
+            }
+            for k, c in by.items()
+        ],
         "max_selected": 10,
     }
     return [by[i] for i in json.loads(memory_filter_rule(data))["selected"]]
@@ -247,7 +260,7 @@ def main() -> int:
     )
     rows = [
         ("the pool (ceiling of any selection)", lambda q: q["pool"]),
-        ("offline filter (today: word overlap, pool order)", offline_filter),
+        ("offline filter (services.prefetch.memory.memory_filter_rule)", offline_filter),
         ("vector top 10", lambda q: half_top(q, "vector", "similarity")),
         ("lexical top 10", lambda q: half_top(q, "lexical", "lexical_rank")),
         ("RRF(vector, lexical) k=60, recency tie-break", rrf),

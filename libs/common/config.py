@@ -295,6 +295,14 @@ class DiaryConfig(_Section):
     """memoryRecencyLimit: recency top-K of the candidate pool."""
     lexical_limit: int = 50
     """Beyond the spec: full-text top-K of the candidate pool (0 switches it off)."""
+    neighbour_limit: int = 10
+    """Beyond the spec: how many of the pool's best vector / lexical hits (by the fused score: the
+    similarity min-max over the vector hits plus the lexical rank over the best, equal weights) bring
+    the seat's note written just before and just after each — one indexed read. A fact is stated,
+    qualified and dated across adjacent notes (one reflection writes its notes together; an exchange
+    runs over consecutive turns), so a hit's neighbours carry what the hit alone does not say. 10:
+    the notes the ``## Personal memory`` block can show (MEMORY_BLOCK_NOTES), not a fitted figure.
+    0 switches the half off. Measured on LoCoMo dev only (docs/services/diary.md)."""
     max_recall_limit: int = 500
     """Largest K a caller may ask for per half."""
     sweep_interval_seconds: int = 3600

@@ -9,7 +9,17 @@ from enum import StrEnum
 
 from libs.common.embeddings import Vector as QueryVector  # a query's vector and its model
 
-__all__ = ["COLLECTION_BASE", "DOMAIN", "Candidate", "Note", "NoteSource", "NoteTier", "QueryVector", "Recall"]
+__all__ = [
+    "COLLECTION_BASE",
+    "DOMAIN",
+    "Candidate",
+    "Note",
+    "NoteSource",
+    "NoteTier",
+    "QueryVector",
+    "Recall",
+    "fused_scores",
+]
 
 DOMAIN = "diary.agentlearn.dev"
 COLLECTION_BASE = "diary_notes"
@@ -48,7 +58,7 @@ class Note:
 @dataclass
 class Candidate:
     note: Note
-    found_by: set[str] = field(default_factory=set)  # {"vector", "recency", "lexical"}
+    found_by: set[str] = field(default_factory=set)  # {"vector", "recency", "lexical", "neighbour"}
     similarity: float = 0.0
     lexical_rank: float = 0.0
 
@@ -61,3 +71,17 @@ class Recall:
     unreachable_by_vector: int
     relevance_floor: float | None = None
     """The query model's floor the vector half was held to (None: the model has none)."""
+
+
+def fused_scores(candidates: list[Candidate]) -> list[float]:
+    """What the pool knows of each candidate, in 0..1: the mean of its similarity min-max scaled
+    over the vector hits (a lone hit, or hits all alike, 1) and its lexical rank over the pool's
+    best. Equal weights, nothing fitted (the prefetch's offline filter ranks by the same score)."""
+    sims = [c.similarity for c in candidates if "vector" in c.found_by]
+    lo, hi = (min(sims), max(sims)) if sims else (0.0, 0.0)
+    lex_max = max((c.lexical_rank for c in candidates), default=0.0)
+    out = []
+    for c in candidates:
+        vec = ((c.similarity - lo) / (hi - lo) if hi > lo else 1.0) if "vector" in c.found_by else 0.0
+        out.append(0.5 * vec + 0.5 * (c.lexical_rank / lex_max if lex_max > 0 else 0.0))
+    return out

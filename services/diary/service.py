@@ -37,6 +37,7 @@ from services.diary.domain import (
     NoteTier,
     QueryVector,
     Recall,
+    fused_scores,
 )
 from services.diary.store import PostgresNoteStore
 
@@ -185,6 +186,7 @@ class DiaryService:
         recency_limit: int | None,
         lexical_limit: int | None,
         query_vector: QueryVector | None,
+        neighbour_limit: int | None = None,
     ) -> Recall:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         cap = self.config.max_recall_limit
@@ -196,6 +198,9 @@ class DiaryService:
         )
         k_lex = optional_limit(
             lexical_limit, "lexical_limit", default=self.config.lexical_limit, maximum=cap, domain=DOMAIN
+        )
+        k_nei = optional_limit(
+            neighbour_limit, "neighbour_limit", default=self.config.neighbour_limit, maximum=cap, domain=DOMAIN
         )
         now = self.clock.now()
         pool: dict[uuid.UUID, Candidate] = {}
@@ -246,9 +251,22 @@ class DiaryService:
             add(note, "lexical", rank=rank)
         for note in recent:
             add(note, "recency")
+        if k_nei and (vector_hits or lexical_hits):
+            # The neighbours half: what was written next to the best topical hits. It needs their
+            # scores, so it is the one read that waits for the others (one statement).
+            hits = [c for c in pool.values() if c.found_by & {"vector", "lexical"}]
+            scored = sorted(
+                zip(fused_scores(hits), hits, strict=True), key=lambda p: (-p[0], -p[1].note.create_time.timestamp())
+            )
+            for note in await self.store.neighbours(company, seat, now, [c.note for _, c in scored[:k_nei]]):
+                add(note, "neighbour")
 
         def order(c: Candidate) -> tuple:
-            tier = 0 if "vector" in c.found_by else (1 if "lexical" in c.found_by else 2)
+            tier = (
+                0
+                if "vector" in c.found_by
+                else (1 if "lexical" in c.found_by else (2 if "recency" in c.found_by else 3))
+            )
             return (tier, -c.similarity, -c.lexical_rank, -c.note.create_time.timestamp())
 
         return Recall(sorted(pool.values(), key=order), status, source, unreachable, floor)

@@ -24,7 +24,12 @@ _SOURCE_TO_PB = {
     NoteSource.OPERATOR: pb.NOTE_SOURCE_OPERATOR,
 }
 _SOURCE_FROM_PB = {v: k for k, v in _SOURCE_TO_PB.items()}
-_HALF = {"vector": pb.RECALL_HALF_VECTOR, "recency": pb.RECALL_HALF_RECENCY, "lexical": pb.RECALL_HALF_LEXICAL}
+_HALF = {
+    "vector": pb.RECALL_HALF_VECTOR,
+    "recency": pb.RECALL_HALF_RECENCY,
+    "lexical": pb.RECALL_HALF_LEXICAL,
+    "neighbour": pb.RECALL_HALF_NEIGHBOUR,
+}
 _EMBEDDING_STATUS = {
     "embedded": embedding_pb2.EMBEDDING_STATUS_EMBEDDED,
     "provided": embedding_pb2.EMBEDDING_STATUS_PROVIDED,
@@ -85,6 +90,7 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
             request.recency_limit if request.HasField("recency_limit") else None,
             request.lexical_limit if request.HasField("lexical_limit") else None,
             query_vector(request.query_embedding, domain=DOMAIN) if request.HasField("query_embedding") else None,
+            request.neighbour_limit if request.HasField("neighbour_limit") else None,
         )
         return pb.RecallNotesResponse(
             candidates=[

@@ -19,6 +19,7 @@ __all__ = ["PostgresNoteStore"]
 
 _COLUMNS = """id, company, seat, content, tier, source, turn_id, create_time, expire_time, use_count,
               last_used_time, embedding_model, embedding_dims"""
+_D_COLUMNS = ", ".join(f"d.{c.strip()}" for c in _COLUMNS.split(","))
 _LIVE = "(expire_time IS NULL OR expire_time > $3)"
 
 SQL = {
@@ -38,24 +39,48 @@ SQL = {
     # summed inverse document frequency of the lexemes they share, computed over this seat's matched
     # notes only, so a name that is on every note weighs little and a rare word a lot. On LoCoMo
     # this lifts the lexical top-50 from 70% to 74% of the evidence over ts_rank (bench/locomo.py).
-    # The CTEs stay MATERIALIZED: inlined, PostgreSQL re-ran the seat count per row.
+    # Its cost is the matches (a question's date or a speaker's name can match most of a seat): each
+    # (matched note, query lexeme) pair is tested once (h); the document frequencies are a window
+    # over those pairs and the sums a grouping of them, so no step joins the matches to themselves
+    # (the planner cannot estimate a CTE's rows and chose nested loops: a join of the matches with
+    # their sums cost |matches|² comparisons, ~100 ms at 419 matches); only (id, create_time, tsv)
+    # of the matches is kept while ranking and the whole row is read for the top K alone, by key.
+    # The rank is rounded so notes holding the same lexemes tie exactly whatever order the sum ran
+    # in (ties: newest first). The CTEs stay MATERIALIZED: inlined, PostgreSQL re-ran the seat
+    # count per row.
     "lexical": f"""
         WITH q AS (
             SELECT lexeme, quote_literal(lexeme)::tsquery AS lq
             FROM unnest(tsvector_to_array(to_tsvector('english', $5))) AS lexeme),
         m AS MATERIALIZED (
-            SELECT {_COLUMNS}, d.tsv FROM agent_diary d
+            SELECT d.id, d.create_time, d.tsv FROM agent_diary d
             WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3)
               AND d.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM q)),
-        n AS MATERIALIZED (SELECT count(*)::float8 AS n FROM m),
-        w AS MATERIALIZED (
-            SELECT q.lq, ln(1 + (n.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
-            FROM q JOIN m ON m.tsv @@ q.lq, n
-            GROUP BY q.lexeme, q.lq, n.n),
-        s AS (SELECT m.id, sum(w.idf) AS rank FROM m JOIN w ON m.tsv @@ w.lq GROUP BY m.id)
-        SELECT {_COLUMNS}, s.rank
-        FROM m JOIN s USING (id)
-        ORDER BY s.rank DESC, m.create_time DESC LIMIT $4""",
+        h AS MATERIALIZED (SELECT m.id, m.create_time, q.lexeme FROM m JOIN q ON m.tsv @@ q.lq),
+        hw AS (
+            SELECT h.id, h.create_time,
+                   ln(1 + ((SELECT count(*) FROM m)::float8 - count(*) OVER w + 0.5) / (count(*) OVER w + 0.5)) AS idf
+            FROM h WINDOW w AS (PARTITION BY h.lexeme)),
+        top AS MATERIALIZED (
+            SELECT hw.id, max(hw.create_time) AS ct, round(sum(hw.idf) * 1e9) / 1e9 AS rank
+            FROM hw GROUP BY hw.id
+            ORDER BY rank DESC, ct DESC LIMIT $4)
+        SELECT {_D_COLUMNS}, top.rank FROM top JOIN agent_diary d ON d.id = top.id
+        ORDER BY top.rank DESC, top.ct DESC""",
+    # The neighbours half: for each anchor (create_time, id), the seat's live note just before it and
+    # just after it in (create_time, id) order — two index probes of the recency index each.
+    "neighbours": f"""
+        SELECT DISTINCT ON (x.id) x.* FROM unnest($4::timestamptz[], $5::uuid[]) AS a(t, id),
+        LATERAL (
+            (SELECT {_COLUMNS} FROM agent_diary d
+             WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3)
+               AND (d.create_time, d.id) < (a.t, a.id)
+             ORDER BY d.create_time DESC, d.id DESC LIMIT $6)
+            UNION ALL
+            (SELECT {_COLUMNS} FROM agent_diary d
+             WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3)
+               AND (d.create_time, d.id) > (a.t, a.id)
+             ORDER BY d.create_time ASC, d.id ASC LIMIT $6)) AS x""",
     # The exact per-seat scan that answers when the index cannot.
     "exact": f"""
         SELECT {_COLUMNS}, 1 - (embedding <=> $5) AS similarity
@@ -157,6 +182,23 @@ class PostgresNoteStore:
     async def lexical(self, company: str, seat: str, now: datetime, query: str, limit: int) -> list[tuple[Note, float]]:
         rows = await self.pool.fetch(SQL["lexical"], company, seat, now, limit, query)
         return [(_note(r), float(r["rank"])) for r in rows]
+
+    async def neighbours(
+        self, company: str, seat: str, now: datetime, anchors: Sequence[Note], radius: int = 1
+    ) -> list[Note]:
+        """The seat's live notes written just before and just after each anchor (``radius`` each side)."""
+        if not anchors:
+            return []
+        rows = await self.pool.fetch(
+            SQL["neighbours"],
+            company,
+            seat,
+            now,
+            [a.create_time for a in anchors],
+            [a.id for a in anchors],
+            radius,
+        )
+        return [_note(r) for r in rows]
 
     async def exact(
         self, company: str, seat: str, now: datetime, vector: np.ndarray, model: str, limit: int

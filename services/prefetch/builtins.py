@@ -204,7 +204,7 @@ class Builtins:
                 cap,
                 False,
             )
-        pool = [memory.MemoryNote.from_pb(c.note) for c in resp.candidates]
+        pool = [memory.MemoryNote.from_candidate(c) for c in resp.candidates]
         who = Who(company, seat, role, turn_id)
         try:
             selected = await memory.select_notes(

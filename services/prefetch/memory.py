@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
@@ -46,6 +47,11 @@ class MemoryNote:
     tier: str  # "long" | "short"
     create_time: str  # ISO date-time
     expire_time: str = ""  # ISO date-time; empty for a LONG note
+    # How the pool found it (RecallCandidate): what the offline filter ranks by. Not part of the
+    # ledger's row: a cached answer is already a selection.
+    similarity: float = 0.0
+    lexical_rank: float = 0.0
+    found_by: frozenset[str] = frozenset()  # {"vector", "lexical", "recency", "neighbour"}
 
     @classmethod
     def from_pb(cls, note: diary_pb.Note) -> MemoryNote:
@@ -58,11 +64,31 @@ class MemoryNote:
         )
 
     @classmethod
+    def from_candidate(cls, cand: diary_pb.RecallCandidate) -> MemoryNote:
+        """A note of RecallNotes' pool with what the pool knows of it (its similarity to the query,
+        its lexical rank, the halves that found it)."""
+        return replace(
+            cls.from_pb(cand.note),
+            similarity=float(cand.similarity),
+            lexical_rank=float(cand.lexical_rank),
+            found_by=frozenset(_HALVES[h] for h in cand.found_by if h in _HALVES),
+        )
+
+    @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> MemoryNote:
-        return cls(**{k: str(row.get(k, "")) for k in ("id", "content", "tier", "create_time", "expire_time")})
+        return cls(**{k: str(row.get(k, "")) for k in _ROW})
 
     def row(self) -> dict[str, str]:
-        return asdict(self)
+        return {k: getattr(self, k) for k in _ROW}
+
+
+_ROW = ("id", "content", "tier", "create_time", "expire_time")
+_HALVES = {
+    diary_pb.RECALL_HALF_VECTOR: "vector",
+    diary_pb.RECALL_HALF_LEXICAL: "lexical",
+    diary_pb.RECALL_HALF_RECENCY: "recency",
+    diary_pb.RECALL_HALF_NEIGHBOUR: "neighbour",
+}
 
 
 class FilterFailed(Exception):
@@ -107,7 +133,19 @@ async def select_notes(
         data={
             "query": query,
             "senders": [s.words() for s in senders],
-            "candidates": [{"id": k, "content": n.content} for k, n in by_short.items()],
+            # What the pool already knows of each note, for the offline rule (a model reads the
+            # listing above; these never reach it).
+            "candidates": [
+                {
+                    "id": k,
+                    "content": n.content,
+                    "similarity": n.similarity,
+                    "lexical_rank": n.lexical_rank,
+                    "found_by": sorted(n.found_by),
+                    "create_time": n.create_time,
+                }
+                for k, n in by_short.items()
+            ],
             "max_selected": max_selected,
         },
         max_tokens=16 + 8 * max_selected,
@@ -164,21 +202,60 @@ def render_block(notes: Sequence[MemoryNote], *, has_notes: bool) -> str:
 # ------------------------------------------------------------------------------------ offline
 
 
+# The fused score a note must reach to be shown offline (0..1, relative to the pool's best; see
+# docs/services/prefetch.md, "The offline memory filter"). A fifth of the best: a note neither half
+# ranks in the upper part of its range is not shown.
+FUSED_FLOOR = 0.2
+# What naming a party to the task adds: as much as being the pool's best match on one signal.
+SENDER_LIFT = 0.5
+
+
+def fused_scores(candidates: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Each candidate's fused score in 0..1: the mean of its vector similarity, min-max scaled over
+    the pool's vector hits (the best hit 1, the weakest 0; a lone hit, or hits all alike, 1), and
+    its lexical rank over the pool's highest (a note the lexical half did not find: 0). Equal
+    weights: neither signal is known to be the better one for an arbitrary seat, and both are
+    already scaled to the same range by what this pool holds, so nothing is fitted to a data set."""
+    sims = [float(c.get("similarity", 0.0)) for c in candidates if "vector" in c.get("found_by", ())]
+    lo, hi = (min(sims), max(sims)) if sims else (0.0, 0.0)
+    lex_max = max((float(c.get("lexical_rank", 0.0)) for c in candidates), default=0.0)
+    out = []
+    for c in candidates:
+        vec = 0.0
+        if "vector" in c.get("found_by", ()):
+            vec = (float(c.get("similarity", 0.0)) - lo) / (hi - lo) if hi > lo else 1.0
+        lex = float(c.get("lexical_rank", 0.0)) / lex_max if lex_max > 0 else 0.0
+        out.append(0.5 * vec + 0.5 * lex)
+    return out
+
+
 def memory_filter_rule(data: Mapping[str, Any]) -> str:
-    """The offline filter: a note that shares a content word with the query, or whose words name a
-    sender (a note about a party to the task bears on it whatever its topic). Most shared words
-    first, then pool order."""
-    query = set(content_words(str(data.get("query", ""))))
+    """The offline filter: rank the pool by what it already knows — the fused vector similarity and
+    lexical rank (:func:`fused_scores`) — plus :data:`SENDER_LIFT` for a note whose words name a
+    sender (a note about a party to the task bears on it whatever its topic); newest first among
+    equals; a note below :data:`FUSED_FLOOR` is not shown (so a recency-only note that names no
+    sender never is: offline there is nothing to judge its bearing by)."""
+    candidates = list(data.get("candidates", []))
     names: set[str] = set()
     for words in data.get("senders", []):
         for w in words:
             names.update(content_words(str(w)))
             names.add(str(w).casefold())
-    scored = []
-    for i, cand in enumerate(data.get("candidates", [])):
-        words = set(content_words(str(cand.get("content", ""))))
-        score = len(words & query) + (2 if words & names else 0)
-        if score:
-            scored.append((-score, i, cand["id"]))
+    scores = fused_scores(candidates)
+    ranked = []
+    for i, (cand, score) in enumerate(zip(candidates, scores, strict=True)):
+        if names and names & set(content_words(str(cand.get("content", "")))):
+            score += SENDER_LIFT
+        if score >= FUSED_FLOOR:
+            ranked.append((-score, -_timestamp(str(cand.get("create_time", ""))), i, cand["id"]))
+    ranked.sort()
     limit = int(data.get("max_selected", 10))
-    return json.dumps({"selected": [cid for _, _, cid in sorted(scored)[:limit]]})
+    return json.dumps({"selected": [cid for *_, cid in ranked[:limit]]})
+
+
+def _timestamp(iso: str) -> float:
+    """A note's ``create_time`` as seconds (the recency tie-break); an unknown time is oldest."""
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else 0.0
+    except ValueError:
+        return 0.0

@@ -340,7 +340,7 @@ class TurnContextBuilder:
         except _READ_ERRORS as err:
             block.source_error = rpc_failure("diary", err)
             return block
-        pool = [memory.MemoryNote.from_pb(c.note) for c in resp.candidates]
+        pool = [memory.MemoryNote.from_candidate(c) for c in resp.candidates]
         try:
             selected = await memory.select_notes(
                 self.deps.aux,
