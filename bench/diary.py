@@ -311,6 +311,7 @@ def recall_request(company: str, seat: str, query: str, qvec: np.ndarray | None,
     req = pb.RecallNotesRequest(company=company, seat=seat, query=query)
     if halves != (50, 50, 50):  # unset means the default of 50
         req.vector_limit, req.recency_limit, req.lexical_limit = halves
+        req.neighbour_limit = 0  # a half alone: no neighbours read after it
     if qvec is not None:
         req.query_embedding.CopyFrom(
             embedding_pb2.Embedding(values=qvec.tolist(), model=model, dimensions=int(qvec.shape[0]))

@@ -573,6 +573,7 @@ class Inspector:
                     vector_limit=SEARCH_POOL,
                     recency_limit=0,
                     lexical_limit=SEARCH_POOL,
+                    neighbour_limit=0,  # a search shows what matches, not the notes written beside it
                 ),
             )
             pool = [c.note for c in resp.candidates if not tier or c.note.tier == tier]

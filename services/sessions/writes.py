@@ -290,6 +290,7 @@ class Writer:
                     vector_limit=DEDUP_CANDIDATES,
                     lexical_limit=0,
                     recency_limit=0,
+                    neighbour_limit=0,  # a duplicate check compares meanings only
                 ),
                 timeout=self._timeout,
             )
