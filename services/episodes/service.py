@@ -17,6 +17,7 @@ from datetime import datetime
 
 import numpy as np
 
+from libs.common.clock import Clock
 from libs.common.config import EpisodesConfig, RelevanceConfig
 from libs.common.embeddings import Embedder, embed_within
 from libs.common.errors import InvalidArgument, NotFound
@@ -139,7 +140,7 @@ class EpisodeService:
         store: PostgresEpisodeStore,
         embedder: Embedder | None,
         index: VectorIndex,
-        clock,  # libs.common.clock.Clock
+        clock: Clock,
         config: EpisodesConfig,
         events: EventSink,
         relevance: RelevanceConfig | None = None,

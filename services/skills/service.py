@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from libs.common.clock import Clock
 from libs.common.config import SkillCuratorConfig, SkillRefinementConfig, SkillSynthesisConfig
 from libs.common.errors import (
     AlreadyExists,
@@ -79,7 +80,7 @@ class SkillService:
     def __init__(
         self,
         store: PostgresSkillStore,
-        clock,  # libs.common.clock.Clock
+        clock: Clock,
         synthesis: SkillSynthesisConfig,
         refinement: SkillRefinementConfig,
         curator: SkillCuratorConfig,
