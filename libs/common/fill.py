@@ -224,7 +224,8 @@ class VectorFill:
             return None
         if row["paused_fingerprint"] != self._embeddings.fingerprint() or row["paused_until"] <= self._clock.now():
             return None
-        return row["paused_until"]
+        until: datetime = row["paused_until"]
+        return until
 
     async def _spend_bytes(self, company: str, size: int, now: datetime) -> bool:
         window = now.replace(second=0, microsecond=0)

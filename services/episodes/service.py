@@ -371,17 +371,17 @@ class EpisodeService:
                 vector.values if vector is not None else None,
                 vector.model if vector is not None else None,
             )
-            for ep, rank, sim in lexical:
+            for ep, rank, lexical_sim in lexical:
                 # A word in common is not relatedness: a lexical hit whose meaning can be compared
                 # (its vector is of the query's model) is held to the same floor. One the fill has
                 # not reached yet can only be found this way, and is kept.
-                if floor is not None and sim is not None and sim < floor and ep.id not in hits:
+                if floor is not None and lexical_sim is not None and lexical_sim < floor and ep.id not in hits:
                     continue
                 hit = hits.setdefault(ep.id, Hit(ep))
                 hit.found_by.add("lexical")
                 hit.lexical_rank = rank
 
-        def order(h: Hit) -> tuple:
+        def order(h: Hit) -> tuple[int, float, float, float]:
             return (0 if "vector" in h.found_by else 1, -h.similarity, -h.lexical_rank, -h.episode.end_time.timestamp())
 
         return Search(sorted(hits.values(), key=order), status, source, unreachable, floor)

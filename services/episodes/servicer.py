@@ -82,7 +82,7 @@ def episode_to_pb(ep: Episode) -> pb.Episode:
     )
 
 
-def _outcome(value: int, field: str) -> TurnOutcome | None:
+def _outcome(value: pb.TurnOutcome, field: str) -> TurnOutcome | None:
     """The outcome, ``None`` when unset (RecordEpisode refuses that, naming the field)."""
     if value == pb.TURN_OUTCOME_UNSPECIFIED:
         return None

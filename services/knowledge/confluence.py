@@ -615,7 +615,9 @@ class ConfluenceBackend:
             return None
         return PromotionResult(str(found["id"]), str(found.get("title") or title), False, ServedMode.CONFLUENCE)
 
-    async def _create(self, space: str, title: str, xhtml: str, parent: str | None, cred: tuple[str, str]) -> dict:
+    async def _create(
+        self, space: str, title: str, xhtml: str, parent: str | None, cred: tuple[str, str]
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "type": "page",
             "title": title,

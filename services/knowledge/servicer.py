@@ -61,12 +61,16 @@ _SOURCE = {
 _SOURCE_BACK = {v: k for k, v in _SOURCE.items()}
 
 
-def mode_to_pb(mode: ServedMode | None) -> int:
+def mode_to_pb(mode: ServedMode | None) -> pb.ServedMode:
     return _MODE[mode] if mode is not None else pb.SERVED_MODE_UNSPECIFIED
 
 
-def mode_from_pb(value: int) -> ServedMode | None:
+def mode_from_pb(value: pb.ServedMode) -> ServedMode | None:
     return _MODE_BACK.get(value)
+
+
+def _reason_to_pb(reason: UnsearchedReason | None) -> pb.UnsearchedReason:
+    return _REASON[reason] if reason is not None else pb.UNSEARCHED_REASON_UNSPECIFIED
 
 
 def page_to_pb(page: Page) -> pb.Page:
@@ -113,13 +117,15 @@ def hit_from_pb(msg: pb.KnowledgeHit) -> KnowledgeHit:
 def outcome_to_pb(outcome: SearchOutcome) -> pb.SearchPagesResponse:
     return pb.SearchPagesResponse(
         served_mode=mode_to_pb(outcome.served),
-        unsearched_reason=_REASON[outcome.unsearched] if outcome.unsearched is not None else 0,
+        unsearched_reason=_reason_to_pb(outcome.unsearched),
         hits=[hit_to_pb(h) for h in outcome.hits],
         detail=outcome.detail,
     )
 
 
-def outcome_from_pb(served: int, reason: int, hits: list[KnowledgeHit], detail: str = "") -> SearchOutcome:
+def outcome_from_pb(
+    served: pb.ServedMode, reason: pb.UnsearchedReason, hits: list[KnowledgeHit], detail: str = ""
+) -> SearchOutcome:
     """An answer as the seam's outcome; one that names neither a mode nor a reason did not run."""
     mode = mode_from_pb(served)
     if mode is not None:
@@ -219,7 +225,7 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         return pb.ListOnboardingPagesResponse(
             pages=[hit_to_pb(h) for h in outcome.hits],
             served_mode=mode_to_pb(outcome.served),
-            unsearched_reason=_REASON[outcome.unsearched] if outcome.unsearched is not None else 0,
+            unsearched_reason=_reason_to_pb(outcome.unsearched),
         )
 
     async def WritePromotionDraft(

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from libs.common.clock import Clock
 from libs.common.config import SkillCuratorConfig, SkillRefinementConfig, SkillSynthesisConfig
@@ -48,6 +50,8 @@ from services.skills.domain import (
 from services.skills.store import PostgresSkillStore, SkillKey, StampFailed
 
 __all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult"]
+
+T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 
@@ -469,7 +473,12 @@ class SkillService:
         return len(moved), sorted(revived), False
 
     async def _announce_revived(
-        self, company: str, seat: str, turn_id: str | None, moved: list, cause: str
+        self,
+        company: str,
+        seat: str,
+        turn_id: str | None,
+        moved: list[tuple[uuid.UUID, str, SkillState, SkillState]],
+        cause: str,
     ) -> list[str]:
         """A ``skill_revived`` event for each stale skill a stamp brought back; their names."""
         revived = []
@@ -820,7 +829,7 @@ class SkillService:
         return await self.store.health(company, seat, self.clock.now())
 
 
-def _typed(value: object, kind: type) -> object:
+def _typed(value: object, kind: type[T]) -> T:
     """A cursor field of the type this service wrote (else the token is not one of ours)."""
     if not isinstance(value, kind) or isinstance(value, bool):
         raise TypeError(f"expected {kind.__name__}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from google.protobuf import json_format, struct_pb2
 
 from agentlearn.telemetry.v1 import telemetry_service_pb2 as pb
@@ -14,9 +17,9 @@ from services.telemetry.service import TelemetryService
 __all__ = ["TelemetryServicer"]
 
 
-def _struct(payload: dict) -> struct_pb2.Struct:
+def _struct(payload: Mapping[str, Any]) -> struct_pb2.Struct:
     out = struct_pb2.Struct()
-    json_format.ParseDict(payload, out, ignore_unknown_fields=True)
+    json_format.ParseDict(dict(payload), out, ignore_unknown_fields=True)
     return out
 
 
