@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
 from libs.common.errors import InvalidArgument
@@ -157,7 +159,7 @@ def _event(i: int, e: pb.SessionEvent) -> Event:
         event_id=e.event_id,
         kind=_KIND[e.kind],
         text=e.text,
-        event_time=when(e, "event_time"),  # type: ignore[arg-type]
+        event_time=e.event_time.ToDatetime(tzinfo=UTC),  # present: checked above
         turn_id=e.turn_id,
         tool_name=e.tool_name,
         source=e.source,

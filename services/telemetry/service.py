@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from libs.common.auth import current_principal
+from libs.common.clock import Clock
 from libs.common.errors import InvalidArgument
 from libs.common.validation import (
     decode_cursor,
@@ -58,7 +59,7 @@ class PurposeTotal:
 
 
 class TelemetryService:
-    def __init__(self, store: PostgresEventReader, clock):  # type: ignore[no-untyped-def]
+    def __init__(self, store: PostgresEventReader, clock: Clock) -> None:
         self.store = store
         self.clock = clock
 

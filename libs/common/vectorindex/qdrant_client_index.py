@@ -28,7 +28,9 @@ class QdrantClientIndex:
         self._create_lock = asyncio.Lock()
 
     @classmethod
-    def for_url(cls, url: str, *, api_key: str | None = None) -> QdrantClientIndex:
+    def for_url(cls, url: str | None, *, api_key: str | None = None) -> QdrantClientIndex:
+        """A Qdrant server; ``url`` None is the client's default (localhost:6333), which is what
+        ``vector_index: qdrant`` without a ``qdrant_url`` has always meant."""
         return cls(AsyncQdrantClient(url=url, api_key=api_key, timeout=5))
 
     @classmethod
