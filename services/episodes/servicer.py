@@ -12,7 +12,15 @@ from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import query_vector, timestamp
 from libs.common.rpctypes import ServicerContext
-from services.episodes.domain import DOMAIN, Episode, EpisodeFilter, EpisodeKind, TurnOutcome
+from services.episodes.domain import (
+    DOMAIN,
+    EmbeddingStatus,
+    Episode,
+    EpisodeFilter,
+    EpisodeKind,
+    TurnOutcome,
+    VectorSource,
+)
 from services.episodes.service import EpisodeService, TurnRecord
 
 __all__ = ["EpisodeServicer", "episode_to_pb"]
@@ -28,16 +36,16 @@ _OUTCOME_TO_PB = {
 _OUTCOME_FROM_PB = {v: k for k, v in _OUTCOME_TO_PB.items()}
 _HALF = {"vector": pb.SEARCH_HALF_VECTOR, "lexical": pb.SEARCH_HALF_LEXICAL}
 _EMBEDDING_STATUS = {
-    "embedded": embedding_pb2.EMBEDDING_STATUS_EMBEDDED,
-    "provided": embedding_pb2.EMBEDDING_STATUS_PROVIDED,
-    "failed": embedding_pb2.EMBEDDING_STATUS_FAILED,
-    "unconfigured": embedding_pb2.EMBEDDING_STATUS_UNCONFIGURED,
-    "skipped": embedding_pb2.EMBEDDING_STATUS_SKIPPED,
+    EmbeddingStatus.EMBEDDED: embedding_pb2.EMBEDDING_STATUS_EMBEDDED,
+    EmbeddingStatus.PROVIDED: embedding_pb2.EMBEDDING_STATUS_PROVIDED,
+    EmbeddingStatus.FAILED: embedding_pb2.EMBEDDING_STATUS_FAILED,
+    EmbeddingStatus.UNCONFIGURED: embedding_pb2.EMBEDDING_STATUS_UNCONFIGURED,
+    EmbeddingStatus.SKIPPED: embedding_pb2.EMBEDDING_STATUS_SKIPPED,
 }
 _VECTOR_SOURCE = {
     None: embedding_pb2.VECTOR_SOURCE_UNSPECIFIED,
-    "index": embedding_pb2.VECTOR_SOURCE_INDEX,
-    "exact_scan": embedding_pb2.VECTOR_SOURCE_EXACT_SCAN,
+    VectorSource.INDEX: embedding_pb2.VECTOR_SOURCE_INDEX,
+    VectorSource.EXACT_SCAN: embedding_pb2.VECTOR_SOURCE_EXACT_SCAN,
 }
 
 

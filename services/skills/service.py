@@ -37,6 +37,7 @@ from services.skills.domain import (
     Gate,
     LearningHealth,
     ObservationKind,
+    ObservationSkip,
     Skill,
     SkillChange,
     SkillState,
@@ -77,7 +78,7 @@ class OfferResult:
 @dataclass(frozen=True)
 class ObservationResult:
     skill: Skill
-    skipped_reason: str | None  # "body_cap" | "archived" | None
+    skipped_reason: ObservationSkip | None
 
 
 class SkillService:
@@ -629,12 +630,12 @@ class SkillService:
                 return ObservationResult(skill, None)  # a redelivery of a bullet already appended
             if skill.state is SkillState.ARCHIVED:
                 # The refiner reads the live catalogue; a skill archived meanwhile is not resurrected.
-                skipped: str | None = "archived"
+                skipped: ObservationSkip | None = ObservationSkip.ARCHIVED
                 result = skill
             else:
                 body = append_practice_bullet(skill.body, bullet)
                 if len(body) > cfg.max_body_chars:
-                    skipped, result = "body_cap", skill
+                    skipped, result = ObservationSkip.BODY_CAP, skill
                 else:
                     skipped = None
                     result = await self.store.new_version(

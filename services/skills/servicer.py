@@ -17,6 +17,7 @@ from services.skills.domain import (
     Gate,
     LearningHealth,
     ObservationKind,
+    ObservationSkip,
     ProposalDisposition,
     ProposalMatch,
     ProposalOrigin,
@@ -58,8 +59,8 @@ _KIND_FROM_PB = {
 }
 _SKIP = {
     None: pb.OBSERVATION_SKIP_REASON_UNSPECIFIED,
-    "body_cap": pb.OBSERVATION_SKIP_REASON_BODY_CAP,
-    "archived": pb.OBSERVATION_SKIP_REASON_ARCHIVED,
+    ObservationSkip.BODY_CAP: pb.OBSERVATION_SKIP_REASON_BODY_CAP,
+    ObservationSkip.ARCHIVED: pb.OBSERVATION_SKIP_REASON_ARCHIVED,
 }
 
 
