@@ -28,9 +28,13 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf import descriptor_pool
+
+if TYPE_CHECKING:
+    from google.protobuf.descriptor_pb2 import MethodOptions
+    from google.protobuf.internal.extension_dict import _ExtensionFieldDescriptor
 
 from libs.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 
@@ -255,7 +259,7 @@ class TokenStore:
             key = uuid.UUID(token_id)
         except ValueError:
             return False
-        status = await self._pool.execute(TOKEN_SQL["revoke"], key, self._clock.now())
+        status: str = await self._pool.execute(TOKEN_SQL["revoke"], key, self._clock.now())
         return status.endswith("1")
 
     async def list(self, company: str | None = None) -> list[TokenRecord]:
@@ -404,8 +408,10 @@ def required_scope(method: str) -> str:
         descriptor = descriptor_pool.Default().FindMethodByName(name)
     except KeyError:
         return "admin"
-    options = descriptor.GetOptions()
-    scope = options.Extensions[auth_pb2.required_scope]
+    # protoc's --pyi_out types an extension as a plain FieldDescriptor; this one extends
+    # MethodOptions with a string.
+    extension = cast("_ExtensionFieldDescriptor[MethodOptions, str]", auth_pb2.required_scope)
+    scope = descriptor.GetOptions().Extensions[extension]
     return scope or "admin"
 
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -936,8 +936,11 @@ class Settings(BaseSettings):
         ``allow``."""
         own = self.company(company).roles.get(role) if role else None
         if own is not None and tool in own.tool_permissions:
-            return own.tool_permissions[tool]  # type: ignore[return-value]
-        return self.sessions.default_tool_permissions.get(tool, "allow")  # type: ignore[return-value]
+            value = own.tool_permissions[tool]
+        else:
+            value = self.sessions.default_tool_permissions.get(tool, "allow")
+        # The models keep plain strings (see _permissions), whose validator admitted only these.
+        return cast(ToolPermission, value)
 
     def default_workspace(self, company: str, user: str) -> str:
         """The workspace of the user's sessions that name none."""

@@ -46,7 +46,11 @@ def _default(value: Any) -> str:
     return f"`{value}`"
 
 
-def _rows(model: type[BaseModel], prefix: str, out: list[tuple[str, str, str]], sections: list) -> None:
+_Section = tuple[str, type[BaseModel], str]
+"""A nested model to document as its own section: (path, model, what it is)."""
+
+
+def _rows(model: type[BaseModel], prefix: str, out: list[tuple[str, str, str]], sections: list[_Section]) -> None:
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
         annotation = field.annotation
@@ -68,7 +72,7 @@ def render() -> str:
     while pending:
         prefix, model, about = pending.pop(0)
         rows: list[tuple[str, str, str]] = []
-        nested: list = []
+        nested: list[_Section] = []
         _rows(model, f"{prefix}." if prefix else "", rows, nested)
         if rows:
             lines.append(f"\n## `{prefix or '(top level)'}`\n")

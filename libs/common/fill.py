@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import asyncpg
 import numpy as np
@@ -52,6 +52,9 @@ from libs.common.db import as_array
 from libs.common.embeddings import Embedder, EmbeddingError, Vector, pool, usable
 from libs.common.events import EventSink
 from libs.common.metrics import FILL_BACKLOG
+
+if TYPE_CHECKING:
+    from libs.common.infra import Infra
 
 __all__ = ["FillReport", "FillRow", "FillSource", "RequestLedger", "VectorFill", "build_fill"]
 
@@ -224,7 +227,8 @@ class VectorFill:
             return None
         if row["paused_fingerprint"] != self._embeddings.fingerprint() or row["paused_until"] <= self._clock.now():
             return None
-        return row["paused_until"]
+        until: datetime = row["paused_until"]
+        return until
 
     async def _spend_bytes(self, company: str, size: int, now: datetime) -> bool:
         window = now.replace(second=0, microsecond=0)
@@ -359,7 +363,7 @@ class VectorFill:
         again every minute without ever being judged."""
         return len(self._config.probe_word.encode()) if self._first_answer else 0
 
-    async def _send(self, company: str, size: int, *, probe: bool = False):  # type: ignore[no-untyped-def]
+    async def _send(self, company: str, size: int, *, probe: bool = False) -> None:
         """Charge one request of ``size`` bytes, or end the minute when a budget is spent."""
         now = self._clock.now()
         ended = self._requests.ended(now)
@@ -572,7 +576,7 @@ class VectorFill:
         self._report.filled += 1
 
 
-def build_fill(infra, sources: Sequence[FillSource]) -> VectorFill | None:  # type: ignore[no-untyped-def]
+def build_fill(infra: Infra, sources: Sequence[FillSource]) -> VectorFill | None:
     """The fill a service's pass runs over its row families; None when no embedder is configured."""
     if infra.embedder is None:
         return None

@@ -40,7 +40,7 @@ class HttpServer:
     host: str
     port: int
     _server: _Server
-    _task: asyncio.Task
+    _task: asyncio.Task[None]
 
     @property
     def address(self) -> str:

@@ -99,7 +99,7 @@ def _held(obj: Any) -> _Held:
         raise _CannotTell(f"unreadable Lease spec ({exc})") from exc
 
 
-def _resource_version(obj: dict) -> str:
+def _resource_version(obj: dict[str, Any]) -> str:
     version = (obj.get("metadata") or {}).get("resourceVersion")
     if not version or not isinstance(version, str):
         raise _CannotTell("the Lease has no resourceVersion")
@@ -278,7 +278,7 @@ class KubernetesLeaseClaimer:
             raise _CannotTell(f"{what}: HTTP {response.status_code} {response.text[:200]!r}")
 
     @staticmethod
-    def _json(response: httpx.Response) -> dict:
+    def _json(response: httpx.Response) -> dict[str, Any]:
         try:
             body = response.json()
         except ValueError as exc:

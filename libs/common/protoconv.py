@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import numpy as np
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.common.v1 import embedding_pb2
@@ -24,9 +25,12 @@ def timestamp(value: datetime | None) -> Timestamp | None:
     return ts
 
 
-def when(msg, field: str) -> datetime | None:  # type: ignore[no-untyped-def]
+def when(msg: Message, field: str) -> datetime | None:
     """A Timestamp field as an aware datetime, or None when it is unset."""
-    return getattr(msg, field).ToDatetime(tzinfo=UTC) if msg.HasField(field) else None
+    if not msg.HasField(field):
+        return None
+    ts: Timestamp = getattr(msg, field)
+    return ts.ToDatetime(tzinfo=UTC)
 
 
 def query_vector(msg: embedding_pb2.Embedding, *, domain: str, field: str = "query_embedding") -> Vector | None:

@@ -22,7 +22,7 @@ import secrets
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -43,6 +43,8 @@ __all__ = [
     "seat_ref",
     "use_page_token_key",
 ]
+
+T = TypeVar("T")
 
 _IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
 
@@ -229,7 +231,9 @@ def decode_page_token(token: str, scope: dict[str, Any], *, domain: str) -> dict
     return cursor
 
 
-def decode_cursor(token: str, scope: dict[str, Any], read: Callable[[dict[str, Any]], Any], *, domain: str) -> Any:
+def decode_cursor(
+    token: str, scope: dict[str, Any], read: Callable[[dict[str, Any]], T], *, domain: str
+) -> T | None:
     """A listing's position from its page token, as ``read`` takes it out of the cursor (None: the
     first page); a cursor ``read`` cannot take apart is a token this service did not issue."""
     cursor = decode_page_token(token, scope, domain=domain)

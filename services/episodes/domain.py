@@ -151,11 +151,28 @@ class Hit:
     lexical_rank: float = 0.0
 
 
+class EmbeddingStatus(StrEnum):
+    """What became of the query's vector (the proto's EmbeddingStatus)."""
+
+    EMBEDDED = "embedded"
+    PROVIDED = "provided"  # the caller sent it
+    FAILED = "failed"
+    UNCONFIGURED = "unconfigured"
+    SKIPPED = "skipped"  # a blank query: nothing to embed
+
+
+class VectorSource(StrEnum):
+    """Which path answered the vector half (the proto's VectorSource)."""
+
+    INDEX = "index"
+    EXACT_SCAN = "exact_scan"  # the index was unreachable: Postgres scanned the seat's vectors
+
+
 @dataclass(frozen=True)
 class Search:
     hits: list[Hit]
-    embedding_status: str  # embedded | provided | failed | unconfigured | skipped
-    vector_source: str | None  # index | exact_scan | None
+    embedding_status: EmbeddingStatus
+    vector_source: VectorSource | None  # None: no vector half ran
     unreachable_by_vector: int
     relevance_floor: float | None = None
     """The query model's floor the hits were held to (None: the model has none)."""

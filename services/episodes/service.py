@@ -17,6 +17,7 @@ from datetime import datetime
 
 import numpy as np
 
+from libs.common.clock import Clock
 from libs.common.config import EpisodesConfig, RelevanceConfig
 from libs.common.embeddings import Embedder, embed_within
 from libs.common.errors import InvalidArgument, NotFound
@@ -44,6 +45,7 @@ from services.episodes.domain import (
     SEATS_PAGE_DEFAULT,
     SEATS_PAGE_MAX,
     WORK_ITEM_BACKENDS,
+    EmbeddingStatus,
     Episode,
     EpisodeFilter,
     EpisodeKind,
@@ -51,6 +53,7 @@ from services.episodes.domain import (
     QueryVector,
     Search,
     TurnOutcome,
+    VectorSource,
     label_names_run_id,
     vector_text,
 )
@@ -139,7 +142,7 @@ class EpisodeService:
         store: PostgresEpisodeStore,
         embedder: Embedder | None,
         index: VectorIndex,
-        clock,  # libs.common.clock.Clock
+        clock: Clock,
         config: EpisodesConfig,
         events: EventSink,
         relevance: RelevanceConfig | None = None,
@@ -339,10 +342,12 @@ class EpisodeService:
             )
         hits: dict[uuid.UUID, Hit] = {}
 
-        status, source, unreachable = "skipped", None, 0
+        status: EmbeddingStatus = EmbeddingStatus.SKIPPED
+        source: VectorSource | None = None
+        unreachable = 0
         vector: QueryVector | None = query_vector
         if vector is not None:
-            status = "provided"
+            status = EmbeddingStatus.PROVIDED
         else:
             vector, status = await self._embed_query(query)
         # The relevance floor of the query's model: a hit below it is not related (its top-K place
@@ -370,32 +375,32 @@ class EpisodeService:
                 vector.values if vector is not None else None,
                 vector.model if vector is not None else None,
             )
-            for ep, rank, sim in lexical:
+            for ep, rank, lexical_sim in lexical:
                 # A word in common is not relatedness: a lexical hit whose meaning can be compared
                 # (its vector is of the query's model) is held to the same floor. One the fill has
                 # not reached yet can only be found this way, and is kept.
-                if floor is not None and sim is not None and sim < floor and ep.id not in hits:
+                if floor is not None and lexical_sim is not None and lexical_sim < floor and ep.id not in hits:
                     continue
                 hit = hits.setdefault(ep.id, Hit(ep))
                 hit.found_by.add("lexical")
                 hit.lexical_rank = rank
 
-        def order(h: Hit) -> tuple:
+        def order(h: Hit) -> tuple[int, float, float, float]:
             return (0 if "vector" in h.found_by else 1, -h.similarity, -h.lexical_rank, -h.episode.end_time.timestamp())
 
         return Search(sorted(hits.values(), key=order), status, source, unreachable, floor)
 
-    async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
+    async def _embed_query(self, query: str) -> tuple[QueryVector | None, EmbeddingStatus]:
         if self.embedder is not None and not query.strip():
-            return None, "skipped"
+            return None, EmbeddingStatus.SKIPPED
         vec, reason = await embed_within(self.embedder, query, self.config.embed_budget_seconds, query=True)
         if vec is None:
-            return None, "unconfigured" if reason == "unconfigured" else "failed"
-        return vec, "embedded"
+            return None, EmbeddingStatus.UNCONFIGURED if reason == "unconfigured" else EmbeddingStatus.FAILED
+        return vec, EmbeddingStatus.EMBEDDED
 
     async def _vector_half(
         self, company: str, seat: str, vector: QueryVector, limit: int, outcome: TurnOutcome | None
-    ) -> tuple[list[tuple[Episode, float]], str]:
+    ) -> tuple[list[tuple[Episode, float]], VectorSource]:
         labels = {"kind": str(EpisodeKind.RAW)}
         if outcome is not None:
             labels["outcome"] = str(outcome)
@@ -412,9 +417,10 @@ class EpisodeService:
             )
         except IndexUnavailable as err:
             _log.warning("vector index unreachable, exact scan for %s/%s: %s", company, seat, err)
-            return await self.store.exact(company, seat, vector.values, vector.model, limit, outcome), "exact_scan"
+            exact = await self.store.exact(company, seat, vector.values, vector.model, limit, outcome)
+            return exact, VectorSource.EXACT_SCAN
         rows = await self.store.hydrate_raw(company, seat, [h.id for h in found])
-        return [(rows[h.id], h.score) for h in found if h.id in rows], "index"
+        return [(rows[h.id], h.score) for h in found if h.id in rows], VectorSource.INDEX
 
     # ---------------------------------------------------------------- reads
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.common.v1 import embedding_pb2
@@ -12,7 +11,16 @@ from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import query_vector, timestamp
-from services.episodes.domain import DOMAIN, Episode, EpisodeFilter, EpisodeKind, TurnOutcome
+from libs.common.rpctypes import ServicerContext
+from services.episodes.domain import (
+    DOMAIN,
+    EmbeddingStatus,
+    Episode,
+    EpisodeFilter,
+    EpisodeKind,
+    TurnOutcome,
+    VectorSource,
+)
 from services.episodes.service import EpisodeService, TurnRecord
 
 __all__ = ["EpisodeServicer", "episode_to_pb"]
@@ -28,16 +36,16 @@ _OUTCOME_TO_PB = {
 _OUTCOME_FROM_PB = {v: k for k, v in _OUTCOME_TO_PB.items()}
 _HALF = {"vector": pb.SEARCH_HALF_VECTOR, "lexical": pb.SEARCH_HALF_LEXICAL}
 _EMBEDDING_STATUS = {
-    "embedded": embedding_pb2.EMBEDDING_STATUS_EMBEDDED,
-    "provided": embedding_pb2.EMBEDDING_STATUS_PROVIDED,
-    "failed": embedding_pb2.EMBEDDING_STATUS_FAILED,
-    "unconfigured": embedding_pb2.EMBEDDING_STATUS_UNCONFIGURED,
-    "skipped": embedding_pb2.EMBEDDING_STATUS_SKIPPED,
+    EmbeddingStatus.EMBEDDED: embedding_pb2.EMBEDDING_STATUS_EMBEDDED,
+    EmbeddingStatus.PROVIDED: embedding_pb2.EMBEDDING_STATUS_PROVIDED,
+    EmbeddingStatus.FAILED: embedding_pb2.EMBEDDING_STATUS_FAILED,
+    EmbeddingStatus.UNCONFIGURED: embedding_pb2.EMBEDDING_STATUS_UNCONFIGURED,
+    EmbeddingStatus.SKIPPED: embedding_pb2.EMBEDDING_STATUS_SKIPPED,
 }
 _VECTOR_SOURCE = {
     None: embedding_pb2.VECTOR_SOURCE_UNSPECIFIED,
-    "index": embedding_pb2.VECTOR_SOURCE_INDEX,
-    "exact_scan": embedding_pb2.VECTOR_SOURCE_EXACT_SCAN,
+    VectorSource.INDEX: embedding_pb2.VECTOR_SOURCE_INDEX,
+    VectorSource.EXACT_SCAN: embedding_pb2.VECTOR_SOURCE_EXACT_SCAN,
 }
 
 
@@ -82,7 +90,7 @@ def episode_to_pb(ep: Episode) -> pb.Episode:
     )
 
 
-def _outcome(value: int, field: str) -> TurnOutcome | None:
+def _outcome(value: pb.TurnOutcome, field: str) -> TurnOutcome | None:
     """The outcome, ``None`` when unset (RecordEpisode refuses that, naming the field)."""
     if value == pb.TURN_OUTCOME_UNSPECIFIED:
         return None
@@ -120,7 +128,7 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
         self._service = service
 
     async def RecordEpisode(
-        self, request: pb.RecordEpisodeRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RecordEpisodeRequest, context: ServicerContext
     ) -> pb.RecordEpisodeResponse:
         rec = TurnRecord(
             company=request.company,
@@ -151,7 +159,7 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
         )
 
     async def SearchEpisodes(
-        self, request: pb.SearchEpisodesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.SearchEpisodesRequest, context: ServicerContext
     ) -> pb.SearchEpisodesResponse:
         search = await self._service.search(
             request.company,
@@ -179,7 +187,7 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
         )
 
     async def ListEpisodes(
-        self, request: pb.ListEpisodesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListEpisodesRequest, context: ServicerContext
     ) -> pb.ListEpisodesResponse:
         rows, token, total = await self._service.list_episodes(
             request.company, request.seat, request.page_size, request.page_token, _filter(request.filter)
@@ -189,13 +197,13 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
         )
 
     async def GetEpisode(
-        self, request: pb.GetEpisodeRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetEpisodeRequest, context: ServicerContext
     ) -> pb.GetEpisodeResponse:
         ep = await self._service.get(request.company, request.seat, request.episode_id, request.turn_id)
         return pb.GetEpisodeResponse(episode=episode_to_pb(ep))
 
     async def MarkEpisodesConsolidated(
-        self, request: pb.MarkEpisodesConsolidatedRequest, context: grpc.aio.ServicerContext
+        self, request: pb.MarkEpisodesConsolidatedRequest, context: ServicerContext
     ) -> pb.MarkEpisodesConsolidatedResponse:
         marked = await self._service.mark_consolidated(
             request.company, request.seat, list(request.turn_ids), request.skill_id
@@ -203,7 +211,7 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
         return pb.MarkEpisodesConsolidatedResponse(marked_count=marked)
 
     async def ListEpisodeSeats(
-        self, request: pb.ListEpisodeSeatsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListEpisodeSeatsRequest, context: ServicerContext
     ) -> pb.ListEpisodeSeatsResponse:
         seats, token = await self._service.list_seats(request.company, request.page_size, request.page_token)
         return pb.ListEpisodeSeatsResponse(

@@ -205,7 +205,7 @@ def _dropped(rows: Sequence[asyncpg.Record]) -> list[Dropped]:
     return [Dropped(r["id"], r["embedding_dims"]) for r in rows]
 
 
-def _filter_args(f: EpisodeFilter) -> tuple:
+def _filter_args(f: EpisodeFilter) -> tuple[object, ...]:
     return (
         str(f.kind) if f.kind else None,
         [str(o) for o in f.outcomes],
@@ -371,7 +371,8 @@ class PostgresEpisodeStore:
         return int(await self.pool.fetchval(SQL["raw_count"], company, seat))
 
     async def seat_role(self, company: str, seat: str) -> str | None:
-        return await self.pool.fetchval(SQL["seat_role"], company, seat)
+        role: str | None = await self.pool.fetchval(SQL["seat_role"], company, seat)
+        return role
 
     async def drop(self, which: str, company: str, seat: str, before: datetime) -> list[Dropped]:
         """``which``: non_terminal | tool_free | consolidated."""

@@ -6,7 +6,7 @@ every page that draws one also shows its numbers in a table."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -117,13 +117,13 @@ class Series:
     """Value per day; a day without a value is a gap in the line."""
 
 
-def _x_of(days: Sequence[date], left: float, plot_w: float):  # type: ignore[no-untyped-def]
+def _x_of(days: Sequence[date], left: float, plot_w: float) -> Callable[[date], float]:
     span = max(len(days) - 1, 1)
     index = {d: i for i, d in enumerate(days)}
     return lambda d: left + plot_w * index[d] / span
 
 
-def _day_ticks(days: Sequence[date], x, baseline: float) -> list[str]:  # type: ignore[no-untyped-def]
+def _day_ticks(days: Sequence[date], x: Callable[[date], float], baseline: float) -> list[str]:
     if not days:
         return []
     picks = sorted({0, len(days) // 2, len(days) - 1})

@@ -57,8 +57,9 @@ async def scan(
     """Up to ``size`` items that ``match`` from the service pages ``fetch(service_token)`` returns
     (``match`` None keeps every item), starting where ``token`` stopped."""
     state = decode(token) or {}
-    service_token = state.get("t") if isinstance(state.get("t"), str) else ""
-    skip = state.get("o") if isinstance(state.get("o"), int) and state.get("o", 0) >= 0 else 0
+    t, o = state.get("t"), state.get("o")
+    service_token = t if isinstance(t, str) else ""
+    skip = o if isinstance(o, int) and o >= 0 else 0
     out: list[T] = []
     for _ in range(max_pages):
         items, following = await fetch(service_token)
@@ -80,7 +81,8 @@ async def scan(
 def offset_page(items: Sequence[T], token: str, size: int) -> Page[T]:
     """One page of a list held whole."""
     state = decode(token) or {}
-    start = state.get("o") if isinstance(state.get("o"), int) and state.get("o", 0) >= 0 else 0
+    o = state.get("o")
+    start = o if isinstance(o, int) and o >= 0 else 0
     chunk = list(items[start : start + size])
     following = encode({"o": start + size}) if start + size < len(items) else ""
     return Page(chunk, following, total=len(items))

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from google.protobuf import json_format
+from google.protobuf.timestamp_pb2 import Timestamp
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 __all__ = ["HANDLE", "environment", "seg", "unseg"]
@@ -33,7 +34,8 @@ def _when(msg: Any, field: str) -> str:
     """A Timestamp field as ``2026-03-10 09:00 UTC``; an em dash when unset."""
     if not msg.HasField(field):
         return "—"
-    return getattr(msg, field).ToDatetime(tzinfo=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    ts: Timestamp = getattr(msg, field)
+    return ts.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _iso(msg: Any, field: str) -> str:
@@ -58,7 +60,7 @@ def _pct(value: float) -> str:
     return f"{value * 100:.0f}%"
 
 
-def _num(value: float) -> str:
+def _num(value: float | int) -> str:
     return f"{value:,.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else f"{value:,}"
 
 

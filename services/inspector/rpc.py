@@ -54,7 +54,7 @@ class ServiceError(Exception):
     def of(cls, service: str, err: grpc.aio.AioRpcError) -> ServiceError:
         reason, field = "", ""
         try:
-            status = rpc_status.from_call(err)
+            status = rpc_status.from_call(err)  # type: ignore[arg-type]  # typed for grpc.Call; reads only what AioRpcError has
         except ValueError:
             status = None
         for detail in status.details if status is not None else []:

@@ -437,18 +437,18 @@ class Inspector:
             names = [n for n in names if _contains(q, n)]
         page = offset_page(names, self._token(request), self.config.page_size)
         rows = await asyncio.gather(*(self._seat_row(company, n, activity.get(n)) for n in page.items))
-        with_health = [r for r in rows if r.health is not None]
+        with_health = [(r.seat, r.health) for r in rows if r.health is not None]
         uses_chart = charts.bar_chart(
             "uses",
             "Uses per skill by seat, against the 0.1 threshold",
             [
                 charts.Bar(
-                    r.seat,
-                    r.health.health.avg_uses_per_skill,
-                    flagged=r.health.below_berlot_attwell_threshold,
-                    text=f"{r.health.health.avg_uses_per_skill:.2f} ({_skills(r.health.health.total_skills)})",
+                    seat,
+                    health.health.avg_uses_per_skill,
+                    flagged=health.below_berlot_attwell_threshold,
+                    text=f"{health.health.avg_uses_per_skill:.2f} ({_skills(health.health.total_skills)})",
                 )
-                for r in with_health
+                for seat, health in with_health
             ],
             threshold=THRESHOLD,
             threshold_label="0.1 threshold",
@@ -487,7 +487,7 @@ class Inspector:
     async def seat(self, request: Request) -> Response:
         principal, company, seat = self._seat_scope(request)
         start, end = self._window()
-        window = {"company": company, "seat": seat, "start_time": _ts(start), "end_time": _ts(end)}
+        window_start, window_end = _ts(start), _ts(end)
         health, notes, raw, compacted, profs, pending, rates, spend = await asyncio.gather(
             self.rpc.skills("GetLearningHealth", skills.GetLearningHealthRequest(company=company, seat=seat)),
             self._maybe(self.rpc.diary("ListNotes", diary.ListNotesRequest(company=company, seat=seat, page_size=1))),
@@ -506,8 +506,22 @@ class Inspector:
                     ),
                 )
             ),
-            self._maybe(self.rpc.telemetry("GetPrefetchHitRates", telemetry.GetPrefetchHitRatesRequest(**window))),
-            self._maybe(self.rpc.telemetry("GetAuxiliarySpend", telemetry.GetAuxiliarySpendRequest(**window))),
+            self._maybe(
+                self.rpc.telemetry(
+                    "GetPrefetchHitRates",
+                    telemetry.GetPrefetchHitRatesRequest(
+                        company=company, seat=seat, start_time=window_start, end_time=window_end
+                    ),
+                )
+            ),
+            self._maybe(
+                self.rpc.telemetry(
+                    "GetAuxiliarySpend",
+                    telemetry.GetAuxiliarySpendRequest(
+                        company=company, seat=seat, start_time=window_start, end_time=window_end
+                    ),
+                )
+            ),
         )
         days = [start.date() + timedelta(days=i) for i in range((end.date() - start.date()).days + 1)]
         rate_chart = spend_chart = None
@@ -546,7 +560,7 @@ class Inspector:
             days=self.config.days,
         )
 
-    async def _episode_count(self, company: str, seat: str, kind: int) -> int:
+    async def _episode_count(self, company: str, seat: str, kind: episodes.EpisodeKind) -> int:
         resp = await self.rpc.episodes(
             "ListEpisodes",
             episodes.ListEpisodesRequest(
@@ -561,7 +575,7 @@ class Inspector:
         principal, company, seat = self._seat_scope(request)
         q, token = self._q(request), self._token(request)
         tier = {"long": diary.NOTE_TIER_LONG, "short": diary.NOTE_TIER_SHORT}.get(
-            request.query_params.get("tier", ""), 0
+            request.query_params.get("tier", ""), diary.NOTE_TIER_UNSPECIFIED
         )
         if q:
             resp = await self.rpc.diary(
@@ -617,7 +631,9 @@ class Inspector:
         principal, company, seat = self._seat_scope(request)
         q, token = self._q(request), self._token(request)
         kind_name = request.query_params.get("kind", "")
-        kind = {"raw": episodes.EPISODE_KIND_RAW, "compacted": episodes.EPISODE_KIND_COMPACTED}.get(kind_name, 0)
+        kind = {"raw": episodes.EPISODE_KIND_RAW, "compacted": episodes.EPISODE_KIND_COMPACTED}.get(
+            kind_name, episodes.EPISODE_KIND_UNSPECIFIED
+        )
         if q:
             resp = await self.rpc.episodes(
                 "SearchEpisodes",

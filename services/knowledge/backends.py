@@ -127,7 +127,16 @@ class UnconfiguredBackend:
     async def get_page(self, access: Access, page_id: str) -> Page | None:
         return None
 
-    async def list_pages(self, access, containers, parent_title, include_drafts, cursor, size, with_body):  # type: ignore[no-untyped-def]
+    async def list_pages(
+        self,
+        access: Access,
+        containers: Sequence[str] | None,
+        parent_title: str | None,
+        include_drafts: bool,
+        cursor: dict[str, object] | None,
+        size: int,
+        with_body: bool,
+    ) -> PageListing:
         return PageListing((), None)
 
     async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:
@@ -199,7 +208,16 @@ class RoutedBackend:
     async def get_page(self, access: Access, page_id: str) -> Page | None:
         return await self._for_id(page_id).get_page(access, page_id)
 
-    async def list_pages(self, access, containers, parent_title, include_drafts, cursor, size, with_body):  # type: ignore[no-untyped-def]
+    async def list_pages(
+        self,
+        access: Access,
+        containers: Sequence[str] | None,
+        parent_title: str | None,
+        include_drafts: bool,
+        cursor: dict[str, object] | None,
+        size: int,
+        with_body: bool,
+    ) -> PageListing:
         if containers is not None and containers and all(_workspace(c) for c in containers):
             return await self.native.list_pages(
                 access, containers, parent_title, include_drafts, cursor, size, with_body

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from html.parser import HTMLParser
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -185,7 +185,7 @@ def render_storage(markdown: str) -> str:
             flush()
             level = len(heading.group(1))
             out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
-        elif bullet or numbered:
+        elif (item_match := bullet or numbered) is not None:
             kind = "ul" if bullet else "ol"
             if para:
                 out.append(f"<p>{_inline(' '.join(para))}</p>")
@@ -195,7 +195,7 @@ def render_storage(markdown: str) -> str:
                     out.append(f"</{lst}>")
                 out.append(f"<{kind}>")
                 lst = kind
-            item = (bullet or numbered).group(1)  # type: ignore[union-attr]
+            item = item_match.group(1)
             out.append(f"<li>{_inline(item)}</li>")
         else:
             if lst:
@@ -536,7 +536,8 @@ class ConfluenceBackend:
             if drafts:
                 cql += f" AND ancestor NOT IN {_id_list(drafts)}"
         cql += " ORDER BY title"
-        start = int(cursor["start"]) if cursor is not None else 0  # type: ignore[call-overload]
+        # The cursor is a decoded page token (JSON) holding the offset this backend wrote.
+        start = int(cast("int | str", cursor["start"])) if cursor is not None else 0
         expand = _PAGE_EXPAND + (",body.storage" if with_body else "")
         data = await self._content_search(cql, cred, start=start, limit=size, expand=expand)
         pages = [
@@ -615,7 +616,9 @@ class ConfluenceBackend:
             return None
         return PromotionResult(str(found["id"]), str(found.get("title") or title), False, ServedMode.CONFLUENCE)
 
-    async def _create(self, space: str, title: str, xhtml: str, parent: str | None, cred: tuple[str, str]) -> dict:
+    async def _create(
+        self, space: str, title: str, xhtml: str, parent: str | None, cred: tuple[str, str]
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "type": "page",
             "title": title,

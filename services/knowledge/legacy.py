@@ -12,12 +12,11 @@ served by the knowledge component and delegating to :class:`KnowledgeService`:
 
 from __future__ import annotations
 
-import grpc
-
 from agentlearn.prefetch.v1 import knowledge_service_pb2 as pb
 from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as pb_grpc
 from libs.common.grpcserver import Registration
 from libs.common.protoconv import timestamp
+from libs.common.rpctypes import ServicerContext
 from services.knowledge.domain import Page, ReadContext, Reader, ReadSource
 from services.knowledge.service import KnowledgeService
 
@@ -44,14 +43,14 @@ class LegacyKnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         self._service = service
 
     async def UpsertPage(
-        self, request: pb.UpsertPageRequest, context: grpc.aio.ServicerContext
+        self, request: pb.UpsertPageRequest, context: ServicerContext
     ) -> pb.UpsertPageResponse:
         page, created, _ = await self._service.upsert_page(
             request.company, request.container, request.title, request.body, list(request.parent_titles)
         )
         return pb.UpsertPageResponse(page=_page_to_pb(page), created=created)
 
-    async def GetPage(self, request: pb.GetPageRequest, context: grpc.aio.ServicerContext) -> pb.GetPageResponse:
+    async def GetPage(self, request: pb.GetPageRequest, context: ServicerContext) -> pb.GetPageResponse:
         page = await self._service.get_page(
             Reader(company=request.company), request.page_id, ReadContext(ReadSource.GET_PAGE)
         )

@@ -14,6 +14,7 @@ import uuid
 
 import numpy as np
 
+from libs.common.clock import Clock
 from libs.common.embeddings import Embedder, embed_within
 from libs.common.errors import InvalidArgument
 from libs.common.validation import require_ident, require_text
@@ -58,7 +59,7 @@ class NativePages:
         store: PostgresPageStore,
         embedder: Embedder | None,
         index: VectorIndex,
-        clock,  # libs.common.clock.Clock
+        clock: Clock,
         limits: Limits | None = None,
         embed_budget_seconds: float = EMBED_BUDGET_SECONDS,
     ):

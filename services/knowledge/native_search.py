@@ -161,7 +161,7 @@ class NativeBackend:
             async with asyncio.timeout(self.settings.learning.prefetch.embed_budget_seconds):
                 [vec] = await self.embedder.embed([query])
         except (TimeoutError, EmbeddingError) as err:
-            _log.warning("knowledge query not embedded, lexical half only: %s", err or type(err).__name__)
+            _log.warning("knowledge query not embedded, lexical half only: %s", str(err) or type(err).__name__)
             return None
         return None if vec is None else (vec.values, vec.model)
 
@@ -176,7 +176,7 @@ class NativeBackend:
         k = max(limit * 3, 10)
         if self.index is None:
             failed: BaseException | None = IndexUnavailable("no vector index wired")
-            answers: list = []
+            answers: list[list[IndexHit] | BaseException] = []
         else:
             collection = collection_name(COLLECTION_BASE, int(values.shape[0]))
             answers = await asyncio.gather(
@@ -193,7 +193,7 @@ class NativeBackend:
             _log.warning("vector index unreachable, exact scan for %s: %s", company, failed)
             exact = await self.store.exact(company, containers, query, values, model, k)
             return [(p, s, snip) for p, s, snip in exact if s >= self.min_similarity]
-        hits: list[IndexHit] = [h for a in answers for h in a]
+        hits: list[IndexHit] = [h for a in answers if not isinstance(a, BaseException) for h in a]
         best: dict[uuid.UUID, float] = {}
         for h in hits:
             best[h.id] = max(best.get(h.id, -1.0), h.score)
@@ -235,7 +235,9 @@ class NativeBackend:
         more = len(pages) > size
         pages = pages[:size]
         last = pages[-1] if pages else None
-        nxt = {"c": last.container, "t": last.title, "id": last.id} if (more and last is not None) else None
+        nxt: dict[str, object] | None = None
+        if more and last is not None:
+            nxt = {"c": last.container, "t": last.title, "id": last.id}
         return PageListing(tuple(pages), nxt)
 
     async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:

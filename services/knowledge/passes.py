@@ -10,12 +10,17 @@ without one embedding call. All are idempotent.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from libs.common import vector_rows
 from libs.common.fill import build_fill
 from libs.common.passrunner import PassSpec
 from libs.common.vector_rows import VectorRows
 from services.knowledge.domain import COLLECTION_BASE, embedding_text
 from services.knowledge.native import NativePages, index_point
+
+if TYPE_CHECKING:
+    from libs.common.infra import Infra
 
 __all__ = ["PAGES", "fill_source", "index_pending", "knowledge_pass_specs", "rebuild_index"]
 
@@ -52,7 +57,7 @@ def fill_source(service: NativePages) -> vector_rows.TableFillSource:
     return vector_rows.TableFillSource(PAGES, service.store.pool, service.index)
 
 
-def knowledge_pass_specs(service: NativePages, infra) -> list[PassSpec]:  # type: ignore[no-untyped-def]
+def knowledge_pass_specs(service: NativePages, infra: Infra) -> list[PassSpec]:
     """``knowledge-fill``: index what waits for the index, then embed what has no vector."""
     filler = build_fill(infra, [fill_source(service)])
 

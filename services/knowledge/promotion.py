@@ -35,7 +35,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -392,7 +392,17 @@ async def promote(
     return report
 
 
-async def _one_unit(settings, writer, distiller, events, company, unit, runs, report, fail) -> None:  # type: ignore[no-untyped-def]
+async def _one_unit(
+    settings: Settings,
+    writer: PromotionWriter,
+    distiller: Distiller,
+    events: EventSink,
+    company: str,
+    unit: str,
+    runs: list[Run],
+    report: PromotionReport,
+    fail: Callable[[str], None],
+) -> None:
     cfg = settings.learning.promotion
     clusters = [
         c for c in cluster_runs(runs, cfg.cluster_jaccard_threshold) if c.distinct_agents >= cfg.min_sibling_count

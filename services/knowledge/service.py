@@ -241,7 +241,8 @@ class KnowledgeService:
             # Bodies past the budget wait for the next page (gRPC's message limit); a listing by
             # (container, title, id) resumes after the last page kept. Confluence pages by offset,
             # and its pages are bounded by the page size alone.
-            kept, used = [], 0
+            kept: list[Page] = []
+            used = 0
             for p in pages:
                 used += len(p.body.encode())
                 if kept and used > self.limits.full_page_body_bytes:

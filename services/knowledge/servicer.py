@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC
 
-import grpc
-
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
 from libs.common.grpcserver import Registration
 from libs.common.protoconv import timestamp
+from libs.common.rpctypes import ServicerContext
 from libs.common.validation import decode_page_token, encode_page_token, page_size
 from services.knowledge.domain import (
     DOMAIN,
@@ -62,12 +61,16 @@ _SOURCE = {
 _SOURCE_BACK = {v: k for k, v in _SOURCE.items()}
 
 
-def mode_to_pb(mode: ServedMode | None) -> int:
+def mode_to_pb(mode: ServedMode | None) -> pb.ServedMode:
     return _MODE[mode] if mode is not None else pb.SERVED_MODE_UNSPECIFIED
 
 
-def mode_from_pb(value: int) -> ServedMode | None:
+def mode_from_pb(value: pb.ServedMode) -> ServedMode | None:
     return _MODE_BACK.get(value)
+
+
+def _reason_to_pb(reason: UnsearchedReason | None) -> pb.UnsearchedReason:
+    return _REASON[reason] if reason is not None else pb.UNSEARCHED_REASON_UNSPECIFIED
 
 
 def page_to_pb(page: Page) -> pb.Page:
@@ -114,13 +117,15 @@ def hit_from_pb(msg: pb.KnowledgeHit) -> KnowledgeHit:
 def outcome_to_pb(outcome: SearchOutcome) -> pb.SearchPagesResponse:
     return pb.SearchPagesResponse(
         served_mode=mode_to_pb(outcome.served),
-        unsearched_reason=_REASON[outcome.unsearched] if outcome.unsearched is not None else 0,
+        unsearched_reason=_reason_to_pb(outcome.unsearched),
         hits=[hit_to_pb(h) for h in outcome.hits],
         detail=outcome.detail,
     )
 
 
-def outcome_from_pb(served: int, reason: int, hits: list[KnowledgeHit], detail: str = "") -> SearchOutcome:
+def outcome_from_pb(
+    served: pb.ServedMode, reason: pb.UnsearchedReason, hits: list[KnowledgeHit], detail: str = ""
+) -> SearchOutcome:
     """An answer as the seam's outcome; one that names neither a mode nor a reason did not run."""
     mode = mode_from_pb(served)
     if mode is not None:
@@ -149,20 +154,20 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         self._service = service
 
     async def UpsertPage(
-        self, request: pb.UpsertPageRequest, context: grpc.aio.ServicerContext
+        self, request: pb.UpsertPageRequest, context: ServicerContext
     ) -> pb.UpsertPageResponse:
         page, created, _skipped = await self._service.upsert_page(
             request.company, request.container, request.title, request.body, list(request.parent_titles)
         )
         return pb.UpsertPageResponse(page=page_to_pb(page), created=created)
 
-    async def GetPage(self, request: pb.GetPageRequest, context: grpc.aio.ServicerContext) -> pb.GetPageResponse:
+    async def GetPage(self, request: pb.GetPageRequest, context: ServicerContext) -> pb.GetPageResponse:
         page = await self._service.get_page(
             reader_from_pb(request.reader), request.page_id, context_from_pb(request.context, ReadSource.GET_PAGE)
         )
         return pb.GetPageResponse(page=page_to_pb(page))
 
-    async def ListPages(self, request: pb.ListPagesRequest, context: grpc.aio.ServicerContext) -> pb.ListPagesResponse:
+    async def ListPages(self, request: pb.ListPagesRequest, context: ServicerContext) -> pb.ListPagesResponse:
         limits = self._service.limits
         full = request.view == pb.PAGE_VIEW_FULL
         size = page_size(
@@ -195,7 +200,7 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         return pb.ListPagesResponse(pages=[page_to_pb(p) for p in listing.pages], next_page_token=token)
 
     async def SearchPages(
-        self, request: pb.SearchPagesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.SearchPagesRequest, context: ServicerContext
     ) -> pb.SearchPagesResponse:
         outcome = await self._service.search(
             reader_from_pb(request.reader),
@@ -205,12 +210,12 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         )
         return outcome_to_pb(outcome)
 
-    async def CanSearch(self, request: pb.CanSearchRequest, context: grpc.aio.ServicerContext) -> pb.CanSearchResponse:
+    async def CanSearch(self, request: pb.CanSearchRequest, context: ServicerContext) -> pb.CanSearchResponse:
         can, access = self._service.can_search(reader_from_pb(request.reader))
         return pb.CanSearchResponse(can_search=can, containers=list(access.containers), unscoped=access.unscoped)
 
     async def ListOnboardingPages(
-        self, request: pb.ListOnboardingPagesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListOnboardingPagesRequest, context: ServicerContext
     ) -> pb.ListOnboardingPagesResponse:
         outcome = await self._service.onboarding(
             reader_from_pb(request.reader),
@@ -220,11 +225,11 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         return pb.ListOnboardingPagesResponse(
             pages=[hit_to_pb(h) for h in outcome.hits],
             served_mode=mode_to_pb(outcome.served),
-            unsearched_reason=_REASON[outcome.unsearched] if outcome.unsearched is not None else 0,
+            unsearched_reason=_reason_to_pb(outcome.unsearched),
         )
 
     async def WritePromotionDraft(
-        self, request: pb.WritePromotionDraftRequest, context: grpc.aio.ServicerContext
+        self, request: pb.WritePromotionDraftRequest, context: ServicerContext
     ) -> pb.WritePromotionDraftResponse:
         result = await self._service.write_promotion_draft(
             PromotionDraft(

@@ -9,6 +9,7 @@ decides who may ask (an operator).
 
 from __future__ import annotations
 
+import builtins
 import re
 import uuid
 from collections.abc import Sequence
@@ -174,7 +175,8 @@ class PostgresPageStore:
 
     async def _fetch(self, name: str, *args: object) -> list[asyncpg.Record]:
         try:
-            return await self.pool.fetch(SQL[name], *args)
+            rows: list[asyncpg.Record] = await self.pool.fetch(SQL[name], *args)
+            return rows
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as err:
             raise StoreUnavailable(f"{type(err).__name__}: {err}") from err
 
@@ -251,7 +253,7 @@ class PostgresPageStore:
 
     async def lexical(
         self, company: str, containers: Sequence[str], query: str, limit: int
-    ) -> list[tuple[Page, float, str]]:
+    ) -> builtins.list[tuple[Page, float, str]]:
         rows = await self._fetch("lexical", company, list(containers), query, limit)
         return [(_page(r), float(r["rank"]), one_line(r["snippet"])) for r in rows]
 
@@ -263,7 +265,7 @@ class PostgresPageStore:
 
     async def exact(
         self, company: str, containers: Sequence[str], query: str, vector: np.ndarray, model: str, limit: int
-    ) -> list[tuple[Page, float, str]]:
+    ) -> builtins.list[tuple[Page, float, str]]:
         rows = await self._fetch(
             "exact",
             company,
@@ -276,7 +278,7 @@ class PostgresPageStore:
         )
         return [(_page(r), float(r["similarity"]), one_line(r["snippet"])) for r in rows]
 
-    async def onboarding(self, company: str, containers: Sequence[str], limit: int) -> list[Page]:
+    async def onboarding(self, company: str, containers: Sequence[str], limit: int) -> builtins.list[Page]:
         return [_page(r) for r in await self._fetch("onboarding", company, list(containers), limit)]
 
     # ------------------------------------------------------------------ the index's bookkeeping

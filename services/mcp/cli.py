@@ -14,10 +14,14 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from services.mcp.server import Seat, build_server
+
+if TYPE_CHECKING:
+    from mcp.server import Server
 
 __all__ = ["main", "parse_args"]
 
@@ -133,7 +137,7 @@ async def main(argv: list[str]) -> int:
     return 0
 
 
-async def _serve_http(server, args: argparse.Namespace, who: str) -> None:  # type: ignore[no-untyped-def]
+async def _serve_http(server: Server[Any], args: argparse.Namespace, who: str) -> None:
     import uvicorn
 
     app = server.streamable_http_app(streamable_http_path=args.path, host=args.host)

@@ -86,7 +86,7 @@ def describe_rpc_error(err: grpc.aio.AioRpcError) -> str:
     with the ErrorInfo reason."""
     lines = [f"{err.code().name}: {err.details() or ''}".strip()]
     try:
-        status = rpc_status.from_call(err)
+        status = rpc_status.from_call(err)  # type: ignore[arg-type]  # typed for grpc.Call; reads only what AioRpcError has
     except ValueError:
         status = None
     for detail in status.details if status is not None else []:

@@ -10,6 +10,7 @@ import re
 import uuid
 from collections.abc import Sequence
 
+from libs.common.clock import Clock
 from libs.common.errors import FieldViolation, InvalidArgument
 from libs.common.events import EventSink
 from libs.common.validation import (
@@ -38,7 +39,7 @@ class ProfileService:
     def __init__(
         self,
         store: PostgresProfileStore,
-        clock,  # libs.common.clock.Clock
+        clock: Clock,
         events: EventSink,
         limits: Limits | None = None,
     ):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import grpc
-
 from agentlearn.profiles.v1 import profile_service_pb2 as pb
 from agentlearn.profiles.v1 import profile_service_pb2_grpc as pb_grpc
 from libs.common.protoconv import timestamp
+from libs.common.rpctypes import ServicerContext
 from services.profiles.domain import Profile
 from services.profiles.service import ProfileService, SubjectRef
 
@@ -43,7 +42,7 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
         self._service = service
 
     async def UpsertProfile(
-        self, request: pb.UpsertProfileRequest, context: grpc.aio.ServicerContext
+        self, request: pb.UpsertProfileRequest, context: ServicerContext
     ) -> pb.UpsertProfileResponse:
         profile, created = await self._service.upsert_profile(
             request.company,
@@ -59,7 +58,7 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
         return pb.UpsertProfileResponse(profile=profile_to_pb(profile), created=created)
 
     async def GetProfiles(
-        self, request: pb.GetProfilesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetProfilesRequest, context: ServicerContext
     ) -> pb.GetProfilesResponse:
         profiles = await self._service.get_profiles(
             request.company, request.observer, [_ref(s) for s in request.subjects]
@@ -67,7 +66,7 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
         return pb.GetProfilesResponse(profiles=[profile_to_pb(p) for p in profiles])
 
     async def ListProfiles(
-        self, request: pb.ListProfilesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListProfilesRequest, context: ServicerContext
     ) -> pb.ListProfilesResponse:
         profiles, token, total = await self._service.list_profiles(
             request.company, request.observer, request.page_size, request.page_token

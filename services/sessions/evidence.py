@@ -52,7 +52,7 @@ class EvidenceItem:
     remember: bool = False
     seq: int = 0
 
-    def to_data(self) -> dict:
+    def to_data(self) -> dict[str, object]:
         """The item as the offline rules read it."""
         return {
             "id": self.ref,

@@ -72,7 +72,7 @@ def _from(err: AgentLearnError) -> JSONResponse:
     code = err.code.name
     body = _error(_HTTP_STATUS.get(code, 500), code, err.reason, err.message, dict(err.metadata))
     if err.violations:
-        payload = json.loads(body.body)
+        payload = json.loads(bytes(body.body))
         payload["error"]["field_violations"] = [
             {"field": v.field, "description": v.description} for v in err.violations
         ]

@@ -20,6 +20,7 @@ from datetime import datetime
 
 from libs.common import telemetry
 from libs.common.auth import current_principal
+from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from libs.common.events import EventSink
@@ -97,7 +98,7 @@ class SessionService:
         store: PostgresSessionStore,
         queue: JobQueue,
         settings: Settings,
-        clock,  # libs.common.clock.Clock
+        clock: Clock,
         events: EventSink,
     ):
         self.store = store

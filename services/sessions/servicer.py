@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import grpc
+from datetime import UTC
 
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import timestamp, when
+from libs.common.rpctypes import ServicerContext
 from services.sessions.domain import (
     DOMAIN,
     CheckOutcome,
@@ -158,7 +159,7 @@ def _event(i: int, e: pb.SessionEvent) -> Event:
         event_id=e.event_id,
         kind=_KIND[e.kind],
         text=e.text,
-        event_time=when(e, "event_time"),  # type: ignore[arg-type]
+        event_time=e.event_time.ToDatetime(tzinfo=UTC),  # present: checked above
         turn_id=e.turn_id,
         tool_name=e.tool_name,
         source=e.source,
@@ -184,7 +185,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         self._service = service
 
     async def AppendSessionEvents(
-        self, request: pb.AppendSessionEventsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.AppendSessionEventsRequest, context: ServicerContext
     ) -> pb.AppendSessionEventsResponse:
         result = await self._service.append_events(
             request.company,
@@ -202,7 +203,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             queued_checks=[check_to_pb(c) for c in result.queued],
         )
 
-    async def SavePlan(self, request: pb.SavePlanRequest, context: grpc.aio.ServicerContext) -> pb.SavePlanResponse:
+    async def SavePlan(self, request: pb.SavePlanRequest, context: ServicerContext) -> pb.SavePlanResponse:
         result = await self._service.save_plan(
             request.company,
             request.session_id,
@@ -219,13 +220,13 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         )
 
     async def CheckRecentWork(
-        self, request: pb.CheckRecentWorkRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CheckRecentWorkRequest, context: ServicerContext
     ) -> pb.CheckRecentWorkResponse:
         check, reused = await self._service.check_recent_work(request.company, request.session_id, request.user)
         return pb.CheckRecentWorkResponse(check=check_to_pb(check), reused=reused)
 
     async def ListLearningChecks(
-        self, request: pb.ListLearningChecksRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListLearningChecksRequest, context: ServicerContext
     ) -> pb.ListLearningChecksResponse:
         checks, token = await self._service.list_checks(
             request.company, request.session_id, request.user, request.page_size, request.page_token
@@ -233,7 +234,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         return pb.ListLearningChecksResponse(checks=[check_to_pb(c) for c in checks], next_page_token=token)
 
     async def ListSessions(
-        self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListSessionsRequest, context: ServicerContext
     ) -> pb.ListSessionsResponse:
         rows, token = await self._service.list_sessions(
             request.company, request.seat, request.user, request.query, request.page_size, request.page_token
@@ -261,7 +262,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         )
 
     async def GetAwayDigest(
-        self, request: pb.GetAwayDigestRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetAwayDigestRequest, context: ServicerContext
     ) -> pb.GetAwayDigestResponse:
         digest = await self._service.away_digest(
             request.company, request.user, when(request, "since_time"), request.page_size, request.page_token

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -200,12 +201,13 @@ def _event(row: asyncpg.Record) -> Event:
     )
 
 
-def _steps(value: str | list) -> list[PlanStep]:
+def _steps(value: str | list[dict[str, Any]]) -> list[PlanStep]:
     items = json.loads(value) if isinstance(value, str) else value
     return [PlanStep(s["id"], s["title"], StepStatus(s["status"])) for s in items]
 
 
-def _json(value: object) -> object:
+def _json(value: object) -> Any:
+    """A jsonb column, decoded when the driver handed it over as text: the JSON boundary, so Any."""
     return json.loads(value) if isinstance(value, str) else value
 
 
@@ -531,5 +533,5 @@ class LessonTx:
         row = await self.conn.fetchrow(SQL["lesson"], *self.key)
         return (row["page_id"], row["title"], row["body"]) if row else None
 
-    async def record(self, page_id: str, title: str, body: str, source: dict, now: datetime) -> None:
+    async def record(self, page_id: str, title: str, body: str, source: Mapping[str, object], now: datetime) -> None:
         await self.conn.execute(SQL["record_lesson"], *self.key, page_id, title, body, json.dumps(source), now)

@@ -218,7 +218,7 @@ class LearningWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await renew
 
-    async def _keep_claim(self, job: Job, work: asyncio.Task) -> bool:
+    async def _keep_claim(self, job: Job, work: asyncio.Task[CheckState | None]) -> bool:
         lease = self.config.claim_lease_seconds
         while True:
             await asyncio.sleep(lease / 3)

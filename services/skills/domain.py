@@ -68,6 +68,13 @@ class ObservationKind(StrEnum):
     COUNTER_EXAMPLE = "counter_example"
 
 
+class ObservationSkip(StrEnum):
+    """Why an observation was not appended (the proto's ObservationSkipReason)."""
+
+    BODY_CAP = "body_cap"  # the bullet would take the body past max_body_chars
+    ARCHIVED = "archived"  # archived meanwhile: the refiner does not resurrect it
+
+
 class Gate(StrEnum):
     OPEN = "open"
     CATALOGUE_FULL = "catalogue_full"

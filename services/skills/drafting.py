@@ -221,10 +221,11 @@ def parse_draft(text: str) -> Draft | None:
         return None
     if not isinstance(obj, dict):
         return None
-    values = [obj.get(k) for k in ("name", "summary", "body")]
-    if not all(isinstance(v, str) and v.strip() for v in values):
+    name, summary, body = (obj.get(k) for k in ("name", "summary", "body"))
+    if not (isinstance(name, str) and isinstance(summary, str) and isinstance(body, str)):
         return None
-    name, summary, body = values
+    if not (name.strip() and summary.strip() and body.strip()):
+        return None
     return Draft(name=name.strip(), summary=" ".join(summary.split()), body=body)
 
 

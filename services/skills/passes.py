@@ -10,6 +10,7 @@ its turns are stamped consolidated).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -140,7 +141,16 @@ async def synthesize_clustered(
     return report
 
 
-async def _one_seat(service, episodes, drafter, cfg, company, seat, report, fail) -> None:  # type: ignore[no-untyped-def]
+async def _one_seat(
+    service: SkillService,
+    episodes: EpisodeReader,
+    drafter: ClusterDrafter,
+    cfg: SkillSynthesisConfig,
+    company: str,
+    seat: str,
+    report: SynthesisReport,
+    fail: Callable[[str], None],
+) -> None:
     turns = await episodes.recent_settled(company, seat, cfg.min_tool_calls, cfg.episode_fetch_limit)
     # The seat's role as of its newest turn: whose llm_auxiliary chain drafts (and is charged).
     role = next((t.role for t in turns), "") or None

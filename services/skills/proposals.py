@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libs.common.clock import Clock
 from libs.common.config import SkillProposalsConfig
 from libs.common.embeddings import Embedder
 from libs.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -94,7 +95,7 @@ class ProposalService:
         self.events = events
 
     @property
-    def clock(self):  # type: ignore[no-untyped-def]
+    def clock(self) -> Clock:
         return self.skills.clock
 
     # ---------------------------------------------------------------- propose

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
+from libs.common.clock import Clock
 from libs.common.config import SkillCuratorConfig, SkillRefinementConfig, SkillSynthesisConfig
 from libs.common.errors import (
     AlreadyExists,
@@ -34,6 +37,7 @@ from services.skills.domain import (
     Gate,
     LearningHealth,
     ObservationKind,
+    ObservationSkip,
     Skill,
     SkillChange,
     SkillState,
@@ -47,6 +51,8 @@ from services.skills.domain import (
 from services.skills.store import PostgresSkillStore, SkillKey, StampFailed
 
 __all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult"]
+
+T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 
@@ -72,14 +78,14 @@ class OfferResult:
 @dataclass(frozen=True)
 class ObservationResult:
     skill: Skill
-    skipped_reason: str | None  # "body_cap" | "archived" | None
+    skipped_reason: ObservationSkip | None
 
 
 class SkillService:
     def __init__(
         self,
         store: PostgresSkillStore,
-        clock,  # libs.common.clock.Clock
+        clock: Clock,
         synthesis: SkillSynthesisConfig,
         refinement: SkillRefinementConfig,
         curator: SkillCuratorConfig,
@@ -468,7 +474,12 @@ class SkillService:
         return len(moved), sorted(revived), False
 
     async def _announce_revived(
-        self, company: str, seat: str, turn_id: str | None, moved: list, cause: str
+        self,
+        company: str,
+        seat: str,
+        turn_id: str | None,
+        moved: list[tuple[uuid.UUID, str, SkillState, SkillState]],
+        cause: str,
     ) -> list[str]:
         """A ``skill_revived`` event for each stale skill a stamp brought back; their names."""
         revived = []
@@ -619,12 +630,12 @@ class SkillService:
                 return ObservationResult(skill, None)  # a redelivery of a bullet already appended
             if skill.state is SkillState.ARCHIVED:
                 # The refiner reads the live catalogue; a skill archived meanwhile is not resurrected.
-                skipped: str | None = "archived"
+                skipped: ObservationSkip | None = ObservationSkip.ARCHIVED
                 result = skill
             else:
                 body = append_practice_bullet(skill.body, bullet)
                 if len(body) > cfg.max_body_chars:
-                    skipped, result = "body_cap", skill
+                    skipped, result = ObservationSkip.BODY_CAP, skill
                 else:
                     skipped = None
                     result = await self.store.new_version(
@@ -819,7 +830,7 @@ class SkillService:
         return await self.store.health(company, seat, self.clock.now())
 
 
-def _typed(value: object, kind: type) -> object:
+def _typed(value: object, kind: type[T]) -> T:
     """A cursor field of the type this service wrote (else the token is not one of ours)."""
     if not isinstance(value, kind) or isinstance(value, bool):
         raise TypeError(f"expected {kind.__name__}")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-
-import grpc
+from typing import Protocol
 
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import timestamp
+from libs.common.rpctypes import ServicerContext
 from services.skills.domain import (
     BERLOT_ATTWELL_THRESHOLD,
     DOMAIN,
@@ -17,6 +17,7 @@ from services.skills.domain import (
     Gate,
     LearningHealth,
     ObservationKind,
+    ObservationSkip,
     ProposalDisposition,
     ProposalMatch,
     ProposalOrigin,
@@ -30,6 +31,7 @@ from services.skills.domain import (
 )
 from services.skills.proposals import ProposalService
 from services.skills.service import SkillService
+from services.skills.store import SkillKey
 
 __all__ = ["SkillServicer", "skill_to_pb"]
 
@@ -57,8 +59,8 @@ _KIND_FROM_PB = {
 }
 _SKIP = {
     None: pb.OBSERVATION_SKIP_REASON_UNSPECIFIED,
-    "body_cap": pb.OBSERVATION_SKIP_REASON_BODY_CAP,
-    "archived": pb.OBSERVATION_SKIP_REASON_ARCHIVED,
+    ObservationSkip.BODY_CAP: pb.OBSERVATION_SKIP_REASON_BODY_CAP,
+    ObservationSkip.ARCHIVED: pb.OBSERVATION_SKIP_REASON_ARCHIVED,
 }
 
 
@@ -182,6 +184,19 @@ def _match_to_pb(m: ProposalMatch) -> pb.ProposalMatch:
     )
 
 
+class _NamesOneSkill(Protocol):
+    """Every request that acts on one skill: the seat, and the skill by id or by name."""
+
+    @property
+    def company(self) -> str: ...
+    @property
+    def seat(self) -> str: ...
+    @property
+    def skill_id(self) -> str: ...
+    @property
+    def skill_name(self) -> str: ...
+
+
 class SkillServicer(pb_grpc.SkillServiceServicer):
     def __init__(self, service: SkillService, proposals: ProposalService | None = None):
         self._service = service
@@ -190,11 +205,11 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
     def _now(self) -> datetime:
         return self._service.clock.now()
 
-    def _key(self, request):  # type: ignore[no-untyped-def]
+    def _key(self, request: _NamesOneSkill) -> SkillKey:
         return self._service.key(request.company, request.seat, request.skill_id, request.skill_name)
 
     async def CheckSkillCandidate(
-        self, request: pb.CheckSkillCandidateRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CheckSkillCandidateRequest, context: ServicerContext
     ) -> pb.CheckSkillCandidateResponse:
         verdict = await self._service.check_candidate(request.company, request.seat, list(request.tool_set))
         resp = pb.CheckSkillCandidateResponse(
@@ -211,7 +226,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return resp
 
     async def CreateSkill(
-        self, request: pb.CreateSkillRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CreateSkillRequest, context: ServicerContext
     ) -> pb.CreateSkillResponse:
         _enum_known(request.trigger, {pb.SKILL_TRIGGER_UNSPECIFIED, *_TRIGGER_FROM_PB}, "trigger")
         skill = await self._service.create(
@@ -229,7 +244,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return pb.CreateSkillResponse(skill=skill_to_pb(skill, self._now()))
 
     async def ListSkills(
-        self, request: pb.ListSkillsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListSkillsRequest, context: ServicerContext
     ) -> pb.ListSkillsResponse:
         _enum_known(request.view, {pb.SKILL_VIEW_UNSPECIFIED, pb.SKILL_VIEW_BASIC, pb.SKILL_VIEW_FULL}, "view")
         skills, token, total = await self._service.list_skills(
@@ -240,11 +255,11 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             skills=[skill_to_pb(s, now, full=full) for s in skills], next_page_token=token, total_size=total
         )
 
-    async def GetSkill(self, request: pb.GetSkillRequest, context: grpc.aio.ServicerContext) -> pb.GetSkillResponse:
+    async def GetSkill(self, request: pb.GetSkillRequest, context: ServicerContext) -> pb.GetSkillResponse:
         skill = await self._service.get(self._key(request))
         return pb.GetSkillResponse(skill=skill_to_pb(skill, self._now()))
 
-    async def UseSkill(self, request: pb.UseSkillRequest, context: grpc.aio.ServicerContext) -> pb.UseSkillResponse:
+    async def UseSkill(self, request: pb.UseSkillRequest, context: ServicerContext) -> pb.UseSkillResponse:
         result = await self._service.use(self._key(request), request.turn_id)
         return pb.UseSkillResponse(
             skill=skill_to_pb(result.skill, self._now()),
@@ -253,7 +268,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         )
 
     async def MarkSkillsOffered(
-        self, request: pb.MarkSkillsOfferedRequest, context: grpc.aio.ServicerContext
+        self, request: pb.MarkSkillsOfferedRequest, context: ServicerContext
     ) -> pb.MarkSkillsOfferedResponse:
         result = await self._service.mark_offered(
             request.company, request.seat, list(request.skill_ids), list(request.skill_names), request.turn_id
@@ -266,7 +281,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         )
 
     async def MarkSkillsUsed(
-        self, request: pb.MarkSkillsUsedRequest, context: grpc.aio.ServicerContext
+        self, request: pb.MarkSkillsUsedRequest, context: ServicerContext
     ) -> pb.MarkSkillsUsedResponse:
         marked, revived, already = await self._service.mark_used(
             request.company, request.seat, list(request.skill_ids), request.turn_id, request.request_id
@@ -274,7 +289,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return pb.MarkSkillsUsedResponse(marked_count=marked, revived_skill_names=revived, already_applied=already)
 
     async def RefineSkill(
-        self, request: pb.RefineSkillRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RefineSkillRequest, context: ServicerContext
     ) -> pb.RefineSkillResponse:
         skill = await self._service.refine(
             self._key(request), request.body, request.reason, request.turn_id, request.request_id
@@ -282,7 +297,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return pb.RefineSkillResponse(skill=skill_to_pb(skill, self._now()))
 
     async def AppendSkillObservation(
-        self, request: pb.AppendSkillObservationRequest, context: grpc.aio.ServicerContext
+        self, request: pb.AppendSkillObservationRequest, context: ServicerContext
     ) -> pb.AppendSkillObservationResponse:
         _enum_known(request.kind, {pb.OBSERVATION_KIND_UNSPECIFIED, *_KIND_FROM_PB}, "kind")
         result = await self._service.append_observation(
@@ -299,7 +314,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         )
 
     async def ListSkillVersions(
-        self, request: pb.ListSkillVersionsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListSkillVersionsRequest, context: ServicerContext
     ) -> pb.ListSkillVersionsResponse:
         versions, token, total = await self._service.list_versions(
             self._key(request), request.page_size, request.page_token
@@ -309,35 +324,35 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         )
 
     async def RollbackSkill(
-        self, request: pb.RollbackSkillRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RollbackSkillRequest, context: ServicerContext
     ) -> pb.RollbackSkillResponse:
         skill = await self._service.rollback(self._key(request), request.version, request.request_id)
         return pb.RollbackSkillResponse(skill=skill_to_pb(skill, self._now()))
 
-    async def PinSkill(self, request: pb.PinSkillRequest, context: grpc.aio.ServicerContext) -> pb.PinSkillResponse:
+    async def PinSkill(self, request: pb.PinSkillRequest, context: ServicerContext) -> pb.PinSkillResponse:
         skill = await self._service.set_pinned(self._key(request), True)
         return pb.PinSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
 
     async def UnpinSkill(
-        self, request: pb.UnpinSkillRequest, context: grpc.aio.ServicerContext
+        self, request: pb.UnpinSkillRequest, context: ServicerContext
     ) -> pb.UnpinSkillResponse:
         skill = await self._service.set_pinned(self._key(request), False)
         return pb.UnpinSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
 
     async def ArchiveSkill(
-        self, request: pb.ArchiveSkillRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ArchiveSkillRequest, context: ServicerContext
     ) -> pb.ArchiveSkillResponse:
         skill = await self._service.archive(self._key(request))
         return pb.ArchiveSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
 
     async def RestoreSkill(
-        self, request: pb.RestoreSkillRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RestoreSkillRequest, context: ServicerContext
     ) -> pb.RestoreSkillResponse:
         skill = await self._service.restore(self._key(request))
         return pb.RestoreSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
 
     async def GetLearningHealth(
-        self, request: pb.GetLearningHealthRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetLearningHealthRequest, context: ServicerContext
     ) -> pb.GetLearningHealthResponse:
         health = await self._service.health(request.company, request.seat)
         return pb.GetLearningHealthResponse(
@@ -354,7 +369,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return self._proposals
 
     async def ProposeSkill(
-        self, request: pb.ProposeSkillRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ProposeSkillRequest, context: ServicerContext
     ) -> pb.ProposeSkillResponse:
         _enum_known(request.origin, {pb.PROPOSAL_ORIGIN_UNSPECIFIED, *_ORIGIN_FROM_PB}, "origin")
         result = await self._props().propose(
@@ -379,7 +394,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         )
 
     async def ListSkillProposals(
-        self, request: pb.ListSkillProposalsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListSkillProposalsRequest, context: ServicerContext
     ) -> pb.ListSkillProposalsResponse:
         _enum_known(request.state, {pb.PROPOSAL_STATE_UNSPECIFIED, *_P_STATE_FROM_PB}, "state")
         found, token = await self._props().list(
@@ -388,7 +403,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return pb.ListSkillProposalsResponse(proposals=[proposal_to_pb(p) for p in found], next_page_token=token)
 
     async def ApproveSkillProposal(
-        self, request: pb.ApproveSkillProposalRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ApproveSkillProposalRequest, context: ServicerContext
     ) -> pb.ApproveSkillProposalResponse:
         proposal, skill = await self._props().approve(
             request.company, request.seat, request.proposal_id, request.reviewer, request.reason
@@ -396,7 +411,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return pb.ApproveSkillProposalResponse(proposal=proposal_to_pb(proposal), skill=skill_to_pb(skill, self._now()))
 
     async def RejectSkillProposal(
-        self, request: pb.RejectSkillProposalRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RejectSkillProposalRequest, context: ServicerContext
     ) -> pb.RejectSkillProposalResponse:
         proposal = await self._props().reject(
             request.company, request.seat, request.proposal_id, request.reviewer, request.reason

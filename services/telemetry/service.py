@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from libs.common.auth import current_principal
+from libs.common.clock import Clock
 from libs.common.errors import InvalidArgument
 from libs.common.validation import (
     decode_cursor,
@@ -57,7 +59,7 @@ class PurposeTotal:
 
 
 class TelemetryService:
-    def __init__(self, store: PostgresEventReader, clock):  # type: ignore[no-untyped-def]
+    def __init__(self, store: PostgresEventReader, clock: Clock) -> None:
         self.store = store
         self.clock = clock
 
@@ -143,7 +145,7 @@ class TelemetryService:
         size = page_size(size, default=SEATS_PAGE_DEFAULT, maximum=SEATS_PAGE_MAX, domain=DOMAIN)
         scope = {"company": company, "query": query, "only": only, "start": window.start.isoformat() if start else None}
 
-        def read(c: dict) -> str:
+        def read(c: dict[str, Any]) -> str:
             if not isinstance(c["seat"], str):
                 raise TypeError("seat")
             return c["seat"]

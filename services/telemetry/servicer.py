@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import grpc
+from collections.abc import Mapping
+from typing import Any
+
 from google.protobuf import json_format, struct_pb2
 
 from agentlearn.telemetry.v1 import telemetry_service_pb2 as pb
 from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc as pb_grpc
 from libs.common.protoconv import timestamp, when
+from libs.common.rpctypes import ServicerContext
 from services.telemetry.domain import Event, SeatActivity
 from services.telemetry.service import TelemetryService
 
 __all__ = ["TelemetryServicer"]
 
 
-def _struct(payload: dict) -> struct_pb2.Struct:
+def _struct(payload: Mapping[str, Any]) -> struct_pb2.Struct:
     out = struct_pb2.Struct()
-    json_format.ParseDict(payload, out, ignore_unknown_fields=True)
+    json_format.ParseDict(dict(payload), out, ignore_unknown_fields=True)
     return out
 
 
@@ -51,7 +54,7 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
         self._service = service
 
     async def GetPrefetchHitRates(
-        self, request: pb.GetPrefetchHitRatesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetPrefetchHitRatesRequest, context: ServicerContext
     ) -> pb.GetPrefetchHitRatesResponse:
         days, totals, window = await self._service.hit_rates(
             request.company, request.seat, when(request, "start_time"), when(request, "end_time")
@@ -75,7 +78,7 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
         )
 
     async def GetAuxiliarySpend(
-        self, request: pb.GetAuxiliarySpendRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetAuxiliarySpendRequest, context: ServicerContext
     ) -> pb.GetAuxiliarySpendResponse:
         days, totals, window = await self._service.spend(
             request.company, request.seat, when(request, "start_time"), when(request, "end_time")
@@ -105,7 +108,7 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
         )
 
     async def ListSeatActivity(
-        self, request: pb.ListSeatActivityRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListSeatActivityRequest, context: ServicerContext
     ) -> pb.ListSeatActivityResponse:
         seats, token, total = await self._service.seats(
             request.company,
@@ -118,7 +121,7 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
         return pb.ListSeatActivityResponse(seats=[_seat(s) for s in seats], next_page_token=token, total_size=total)
 
     async def ListEvents(
-        self, request: pb.ListEventsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListEventsRequest, context: ServicerContext
     ) -> pb.ListEventsResponse:
         events, token = await self._service.events(
             request.company,

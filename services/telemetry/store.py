@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -101,7 +102,7 @@ SQL = {
 }
 
 
-def _payload(raw: object) -> dict:
+def _payload(raw: object) -> dict[str, Any]:
     value = json.loads(raw) if isinstance(raw, str | bytes) else raw
     return value if isinstance(value, dict) else {"value": value}
 

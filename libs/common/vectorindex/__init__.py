@@ -7,6 +7,10 @@ rebuilt from it without one embedding call, and a read whose index is unreachabl
 exact per-seat scan in Postgres (each store implements that scan itself).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from libs.common.vectorindex._port import (
     NO_EXPIRY,
     IndexHit,
@@ -15,6 +19,9 @@ from libs.common.vectorindex._port import (
     VectorIndex,
     collection_name,
 )
+
+if TYPE_CHECKING:
+    from libs.common.config import Settings
 
 __all__ = [
     "NO_EXPIRY",
@@ -27,7 +34,7 @@ __all__ = [
 ]
 
 
-def build_vector_index(settings):  # type: ignore[no-untyped-def]
+def build_vector_index(settings: Settings) -> VectorIndex:
     """The configured adapter: a Qdrant server by URL, else the embedded engine under data_dir."""
     mode = settings.vector_index
     if mode == "auto":

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient, models
@@ -13,6 +14,8 @@ from qdrant_client import AsyncQdrantClient, models
 from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable
 
 __all__ = ["QdrantClientIndex"]
+
+T = TypeVar("T")
 
 
 class QdrantClientIndex:
@@ -25,7 +28,9 @@ class QdrantClientIndex:
         self._create_lock = asyncio.Lock()
 
     @classmethod
-    def for_url(cls, url: str, *, api_key: str | None = None) -> QdrantClientIndex:
+    def for_url(cls, url: str | None, *, api_key: str | None = None) -> QdrantClientIndex:
+        """A Qdrant server; ``url`` None is the client's default (localhost:6333), which is what
+        ``vector_index: qdrant`` without a ``qdrant_url`` has always meant."""
         return cls(AsyncQdrantClient(url=url, api_key=api_key, timeout=5))
 
     @classmethod
@@ -36,7 +41,7 @@ class QdrantClientIndex:
         path.mkdir(parents=True, exist_ok=True)
         return cls(AsyncQdrantClient(path=str(path)))
 
-    async def _call(self, coro):  # type: ignore[no-untyped-def]
+    async def _call(self, coro: Awaitable[T]) -> T:
         try:
             return await asyncio.wait_for(coro, self._timeout)
         except IndexUnavailable:
@@ -118,7 +123,7 @@ class QdrantClientIndex:
     ) -> list[IndexHit]:
         if limit <= 0 or not await self._exists(collection):
             return []
-        must = [
+        must: list[models.Condition] = [
             models.FieldCondition(key="company", match=models.MatchValue(value=company)),
             models.FieldCondition(key="seat", match=models.MatchValue(value=seat)),
             models.FieldCondition(key="model", match=models.MatchValue(value=model)),

@@ -10,14 +10,20 @@ import asyncio
 import shutil
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar, overload
 
 import numpy as np
 
 from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable
 
+if TYPE_CHECKING:
+    from qdrant_edge import ConditionType, EdgeShard
+
 __all__ = ["QdrantEdgeIndex"]
+
+T = TypeVar("T")
 
 
 class QdrantEdgeIndex:
@@ -25,7 +31,7 @@ class QdrantEdgeIndex:
 
     def __init__(self, root: Path):
         self._root = Path(root)
-        self._shards: dict[str, object] = {}
+        self._shards: dict[str, EdgeShard] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._registry = threading.Lock()
         self._closed = False
@@ -33,7 +39,11 @@ class QdrantEdgeIndex:
     def _path(self, collection: str) -> Path:
         return self._root / collection
 
-    def _open(self, collection: str, size: int | None):  # type: ignore[no-untyped-def]
+    @overload
+    def _open(self, collection: str, size: int) -> EdgeShard: ...
+    @overload
+    def _open(self, collection: str, size: None) -> EdgeShard | None: ...
+    def _open(self, collection: str, size: int | None) -> EdgeShard | None:
         """The shard of ``collection``: open, load from disk, or (given a size) create it."""
         from qdrant_edge import (
             Distance,
@@ -69,7 +79,7 @@ class QdrantEdgeIndex:
             self._locks[collection] = threading.Lock()
             return shard
 
-    async def _run(self, fn):  # type: ignore[no-untyped-def]
+    async def _run(self, fn: Callable[[], T]) -> T:
         try:
             return await asyncio.to_thread(fn)
         except IndexUnavailable:
@@ -133,7 +143,7 @@ class QdrantEdgeIndex:
             return []
         from qdrant_edge import FieldCondition, Filter, MatchValue, Query, QueryRequest, RangeFloat
 
-        must = [
+        must: list[ConditionType] = [
             FieldCondition("company", match=MatchValue(company)),
             FieldCondition("seat", match=MatchValue(seat)),
             FieldCondition("model", match=MatchValue(model)),
