@@ -76,7 +76,13 @@ class MemoryNote:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> MemoryNote:
-        return cls(**{k: str(row.get(k, "")) for k in _ROW})
+        return cls(
+            id=str(row.get("id", "")),
+            content=str(row.get("content", "")),
+            tier=str(row.get("tier", "")),
+            create_time=str(row.get("create_time", "")),
+            expire_time=str(row.get("expire_time", "")),
+        )
 
     def row(self) -> dict[str, str]:
         return {k: getattr(self, k) for k in _ROW}

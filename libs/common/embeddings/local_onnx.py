@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -189,7 +190,7 @@ class LocalMiniLMEmbedder:
                 out[i] = vec
         return out  # type: ignore[return-value]
 
-    def _model_run(self, enc: list) -> list[np.ndarray]:  # type: ignore[type-arg]
+    def _model_run(self, enc: list[Any]) -> list[np.ndarray]:
         """One model run over encodings padded to their longest; records its size and duration."""
         width = max(len(e.ids) for e in enc)
         ids = np.zeros((len(enc), width), dtype=np.int64)
