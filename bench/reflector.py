@@ -1,13 +1,17 @@
 """Reflector throughput and queue lag (issue 5), with the offline model provider.
 
-    ./run bench reflector [--turns 400] [--rates 2,5,10] [--seconds 20]
+    ./run bench reflector [--turns 400] [--rates 2,5,10] [--seconds 20] [--concurrency 1,4,16]
+                          [--lag-concurrency 16]
 
 Every service runs in this process on one loopback gRPC server, exactly as the all-in-one does
 (embedded PostgreSQL, embedded Qdrant, the local MiniLM model): the reflector's workers call the
 diary, episodes, profiles and skills over gRPC. Two measurements:
 
 1. throughput: N turns are queued, then the harness drains them (``learning.reflection.concurrency``
-   workers): turns reflected per second, and per worker count;
+   turns at once): turns reflected per second, per concurrency; with two load-independent figures
+   per turn: PostgreSQL commits (``pg_stat_database.xact_commit``: a statement outside a
+   transaction is one) and this process's CPU time (every service's Python, gRPC and ONNX threads;
+   not PostgreSQL's);
 2. queue lag at a fixed submit rate: turns are submitted at R per second through SubmitTurn while the
    background worker loop (woken by LISTEN/NOTIFY) runs; lag = completion time - submit time.
 
@@ -99,7 +103,13 @@ async def _seed_skill(channel: grpc.aio.Channel, seat: str) -> tuple[str, str]:
     return resp.skill.id, resp.skill.name
 
 
-async def throughput(turns: int, concurrency: int) -> tuple[float, float]:
+async def _commits(pool) -> int:  # type: ignore[no-untyped-def]
+    """Transactions committed in the database so far (the statistics collector's count)."""
+    await pool.execute("SELECT pg_stat_clear_snapshot()")
+    return int(await pool.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
+
+
+async def throughput(turns: int, concurrency: int) -> tuple[float, float, float, float]:
     with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
         async with contextlib.AsyncExitStack() as stack:
             infra, components, channel = await _app(Path(tmp), concurrency, stack)
@@ -112,11 +122,17 @@ async def throughput(turns: int, concurrency: int) -> tuple[float, float]:
                 await stub.SubmitTurn(pb.SubmitTurnRequest(turn=_turn(i, seat, skills[seat], infra.clock.now())))
             submit_s = time.perf_counter() - t0
             harness = components["reflector"].service.harness
-            t0 = time.perf_counter()
+            commits0 = await _commits(infra.pool)
+            cpu0, t0 = time.process_time(), time.perf_counter()
             async with asyncio.TaskGroup() as group:
-                for _ in range(concurrency):
+                # One drain() runs ``concurrency`` turns at once (issue 14); an older harness (an A/B
+                # run against the previous tree) ran one turn per drain().
+                for _ in range(1 if hasattr(harness, "_dispatch") else concurrency):
                     group.create_task(harness.drain())
             drain_s = time.perf_counter() - t0
+            cpu_s = time.process_time() - cpu0
+            await asyncio.sleep(1.5)  # backends report their counts to the statistics at most once a second
+            commits = await _commits(infra.pool) - commits0
             done = await infra.pool.fetchval("SELECT count(*) FROM reflections WHERE state = 'completed'")
             assert done == turns, f"{done} of {turns} reflected"
             rows = await infra.pool.fetch(
@@ -125,7 +141,7 @@ async def throughput(turns: int, concurrency: int) -> tuple[float, float]:
                    FROM reflections, jsonb_array_elements(workers) w GROUP BY 1"""
             )
             WORKER_P50[concurrency] = {r["worker"]: float(r["p50"]) for r in rows}
-            return turns / submit_s, turns / drain_s
+            return turns / submit_s, turns / drain_s, commits / turns, cpu_s * 1000 / turns
 
 
 async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
@@ -157,26 +173,33 @@ async def main() -> None:
     parser.add_argument("--turns", type=int, default=400)
     parser.add_argument("--rates", default="2,5,10")
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--concurrency", default="1,2,4")
+    parser.add_argument("--concurrency", default="1,4,16", help="turns reflected at once, one run each")
+    parser.add_argument("--lag-concurrency", type=int, default=16, help="turns reflected at once in the lag runs")
     args = parser.parse_args()
 
     print(f"reflector throughput: {args.turns} turns queued, then drained (offline provider, every worker runs)")
-    print(f"{'workers':>8} {'submit turns/s':>15} {'reflect turns/s':>16} {'vs 1 worker':>12}")
+    print(
+        f"{'turns at once':>13} {'submit turns/s':>15} {'reflect turns/s':>16} {'vs first':>9} "
+        f"{'commits/turn':>13} {'CPU ms/turn':>12}"
+    )
     base = None
     for c in [int(x) for x in args.concurrency.split(",")]:
-        submit, reflect = await throughput(args.turns, c)
+        submit, reflect, commits, cpu_ms = await throughput(args.turns, c)
         base = base or reflect
-        print(f"{c:>8} {submit:>15.1f} {reflect:>16.1f} {reflect / base:>11.2f}x")
+        print(f"{c:>13} {submit:>15.1f} {reflect:>16.1f} {reflect / base:>8.2f}x {commits:>13.1f} {cpu_ms:>12.1f}")
 
     order = ["persist_decider", "episodist", "profiler", "skill_use", "synthesizer", "refiner"]
-    print("\nper-worker p50 ms (" + ", ".join(f"{c} workers" for c in WORKER_P50) + ")")
+    print("\nper-worker p50 ms (" + ", ".join(f"{c} at once" for c in WORKER_P50) + ")")
     for name in order:
         print(f"{name:>16} " + " ".join(f"{WORKER_P50[c].get(name, 0):>9.1f}" for c in WORKER_P50))
 
-    print(f"\nqueue lag at a fixed submit rate ({args.seconds:.0f} s of submits, 2 workers, LISTEN/NOTIFY wake-ups)")
+    print(
+        f"\nqueue lag at a fixed submit rate ({args.seconds:.0f} s of submits, {args.lag_concurrency} turns at once, "
+        "LISTEN/NOTIFY wake-ups)"
+    )
     print(f"{'rate/s':>7} {'turns':>6} {'lag p50 ms':>11} {'lag p99 ms':>11} {'max ms':>9}")
     for rate in [float(x) for x in args.rates.split(",")]:
-        lags = await lag(rate, args.seconds, 2)
+        lags = await lag(rate, args.seconds, args.lag_concurrency)
         print(
             f"{rate:>7.1f} {len(lags):>6} {statistics.median(lags) * 1000:>11.0f} {pct(lags, 0.99) * 1000:>11.0f} "
             f"{max(lags) * 1000:>9.0f}"
