@@ -197,7 +197,8 @@ class Harness:
         # A worker with a final outcome recorded is not run again (its write is in); the others run,
         # side by side.
         to_run = [w for w in self._workers if w.name not in known or known[w.name].retryable]
-        fresh = await self._run_workers(turn, to_run)
+        first_pass = record is None or record.attempts == 0  # no pass of this turn started before
+        fresh = await self._run_workers(turn, to_run, first_pass)
         outcomes = [fresh.get(w.name) or known[w.name] for w in self._workers]
         # The record's whole list: what it held, each worker's new outcome in its place.
         workers = merge_outcomes(recorded, [fresh[w.name] for w in to_run])
@@ -208,11 +209,12 @@ class Harness:
         await self._finish(job, turn, "completed", None, outcomes, workers)
         return "completed"
 
-    async def _run_workers(self, turn: Turn, workers: list[Worker]) -> dict[str, WorkerOutcome]:
+    async def _run_workers(self, turn: Turn, workers: list[Worker], first_pass: bool) -> dict[str, WorkerOutcome]:
         """Run ``workers`` side by side, each under its own failure isolation; their outcomes by
         name. The outcomes are recorded by the caller in the transaction that ends the pass; a pass
         still running every ``_CHECKPOINT_SECONDS`` records what has finished meanwhile, so a crash
         redoes little (and nothing twice: the receivers are idempotent)."""
+        ctx = dataclasses.replace(self._ctx, first_pass=first_pass) if first_pass else self._ctx
         finished = {w.name: asyncio.Event() for w in workers}
         order = [w.name for w in self._workers]
         done: dict[str, WorkerOutcome] = {}
@@ -225,7 +227,7 @@ class Harness:
                     await event.wait()
             started = time.perf_counter()
             try:
-                outcome = await self._run_worker(worker, turn)
+                outcome = await self._run_worker(worker, turn, ctx)
             finally:
                 finished[worker.name].set()  # a worker waiting on this one goes on, whatever happened
             outcome.duration_ms = int((time.perf_counter() - started) * 1000)
@@ -300,7 +302,7 @@ class Harness:
         )
         return "retrying"
 
-    async def _run_worker(self, worker: Worker, turn: Turn) -> WorkerOutcome:
+    async def _run_worker(self, worker: Worker, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
         try:
             gate = worker.gate(turn)
         except Exception as exc:
@@ -313,7 +315,7 @@ class Harness:
             attributes={"company": turn.company, "seat": turn.seat, "turn_id": turn.turn_id, "worker": worker.name},
         ) as span:
             try:
-                outcome = await worker.run(turn, self._ctx)
+                outcome = await worker.run(turn, ctx)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
