@@ -105,7 +105,9 @@ async def test_turns_accepted_before_a_postgres_restart_are_reflected_once_after
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.ReflectorServiceStub(channel)
             for i in range(TURNS):
-                msgs = [message("bob", f"I prefer summary style number {i} for the standup.")]
+                # Words of its own per turn: the offline decider takes a fact sharing most content words
+                # with a recent note for a repeat (NOOP), and every turn here must write its note.
+                msgs = [message("bob", f"I prefer summary style s{i}a s{i}b s{i}c for the standup.")]
                 t = turn(f"run-{i:03d}", now=clock.now(), seat=f"seat-{i % 3}", messages=msgs)
                 assert (await stub.SubmitTurn(pb.SubmitTurnRequest(turn=t))).queued
             # Stop the database mid-burst: some turns reflected, most not.

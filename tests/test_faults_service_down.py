@@ -86,7 +86,10 @@ async def test_a_service_down_during_reflection_is_retried_and_lands_once(
                 stub = pb_grpc.ReflectorServiceStub(channel)
 
                 async def submit(turn_id: str) -> None:
-                    msgs = [message("bob", f"I prefer the report format {turn_id} for weekly updates.")]
+                    # Words of its own per turn: the offline decider takes a fact sharing most content
+                    # words with a recent note for a repeat (NOOP), and every turn here must write one.
+                    w = turn_id.replace("-", "")
+                    msgs = [message("bob", f"I prefer the report format {w}a {w}b {w}c for weekly updates.")]
                     t = turn(turn_id, now=clock.now(), messages=msgs)
                     assert (await stub.SubmitTurn(pb.SubmitTurnRequest(turn=t))).queued
 

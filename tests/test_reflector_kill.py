@@ -95,7 +95,9 @@ async def test_sigkill_mid_pass_loses_nothing_and_doubles_nothing(
 
                 async def submit(i: int) -> None:
                     turn_id = f"run-{i:04d}"
-                    msgs = [message("bob", f"I prefer report format number {i} for the weekly update.")]
+                    # Words of its own per turn: the offline decider takes a fact sharing most content
+                    # words with a recent note for a repeat (NOOP), and every turn here must write one.
+                    msgs = [message("bob", f"I prefer report format n{i}a n{i}b n{i}c for the weekly update.")]
                     req = pb.SubmitTurnRequest(turn=turn(turn_id, now=now, seat=f"seat-{i % 7}", messages=msgs))
                     while True:
                         try:
