@@ -45,6 +45,8 @@ from tests.support.turns import message, turn
 
 NAMES = ["diary", "episodes", "skills", "profiles", "reflector"]
 WORKER_P50: dict[int, dict[str, float]] = {}
+LAG_COSTS: dict[float, tuple[float, float, float]] = {}
+"""Per lag run: turns reflected per second over the run, commits and CPU ms per turn (submit included)."""
 TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
 
 
@@ -151,6 +153,8 @@ async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
             stub = pb_grpc.ReflectorServiceStub(channel)
             seats = [f"seat-{s}" for s in range(20)]
             skills = {s: await _seed_skill(channel, s) for s in seats}
+            commits0 = await _commits(infra.pool)
+            cpu0 = time.process_time()
             worker = asyncio.create_task(components["reflector"].background[0]())
             n = int(rate * seconds)
             start = time.perf_counter()
@@ -161,10 +165,15 @@ async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
             async with asyncio.timeout(seconds * 20 + 120):
                 while await infra.pool.fetchval("SELECT count(*) FROM reflections WHERE state <> 'completed'"):
                     await asyncio.sleep(0.2)
+            cpu_s = time.process_time() - cpu0  # the submits' share included (SubmitTurn runs here too)
             worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
+            await asyncio.sleep(1.5)  # backends report their counts to the statistics at most once a second
+            commits = await _commits(infra.pool) - commits0
             rows = await infra.pool.fetch("SELECT submit_time, complete_time FROM reflections")
+            span = (max(r["complete_time"] for r in rows) - min(r["submit_time"] for r in rows)).total_seconds()
+            LAG_COSTS[rate] = (len(rows) / span, commits / len(rows), cpu_s * 1000 / len(rows))
             return [(r["complete_time"] - r["submit_time"]).total_seconds() for r in rows]
 
 
@@ -197,12 +206,16 @@ async def main() -> None:
         f"\nqueue lag at a fixed submit rate ({args.seconds:.0f} s of submits, {args.lag_concurrency} turns at once, "
         "LISTEN/NOTIFY wake-ups)"
     )
-    print(f"{'rate/s':>7} {'turns':>6} {'lag p50 ms':>11} {'lag p99 ms':>11} {'max ms':>9}")
+    print(
+        f"{'rate/s':>7} {'turns':>6} {'lag p50 ms':>11} {'lag p99 ms':>11} {'max ms':>9} {'turns/s':>8} "
+        f"{'commits/turn':>13} {'CPU ms/turn':>12}"
+    )
     for rate in [float(x) for x in args.rates.split(",")]:
         lags = await lag(rate, args.seconds, args.lag_concurrency)
+        done_rate, commits, cpu_ms = LAG_COSTS[rate]
         print(
             f"{rate:>7.1f} {len(lags):>6} {statistics.median(lags) * 1000:>11.0f} {pct(lags, 0.99) * 1000:>11.0f} "
-            f"{max(lags) * 1000:>9.0f}"
+            f"{max(lags) * 1000:>9.0f} {done_rate:>8.1f} {commits:>13.1f} {cpu_ms:>12.1f}"
         )
 
 
