@@ -12,8 +12,11 @@ diary, episodes, profiles and skills over gRPC. Two measurements:
    per turn: PostgreSQL commits (``pg_stat_database.xact_commit``: a statement outside a
    transaction is one) and this process's CPU time (every service's Python, gRPC and ONNX threads;
    not PostgreSQL's);
-2. queue lag at a fixed submit rate: turns are submitted at R per second through SubmitTurn while the
-   background worker loop (woken by LISTEN/NOTIFY) runs; lag = completion time - submit time.
+2. queue lag at a fixed submit rate: turns are submitted at R per second through SubmitTurn, by a
+   separate process (as an engine would: a submitter sharing the reflector's event loop slows down
+   with it and never offers the rate), while the background worker loop (woken by LISTEN/NOTIFY)
+   runs; lag = completion time - the time the submitter sent the turn. The rate the submitter
+   actually achieved is printed beside it.
 
 Every turn runs every worker: a message with a stated preference (a LONG note), a sender to profile,
 five tool calls (a synthesis candidate) and an offered skill (skill use, refiner).
@@ -24,9 +27,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import statistics
+import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
@@ -45,8 +51,11 @@ from tests.support.turns import message, turn
 
 NAMES = ["diary", "episodes", "skills", "profiles", "reflector"]
 WORKER_P50: dict[int, dict[str, float]] = {}
-LAG_COSTS: dict[float, tuple[float, float, float]] = {}
-"""Per lag run: turns reflected per second over the run, commits and CPU ms per turn (submit included)."""
+LAG_COSTS: dict[float, tuple[float, float, float, float]] = {}
+"""Per lag run: the submit rate achieved, turns reflected per second over the run, commits and CPU ms
+per turn (SubmitTurn's share included)."""
+PORTS: list[int] = []
+"""The port of the last server ``_app`` started (the submitter process calls it)."""
 TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
 
 
@@ -71,6 +80,7 @@ async def _app(root: Path, concurrency: int, stack: contextlib.AsyncExitStack): 
     server, port, _ = await create_server([r for c in components.values() for r in c.registrations], "127.0.0.1:0")
     stack.push_async_callback(server.stop, None)
     infra.channels.serve_locally(NAMES, f"127.0.0.1:{port}")
+    PORTS.append(port)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     stack.push_async_callback(channel.close)
     return infra, components, channel
@@ -146,35 +156,64 @@ async def throughput(turns: int, concurrency: int) -> tuple[float, float, float,
             return turns / submit_s, turns / drain_s, commits / turns, cpu_s * 1000 / turns
 
 
+async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]) -> None:
+    """The submitting process: ``n`` turns at ``rate`` per second over its own channel; prints, as
+    JSON, when each was sent (wall clock) and the rate achieved."""
+    seats = sorted(skills)
+    sent: dict[str, float] = {}
+    clock = SystemClock()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.ReflectorServiceStub(channel)
+
+        async def one(i: int) -> None:
+            seat = seats[i % len(seats)]
+            t = _turn(i, seat, tuple(skills[seat]), clock.now())  # type: ignore[arg-type]
+            sent[f"{seat}/{t.turn_id}"] = time.time()
+            await stub.SubmitTurn(pb.SubmitTurnRequest(turn=t), timeout=60)
+
+        start = time.perf_counter()
+        calls = []
+        for i in range(n):
+            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+            calls.append(asyncio.create_task(one(i)))  # not awaited in turn: a slow answer delays no send
+        sending = time.perf_counter() - start
+        await asyncio.gather(*calls)
+    print(json.dumps({"sent": sent, "rate": n / sending if sending else float(n)}))
+
+
 async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
         async with contextlib.AsyncExitStack() as stack:
             infra, components, channel = await _app(Path(tmp), concurrency, stack)
-            stub = pb_grpc.ReflectorServiceStub(channel)
             seats = [f"seat-{s}" for s in range(20)]
-            skills = {s: await _seed_skill(channel, s) for s in seats}
+            skills = {s: list(await _seed_skill(channel, s)) for s in seats}
             commits0 = await _commits(infra.pool)
             cpu0 = time.process_time()
             worker = asyncio.create_task(components["reflector"].background[0]())
             n = int(rate * seconds)
-            start = time.perf_counter()
-            for i in range(n):
-                await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
-                seat = seats[i % len(seats)]
-                await stub.SubmitTurn(pb.SubmitTurnRequest(turn=_turn(i, seat, skills[seat], infra.clock.now())))
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "--submit-to", str(PORTS[-1]), "--rates", str(rate), "--turns", str(n),
+                "--skills", json.dumps(skills), stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, _ = await proc.communicate()
+            assert proc.returncode == 0, "the submitter failed"
+            submitted = json.loads(out.decode().strip().splitlines()[-1])
             async with asyncio.timeout(seconds * 20 + 120):
                 while await infra.pool.fetchval("SELECT count(*) FROM reflections WHERE state <> 'completed'"):
                     await asyncio.sleep(0.2)
-            cpu_s = time.process_time() - cpu0  # the submits' share included (SubmitTurn runs here too)
+            cpu_s = time.process_time() - cpu0  # SubmitTurn's share included (it is served here)
             worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
             await asyncio.sleep(1.5)  # backends report their counts to the statistics at most once a second
             commits = await _commits(infra.pool) - commits0
-            rows = await infra.pool.fetch("SELECT submit_time, complete_time FROM reflections")
-            span = (max(r["complete_time"] for r in rows) - min(r["submit_time"] for r in rows)).total_seconds()
-            LAG_COSTS[rate] = (len(rows) / span, commits / len(rows), cpu_s * 1000 / len(rows))
-            return [(r["complete_time"] - r["submit_time"]).total_seconds() for r in rows]
+            rows = await infra.pool.fetch("SELECT seat, turn_id, complete_time FROM reflections")
+            assert len(rows) == n, f"{len(rows)} of {n} turns recorded"
+            sent = {k: datetime.fromtimestamp(v, UTC) for k, v in submitted["sent"].items()}
+            lags = [(r["complete_time"] - sent[f"{r['seat']}/{r['turn_id']}"]).total_seconds() for r in rows]
+            span = (max(r["complete_time"] for r in rows) - min(sent.values())).total_seconds()
+            LAG_COSTS[rate] = (submitted["rate"], n / span, commits / n, cpu_s * 1000 / n)
+            return lags
 
 
 async def main() -> None:
@@ -184,7 +223,12 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--concurrency", default="1,4,16", help="turns reflected at once, one run each")
     parser.add_argument("--lag-concurrency", type=int, default=16, help="turns reflected at once in the lag runs")
+    parser.add_argument("--submit-to", type=int, default=0, help=argparse.SUPPRESS)  # the submitter process
+    parser.add_argument("--skills", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.submit_to:
+        await submitter(args.submit_to, float(args.rates), args.turns, json.loads(args.skills))
+        return
 
     print(f"reflector throughput: {args.turns} turns queued, then drained (offline provider, every worker runs)")
     print(
@@ -207,15 +251,16 @@ async def main() -> None:
         "LISTEN/NOTIFY wake-ups)"
     )
     print(
-        f"{'rate/s':>7} {'turns':>6} {'lag p50 ms':>11} {'lag p99 ms':>11} {'max ms':>9} {'turns/s':>8} "
-        f"{'commits/turn':>13} {'CPU ms/turn':>12}"
+        f"{'rate/s':>7} {'sent/s':>7} {'turns':>6} {'lag p50 ms':>11} {'lag p99 ms':>11} {'max ms':>9} "
+        f"{'done/s':>7} {'commits/turn':>13} {'CPU ms/turn':>12}"
     )
     for rate in [float(x) for x in args.rates.split(",")]:
         lags = await lag(rate, args.seconds, args.lag_concurrency)
-        done_rate, commits, cpu_ms = LAG_COSTS[rate]
+        sent_rate, done_rate, commits, cpu_ms = LAG_COSTS[rate]
         print(
-            f"{rate:>7.1f} {len(lags):>6} {statistics.median(lags) * 1000:>11.0f} {pct(lags, 0.99) * 1000:>11.0f} "
-            f"{max(lags) * 1000:>9.0f} {done_rate:>8.1f} {commits:>13.1f} {cpu_ms:>12.1f}"
+            f"{rate:>7.1f} {sent_rate:>7.1f} {len(lags):>6} {statistics.median(lags) * 1000:>11.0f} "
+            f"{pct(lags, 0.99) * 1000:>11.0f} {max(lags) * 1000:>9.0f} {done_rate:>7.1f} {commits:>13.1f} "
+            f"{cpu_ms:>12.1f}"
         )
 
 

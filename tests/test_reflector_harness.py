@@ -769,7 +769,8 @@ async def test_a_long_pass_records_the_workers_that_finished_before_it_ends(env_
 
     scripted_openai.rule("chat", lambda body: Reply(delay=4.0))
     scripted_openai.chat_handler = lambda body: NOOP_FOR_ANY_WORKER
-    learning = {"reflection": {"workers": ["persist_decider", "episodist"]}}
+    # A lease of 6 s: what finished is recorded every second (a sixth of the lease).
+    learning = {"reflection": {"workers": ["persist_decider", "episodist"], "claim_lease_seconds": 6}}
     async with env_for(
         learning=learning, names=["diary", "episodes", "reflector"], providers=_slow_chain(scripted_openai)
     ) as env:

@@ -63,10 +63,11 @@ __all__ = ["Harness"]
 _log = logging.getLogger(__name__)
 _tracer = telemetry.tracer("agentlearn.reflector")
 
-_CHECKPOINT_SECONDS = 1.0
-"""A pass still running this long records the outcomes that finished meanwhile (otherwise they are
-recorded once, when the pass ends): a slow worker (a model call of seconds) does not leave the
-others' finished work to be redone after a crash."""
+_CHECKPOINTS_PER_LEASE = 6
+"""A pass still running records the outcomes that finished meanwhile every ``claim_lease_seconds``
+divided by this (5 s with the default lease; otherwise they are recorded once, when the pass ends):
+a slow worker (a model call of seconds) does not leave the others' finished work to be redone after
+a crash, and a pass of ordinary length pays no extra transaction."""
 
 
 class Harness:
@@ -212,7 +213,7 @@ class Harness:
     async def _run_workers(self, turn: Turn, workers: list[Worker], first_pass: bool) -> dict[str, WorkerOutcome]:
         """Run ``workers`` side by side, each under its own failure isolation; their outcomes by
         name. The outcomes are recorded by the caller in the transaction that ends the pass; a pass
-        still running every ``_CHECKPOINT_SECONDS`` records what has finished meanwhile, so a crash
+        still running records what has finished meanwhile (``_CHECKPOINTS_PER_LEASE``), so a crash
         redoes little (and nothing twice: the receivers are idempotent)."""
         ctx = dataclasses.replace(self._ctx, first_pass=first_pass) if first_pass else self._ctx
         finished = {w.name: asyncio.Event() for w in workers}
@@ -236,10 +237,11 @@ class Harness:
 
         tasks = [asyncio.create_task(one(w)) for w in workers]
         saved: set[str] = set()
+        every = self._config.claim_lease_seconds / _CHECKPOINTS_PER_LEASE
         try:
             pending: set[asyncio.Task] = set(tasks)
             while pending:
-                _, pending = await asyncio.wait(pending, timeout=_CHECKPOINT_SECONDS)
+                _, pending = await asyncio.wait(pending, timeout=every)
                 new = [o for name, o in done.items() if name not in saved]
                 if pending and new:
                     try:
