@@ -48,6 +48,10 @@ async def _completed(conn: asyncpg.Connection) -> int:
     return int(await conn.fetchval("SELECT count(*) FROM reflections WHERE state = 'completed'"))
 
 
+async def _running(conn: asyncpg.Connection) -> int:
+    return int(await conn.fetchval("SELECT count(*) FROM reflections WHERE state = 'running'"))
+
+
 async def test_sigkill_mid_pass_loses_nothing_and_doubles_nothing(
     make_settings, dsn, local_embedder, edge_index, tmp_path
 ):
@@ -115,8 +119,10 @@ async def test_sigkill_mid_pass_loses_nothing_and_doubles_nothing(
                 # Kill the process mid-pass at several points of progress, restarting each time.
                 for target in (40, 160, 320):
                     async with asyncio.timeout(240):
-                        while await _completed(conn) < target:
-                            await asyncio.sleep(0.05)
+                        # Past the target and with a pass under way: the kill lands mid-pass (a fast
+                        # reflector is often idle between bursts; a kill then would prove nothing).
+                        while await _completed(conn) < target or not await _running(conn):
+                            await asyncio.sleep(0.01)
                     if target == 40:
                         assert not submitter.done()  # mid-burst: turns are still arriving
                     proc.send_signal(signal.SIGKILL)
