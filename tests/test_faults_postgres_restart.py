@@ -22,7 +22,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from libs.common.db import COMMON_MIGRATIONS, migrate
 from services.runner.registry import SERVICES
-from tests.support.turns import distinct_preference, message, turn
+from tests.support.turns import message, turn
 
 ROOT = Path(__file__).resolve().parents[1]
 TURNS = 60
@@ -105,7 +105,9 @@ async def test_turns_accepted_before_a_postgres_restart_are_reflected_once_after
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.ReflectorServiceStub(channel)
             for i in range(TURNS):
-                msgs = [message("bob", distinct_preference(i))]
+                # Words of its own per turn: the offline decider takes a fact sharing most content words
+                # with a recent note for a repeat (NOOP), and every turn here must write its note.
+                msgs = [message("bob", f"I prefer summary style s{i}a s{i}b s{i}c for the standup.")]
                 t = turn(f"run-{i:03d}", now=clock.now(), seat=f"seat-{i % 3}", messages=msgs)
                 assert (await stub.SubmitTurn(pb.SubmitTurnRequest(turn=t))).queued
             # Stop the database mid-burst: some turns reflected, most not.

@@ -9,7 +9,6 @@ import asyncio
 import json
 import signal
 import socket
-import zlib
 from pathlib import Path
 
 import asyncpg
@@ -22,7 +21,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
 from tests.support.runner import clean_env, start
-from tests.support.turns import distinct_preference, message, turn
+from tests.support.turns import message, turn
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +86,10 @@ async def test_a_service_down_during_reflection_is_retried_and_lands_once(
                 stub = pb_grpc.ReflectorServiceStub(channel)
 
                 async def submit(turn_id: str) -> None:
-                    msgs = [message("bob", distinct_preference(zlib.crc32(turn_id.encode()) % 400_000))]
+                    # Words of its own per turn: the offline decider takes a fact sharing most content
+                    # words with a recent note for a repeat (NOOP), and every turn here must write one.
+                    w = turn_id.replace("-", "")
+                    msgs = [message("bob", f"I prefer the report format {w}a {w}b {w}c for weekly updates.")]
                     t = turn(turn_id, now=clock.now(), messages=msgs)
                     assert (await stub.SubmitTurn(pb.SubmitTurnRequest(turn=t))).queued
 

@@ -103,6 +103,43 @@ async def test_concurrent_claims_take_each_job_exactly_once(pool, queue, clock):
     assert await queue.pending("learning") == 0
 
 
+async def test_a_batch_claim_takes_due_jobs_oldest_first_each_its_own_claim(pool, queue, clock):
+    """claim_many (the reflector's batches): up to the limit, in claim's order, each job with its
+    own attempt and fence — finishing one changes nothing of another."""
+    await _enqueue(pool, queue, clock, "later", run_after=clock.now() + timedelta(minutes=5))
+    clock.advance(seconds=1)
+    for key in ("a", "b", "c"):
+        await _enqueue(pool, queue, clock, key)
+    assert await queue.claim_many("learning", "w", clock.now(), 30, 0) == []
+    first = await queue.claim_many("learning", "w", clock.now(), 30, 2)
+    assert [j.key for j in first] == ["a", "b"] and all(j.attempts == 1 for j in first)
+    rest = await queue.claim_many("learning", "w", clock.now(), 30, 10)
+    assert [j.key for j in rest] == ["c"]  # "later" is not due, "a" and "b" are held
+    assert await _in_tx(pool, lambda conn: queue.finish(conn, first[0], "w", clock.now()))
+    assert (await queue.get("learning", "acme", "b"))[1] is JobState.RUNNING
+    clock.advance(seconds=31)  # b's and c's claims lapse: taken again, each a new attempt
+    again = await queue.claim_many("learning", "w2", clock.now(), 30, 10)
+    assert [(j.key, j.attempts) for j in again] == [("b", 2), ("c", 2)]
+    assert not await _in_tx(pool, lambda conn: queue.finish(conn, first[1], "w", clock.now()))  # stale
+    assert await queue.claim_many("learning", "w3", clock.now(), 30, 10, reclaim_lapsed=False) == []
+
+
+async def test_concurrent_batch_claims_take_each_job_exactly_once(pool, queue, clock):
+    for i in range(40):
+        await _enqueue(pool, queue, clock, f"k{i:02d}")
+    taken: list[Job] = []
+
+    async def worker(name: str) -> None:
+        while jobs := await queue.claim_many("learning", name, clock.now(), 30, 3):
+            taken.extend(jobs)
+            for job in jobs:
+                assert await _in_tx(pool, lambda c, j=job: queue.finish(c, j, name, clock.now()))
+
+    await asyncio.gather(*(worker(f"w{i}") for i in range(6)))
+    assert sorted(j.key for j in taken) == [f"k{i:02d}" for i in range(40)]
+    assert await queue.pending("learning") == 0
+
+
 async def test_a_renewed_claim_is_kept_and_a_lapsed_one_is_taken_again(pool, queue, clock):
     """reclaim_lapsed=True (the reflector): the lapsed claim goes to another worker, and the stale
     holder can change nothing — not renew, finish, retry, defer or dead-letter."""

@@ -696,3 +696,93 @@ async def test_a_turn_asked_more_than_its_episode_can_hold_is_refused_at_submit(
         assert info.metadata["limit"] == str(MAX_ASKED_CHARS)
         assert bad.field_violations[0].field == "turn.interactions"
         assert await env.app.infra.pool.fetchval("SELECT count(*) FROM reflections") == 0
+
+
+# ------------------------------------------------------------------------------ side by side
+
+NOOP_FOR_ANY_WORKER = json.dumps({"classification": "NOOP", "reason": "nothing durable", "noop": True})
+
+
+def _slow_chain(server):  # type: ignore[no-untyped-def]
+    providers = scripted_chain(server)
+    providers["llm"]["model"]["timeout_seconds"] = 20.0
+    return providers
+
+
+def _meet(expected: int, seen: list, met: list):  # type: ignore[no-untyped-def]
+    """A model rule that holds each request until ``expected`` requests are in flight at once (or
+    8 s pass); ``met`` records, per request, whether they were."""
+    import threading
+
+    all_in = threading.Event()
+    lock = threading.Lock()
+
+    def rule(body):  # type: ignore[no-untyped-def]
+        with lock:
+            seen.append(body["messages"][0]["content"][:40])
+            if len(seen) >= expected:
+                all_in.set()
+        met.append(all_in.wait(timeout=8))
+        return None
+
+    return rule
+
+
+async def test_a_turns_workers_run_side_by_side(env_for, clock, scripted_openai):
+    """The persist decider's and the profiler's model calls are in flight at the same time: each is
+    held until the other arrives (run one after the other, the first would wait alone)."""
+    seen: list = []
+    met: list = []
+    scripted_openai.rule("chat", _meet(2, seen, met))
+    scripted_openai.chat_handler = lambda body: NOOP_FOR_ANY_WORKER
+    learning = {"reflection": {"workers": ["persist_decider", "profiler"]}}
+    async with env_for(learning=learning, providers=_slow_chain(scripted_openai)) as env:
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        assert r.state == pb.REFLECTION_STATE_COMPLETED
+        assert len(seen) == 2 and met == [True, True]
+        assert [w.worker for w in r.workers] == ["persist_decider", "profiler"]  # the configured order
+        assert [w.status for w in r.workers] == [pb.WORKER_STATUS_NOTHING, pb.WORKER_STATUS_NOTHING]
+
+
+async def test_turns_are_reflected_side_by_side_up_to_the_concurrency(env_for, clock, scripted_openai):
+    """Two queued turns, concurrency 2: one drain claims both and their model calls overlap."""
+    seen: list = []
+    met: list = []
+    scripted_openai.rule("chat", _meet(2, seen, met))
+    scripted_openai.chat_handler = lambda body: NOOP_FOR_ANY_WORKER
+    learning = {"reflection": {"workers": ["persist_decider"], "concurrency": 2}}
+    async with env_for(learning=learning, providers=_slow_chain(scripted_openai)) as env:
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        await env.submit(turn("run-2", now=clock.now(), messages=BOB_PREFERS))
+        assert await env.harness.drain() == 2
+        assert met == [True, True]
+        for run in ("run-1", "run-2"):
+            assert (await env.reflection(run)).state == pb.REFLECTION_STATE_COMPLETED
+
+
+async def test_a_long_pass_records_the_workers_that_finished_before_it_ends(env_for, clock, scripted_openai):
+    """The persist decider's model call takes seconds; the episodist's outcome is in the record while
+    the pass still runs (a crash then would not redo it), and the pass ends with both."""
+    import asyncio
+
+    from tests.support.scripted_openai import Reply
+
+    scripted_openai.rule("chat", lambda body: Reply(delay=4.0))
+    scripted_openai.chat_handler = lambda body: NOOP_FOR_ANY_WORKER
+    # A lease of 6 s: what finished is recorded every second (a sixth of the lease).
+    learning = {"reflection": {"workers": ["persist_decider", "episodist"], "claim_lease_seconds": 6}}
+    async with env_for(
+        learning=learning, names=["diary", "episodes", "reflector"], providers=_slow_chain(scripted_openai)
+    ) as env:
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        draining = asyncio.create_task(env.harness.drain())
+        async with asyncio.timeout(15):
+            while not (r := await env.reflection("run-1")).workers:
+                await asyncio.sleep(0.05)
+        assert r.state == pb.REFLECTION_STATE_RUNNING
+        assert [(w.worker, w.status) for w in r.workers] == [("episodist", pb.WORKER_STATUS_WROTE)]
+        assert not draining.done()
+        assert await draining == 1
+        r = await env.reflection("run-1")
+        assert r.state == pb.REFLECTION_STATE_COMPLETED
+        assert [w.worker for w in r.workers] == ["persist_decider", "episodist"]  # the configured order

@@ -21,7 +21,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
 from tests.support.runner import clean_env, start
-from tests.support.turns import distinct_preference, message, turn
+from tests.support.turns import message, turn
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +46,10 @@ async def _start_reflector(config: Path, dsn: str, data: Path, port: int) -> tup
 
 async def _completed(conn: asyncpg.Connection) -> int:
     return int(await conn.fetchval("SELECT count(*) FROM reflections WHERE state = 'completed'"))
+
+
+async def _running(conn: asyncpg.Connection) -> int:
+    return int(await conn.fetchval("SELECT count(*) FROM reflections WHERE state = 'running'"))
 
 
 async def test_sigkill_mid_pass_loses_nothing_and_doubles_nothing(
@@ -95,7 +99,9 @@ async def test_sigkill_mid_pass_loses_nothing_and_doubles_nothing(
 
                 async def submit(i: int) -> None:
                     turn_id = f"run-{i:04d}"
-                    msgs = [message("bob", distinct_preference(i))]
+                    # Words of its own per turn: the offline decider takes a fact sharing most content
+                    # words with a recent note for a repeat (NOOP), and every turn here must write one.
+                    msgs = [message("bob", f"I prefer report format n{i}a n{i}b n{i}c for the weekly update.")]
                     req = pb.SubmitTurnRequest(turn=turn(turn_id, now=now, seat=f"seat-{i % 7}", messages=msgs))
                     while True:
                         try:
@@ -113,8 +119,10 @@ async def test_sigkill_mid_pass_loses_nothing_and_doubles_nothing(
                 # Kill the process mid-pass at several points of progress, restarting each time.
                 for target in (40, 160, 320):
                     async with asyncio.timeout(240):
-                        while await _completed(conn) < target:
-                            await asyncio.sleep(0.05)
+                        # Past the target and with a pass under way: the kill lands mid-pass (a fast
+                        # reflector is often idle between bursts; a kill then would prove nothing).
+                        while await _completed(conn) < target or not await _running(conn):
+                            await asyncio.sleep(0.01)
                     if target == 40:
                         assert not submitter.done()  # mid-burst: turns are still arriving
                     proc.send_signal(signal.SIGKILL)

@@ -545,11 +545,19 @@ async def test_the_refiner_is_unbuilt_when_refinement_is_off(env_for, clock):
 
 
 async def test_one_worker_failing_costs_no_other_worker(env_for, clock, scripted_openai):
-    """The first model call (the persist decider's) fails; every other worker still writes, and the
-    turn is retried for the one that did not finish."""
+    """The persist decider's model call fails; every other worker (running beside it) still writes,
+    and the turn is retried for the one that did not finish."""
     from tests.support.scripted_openai import Reply
 
-    scripted_openai.push("chat", Reply(status=500))
+    failed = []
+
+    def fail_the_decider_once(body: dict) -> Reply | None:  # type: ignore[type-arg]
+        if not failed and "what, if anything, an agent should remember" in body["messages"][0]["content"]:
+            failed.append(body)
+            return Reply(status=500)
+        return None
+
+    scripted_openai.rule("chat", fail_the_decider_once)
     scripted_openai.chat_handler = lambda body: json.dumps(
         {"noop": False, "communication_style": "brief", "topics": ["kafka"]}
     )

@@ -458,8 +458,10 @@ class ReflectionConfig(_Section):
     workers: list[str] = Field(
         default_factory=lambda: ["persist_decider", "episodist", "profiler", "skill_use", "synthesizer", "refiner"]
     )
-    """The workers wired, in the order they run; empty closes the "no workers" gate. The refiner is
-    left unbuilt when ``skill_refinement.enabled`` is false or both auto flags are."""
+    """The workers wired; empty closes the "no workers" gate. A turn's workers run side by side; the
+    order is the record's, and decides which of the episodist and the synthesizer runs first (the
+    synthesizer stamps the turn's episode). The refiner is left unbuilt when
+    ``skill_refinement.enabled`` is false or both auto flags are."""
     concurrency: int = 2
     """Turns one process reflects at once."""
     poll_interval_seconds: float = 5.0

@@ -87,6 +87,19 @@ SQL = {
             ORDER BY run_after, id
             FOR UPDATE SKIP LOCKED LIMIT 1)
         RETURNING {_JOB}""",
+    # Up to $6 due jobs in one statement (a worker with room for several turns claims them
+    # together); each counts its own attempt, exactly as ``claim`` does. ``picked_after`` orders
+    # them as ``claim`` would have taken them one by one.
+    "claim_many": f"""
+        WITH picked AS (
+            SELECT id, run_after FROM background_jobs
+            WHERE kind = $1 AND run_after <= $3
+              AND (state = 'queued' OR ($5 AND state = 'running' AND locked_until < $3))
+            ORDER BY run_after, id
+            FOR UPDATE SKIP LOCKED LIMIT $6)
+        UPDATE background_jobs j SET state = 'running', locked_by = $2, locked_until = $4, attempts = j.attempts + 1
+        FROM picked WHERE j.id = picked.id
+        RETURNING {", ".join("j." + c for c in _JOB.split(", "))}, picked.run_after AS picked_after""",
     "renew": f"UPDATE background_jobs SET locked_until = $4 WHERE {_HELD}",
     "finish": f"""
         UPDATE background_jobs SET state = 'done', finish_time = $4, locked_by = NULL, locked_until = NULL
@@ -173,6 +186,20 @@ class JobQueue:
             SQL["claim"], kind, worker, now, now + timedelta(seconds=lease_seconds), reclaim_lapsed
         )
         return _job(row) if row is not None else None
+
+    async def claim_many(
+        self, kind: str, worker: str, now: datetime, lease_seconds: float, limit: int, *, reclaim_lapsed: bool = True
+    ) -> list[Job]:
+        """Take up to ``limit`` due jobs of ``kind`` in one statement, in the order :meth:`claim`
+        would take them one by one (oldest ``run_after`` first); each is its own claim, with its own
+        attempt and fence, exactly as if claimed alone."""
+        if limit < 1:
+            return []
+        rows = await self._pool.fetch(
+            SQL["claim_many"], kind, worker, now, now + timedelta(seconds=lease_seconds), reclaim_lapsed, limit
+        )
+        rows = sorted(rows, key=lambda r: (r["picked_after"], r["id"]))
+        return [_job(r) for r in rows]
 
     async def renew(self, job: Job, worker: str, now: datetime, lease_seconds: float) -> bool:
         """Extend the lease; False when this claim is no longer held (the caller stops)."""

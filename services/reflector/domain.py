@@ -9,6 +9,7 @@ from enum import StrEnum
 __all__ = [
     "DOMAIN",
     "JOB_KIND",
+    "ORDERED_WORKERS",
     "RETRYABLE_FAILURES",
     "Gate",
     "Interaction",
@@ -37,6 +38,15 @@ def job_key(seat: str, turn_id: str) -> str:
 def turn_id_of(key: str) -> str:
     """The run id of a :func:`job_key`."""
     return key.split("/", 1)[1]
+
+
+ORDERED_WORKERS = frozenset({frozenset({"episodist", "synthesizer"})})
+"""Pairs of workers that never run side by side: the one wired first in
+``learning.reflection.workers`` finishes before the other starts. The synthesizer stamps the turn's
+episode with the skill it drafted, so it must see the episodist's outcome (wired after it, it finds
+no episode and is retried: ``episode_pending``). Every other pair is independent — they write
+through different services, or to different rows under the receiver's own locks — and the harness
+runs them at once."""
 
 
 RETRYABLE_FAILURES = frozenset(

@@ -47,6 +47,7 @@ from libs.common.metrics import QUEUE_DEPTH, QUEUE_LAG, WORKER_OUTCOMES
 from services.reflector.convert import turn_from_pb
 from services.reflector.domain import (
     JOB_KIND,
+    ORDERED_WORKERS,
     RETRYABLE_FAILURES,
     Gate,
     Turn,
@@ -54,13 +55,19 @@ from services.reflector.domain import (
     WorkerStatus,
     turn_id_of,
 )
-from services.reflector.store import PostgresReflectionStore
+from services.reflector.store import PostgresReflectionStore, merge_outcomes
 from services.reflector.workers.base import Worker, WorkerContext, failure_kind, failure_text
 
 __all__ = ["Harness"]
 
 _log = logging.getLogger(__name__)
 _tracer = telemetry.tracer("agentlearn.reflector")
+
+_CHECKPOINTS_PER_LEASE = 6
+"""A pass still running records the outcomes that finished meanwhile every ``claim_lease_seconds``
+divided by this (5 s with the default lease; otherwise they are recorded once, when the pass ends):
+a slow worker (a model call of seconds) does not leave the others' finished work to be redone after
+a crash, and a pass of ordinary length pays no extra transaction."""
 
 
 class Harness:
@@ -186,41 +193,84 @@ class Harness:
             await self._finish(job, turn, "gated", gate, [])
             return "gated"
         await self._store.start(turn.company, turn.seat, turn.turn_id)
-        known = {w.worker: w for w in (record.workers if record else [])}
-        outcomes: list[WorkerOutcome] = []
-        for worker in self._workers:
-            prior = known.get(worker.name)
-            if prior is not None and not prior.retryable:  # finished before: its write is in
-                outcomes.append(prior)
-                continue
-            started = time.perf_counter()
-            outcome = await self._run_worker(worker, turn)
-            outcome.duration_ms = int((time.perf_counter() - started) * 1000)
-            # Recorded the moment it is known: a pass resumed after a crash skips this worker
-            # (unless it failed for a passing reason: then it runs again).
-            await self._store.put_worker(turn.company, turn.seat, turn.turn_id, outcome)
-            WORKER_OUTCOMES.add(1, {"agentlearn.worker": worker.name, "agentlearn.worker.status": str(outcome.status)})
-            outcomes.append(outcome)
+        recorded = list(record.workers) if record else []
+        known = {w.worker: w for w in recorded}
+        # A worker with a final outcome recorded is not run again (its write is in); the others run,
+        # side by side.
+        to_run = [w for w in self._workers if w.name not in known or known[w.name].retryable]
+        first_pass = record is None or record.attempts == 0  # no pass of this turn started before
+        fresh = await self._run_workers(turn, to_run, first_pass)
+        outcomes = [fresh.get(w.name) or known[w.name] for w in self._workers]
+        # The record's whole list: what it held, each worker's new outcome in its place.
+        workers = merge_outcomes(recorded, [fresh[w.name] for w in to_run])
         unfinished = [o for o in outcomes if o.retryable]
         if unfinished:
             reason = "; ".join(f"{o.worker}: {o.failure}" for o in unfinished)
-            return await self._retry_or_dead_letter(job, turn, outcomes, reason)
-        await self._finish(job, turn, "completed", None, outcomes)
+            return await self._retry_or_dead_letter(job, turn, workers, reason)
+        await self._finish(job, turn, "completed", None, outcomes, workers)
         return "completed"
+
+    async def _run_workers(self, turn: Turn, workers: list[Worker], first_pass: bool) -> dict[str, WorkerOutcome]:
+        """Run ``workers`` side by side, each under its own failure isolation; their outcomes by
+        name. The outcomes are recorded by the caller in the transaction that ends the pass; a pass
+        still running records what has finished meanwhile (``_CHECKPOINTS_PER_LEASE``), so a crash
+        redoes little (and nothing twice: the receivers are idempotent)."""
+        ctx = dataclasses.replace(self._ctx, first_pass=first_pass) if first_pass else self._ctx
+        finished = {w.name: asyncio.Event() for w in workers}
+        order = [w.name for w in self._workers]
+        done: dict[str, WorkerOutcome] = {}
+
+        async def one(worker: Worker) -> None:
+            # A worker that depends on another (``ORDERED_WORKERS``) keeps the configured order with
+            # it: it starts once the one wired before it (if that runs in this pass) has finished.
+            for other, event in finished.items():
+                if frozenset({other, worker.name}) in ORDERED_WORKERS and order.index(other) < order.index(worker.name):
+                    await event.wait()
+            started = time.perf_counter()
+            try:
+                outcome = await self._run_worker(worker, turn, ctx)
+            finally:
+                finished[worker.name].set()  # a worker waiting on this one goes on, whatever happened
+            outcome.duration_ms = int((time.perf_counter() - started) * 1000)
+            WORKER_OUTCOMES.add(1, {"agentlearn.worker": worker.name, "agentlearn.worker.status": str(outcome.status)})
+            done[worker.name] = outcome
+
+        tasks = [asyncio.create_task(one(w)) for w in workers]
+        saved: set[str] = set()
+        every = self._config.claim_lease_seconds / _CHECKPOINTS_PER_LEASE
+        try:
+            pending: set[asyncio.Task] = set(tasks)
+            while pending:
+                _, pending = await asyncio.wait(pending, timeout=every)
+                new = [o for name, o in done.items() if name not in saved]
+                if pending and new:
+                    try:
+                        await self._store.put_workers(turn.company, turn.seat, turn.turn_id, new)
+                        saved.update(o.worker for o in new)
+                    except Exception as exc:  # the pass's own record at its end is what counts
+                        _log.warning("could not checkpoint the workers of %s (%s)", turn.turn_id, exc)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for task in tasks:
+            task.result()  # what no worker's isolation catches (a cancellation) is not swallowed
+        return done
 
     def backoff(self, attempts: int) -> timedelta:
         """The wait before attempt ``attempts + 1``: doubling from ``retry_backoff_seconds``."""
         seconds = self._config.retry_backoff_seconds * 2 ** max(0, attempts - 1)
         return timedelta(seconds=min(seconds, self._config.retry_backoff_max_seconds))
 
-    async def _retry_or_dead_letter(self, job: Job, turn: Turn, outcomes: list[WorkerOutcome], reason: str) -> str:
-        """Back on the queue after a passing fault, or dead-lettered once ``max_attempts`` are spent."""
+    async def _retry_or_dead_letter(self, job: Job, turn: Turn, workers: list[WorkerOutcome], reason: str) -> str:
+        """Back on the queue after a passing fault, or dead-lettered once ``max_attempts`` are spent;
+        ``workers`` (the record's whole list of outcomes) is recorded in the same transaction."""
         now = self._clock.now()
         reason = reason[:1000]
         if job.attempts >= self._config.max_attempts:
             reason = f"gave up after {job.attempts} attempts: {reason}"[:1000]
             # Given up: what was still to be retried is now the worker's final outcome.
-            final = [dataclasses.replace(o, status=WorkerStatus.FAILED) if o.retryable else o for o in outcomes]
+            final = [dataclasses.replace(o, status=WorkerStatus.FAILED) if o.retryable else o for o in workers]
             async with self._store.pool.acquire() as conn, conn.transaction():
                 if not await self._queue.dead_letter(conn, job, self._worker_id, now, reason):
                     _log.warning("lost the claim on %s before dead-lettering it", turn.turn_id)
@@ -241,7 +291,7 @@ class Harness:
             if not await self._queue.retry(conn, job, self._worker_id, until, reason):
                 _log.warning("lost the claim on %s before re-queueing it", turn.turn_id)
                 return "running"
-            await self._store.retrying(conn, turn.company, turn.seat, turn.turn_id, reason, until)
+            await self._store.retrying(conn, turn.company, turn.seat, turn.turn_id, reason, until, workers)
         _log.warning("reflection of %s/%s retries at %s: %s", turn.seat, turn.turn_id, until.isoformat(), reason)
         await self._events.emit(
             "reflection_retrying",
@@ -254,7 +304,7 @@ class Harness:
         )
         return "retrying"
 
-    async def _run_worker(self, worker: Worker, turn: Turn) -> WorkerOutcome:
+    async def _run_worker(self, worker: Worker, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
         try:
             gate = worker.gate(turn)
         except Exception as exc:
@@ -267,7 +317,7 @@ class Harness:
             attributes={"company": turn.company, "seat": turn.seat, "turn_id": turn.turn_id, "worker": worker.name},
         ) as span:
             try:
-                outcome = await worker.run(turn, self._ctx)
+                outcome = await worker.run(turn, ctx)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -281,14 +331,24 @@ class Harness:
             span.set_attribute("status", str(outcome.status))
             return outcome
 
-    async def _finish(self, job: Job, turn: Turn, state: str, gate: Gate | None, outcomes: list[WorkerOutcome]) -> None:
+    async def _finish(
+        self,
+        job: Job,
+        turn: Turn,
+        state: str,
+        gate: Gate | None,
+        outcomes: list[WorkerOutcome],
+        workers: list[WorkerOutcome] | None = None,
+    ) -> None:
+        """Close the record (with ``workers``, its whole list of outcomes, when the pass ran any) and
+        finish the job, in one transaction fenced by the claim."""
         now = self._clock.now()
         async with self._store.pool.acquire() as conn, conn.transaction():
             if not await self._queue.finish(conn, job, self._worker_id, now):
                 # Our claim lapsed and another worker took the turn; it completes the record.
                 _log.warning("lost the claim on %s before finishing; leaving it to its new holder", turn.turn_id)
                 return
-            await self._store.close(conn, turn.company, turn.seat, turn.turn_id, state, gate, now)
+            await self._store.close(conn, turn.company, turn.seat, turn.turn_id, state, gate, now, workers)
         await self._events.emit(
             "reflection_completed",
             company=turn.company,
@@ -303,19 +363,66 @@ class Harness:
     # ------------------------------------------------------------------ the loop
 
     async def drain(self) -> int:
-        """Reflect every turn that is claimable now; returns how many were taken."""
+        """Reflect every turn that is claimable now, ``concurrency`` at once; returns how many
+        were taken."""
+        return await self._dispatch(forever=False)
+
+    async def _dispatch(self, *, forever: bool) -> int:
+        """Claim turns in batches and reflect them side by side, at most ``concurrency`` at once.
+
+        While the queue has a backlog, a claim waits until a quarter of the slots are free and
+        takes that many in one statement; once a claim comes back short (the queue is empty) the
+        next waits for a wake (a submit's NOTIFY), the poll interval or, draining, for the last
+        turn to finish. ``forever`` is the worker loop: it never returns."""
+        limit = max(1, self._config.concurrency)
+        batch = max(1, limit // 4)
+        running: set[asyncio.Task] = set()
         taken = 0
-        while True:
-            job = await self._queue.claim(
-                JOB_KIND, self._worker_id, self._clock.now(), self._config.claim_lease_seconds
-            )
-            if job is None:
-                return taken
-            taken += 1
-            if job.attempts == 1:  # enqueue to first claim; a retry's wait is its backoff
-                lag = (self._clock.now() - job.create_time).total_seconds()
-                QUEUE_LAG.record(max(0.0, lag), {"agentlearn.job.kind": JOB_KIND})
-            await self._run_claimed(job)
+        backlog = True  # the last claim came back full: there may be more
+        waker: asyncio.Task | None = None
+        try:
+            while True:
+                room = limit - len(running)
+                if room and (not running or (backlog and room >= batch) or self._wake.is_set()):
+                    self._wake.clear()  # cleared before looking: a wake that arrives meanwhile is kept
+                    try:
+                        jobs = await self._queue.claim_many(
+                            JOB_KIND, self._worker_id, self._clock.now(), self._config.claim_lease_seconds, room
+                        )
+                    except Exception as exc:
+                        if not forever:
+                            raise
+                        _log.warning("reflection queue unreadable (%s); retrying", exc)
+                        jobs = []
+                    backlog = len(jobs) == room
+                    taken += len(jobs)
+                    for job in jobs:
+                        if job.attempts == 1:  # enqueue to first claim; a retry's wait is its backoff
+                            lag = (self._clock.now() - job.create_time).total_seconds()
+                            QUEUE_LAG.record(max(0.0, lag), {"agentlearn.job.kind": JOB_KIND})
+                        running.add(asyncio.create_task(self._run_claimed(job)))
+                    if not running and not forever:
+                        return taken
+                waiting = set(running)
+                if len(running) < limit:  # a wake matters only with a free slot
+                    if waker is None or waker.done():
+                        waker = asyncio.create_task(self._wake.wait())
+                    waiting.add(waker)
+                done, _ = await asyncio.wait(
+                    waiting,
+                    timeout=None if running or not forever else self._config.poll_interval_seconds,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                running -= done
+                if not done and forever:  # the poll backstop
+                    self._wake.set()
+        finally:
+            if waker is not None:
+                waker.cancel()
+            for task in running:
+                task.cancel()  # stopping: each hands its turn back (``_run_claimed``)
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
 
     async def _run_claimed(self, job: Job) -> None:
         work = asyncio.create_task(self.process(job))
@@ -373,8 +480,7 @@ class Harness:
         async with asyncio.TaskGroup() as group:
             group.create_task(listen(dsn, [JOB_KIND], self._wake.set))
             group.create_task(self._sample_depth())
-            for _ in range(max(1, self._config.concurrency)):
-                group.create_task(self._loop())
+            group.create_task(self._dispatch(forever=True))
 
     async def _sample_depth(self, every: float = 15.0) -> None:
         """``agentlearn.queue.depth`` (what the reflector's autoscaler scales on), sampled."""
@@ -384,18 +490,3 @@ class Harness:
             except Exception as exc:
                 _log.debug("queue depth unreadable: %s", exc)
             await asyncio.sleep(every)
-
-    async def _loop(self) -> None:
-        while True:
-            # Cleared before looking, so a wake that arrives while draining is not lost.
-            self._wake.clear()
-            try:
-                taken = await self.drain()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                _log.warning("reflection queue unreadable (%s); retrying", exc)
-                taken = 0
-            if taken == 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._config.poll_interval_seconds)

@@ -1,6 +1,9 @@
 """PostgreSQL store of ``reflections``: each turn's record (one per company, seat and run id), with
-every worker's outcome put the moment it is known, so a pass resumed after a crash or a retry runs
-only the workers that have not finished."""
+every worker's outcome, so a pass resumed after a crash or a retry runs only the workers that have
+not finished. A pass records its outcomes in the transaction that ends it (completed, retrying or
+dead-lettered, fenced by the claim), and a pass still running after a checkpoint interval records
+what has finished so far (:meth:`PostgresReflectionStore.put_workers`), so a crash redoes at most
+the workers of the last interval (their receivers are idempotent)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import asyncpg
 
 from services.reflector.domain import WorkerOutcome
 
-__all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord"]
+__all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord", "merge_outcome", "merge_outcomes"]
 
 
 @dataclass
@@ -68,10 +71,18 @@ SQL = {
     "close": f"""
         UPDATE reflections SET state = $4, gate = $5, complete_time = $6, reason = NULL, next_attempt_time = NULL
         WHERE {_TURN}""",
+    # Completed with the pass's outcomes, in one statement.
+    "close_with_workers": f"""
+        UPDATE reflections SET state = $4, gate = $5, complete_time = $6, reason = NULL, next_attempt_time = NULL,
+               workers = $7::jsonb
+        WHERE {_TURN}""",
     "defer": f"""
         UPDATE reflections SET state = 'deferred', gate = $4, next_attempt_time = $5, attempts = attempts + 1
         WHERE {_TURN}""",
     "retrying": f"UPDATE reflections SET state = 'retrying', reason = $4, next_attempt_time = $5 WHERE {_TURN}",
+    "retrying_with_workers": f"""
+        UPDATE reflections SET state = 'retrying', reason = $4, next_attempt_time = $5, workers = $6::jsonb
+        WHERE {_TURN}""",
     "dead_letter": f"""
         UPDATE reflections SET state = 'dead_lettered', reason = $4, workers = $5::jsonb, complete_time = $6,
                next_attempt_time = NULL
@@ -84,6 +95,18 @@ SQL = {
         ORDER BY submit_time DESC, turn_id DESC LIMIT $5""",
     "count": "SELECT count(*) FROM reflections WHERE company = $1 AND seat = $2",
 }
+
+
+def _dump(workers: list[WorkerOutcome]) -> str:
+    return json.dumps([w.to_json() for w in workers])
+
+
+def merge_outcomes(workers: list[WorkerOutcome], outcomes: list[WorkerOutcome]) -> list[WorkerOutcome]:
+    """``workers`` with each of ``outcomes`` merged in order (:func:`merge_outcome`); a worker's
+    final outcome already there is kept."""
+    for outcome in outcomes:
+        workers = merge_outcome(workers, outcome) or workers
+    return workers
 
 
 def merge_outcome(workers: list[WorkerOutcome], outcome: WorkerOutcome) -> list[WorkerOutcome] | None:
@@ -123,7 +146,21 @@ class PostgresReflectionStore:
             merged = merge_outcome([WorkerOutcome.from_json(w) for w in json.loads(raw)], outcome)
             if merged is None:
                 return False
-            await conn.execute(SQL["set_workers"], company, seat, turn_id, json.dumps([w.to_json() for w in merged]))
+            await conn.execute(SQL["set_workers"], company, seat, turn_id, _dump(merged))
+            return True
+
+    async def put_workers(self, company: str, seat: str, turn_id: str, outcomes: list[WorkerOutcome]) -> bool:
+        """Record several workers' outcomes in one transaction (each as :func:`merge_outcome`: a
+        final outcome already recorded is kept); False when nothing changed."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            raw = await conn.fetchval(SQL["workers_for_update"], company, seat, turn_id)
+            if raw is None:
+                return False
+            known = [WorkerOutcome.from_json(w) for w in json.loads(raw)]
+            merged = merge_outcomes(known, outcomes)
+            if merged == known:
+                return False
+            await conn.execute(SQL["set_workers"], company, seat, turn_id, _dump(merged))
             return True
 
     async def close(
@@ -135,9 +172,14 @@ class PostgresReflectionStore:
         state: str,
         gate: str | None,
         now: datetime,
+        workers: list[WorkerOutcome] | None = None,
     ) -> None:
-        """Completed or gated: the turn's pass is over."""
-        await conn.execute(SQL["close"], company, seat, turn_id, state, gate, now)
+        """Completed or gated: the turn's pass is over. ``workers``, when given, is the record's
+        whole list of outcomes (the caller holds the claim, inside the same transaction)."""
+        if workers is None:
+            await conn.execute(SQL["close"], company, seat, turn_id, state, gate, now)
+        else:
+            await conn.execute(SQL["close_with_workers"], company, seat, turn_id, state, gate, now, _dump(workers))
 
     async def defer(
         self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, gate: str, until: datetime
@@ -145,9 +187,19 @@ class PostgresReflectionStore:
         await conn.execute(SQL["defer"], company, seat, turn_id, gate, until)
 
     async def retrying(
-        self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, reason: str, until: datetime
+        self,
+        conn: asyncpg.Connection,
+        company: str,
+        seat: str,
+        turn_id: str,
+        reason: str,
+        until: datetime,
+        workers: list[WorkerOutcome] | None = None,
     ) -> None:
-        await conn.execute(SQL["retrying"], company, seat, turn_id, reason, until)
+        if workers is None:
+            await conn.execute(SQL["retrying"], company, seat, turn_id, reason, until)
+        else:
+            await conn.execute(SQL["retrying_with_workers"], company, seat, turn_id, reason, until, _dump(workers))
 
     async def dead_letter(
         self,
@@ -159,9 +211,7 @@ class PostgresReflectionStore:
         workers: list[WorkerOutcome],
         now: datetime,
     ) -> None:
-        await conn.execute(
-            SQL["dead_letter"], company, seat, turn_id, reason, json.dumps([w.to_json() for w in workers]), now
-        )
+        await conn.execute(SQL["dead_letter"], company, seat, turn_id, reason, _dump(workers), now)
 
     async def requeued(self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str) -> None:
         await conn.execute(SQL["requeued"], company, seat, turn_id)

@@ -8,29 +8,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 
-__all__ = ["distinct_preference", "message", "turn"]
+__all__ = ["message", "turn"]
 
 
 def _ts(value: datetime) -> Timestamp:
     ts = Timestamp()
     ts.FromDatetime(value)
     return ts
-
-
-def _code(n: int) -> str:
-    """A made-up word for ``n`` (letters only: the offline rules ignore digits as meaning)."""
-    letters = ""
-    for _ in range(4):
-        n, r = divmod(n, 26)
-        letters += "bcdfghjklmnpqrstvwxzaeiouy"[r]
-    return "k" + letters
-
-
-def distinct_preference(i: int) -> str:
-    """A first-person preference whose meaning differs from every other ``i``'s: the offline persist
-    decider treats a statement sharing most content words with a recent note as a paraphrase (spec:
-    no repeat of a recent note), so a burst of "format number 5 / number 6" is one fact, not many."""
-    return f"I prefer the {_code(i)} {_code(i + 7919)} format for {_code(3 * i + 101)} updates."
 
 
 def message(sender: str, body: str, platform: str = "slack", **kw) -> pb.InboundInteraction:  # type: ignore[no-untyped-def]

@@ -51,6 +51,10 @@ class WorkerContext:
     clients: Clients
     events: EventSink
     clock: Clock
+    first_pass: bool = False
+    """Set by the harness for a turn's first pass (no earlier pass started, so nothing of this turn
+    was written before): a worker may skip looking for its own earlier write. False, the safe
+    answer, when unknown."""
 
 
 class Worker(Protocol):

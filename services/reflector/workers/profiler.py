@@ -84,7 +84,8 @@ class Profiler:
         before it nor the ones after. A passing failure leaves the worker to be retried, and the
         retry skips the senders this turn already merged."""
         subjects = subjects_of(turn)
-        merged = await self._merged_already(turn, ctx, [sender for sender, _ in subjects])
+        # On the turn's first pass no earlier attempt can have merged anything: nothing to look up.
+        merged = set() if ctx.first_pass else await self._merged_already(turn, ctx, [s for s, _ in subjects])
         written: list[str] = []
         failures: list[tuple[str, BaseException]] = []
         for sender, messages in subjects:

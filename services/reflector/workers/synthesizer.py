@@ -66,9 +66,10 @@ class Synthesizer:
             timeout=ctx.clients.timeout,
         )
         if check.gate != sk_pb.CANDIDATE_GATE_OPEN:
-            if check.HasField("duplicate"):
+            if check.HasField("duplicate") and not ctx.first_pass:
                 # The duplicate may be this very turn's draft, written by an attempt that stopped
-                # before its source episode was stamped: then finish the stamp, draft nothing.
+                # before its source episode was stamped: then finish the stamp, draft nothing. (On
+                # the turn's first pass no attempt came before: nothing to look up.)
                 mine = await self._own_skill(turn, ctx, skill_id=check.duplicate.id)
                 if mine is not None:
                     return await self._stamped(turn, ctx, *mine)
