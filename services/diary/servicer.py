@@ -9,8 +9,12 @@ import grpc
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.protoconv import query_vector, timestamp
+from services.diary import erasure as _erasure
 from services.diary.domain import DOMAIN, Note, NoteSource, NoteTier
+from services.diary.domain import DOMAIN as _ERASURE_DOMAIN
 from services.diary.service import DiaryService
 
 __all__ = ["DiaryServicer", "note_to_pb"]
@@ -123,3 +127,14 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
     ) -> pb.DeleteNoteResponse:
         await self._service.delete(request.company, request.seat, request.note_id)
         return pb.DeleteNoteResponse()
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: grpc.aio.ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, self._service.index, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

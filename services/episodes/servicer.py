@@ -10,9 +10,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import query_vector, timestamp
+from services.episodes import erasure as _erasure
 from services.episodes.domain import DOMAIN, Episode, EpisodeFilter, EpisodeKind, TurnOutcome
+from services.episodes.domain import DOMAIN as _ERASURE_DOMAIN
 from services.episodes.service import EpisodeService, TurnRecord
 
 __all__ = ["EpisodeServicer", "episode_to_pb"]
@@ -209,3 +213,14 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
         return pb.ListEpisodeSeatsResponse(
             seats=[pb.SeatRef(company=c, seat=s) for c, s in seats], next_page_token=token
         )
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: grpc.aio.ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, self._service.index, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

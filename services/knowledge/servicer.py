@@ -8,9 +8,12 @@ import grpc
 
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.grpcserver import Registration
 from libs.common.protoconv import timestamp
 from libs.common.validation import decode_page_token, encode_page_token, page_size
+from services.knowledge import erasure as _erasure
 from services.knowledge.domain import (
     DOMAIN,
     KnowledgeHit,
@@ -23,6 +26,7 @@ from services.knowledge.domain import (
     ServedMode,
     UnsearchedReason,
 )
+from services.knowledge.domain import DOMAIN as _ERASURE_DOMAIN
 from services.knowledge.service import KnowledgeService
 
 __all__ = [
@@ -244,6 +248,19 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
             created=result.created,
             backend=mode_to_pb(result.backend),
         )
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: grpc.aio.ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(
+            self._service.pages.store.pool, self._service.pages.index, target, self._service.pages.clock.now()
+        )
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.pages.store.pool, target)))
 
 
 def knowledge_registration(service: KnowledgeService) -> Registration:

@@ -6,7 +6,11 @@ import grpc
 
 from agentlearn.profiles.v1 import profile_service_pb2 as pb
 from agentlearn.profiles.v1 import profile_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.protoconv import timestamp
+from services.profiles import erasure as _erasure
+from services.profiles.domain import DOMAIN as _ERASURE_DOMAIN
 from services.profiles.domain import Profile
 from services.profiles.service import ProfileService, SubjectRef
 
@@ -75,3 +79,14 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
         return pb.ListProfilesResponse(
             profiles=[profile_to_pb(p) for p in profiles], next_page_token=token, total_size=total
         )
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: grpc.aio.ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

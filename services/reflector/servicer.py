@@ -6,9 +6,13 @@ import grpc
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import timestamp
+from services.reflector import erasure as _erasure
 from services.reflector.domain import DOMAIN, WorkerStatus
+from services.reflector.domain import DOMAIN as _ERASURE_DOMAIN
 from services.reflector.service import ReflectorService
 from services.reflector.store import ReflectionRecord
 
@@ -88,3 +92,14 @@ class ReflectorServicer(pb_grpc.ReflectorServiceServicer):
         return pb.ListReflectionsResponse(
             reflections=[reflection_to_pb(r) for r in records], next_page_token=token, total_size=total
         )
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: grpc.aio.ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

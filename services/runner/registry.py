@@ -18,6 +18,7 @@ ORDER = [
     "prefetch",
     "sessions",
     "telemetry",
+    "privacy",
     "inspector",
 ]
 

@@ -6,8 +6,11 @@ import grpc
 
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import timestamp, when
+from services.sessions import erasure as _erasure
 from services.sessions.domain import (
     DOMAIN,
     CheckOutcome,
@@ -24,6 +27,7 @@ from services.sessions.domain import (
     StepStatus,
     TurnOutcome,
 )
+from services.sessions.domain import DOMAIN as _ERASURE_DOMAIN
 from services.sessions.service import SessionService
 
 __all__ = ["SessionServicer", "check_to_pb"]
@@ -273,3 +277,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             failed_count=digest.failed,
             interrupted_count=digest.interrupted,
         )
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: grpc.aio.ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

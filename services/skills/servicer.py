@@ -8,8 +8,11 @@ import grpc
 
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import timestamp
+from services.skills import erasure as _erasure
 from services.skills.domain import (
     BERLOT_ATTWELL_THRESHOLD,
     DOMAIN,
@@ -28,6 +31,7 @@ from services.skills.domain import (
     SkillTrigger,
     SkillVersion,
 )
+from services.skills.domain import DOMAIN as _ERASURE_DOMAIN
 from services.skills.proposals import ProposalService
 from services.skills.service import SkillService
 
@@ -402,3 +406,14 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             request.company, request.seat, request.proposal_id, request.reviewer, request.reason
         )
         return pb.RejectSkillProposalResponse(proposal=proposal_to_pb(proposal))
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: grpc.aio.ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

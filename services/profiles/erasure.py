@@ -1,0 +1,86 @@
+"""The profiles' part of an erasure (issue 17, ``libs.common.erasure``): every observer's profile
+of the person is deleted (on the named platform, or every platform); another person's profile that
+names them keeps its other entries and loses the ones that name them (changed). A seat's erasure
+deletes the profiles it observed and the profiles of it; a company's, all of them."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from libs.common.erasure import Kind, Report, Target, run_once
+
+__all__ = ["OWNER", "erase", "find"]
+
+OWNER = "profiles"
+
+_TEXT = (
+    "(communication_style || ' ' || array_to_string(past_decisions, ' ') || ' ' || array_to_string(sensitivities, ' ')"
+    " || ' ' || array_to_string(topics, ' '))"
+)
+SQL = {
+    "subject": """
+        SELECT id FROM counterparty_profiles
+        WHERE company = $1 AND ($3 = '' OR platform = $3)
+          AND (subject_handle = ANY($2::text[]) OR subject_external_id = ANY($2::text[])
+               OR subject_key = ANY($2::text[]))""",
+    "naming": f"""
+        SELECT id, communication_style, past_decisions, sensitivities, topics FROM counterparty_profiles
+        WHERE company = $1 AND {_TEXT} ~* $2 AND NOT (id = ANY($3::uuid[]))""",
+    Kind.SEAT: """
+        SELECT id FROM counterparty_profiles WHERE company = $1 AND (observer = $2 OR subject_handle = $2)""",
+    Kind.COMPANY: "SELECT id FROM counterparty_profiles WHERE company = $1",
+    "delete": "DELETE FROM counterparty_profiles WHERE id = ANY($1::uuid[])",
+    "requests_seat": "DELETE FROM profile_requests WHERE company = $1 AND observer = $2",
+    "requests_company": "DELETE FROM profile_requests WHERE company = $1",
+    "scrub": """
+        UPDATE counterparty_profiles SET communication_style = $2, past_decisions = $3, sensitivities = $4, topics = $5
+        WHERE id = $1""",
+}
+
+
+async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list, list]:
+    if target.kind is Kind.SEAT:
+        return [r["id"] for r in await conn.fetch(SQL[Kind.SEAT], target.company, target.seat)], []
+    if target.kind is Kind.COMPANY:
+        return [r["id"] for r in await conn.fetch(SQL[Kind.COMPANY], target.company)], []
+    gone = [r["id"] for r in await conn.fetch(SQL["subject"], target.company, target.identifiers, target.platform)]
+    naming = list(await conn.fetch(SQL["naming"], target.company, target.sql_pattern(), gone))
+    return gone, naming
+
+
+async def find(pool: asyncpg.Pool, target: Target) -> Report:
+    report = Report(OWNER)
+    gone, naming = await _plan(pool, target)
+    if gone:
+        report.add("counterparty_profiles", gone)
+    if naming:
+        report.add("counterparty_profiles", [r["id"] for r in naming], changed=True)
+    return report
+
+
+async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
+    async def work(conn: asyncpg.Connection) -> Report:
+        report = Report(OWNER)
+        gone, naming = await _plan(conn, target)
+        await conn.execute(SQL["delete"], gone)
+        if target.kind is Kind.SEAT:
+            await conn.execute(SQL["requests_seat"], target.company, target.seat)
+        elif target.kind is Kind.COMPANY:
+            await conn.execute(SQL["requests_company"], target.company)
+        for row in naming:
+            keep = lambda items: [x for x in items if not target.names_text(x)]  # noqa: E731
+            style = "" if target.names_text(row["communication_style"]) else row["communication_style"]
+            await conn.execute(
+                SQL["scrub"],
+                row["id"],
+                style,
+                keep(row["past_decisions"]),
+                keep(row["sensitivities"]),
+                keep(row["topics"]),
+            )
+        report.add("counterparty_profiles", gone)
+        if naming:
+            report.add("counterparty_profiles", [r["id"] for r in naming], changed=True)
+        return report
+
+    return await run_once(pool, OWNER, target, now, work)
