@@ -88,7 +88,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
 async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
     async def work(conn: asyncpg.Connection) -> Report:
         report = Report(OWNER)
-        gone, changed, runs = await _plan(conn, target)
+        gone, changed, _runs = await _plan(conn, target)
         ids = [r["id"] for r in gone]
         await conn.execute(SQL["unanchor"], ids)
         await conn.execute(SQL["delete"], ids)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentlearn.privacy.v1 import privacy_service_pb2, privacy_service_pb2_grpc
+from libs.common.clients import Clients
 from libs.common.component import Component
 from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
@@ -35,7 +36,7 @@ class Privacy:
 def build(infra: Infra) -> Privacy:
     config = infra.settings.privacy
     queue = JobQueue(infra.pool)
-    owners = GrpcOwners(infra.channels.channel, config.rpc_timeout_seconds)
+    owners = GrpcOwners(Clients(infra.channels, config.rpc_timeout_seconds))
     service = PrivacyService(PostgresErasureStore(infra.pool), queue, owners, infra.clock, infra.events, config)
     worker = ErasureWorker(service, queue, config, infra.clock, infra.events, holder_identity())
     return Privacy(service, worker)

@@ -3,50 +3,55 @@ its own rows). A port, so the coordinator does not care where an owner runs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import grpc
-
-from agentlearn.diary.v1 import diary_service_pb2, diary_service_pb2_grpc
-from agentlearn.episodes.v1 import episode_service_pb2, episode_service_pb2_grpc
-from agentlearn.knowledge.v1 import knowledge_service_pb2, knowledge_service_pb2_grpc
-from agentlearn.profiles.v1 import profile_service_pb2, profile_service_pb2_grpc
-from agentlearn.reflector.v1 import reflector_service_pb2, reflector_service_pb2_grpc
-from agentlearn.sessions.v1 import session_service_pb2, session_service_pb2_grpc
-from agentlearn.skills.v1 import skill_service_pb2, skill_service_pb2_grpc
-from agentlearn.telemetry.v1 import telemetry_service_pb2, telemetry_service_pb2_grpc
+from agentlearn.diary.v1 import diary_service_pb2
+from agentlearn.episodes.v1 import episode_service_pb2
+from agentlearn.knowledge.v1 import knowledge_service_pb2
+from agentlearn.profiles.v1 import profile_service_pb2
+from agentlearn.reflector.v1 import reflector_service_pb2
+from agentlearn.sessions.v1 import session_service_pb2
+from agentlearn.skills.v1 import skill_service_pb2
+from agentlearn.telemetry.v1 import telemetry_service_pb2
+from libs.common.clients import Clients
 from libs.common.erasure import Report, Target, report_from_proto, target_to_proto
 
-__all__ = ["OWNER_STUBS", "GrpcOwners"]
-
-OWNER_STUBS: dict[str, tuple[Any, Any]] = {
-    "diary": (diary_service_pb2, diary_service_pb2_grpc.DiaryServiceStub),
-    "episodes": (episode_service_pb2, episode_service_pb2_grpc.EpisodeServiceStub),
-    "knowledge": (knowledge_service_pb2, knowledge_service_pb2_grpc.KnowledgeServiceStub),
-    "profiles": (profile_service_pb2, profile_service_pb2_grpc.ProfileServiceStub),
-    "reflector": (reflector_service_pb2, reflector_service_pb2_grpc.ReflectorServiceStub),
-    "sessions": (session_service_pb2, session_service_pb2_grpc.SessionServiceStub),
-    "skills": (skill_service_pb2, skill_service_pb2_grpc.SkillServiceStub),
-    "telemetry": (telemetry_service_pb2, telemetry_service_pb2_grpc.TelemetryServiceStub),
-}
+__all__ = ["GrpcOwners"]
 
 
 class GrpcOwners:
-    def __init__(self, channel_of: Callable[[str], grpc.aio.Channel], timeout: float):
-        self._channel_of = channel_of
-        self._timeout = timeout
+    def __init__(self, clients: Clients):
+        self._clients = clients
 
     def _stub(self, owner: str) -> tuple[Any, Any]:
-        module, stub = OWNER_STUBS[owner]
-        return module, stub(self._channel_of(owner))
+        """The owner's messages module and stub (spelled out: the manifests' call table is read
+        from these names, tests/test_k8s_manifests.py)."""
+        if owner == "diary":
+            return diary_service_pb2, self._clients.diary
+        if owner == "episodes":
+            return episode_service_pb2, self._clients.episodes
+        if owner == "knowledge":
+            return knowledge_service_pb2, self._clients.knowledge
+        if owner == "profiles":
+            return profile_service_pb2, self._clients.profiles
+        if owner == "reflector":
+            return reflector_service_pb2, self._clients.reflector
+        if owner == "sessions":
+            return session_service_pb2, self._clients.sessions
+        if owner == "skills":
+            return skill_service_pb2, self._clients.skills
+        if owner == "telemetry":
+            return telemetry_service_pb2, self._clients.telemetry
+        raise KeyError(owner)
 
     async def erase(self, owner: str, target: Target) -> Report:
         module, stub = self._stub(owner)
-        resp = await stub.EraseRows(module.EraseRowsRequest(target=target_to_proto(target)), timeout=self._timeout)
+        request = module.EraseRowsRequest(target=target_to_proto(target))
+        resp = await stub.EraseRows(request, timeout=self._clients.timeout)
         return report_from_proto(resp.report)
 
     async def find(self, owner: str, target: Target) -> Report:
         module, stub = self._stub(owner)
-        resp = await stub.FindRows(module.FindRowsRequest(target=target_to_proto(target)), timeout=self._timeout)
+        request = module.FindRowsRequest(target=target_to_proto(target))
+        resp = await stub.FindRows(request, timeout=self._clients.timeout)
         return report_from_proto(resp.report)
