@@ -239,7 +239,8 @@ CALLS: dict[str, set[str] | str] = {
     # Every service it shows (docs/inspector.md).
     "inspector": {"diary", "episodes", "skills", "profiles", "reflector", "sessions", "telemetry", "knowledge"},
     # The erasure worker asks every owner of rows to erase its own (docs/privacy.md).
-    "privacy": {"diary", "episodes", "skills", "profiles", "reflector", "sessions", "telemetry", "knowledge"},
+    "privacy": {"diary", "episodes", "skills", "profiles", "reflector", "sessions", "telemetry", "knowledge"}
+    | {"prefetch"},
 }
 # Components with HTTP pages and no gRPC service of their own: their readiness is the whole
 # process's health ("").

@@ -28,7 +28,9 @@ from tests.support.turns import message, turn
 
 pytestmark = pytest.mark.timeout(300)
 
-NAMES = ["diary", "episodes", "skills", "profiles", "reflector", "knowledge", "sessions", "telemetry", "privacy"]
+NAMES = [
+    "diary", "episodes", "skills", "profiles", "reflector", "knowledge", "prefetch", "sessions", "telemetry", "privacy",
+]  # fmt: skip
 SEATS = ["ana", "ben"]
 PEOPLE = {"carla": "Carla Moreno", "dave": "Dave", "erin": "Erin"}
 # What each person asks for: distinct, so each turn teaches its seat one note of its own.
@@ -141,7 +143,7 @@ async def test_erase_subject_removes_every_row_of_theirs_and_keeps_the_others(en
     assert erasure.verified and not erasure.residues
     reports = {r.owner: r for r in erasure.reports}
     assert set(reports) == {
-        "sessions", "knowledge", "diary", "episodes", "profiles", "skills", "reflector", "telemetry",
+        "sessions", "knowledge", "diary", "episodes", "profiles", "skills", "reflector", "prefetch", "telemetry",
     }  # fmt: skip
     count = {o: sum(t.count + t.changed for t in r.tables) for o, r in reports.items()}
     assert count["episodes"] == len(runs["carla"])  # one raw row per turn of hers

@@ -9,10 +9,14 @@ import grpc
 
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from services.knowledge.domain import Reader, UnsearchedReason
+from services.prefetch import erasure as _erasure
 from services.prefetch.builtins import Builtins
 from services.prefetch.calltool import call_tool, outcome_filter_of, tier_of
 from services.prefetch.deps import Deps
+from services.prefetch.domain import DOMAIN as _ERASURE_DOMAIN
 from services.prefetch.domain import Block, BlockKind, Sender, TurnContext, TurnEmbedding, TurnStart
 from services.prefetch.guidance import GuidanceBlock, GuidanceSource, guidance_for
 from services.prefetch.turn_context import TurnContextBuilder
@@ -150,6 +154,18 @@ class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
         return pb.GetGuidanceResponse(
             blocks=[_guidance_to_pb(b) for b in answer.blocks], registry_unreadable=answer.registry_unreadable
         )
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: grpc.aio.ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(_erasure.pool_of(self._deps.store), target, self._deps.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.find(_erasure.pool_of(self._deps.store), target)
+        return pb.FindRowsResponse(report=erasure_report(report))
 
 
 class BuiltinServicer(pb_grpc.BuiltinServiceServicer):

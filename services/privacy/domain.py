@@ -18,7 +18,9 @@ JOB_KIND = "erasure"
 
 COLLECTORS = ("episodes", "reflector", "sessions")
 """The owners that know which run ids and sessions carried a person (asked first)."""
-ERASE_ORDER = ("sessions", "knowledge", "diary", "episodes", "profiles", "skills", "reflector", "telemetry")
+ERASE_ORDER = (
+    "sessions", "knowledge", "diary", "episodes", "profiles", "skills", "reflector", "prefetch", "telemetry",
+)  # fmt: skip
 """Every owner, in the order asked: the sessions first, since their erased lessons name the
 knowledge pages the knowledge owner removes next."""
 

@@ -8,6 +8,7 @@ from typing import Any
 from agentlearn.diary.v1 import diary_service_pb2
 from agentlearn.episodes.v1 import episode_service_pb2
 from agentlearn.knowledge.v1 import knowledge_service_pb2
+from agentlearn.prefetch.v1 import prefetch_service_pb2
 from agentlearn.profiles.v1 import profile_service_pb2
 from agentlearn.reflector.v1 import reflector_service_pb2
 from agentlearn.sessions.v1 import session_service_pb2
@@ -32,6 +33,8 @@ class GrpcOwners:
             return episode_service_pb2, self._clients.episodes
         if owner == "knowledge":
             return knowledge_service_pb2, self._clients.knowledge
+        if owner == "prefetch":
+            return prefetch_service_pb2, self._clients.prefetch
         if owner == "profiles":
             return profile_service_pb2, self._clients.profiles
         if owner == "reflector":
