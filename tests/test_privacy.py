@@ -17,12 +17,16 @@ from agentlearn.diary.v1 import diary_service_pb2 as d_pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as d_grpc
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb
+from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc
 from agentlearn.privacy.v1 import privacy_service_pb2 as pv
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
 from agentlearn.profiles.v1 import profile_service_pb2_grpc as pr_grpc
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
+from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 from tests.support.app import open_app
 from tests.support.turns import message, turn
 
@@ -50,6 +54,8 @@ class Env:
         self.diary = d_grpc.DiaryServiceStub(app.channel)
         self.episodes = ep_grpc.EpisodeServiceStub(app.channel)
         self.profiles = pr_grpc.ProfileServiceStub(app.channel)
+        self.skills = sk_grpc.SkillServiceStub(app.channel)
+        self.knowledge = kn_grpc.KnowledgeServiceStub(app.channel)
         self.harness = app.components["reflector"].service.harness
         self.worker = app.components["privacy"].service.worker
 
@@ -93,7 +99,8 @@ class Env:
 
 @pytest.fixture
 async def env(make_settings, dsn, clock, local_embedder, edge_index):
-    settings = make_settings()
+    # The seats' role reads the "team" pages (the knowledge reads below see them).
+    settings = make_settings(companies={"acme": {"roles": {"swe": {"knowledge_containers": ["team"]}}}})
     async with open_app(settings, dsn, names=NAMES, clock=clock, embedder=local_embedder, index=edge_index) as app:
         yield Env(app)
 
@@ -161,9 +168,63 @@ async def test_erase_subject_removes_every_row_of_theirs_and_keeps_the_others(en
     assert erasure.requested_by == "local"
 
 
+async def _skill(env, name: str, seat: str, runs: list[str], body: str, tools: list[str]) -> sk_pb.Skill:  # type: ignore[no-untyped-def]
+    resp = await env.skills.CreateSkill(
+        sk_pb.CreateSkillRequest(
+            company="acme",
+            seat=seat,
+            name=name,
+            summary=f"use for {name}",
+            body=body,
+            tool_sequence=tools,
+            trigger=sk_pb.SKILL_TRIGGER_CLUSTERED if len(runs) > 1 else sk_pb.SKILL_TRIGGER_SINGLE,
+            cluster_size=len(runs),
+            source_turn_ids=runs,
+        )
+    )
+    return resp.skill
+
+
+async def _export(env, seat: str) -> list[dict]:  # type: ignore[no-untyped-def]
+    import json
+
+    lines = []
+    async for chunk in env.privacy.ExportSeat(pv.ExportSeatRequest(company="acme", seat=seat)):
+        lines += [json.loads(line) for line in chunk.lines]
+    return lines
+
+
 async def test_erase_subject_through_every_read_rpc(env, dsn, clock):
-    await env.seed(clock)
-    await env.erase_subject("carla", ["Carla Moreno"])
+    runs = await env.seed(clock)
+    ana = [r for r in runs["carla"]][:1] + [r for r in runs["dave"]][:2]
+    # A skill resting on her turn and Dave's: it stays, without her run id. One resting on hers
+    # alone is deleted; one whose body names her is deleted whatever it rests on.
+    mixed = await _skill(
+        env, "csv-digests", "ana", ana, "# CSV digests\n\n1. Export the data.\n", ["sql_query", "csv_export"]
+    )
+    hers = await _skill(
+        env, "kafka-digest", "ana", runs["carla"][:2], "# Kafka digest\n\n1. Read lag.\n", ["kafka_lag", "chart"]
+    )
+    named = await _skill(
+        env, "ask-carla", "ana", runs["dave"][:1], "# Ask Carla\n\n1. Ping Carla first.\n", ["slack_dm", "wait"]
+    )
+    page = await env.knowledge.UpsertPage(
+        kn_pb.UpsertPageRequest(
+            company="acme", container="team", title="Digest formats", body="Carla Moreno wants CSV; Dave wants PDF."
+        )
+    )
+    kept = await env.knowledge.UpsertPage(
+        kn_pb.UpsertPageRequest(company="acme", container="team", title="Backups", body="Dave checks backups daily.")
+    )
+    before = await _export(env, "ana")
+    assert {"note", "episode", "profile", "skill", "reflection"} <= {line["kind"] for line in before}
+    assert "carla" in str(before).lower()
+
+    erasure = await env.erase_subject("carla", ["Carla Moreno"])
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED, erasure.reason
+    skills = {t.table: t for r in erasure.reports if r.owner == "skills" for t in r.tables}
+    assert set(skills["synthesized_skills"].ids) == {mixed.id, hers.id, named.id}
+    assert skills["synthesized_skills"].count == 2 and skills["synthesized_skills"].changed == 1
     for seat in SEATS:
         recall = await env.diary.RecallNotes(d_pb.RecallNotesRequest(company="acme", seat=seat, query="carla report"))
         assert all("carla" not in c.note.content.lower() for c in recall.candidates)
@@ -177,6 +238,18 @@ async def test_erase_subject_through_every_read_rpc(env, dsn, clock):
         profs = await env.profiles.ListProfiles(pr_pb.ListProfilesRequest(company="acme", observer=seat))
         handles = {p.subject.handle for p in profs.profiles}
         assert "carla" not in handles and {"dave", "erin"} <= handles
+        exported = await _export(env, seat)
+        assert exported and "carla" not in str(exported).lower() and "moreno" not in str(exported).lower()
+        assert "dave" in str(exported).lower()
+    listed = await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana", include_archived=True))
+    assert [(k.id, list(k.source_turn_ids)) for k in listed.skills] == [(mixed.id, ana[1:])]
+    reader = kn_pb.Reader(company="acme", seat="ana", role="swe")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await env.knowledge.GetPage(kn_pb.GetPageRequest(reader=reader, page_id=page.page.id))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    got = await env.knowledge.GetPage(kn_pb.GetPageRequest(reader=reader, page_id=kept.page.id))
+    assert "Dave" in got.page.body
+    assert await _mentions(dsn, "carla") == {}
 
 
 async def test_a_repeated_request_is_the_same_erasure_and_a_second_erasure_finds_nothing(env, dsn, clock):

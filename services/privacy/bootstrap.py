@@ -31,15 +31,17 @@ class Privacy:
 
     service: PrivacyService
     worker: ErasureWorker
+    clients: Clients
 
 
 def build(infra: Infra) -> Privacy:
     config = infra.settings.privacy
     queue = JobQueue(infra.pool)
-    owners = GrpcOwners(Clients(infra.channels, config.rpc_timeout_seconds))
+    clients = Clients(infra.channels, config.rpc_timeout_seconds)
+    owners = GrpcOwners(clients)
     service = PrivacyService(PostgresErasureStore(infra.pool), queue, owners, infra.clock, infra.events, config)
     worker = ErasureWorker(service, queue, config, infra.clock, infra.events, holder_identity())
-    return Privacy(service, worker)
+    return Privacy(service, worker, clients)
 
 
 def component(infra: Infra) -> Component:
@@ -50,7 +52,7 @@ def component(infra: Infra) -> Component:
             Registration(
                 SERVICE_NAME,
                 privacy_service_pb2_grpc.add_PrivacyServiceServicer_to_server,
-                PrivacyServicer(privacy.service),
+                PrivacyServicer(privacy.service, privacy.clients),
             )
         ],
         service=privacy,

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 
 import grpc
 
 from agentlearn.common.v1 import erasure_pb2
 from agentlearn.privacy.v1 import privacy_service_pb2 as pb
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pb_grpc
+from libs.common.clients import Clients
 from libs.common.erasure import PROTO_OF_KIND, Kind, Target, report_to_proto
 from libs.common.protoconv import timestamp
 from services.privacy.domain import Erasure, ErasureState
+from services.privacy.export import export_seat
 from services.privacy.service import PrivacyService
 
 __all__ = ["PrivacyServicer", "erasure_to_pb"]
@@ -57,8 +60,9 @@ def _subject_target(company: str, subject: erasure_pb2.ErasureSubject, names: li
 
 
 class PrivacyServicer(pb_grpc.PrivacyServiceServicer):
-    def __init__(self, service: PrivacyService):
+    def __init__(self, service: PrivacyService, clients: Clients | None = None):
         self._service = service
+        self._clients = clients
 
     async def EraseSubject(
         self, request: pb.EraseSubjectRequest, context: grpc.aio.ServicerContext
@@ -84,6 +88,13 @@ class PrivacyServicer(pb_grpc.PrivacyServiceServicer):
     ) -> pb.GetErasureResponse:
         erasure = await self._service.get(request.company, request.erasure_id)
         return pb.GetErasureResponse(erasure=erasure_to_pb(erasure))
+
+    async def ExportSeat(
+        self, request: pb.ExportSeatRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ExportSeatResponse]:
+        assert self._clients is not None
+        async for lines in export_seat(self._clients, request.company, request.seat):
+            yield pb.ExportSeatResponse(lines=lines)
 
     async def ListErasures(
         self, request: pb.ListErasuresRequest, context: grpc.aio.ServicerContext
