@@ -273,3 +273,61 @@ async def test_erase_requests_are_checked_before_anything_is_queued(env):
             pv.GetErasureRequest(company="acme", erasure_id="00000000-0000-0000-0000-000000000001")
         )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def _count(dsn: str, sql: str, *args: object) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval(sql, *args))
+    finally:
+        await conn.close()
+
+
+_SEAT_TABLES = {
+    "agent_diary": "seat",
+    "episodes": "seat",
+    "counterparty_profiles": "observer",
+    "synthesized_skills": "seat",
+    "reflections": "seat",
+    "background_jobs": "seat",
+    "events": "seat",
+}
+
+
+async def test_erase_seat_removes_the_seat_and_keeps_the_other(env, dsn, clock):
+    await env.seed(clock)
+    resp = await env.privacy.EraseSeat(pv.EraseSeatRequest(company="acme", seat="ben"))
+    await env.worker.drain()
+    erasure = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id))).erasure
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    assert erasure.kind == er.ERASURE_KIND_SEAT and erasure.seat == "ben"
+    for table, column in _SEAT_TABLES.items():
+        left = f"SELECT count(*) FROM {table} WHERE company = 'acme' AND {column} = $1"
+        if table == "background_jobs":
+            left += " AND kind = 'reflection'"
+        assert await _count(dsn, left, "ben") == 0, table
+    assert await _count(dsn, "SELECT count(*) FROM episodes WHERE seat = 'ana'") == len(PEOPLE) * TURNS_EACH
+    assert await _count(dsn, "SELECT count(*) FROM counterparty_profiles WHERE observer = 'ana'") == len(PEOPLE)
+    assert [line for line in await _export(env, "ben")] == []
+    assert await _export(env, "ana")
+
+
+async def test_erase_company_leaves_nothing_of_it_and_the_audit_names_no_one(env, dsn, clock):
+    await env.seed(clock)
+    subject = await env.erase_subject("carla", ["Carla Moreno"])
+    clock.advance(seconds=5)
+    resp = await env.privacy.EraseCompany(pv.EraseCompanyRequest(company="acme"))
+    await env.worker.drain()
+    erasure = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id))).erasure
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    for table in ["agent_diary", "episodes", "counterparty_profiles", "reflections", "knowledge_pages"]:
+        assert await _count(dsn, f"SELECT count(*) FROM {table} WHERE company = 'acme'") == 0, table
+    # The audit: who asked, when, what kind, the counts; never a name or the erased text.
+    audit = await env.privacy.ListErasures(pv.ListErasuresRequest(company="acme"))
+    assert [e.id for e in audit.erasures] == [erasure.id, subject.id]
+    assert [e.kind for e in audit.erasures] == [er.ERASURE_KIND_COMPANY, er.ERASURE_KIND_SUBJECT]
+    assert all(e.requested_by and e.create_time.seconds for e in audit.erasures)
+    stored = await _count(
+        dsn, "SELECT count(*) FROM erasures WHERE (coalesce(target::text, '') || reports::text) ILIKE '%carla%'"
+    )
+    assert stored == 0 and await _count(dsn, "SELECT count(*) FROM erasures WHERE target IS NOT NULL") == 0

@@ -128,7 +128,7 @@ class PrivacyService:
         await self.events.emit(
             "erasure_requested",
             company=erasure.company,
-            seat=erasure.seat or None,
+            seat=None,  # the audit is the erasures table; an event of an erased seat is not kept
             erasure_id=str(erasure.id),
             erasure_kind=str(erasure.kind),
             requested_by=erasure.requested_by,

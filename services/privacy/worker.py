@@ -103,7 +103,7 @@ class ErasureWorker:
         await self.events.emit(
             "erasure_finished",
             company=erasure.company,
-            seat=erasure.seat or None,
+            seat=None,  # the audit is the erasures table; an event of an erased seat is not kept
             erasure_id=str(erasure.id),
             erasure_kind=str(erasure.kind),
             state=str(erasure.state),
