@@ -331,3 +331,67 @@ async def test_erase_company_leaves_nothing_of_it_and_the_audit_names_no_one(env
         dsn, "SELECT count(*) FROM erasures WHERE (coalesce(target::text, '') || reports::text) ILIKE '%carla%'"
     )
     assert stored == 0 and await _count(dsn, "SELECT count(*) FROM erasures WHERE target IS NOT NULL") == 0
+
+
+async def test_provenance_follows_a_note_back_to_the_turn_and_message_that_taught_it(env, clock):
+    from agentlearn.common.v1 import provenance_pb2
+
+    runs = await env.seed(clock)
+    notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana", page_size=500))).notes
+    [note] = [n for n in notes if "kafka lag" in n.content]
+    prov = (
+        await env.diary.GetNoteProvenance(d_pb.GetNoteProvenanceRequest(company="acme", seat="ana", note_id=note.id))
+    ).provenance
+    assert list(prov.turn_ids) == [note.turn_id] and note.turn_id in runs["carla"]
+    assert [(s.handle, s.platform) for s in prov.subjects] == [("carla", "slack")]
+    assert prov.writer == "persist_decider" and prov.model and len(prov.prompt_version) == 16
+    assert prov.work_key == f"work-{note.turn_id}"
+    # The turn, and the message: the episode of that run holds what she asked.
+    episode = (
+        await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id=prov.turn_ids[0]))
+    ).episode
+    assert "kafka lag" in episode.ask
+    ep_prov = (
+        await env.episodes.GetEpisodeProvenance(
+            ep_pb.GetEpisodeProvenanceRequest(company="acme", seat="ana", episode_id=episode.id)
+        )
+    ).provenance
+    assert list(ep_prov.turn_ids) == [note.turn_id] and [s.handle for s in ep_prov.subjects] == ["carla"]
+    skill = await _skill(env, "lag-report", "ana", runs["carla"][:2], "# Lag\n\n1. Read.\n", ["kafka_lag", "chart"])
+    sk_prov = (
+        await env.skills.GetSkillProvenance(
+            sk_pb.GetSkillProvenanceRequest(company="acme", seat="ana", skill_id=skill.id)
+        )
+    ).provenance
+    assert list(sk_prov.turn_ids) == runs["carla"][:2]
+    # Another seat's read of the same note is refused (the note is ana's).
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await env.diary.GetNoteProvenance(d_pb.GetNoteProvenanceRequest(company="acme", seat="ben", note_id=note.id))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+    # A note that neither names her nor carries a run id of hers, but rests on her messages (its
+    # provenance says so), is erased with her; one resting on Dave's is kept.
+    async def write(content: str, person: str) -> str:
+        resp = await env.diary.WriteNote(
+            d_pb.WriteNoteRequest(
+                company="acme",
+                seat="ben",
+                content=content,
+                tier=d_pb.NOTE_TIER_LONG,
+                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+                turn_id=f"external-{person}",
+                provenance=provenance_pb2.Provenance(
+                    turn_ids=[f"external-{person}"], subjects=[er.ErasureSubject(handle=person, platform="slack")]
+                ),
+            )
+        )
+        return resp.note.id
+
+    hers = await write("Prefers terse replies in threads.", "carla")
+    his = await write("Prefers long replies with context.", "dave")
+    erasure = await env.erase_subject("carla", [])
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED
+    diary_ids = {i for r in erasure.reports if r.owner == "diary" for t in r.tables for i in t.ids}
+    assert hers in diary_ids and his not in diary_ids
+    left = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ben", page_size=500))).notes
+    assert his in {n.id for n in left} and hers not in {n.id for n in left}

@@ -38,6 +38,9 @@ __all__ = [
     "TableReport",
     "Target",
     "drop_points",
+    "provenance_from_json",
+    "provenance_json",
+    "provenance_subjects",
     "report_to_proto",
     "run_once",
     "target_from_proto",
@@ -304,3 +307,28 @@ async def run_once(
             await conn.execute(sql["put"], target.erasure_id, target.company, report.to_json(), now)
     report.index_points_pending = await drop_points(index, report.points)
     return report
+
+
+def provenance_json(msg: object) -> str:
+    """A ``Provenance`` as the JSON an owner keeps (field names as in the proto)."""
+    from google.protobuf.json_format import MessageToJson
+
+    return MessageToJson(msg, preserving_proto_field_name=True, indent=None)  # type: ignore[arg-type]
+
+
+def provenance_from_json(text: str | dict | None):  # type: ignore[no-untyped-def]
+    """The kept JSON back as a ``Provenance`` (empty when nothing was kept)."""
+    from google.protobuf.json_format import ParseDict
+
+    from agentlearn.common.v1 import provenance_pb2
+
+    data = json.loads(text) if isinstance(text, str) else dict(text or {})
+    return ParseDict(data, provenance_pb2.Provenance(), ignore_unknown_fields=True)
+
+
+def provenance_subjects(msg: object) -> list[str]:
+    """The identifiers (handles, external ids) of the people a provenance names."""
+    out: list[str] = []
+    for subject in getattr(msg, "subjects", []):
+        out += [x for x in (subject.handle, subject.external_id) if x]
+    return sorted(set(out))

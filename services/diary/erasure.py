@@ -4,20 +4,42 @@ deleted with their vectors and their fill pieces."""
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 
-from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.erasure import (
+    Kind,
+    Report,
+    Target,
+    provenance_from_json,
+    provenance_json,
+    provenance_subjects,
+    run_once,
+)
+from libs.common.errors import NotFound
 from libs.common.vectorindex import VectorIndex
-from services.diary.domain import COLLECTION_BASE
+from services.diary.domain import COLLECTION_BASE, DOMAIN
 
-__all__ = ["OWNER", "erase", "find"]
+__all__ = ["OWNER", "erase", "find", "provenance", "record_provenance"]
 
 OWNER = "diary"
 
 SQL = {
     Kind.SUBJECT: """
         SELECT id, embedding_dims FROM agent_diary
-        WHERE company = $1 AND (turn_id = ANY($2::text[]) OR content ~* $3)""",
+        WHERE company = $1 AND (turn_id = ANY($2::text[]) OR content ~* $3
+               OR EXISTS (SELECT 1 FROM note_provenance p
+                          WHERE p.note_id = agent_diary.id AND p.company = $1 AND p.subjects && $4::text[])
+               OR EXISTS (SELECT 1 FROM note_provenance p
+                          WHERE p.note_id = agent_diary.id AND p.provenance->>'session_id' = ANY($5::text[])))""",
+    "record": """
+        INSERT INTO note_provenance (note_id, company, seat, subjects, provenance, record_time)
+        SELECT id, company, seat, $2, $3::jsonb, $4 FROM agent_diary WHERE id = $1
+        ON CONFLICT (note_id) DO NOTHING""",
+    "provenance": """
+        SELECT p.provenance, d.turn_id FROM agent_diary d LEFT JOIN note_provenance p ON p.note_id = d.id
+        WHERE d.id = $1 AND d.company = $2 AND d.seat = $3""",
     Kind.SEAT: "SELECT id, embedding_dims FROM agent_diary WHERE company = $1 AND seat = $2",
     Kind.COMPANY: "SELECT id, embedding_dims FROM agent_diary WHERE company = $1",
     "delete": "DELETE FROM agent_diary WHERE id = ANY($1::uuid[])",
@@ -27,7 +49,14 @@ SQL = {
 
 async def _rows(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list[asyncpg.Record]:
     if target.kind is Kind.SUBJECT:
-        return await conn.fetch(SQL[Kind.SUBJECT], target.company, list(target.turn_ids), target.sql_pattern())
+        return await conn.fetch(
+            SQL[Kind.SUBJECT],
+            target.company,
+            list(target.turn_ids),
+            target.sql_pattern(),
+            target.identifiers,
+            list(target.session_ids),
+        )
     if target.kind is Kind.SEAT:
         return await conn.fetch(SQL[Kind.SEAT], target.company, target.seat)
     return await conn.fetch(SQL[Kind.COMPANY], target.company)
@@ -53,3 +82,24 @@ async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, n
         return report
 
     return await run_once(pool, OWNER, target, now, work, index=index)
+
+
+async def record_provenance(pool: asyncpg.Pool, note_id: object, msg, now) -> None:  # type: ignore[no-untyped-def]
+    """Keep a written note's provenance (once: a retried write finds it kept)."""
+    await pool.execute(SQL["record"], uuid.UUID(str(note_id)), provenance_subjects(msg), provenance_json(msg), now)
+
+
+async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str):  # type: ignore[no-untyped-def]
+    """The note's provenance; a note written before provenance was kept names its run id only."""
+    row = await pool.fetchrow(SQL["provenance"], uuid.UUID(note_id), company, seat)
+    if row is None:
+        raise NotFound(
+            f"note {note_id} not found for seat {seat}",
+            reason="NOTE_NOT_FOUND",
+            domain=DOMAIN,
+            metadata={"note_id": note_id, "seat": seat},
+        )
+    msg = provenance_from_json(row["provenance"])
+    if not msg.turn_ids and row["turn_id"]:
+        msg.turn_ids.append(row["turn_id"])
+    return msg

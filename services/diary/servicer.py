@@ -76,6 +76,10 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
             request.turn_id,
             request.request_id or None,
         )
+        if request.HasField("provenance"):  # issue 17: where it came from, kept beside it
+            await _erasure.record_provenance(
+                self._service.store.pool, note.id, request.provenance, self._service.clock.now()
+            )
         return pb.WriteNoteResponse(note=note_to_pb(note), embedding_skipped_reason=skipped or "", created=created)
 
     async def RecallNotes(
@@ -138,3 +142,9 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
     async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
         return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+
+    async def GetNoteProvenance(
+        self, request: pb.GetNoteProvenanceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetNoteProvenanceResponse:
+        found = await _erasure.provenance(self._service.store.pool, request.company, request.seat, request.note_id)
+        return pb.GetNoteProvenanceResponse(provenance=found)

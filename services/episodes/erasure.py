@@ -11,13 +11,17 @@
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 
+from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.errors import NotFound
 from libs.common.vectorindex import VectorIndex
-from services.episodes.domain import COLLECTION_BASE
+from services.episodes.domain import COLLECTION_BASE, DOMAIN
 
-__all__ = ["OWNER", "erase", "find"]
+__all__ = ["OWNER", "erase", "find", "provenance"]
 
 OWNER = "episodes"
 
@@ -41,6 +45,10 @@ SQL = {
     Kind.COMPANY: "SELECT id, turn_id, embedding_dims FROM episodes WHERE company = $1",
     "delete": "DELETE FROM episodes WHERE id = ANY($1::uuid[])",
     "pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
+    "provenance": """
+        SELECT kind, turn_id, work_key, subjects, subjects_involved, exemplar_turn_ids,
+               ARRAY(SELECT r.turn_id FROM episode_runs r WHERE r.episode_id = e.id ORDER BY r.turn_id) AS runs
+        FROM episodes e WHERE id = $1 AND company = $2 AND seat = $3""",
     "unanchor": "UPDATE episodes SET exemplar_of = NULL WHERE exemplar_of = ANY($1::uuid[])",
     "strip": """
         UPDATE episodes
@@ -103,3 +111,25 @@ async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, n
         return report
 
     return await run_once(pool, OWNER, target, now, work, index=index)
+
+
+async def provenance(pool: asyncpg.Pool, company: str, seat: str, episode_id: str) -> provenance_pb2.Provenance:
+    """A raw row: its run id, the redeliveries collapsed into it, its work key and the people its
+    turn carried. A compacted row: its exemplars' run ids and every person its turns carried."""
+    row = await pool.fetchrow(SQL["provenance"], uuid.UUID(episode_id), company, seat)
+    if row is None:
+        raise NotFound(
+            f"episode {episode_id} not found for seat {seat}",
+            reason="EPISODE_NOT_FOUND",
+            domain=DOMAIN,
+            metadata={"episode_id": episode_id, "seat": seat},
+        )
+    raw = row["kind"] == "raw"
+    turns = [row["turn_id"], *row["runs"]] if raw else list(row["exemplar_turn_ids"])
+    people = row["subjects"] if raw else row["subjects_involved"]
+    return provenance_pb2.Provenance(
+        turn_ids=[t for t in turns if t],
+        work_key=row["work_key"] or "",
+        subjects=[erasure_pb2.ErasureSubject(handle=p) for p in people],
+        writer="episodist" if raw else "episode_lifecycle",
+    )

@@ -224,3 +224,9 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
     async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
         return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+
+    async def GetEpisodeProvenance(
+        self, request: pb.GetEpisodeProvenanceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetEpisodeProvenanceResponse:
+        found = await _erasure.provenance(self._service.store.pool, request.company, request.seat, request.episode_id)
+        return pb.GetEpisodeProvenanceResponse(provenance=found)

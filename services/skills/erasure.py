@@ -10,11 +10,16 @@ turns or sessions, or naming them, is deleted.
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 
+from agentlearn.common.v1 import provenance_pb2
 from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.errors import NotFound
+from services.skills.domain import DOMAIN
 
-__all__ = ["OWNER", "erase", "find"]
+__all__ = ["OWNER", "erase", "find", "provenance"]
 
 OWNER = "skills"
 
@@ -41,6 +46,8 @@ SQL = {
         UPDATE synthesized_skills
         SET source_turn_ids = ARRAY(SELECT t FROM unnest(source_turn_ids) t WHERE t <> ALL($2::text[]))
         WHERE id = $1""",
+    "provenance": """
+        SELECT source_turn_ids, trigger FROM synthesized_skills WHERE id = $1 AND company = $2 AND seat = $3""",
     "uses_seat": "DELETE FROM skill_use_requests WHERE company = $1 AND seat = $2",
     "uses_company": "DELETE FROM skill_use_requests WHERE company = $1",
 }
@@ -93,3 +100,16 @@ async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ign
         return _report(gone, changed, proposals)
 
     return await run_once(pool, OWNER, target, now, work)
+
+
+async def provenance(pool: asyncpg.Pool, company: str, seat: str, skill_id: str) -> provenance_pb2.Provenance:
+    """The turns the skill was drafted from (single-turn or clustered synthesis, or its creator)."""
+    row = await pool.fetchrow(SQL["provenance"], uuid.UUID(skill_id), company, seat)
+    if row is None:
+        raise NotFound(
+            f"skill {skill_id} not found for seat {seat}",
+            reason="SKILL_NOT_FOUND",
+            domain=DOMAIN,
+            metadata={"skill_id": skill_id, "seat": seat},
+        )
+    return provenance_pb2.Provenance(turn_ids=list(row["source_turn_ids"]), writer=f"synthesis:{row['trigger']}")

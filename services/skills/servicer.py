@@ -417,3 +417,9 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
     async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
         return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+
+    async def GetSkillProvenance(
+        self, request: pb.GetSkillProvenanceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSkillProvenanceResponse:
+        found = await _erasure.provenance(self._service.store.pool, request.company, request.seat, request.skill_id)
+        return pb.GetSkillProvenanceResponse(provenance=found)
