@@ -222,6 +222,10 @@ PASS_USES: dict[str, set[str]] = {
     "skill-synthesis": {"model"},
     # Drafts are native pages (embedded and indexed) or Confluence pages; one auxiliary call each.
     "skill-promotion": {"index", "model"},
+    # Issue 17: points whose row is gone leave the index (docs/privacy.md).
+    "diary-orphans": {"index"},
+    "episode-orphans": {"index"},
+    "knowledge-orphans": {"index"},
 }
 
 # "Who calls whom (NetworkPolicy on 50052)". A pass CronJob calls what its pass calls: skill

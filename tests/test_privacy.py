@@ -395,3 +395,64 @@ async def test_provenance_follows_a_note_back_to_the_turn_and_message_that_taugh
     assert hers in diary_ids and his not in diary_ids
     left = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ben", page_size=500))).notes
     assert his in {n.id for n in left} and hers not in {n.id for n in left}
+
+
+class FlakyIndex:
+    """The real index, whose deletes fail while ``down`` (a Qdrant that is unreachable)."""
+
+    def __init__(self, inner):  # type: ignore[no-untyped-def]
+        self._inner = inner
+        self.name = inner.name
+        self.down = False
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._inner, name)
+
+    async def delete(self, collection, ids):  # type: ignore[no-untyped-def]
+        from libs.common.vectorindex import IndexUnavailable
+
+        if self.down:
+            raise IndexUnavailable("qdrant: connection refused (test)")
+        await self._inner.delete(collection, ids)
+
+
+async def test_an_index_down_during_erasure_is_cleaned_when_it_returns(
+    make_settings, dsn, clock, local_embedder, edge_index
+):
+    index = FlakyIndex(edge_index)
+    settings = make_settings(privacy={"retry_seconds": 30})
+    async with open_app(settings, dsn, names=NAMES, clock=clock, embedder=local_embedder, index=index) as app:
+        env = Env(app)
+        await env.seed(clock)
+        conn = await asyncpg.connect(dsn)
+        try:
+            hers = {r["id"] for r in await conn.fetch("SELECT id FROM agent_diary WHERE content ILIKE '%carla%'")}
+            dims = await conn.fetchval("SELECT max(embedding_dims) FROM agent_diary")
+        finally:
+            await conn.close()
+        collection = f"diary_notes_{dims}"
+
+        async def points() -> set:
+            out: set = set()
+            after = None
+            while page := await edge_index.point_ids(collection, after, 100):
+                out |= set(page)
+                after = page[-1]
+            return out
+
+        assert hers and hers <= await points()
+        index.down = True
+        erasure = await env.erase_subject("carla", ["Carla Moreno"])
+        # The rows are gone; the index kept their points, so the erasure waits, unverified.
+        assert erasure.state == pv.ERASURE_STATE_RUNNING and "index" in erasure.reason
+        assert sum(r.index_points_pending for r in erasure.reports) >= len(hers)
+        assert hers <= await points()
+        index.down = False
+        # The orphan sweep removes them (the erasure's own retry would too).
+        removed = await app.passes()["diary-orphans"].run()
+        assert removed == len(hers) and not (hers & await points())
+        assert await app.passes()["diary-orphans"].run() == 0
+        clock.advance(seconds=31)
+        await env.worker.drain()
+        done = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=erasure.id))).erasure
+        assert done.state == pv.ERASURE_STATE_SUCCEEDED and done.verified, done.reason

@@ -737,6 +737,9 @@ class PrivacyConfig(_Section):
     """Claims of one erasure before it is reported failed (an owner that keeps failing)."""
     retry_seconds: float = 30.0
     """Wait before an erasure an owner failed is tried again."""
+    orphan_sweep_interval_seconds: float = 3600.0
+    """The all-in-one's cadence of the orphan sweeps (``diary-orphans``, ``episode-orphans``,
+    ``knowledge-orphans``): index points whose row is gone from PostgreSQL are removed."""
     retention: RetentionConfig = RetentionConfig()
     """Retention for every company not listed in ``companies``."""
     companies: dict[str, RetentionConfig] = Field(default_factory=dict)

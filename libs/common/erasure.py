@@ -43,6 +43,7 @@ __all__ = [
     "provenance_subjects",
     "report_to_proto",
     "run_once",
+    "sweep_orphans",
     "target_from_proto",
 ]
 
@@ -332,3 +333,34 @@ def provenance_subjects(msg: object) -> list[str]:
     for subject in getattr(msg, "subjects", []):
         out += [x for x in (subject.handle, subject.external_id) if x]
     return sorted(set(out))
+
+
+ORPHAN_PAGE = 500
+
+
+async def sweep_orphans(pool: asyncpg.Pool, index: VectorIndex, base: str, table: str) -> int:
+    """Remove the points of ``<base>_<width>`` collections whose row is gone from ``table`` (an
+    index that was down when the rows were erased or deleted keeps their points until this runs).
+    Returns how many were removed. A point written for a row committed meanwhile has its row, so
+    it is never taken for an orphan."""
+    removed = 0
+    prefix = f"{base}_"
+    for collection in await index.collections():
+        if not (collection.startswith(prefix) and collection[len(prefix) :].isdigit()):
+            continue
+        after: uuid.UUID | None = None
+        while True:
+            ids = await index.point_ids(collection, after, ORPHAN_PAGE)
+            if not ids:
+                break
+            after = ids[-1]
+            live = {r["id"] for r in await pool.fetch(f"SELECT id FROM {table} WHERE id = ANY($1::uuid[])", ids)}
+            orphans = [i for i in ids if i not in live]
+            if orphans:
+                await index.delete(collection, orphans)
+                removed += len(orphans)
+            if len(ids) < ORPHAN_PAGE:
+                break
+    if removed:
+        _log.info("removed %d orphaned points of %s", removed, base)
+    return removed

@@ -181,8 +181,11 @@ class PrivacyService:
             target = dataclasses.replace(target, turn_ids=tuple(sorted(turns)), session_ids=tuple(sorted(sessions)))
             await self.store.set_collected(erasure.id, target)
         for owner in ERASE_ORDER:
-            if owner in erasure.reports:
+            done = erasure.reports.get(owner)
+            if done is not None and not done.index_points_pending:
                 continue
+            # Not asked yet, or its points could not all leave the index: asked (again). A repeat
+            # returns the owner's recorded report and drops the points once more.
             if owner == "knowledge":
                 pages = set(target.page_ids)
                 for report in erasure.reports.values():
