@@ -226,6 +226,7 @@ PASS_USES: dict[str, set[str]] = {
     "diary-orphans": {"index"},
     "episode-orphans": {"index"},
     "knowledge-orphans": {"index"},
+    "reflection-prune": set(),
 }
 
 # "Who calls whom (NetworkPolicy on 50052)". A pass CronJob calls what its pass calls: skill

@@ -456,3 +456,31 @@ async def test_an_index_down_during_erasure_is_cleaned_when_it_returns(
         await env.worker.drain()
         done = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=erasure.id))).erasure
         assert done.state == pv.ERASURE_STATE_SUCCEEDED and done.verified, done.reason
+
+
+async def test_retention_per_company_is_enforced_by_the_existing_passes(
+    make_settings, dsn, clock, local_embedder, edge_index
+):
+    days = {"note_max_age_days": 30, "episode_max_age_days": 30, "reflection_max_age_days": 30}
+    settings = make_settings(privacy={"companies": {"acme": days}})
+    async with open_app(settings, dsn, names=NAMES, clock=clock, embedder=local_embedder, index=edge_index) as app:
+        env = Env(app)
+
+        async def reflect(run: str, company: str, body: str) -> None:
+            t = turn(run, now=clock.now(), company=company, seat="ana", messages=[message("dave", body)])
+            await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
+            await env.harness.drain()
+
+        await reflect("old-acme", "acme", "I prefer the database backups checked daily.")
+        await reflect("old-globex", "globex", "I prefer the load tests on staging.")
+        clock.advance(days=31)
+        await reflect("new-acme", "acme", "I prefer the cost review slides.")
+        passes = app.passes()
+        sweep = await passes["diary-sweep"].run()
+        lifecycle = await passes["episode-lifecycle"].run()
+        pruned = await passes["reflection-prune"].run()
+        assert sweep.retention_deleted == 1 and lifecycle.retention_deleted == 1 and pruned == 2  # record + job
+        for table, column in [("agent_diary", "turn_id"), ("episodes", "turn_id"), ("reflections", "turn_id")]:
+            got = [await _count(dsn, f"SELECT count(*) FROM {table} WHERE {column} = $1", run)
+                   for run in ("old-acme", "old-globex", "new-acme")]  # fmt: skip
+            assert got == [0, 1, 1], (table, got)

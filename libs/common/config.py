@@ -740,6 +740,9 @@ class PrivacyConfig(_Section):
     orphan_sweep_interval_seconds: float = 3600.0
     """The all-in-one's cadence of the orphan sweeps (``diary-orphans``, ``episode-orphans``,
     ``knowledge-orphans``): index points whose row is gone from PostgreSQL are removed."""
+    prune_interval_seconds: float = 3600.0
+    """The all-in-one's cadence of the reflector's records prune (``reflection-prune``), which
+    enforces ``reflection_max_age_days``."""
     retention: RetentionConfig = RetentionConfig()
     """Retention for every company not listed in ``companies``."""
     companies: dict[str, RetentionConfig] = Field(default_factory=dict)

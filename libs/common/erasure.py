@@ -42,6 +42,7 @@ __all__ = [
     "provenance_json",
     "provenance_subjects",
     "report_to_proto",
+    "retention_cutoffs",
     "run_once",
     "sweep_orphans",
     "target_from_proto",
@@ -364,3 +365,24 @@ async def sweep_orphans(pool: asyncpg.Pool, index: VectorIndex, base: str, table
     if removed:
         _log.info("removed %d orphaned points of %s", removed, base)
     return removed
+
+
+async def retention_cutoffs(
+    pool: asyncpg.Pool, table: str, privacy: object, knob: str, now: datetime
+) -> list[tuple[str, datetime]]:
+    """(company, cutoff) for every company of ``table`` whose retention ``knob`` (a
+    ``RetentionConfig`` field, in days) is set: rows older than the cutoff are past retention."""
+    from datetime import timedelta
+
+    default = getattr(privacy.retention, knob)  # type: ignore[attr-defined]
+    listed: dict = privacy.companies  # type: ignore[attr-defined]
+    if default > 0:
+        companies = [r["company"] for r in await pool.fetch(f"SELECT DISTINCT company FROM {table}")]
+    else:
+        companies = list(listed)
+    out = []
+    for company in sorted(set(companies)):
+        days = getattr(privacy.retention_of(company), knob)  # type: ignore[attr-defined]
+        if days > 0:
+            out.append((company, now - timedelta(days=days)))
+    return out

@@ -54,7 +54,9 @@ def pass_specs(service: DiaryService, infra: Infra) -> list[PassSpec]:
         return {"indexed": indexed, "fill": report}
 
     return [
-        PassSpec("diary-sweep", lambda: passes.sweep(service), learning.diary.sweep_interval_seconds),
+        PassSpec(
+            "diary-sweep", lambda: passes.sweep(service, infra.settings.privacy), learning.diary.sweep_interval_seconds
+        ),
         PassSpec("diary-fill", run_fill, learning.fill.interval_seconds),
         PassSpec(
             "diary-orphans",

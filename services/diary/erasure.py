@@ -12,16 +12,18 @@ from libs.common.erasure import (
     Kind,
     Report,
     Target,
+    drop_points,
     provenance_from_json,
     provenance_json,
     provenance_subjects,
+    retention_cutoffs,
     run_once,
 )
 from libs.common.errors import NotFound
 from libs.common.vectorindex import VectorIndex
 from services.diary.domain import COLLECTION_BASE, DOMAIN
 
-__all__ = ["OWNER", "erase", "find", "provenance", "record_provenance"]
+__all__ = ["OWNER", "erase", "find", "provenance", "prune_retention", "record_provenance"]
 
 OWNER = "diary"
 
@@ -33,6 +35,8 @@ SQL = {
                           WHERE p.note_id = agent_diary.id AND p.company = $1 AND p.subjects && $4::text[])
                OR EXISTS (SELECT 1 FROM note_provenance p
                           WHERE p.note_id = agent_diary.id AND p.provenance->>'session_id' = ANY($5::text[])))""",
+    "past_retention": """
+        DELETE FROM agent_diary WHERE company = $1 AND create_time < $2 RETURNING id, embedding_dims""",
     "record": """
         INSERT INTO note_provenance (note_id, company, seat, subjects, provenance, record_time)
         SELECT id, company, seat, $2, $3::jsonb, $4 FROM agent_diary WHERE id = $1
@@ -103,3 +107,17 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str):
     if not msg.turn_ids and row["turn_id"]:
         msg.turn_ids.append(row["turn_id"])
     return msg
+
+
+async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy, now) -> int:  # type: ignore[no-untyped-def]
+    """Delete notes older than their company's ``note_max_age_days`` (with their vectors); how many."""
+    deleted = 0
+    for company, cutoff in await retention_cutoffs(pool, "agent_diary", privacy, "note_max_age_days", now):
+        async with pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(SQL["past_retention"], company, cutoff)
+            await conn.execute(SQL["pieces"], [r["id"] for r in rows])
+        report = Report(OWNER)
+        report.add_points(COLLECTION_BASE, [(r["id"], r["embedding_dims"]) for r in rows])
+        await drop_points(index, report.points)
+        deleted += len(rows)
+    return deleted

@@ -16,12 +16,12 @@ import uuid
 import asyncpg
 
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
-from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.erasure import Kind, Report, Target, drop_points, retention_cutoffs, run_once
 from libs.common.errors import NotFound
 from libs.common.vectorindex import VectorIndex
 from services.episodes.domain import COLLECTION_BASE, DOMAIN
 
-__all__ = ["OWNER", "erase", "find", "provenance"]
+__all__ = ["OWNER", "erase", "find", "provenance", "prune_retention"]
 
 OWNER = "episodes"
 
@@ -45,6 +45,8 @@ SQL = {
     Kind.COMPANY: "SELECT id, turn_id, embedding_dims FROM episodes WHERE company = $1",
     "delete": "DELETE FROM episodes WHERE id = ANY($1::uuid[])",
     "pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
+    "past_retention": """
+        DELETE FROM episodes WHERE company = $1 AND end_time < $2 RETURNING id, embedding_dims""",
     "provenance": """
         SELECT kind, turn_id, work_key, subjects, subjects_involved, exemplar_turn_ids,
                ARRAY(SELECT r.turn_id FROM episode_runs r WHERE r.episode_id = e.id ORDER BY r.turn_id) AS runs
@@ -133,3 +135,20 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, episode_id: st
         subjects=[erasure_pb2.ErasureSubject(handle=p) for p in people],
         writer="episodist" if raw else "episode_lifecycle",
     )
+
+
+async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy, now) -> int:  # type: ignore[no-untyped-def]
+    """Delete episodes (raw and compacted) that ended before their company's
+    ``episode_max_age_days`` (with their vectors); how many."""
+    deleted = 0
+    for company, cutoff in await retention_cutoffs(pool, "episodes", privacy, "episode_max_age_days", now):
+        async with pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(SQL["past_retention"], company, cutoff)
+            ids = [r["id"] for r in rows]
+            await conn.execute(SQL["unanchor"], ids)
+            await conn.execute(SQL["pieces"], ids)
+        report = Report(OWNER)
+        report.add_points(COLLECTION_BASE, [(r["id"], r["embedding_dims"]) for r in rows])
+        await drop_points(index, report.points)
+        deleted += len(rows)
+    return deleted

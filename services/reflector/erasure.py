@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncpg
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
-from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.erasure import Kind, Report, Target, retention_cutoffs, run_once
 from services.reflector.domain import JOB_KIND, turn_id_of
 
-__all__ = ["OWNER", "erase", "find"]
+__all__ = ["OWNER", "erase", "find", "prune_retention"]
 
 OWNER = "reflector"
 BATCH = 500
@@ -38,6 +38,10 @@ SQL = {
         DELETE FROM reflections r USING unnest($2::text[], $3::text[]) AS g(seat, turn_id)
         WHERE r.company = $1 AND r.seat = g.seat AND r.turn_id = g.turn_id""",
     "delete_jobs": "DELETE FROM background_jobs WHERE id = ANY($1::bigint[])",
+    "records_past": "DELETE FROM reflections WHERE company = $1 AND submit_time < $2",
+    "jobs_past": f"""
+        DELETE FROM background_jobs
+        WHERE kind = '{JOB_KIND}' AND company = $1 AND state IN ('done', 'dead', 'interrupted') AND create_time < $2""",
     # A finished job keeps its row (the duplicate gate) and loses the turn's text.
     "empty_jobs": "UPDATE background_jobs SET payload = ''::bytea WHERE id = ANY($1::bigint[])",
 }
@@ -123,3 +127,15 @@ async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ign
         return _report(target, jobs, records)
 
     return await run_once(pool, OWNER, target, now, work)
+
+
+async def prune_retention(pool: asyncpg.Pool, privacy, now) -> int:  # type: ignore[no-untyped-def]
+    """The reflector's records prune: reflection records, and the finished jobs holding their turns,
+    older than their company's ``reflection_max_age_days``. How many rows went."""
+    deleted = 0
+    for company, cutoff in await retention_cutoffs(pool, "reflections", privacy, "reflection_max_age_days", now):
+        async with pool.acquire() as conn, conn.transaction():
+            for name in ("records_past", "jobs_past"):
+                status = await conn.execute(SQL[name], company, cutoff)
+                deleted += int(status.split()[-1])
+    return deleted
