@@ -19,6 +19,8 @@ from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc
+from agentlearn.prefetch.v1 import prefetch_service_pb2 as pf_pb
+from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pf_grpc
 from agentlearn.privacy.v1 import privacy_service_pb2 as pv
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
@@ -56,6 +58,7 @@ class Env:
         self.profiles = pr_grpc.ProfileServiceStub(app.channel)
         self.skills = sk_grpc.SkillServiceStub(app.channel)
         self.knowledge = kn_grpc.KnowledgeServiceStub(app.channel)
+        self.prefetch = pf_grpc.PrefetchServiceStub(app.channel)
         self.harness = app.components["reflector"].service.harness
         self.worker = app.components["privacy"].service.worker
 
@@ -220,8 +223,33 @@ async def test_erase_subject_through_every_read_rpc(env, dsn, clock):
     assert {"note", "episode", "profile", "skill", "reflection"} <= {line["kind"] for line in before}
     assert "carla" in str(before).lower()
 
+    async def context(run: str) -> str:
+        resp = await env.prefetch.BuildTurnContext(
+            pf_pb.BuildTurnContextRequest(
+                company="acme",
+                seat="ana",
+                role="swe",
+                turn_id=run,
+                ask="Which format for the kafka lag summary and the database backups?",
+                senders=[
+                    pf_pb.Counterparty(handle="carla", platform="slack", display_name="Carla Moreno"),
+                    pf_pb.Counterparty(handle="dave", platform="slack", display_name="Dave"),
+                ],
+            )
+        )
+        return resp.markdown.lower()
+
+    frozen = await context("ctx-before")
+    assert "carla" in frozen and "kafka lag" in frozen  # her note and profile reach the turn's context
+
     erasure = await env.erase_subject("carla", ["Carla Moreno"])
     assert erasure.state == pv.ERASURE_STATE_SUCCEEDED, erasure.reason
+    # The frozen context of that run is gone (asked again, it is built anew), and a new run's
+    # context has nothing of hers while Dave's lessons still reach it.
+    for run in ("ctx-before", "ctx-after"):
+        text = await context(run)
+        assert not [w for w in ("carla", "kafka lag", "billing export", "csv file") if w in text], run
+        assert "database backups checked daily" in text, run
     skills = {t.table: t for r in erasure.reports if r.owner == "skills" for t in r.tables}
     assert set(skills["synthesized_skills"].ids) == {mixed.id, hers.id, named.id}
     assert skills["synthesized_skills"].count == 2 and skills["synthesized_skills"].changed == 1
