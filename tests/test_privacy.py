@@ -512,3 +512,61 @@ async def test_retention_per_company_is_enforced_by_the_existing_passes(
             got = [await _count(dsn, f"SELECT count(*) FROM {table} WHERE {column} = $1", run)
                    for run in ("old-acme", "old-globex", "new-acme")]  # fmt: skip
             assert got == [0, 1, 1], (table, got)
+
+
+def test_a_person_is_matched_as_a_whole_word_whatever_their_name_holds():
+    """The erasure's text match: whole words, case-insensitive, every character of a name literal."""
+    import re
+    import uuid as uuid_
+
+    from libs.common.erasure import Kind, Target
+
+    target = Target(uuid_.uuid4(), "acme", Kind.SUBJECT, handle="ana", names=("J. (Jo) Smith+", "ana@acme.io"))
+    assert target.names_text("ask Ana about it.") and target.names_text("cc: ana@acme.io;")
+    assert target.names_text("From J. (Jo) Smith+, with thanks")
+    assert not target.names_text("a banana bread", "Janas", "J. Jo Smith")
+    assert target.terms[0] == "J. (Jo) Smith+"  # longest first
+    # The SQL pattern is the same rule, with every special character escaped (checked in Postgres
+    # by the tests above; here: it compiles as a Python regex too, and names nothing when empty).
+    assert re.compile(target.sql_pattern().replace("[:alnum:]", "a-zA-Z0-9"))
+    assert Target(uuid_.uuid4(), "acme", Kind.SEAT, seat="ana").sql_pattern() == "a^"
+
+
+async def test_erase_rpcs_need_admin_in_the_callers_own_company(make_settings, dsn, clock, local_embedder, edge_index):
+    settings = make_settings()
+    async with open_app(
+        settings, dsn, names=NAMES, clock=clock, embedder=local_embedder, index=edge_index, auth_mode="tokens"
+    ) as app:
+        stub = pv_grpc.PrivacyServiceStub(app.channel)
+        request = pv.EraseSubjectRequest(company="acme", subject=er.ErasureSubject(handle="carla", platform="slack"))
+
+        async def call(company: str, scopes: list[str], req=request) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
+            token, _ = await app.infra.tokens.issue(company, scopes)
+            try:
+                await stub.EraseSubject(req, metadata=(("authorization", f"Bearer {token}"),))
+            except grpc.aio.AioRpcError as err:
+                return err.code()
+            return grpc.StatusCode.OK
+
+        assert await call("acme", ["memory:read", "memory:write", "inspect"]) == grpc.StatusCode.PERMISSION_DENIED
+        assert await call("globex", ["admin"]) == grpc.StatusCode.PERMISSION_DENIED
+        assert await call("acme", ["admin"]) == grpc.StatusCode.OK
+        bad = pv.EraseSeatRequest(company="acme", seat="no spaces allowed")
+        token, _ = await app.infra.tokens.issue("acme", ["admin"])
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await pv_grpc.PrivacyServiceStub(app.channel).EraseSeat(
+                bad, metadata=(("authorization", f"Bearer {token}"),)
+            )
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # The owners' erase RPCs are admin too: a memory token cannot erase a diary.
+        from agentlearn.common.v1 import erasure_pb2
+
+        target = erasure_pb2.ErasureTarget(
+            erasure_id="00000000-0000-0000-0000-000000000017", company="acme", kind=er.ERASURE_KIND_COMPANY
+        )
+        token, _ = await app.infra.tokens.issue("acme", ["memory:read", "memory:write"])
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await d_grpc.DiaryServiceStub(app.channel).EraseRows(
+                d_pb.EraseRowsRequest(target=target), metadata=(("authorization", f"Bearer {token}"),)
+            )
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
