@@ -124,6 +124,11 @@ _TEXT_TABLES = {
     "knowledge_pages": "title || ' ' || body",
     "session_events": "text",
     "workspace_lessons": "title || ' ' || body",
+    "profile_requests": "request_id",
+    "skill_use_requests": "request_id",
+    "note_provenance": "array_to_string(subjects, ' ') || ' ' || provenance::text",
+    "turn_contexts": "coalesce(context::text, '')",
+    "erasures": "coalesce(target::text, '') || ' ' || reports::text || ' ' || residues::text",
 }
 
 
@@ -157,7 +162,9 @@ async def test_erase_subject_removes_every_row_of_theirs_and_keeps_the_others(en
     }  # fmt: skip
     count = {o: sum(t.count + t.changed for t in r.tables) for o, r in reports.items()}
     assert count["episodes"] == len(runs["carla"])  # one raw row per turn of hers
-    assert count["profiles"] == len(SEATS)  # each seat's profile of her
+    tables = {(r.owner, t.table): t for r in erasure.reports for t in r.tables}
+    assert tables["profiles", "counterparty_profiles"].count == len(SEATS)  # each seat's profile of her
+    assert tables["profiles", "profile_requests"].count == len(runs["carla"])  # the keys naming her
     assert count["diary"] >= len(SEATS)  # the persist decider's notes of her turns
     assert count["reflector"] >= 2 * len(runs["carla"])  # each turn's job payload and record
     assert set(reports["episodes"].turn_ids) >= set(runs["carla"])

@@ -5,6 +5,8 @@ deletes the profiles it observed and the profiles of it; a company's, all of the
 
 from __future__ import annotations
 
+import hashlib
+
 import asyncpg
 
 from libs.common.erasure import Kind, Report, Target, run_once
@@ -31,6 +33,11 @@ SQL = {
     Kind.COMPANY: "SELECT id FROM counterparty_profiles WHERE company = $1",
     "delete": "DELETE FROM counterparty_profiles WHERE id = ANY($1::uuid[])",
     "requests_seat": "DELETE FROM profile_requests WHERE company = $1 AND observer = $2",
+    # An applied observation's key names its sender (``<work>:profiler:<platform>/<handle>``).
+    "requests_subject": "SELECT request_id, observer FROM profile_requests WHERE company = $1 AND request_id ~* $2",
+    "delete_requests": """
+        DELETE FROM profile_requests r USING unnest($2::text[], $3::text[]) AS g(request_id, observer)
+        WHERE r.company = $1 AND r.request_id = g.request_id AND r.observer = g.observer""",
     "requests_company": "DELETE FROM profile_requests WHERE company = $1",
     "scrub": """
         UPDATE counterparty_profiles SET communication_style = $2, past_decisions = $3, sensitivities = $4, topics = $5
@@ -38,31 +45,46 @@ SQL = {
 }
 
 
-async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list, list]:
+def _digests(keys: list[tuple[str, str]]) -> list[str]:
+    """The keys name the sender: the receipt keeps a digest of each, never the key."""
+    return [hashlib.sha256(f"{o}/{k}".encode()).hexdigest()[:16] for k, o in keys]
+
+
+async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list, list, list]:
+    """(profiles to delete, profiles naming the person to scrub, observation keys naming them)."""
     if target.kind is Kind.SEAT:
-        return [r["id"] for r in await conn.fetch(SQL[Kind.SEAT], target.company, target.seat)], []
+        return [r["id"] for r in await conn.fetch(SQL[Kind.SEAT], target.company, target.seat)], [], []
     if target.kind is Kind.COMPANY:
-        return [r["id"] for r in await conn.fetch(SQL[Kind.COMPANY], target.company)], []
+        return [r["id"] for r in await conn.fetch(SQL[Kind.COMPANY], target.company)], [], []
     gone = [r["id"] for r in await conn.fetch(SQL["subject"], target.company, target.identifiers, target.platform)]
     naming = list(await conn.fetch(SQL["naming"], target.company, target.sql_pattern(), gone))
-    return gone, naming
+    keys = [
+        (r["request_id"], r["observer"])
+        for r in await conn.fetch(SQL["requests_subject"], target.company, target.sql_pattern())
+    ]
+    return gone, naming, keys
 
 
 async def find(pool: asyncpg.Pool, target: Target) -> Report:
     report = Report(OWNER)
-    gone, naming = await _plan(pool, target)
+    gone, naming, keys = await _plan(pool, target)
     if gone:
         report.add("counterparty_profiles", gone)
     if naming:
         report.add("counterparty_profiles", [r["id"] for r in naming], changed=True)
+    if keys:
+        report.add("profile_requests", _digests(keys))
     return report
 
 
 async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
     async def work(conn: asyncpg.Connection) -> Report:
         report = Report(OWNER)
-        gone, naming = await _plan(conn, target)
+        gone, naming, keys = await _plan(conn, target)
         await conn.execute(SQL["delete"], gone)
+        await conn.execute(SQL["delete_requests"], target.company, [k for k, _ in keys], [o for _, o in keys])
+        if keys:
+            report.add("profile_requests", _digests(keys))
         if target.kind is Kind.SEAT:
             await conn.execute(SQL["requests_seat"], target.company, target.seat)
         elif target.kind is Kind.COMPANY:
