@@ -11,7 +11,6 @@ without one embedding call. All are idempotent.
 from __future__ import annotations
 
 from libs.common import vector_rows
-from libs.common.erasure import sweep_orphans
 from libs.common.fill import build_fill
 from libs.common.passrunner import PassSpec
 from libs.common.vector_rows import VectorRows
@@ -62,11 +61,4 @@ def knowledge_pass_specs(service: NativePages, infra) -> list[PassSpec]:  # type
         report = await filler.run_minute() if filler else None
         return {"indexed": indexed, "fill": report}
 
-    return [
-        PassSpec("knowledge-fill", run_fill, infra.settings.learning.fill.interval_seconds),
-        PassSpec(
-            "knowledge-orphans",
-            lambda: sweep_orphans(infra.pool, service.index, COLLECTION_BASE, "knowledge_pages"),
-            infra.settings.privacy.orphan_sweep_interval_seconds,
-        ),
-    ]
+    return [PassSpec("knowledge-fill", run_fill, infra.settings.learning.fill.interval_seconds)]
