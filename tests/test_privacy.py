@@ -399,6 +399,12 @@ async def test_provenance_follows_a_note_back_to_the_turn_and_message_that_taugh
         )
     ).provenance
     assert list(sk_prov.turn_ids) == runs["carla"][:2]
+    profiles = (await env.profiles.ListProfiles(pr_pb.ListProfilesRequest(company="acme", observer="ana"))).profiles
+    [profile] = [p for p in profiles if p.subject.handle == "carla"]
+    request = pr_pb.GetProfileProvenanceRequest(company="acme", observer="ana", profile_id=profile.id)
+    pr_prov = (await env.profiles.GetProfileProvenance(request)).provenance
+    assert [(s.handle, s.platform) for s in pr_prov.subjects] == [("carla", "slack")]
+    assert list(pr_prov.turn_ids) == [profile.last_turn_id] and profile.last_turn_id in runs["carla"]
     # Another seat's read of the same note is refused (the note is ana's).
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await env.diary.GetNoteProvenance(d_pb.GetNoteProvenanceRequest(company="acme", seat="ben", note_id=note.id))

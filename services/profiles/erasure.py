@@ -6,12 +6,16 @@ deletes the profiles it observed and the profiles of it; a company's, all of the
 from __future__ import annotations
 
 import hashlib
+import uuid
 
 import asyncpg
 
+from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.errors import NotFound
+from services.profiles.domain import DOMAIN
 
-__all__ = ["OWNER", "erase", "find"]
+__all__ = ["OWNER", "erase", "find", "provenance"]
 
 OWNER = "profiles"
 
@@ -32,6 +36,9 @@ SQL = {
         SELECT id FROM counterparty_profiles WHERE company = $1 AND (observer = $2 OR subject_handle = $2)""",
     Kind.COMPANY: "SELECT id FROM counterparty_profiles WHERE company = $1",
     "delete": "DELETE FROM counterparty_profiles WHERE id = ANY($1::uuid[])",
+    "provenance": """
+        SELECT platform, subject_handle, subject_external_id, last_turn_id FROM counterparty_profiles
+        WHERE id = $1 AND company = $2 AND observer = $3""",
     "requests_seat": "DELETE FROM profile_requests WHERE company = $1 AND observer = $2",
     # An applied observation's key names its sender (``<work>:profiler:<platform>/<handle>``).
     "requests_subject": "SELECT request_id, observer FROM profile_requests WHERE company = $1 AND request_id ~* $2",
@@ -106,3 +113,19 @@ async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ign
         return report
 
     return await run_once(pool, OWNER, target, now, work)
+
+
+async def provenance(pool: asyncpg.Pool, company: str, observer: str, profile_id: str) -> provenance_pb2.Provenance:
+    row = await pool.fetchrow(SQL["provenance"], uuid.UUID(profile_id), company, observer)
+    if row is None:
+        raise NotFound(
+            f"profile {profile_id} not found for observer {observer}",
+            reason="PROFILE_NOT_FOUND",
+            domain=DOMAIN,
+            metadata={"profile_id": profile_id, "observer": observer},
+        )
+    subject = erasure_pb2.ErasureSubject(
+        handle=row["subject_handle"] or "", external_id=row["subject_external_id"] or "", platform=row["platform"]
+    )
+    turns = [row["last_turn_id"]] if row["last_turn_id"] else []
+    return provenance_pb2.Provenance(turn_ids=turns, subjects=[subject], writer="profiler")

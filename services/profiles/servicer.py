@@ -90,3 +90,11 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
     async def FindRows(self, request: pb.FindRowsRequest, context: grpc.aio.ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
         return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+
+    async def GetProfileProvenance(
+        self, request: pb.GetProfileProvenanceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetProfileProvenanceResponse:
+        found = await _erasure.provenance(
+            self._service.store.pool, request.company, request.observer, request.profile_id
+        )
+        return pb.GetProfileProvenanceResponse(provenance=found)
