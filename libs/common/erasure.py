@@ -22,12 +22,15 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 import asyncpg
+from google.protobuf.json_format import MessageToJson, ParseDict
 
-from agentlearn.common.v1 import erasure_pb2
+from agentlearn.common.v1 import erasure_pb2, provenance_pb2
+from libs.common.config import PrivacyConfig
 from libs.common.errors import InvalidArgument
 from libs.common.vectorindex import IndexUnavailable, VectorIndex, collection_name
 
@@ -141,14 +144,14 @@ class Report:
     index_points_pending: int = 0
 
     def add(self, table: str, ids: Iterable[object], *, changed: bool = False) -> None:
-        ids = [str(i) for i in ids]
+        named = [str(i) for i in ids]
         entry = self.tables.setdefault(table, TableReport(table))
         if changed:
-            entry.changed += len(ids)
+            entry.changed += len(named)
         else:
-            entry.count += len(ids)
+            entry.count += len(named)
         room = IDS_KEPT - len(entry.ids)
-        entry.ids.extend(ids[: max(0, room)])
+        entry.ids.extend(named[: max(0, room)])
 
     def add_points(self, base: str, rows: Iterable[tuple[object, int | None]]) -> None:
         """Rows that had vectors (id, width): their points leave ``<base>_<width>``."""
@@ -311,19 +314,13 @@ async def run_once(
     return report
 
 
-def provenance_json(msg: object) -> str:
+def provenance_json(msg: provenance_pb2.Provenance) -> str:
     """A ``Provenance`` as the JSON an owner keeps (field names as in the proto)."""
-    from google.protobuf.json_format import MessageToJson
-
-    return MessageToJson(msg, preserving_proto_field_name=True, indent=None)  # type: ignore[arg-type]
+    return MessageToJson(msg, preserving_proto_field_name=True, indent=None)
 
 
-def provenance_from_json(text: str | dict | None):  # type: ignore[no-untyped-def]
+def provenance_from_json(text: str | dict[str, Any] | None) -> provenance_pb2.Provenance:
     """The kept JSON back as a ``Provenance`` (empty when nothing was kept)."""
-    from google.protobuf.json_format import ParseDict
-
-    from agentlearn.common.v1 import provenance_pb2
-
     data = json.loads(text) if isinstance(text, str) else dict(text or {})
     return ParseDict(data, provenance_pb2.Provenance(), ignore_unknown_fields=True)
 
@@ -368,21 +365,19 @@ async def sweep_orphans(pool: asyncpg.Pool, index: VectorIndex, base: str, table
 
 
 async def retention_cutoffs(
-    pool: asyncpg.Pool, table: str, privacy: object, knob: str, now: datetime
+    pool: asyncpg.Pool, table: str, privacy: PrivacyConfig, knob: str, now: datetime
 ) -> list[tuple[str, datetime]]:
     """(company, cutoff) for every company of ``table`` whose retention ``knob`` (a
     ``RetentionConfig`` field, in days) is set: rows older than the cutoff are past retention."""
-    from datetime import timedelta
-
-    default = getattr(privacy.retention, knob)  # type: ignore[attr-defined]
-    listed: dict = privacy.companies  # type: ignore[attr-defined]
+    default = getattr(privacy.retention, knob)
+    listed = privacy.companies
     if default > 0:
         companies = [r["company"] for r in await pool.fetch(f"SELECT DISTINCT company FROM {table}")]
     else:
         companies = list(listed)
     out = []
     for company in sorted(set(companies)):
-        days = getattr(privacy.retention_of(company), knob)  # type: ignore[attr-defined]
+        days = getattr(privacy.retention_of(company), knob)
         if days > 0:
             out.append((company, now - timedelta(days=days)))
     return out

@@ -5,9 +5,12 @@ deleted with their vectors and their fill pieces."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 import asyncpg
 
+from agentlearn.common.v1 import provenance_pb2
+from libs.common.config import PrivacyConfig
 from libs.common.erasure import (
     Kind,
     Report,
@@ -74,7 +77,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
     return report
 
 
-async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
+async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         report = Report(OWNER)
         rows = await _rows(conn, target)
@@ -88,12 +91,12 @@ async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, n
     return await run_once(pool, OWNER, target, now, work, index=index)
 
 
-async def record_provenance(pool: asyncpg.Pool, note_id: object, msg, now) -> None:  # type: ignore[no-untyped-def]
+async def record_provenance(pool: asyncpg.Pool, note_id: object, msg: provenance_pb2.Provenance, now: datetime) -> None:
     """Keep a written note's provenance (once: a retried write finds it kept)."""
     await pool.execute(SQL["record"], uuid.UUID(str(note_id)), provenance_subjects(msg), provenance_json(msg), now)
 
 
-async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str):  # type: ignore[no-untyped-def]
+async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str) -> provenance_pb2.Provenance:
     """The note's provenance; a note written before provenance was kept names its run id only."""
     row = await pool.fetchrow(SQL["provenance"], uuid.UUID(note_id), company, seat)
     if row is None:
@@ -109,7 +112,7 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str):
     return msg
 
 
-async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy, now) -> int:  # type: ignore[no-untyped-def]
+async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy: PrivacyConfig, now: datetime) -> int:
     """Delete notes older than their company's ``note_max_age_days`` (with their vectors); how many."""
     deleted = 0
     for company, cutoff in await retention_cutoffs(pool, "agent_diary", privacy, "note_max_age_days", now):

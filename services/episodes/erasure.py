@@ -12,10 +12,12 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 import asyncpg
 
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
+from libs.common.config import PrivacyConfig
 from libs.common.erasure import Kind, Report, Target, drop_points, retention_cutoffs, run_once
 from libs.common.errors import NotFound
 from libs.common.vectorindex import VectorIndex
@@ -95,7 +97,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
     return report
 
 
-async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
+async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         report = Report(OWNER)
         gone, changed, _runs = await _plan(conn, target)
@@ -137,7 +139,7 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, episode_id: st
     )
 
 
-async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy, now) -> int:  # type: ignore[no-untyped-def]
+async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy: PrivacyConfig, now: datetime) -> int:
     """Delete episodes (raw and compacted) that ended before their company's
     ``episode_max_age_days`` (with their vectors); how many."""
     deleted = 0

@@ -7,6 +7,7 @@ customer's own system and are not touched."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 import asyncpg
 
@@ -56,7 +57,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
     return report
 
 
-async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
+async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         report = Report(OWNER)
         rows = await _rows(conn, target)

@@ -5,6 +5,8 @@ onboarding markers too."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import asyncpg
 
 from libs.common.erasure import Kind, Report, Target, run_once
@@ -76,7 +78,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
     return _report(*await _plan(pool, target))
 
 
-async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
+async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         contexts, ledgers, markers = await _plan(conn, target)
         c = target.company

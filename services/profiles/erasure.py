@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from datetime import datetime
 
 import asyncpg
 
@@ -84,7 +85,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
     return report
 
 
-async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
+async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         report = Report(OWNER)
         gone, naming, keys = await _plan(conn, target)

@@ -11,9 +11,12 @@ with an empty payload; a job not yet run is deleted, so it never writes anything
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import asyncpg
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
+from libs.common.config import PrivacyConfig
 from libs.common.erasure import Kind, Report, Target, retention_cutoffs, run_once
 from services.reflector.domain import JOB_KIND, turn_id_of
 
@@ -115,7 +118,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
     return _report(target, jobs, records)
 
 
-async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
+async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         jobs, records = await _plan(conn, target)
         whole = target.kind is not Kind.SUBJECT
@@ -129,7 +132,7 @@ async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ign
     return await run_once(pool, OWNER, target, now, work)
 
 
-async def prune_retention(pool: asyncpg.Pool, privacy, now) -> int:  # type: ignore[no-untyped-def]
+async def prune_retention(pool: asyncpg.Pool, privacy: PrivacyConfig, now: datetime) -> int:
     """The reflector's records prune: reflection records, and the finished jobs holding their turns,
     older than their company's ``reflection_max_age_days``. How many rows went."""
     deleted = 0

@@ -11,6 +11,7 @@ reported for the knowledge owner to remove; one also taught by others loses thos
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import asyncpg
 
@@ -133,7 +134,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
     return _report(target, await _plan(pool, target))
 
 
-async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
+async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         plan = await _plan(conn, target)
         c = target.company

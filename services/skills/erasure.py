@@ -11,6 +11,7 @@ turns or sessions, or naming them, is deleted.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 import asyncpg
 
@@ -86,7 +87,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
     return _report(*await _plan(pool, target))
 
 
-async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
+async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         gone, changed, proposals = await _plan(conn, target)
         await conn.execute(SQL["delete_skills"], gone)

@@ -5,6 +5,8 @@ is not an event: it lives in its ``erasures`` table and names no person."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import asyncpg
 
 from libs.common.erasure import Kind, Report, Target, run_once
@@ -40,7 +42,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
     return report
 
 
-async def erase(pool: asyncpg.Pool, target: Target, now) -> Report:  # type: ignore[no-untyped-def]
+async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         report = Report(OWNER)
         ids = await _ids(conn, target)
