@@ -583,3 +583,31 @@ async def test_erase_rpcs_need_admin_in_the_callers_own_company(make_settings, d
                 d_pb.EraseRowsRequest(target=target), metadata=(("authorization", f"Bearer {token}"),)
             )
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_turn_that_only_mentions_her_loses_her_name_not_what_else_it_taught(env, dsn, clock):
+    """Dave's message names Carla: the rows that hold her name go (the episode, the turn's text), but
+    Dave's lesson from that turn is not hers and stays."""
+    t = turn(
+        "run-mention",
+        now=clock.now(),
+        seat="ana",
+        messages=[message("dave", "I prefer the quarterly cost review slides. Carla Moreno agreed with that.")],
+        label="Message from Dave: Slack message",
+    )
+    await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
+    await env.harness.drain()
+    notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"))).notes
+    [lesson] = [n for n in notes if n.turn_id == "run-mention"]
+    assert "carla" not in lesson.content.lower() and "cost review" in lesson.content
+    assert await _mentions(dsn, "carla")  # the turn's episode and payload hold her name
+
+    erasure = await env.erase_subject("carla", ["Carla Moreno"])
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED, erasure.reason
+    reports = {r.owner: r for r in erasure.reports}
+    assert "run-mention" not in reports["reflector"].turn_ids  # not one of her turns
+    assert reports["episodes"].tables[0].count == 1  # but its episode held her name: deleted
+    assert await _mentions(dsn, "carla") == {}
+    notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"))).notes
+    assert lesson.id in {n.id for n in notes}

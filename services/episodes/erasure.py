@@ -34,10 +34,13 @@ _COMPACTED_TEXT = (
 )
 SQL = {
     "raw_subject": f"""
-        SELECT id, turn_id, embedding_dims FROM episodes e
-        WHERE company = $1 AND kind = 'raw'
-          AND (subjects && $2::text[] OR turn_id = ANY($3::text[]) OR {_TEXT} ~* $4
-               OR EXISTS (SELECT 1 FROM episode_runs r WHERE r.episode_id = e.id AND r.turn_id = ANY($3::text[])))""",
+        SELECT id, turn_id, embedding_dims, carried FROM (
+            SELECT id, turn_id, embedding_dims, {_TEXT} ~* $4 AS names,
+                   (subjects && $2::text[] OR turn_id = ANY($3::text[])
+                    OR EXISTS (SELECT 1 FROM episode_runs r
+                               WHERE r.episode_id = e.id AND r.turn_id = ANY($3::text[]))) AS carried
+            FROM episodes e WHERE company = $1 AND kind = 'raw') raw
+        WHERE carried OR names""",
     "runs_of": "SELECT turn_id FROM episode_runs WHERE episode_id = ANY($1::uuid[])",
     "compacted_subject": f"""
         SELECT id, subjects_involved, exemplar_turn_ids, {_COMPACTED_TEXT} ~* $4 AS names FROM episodes
@@ -72,8 +75,11 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tupl
         return list(rows), [], [r["turn_id"] for r in rows if r["turn_id"]]
     ident, turns, pattern = target.identifiers, list(target.turn_ids), target.sql_pattern()
     raw = list(await conn.fetch(SQL["raw_subject"], target.company, ident, turns, pattern))
-    runs = [r["turn_id"] for r in raw]
-    runs += [r["turn_id"] for r in await conn.fetch(SQL["runs_of"], [r["id"] for r in raw])]
+    # Her turns are the rows that carried her messages; a row that only names her (someone else's
+    # turn mentioning her) is deleted too, but its run id is not hers: what else it taught stays.
+    carried = [r for r in raw if r["carried"]]
+    runs = [r["turn_id"] for r in carried]
+    runs += [r["turn_id"] for r in await conn.fetch(SQL["runs_of"], [r["id"] for r in carried])]
     gone, changed = list(raw), []
     gone_turns = set(turns) | set(runs)
     for row in await conn.fetch(SQL["compacted_subject"], target.company, ident, turns, pattern):

@@ -51,6 +51,7 @@ SQL = {
 
 
 def _carries(turn: pb.TurnCompleted, target: Target) -> bool:
+    """The turn carried the person's messages (they are a sender)."""
     ident = set(target.identifiers)
     for inter in turn.interactions:
         sender = inter.sender
@@ -58,15 +59,22 @@ def _carries(turn: pb.TurnCompleted, target: Target) -> bool:
             not target.platform or not sender.platform or sender.platform == target.platform
         ):
             return True
+    return False
+
+
+def _names(turn: pb.TurnCompleted, target: Target) -> bool:
+    """The turn's text names the person (someone else's message mentioning them)."""
     texts = [turn.label, turn.ask, turn.what_it_did, turn.review_outcome]
     texts += [i.body for i in turn.interactions]
     texts += [i.sender.display_name for i in turn.interactions]
     return target.names_text(*texts)
 
 
-async def _subject_jobs(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list[asyncpg.Record]:
-    """The jobs whose turn carried the person (or whose run id the coordinator named)."""
-    found: list[asyncpg.Record] = []
+async def _subject_jobs(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list[tuple[asyncpg.Record, bool]]:
+    """The jobs whose turn carried the person or names them, each with whether it carried them (its
+    run id is theirs) — a turn that only names them keeps no copy of their name, but what else it
+    taught is not theirs."""
+    found: list[tuple[asyncpg.Record, bool]] = []
     named = set(target.turn_ids)
     after = 0
     while True:
@@ -76,58 +84,59 @@ async def _subject_jobs(conn: asyncpg.Connection | asyncpg.Pool, target: Target)
         for row in rows:
             after = row["id"]
             if turn_id_of(row["key"]) in named:
-                found.append(row)
+                found.append((row, True))
                 continue
             try:
                 turn = pb.TurnCompleted.FromString(bytes(row["payload"]))
             except Exception:  # an unreadable payload is no evidence either way
                 continue
             if _carries(turn, target):
-                found.append(row)
+                found.append((row, True))
+            elif _names(turn, target):
+                found.append((row, False))
 
 
-async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list, list]:
-    """(jobs, records) to erase."""
+async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list, list, list]:
+    """(jobs, records) to erase, and the run ids that carried the person."""
     if target.kind is Kind.SEAT:
         jobs = await conn.fetch(SQL["jobs_seat"], target.company, target.seat)
         records = await conn.fetch(SQL["records_seat"], target.company, target.seat)
-        return list(jobs), [(r["seat"], r["turn_id"]) for r in records]
+        return list(jobs), [(r["seat"], r["turn_id"]) for r in records], []
     if target.kind is Kind.COMPANY:
         jobs = await conn.fetch(SQL["jobs_company"], target.company)
         records = await conn.fetch(SQL["records_company"], target.company)
-        return list(jobs), [(r["seat"], r["turn_id"]) for r in records]
-    jobs = await _subject_jobs(conn, target)
-    turns = sorted(set(target.turn_ids) | {turn_id_of(j["key"]) for j in jobs})
+        return list(jobs), [(r["seat"], r["turn_id"]) for r in records], []
+    found = await _subject_jobs(conn, target)
+    theirs = sorted({turn_id_of(j["key"]) for j, carried in found if carried})
+    turns = sorted(set(target.turn_ids) | set(theirs))
     records = await conn.fetch(SQL["records_subject"], target.company, turns, target.sql_pattern())
-    return jobs, [(r["seat"], r["turn_id"]) for r in records]
+    return [j for j, _ in found], [(r["seat"], r["turn_id"]) for r in records], theirs
 
 
-def _report(target: Target, jobs: list, records: list) -> Report:
+def _report(target: Target, jobs: list, records: list, theirs: list) -> Report:
     report = Report(OWNER)
     if jobs:
         report.add("background_jobs:reflection", [j["key"] for j in jobs])
     if records:
         report.add("reflections", [f"{seat}/{turn}" for seat, turn in records])
-    if target.kind is Kind.SUBJECT:
-        report.turn_ids.update(turn_id_of(j["key"]) for j in jobs)
+    report.turn_ids.update(theirs)
     return report
 
 
 async def find(pool: asyncpg.Pool, target: Target) -> Report:
-    jobs, records = await _plan(pool, target)
-    return _report(target, jobs, records)
+    return _report(target, *await _plan(pool, target))
 
 
 async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
-        jobs, records = await _plan(conn, target)
+        jobs, records, theirs = await _plan(conn, target)
         whole = target.kind is not Kind.SUBJECT
         finished = [j["id"] for j in jobs if j["state"] in ("done", "dead", "interrupted") and not whole]
         dropped = [j["id"] for j in jobs if j["id"] not in set(finished)]
         await conn.execute(SQL["empty_jobs"], finished)
         await conn.execute(SQL["delete_jobs"], dropped)
         await conn.execute(SQL["delete_records"], target.company, [s for s, _ in records], [t for _, t in records])
-        return _report(target, jobs, records)
+        return _report(target, jobs, records, theirs)
 
     return await run_once(pool, OWNER, target, now, work)
 
