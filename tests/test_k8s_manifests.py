@@ -222,6 +222,11 @@ PASS_USES: dict[str, set[str]] = {
     "skill-synthesis": {"model"},
     # Drafts are native pages (embedded and indexed) or Confluence pages; one auxiliary call each.
     "skill-promotion": {"index", "model"},
+    # Issue 17: points whose row is gone leave the index (docs/privacy.md).
+    "diary-orphans": {"index"},
+    "episode-orphans": {"index"},
+    "knowledge-orphans": {"index"},
+    "reflection-prune": set(),
 }
 
 # "Who calls whom (NetworkPolicy on 50052)". A pass CronJob calls what its pass calls: skill
@@ -238,6 +243,9 @@ CALLS: dict[str, set[str] | str] = {
     "sessions": {"diary", "skills", "knowledge"},
     # Every service it shows (docs/inspector.md).
     "inspector": {"diary", "episodes", "skills", "profiles", "reflector", "sessions", "telemetry", "knowledge"},
+    # The erasure worker asks every owner of rows to erase its own (docs/privacy.md).
+    "privacy": {"diary", "episodes", "skills", "profiles", "reflector", "sessions", "telemetry", "knowledge"}
+    | {"prefetch"},
 }
 # Components with HTTP pages and no gRPC service of their own: their readiness is the whole
 # process's health ("").

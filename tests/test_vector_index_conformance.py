@@ -107,3 +107,19 @@ async def test_client_local_mode_persists_under_a_path(tmp_path):
     again = QdrantClientIndex.local(tmp_path / "q")
     assert [h.id for h in await search(again, vec(2, 1))] == [p.id]
     await again.close()
+
+
+async def test_collections_and_point_ids_page_through_every_point(vector_index):
+    """The orphan sweep's reads (issue 17): every collection, and every point id a page at a time."""
+    assert COLL not in await vector_index.collections()
+    points = [point(vec(1, i / 10)) for i in range(7)]
+    await vector_index.upsert(COLL, points)
+    assert COLL in await vector_index.collections()
+    seen: list[uuid.UUID] = []
+    after = None
+    while page := await vector_index.point_ids(COLL, after, 3):
+        assert len(page) <= 3
+        seen += page
+        after = page[-1]
+    assert sorted(seen) == sorted(p.id for p in points) and len(seen) == len(set(seen))
+    assert await vector_index.point_ids(collection_name("absent", 8), None, 3) == []

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from agentlearn.diary.v1 import diary_service_pb2_grpc
 from agentlearn.episodes.v1 import episode_service_pb2_grpc
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc
+from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc
 from agentlearn.profiles.v1 import profile_service_pb2_grpc
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc
 from agentlearn.sessions.v1 import session_service_pb2_grpc
@@ -56,3 +57,8 @@ class Clients:
     @property
     def telemetry(self) -> telemetry_service_pb2_grpc.TelemetryServiceStub:
         return telemetry_service_pb2_grpc.TelemetryServiceStub(self.channels.channel("telemetry"))
+
+    @property
+    def prefetch(self) -> prefetch_service_pb2_grpc.PrefetchServiceStub:
+        """The prefetch (agentlearn.prefetch.v1.PrefetchService): the privacy service's erasures."""
+        return prefetch_service_pb2_grpc.PrefetchServiceStub(self.channels.channel("prefetch"))

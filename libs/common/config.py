@@ -737,6 +737,49 @@ class AuthConfig(_Section):
     listing over). Environment: ``AGENTLEARN_AUTH__PAGE_TOKEN_SECRET``."""
 
 
+class RetentionConfig(_Section):
+    """``privacy.retention`` (and per company under ``privacy.companies.<company>``): the longest a
+    learned row is kept, in days; 0 keeps it until something else removes it. The existing passes
+    enforce it (the diary sweep, the episode lifecycle, the reflector's records prune)."""
+
+    note_max_age_days: int = 0
+    """Diary notes (LONG and SHORT) older than this are deleted by the diary sweep."""
+    episode_max_age_days: int = 0
+    """Episodes (raw and compacted) older than this are deleted by the episode lifecycle."""
+    reflection_max_age_days: int = 0
+    """Reflection records, and the finished reflection jobs holding their turns, older than this
+    are deleted by the reflector's records prune."""
+
+
+class PrivacyConfig(_Section):
+    """The privacy service (docs/privacy.md): erasures as durable jobs, their audit, and retention."""
+
+    poll_interval_seconds: float = 5.0
+    """The erasure worker polls the queue this often; LISTEN/NOTIFY wakes it sooner."""
+    claim_lease_seconds: float = 30.0
+    """A claimed erasure's lease, renewed while it runs. An erasure whose process died is taken
+    again when its lease lapses and resumes where it stopped (each owner erases once per erasure)."""
+    rpc_timeout_seconds: float = 120.0
+    """Deadline of one owner's EraseRows / FindRows call."""
+    max_attempts: int = 10
+    """Claims of one erasure before it is reported failed (an owner that keeps failing)."""
+    retry_seconds: float = 30.0
+    """Wait before an erasure an owner failed is tried again."""
+    orphan_sweep_interval_seconds: float = 3600.0
+    """The all-in-one's cadence of the orphan sweeps (``diary-orphans``, ``episode-orphans``,
+    ``knowledge-orphans``): index points whose row is gone from PostgreSQL are removed."""
+    prune_interval_seconds: float = 3600.0
+    """The all-in-one's cadence of the reflector's records prune (``reflection-prune``), which
+    enforces ``reflection_max_age_days``."""
+    retention: RetentionConfig = RetentionConfig()
+    """Retention for every company not listed in ``companies``."""
+    companies: dict[str, RetentionConfig] = Field(default_factory=dict)
+    """Per-company retention, by company handle (replaces ``retention`` for that company)."""
+
+    def retention_of(self, company: str) -> RetentionConfig:
+        return self.companies.get(company, self.retention)
+
+
 class ServiceAddresses(_Section):
     """Where each service listens when it runs as its own process (split mode, Kubernetes), and the
     client certificate a service presents when it calls another over mutual TLS."""
@@ -768,6 +811,8 @@ class ServiceAddresses(_Section):
     """TelemetryService (the read side of the event log)."""
     inspector: str = "127.0.0.1:50070"
     """The inspector's process (HTTP pages; its gRPC port serves health only)."""
+    privacy: str = "127.0.0.1:50071"
+    """PrivacyService (erasure, export, the erasure audit)."""
 
 
 class ConfluenceConfig(_Section):
@@ -882,6 +927,8 @@ class Settings(BaseSettings):
     """Session learning checks (spec/session-learning.txt)."""
     inspector: InspectorConfig = InspectorConfig()
     """The learning inspector's pages (docs/inspector.md)."""
+    privacy: PrivacyConfig = PrivacyConfig()
+    """Erasure, export and retention (docs/privacy.md)."""
     server: ServerConfig = ServerConfig()
     """The gRPC server."""
     services: ServiceAddresses = ServiceAddresses()

@@ -30,6 +30,7 @@ from libs.common.config import ServerConfig
 from libs.common.contract import MAX_REPORTED, check_request
 from libs.common.errors import AgentLearnError, FieldViolation, Unavailable
 from libs.common.metrics import RPC_DURATION
+from libs.common.rpctypes import ServicerContext
 
 __all__ = [
     "AuthInterceptor",
@@ -179,7 +180,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         domain = _domain(method)
 
-        async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def guarded(request: Any, context: ServicerContext) -> Any:
             _label_span(request)
             try:
                 check_request(request, domain=domain)
@@ -257,7 +258,7 @@ class LoadShedder(grpc.aio.ServerInterceptor):
         inner = handler.unary_unary
         domain = _domain(method)
 
-        async def admitted(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def admitted(request: Any, context: ServicerContext) -> Any:
             if current_principal().kind == "service":
                 # A call one service makes for its own caller: that caller's call was admitted (or
                 # refused) already, and refusing its inner reads would only degrade what it builds.
@@ -306,7 +307,7 @@ class Health(HealthServicer):
     """The stock async health servicer, plus ``List`` (every service's status), which the stock one
     leaves unimplemented (a caller saw INTERNAL NotImplementedError)."""
 
-    async def List(self, request: health_pb2.HealthListRequest, context: grpc.aio.ServicerContext) -> Any:
+    async def List(self, request: health_pb2.HealthListRequest, context: ServicerContext) -> Any:
         return health_pb2.HealthListResponse(
             statuses={
                 name: health_pb2.HealthCheckResponse(status=status) for name, status in self._server_status.items()
@@ -338,7 +339,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return handler
         authenticator = self.authenticator
 
-        async def admit(request: Any, context: grpc.aio.ServicerContext) -> None:
+        async def admit(request: Any, context: ServicerContext) -> None:
             metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
             peer = context.auth_context() or {}
             names = [n.decode() for n in peer.get("x509_common_name", [])] if authenticator.trusts_peers else []
@@ -358,7 +359,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def unary(request: Any, context: ServicerContext) -> Any:
                 await admit(request, context)
                 return await inner(request, context)
 
@@ -370,7 +371,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_stream is not None:
             inner_stream = handler.unary_stream
 
-            async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async def stream(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
                 await admit(request, context)
                 async for item in inner_stream(request, context):
                     yield item
@@ -414,7 +415,7 @@ def _rpc_labels(method: str) -> dict[str, str]:
     return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
 
 
-def _record_rpc(labels: dict[str, str], context: grpc.aio.ServicerContext, started: float) -> None:
+def _record_rpc(labels: dict[str, str], context: ServicerContext, started: float) -> None:
     code = context.code()
     if isinstance(code, int):  # aio contexts report a raw status number
         code = next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
@@ -472,7 +473,7 @@ class CallTracker(grpc.aio.ServerInterceptor):
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def unary(request: Any, context: ServicerContext) -> Any:
                 started = time.perf_counter()
                 try:
                     return await inner(request, context)
@@ -487,7 +488,7 @@ class CallTracker(grpc.aio.ServerInterceptor):
             )
         inner_stream = handler.unary_stream
 
-        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def stream(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
             started = time.perf_counter()
             try:
                 async for item in inner_stream(request, context):

@@ -8,11 +8,13 @@ from pathlib import Path
 from agentlearn.diary.v1 import diary_service_pb2, diary_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
+from libs.common.erasure import sweep_orphans
 from libs.common.fill import VectorFill, build_fill
 from libs.common.grpcserver import Registration
 from libs.common.infra import Infra
 from libs.common.passrunner import PassSpec
 from services.diary import passes
+from services.diary.domain import COLLECTION_BASE
 from services.diary.service import DiaryService
 from services.diary.servicer import DiaryServicer
 from services.diary.store import PostgresNoteStore
@@ -52,8 +54,15 @@ def pass_specs(service: DiaryService, infra: Infra) -> list[PassSpec]:
         return {"indexed": indexed, "fill": report}
 
     return [
-        PassSpec("diary-sweep", lambda: passes.sweep(service), learning.diary.sweep_interval_seconds),
+        PassSpec(
+            "diary-sweep", lambda: passes.sweep(service, infra.settings.privacy), learning.diary.sweep_interval_seconds
+        ),
         PassSpec("diary-fill", run_fill, learning.fill.interval_seconds),
+        PassSpec(
+            "diary-orphans",
+            lambda: sweep_orphans(infra.pool, service.index, COLLECTION_BASE, "agent_diary"),
+            infra.settings.privacy.orphan_sweep_interval_seconds,
+        ),
     ]
 
 

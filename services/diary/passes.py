@@ -13,8 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from libs.common import vector_rows
+from libs.common.config import PrivacyConfig
 from libs.common.vector_rows import VectorRows
 from libs.common.vectorindex import IndexUnavailable, VectorIndex, collection_name
+from services.diary import erasure
 from services.diary.domain import COLLECTION_BASE
 from services.diary.service import DiaryService, index_point
 
@@ -28,6 +30,8 @@ class SweepReport:
     expired_deleted: int = 0
     evicted_over_cap: int = 0
     seats_over_cap: int = 0
+    retention_deleted: int = 0
+    """Notes past their company's retention (privacy.retention.note_max_age_days)."""
 
 
 async def _drop_points(index: VectorIndex, gone: list[tuple[uuid.UUID, int | None]]) -> None:
@@ -42,10 +46,13 @@ async def _drop_points(index: VectorIndex, gone: list[tuple[uuid.UUID, int | Non
             _log.warning("%d swept notes keep stale points until a rebuild: %s", len(ids), err)
 
 
-async def sweep(service: DiaryService) -> SweepReport:
-    """Delete SHORT notes past their TTL; evict LONG notes past the per-seat cap by use."""
+async def sweep(service: DiaryService, privacy: PrivacyConfig | None = None) -> SweepReport:
+    """Delete SHORT notes past their TTL; evict LONG notes past the per-seat cap by use; delete
+    notes past their company's retention (``privacy``, issue 17)."""
     report = SweepReport()
     now = service.clock.now()
+    if privacy is not None:
+        report.retention_deleted = await erasure.prune_retention(service.store.pool, service.index, privacy, now)
     while True:
         gone = await service.store.sweep_expired(now)
         if not gone:
@@ -64,6 +71,7 @@ async def sweep(service: DiaryService) -> SweepReport:
         expired_deleted=report.expired_deleted,
         evicted_over_cap=report.evicted_over_cap,
         seats_over_cap=report.seats_over_cap,
+        retention_deleted=report.retention_deleted,
     )
     return report
 

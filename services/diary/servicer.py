@@ -4,13 +4,16 @@ an undefined tier never reaches ``_TIER_FROM_PB`` (ListNotes tier 99 once listed
 
 from __future__ import annotations
 
-import grpc
-
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.protoconv import query_vector, timestamp
+from libs.common.rpctypes import ServicerContext
+from services.diary import erasure as _erasure
 from services.diary.domain import DOMAIN, Note, NoteSource, NoteTier
+from services.diary.domain import DOMAIN as _ERASURE_DOMAIN
 from services.diary.service import DiaryService
 
 __all__ = ["DiaryServicer", "note_to_pb"]
@@ -66,7 +69,7 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
     def __init__(self, service: DiaryService):
         self._service = service
 
-    async def WriteNote(self, request: pb.WriteNoteRequest, context: grpc.aio.ServicerContext) -> pb.WriteNoteResponse:
+    async def WriteNote(self, request: pb.WriteNoteRequest, context: ServicerContext) -> pb.WriteNoteResponse:
         note, skipped, created = await self._service.write_note(
             request.company,
             request.seat,
@@ -77,11 +80,13 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
             request.turn_id,
             request.request_id or None,
         )
+        if request.HasField("provenance"):  # issue 17: where it came from, kept beside it
+            await _erasure.record_provenance(
+                self._service.store.pool, note.id, request.provenance, self._service.clock.now()
+            )
         return pb.WriteNoteResponse(note=note_to_pb(note), embedding_skipped_reason=skipped or "", created=created)
 
-    async def RecallNotes(
-        self, request: pb.RecallNotesRequest, context: grpc.aio.ServicerContext
-    ) -> pb.RecallNotesResponse:
+    async def RecallNotes(self, request: pb.RecallNotesRequest, context: ServicerContext) -> pb.RecallNotesResponse:
         recall = await self._service.recall(
             request.company,
             request.seat,
@@ -109,23 +114,38 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
         )
 
     async def MarkNotesUsed(
-        self, request: pb.MarkNotesUsedRequest, context: grpc.aio.ServicerContext
+        self, request: pb.MarkNotesUsedRequest, context: ServicerContext
     ) -> pb.MarkNotesUsedResponse:
         marked = await self._service.mark_used(request.company, request.seat, list(request.note_ids))
         return pb.MarkNotesUsedResponse(marked_count=marked)
 
-    async def GetNote(self, request: pb.GetNoteRequest, context: grpc.aio.ServicerContext) -> pb.GetNoteResponse:
+    async def GetNote(self, request: pb.GetNoteRequest, context: ServicerContext) -> pb.GetNoteResponse:
         note = await self._service.get(request.company, request.seat, request.note_id)
         return pb.GetNoteResponse(note=note_to_pb(note))
 
-    async def ListNotes(self, request: pb.ListNotesRequest, context: grpc.aio.ServicerContext) -> pb.ListNotesResponse:
+    async def ListNotes(self, request: pb.ListNotesRequest, context: ServicerContext) -> pb.ListNotesResponse:
         notes, token, total = await self._service.list_notes(
             request.company, request.seat, request.page_size, request.page_token, _TIER_FROM_PB.get(request.tier)
         )
         return pb.ListNotesResponse(notes=[note_to_pb(n) for n in notes], next_page_token=token, total_size=total)
 
-    async def DeleteNote(
-        self, request: pb.DeleteNoteRequest, context: grpc.aio.ServicerContext
-    ) -> pb.DeleteNoteResponse:
+    async def DeleteNote(self, request: pb.DeleteNoteRequest, context: ServicerContext) -> pb.DeleteNoteResponse:
         await self._service.delete(request.company, request.seat, request.note_id)
         return pb.DeleteNoteResponse()
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, self._service.index, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+
+    async def GetNoteProvenance(
+        self, request: pb.GetNoteProvenanceRequest, context: ServicerContext
+    ) -> pb.GetNoteProvenanceResponse:
+        found = await _erasure.provenance(self._service.store.pool, request.company, request.seat, request.note_id)
+        return pb.GetNoteProvenanceResponse(provenance=found)

@@ -8,11 +8,13 @@ from pathlib import Path
 from agentlearn.episodes.v1 import episode_service_pb2, episode_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
+from libs.common.erasure import sweep_orphans
 from libs.common.fill import VectorFill, build_fill
 from libs.common.grpcserver import Registration
 from libs.common.infra import Infra
 from libs.common.passrunner import PassSpec
-from services.episodes import passes
+from services.episodes import erasure, passes
+from services.episodes.domain import COLLECTION_BASE
 from services.episodes.lifecycle import EpisodeLifecycle, register_rules
 from services.episodes.service import EpisodeService
 from services.episodes.servicer import EpisodeServicer
@@ -54,14 +56,27 @@ def pass_specs(service: EpisodeService, infra: Infra) -> list[PassSpec]:
     worker = lifecycle(service, infra)
     filler = fill(service, infra)
 
+    async def run_lifecycle() -> object:
+        report = await worker.run()
+        # Retention (issue 17) runs whether or not the lifecycle could (it needs no model).
+        report.retention_deleted = await erasure.prune_retention(
+            infra.pool, service.index, infra.settings.privacy, service.clock.now()
+        )
+        return report
+
     async def run_fill() -> object:
         indexed = await passes.index_pending(service)
         report = await filler.run_minute() if filler else None
         return {"indexed": indexed, "fill": report}
 
     return [
-        PassSpec("episode-lifecycle", worker.run, learning.episode_lifecycle.interval_seconds),
+        PassSpec("episode-lifecycle", run_lifecycle, learning.episode_lifecycle.interval_seconds),
         PassSpec("episode-fill", run_fill, learning.fill.interval_seconds),
+        PassSpec(
+            "episode-orphans",
+            lambda: sweep_orphans(infra.pool, service.index, COLLECTION_BASE, "episodes"),
+            infra.settings.privacy.orphan_sweep_interval_seconds,
+        ),
     ]
 
 

@@ -302,6 +302,8 @@ class LifecycleReport:
     """Seats whose pass raised (logged with the seat); the pass went on with the next seat."""
     failures: dict[str, int] = field(default_factory=dict)
     """The failed seats by exception type."""
+    retention_deleted: int = 0
+    """Episodes past their company's retention (privacy.retention.episode_max_age_days)."""
 
 
 @dataclass

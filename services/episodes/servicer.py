@@ -9,9 +9,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import query_vector, timestamp
 from libs.common.rpctypes import ServicerContext
+from services.episodes import erasure as _erasure
 from services.episodes.domain import (
     DOMAIN,
     EmbeddingStatus,
@@ -21,6 +24,7 @@ from services.episodes.domain import (
     TurnOutcome,
     VectorSource,
 )
+from services.episodes.domain import DOMAIN as _ERASURE_DOMAIN
 from services.episodes.service import EpisodeService, TurnRecord
 
 __all__ = ["EpisodeServicer", "episode_to_pb"]
@@ -186,9 +190,7 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
             relevance_floor=search.relevance_floor or 0.0,
         )
 
-    async def ListEpisodes(
-        self, request: pb.ListEpisodesRequest, context: ServicerContext
-    ) -> pb.ListEpisodesResponse:
+    async def ListEpisodes(self, request: pb.ListEpisodesRequest, context: ServicerContext) -> pb.ListEpisodesResponse:
         rows, token, total = await self._service.list_episodes(
             request.company, request.seat, request.page_size, request.page_token, _filter(request.filter)
         )
@@ -196,9 +198,7 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
             episodes=[episode_to_pb(e) for e in rows], next_page_token=token, total_size=total
         )
 
-    async def GetEpisode(
-        self, request: pb.GetEpisodeRequest, context: ServicerContext
-    ) -> pb.GetEpisodeResponse:
+    async def GetEpisode(self, request: pb.GetEpisodeRequest, context: ServicerContext) -> pb.GetEpisodeResponse:
         ep = await self._service.get(request.company, request.seat, request.episode_id, request.turn_id)
         return pb.GetEpisodeResponse(episode=episode_to_pb(ep))
 
@@ -217,3 +217,20 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
         return pb.ListEpisodeSeatsResponse(
             seats=[pb.SeatRef(company=c, seat=s) for c, s in seats], next_page_token=token
         )
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, self._service.index, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+
+    async def GetEpisodeProvenance(
+        self, request: pb.GetEpisodeProvenanceRequest, context: ServicerContext
+    ) -> pb.GetEpisodeProvenanceResponse:
+        found = await _erasure.provenance(self._service.store.pool, request.company, request.seat, request.episode_id)
+        return pb.GetEpisodeProvenanceResponse(provenance=found)

@@ -6,10 +6,13 @@ from datetime import UTC
 
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.grpcserver import Registration
 from libs.common.protoconv import timestamp
 from libs.common.rpctypes import ServicerContext
 from libs.common.validation import decode_page_token, encode_page_token, page_size
+from services.knowledge import erasure as _erasure
 from services.knowledge.domain import (
     DOMAIN,
     KnowledgeHit,
@@ -22,6 +25,7 @@ from services.knowledge.domain import (
     ServedMode,
     UnsearchedReason,
 )
+from services.knowledge.domain import DOMAIN as _ERASURE_DOMAIN
 from services.knowledge.service import KnowledgeService
 
 __all__ = [
@@ -153,9 +157,7 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
     def __init__(self, service: KnowledgeService):
         self._service = service
 
-    async def UpsertPage(
-        self, request: pb.UpsertPageRequest, context: ServicerContext
-    ) -> pb.UpsertPageResponse:
+    async def UpsertPage(self, request: pb.UpsertPageRequest, context: ServicerContext) -> pb.UpsertPageResponse:
         page, created, _skipped = await self._service.upsert_page(
             request.company, request.container, request.title, request.body, list(request.parent_titles)
         )
@@ -199,9 +201,7 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         token = encode_page_token(listing.next_cursor, scope) if listing.next_cursor is not None else ""
         return pb.ListPagesResponse(pages=[page_to_pb(p) for p in listing.pages], next_page_token=token)
 
-    async def SearchPages(
-        self, request: pb.SearchPagesRequest, context: ServicerContext
-    ) -> pb.SearchPagesResponse:
+    async def SearchPages(self, request: pb.SearchPagesRequest, context: ServicerContext) -> pb.SearchPagesResponse:
         outcome = await self._service.search(
             reader_from_pb(request.reader),
             request.query,
@@ -249,6 +249,19 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
             created=result.created,
             backend=mode_to_pb(result.backend),
         )
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(
+            self._service.pages.store.pool, self._service.pages.index, target, self._service.pages.clock.now()
+        )
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.pages.store.pool, target)))
 
 
 def knowledge_registration(service: KnowledgeService) -> Registration:

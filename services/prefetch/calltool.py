@@ -26,7 +26,6 @@ import json
 import re
 from typing import Any
 
-import grpc
 from google.protobuf import json_format
 from jsonschema import Draft202012Validator
 from opentelemetry import trace
@@ -36,6 +35,7 @@ from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from libs.common.auth import current_principal, required_scope
 from libs.common.errors import AgentLearnError, FieldViolation, InvalidArgument, NotFound, PermissionDenied
+from libs.common.rpctypes import ServicerContext
 from libs.common.validation import require_ident, require_text
 from services.knowledge.domain import Reader
 from services.prefetch.deps import Deps
@@ -83,7 +83,7 @@ def method_of(tool: str) -> Any:
 
 
 async def call_tool(
-    servicer: Any, deps: Deps, request: pb.CallToolRequest, context: grpc.aio.ServicerContext
+    servicer: Any, deps: Deps, request: pb.CallToolRequest, context: ServicerContext
 ) -> pb.CallToolResponse:
     """Validate, authorize and run one tool call through the typed handler of ``servicer``."""
     _check_envelope(request)

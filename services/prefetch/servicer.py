@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import grpc
-
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.rpctypes import ServicerContext
 from services.knowledge.domain import Reader, UnsearchedReason
+from services.prefetch import erasure as _erasure
 from services.prefetch.builtins import Builtins
 from services.prefetch.calltool import call_tool, outcome_filter_of, tier_of
 from services.prefetch.deps import Deps
+from services.prefetch.domain import DOMAIN as _ERASURE_DOMAIN
 from services.prefetch.domain import Block, BlockKind, Sender, TurnContext, TurnEmbedding, TurnStart
 from services.prefetch.guidance import GuidanceBlock, GuidanceSource, guidance_for
 from services.prefetch.turn_context import TurnContextBuilder
@@ -120,7 +123,7 @@ class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
         self._builder = builder
 
     async def BuildTurnContext(
-        self, request: pb.BuildTurnContextRequest, context: grpc.aio.ServicerContext
+        self, request: pb.BuildTurnContextRequest, context: ServicerContext
     ) -> pb.BuildTurnContextResponse:
         start = TurnStart(
             company=request.company,
@@ -134,16 +137,14 @@ class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
         )
         return context_to_pb(await self._builder.build(start))
 
-    async def ListTools(self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext) -> pb.ListToolsResponse:
+    async def ListTools(self, request: pb.ListToolsRequest, context: ServicerContext) -> pb.ListToolsResponse:
         from services.prefetch.tools import tool_schemas
 
         can = await self._deps.searcher.can_search(Reader(request.company, "", request.role))
         tools = tool_schemas(self._deps.settings, request.company, request.role, can)
         return pb.ListToolsResponse(tools=[_tool_to_pb(t) for t in tools])
 
-    async def GetGuidance(
-        self, request: pb.GetGuidanceRequest, context: grpc.aio.ServicerContext
-    ) -> pb.GetGuidanceResponse:
+    async def GetGuidance(self, request: pb.GetGuidanceRequest, context: ServicerContext) -> pb.GetGuidanceResponse:
         answer = await guidance_for(
             self._deps.searcher, self._deps.settings, request.company, list(request.registered_tools)
         )
@@ -151,13 +152,25 @@ class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
             blocks=[_guidance_to_pb(b) for b in answer.blocks], registry_unreadable=answer.registry_unreadable
         )
 
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(_erasure.pool_of(self._deps.store), target, self._deps.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.find(_erasure.pool_of(self._deps.store), target)
+        return pb.FindRowsResponse(report=erasure_report(report))
+
 
 class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
     def __init__(self, builtins: Builtins):
         self._b = builtins
 
     async def RefreshMemory(
-        self, request: pb.RefreshMemoryRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RefreshMemoryRequest, context: ServicerContext
     ) -> pb.RefreshMemoryResponse:
         answer = await self._b.refresh_memory(
             request.company,
@@ -177,7 +190,7 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
         )
 
     async def QueryEpisodes(
-        self, request: pb.QueryEpisodesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.QueryEpisodesRequest, context: ServicerContext
     ) -> pb.QueryEpisodesResponse:
         answer = await self._b.query_episodes(
             request.company,
@@ -194,28 +207,24 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
         )
 
     async def ReflectAndPersist(
-        self, request: pb.ReflectAndPersistRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ReflectAndPersistRequest, context: ServicerContext
     ) -> pb.ReflectAndPersistResponse:
         note_id, text = await self._b.reflect_and_persist(
             request.company, request.seat, request.turn_id, request.content, tier_of(request), request.ttl_days
         )
         return pb.ReflectAndPersistResponse(note_id=note_id, text=text)
 
-    async def UseSkill(self, request: pb.UseSkillRequest, context: grpc.aio.ServicerContext) -> pb.UseSkillResponse:
+    async def UseSkill(self, request: pb.UseSkillRequest, context: ServicerContext) -> pb.UseSkillResponse:
         body, skill_id = await self._b.use_skill(request.company, request.seat, request.name, request.turn_id)
         return pb.UseSkillResponse(body=body, skill_id=skill_id)
 
-    async def RefineSkill(
-        self, request: pb.RefineSkillRequest, context: grpc.aio.ServicerContext
-    ) -> pb.RefineSkillResponse:
+    async def RefineSkill(self, request: pb.RefineSkillRequest, context: ServicerContext) -> pb.RefineSkillResponse:
         version, text = await self._b.refine_skill(
             request.company, request.seat, request.skill_name, request.content, request.reason, request.turn_id
         )
         return pb.RefineSkillResponse(version=version, text=text)
 
-    async def DistillSkill(
-        self, request: pb.DistillSkillRequest, context: grpc.aio.ServicerContext
-    ) -> pb.DistillSkillResponse:
+    async def DistillSkill(self, request: pb.DistillSkillRequest, context: ServicerContext) -> pb.DistillSkillResponse:
         proposal_id, disposition, text = await self._b.distill_skill(
             request.company,
             request.seat,
@@ -230,7 +239,7 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
         return pb.DistillSkillResponse(proposal_id=proposal_id, disposition=disposition, text=text)
 
     async def SearchKnowledge(
-        self, request: pb.SearchKnowledgeRequest, context: grpc.aio.ServicerContext
+        self, request: pb.SearchKnowledgeRequest, context: ServicerContext
     ) -> pb.SearchKnowledgeResponse:
         answer = await self._b.search_knowledge(
             request.company, request.seat, request.role, request.query, request.limit, request.turn_id
@@ -244,10 +253,10 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
         return pb.SearchKnowledgeResponse(hits=hits, status=status, text=answer.text)
 
     async def MarkOnboarded(
-        self, request: pb.MarkOnboardedRequest, context: grpc.aio.ServicerContext
+        self, request: pb.MarkOnboardedRequest, context: ServicerContext
     ) -> pb.MarkOnboardedResponse:
         digest, text = await self._b.mark_onboarded(request.company, request.seat, list(request.unit_chain))
         return pb.MarkOnboardedResponse(chain_hash=digest, text=text)
 
-    async def CallTool(self, request: pb.CallToolRequest, context: grpc.aio.ServicerContext) -> pb.CallToolResponse:
+    async def CallTool(self, request: pb.CallToolRequest, context: ServicerContext) -> pb.CallToolResponse:
         return await call_tool(self, self._b.deps, request, context)

@@ -12,7 +12,8 @@ from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
 from libs.common.infra import Infra
 from libs.common.jobs import JobQueue
-from libs.common.passrunner import holder_identity
+from libs.common.passrunner import PassSpec, holder_identity
+from services.reflector import erasure
 from services.reflector.harness import Harness
 from services.reflector.service import ReflectorService
 from services.reflector.servicer import ReflectorServicer
@@ -74,4 +75,12 @@ def component(infra: Infra) -> Component:
         ],
         service=service,
         background=[lambda: harness.run_forever(infra.dsn)],
+        passes=[
+            # Issue 17: reflection records and finished turns past their company's retention.
+            PassSpec(
+                "reflection-prune",
+                lambda: erasure.prune_retention(infra.pool, infra.settings.privacy, infra.clock.now()),
+                infra.settings.privacy.prune_interval_seconds,
+            )
+        ],
     )

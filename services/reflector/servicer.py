@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import grpc
-
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import timestamp
+from libs.common.rpctypes import ServicerContext
+from services.reflector import erasure as _erasure
 from services.reflector.domain import DOMAIN, WorkerStatus
+from services.reflector.domain import DOMAIN as _ERASURE_DOMAIN
 from services.reflector.service import ReflectorService
 from services.reflector.store import ReflectionRecord
 
@@ -63,9 +66,7 @@ class ReflectorServicer(pb_grpc.ReflectorServiceServicer):
     def __init__(self, service: ReflectorService):
         self._service = service
 
-    async def SubmitTurn(
-        self, request: pb.SubmitTurnRequest, context: grpc.aio.ServicerContext
-    ) -> pb.SubmitTurnResponse:
+    async def SubmitTurn(self, request: pb.SubmitTurnRequest, context: ServicerContext) -> pb.SubmitTurnResponse:
         if not request.HasField("turn"):
             raise InvalidArgument("turn is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="turn")
         queued, state = await self._service.submit(request.turn)
@@ -74,13 +75,13 @@ class ReflectorServicer(pb_grpc.ReflectorServiceServicer):
         )
 
     async def GetReflection(
-        self, request: pb.GetReflectionRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetReflectionRequest, context: ServicerContext
     ) -> pb.GetReflectionResponse:
         record = await self._service.get(request.company, request.seat, request.turn_id)
         return pb.GetReflectionResponse(reflection=reflection_to_pb(record))
 
     async def ListReflections(
-        self, request: pb.ListReflectionsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListReflectionsRequest, context: ServicerContext
     ) -> pb.ListReflectionsResponse:
         records, token, total = await self._service.list(
             request.company, request.seat, request.page_size, request.page_token
@@ -88,3 +89,14 @@ class ReflectorServicer(pb_grpc.ReflectorServiceServicer):
         return pb.ListReflectionsResponse(
             reflections=[reflection_to_pb(r) for r in records], next_page_token=token, total_size=total
         )
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

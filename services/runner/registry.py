@@ -24,6 +24,7 @@ ORDER = [
     "prefetch",
     "sessions",
     "telemetry",
+    "privacy",
     "inspector",
 ]
 

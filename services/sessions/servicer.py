@@ -6,9 +6,12 @@ from datetime import UTC
 
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import timestamp, when
 from libs.common.rpctypes import ServicerContext
+from services.sessions import erasure as _erasure
 from services.sessions.domain import (
     DOMAIN,
     CheckOutcome,
@@ -25,6 +28,7 @@ from services.sessions.domain import (
     StepStatus,
     TurnOutcome,
 )
+from services.sessions.domain import DOMAIN as _ERASURE_DOMAIN
 from services.sessions.service import SessionService
 
 __all__ = ["SessionServicer", "check_to_pb"]
@@ -233,9 +237,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         )
         return pb.ListLearningChecksResponse(checks=[check_to_pb(c) for c in checks], next_page_token=token)
 
-    async def ListSessions(
-        self, request: pb.ListSessionsRequest, context: ServicerContext
-    ) -> pb.ListSessionsResponse:
+    async def ListSessions(self, request: pb.ListSessionsRequest, context: ServicerContext) -> pb.ListSessionsResponse:
         rows, token = await self._service.list_sessions(
             request.company, request.seat, request.user, request.query, request.page_size, request.page_token
         )
@@ -274,3 +276,14 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
             failed_count=digest.failed,
             interrupted_count=digest.interrupted,
         )
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kb_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
@@ -316,6 +317,15 @@ class Writer:
                     turn_id=check.turn_id or f"session:{check.session_id}",
                     # Identical normalized content is one note of the seat, whichever check wrote it.
                     request_id=f"session-fact:{_hash(judge.normalize(content))[:40]}",
+                    # Issue 17: the session, check and events it came from, and whose they were.
+                    provenance=provenance_pb2.Provenance(
+                        turn_ids=[check.turn_id] if check.turn_id else [],
+                        subjects=[erasure_pb2.ErasureSubject(handle=check.owner)],
+                        session_id=check.session_id,
+                        check_id=str(check.id),
+                        event_ids=list(ids)[:1000],
+                        writer="session_check",
+                    ),
                 ),
                 timeout=self._timeout,
             )

@@ -7,9 +7,12 @@ from typing import Protocol
 
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import timestamp
 from libs.common.rpctypes import ServicerContext
+from services.skills import erasure as _erasure
 from services.skills.domain import (
     BERLOT_ATTWELL_THRESHOLD,
     DOMAIN,
@@ -29,6 +32,7 @@ from services.skills.domain import (
     SkillTrigger,
     SkillVersion,
 )
+from services.skills.domain import DOMAIN as _ERASURE_DOMAIN
 from services.skills.proposals import ProposalService
 from services.skills.service import SkillService
 from services.skills.store import SkillKey
@@ -225,9 +229,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             )
         return resp
 
-    async def CreateSkill(
-        self, request: pb.CreateSkillRequest, context: ServicerContext
-    ) -> pb.CreateSkillResponse:
+    async def CreateSkill(self, request: pb.CreateSkillRequest, context: ServicerContext) -> pb.CreateSkillResponse:
         _enum_known(request.trigger, {pb.SKILL_TRIGGER_UNSPECIFIED, *_TRIGGER_FROM_PB}, "trigger")
         skill = await self._service.create(
             request.company,
@@ -243,9 +245,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         )
         return pb.CreateSkillResponse(skill=skill_to_pb(skill, self._now()))
 
-    async def ListSkills(
-        self, request: pb.ListSkillsRequest, context: ServicerContext
-    ) -> pb.ListSkillsResponse:
+    async def ListSkills(self, request: pb.ListSkillsRequest, context: ServicerContext) -> pb.ListSkillsResponse:
         _enum_known(request.view, {pb.SKILL_VIEW_UNSPECIFIED, pb.SKILL_VIEW_BASIC, pb.SKILL_VIEW_FULL}, "view")
         skills, token, total = await self._service.list_skills(
             request.company, request.seat, request.page_size, request.page_token, request.include_archived
@@ -288,9 +288,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         )
         return pb.MarkSkillsUsedResponse(marked_count=marked, revived_skill_names=revived, already_applied=already)
 
-    async def RefineSkill(
-        self, request: pb.RefineSkillRequest, context: ServicerContext
-    ) -> pb.RefineSkillResponse:
+    async def RefineSkill(self, request: pb.RefineSkillRequest, context: ServicerContext) -> pb.RefineSkillResponse:
         skill = await self._service.refine(
             self._key(request), request.body, request.reason, request.turn_id, request.request_id
         )
@@ -333,21 +331,15 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         skill = await self._service.set_pinned(self._key(request), True)
         return pb.PinSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
 
-    async def UnpinSkill(
-        self, request: pb.UnpinSkillRequest, context: ServicerContext
-    ) -> pb.UnpinSkillResponse:
+    async def UnpinSkill(self, request: pb.UnpinSkillRequest, context: ServicerContext) -> pb.UnpinSkillResponse:
         skill = await self._service.set_pinned(self._key(request), False)
         return pb.UnpinSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
 
-    async def ArchiveSkill(
-        self, request: pb.ArchiveSkillRequest, context: ServicerContext
-    ) -> pb.ArchiveSkillResponse:
+    async def ArchiveSkill(self, request: pb.ArchiveSkillRequest, context: ServicerContext) -> pb.ArchiveSkillResponse:
         skill = await self._service.archive(self._key(request))
         return pb.ArchiveSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
 
-    async def RestoreSkill(
-        self, request: pb.RestoreSkillRequest, context: ServicerContext
-    ) -> pb.RestoreSkillResponse:
+    async def RestoreSkill(self, request: pb.RestoreSkillRequest, context: ServicerContext) -> pb.RestoreSkillResponse:
         skill = await self._service.restore(self._key(request))
         return pb.RestoreSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
 
@@ -368,9 +360,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             raise NotImplementedError("skill proposals are not wired in this process")
         return self._proposals
 
-    async def ProposeSkill(
-        self, request: pb.ProposeSkillRequest, context: ServicerContext
-    ) -> pb.ProposeSkillResponse:
+    async def ProposeSkill(self, request: pb.ProposeSkillRequest, context: ServicerContext) -> pb.ProposeSkillResponse:
         _enum_known(request.origin, {pb.PROPOSAL_ORIGIN_UNSPECIFIED, *_ORIGIN_FROM_PB}, "origin")
         result = await self._props().propose(
             request.company,
@@ -417,3 +407,20 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             request.company, request.seat, request.proposal_id, request.reviewer, request.reason
         )
         return pb.RejectSkillProposalResponse(proposal=proposal_to_pb(proposal))
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+
+    async def GetSkillProvenance(
+        self, request: pb.GetSkillProvenanceRequest, context: ServicerContext
+    ) -> pb.GetSkillProvenanceResponse:
+        found = await _erasure.provenance(self._service.store.pool, request.company, request.seat, request.skill_id)
+        return pb.GetSkillProvenanceResponse(provenance=found)

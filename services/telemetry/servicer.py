@@ -9,8 +9,12 @@ from google.protobuf import json_format, struct_pb2
 
 from agentlearn.telemetry.v1 import telemetry_service_pb2 as pb
 from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc as pb_grpc
+from libs.common.erasure import report_to_proto as erasure_report
+from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.protoconv import timestamp, when
 from libs.common.rpctypes import ServicerContext
+from services.telemetry import erasure as _erasure
+from services.telemetry.domain import DOMAIN as _ERASURE_DOMAIN
 from services.telemetry.domain import Event, SeatActivity
 from services.telemetry.service import TelemetryService
 
@@ -120,9 +124,7 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
         )
         return pb.ListSeatActivityResponse(seats=[_seat(s) for s in seats], next_page_token=token, total_size=total)
 
-    async def ListEvents(
-        self, request: pb.ListEventsRequest, context: ServicerContext
-    ) -> pb.ListEventsResponse:
+    async def ListEvents(self, request: pb.ListEventsRequest, context: ServicerContext) -> pb.ListEventsResponse:
         events, token = await self._service.events(
             request.company,
             request.seat,
@@ -134,3 +136,14 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
             request.page_token,
         )
         return pb.ListEventsResponse(events=[_event(e) for e in events], next_page_token=token)
+
+    # ------------------------------------------------------------------ erasure (issue 17)
+
+    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
+        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

@@ -72,4 +72,13 @@ class VectorIndex(Protocol):
 
     async def count(self, collection: str) -> int: ...
 
+    async def collections(self) -> list[str]:
+        """Every collection the index holds (the orphan sweep walks them)."""
+        ...
+
+    async def point_ids(self, collection: str, after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
+        """Up to ``limit`` point ids of ``collection`` in id order, after ``after`` (a page of the
+        orphan sweep: a point whose row is gone from Postgres is removed)."""
+        ...
+
     async def close(self) -> None: ...

@@ -151,5 +151,25 @@ class QdrantClientIndex:
             return 0
         return int((await self._call(self._client.count(collection, exact=True))).count)
 
+    async def collections(self) -> list[str]:
+        resp = await self._call(self._client.get_collections())
+        return sorted(c.name for c in resp.collections)
+
+    async def point_ids(self, collection: str, after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
+        if not await self._exists(collection):
+            return []
+        # Scroll pages start at an id (inclusive): ask for one more and drop ``after`` itself.
+        points, _next = await self._call(
+            self._client.scroll(
+                collection,
+                offset=str(after) if after else None,
+                limit=limit + 1,
+                with_payload=False,
+                with_vectors=False,
+            )
+        )
+        ids = [uuid.UUID(str(p.id)) for p in points]
+        return [i for i in ids if i != after][:limit]
+
     async def close(self) -> None:
         await self._client.close()

@@ -190,6 +190,30 @@ class QdrantEdgeIndex:
 
         return await self._run(work)
 
+    async def collections(self) -> list[str]:
+        def work() -> list[str]:
+            if not self._root.exists():
+                return []
+            return sorted(p.name for p in self._root.iterdir() if p.is_dir() and any(p.iterdir()))
+
+        return await self._run(work)
+
+    async def point_ids(self, collection: str, after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
+        from qdrant_edge import ScrollRequest
+
+        def work() -> list[uuid.UUID]:
+            shard = self._open(collection, None)
+            if shard is None:
+                return []
+            # Scroll pages start at an id (inclusive): ask for one more and drop ``after`` itself.
+            request = ScrollRequest(offset=str(after) if after else None, limit=limit + 1, with_payload=False)
+            with self._locks[collection]:
+                points, _next = shard.scroll(request)
+            ids = [uuid.UUID(str(p.id)) for p in points]
+            return [i for i in ids if i != after][:limit]
+
+        return await self._run(work)
+
     def optimize(self) -> None:
         """Build HNSW for every open shard (benchmarks; the engine also optimises on its own)."""
         with self._registry:

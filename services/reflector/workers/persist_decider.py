@@ -29,6 +29,7 @@ from services.reflector.workers.base import (
     prompt_file,
     turn_data,
 )
+from services.reflector.workers.provenance import prompt_version, provenance_of
 
 __all__ = ["PURPOSE", "PersistDecider", "offline_rule", "register"]
 
@@ -36,6 +37,7 @@ _log = logging.getLogger(__name__)
 PURPOSE = "persist_decider"
 _SYSTEM = prompt_file("persist_decider").template
 _USER = prompt_file("persist_decider_user")
+_PROMPT_VERSION = prompt_version(_SYSTEM, _USER.template)
 MAX_TTL_DAYS = 3650
 
 
@@ -74,7 +76,8 @@ class PersistDecider:
             max_tokens=600,
             json_output=True,
         )
-        answer = parse_object((await ask_model(ctx, turn, PURPOSE, prompt)).text)
+        completion = await ask_model(ctx, turn, PURPOSE, prompt)
+        answer = parse_object(completion.text)
         tier = str(answer.get("classification", "")).upper()
         content = str(answer.get("content") or "")
         if tier not in {"LONG", "SHORT", "DOC", "NOOP"}:
@@ -128,6 +131,7 @@ class PersistDecider:
                     source=diary_pb.NOTE_SOURCE_PERSIST_DECIDER,
                     turn_id=turn.turn_id,
                     request_id=turn.write_key(self.name),
+                    provenance=provenance_of(turn, self.name, completion.model, _PROMPT_VERSION),
                 ),
                 timeout=ctx.clients.timeout,
             )

@@ -1,0 +1,383 @@
+"""What every owner of rows shares to erase its own (issue 17): the erasure target, the report of
+what one owner erased, matching a person's identifiers and names in text, running an owner's
+erasure once per erasure id, and removing the erased rows' vectors from the index.
+
+Each service owns its tables, so each erases its own rows, in its own transaction, through its own
+``EraseRows`` RPC; the privacy service (``services/privacy``) coordinates. An owner's erasure is
+recorded in the owner's own ``<owner>_erasures`` table in the same transaction as the deletes: a
+repeat of the same erasure (a retry, a resume after SIGKILL) returns the recorded report, so the
+receipt is the same however many times it ran. Index points are removed after the commit and again
+on every repeat (a delete of a missing point is a no-op); the orphan sweep removes what an index
+that was down kept.
+
+A person is matched by their identifiers (handle, external id) and the names the request gives, as
+whole words, case-insensitively: "Ana" matches "ask Ana." but not "banana".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+import asyncpg
+from google.protobuf.json_format import MessageToJson, ParseDict
+
+from agentlearn.common.v1 import erasure_pb2, provenance_pb2
+from libs.common.config import PrivacyConfig
+from libs.common.errors import InvalidArgument
+from libs.common.vectorindex import IndexUnavailable, VectorIndex, collection_name
+
+__all__ = [
+    "IDS_KEPT",
+    "Kind",
+    "Report",
+    "TableReport",
+    "Target",
+    "drop_points",
+    "provenance_from_json",
+    "provenance_json",
+    "provenance_subjects",
+    "report_to_proto",
+    "retention_cutoffs",
+    "run_once",
+    "sweep_orphans",
+    "target_from_proto",
+]
+
+_log = logging.getLogger(__name__)
+
+IDS_KEPT = 5000
+"""At most this many ids per table in a report (counts are always whole)."""
+
+
+class Kind(StrEnum):
+    SUBJECT = "subject"
+    SEAT = "seat"
+    COMPANY = "company"
+
+
+_KIND_OF_PROTO = {
+    erasure_pb2.ERASURE_KIND_SUBJECT: Kind.SUBJECT,
+    erasure_pb2.ERASURE_KIND_SEAT: Kind.SEAT,
+    erasure_pb2.ERASURE_KIND_COMPANY: Kind.COMPANY,
+}
+PROTO_OF_KIND = {v: k for k, v in _KIND_OF_PROTO.items()}
+
+
+def _are_escape(term: str) -> str:
+    """A literal for a PostgreSQL ARE: a backslash before a non-alphanumeric character is that
+    character, so every one is escaped."""
+    return "".join(c if c.isalnum() else "\\" + c for c in term)
+
+
+@dataclass(frozen=True)
+class Target:
+    erasure_id: uuid.UUID
+    company: str
+    kind: Kind
+    seat: str = ""
+    handle: str = ""
+    external_id: str = ""
+    platform: str = ""
+    names: tuple[str, ...] = ()
+    turn_ids: tuple[str, ...] = ()
+    session_ids: tuple[str, ...] = ()
+    page_ids: tuple[str, ...] = ()
+
+    @property
+    def identifiers(self) -> list[str]:
+        """The person's handle and external id (what structured columns hold)."""
+        return [x for x in (self.handle, self.external_id) if x]
+
+    @property
+    def terms(self) -> list[str]:
+        """Every string that names the person in text, longest first (so the longest matches)."""
+        seen = {t.casefold(): t for t in [*self.identifiers, *self.names] if t.strip()}
+        return sorted(seen.values(), key=len, reverse=True)
+
+    def sql_pattern(self) -> str:
+        """A case-insensitive (``~*``) PostgreSQL pattern matching any term as a whole word; one
+        that matches nothing when there are no terms."""
+        terms = self.terms
+        if not terms:
+            return "a^"  # never matches: "^" is an anchor anywhere in an ARE
+        alternatives = "|".join(_are_escape(t) for t in terms)
+        return f"(^|[^[:alnum:]_])({alternatives})($|[^[:alnum:]_])"
+
+    def regex(self) -> re.Pattern[str]:
+        """The same match in Python (payloads that are not text columns)."""
+        terms = self.terms
+        if not terms:
+            return re.compile(r"(?!)")
+        return re.compile(r"(?<![\w])(" + "|".join(re.escape(t) for t in terms) + r")(?![\w])", re.IGNORECASE)
+
+    def names_text(self, *texts: str | None) -> bool:
+        rx = self.regex()
+        return any(t and rx.search(t) for t in texts)
+
+
+@dataclass
+class TableReport:
+    table: str
+    count: int = 0
+    ids: list[str] = field(default_factory=list)
+    changed: int = 0
+
+
+@dataclass
+class Report:
+    owner: str
+    tables: dict[str, TableReport] = field(default_factory=dict)
+    turn_ids: set[str] = field(default_factory=set)
+    session_ids: set[str] = field(default_factory=set)
+    page_ids: set[str] = field(default_factory=set)
+    points: dict[str, list[str]] = field(default_factory=dict)
+    """Vector points to remove, by collection (kept in the owner's record so a repeat removes them
+    again)."""
+    index_points_pending: int = 0
+
+    def add(self, table: str, ids: Iterable[object], *, changed: bool = False) -> None:
+        named = [str(i) for i in ids]
+        entry = self.tables.setdefault(table, TableReport(table))
+        if changed:
+            entry.changed += len(named)
+        else:
+            entry.count += len(named)
+        room = IDS_KEPT - len(entry.ids)
+        entry.ids.extend(named[: max(0, room)])
+
+    def add_points(self, base: str, rows: Iterable[tuple[object, int | None]]) -> None:
+        """Rows that had vectors (id, width): their points leave ``<base>_<width>``."""
+        for row_id, dims in rows:
+            if dims:
+                self.points.setdefault(collection_name(base, int(dims)), []).append(str(row_id))
+
+    @property
+    def total(self) -> int:
+        return sum(t.count + t.changed for t in self.tables.values())
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "owner": self.owner,
+                "tables": [vars(t) for t in self.tables.values()],
+                "turn_ids": sorted(self.turn_ids),
+                "session_ids": sorted(self.session_ids),
+                "page_ids": sorted(self.page_ids),
+                "points": self.points,
+                "index_points_pending": self.index_points_pending,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        data = json.loads(text)
+        return cls(
+            owner=data["owner"],
+            tables={t["table"]: TableReport(**t) for t in data["tables"]},
+            turn_ids=set(data["turn_ids"]),
+            session_ids=set(data["session_ids"]),
+            page_ids=set(data["page_ids"]),
+            points={k: list(v) for k, v in data["points"].items()},
+            index_points_pending=int(data.get("index_points_pending", 0)),
+        )
+
+
+def target_from_proto(msg: erasure_pb2.ErasureTarget, *, domain: str) -> Target:
+    """The target an owner is asked about; refuses a target that names nobody (an erasure never
+    means "everything" by omission)."""
+    kind = _KIND_OF_PROTO.get(msg.kind)
+    if kind is None:
+        raise InvalidArgument("target.kind is required", reason="FIELD_REQUIRED", domain=domain, field="target.kind")
+    subject = msg.subject
+    if kind is Kind.SUBJECT and not (subject.handle or subject.external_id):
+        raise InvalidArgument(
+            "a subject erasure names the person's handle or external id",
+            reason="SUBJECT_REQUIRED",
+            domain=domain,
+            field="target.subject",
+        )
+    if kind is Kind.SEAT and not msg.seat:
+        raise InvalidArgument(
+            "a seat erasure names the seat", reason="FIELD_REQUIRED", domain=domain, field="target.seat"
+        )
+    return Target(
+        erasure_id=uuid.UUID(msg.erasure_id),
+        company=msg.company,
+        kind=kind,
+        seat=msg.seat if kind is Kind.SEAT else "",
+        handle=subject.handle,
+        external_id=subject.external_id,
+        platform=subject.platform,
+        names=tuple(msg.names),
+        turn_ids=tuple(dict.fromkeys(msg.turn_ids)),
+        session_ids=tuple(dict.fromkeys(msg.session_ids)),
+        page_ids=tuple(dict.fromkeys(msg.page_ids)),
+    )
+
+
+def target_to_proto(target: Target) -> erasure_pb2.ErasureTarget:
+    return erasure_pb2.ErasureTarget(
+        erasure_id=str(target.erasure_id),
+        company=target.company,
+        kind=PROTO_OF_KIND[target.kind],
+        seat=target.seat,
+        subject=erasure_pb2.ErasureSubject(
+            handle=target.handle, external_id=target.external_id, platform=target.platform
+        ),
+        names=list(target.names),
+        turn_ids=list(target.turn_ids),
+        session_ids=list(target.session_ids),
+        page_ids=list(target.page_ids),
+    )
+
+
+def report_to_proto(report: Report) -> erasure_pb2.ErasureReport:
+    return erasure_pb2.ErasureReport(
+        owner=report.owner,
+        tables=[
+            erasure_pb2.ErasedRows(table=t.table, count=t.count, ids=t.ids, changed=t.changed)
+            for t in sorted(report.tables.values(), key=lambda t: t.table)
+        ],
+        turn_ids=sorted(report.turn_ids),
+        session_ids=sorted(report.session_ids),
+        page_ids=sorted(report.page_ids),
+        index_points_pending=report.index_points_pending,
+    )
+
+
+def report_from_proto(msg: erasure_pb2.ErasureReport) -> Report:
+    return Report(
+        owner=msg.owner,
+        tables={t.table: TableReport(t.table, t.count, list(t.ids), t.changed) for t in msg.tables},
+        turn_ids=set(msg.turn_ids),
+        session_ids=set(msg.session_ids),
+        page_ids=set(msg.page_ids),
+        index_points_pending=msg.index_points_pending,
+    )
+
+
+async def drop_points(index: VectorIndex | None, points: dict[str, list[str]]) -> int:
+    """Remove the points; how many could not be removed (the index was down). A missing point is
+    no error, so this runs again on every repeat."""
+    pending = 0
+    if index is None:
+        return 0
+    for collection, ids in points.items():
+        try:
+            await index.delete(collection, [uuid.UUID(i) for i in ids])
+        except IndexUnavailable as err:
+            pending += len(ids)
+            _log.warning("%d erased rows keep points in %s until the orphan sweep: %s", len(ids), collection, err)
+    return pending
+
+
+def _sql(owner: str) -> dict[str, str]:
+    table = f"{owner}_erasures"
+    return {
+        "lock": "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        "get": f"SELECT report FROM {table} WHERE erasure_id = $1",
+        "put": f"INSERT INTO {table} (erasure_id, company, report, erase_time) VALUES ($1, $2, $3::jsonb, $4)",
+    }
+
+
+async def run_once(
+    pool: asyncpg.Pool,
+    owner: str,
+    target: Target,
+    now: datetime,
+    work: Callable[[asyncpg.Connection], Awaitable[Report]],
+    *,
+    index: VectorIndex | None = None,
+) -> Report:
+    """Run ``work`` (the owner's deletes, on the connection it is given) in one transaction with
+    the record of its report, once per erasure id; a repeat returns the recorded report. The
+    erased rows' points then leave the index."""
+    sql = _sql(owner)
+    async with pool.acquire() as conn, conn.transaction():
+        # Two concurrent repeats of one erasure: the second waits, then reads the first's record.
+        await conn.execute(sql["lock"], f"erasure/{owner}/{target.erasure_id}")
+        recorded = await conn.fetchval(sql["get"], target.erasure_id)
+        if recorded is not None:
+            report = Report.from_json(recorded)
+        else:
+            report = await work(conn)
+            await conn.execute(sql["put"], target.erasure_id, target.company, report.to_json(), now)
+    report.index_points_pending = await drop_points(index, report.points)
+    return report
+
+
+def provenance_json(msg: provenance_pb2.Provenance) -> str:
+    """A ``Provenance`` as the JSON an owner keeps (field names as in the proto)."""
+    return MessageToJson(msg, preserving_proto_field_name=True, indent=None)
+
+
+def provenance_from_json(text: str | dict[str, Any] | None) -> provenance_pb2.Provenance:
+    """The kept JSON back as a ``Provenance`` (empty when nothing was kept)."""
+    data = json.loads(text) if isinstance(text, str) else dict(text or {})
+    return ParseDict(data, provenance_pb2.Provenance(), ignore_unknown_fields=True)
+
+
+def provenance_subjects(msg: object) -> list[str]:
+    """The identifiers (handles, external ids) of the people a provenance names."""
+    out: list[str] = []
+    for subject in getattr(msg, "subjects", []):
+        out += [x for x in (subject.handle, subject.external_id) if x]
+    return sorted(set(out))
+
+
+ORPHAN_PAGE = 500
+
+
+async def sweep_orphans(pool: asyncpg.Pool, index: VectorIndex, base: str, table: str) -> int:
+    """Remove the points of ``<base>_<width>`` collections whose row is gone from ``table`` (an
+    index that was down when the rows were erased or deleted keeps their points until this runs).
+    Returns how many were removed. A point written for a row committed meanwhile has its row, so
+    it is never taken for an orphan."""
+    removed = 0
+    prefix = f"{base}_"
+    for collection in await index.collections():
+        if not (collection.startswith(prefix) and collection[len(prefix) :].isdigit()):
+            continue
+        after: uuid.UUID | None = None
+        while True:
+            ids = await index.point_ids(collection, after, ORPHAN_PAGE)
+            if not ids:
+                break
+            after = ids[-1]
+            live = {r["id"] for r in await pool.fetch(f"SELECT id FROM {table} WHERE id = ANY($1::uuid[])", ids)}
+            orphans = [i for i in ids if i not in live]
+            if orphans:
+                await index.delete(collection, orphans)
+                removed += len(orphans)
+            if len(ids) < ORPHAN_PAGE:
+                break
+    if removed:
+        _log.info("removed %d orphaned points of %s", removed, base)
+    return removed
+
+
+async def retention_cutoffs(
+    pool: asyncpg.Pool, table: str, privacy: PrivacyConfig, knob: str, now: datetime
+) -> list[tuple[str, datetime]]:
+    """(company, cutoff) for every company of ``table`` whose retention ``knob`` (a
+    ``RetentionConfig`` field, in days) is set: rows older than the cutoff are past retention."""
+    default = getattr(privacy.retention, knob)
+    listed = privacy.companies
+    if default > 0:
+        companies = [r["company"] for r in await pool.fetch(f"SELECT DISTINCT company FROM {table}")]
+    else:
+        companies = list(listed)
+    out = []
+    for company in sorted(set(companies)):
+        days = getattr(privacy.retention_of(company), knob)
+        if days > 0:
+            out.append((company, now - timedelta(days=days)))
+    return out

@@ -1,0 +1,94 @@
+"""The prefetch's part of an erasure (issue 17, ``libs.common.erasure``): the frozen turn contexts
+(rendered blocks: notes, profiles, episodes of the turn) and the refresh ledgers (the notes a hint
+selected) of a person's turns or naming them, of a seat, or of a company; a seat's or a company's
+onboarding markers too."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from libs.common.erasure import Kind, Report, Target, run_once
+
+__all__ = ["OWNER", "erase", "find", "pool_of"]
+
+OWNER = "prefetch"
+
+SQL = {
+    "contexts_subject": """
+        SELECT seat, turn_id FROM turn_contexts
+        WHERE company = $1 AND (turn_id = ANY($2::text[]) OR coalesce(context::text, '') ~* $3)""",
+    "ledgers_subject": """
+        SELECT DISTINCT r.seat, r.turn_id FROM refresh_ledger_runs r
+        LEFT JOIN refresh_ledger_hints h USING (company, seat, turn_id)
+        WHERE r.company = $1 AND (r.turn_id = ANY($2::text[]) OR (h.hint || ' ' || h.notes::text) ~* $3)""",
+    "contexts_seat": "SELECT seat, turn_id FROM turn_contexts WHERE company = $1 AND seat = $2",
+    "ledgers_seat": "SELECT seat, turn_id FROM refresh_ledger_runs WHERE company = $1 AND seat = $2",
+    "markers_seat": "SELECT seat FROM agent_onboarding_markers WHERE company = $1 AND seat = $2",
+    "contexts_company": "SELECT seat, turn_id FROM turn_contexts WHERE company = $1",
+    "ledgers_company": "SELECT seat, turn_id FROM refresh_ledger_runs WHERE company = $1",
+    "markers_company": "SELECT seat FROM agent_onboarding_markers WHERE company = $1",
+    "delete_contexts": """
+        DELETE FROM turn_contexts t USING unnest($2::text[], $3::text[]) AS g(seat, turn_id)
+        WHERE t.company = $1 AND t.seat = g.seat AND t.turn_id = g.turn_id""",
+    "delete_ledgers": """
+        DELETE FROM refresh_ledger_runs t USING unnest($2::text[], $3::text[]) AS g(seat, turn_id)
+        WHERE t.company = $1 AND t.seat = g.seat AND t.turn_id = g.turn_id""",
+    "delete_markers": "DELETE FROM agent_onboarding_markers WHERE company = $1 AND seat = ANY($2::text[])",
+}
+
+
+def pool_of(store: object) -> asyncpg.Pool:
+    """The prefetch store's pool (it keeps it private): an erasure runs its own transaction."""
+    return store._pool  # type: ignore[attr-defined]
+
+
+async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list[Any], list[Any], list[Any]]:
+    c = target.company
+    if target.kind is Kind.SUBJECT:
+        args = (c, list(target.turn_ids), target.sql_pattern())
+        contexts = await conn.fetch(SQL["contexts_subject"], *args)
+        ledgers = await conn.fetch(SQL["ledgers_subject"], *args)
+        markers: list[Any] = []
+    elif target.kind is Kind.SEAT:
+        contexts = await conn.fetch(SQL["contexts_seat"], c, target.seat)
+        ledgers = await conn.fetch(SQL["ledgers_seat"], c, target.seat)
+        markers = await conn.fetch(SQL["markers_seat"], c, target.seat)
+    else:
+        contexts = await conn.fetch(SQL["contexts_company"], c)
+        ledgers = await conn.fetch(SQL["ledgers_company"], c)
+        markers = await conn.fetch(SQL["markers_company"], c)
+
+    def pairs(rows: list[Any]) -> list[tuple[str, str]]:
+        return [(r["seat"], r["turn_id"]) for r in rows]
+
+    return pairs(contexts), pairs(ledgers), [r["seat"] for r in markers]
+
+
+def _report(contexts: list[Any], ledgers: list[Any], markers: list[Any]) -> Report:
+    report = Report(OWNER)
+    if contexts:
+        report.add("turn_contexts", [f"{s}/{t}" for s, t in contexts])
+    if ledgers:
+        report.add("refresh_ledger_runs", [f"{s}/{t}" for s, t in ledgers])
+    if markers:
+        report.add("agent_onboarding_markers", markers)
+    return report
+
+
+async def find(pool: asyncpg.Pool, target: Target) -> Report:
+    return _report(*await _plan(pool, target))
+
+
+async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
+    async def work(conn: asyncpg.Connection) -> Report:
+        contexts, ledgers, markers = await _plan(conn, target)
+        c = target.company
+        await conn.execute(SQL["delete_contexts"], c, [s for s, _ in contexts], [t for _, t in contexts])
+        await conn.execute(SQL["delete_ledgers"], c, [s for s, _ in ledgers], [t for _, t in ledgers])
+        await conn.execute(SQL["delete_markers"], c, markers)
+        return _report(contexts, ledgers, markers)
+
+    return await run_once(pool, OWNER, target, now, work)

@@ -1,0 +1,217 @@
+"""The privacy service's use cases: queue an erasure (a person, a seat, a company), run it across
+the owners, read its receipt and the audit.
+
+An erasure runs as a job of kind ``erasure`` in the shared durable queue. Running it is resumable
+at every step, because each step's outcome is recorded before the next starts:
+
+1. collect (a person only): the owners that know which run ids and sessions carried the person
+   report them; the target with them is recorded;
+2. erase: each owner, in ``ERASE_ORDER``, erases its own rows in its own transaction and records
+   its report under the erasure id (a repeat returns that report); the coordinator records it too;
+3. verify: every owner is asked what it still holds of the target; nothing, and no vector point
+   left behind, is a SUCCEEDED erasure; anything is FAILED, with the residues named;
+4. finish: the state and residues are recorded, and the target (the person's identifiers, names,
+   run ids) is dropped from the audit row in the same statement.
+
+A SIGKILL anywhere leaves the job claimed until its lease lapses; the next claim resumes at the
+first step not recorded, and every owner returns the report it recorded, so the receipt is the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import uuid
+from typing import Protocol
+
+from libs.common import auth
+from libs.common.clock import Clock
+from libs.common.config import PrivacyConfig
+from libs.common.erasure import Kind, Report, Target
+from libs.common.errors import InvalidArgument, NotFound
+from libs.common.events import EventSink
+from libs.common.jobs import JobQueue
+from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
+from services.privacy.domain import (
+    COLLECTORS,
+    DOMAIN,
+    ERASE_ORDER,
+    JOB_KIND,
+    Erasure,
+    ErasureState,
+    subject_digest,
+)
+from services.privacy.store import PostgresErasureStore
+
+__all__ = ["Owners", "PrivacyService", "requested_by"]
+
+_log = logging.getLogger(__name__)
+
+
+class Owners(Protocol):
+    async def erase(self, owner: str, target: Target) -> Report: ...
+
+    async def find(self, owner: str, target: Target) -> Report: ...
+
+
+def requested_by() -> str:
+    """Who asked, for the audit: the token's public id and bound user, or the calling service."""
+    p = auth.current_principal()
+    if p.kind == "token":
+        return f"token:{p.token_id}" + (f" user:{p.user}" if p.user else "")
+    if p.kind == "service":
+        return f"service:{p.service}"
+    return p.kind
+
+
+class PrivacyService:
+    def __init__(
+        self,
+        store: PostgresErasureStore,
+        queue: JobQueue,
+        owners: Owners,
+        clock: Clock,
+        events: EventSink,
+        config: PrivacyConfig,
+    ):
+        self.store = store
+        self.queue = queue
+        self.owners = owners
+        self.clock = clock
+        self.events = events
+        self.config = config
+
+    # ------------------------------------------------------------------ requests
+
+    async def request(self, target: Target, request_id: str | None) -> Erasure:
+        """Queue an erasure (once per ``request_id``); the erasure, as it stands."""
+        if target.kind is Kind.SUBJECT and not target.identifiers:
+            raise InvalidArgument(
+                "name the person's handle or external id",
+                reason="SUBJECT_REQUIRED",
+                domain=DOMAIN,
+                field="subject",
+            )
+        if request_id:
+            known = await self.store.by_request(target.company, request_id)
+            if known is not None:
+                return await self.get(target.company, str(known))
+        now = self.clock.now()
+        erasure = Erasure(
+            id=target.erasure_id,
+            company=target.company,
+            kind=target.kind,
+            seat=target.seat,
+            subject_digest=subject_digest(target),
+            requested_by=requested_by(),
+            state=ErasureState.QUEUED,
+            create_time=now,
+        )
+        async with self.store.pool.acquire() as conn, conn.transaction():
+            created = await self.store.insert(conn, erasure, target, request_id or None)
+            if created is not None:
+                await self.queue.enqueue(
+                    conn,
+                    kind=JOB_KIND,
+                    key=str(erasure.id),
+                    company=erasure.company,
+                    seat=erasure.seat,
+                    payload=json.dumps({"erasure_id": str(erasure.id)}).encode(),
+                    trace_carrier={},
+                    now=now,
+                )
+        if created is None:  # a concurrent call with the same request id won
+            assert request_id
+            known = await self.store.by_request(target.company, request_id)
+            return await self.get(target.company, str(known))
+        await self.events.emit(
+            "erasure_requested",
+            company=erasure.company,
+            seat=None,  # the audit is the erasures table; an event of an erased seat is not kept
+            erasure_id=str(erasure.id),
+            erasure_kind=str(erasure.kind),
+            requested_by=erasure.requested_by,
+        )
+        return erasure
+
+    async def get(self, company: str, erasure_id: str) -> Erasure:
+        try:
+            eid = uuid.UUID(erasure_id)
+        except ValueError:
+            raise InvalidArgument(
+                f"erasure_id {erasure_id!r} is not a UUID", reason="FIELD_INVALID", domain=DOMAIN, field="erasure_id"
+            ) from None
+        erasure = await self.store.get(eid, company)
+        if erasure is None:
+            raise NotFound(
+                f"erasure {erasure_id} not found",
+                reason="ERASURE_NOT_FOUND",
+                domain=DOMAIN,
+                metadata={"erasure_id": erasure_id},
+            )
+        return erasure
+
+    async def list(self, company: str, size: int, token: str) -> tuple[list[Erasure], str]:
+        size = page_size(size, default=50, maximum=200, domain=DOMAIN)
+        scope = {"company": company, "list": "erasures"}
+        after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
+        rows = await self.store.page(company, after, size + 1)
+        token_out = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token_out = encode_time_cursor(rows[-1].create_time, rows[-1].id, scope)
+        return rows, token_out
+
+    # ------------------------------------------------------------------ running one
+
+    async def run(self, erasure: Erasure) -> Erasure:
+        """Carry the erasure to its end from wherever it stopped (see the module docstring).
+        An owner's failure propagates (the worker retries the job later)."""
+        if erasure.state.finished or erasure.target is None:
+            return erasure
+        await self.store.mark_running(erasure.id)
+        target = erasure.target
+        if target.kind is Kind.SUBJECT and not erasure.collected:
+            turns, sessions = set(target.turn_ids), set(target.session_ids)
+            for owner in COLLECTORS:
+                found = await self.owners.find(owner, target)
+                turns |= found.turn_ids
+                sessions |= found.session_ids
+            target = dataclasses.replace(target, turn_ids=tuple(sorted(turns)), session_ids=tuple(sorted(sessions)))
+            await self.store.set_collected(erasure.id, target)
+        for owner in ERASE_ORDER:
+            done = erasure.reports.get(owner)
+            if done is not None and not done.index_points_pending:
+                continue
+            # Not asked yet, or its points could not all leave the index: asked (again). A repeat
+            # returns the owner's recorded report and drops the points once more.
+            if owner == "knowledge":
+                pages = set(target.page_ids)
+                for report in erasure.reports.values():
+                    pages |= report.page_ids
+                target = dataclasses.replace(target, page_ids=tuple(sorted(pages)))
+            report = await self.owners.erase(owner, target)
+            await self.store.put_report(erasure.id, owner, report)
+            erasure.reports[owner] = report
+        residues: dict[str, Report] = {}
+        for owner in ERASE_ORDER:
+            found = await self.owners.find(owner, target)
+            if found.total:
+                residues[owner] = found
+        pending = sum(r.index_points_pending for r in erasure.reports.values())
+        verified = not residues and not pending
+        reason = ""
+        if residues:
+            reason = "the verification still found rows: " + ", ".join(
+                f"{o} {r.total}" for o, r in sorted(residues.items())
+            )
+        elif pending:
+            reason = f"{pending} vector points could not be removed (the index was down); the orphan sweep removes them"
+        erasure.state = ErasureState.SUCCEEDED if verified else ErasureState.FAILED
+        erasure.residues, erasure.verified, erasure.reason = residues, verified, reason
+        return erasure
+
+    def counts(self, erasure: Erasure) -> dict[str, int]:
+        """Rows erased or changed per owner (the audit's counts)."""
+        return {owner: r.total for owner, r in sorted(erasure.reports.items())}

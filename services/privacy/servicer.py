@@ -1,0 +1,94 @@
+"""PrivacyService over gRPC: proto <-> domain only."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+from agentlearn.common.v1 import erasure_pb2
+from agentlearn.privacy.v1 import privacy_service_pb2 as pb
+from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pb_grpc
+from libs.common.clients import Clients
+from libs.common.erasure import PROTO_OF_KIND, Kind, Target, report_to_proto
+from libs.common.protoconv import timestamp
+from libs.common.rpctypes import ServicerContext
+from services.privacy.domain import Erasure, ErasureState
+from services.privacy.export import export_seat
+from services.privacy.service import PrivacyService
+
+__all__ = ["PrivacyServicer", "erasure_to_pb"]
+
+_STATE = {
+    ErasureState.QUEUED: pb.ERASURE_STATE_QUEUED,
+    ErasureState.RUNNING: pb.ERASURE_STATE_RUNNING,
+    ErasureState.SUCCEEDED: pb.ERASURE_STATE_SUCCEEDED,
+    ErasureState.FAILED: pb.ERASURE_STATE_FAILED,
+}
+
+
+def erasure_to_pb(e: Erasure, *, receipt: bool = True) -> pb.Erasure:
+    msg = pb.Erasure(
+        id=str(e.id),
+        company=e.company,
+        kind=PROTO_OF_KIND[e.kind],
+        seat=e.seat,
+        subject_digest=e.subject_digest,
+        state=_STATE[e.state],
+        requested_by=e.requested_by,
+        create_time=timestamp(e.create_time),
+        finish_time=timestamp(e.finish_time),
+        verified=e.verified,
+        reason=e.reason,
+    )
+    if receipt:
+        msg.reports.extend(report_to_proto(r) for _, r in sorted(e.reports.items()))
+        msg.residues.extend(report_to_proto(r) for _, r in sorted(e.residues.items()))
+    return msg
+
+
+def _subject_target(company: str, subject: erasure_pb2.ErasureSubject, names: list[str]) -> Target:
+    return Target(
+        erasure_id=uuid.uuid4(),
+        company=company,
+        kind=Kind.SUBJECT,
+        handle=subject.handle,
+        external_id=subject.external_id,
+        platform=subject.platform,
+        names=tuple(dict.fromkeys(names)),
+    )
+
+
+class PrivacyServicer(pb_grpc.PrivacyServiceServicer):
+    def __init__(self, service: PrivacyService, clients: Clients | None = None):
+        self._service = service
+        self._clients = clients
+
+    async def EraseSubject(self, request: pb.EraseSubjectRequest, context: ServicerContext) -> pb.EraseSubjectResponse:
+        target = _subject_target(request.company, request.subject, list(request.names))
+        erasure = await self._service.request(target, request.request_id)
+        return pb.EraseSubjectResponse(erasure=erasure_to_pb(erasure))
+
+    async def EraseSeat(self, request: pb.EraseSeatRequest, context: ServicerContext) -> pb.EraseSeatResponse:
+        target = Target(erasure_id=uuid.uuid4(), company=request.company, kind=Kind.SEAT, seat=request.seat)
+        erasure = await self._service.request(target, request.request_id)
+        return pb.EraseSeatResponse(erasure=erasure_to_pb(erasure))
+
+    async def EraseCompany(self, request: pb.EraseCompanyRequest, context: ServicerContext) -> pb.EraseCompanyResponse:
+        target = Target(erasure_id=uuid.uuid4(), company=request.company, kind=Kind.COMPANY)
+        erasure = await self._service.request(target, request.request_id)
+        return pb.EraseCompanyResponse(erasure=erasure_to_pb(erasure))
+
+    async def GetErasure(self, request: pb.GetErasureRequest, context: ServicerContext) -> pb.GetErasureResponse:
+        erasure = await self._service.get(request.company, request.erasure_id)
+        return pb.GetErasureResponse(erasure=erasure_to_pb(erasure))
+
+    async def ExportSeat(
+        self, request: pb.ExportSeatRequest, context: ServicerContext
+    ) -> AsyncIterator[pb.ExportSeatResponse]:
+        assert self._clients is not None
+        async for lines in export_seat(self._clients, request.company, request.seat):
+            yield pb.ExportSeatResponse(lines=lines)
+
+    async def ListErasures(self, request: pb.ListErasuresRequest, context: ServicerContext) -> pb.ListErasuresResponse:
+        rows, token = await self._service.list(request.company, request.page_size, request.page_token)
+        return pb.ListErasuresResponse(erasures=[erasure_to_pb(e, receipt=False) for e in rows], next_page_token=token)

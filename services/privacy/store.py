@@ -1,0 +1,151 @@
+"""``erasures``: named queries, ``$n`` parameters. The target (the person's identifiers) is kept
+only while an erasure runs: ``finish`` clears it in the same statement that records the outcome."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from libs.common.erasure import Kind, Report, Target
+from services.privacy.domain import Erasure, ErasureState
+
+__all__ = ["PostgresErasureStore", "target_from_json", "target_to_json"]
+
+_COLUMNS = (
+    "id, company, kind, seat, subject_digest, requested_by, state, target, collected, reports, residues, verified,"
+    " reason, create_time, finish_time"
+)
+SQL = {
+    "insert": """
+        INSERT INTO erasures (id, company, kind, seat, subject_digest, request_id, requested_by, state, target,
+                              create_time)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8::jsonb, $9)
+        ON CONFLICT (company, request_id) WHERE request_id IS NOT NULL DO NOTHING
+        RETURNING id""",
+    "by_request": "SELECT id FROM erasures WHERE company = $1 AND request_id = $2",
+    "get": f"SELECT {_COLUMNS} FROM erasures WHERE id = $1",
+    "get_company": f"SELECT {_COLUMNS} FROM erasures WHERE company = $1 AND id = $2",
+    "page": f"""
+        SELECT {_COLUMNS} FROM erasures
+        WHERE company = $1 AND ($2::timestamptz IS NULL OR (create_time, id) < ($2, $3::uuid))
+        ORDER BY create_time DESC, id DESC LIMIT $4""",
+    "running": "UPDATE erasures SET state = 'running' WHERE id = $1 AND state = 'queued'",
+    "collected": "UPDATE erasures SET target = $2::jsonb, collected = true WHERE id = $1",
+    "report": "UPDATE erasures SET reports = reports || jsonb_build_object($2::text, $3::jsonb) WHERE id = $1",
+    "finish": """
+        UPDATE erasures SET state = $2, residues = $3::jsonb, verified = $4, reason = $5, finish_time = $6,
+                            target = NULL
+        WHERE id = $1""",
+    "reason": "UPDATE erasures SET reason = $2 WHERE id = $1",
+}
+
+
+def target_to_json(target: Target) -> str:
+    data = dataclasses.asdict(target)
+    data["erasure_id"] = str(target.erasure_id)
+    data["kind"] = str(target.kind)
+    return json.dumps(data)
+
+
+def target_from_json(text: str | dict[str, Any]) -> Target:
+    data = json.loads(text) if isinstance(text, str) else dict(text)
+    data["erasure_id"] = uuid.UUID(data["erasure_id"])
+    data["kind"] = Kind(data["kind"])
+    for key in ("names", "turn_ids", "session_ids", "page_ids"):
+        data[key] = tuple(data[key])
+    return Target(**data)
+
+
+def _reports(value: Any) -> dict[str, Report]:
+    data = json.loads(value) if isinstance(value, str) else dict(value or {})
+    return {owner: Report.from_json(json.dumps(r)) for owner, r in data.items()}
+
+
+def _erasure(row: asyncpg.Record) -> Erasure:
+    return Erasure(
+        id=row["id"],
+        company=row["company"],
+        kind=Kind(row["kind"]),
+        seat=row["seat"],
+        subject_digest=row["subject_digest"],
+        requested_by=row["requested_by"],
+        state=ErasureState(row["state"]),
+        create_time=row["create_time"],
+        target=target_from_json(row["target"]) if row["target"] is not None else None,
+        collected=row["collected"],
+        reports=_reports(row["reports"]),
+        residues=_reports(row["residues"]),
+        verified=row["verified"],
+        reason=row["reason"],
+        finish_time=row["finish_time"],
+    )
+
+
+class PostgresErasureStore:
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    async def insert(
+        self, conn: asyncpg.Connection, erasure: Erasure, target: Target, request_id: str | None
+    ) -> uuid.UUID | None:
+        """The new erasure's id, or None when ``request_id`` already named one."""
+        found: uuid.UUID | None = await conn.fetchval(
+            SQL["insert"],
+            erasure.id,
+            erasure.company,
+            str(erasure.kind),
+            erasure.seat,
+            erasure.subject_digest,
+            request_id,
+            erasure.requested_by,
+            target_to_json(target),
+            erasure.create_time,
+        )
+        return found
+
+    async def by_request(self, company: str, request_id: str) -> uuid.UUID | None:
+        found: uuid.UUID | None = await self.pool.fetchval(SQL["by_request"], company, request_id)
+        return found
+
+    async def get(self, erasure_id: uuid.UUID, company: str | None = None) -> Erasure | None:
+        if company is None:
+            row = await self.pool.fetchrow(SQL["get"], erasure_id)
+        else:
+            row = await self.pool.fetchrow(SQL["get_company"], company, erasure_id)
+        return _erasure(row) if row is not None else None
+
+    async def page(self, company: str, after: tuple[datetime, uuid.UUID] | None, limit: int) -> list[Erasure]:
+        rows = await self.pool.fetch(
+            SQL["page"], company, after[0] if after else None, after[1] if after else None, limit
+        )
+        return [_erasure(r) for r in rows]
+
+    async def mark_running(self, erasure_id: uuid.UUID) -> None:
+        await self.pool.execute(SQL["running"], erasure_id)
+
+    async def set_collected(self, erasure_id: uuid.UUID, target: Target) -> None:
+        await self.pool.execute(SQL["collected"], erasure_id, target_to_json(target))
+
+    async def put_report(self, erasure_id: uuid.UUID, owner: str, report: Report) -> None:
+        await self.pool.execute(SQL["report"], erasure_id, owner, report.to_json())
+
+    async def set_reason(self, conn: asyncpg.Connection, erasure_id: uuid.UUID, reason: str) -> None:
+        await conn.execute(SQL["reason"], erasure_id, reason)
+
+    async def finish(
+        self,
+        conn: asyncpg.Connection,
+        erasure_id: uuid.UUID,
+        state: ErasureState,
+        residues: dict[str, Report],
+        verified: bool,
+        reason: str,
+        now: datetime,
+    ) -> None:
+        payload = json.dumps({o: json.loads(r.to_json()) for o, r in residues.items()})
+        await conn.execute(SQL["finish"], erasure_id, str(state), payload, verified, reason, now)

@@ -1,0 +1,175 @@
+"""The erasure worker: jobs of kind ``erasure`` in the shared queue (``libs.common.jobs``).
+
+Claims with ``reclaim_lapsed=True``: an erasure whose process died is taken again once its lease
+lapses and resumes where it stopped (``PrivacyService.run``). An owner that fails (down, a
+deadline) sends the job back to the queue with the reason; so does a vector index that could not
+drop every point yet (the rows are gone from Postgres, and every hit is re-read from there, but
+the erasure is not verified until the points are gone too). After ``max_attempts`` claims the
+erasure is reported FAILED with the last reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import grpc
+
+from libs.common.clock import Clock
+from libs.common.config import PrivacyConfig
+from libs.common.events import EventSink
+from libs.common.jobs import Job, JobQueue, listen
+from services.privacy.domain import JOB_KIND, Erasure, ErasureState
+from services.privacy.service import PrivacyService
+
+__all__ = ["ErasureWorker"]
+
+_log = logging.getLogger(__name__)
+
+
+class ErasureWorker:
+    def __init__(
+        self,
+        service: PrivacyService,
+        queue: JobQueue,
+        config: PrivacyConfig,
+        clock: Clock,
+        events: EventSink,
+        worker_id: str,
+    ):
+        self.service = service
+        self.queue = queue
+        self.config = config
+        self.clock = clock
+        self.events = events
+        self.worker_id = worker_id
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def process(self, job: Job) -> ErasureState | None:
+        """Run one claimed erasure; the state it was left in (None: it went back to the queue)."""
+        store = self.service.store
+        try:
+            erasure_id = uuid.UUID(json.loads(job.payload)["erasure_id"])
+        except (ValueError, KeyError, TypeError) as err:
+            async with store.pool.acquire() as conn, conn.transaction():
+                await self.queue.dead_letter(conn, job, self.worker_id, self.clock.now(), f"unreadable payload: {err}")
+            return None
+        erasure = await store.get(erasure_id)
+        if erasure is None or erasure.state.finished:
+            async with store.pool.acquire() as conn, conn.transaction():
+                await self.queue.finish(conn, job, self.worker_id, self.clock.now())
+            return erasure.state if erasure else None
+        try:
+            erasure = await self.service.run(erasure)
+        except asyncio.CancelledError:
+            raise
+        except grpc.aio.AioRpcError as err:
+            return await self._again(job, erasure, f"an owner failed: {err.code().name}: {err.details()}"[:500])
+        except Exception as exc:  # the store or a bug: retried, then reported
+            _log.exception("erasure %s failed", erasure.id)
+            return await self._again(job, erasure, f"{type(exc).__name__}: {exc}"[:500])
+        if not erasure.verified and not erasure.residues and job.attempts < self.config.max_attempts:
+            # Only the index is behind: try again (each owner drops its points again).
+            return await self._again(job, erasure, erasure.reason)
+        return await self._finish(job, erasure)
+
+    async def _again(self, job: Job, erasure: Erasure, reason: str) -> ErasureState | None:
+        store = self.service.store
+        now = self.clock.now()
+        if job.attempts >= self.config.max_attempts:
+            erasure.state, erasure.reason = ErasureState.FAILED, f"gave up after {job.attempts} attempts: {reason}"
+            return await self._finish(job, erasure)
+        async with store.pool.acquire() as conn, conn.transaction():
+            if await self.queue.retry(
+                conn, job, self.worker_id, now + timedelta(seconds=self.config.retry_seconds), reason
+            ):
+                await store.set_reason(conn, erasure.id, reason)
+        return None
+
+    async def _finish(self, job: Job, erasure: Erasure) -> ErasureState | None:
+        store = self.service.store
+        now = self.clock.now()
+        async with store.pool.acquire() as conn, conn.transaction():
+            if not await self.queue.finish(conn, job, self.worker_id, now):
+                return None  # another holder took it: its outcome stands
+            await store.finish(conn, erasure.id, erasure.state, erasure.residues, erasure.verified, erasure.reason, now)
+        await self.events.emit(
+            "erasure_finished",
+            company=erasure.company,
+            seat=None,  # the audit is the erasures table; an event of an erased seat is not kept
+            erasure_id=str(erasure.id),
+            erasure_kind=str(erasure.kind),
+            state=str(erasure.state),
+            verified=erasure.verified,
+            counts=self.service.counts(erasure),
+        )
+        return erasure.state
+
+    # ------------------------------------------------------------------ the loop
+
+    async def drain(self) -> int:
+        taken = 0
+        while True:
+            job = await self.queue.claim(
+                JOB_KIND, self.worker_id, self.clock.now(), self.config.claim_lease_seconds, reclaim_lapsed=True
+            )
+            if job is None:
+                return taken
+            taken += 1
+            await self._run_claimed(job)
+
+    async def _run_claimed(self, job: Job) -> None:
+        work = asyncio.create_task(self.process(job))
+        renew = asyncio.create_task(self._keep_claim(job, work))
+        try:
+            await work
+        except asyncio.CancelledError:
+            if not (renew.done() and renew.result() is False):
+                raise
+            _log.warning("lost the claim on erasure job %s; its new holder resumes it", job.id)
+        except Exception:
+            _log.exception("erasure job %s could not be recorded; its claim will lapse", job.id)
+        finally:
+            renew.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renew
+
+    async def _keep_claim(self, job: Job, work: asyncio.Task[Any]) -> bool:
+        lease = self.config.claim_lease_seconds
+        while True:
+            await asyncio.sleep(lease / 3)
+            try:
+                held = await self.queue.renew(job, self.worker_id, self.clock.now(), lease)
+            except Exception as exc:
+                _log.warning("could not renew the claim on erasure job %s: %s", job.id, exc)
+                continue
+            if not held:
+                work.cancel()
+                return False
+
+    async def run_forever(self, dsn: str) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(listen(dsn, [JOB_KIND], self.wake))
+            group.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                taken = await self.drain()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                _log.exception("erasure queue unreadable; retrying")
+                taken = 0
+            if taken == 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_seconds)

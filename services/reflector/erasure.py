@@ -1,0 +1,154 @@
+"""The reflector's part of an erasure (issue 17, ``libs.common.erasure``).
+
+The reflector keeps two things per turn: its reflection record (``reflections``: state, gate,
+workers' outcomes) and its job in the shared queue (kind ``reflection``), whose payload is the
+serialized ``TurnCompleted`` — the person's messages, verbatim. A person's turns are found by
+reading those payloads (a sender with their handle or external id, or text that names them):
+that is the collection pass the coordinator starts from. Erasing them deletes the records and
+keeps no copy of the text: a finished job keeps its row (it is the durable "reflected once" gate)
+with an empty payload; a job not yet run is deleted, so it never writes anything derived from them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from agentlearn.reflector.v1 import reflector_service_pb2 as pb
+from libs.common.config import PrivacyConfig
+from libs.common.erasure import Kind, Report, Target, retention_cutoffs, run_once
+from services.reflector.domain import JOB_KIND, turn_id_of
+
+__all__ = ["OWNER", "erase", "find", "prune_retention"]
+
+OWNER = "reflector"
+BATCH = 500
+
+SQL = {
+    "jobs": f"""
+        SELECT id, key, seat, payload, state FROM background_jobs
+        WHERE kind = '{JOB_KIND}' AND company = $1 AND id > $2 AND length(payload) > 0
+        ORDER BY id LIMIT $3""",
+    "jobs_seat": f"SELECT id, key, state FROM background_jobs WHERE kind = '{JOB_KIND}' AND company = $1 AND seat = $2",
+    "jobs_company": f"SELECT id, key, state FROM background_jobs WHERE kind = '{JOB_KIND}' AND company = $1",
+    "records_subject": """
+        SELECT seat, turn_id FROM reflections
+        WHERE company = $1 AND (turn_id = ANY($2::text[]) OR coalesce(reason, '') || ' ' || workers::text ~* $3)""",
+    "records_seat": "SELECT seat, turn_id FROM reflections WHERE company = $1 AND seat = $2",
+    "records_company": "SELECT seat, turn_id FROM reflections WHERE company = $1",
+    "delete_records": """
+        DELETE FROM reflections r USING unnest($2::text[], $3::text[]) AS g(seat, turn_id)
+        WHERE r.company = $1 AND r.seat = g.seat AND r.turn_id = g.turn_id""",
+    "delete_jobs": "DELETE FROM background_jobs WHERE id = ANY($1::bigint[])",
+    "records_past": "DELETE FROM reflections WHERE company = $1 AND submit_time < $2",
+    "jobs_past": f"""
+        DELETE FROM background_jobs
+        WHERE kind = '{JOB_KIND}' AND company = $1 AND state IN ('done', 'dead', 'interrupted') AND create_time < $2""",
+    # A finished job keeps its row (the duplicate gate) and loses the turn's text.
+    "empty_jobs": "UPDATE background_jobs SET payload = ''::bytea WHERE id = ANY($1::bigint[])",
+}
+
+
+def _carries(turn: pb.TurnCompleted, target: Target) -> bool:
+    """The turn carried the person's messages (they are a sender)."""
+    ident = set(target.identifiers)
+    for inter in turn.interactions:
+        sender = inter.sender
+        if (sender.handle in ident or sender.external_id in ident) and (
+            not target.platform or not sender.platform or sender.platform == target.platform
+        ):
+            return True
+    return False
+
+
+def _names(turn: pb.TurnCompleted, target: Target) -> bool:
+    """The turn's text names the person (someone else's message mentioning them)."""
+    texts = [turn.label, turn.ask, turn.what_it_did, turn.review_outcome]
+    texts += [i.body for i in turn.interactions]
+    texts += [i.sender.display_name for i in turn.interactions]
+    return target.names_text(*texts)
+
+
+async def _subject_jobs(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list[tuple[asyncpg.Record, bool]]:
+    """The jobs whose turn carried the person or names them, each with whether it carried them (its
+    run id is theirs) — a turn that only names them keeps no copy of their name, but what else it
+    taught is not theirs."""
+    found: list[tuple[asyncpg.Record, bool]] = []
+    named = set(target.turn_ids)
+    after = 0
+    while True:
+        rows = await conn.fetch(SQL["jobs"], target.company, after, BATCH)
+        if not rows:
+            return found
+        for row in rows:
+            after = row["id"]
+            if turn_id_of(row["key"]) in named:
+                found.append((row, True))
+                continue
+            try:
+                turn = pb.TurnCompleted.FromString(bytes(row["payload"]))
+            except Exception:  # an unreadable payload is no evidence either way
+                continue
+            if _carries(turn, target):
+                found.append((row, True))
+            elif _names(turn, target):
+                found.append((row, False))
+
+
+async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list[Any], list[Any], list[Any]]:
+    """(jobs, records) to erase, and the run ids that carried the person."""
+    if target.kind is Kind.SEAT:
+        jobs = await conn.fetch(SQL["jobs_seat"], target.company, target.seat)
+        records = await conn.fetch(SQL["records_seat"], target.company, target.seat)
+        return list(jobs), [(r["seat"], r["turn_id"]) for r in records], []
+    if target.kind is Kind.COMPANY:
+        jobs = await conn.fetch(SQL["jobs_company"], target.company)
+        records = await conn.fetch(SQL["records_company"], target.company)
+        return list(jobs), [(r["seat"], r["turn_id"]) for r in records], []
+    found = await _subject_jobs(conn, target)
+    theirs = sorted({turn_id_of(j["key"]) for j, carried in found if carried})
+    turns = sorted(set(target.turn_ids) | set(theirs))
+    records = await conn.fetch(SQL["records_subject"], target.company, turns, target.sql_pattern())
+    return [j for j, _ in found], [(r["seat"], r["turn_id"]) for r in records], theirs
+
+
+def _report(target: Target, jobs: list[Any], records: list[Any], theirs: list[Any]) -> Report:
+    report = Report(OWNER)
+    if jobs:
+        report.add("background_jobs:reflection", [j["key"] for j in jobs])
+    if records:
+        report.add("reflections", [f"{seat}/{turn}" for seat, turn in records])
+    report.turn_ids.update(theirs)
+    return report
+
+
+async def find(pool: asyncpg.Pool, target: Target) -> Report:
+    return _report(target, *await _plan(pool, target))
+
+
+async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
+    async def work(conn: asyncpg.Connection) -> Report:
+        jobs, records, theirs = await _plan(conn, target)
+        whole = target.kind is not Kind.SUBJECT
+        finished = [j["id"] for j in jobs if j["state"] in ("done", "dead", "interrupted") and not whole]
+        dropped = [j["id"] for j in jobs if j["id"] not in set(finished)]
+        await conn.execute(SQL["empty_jobs"], finished)
+        await conn.execute(SQL["delete_jobs"], dropped)
+        await conn.execute(SQL["delete_records"], target.company, [s for s, _ in records], [t for _, t in records])
+        return _report(target, jobs, records, theirs)
+
+    return await run_once(pool, OWNER, target, now, work)
+
+
+async def prune_retention(pool: asyncpg.Pool, privacy: PrivacyConfig, now: datetime) -> int:
+    """The reflector's records prune: reflection records, and the finished jobs holding their turns,
+    older than their company's ``reflection_max_age_days``. How many rows went."""
+    deleted = 0
+    for company, cutoff in await retention_cutoffs(pool, "reflections", privacy, "reflection_max_age_days", now):
+        async with pool.acquire() as conn, conn.transaction():
+            for name in ("records_past", "jobs_past"):
+                status = await conn.execute(SQL[name], company, cutoff)
+                deleted += int(status.split()[-1])
+    return deleted

@@ -1,0 +1,152 @@
+"""The sessions' part of an erasure (issue 17, ``libs.common.erasure``).
+
+A person's sessions (they own them) are deleted with everything recorded in them (events, plans,
+learning-check receipts: the foreign keys cascade). An event, plan or receipt of someone else's
+session that names them is deleted too. A workspace lesson rests on the sessions that taught it:
+one taught only by the erased sessions (or naming the person) is deleted, and its knowledge page is
+reported for the knowledge owner to remove; one also taught by others loses those sources
+(changed). The collection pass reports the person's sessions and the run ids recorded in them.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from libs.common.erasure import Kind, Report, Target, run_once
+
+__all__ = ["OWNER", "erase", "find"]
+
+OWNER = "sessions"
+
+SQL = {
+    "sessions_subject": "SELECT session_id FROM chat_sessions WHERE company = $1 AND owner = ANY($2::text[])",
+    "sessions_seat": "SELECT session_id FROM chat_sessions WHERE company = $1 AND seat = $2",
+    "sessions_company": "SELECT session_id FROM chat_sessions WHERE company = $1",
+    "turns_of": """
+        SELECT DISTINCT turn_id FROM session_events
+        WHERE company = $1 AND session_id = ANY($2::text[]) AND turn_id <> ''
+        UNION SELECT DISTINCT turn_id FROM learning_checks
+        WHERE company = $1 AND session_id = ANY($2::text[]) AND turn_id <> ''""",
+    "events_naming": """
+        SELECT session_id, seq FROM session_events
+        WHERE company = $1 AND NOT (session_id = ANY($2::text[])) AND text ~* $3""",
+    "plans_naming": """
+        SELECT session_id, revision FROM session_plans
+        WHERE company = $1 AND NOT (session_id = ANY($2::text[])) AND steps::text ~* $3""",
+    "checks_naming": """
+        SELECT id FROM learning_checks
+        WHERE company = $1 AND NOT (session_id = ANY($2::text[]))
+          AND (reason || ' ' || outputs::text || ' ' || dropped::text || ' ' || partial_failures::text
+               || ' ' || evidence::text) ~* $3""",
+    "lessons": """
+        SELECT workspace, content_hash, page_id, sources, (title || ' ' || body) ~* $3 AS names
+        FROM workspace_lessons
+        WHERE company = $1 AND (EXISTS (SELECT 1 FROM jsonb_array_elements(sources) s
+                                        WHERE s->>'session_id' = ANY($2::text[]))
+                                OR (title || ' ' || body) ~* $3)""",
+    "lessons_company": """
+        SELECT workspace, content_hash, page_id, sources, true AS names FROM workspace_lessons WHERE company = $1""",
+    "delete_sessions": "DELETE FROM chat_sessions WHERE company = $1 AND session_id = ANY($2::text[])",
+    "delete_events": """
+        DELETE FROM session_events e USING unnest($2::text[], $3::bigint[]) AS g(session_id, seq)
+        WHERE e.company = $1 AND e.session_id = g.session_id AND e.seq = g.seq""",
+    "delete_plans": """
+        DELETE FROM session_plans p USING unnest($2::text[], $3::bigint[]) AS g(session_id, revision)
+        WHERE p.company = $1 AND p.session_id = g.session_id AND p.revision = g.revision""",
+    "delete_checks": "DELETE FROM learning_checks WHERE id = ANY($1::uuid[])",
+    "delete_lesson": "DELETE FROM workspace_lessons WHERE company = $1 AND workspace = $2 AND content_hash = $3",
+    "set_sources": """
+        UPDATE workspace_lessons SET sources = $4::jsonb WHERE company = $1 AND workspace = $2 AND content_hash = $3""",
+}
+
+
+class _Plan:
+    def __init__(self) -> None:
+        self.sessions: list[str] = []
+        self.turns: list[str] = []
+        self.events: list[tuple[str, int]] = []
+        self.plans: list[tuple[str, int]] = []
+        self.checks: list[Any] = []
+        self.lessons_gone: list[asyncpg.Record] = []
+        self.lessons_changed: list[tuple[asyncpg.Record, list[Any]]] = []
+
+
+async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Plan:
+    plan = _Plan()
+    c = target.company
+    if target.kind is Kind.SUBJECT:
+        rows = await conn.fetch(SQL["sessions_subject"], c, target.identifiers)
+    elif target.kind is Kind.SEAT:
+        rows = await conn.fetch(SQL["sessions_seat"], c, target.seat)
+    else:
+        rows = await conn.fetch(SQL["sessions_company"], c)
+    plan.sessions = sorted({r["session_id"] for r in rows})
+    # The sessions the collection pass already named count as erased even once they are gone.
+    every = sorted(set(plan.sessions) | set(target.session_ids))
+    plan.turns = sorted({r["turn_id"] for r in await conn.fetch(SQL["turns_of"], c, every)})
+    plan.turns += [f"session:{s}" for s in every]
+    pattern = target.sql_pattern() if target.kind is Kind.SUBJECT else "a^"
+    if target.kind is Kind.SUBJECT:
+        plan.events = [(r["session_id"], r["seq"]) for r in await conn.fetch(SQL["events_naming"], c, every, pattern)]
+        plan.plans = [
+            (r["session_id"], r["revision"]) for r in await conn.fetch(SQL["plans_naming"], c, every, pattern)
+        ]
+        plan.checks = [r["id"] for r in await conn.fetch(SQL["checks_naming"], c, every, pattern)]
+    if target.kind is Kind.COMPANY:
+        lessons = await conn.fetch(SQL["lessons_company"], c)
+    else:
+        lessons = await conn.fetch(SQL["lessons"], c, every, pattern)
+    erased = set(every)
+    for lesson in lessons:
+        sources = json.loads(lesson["sources"]) if isinstance(lesson["sources"], str) else list(lesson["sources"])
+        rest = [s for s in sources if s.get("session_id") not in erased]
+        if lesson["names"] or not rest:
+            plan.lessons_gone.append(lesson)
+        else:
+            plan.lessons_changed.append((lesson, rest))
+    return plan
+
+
+def _report(target: Target, plan: _Plan) -> Report:
+    report = Report(OWNER)
+    if plan.sessions:
+        report.add("chat_sessions", plan.sessions)
+    if plan.events:
+        report.add("session_events", [f"{s}/{q}" for s, q in plan.events])
+    if plan.plans:
+        report.add("session_plans", [f"{s}/{r}" for s, r in plan.plans])
+    if plan.checks:
+        report.add("learning_checks", plan.checks)
+    if plan.lessons_gone or plan.lessons_changed:
+        report.add("workspace_lessons", [lesson["page_id"] for lesson in plan.lessons_gone])
+        report.add("workspace_lessons", [lesson["page_id"] for lesson, _ in plan.lessons_changed], changed=True)
+    report.page_ids.update(lesson["page_id"] for lesson in plan.lessons_gone)
+    if target.kind is Kind.SUBJECT:
+        report.session_ids.update(plan.sessions)
+        report.turn_ids.update(plan.turns)
+    return report
+
+
+async def find(pool: asyncpg.Pool, target: Target) -> Report:
+    return _report(target, await _plan(pool, target))
+
+
+async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
+    async def work(conn: asyncpg.Connection) -> Report:
+        plan = await _plan(conn, target)
+        c = target.company
+        await conn.execute(SQL["delete_sessions"], c, plan.sessions)
+        await conn.execute(SQL["delete_events"], c, [s for s, _ in plan.events], [q for _, q in plan.events])
+        await conn.execute(SQL["delete_plans"], c, [s for s, _ in plan.plans], [r for _, r in plan.plans])
+        await conn.execute(SQL["delete_checks"], plan.checks)
+        for lesson in plan.lessons_gone:
+            await conn.execute(SQL["delete_lesson"], c, lesson["workspace"], lesson["content_hash"])
+        for lesson, rest in plan.lessons_changed:
+            await conn.execute(SQL["set_sources"], c, lesson["workspace"], lesson["content_hash"], json.dumps(rest))
+        return _report(target, plan)
+
+    return await run_once(pool, OWNER, target, now, work)

