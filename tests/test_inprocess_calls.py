@@ -132,7 +132,9 @@ async def test_the_callee_sees_the_callers_identity_and_deadline_and_is_cancelle
     try:
         # create_server's local authenticator knows no secret: both ways the callee sees LOCAL
         channels.serve_locally(["profiles"], f"127.0.0.1:{port}")
-        request = prof_pb.GetProfilesRequest(company="acme", observer="ana", subjects=[prof_pb.Subject(handle="bob", platform="slack")])
+        request = prof_pb.GetProfilesRequest(
+            company="acme", observer="ana", subjects=[prof_pb.Subject(handle="bob", platform="slack")]
+        )
         for in_process in (True, False):
             channels.in_process = in_process
             await Clients(channels, 5).profiles.GetProfiles(request, timeout=5)
@@ -164,7 +166,9 @@ async def test_the_callee_sees_the_calling_service_in_tokens_mode():
     channels = ServiceChannels(ServiceAddresses(), internal_secret="s3cret", caller="agentlearn-prefetch")
     try:
         channels.serve_locally(["profiles"], f"127.0.0.1:{port}")
-        request = prof_pb.GetProfilesRequest(company="acme", observer="ana", subjects=[prof_pb.Subject(handle="bob", platform="slack")])
+        request = prof_pb.GetProfilesRequest(
+            company="acme", observer="ana", subjects=[prof_pb.Subject(handle="bob", platform="slack")]
+        )
         for in_process in (True, False):
             channels.in_process = in_process
             await Clients(channels, 5).profiles.GetProfiles(request, timeout=5)
