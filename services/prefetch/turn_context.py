@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
@@ -92,7 +92,7 @@ class TurnContextBuilder:
     def __init__(self, deps: Deps, past_turns: PastTurns):
         self.deps = deps
         self.past_turns = past_turns
-        self._next_prune = 0.0
+        self._next_prune: datetime | None = None
 
     @property
     def _timeout(self) -> float:
@@ -135,6 +135,16 @@ class TurnContextBuilder:
         answered with it, so no model is asked again and no note use is counted twice. A call that
         arrives while the first is still building waits for it rather than build a second one."""
         store, key = self.deps.store, (start.company, start.seat, start.turn_id)
+        # The first call of a run (nearly every call) claims at once: one statement, not a read
+        # then a claim. A claimed build that the budget parks gives its claim back.
+        if await store.claim_context(*key, self.deps.clock.now()):
+            try:
+                await self._park_if_spent(start)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(store.release_context(*key))
+                raise
+            return await self._build_and_freeze(start, who, key)
         frozen = await store.frozen_context(*key)
         if frozen is not None and frozen.state == "built" and frozen.context is not None:
             return TurnContext.from_json(frozen.context)
@@ -154,6 +164,11 @@ class TurnContextBuilder:
                 _log.warning("turn context of %s/%s/%s: a build died mid-way; building it here", *key)
                 break
             await asyncio.sleep(0.1)
+        return await self._build_and_freeze(start, who, key)
+
+    async def _build_and_freeze(self, start: TurnStart, who: Who, key: tuple[str, str, str]) -> TurnContext:
+        """Build the claimed run's context and freeze it (the claim is released if the build fails)."""
+        store = self.deps.store
         # The turn's bookkeeping (the auxiliary calls' charges and auxiliary_spend events, the
         # prefetch_summary, the knowledge service's knowledge_read, the note uses and the skills'
         # offered stamps) is gathered while the blocks build and written once the context is built:
@@ -185,13 +200,12 @@ class TurnContextBuilder:
         await asyncio.gather(*batch.followers, return_exceptions=True)
         await write_bookkeeping(self.deps.store.pool, batch)
 
-    def _prune_now_and_then(self, now: Any) -> None:
-        """Forget old frozen contexts, at most once a minute per process and beside the turns
-        (retention is housekeeping: it never fails, nor slows, a turn)."""
-        loop = asyncio.get_running_loop()
-        if loop.time() < self._next_prune:
+    def _prune_now_and_then(self, now: datetime) -> None:
+        """Forget old frozen contexts, at most once a minute (by the service's clock) per process
+        and beside the turns (retention is housekeeping: it never fails, nor slows, a turn)."""
+        if self._next_prune is not None and now < self._next_prune:
             return
-        self._next_prune = loop.time() + _PRUNE_EVERY_SECONDS
+        self._next_prune = now + timedelta(seconds=_PRUNE_EVERY_SECONDS)
         hours = self.deps.settings.learning.prefetch.frozen_context_hours
 
         async def prune() -> None:
