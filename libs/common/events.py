@@ -53,17 +53,20 @@ def _trace_id() -> str | None:
 
 _INSERT_EVENT = """INSERT INTO events (time, kind, company, seat, turn_id, trace_id, payload)
                    VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)"""
-_INSERT_EVENTS = """INSERT INTO events (time, kind, company, seat, turn_id, trace_id, payload)
-                    SELECT t, k, c, s, tu, tr, p::jsonb
-                    FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                                $7::text[]) AS u(t, k, c, s, tu, tr, p)"""
-# One statement for every charge of a request. Rows are summed per key first (an upsert may not
-# touch a row twice) and sorted, so two requests charging the same company take its row's lock in
-# the same order and cannot deadlock.
-_CHARGE_MANY = """INSERT INTO token_spend (company, seat, window_start, tokens)
-                  SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[])
-                  ON CONFLICT (company, seat, window_start) DO UPDATE
-                  SET tokens = token_spend.tokens + EXCLUDED.tokens"""
+# A request's bookkeeping as common table expressions of ONE statement (with the writer's own
+# statement as its main query, or ``SELECT 1``): one round trip and one commit for all of it. The
+# placeholders ({}) are the positions of the array parameters. Charges are summed per key first (an
+# upsert may not touch a row twice) and sorted, so two requests charging the same company take its
+# row's lock in the same order and cannot deadlock.
+_EVENTS_CTE = """bookkeeping_events AS (
+    INSERT INTO events (time, kind, company, seat, turn_id, trace_id, payload)
+    SELECT t, k, c, s, tu, tr, p::jsonb
+    FROM unnest(${}::timestamptz[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[])
+         AS u(t, k, c, s, tu, tr, p))"""
+_CHARGES_CTE = """bookkeeping_charges AS (
+    INSERT INTO token_spend (company, seat, window_start, tokens)
+    SELECT * FROM unnest(${}::text[], ${}::text[], ${}::timestamptz[], ${}::bigint[])
+    ON CONFLICT (company, seat, window_start) DO UPDATE SET tokens = token_spend.tokens + EXCLUDED.tokens)"""
 
 
 class Bookkeeping:
@@ -93,21 +96,27 @@ class Bookkeeping:
         for key in ((company, seat, window_start), (company, "", window_start)):
             self.charges[key] = self.charges.get(key, 0) + tokens
 
-    async def write(self, conn: asyncpg.Connection) -> None:
-        """Write every row held (inside the caller's transaction); later rows are written alone."""
+    def ctes(self, first: int) -> tuple[list[str], list[Any]]:
+        """The rows held as common table expressions for the writer's statement, their parameters
+        numbered from ``$first``. Closes the batch: a row recorded later is written alone."""
         self.closed = True
+        ctes: list[str] = []
+        args: list[Any] = []
         if self.events:
-            columns = list(zip(*self.events, strict=True))
-            await conn.execute(_INSERT_EVENTS, *columns)
+            ctes.append(_EVENTS_CTE.format(*range(first, first + 7)))
+            args += [list(column) for column in zip(*self.events, strict=True)]
         if self.charges:
             keys = sorted(self.charges)
-            await conn.execute(
-                _CHARGE_MANY,
-                [k[0] for k in keys],
-                [k[1] for k in keys],
-                [k[2] for k in keys],
-                [self.charges[k] for k in keys],
-            )
+            at = first + len(args)
+            ctes.append(_CHARGES_CTE.format(*range(at, at + 4)))
+            args += [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], [self.charges[k] for k in keys]]
+        return ctes, args
+
+    async def write(self, conn: asyncpg.Connection | asyncpg.Pool) -> None:
+        """Write every row held in one statement (its own transaction, or the caller's)."""
+        ctes, args = self.ctes(1)
+        if ctes:
+            await conn.execute(f"WITH {', '.join(ctes)} SELECT 1", *args)
 
 
 async def write_bookkeeping(pool: asyncpg.Pool, batch: Bookkeeping) -> None:
@@ -117,8 +126,7 @@ async def write_bookkeeping(pool: asyncpg.Pool, batch: Bookkeeping) -> None:
         batch.closed = True
         return
     try:
-        async with pool.acquire() as conn, conn.transaction():
-            await batch.write(conn)
+        await batch.write(pool)
     except Exception as exc:
         _log.warning("bookkeeping of a request not recorded (%d rows): %s", len(batch), exc)
 

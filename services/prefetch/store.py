@@ -231,16 +231,19 @@ class PostgresPrefetchStore:
         bookkeeping: Bookkeeping | None = None,
     ) -> None:
         """Freeze the built context; with ``bookkeeping``, the request's events and token charges
-        are written in the same transaction (one commit on the turn's path). Should that combined
-        write fail, the context is saved alone and the bookkeeping written on its own, best-effort."""
+        are written by the same statement (one round trip, one commit on the turn's path). Should
+        that combined write fail, the context is saved alone and the bookkeeping written on its own,
+        best-effort."""
         saved = json.dumps(context)
         if not bookkeeping:
             await self._pool.execute(SQL["context_save"], company, seat, turn_id, saved, now)
             return
+        ctes, args = bookkeeping.ctes(6)
         try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                await conn.execute(SQL["context_save"], company, seat, turn_id, saved, now)
-                await bookkeeping.write(conn)
+            # One statement: the bookkeeping as common table expressions of the save (one commit).
+            await self._pool.execute(
+                f"WITH {', '.join(ctes)} {SQL['context_save']}", company, seat, turn_id, saved, now, *args
+            )
             return
         except Exception as err:
             _log.warning("turn context and its bookkeeping not written together (%s); writing them apart", err)
