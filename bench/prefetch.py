@@ -284,6 +284,39 @@ async def time_ab(
     return out
 
 
+async def span_census(stub, settings, seats: list[int], asks: list[str]) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Spans of a rich BuildTurnContext per call, every SQL statement one (``sql_spans: all``):
+    how many statements, hops and blocks one turn start makes. Installs the tracer provider."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from libs.common import db, telemetry
+
+    exporter = InMemorySpanExporter()
+    telemetry.configure_tracing(settings.telemetry, extra_processors=[SimpleSpanProcessor(exporter)])
+    configure = getattr(db, "configure_sql_spans", lambda *a: None)  # before it existed: every statement
+    configure("all")
+    try:
+        for i, (s, ask) in enumerate(zip(seats, asks, strict=True)):
+            await stub.BuildTurnContext(ab_request(i, s, ask, "census"))
+    finally:
+        if hasattr(settings.telemetry, "sql_spans"):
+            configure(settings.telemetry.sql_spans, settings.telemetry.sql_span_slow_ms)
+    spans = exporter.get_finished_spans()
+    counts: dict[str, float] = {}
+    statements = 0
+    for span in spans:
+        name = span.name
+        if name.startswith("db "):
+            statements += 1
+            name = "sql " + name[3:]
+        counts[name] = counts.get(name, 0) + 1 / len(seats)
+    counts["= SQL statements"] = statements / len(seats)
+    counts["= all spans"] = len(spans) / len(seats)
+    exporter.clear()
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def print_ab(title: str, res: dict[str, dict[str, list[float]]]) -> None:
     (a, ra), (b, rb) = list(res.items())[:2]
     print(f"\nA/B {title} (alternated call by call, {len(ra['wall'])} calls each)")
@@ -324,6 +357,7 @@ async def main(args: argparse.Namespace) -> int:
         env={},
     )
     results: dict[str, list[float]] = {}
+    census: dict[str, float] = {}
     ab_results: dict[str, dict[str, dict[str, list[float]]]] = {}
     if args.tracing:
         # As ./run up: the process's TracerProvider (no exporter), so every span records.
@@ -381,6 +415,8 @@ async def main(args: argparse.Namespace) -> int:
             big_seats = [int(s) for s in rng.integers(0, args.seats, size=args.queries)]
             results[f"rich, {args.seats} seats"] = await time_turns(stub, big_seats, asks, thin=False, tag="b-rich")
             results[f"thin, {args.seats} seats"] = await time_turns(stub, big_seats, asks, thin=True, tag="b-thin")
+            if args.census:
+                census = await span_census(stub, settings, big_seats[: args.census], asks[: args.census])
             for what in filter(None, args.ab.split(",")):
                 ab_seats = [int(s) for s in rng.integers(0, args.seats, size=2 * args.ab_queries)]
                 ab_asks = [ASKS[i % len(ASKS)].format(t=prng.choice(TOPICS)) for i in range(2 * args.ab_queries)]
@@ -436,6 +472,10 @@ async def main(args: argparse.Namespace) -> int:
         )
     rich, thin = results[f"rich, {args.seats} seats"], results[f"thin, {args.seats} seats"]
     print(f"thin vs rich trigger at {args.seats} seats: p50 {pct(thin, 50) / pct(rich, 50):.2f}x")
+    if census:
+        print(f"\nspans per rich BuildTurnContext ({args.census} calls, every SQL statement a span):")
+        for name, n in census.items():
+            print(f"  {n:6.2f}  {name}")
     for what, res in ab_results.items():
         print_ab(f"{what}, rich trigger, {args.seats} seats" + (", tracing on" if args.tracing else ""), res)
     print(f"\ntotal bench time {total:.0f}s")
@@ -461,4 +501,7 @@ if __name__ == "__main__":
     )
     ap.add_argument("--ab-queries", type=int, default=100, help="calls of each variant in an A/B")
     ap.add_argument("--tracing", action="store_true", help="install the TracerProvider as ./run up does")
+    ap.add_argument(
+        "--census", type=int, default=0, help="count the spans (every SQL statement one) of N rich calls at --seats"
+    )
     sys.exit(asyncio.run(main(ap.parse_args())))

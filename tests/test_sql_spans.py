@@ -58,3 +58,14 @@ def test_the_default_is_slow_statements_only():
     assert TelemetryConfig().sql_spans == "slow"
     with pytest.raises(ValueError):
         db.configure_sql_spans("sometimes")
+
+
+def test_a_statement_is_named_by_its_main_statement_past_its_ctes():
+    from libs.common.db import _span_name
+
+    cte = "WITH e AS (INSERT INTO events (a) SELECT x FROM unnest($1::text[]) AS u(x)), f AS (SELECT 1) "
+    assert _span_name(cte + "UPDATE turn_contexts SET state = 'built' WHERE id = $2")[0] == "db update turn_contexts"
+    assert _span_name("WITH RECURSIVE s(a, b) AS ((SELECT a, b FROM t) UNION ALL SELECT 1, 2) SELECT a FROM s")[0] == (
+        "db select s"
+    )
+    assert _span_name("  insert into events values (1)")[0] == "db insert events"

@@ -100,14 +100,38 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
 
 
-_VERB = re.compile(r"^\s*(?:WITH\b.*?\)\s*)?(INSERT|UPDATE|DELETE|SELECT|COPY)\b", re.I | re.S)
+_VERB = re.compile(r"\s*(INSERT|UPDATE|DELETE|SELECT|COPY)\b", re.I)
+_WITH = re.compile(r"^\s*WITH\b", re.I)
 _TABLE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+([a-z_][a-z0-9_]*)", re.I)
 _tracer = trace.get_tracer("agentlearn.db")
 
 
+def _main_statement(query: str) -> int:
+    """Where the main statement of ``query`` begins: past its common table expressions (each a
+    parenthesised body, comma-separated), or 0. A statement is named by its main statement (the
+    CTEs' own work is in ``db.query.text``)."""
+    with_ = _WITH.match(query)
+    if with_ is None:
+        return 0
+    depth = 0
+    for i in range(with_.end(), len(query)):
+        c = query[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                rest = query[i + 1 :].lstrip()
+                if not rest.startswith(",") and not rest[:2].upper() == "AS":  # not a column list
+                    return len(query) - len(rest)
+    return 0
+
+
 def _span_name(query: str) -> tuple[str, str, str]:
-    verb = (_VERB.match(query) or [None, "SQL"])[1].upper()
-    table = _TABLE.search(query)
+    start = _main_statement(query)
+    found = _VERB.match(query, start)
+    verb = found.group(1).upper() if found else "SQL"
+    table = _TABLE.search(query, start)
     name = table.group(1) if table else ""
     return f"db {verb.lower()} {name}".strip(), verb, name
 
