@@ -242,13 +242,19 @@ async def time_turns(stub, seats: list[int], asks: list[str], *, thin: bool, tag
     for i in range(10):
         await stub.BuildTurnContext(request(-i - 1, seats[i % len(seats)], asks[i % len(asks)]))  # warm-up
     lat = []
+    c0 = time.process_time()
     for i, (s, ask) in enumerate(zip(seats, asks, strict=True)):
         t0 = time.perf_counter()
         resp = await stub.BuildTurnContext(request(i, s, ask))
         lat.append((time.perf_counter() - t0) * 1000)
         if i == 0:
             log(f"{tag}: {resp.summary.line}; embedding {pb.TurnEmbedding.Name(resp.summary.turn_embedding)}")
+    CPU_PER_CALL[tag] = (time.process_time() - c0) * 1000 / len(seats)
     return lat
+
+
+CPU_PER_CALL: dict[str, float] = {}
+"""CPU time of this whole process (the caller, every service and the model's threads) per call."""
 
 
 def ab_request(i: int, s: int, ask: str, tag: str) -> pb.BuildTurnContextRequest:
@@ -458,8 +464,12 @@ async def main(args: argparse.Namespace) -> int:
     )
     print("auxiliary model: the offline provider (rules), so no model latency is included")
     print()
-    header = ["BuildTurnContext over gRPC", "n", "p50 ms", "p99 ms"]
-    rows = [[name, str(len(lat)), f"{pct(lat, 50):.1f}", f"{pct(lat, 99):.1f}"] for name, lat in results.items()]
+    header = ["BuildTurnContext over gRPC", "n", "p50 ms", "p99 ms", "CPU ms/call"]
+    cpu = list(CPU_PER_CALL.values())
+    rows = [
+        [name, str(len(lat)), f"{pct(lat, 50):.1f}", f"{pct(lat, 99):.1f}", f"{cpu[i]:.1f}" if i < len(cpu) else ""]
+        for i, (name, lat) in enumerate(results.items())
+    ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))

@@ -868,7 +868,7 @@ def _register_local(bound: BoundServer, registrations: Sequence[Registration]) -
 
 def local_server(address: str) -> LocalServer | None:
     """The server of this process bound on ``address``'s port and still serving, if any."""
-    _, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "," in address or (":" in host and not host.startswith("[")):
+        return None  # not one plain host:port (a resolver target such as ipv4:a:1,b:2 is the wire's)
     return _LOCAL_SERVERS.get(int(port))
