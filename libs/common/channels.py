@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from libs.common.grpcserver import local_server
 __all__ = ["IdentityInterceptor", "InProcessChannel", "ServiceChannels"]
 
 _TLS_FIELDS = ("tls_cert", "tls_key", "tls_ca")
+WIRE_CALLS_ENV = "AGL_WIRE_CALLS"  # not AGENTLEARN_*: that prefix is the config's
 
 
 class IdentityInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
@@ -226,9 +228,10 @@ class ServiceChannels:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._in_process: dict[str, InProcessChannel] = {}
         self._local: set[str] = set()
-        self.in_process = True
+        self.in_process = os.environ.get(WIRE_CALLS_ENV, "") != "1"
         """Call a service this process serves in-process (``serve_locally``) rather than over
-        loopback gRPC; off, every call takes the wire (an A/B, or to debug the transport)."""
+        loopback gRPC; off (or ``AGL_WIRE_CALLS=1`` in the environment: the whole test suite
+        over the wire), every call takes the wire (an A/B, or to debug the transport)."""
 
     def serve_locally(self, names: list[str], address: str) -> None:
         """Route ``names`` to this process's own server (all-in-one, tests): in-process while that
