@@ -217,10 +217,10 @@ async def test_a_turn_start_in_the_all_in_one_opens_no_connection_for_its_inner_
 
     telemetry.configure_metrics(TelemetryConfig())
     async with open_env(default_settings(make_settings), dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        env.app.infra.channels.in_process = True  # the default (whatever AGL_WIRE_CALLS says for the suite)
         await env.note("Bob prefers weekly digests of the billing export, sent on Mondays.")
         await env.skill("billing-digest", "Export billing and post the weekly digest to the requester")
         port = env.app.port
-        env.app.infra.channels.in_process = True  # the default (whatever AGL_WIRE_CALLS says for the suite)
         before = generate_latest().decode()
         resp = await env.build("Can you send Bob the weekly billing export digest?", turn_id="inproc-1")
         assert any(b.hit for b in resp.blocks)
