@@ -113,7 +113,9 @@ class RecordingProfiles(prof_grpc.ProfileServiceServicer):
     async def GetProfiles(self, request, context):  # type: ignore[no-untyped-def]
         p = current_principal()
         remaining = context.time_remaining()
-        self.seen.append((p.kind, p.service, remaining is not None and 0 < remaining <= 5))
+        self.seen.append(
+            (p.kind, p.service, remaining is not None and 0 < remaining <= 6)
+        )  # the wire rounds the grpc-timeout up
         try:
             await asyncio.sleep(self.delay)
         except asyncio.CancelledError:
@@ -238,5 +240,6 @@ async def test_a_turn_start_in_the_all_in_one_opens_no_connection_for_its_inner_
         env.app.infra.channels.in_process = False
         await env.build("Can you send Bob the weekly billing export digest?", turn_id="inproc-2")
         assert _established(port) == 4
-        wire_after, _ = _inproc_samples(generate_latest().decode(), "RecallNotes")
-        assert wire_after == wire_before + 1
+        recall_before, _ = _inproc_samples(after, "RecallNotes")
+        recall_after, _ = _inproc_samples(generate_latest().decode(), "RecallNotes")
+        assert recall_after == recall_before + 1

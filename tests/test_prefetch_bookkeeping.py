@@ -21,6 +21,9 @@ async def test_the_bookkeeping_is_one_transaction_with_the_frozen_context_and_in
     make_settings, dsn, clock, local_embedder, edge_index
 ):
     async with open_env(default_settings(make_settings), dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        # The all-in-one: the knowledge service, called in-process, adds its knowledge_read to the
+        # turn's batch (over the wire it writes its own, in its own transaction).
+        env.app.infra.channels.in_process = True
         note = await env.note("Bob prefers weekly digests of the billing export, sent on Mondays.")
         await env.turn("Message from Bob: Slack message", "Send me the billing export digest", "Sent it.")
         skill = await env.skill("billing-digest", "Export billing and post the weekly digest to the requester")
