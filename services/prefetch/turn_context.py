@@ -63,6 +63,14 @@ _DETACHED: set[asyncio.Future[None]] = set()
 _PRUNE_EVERY_SECONDS = 60.0
 
 
+def _log_failed_followers(results: list[Any]) -> None:
+    """A stamp that raised past its own handling (a bug: read errors are handled where they
+    happen) is logged with its traceback, never lost silently."""
+    for result in results:
+        if isinstance(result, Exception):
+            _log.error("a turn-start write beside the blocks raised", exc_info=result)
+
+
 def _detach(write: Any) -> asyncio.Future[None]:
     """Run ``write`` to its end whatever happens to the caller (held until done)."""
     task = asyncio.ensure_future(write)
@@ -189,15 +197,16 @@ class TurnContextBuilder:
         return context
 
     async def _settle(self, key: tuple[str, str, str], context: TurnContext, now: Any, batch: Bookkeeping) -> None:
-        """Freeze the context with the batch in one transaction while the stamps started during the
+        """Freeze the context with the batch in one statement while the stamps started during the
         build finish on their services. Shielded: a caller going away does not lose them."""
         saved = self.deps.store.save_context(*key, context.to_json(), now, batch)
         results = await asyncio.gather(saved, *batch.followers, return_exceptions=True)
+        _log_failed_followers(results[1:])
         if isinstance(results[0], BaseException):
             raise results[0]
 
     async def _settle_failed(self, batch: Bookkeeping) -> None:
-        await asyncio.gather(*batch.followers, return_exceptions=True)
+        _log_failed_followers(await asyncio.gather(*batch.followers, return_exceptions=True))
         await write_bookkeeping(self.deps.store.pool, batch)
 
     def _prune_now_and_then(self, now: datetime) -> None:
