@@ -242,13 +242,101 @@ async def time_turns(stub, seats: list[int], asks: list[str], *, thin: bool, tag
     for i in range(10):
         await stub.BuildTurnContext(request(-i - 1, seats[i % len(seats)], asks[i % len(asks)]))  # warm-up
     lat = []
+    c0 = time.process_time()
     for i, (s, ask) in enumerate(zip(seats, asks, strict=True)):
         t0 = time.perf_counter()
         resp = await stub.BuildTurnContext(request(i, s, ask))
         lat.append((time.perf_counter() - t0) * 1000)
         if i == 0:
             log(f"{tag}: {resp.summary.line}; embedding {pb.TurnEmbedding.Name(resp.summary.turn_embedding)}")
+    CPU_PER_CALL[tag] = (time.process_time() - c0) * 1000 / len(seats)
     return lat
+
+
+CPU_PER_CALL: dict[str, float] = {}
+"""CPU time of this whole process (the caller, every service and the model's threads) per call."""
+
+
+def ab_request(i: int, s: int, ask: str, tag: str) -> pb.BuildTurnContextRequest:
+    return pb.BuildTurnContextRequest(
+        company=COMPANY,
+        seat=seat_name(s),
+        role=ROLE,
+        turn_id=f"{tag}-{i}",
+        ask=ask,
+        senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
+        unit_chain=["platform", "engineering"],
+    )
+
+
+async def time_ab(
+    stub, seats: list[int], asks: list[str], variants: dict, tag: str
+) -> dict[str, dict[str, list[float]]]:  # type: ignore[no-untyped-def]
+    """Rich-trigger calls alternating between the variants one call at a time (A, B, A, B, ...), so
+    both see the same load; per call its wall time and the CPU time of this process (server and
+    caller are one process here: the caller's share is the same in every variant)."""
+    out: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in variants}
+    names = list(variants)
+    for i in range(2 * len(names)):  # warm-up of each variant
+        variants[names[i % len(names)]]()
+        await stub.BuildTurnContext(ab_request(-i - 1, seats[i % len(seats)], asks[i % len(asks)], tag))
+    for i, (s, ask) in enumerate(zip(seats, asks, strict=True)):
+        name = names[i % len(names)]
+        variants[name]()
+        c0, t0 = time.process_time(), time.perf_counter()
+        await stub.BuildTurnContext(ab_request(i, s, ask, tag))
+        out[name]["wall"].append((time.perf_counter() - t0) * 1000)
+        out[name]["cpu"].append((time.process_time() - c0) * 1000)
+    return out
+
+
+async def span_census(stub, settings, seats: list[int], asks: list[str]) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Spans of a rich BuildTurnContext per call, every SQL statement one (``sql_spans: all``):
+    how many statements, hops and blocks one turn start makes. Installs the tracer provider."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from libs.common import db, telemetry
+
+    exporter = InMemorySpanExporter()
+    telemetry.configure_tracing(settings.telemetry, extra_processors=[SimpleSpanProcessor(exporter)])
+    configure = getattr(db, "configure_sql_spans", lambda *a: None)  # before it existed: every statement
+    configure("all")
+    try:
+        for i, (s, ask) in enumerate(zip(seats, asks, strict=True)):
+            await stub.BuildTurnContext(ab_request(i, s, ask, "census"))
+    finally:
+        if hasattr(settings.telemetry, "sql_spans"):
+            configure(settings.telemetry.sql_spans, settings.telemetry.sql_span_slow_ms)
+    spans = exporter.get_finished_spans()
+    counts: dict[str, float] = {}
+    statements = 0
+    for span in spans:
+        name = span.name
+        if name.startswith("db "):
+            statements += 1
+            name = "sql " + name[3:]
+        counts[name] = counts.get(name, 0) + 1 / len(seats)
+    counts["= SQL statements"] = statements / len(seats)
+    counts["= all spans"] = len(spans) / len(seats)
+    exporter.clear()
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def print_ab(title: str, res: dict[str, dict[str, list[float]]]) -> None:
+    (a, ra), (b, rb) = list(res.items())[:2]
+    print(f"\nA/B {title} (alternated call by call, {len(ra['wall'])} calls each)")
+    for name, r in res.items():
+        print(
+            f"  {name:<22} p50 {pct(r['wall'], 50):7.1f} ms  p99 {pct(r['wall'], 99):7.1f} ms  "
+            f"mean {sum(r['wall']) / len(r['wall']):7.1f} ms  CPU/call median {pct(r['cpu'], 50):6.1f} ms "
+            f"mean {sum(r['cpu']) / len(r['cpu']):6.1f} ms"
+        )
+    print(
+        f"  {b} / {a}: p50 {pct(rb['wall'], 50) / pct(ra['wall'], 50):.2f}x, p99 "
+        f"{pct(rb['wall'], 99) / pct(ra['wall'], 99):.2f}x, CPU/call mean "
+        f"{(sum(rb['cpu']) / len(rb['cpu'])) / (sum(ra['cpu']) / len(ra['cpu'])):.2f}x"
+    )
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -275,6 +363,13 @@ async def main(args: argparse.Namespace) -> int:
         env={},
     )
     results: dict[str, list[float]] = {}
+    census: dict[str, float] = {}
+    ab_results: dict[str, dict[str, dict[str, list[float]]]] = {}
+    if args.tracing:
+        # As ./run up: the process's TracerProvider (no exporter), so every span records.
+        from libs.common import telemetry
+
+        telemetry.configure_tracing(settings.telemetry)
     try:
         async with contextlib.AsyncExitStack() as stack:
             infra = await open_infra(
@@ -326,6 +421,27 @@ async def main(args: argparse.Namespace) -> int:
             big_seats = [int(s) for s in rng.integers(0, args.seats, size=args.queries)]
             results[f"rich, {args.seats} seats"] = await time_turns(stub, big_seats, asks, thin=False, tag="b-rich")
             results[f"thin, {args.seats} seats"] = await time_turns(stub, big_seats, asks, thin=True, tag="b-thin")
+            if args.census:
+                census = await span_census(stub, settings, big_seats[: args.census], asks[: args.census])
+            for what in filter(None, args.ab.split(",")):
+                ab_seats = [int(s) for s in rng.integers(0, args.seats, size=2 * args.ab_queries)]
+                ab_asks = [ASKS[i % len(ASKS)].format(t=prng.choice(TOPICS)) for i in range(2 * args.ab_queries)]
+                if what == "inprocess":
+                    variants = {
+                        "in-process hops": lambda: setattr(infra.channels, "in_process", True),
+                        "loopback gRPC hops": lambda: setattr(infra.channels, "in_process", False),
+                    }
+                elif what == "sqlspans":
+                    from libs.common import db
+
+                    variants = {
+                        "SQL spans: slow only": lambda: db.configure_sql_spans("slow"),
+                        "SQL spans: all": lambda: db.configure_sql_spans("all"),
+                    }
+                else:
+                    raise SystemExit(f"unknown --ab {what!r}: inprocess, sqlspans")
+                ab_results[what] = await time_ab(stub, ab_seats, ab_asks, variants, tag=f"ab-{what}")
+                infra.channels.in_process = True
             counts = {
                 t: await infra.pool.fetchval(f"SELECT count(*) FROM {t}")
                 for t in ("agent_diary", "episodes", "synthesized_skills", "counterparty_profiles")
@@ -348,8 +464,12 @@ async def main(args: argparse.Namespace) -> int:
     )
     print("auxiliary model: the offline provider (rules), so no model latency is included")
     print()
-    header = ["BuildTurnContext over gRPC", "n", "p50 ms", "p99 ms"]
-    rows = [[name, str(len(lat)), f"{pct(lat, 50):.1f}", f"{pct(lat, 99):.1f}"] for name, lat in results.items()]
+    header = ["BuildTurnContext over gRPC", "n", "p50 ms", "p99 ms", "CPU ms/call"]
+    cpu = list(CPU_PER_CALL.values())
+    rows = [
+        [name, str(len(lat)), f"{pct(lat, 50):.1f}", f"{pct(lat, 99):.1f}", f"{cpu[i]:.1f}" if i < len(cpu) else ""]
+        for i, (name, lat) in enumerate(results.items())
+    ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
@@ -362,6 +482,12 @@ async def main(args: argparse.Namespace) -> int:
         )
     rich, thin = results[f"rich, {args.seats} seats"], results[f"thin, {args.seats} seats"]
     print(f"thin vs rich trigger at {args.seats} seats: p50 {pct(thin, 50) / pct(rich, 50):.2f}x")
+    if census:
+        print(f"\nspans per rich BuildTurnContext ({args.census} calls, every SQL statement a span):")
+        for name, n in census.items():
+            print(f"  {n:6.2f}  {name}")
+    for what, res in ab_results.items():
+        print_ab(f"{what}, rich trigger, {args.seats} seats" + (", tracing on" if args.tracing else ""), res)
     print(f"\ntotal bench time {total:.0f}s")
     return 0
 
@@ -376,4 +502,16 @@ if __name__ == "__main__":
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--distinct", type=int, default=1500)
     ap.add_argument("--sigma", type=float, default=0.15)
+    ap.add_argument(
+        "--ab",
+        default="",
+        help="A/B after the timed phases, alternated call by call at --seats: inprocess (the hops in-process "
+        "vs over loopback gRPC), sqlspans (SQL spans of slow statements only vs every one; use with --tracing); "
+        "comma-separated",
+    )
+    ap.add_argument("--ab-queries", type=int, default=100, help="calls of each variant in an A/B")
+    ap.add_argument("--tracing", action="store_true", help="install the TracerProvider as ./run up does")
+    ap.add_argument(
+        "--census", type=int, default=0, help="count the spans (every SQL statement one) of N rich calls at --seats"
+    )
     sys.exit(asyncio.run(main(ap.parse_args())))

@@ -45,7 +45,8 @@ async def test_a_turn_is_one_trace_across_every_service_process(tmp_path):
         yaml.safe_dump(
             {
                 "services": {name: f"127.0.0.1:{port}" for name, port in ports.items()},
-                "telemetry": {"otlp_endpoint": collector.endpoint},
+                # Every statement a span (opt-in; by default only slow ones are)
+                "telemetry": {"otlp_endpoint": collector.endpoint, "sql_spans": "all"},
                 "run_passes_in_process": False,
                 "server": {"http_port": 0},
                 "learning": {"reflection": {"poll_interval_seconds": 0.5}},

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from libs.common.config import BudgetConfig
+from libs.common.events import current_bookkeeping
 
 __all__ = ["BudgetLedger", "BudgetRoom", "window_start"]
 
@@ -53,6 +54,10 @@ class BudgetLedger:
     async def charge(self, company: str, seat: str, tokens: int, at: datetime, config: BudgetConfig) -> None:
         """Add ``tokens`` to the seat's and the company's counters of the window current at ``at``."""
         start = window_start(at, config.window_hours)
+        batch = current_bookkeeping()
+        if batch is not None:  # written with the request's other bookkeeping, in one transaction
+            batch.charge(company, seat, start, tokens)
+            return
         await self._pool.execute(
             """INSERT INTO token_spend (company, seat, window_start, tokens)
                VALUES ($1, $2, $3, $4), ($1, '', $3, $4)

@@ -13,7 +13,11 @@ metadata (``libs.common.auth.INTERNAL_HEADER``), which never leaves the deployme
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +26,12 @@ import grpc
 from libs.common import telemetry
 from libs.common.auth import INTERNAL_HEADER, SERVICE_HEADER
 from libs.common.config import ServiceAddresses
+from libs.common.grpcserver import local_server
 
-__all__ = ["IdentityInterceptor", "ServiceChannels"]
+__all__ = ["IdentityInterceptor", "InProcessChannel", "ServiceChannels"]
 
 _TLS_FIELDS = ("tls_cert", "tls_key", "tls_ca")
+WIRE_CALLS_ENV = "AGL_WIRE_CALLS"  # not AGENTLEARN_*: that prefix is the config's
 
 
 class IdentityInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
@@ -45,6 +51,7 @@ class IdentityInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnarySt
 
     async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await continuation(self._details(client_call_details), request)
+
 
 # Every channel retries a call that failed for a passing reason, by gRPC's own retry policy:
 # UNAVAILABLE (the service is down or restarting: nothing was processed), RESOURCE_EXHAUSTED
@@ -81,6 +88,126 @@ CHANNEL_OPTIONS = [
 ]
 
 
+_RETRY = SERVICE_CONFIG["methodConfig"][0]["retryPolicy"]  # type: ignore[index]
+_RETRYABLE = frozenset(grpc.StatusCode[c] for c in _RETRY["retryableStatusCodes"])
+_THROTTLE: dict[str, float] = SERVICE_CONFIG["retryThrottling"]  # type: ignore[assignment]  # the JSON shape gRPC's service config gives it
+
+
+class _Throttle:
+    """gRPC's retry throttling, for in-process calls: a failure costs a token, a success gives
+    back ``tokenRatio``; below half the tokens nothing is retried."""
+
+    def __init__(self) -> None:
+        self.tokens = float(_THROTTLE["maxTokens"])
+
+    def failed(self) -> bool:
+        """Count a failure; True when a retry is still allowed."""
+        self.tokens = max(0.0, self.tokens - 1)
+        return self.tokens > _THROTTLE["maxTokens"] / 2
+
+    def succeeded(self) -> None:
+        self.tokens = min(float(_THROTTLE["maxTokens"]), self.tokens + _THROTTLE["tokenRatio"])
+
+
+class _LocalUnaryUnary:
+    """One RPC of an :class:`InProcessChannel` (what a generated stub holds per method)."""
+
+    def __init__(self, channel: InProcessChannel, method: str, serializer: Any, deserializer: Any, registered: bool):
+        self._channel = channel
+        self._method = method
+        self._wire_args = (method, serializer, deserializer, registered)
+
+    def __call__(
+        self,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: Any = None,
+        wait_for_ready: bool | None = None,
+        compression: Any = None,
+    ) -> Any:
+        return self._channel.call(self._method, request, timeout, metadata, self._wire_args)
+
+
+class InProcessChannel:
+    """A channel to a service this process serves (the all-in-one): a stub's call awaits the
+    servicer directly through :class:`libs.common.grpcserver.LocalServer` — no serialisation,
+    HTTP/2, interceptor chains or client/server span pair — and keeps what the hop guarantees: the
+    caller's service identity (the internal secret the wire would carry, checked by the callee's
+    authenticator), the RPC's scope, the request contract, the deadline (DEADLINE_EXCEEDED, the
+    callee cancelled), cancellation, the channel's retry policy and throttling, the trace (one
+    internal span) and every refusal as the AioRpcError the wire raises, with the same ErrorInfo
+    and BadRequest. Messages are handed over, not copied: neither side mutates a message it did not
+    build. When the server has stopped, calls go over the wire like any channel's."""
+
+    def __init__(self, target: str, identity: Sequence[tuple[str, str]], wire: Callable[[], grpc.aio.Channel]):
+        self._target = target
+        self._identity = tuple(identity)
+        self._wire = wire
+        self._throttle = _Throttle()
+
+    def unary_unary(
+        self,
+        method: str,
+        request_serializer: Any = None,
+        response_deserializer: Any = None,
+        _registered_method: bool = False,
+    ) -> _LocalUnaryUnary:
+        return _LocalUnaryUnary(self, method, request_serializer, response_deserializer, _registered_method)
+
+    def unary_stream(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wire().unary_stream(*args, **kwargs)  # no streaming RPC is served in-process
+
+    def stream_unary(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wire().stream_unary(*args, **kwargs)
+
+    def stream_stream(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wire().stream_stream(*args, **kwargs)
+
+    async def close(self, grace: float | None = None) -> None:
+        return None
+
+    async def call(
+        self, method: str, request: Any, timeout: float | None, metadata: Any, wire_args: tuple[Any, ...]
+    ) -> Any:
+        local = local_server(self._target)
+        if local is None:  # stopped (or never started here): the address is all there is
+            return await self._wire().unary_unary(*wire_args)(request, timeout=timeout, metadata=metadata)
+        extra = tuple((k.lower(), v) for k, v in (metadata or ()))
+        sent = (*extra, *self._identity)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        backoff = float(_RETRY["initialBackoff"].rstrip("s"))
+        try:
+            async with asyncio.timeout_at(deadline):
+                for attempt in range(1, int(_RETRY["maxAttempts"]) + 1):
+                    try:
+                        response = await local.call(method, request, sent, deadline)
+                    except grpc.aio.AioRpcError as err:
+                        if (
+                            err.code() not in _RETRYABLE
+                            or attempt == _RETRY["maxAttempts"]
+                            or not self._throttle.failed()
+                        ):
+                            raise
+                    else:
+                        self._throttle.succeeded()
+                        return response
+                    await asyncio.sleep(random.uniform(0, backoff))  # gRPC's jittered backoff
+                    backoff = min(backoff * _RETRY["backoffMultiplier"], float(_RETRY["maxBackoff"].rstrip("s")))
+        except TimeoutError:
+            # The caller's own deadline, as the wire reports it (never retried: it spans every attempt).
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata(),
+                "Deadline Exceeded",
+                "in-process call",
+            ) from None
+        raise AssertionError("unreachable: the last attempt raises")
+
+
 class ServiceChannels:
     def __init__(self, addresses: ServiceAddresses, *, internal_secret: str | None = None, caller: str = "agentlearn"):
         dumped = addresses.model_dump()
@@ -95,12 +222,21 @@ class ServiceChannels:
             else None
         )
         self._identity = [IdentityInterceptor(internal_secret, caller)] if internal_secret else []
+        self._identity_metadata = (
+            ((INTERNAL_HEADER, internal_secret), (SERVICE_HEADER, caller)) if internal_secret else ()
+        )
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._in_process: dict[str, InProcessChannel] = {}
         self._local: set[str] = set()
+        self.in_process = os.environ.get(WIRE_CALLS_ENV, "") != "1"
+        """Call a service this process serves in-process (``serve_locally``) rather than over
+        loopback gRPC; off (or ``AGL_WIRE_CALLS=1`` in the environment: the whole test suite
+        over the wire), every call takes the wire (an A/B, or to debug the transport)."""
 
     def serve_locally(self, names: list[str], address: str) -> None:
-        """Route ``names`` to this process's own server (all-in-one, tests): plaintext loopback with
-        the internal secret, whatever the Kubernetes certificates say."""
+        """Route ``names`` to this process's own server (all-in-one, tests): in-process while that
+        server is serving (``InProcessChannel``), else plaintext loopback with the internal secret,
+        whatever the Kubernetes certificates say."""
         for name in names:
             self._addresses[name] = address
             self._local.add(address)
@@ -110,6 +246,15 @@ class ServiceChannels:
 
     def channel(self, name: str) -> grpc.aio.Channel:
         target = self._addresses[name]
+        if self.in_process and target in self._local and local_server(target) is not None:
+            local = self._in_process.get(target)
+            if local is None:
+                local = InProcessChannel(target, self._identity_metadata, lambda: self._wire(target))
+                self._in_process[target] = local
+            return local  # type: ignore[return-value]
+        return self._wire(target)
+
+    def _wire(self, target: str) -> grpc.aio.Channel:
         chan = self._channels.get(target)
         if chan is None:
             interceptors = [*telemetry.client_interceptors(), *self._identity]

@@ -3,7 +3,9 @@ every such call passes (``timeout=clients.timeout``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from agentlearn.diary.v1 import diary_service_pb2_grpc
 from agentlearn.episodes.v1 import episode_service_pb2_grpc
@@ -16,6 +18,8 @@ from agentlearn.skills.v1 import skill_service_pb2_grpc
 from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc
 from libs.common.channels import ServiceChannels
 
+_Stub = TypeVar("_Stub")
+
 __all__ = ["Clients"]
 
 
@@ -24,41 +28,53 @@ class Clients:
     channels: ServiceChannels
     timeout: float
     """Deadline of each call, in seconds."""
+    _stubs: dict[str, tuple[Any, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _stub(self, name: str, cls: Callable[[Any], _Stub]) -> _Stub:
+        """The stub of ``name`` on its current channel, built once per channel (a stub builds a
+        callable per method: on every call that was measurable on the turn-start path)."""
+        channel = self.channels.channel(name)
+        held = self._stubs.get(name)
+        if held is None or held[0] is not channel:
+            held = (channel, cls(channel))
+            self._stubs[name] = held
+        stub: _Stub = held[1]
+        return stub
 
     @property
     def diary(self) -> diary_service_pb2_grpc.DiaryServiceStub:
-        return diary_service_pb2_grpc.DiaryServiceStub(self.channels.channel("diary"))
+        return self._stub("diary", diary_service_pb2_grpc.DiaryServiceStub)
 
     @property
     def episodes(self) -> episode_service_pb2_grpc.EpisodeServiceStub:
-        return episode_service_pb2_grpc.EpisodeServiceStub(self.channels.channel("episodes"))
+        return self._stub("episodes", episode_service_pb2_grpc.EpisodeServiceStub)
 
     @property
     def skills(self) -> skill_service_pb2_grpc.SkillServiceStub:
-        return skill_service_pb2_grpc.SkillServiceStub(self.channels.channel("skills"))
+        return self._stub("skills", skill_service_pb2_grpc.SkillServiceStub)
 
     @property
     def profiles(self) -> profile_service_pb2_grpc.ProfileServiceStub:
-        return profile_service_pb2_grpc.ProfileServiceStub(self.channels.channel("profiles"))
+        return self._stub("profiles", profile_service_pb2_grpc.ProfileServiceStub)
 
     @property
     def knowledge(self) -> knowledge_service_pb2_grpc.KnowledgeServiceStub:
         """The knowledge service (agentlearn.knowledge.v1)."""
-        return knowledge_service_pb2_grpc.KnowledgeServiceStub(self.channels.channel("knowledge"))
+        return self._stub("knowledge", knowledge_service_pb2_grpc.KnowledgeServiceStub)
 
     @property
     def sessions(self) -> session_service_pb2_grpc.SessionServiceStub:
-        return session_service_pb2_grpc.SessionServiceStub(self.channels.channel("sessions"))
+        return self._stub("sessions", session_service_pb2_grpc.SessionServiceStub)
 
     @property
     def reflector(self) -> reflector_service_pb2_grpc.ReflectorServiceStub:
-        return reflector_service_pb2_grpc.ReflectorServiceStub(self.channels.channel("reflector"))
+        return self._stub("reflector", reflector_service_pb2_grpc.ReflectorServiceStub)
 
     @property
     def telemetry(self) -> telemetry_service_pb2_grpc.TelemetryServiceStub:
-        return telemetry_service_pb2_grpc.TelemetryServiceStub(self.channels.channel("telemetry"))
+        return self._stub("telemetry", telemetry_service_pb2_grpc.TelemetryServiceStub)
 
     @property
     def prefetch(self) -> prefetch_service_pb2_grpc.PrefetchServiceStub:
         """The prefetch (agentlearn.prefetch.v1.PrefetchService): the privacy service's erasures."""
-        return prefetch_service_pb2_grpc.PrefetchServiceStub(self.channels.channel("prefetch"))
+        return self._stub("prefetch", prefetch_service_pb2_grpc.PrefetchServiceStub)

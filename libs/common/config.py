@@ -873,6 +873,12 @@ class TelemetryConfig(_Section):
     log_format: Literal["text", "json"] = "text"
     """Log lines: ``text`` for a terminal, ``json`` (one object per line, with trace and span ids)
     for a log pipeline (``--log-format``)."""
+    sql_spans: Literal["off", "slow", "all"] = "slow"
+    """Which SQL statements are spans of a recorded trace: ``slow`` (only those slower than
+    ``sql_span_slow_ms``), ``all`` (every statement: the whole store path of a turn, at about a
+    twentieth of a turn start's CPU), or ``off``. RPC spans are recorded whatever this says."""
+    sql_span_slow_ms: float = Field(default=50.0, ge=0)
+    """The threshold of ``sql_spans: slow``, in milliseconds."""
 
 
 class LeaseConfig(_Section):

@@ -11,16 +11,26 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import numpy as np
 from opentelemetry import trace
 from pgvector.asyncpg import register_vector
 
-__all__ = ["COMMON_MIGRATIONS", "Migrations", "as_array", "connect_pool", "migrate", "pending_migrations"]
+__all__ = [
+    "COMMON_MIGRATIONS",
+    "Migrations",
+    "as_array",
+    "configure_sql_spans",
+    "connect_pool",
+    "migrate",
+    "pending_migrations",
+]
 
 _log = logging.getLogger(__name__)
 _LOCK_KEY = 0x61676C6E  # "agln": one advisory lock for every migration run
@@ -90,24 +100,105 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
 
 
-_VERB = re.compile(r"^\s*(?:WITH\b.*?\)\s*)?(INSERT|UPDATE|DELETE|SELECT|COPY)\b", re.I | re.S)
+_VERB = re.compile(r"\s*(INSERT|UPDATE|DELETE|SELECT|COPY)\b", re.I)
+_WITH = re.compile(r"^\s*WITH\b", re.I)
 _TABLE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+([a-z_][a-z0-9_]*)", re.I)
 _tracer = trace.get_tracer("agentlearn.db")
 
 
+def _main_statement(query: str) -> int:
+    """Where the main statement of ``query`` begins: past its common table expressions (each a
+    parenthesised body, comma-separated), or 0. A statement is named by its main statement (the
+    CTEs' own work is in ``db.query.text``)."""
+    with_ = _WITH.match(query)
+    if with_ is None:
+        return 0
+    depth = 0
+    for i in range(with_.end(), len(query)):
+        c = query[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                rest = query[i + 1 :].lstrip()
+                if not rest.startswith(",") and not rest[:2].upper() == "AS":  # not a column list
+                    return len(query) - len(rest)
+    return 0
+
+
 def _span_name(query: str) -> tuple[str, str, str]:
-    verb = (_VERB.match(query) or [None, "SQL"])[1].upper()
-    table = _TABLE.search(query)
+    start = _main_statement(query)
+    found = _VERB.match(query, start)
+    verb = found.group(1).upper() if found else "SQL"
+    table = _TABLE.search(query, start)
     name = table.group(1) if table else ""
     return f"db {verb.lower()} {name}".strip(), verb, name
 
 
+SQL_SPAN_MODES = ("off", "slow", "all")
+_sql_spans = "slow"
+_slow_ns = 50_000_000
+_UNTRACED = contextlib.nullcontext()
+
+
+def configure_sql_spans(mode: str, slow_ms: float = 50.0) -> None:
+    """Which statements are spans (``telemetry.sql_spans``): ``all``, only those slower than
+    ``slow_ms`` (``slow``, the default), or none (``off``)."""
+    global _sql_spans, _slow_ns
+    if mode not in SQL_SPAN_MODES:
+        raise ValueError(f"sql_spans must be one of {', '.join(SQL_SPAN_MODES)}, not {mode!r}")
+    _sql_spans = mode
+    _slow_ns = int(slow_ms * 1_000_000)
+
+
+def _attributes(query: str) -> tuple[str, dict[str, str]]:
+    name, verb, table = _span_name(query)
+    attributes = {
+        "db.system.name": "postgresql",
+        "db.operation.name": verb,
+        "db.query.text": query.strip()[:500],
+    }
+    if table:
+        attributes["db.collection.name"] = table
+    return name, attributes
+
+
+class _SlowSpan:
+    """Times a statement and records it as a span (with its real start and end) only when it took
+    longer than the threshold: a fast statement costs a clock read, not a span."""
+
+    __slots__ = ("_query", "_start")
+
+    def __init__(self, query: str):
+        self._query = query
+        self._start = 0
+
+    def __enter__(self) -> None:
+        self._start = time.time_ns()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        end = time.time_ns()
+        if end - self._start < _slow_ns:
+            return
+        name, attributes = _attributes(self._query)
+        attributes["agentlearn.db.slow"] = True  # type: ignore[assignment]
+        span = _tracer.start_span(name, kind=trace.SpanKind.CLIENT, attributes=attributes, start_time=self._start)
+        if exc is not None:
+            span.record_exception(exc)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+        span.end(end_time=end)
+
+
 class TracedConnection(asyncpg.Connection):
-    """Every statement is a span when a trace is recording, named and attributed by the database
-    semantic conventions (``db.system.name``, ``db.operation.name``, ``db.collection.name``,
-    ``db.query.text``): a turn's trace reaches every store write of every service. The pool's own
-    reset statement, run each time a connection goes back to the pool, is not traced (it was a third
-    of all spans and says nothing about the request). Nothing is created when tracing is off.
+    """A statement is a span when a trace is recording and ``telemetry.sql_spans`` asks for it —
+    by default only a statement slower than ``telemetry.sql_span_slow_ms``; ``all`` spans every
+    statement (a turn start's trace then reaches every store write of every service: 24 spans a
+    turn start, about a twentieth of its CPU) — named and attributed by the database semantic
+    conventions (``db.system.name``, ``db.operation.name``, ``db.collection.name``,
+    ``db.query.text``). The pool's own reset statement, run each time a connection goes back to the
+    pool, is never traced (it says nothing about the request). Nothing is created when tracing is
+    off.
 
     The maintained ``opentelemetry-instrumentation-asyncpg`` was considered: its releases lag the
     instrumentation packages pinned here (0.66b1 against 0.66b2) and it cannot leave the reset
@@ -116,16 +207,11 @@ class TracedConnection(asyncpg.Connection):
     _untraced = False
 
     def _traced(self, query: str):  # type: ignore[no-untyped-def]
-        if self._untraced or not trace.get_current_span().is_recording():
-            return contextlib.nullcontext()
-        name, verb, table = _span_name(query)
-        attributes = {
-            "db.system.name": "postgresql",
-            "db.operation.name": verb,
-            "db.query.text": query.strip()[:500],
-        }
-        if table:
-            attributes["db.collection.name"] = table
+        if self._untraced or _sql_spans == "off" or not trace.get_current_span().is_recording():
+            return _UNTRACED
+        if _sql_spans == "slow":
+            return _SlowSpan(query)
+        name, attributes = _attributes(query)
         return _tracer.start_as_current_span(name, kind=trace.SpanKind.CLIENT, attributes=attributes)
 
     async def reset(self, *, timeout=None):  # type: ignore[no-untyped-def,override]

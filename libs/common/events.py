@@ -7,9 +7,13 @@ where a failed write must itself be reported (the caller announces it).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any, Protocol
 
 import asyncpg
@@ -17,7 +21,15 @@ from opentelemetry import trace
 
 from libs.common.clock import Clock, SystemClock
 
-__all__ = ["EventLog", "EventSink", "PostgresEventLog"]
+__all__ = [
+    "Bookkeeping",
+    "EventLog",
+    "EventSink",
+    "PostgresEventLog",
+    "bookkeeping",
+    "current_bookkeeping",
+    "write_bookkeeping",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -39,6 +51,107 @@ def _trace_id() -> str | None:
     return format(ctx.trace_id, "032x") if ctx.is_valid else None
 
 
+_INSERT_EVENT = """INSERT INTO events (time, kind, company, seat, turn_id, trace_id, payload)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)"""
+# A request's bookkeeping as common table expressions of ONE statement (with the writer's own
+# statement as its main query, or ``SELECT 1``): one round trip and one commit for all of it. The
+# placeholders ({}) are the positions of the array parameters. Charges are summed per key first (an
+# upsert may not touch a row twice) and sorted, so two requests charging the same company take its
+# row's lock in the same order and cannot deadlock.
+_EVENTS_CTE = """bookkeeping_events AS (
+    INSERT INTO events (time, kind, company, seat, turn_id, trace_id, payload)
+    SELECT t, k, c, s, tu, tr, p::jsonb
+    FROM unnest(${}::timestamptz[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[])
+         AS u(t, k, c, s, tu, tr, p))"""
+_CHARGES_CTE = """bookkeeping_charges AS (
+    INSERT INTO token_spend (company, seat, window_start, tokens)
+    SELECT * FROM unnest(${}::text[], ${}::text[], ${}::timestamptz[], ${}::bigint[])
+    ON CONFLICT (company, seat, window_start) DO UPDATE SET tokens = token_spend.tokens + EXCLUDED.tokens)"""
+
+
+class Bookkeeping:
+    """The bookkeeping rows of one request — best-effort events (``EventLog.emit``) and the token
+    charges of its auxiliary calls (``BudgetLedger.charge``) — held while the request runs and
+    written together by :meth:`write` in the caller's transaction: one multi-row insert each and
+    one commit, instead of a statement and a commit per row on the request's path. Every row keeps
+    the time, trace and window it had when it was recorded. A row recorded after the batch was
+    written (a detached task finishing late) is written on its own, as without a batch."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[datetime, str, str | None, str | None, str | None, str | None, str]] = []
+        self.charges: dict[tuple[str, str, datetime], int] = {}
+        self.closed = False
+        self.followers: list[asyncio.Future[Any]] = []
+        """Writes the request started and let run beside it (a use stamped on another service):
+        its writer waits for them with the batch, so they land before the request answers."""
+
+    def follow(self, write: asyncio.Future[Any]) -> None:
+        self.followers.append(write)
+
+    def __len__(self) -> int:
+        return len(self.events) + len(self.charges)
+
+    def charge(self, company: str, seat: str, window_start: datetime, tokens: int) -> None:
+        """``tokens`` on the seat's and the company's counters of that window."""
+        for key in ((company, seat, window_start), (company, "", window_start)):
+            self.charges[key] = self.charges.get(key, 0) + tokens
+
+    def ctes(self, first: int) -> tuple[list[str], list[Any]]:
+        """The rows held as common table expressions for the writer's statement, their parameters
+        numbered from ``$first``. Closes the batch: a row recorded later is written alone."""
+        self.closed = True
+        ctes: list[str] = []
+        args: list[Any] = []
+        if self.events:
+            ctes.append(_EVENTS_CTE.format(*range(first, first + 7)))
+            args += [list(column) for column in zip(*self.events, strict=True)]
+        if self.charges:
+            keys = sorted(self.charges)
+            at = first + len(args)
+            ctes.append(_CHARGES_CTE.format(*range(at, at + 4)))
+            args += [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], [self.charges[k] for k in keys]]
+        return ctes, args
+
+    async def write(self, conn: asyncpg.Connection | asyncpg.Pool) -> None:
+        """Write every row held in one statement (its own transaction, or the caller's)."""
+        ctes, args = self.ctes(1)
+        if ctes:
+            await conn.execute(f"WITH {', '.join(ctes)} SELECT 1", *args)
+
+
+async def write_bookkeeping(pool: asyncpg.Pool, batch: Bookkeeping) -> None:
+    """Write ``batch`` in a transaction of its own, best-effort (spec "Best-effort rule": a failure
+    is logged and swallowed; the path it measures goes on)."""
+    if not len(batch):
+        batch.closed = True
+        return
+    try:
+        await batch.write(pool)
+    except Exception as exc:
+        _log.warning("bookkeeping of a request not recorded (%d rows): %s", len(batch), exc)
+
+
+_batch: contextvars.ContextVar[Bookkeeping | None] = contextvars.ContextVar("agentlearn_bookkeeping", default=None)
+
+
+def current_bookkeeping() -> Bookkeeping | None:
+    """The open batch of the request being served (None: write at once)."""
+    batch = _batch.get()
+    return batch if batch is not None and not batch.closed else None
+
+
+@contextlib.contextmanager
+def bookkeeping() -> Iterator[Bookkeeping]:
+    """Hold this request's bookkeeping rows (tasks it starts inherit the batch, and so do the
+    services it calls in-process) until the caller writes them with :meth:`Bookkeeping.write`."""
+    batch = Bookkeeping()
+    token = _batch.set(batch)
+    try:
+        yield batch
+    finally:
+        _batch.reset(token)
+
+
 class PostgresEventLog:
     def __init__(self, pool: asyncpg.Pool, clock: Clock | None = None):
         self._pool = pool
@@ -58,13 +171,11 @@ class PostgresEventLog:
         span = trace.get_current_span()
         if span.is_recording():
             span.add_event(kind, {k: str(v) for k, v in payload.items() if v is not None})
-        sql = """INSERT INTO events (time, kind, company, seat, turn_id, trace_id, payload)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)"""
         args = (self._clock.now(), kind, company, seat, turn_id, _trace_id(), json.dumps(payload, default=str))
         if conn is not None:
-            await conn.execute(sql, *args)
+            await conn.execute(_INSERT_EVENT, *args)
         else:
-            await self._pool.execute(sql, *args)
+            await self._pool.execute(_INSERT_EVENT, *args)
 
     async def emit(
         self,
@@ -75,6 +186,17 @@ class PostgresEventLog:
         turn_id: str | None = None,
         **payload: Any,
     ) -> None:
+        batch = current_bookkeeping()
+        if batch is not None:
+            # Held for the request's one bookkeeping transaction; a failure of that write is
+            # logged by its writer, as this one would be.
+            span = trace.get_current_span()
+            if span.is_recording():
+                span.add_event(kind, {k: str(v) for k, v in payload.items() if v is not None})
+            batch.events.append(
+                (self._clock.now(), kind, company, seat, turn_id, _trace_id(), json.dumps(payload, default=str))
+            )
+            return
         try:
             await self.emit_strict(kind, company=company, seat=seat, turn_id=turn_id, **payload)
         except Exception as exc:

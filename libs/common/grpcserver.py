@@ -7,6 +7,7 @@ forever, so tests bind port 0 and call real stubs; ``serve`` wraps it with signa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -24,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from opentelemetry import trace
 
+from libs.common import auth as _auth
 from libs.common import telemetry
 from libs.common.auth import Authenticator, authorize, current_principal, use_principal
 from libs.common.config import ServerConfig
@@ -41,9 +43,13 @@ __all__ = [
     "Health",
     "Listener",
     "LoadShedder",
+    "LocalServer",
     "Registration",
     "bind_server",
     "create_server",
+    "failure_status",
+    "local_server",
+    "rpc_error",
     "start_server",
     "status_of",
 ]
@@ -159,6 +165,23 @@ def _bounded(err: AgentLearnError) -> AgentLearnError:
     return err
 
 
+def failure_status(err: Exception, method: str, domain: str) -> grpc.Status:
+    """The status a handler's exception answers with: a store that cannot be reached is
+    UNAVAILABLE (retryable), our error root its own rich status (cut to size), anything else
+    INTERNAL and logged with its traceback (call it inside the ``except`` block)."""
+    if isinstance(err, _STORE_DOWN):
+        _log.warning("%s: store unavailable: %s", method, err)
+        return status_of(
+            Unavailable("the store is unavailable; retry later", reason="STORE_UNAVAILABLE", domain=domain)
+        )
+    if isinstance(err, AgentLearnError):
+        if err.code == grpc.StatusCode.INTERNAL:
+            _log.error("%s failed: %s", method, err)
+        return status_of(_bounded(err))
+    _log.exception("%s raised", method)
+    return _internal_status()
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
     """The one validating step at the edge, and the one place errors become rich statuses.
 
@@ -185,22 +208,10 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             try:
                 check_request(request, domain=domain)
                 return await inner(request, context)
-            except _STORE_DOWN as err:
-                _log.warning("%s: store unavailable: %s", method, err)
-                await context.abort_with_status(
-                    status_of(
-                        Unavailable("the store is unavailable; retry later", reason="STORE_UNAVAILABLE", domain=domain)
-                    )
-                )
-            except AgentLearnError as err:
-                if err.code == grpc.StatusCode.INTERNAL:
-                    _log.error("%s failed: %s", method, err)
-                await context.abort_with_status(status_of(_bounded(err)))
             except (grpc.aio.AbortError, asyncio.CancelledError):
                 raise
-            except Exception:
-                _log.exception("%s raised", method)
-                await context.abort_with_status(_internal_status())
+            except Exception as err:
+                await context.abort_with_status(failure_status(err, method, domain))
 
         return grpc.unary_unary_rpc_method_handler(
             guarded,
@@ -246,6 +257,36 @@ class LoadShedder(grpc.aio.ServerInterceptor):
         self.in_flight = 0
         self.in_flight_by_company: dict[str, int] = defaultdict(int)
 
+    def admit(self, company: str, domain: str) -> grpc.Status | None:
+        """Count a call in, or the refusal to send it (nothing counted then)."""
+        if self.in_flight >= self.max_calls:
+            return _overloaded(
+                "SERVER_OVERLOADED",
+                f"the server is running its limit of {self.max_calls} calls; retry shortly",
+                domain,
+                self.max_calls,
+            )
+        if company and self.in_flight_by_company[company] >= self.max_calls_per_company:
+            return _overloaded(
+                "COMPANY_OVERLOADED",
+                f"this company is running its limit of {self.max_calls_per_company} calls; retry shortly",
+                domain,
+                self.max_calls_per_company,
+            )
+        self.in_flight += 1
+        if company:
+            self.in_flight_by_company[company] += 1
+        return None
+
+    def release(self, company: str) -> None:
+        self.in_flight -= 1
+        if company:
+            left = self.in_flight_by_company[company] - 1
+            if left:
+                self.in_flight_by_company[company] = left
+            else:
+                del self.in_flight_by_company[company]
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -264,37 +305,13 @@ class LoadShedder(grpc.aio.ServerInterceptor):
                 # refused) already, and refusing its inner reads would only degrade what it builds.
                 return await inner(request, context)
             company = _company_of(request)
-            if self.in_flight >= self.max_calls:
-                await context.abort_with_status(
-                    _overloaded(
-                        "SERVER_OVERLOADED",
-                        f"the server is running its limit of {self.max_calls} calls; retry shortly",
-                        domain,
-                        self.max_calls,
-                    )
-                )
-            if company and self.in_flight_by_company[company] >= self.max_calls_per_company:
-                await context.abort_with_status(
-                    _overloaded(
-                        "COMPANY_OVERLOADED",
-                        f"this company is running its limit of {self.max_calls_per_company} calls; retry shortly",
-                        domain,
-                        self.max_calls_per_company,
-                    )
-                )
-            self.in_flight += 1
-            if company:
-                self.in_flight_by_company[company] += 1
+            refusal = self.admit(company, domain)
+            if refusal is not None:
+                await context.abort_with_status(refusal)
             try:
                 return await inner(request, context)
             finally:
-                self.in_flight -= 1
-                if company:
-                    left = self.in_flight_by_company[company] - 1
-                    if left:
-                        self.in_flight_by_company[company] = left
-                    else:
-                        del self.in_flight_by_company[company]
+                self.release(company)
 
         return grpc.unary_unary_rpc_method_handler(
             admitted,
@@ -512,6 +529,10 @@ class BoundServer:
     ports: list[int]
     health: HealthServicer
     calls: CallTracker
+    authenticator: Authenticator | None = None
+    """Who its callers are (an in-process call is authenticated by the same one)."""
+    shedder: LoadShedder | None = None
+    """Its load-shedding counters (shared with the in-process calls)."""
 
     @property
     def port(self) -> int:
@@ -532,6 +553,7 @@ def bind_server(
     authenticator = authenticator or Authenticator(None, None, mode="local")
     config = config or ServerConfig()
     calls = CallTracker()
+    shedder = LoadShedder(config.max_concurrent_rpcs, config.max_concurrent_rpcs_per_company)
     server = grpc.aio.server(
         # Outermost first: count the call, span it, authenticate it (before anything else is told
         # about it), shed it past the limits, then check its contract and map errors.
@@ -539,7 +561,7 @@ def bind_server(
             calls,
             telemetry.server_interceptor(),
             AuthInterceptor(authenticator),
-            LoadShedder(config.max_concurrent_rpcs, config.max_concurrent_rpcs_per_company),
+            shedder,
             ErrorInterceptor(),
         ],
         options=[
@@ -566,7 +588,7 @@ def bind_server(
         ports.append(port)
     health = Health()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    return BoundServer(server, ports, health, calls)
+    return BoundServer(server, ports, health, calls, authenticator, shedder)
 
 
 async def start_server(bound: BoundServer, registrations: Sequence[Registration]) -> None:
@@ -578,6 +600,7 @@ async def start_server(bound: BoundServer, registrations: Sequence[Registration]
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], bound.server
     )
     await bound.server.start()
+    _register_local(bound, registrations)
     for name in names:
         await bound.health.set(name, health_pb2.HealthCheckResponse.SERVING)
     await bound.health.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -613,3 +636,240 @@ async def drain(bound: BoundServer, grace: float, *, settle: float = 0.5) -> Non
             break
         await asyncio.sleep(min(settle - quiet, max(0.0, deadline - time.monotonic())))
     await bound.server.stop(max(0.0, deadline - time.monotonic()))
+
+
+# --------------------------------------------------------------------------------------------
+# In-process calls (the all-in-one): a service calling another service this process serves awaits
+# the servicer directly (``libs.common.channels``), keeping what the hop guarantees.
+# --------------------------------------------------------------------------------------------
+
+_tracer = trace.get_tracer("agentlearn.rpc")
+
+
+class _HandlerCollector:
+    """Stands in for a grpc server so a generated ``add_*Servicer_to_server`` hands over its
+    method handlers (by name; a generic handler is asked per method)."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self.generic: list[Any] = []
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
+        self.generic.extend(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        for name, handler in handlers.items():
+            self.handlers[f"/{service}/{name}"] = handler
+
+
+@dataclass(frozen=True)
+class _CallDetails:
+    method: str
+    invocation_metadata: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class _Status:
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...] = ()
+
+
+class _LocalAbort(Exception):
+    """``context.abort*`` of a call served in-process: ends it with ``status``."""
+
+    def __init__(self, status: Any):
+        super().__init__(status.details)
+        self.status = status
+
+
+class LocalContext:
+    """The servicer context of a call served in-process: its metadata, its deadline, and the
+    aborts that end it with a status (what our handlers and interceptors read of a context)."""
+
+    def __init__(self, metadata: Sequence[tuple[str, str]], deadline: float | None):
+        self._metadata = tuple(metadata)
+        self._deadline = deadline
+        self._code: grpc.StatusCode | None = None
+        self._details: str | None = None
+        self._trailing: tuple[tuple[str, str | bytes], ...] = ()
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {}
+
+    def peer(self) -> str:
+        return "inproc"
+
+    def time_remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - asyncio.get_running_loop().time())
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> None:
+        raise _LocalAbort(_Status(code, details, tuple(trailing_metadata or ())))
+
+    async def abort_with_status(self, status: Any) -> None:
+        raise _LocalAbort(status)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def set_details(self, details: str) -> None:
+        self._details = details
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+    def details(self) -> str | None:
+        return self._details
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        self._trailing = tuple(metadata)
+
+    def trailing_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return self._trailing
+
+    async def send_initial_metadata(self, metadata: Any) -> None:
+        return None
+
+    def cancelled(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return False
+
+
+def rpc_error(status: Any) -> grpc.aio.AioRpcError:
+    """The exception a wire call ending with ``status`` raises in its caller: code, details and the
+    trailing ``grpc-status-details-bin`` (ErrorInfo, BadRequest, RetryInfo), so
+    ``rpc_status.from_call`` reads it as it reads a wire call's."""
+    return grpc.aio.AioRpcError(
+        status.code,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(*(status.trailing_metadata or ())),
+        status.details,
+        "in-process call",
+    )
+
+
+@dataclass
+class LocalServer:
+    """The servicers one started server of this process mounts, served in-process: a call is
+    authenticated by the server's authenticator (so the callee sees the caller's service principal),
+    authorized by the RPC's scope, shed by the server's counters when its principal is not a
+    service, checked against its contract, run under one internal span, and its failure turned into
+    the status the wire would carry — every step the server's interceptors take, without
+    serialisation, HTTP/2 or a client/server span pair. ``rpc.server.duration`` records it with
+    ``network.transport=inproc``; the server's CallTracker (wire calls) never sees it."""
+
+    handlers: dict[str, grpc.RpcMethodHandler]
+    generic: list[Any]
+    authenticator: Authenticator
+    shedder: LoadShedder | None
+
+    def handler(self, method: str) -> grpc.RpcMethodHandler | None:
+        handler = self.handlers.get(method)
+        if handler is None:
+            for generic in self.generic:
+                handler = generic.service(_CallDetails(method))
+                if handler is not None:
+                    self.handlers[method] = handler
+                    break
+        return handler
+
+    async def call(self, method: str, request: Any, metadata: Sequence[tuple[str, str]], deadline: float | None) -> Any:
+        """The response, or the AioRpcError a wire call would raise."""
+        handler = self.handler(method)
+        if handler is None or handler.unary_unary is None:
+            raise rpc_error(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!"))
+        labels = _rpc_labels(method)
+        domain = _domain(method)
+        started = time.perf_counter()
+        status: Any = None
+        shed_company: str | None = None
+        token = None
+        with _tracer.start_as_current_span(
+            method.lstrip("/"), kind=trace.SpanKind.INTERNAL, attributes={**labels, "network.transport": "inproc"}
+        ) as span:
+            try:
+                try:
+                    principal = await self.authenticator.authenticate(
+                        {k.lower(): v for k, v in metadata if isinstance(v, str)}, ()
+                    )
+                    authorize(principal, method, request)
+                except AgentLearnError as err:
+                    err.domain = domain if err.domain == "agentlearn.dev" else err.domain
+                    raise _LocalAbort(status_of(err)) from None
+                token = use_principal(principal)
+                if span.is_recording():
+                    span.set_attribute("agentlearn.principal", principal.kind)
+                if principal.kind != "service" and self.shedder is not None:
+                    company = _company_of(request)
+                    refusal = self.shedder.admit(company, domain)
+                    if refusal is not None:
+                        raise _LocalAbort(refusal)
+                    shed_company = company
+                _label_span(request)
+                check_request(request, domain=domain)
+                return await handler.unary_unary(request, LocalContext(metadata, deadline))
+            except _LocalAbort as abort:
+                status = abort.status
+            except asyncio.CancelledError:
+                status = _Status(grpc.StatusCode.CANCELLED, "Cancelled")
+                raise
+            except Exception as err:
+                status = failure_status(err, method, domain)
+            finally:
+                if shed_company is not None and self.shedder is not None:
+                    self.shedder.release(shed_company)
+                if token is not None:
+                    _auth._current.reset(token)  # as use_principal documents
+                code = status.code.name if status is not None else "OK"
+                if span.is_recording():
+                    span.set_attribute("rpc.grpc.status_code", code)
+                RPC_DURATION.record(
+                    (time.perf_counter() - started) * 1000,
+                    {**labels, "rpc.grpc.status_code": code, "network.transport": "inproc"},
+                )
+        raise rpc_error(status)
+
+
+_LOCAL_SERVERS: dict[int, LocalServer] = {}
+_WATCHERS: set[asyncio.Task[None]] = set()
+
+
+def _register_local(bound: BoundServer, registrations: Sequence[Registration]) -> None:
+    """Make the started server's services callable in-process on its ports until it stops."""
+    collector = _HandlerCollector()
+    for reg in registrations:
+        reg.add(reg.servicer, collector)
+    local = LocalServer(
+        collector.handlers,
+        collector.generic,
+        bound.authenticator or Authenticator(None, None, mode="local"),
+        bound.shedder,
+    )
+    for port in bound.ports:
+        _LOCAL_SERVERS[port] = local
+
+    async def forget() -> None:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await bound.server.wait_for_termination()
+        for port in bound.ports:
+            if _LOCAL_SERVERS.get(port) is local:
+                del _LOCAL_SERVERS[port]
+
+    watcher = asyncio.create_task(forget(), name="local-server-watch")
+    _WATCHERS.add(watcher)
+    watcher.add_done_callback(_WATCHERS.discard)
+
+
+def local_server(address: str) -> LocalServer | None:
+    """The server of this process bound on ``address``'s port and still serving, if any."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "," in address or (":" in host and not host.startswith("[")):
+        return None  # not one plain host:port (a resolver target such as ipv4:a:1,b:2 is the wire's)
+    return _LOCAL_SERVERS.get(int(port))

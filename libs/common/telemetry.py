@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanProcessor
 
 from libs.common.config import TelemetryConfig
+from libs.common.db import configure_sql_spans
 
 __all__ = [
     "client_interceptors",
@@ -96,6 +97,7 @@ def configure_tracing(config: TelemetryConfig, *, extra_processors: list[SpanPro
         trace.set_tracer_provider(_provider)
     for processor in extra_processors or []:
         _provider.add_span_processor(processor)
+    configure_sql_spans(config.sql_spans, config.sql_span_slow_ms)
     configure_metrics(config)
 
 

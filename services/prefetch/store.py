@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +17,11 @@ from typing import Any, Literal
 
 import asyncpg
 
+from libs.common.events import Bookkeeping, write_bookkeeping
+
 __all__ = ["FrozenContext", "LedgerEntry", "PostgresPrefetchStore", "Reservation"]
+
+_log = logging.getLogger(__name__)
 
 SQL = {
     "marker": "SELECT chain_hash FROM agent_onboarding_markers WHERE company = $1 AND seat = $2",
@@ -108,6 +113,10 @@ class FrozenContext:
 class PostgresPrefetchStore:
     def __init__(self, pool: asyncpg.Pool):
         self._pool = pool
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self._pool
 
     @contextlib.asynccontextmanager
     async def one_at_a_time(self, key: str) -> AsyncIterator[None]:
@@ -212,8 +221,34 @@ class PostgresPrefetchStore:
         taken = await self._pool.fetchval(SQL["context_take_over"], company, seat, turn_id, stale_before, now)
         return taken is not None
 
-    async def save_context(self, company: str, seat: str, turn_id: str, context: dict[str, Any], now: datetime) -> None:
-        await self._pool.execute(SQL["context_save"], company, seat, turn_id, json.dumps(context), now)
+    async def save_context(
+        self,
+        company: str,
+        seat: str,
+        turn_id: str,
+        context: dict[str, Any],
+        now: datetime,
+        bookkeeping: Bookkeeping | None = None,
+    ) -> None:
+        """Freeze the built context; with ``bookkeeping``, the request's events and token charges
+        are written by the same statement (one round trip, one commit on the turn's path). Should
+        that combined write fail, the context is saved alone and the bookkeeping written on its own,
+        best-effort."""
+        saved = json.dumps(context)
+        if not bookkeeping:
+            await self._pool.execute(SQL["context_save"], company, seat, turn_id, saved, now)
+            return
+        ctes, args = bookkeeping.ctes(6)
+        try:
+            # One statement: the bookkeeping as common table expressions of the save (one commit).
+            await self._pool.execute(
+                f"WITH {', '.join(ctes)} {SQL['context_save']}", company, seat, turn_id, saved, now, *args
+            )
+            return
+        except Exception as err:
+            _log.warning("turn context and its bookkeeping not written together (%s); writing them apart", err)
+        await self._pool.execute(SQL["context_save"], company, seat, turn_id, saved, now)
+        await write_bookkeeping(self._pool, bookkeeping)
 
     async def release_context(self, company: str, seat: str, turn_id: str) -> None:
         await self._pool.execute(SQL["context_release"], company, seat, turn_id)

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
@@ -31,6 +31,7 @@ from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from libs.common.budgets import window_start
 from libs.common.embeddings import EmbeddingError
 from libs.common.errors import InvalidArgument, ResourceExhausted
+from libs.common.events import Bookkeeping, bookkeeping, current_bookkeeping, write_bookkeeping
 from libs.common.metrics import PREFETCH_BLOCKS
 from libs.common.validation import require_text, seat_ref
 from services.prefetch import hints, knowledge_block, memory
@@ -59,6 +60,25 @@ _tracer = trace.get_tracer("agentlearn.prefetch")
 
 _READ_ERRORS = (grpc.aio.AioRpcError, TimeoutError)
 _DETACHED: set[asyncio.Future[None]] = set()
+_PRUNE_EVERY_SECONDS = 60.0
+
+
+def _log_failed_followers(results: list[Any]) -> None:
+    """A stamp that raised past its own handling (a bug: read errors are handled where they
+    happen) is logged with its traceback, never lost silently."""
+    for result in results:
+        if isinstance(result, Exception):
+            _log.error("a turn-start write beside the blocks raised", exc_info=result)
+
+
+def _detach(write: Any) -> asyncio.Future[None]:
+    """Run ``write`` to its end whatever happens to the caller (held until done)."""
+    task: asyncio.Future[None] = asyncio.ensure_future(write)
+    _DETACHED.add(task)
+    task.add_done_callback(_DETACHED.discard)
+    return task
+
+
 _EPSILON = timedelta(microseconds=1)
 """A claim is taken over only if it is still the one read (compare-and-set on its time)."""
 
@@ -80,6 +100,7 @@ class TurnContextBuilder:
     def __init__(self, deps: Deps, past_turns: PastTurns):
         self.deps = deps
         self.past_turns = past_turns
+        self._next_prune: datetime | None = None
 
     @property
     def _timeout(self) -> float:
@@ -122,6 +143,16 @@ class TurnContextBuilder:
         answered with it, so no model is asked again and no note use is counted twice. A call that
         arrives while the first is still building waits for it rather than build a second one."""
         store, key = self.deps.store, (start.company, start.seat, start.turn_id)
+        # The first call of a run (nearly every call) claims at once: one statement, not a read
+        # then a claim. A claimed build that the budget parks gives its claim back.
+        if await store.claim_context(*key, self.deps.clock.now()):
+            try:
+                await self._park_if_spent(start)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(store.release_context(*key))
+                raise
+            return await self._build_and_freeze(start, who, key)
         frozen = await store.frozen_context(*key)
         if frozen is not None and frozen.state == "built" and frozen.context is not None:
             return TurnContext.from_json(frozen.context)
@@ -141,20 +172,58 @@ class TurnContextBuilder:
                 _log.warning("turn context of %s/%s/%s: a build died mid-way; building it here", *key)
                 break
             await asyncio.sleep(0.1)
-        try:
-            context = await self._build(start, who)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(store.release_context(*key))
-            raise
-        now = self.deps.clock.now()
-        await store.save_context(*key, context.to_json(), now)
-        hours = self.deps.settings.learning.prefetch.frozen_context_hours
-        try:
-            await store.prune_contexts(now - timedelta(hours=hours))
-        except Exception as err:  # retention is housekeeping: it never fails the turn
-            _log.warning("frozen turn contexts not pruned: %s", err)
+        return await self._build_and_freeze(start, who, key)
+
+    async def _build_and_freeze(self, start: TurnStart, who: Who, key: tuple[str, str, str]) -> TurnContext:
+        """Build the claimed run's context and freeze it (the claim is released if the build fails)."""
+        store = self.deps.store
+        # The turn's bookkeeping (the auxiliary calls' charges and auxiliary_spend events, the
+        # prefetch_summary, the knowledge service's knowledge_read, the note uses and the skills'
+        # offered stamps) is gathered while the blocks build and written once the context is built:
+        # events and charges in the transaction that freezes the context, the stamps beside it on
+        # their services — every one of them before the turn is answered, as before.
+        with bookkeeping() as batch:
+            try:
+                context = await self._build(start, who)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(store.release_context(*key))
+                # An auxiliary call is charged and reported whether or not its turn was built.
+                await asyncio.shield(self._settle_failed(batch))
+                raise
+            now = self.deps.clock.now()
+            await asyncio.shield(self._settle(key, context, now, batch))
+        self._prune_now_and_then(now)
         return context
+
+    async def _settle(self, key: tuple[str, str, str], context: TurnContext, now: Any, batch: Bookkeeping) -> None:
+        """Freeze the context with the batch in one statement while the stamps started during the
+        build finish on their services. Shielded: a caller going away does not lose them."""
+        saved = self.deps.store.save_context(*key, context.to_json(), now, batch)
+        results = await asyncio.gather(saved, *batch.followers, return_exceptions=True)
+        _log_failed_followers(results[1:])
+        if isinstance(results[0], BaseException):
+            raise results[0]
+
+    async def _settle_failed(self, batch: Bookkeeping) -> None:
+        _log_failed_followers(await asyncio.gather(*batch.followers, return_exceptions=True))
+        await write_bookkeeping(self.deps.store.pool, batch)
+
+    def _prune_now_and_then(self, now: datetime) -> None:
+        """Forget old frozen contexts, at most once a minute (by the service's clock) per process
+        and beside the turns (retention is housekeeping: it never fails, nor slows, a turn)."""
+        if self._next_prune is not None and now < self._next_prune:
+            return
+        self._next_prune = now + timedelta(seconds=_PRUNE_EVERY_SECONDS)
+        hours = self.deps.settings.learning.prefetch.frozen_context_hours
+
+        async def prune() -> None:
+            try:
+                await self.deps.store.prune_contexts(now - timedelta(hours=hours))
+            except Exception as err:
+                _log.warning("frozen turn contexts not pruned: %s", err)
+
+        _detach(prune())
 
     async def _park_if_spent(self, start: TurnStart) -> None:
         """The budget park (spec "What the auxiliary calls cost": "a seat with no room has its
@@ -401,10 +470,22 @@ class TurnContextBuilder:
         block.markdown = "\n".join([HEADINGS[BlockKind.SKILLS], hints.SKILLS_INTRO, *lines])
         block.selection_count = len(offered)
         block.ids = [s.id for s in offered]
+        stamp = _detach(self._stamp_offered(start, list(block.ids)))
+        batch = current_bookkeeping()
+        if batch is not None:
+            batch.follow(stamp)  # written beside the rest of the turn, awaited before it answers
+        else:
+            await asyncio.shield(stamp)
+        return block
+
+    async def _stamp_offered(self, start: TurnStart, ids: list[str]) -> None:
+        """Being offered is being used (spec): the offered skills' clocks move; a stamp that
+        cannot be written is announced, never swallowed."""
+        stub = self.deps.clients.skills
         try:
             stamp = await stub.MarkSkillsOffered(
                 skill_pb.MarkSkillsOfferedRequest(
-                    company=start.company, seat=start.seat, skill_ids=block.ids, turn_id=start.turn_id
+                    company=start.company, seat=start.seat, skill_ids=ids, turn_id=start.turn_id
                 ),
                 timeout=self._timeout,
             )
@@ -423,9 +504,8 @@ class TurnContextBuilder:
                 turn_id=start.turn_id,
                 write="skill_offered",
                 error=rpc_failure("skills", err),
-                skill_ids=list(block.ids),
+                skill_ids=ids,
             )
-        return block
 
     # ------------------------------------------------------------------ ## Relevant knowledge
 
@@ -515,7 +595,9 @@ async def mark_used(deps: Deps, company: str, seat: str, note_ids: list[str]) ->
             _log.warning("uses of %d notes of %s/%s not recorded: %s", len(note_ids), company, seat, err)
 
     if note_ids:
-        task = asyncio.ensure_future(call())
-        _DETACHED.add(task)  # held until done, so a caller going away cannot lose the write
-        task.add_done_callback(_DETACHED.discard)
-        await asyncio.shield(task)
+        task = _detach(call())  # held until done, so a caller going away cannot lose the write
+        batch = current_bookkeeping()
+        if batch is not None:
+            batch.follow(task)  # a turn start: written beside its other blocks, awaited before it answers
+        else:
+            await asyncio.shield(task)
