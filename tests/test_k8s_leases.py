@@ -131,7 +131,7 @@ class ScriptedKubeAPI:
                         owner.faults.remove(fault)
                     barrier = owner.get_barrier if method == "GET" else None
                 if barrier is not None:
-                    barrier.wait(timeout=5)
+                    barrier.wait(timeout=60)  # a deadline for a broken test, not a pacing
                 if fault is not None:
                     time.sleep(fault.delay)
                     status = fault.status
@@ -240,7 +240,7 @@ async def test_an_expired_lease_is_taken_over_with_one_more_transition(
 async def test_racing_takeovers_exactly_one_wins_on_the_resource_version(
     kube: ScriptedKubeAPI, clock: ManualClock
 ) -> None:
-    k = claimer(kube, clock)
+    k = claimer(kube, clock, timeout_seconds=60)  # one GET waits at the barrier for the other
     assert await k.claim("skill-curator", "pod-old", 60) is not None
     clock.advance(seconds=61)
     kube.get_barrier = threading.Barrier(2)  # both read the same resourceVersion before either writes
@@ -255,7 +255,7 @@ async def test_racing_takeovers_exactly_one_wins_on_the_resource_version(
 
 
 async def test_racing_creates_exactly_one_wins(kube: ScriptedKubeAPI, clock: ManualClock) -> None:
-    k = claimer(kube, clock)
+    k = claimer(kube, clock, timeout_seconds=60)  # one GET waits at the barrier for the other
     kube.get_barrier = threading.Barrier(2)  # both see 404, both create
     results = await asyncio.gather(k.claim("diary-sweep", "pod-a", 60), k.claim("diary-sweep", "pod-b", 60))
     kube.get_barrier = None
