@@ -106,6 +106,7 @@ async def hops(calls: int) -> list[tuple[str, tuple[float, float]]]:
                       Nothing())],
     )  # fmt: skip
     channels = ServiceChannels(ServiceAddresses(), internal_secret="s3cret", caller="prefetch")
+    channels.in_process = False  # measure the loopback hop (the all-in-one now calls in-process)
     channels.serve_locally(["profiles"], f"127.0.0.1:{bound.port}")
     pstub = prof_grpc.ProfileServiceStub(channels.channel("profiles"))
     out.append(
@@ -119,6 +120,7 @@ async def hops(calls: int) -> list[tuple[str, tuple[float, float]]]:
 
     telemetry.configure_tracing(TelemetryConfig())
     channels = ServiceChannels(ServiceAddresses(), internal_secret="s3cret", caller="prefetch")
+    channels.in_process = False  # measure the loopback hop (the all-in-one now calls in-process)
     channels.serve_locally(["profiles"], f"127.0.0.1:{bound.port}")
     pstub = prof_grpc.ProfileServiceStub(channels.channel("profiles"))
     out.append(

@@ -118,8 +118,13 @@ def current_principal() -> Principal:
 
 
 def use_principal(principal: Principal) -> contextvars.Token[Principal]:
-    """Make ``principal`` current for this task; reset with ``_current.reset(token)``."""
+    """Make ``principal`` current for this task; undo with :func:`reset_principal`."""
     return _current.set(principal)
+
+
+def reset_principal(token: contextvars.Token[Principal]) -> None:
+    """Restore the principal that was current before :func:`use_principal` returned ``token``."""
+    _current.reset(token)
 
 
 # --------------------------------------------------------------------------------------------

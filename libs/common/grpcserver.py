@@ -121,6 +121,7 @@ _STORE_DOWN = (
     asyncpg.exceptions.InterfaceError,
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.OperatorInterventionError,  # admin or crash shutdown mid-statement: it comes back
     ConnectionError,
     FileNotFoundError,  # the embedded server's Unix socket is gone while it restarts
 )
@@ -826,7 +827,7 @@ class LocalServer:
                 if shed_company is not None and self.shedder is not None:
                     self.shedder.release(shed_company)
                 if token is not None:
-                    _auth._current.reset(token)  # as use_principal documents
+                    _auth.reset_principal(token)
                 code = status.code.name if status is not None else "OK"
                 if span.is_recording():
                     span.set_attribute("rpc.grpc.status_code", code)

@@ -23,18 +23,19 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from opentelemetry import metrics, propagate, trace
-from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanProcessor
 
 from libs.common.config import TelemetryConfig
+
+if TYPE_CHECKING:  # imported where used: a pass that neither serves gRPC nor exports metrics never pays for them
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader
 from libs.common.db import configure_sql_spans
 
 __all__ = [
@@ -127,6 +128,8 @@ def configure_metrics(config: TelemetryConfig, *, extra_readers: list[MetricRead
     if _meter_provider is not None:
         return
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
     env = os.environ
     readers: list[MetricReader] = [PrometheusMetricReader(), *(extra_readers or [])]
@@ -150,10 +153,14 @@ def tracer(name: str) -> trace.Tracer:
 
 
 def server_interceptor() -> grpc.aio.ServerInterceptor:
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor
+
     return aio_server_interceptor()
 
 
 def client_interceptors() -> list[Any]:
+    from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
     return list(aio_client_interceptors())
 
 

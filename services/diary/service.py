@@ -272,7 +272,7 @@ class DiaryService:
         return Recall(sorted(pool.values(), key=order), status, source, unreachable, floor)
 
     async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
-        vec, reason = await embed_within(self.embedder, query, self.config.embed_budget_seconds)
+        vec, reason = await embed_within(self.embedder, query, self.config.embed_budget_seconds, query=True)
         if vec is None:
             return None, "unconfigured" if reason == "unconfigured" else "failed"
         return vec, "embedded"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from libs.common.config import Settings
-from libs.common.embeddings import Embedder, EmbeddingError
+from libs.common.embeddings import Embedder, EmbeddingError, embed_query
 from libs.common.vectorindex import IndexHit, IndexUnavailable, VectorIndex, collection_name
 from services.knowledge.backends import BackendUnavailable
 from services.knowledge.domain import (
@@ -159,7 +159,7 @@ class NativeBackend:
             return None
         try:
             async with asyncio.timeout(self.settings.learning.prefetch.embed_budget_seconds):
-                [vec] = await self.embedder.embed([query])
+                vec = await embed_query(self.embedder, query)
         except (TimeoutError, EmbeddingError) as err:
             _log.warning("knowledge query not embedded, lexical half only: %s", str(err) or type(err).__name__)
             return None

@@ -22,6 +22,7 @@ from libs.common.embeddings import (
     EmbeddingConfigurationError,
     EmbeddingError,
     EmbeddingRefused,
+    embed_query,
 )
 from libs.common.errors import InvalidArgument, PermissionDenied, ResourceExhausted
 from libs.common.validation import require_text, seat_ref
@@ -304,7 +305,7 @@ class Builtins:
             return _cannot_run("no_embeddings")
         try:
             async with asyncio.timeout(self.deps.settings.learning.episodes.embed_budget_seconds):
-                [vec] = await embedder.embed([query])
+                vec = await embed_query(embedder, query)
         except EmbeddingConfigurationError:
             return _cannot_run("configuration")
         except EmbeddingRefused:

@@ -29,7 +29,7 @@ from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from libs.common.budgets import window_start
-from libs.common.embeddings import EmbeddingError
+from libs.common.embeddings import EmbeddingError, embed_query
 from libs.common.errors import InvalidArgument, ResourceExhausted
 from libs.common.events import Bookkeeping, bookkeeping, current_bookkeeping, write_bookkeeping
 from libs.common.metrics import PREFETCH_BLOCKS
@@ -323,7 +323,7 @@ class TurnContextBuilder:
             return None, TurnEmbedding.UNCONFIGURED
         try:
             async with asyncio.timeout(self.deps.settings.learning.prefetch.embed_budget_seconds):
-                [vec] = await embedder.embed([ask])
+                vec = await embed_query(embedder, ask)
         except (TimeoutError, EmbeddingError) as err:
             _log.info("turn embedding failed: %s", err)
             return None, TurnEmbedding.FAILED

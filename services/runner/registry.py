@@ -81,6 +81,10 @@ PASSES: dict[str, PassHome] = {
     "skill-synthesis": PassHome("skills", calls=("episodes",)),
     "knowledge-fill": PassHome("knowledge"),
     "skill-promotion": PassHome("knowledge", calls=("episodes",)),
+    "diary-orphans": PassHome("diary"),
+    "episode-orphans": PassHome("episodes"),
+    "knowledge-orphans": PassHome("knowledge"),
+    "reflection-prune": PassHome("reflector"),
 }
 """Every pass of this build by name (a pass process opens its home alone, plus what it calls);
 ``tests/test_lean_processes.py`` checks it against the passes the components build."""
@@ -102,6 +106,7 @@ EMBEDDERS: dict[str, str] = {
     "sessions": "none",
     "telemetry": "none",
     "inspector": "none",
+    "privacy": "none",
 }
 """What each service does with the embedding model. ``warm``: its requests embed inline (WriteNote,
 RecallNotes, RecordEpisode, a page write, the turn's ask), so a server of it loads the model at
