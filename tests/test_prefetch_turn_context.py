@@ -453,7 +453,7 @@ async def test_the_prefetch_is_one_trace_with_a_span_per_block(make_settings, ds
             )
         )
     spans = exporter.get_finished_spans()
-    [root] = [s for s in spans if s.name == "prefetch" and s.attributes.get("turn_id") == "run-trace"]
+    [root] = [s for s in spans if s.name == "prefetch" and s.attributes.get("agentlearn.turn_id") == "run-trace"]
     blocks = [s for s in spans if s.name.startswith("block ") and s.context.trace_id == root.context.trace_id]
     assert {s.name for s in blocks} >= {
         "block similar_prior_work",
@@ -462,7 +462,7 @@ async def test_the_prefetch_is_one_trace_with_a_span_per_block(make_settings, ds
         "block relevant_knowledge",
         "block onboarding",
     }
-    assert all("hit" in s.attributes and "bytes" in s.attributes for s in blocks)
+    assert all("agentlearn.block.hit" in s.attributes and "agentlearn.block.bytes" in s.attributes for s in blocks)
     rpc = [s for s in spans if s.name.endswith("PrefetchService/BuildTurnContext")]
     assert rpc and rpc[0].context.trace_id == root.context.trace_id
 

@@ -163,9 +163,11 @@ async def test_a_turn_is_one_trace_across_every_service_process(tmp_path):
             "/agentlearn.skills.v1.SkillService/MarkSkillsUsed",
         } <= rpcs
         reflect = [s for s in mine if s.name == "reflect"]
-        assert reflect and reflect[0].attributes["turn_id"] == "split-run-1"
-        assert reflect[0].attributes["company"] == "acme" and reflect[0].attributes["seat"] == "ana"
-        workers = {s.attributes.get("worker") for s in mine if s.name.startswith("worker ")}
+        assert reflect and reflect[0].attributes["agentlearn.turn_id"] == "split-run-1"
+        assert (
+            reflect[0].attributes["agentlearn.company"] == "acme" and reflect[0].attributes["agentlearn.seat"] == "ana"
+        )
+        workers = {s.attributes.get("agentlearn.worker") for s in mine if s.name.startswith("worker ")}
         assert {"persist_decider", "episodist", "profiler", "skill_use"} <= workers
         # The diary's server span (the reflector's client span of the same call has the same name).
         write = next(

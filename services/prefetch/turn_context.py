@@ -121,10 +121,10 @@ class TurnContextBuilder:
         with _tracer.start_as_current_span(
             "prefetch",
             attributes={
-                "company": start.company,
-                "seat": start.seat,
-                "turn_id": start.turn_id,
-                "trigger_requires_recon": start.requires_recon,
+                "agentlearn.company": start.company,
+                "agentlearn.seat": start.seat,
+                "agentlearn.turn_id": start.turn_id,
+                "agentlearn.trigger_requires_recon": start.requires_recon,
             },
         ):
             return await self._frozen_or_built(start, who)
@@ -576,9 +576,9 @@ def render_profile(sender: Sender, profile: Any) -> str:
 
 def _label(span: trace.Span, blocks: list[Block]) -> None:
     if span.is_recording():
-        span.set_attribute("hit", any(b.hit for b in blocks))
-        span.set_attribute("bytes", sum(b.bytes for b in blocks))
-        span.set_attribute("selection_count", sum(b.selection_count for b in blocks))
+        span.set_attribute("agentlearn.block.hit", any(b.hit for b in blocks))
+        span.set_attribute("agentlearn.block.bytes", sum(b.bytes for b in blocks))
+        span.set_attribute("agentlearn.block.selection_count", sum(b.selection_count for b in blocks))
 
 
 async def mark_used(deps: Deps, company: str, seat: str, note_ids: list[str]) -> None:

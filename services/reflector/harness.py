@@ -150,10 +150,10 @@ class Harness:
             with _tracer.start_as_current_span(
                 "reflect",
                 attributes={
-                    "company": turn.company,
-                    "seat": turn.seat,
-                    "turn_id": turn.turn_id,
-                    "attempt": job.attempts,
+                    "agentlearn.company": turn.company,
+                    "agentlearn.seat": turn.seat,
+                    "agentlearn.turn_id": turn.turn_id,
+                    "agentlearn.attempt": job.attempts,
                 },
             ):
                 try:
@@ -314,7 +314,12 @@ class Harness:
             return WorkerOutcome(worker.name, WorkerStatus.SKIPPED, gate=gate)
         with _tracer.start_as_current_span(
             f"worker {worker.name}",
-            attributes={"company": turn.company, "seat": turn.seat, "turn_id": turn.turn_id, "worker": worker.name},
+            attributes={
+                "agentlearn.company": turn.company,
+                "agentlearn.seat": turn.seat,
+                "agentlearn.turn_id": turn.turn_id,
+                "agentlearn.worker": worker.name,
+            },
         ) as span:
             try:
                 outcome = await worker.run(turn, ctx)
@@ -328,7 +333,7 @@ class Harness:
                 _log.warning("worker %s %s on %s: %s: %s", worker.name, status, turn.turn_id, kind, exc)
                 span.set_status(trace.Status(trace.StatusCode.ERROR, kind))
                 return WorkerOutcome(worker.name, status, failure=failure_text(exc)[:500])
-            span.set_attribute("status", str(outcome.status))
+            span.set_attribute("agentlearn.worker.status", str(outcome.status))
             return outcome
 
     async def _finish(
