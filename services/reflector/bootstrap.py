@@ -74,7 +74,7 @@ def component(infra: Infra) -> Component:
             )
         ],
         service=service,
-        background=[lambda: harness.run_forever(infra.dsn)],
+        background=[lambda: harness.run_forever(infra.listen_dsn)],
         passes=[
             # Issue 17: reflection records and finished turns past their company's retention.
             PassSpec(
