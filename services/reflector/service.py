@@ -158,5 +158,6 @@ class ReflectorService:
         if len(records) > size:
             records = records[:size]
             last = records[-1]
+            assert last.submit_time is not None  # every reflection row is inserted with its submit_time
             next_token = encode_time_cursor(last.submit_time, last.turn_id, scope)
         return records, next_token, total
