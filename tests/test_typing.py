@@ -18,7 +18,6 @@ PENDING = (
     "libs/common/db.py",
     "libs/common/embeddings/",
     "libs/common/grpcserver.py",
-    "libs/common/infra.py",
     "services/diary/",
     "services/prefetch/",
     "services/reflector/",
