@@ -92,7 +92,7 @@ def life(company: str, start: datetime) -> list[rpb.TurnCompleted]:
     """A few weeks of ana's turns, oldest first."""
     turns: list[rpb.TurnCompleted] = []
 
-    def add(**kw) -> None:  # type: ignore[no-untyped-def]
+    def add(**kw: Any) -> None:
         turns.append(_turn(company, len(turns) + 1, start + timedelta(hours=9 * len(turns)), **kw))
 
     add(
