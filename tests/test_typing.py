@@ -15,7 +15,6 @@ IGNORE = re.compile(r"#\s*type:\s*ignore(?P<codes>\[[^\]]*\])?(?P<rest>.*)$")
 # ignores are theirs to give reasons to. The lead removes each entry as that change merges.
 PENDING = (
     "libs/common/grpcserver.py",
-    "services/prefetch/",
 )
 
 
