@@ -63,7 +63,7 @@ class IdentityInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnarySt
 # with its first successes); what still fails is the caller's to handle (the reflector re-queues
 # the turn). Calls spread over every address a name resolves to (round robin over a headless
 # Service's pods).
-SERVICE_CONFIG = {
+SERVICE_CONFIG: dict[str, Any] = {
     "loadBalancingConfig": [{"round_robin": {}}],
     "methodConfig": [
         {
@@ -88,9 +88,9 @@ CHANNEL_OPTIONS = [
 ]
 
 
-_RETRY = SERVICE_CONFIG["methodConfig"][0]["retryPolicy"]  # type: ignore[index]
+_RETRY = SERVICE_CONFIG["methodConfig"][0]["retryPolicy"]
 _RETRYABLE = frozenset(grpc.StatusCode[c] for c in _RETRY["retryableStatusCodes"])
-_THROTTLE: dict[str, float] = SERVICE_CONFIG["retryThrottling"]  # type: ignore[assignment]  # the JSON shape gRPC's service config gives it
+_THROTTLE: dict[str, float] = SERVICE_CONFIG["retryThrottling"]
 
 
 class _Throttle:
@@ -251,7 +251,7 @@ class ServiceChannels:
             if local is None:
                 local = InProcessChannel(target, self._identity_metadata, lambda: self._wire(target))
                 self._in_process[target] = local
-            return local  # type: ignore[return-value]
+            return local  # type: ignore[return-value]  # duck-typed: has every grpc.aio.Channel method the stubs call
         return self._wire(target)
 
     def _wire(self, target: str) -> grpc.aio.Channel:

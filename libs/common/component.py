@@ -3,7 +3,7 @@ tick, tasks to run."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ class Component:
     """The service's use-case object (operators' tools and tests reach it here)."""
     passes: list[PassSpec] = field(default_factory=list)
     rebuild_index: Callable[[], Awaitable[int]] | None = None
-    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     """Long-running tasks started once the server serves (e.g. the reflector's workers)."""
     http_routes: list[Any] = field(default_factory=list)
     """Starlette routes the runner serves over HTTP (``libs.common.httpserver``) beside the gRPC

@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 from opentelemetry import trace
+from opentelemetry.util.types import AttributeValue
 from pgvector.asyncpg import register_vector
 
 __all__ = [
@@ -152,9 +153,9 @@ def configure_sql_spans(mode: str, slow_ms: float = 50.0) -> None:
     _slow_ns = int(slow_ms * 1_000_000)
 
 
-def _attributes(query: str) -> tuple[str, dict[str, str]]:
+def _attributes(query: str) -> tuple[str, dict[str, AttributeValue]]:
     name, verb, table = _span_name(query)
-    attributes = {
+    attributes: dict[str, AttributeValue] = {
         "db.system.name": "postgresql",
         "db.operation.name": verb,
         "db.query.text": query.strip()[:500],
@@ -182,7 +183,7 @@ class _SlowSpan:
         if end - self._start < _slow_ns:
             return
         name, attributes = _attributes(self._query)
-        attributes["agentlearn.db.slow"] = True  # type: ignore[assignment]
+        attributes["agentlearn.db.slow"] = True
         span = _tracer.start_span(name, kind=trace.SpanKind.CLIENT, attributes=attributes, start_time=self._start)
         if exc is not None:
             span.record_exception(exc)
@@ -190,7 +191,7 @@ class _SlowSpan:
         span.end(end_time=end)
 
 
-class TracedConnection(asyncpg.Connection):
+class TracedConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg is untyped here (pyproject), so its Connection is Any
     """A statement is a span when a trace is recording and ``telemetry.sql_spans`` asks for it —
     by default only a statement slower than ``telemetry.sql_span_slow_ms``; ``all`` spans every
     statement (a turn start's trace then reaches every store write of every service: 24 spans a
@@ -206,7 +207,7 @@ class TracedConnection(asyncpg.Connection):
 
     _untraced = False
 
-    def _traced(self, query: str):  # type: ignore[no-untyped-def]
+    def _traced(self, query: str) -> contextlib.AbstractContextManager[object]:
         if self._untraced or _sql_spans == "off" or not trace.get_current_span().is_recording():
             return _UNTRACED
         if _sql_spans == "slow":
@@ -214,30 +215,30 @@ class TracedConnection(asyncpg.Connection):
         name, attributes = _attributes(query)
         return _tracer.start_as_current_span(name, kind=trace.SpanKind.CLIENT, attributes=attributes)
 
-    async def reset(self, *, timeout=None):  # type: ignore[no-untyped-def,override]
+    async def reset(self, *, timeout: float | None = None) -> Any:
         self._untraced = True
         try:
             return await super().reset(timeout=timeout)
         finally:
             self._untraced = False
 
-    async def execute(self, query: str, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+    async def execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
         with self._traced(query):
             return await super().execute(query, *args, **kwargs)
 
-    async def executemany(self, command: str, args, **kwargs):  # type: ignore[no-untyped-def,override]
+    async def executemany(self, command: str, args: Any, **kwargs: Any) -> Any:
         with self._traced(command):
             return await super().executemany(command, args, **kwargs)
 
-    async def fetch(self, query: str, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+    async def fetch(self, query: str, *args: Any, **kwargs: Any) -> Any:
         with self._traced(query):
             return await super().fetch(query, *args, **kwargs)
 
-    async def fetchrow(self, query: str, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+    async def fetchrow(self, query: str, *args: Any, **kwargs: Any) -> Any:
         with self._traced(query):
             return await super().fetchrow(query, *args, **kwargs)
 
-    async def fetchval(self, query: str, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+    async def fetchval(self, query: str, *args: Any, **kwargs: Any) -> Any:
         with self._traced(query):
             return await super().fetchval(query, *args, **kwargs)
 
@@ -285,5 +286,5 @@ async def connect_pool(
 def as_array(value: object) -> np.ndarray:
     """A pgvector column value as a float32 array."""
     if hasattr(value, "to_numpy"):
-        value = value.to_numpy()  # type: ignore[union-attr]
+        value = value.to_numpy()
     return np.asarray(value, dtype=np.float32)

@@ -147,7 +147,7 @@ async def open_infra(
         pool=pool,
         clock=clock,
         events=events,
-        embedder=embedder,  # type: ignore[arg-type]
+        embedder=embedder,  # type: ignore[arg-type]  # _UNSET was replaced above; mypy cannot narrow a sentinel object
         index=index,
         budget=budget,
         leases=leases,

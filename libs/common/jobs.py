@@ -60,7 +60,7 @@ class Job:
     company: str
     seat: str
     payload: bytes
-    trace_carrier: dict
+    trace_carrier: dict[str, str]
     attempts: int
     """Claims that counted, this one included (the fence of every transition this claim makes)."""
     create_time: datetime
@@ -158,13 +158,13 @@ class JobQueue:
         company: str,
         seat: str,
         payload: bytes,
-        trace_carrier: dict,
+        trace_carrier: dict[str, str],
         now: datetime,
         run_after: datetime | None = None,
     ) -> int | None:
         """Queue a job inside the caller's transaction (it lands, and wakes the workers, only if
         that commits); its id, or None when ``(kind, company, key)`` is already queued or ran."""
-        job_id = await conn.fetchval(
+        job_id: int | None = await conn.fetchval(
             SQL["enqueue"], kind, key, company, seat, payload, json.dumps(trace_carrier), run_after or now, now
         )
         if job_id is not None:

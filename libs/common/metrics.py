@@ -9,10 +9,13 @@ no-op.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics
+
+if TYPE_CHECKING:  # only for the annotation: starlette loads with the HTTP server
+    from starlette.types import ASGIApp
 
 __all__ = [
     "AUX_TOKENS",
@@ -125,7 +128,7 @@ LEARNING_CHECKS = _Lazy(
 """Attributes: ``agentlearn.trigger``, ``agentlearn.outcome``."""
 
 
-def prometheus_app() -> Callable[[dict[str, Any], Any, Any], Awaitable[None]]:
+def prometheus_app() -> ASGIApp:
     """An ASGI app serving the Prometheus exposition of this process's metrics (``/metrics``)."""
     from prometheus_client import make_asgi_app
 

@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ _log = logging.getLogger(__name__)
 class PassSpec:
     name: str
     """Also the lease's name (e.g. ``diary-fill``)."""
-    run: Callable[[], Awaitable[Any]]
+    run: Callable[[], Coroutine[Any, Any, Any]]
     interval_seconds: float
     """The all-in-one's cadence; a CronJob schedule in Kubernetes."""
     enabled: bool = True
@@ -67,7 +67,7 @@ async def run_pass(spec: PassSpec, leases: LeaseClaimer, holder: str, ttl_second
     return True, result
 
 
-async def _keep_lease(name: str, leases: LeaseClaimer, holder: str, ttl_seconds: int, work: asyncio.Task) -> bool:
+async def _keep_lease(name: str, leases: LeaseClaimer, holder: str, ttl_seconds: int, work: asyncio.Task[Any]) -> bool:
     while True:
         await asyncio.sleep(ttl_seconds / 3)
         if await leases.claim(name, holder, ttl_seconds) is None:

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanProcessor
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from libs.common.config import TelemetryConfig
 
@@ -155,13 +155,13 @@ def tracer(name: str) -> trace.Tracer:
 def server_interceptor() -> grpc.aio.ServerInterceptor:
     from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
-    return aio_server_interceptor()
+    return aio_server_interceptor()  # type: ignore[no-untyped-call,no-any-return]  # opentelemetry-instrumentation-grpc is unannotated
 
 
 def client_interceptors() -> list[Any]:
     from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
-    return list(aio_client_interceptors())
+    return list(aio_client_interceptors())  # type: ignore[no-untyped-call]  # opentelemetry-instrumentation-grpc is unannotated
 
 
 def inject_context() -> dict[str, str]:

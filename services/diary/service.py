@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
+from libs.common.clock import Clock
 from libs.common.config import DiaryConfig, RelevanceConfig
 from libs.common.embeddings import Embedder, embed_within
 from libs.common.errors import InvalidArgument, NotFound
@@ -65,7 +66,7 @@ class DiaryService:
         store: PostgresNoteStore,
         embedder: Embedder | None,
         index: VectorIndex,
-        clock,  # libs.common.clock.Clock
+        clock: Clock,
         config: DiaryConfig,
         events: EventSink,
         relevance: RelevanceConfig | None = None,
@@ -261,7 +262,7 @@ class DiaryService:
             for note in await self.store.neighbours(company, seat, now, [c.note for _, c in scored[:k_nei]]):
                 add(note, "neighbour")
 
-        def order(c: Candidate) -> tuple:
+        def order(c: Candidate) -> tuple[int, float, float, float]:
             tier = (
                 0
                 if "vector" in c.found_by

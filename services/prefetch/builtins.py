@@ -299,7 +299,9 @@ class Builtins:
         )
         return EpisodesAnswer(f"{head}\n{rendered.text}", list(rendered.ids), 0)
 
-    async def _episodes_by_similarity(self, who: Who, query: str, outcome: int | None, limit: int) -> EpisodesAnswer:
+    async def _episodes_by_similarity(
+        self, who: Who, query: str, outcome: ep_pb.TurnOutcome | None, limit: int
+    ) -> EpisodesAnswer:
         embedder = self.deps.embedder
         if embedder is None:
             return _cannot_run("no_embeddings")

@@ -24,7 +24,8 @@ from __future__ import annotations
 import contextvars
 import json
 import re
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, TypeVar
 
 from google.protobuf import json_format
 from jsonschema import Draft202012Validator
@@ -133,7 +134,7 @@ async def call_tool(
 def _check_envelope(request: pb.CallToolRequest) -> None:
     """Every bad envelope field at once (not the first)."""
     violations: list[FieldViolation] = []
-    checks = (
+    checks: tuple[Callable[[], object], ...] = (
         lambda: require_text(request.name, "name", domain=DOMAIN, max_chars=200),
         lambda: require_ident(request.company, "company", domain=DOMAIN),
         lambda: require_ident(request.seat, "seat", domain=DOMAIN),
@@ -164,8 +165,8 @@ def _reason_of(violation: FieldViolation) -> str:
     return "FIELD_TOO_LONG" if "the limit is" in violation.description else "FIELD_INVALID"
 
 
-def _not_offered(name: str, role: str, offered: list[str]) -> None:
-    metadata = {"tool": name[:100], "role": role, "tools": ",".join(offered)}
+def _not_offered(name: str, role: str, offered: list[str]) -> NoReturn:
+    metadata: dict[str, object] = {"tool": name[:100], "role": role, "tools": ",".join(offered)}
     if name in BUILTIN_NAMES or method_of(name) is not None:
         raise NotFound(
             f"the tool {name} is not offered to the role {role} (ListTools leaves it out: refine_skill when "
@@ -297,10 +298,10 @@ def _typed_request(method: Any, arguments: dict[str, Any], request: pb.CallToolR
         if field not in fields:
             continue
         value = getattr(request, field)
-        if field == "senders":
-            typed.senders.extend(value)
-        elif field == "unit_chain":
-            typed.unit_chain.extend(value)
+        # typed is built from a descriptor at run time (a plain Message to the checker), and a
+        # repeated field is extended, not assigned.
+        if field in ("senders", "unit_chain"):
+            getattr(typed, field).extend(value)
         else:
             setattr(typed, field, value)
     return typed
@@ -329,8 +330,11 @@ _OUTCOMES = {
 }
 
 
+_E = TypeVar("_E", bound=int)  # a proto enum: an int subclass per enum type
+
+
 def _either(
-    enum_value: int, enum_field: str, names: dict[int, str], enum_type: Any, legacy: str, legacy_field: str
+    enum_value: _E, enum_field: str, names: Mapping[_E, str], enum_type: Any, legacy: str, legacy_field: str
 ) -> str:
     """The value the builtin reads: the enum when set, else the deprecated string (still honoured).
     Both set and naming different values is refused, naming both fields."""

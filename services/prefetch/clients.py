@@ -55,7 +55,7 @@ def passthrough(service: str, err: grpc.aio.AioRpcError) -> AgentLearnError:
     under our domain as ``<SERVICE>_<CODE>``."""
     info, bad = None, None
     try:
-        status = rpc_status.from_call(err)
+        status = rpc_status.from_call(err)  # type: ignore[arg-type]  # the stub says grpc.Call; AioRpcError has the methods it reads
     except ValueError:
         status = None
     for detail in status.details if status is not None else []:

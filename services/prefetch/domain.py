@@ -10,6 +10,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 __all__ = [
     "DOMAIN",
@@ -242,7 +243,7 @@ def _block_json(b: Block) -> dict[str, object]:
     return out
 
 
-def _block_of(data: dict) -> Block:  # type: ignore[type-arg]
+def _block_of(data: dict[str, Any]) -> Block:
     party = data.get("counterparty")
     return Block(
         BlockKind(data["kind"]),
@@ -275,7 +276,7 @@ class TurnContext:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> TurnContext:  # type: ignore[type-arg]
+    def from_json(cls, data: dict[str, Any]) -> TurnContext:
         blocks = tuple(_block_of(b) for b in data["blocks"])
         embedding = data.get("turn_embedding")
         summary = Summary(

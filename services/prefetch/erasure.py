@@ -42,7 +42,7 @@ SQL = {
 
 def pool_of(store: object) -> asyncpg.Pool:
     """The prefetch store's pool (it keeps it private): an erasure runs its own transaction."""
-    return store._pool  # type: ignore[attr-defined]
+    return store._pool  # type: ignore[attr-defined]  # the store keeps its pool private; an erasure runs its own transaction
 
 
 async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list[Any], list[Any], list[Any]]:

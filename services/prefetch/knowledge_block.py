@@ -148,7 +148,7 @@ async def relevant_knowledge(deps: Deps, start: TurnStart, who: Who) -> Block:
     outcome = await search(deps, reader, query, prefetch.knowledge_results, context)
     if not outcome.ran:
         if outcome.unsearched in _SOURCE_ERROR:
-            block.source_error = _SOURCE_ERROR[outcome.unsearched]  # type: ignore[index]
+            block.source_error = _SOURCE_ERROR[outcome.unsearched]
             block.markdown = render_block(outcome, gated=False)
         return block  # scoped to nothing or unconfigured since can_search: nothing to show
     block.markdown = render_block(outcome, gated=False)
@@ -170,7 +170,7 @@ async def onboarding_block(deps: Deps, start: TurnStart) -> Block:
     )
     if not outcome.ran:
         if outcome.unsearched in _SOURCE_ERROR:
-            block.source_error = _SOURCE_ERROR[outcome.unsearched]  # type: ignore[index]
+            block.source_error = _SOURCE_ERROR[outcome.unsearched]
         return block
     if not outcome.hits:
         return block

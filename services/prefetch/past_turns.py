@@ -51,7 +51,7 @@ _REWRITE_USER = prompt("episode_rewrite.user.md")
 _SUMMARY_SYSTEM = prompt("episode_summary.system.md")
 _SUMMARY_USER = prompt("episode_summary.user.md")
 
-_OUTCOMES = {
+_OUTCOMES: dict[int, str] = {
     ep_pb.TURN_OUTCOME_DONE: "done",
     ep_pb.TURN_OUTCOME_FAILED: "failed",
     ep_pb.TURN_OUTCOME_SELF_ITERATE: "self_iterate",
@@ -225,7 +225,7 @@ class PastTurns:
                 return text
             return condensed.get(text) or f"[{_size(len(text.encode()))}, not condensed in time]"
 
-        turns = []
+        turns: list[dict[str, Any]] = []
         for i, e in enumerate(episodes, 1):
             turns.append(
                 {

@@ -249,7 +249,7 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
             pb.KnowledgeHit(page_id=h.page_id, title=h.title, container=h.container, snippet=h.snippet)
             for h in outcome.hits
         ]
-        status = pb.SEARCH_STATUS_SEARCHED if outcome.ran else _SEARCH_STATUS[outcome.unsearched]  # type: ignore[index]
+        status = pb.SEARCH_STATUS_SEARCHED if outcome.ran else _SEARCH_STATUS[outcome.unsearched]  # type: ignore[index]  # not ran means unsearched names why
         return pb.SearchKnowledgeResponse(hits=hits, status=status, text=answer.text)
 
     async def MarkOnboarded(

@@ -131,7 +131,8 @@ class PostgresPrefetchStore:
     # ------------------------------------------------------------------ onboarding markers
 
     async def marker(self, company: str, seat: str) -> str | None:
-        return await self._pool.fetchval(SQL["marker"], company, seat)
+        marker: str | None = await self._pool.fetchval(SQL["marker"], company, seat)
+        return marker
 
     async def mark_onboarded(self, company: str, seat: str, chain_hash: str, chain: list[str], now: datetime) -> None:
         await self._pool.execute(SQL["mark"], company, seat, chain_hash, chain, now)
@@ -200,7 +201,8 @@ class PostgresPrefetchStore:
         await self._pool.execute(SQL["hint_shown"], company, seat, turn_id, hint_key, shown, now)
 
     async def runs(self, company: str) -> int:
-        return await self._pool.fetchval(SQL["runs_count"], company)
+        count: int = await self._pool.fetchval(SQL["runs_count"], company)
+        return count
 
     # ------------------------------------------------------------------ frozen turn contexts
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
+
+from google.protobuf.message import Message
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from services.reflector.domain import Interaction, OfferedSkill, Outcome, Sender, Trigger, Turn
@@ -25,8 +27,9 @@ TRIGGER = {
 }
 
 
-def _time(msg, field: str):  # type: ignore[no-untyped-def]
-    return getattr(msg, field).ToDatetime(tzinfo=UTC) if msg.HasField(field) else None
+def _time(msg: Message, field: str) -> datetime | None:
+    value: datetime | None = getattr(msg, field).ToDatetime(tzinfo=UTC) if msg.HasField(field) else None
+    return value
 
 
 def turn_from_pb(t: pb.TurnCompleted) -> Turn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 __all__ = [
     "DOMAIN",
@@ -233,7 +234,7 @@ class WorkerOutcome:
             return False
         return failure_kind_of(self.failure) in RETRYABLE_FAILURES
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "worker": self.worker,
             "status": str(self.status),
@@ -245,7 +246,7 @@ class WorkerOutcome:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> WorkerOutcome:
+    def from_json(cls, data: dict[str, Any]) -> WorkerOutcome:
         return cls(
             worker=data["worker"],
             status=WorkerStatus(data["status"]),

@@ -239,7 +239,7 @@ class Harness:
         saved: set[str] = set()
         every = self._config.claim_lease_seconds / _CHECKPOINTS_PER_LEASE
         try:
-            pending: set[asyncio.Task] = set(tasks)
+            pending: set[asyncio.Task[None]] = set(tasks)
             while pending:
                 _, pending = await asyncio.wait(pending, timeout=every)
                 new = [o for name, o in done.items() if name not in saved]
@@ -381,10 +381,10 @@ class Harness:
         turn to finish. ``forever`` is the worker loop: it never returns."""
         limit = max(1, self._config.concurrency)
         batch = max(1, limit // 4)
-        running: set[asyncio.Task] = set()
+        running: set[asyncio.Task[None]] = set()
         taken = 0
         backlog = True  # the last claim came back full: there may be more
-        waker: asyncio.Task | None = None
+        waker: asyncio.Task[bool] | None = None
         try:
             while True:
                 room = limit - len(running)
@@ -408,7 +408,7 @@ class Harness:
                         running.add(asyncio.create_task(self._run_claimed(job)))
                     if not running and not forever:
                         return taken
-                waiting = set(running)
+                waiting: set[asyncio.Task[object]] = set(running)
                 if len(running) < limit:  # a wake matters only with a free slot
                     if waker is None or waker.done():
                         waker = asyncio.create_task(self._wake.wait())
@@ -463,7 +463,7 @@ class Harness:
         except Exception as exc:  # best effort: the lease lapses otherwise
             _log.warning("could not hand back job %s on stopping (%s); its claim will lapse", job.id, exc)
 
-    async def _keep_claim(self, job: Job, work: asyncio.Task) -> bool:
+    async def _keep_claim(self, job: Job, work: asyncio.Task[str]) -> bool:
         lease = self._config.claim_lease_seconds
         while True:
             await asyncio.sleep(lease / 3)

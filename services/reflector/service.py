@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
+from libs.common.clock import Clock
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
 from libs.common.jobs import JobQueue
@@ -19,6 +21,9 @@ from libs.common.validation import (
 )
 from services.reflector.domain import DOMAIN, JOB_KIND, job_key
 from services.reflector.store import PostgresReflectionStore, ReflectionRecord
+
+if TYPE_CHECKING:  # only for the annotation: the harness module loads its workers
+    from services.reflector.harness import Harness
 
 __all__ = ["ReflectorService"]
 
@@ -92,7 +97,14 @@ def _check_turn(turn: pb.TurnCompleted) -> None:
 
 
 class ReflectorService:
-    def __init__(self, queue: JobQueue, store: PostgresReflectionStore, clock, events: EventSink, harness=None):  # type: ignore[no-untyped-def]
+    def __init__(
+        self,
+        queue: JobQueue,
+        store: PostgresReflectionStore,
+        clock: Clock,
+        events: EventSink,
+        harness: Harness | None = None,
+    ):
         self.queue = queue
         self.store = store
         self.clock = clock
@@ -158,5 +170,6 @@ class ReflectorService:
         if len(records) > size:
             records = records[:size]
             last = records[-1]
+            assert last.submit_time is not None  # every reflection row is inserted with its submit_time
             next_token = encode_time_cursor(last.submit_time, last.turn_id, scope)
         return records, next_token, total

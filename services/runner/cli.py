@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from libs.common import telemetry
 from libs.common.auth import Authenticator
@@ -22,6 +23,11 @@ from libs.common.infra import Infra, SchemaBehind, open_infra, resolve_dsn
 from libs.common.passrunner import LEASE_LOST, holder_identity, run_pass, tick_forever
 from services.runner import security
 from services.runner.registry import PASSES, SERVICES, embedder_mode, migrations_of
+
+if TYPE_CHECKING:  # only for annotations: starlette and the component type load when used
+    from starlette.applications import Starlette
+
+    from libs.common.component import Component
 
 _log = logging.getLogger("agentlearn")
 
@@ -108,10 +114,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides: dict = {}
+    overrides: dict[str, Any] = {}
     if getattr(args, "data_dir", None):
         overrides["data_dir"] = args.data_dir
-    server: dict = {}
+    server: dict[str, Any] = {}
     if getattr(args, "port", None) is not None:
         server["port"] = args.port
     if getattr(args, "host", None):
@@ -134,7 +140,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 async def _open(
     settings: Settings, stack: contextlib.AsyncExitStack, names: list[str], *, warm: bool = True
-) -> tuple[Infra, list]:
+) -> tuple[Infra, list[Component]]:
     """Open the infrastructure and components of ``names`` only (their bootstraps, their
     migrations). The embedding model is loaded at start only where a service embeds inline and
     ``warm`` (a server: its first write must not pay the load); otherwise it loads on the first
@@ -175,10 +181,11 @@ PUBLIC_HTTP_PATHS = ("/metrics", "/healthz", "/api/openapi.json")
 """What any caller may read without a credential: aggregate metrics, liveness, the API's schema."""
 
 
-def http_app(components: list, authenticator: Authenticator):  # type: ignore[type-arg,no-untyped-def]
+def http_app(components: list[Component], authenticator: Authenticator) -> Starlette:
     """Every component's HTTP routes plus ``/metrics`` and ``/healthz``, behind the same
     authentication as the gRPC port."""
     from starlette.middleware import Middleware
+    from starlette.requests import Request
     from starlette.responses import PlainTextResponse
     from starlette.routing import Mount, Route
 
@@ -186,7 +193,7 @@ def http_app(components: list, authenticator: Authenticator):  # type: ignore[ty
     from libs.common.httpserver import build_app
     from libs.common.metrics import prometheus_app
 
-    async def healthz(_request):  # type: ignore[no-untyped-def]
+    async def healthz(_request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok\n")
 
     routes = [
@@ -345,6 +352,7 @@ async def serve_split(settings: Settings, args: argparse.Namespace) -> int:
             )
         for name, proc in children.items():
             async with asyncio.timeout(120):
+                assert proc.stdout is not None  # spawned with stdout=PIPE
                 line = (await proc.stdout.readline()).decode()
             if not line.startswith("agentlearn ready on "):
                 raise security.StartRefused(f"service {name} did not start (see its log above)")
@@ -389,7 +397,9 @@ def _pass_services(settings: Settings, names: list[str]) -> list[str]:
     return wanted
 
 
-async def _serve_siblings(infra: Infra, stack: contextlib.AsyncExitStack, components: list, names: list[str]) -> None:
+async def _serve_siblings(
+    infra: Infra, stack: contextlib.AsyncExitStack, components: list[Component], names: list[str]
+) -> None:
     """A pass may call sibling services (skill synthesis reads episodes); outside a cluster they are
     served from this process on a private port for the pass's lifetime — only when one of its
     passes calls one."""

@@ -20,8 +20,10 @@ import argparse
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import grpc
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
 from agentlearn.prefetch.v1 import knowledge_service_pb2 as kpb
 from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as kgrpc
@@ -53,7 +55,7 @@ def _turn(
     ask: str = "",
     did: str,
     tools: list[str],
-    outcome: int = rpb.TURN_OUTCOME_DONE,
+    outcome: rpb.TurnOutcome = rpb.TURN_OUTCOME_DONE,
     offered: list[tuple[str, str]] | None = None,
 ) -> rpb.TurnCompleted:
     return rpb.TurnCompleted(
@@ -90,7 +92,7 @@ def life(company: str, start: datetime) -> list[rpb.TurnCompleted]:
     """A few weeks of ana's turns, oldest first."""
     turns: list[rpb.TurnCompleted] = []
 
-    def add(**kw) -> None:  # type: ignore[no-untyped-def]
+    def add(**kw: Any) -> None:
         turns.append(_turn(company, len(turns) + 1, start + timedelta(hours=9 * len(turns)), **kw))
 
     add(
@@ -267,7 +269,7 @@ async def main(argv: list[str]) -> int:
 USER, WORKSPACE = "dana", "payments"
 
 
-def _event(n: int, kind: int, text: str, when: datetime, turn: str, **kw) -> spb_s.SessionEvent:  # type: ignore[no-untyped-def]
+def _event(n: int, kind: spb_s.EventKind, text: str, when: datetime, turn: str, **kw: Any) -> spb_s.SessionEvent:
     return spb_s.SessionEvent(
         event_id=f"ev-{n:03d}", kind=kind, text=text, event_time=timestamp(when), turn_id=turn, **kw
     )
@@ -352,7 +354,7 @@ def session_events(start: datetime) -> tuple[list[spb_s.SessionEvent], list[spb_
     return first, second
 
 
-def _name(enum, value: int, prefix: str) -> str:  # type: ignore[no-untyped-def]
+def _name(enum: EnumTypeWrapper, value: int, prefix: str) -> str:
     return enum.Name(value).removeprefix(prefix).lower()
 
 
@@ -413,7 +415,7 @@ async def session_demo(channel: grpc.aio.Channel, company: str) -> bool:
         ("pr", "Open a pull request"),
     ]
 
-    async def plan(revision: int, statuses: list[int]) -> spb_s.SavePlanResponse:
+    async def plan(revision: int, statuses: list[spb_s.StepStatus]) -> spb_s.SavePlanResponse:
         return await sessions.SavePlan(
             spb_s.SavePlanRequest(
                 company=company,

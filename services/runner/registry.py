@@ -13,6 +13,10 @@ import importlib.util
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only for the annotation: the registry imports no service code up front
+    from libs.common.db import Migrations
 
 ORDER = [
     "diary",
@@ -90,7 +94,7 @@ PASSES: dict[str, PassHome] = {
 ``tests/test_lean_processes.py`` checks it against the passes the components build."""
 
 
-def migrations_of(names: list[str]) -> list:
+def migrations_of(names: list[str]) -> list[Migrations]:
     """The migrations of the services a process serves: each service owns its tables."""
     return [SERVICES[n].MIGRATIONS for n in names]
 

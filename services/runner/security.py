@@ -16,6 +16,7 @@ import contextlib
 import ipaddress
 import secrets
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -120,7 +121,9 @@ def authenticator(settings: Settings, mode: str) -> Authenticator:
 # --------------------------------------------------------------------------------------------
 
 
-def add_token_parser(sub: argparse._SubParsersAction, common) -> None:  # type: ignore[no-untyped-def,type-arg]
+def add_token_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: Callable[[argparse.ArgumentParser], None]
+) -> None:
     token = sub.add_parser("token", help="issue, list and revoke caller tokens")
     tsub = token.add_subparsers(dest="token_command", required=True)
     issue = tsub.add_parser("issue", help="issue a token (printed once; only its digest is kept)")

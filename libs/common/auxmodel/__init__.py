@@ -7,6 +7,10 @@ OpenAI-compatible endpoint, and a deterministic offline provider that answers ev
 rules, so the whole system runs with no model at all.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from libs.common.auxmodel._seam import (
     Attribution,
     AttributionMissing,
@@ -15,10 +19,14 @@ from libs.common.auxmodel._seam import (
     Completion,
     NoAuxiliaryModel,
     Prompt,
+    Provider,
     ProviderError,
     Stage,
 )
 from libs.common.auxmodel.offline import OfflineProvider, OfflineRules
+
+if TYPE_CHECKING:  # only for the annotation: the seam need not load the config models
+    from libs.common.config import Settings
 
 __all__ = [
     "Attribution",
@@ -37,7 +45,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
+def __getattr__(name: str) -> Any:
     # The OpenAI SDK is a quarter of a process's import time (docs/perf/analysis.md §2.5): it is
     # imported when a provider of that kind is configured or the class is asked for, not before.
     if name == "OpenAICompatibleProvider":
@@ -47,9 +55,9 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def build_providers(settings, rules: OfflineRules):  # type: ignore[no-untyped-def]
+def build_providers(settings: Settings, rules: OfflineRules) -> dict[str, Provider]:
     """One provider object per entry of ``providers.llm``."""
-    out = {}
+    out: dict[str, Provider] = {}
     for name, cfg in settings.providers.llm.items():
         if cfg.kind == "offline":
             out[name] = OfflineProvider(rules, name=name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import openai
+from openai.types.shared_params import ResponseFormatJSONObject
 
 from libs.common.auxmodel._seam import Completion, Prompt, ProviderError
 from libs.common.config import ProviderConfig
@@ -41,7 +42,10 @@ class OpenAICompatibleProvider:
         )
 
     async def complete(self, prompt: Prompt) -> Completion:
-        kwargs = {"response_format": {"type": "json_object"}} if prompt.json_output else {}
+        # omit leaves the field out of the request, as an absent keyword did.
+        response_format: ResponseFormatJSONObject | openai.Omit = (
+            {"type": "json_object"} if prompt.json_output else openai.omit
+        )
         try:
             resp = await self._client.chat.completions.create(
                 model=self.model,
@@ -51,7 +55,7 @@ class OpenAICompatibleProvider:
                 ],
                 max_tokens=prompt.max_tokens,
                 temperature=0,
-                **kwargs,
+                response_format=response_format,
             )
         except Exception as exc:
             raise ProviderError(_kind(exc), str(exc)) from exc

@@ -5,6 +5,10 @@ vector with no direction (all zeros, or not finite) counts as none; every vector
 and width it came from. Build one with :func:`build_embedder`.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from libs.common.embeddings._port import (
     Embedder,
     EmbeddingConfigurationError,
@@ -20,6 +24,9 @@ from libs.common.embeddings._port import (
     usable,
 )
 from libs.common.embeddings._split import split_between_words
+
+if TYPE_CHECKING:  # only for the annotation: the seam need not load the config models
+    from libs.common.config import EmbeddingsConfig
 
 __all__ = [
     "Embedder",
@@ -39,7 +46,7 @@ __all__ = [
 ]
 
 
-def build_embedder(config):  # type: ignore[no-untyped-def]
+def build_embedder(config: EmbeddingsConfig) -> Embedder | None:
     """The configured embedder, or ``None`` when ``providers.embeddings.kind`` is ``none``."""
     if config.kind == "none":
         return None

@@ -21,7 +21,8 @@ class Vector:
         return int(self.values.shape[0])
 
     def tolist(self) -> list[float]:
-        return self.values.astype(np.float32).tolist()
+        values: list[float] = self.values.astype(np.float32).tolist()
+        return values
 
 
 class EmbeddingError(Exception):
@@ -112,7 +113,8 @@ def pool(pieces: Sequence[np.ndarray], weights: Sequence[float] | None = None) -
     norm = float(np.linalg.norm(mean))
     if not math.isfinite(norm) or norm == 0.0:
         return None
-    return (mean / norm).astype(np.float32)
+    pooled: np.ndarray = (mean / norm).astype(np.float32)
+    return pooled
 
 
 Offload = Callable[..., Awaitable[Any]]

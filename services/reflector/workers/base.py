@@ -135,7 +135,7 @@ async def ask_model(ctx: WorkerContext, turn: Turn, purpose: str, prompt: Prompt
 def _asks_to_retry(exc: grpc.aio.AioRpcError) -> bool:
     """The status carries ``google.rpc.RetryInfo``: the server says to come back later."""
     try:
-        status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+        status = rpc_status.from_call(exc)  # type: ignore[arg-type]  # the stub says grpc.Call; AioRpcError has the methods it reads
     except Exception:  # a malformed status detail is no invitation
         return False
     return status is not None and any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in status.details)

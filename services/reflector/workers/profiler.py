@@ -105,8 +105,8 @@ class Profiler:
                 return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail="nothing to add")
             return WorkerOutcome(self.name, WorkerStatus.WROTE, written=written)
         passing = [(key, exc) for key, exc in failures if failure_kind(exc) in RETRYABLE_FAILURES]
-        key, exc = (passing or failures)[0]
-        failure = f"{failure_text(exc)} (sender {key}; {len(failures)} of {len(subjects)} senders not profiled)"
+        key, first = (passing or failures)[0]
+        failure = f"{failure_text(first)} (sender {key}; {len(failures)} of {len(subjects)} senders not profiled)"
         if passing:
             status = WorkerStatus.RETRYING
         else:

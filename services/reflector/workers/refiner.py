@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from libs.common.auxmodel import OfflineRules, Prompt
 from services.reflector.domain import Outcome, Turn, WorkerOutcome, WorkerStatus
@@ -25,6 +25,9 @@ from services.reflector.workers.base import (
     prompt_file,
     turn_data,
 )
+
+if TYPE_CHECKING:  # the stubs load lazily in run(), as before
+    from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 
 __all__ = ["PURPOSE", "Refiner", "offline_rule", "register"]
 
@@ -51,7 +54,7 @@ class Refiner:
             return "auto_refine_on_failure_off"
         return None
 
-    async def _live(self, turn: Turn, ctx: WorkerContext) -> list:
+    async def _live(self, turn: Turn, ctx: WorkerContext) -> list[sk_pb.Skill]:
         from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 
         wanted = {s.id for s in turn.offered_skills}
