@@ -507,7 +507,7 @@ async def main(args: argparse.Namespace) -> None:
         base = rows[0][2]
         say("   throughput vs concurrency 1: " + ", ".join(f"c={r[0]} x{r[2] / base:.2f}" for r in rows))
         say()
-        await pool.execute("TRUNCATE agent_diary")
+        await pool.execute("TRUNCATE agent_diary CASCADE")  # with the notes' provenance rows
         shutil.rmtree(edge, ignore_errors=True)
 
         # ---------------------------------------------------------------- 2. recall at scale
@@ -552,7 +552,7 @@ async def main(args: argparse.Namespace) -> None:
             f"{pct(lat[names[1]], 50) / pct(lat[names[0]], 50):.2f}"
         )
         say()
-        await pool.execute("TRUNCATE agent_diary")
+        await pool.execute("TRUNCATE agent_diary CASCADE")  # with the notes' provenance rows
         shutil.rmtree(edge, ignore_errors=True)
 
         # ---------------------------------------------------------------- 3. seat count
