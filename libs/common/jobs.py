@@ -23,16 +23,20 @@ now, e.g. no budget) gives it back, and the caller dead-letters once its own lim
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 import asyncpg
 
-__all__ = ["NOTIFY_CHANNEL", "SQL", "Job", "JobQueue", "JobState", "listen"]
+from libs.common.clock import Clock
+
+__all__ = ["NOTIFY_CHANNEL", "SQL", "Job", "JobQueue", "JobState", "keep_claim", "listen", "run_claimed"]
 
 _log = logging.getLogger(__name__)
 
@@ -234,6 +238,55 @@ class JobQueue:
     async def pending(self, kind: str) -> int:
         """Jobs of ``kind`` not yet finished (queued, or running)."""
         return int(await self._pool.fetchval(SQL["pending"], kind))
+
+
+async def keep_claim(
+    queue: JobQueue, job: Job, worker: str, clock: Clock, lease_seconds: float, work: asyncio.Task[Any]
+) -> bool:
+    """Renew ``job``'s lease every third of it while ``work`` runs. A renewal the database did not
+    answer is tried again at the next beat (the lease still covers two); a claim no longer held (it
+    lapsed and another worker took it) cancels ``work`` and returns False, so the caller can tell a
+    lost claim from any other cancellation. Every queue family's worker runs this one loop."""
+    while True:
+        await asyncio.sleep(lease_seconds / 3)
+        try:
+            held = await queue.renew(job, worker, clock.now(), lease_seconds)
+        except Exception as exc:
+            _log.warning("could not renew the claim on %s job %s: %s", job.kind, job.id, exc)
+            continue
+        if not held:
+            work.cancel()
+            return False
+
+
+async def run_claimed(
+    queue: JobQueue,
+    job: Job,
+    worker: str,
+    clock: Clock,
+    lease_seconds: float,
+    process: Callable[[Job], Coroutine[Any, Any, Any]],
+    *,
+    when_lost: str,
+) -> None:
+    """Run ``process(job)`` under its renewed claim. A lost claim stops the work and is logged with
+    ``when_lost`` (what becomes of the job: the family's rule); a failure to record is logged and
+    the claim left to lapse (the family's lapse rule then applies). Cancellation of the caller
+    propagates."""
+    work = asyncio.create_task(process(job))
+    renew = asyncio.create_task(keep_claim(queue, job, worker, clock, lease_seconds, work))
+    try:
+        await work
+    except asyncio.CancelledError:
+        if not (renew.done() and renew.result() is False):
+            raise
+        _log.warning("lost the claim on %s job %s; %s", job.kind, job.id, when_lost)
+    except Exception:
+        _log.exception("%s job %s could not be recorded; its claim will lapse", job.kind, job.id)
+    finally:
+        renew.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renew
 
 
 async def listen(

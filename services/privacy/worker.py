@@ -16,14 +16,13 @@ import json
 import logging
 import uuid
 from datetime import timedelta
-from typing import Any
 
 import grpc
 
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.events import EventSink
-from libs.common.jobs import Job, JobQueue, listen
+from libs.common.jobs import Job, JobQueue, listen, run_claimed
 from services.privacy.domain import JOB_KIND, Erasure, ErasureState
 from services.privacy.service import PrivacyService
 
@@ -127,33 +126,15 @@ class ErasureWorker:
             await self._run_claimed(job)
 
     async def _run_claimed(self, job: Job) -> None:
-        work = asyncio.create_task(self.process(job))
-        renew = asyncio.create_task(self._keep_claim(job, work))
-        try:
-            await work
-        except asyncio.CancelledError:
-            if not (renew.done() and renew.result() is False):
-                raise
-            _log.warning("lost the claim on erasure job %s; its new holder resumes it", job.id)
-        except Exception:
-            _log.exception("erasure job %s could not be recorded; its claim will lapse", job.id)
-        finally:
-            renew.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renew
-
-    async def _keep_claim(self, job: Job, work: asyncio.Task[Any]) -> bool:
-        lease = self.config.claim_lease_seconds
-        while True:
-            await asyncio.sleep(lease / 3)
-            try:
-                held = await self.queue.renew(job, self.worker_id, self.clock.now(), lease)
-            except Exception as exc:
-                _log.warning("could not renew the claim on erasure job %s: %s", job.id, exc)
-                continue
-            if not held:
-                work.cancel()
-                return False
+        await run_claimed(
+            self.queue,
+            job,
+            self.worker_id,
+            self.clock,
+            self.config.claim_lease_seconds,
+            self.process,
+            when_lost="its new holder resumes it",
+        )
 
     async def run_forever(self, dsn: str) -> None:
         async with asyncio.TaskGroup() as group:

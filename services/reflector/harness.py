@@ -42,7 +42,7 @@ from libs.common import telemetry
 from libs.common.budgets import BudgetLedger, window_start
 from libs.common.config import Settings
 from libs.common.events import EventSink
-from libs.common.jobs import Job, JobQueue, listen
+from libs.common.jobs import Job, JobQueue, keep_claim, listen
 from libs.common.metrics import QUEUE_DEPTH, QUEUE_LAG, WORKER_OUTCOMES
 from services.reflector.convert import turn_from_pb
 from services.reflector.domain import (
@@ -464,17 +464,7 @@ class Harness:
             _log.warning("could not hand back job %s on stopping (%s); its claim will lapse", job.id, exc)
 
     async def _keep_claim(self, job: Job, work: asyncio.Task[str]) -> bool:
-        lease = self._config.claim_lease_seconds
-        while True:
-            await asyncio.sleep(lease / 3)
-            try:
-                held = await self._queue.renew(job, self._worker_id, self._clock.now(), lease)
-            except Exception as exc:
-                _log.warning("could not renew the claim on job %s: %s", job.id, exc)
-                continue
-            if not held:
-                work.cancel()
-                return False
+        return await keep_claim(self._queue, job, self._worker_id, self._clock, self._config.claim_lease_seconds, work)
 
     def wake(self) -> None:
         self._wake.set()

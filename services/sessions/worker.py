@@ -30,7 +30,7 @@ from libs.common import telemetry
 from libs.common.clock import Clock
 from libs.common.config import SessionsConfig
 from libs.common.events import EventSink
-from libs.common.jobs import Job, JobQueue, JobState, listen
+from libs.common.jobs import Job, JobQueue, JobState, listen, run_claimed
 from libs.common.metrics import LEARNING_CHECKS
 from services.sessions.checks import CheckRunner
 from services.sessions.domain import JOB_KIND, CheckOutcome, CheckState, LearningCheck
@@ -202,34 +202,15 @@ class LearningWorker:
             await self._run_claimed(job)
 
     async def _run_claimed(self, job: Job) -> None:
-        work = asyncio.create_task(self.process(job))
-        renew = asyncio.create_task(self._keep_claim(job, work))
-        try:
-            await work
-        except asyncio.CancelledError:
-            if not (renew.done() and renew.result() is False):
-                raise
-            _log.warning("lost the claim on learning job %s; it is reported interrupted", job.id)
-        except Exception:
-            # The store failed under the worker: the claim lapses and the sweep reports it.
-            _log.exception("learning job %s could not be recorded; its claim will lapse", job.id)
-        finally:
-            renew.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renew
-
-    async def _keep_claim(self, job: Job, work: asyncio.Task[CheckState | None]) -> bool:
-        lease = self.config.claim_lease_seconds
-        while True:
-            await asyncio.sleep(lease / 3)
-            try:
-                held = await self.queue.renew(job, self.worker_id, self.clock.now(), lease)
-            except Exception as exc:
-                _log.warning("could not renew the claim on learning job %s: %s", job.id, exc)
-                continue
-            if not held:
-                work.cancel()
-                return False
+        await run_claimed(
+            self.queue,
+            job,
+            self.worker_id,
+            self.clock,
+            self.config.claim_lease_seconds,
+            self.process,
+            when_lost="it is reported interrupted",
+        )
 
     async def run_forever(self, dsn: str) -> None:
         """Woken by NOTIFY, polling as the backstop, ``concurrency`` checks at a time; sweeps for
