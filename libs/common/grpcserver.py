@@ -122,6 +122,10 @@ _STORE_DOWN = (
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.OperatorInterventionError,  # admin or crash shutdown mid-statement: it comes back
+    # A connection left mid-operation by a server that went away under it (a fast shutdown, a
+    # crash): asyncpg reports its protocol state, the pool drops the connection, and a retry runs on
+    # a fresh one. Seen only with the server going down (tests/test_faults_postgres_restart.py).
+    asyncpg.exceptions.InternalClientError,
     ConnectionError,
     FileNotFoundError,  # the embedded server's Unix socket is gone while it restarts
 )
