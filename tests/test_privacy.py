@@ -8,6 +8,8 @@ the local embedding model, the reflector's workers on the offline model rules.
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import grpc
 import pytest
@@ -611,3 +613,69 @@ async def test_a_turn_that_only_mentions_her_loses_her_name_not_what_else_it_tau
     assert await _mentions(dsn, "carla") == {}
     notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"))).notes
     assert lesson.id in {n.id for n in notes}
+
+
+async def test_an_erasure_overlapping_her_running_reflection_erases_what_it_wrote(env, dsn, clock):
+    """A reflection of her turn is running (claimed, its turn in memory) when the erasure starts:
+    the erase step removes its job, and the reflection then writes her note, episode and profile
+    after the owners erased. The verification finds them, and a second round erases them: the
+    erasure converges (SUCCEEDED, verified, two rounds) instead of failing with leftovers.
+
+    The overlap is forced, not timed: the test claims her turn as the in-flight reflector would,
+    holds the prefetch owner's erasure record table (prefetch is asked after the reflector), runs
+    the claimed reflection while the erasure waits there, then lets the erasure go."""
+    from libs.common.jobs import JobQueue
+
+    await env.reflector.SubmitTurn(
+        rf_pb.SubmitTurnRequest(
+            turn=turn("run-dave", now=clock.now(), seat="ana", messages=[message("dave", "I prefer the load tests.")])
+        )
+    )
+    await env.harness.drain()
+    held = turn(
+        "run-held",
+        now=clock.now(),
+        seat="ana",
+        messages=[message("carla", "I prefer the kafka lag summary as a CSV file.")],
+        label="Message from Carla: Slack message",
+    )
+    await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=held))
+    queue = JobQueue(env.app.infra.pool)
+    job = await queue.claim("reflection", "in-flight-reflector", clock.now(), 600)
+    assert job is not None and job.key.endswith("run-held")
+
+    conn = await asyncpg.connect(dsn)
+    blocker = await asyncpg.connect(dsn)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("LOCK TABLE prefetch_erasures IN ACCESS EXCLUSIVE MODE")
+        resp = await env.privacy.EraseSubject(
+            pv.EraseSubjectRequest(
+                company="acme", subject=er.ErasureSubject(handle="carla", platform="slack"), names=["Carla Moreno"]
+            )
+        )
+        running = asyncio.create_task(env.worker.drain())
+        async with asyncio.timeout(60):  # the erasure reaches the prefetch owner: the reflector's step is done
+            while not await conn.fetchval("SELECT count(*) FROM reflector_erasures"):
+                await asyncio.sleep(0.02)
+        assert await conn.fetchval("SELECT count(*) FROM background_jobs WHERE key LIKE '%run-held'") == 0
+        # Her reflection, running all along, writes now: after the owners erased her rows.
+        await env.harness.process(job)
+        assert await conn.fetchval("SELECT count(*) FROM agent_diary WHERE turn_id = 'run-held'") == 1
+        assert await conn.fetchval("SELECT count(*) FROM episodes WHERE turn_id = 'run-held'") == 1
+        await tx.rollback()
+        await running
+    finally:
+        await blocker.close()
+        await conn.close()
+    erasure = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id))).erasure
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    assert erasure.rounds == 2 and not erasure.residues
+    reports = {r.owner: {t.table: t for t in r.tables} for r in erasure.reports}
+    assert reports["diary"]["agent_diary"].count == 1  # the note her reflection wrote, erased in round 2
+    assert reports["episodes"]["episodes"].count == 1
+    assert reports["profiles"]["counterparty_profiles"].count == 1
+    assert await _mentions(dsn, "carla") == {}
+    notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"))).notes
+    assert [n.turn_id for n in notes] == ["run-dave"]

@@ -36,16 +36,19 @@ from libs.common.vectorindex import IndexUnavailable, VectorIndex, collection_na
 
 __all__ = [
     "IDS_KEPT",
+    "PENDING_CHECK",
     "Kind",
     "Report",
     "TableReport",
     "Target",
+    "delete_indexed",
     "drop_points",
     "provenance_from_json",
     "provenance_json",
     "provenance_subjects",
     "report_to_proto",
     "retention_cutoffs",
+    "round_id",
     "run_once",
     "sweep_orphans",
     "target_from_proto",
@@ -55,6 +58,11 @@ _log = logging.getLogger(__name__)
 
 IDS_KEPT = 5000
 """At most this many ids per table in a report (counts are always whole)."""
+
+PENDING_CHECK = "pending:"
+"""A ``FindRows`` report's table named ``pending:<check>`` (count 0) is a verification check the
+owner could not run (e.g. ``pending:index:diary_notes_384``: that vector index was down): the
+erasure is not verified until it runs. A table ``index:<collection>`` names points found there."""
 
 
 class Kind(StrEnum):
@@ -162,6 +170,22 @@ class Report:
     @property
     def total(self) -> int:
         return sum(t.count + t.changed for t in self.tables.values())
+
+    def merge(self, other: Report) -> None:
+        """Fold a later round's report of the same owner into this one (the receipt is one report
+        per owner, whatever number of rounds the erasure took)."""
+        for table, entry in other.tables.items():
+            mine = self.tables.setdefault(table, TableReport(table))
+            mine.count += entry.count
+            mine.changed += entry.changed
+            room = IDS_KEPT - len(mine.ids)
+            mine.ids.extend([i for i in entry.ids if i not in mine.ids][: max(0, room)])
+        self.turn_ids |= other.turn_ids
+        self.session_ids |= other.session_ids
+        self.page_ids |= other.page_ids
+        for collection, ids in other.points.items():
+            self.points.setdefault(collection, []).extend(ids)
+        self.index_points_pending += other.index_points_pending
 
     def to_json(self) -> str:
         return json.dumps(
@@ -277,6 +301,29 @@ async def drop_points(index: VectorIndex | None, points: dict[str, list[str]]) -
             pending += len(ids)
             _log.warning("%d erased rows keep points in %s until the orphan sweep: %s", len(ids), collection, err)
     return pending
+
+
+def round_id(erasure_id: uuid.UUID, round_: int) -> uuid.UUID:
+    """The id an owner records a later round of an erasure under (round 1 is the erasure's own id):
+    each round erases once per owner, and a resumed round finds its records."""
+    if round_ <= 1:
+        return erasure_id
+    return uuid.uuid5(erasure_id, f"round-{round_}")
+
+
+async def delete_indexed(
+    conn: asyncpg.Connection, report: Report, table: str, base: str, rows: Iterable[asyncpg.Record]
+) -> list[object]:
+    """The shape every owner of indexed rows shares (diary notes, knowledge pages): delete
+    ``rows`` (each with ``id`` and ``embedding_dims``) from ``table`` with their fill pieces,
+    name them in ``report`` and queue their points (``<base>_<width>``) for removal. The ids."""
+    rows = list(rows)
+    ids = [r["id"] for r in rows]
+    await conn.execute(f"DELETE FROM {table} WHERE id = ANY($1::uuid[])", ids)
+    await conn.execute("DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])", ids)
+    report.add(table, ids)
+    report.add_points(base, [(r["id"], r["embedding_dims"]) for r in rows])
+    return ids
 
 
 def _sql(owner: str) -> dict[str, str]:
