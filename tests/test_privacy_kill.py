@@ -20,6 +20,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
+from tests.support.erasure_checks import assert_forgotten
 from tests.support.runner import clean_env, start
 from tests.support.turns import message, turn
 
@@ -62,7 +63,8 @@ async def test_sigkill_mid_erasure_resumes_to_the_same_receipt(
     make_settings, dsn, local_embedder, edge_index, tmp_path
 ):
     clock = SystemClock()
-    settings = make_settings()
+    # The seats' role reads the "team" pages (the knowledge read below searches them).
+    settings = make_settings(companies={"acme": {"roles": {"swe": {"knowledge_containers": ["team"]}}}})
     async with open_app(settings, dsn, names=OWNERS, clock=clock, embedder=local_embedder, index=edge_index) as app:
         await _seed(app, clock)
         address = f"127.0.0.1:{app.port}"
@@ -147,6 +149,12 @@ async def test_sigkill_mid_erasure_resumes_to_the_same_receipt(
             assert await conn.fetchval("SELECT count(*) FROM episodes WHERE 'carla' = ANY(subjects)") == 0
             assert await conn.fetchval("SELECT count(*) FROM agent_diary WHERE content ILIKE '%carla%'") == 0
             assert await conn.fetchval("SELECT count(*) FROM episodes WHERE 'dave' = ANY(subjects)") == 12
+            # And from every read RPC, as the erasure test without the kill checks it.
+            async with grpc.aio.insecure_channel(running.address) as privacy:
+                await assert_forgotten(
+                    app.channel, privacy, company="acme", seats=["ana", "ben"], role="swe", person="carla", gone=[],
+                    kept="dave",
+                )  # fmt: skip
         finally:
             if running.proc.returncode is None:
                 running.proc.send_signal(signal.SIGKILL)

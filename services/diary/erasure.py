@@ -18,6 +18,7 @@ import asyncpg
 
 from agentlearn.common.v1 import provenance_pb2
 from libs.common.config import PrivacyConfig
+from libs.common.embeddings import Embedder
 from libs.common.erasure import (
     Kind,
     Report,
@@ -29,6 +30,7 @@ from libs.common.erasure import (
     provenance_subjects,
     retention_cutoffs,
     run_once,
+    verify_index,
 )
 from libs.common.errors import NotFound
 from libs.common.vectorindex import VectorIndex
@@ -105,13 +107,18 @@ def _without(provenance: str | None, target: Target) -> str:
     return provenance_json(msg)
 
 
-async def find(pool: asyncpg.Pool, target: Target) -> Report:
+async def find(
+    pool: asyncpg.Pool, target: Target, index: VectorIndex | None = None, embedder: Embedder | None = None
+) -> Report:
+    """What the diary still holds of the target: rows, and (given the index) points of erased
+    notes or near the person's names whose notes name them (``verify_index``)."""
     report = Report(OWNER)
     rows = await _rows(pool, target)
     if gone := [r["id"] for r in rows if not _shared(r)]:
         report.add("agent_diary", gone)
     if shared := [r["id"] for r in rows if _shared(r)]:
         report.add("note_provenance", shared, changed=True)
+    await verify_index(pool, index, embedder, OWNER, COLLECTION_BASE, "agent_diary", "content", target, report)
     return report
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from libs.common.erasure import Kind, Report, Target
+from libs.common.erasure import ERASE_ROUNDS, Kind, Report, Target
 
 __all__ = [
     "COLLECTORS",
@@ -33,7 +33,7 @@ ERASE_ORDER = (
 )  # fmt: skip
 """Every owner, in the order asked: the sessions first, since their erased lessons name the
 knowledge pages the knowledge owner removes next."""
-MAX_ROUNDS = 3
+MAX_ROUNDS = ERASE_ROUNDS
 """Erase rounds of one erasure: a verification that finds rows written after the erase step (a
 reflection of the person that was running when it started) erases again, at most this many times
 in all; what a last round still finds is reported (FAILED, the residues named)."""

@@ -31,7 +31,7 @@ from typing import Protocol
 from libs.common import auth
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
-from libs.common.erasure import PENDING_CHECK, Kind, Report, Target, round_id
+from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target, round_id
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
 from libs.common.jobs import JobQueue
@@ -68,6 +68,13 @@ def requested_by() -> str:
     if p.kind == "service":
         return f"service:{p.service}"
     return p.kind
+
+
+def _rows_left(report: Report) -> bool:
+    """The owner still holds rows of the target (not counting what its index checks found)."""
+    return any(
+        t.count or t.changed for name, t in report.tables.items() if not name.startswith((INDEX_PREFIX, PENDING_CHECK))
+    )
 
 
 class PrivacyService:
@@ -187,31 +194,43 @@ class PrivacyService:
             await self.store.set_collected(erasure.id, target)
         while True:
             target = await self._erase_round(erasure, target)
-            residues = await self._verify(target)
-            if not any(r.total for r in residues.values()) or erasure.round >= MAX_ROUNDS:
-                break  # nothing left (or only checks that could not run yet: retried, not re-erased)
+            verification = await self._verify(target)
+            residues = {o: r for o, r in verification.items() if _rows_left(r)}
+            if not residues or erasure.round >= MAX_ROUNDS:
+                break  # nothing left in the tables (index checks are retried, never re-erased)
             # Rows written after the erase step (a reflection of the person's turn that was running,
             # a turn submitted meanwhile): another round, with the run ids they name.
             turns, sessions = set(target.turn_ids), set(target.session_ids)
-            for found in residues.values():
-                turns |= found.turn_ids
-                sessions |= found.session_ids
+            for report in residues.values():
+                turns |= report.turn_ids
+                sessions |= report.session_ids
             target = dataclasses.replace(target, turn_ids=tuple(sorted(turns)), session_ids=tuple(sorted(sessions)))
             erasure.round += 1
             _log.info("erasure %s found %s after its erase step; round %d", erasure.id, sorted(residues), erasure.round)
             await self.store.next_round(erasure.id, target, erasure.round)
         pending = sum(r.index_points_pending for r in erasure.reports.values())
-        checks = sorted({t for r in residues.values() for t in r.tables if t.startswith(PENDING_CHECK)})
-        residues = {o: r for o, r in residues.items() if r.total}
-        checks = [c[len(PENDING_CHECK) :] for c in checks]
-        verified = not residues and not pending and not checks
+        in_index = sum(
+            t.count for r in verification.values() for name, t in r.tables.items() if name.startswith(INDEX_PREFIX)
+        )
+        checks = sorted(
+            {
+                name[len(PENDING_CHECK) :]
+                for r in verification.values()
+                for name in r.tables
+                if name.startswith(PENDING_CHECK)
+            }
+        )
+        verified = not residues and not pending and not in_index and not checks
         reason = ""
         if residues:
             reason = "the verification still found rows: " + ", ".join(
                 f"{o} {r.total}" for o, r in sorted(residues.items())
             )
-        elif pending:
-            reason = f"{pending} vector points could not be removed (the index was down); the orphan sweep removes them"
+        elif pending or in_index:
+            reason = (
+                f"{pending + in_index} vector points of erased rows are still in the index (it was down); the"
+                " orphan sweep and a re-verification remove them"
+            )
         elif checks:
             reason = "verification pending: " + ", ".join(checks) + " could not be searched (the index was down)"
         erasure.pending_checks = checks
@@ -244,12 +263,12 @@ class PrivacyService:
     async def _verify(self, target: Target) -> dict[str, Report]:
         """What every owner still holds of the target (rows, and the checks of its vector index
         that found points or could not run), by owner; empty when nothing."""
-        residues: dict[str, Report] = {}
+        found: dict[str, Report] = {}
         for owner in ERASE_ORDER:
-            found = await self.owners.find(owner, target)
-            if found.total or any(t.startswith(PENDING_CHECK) for t in found.tables):
-                residues[owner] = found
-        return residues
+            report = await self.owners.find(owner, target)
+            if report.tables:
+                found[owner] = report
+        return found
 
     def counts(self, erasure: Erasure) -> dict[str, int]:
         """Rows erased or changed per owner (the audit's counts)."""
