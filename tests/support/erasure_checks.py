@@ -86,14 +86,15 @@ async def assert_forgotten(
     person: str,
     gone: list[str],
     kept: str,
+    kept_in: tuple[str, ...] = ("notes", "episodes", "profiles", "export"),
 ) -> None:
     """No read RPC returns anything of ``person`` to any seat (their handle, nor ``gone``: words
     only their turns taught), even asked for exactly that; ``kept`` (another person) still reaches
-    every seat's notes, episodes, profiles and export."""
+    every seat through the reads named in ``kept_in``."""
     words = [person.lower(), *(w.lower() for w in gone)]
     for seat in seats:
         texts = await read_everything(channel, privacy, company, seat, role, " ".join([person, *gone]), [person, kept])
         leaks = {name: [w for w in words if w in text] for name, text in texts.items()}
         assert not {n: w for n, w in leaks.items() if w}, (seat, leaks)
-        for name in ("notes", "episodes", "profiles", "export"):
+        for name in kept_in:
             assert kept.lower() in texts[name], (seat, name)
