@@ -754,3 +754,39 @@ async def test_a_shared_note_that_does_not_name_her_loses_her_as_a_source_and_ke
     ).provenance
     assert [s.handle for s in prov.subjects] == ["dave"] and list(prov.turn_ids) == ["session-check-1"]
     assert await _mentions(dsn, "carla") == {}
+
+
+async def test_the_verification_finds_her_in_the_index_by_her_names(env, dsn):
+    """The diary's FindRows also searches its vector index with her names embedded: a near point
+    whose note (re-read from Postgres) names her is reported as an index finding; a near point of a
+    note that does not name her is not."""
+    from agentlearn.common.v1 import erasure_pb2
+
+    async def write(content: str) -> str:
+        resp = await env.diary.WriteNote(
+            d_pb.WriteNoteRequest(
+                company="acme",
+                seat="ana",
+                content=content,
+                tier=d_pb.NOTE_TIER_LONG,
+                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+            )
+        )
+        return resp.note.id
+
+    hers = await write("Carla Moreno prefers the kafka lag summary as a CSV file.")
+    other = await write("Dave prefers the kafka lag summary as a PDF file.")
+    dims = await _count(dsn, "SELECT max(embedding_dims) FROM agent_diary")
+    assert dims  # both notes were embedded and indexed
+    target = erasure_pb2.ErasureTarget(
+        erasure_id="00000000-0000-0000-0000-000000000042",
+        company="acme",
+        kind=er.ERASURE_KIND_SUBJECT,
+        subject=er.ErasureSubject(handle="carla", platform="slack"),
+        names=["Carla Moreno"],
+    )
+    found = (await env.diary.FindRows(d_pb.FindRowsRequest(target=target))).report
+    tables = {t.table: t for t in found.tables}
+    assert set(tables["agent_diary"].ids) == {hers}
+    assert set(tables[f"index:diary_notes_{dims}"].ids) == {hers}  # found through the index too
+    assert other not in {i for t in found.tables for i in t.ids}
