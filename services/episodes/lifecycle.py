@@ -14,6 +14,9 @@ For each seat with raw rows it runs one indexed count; a seat at or under
    by a skill — are greedy-clustered by the Jaccard similarity of their tool SETS; each cluster of
    ``compaction_min_cluster_size`` (3) or more is summarised by the seat's own auxiliary chain into
    one compacted row, 2–3 members kept raw as exemplars, the rest deleted, in one transaction;
+   what the summary read of each member (and its run ids and senders) is kept in
+   ``compaction_members`` for the row's provenance and for re-deriving it when a member's person
+   is erased (``rederive``, issue 17; docs/privacy.md);
 5. optionally evict compacted rows older than ``compacted_max_age_days`` (0 = off), with the
    exemplars they kept.
 
