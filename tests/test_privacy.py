@@ -8,6 +8,8 @@ the local embedding model, the reflector's workers on the offline model rules.
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import grpc
 import pytest
@@ -30,6 +32,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 from tests.support.app import open_app
+from tests.support.erasure_checks import assert_forgotten
 from tests.support.turns import message, turn
 
 pytestmark = pytest.mark.timeout(300)
@@ -129,6 +132,7 @@ _TEXT_TABLES = {
     "note_provenance": "array_to_string(subjects, ' ') || ' ' || provenance::text",
     "turn_contexts": "coalesce(context::text, '')",
     "erasures": "coalesce(target::text, '') || ' ' || reports::text || ' ' || residues::text",
+    "compaction_members": "record::text || ' ' || array_to_string(subjects, ' ') || ' ' || array_to_string(runs, ' ')",
 }
 
 
@@ -278,6 +282,17 @@ async def test_erase_subject_through_every_read_rpc(env, dsn, clock):
         assert "dave" in str(exported).lower()
     listed = await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana", include_archived=True))
     assert [(k.id, list(k.source_turn_ids)) for k in listed.skills] == [(mixed.id, ana[1:])]
+    # Every read RPC, asked for exactly her and what she taught: nothing (shared with the kill test).
+    await assert_forgotten(
+        env.app.channel,
+        env.app.channel,
+        company="acme",
+        seats=SEATS,
+        role="swe",
+        person="carla",
+        gone=["moreno", "kafka lag", "billing export", "csv file"],
+        kept="dave",
+    )
     reader = kn_pb.Reader(company="acme", seat="ana", role="swe")
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await env.knowledge.GetPage(kn_pb.GetPageRequest(reader=reader, page_id=page.page.id))
@@ -439,22 +454,35 @@ async def test_provenance_follows_a_note_back_to_the_turn_and_message_that_taugh
 
 
 class FlakyIndex:
-    """The real index, whose deletes fail while ``down`` (a Qdrant that is unreachable)."""
+    """The real index, whose deletes fail while ``down`` and whose reads (the verification's walks
+    and searches) fail while ``unreadable`` (a Qdrant that is unreachable)."""
 
     def __init__(self, inner):  # type: ignore[no-untyped-def]
         self._inner = inner
         self.name = inner.name
         self.down = False
+        self.unreadable = False
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
         return getattr(self._inner, name)
 
-    async def delete(self, collection, ids):  # type: ignore[no-untyped-def]
+    def _check(self, failing: bool) -> None:
         from libs.common.vectorindex import IndexUnavailable
 
-        if self.down:
+        if failing:
             raise IndexUnavailable("qdrant: connection refused (test)")
+
+    async def delete(self, collection, ids):  # type: ignore[no-untyped-def]
+        self._check(self.down)
         await self._inner.delete(collection, ids)
+
+    async def point_ids(self, collection, after, limit):  # type: ignore[no-untyped-def]
+        self._check(self.unreadable)
+        return await self._inner.point_ids(collection, after, limit)
+
+    async def search(self, collection, vector, **kw):  # type: ignore[no-untyped-def]
+        self._check(self.unreadable)
+        return await self._inner.search(collection, vector, **kw)
 
 
 async def test_an_index_down_during_erasure_is_cleaned_when_it_returns(
@@ -482,12 +510,22 @@ async def test_an_index_down_during_erasure_is_cleaned_when_it_returns(
             return out
 
         assert hers and hers <= await points()
-        index.down = True
+        index.down = index.unreadable = True
         erasure = await env.erase_subject("carla", ["Carla Moreno"])
-        # The rows are gone; the index kept their points, so the erasure waits, unverified.
+        # The rows are gone; the index kept their points and could not be searched, so the
+        # erasure waits, unverified, naming the checks that could not run.
         assert erasure.state == pv.ERASURE_STATE_RUNNING and "index" in erasure.reason
+        assert f"index:{collection}" in erasure.pending_checks
         assert sum(r.index_points_pending for r in erasure.reports) >= len(hers)
         assert hers <= await points()
+        # The index answers reads again but still refuses deletes: the re-verification walks it
+        # and finds the erased notes' points still there.
+        index.unreadable = False
+        clock.advance(seconds=31)
+        await env.worker.drain()
+        again = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=erasure.id))).erasure
+        assert again.state == pv.ERASURE_STATE_RUNNING and not again.pending_checks
+        assert "still in the index" in again.reason and not again.verified
         index.down = False
         # The orphan sweep removes them (the erasure's own retry would too).
         removed = await app.passes()["diary-orphans"].run()
@@ -497,6 +535,7 @@ async def test_an_index_down_during_erasure_is_cleaned_when_it_returns(
         await env.worker.drain()
         done = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=erasure.id))).erasure
         assert done.state == pv.ERASURE_STATE_SUCCEEDED and done.verified, done.reason
+        assert not done.pending_checks and done.rounds == 1
 
 
 async def test_retention_per_company_is_enforced_by_the_existing_passes(
@@ -611,3 +650,143 @@ async def test_a_turn_that_only_mentions_her_loses_her_name_not_what_else_it_tau
     assert await _mentions(dsn, "carla") == {}
     notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"))).notes
     assert lesson.id in {n.id for n in notes}
+
+
+async def test_an_erasure_overlapping_her_running_reflection_erases_what_it_wrote(env, dsn, clock):
+    """A reflection of her turn is running (claimed, its turn in memory) when the erasure starts:
+    the erase step removes its job, and the reflection then writes her note, episode and profile
+    after the owners erased. The verification finds them, and a second round erases them: the
+    erasure converges (SUCCEEDED, verified, two rounds) instead of failing with leftovers.
+
+    The overlap is forced, not timed: the test claims her turn as the in-flight reflector would,
+    holds the prefetch owner's erasure record table (prefetch is asked after the reflector), runs
+    the claimed reflection while the erasure waits there, then lets the erasure go."""
+    from libs.common.jobs import JobQueue
+
+    await env.reflector.SubmitTurn(
+        rf_pb.SubmitTurnRequest(
+            turn=turn("run-dave", now=clock.now(), seat="ana", messages=[message("dave", "I prefer the load tests.")])
+        )
+    )
+    await env.harness.drain()
+    held = turn(
+        "run-held",
+        now=clock.now(),
+        seat="ana",
+        messages=[message("carla", "I prefer the kafka lag summary as a CSV file.")],
+        label="Message from Carla: Slack message",
+    )
+    await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=held))
+    queue = JobQueue(env.app.infra.pool)
+    job = await queue.claim("reflection", "in-flight-reflector", clock.now(), 600)
+    assert job is not None and job.key.endswith("run-held")
+
+    conn = await asyncpg.connect(dsn)
+    blocker = await asyncpg.connect(dsn)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("LOCK TABLE prefetch_erasures IN ACCESS EXCLUSIVE MODE")
+        resp = await env.privacy.EraseSubject(
+            pv.EraseSubjectRequest(
+                company="acme", subject=er.ErasureSubject(handle="carla", platform="slack"), names=["Carla Moreno"]
+            )
+        )
+        running = asyncio.create_task(env.worker.drain())
+        async with asyncio.timeout(60):  # the erasure reaches the prefetch owner: the reflector's step is done
+            while not await conn.fetchval("SELECT count(*) FROM reflector_erasures"):
+                await asyncio.sleep(0.02)
+        assert await conn.fetchval("SELECT count(*) FROM background_jobs WHERE key LIKE '%run-held'") == 0
+        # Her reflection, running all along, writes now: after the owners erased her rows.
+        await env.harness.process(job)
+        assert await conn.fetchval("SELECT count(*) FROM agent_diary WHERE turn_id = 'run-held'") == 1
+        assert await conn.fetchval("SELECT count(*) FROM episodes WHERE turn_id = 'run-held'") == 1
+        await tx.rollback()
+        await running
+    finally:
+        await blocker.close()
+        await conn.close()
+    erasure = (await env.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id))).erasure
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    assert erasure.rounds == 2 and not erasure.residues
+    reports = {r.owner: {t.table: t for t in r.tables} for r in erasure.reports}
+    assert reports["diary"]["agent_diary"].count == 1  # the note her reflection wrote, erased in round 2
+    assert reports["episodes"]["episodes"].count == 1
+    assert reports["profiles"]["counterparty_profiles"].count == 1
+    assert await _mentions(dsn, "carla") == {}
+    notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"))).notes
+    assert [n.turn_id for n in notes] == ["run-dave"]
+
+
+async def test_a_shared_note_that_does_not_name_her_loses_her_as_a_source_and_keeps_its_text(env, dsn):
+    """A lesson resting on Carla and Dave (its provenance names both): kept, without her in its
+    provenance; one that names her is deleted whatever else it rests on."""
+    from agentlearn.common.v1 import provenance_pb2
+
+    async def write(content: str, turn_id: str) -> str:
+        resp = await env.diary.WriteNote(
+            d_pb.WriteNoteRequest(
+                company="acme",
+                seat="ana",
+                content=content,
+                tier=d_pb.NOTE_TIER_LONG,
+                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+                turn_id=turn_id,
+                provenance=provenance_pb2.Provenance(
+                    turn_ids=[turn_id],
+                    subjects=[er.ErasureSubject(handle=p, platform="slack") for p in ("carla", "dave")],
+                ),
+            )
+        )
+        return resp.note.id
+
+    shared = await write("Weekly digests go out on Mondays.", "session-check-1")
+    named = await write("Weekly digests go to Carla Moreno first.", "session-check-2")
+    erasure = await env.erase_subject("carla", ["Carla Moreno"])
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    diary = {t.table: t for r in erasure.reports if r.owner == "diary" for t in r.tables}
+    assert list(diary["note_provenance"].ids) == [shared] and diary["note_provenance"].changed == 1
+    assert list(diary["agent_diary"].ids) == [named]
+    notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"))).notes
+    assert [n.content for n in notes] == ["Weekly digests go out on Mondays."]
+    prov = (
+        await env.diary.GetNoteProvenance(d_pb.GetNoteProvenanceRequest(company="acme", seat="ana", note_id=shared))
+    ).provenance
+    assert [s.handle for s in prov.subjects] == ["dave"] and list(prov.turn_ids) == ["session-check-1"]
+    assert await _mentions(dsn, "carla") == {}
+
+
+async def test_the_verification_finds_her_in_the_index_by_her_names(env, dsn):
+    """The diary's FindRows also searches its vector index with her names embedded: a near point
+    whose note (re-read from Postgres) names her is reported as an index finding; a near point of a
+    note that does not name her is not."""
+    from agentlearn.common.v1 import erasure_pb2
+
+    async def write(content: str) -> str:
+        resp = await env.diary.WriteNote(
+            d_pb.WriteNoteRequest(
+                company="acme",
+                seat="ana",
+                content=content,
+                tier=d_pb.NOTE_TIER_LONG,
+                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+            )
+        )
+        return resp.note.id
+
+    hers = await write("Carla Moreno prefers the kafka lag summary as a CSV file.")
+    other = await write("Dave prefers the kafka lag summary as a PDF file.")
+    dims = await _count(dsn, "SELECT max(embedding_dims) FROM agent_diary")
+    assert dims  # both notes were embedded and indexed
+    target = erasure_pb2.ErasureTarget(
+        erasure_id="00000000-0000-0000-0000-000000000042",
+        company="acme",
+        kind=er.ERASURE_KIND_SUBJECT,
+        subject=er.ErasureSubject(handle="carla", platform="slack"),
+        names=["Carla Moreno"],
+    )
+    found = (await env.diary.FindRows(d_pb.FindRowsRequest(target=target))).report
+    tables = {t.table: t for t in found.tables}
+    assert set(tables["agent_diary"].ids) == {hers}
+    assert set(tables[f"index:diary_notes_{dims}"].ids) == {hers}  # found through the index too
+    assert other not in {i for t in found.tables for i in t.ids}

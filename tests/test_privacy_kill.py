@@ -20,6 +20,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
+from tests.support.erasure_checks import assert_forgotten
 from tests.support.runner import clean_env, start
 from tests.support.turns import message, turn
 
@@ -27,6 +28,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 OWNERS = ["diary", "episodes", "skills", "profiles", "reflector", "knowledge", "prefetch", "sessions", "telemetry"]
 OWNER_TABLES = [f"{o}_erasures" for o in OWNERS]
+KEPT_IN = ("episodes", "profiles", "export")
+"""Where Dave must still show after Carla's erasure. Not the notes: the seeding gives both people the
+same topics and Carla's turns come first, so the persist decider's paraphrase check takes Dave's
+preferences for ones already noted and writes no note of his (test_privacy.py checks his notes)."""
 
 
 async def _seed(app, clock) -> None:  # type: ignore[no-untyped-def]
@@ -62,7 +67,8 @@ async def test_sigkill_mid_erasure_resumes_to_the_same_receipt(
     make_settings, dsn, local_embedder, edge_index, tmp_path
 ):
     clock = SystemClock()
-    settings = make_settings()
+    # The seats' role reads the "team" pages (the knowledge read below searches them).
+    settings = make_settings(companies={"acme": {"roles": {"swe": {"knowledge_containers": ["team"]}}}})
     async with open_app(settings, dsn, names=OWNERS, clock=clock, embedder=local_embedder, index=edge_index) as app:
         await _seed(app, clock)
         address = f"127.0.0.1:{app.port}"
@@ -147,6 +153,19 @@ async def test_sigkill_mid_erasure_resumes_to_the_same_receipt(
             assert await conn.fetchval("SELECT count(*) FROM episodes WHERE 'carla' = ANY(subjects)") == 0
             assert await conn.fetchval("SELECT count(*) FROM agent_diary WHERE content ILIKE '%carla%'") == 0
             assert await conn.fetchval("SELECT count(*) FROM episodes WHERE 'dave' = ANY(subjects)") == 12
+            # And from every read RPC, as the erasure test without the kill checks it.
+            async with grpc.aio.insecure_channel(running.address) as privacy:
+                await assert_forgotten(
+                    app.channel,
+                    privacy,
+                    company="acme",
+                    seats=["ana", "ben"],
+                    role="swe",
+                    person="carla",
+                    gone=[],
+                    kept="dave",
+                    kept_in=KEPT_IN,
+                )
         finally:
             if running.proc.returncode is None:
                 running.proc.send_signal(signal.SIGKILL)

@@ -31,30 +31,54 @@ from google.protobuf.json_format import MessageToJson, ParseDict
 
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from libs.common.config import PrivacyConfig
+from libs.common.embeddings import Embedder
 from libs.common.errors import InvalidArgument
 from libs.common.vectorindex import IndexUnavailable, VectorIndex, collection_name
 
 __all__ = [
+    "ERASE_ROUNDS",
     "IDS_KEPT",
+    "INDEX_PREFIX",
+    "PENDING_CHECK",
     "Kind",
     "Report",
     "TableReport",
     "Target",
+    "delete_indexed",
     "drop_points",
     "provenance_from_json",
     "provenance_json",
     "provenance_subjects",
     "report_to_proto",
     "retention_cutoffs",
+    "round_id",
     "run_once",
     "sweep_orphans",
     "target_from_proto",
+    "verify_index",
 ]
+
+INDEX_PREFIX = "index:"
+"""A ``FindRows`` report's table ``index:<collection>``: points of the index that the verification
+found for the erasure (an erased row's point, or a near match whose row names the person)."""
 
 _log = logging.getLogger(__name__)
 
 IDS_KEPT = 5000
 """At most this many ids per table in a report (counts are always whole)."""
+
+ERASE_ROUNDS = 3
+"""Erase rounds of one erasure at most: a verification that finds rows written after the erase step
+(a reflection of the person that was running when it started) erases again, under
+``round_id(erasure_id, n)``."""
+
+INDEX_NEAR = 10
+"""Nearest points the verification reads back for each of a person's names, per seat and index."""
+
+PENDING_CHECK = "pending:"
+"""A ``FindRows`` report's table named ``pending:<check>`` (count 0) is a verification check the
+owner could not run (e.g. ``pending:index:diary_notes_384``: that vector index was down): the
+erasure is not verified until it runs. A table ``index:<collection>`` names points found there."""
 
 
 class Kind(StrEnum):
@@ -162,6 +186,22 @@ class Report:
     @property
     def total(self) -> int:
         return sum(t.count + t.changed for t in self.tables.values())
+
+    def merge(self, other: Report) -> None:
+        """Fold a later round's report of the same owner into this one (the receipt is one report
+        per owner, whatever number of rounds the erasure took)."""
+        for table, entry in other.tables.items():
+            mine = self.tables.setdefault(table, TableReport(table))
+            mine.count += entry.count
+            mine.changed += entry.changed
+            room = IDS_KEPT - len(mine.ids)
+            mine.ids.extend([i for i in entry.ids if i not in mine.ids][: max(0, room)])
+        self.turn_ids |= other.turn_ids
+        self.session_ids |= other.session_ids
+        self.page_ids |= other.page_ids
+        for collection, ids in other.points.items():
+            self.points.setdefault(collection, []).extend(ids)
+        self.index_points_pending += other.index_points_pending
 
     def to_json(self) -> str:
         return json.dumps(
@@ -279,6 +319,29 @@ async def drop_points(index: VectorIndex | None, points: dict[str, list[str]]) -
     return pending
 
 
+def round_id(erasure_id: uuid.UUID, round_: int) -> uuid.UUID:
+    """The id an owner records a later round of an erasure under (round 1 is the erasure's own id):
+    each round erases once per owner, and a resumed round finds its records."""
+    if round_ <= 1:
+        return erasure_id
+    return uuid.uuid5(erasure_id, f"round-{round_}")
+
+
+async def delete_indexed(
+    conn: asyncpg.Connection, report: Report, table: str, base: str, rows: Iterable[asyncpg.Record]
+) -> list[object]:
+    """The shape every owner of indexed rows shares (diary notes, knowledge pages): delete
+    ``rows`` (each with ``id`` and ``embedding_dims``) from ``table`` with their fill pieces,
+    name them in ``report`` and queue their points (``<base>_<width>``) for removal. The ids."""
+    rows = list(rows)
+    ids = [r["id"] for r in rows]
+    await conn.execute(f"DELETE FROM {table} WHERE id = ANY($1::uuid[])", ids)
+    await conn.execute("DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])", ids)
+    report.add(table, ids)
+    report.add_points(base, [(r["id"], r["embedding_dims"]) for r in rows])
+    return ids
+
+
 def _sql(owner: str) -> dict[str, str]:
     table = f"{owner}_erasures"
     return {
@@ -312,6 +375,106 @@ async def run_once(
             await conn.execute(sql["put"], target.erasure_id, target.company, report.to_json(), now)
     report.index_points_pending = await drop_points(index, report.points)
     return report
+
+
+async def _still_there(index: VectorIndex, collection: str, wanted: set[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of ``wanted`` the collection still holds: one walk of its point ids, as the orphan
+    sweep walks them (the port has no lookup by id; an erasure is rare, a walk is correct)."""
+    if collection not in await index.collections():
+        return set()
+    found: set[uuid.UUID] = set()
+    after: uuid.UUID | None = None
+    while True:
+        page = await index.point_ids(collection, after, ORPHAN_PAGE)
+        found |= wanted.intersection(page)
+        if len(page) < ORPHAN_PAGE:
+            return found
+        after = page[-1]
+
+
+async def verify_index(
+    pool: asyncpg.Pool,
+    index: VectorIndex | None,
+    embedder: Embedder | None,
+    owner: str,
+    base: str,
+    table: str,
+    text_sql: str,
+    target: Target,
+    report: Report,
+    *,
+    scope: str = "seat",
+) -> None:
+    """The verification's look at an owner's vector index (``<base>_<width>`` collections of the
+    rows of ``table``), added to ``report``:
+
+    1. the points of every row this erasure erased (each round's record keeps them) must be gone:
+       those left are ``index:<collection>``;
+    2. a person's names and handles are embedded and searched in each seat's index; a near point
+       whose row, re-read from PostgreSQL, names them (``text_sql`` matched as whole words) is
+       ``index:<collection>`` too (index payloads hold no person's identifiers — company, seat,
+       model, expiry, labels — so this is how a point "names" them);
+    3. an index (or the embedder) that cannot answer is ``pending:index:<collection>`` (count 0):
+       the erasure is not verified until a later attempt runs the check.
+
+    ``scope`` is the column the index payload's ``seat`` holds (``container`` for knowledge pages).
+    """
+    if index is None:
+        return
+    rounds = [round_id(target.erasure_id, n) for n in range(1, ERASE_ROUNDS + 1)]
+    erased: dict[str, set[uuid.UUID]] = {}
+    for row in await pool.fetch(f"SELECT report FROM {owner}_erasures WHERE erasure_id = ANY($1::uuid[])", rounds):
+        for collection, ids in Report.from_json(row["report"]).points.items():
+            erased.setdefault(collection, set()).update(uuid.UUID(i) for i in ids)
+    for collection, wanted in sorted(erased.items()):
+        try:
+            left = await _still_there(index, collection, wanted)
+        except IndexUnavailable:
+            report.add(f"{PENDING_CHECK}{INDEX_PREFIX}{collection}", [])
+            continue
+        if left:
+            report.add(f"{INDEX_PREFIX}{collection}", sorted(left))
+    if target.kind is not Kind.SUBJECT or embedder is None or not target.terms:
+        return
+    try:
+        vectors = [v for v in await embedder.embed(target.terms) if v is not None]
+    except Exception as err:  # the embedder down: the check waits, like an index down
+        _log.warning("erasure %s: names not embedded for the %s index check: %s", target.erasure_id, base, err)
+        report.add(f"{PENDING_CHECK}embeddings:{base}", [])
+        return
+    spaces = await pool.fetch(
+        f"SELECT DISTINCT {scope} AS seat, embedding_model, embedding_dims FROM {table}"
+        " WHERE company = $1 AND embedding_dims IS NOT NULL",
+        target.company,
+    )
+    pattern = target.sql_pattern()
+    for space in spaces:
+        collection = collection_name(base, int(space["embedding_dims"]))
+        for vector in vectors:
+            if vector.model != space["embedding_model"] or vector.dimensions != space["embedding_dims"]:
+                continue
+            try:
+                hits = await index.search(
+                    collection,
+                    vector.values,
+                    company=target.company,
+                    seat=space["seat"],
+                    model=vector.model,
+                    now=0.0,  # every point, expired or not: an expired one is still stored
+                    limit=INDEX_NEAR,
+                )
+            except IndexUnavailable:
+                report.add(f"{PENDING_CHECK}{INDEX_PREFIX}{collection}", [])
+                break
+            if not hits:
+                continue
+            named = await pool.fetch(
+                f"SELECT id FROM {table} WHERE id = ANY($1::uuid[]) AND ({text_sql}) ~* $2",
+                [h.id for h in hits],
+                pattern,
+            )
+            if named:
+                report.add(f"{INDEX_PREFIX}{collection}", [r["id"] for r in named])
 
 
 def provenance_json(msg: provenance_pb2.Provenance) -> str:

@@ -1,6 +1,13 @@
 """The diary's part of an erasure (issue 17, ``libs.common.erasure``): the notes of a seat or a
 company, or every note derived from a person's turns (its run id is one of theirs) or naming them,
-deleted with their vectors and their fill pieces."""
+deleted with their vectors and their fill pieces.
+
+A note resting on several people (a shared lesson: its provenance names others too) that does not
+name the person and was not written from a turn or session of theirs keeps its text and loses them
+as a source (their identifiers and run ids leave its provenance): a note is one short sentence
+with no quotation, so text that does not name them carries no words of theirs, only a lesson the
+others taught as well. Re-deriving it by a model would write the same sentence from the same
+remaining sources; its vector (of the unchanged text) stays as it is."""
 
 from __future__ import annotations
 
@@ -11,16 +18,19 @@ import asyncpg
 
 from agentlearn.common.v1 import provenance_pb2
 from libs.common.config import PrivacyConfig
+from libs.common.embeddings import Embedder
 from libs.common.erasure import (
     Kind,
     Report,
     Target,
+    delete_indexed,
     drop_points,
     provenance_from_json,
     provenance_json,
     provenance_subjects,
     retention_cutoffs,
     run_once,
+    verify_index,
 )
 from libs.common.errors import NotFound
 from libs.common.vectorindex import VectorIndex
@@ -31,13 +41,22 @@ __all__ = ["OWNER", "erase", "find", "provenance", "prune_retention", "record_pr
 OWNER = "diary"
 
 SQL = {
+    # ``shared``: a note resting on several people (its provenance names others too) that neither
+    # names her in its text, nor was written from a turn or session of hers: it keeps its text and
+    # loses her as a source. Every other note found is deleted.
     Kind.SUBJECT: """
-        SELECT id, embedding_dims FROM agent_diary
-        WHERE company = $1 AND (turn_id = ANY($2::text[]) OR content ~* $3
-               OR EXISTS (SELECT 1 FROM note_provenance p
-                          WHERE p.note_id = agent_diary.id AND p.company = $1 AND p.subjects && $4::text[])
-               OR EXISTS (SELECT 1 FROM note_provenance p
-                          WHERE p.note_id = agent_diary.id AND p.provenance->>'session_id' = ANY($5::text[])))""",
+        SELECT d.id, d.embedding_dims, p.provenance,
+               (NOT coalesce(d.turn_id = ANY($2::text[]), false) AND NOT d.content ~* $3
+                AND NOT coalesce(p.provenance->>'session_id' = ANY($5::text[]), false)
+                AND EXISTS (SELECT 1 FROM unnest(coalesce(p.subjects, '{}')) s WHERE s <> ALL($4::text[])))
+               AS shared
+        FROM agent_diary d LEFT JOIN note_provenance p ON p.note_id = d.id AND p.company = $1
+        WHERE d.company = $1 AND (d.turn_id = ANY($2::text[]) OR d.content ~* $3 OR p.subjects && $4::text[]
+               OR p.provenance->>'session_id' = ANY($5::text[]))""",
+    "unsource": """
+        UPDATE note_provenance SET subjects = ARRAY(SELECT s FROM unnest(subjects) s WHERE s <> ALL($2::text[])),
+                                   provenance = $3::jsonb
+        WHERE note_id = $1""",
     "past_retention": """
         DELETE FROM agent_diary WHERE company = $1 AND create_time < $2 RETURNING id, embedding_dims""",
     "record": """
@@ -49,7 +68,6 @@ SQL = {
         WHERE d.id = $1 AND d.company = $2 AND d.seat = $3""",
     Kind.SEAT: "SELECT id, embedding_dims FROM agent_diary WHERE company = $1 AND seat = $2",
     Kind.COMPANY: "SELECT id, embedding_dims FROM agent_diary WHERE company = $1",
-    "delete": "DELETE FROM agent_diary WHERE id = ANY($1::uuid[])",
     "pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
 }
 
@@ -71,11 +89,36 @@ async def _rows(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list
     return list(await conn.fetch(SQL[Kind.COMPANY], target.company))
 
 
-async def find(pool: asyncpg.Pool, target: Target) -> Report:
+def _shared(row: asyncpg.Record) -> bool:
+    return bool(row.get("shared"))
+
+
+def _without(provenance: str | None, target: Target) -> str:
+    """The provenance without the person: their identifiers leave ``subjects``, their run ids leave
+    ``turn_ids``."""
+    msg = provenance_from_json(provenance)
+    ident, turns = set(target.identifiers), set(target.turn_ids)
+    kept = [s for s in msg.subjects if s.handle not in ident and s.external_id not in ident]
+    del msg.subjects[:]
+    msg.subjects.extend(kept)
+    runs = [t for t in msg.turn_ids if t not in turns]
+    del msg.turn_ids[:]
+    msg.turn_ids.extend(runs)
+    return provenance_json(msg)
+
+
+async def find(
+    pool: asyncpg.Pool, target: Target, index: VectorIndex | None = None, embedder: Embedder | None = None
+) -> Report:
+    """What the diary still holds of the target: rows, and (given the index) points of erased
+    notes or near the person's names whose notes name them (``verify_index``)."""
     report = Report(OWNER)
     rows = await _rows(pool, target)
-    if rows:
-        report.add("agent_diary", [r["id"] for r in rows])
+    if gone := [r["id"] for r in rows if not _shared(r)]:
+        report.add("agent_diary", gone)
+    if shared := [r["id"] for r in rows if _shared(r)]:
+        report.add("note_provenance", shared, changed=True)
+    await verify_index(pool, index, embedder, OWNER, COLLECTION_BASE, "agent_diary", "content", target, report)
     return report
 
 
@@ -83,11 +126,12 @@ async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, n
     async def work(conn: asyncpg.Connection) -> Report:
         report = Report(OWNER)
         rows = await _rows(conn, target)
-        ids = [r["id"] for r in rows]
-        await conn.execute(SQL["delete"], ids)
-        await conn.execute(SQL["pieces"], ids)
-        report.add("agent_diary", ids)
-        report.add_points(COLLECTION_BASE, [(r["id"], r["embedding_dims"]) for r in rows])
+        await delete_indexed(conn, report, "agent_diary", COLLECTION_BASE, [r for r in rows if not _shared(r)])
+        shared = [r for r in rows if _shared(r)]
+        for row in shared:
+            await conn.execute(SQL["unsource"], row["id"], target.identifiers, _without(row["provenance"], target))
+        if shared:
+            report.add("note_provenance", [r["id"] for r in shared], changed=True)
         return report
 
     return await run_once(pool, OWNER, target, now, work, index=index)

@@ -142,7 +142,8 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
 
     async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+        found = await _erasure.find(self._service.store.pool, target, self._service.index, self._service.embedder)
+        return pb.FindRowsResponse(report=erasure_report(found))
 
     async def GetNoteProvenance(
         self, request: pb.GetNoteProvenanceRequest, context: ServicerContext

@@ -15,7 +15,7 @@ from libs.common.infra import Infra
 from libs.common.passrunner import PassSpec
 from services.episodes import erasure, passes
 from services.episodes.domain import COLLECTION_BASE
-from services.episodes.lifecycle import EpisodeLifecycle, register_rules
+from services.episodes.lifecycle import COMPACTION_PROMPT_VERSION, EpisodeLifecycle, register_rules
 from services.episodes.service import EpisodeService
 from services.episodes.servicer import EpisodeServicer
 from services.episodes.store import PostgresEpisodeStore
@@ -37,10 +37,13 @@ def build(infra: Infra) -> EpisodeService:
     )
 
 
-def registration(service: EpisodeService) -> Registration:
-    return Registration(
-        SERVICE_NAME, episode_service_pb2_grpc.add_EpisodeServiceServicer_to_server, EpisodeServicer(service)
+def registration(service: EpisodeService, lifecycle: EpisodeLifecycle | None = None) -> Registration:
+    servicer = EpisodeServicer(
+        service,
+        rederive=lifecycle.rederive if lifecycle is not None else None,
+        prompt_version=COMPACTION_PROMPT_VERSION,
     )
+    return Registration(SERVICE_NAME, episode_service_pb2_grpc.add_EpisodeServiceServicer_to_server, servicer)
 
 
 def lifecycle(service: EpisodeService, infra: Infra) -> EpisodeLifecycle:
@@ -85,7 +88,7 @@ def component(infra: Infra) -> Component:
     service = build(infra)
     return Component(
         name=NAME,
-        registrations=[registration(service)],
+        registrations=[registration(service, lifecycle(service, infra))],
         service=service,
         passes=pass_specs(service, infra),
         rebuild_index=lambda: passes.rebuild_index(service),

@@ -14,6 +14,9 @@ For each seat with raw rows it runs one indexed count; a seat at or under
    by a skill — are greedy-clustered by the Jaccard similarity of their tool SETS; each cluster of
    ``compaction_min_cluster_size`` (3) or more is summarised by the seat's own auxiliary chain into
    one compacted row, 2–3 members kept raw as exemplars, the rest deleted, in one transaction;
+   what the summary read of each member (and its run ids and senders) is kept in
+   ``compaction_members`` for the row's provenance and for re-deriving it when a member's person
+   is erased (``rederive``, issue 17; docs/privacy.md);
 5. optionally evict compacted rows older than ``compacted_max_age_days`` (0 = off), with the
    exemplars they kept.
 
@@ -30,6 +33,8 @@ deleting is the half an operator least wants unsupervised.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
 import logging
 import re
@@ -58,6 +63,7 @@ from services.episodes.service import EpisodeService, drop_points
 from services.episodes.store import Fold
 
 __all__ = [
+    "COMPACTION_PROMPT_VERSION",
     "COMPACTION_PURPOSE",
     "CONDENSED_LABEL",
     "CONDENSE_PURPOSE",
@@ -67,6 +73,7 @@ __all__ = [
     "condense_rule",
     "greedy_clusters",
     "jaccard",
+    "member_record",
     "register_rules",
 ]
 
@@ -88,6 +95,11 @@ _COMPACTION_SYSTEM = _prompt_file("episode_compaction.system.txt").template
 _COMPACTION_USER = _prompt_file("episode_compaction.user.txt")
 _CONDENSE_SYSTEM = _prompt_file("episode_condense.system.txt")
 _CONDENSE_USER = _prompt_file("episode_condense.user.txt")
+COMPACTION_PROMPT_VERSION = hashlib.sha256(
+    "\x1f".join([_COMPACTION_SYSTEM, _COMPACTION_USER.template]).encode()
+).hexdigest()[:16]
+"""The compaction prompt's version (a digest of its text, as the reflector's workers version
+theirs): recorded with each compacted row's provenance."""
 
 
 # ------------------------------------------------------------------------------------ clustering
@@ -504,22 +516,7 @@ class EpisodeLifecycle:
         report: LifecycleReport,
     ) -> None:
         members = [_member(e, rewrites) for e in cluster]
-        prompt = Prompt(
-            purpose=COMPACTION_PURPOSE,
-            system=_COMPACTION_SYSTEM,
-            user=_COMPACTION_USER.substitute(count=len(cluster), seat=seat, members=_render(members)),
-            data={"seat": seat, "members": members},
-            max_tokens=600,
-            json_output=True,
-        )
-        try:
-            completion = await self.aux.complete(
-                Attribution(company, seat, Stage.BACKGROUND, COMPACTION_PURPOSE, role=role), prompt
-            )
-            summary = parse_summary(completion.text)
-            why = "invalid_json"
-        except (AuxiliaryUnavailable, NoAuxiliaryModel) as err:
-            summary, why = None, getattr(err, "kind", "no_auxiliary_model")
+        summary, why, model = await self._summarise(company, seat, role, members)
         if summary is None:
             counts.failed += 1
             _log.warning("compaction of %d episodes of %s/%s left raw: %s", len(cluster), company, seat, why)
@@ -527,9 +524,16 @@ class EpisodeLifecycle:
             return
         exemplars = pick_exemplars(cluster)
         compacted = _compacted(company, seat, role, cluster, summary, exemplars)
-        deleted = await self.store.fold(
-            Fold(compacted, [e.id for e in cluster], [e.id for e in exemplars]), before, now
+        records = [member_record(e, m) for e, m in zip(cluster, members, strict=True)]
+        fold = Fold(
+            compacted,
+            [e.id for e in cluster],
+            [e.id for e in exemplars],
+            members=records,
+            model=model,
+            prompt_version=COMPACTION_PROMPT_VERSION,
         )
+        deleted = await self.store.fold(fold, before, now)
         if deleted is None:
             report.compaction_conflicts += 1
             return
@@ -538,6 +542,88 @@ class EpisodeLifecycle:
         counts.compacted += len(cluster)
         counts.deleted += len(deleted)
         counts.exemplars += len(exemplars)
+
+    async def _summarise(
+        self, company: str, seat: str, role: str | None, members: list[dict[str, Any]]
+    ) -> tuple[Summary | None, str, str]:
+        """The seat's chain's summary of ``members`` (what ``_member`` renders of each): (the
+        summary or None, why not, the model that answered). The one path a compacted row's text is
+        written by: folding a cluster, and re-deriving it when a member's person is erased."""
+        prompt = Prompt(
+            purpose=COMPACTION_PURPOSE,
+            system=_COMPACTION_SYSTEM,
+            user=_COMPACTION_USER.substitute(count=len(members), seat=seat, members=_render(members)),
+            data={"seat": seat, "members": members},
+            max_tokens=600,
+            json_output=True,
+        )
+        try:
+            completion = await self.aux.complete(
+                Attribution(company, seat, Stage.BACKGROUND, COMPACTION_PURPOSE, role=role), prompt
+            )
+        except (AuxiliaryUnavailable, NoAuxiliaryModel) as err:
+            return None, getattr(err, "kind", "no_auxiliary_model"), ""
+        summary = parse_summary(completion.text)
+        return summary, "invalid_json" if summary is None else "", completion.model
+
+    async def rederive(
+        self, company: str, seat: str, role: str | None, records: Sequence[Mapping[str, Any]], exemplars: Sequence[str]
+    ) -> tuple[Episode, str] | None:
+        """A compacted row re-derived from ``records`` (its remaining members' ``compaction_members``
+        records) by the summary that folded it, with ``exemplars`` (the run ids of the exemplars
+        still kept): the new row's columns (its id is a placeholder) and the model; None when the
+        chain did not answer (the caller deletes the row instead: deleting is always correct)."""
+        summary, why, model = await self._summarise(company, seat, role, [dict(r["member"]) for r in records])
+        if summary is None:
+            _log.warning("re-deriving a compacted row of %s/%s failed (%s); it is deleted", company, seat, why)
+            return None
+        cluster = [_episode_of_record(company, seat, r) for r in records]
+        row = _compacted(company, seat, role, cluster, summary, [])
+        return dataclasses.replace(row, exemplar_turn_ids=tuple(exemplars)), model
+
+
+def member_record(e: Episode, member: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``compaction_members`` keeps of a member: what the summary read (``member``) and the
+    columns the compacted row counts from its members (so a re-derivation counts the same way)."""
+    return {
+        "member": dict(member),
+        "episode": {
+            "turn_id": e.turn_id,
+            "outcome": str(e.outcome),
+            "start_time": e.start_time.isoformat(),
+            "end_time": e.end_time.isoformat(),
+            "label": e.label,
+            "review_outcome": e.review_outcome,
+            "tool_sequence": list(e.tool_sequence),
+            "tools_called": list(e.tools_called),
+            "skills_used": list(e.skills_used),
+            "subjects": list(e.subjects),
+            "duration_ms": e.duration_ms,
+            "conversation_id": e.conversation_id,
+        },
+    }
+
+
+def _episode_of_record(company: str, seat: str, record: Mapping[str, Any]) -> Episode:
+    e = record["episode"]
+    return Episode(
+        id=uuid.uuid4(),
+        company=company,
+        seat=seat,
+        kind=EpisodeKind.RAW,
+        outcome=TurnOutcome(e["outcome"]),
+        start_time=datetime.fromisoformat(e["start_time"]),
+        end_time=datetime.fromisoformat(e["end_time"]),
+        turn_id=e["turn_id"],
+        label=e["label"],
+        review_outcome=e["review_outcome"],
+        tool_sequence=tuple(e["tool_sequence"]),
+        tools_called=tuple(e["tools_called"]),
+        skills_used=tuple(e["skills_used"]),
+        subjects=tuple(e["subjects"]),
+        duration_ms=int(e["duration_ms"]),
+        conversation_id=e["conversation_id"],
+    )
 
 
 def _task(e: Episode) -> str:

@@ -128,8 +128,11 @@ def _filter(msg: pb.EpisodeFilter) -> EpisodeFilter:
 
 
 class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
-    def __init__(self, service: EpisodeService):
+    def __init__(self, service: EpisodeService, rederive: _erasure.Rederive | None = None, prompt_version: str = ""):
         self._service = service
+        # An erasure re-derives a compacted row by the lifecycle's summary (issue 17).
+        self._rederive = rederive
+        self._prompt_version = prompt_version
 
     async def RecordEpisode(
         self, request: pb.RecordEpisodeRequest, context: ServicerContext
@@ -222,12 +225,20 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
 
     async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._service.store.pool, self._service.index, target, self._service.clock.now())
+        report = await _erasure.erase(
+            self._service.store.pool,
+            self._service.index,
+            target,
+            self._service.clock.now(),
+            rederive=self._rederive,
+            prompt_version=self._prompt_version,
+        )
         return pb.EraseRowsResponse(report=erasure_report(report))
 
     async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+        found = await _erasure.find(self._service.store.pool, target, self._service.index, self._service.embedder)
+        return pb.FindRowsResponse(report=erasure_report(found))
 
     async def GetEpisodeProvenance(
         self, request: pb.GetEpisodeProvenanceRequest, context: ServicerContext

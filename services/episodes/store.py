@@ -7,10 +7,12 @@ fold is one transaction that re-checks its members under row locks before it del
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 import numpy as np
@@ -146,6 +148,15 @@ SQL = {
         VALUES ($1, $2, $3, $4, 'compacted', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
                 $20, $21, $22, $23, $24, $25)""",
     "keep_exemplars": "UPDATE episodes SET exemplar_of = $2 WHERE id = ANY($1)",
+    "compaction_by": "UPDATE episodes SET compaction_model = $2, compaction_prompt_version = $3 WHERE id = $1",
+    # A member's runs: its own run id and the redeliveries collapsed into it (read before it goes).
+    "keep_member": """
+        INSERT INTO compaction_members (compacted_id, position, company, turn_id, runs, subjects, record)
+        SELECT $1, $2, $3, coalesce(e.turn_id, ''),
+               ARRAY(SELECT t FROM unnest(ARRAY[e.turn_id]) t WHERE t IS NOT NULL)
+               || ARRAY(SELECT r.turn_id FROM episode_runs r WHERE r.episode_id = e.id ORDER BY r.turn_id),
+               e.subjects, $5::jsonb
+        FROM episodes e WHERE e.id = $4""",
     "delete_ids": "DELETE FROM episodes WHERE id = ANY($1) RETURNING id, embedding_dims",
     "evict_compacted": f"""
         DELETE FROM episodes WHERE {_SEAT} AND kind = 'compacted' AND end_time < $3 RETURNING id""",
@@ -222,6 +233,11 @@ class Fold:
     compacted: Episode
     member_ids: list[uuid.UUID]
     exemplar_ids: list[uuid.UUID]
+    members: list[dict[str, Any]] = field(default_factory=list)
+    """What the summary read of each member, in ``member_ids`` order (kept for provenance and for
+    re-deriving the row when a member's person is erased; ``compaction_members``)."""
+    model: str = ""
+    prompt_version: str = ""
 
 
 class PostgresEpisodeStore:
@@ -420,6 +436,9 @@ class PostgresEpisodeStore:
                 c.conversation_id,
             )
             await conn.execute(SQL["keep_exemplars"], fold.exemplar_ids, c.id)
+            await conn.execute(SQL["compaction_by"], c.id, fold.model, fold.prompt_version)
+            for position, (member_id, record) in enumerate(zip(fold.member_ids, fold.members, strict=False)):
+                await conn.execute(SQL["keep_member"], c.id, position, c.company, member_id, json.dumps(record))
             keep = set(fold.exemplar_ids)
             rows = await conn.fetch(SQL["delete_ids"], [i for i in fold.member_ids if i not in keep])
         return _dropped(rows)

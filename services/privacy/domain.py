@@ -8,9 +8,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from libs.common.erasure import Kind, Report, Target
+from libs.common.erasure import ERASE_ROUNDS, Kind, Report, Target
 
-__all__ = ["COLLECTORS", "DOMAIN", "ERASE_ORDER", "JOB_KIND", "Erasure", "ErasureState", "subject_digest"]
+__all__ = [
+    "COLLECTORS",
+    "DOMAIN",
+    "ERASE_ORDER",
+    "JOB_KIND",
+    "MAX_ROUNDS",
+    "Erasure",
+    "ErasureState",
+    "report_key",
+    "subject_digest",
+]
 
 DOMAIN = "privacy.agentlearn.dev"
 JOB_KIND = "erasure"
@@ -23,6 +33,15 @@ ERASE_ORDER = (
 )  # fmt: skip
 """Every owner, in the order asked: the sessions first, since their erased lessons name the
 knowledge pages the knowledge owner removes next."""
+MAX_ROUNDS = ERASE_ROUNDS
+"""Erase rounds of one erasure: a verification that finds rows written after the erase step (a
+reflection of the person that was running when it started) erases again, at most this many times
+in all; what a last round still finds is reported (FAILED, the residues named)."""
+
+
+def report_key(owner: str, round_: int) -> str:
+    """Where an owner's report of a round is kept in ``erasures.reports``."""
+    return owner if round_ <= 1 else f"{owner}#{round_}"
 
 
 class ErasureState(StrEnum):
@@ -61,3 +80,18 @@ class Erasure:
     verified: bool = False
     reason: str = ""
     finish_time: datetime | None = None
+    round: int = 1
+    pending_checks: list[str] = field(default_factory=list)
+
+    def receipt(self) -> dict[str, Report]:
+        """One report per owner: every round's folded into the first's."""
+        out: dict[str, Report] = {}
+        for key in sorted(self.reports, key=lambda k: (k.partition("#")[0], int(k.partition("#")[2] or 1))):
+            owner = key.partition("#")[0]
+            report = self.reports[key]
+            if owner not in out:
+                out[owner] = Report.from_json(report.to_json())
+                out[owner].owner = owner
+            else:
+                out[owner].merge(report)
+        return out

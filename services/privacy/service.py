@@ -8,8 +8,11 @@ at every step, because each step's outcome is recorded before the next starts:
    report them; the target with them is recorded;
 2. erase: each owner, in ``ERASE_ORDER``, erases its own rows in its own transaction and records
    its report under the erasure id (a repeat returns that report); the coordinator records it too;
-3. verify: every owner is asked what it still holds of the target; nothing, and no vector point
-   left behind, is a SUCCEEDED erasure; anything is FAILED, with the residues named;
+3. verify: every owner is asked what it still holds of the target, in its tables and in its vector
+   index; nothing, and no vector point left behind, is a SUCCEEDED erasure. Rows found that were
+   written after the erase step (a reflection of the person that was running) start another
+   round of 2. under a round id (``MAX_ROUNDS`` in all); what the last round still finds is FAILED,
+   with the residues named; an index check that could not run keeps it unverified (retried);
 4. finish: the state and residues are recorded, and the target (the person's identifiers, names,
    run ids) is dropped from the audit row in the same statement.
 
@@ -28,7 +31,7 @@ from typing import Protocol
 from libs.common import auth
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
-from libs.common.erasure import Kind, Report, Target
+from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target, round_id
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
 from libs.common.jobs import JobQueue
@@ -38,8 +41,10 @@ from services.privacy.domain import (
     DOMAIN,
     ERASE_ORDER,
     JOB_KIND,
+    MAX_ROUNDS,
     Erasure,
     ErasureState,
+    report_key,
     subject_digest,
 )
 from services.privacy.store import PostgresErasureStore
@@ -63,6 +68,13 @@ def requested_by() -> str:
     if p.kind == "service":
         return f"service:{p.service}"
     return p.kind
+
+
+def _rows_left(report: Report) -> bool:
+    """The owner still holds rows of the target (not counting what its index checks found)."""
+    return any(
+        t.count or t.changed for name, t in report.tables.items() if not name.startswith((INDEX_PREFIX, PENDING_CHECK))
+    )
 
 
 class PrivacyService:
@@ -180,38 +192,84 @@ class PrivacyService:
                 sessions |= found.session_ids
             target = dataclasses.replace(target, turn_ids=tuple(sorted(turns)), session_ids=tuple(sorted(sessions)))
             await self.store.set_collected(erasure.id, target)
-        for owner in ERASE_ORDER:
-            done = erasure.reports.get(owner)
-            if done is not None and not done.index_points_pending:
-                continue
-            # Not asked yet, or its points could not all leave the index: asked (again). A repeat
-            # returns the owner's recorded report and drops the points once more.
-            if owner == "knowledge":
-                pages = set(target.page_ids)
-                for report in erasure.reports.values():
-                    pages |= report.page_ids
-                target = dataclasses.replace(target, page_ids=tuple(sorted(pages)))
-            report = await self.owners.erase(owner, target)
-            await self.store.put_report(erasure.id, owner, report)
-            erasure.reports[owner] = report
-        residues: dict[str, Report] = {}
-        for owner in ERASE_ORDER:
-            found = await self.owners.find(owner, target)
-            if found.total:
-                residues[owner] = found
+        while True:
+            target = await self._erase_round(erasure, target)
+            verification = await self._verify(target)
+            residues = {o: r for o, r in verification.items() if _rows_left(r)}
+            if not residues or erasure.round >= MAX_ROUNDS:
+                break  # nothing left in the tables (index checks are retried, never re-erased)
+            # Rows written after the erase step (a reflection of the person's turn that was running,
+            # a turn submitted meanwhile): another round, with the run ids they name.
+            turns, sessions = set(target.turn_ids), set(target.session_ids)
+            for report in residues.values():
+                turns |= report.turn_ids
+                sessions |= report.session_ids
+            target = dataclasses.replace(target, turn_ids=tuple(sorted(turns)), session_ids=tuple(sorted(sessions)))
+            erasure.round += 1
+            _log.info("erasure %s found %s after its erase step; round %d", erasure.id, sorted(residues), erasure.round)
+            await self.store.next_round(erasure.id, target, erasure.round)
         pending = sum(r.index_points_pending for r in erasure.reports.values())
-        verified = not residues and not pending
+        in_index = sum(
+            t.count for r in verification.values() for name, t in r.tables.items() if name.startswith(INDEX_PREFIX)
+        )
+        checks = sorted(
+            {
+                name[len(PENDING_CHECK) :]
+                for r in verification.values()
+                for name in r.tables
+                if name.startswith(PENDING_CHECK)
+            }
+        )
+        verified = not residues and not pending and not in_index and not checks
         reason = ""
         if residues:
             reason = "the verification still found rows: " + ", ".join(
                 f"{o} {r.total}" for o, r in sorted(residues.items())
             )
-        elif pending:
-            reason = f"{pending} vector points could not be removed (the index was down); the orphan sweep removes them"
+        elif pending or in_index:
+            reason = (
+                f"{pending + in_index} vector points of erased rows are still in the index (it was down); the"
+                " orphan sweep and a re-verification remove them"
+            )
+        elif checks:
+            reason = "verification pending: " + ", ".join(checks) + " could not be searched (the index was down)"
+        erasure.pending_checks = checks
+        await self.store.set_pending_checks(erasure.id, checks)
         erasure.state = ErasureState.SUCCEEDED if verified else ErasureState.FAILED
         erasure.residues, erasure.verified, erasure.reason = residues, verified, reason
         return erasure
 
+    async def _erase_round(self, erasure: Erasure, target: Target) -> Target:
+        """Ask every owner (in ``ERASE_ORDER``) to erase, under the round's id; the target as the
+        knowledge owner was asked (with the pages the sessions owner named)."""
+        asked = dataclasses.replace(target, erasure_id=round_id(erasure.id, erasure.round))
+        for owner in ERASE_ORDER:
+            key = report_key(owner, erasure.round)
+            done = erasure.reports.get(key)
+            if done is not None and not done.index_points_pending:
+                continue
+            # Not asked yet, or its points could not all leave the index: asked (again). A repeat
+            # returns the owner's recorded report and drops the points once more.
+            if owner == "knowledge":
+                pages = set(asked.page_ids)
+                for report in erasure.reports.values():
+                    pages |= report.page_ids
+                asked = dataclasses.replace(asked, page_ids=tuple(sorted(pages)))
+            report = await self.owners.erase(owner, asked)
+            await self.store.put_report(erasure.id, key, report)
+            erasure.reports[key] = report
+        return dataclasses.replace(asked, erasure_id=erasure.id)
+
+    async def _verify(self, target: Target) -> dict[str, Report]:
+        """What every owner still holds of the target (rows, and the checks of its vector index
+        that found points or could not run), by owner; empty when nothing."""
+        found: dict[str, Report] = {}
+        for owner in ERASE_ORDER:
+            report = await self.owners.find(owner, target)
+            if report.tables:
+                found[owner] = report
+        return found
+
     def counts(self, erasure: Erasure) -> dict[str, int]:
         """Rows erased or changed per owner (the audit's counts)."""
-        return {owner: r.total for owner, r in sorted(erasure.reports.items())}
+        return {owner: r.total for owner, r in sorted(erasure.receipt().items())}

@@ -39,9 +39,11 @@ def erasure_to_pb(e: Erasure, *, receipt: bool = True) -> pb.Erasure:
         finish_time=timestamp(e.finish_time),
         verified=e.verified,
         reason=e.reason,
+        rounds=e.round,
+        pending_checks=e.pending_checks,
     )
     if receipt:
-        msg.reports.extend(report_to_proto(r) for _, r in sorted(e.reports.items()))
+        msg.reports.extend(report_to_proto(r) for _, r in sorted(e.receipt().items()))
         msg.residues.extend(report_to_proto(r) for _, r in sorted(e.residues.items()))
     return msg
 

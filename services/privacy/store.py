@@ -18,7 +18,7 @@ __all__ = ["PostgresErasureStore", "target_from_json", "target_to_json"]
 
 _COLUMNS = (
     "id, company, kind, seat, subject_digest, requested_by, state, target, collected, reports, residues, verified,"
-    " reason, create_time, finish_time"
+    " reason, create_time, finish_time, round, pending_checks"
 )
 SQL = {
     "insert": """
@@ -36,6 +36,8 @@ SQL = {
         ORDER BY create_time DESC, id DESC LIMIT $4""",
     "running": "UPDATE erasures SET state = 'running' WHERE id = $1 AND state = 'queued'",
     "collected": "UPDATE erasures SET target = $2::jsonb, collected = true WHERE id = $1",
+    "next_round": "UPDATE erasures SET target = $2::jsonb, round = $3 WHERE id = $1 AND round < $3",
+    "pending": "UPDATE erasures SET pending_checks = $2 WHERE id = $1",
     "report": "UPDATE erasures SET reports = reports || jsonb_build_object($2::text, $3::jsonb) WHERE id = $1",
     "finish": """
         UPDATE erasures SET state = $2, residues = $3::jsonb, verified = $4, reason = $5, finish_time = $6,
@@ -83,6 +85,8 @@ def _erasure(row: asyncpg.Record) -> Erasure:
         verified=row["verified"],
         reason=row["reason"],
         finish_time=row["finish_time"],
+        round=row["round"],
+        pending_checks=list(row["pending_checks"]),
     )
 
 
@@ -130,6 +134,13 @@ class PostgresErasureStore:
 
     async def set_collected(self, erasure_id: uuid.UUID, target: Target) -> None:
         await self.pool.execute(SQL["collected"], erasure_id, target_to_json(target))
+
+    async def next_round(self, erasure_id: uuid.UUID, target: Target, round_: int) -> None:
+        """Record that the erasure goes on to ``round_`` with ``target`` (the run ids found since)."""
+        await self.pool.execute(SQL["next_round"], erasure_id, target_to_json(target), round_)
+
+    async def set_pending_checks(self, erasure_id: uuid.UUID, checks: list[str]) -> None:
+        await self.pool.execute(SQL["pending"], erasure_id, checks)
 
     async def put_report(self, erasure_id: uuid.UUID, owner: str, report: Report) -> None:
         await self.pool.execute(SQL["report"], erasure_id, owner, report.to_json())

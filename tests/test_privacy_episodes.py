@@ -1,0 +1,100 @@
+"""A compacted episode under erasure (issue 17): its provenance is the union of its members' with the
+compaction's model and prompt version, and erasing one member's person re-derives it from the
+remaining members by the lifecycle's own summary (the offline rules here: no model endpoint), or
+deletes it when none remain. Real parts: the episodes service on loopback gRPC, Postgres, the
+embedded vector index, the lifecycle pass as the runner runs it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from agentlearn.common.v1 import erasure_pb2 as er
+from agentlearn.episodes.v1 import episode_service_pb2 as pb
+from services.episodes.lifecycle import COMPACTION_PROMPT_VERSION
+from tests.support.app import open_app
+from tests.test_episodes_lifecycle import GATE, Seats
+
+pytestmark = pytest.mark.timeout(120)
+
+JIRA = ("jira.search", "jira.update")
+DEPLOY = ("k8s.rollout", "k8s.status")
+
+
+@pytest.fixture
+async def seats(make_settings, dsn, clock, edge_index):
+    settings = make_settings(learning={"episode_lifecycle": {"max_raw_episodes_per_agent": GATE}})
+    async with open_app(settings, dsn, names=["episodes"], clock=clock, index=edge_index) as app:
+        yield Seats(app, clock)
+
+
+def _target(handle: str, names: list[str], turns: list[str]) -> er.ErasureTarget:
+    return er.ErasureTarget(
+        erasure_id=str(uuid.uuid4()),
+        company="acme",
+        kind=er.ERASURE_KIND_SUBJECT,
+        subject=er.ErasureSubject(handle=handle, platform="slack"),
+        names=names,
+        turn_ids=turns,
+    )
+
+
+async def test_a_compacted_episode_is_rederived_without_her_and_one_of_hers_alone_is_deleted(seats):
+    await seats.due()
+    # One cluster resting on three people; one resting on Carla alone.
+    carla = await seats.add(40, JIRA, label="Weekly report request", subjects=["carla"], what="Carla Moreno got it.")
+    mixed = {
+        carla,
+        await seats.add(41, JIRA, label="Weekly report request", subjects=["dave"]),
+        await seats.add(42, (*JIRA, "slack.post"), label="Weekly report reminder", subjects=["erin"]),
+        await seats.add(43, JIRA, label="Weekly report request", subjects=["dave"], outcome=pb.TURN_OUTCOME_FAILED),
+    }
+    hers = {await seats.add(40 + i, DEPLOY, label="Deploy the billing API", subjects=["carla"]) for i in range(3)}
+    await seats.run()
+    compacted = {tuple(r["tool_sequence"]): r for r in await seats.compacted()}
+    shared, alone = compacted[JIRA], compacted[DEPLOY]
+    assert shared["count"] == 4 and shared["common_outcome"] == "3 of 4 ended done, 1 failed"
+
+    # Provenance: the union of the members' run ids and people, the compaction's model and prompt.
+    prov = (
+        await seats.stub.GetEpisodeProvenance(
+            pb.GetEpisodeProvenanceRequest(company="acme", seat="ana", episode_id=str(shared["id"]))
+        )
+    ).provenance
+    assert set(prov.turn_ids) == mixed  # every member, not only the exemplars kept raw
+    assert len(shared["exemplar_turn_ids"]) < len(mixed)
+    assert {s.handle for s in prov.subjects} == {"carla", "dave", "erin"}
+    assert prov.model == "offline-rules" and prov.prompt_version == COMPACTION_PROMPT_VERSION
+    assert prov.writer == "episode_lifecycle"
+
+    carla_runs = [*sorted(hers), carla]
+    target = _target("carla", ["Carla Moreno"], carla_runs)
+    report = (await seats.stub.EraseRows(pb.EraseRowsRequest(target=target))).report
+    tables = {t.table: t for t in report.tables}
+    assert list(tables["episodes:rederived"].ids) == [str(shared["id"])]
+    assert str(alone["id"]) in tables["episodes"].ids  # nothing of it remained: deleted
+
+    rows = await seats.rows()
+    [after] = [r for r in rows.values() if r["kind"] == "compacted"]
+    assert after["id"] == shared["id"]  # re-derived in place
+    # The summary was written again from the three remaining members.
+    assert after["count"] == 3 and after["common_outcome"] == "2 of 3 ended done, 1 failed"
+    assert "carla" not in after["subjects_involved"] and set(after["subjects_involved"]) == {"dave", "erin"}
+    assert not set(after["exemplar_turn_ids"]) & set(carla_runs)
+    text = json.dumps({k: str(v) for k, v in after.items()}).lower()
+    assert "carla" not in text and "moreno" not in text
+    members = await seats.app.infra.pool.fetch("SELECT * FROM compaction_members WHERE compacted_id = $1", after["id"])
+    assert len(members) == 3 and not any("carla" in (str(m["record"]) + str(m["subjects"])).lower() for m in members)
+    prov = (
+        await seats.stub.GetEpisodeProvenance(
+            pb.GetEpisodeProvenanceRequest(company="acme", seat="ana", episode_id=str(after["id"]))
+        )
+    ).provenance
+    assert set(prov.turn_ids) == mixed - set(carla_runs) and {s.handle for s in prov.subjects} == {"dave", "erin"}
+    # The verification finds nothing left, and a repeat of the erasure is the same report.
+    found = (await seats.stub.FindRows(pb.FindRowsRequest(target=target))).report
+    assert not [t for t in found.tables if t.count or t.changed]
+    again = (await seats.stub.EraseRows(pb.EraseRowsRequest(target=target))).report
+    assert again == report
