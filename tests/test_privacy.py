@@ -790,3 +790,45 @@ async def test_the_verification_finds_her_in_the_index_by_her_names(env, dsn):
     assert set(tables["agent_diary"].ids) == {hers}
     assert set(tables[f"index:diary_notes_{dims}"].ids) == {hers}  # found through the index too
     assert other not in {i for t in found.tables for i in t.ids}
+
+
+async def test_a_frozen_turn_context_holding_her_lesson_is_dropped_even_when_it_does_not_name_her(env, dsn):
+    """A turn start's context is frozen for a day (a redelivery gets the same answer). A lesson
+    derived only from Carla need not name her, so no text match finds it in Ben's frozen context:
+    her erasure drops the company's frozen contexts made up to it, and the redelivered turn start
+    is rebuilt from stores without her lesson."""
+    from agentlearn.common.v1 import provenance_pb2
+
+    lesson = "The staging cluster is rebuilt every Thursday night."
+    await env.diary.WriteNote(
+        d_pb.WriteNoteRequest(
+            company="acme",
+            seat="ben",
+            content=lesson,
+            tier=d_pb.NOTE_TIER_LONG,
+            source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+            turn_id="run-carla-1",
+            provenance=provenance_pb2.Provenance(
+                turn_ids=["run-carla-1"], subjects=[er.ErasureSubject(handle="carla", platform="slack")]
+            ),
+        )
+    )
+
+    async def start() -> str:
+        resp = await env.prefetch.BuildTurnContext(
+            pf_pb.BuildTurnContextRequest(
+                company="acme", seat="ben", role="swe", turn_id="run-ben-7", ask="when is the staging cluster rebuilt?"
+            )
+        )
+        return str(resp)
+
+    assert lesson in await start()
+    assert await _count(dsn, "SELECT count(*) FROM turn_contexts WHERE turn_id = 'run-ben-7'") == 1
+
+    erasure = await env.erase_subject("carla", ["Carla Moreno"])
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    prefetch = {t.table: t for r in erasure.reports if r.owner == "prefetch" for t in r.tables}
+    assert "ben/run-ben-7" in prefetch["turn_contexts"].ids
+    assert await _count(dsn, "SELECT count(*) FROM turn_contexts WHERE turn_id = 'run-ben-7'") == 0
+    assert lesson not in await start()  # the redelivery is rebuilt, without her lesson

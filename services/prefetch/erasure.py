@@ -1,7 +1,15 @@
 """The prefetch's part of an erasure (issue 17, ``libs.common.erasure``): the frozen turn contexts
 (rendered blocks: notes, profiles, episodes of the turn) and the refresh ledgers (the notes a hint
 selected) of a person's turns or naming them, of a seat, or of a company; a seat's or a company's
-onboarding markers too."""
+onboarding markers too.
+
+A person's erasure drops **every** frozen turn context and refresh ledger of the company made up to
+the erasure, not only those naming the person: they are caches (a context is kept a day so a
+redelivered turn start gets the same answer; a ledger lives for one run) holding rendered note text,
+and a note derived from her messages need not name her, so no text match can find it. Losing them
+costs a redelivered turn start a rebuild from the erased stores; keeping one would show her lesson
+again. The verification (``find``) still looks only for rows naming her or her turns: contexts built
+after the erasure were built from stores without her."""
 
 from __future__ import annotations
 
@@ -24,6 +32,9 @@ SQL = {
         SELECT DISTINCT r.seat, r.turn_id FROM refresh_ledger_runs r
         LEFT JOIN refresh_ledger_hints h USING (company, seat, turn_id)
         WHERE r.company = $1 AND (r.turn_id = ANY($2::text[]) OR (h.hint || ' ' || h.notes::text) ~* $3)""",
+    # The erasure's own plan for a person: every cached context/ledger of the company made up to now.
+    "contexts_before": "SELECT seat, turn_id FROM turn_contexts WHERE company = $1 AND create_time <= $2",
+    "ledgers_before": "SELECT seat, turn_id FROM refresh_ledger_runs WHERE company = $1 AND create_time <= $2",
     "contexts_seat": "SELECT seat, turn_id FROM turn_contexts WHERE company = $1 AND seat = $2",
     "ledgers_seat": "SELECT seat, turn_id FROM refresh_ledger_runs WHERE company = $1 AND seat = $2",
     "markers_seat": "SELECT seat FROM agent_onboarding_markers WHERE company = $1 AND seat = $2",
@@ -45,12 +56,19 @@ def pool_of(store: object) -> asyncpg.Pool:
     return store._pool  # type: ignore[attr-defined]  # the store keeps its pool private; an erasure runs its own transaction
 
 
-async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list[Any], list[Any], list[Any]]:
+async def _plan(
+    conn: asyncpg.Connection | asyncpg.Pool, target: Target, before: datetime | None = None
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """What to erase (``before`` given: a person's erasure takes the company's caches up to then) or
+    what the verification must not find (``before`` None: only what names her or her turns)."""
     c = target.company
     if target.kind is Kind.SUBJECT:
         args = (c, list(target.turn_ids), target.sql_pattern())
         contexts = await conn.fetch(SQL["contexts_subject"], *args)
         ledgers = await conn.fetch(SQL["ledgers_subject"], *args)
+        if before is not None:
+            contexts = [*contexts, *await conn.fetch(SQL["contexts_before"], c, before)]
+            ledgers = [*ledgers, *await conn.fetch(SQL["ledgers_before"], c, before)]
         markers: list[Any] = []
     elif target.kind is Kind.SEAT:
         contexts = await conn.fetch(SQL["contexts_seat"], c, target.seat)
@@ -62,7 +80,7 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tupl
         markers = await conn.fetch(SQL["markers_company"], c)
 
     def pairs(rows: list[Any]) -> list[tuple[str, str]]:
-        return [(r["seat"], r["turn_id"]) for r in rows]
+        return sorted({(r["seat"], r["turn_id"]) for r in rows})
 
     return pairs(contexts), pairs(ledgers), [r["seat"] for r in markers]
 
@@ -84,7 +102,7 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
 
 async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
-        contexts, ledgers, markers = await _plan(conn, target)
+        contexts, ledgers, markers = await _plan(conn, target, before=now)
         c = target.company
         await conn.execute(SQL["delete_contexts"], c, [s for s, _ in contexts], [t for _, t in contexts])
         await conn.execute(SQL["delete_ledgers"], c, [s for s, _ in ledgers], [t for _, t in ledgers])
