@@ -16,10 +16,12 @@ was read, and write pages and promotion drafts.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from libs.common.auth import current_principal
 from libs.common.config import Settings
@@ -44,6 +46,7 @@ from services.knowledge.domain import (
 )
 from services.knowledge.native import NativePages, check_title
 from services.knowledge.scope import access_of, clean
+from services.knowledge.store import PostgresDraftProvenance
 
 __all__ = ["KnowledgeService", "unavailable_error"]
 
@@ -69,6 +72,22 @@ def unavailable_error(err: BackendUnavailable) -> Exception:
     return Unavailable(
         err.detail or "the knowledge backend could not be read", reason=reason, domain=DOMAIN, metadata=metadata
     )
+
+
+@dataclass(frozen=True)
+class DraftOrigin:
+    """A promotion draft's recorded provenance."""
+
+    page_id: str
+    backend: str
+    container: str
+    title: str
+    unit: str
+    sources: tuple[tuple[str, str], ...]
+    """(seat, run id) of every run of the converging cluster."""
+    provenance: str
+    """The ``agentlearn.common.v1.Provenance`` JSON: run ids, model, prompt version, writer."""
+    record_time: datetime
 
 
 @dataclass
@@ -145,6 +164,36 @@ class KnowledgeService:
         self, company: str, container: str, title: str, body: str, parent_titles: list[str]
     ) -> tuple[Page, bool, str | None]:
         return await self.pages.upsert_page(company, container, title, body, parent_titles)
+
+    async def draft_provenance(self, company: str, page_id: str) -> DraftOrigin:
+        """Where a promotion draft came from (issue 17): its unit, the runs (seat, run id) of the
+        converging cluster, the distillation's model and prompt version. A page no promotion of
+        the company filed is NOT_FOUND (another company's included)."""
+        company = require_ident(company, "company", domain=DOMAIN)
+        page_id = require_text(page_id, "page_id", domain=DOMAIN, max_chars=200).strip()
+        if any(ch.isspace() or not ch.isprintable() for ch in page_id):
+            raise InvalidArgument(
+                f"page_id {page_id!r} is not a page id", reason="FIELD_INVALID", domain=DOMAIN, field="page_id"
+            )
+        row = await PostgresDraftProvenance(self.pages.store.pool).get(company, page_id)
+        if row is None:
+            raise NotFound(
+                f"no promotion draft of company {company} is filed as page {page_id}",
+                reason="DRAFT_NOT_FOUND",
+                domain=DOMAIN,
+                metadata={"page_id": page_id, "company": company},
+            )
+        sources = json.loads(row["sources"]) if isinstance(row["sources"], str) else list(row["sources"])
+        return DraftOrigin(
+            page_id=row["page_id"],
+            backend=row["backend"],
+            container=row["container"],
+            title=row["title"],
+            unit=row["unit"],
+            sources=tuple((s["seat"], s["turn_id"]) for s in sources),
+            provenance=row["provenance"] if isinstance(row["provenance"], str) else json.dumps(row["provenance"]),
+            record_time=row["record_time"],
+        )
 
     async def write_promotion_draft(self, draft: PromotionDraft) -> PromotionResult:
         require_ident(draft.company, "company", domain=DOMAIN)
