@@ -15,8 +15,8 @@ import pytest
 from agentlearn.common.v1 import erasure_pb2 as er
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kpb
 from services.knowledge.promotion import PROMPT_VERSION
-from tests.support.grpc_errors import error_info
 from tests.support.app import open_app
+from tests.support.grpc_errors import error_info
 from tests.test_promotion import NAMES, Env, converge, settings
 
 pytestmark = pytest.mark.timeout(300)
