@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ import asyncpg
 from libs.common.erasure import Kind, Report, Target, run_once
 from services.profiles.domain import LIST_FIELDS, item_key
 
-__all__ = ["OWNER", "erase", "find"]
+__all__ = ["OWNER", "erase", "find", "remaining_entries"]
 
 OWNER = "profiles"
 
@@ -118,13 +119,13 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
     return _report(await _plan(pool, target), finding=True)
 
 
-def _remaining(
-    row: asyncpg.Record, target: Target, dropped: list[asyncpg.Record], kept: list[asyncpg.Record]
+def remaining_entries(
+    row: Mapping[str, Any], target: Target, dropped: Sequence[Mapping[str, Any]], kept: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     """The profile's entries once the person is removed: an entry goes when it names them, or when
     a dropped observation stated it and no kept one does (what only their messages taught)."""
 
-    def stated(rows: list[asyncpg.Record], field: str) -> set[str]:
+    def stated(rows: Sequence[Mapping[str, Any]], field: str) -> set[str]:
         if field == "communication_style":
             return {item_key(r[field]) for r in rows if r[field]}
         return {item_key(x) for r in rows for x in r[field]}
@@ -158,7 +159,7 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
             rows = list(await conn.fetch(SQL["observations"], profile_id))
             dropped = [r for r in rows if r["id"] in set(dropping)]
             kept = [r for r in rows if r["id"] not in set(dropping)]
-            entries = _remaining(row, target, dropped, kept)
+            entries = remaining_entries(row, target, dropped, kept)
             await conn.execute(
                 SQL["scrub"],
                 profile_id,
