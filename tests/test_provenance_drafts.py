@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from agentlearn.common.v1 import erasure_pb2 as er
+from agentlearn.common.v1 import provenance_pb2
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kpb
 from services.knowledge.promotion import PROMPT_VERSION
 from tests.support.app import open_app
@@ -92,3 +93,32 @@ async def test_get_draft_provenance_refusals(env):
 async def env(make_settings, dsn, clock):
     async with open_app(settings(make_settings), dsn, names=NAMES, clock=clock) as app:
         yield Env(app, clock)
+
+
+async def test_a_draft_written_over_the_rpc_records_the_sources_it_names(env):
+    request = kpb.WritePromotionDraftRequest(
+        company="acme",
+        unit="platform",
+        container_key="plat",
+        title="Team routine: by hand (0001)",
+        body="1. Do it.\n",
+        sources=[kpb.DraftSource(seat="bo", turn_id="r-9"), kpb.DraftSource(seat="ana", turn_id="r-7")],
+        provenance=provenance_pb2.Provenance(model="m-1", prompt_version="p-1"),
+    )
+    written = await env.knowledge.WritePromotionDraft(request)
+    resp = await env.knowledge.GetDraftProvenance(
+        kpb.GetDraftProvenanceRequest(company="acme", page_id=written.page_id)
+    )
+    assert [(s.seat, s.turn_id) for s in resp.sources] == [("bo", "r-9"), ("ana", "r-7")]
+    assert list(resp.seats) == ["ana", "bo"] and list(resp.provenance.turn_ids) == ["r-9", "r-7"]
+    assert (resp.provenance.model, resp.provenance.prompt_version) == ("m-1", "p-1")
+    assert resp.provenance.writer == "write_promotion_draft"
+    # A source without a seat is refused, naming the field; nothing is written.
+    del request.sources[:]
+    request.sources.append(kpb.DraftSource(seat="", turn_id="r-1"))
+    request.title = "Team routine: refused (0002)"
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await env.knowledge.WritePromotionDraft(request)
+    code, _, bad = error_info(err.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and [v.field for v in bad.field_violations] == ["sources[0].seat"]
+    assert await env.app.infra.pool.fetchval("SELECT count(*) FROM draft_provenance") == 1

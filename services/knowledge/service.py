@@ -195,16 +195,42 @@ class KnowledgeService:
             record_time=row["record_time"],
         )
 
-    async def write_promotion_draft(self, draft: PromotionDraft) -> PromotionResult:
+    async def write_promotion_draft(
+        self,
+        draft: PromotionDraft,
+        sources: Sequence[tuple[str, str]] = (),
+        provenance: dict[str, object] | None = None,
+    ) -> PromotionResult:
+        """File the draft; with ``sources`` ((seat, run id) of each run) or a ``provenance`` (the
+        ``Provenance`` JSON as a dict), a draft this call creates has them recorded (issue 17)."""
         require_ident(draft.company, "company", domain=DOMAIN)
         require_text(draft.unit, "unit", domain=DOMAIN, max_chars=200)
         require_ident(draft.container_key, "container_key", domain=DOMAIN)
         check_title(draft.title, "title", self.limits)
         require_text(draft.body, "body", domain=DOMAIN, max_chars=self.limits.body_chars)
+        for i, (seat, turn) in enumerate(sources):
+            require_ident(seat, f"sources[{i}].seat", domain=DOMAIN)
+            require_text(turn, f"sources[{i}].turn_id", domain=DOMAIN, max_chars=200)
         try:
-            return await self.backend.write_draft(draft)
+            result = await self.backend.write_draft(draft)
         except BackendUnavailable as err:
             raise unavailable_error(err) from err
+        if result.created and (sources or provenance):
+            recorded = dict(provenance or {})
+            recorded.setdefault("turn_ids", [turn for _, turn in sources])
+            recorded.setdefault("writer", "write_promotion_draft")
+            await PostgresDraftProvenance(self.pages.store.pool).record(
+                draft.company,
+                result.page_id,
+                str(result.backend),
+                draft.container_key,
+                result.page_title,
+                draft.unit,
+                list(sources),
+                json.dumps({k: v for k, v in recorded.items() if v}),
+                self.pages.clock.now(),
+            )
+        return result
 
     # ------------------------------------------------------------------ reads
 

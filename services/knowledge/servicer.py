@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC
 
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
-from libs.common.erasure import provenance_from_json
+from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.grpcserver import Registration
@@ -242,7 +243,9 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
                 tool_sequence=tuple(request.tool_sequence),
                 sibling_count=request.sibling_count,
                 distinct_agents=request.distinct_agents,
-            )
+            ),
+            sources=[(s.seat, s.turn_id) for s in request.sources],
+            provenance=json.loads(provenance_json(request.provenance)) if request.HasField("provenance") else None,
         )
         return pb.WritePromotionDraftResponse(
             page_id=result.page_id,
