@@ -22,6 +22,9 @@ from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
 from agentlearn.profiles.v1 import profile_service_pb2_grpc as pr_grpc
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
+from services.profiles.domain import Limits
+from services.profiles.service import ProfileService
+from services.profiles.store import PostgresProfileStore
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
 from tests.support.turns import message, turn
@@ -180,3 +183,33 @@ async def test_get_profile_provenance_refusals(app):
     for company, observer in [("acme", "ben"), ("globex", "ana")]:
         code, info, _ = await refused(company, observer, pid)
         assert code == grpc.StatusCode.NOT_FOUND and info.reason == "PROFILE_NOT_FOUND"
+
+
+async def test_the_postgres_store_bounds_the_history_and_keeps_what_added_each_entry(dsn, clock):
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    try:
+        service = ProfileService(
+            store=PostgresProfileStore(pool), clock=clock, events=_NoEvents(), limits=Limits(kept_observations=2)
+        )
+        subject = ("carla", "", "slack")
+        profile, _ = await service.upsert_profile("acme", "ana", subject, "Brief.", [], [], ["kafka"], "run-1")
+        for n in range(2, 8):
+            clock.advance(seconds=60)
+            topics = ["kafka", "billing"] if n == 3 else ["kafka"]
+            await service.upsert_profile("acme", "ana", subject, "", [], [], topics, f"run-{n}")
+        _, observations, entries = await service.provenance("acme", "ana", str(profile.id))
+        # run-1 added the style and kafka, run-3 billing; run-7 and run-6 are the newest two.
+        assert [o.source.turn_ids[0] for o in observations] == ["run-7", "run-6", "run-3", "run-1"]
+        assert {e.text: e.observations[0].source.turn_ids[0] for e in entries} == {
+            "Brief.": "run-1",
+            "kafka": "run-1",
+            "billing": "run-3",
+        }
+        assert await pool.fetchval("SELECT count(*) FROM profile_observations") == 4
+    finally:
+        await pool.close()
+
+
+class _NoEvents:
+    async def emit(self, kind: str, **payload: object) -> None:
+        return None

@@ -27,6 +27,7 @@ __all__ = [
     "item_key",
     "merge",
     "merge_list",
+    "prunable",
     "trace_entries",
 ]
 
@@ -57,8 +58,14 @@ class Limits:
     """Characters in a turn id."""
     max_subjects_per_get: int = 50
     """Subjects one GetProfiles call may name."""
-    max_provenance_observations: int = 200
-    """Observations GetProfileProvenance returns (the newest) and traces the entries through."""
+    kept_observations: int = 200
+    """Recorded observations kept per profile: the newest ones, plus, past them, the first to
+    state each entry the profile still holds (what added it); the rest are deleted on merge."""
+
+    @property
+    def max_provenance_observations(self) -> int:
+        """The most observations a profile keeps (what GetProfileProvenance reads)."""
+        return self.kept_observations + 1 + self.max_past_decisions + self.max_sensitivities + self.max_topics
 
     def bound(self, field: str) -> int:
         return {
@@ -239,3 +246,11 @@ def trace_entries(profile: Profile, observations: Sequence[ObservationRecord]) -
             found = tuple(o for o in oldest_first if any(item_key(x) == key for x in getattr(o, f)))
             out.append(EntryOrigin(f, item, found))
     return out
+
+
+def prunable(profile: Profile, older: Sequence[ObservationRecord]) -> list[uuid.UUID]:
+    """Of the recorded observations past the newest kept ones (``older``, all older than those),
+    the ones to delete: every one but the first (oldest) to state each entry the profile still
+    holds — an entry stays traceable to the turn that added it, and the history stays bounded."""
+    keep = {e.observations[0].id for e in trace_entries(profile, older) if e.observations}
+    return [o.id for o in older if o.id not in keep]

@@ -28,11 +28,14 @@ class ProfileStore(Protocol):
         request_id: str | None = None,
         observation: Observation | None = None,
         source: ObservationSource | None = None,
+        keep_observations: int | None = None,
     ) -> tuple[Profile, bool, bool]:
         """Apply ``merge`` to the subject's profile atomically, creating it on the first
         observation; returns (profile, created, changed). When the merge changes the profile and an
         ``observation`` with its ``source`` is given, it is recorded in the same step (never for a
-        replay: a ``request_id`` seen before, or a merge that returns None)."""
+        replay: a ``request_id`` seen before, or a merge that returns None); with
+        ``keep_observations``, the observations past that many newest are pruned
+        (:func:`services.profiles.domain.prunable`) in that step too."""
         ...
 
     async def get(self, company: str, observer: str, profile_id: uuid.UUID) -> Profile | None:

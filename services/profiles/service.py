@@ -220,6 +220,7 @@ class ProfileService:
             request_id=request_id or None,
             observation=obs,
             source=source_for(source, subject, obs.turn_id),
+            keep_observations=self.limits.kept_observations,
         )
         if changed:
             await self.events.emit(
@@ -243,9 +244,9 @@ class ProfileService:
     async def provenance(
         self, company: str, observer: str, profile_id: str
     ) -> tuple[Profile, list[ObservationRecord], list[EntryOrigin]]:
-        """Where a profile came from: the profile, its recorded observations (newest first, at
-        most ``limits.max_provenance_observations``) and each of its entries traced to the
-        observations that stated it. Another observer's or company's profile is NOT_FOUND."""
+        """Where a profile came from: the profile, its recorded observations (newest first: every
+        one the store keeps, see ``Limits.kept_observations``) and each of its entries traced to
+        the observations that stated it. Another observer's or company's profile is NOT_FOUND."""
         company, observer = self._scope(company, observer)
         require_text(profile_id, "profile_id", domain=DOMAIN, max_chars=100)
         try:

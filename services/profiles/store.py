@@ -18,7 +18,15 @@ from typing import Any
 
 import asyncpg
 
-from services.profiles.domain import Observation, ObservationRecord, ObservationSource, Profile, Subject, empty
+from services.profiles.domain import (
+    Observation,
+    ObservationRecord,
+    ObservationSource,
+    Profile,
+    Subject,
+    empty,
+    prunable,
+)
 from services.profiles.ports import Merge
 
 __all__ = ["Merge", "PostgresProfileStore", "source_from_json", "source_to_json"]
@@ -65,6 +73,13 @@ SQL = {
         FROM profile_observations o
         WHERE o.profile_id = $1 AND o.company = $2 AND o.observer = $3
         ORDER BY o.observe_time DESC, o.id DESC LIMIT $4""",
+    # Past the newest $2 (what prunable() reads), oldest last.
+    "older_observations": """
+        SELECT o.id, o.profile_id, o.provenance, o.communication_style, o.past_decisions, o.sensitivities, o.topics,
+               o.observe_time
+        FROM profile_observations o WHERE o.profile_id = $1
+        ORDER BY o.observe_time DESC, o.id DESC OFFSET $2""",
+    "prune_observations": "DELETE FROM profile_observations WHERE id = ANY($1::uuid[])",
     "count": "SELECT count(*) FROM counterparty_profiles WHERE company = $1 AND observer = $2",
     "page": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
@@ -149,6 +164,7 @@ class PostgresProfileStore:
         request_id: str | None = None,
         observation: Observation | None = None,
         source: ObservationSource | None = None,
+        keep_observations: int | None = None,
     ) -> tuple[Profile, bool, bool]:
         """Apply ``merge`` to the subject's profile under its row lock, creating the row on the
         first observation. Returns (profile, created, changed). A ``request_id`` seen before changes
@@ -174,6 +190,12 @@ class PostgresProfileStore:
                     list(observation.topics),
                     now,
                 )
+                if keep_observations is not None:
+                    older = [
+                        _observation(r)
+                        for r in await conn.fetch(SQL["older_observations"], profile.id, keep_observations)
+                    ]
+                    await conn.execute(SQL["prune_observations"], prunable(profile, older))
             return profile, created, changed
 
     async def _observe(

@@ -5,12 +5,13 @@ provenance read refuses what it must. No Postgres, no gRPC, no model."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from libs.common.clock import ManualClock
 from libs.common.errors import InvalidArgument, NotFound
-from services.profiles.domain import ObservationSource
+from services.profiles.domain import Limits, ObservationRecord, ObservationSource, Profile, Subject, prunable
 from services.profiles.service import ProfileService
 from tests.unit.fakes.profiles import FakeProfileStore
 
@@ -94,3 +95,47 @@ async def test_provenance_refuses_a_bad_id_and_hides_another_observers_profile()
         await service.provenance("other", "ana", str(profile.id))
     with pytest.raises(NotFound):
         await service.provenance("acme", "ana", str(uuid.uuid4()))
+
+
+async def test_the_history_is_bounded_yet_every_entry_keeps_the_observation_that_added_it() -> None:
+    store, clock = FakeProfileStore(), ManualClock()
+    service = ProfileService(store=store, clock=clock, events=_Events(), limits=Limits(kept_observations=2))
+    subject = ("carla", "", "slack")
+    profile, _ = await service.upsert_profile("acme", "ana", subject, "", [], [], ["kafka"], "run-1")
+    for n in range(2, 7):  # five more turns, each re-stating kafka and adding a topic of its own
+        clock.advance(seconds=60)
+        await service.upsert_profile("acme", "ana", subject, "", [], [], ["kafka", f"t{n}"], f"run-{n}")
+    _, observations, entries = await service.provenance("acme", "ana", str(profile.id))
+    # The two newest, plus past them the first to state each entry still held: run-1 added kafka,
+    # run-2..run-4 added t2..t4. Nothing else is kept.
+    assert sorted(o.source.turn_ids[0] for o in observations) == ["run-1", "run-2", "run-3", "run-4", "run-5", "run-6"]
+    by_text = {e.text: [o.source.turn_ids[0] for o in e.observations] for e in entries}
+    assert by_text["kafka"][0] == "run-1" and by_text["t3"] == ["run-3"]
+    # Three more turns only re-state kafka: past the newest two, run-7 added nothing still held
+    # (run-1 added kafka) and goes; every adder stays.
+    for n in (7, 8, 9):
+        clock.advance(seconds=60)
+        await service.upsert_profile("acme", "ana", subject, "", [], [], ["kafka"], f"run-{n}")
+    _, observations, entries = await service.provenance("acme", "ana", str(profile.id))
+    kept = sorted(o.source.turn_ids[0] for o in observations)
+    assert kept == ["run-1", "run-2", "run-3", "run-4", "run-5", "run-6", "run-8", "run-9"]
+    assert {e.text: e.observations[0].source.turn_ids[0] for e in entries}["t6"] == "run-6"
+
+
+def test_prunable_keeps_the_first_to_state_each_held_entry() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def obs(n: int, topics: tuple[str, ...]) -> ObservationRecord:
+        return ObservationRecord(
+            id=uuid.uuid4(), profile_id=uuid.uuid4(), source=_source(f"run-{n}", "carla"), communication_style="",
+            past_decisions=(), sensitivities=(), topics=topics, observe_time=start + timedelta(minutes=n),
+        )  # fmt: skip
+
+    older = [obs(3, ("a", "gone")), obs(2, ("A",)), obs(1, ("b",))]
+    profile = Profile(
+        id=uuid.uuid4(), company="acme", observer="ana", subject=Subject("slack", "carla", None), subject_key="carla",
+        communication_style="", past_decisions=(), sensitivities=(), topics=("a", "b"), observation_count=3,
+        create_time=start, update_time=start, last_turn_id="run-3",
+    )  # fmt: skip
+    # run-2 first stated "a", run-1 "b"; run-3 re-stated "a" and stated an entry no longer held.
+    assert prunable(profile, older) == [older[0].id]

@@ -8,7 +8,15 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from services.profiles.domain import Observation, ObservationRecord, ObservationSource, Profile, Subject, empty
+from services.profiles.domain import (
+    Observation,
+    ObservationRecord,
+    ObservationSource,
+    Profile,
+    Subject,
+    empty,
+    prunable,
+)
 from services.profiles.ports import Merge
 
 __all__ = ["FakeProfileStore"]
@@ -30,6 +38,7 @@ class FakeProfileStore:
         request_id: str | None = None,
         observation: Observation | None = None,
         source: ObservationSource | None = None,
+        keep_observations: int | None = None,
     ) -> tuple[Profile, bool, bool]:
         key = (company, observer, subject.platform, subject.key)
         current = self.profiles.get(key)
@@ -56,6 +65,14 @@ class FakeProfileStore:
                     observe_time=now,
                 )
             )
+            if keep_observations is not None:
+                mine = sorted(
+                    (r for r in self.records if r.profile_id == merged.id),
+                    key=lambda r: (r.observe_time, str(r.id)),
+                    reverse=True,
+                )
+                gone = set(prunable(merged, mine[keep_observations:]))
+                self.records = [r for r in self.records if r.id not in gone]
         return merged, created, True
 
     async def get(self, company: str, observer: str, profile_id: uuid.UUID) -> Profile | None:
