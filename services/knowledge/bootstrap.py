@@ -23,7 +23,7 @@ from services.knowledge.native import NativePages
 from services.knowledge.native_search import NativeBackend
 from services.knowledge.service import KnowledgeService
 from services.knowledge.servicer import knowledge_registration
-from services.knowledge.store import PostgresPageStore
+from services.knowledge.store import PostgresDraftProvenance, PostgresPageStore
 from services.skills.episodes import GrpcEpisodeReader
 
 NAME = "knowledge"
@@ -58,6 +58,7 @@ def pass_specs(service: KnowledgeService, infra: Infra) -> list[PassSpec]:
     cfg = infra.settings.learning.promotion
     episodes = GrpcEpisodeReader(lambda: infra.channels.channel("episodes"))
     distiller = promotion.Distiller(infra.aux)
+    drafts = PostgresDraftProvenance(infra.pool)  # issue 17: where each draft came from
     return [
         *passes.knowledge_pass_specs(service.pages, infra),
         # Issue 17: points whose page is gone leave the index (docs/privacy.md).
@@ -68,7 +69,9 @@ def pass_specs(service: KnowledgeService, infra: Infra) -> list[PassSpec]:
         ),
         PassSpec(
             "skill-promotion",
-            lambda: promotion.promote(infra.settings, episodes, service.backend, distiller, infra.events),
+            lambda: promotion.promote(
+                infra.settings, episodes, service.backend, distiller, infra.events, drafts, infra.clock
+            ),
             cfg.interval_hours * 3600,
             enabled=cfg.enabled,
         ),

@@ -1,13 +1,21 @@
 """The knowledge's part of an erasure (issue 17, ``libs.common.erasure``): the native pages written
 from a person's sessions (their lessons, named by the sessions owner) and every page that names
 them (lessons, promotion drafts) are deleted with their vectors; a company's erasure deletes all of
-its pages. A seat has no pages of its own (pages are the company's). Confluence pages are the
-customer's own system and are not touched."""
+its pages. A seat has no pages of its own (pages are the company's).
+
+Promotion drafts are found through their recorded provenance too (``draft_provenance``), which is
+exact where text matching is not: a draft distilled from runs that include one of the person's
+turns (or, for a seat, one of the seat's runs) may quote what was asked without naming anyone, so
+a native draft resting on them is deleted with its record (deleting is always correct: the pass
+drafts it again if the team converges again). Confluence pages are the customer's own system and
+are not touched: the record of such a draft loses the person's (or seat's) runs."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -27,10 +35,20 @@ SQL = {
     "company": "SELECT id, embedding_dims FROM knowledge_pages WHERE company = $1",
     "delete": "DELETE FROM knowledge_pages WHERE id = ANY($1::uuid[])",
     "pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
+    # Drafts resting on the person's runs (or the seat's), and the records of pages going anyway.
+    "drafts": """
+        SELECT page_id, backend, sources, provenance FROM draft_provenance
+        WHERE company = $1 AND (turn_ids && $2::text[] OR seats && $3::text[] OR page_id = ANY($4::text[]))""",
+    "drafts_company": "SELECT page_id, backend, sources, provenance FROM draft_provenance WHERE company = $1",
+    "delete_drafts": "DELETE FROM draft_provenance WHERE company = $1 AND page_id = ANY($2::text[])",
+    "scrub_draft": """
+        UPDATE draft_provenance SET seats = $3, turn_ids = $4, sources = $5::jsonb, provenance = $6::jsonb
+        WHERE company = $1 AND page_id = $2""",
+    "draft_pages": "SELECT id, embedding_dims FROM knowledge_pages WHERE company = $1 AND id = ANY($2::uuid[])",
 }
 
 
-def _uuids(values: tuple[str, ...]) -> list[uuid.UUID]:
+def _uuids(values: tuple[str, ...] | list[str]) -> list[uuid.UUID]:
     out = []
     for v in values:
         try:
@@ -40,32 +58,85 @@ def _uuids(values: tuple[str, ...]) -> list[uuid.UUID]:
     return out
 
 
-async def _rows(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list[asyncpg.Record]:
-    if target.kind is Kind.SUBJECT:
-        return list(await conn.fetch(SQL["subject"], target.company, _uuids(target.page_ids), target.sql_pattern()))
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+class _Plan:
+    def __init__(self, pages: list[asyncpg.Record]) -> None:
+        self.pages = pages
+        """Native pages deleted (id, embedding_dims)."""
+        self.drafts_gone: list[str] = []
+        """Draft records deleted (their native page goes too)."""
+        self.drafts_scrubbed: list[tuple[str, list[dict[str, str]], dict[str, Any]]] = []
+        """Records of drafts kept elsewhere (Confluence): (page id, remaining sources, provenance)."""
+
+
+async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Plan:
     if target.kind is Kind.COMPANY:
-        return list(await conn.fetch(SQL["company"], target.company))
-    # A seat: the lessons its sessions taught alone (named by the sessions owner).
-    return list(await conn.fetch(SQL["subject"], target.company, _uuids(target.page_ids), "a^"))
+        plan = _Plan(list(await conn.fetch(SQL["company"], target.company)))
+        plan.drafts_gone = [r["page_id"] for r in await conn.fetch(SQL["drafts_company"], target.company)]
+        return plan
+    if target.kind is Kind.SUBJECT:
+        pages = list(await conn.fetch(SQL["subject"], target.company, _uuids(target.page_ids), target.sql_pattern()))
+        turns, seats = list(target.turn_ids), []
+    else:  # a seat: the lessons its sessions taught alone (named by the sessions owner), its drafts
+        pages = list(await conn.fetch(SQL["subject"], target.company, _uuids(target.page_ids), "a^"))
+        turns, seats = [], [target.seat]
+    plan = _Plan(pages)
+    going = [str(r["id"]) for r in pages]
+    native: list[str] = []
+    for row in await conn.fetch(SQL["drafts"], target.company, turns, seats, going):
+        if row["backend"] == "native" or row["page_id"] in going:
+            plan.drafts_gone.append(row["page_id"])
+            native.append(row["page_id"])
+            continue
+        sources = [
+            s for s in _json(row["sources"]) if s.get("turn_id") not in set(turns) and s.get("seat") not in set(seats)
+        ]
+        provenance = dict(_json(row["provenance"]))
+        provenance["turn_ids"] = [s["turn_id"] for s in sources]
+        plan.drafts_scrubbed.append((row["page_id"], sources, provenance))
+    extra = [u for u in _uuids(native) if str(u) not in going]
+    if extra:
+        plan.pages += list(await conn.fetch(SQL["draft_pages"], target.company, extra))
+    return plan
+
+
+def _report(plan: _Plan, *, finding: bool) -> Report:
+    report = Report(OWNER)
+    if plan.pages or not finding:
+        report.add("knowledge_pages", [r["id"] for r in plan.pages])
+    if plan.drafts_gone:
+        report.add("draft_provenance", plan.drafts_gone)
+    if plan.drafts_scrubbed:
+        report.add("draft_provenance", [p for p, _, _ in plan.drafts_scrubbed], changed=True)
+    return report
 
 
 async def find(pool: asyncpg.Pool, target: Target) -> Report:
-    report = Report(OWNER)
-    rows = await _rows(pool, target)
-    if rows:
-        report.add("knowledge_pages", [r["id"] for r in rows])
-    return report
+    return _report(await _plan(pool, target), finding=True)
 
 
 async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
-        report = Report(OWNER)
-        rows = await _rows(conn, target)
-        ids = [r["id"] for r in rows]
+        plan = await _plan(conn, target)
+        ids = [r["id"] for r in plan.pages]
         await conn.execute(SQL["delete"], ids)
         await conn.execute(SQL["pieces"], ids)
-        report.add("knowledge_pages", ids)
-        report.add_points(COLLECTION_BASE, [(r["id"], r["embedding_dims"]) for r in rows])
+        await conn.execute(SQL["delete_drafts"], target.company, plan.drafts_gone)
+        for page_id, sources, provenance in plan.drafts_scrubbed:
+            await conn.execute(
+                SQL["scrub_draft"],
+                target.company,
+                page_id,
+                sorted({s["seat"] for s in sources}),
+                [s["turn_id"] for s in sources],
+                json.dumps(sources),
+                json.dumps(provenance),
+            )
+        report = _report(plan, finding=False)
+        report.add_points(COLLECTION_BASE, [(r["id"], r["embedding_dims"]) for r in plan.pages])
         return report
 
     return await run_once(pool, OWNER, target, now, work, index=index)

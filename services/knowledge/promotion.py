@@ -26,6 +26,10 @@ procedure four seats arrived at is something the team has, which makes it docume
   the log names the key to set. A write failure announces nothing; the next tick retries.
 - Success publishes ``skill_promoted`` (unit, container_key, page_id, page_title, sibling_count,
   distinct_agents).
+- Provenance (issue 17): a written draft's sources (seat and run id of every run of the cluster),
+  the distillation's model and prompt version and the writer are recorded (``draft_provenance``)
+  and read back by ``GetDraftProvenance``. A recording failure is logged and counted
+  (``failures["provenance:..."]``); the draft stays.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from string import Template
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -53,6 +57,7 @@ from libs.common.auxmodel import (
     Prompt,
     Stage,
 )
+from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.events import EventSink
 from services.knowledge.backends import BackendUnavailable, PromotionWriter
@@ -62,8 +67,10 @@ from services.skills.domain import Turn, jaccard, tool_set
 from services.skills.episodes import EpisodeReader
 
 __all__ = [
+    "PROMPT_VERSION",
     "PURPOSE",
     "Distiller",
+    "DraftProvenanceRecorder",
     "PromotionReport",
     "Run",
     "RunCluster",
@@ -86,6 +93,36 @@ QUOTE_CHARS = 160
 TOOL_NAME_CHARS = 48
 MAX_TOKENS = 2000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+WRITER = "skill_promotion"
+PROMPT_VERSION = hashlib.sha256(
+    "\x1f".join((PROMPTS / f"{PURPOSE}.{part}.md").read_text() for part in ("system", "user")).encode()
+).hexdigest()[:16]
+"""The distillation prompt's version: a digest of its text, as every owner's provenance records it."""
+
+
+class DraftProvenanceRecorder(Protocol):
+    """Where a written draft's provenance is kept (``store.PostgresDraftProvenance``)."""
+
+    async def record(
+        self,
+        company: str,
+        page_id: str,
+        backend: str,
+        container: str,
+        title: str,
+        unit: str,
+        sources: Sequence[tuple[str, str]],
+        provenance_json: str,
+        now: datetime,
+    ) -> None: ...
+
+
+def provenance_json(run_ids: Sequence[str], model: str) -> str:
+    """The draft's ``agentlearn.common.v1.Provenance`` JSON (proto field names): the runs, the
+    model, the prompt version, the writer. The people behind the runs are found through their run
+    ids (the episodes name them); the seats are kept beside it."""
+    data = {"turn_ids": list(run_ids), "model": model, "prompt_version": PROMPT_VERSION, "writer": WRITER}
+    return json.dumps({k: v for k, v in data.items() if v})
 
 
 @dataclass(frozen=True)
@@ -286,19 +323,26 @@ class Distiller:
     ) -> tuple[tuple[str, str] | None, str]:
         """((summary, body), "distilled"), or (None, why): "dropped" (no body), "no_auxiliary_model",
         or the failure."""
+        page, outcome, _ = await self.distil_with_model(company, seat, role, data)
+        return page, outcome
+
+    async def distil_with_model(
+        self, company: str, seat: str, role: str, data: Mapping[str, Any]
+    ) -> tuple[tuple[str, str] | None, str, str]:
+        """As :meth:`distil`, with the model that answered ("" when none did)."""
         try:
             completion = await self._aux.complete(
                 Attribution(company, seat, Stage.BACKGROUND, PURPOSE, role=role or None), build_prompt(data)
             )
         except NoAuxiliaryModel:
-            return None, "no_auxiliary_model"
+            return None, "no_auxiliary_model", ""
         except AuxiliaryUnavailable as err:
-            return None, f"unavailable:{err.kind}"
+            return None, f"unavailable:{err.kind}", ""
         except AttributionMissing:  # our bug, not the model's: say so loudly
             _log.exception("skill promotion call without attribution")
-            return None, "attribution_missing"
+            return None, "attribution_missing", ""
         page = parse_page(completion.text)
-        return (page, "distilled") if page else (None, "dropped")
+        return (page, "distilled", completion.model) if page else (None, "dropped", completion.model)
 
 
 def page_body(unit: str, summary: str, body: str, cluster: RunCluster, representative: Run) -> str:
@@ -338,10 +382,13 @@ async def promote(
     writer: PromotionWriter,
     distiller: Distiller,
     events: EventSink,
+    provenance: DraftProvenanceRecorder | None = None,
+    clock: Clock | None = None,
 ) -> PromotionReport:
     """One tick: read every seat's runs, pool them by unit, and draft one page per converging
     unit. One seat's or one unit's failure is logged, counted and passed over; the completion
-    event is always emitted."""
+    event is always emitted. With ``provenance`` (and its ``clock``), each written draft's sources
+    are recorded."""
     synthesis = settings.learning.skill_synthesis
     report = PromotionReport()
 
@@ -372,7 +419,9 @@ async def promote(
         for (company, unit), runs in sorted(units.items()):
             report.units += 1
             try:
-                await _one_unit(settings, writer, distiller, events, company, unit, runs, report, fail)
+                await _one_unit(
+                    settings, writer, distiller, events, company, unit, runs, report, fail, provenance, clock
+                )
             except Exception as err:  # one unit's fault must not cost the others their promotion
                 _log.exception("promotion for unit %s of %s failed; next unit", unit, company)
                 fail(f"unit:{type(err).__name__}")
@@ -402,6 +451,8 @@ async def _one_unit(
     runs: list[Run],
     report: PromotionReport,
     fail: Callable[[str], None],
+    provenance: DraftProvenanceRecorder | None = None,
+    clock: Clock | None = None,
 ) -> None:
     cfg = settings.learning.promotion
     clusters = [
@@ -438,7 +489,9 @@ async def _one_unit(
             report.already_drafted += 1
             continue
         data = cluster_data(unit, cluster, representative)
-        page, outcome = await distiller.distil(company, representative.seat, representative.turn.role, data)
+        page, outcome, model = await distiller.distil_with_model(
+            company, representative.seat, representative.turn.role, data
+        )
         if page is None:
             if outcome == "dropped":
                 report.dropped += 1
@@ -469,6 +522,23 @@ async def _one_unit(
             report.already_drafted += 1
             return
         report.promoted += 1
+        if provenance is not None and clock is not None:
+            sources = [(m.seat, m.turn.turn_id) for m in cluster.members]
+            try:
+                await provenance.record(
+                    company,
+                    result.page_id,
+                    str(result.backend),
+                    container,
+                    title,
+                    unit,
+                    sources,
+                    provenance_json([t for _, t in sources], model),
+                    clock.now(),
+                )
+            except Exception as err:  # the draft is written: a lost record is reported, not fatal
+                fail(f"provenance:{type(err).__name__}")
+                _log.warning("promotion: provenance of draft %s not recorded: %s", result.page_id, err)
         await events.emit(
             "skill_promoted",
             company=company,

@@ -16,10 +16,12 @@ was read, and write pages and promotion drafts.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from libs.common.auth import current_principal
 from libs.common.config import Settings
@@ -44,6 +46,7 @@ from services.knowledge.domain import (
 )
 from services.knowledge.native import NativePages, check_title
 from services.knowledge.scope import access_of, clean
+from services.knowledge.store import PostgresDraftProvenance
 
 __all__ = ["KnowledgeService", "unavailable_error"]
 
@@ -69,6 +72,22 @@ def unavailable_error(err: BackendUnavailable) -> Exception:
     return Unavailable(
         err.detail or "the knowledge backend could not be read", reason=reason, domain=DOMAIN, metadata=metadata
     )
+
+
+@dataclass(frozen=True)
+class DraftOrigin:
+    """A promotion draft's recorded provenance."""
+
+    page_id: str
+    backend: str
+    container: str
+    title: str
+    unit: str
+    sources: tuple[tuple[str, str], ...]
+    """(seat, run id) of every run of the converging cluster."""
+    provenance: str
+    """The ``agentlearn.common.v1.Provenance`` JSON: run ids, model, prompt version, writer."""
+    record_time: datetime
 
 
 @dataclass
@@ -146,16 +165,72 @@ class KnowledgeService:
     ) -> tuple[Page, bool, str | None]:
         return await self.pages.upsert_page(company, container, title, body, parent_titles)
 
-    async def write_promotion_draft(self, draft: PromotionDraft) -> PromotionResult:
+    async def draft_provenance(self, company: str, page_id: str) -> DraftOrigin:
+        """Where a promotion draft came from (issue 17): its unit, the runs (seat, run id) of the
+        converging cluster, the distillation's model and prompt version. A page no promotion of
+        the company filed is NOT_FOUND (another company's included)."""
+        company = require_ident(company, "company", domain=DOMAIN)
+        page_id = require_text(page_id, "page_id", domain=DOMAIN, max_chars=200).strip()
+        if any(ch.isspace() or not ch.isprintable() for ch in page_id):
+            raise InvalidArgument(
+                f"page_id {page_id!r} is not a page id", reason="FIELD_INVALID", domain=DOMAIN, field="page_id"
+            )
+        row = await PostgresDraftProvenance(self.pages.store.pool).get(company, page_id)
+        if row is None:
+            raise NotFound(
+                f"no promotion draft of company {company} is filed as page {page_id}",
+                reason="DRAFT_NOT_FOUND",
+                domain=DOMAIN,
+                metadata={"page_id": page_id, "company": company},
+            )
+        sources = json.loads(row["sources"]) if isinstance(row["sources"], str) else list(row["sources"])
+        return DraftOrigin(
+            page_id=row["page_id"],
+            backend=row["backend"],
+            container=row["container"],
+            title=row["title"],
+            unit=row["unit"],
+            sources=tuple((s["seat"], s["turn_id"]) for s in sources),
+            provenance=row["provenance"] if isinstance(row["provenance"], str) else json.dumps(row["provenance"]),
+            record_time=row["record_time"],
+        )
+
+    async def write_promotion_draft(
+        self,
+        draft: PromotionDraft,
+        sources: Sequence[tuple[str, str]] = (),
+        provenance: dict[str, object] | None = None,
+    ) -> PromotionResult:
+        """File the draft; with ``sources`` ((seat, run id) of each run) or a ``provenance`` (the
+        ``Provenance`` JSON as a dict), a draft this call creates has them recorded (issue 17)."""
         require_ident(draft.company, "company", domain=DOMAIN)
         require_text(draft.unit, "unit", domain=DOMAIN, max_chars=200)
         require_ident(draft.container_key, "container_key", domain=DOMAIN)
         check_title(draft.title, "title", self.limits)
         require_text(draft.body, "body", domain=DOMAIN, max_chars=self.limits.body_chars)
+        for i, (seat, turn) in enumerate(sources):
+            require_ident(seat, f"sources[{i}].seat", domain=DOMAIN)
+            require_text(turn, f"sources[{i}].turn_id", domain=DOMAIN, max_chars=200)
         try:
-            return await self.backend.write_draft(draft)
+            result = await self.backend.write_draft(draft)
         except BackendUnavailable as err:
             raise unavailable_error(err) from err
+        if result.created and (sources or provenance):
+            recorded = dict(provenance or {})
+            recorded.setdefault("turn_ids", [turn for _, turn in sources])
+            recorded.setdefault("writer", "write_promotion_draft")
+            await PostgresDraftProvenance(self.pages.store.pool).record(
+                draft.company,
+                result.page_id,
+                str(result.backend),
+                draft.container_key,
+                result.page_title,
+                draft.unit,
+                list(sources),
+                json.dumps({k: v for k, v in recorded.items() if v}),
+                self.pages.clock.now(),
+            )
+        return result
 
     # ------------------------------------------------------------------ reads
 

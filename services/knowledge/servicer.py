@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC
 
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
+from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.grpcserver import Registration
@@ -241,7 +243,9 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
                 tool_sequence=tuple(request.tool_sequence),
                 sibling_count=request.sibling_count,
                 distinct_agents=request.distinct_agents,
-            )
+            ),
+            sources=[(s.seat, s.turn_id) for s in request.sources],
+            provenance=json.loads(provenance_json(request.provenance)) if request.HasField("provenance") else None,
         )
         return pb.WritePromotionDraftResponse(
             page_id=result.page_id,
@@ -258,6 +262,21 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
             self._service.pages.store.pool, self._service.pages.index, target, self._service.pages.clock.now()
         )
         return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def GetDraftProvenance(
+        self, request: pb.GetDraftProvenanceRequest, context: ServicerContext
+    ) -> pb.GetDraftProvenanceResponse:
+        origin = await self._service.draft_provenance(request.company, request.page_id)
+        return pb.GetDraftProvenanceResponse(
+            page_id=origin.page_id,
+            title=origin.title,
+            container_key=origin.container,
+            unit=origin.unit,
+            sources=[pb.DraftSource(seat=seat, turn_id=turn) for seat, turn in origin.sources],
+            seats=sorted({seat for seat, _ in origin.sources}),
+            provenance=provenance_from_json(origin.provenance),
+            record_time=timestamp(origin.record_time),
+        )
 
     async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)

@@ -10,6 +10,7 @@ decides who may ask (an operator).
 from __future__ import annotations
 
 import builtins
+import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from services.knowledge.domain import (
     ServedMode,
 )
 
-__all__ = ["SQL", "PostgresPageStore", "StoreUnavailable"]
+__all__ = ["SQL", "PostgresDraftProvenance", "PostgresPageStore", "StoreUnavailable"]
 
 
 class StoreUnavailable(Exception):
@@ -286,3 +287,58 @@ class PostgresPageStore:
     async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None:
         if ids:
             await self.pool.execute(SQL["set_indexed"], list(ids))
+
+
+_DRAFT_SQL = {
+    # A draft filed again under the same page (a lead deleted it and the team converged again)
+    # names its newest sources.
+    "record": """
+        INSERT INTO draft_provenance (company, page_id, backend, container, title, unit, seats, turn_ids, sources,
+                                      provenance, record_time)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11)
+        ON CONFLICT (company, page_id) DO UPDATE
+        SET backend = EXCLUDED.backend, container = EXCLUDED.container, title = EXCLUDED.title, unit = EXCLUDED.unit,
+            seats = EXCLUDED.seats, turn_ids = EXCLUDED.turn_ids, sources = EXCLUDED.sources,
+            provenance = EXCLUDED.provenance, record_time = EXCLUDED.record_time""",
+    "get": """
+        SELECT company, page_id, backend, container, title, unit, seats, turn_ids, sources, provenance, record_time
+        FROM draft_provenance WHERE company = $1 AND page_id = $2""",
+}
+
+
+class PostgresDraftProvenance:
+    """The ``draft_provenance`` rows (issue 17): where each promotion draft came from."""
+
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    async def record(
+        self,
+        company: str,
+        page_id: str,
+        backend: str,
+        container: str,
+        title: str,
+        unit: str,
+        sources: Sequence[tuple[str, str]],
+        provenance_json: str,
+        now: datetime,
+    ) -> None:
+        """Keep a written draft's sources ((seat, run id) of each run) and provenance."""
+        await self.pool.execute(
+            _DRAFT_SQL["record"],
+            company,
+            page_id,
+            backend,
+            container,
+            title,
+            unit,
+            sorted({seat for seat, _ in sources}),
+            [turn for _, turn in sources],
+            json.dumps([{"seat": seat, "turn_id": turn} for seat, turn in sources]),
+            provenance_json,
+            now,
+        )
+
+    async def get(self, company: str, page_id: str) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(_DRAFT_SQL["get"], company, page_id)

@@ -23,12 +23,14 @@ def build(infra: Infra) -> ProfileService:
     return ProfileService(store=PostgresProfileStore(infra.pool), clock=infra.clock, events=infra.events)
 
 
-def registration(service: ProfileService) -> Registration:
+def registration(service: ProfileService, infra: Infra) -> Registration:
     return Registration(
-        SERVICE_NAME, profile_service_pb2_grpc.add_ProfileServiceServicer_to_server, ProfileServicer(service)
+        SERVICE_NAME,
+        profile_service_pb2_grpc.add_ProfileServiceServicer_to_server,
+        ProfileServicer(service, infra.pool),
     )
 
 
 def component(infra: Infra) -> Component:
     service = build(infra)
-    return Component(name=NAME, registrations=[registration(service)], service=service)
+    return Component(name=NAME, registrations=[registration(service, infra)], service=service)

@@ -16,14 +16,19 @@ from datetime import datetime
 __all__ = [
     "DOMAIN",
     "LIST_FIELDS",
+    "EntryOrigin",
     "Limits",
     "Observation",
+    "ObservationRecord",
+    "ObservationSource",
     "Profile",
     "Subject",
     "empty",
     "item_key",
     "merge",
     "merge_list",
+    "prunable",
+    "trace_entries",
 ]
 
 DOMAIN = "profiles.agentlearn.dev"
@@ -53,6 +58,14 @@ class Limits:
     """Characters in a turn id."""
     max_subjects_per_get: int = 50
     """Subjects one GetProfiles call may name."""
+    kept_observations: int = 200
+    """Recorded observations kept per profile: the newest ones, plus, past them, the first to
+    state each entry the profile still holds (what added it); the rest are deleted on merge."""
+
+    @property
+    def max_provenance_observations(self) -> int:
+        """The most observations a profile keeps (what GetProfileProvenance reads)."""
+        return self.kept_observations + 1 + self.max_past_decisions + self.max_sensitivities + self.max_topics
 
     def bound(self, field: str) -> int:
         return {
@@ -87,6 +100,47 @@ class Observation:
     sensitivities: tuple[str, ...]
     topics: tuple[str, ...]
     turn_id: str | None
+
+
+@dataclass(frozen=True)
+class ObservationSource:
+    """Where one observation came from (issue 17): the turn, the people whose messages it was
+    derived from (handle, external id, platform), the model, the prompt version, the writer."""
+
+    turn_ids: tuple[str, ...] = ()
+    work_key: str = ""
+    subjects: tuple[tuple[str, str, str], ...] = ()
+    model: str = ""
+    prompt_version: str = ""
+    writer: str = ""
+
+    @property
+    def identifiers(self) -> list[str]:
+        """The handles and external ids it names (what an erasure matches on)."""
+        return sorted({x for h, e, _ in self.subjects for x in (h, e) if x})
+
+
+@dataclass(frozen=True)
+class ObservationRecord:
+    """One observation as it was merged into a profile, kept with its source."""
+
+    id: uuid.UUID
+    profile_id: uuid.UUID
+    source: ObservationSource
+    communication_style: str
+    past_decisions: tuple[str, ...]
+    sensitivities: tuple[str, ...]
+    topics: tuple[str, ...]
+    observe_time: datetime
+
+
+@dataclass(frozen=True)
+class EntryOrigin:
+    """One entry of a profile and the observations (oldest first) that stated it."""
+
+    field: str
+    text: str
+    observations: tuple[ObservationRecord, ...]
 
 
 @dataclass(frozen=True)
@@ -175,3 +229,28 @@ def merge(profile: Profile, subject: Subject, obs: Observation, limits: Limits, 
         update_time=now,
         last_turn_id=obs.turn_id or profile.last_turn_id,
     )
+
+
+def trace_entries(profile: Profile, observations: Sequence[ObservationRecord]) -> list[EntryOrigin]:
+    """Every entry the profile holds now, with the observations that stated it (by
+    :func:`item_key`, the merge's own sameness), oldest first: the first of them added it."""
+    oldest_first = sorted(observations, key=lambda o: (o.observe_time, str(o.id)))
+    out: list[EntryOrigin] = []
+    if profile.communication_style:
+        key = item_key(profile.communication_style)
+        found = tuple(o for o in oldest_first if o.communication_style and item_key(o.communication_style) == key)
+        out.append(EntryOrigin("communication_style", profile.communication_style, found))
+    for f in LIST_FIELDS:
+        for item in getattr(profile, f):
+            key = item_key(item)
+            found = tuple(o for o in oldest_first if any(item_key(x) == key for x in getattr(o, f)))
+            out.append(EntryOrigin(f, item, found))
+    return out
+
+
+def prunable(profile: Profile, older: Sequence[ObservationRecord]) -> list[uuid.UUID]:
+    """Of the recorded observations past the newest kept ones (``older``, all older than those),
+    the ones to delete: every one but the first (oldest) to state each entry the profile still
+    holds — an entry stays traceable to the turn that added it, and the history stays bounded."""
+    keep = {e.observations[0].id for e in trace_entries(profile, older) if e.observations}
+    return [o.id for o in older if o.id not in keep]

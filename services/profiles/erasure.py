@@ -1,23 +1,25 @@
 """The profiles' part of an erasure (issue 17, ``libs.common.erasure``): every observer's profile
-of the person is deleted (on the named platform, or every platform); another person's profile that
-names them keeps its other entries and loses the ones that name them (changed). A seat's erasure
-deletes the profiles it observed and the profiles of it; a company's, all of them."""
+of the person is deleted (on the named platform, or every platform), with its observations. Another
+person's profile loses what rests on the erased person, found through the recorded provenance of
+its observations (exact: an observation derived from their messages names them), and what names
+them in text: the observations resting on or naming them are deleted, and an entry goes when one
+of those observations stated it and no remaining observation does, or when it names them. A seat's
+erasure deletes the profiles it observed and the profiles of it; a company's, all of them."""
 
 from __future__ import annotations
 
 import hashlib
-import uuid
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
-from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from libs.common.erasure import Kind, Report, Target, run_once
-from libs.common.errors import NotFound
-from services.profiles.domain import DOMAIN
+from services.profiles.domain import LIST_FIELDS, item_key
 
-__all__ = ["OWNER", "erase", "find", "provenance"]
+__all__ = ["OWNER", "erase", "find", "remaining_entries"]
 
 OWNER = "profiles"
 
@@ -25,6 +27,7 @@ _TEXT = (
     "(communication_style || ' ' || array_to_string(past_decisions, ' ') || ' ' || array_to_string(sensitivities, ' ')"
     " || ' ' || array_to_string(topics, ' '))"
 )
+_ENTRIES = "communication_style, past_decisions, sensitivities, topics"
 SQL = {
     "subject": """
         SELECT id FROM counterparty_profiles
@@ -32,15 +35,22 @@ SQL = {
           AND (subject_handle = ANY($2::text[]) OR subject_external_id = ANY($2::text[])
                OR subject_key = ANY($2::text[]))""",
     "naming": f"""
-        SELECT id, communication_style, past_decisions, sensitivities, topics FROM counterparty_profiles
+        SELECT id FROM counterparty_profiles
         WHERE company = $1 AND {_TEXT} ~* $2 AND NOT (id = ANY($3::uuid[]))""",
+    # Observations of the others' profiles derived from the person's messages (their provenance
+    # names them), or naming them in text.
+    "resting": f"""
+        SELECT id, profile_id FROM profile_observations
+        WHERE company = $1 AND NOT (profile_id = ANY($4::uuid[]))
+          AND (subjects && $2::text[] OR {_TEXT} ~* $3)""",
+    "profile": f"SELECT id, {_ENTRIES} FROM counterparty_profiles WHERE id = $1 FOR UPDATE",
+    "observations": f"SELECT id, {_ENTRIES} FROM profile_observations WHERE profile_id = $1",
+    "delete_observations": "DELETE FROM profile_observations WHERE id = ANY($1::uuid[])",
     Kind.SEAT: """
         SELECT id FROM counterparty_profiles WHERE company = $1 AND (observer = $2 OR subject_handle = $2)""",
     Kind.COMPANY: "SELECT id FROM counterparty_profiles WHERE company = $1",
+    # Their observations go with them (ON DELETE CASCADE).
     "delete": "DELETE FROM counterparty_profiles WHERE id = ANY($1::uuid[])",
-    "provenance": """
-        SELECT platform, subject_handle, subject_external_id, last_turn_id FROM counterparty_profiles
-        WHERE id = $1 AND company = $2 AND observer = $3""",
     "requests_seat": "DELETE FROM profile_requests WHERE company = $1 AND observer = $2",
     # An applied observation's key names its sender (``<work>:profiler:<platform>/<handle>``).
     "requests_subject": "SELECT request_id, observer FROM profile_requests WHERE company = $1 AND request_id ~* $2",
@@ -54,83 +64,111 @@ SQL = {
 }
 
 
+class _Plan:
+    def __init__(self) -> None:
+        self.gone: list[Any] = []
+        """Profiles deleted (with their observations)."""
+        self.changed: set[Any] = set()
+        """Other profiles that lose entries: naming the person, or resting on them alone."""
+        self.observations: dict[Any, list[Any]] = defaultdict(list)
+        """Observations deleted, by the profile they were merged into."""
+        self.keys: list[tuple[str, str]] = []
+        """Idempotency keys naming the person: (request id, observer)."""
+
+
 def _digests(keys: list[tuple[str, str]]) -> list[str]:
     """The keys name the sender: the receipt keeps a digest of each, never the key."""
     return [hashlib.sha256(f"{o}/{k}".encode()).hexdigest()[:16] for k, o in keys]
 
 
-async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list[Any], list[Any], list[Any]]:
-    """(profiles to delete, profiles naming the person to scrub, observation keys naming them)."""
+async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Plan:
+    plan = _Plan()
     if target.kind is Kind.SEAT:
-        return [r["id"] for r in await conn.fetch(SQL[Kind.SEAT], target.company, target.seat)], [], []
+        plan.gone = [r["id"] for r in await conn.fetch(SQL[Kind.SEAT], target.company, target.seat)]
+        return plan
     if target.kind is Kind.COMPANY:
-        return [r["id"] for r in await conn.fetch(SQL[Kind.COMPANY], target.company)], [], []
-    gone = [r["id"] for r in await conn.fetch(SQL["subject"], target.company, target.identifiers, target.platform)]
-    naming = list(await conn.fetch(SQL["naming"], target.company, target.sql_pattern(), gone))
-    keys = [
-        (r["request_id"], r["observer"])
-        for r in await conn.fetch(SQL["requests_subject"], target.company, target.sql_pattern())
+        plan.gone = [r["id"] for r in await conn.fetch(SQL[Kind.COMPANY], target.company)]
+        return plan
+    pattern = target.sql_pattern()
+    plan.gone = [r["id"] for r in await conn.fetch(SQL["subject"], target.company, target.identifiers, target.platform)]
+    plan.changed = {r["id"] for r in await conn.fetch(SQL["naming"], target.company, pattern, plan.gone)}
+    for r in await conn.fetch(SQL["resting"], target.company, target.identifiers, pattern, plan.gone):
+        plan.observations[r["profile_id"]].append(r["id"])
+        plan.changed.add(r["profile_id"])
+    plan.keys = [
+        (r["request_id"], r["observer"]) for r in await conn.fetch(SQL["requests_subject"], target.company, pattern)
     ]
-    return gone, naming, keys
+    return plan
+
+
+def _report(plan: _Plan, *, finding: bool) -> Report:
+    report = Report(OWNER)
+    if plan.gone or not finding:  # the receipt always names the table; a finding only what it found
+        report.add("counterparty_profiles", plan.gone)
+    if plan.changed:
+        report.add("counterparty_profiles", sorted(plan.changed, key=str), changed=True)
+    observations = [o for ids in plan.observations.values() for o in ids]
+    if observations:
+        report.add("profile_observations", sorted(observations, key=str))
+    if plan.keys:
+        report.add("profile_requests", _digests(plan.keys))
+    return report
 
 
 async def find(pool: asyncpg.Pool, target: Target) -> Report:
-    report = Report(OWNER)
-    gone, naming, keys = await _plan(pool, target)
-    if gone:
-        report.add("counterparty_profiles", gone)
-    if naming:
-        report.add("counterparty_profiles", [r["id"] for r in naming], changed=True)
-    if keys:
-        report.add("profile_requests", _digests(keys))
-    return report
+    return _report(await _plan(pool, target), finding=True)
+
+
+def remaining_entries(
+    row: Mapping[str, Any], target: Target, dropped: Sequence[Mapping[str, Any]], kept: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The profile's entries once the person is removed: an entry goes when it names them, or when
+    a dropped observation stated it and no kept one does (what only their messages taught)."""
+
+    def stated(rows: Sequence[Mapping[str, Any]], field: str) -> set[str]:
+        if field == "communication_style":
+            return {item_key(r[field]) for r in rows if r[field]}
+        return {item_key(x) for r in rows for x in r[field]}
+
+    def stays(field: str, item: str) -> bool:
+        key = item_key(item)
+        only_theirs = key in stated(dropped, field) and key not in stated(kept, field)
+        return not only_theirs and not target.names_text(item)
+
+    style = row["communication_style"]
+    out: dict[str, Any] = {"communication_style": style if style and stays("communication_style", style) else ""}
+    for field in LIST_FIELDS:
+        out[field] = [x for x in row[field] if stays(field, x)]
+    return out
 
 
 async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
-        report = Report(OWNER)
-        gone, naming, keys = await _plan(conn, target)
-        await conn.execute(SQL["delete"], gone)
-        await conn.execute(SQL["delete_requests"], target.company, [k for k, _ in keys], [o for _, o in keys])
-        if keys:
-            report.add("profile_requests", _digests(keys))
+        plan = await _plan(conn, target)
+        await conn.execute(SQL["delete"], plan.gone)
+        await conn.execute(SQL["delete_requests"], target.company, [k for k, _ in plan.keys], [o for _, o in plan.keys])
         if target.kind is Kind.SEAT:
             await conn.execute(SQL["requests_seat"], target.company, target.seat)
         elif target.kind is Kind.COMPANY:
             await conn.execute(SQL["requests_company"], target.company)
-        for row in naming:
-
-            def keep(items: list[str]) -> list[str]:
-                return [x for x in items if not target.names_text(x)]
-
-            style = "" if target.names_text(row["communication_style"]) else row["communication_style"]
+        for profile_id in sorted(plan.changed, key=str):
+            row = await conn.fetchrow(SQL["profile"], profile_id)
+            if row is None:
+                continue
+            dropping = plan.observations.get(profile_id, [])
+            rows = list(await conn.fetch(SQL["observations"], profile_id))
+            dropped = [r for r in rows if r["id"] in set(dropping)]
+            kept = [r for r in rows if r["id"] not in set(dropping)]
+            entries = remaining_entries(row, target, dropped, kept)
             await conn.execute(
                 SQL["scrub"],
-                row["id"],
-                style,
-                keep(row["past_decisions"]),
-                keep(row["sensitivities"]),
-                keep(row["topics"]),
+                profile_id,
+                entries["communication_style"],
+                entries["past_decisions"],
+                entries["sensitivities"],
+                entries["topics"],
             )
-        report.add("counterparty_profiles", gone)
-        if naming:
-            report.add("counterparty_profiles", [r["id"] for r in naming], changed=True)
-        return report
+            await conn.execute(SQL["delete_observations"], dropping)
+        return _report(plan, finding=False)
 
     return await run_once(pool, OWNER, target, now, work)
-
-
-async def provenance(pool: asyncpg.Pool, company: str, observer: str, profile_id: str) -> provenance_pb2.Provenance:
-    row = await pool.fetchrow(SQL["provenance"], uuid.UUID(profile_id), company, observer)
-    if row is None:
-        raise NotFound(
-            f"profile {profile_id} not found for observer {observer}",
-            reason="PROFILE_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"profile_id": profile_id, "observer": observer},
-        )
-    subject = erasure_pb2.ErasureSubject(
-        handle=row["subject_handle"] or "", external_id=row["subject_external_id"] or "", platform=row["platform"]
-    )
-    turns = [row["last_turn_id"]] if row["last_turn_id"] else []
-    return provenance_pb2.Provenance(turn_ids=turns, subjects=[subject], writer="profiler")

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 
 from libs.common.clock import Clock
-from libs.common.errors import FieldViolation, InvalidArgument
+from libs.common.errors import FieldViolation, InvalidArgument, NotFound
 from libs.common.events import EventSink
 from libs.common.validation import (
     decode_time_cursor,
@@ -20,10 +20,22 @@ from libs.common.validation import (
     require_ident,
     require_text,
 )
-from services.profiles.domain import DOMAIN, LIST_FIELDS, Limits, Observation, Profile, Subject, merge
-from services.profiles.store import PostgresProfileStore
+from services.profiles.domain import (
+    DOMAIN,
+    LIST_FIELDS,
+    EntryOrigin,
+    Limits,
+    Observation,
+    ObservationRecord,
+    ObservationSource,
+    Profile,
+    Subject,
+    merge,
+    trace_entries,
+)
+from services.profiles.ports import ProfileStore
 
-__all__ = ["EVENT_UPDATED", "ProfileService", "SubjectRef"]
+__all__ = ["EVENT_UPDATED", "ProfileService", "SubjectRef", "source_for"]
 
 EVENT_UPDATED = "counterparty_profile_updated"
 
@@ -35,10 +47,25 @@ SubjectRef = tuple[str, str, str]
 """A subject as the caller sent it: (handle, external_id, platform)."""
 
 
+def source_for(given: ObservationSource | None, subject: Subject, turn_id: str | None) -> ObservationSource:
+    """What an observation records as its source: the caller's, completed with what the request
+    itself says (the turn observed; the subject observed, whose messages an observation is
+    derived from when the caller names no one)."""
+    src = given or ObservationSource()
+    return ObservationSource(
+        turn_ids=src.turn_ids or ((turn_id,) if turn_id else ()),
+        work_key=src.work_key,
+        subjects=src.subjects or ((subject.handle or "", subject.external_id or "", subject.platform),),
+        model=src.model,
+        prompt_version=src.prompt_version,
+        writer=src.writer,
+    )
+
+
 class ProfileService:
     def __init__(
         self,
-        store: PostgresProfileStore,
+        store: ProfileStore,
         clock: Clock,
         events: EventSink,
         limits: Limits | None = None,
@@ -122,9 +149,11 @@ class ProfileService:
         topics: Sequence[str],
         turn_id: str,
         request_id: str = "",
+        source: ObservationSource | None = None,
     ) -> tuple[Profile, bool]:
         """Merge one observation pass into the observer's profile of the subject; returns the
-        profile after the merge and whether this pass created it."""
+        profile after the merge and whether this pass created it. The observation is recorded with
+        its source (issue 17) in the same transaction as the merge."""
         company, observer = self._scope(company, observer)
         subject = self._subject(subject_ref, "subject")
         # A seat never profiles itself, on any platform.
@@ -183,7 +212,15 @@ class ProfileService:
         if request_id:
             require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)
         profile, created, changed = await self.store.observe(
-            company, observer, subject, now, apply, request_id=request_id or None
+            company,
+            observer,
+            subject,
+            now,
+            apply,
+            request_id=request_id or None,
+            observation=obs,
+            source=source_for(source, subject, obs.turn_id),
+            keep_observations=self.limits.kept_observations,
         )
         if changed:
             await self.events.emit(
@@ -203,6 +240,35 @@ class ProfileService:
         return profile, created
 
     # ---------------------------------------------------------------- reads
+
+    async def provenance(
+        self, company: str, observer: str, profile_id: str
+    ) -> tuple[Profile, list[ObservationRecord], list[EntryOrigin]]:
+        """Where a profile came from: the profile, its recorded observations (newest first: every
+        one the store keeps, see ``Limits.kept_observations``) and each of its entries traced to
+        the observations that stated it. Another observer's or company's profile is NOT_FOUND."""
+        company, observer = self._scope(company, observer)
+        require_text(profile_id, "profile_id", domain=DOMAIN, max_chars=100)
+        try:
+            pid = uuid.UUID(profile_id)
+        except ValueError:
+            raise InvalidArgument(
+                f"profile_id {profile_id!r} is not a UUID",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field="profile_id",
+                metadata={"value": profile_id[:100]},
+            ) from None
+        profile = await self.store.get(company, observer, pid)
+        if profile is None:
+            raise NotFound(
+                f"profile {profile_id} not found for observer {observer}",
+                reason="PROFILE_NOT_FOUND",
+                domain=DOMAIN,
+                metadata={"profile_id": profile_id, "observer": observer},
+            )
+        observations = await self.store.observations(company, observer, pid, self.limits.max_provenance_observations)
+        return profile, observations, trace_entries(profile, observations)
 
     async def get_profiles(self, company: str, observer: str, subject_refs: Sequence[SubjectRef]) -> list[Profile]:
         """The observer's profiles of the named subjects, in the order asked; a subject with no

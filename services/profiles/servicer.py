@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncpg
+
+from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from agentlearn.profiles.v1 import profile_service_pb2 as pb
 from agentlearn.profiles.v1 import profile_service_pb2_grpc as pb_grpc
 from libs.common.erasure import report_to_proto as erasure_report
@@ -10,10 +13,10 @@ from libs.common.protoconv import timestamp
 from libs.common.rpctypes import ServicerContext
 from services.profiles import erasure as _erasure
 from services.profiles.domain import DOMAIN as _ERASURE_DOMAIN
-from services.profiles.domain import Profile
+from services.profiles.domain import ObservationRecord, ObservationSource, Profile
 from services.profiles.service import ProfileService, SubjectRef
 
-__all__ = ["ProfileServicer", "profile_to_pb"]
+__all__ = ["ProfileServicer", "observation_to_pb", "profile_to_pb", "source_from_pb", "source_to_pb"]
 
 
 def _ref(subject: pb.Subject) -> SubjectRef:
@@ -41,9 +44,48 @@ def profile_to_pb(profile: Profile) -> pb.Profile:
     )
 
 
+def source_from_pb(msg: provenance_pb2.Provenance) -> ObservationSource | None:
+    """The caller's provenance of an observation; None when it sent none."""
+    if msg.ByteSize() == 0:
+        return None
+    return ObservationSource(
+        turn_ids=tuple(msg.turn_ids),
+        work_key=msg.work_key,
+        subjects=tuple((s.handle, s.external_id, s.platform) for s in msg.subjects),
+        model=msg.model,
+        prompt_version=msg.prompt_version,
+        writer=msg.writer,
+    )
+
+
+def source_to_pb(source: ObservationSource) -> provenance_pb2.Provenance:
+    return provenance_pb2.Provenance(
+        turn_ids=list(source.turn_ids),
+        work_key=source.work_key,
+        subjects=[erasure_pb2.ErasureSubject(handle=h, external_id=e, platform=p) for h, e, p in source.subjects],
+        model=source.model,
+        prompt_version=source.prompt_version,
+        writer=source.writer,
+    )
+
+
+def observation_to_pb(obs: ObservationRecord) -> pb.ProfileObservation:
+    return pb.ProfileObservation(
+        id=str(obs.id),
+        provenance=source_to_pb(obs.source),
+        observe_time=timestamp(obs.observe_time),
+        communication_style=obs.communication_style,
+        past_decisions=list(obs.past_decisions),
+        sensitivities=list(obs.sensitivities),
+        topics=list(obs.topics),
+    )
+
+
 class ProfileServicer(pb_grpc.ProfileServiceServicer):
-    def __init__(self, service: ProfileService):
+    def __init__(self, service: ProfileService, pool: asyncpg.Pool):
         self._service = service
+        # The erasure reads and writes the tables directly (libs.common.erasure), beside the port.
+        self._pool = pool
 
     async def UpsertProfile(
         self, request: pb.UpsertProfileRequest, context: ServicerContext
@@ -58,6 +100,7 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
             list(request.topics),
             request.turn_id,
             request.request_id,
+            source_from_pb(request.provenance),
         )
         return pb.UpsertProfileResponse(profile=profile_to_pb(profile), created=created)
 
@@ -79,17 +122,48 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
 
     async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        report = await _erasure.erase(self._pool, target, self._service.clock.now())
         return pb.EraseRowsResponse(report=erasure_report(report))
 
     async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._pool, target)))
 
     async def GetProfileProvenance(
         self, request: pb.GetProfileProvenanceRequest, context: ServicerContext
     ) -> pb.GetProfileProvenanceResponse:
-        found = await _erasure.provenance(
-            self._service.store.pool, request.company, request.observer, request.profile_id
+        profile, observations, entries = await self._service.provenance(
+            request.company, request.observer, request.profile_id
         )
-        return pb.GetProfileProvenanceResponse(provenance=found)
+        # The profile's own provenance, as before: the person, the last observing turn; with the
+        # model, prompt version and work key of that turn's observation when it was recorded.
+        summary = provenance_pb2.Provenance(
+            turn_ids=[profile.last_turn_id] if profile.last_turn_id else [],
+            subjects=[
+                erasure_pb2.ErasureSubject(
+                    handle=profile.subject.handle or "",
+                    external_id=profile.subject.external_id or "",
+                    platform=profile.subject.platform,
+                )
+            ],
+            writer="profiler",
+        )
+        last = next((o for o in observations if profile.last_turn_id in o.source.turn_ids), None)
+        if last is not None:
+            summary.work_key = last.source.work_key
+            summary.model = last.source.model
+            summary.prompt_version = last.source.prompt_version
+            summary.writer = last.source.writer or summary.writer
+        return pb.GetProfileProvenanceResponse(
+            provenance=summary,
+            observations=[observation_to_pb(o) for o in observations],
+            entries=[
+                pb.ProfileEntry(
+                    field=e.field,
+                    text=e.text,
+                    observation_ids=[str(o.id) for o in e.observations],
+                    turn_ids=[o.source.turn_ids[0] if o.source.turn_ids else "" for o in e.observations],
+                )
+                for e in entries
+            ],
+        )

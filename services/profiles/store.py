@@ -10,18 +10,26 @@ creation race merges into the winner's row instead.
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
-from services.profiles.domain import Profile, Subject, empty
+from services.profiles.domain import (
+    Observation,
+    ObservationRecord,
+    ObservationSource,
+    Profile,
+    Subject,
+    empty,
+    prunable,
+)
+from services.profiles.ports import Merge
 
-__all__ = ["Merge", "PostgresProfileStore"]
-
-Merge = Callable[[Profile], Profile | None]
-"""The rule the service applies to the locked row: the merged profile, or None to leave it."""
+__all__ = ["Merge", "PostgresProfileStore", "source_from_json", "source_to_json"]
 
 _COLUMNS = """id, company, observer, platform, subject_key, subject_handle, subject_external_id,
               communication_style, past_decisions, sensitivities, topics, observation_count,
@@ -54,6 +62,24 @@ SQL = {
         SELECT {_COLUMNS} FROM counterparty_profiles
         WHERE company = $1 AND observer = $2
           AND (platform, subject_key) IN (SELECT * FROM unnest($3::text[], $4::text[]))""",
+    "get": f"SELECT {_COLUMNS} FROM counterparty_profiles WHERE id = $1 AND company = $2 AND observer = $3",
+    "record_observation": """
+        INSERT INTO profile_observations (id, profile_id, company, observer, turn_id, subjects, provenance,
+                                          communication_style, past_decisions, sensitivities, topics, observe_time)
+        VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12)""",
+    "observations": """
+        SELECT o.id, o.profile_id, o.provenance, o.communication_style, o.past_decisions, o.sensitivities, o.topics,
+               o.observe_time
+        FROM profile_observations o
+        WHERE o.profile_id = $1 AND o.company = $2 AND o.observer = $3
+        ORDER BY o.observe_time DESC, o.id DESC LIMIT $4""",
+    # Past the newest $2 (what prunable() reads), oldest last.
+    "older_observations": """
+        SELECT o.id, o.profile_id, o.provenance, o.communication_style, o.past_decisions, o.sensitivities, o.topics,
+               o.observe_time
+        FROM profile_observations o WHERE o.profile_id = $1
+        ORDER BY o.observe_time DESC, o.id DESC OFFSET $2""",
+    "prune_observations": "DELETE FROM profile_observations WHERE id = ANY($1::uuid[])",
     "count": "SELECT count(*) FROM counterparty_profiles WHERE company = $1 AND observer = $2",
     "page": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
@@ -61,6 +87,49 @@ SQL = {
           AND ($3::timestamptz IS NULL OR (update_time, id) < ($3, $4::uuid))
         ORDER BY update_time DESC, id DESC LIMIT $5""",
 }
+
+
+def source_to_json(source: ObservationSource) -> str:
+    """The source as the ``agentlearn.common.v1.Provenance`` JSON every owner keeps (proto field
+    names; empty fields left out)."""
+    data: dict[str, Any] = {
+        "turn_ids": list(source.turn_ids),
+        "work_key": source.work_key,
+        "subjects": [
+            {k: v for k, v in (("handle", h), ("external_id", e), ("platform", p)) if v} for h, e, p in source.subjects
+        ],
+        "model": source.model,
+        "prompt_version": source.prompt_version,
+        "writer": source.writer,
+    }
+    return json.dumps({k: v for k, v in data.items() if v})
+
+
+def source_from_json(text: str | dict[str, Any] | None) -> ObservationSource:
+    data = json.loads(text) if isinstance(text, str) else dict(text or {})
+    return ObservationSource(
+        turn_ids=tuple(data.get("turn_ids", ())),
+        work_key=data.get("work_key", ""),
+        subjects=tuple(
+            (s.get("handle", ""), s.get("external_id", ""), s.get("platform", "")) for s in data.get("subjects", ())
+        ),
+        model=data.get("model", ""),
+        prompt_version=data.get("prompt_version", ""),
+        writer=data.get("writer", ""),
+    )
+
+
+def _observation(row: asyncpg.Record) -> ObservationRecord:
+    return ObservationRecord(
+        id=row["id"],
+        profile_id=row["profile_id"],
+        source=source_from_json(row["provenance"]),
+        communication_style=row["communication_style"],
+        past_decisions=tuple(row["past_decisions"]),
+        sensitivities=tuple(row["sensitivities"]),
+        topics=tuple(row["topics"]),
+        observe_time=row["observe_time"],
+    )
 
 
 def _profile(row: asyncpg.Record) -> Profile:
@@ -93,65 +162,114 @@ class PostgresProfileStore:
         now: datetime,
         merge: Merge,
         request_id: str | None = None,
+        observation: Observation | None = None,
+        source: ObservationSource | None = None,
+        keep_observations: int | None = None,
     ) -> tuple[Profile, bool, bool]:
         """Apply ``merge`` to the subject's profile under its row lock, creating the row on the
         first observation. Returns (profile, created, changed). A ``request_id`` seen before changes
         nothing: it is recorded in the same transaction as the merge, so a retry after a crash
-        either finds it (the merge committed) or applies the merge (it did not)."""
+        either finds it (the merge committed) or applies the merge (it did not). The observation
+        and its source are recorded in that transaction too, only when the merge changed the row."""
         key = (company, observer, subject.platform, subject.key)
         async with self.pool.acquire() as conn, conn.transaction():
-            if request_id is not None:
-                fresh = await conn.fetchval(SQL["claim_request"], company, observer, request_id, now)
-                if fresh is None:  # applied before (a concurrent retry waits here for the first)
-                    row = await conn.fetchrow(SQL["lock"], *key)
-                    if row is not None:
-                        return _profile(row), False, False
-            row = await conn.fetchrow(SQL["lock"], *key)
-            if row is None:
-                first = merge(empty(company, observer, subject, now))
-                assert first is not None  # an empty profile has no turn to replay
-                row = await conn.fetchrow(
-                    SQL["insert"],
-                    first.id,
+            profile, created, changed = await self._observe(conn, key, subject, now, merge, request_id)
+            if changed and observation is not None and source is not None:
+                await conn.execute(
+                    SQL["record_observation"],
+                    uuid.uuid4(),
+                    profile.id,
                     company,
                     observer,
-                    subject.platform,
-                    subject.key,
-                    first.subject.handle,
-                    first.subject.external_id,
-                    first.communication_style,
-                    list(first.past_decisions),
-                    list(first.sensitivities),
-                    list(first.topics),
-                    first.observation_count,
-                    first.create_time,
-                    first.update_time,
-                    first.last_turn_id,
+                    observation.turn_id,
+                    source.identifiers,
+                    source_to_json(source),
+                    observation.communication_style or "",
+                    list(observation.past_decisions),
+                    list(observation.sensitivities),
+                    list(observation.topics),
+                    now,
                 )
-                if row is not None:
-                    return _profile(row), True, True
-                # A concurrent first observation committed the row between our read and our insert:
-                # merge into it (a new statement sees the committed row, and waits for its lock).
+                if keep_observations is not None:
+                    older = [
+                        _observation(r)
+                        for r in await conn.fetch(SQL["older_observations"], profile.id, keep_observations)
+                    ]
+                    await conn.execute(SQL["prune_observations"], prunable(profile, older))
+            return profile, created, changed
+
+    async def _observe(
+        self,
+        conn: asyncpg.Connection,
+        key: tuple[str, str, str, str],
+        subject: Subject,
+        now: datetime,
+        merge: Merge,
+        request_id: str | None,
+    ) -> tuple[Profile, bool, bool]:
+        company, observer = key[0], key[1]
+        if request_id is not None:
+            fresh = await conn.fetchval(SQL["claim_request"], company, observer, request_id, now)
+            if fresh is None:  # applied before (a concurrent retry waits here for the first)
                 row = await conn.fetchrow(SQL["lock"], *key)
-                assert row is not None  # profiles are never deleted
-            current = _profile(row)
-            merged = merge(current)
-            if merged is None:
-                return current, False, False
+                if row is not None:
+                    return _profile(row), False, False
+        row = await conn.fetchrow(SQL["lock"], *key)
+        if row is None:
+            first = merge(empty(company, observer, subject, now))
+            assert first is not None  # an empty profile has no turn to replay
             row = await conn.fetchrow(
-                SQL["update"],
-                current.id,
-                merged.subject.handle,
-                merged.subject.external_id,
-                merged.communication_style,
-                list(merged.past_decisions),
-                list(merged.sensitivities),
-                list(merged.topics),
-                merged.observation_count,
-                merged.update_time,
-                merged.last_turn_id,
+                SQL["insert"],
+                first.id,
+                company,
+                observer,
+                subject.platform,
+                subject.key,
+                first.subject.handle,
+                first.subject.external_id,
+                first.communication_style,
+                list(first.past_decisions),
+                list(first.sensitivities),
+                list(first.topics),
+                first.observation_count,
+                first.create_time,
+                first.update_time,
+                first.last_turn_id,
             )
-            return _profile(row), False, True
+            if row is not None:
+                return _profile(row), True, True
+            # A concurrent first observation committed the row between our read and our insert:
+            # merge into it (a new statement sees the committed row, and waits for its lock).
+            row = await conn.fetchrow(SQL["lock"], *key)
+            assert row is not None  # profiles are never deleted
+        current = _profile(row)
+        merged = merge(current)
+        if merged is None:
+            return current, False, False
+        row = await conn.fetchrow(
+            SQL["update"],
+            current.id,
+            merged.subject.handle,
+            merged.subject.external_id,
+            merged.communication_style,
+            list(merged.past_decisions),
+            list(merged.sensitivities),
+            list(merged.topics),
+            merged.observation_count,
+            merged.update_time,
+            merged.last_turn_id,
+        )
+        return _profile(row), False, True
+
+    async def get(self, company: str, observer: str, profile_id: uuid.UUID) -> Profile | None:
+        row = await self.pool.fetchrow(SQL["get"], profile_id, company, observer)
+        return _profile(row) if row is not None else None
+
+    async def observations(
+        self, company: str, observer: str, profile_id: uuid.UUID, limit: int
+    ) -> list[ObservationRecord]:
+        rows = await self.pool.fetch(SQL["observations"], profile_id, company, observer, limit)
+        return [_observation(r) for r in rows]
 
     async def get_many(self, company: str, observer: str, subjects: Sequence[Subject]) -> list[Profile]:
         rows = await self.pool.fetch(

@@ -39,7 +39,7 @@ from services.sessions.domain import (
 )
 from services.sessions.evidence import Evidence, assemble
 from services.sessions.store import PostgresSessionStore
-from services.sessions.writes import Results, Writer
+from services.sessions.writes import Origin, Results, Writer
 
 __all__ = ["CheckRunner", "summarize"]
 
@@ -162,8 +162,9 @@ class CheckRunner:
             return tuple(by_ref[r].source_id for r in refs)
 
         out = Results(dropped=list(found.dropped))
+        origin = Origin(model=completion.model)  # what the lessons' provenance names (issue 17)
         for lesson in found.lessons:
-            await self.writer.lesson(check, lesson, ids(lesson.refs), out)
+            await self.writer.lesson(check, lesson, ids(lesson.refs), out, origin)
         await self.writer.facts(check, [(f, ids(f.refs)) for f in found.facts], out)
         if found.skill is not None:
             await self.writer.skill(check, found.skill, ids(found.skill.refs), out)

@@ -30,6 +30,7 @@ from services.sessions.domain import (
 )
 from services.sessions.domain import DOMAIN as _ERASURE_DOMAIN
 from services.sessions.service import SessionService
+from services.sessions.writes import lesson_provenance
 
 __all__ = ["SessionServicer", "check_to_pb"]
 
@@ -283,6 +284,12 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
         report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
         return pb.EraseRowsResponse(report=erasure_report(report))
+
+    async def GetLessonProvenance(
+        self, request: pb.GetLessonProvenanceRequest, context: ServicerContext
+    ) -> pb.GetLessonProvenanceResponse:
+        workspace, title, sources = await lesson_provenance(self._service.store, request.company, request.page_id)
+        return pb.GetLessonProvenanceResponse(workspace=workspace, title=title, sources=sources)
 
     async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)

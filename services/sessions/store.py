@@ -159,6 +159,9 @@ SQL = {
     "lesson": """
         SELECT page_id, title, body FROM workspace_lessons
         WHERE company = $1 AND workspace = $2 AND content_hash = $3""",
+    "lesson_by_page": """
+        SELECT workspace, title, sources FROM workspace_lessons WHERE company = $1 AND page_id = $2
+        ORDER BY create_time LIMIT 1""",
     "record_lesson": """
         INSERT INTO workspace_lessons (company, workspace, content_hash, page_id, title, body, sources, create_time,
                                        update_time)
@@ -513,6 +516,11 @@ class PostgresSessionStore:
         return [_check(r) for r in await self.pool.fetch(SQL["unfinished"], limit)]
 
     # -------------------------------------------------------------- lessons
+
+    async def lesson_by_page(self, company: str, page_id: str) -> tuple[str, str, Any] | None:
+        """(workspace, title, kept sources) of the lesson filed as the page (issue 17)."""
+        row = await self.pool.fetchrow(SQL["lesson_by_page"], company, page_id)
+        return (row["workspace"], row["title"], row["sources"]) if row is not None else None
 
     @contextlib.asynccontextmanager
     async def lesson_lock(self, company: str, workspace: str, content_hash: str) -> AsyncIterator[LessonTx]:

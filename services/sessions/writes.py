@@ -11,6 +11,13 @@
 - A skill candidate becomes a proposal through ``SkillService.ProposeSkill`` (the duplicate
   checks and the rejection suppression live there), never a live skill.
 
+Provenance (issue 17): a lesson's every source records the session, check, events, the turn, the
+session's owner (whose messages taught it), the review's model and prompt version, and the writer;
+``GetLessonProvenance`` reads them back. A personal fact's note carries the same as its
+``Provenance`` (the model that wrote its content: the memory judge's), read by
+``GetNoteProvenance``. A skill proposal's ``ProposalSource`` names the session, check, events and
+turn (the skills service keeps it).
+
 Knowledge and skill writes recheck the role's tool permission first (``write_knowledge``,
 ``distill_skill``): only ``allow`` lets the background worker write; ``ask`` and ``deny`` are
 refused and the receipt says so.
@@ -19,9 +26,12 @@ refused and the receipt says so.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -41,8 +51,11 @@ from libs.common.auxmodel.answers import InvalidOutput
 from libs.common.clients import Clients
 from libs.common.clock import Clock
 from libs.common.config import Settings, workspace_container
+from libs.common.errors import InvalidArgument, NotFound
+from libs.common.validation import require_ident, require_text
 from services.sessions import judge
 from services.sessions.domain import (
+    DOMAIN,
     Disposition,
     Dropped,
     FailureKind,
@@ -54,7 +67,17 @@ from services.sessions.domain import (
 from services.sessions.review import FactCandidate, LessonCandidate, SkillCandidate
 from services.sessions.store import PostgresSessionStore
 
-__all__ = ["Results", "Writer", "lesson_title", "rpc_failure"]
+__all__ = [
+    "JUDGE_PROMPT_VERSION",
+    "REVIEW_PROMPT_VERSION",
+    "Origin",
+    "Results",
+    "Writer",
+    "lesson_provenance",
+    "lesson_title",
+    "prompt_version",
+    "rpc_failure",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -63,6 +86,33 @@ SKILL_TOOL = "distill_skill"
 RECENT_NOTES_SHOWN = 50
 """The judge is shown the seat's recent notes, as the persist decider is (Diary.Recent, up to 50)."""
 DEDUP_CANDIDATES = 5
+WRITER = "session_check"
+"""The writer a learning check's rows name in their provenance."""
+
+
+def prompt_version(*texts: str) -> str:
+    """A prompt's version: a digest of its text, as every owner's provenance records it (the
+    reflector's workers use the same digest), so a change to the prompt is a new version."""
+    return hashlib.sha256("\x1f".join(texts).encode()).hexdigest()[:16]
+
+
+_PROMPTS = Path(__file__).resolve().parent / "prompts"
+REVIEW_PROMPT_VERSION = prompt_version(
+    *((_PROMPTS / f"session_review.{part}.md").read_text() for part in ("system", "user"))
+)
+"""The review's prompt (what proposes the lessons, facts and skill)."""
+JUDGE_PROMPT_VERSION = prompt_version(
+    REVIEW_PROMPT_VERSION, *((_PROMPTS / f"memory_judge.{part}.md").read_text() for part in ("system", "user"))
+)
+"""A personal fact passes the review and then the memory judge: both prompts shaped its text."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What produced a check's candidates: the review's model and prompt version."""
+
+    model: str = ""
+    prompt_version: str = REVIEW_PROMPT_VERSION
 
 
 @dataclass
@@ -129,7 +179,12 @@ class Writer:
     # ---------------------------------------------------------------- project lessons
 
     async def lesson(
-        self, check: LearningCheck, cand: LessonCandidate, evidence_ids: Sequence[str], out: Results
+        self,
+        check: LearningCheck,
+        cand: LessonCandidate,
+        evidence_ids: Sequence[str],
+        out: Results,
+        origin: Origin | None = None,
     ) -> None:
         refused = self._refused(check, KNOWLEDGE_TOOL)
         if refused:
@@ -140,7 +195,18 @@ class Writer:
             out.dropped.append(Dropped(OutputKind.PROJECT_LESSON, "the lesson has no words", tuple(evidence_ids)))
             return
         digest = _hash(normalized)
-        source = {"session_id": check.session_id, "check_id": str(check.id), "evidence_ids": list(evidence_ids)}
+        origin = origin or Origin()
+        source: dict[str, Any] = {
+            "session_id": check.session_id,
+            "check_id": str(check.id),
+            "evidence_ids": list(evidence_ids),
+            # Issue 17: the turn, whose session taught it, what produced it.
+            "turn_ids": [check.turn_id] if check.turn_id else [],
+            "subjects": [{"handle": check.owner}] if check.owner else [],
+            "model": origin.model,
+            "prompt_version": origin.prompt_version,
+            "writer": WRITER,
+        }
         # Under the lesson's lock: the page of identical normalized content is found by its hash
         # (and keeps the title and text it was first written with), so it is reused whatever the
         # new copy's case, spacing or punctuation, even when two checks write it at once.
@@ -237,6 +303,7 @@ class Writer:
                 attribution, prompt, timeout=self.settings.sessions.review_timeout_seconds
             )
             verdicts = judge.read_verdicts(completion.text, len(facts))
+            judged_by = completion.model
         except (AuxiliaryUnavailable, NoAuxiliaryModel, AttributionMissing) as err:
             self._all_failed(facts, f"the memory judge did not answer: {err}", out)
             return
@@ -271,14 +338,20 @@ class Writer:
                     )
                 )
                 continue
-            await self._fact(check, content, verdict, ids, out)
+            await self._fact(check, content, verdict, ids, out, judged_by)
 
     def _all_failed(self, facts: Sequence[tuple[FactCandidate, Sequence[str]]], detail: str, out: Results) -> None:
         for _ in facts:
             out.failures.append(PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.WRITE_FAILED, detail[:500]))
 
     async def _fact(
-        self, check: LearningCheck, content: str, verdict: judge.Verdict, ids: Sequence[str], out: Results
+        self,
+        check: LearningCheck,
+        content: str,
+        verdict: judge.Verdict,
+        ids: Sequence[str],
+        out: Results,
+        model: str = "",
     ) -> None:
         diary = self.clients.diary
         floor = self.settings.sessions.personal_fact_duplicate_similarity
@@ -324,7 +397,10 @@ class Writer:
                         session_id=check.session_id,
                         check_id=str(check.id),
                         event_ids=list(ids)[:1000],
-                        writer="session_check",
+                        # The judge wrote the note's content (from the review's candidate).
+                        model=model,
+                        prompt_version=JUDGE_PROMPT_VERSION,
+                        writer=WRITER,
                     ),
                 ),
                 timeout=self._timeout,
@@ -403,3 +479,50 @@ class Writer:
                 else f"duplicates the live skill {match.name} ({check_name} {match.similarity:.2f})"
             )
             out.dropped.append(Dropped(OutputKind.SKILL_PROPOSAL, what, ids))
+
+
+# ------------------------------------------------------------------------------ lesson provenance
+
+
+def _source_to_pb(source: dict[str, Any]) -> provenance_pb2.Provenance:
+    """One kept source of a lesson as a ``Provenance`` (sources kept before issue 17's fields name
+    the session, check and events only)."""
+    return provenance_pb2.Provenance(
+        turn_ids=[t for t in source.get("turn_ids", []) if t],
+        subjects=[
+            erasure_pb2.ErasureSubject(
+                handle=s.get("handle", ""), external_id=s.get("external_id", ""), platform=s.get("platform", "")
+            )
+            for s in source.get("subjects", [])
+        ],
+        session_id=source.get("session_id", ""),
+        check_id=source.get("check_id", ""),
+        event_ids=list(source.get("evidence_ids", [])),
+        model=source.get("model", ""),
+        prompt_version=source.get("prompt_version", ""),
+        writer=source.get("writer", WRITER),
+    )
+
+
+async def lesson_provenance(
+    store: PostgresSessionStore, company: str, page_id: str
+) -> tuple[str, str, list[provenance_pb2.Provenance]]:
+    """(workspace, title, sources) of the workspace lesson filed as the page: every session, check
+    and events that taught it, oldest first. A page no check of the company wrote is NOT_FOUND."""
+    company = require_ident(company, "company", domain=DOMAIN)
+    page_id = require_text(page_id, "page_id", domain=DOMAIN, max_chars=200).strip()
+    if any(ch.isspace() or not ch.isprintable() for ch in page_id):
+        raise InvalidArgument(
+            f"page_id {page_id!r} is not a page id", reason="FIELD_INVALID", domain=DOMAIN, field="page_id"
+        )
+    row = await store.lesson_by_page(company, page_id)
+    if row is None:
+        raise NotFound(
+            f"no workspace lesson of company {company} is filed as page {page_id}",
+            reason="LESSON_NOT_FOUND",
+            domain=DOMAIN,
+            metadata={"page_id": page_id, "company": company},
+        )
+    workspace, title, sources = row
+    kept = json.loads(sources) if isinstance(sources, str) else list(sources)
+    return workspace, title, [_source_to_pb(s) for s in kept]

@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
 from libs.common.auxmodel import OfflineRules, Prompt
 from services.reflector.domain import (
@@ -39,6 +40,7 @@ from services.reflector.workers.base import (
     parse_object,
     prompt_file,
 )
+from services.reflector.workers.provenance import prompt_version
 
 __all__ = ["PURPOSE", "Profiler", "offline_rule", "register", "subjects_of"]
 
@@ -46,6 +48,7 @@ _log = logging.getLogger(__name__)
 PURPOSE = "profiler"
 _SYSTEM = prompt_file("profiler").template
 _USER = prompt_file("profiler_user")
+_PROMPT_VERSION = prompt_version(_SYSTEM, _USER.template)
 _INTERNAL = {Trigger.AGENT_ASK, Trigger.SCHEDULE, Trigger.SANDBOX}
 
 
@@ -128,7 +131,8 @@ class Profiler:
             max_tokens=500,
             json_output=True,
         )
-        answer = parse_object((await ask_model(ctx, turn, PURPOSE, prompt)).text)
+        completion = await ask_model(ctx, turn, PURPOSE, prompt)
+        answer = parse_object(completion.text)
         if answer.get("noop") is True:
             return False
         style = answer.get("communication_style") or ""
@@ -144,6 +148,20 @@ class Profiler:
             topics=_strings(answer.get("topics"), "topics"),
             turn_id=turn.turn_id,
             request_id=turn.write_key(self.name, sender.key),
+            # Issue 17: this observation rests on this sender's messages alone (the pass is shown
+            # no one else's), so it names them only.
+            provenance=provenance_pb2.Provenance(
+                turn_ids=[turn.turn_id],
+                work_key=turn.work_key,
+                subjects=[
+                    erasure_pb2.ErasureSubject(
+                        handle=sender.handle, external_id=sender.external_id, platform=sender.platform
+                    )
+                ],
+                model=completion.model,
+                prompt_version=_PROMPT_VERSION,
+                writer=self.name,
+            ),
         )
         await ctx.clients.profiles.UpsertProfile(request, timeout=ctx.clients.timeout)
         return True

@@ -1,0 +1,57 @@
+"""What the profile use cases need of a store (issue 13): the Postgres store implements it, the
+unit tier's in-memory fake (tests/unit/fakes/profiles.py) too, so the rules are tested without a
+database."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from services.profiles.domain import Observation, ObservationRecord, ObservationSource, Profile, Subject
+
+__all__ = ["Merge", "ProfileStore"]
+
+Merge = Callable[[Profile], Profile | None]
+"""The rule the service applies to the locked row: the merged profile, or None to leave it."""
+
+
+class ProfileStore(Protocol):
+    async def observe(
+        self,
+        company: str,
+        observer: str,
+        subject: Subject,
+        now: datetime,
+        merge: Merge,
+        request_id: str | None = None,
+        observation: Observation | None = None,
+        source: ObservationSource | None = None,
+        keep_observations: int | None = None,
+    ) -> tuple[Profile, bool, bool]:
+        """Apply ``merge`` to the subject's profile atomically, creating it on the first
+        observation; returns (profile, created, changed). When the merge changes the profile and an
+        ``observation`` with its ``source`` is given, it is recorded in the same step (never for a
+        replay: a ``request_id`` seen before, or a merge that returns None); with
+        ``keep_observations``, the observations past that many newest are pruned
+        (:func:`services.profiles.domain.prunable`) in that step too."""
+        ...
+
+    async def get(self, company: str, observer: str, profile_id: uuid.UUID) -> Profile | None:
+        """The observer's profile by id; None for another observer's or company's."""
+        ...
+
+    async def observations(
+        self, company: str, observer: str, profile_id: uuid.UUID, limit: int
+    ) -> list[ObservationRecord]:
+        """The profile's recorded observations, newest first, at most ``limit``."""
+        ...
+
+    async def get_many(self, company: str, observer: str, subjects: Sequence[Subject]) -> list[Profile]: ...
+
+    async def count(self, company: str, observer: str) -> int: ...
+
+    async def page(
+        self, company: str, observer: str, after: tuple[datetime, uuid.UUID] | None, limit: int
+    ) -> list[Profile]: ...
