@@ -133,6 +133,10 @@ _TEXT_TABLES = {
     "turn_contexts": "coalesce(context::text, '')",
     "erasures": "coalesce(target::text, '') || ' ' || reports::text || ' ' || residues::text",
     "compaction_members": "record::text || ' ' || array_to_string(subjects, ' ') || ' ' || array_to_string(runs, ' ')",
+    "profile_observations": "array_to_string(subjects, ' ') || ' ' || provenance::text || ' ' || communication_style"
+    " || ' ' || array_to_string(past_decisions, ' ') || ' ' || array_to_string(sensitivities, ' ')"
+    " || ' ' || array_to_string(topics, ' ')",
+    "draft_provenance": "title || ' ' || array_to_string(turn_ids, ' ') || ' ' || sources::text || ' ' || provenance::text",
 }
 
 
