@@ -36,6 +36,7 @@ from libs.common.validation import decode_time_cursor, encode_time_cursor, page_
 from services.skills.domain import (
     DOMAIN,
     MAX_IDS_PER_CALL,
+    MAX_TOOLS,
     NAME_MAX_CHARS,
     SUMMARY_MAX_CHARS,
     DuplicateCheck,
@@ -44,14 +45,15 @@ from services.skills.domain import (
     ProposalOrigin,
     ProposalState,
     Skill,
+    SkillKey,
     SkillProposal,
     SkillTrigger,
     describe_skill,
     jaccard,
     normalized,
 )
+from services.skills.ports import ProposalStore
 from services.skills.service import SkillService
-from services.skills.store import PostgresProposalStore, SkillKey
 
 __all__ = ["ProposalResult", "ProposalService"]
 
@@ -83,7 +85,7 @@ class ProposalService:
     def __init__(
         self,
         skills: SkillService,
-        store: PostgresProposalStore,
+        store: ProposalStore,
         embedder: Embedder | None,
         config: SkillProposalsConfig,
         events: EventSink,
@@ -117,7 +119,7 @@ class ProposalService:
         require_text(summary, "summary", domain=DOMAIN, max_chars=SUMMARY_MAX_CHARS)
         require_text(body, "body", domain=DOMAIN)
         self.skills._body_fits(body)
-        clean = self.skills._tools(tools, "tool_sequence")
+        clean = _tools(tools, "tool_sequence")
         if origin is None:
             raise InvalidArgument(
                 "origin must be PROPOSAL_ORIGIN_SESSION_CHECK or PROPOSAL_ORIGIN_DISTILL_SKILL",
@@ -157,7 +159,7 @@ class ProposalService:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         name, tools = self._validate(name, summary, body, tool_sequence, origin)
         assert origin is not None
-        rid = self.skills._request_id(request_id)
+        rid = request_id or None  # at most 200 characters: the contract's
         for field, value in (
             ("source.session_id", session_id),
             ("source.check_id", check_id),
@@ -233,7 +235,7 @@ class ProposalService:
                 evidence_ids=tuple(evidence_ids),
                 turn_id=turn_id,
                 state=ProposalState.PENDING,
-                created_at=now,
+                create_time=now,
             )
             stored = await self.store.insert(tx.conn, proposal, rid, cand_vec, model)
         if stored is None:  # a concurrent retry with the same key filed it
@@ -439,7 +441,7 @@ class ProposalService:
         next_token = ""
         if len(found) > size:
             found = found[:size]
-            next_token = encode_time_cursor(found[-1].created_at, found[-1].id, scope)
+            next_token = encode_time_cursor(found[-1].create_time, found[-1].id, scope)
         return found, next_token
 
 
@@ -447,3 +449,21 @@ async def _within(embedder: Embedder, texts: list[str]) -> list[np.ndarray | Non
     async with asyncio.timeout(EMBED_BUDGET_SECONDS):
         vectors = await embedder.embed(texts)
     return [v.values if v is not None else None for v in vectors]
+
+
+def _tools(values: Sequence[str], field: str) -> list[str]:
+    """The representative run as CreateSkill's contract takes it (ProposeSkillRequest's own
+    contract is looser, and an approval must not fail on what the proposal could be told now)."""
+    if not values:
+        raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
+    if len(values) > MAX_TOOLS:
+        raise InvalidArgument(
+            f"{field} has {len(values)} entries; at most {MAX_TOOLS}",
+            reason="FIELD_TOO_LONG",
+            domain=DOMAIN,
+            field=field,
+            metadata={"limit": MAX_TOOLS, "count": len(values)},
+        )
+    for i, tool in enumerate(values):
+        require_text(tool, f"{field}[{i}]", domain=DOMAIN, max_chars=200)
+    return list(values)

@@ -24,15 +24,11 @@ from libs.common.errors import (
     ResourceExhausted,
 )
 from libs.common.events import EventSink
-from libs.common.validation import decode_cursor, encode_page_token, page_size, require_id, require_text, seat_ref
+from libs.common.validation import decode_cursor, encode_page_token, page_size
 from services.skills.domain import (
     DOMAIN,
     MAX_IDS_PER_CALL,
-    MAX_TOOLS,
     NAME_MAX_CHARS,
-    OBSERVATION_MAX_CHARS,
-    REASON_MAX_CHARS,
-    SUMMARY_MAX_CHARS,
     CandidateVerdict,
     Gate,
     LearningHealth,
@@ -40,6 +36,7 @@ from services.skills.domain import (
     ObservationSkip,
     Skill,
     SkillChange,
+    SkillKey,
     SkillState,
     SkillTrigger,
     SkillVersion,
@@ -48,7 +45,8 @@ from services.skills.domain import (
     practice_bullet,
     tool_set,
 )
-from services.skills.store import PostgresSkillStore, SkillKey, StampFailed
+from services.skills.ports import Moved, SkillStore
+from services.skills.store import StampFailed
 
 __all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult"]
 
@@ -84,7 +82,7 @@ class ObservationResult:
 class SkillService:
     def __init__(
         self,
-        store: PostgresSkillStore,
+        store: SkillStore,
         clock: Clock,
         synthesis: SkillSynthesisConfig,
         refinement: SkillRefinementConfig,
@@ -102,21 +100,10 @@ class SkillService:
 
     @staticmethod
     def key(company: str, seat: str, skill_id: str, skill_name: str) -> SkillKey:
-        """Exactly one of ``skill_id`` and ``skill_name``."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
-        if skill_id and skill_name:
-            raise InvalidArgument(
-                "name the skill by skill_id or by skill_name, not both",
-                reason="FIELD_INVALID",
-                domain=DOMAIN,
-                field="skill_name",
-            )
+        """The skill by id, else by name. The contract has checked the handles, the id's form and
+        that exactly one of the two is set (the request's ``buf.validate.message`` oneof rule)."""
         if skill_id:
-            return SkillKey(company, seat, id=require_id(skill_id, "skill_id", domain=DOMAIN))
-        if not skill_name or not skill_name.strip():
-            raise InvalidArgument(
-                "skill_name (or skill_id) is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="skill_name"
-            )
+            return SkillKey(company, seat, id=uuid.UUID(skill_id))
         return SkillKey(company, seat, name=skill_name.strip())
 
     @staticmethod
@@ -154,29 +141,12 @@ class SkillService:
             return CandidateVerdict(Gate.DUPLICATE, len(live), cap, threshold, match)
         return CandidateVerdict(Gate.OPEN, len(live), cap, threshold)
 
-    @staticmethod
-    def _tools(values: Sequence[str], field: str) -> list[str]:
-        if not values:
-            raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
-        if len(values) > MAX_TOOLS:
-            raise InvalidArgument(
-                f"{field} has {len(values)} entries; at most {MAX_TOOLS}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field=field,
-                metadata={"limit": MAX_TOOLS, "count": len(values)},
-            )
-        for i, tool in enumerate(values):
-            require_text(tool, f"{field}[{i}]", domain=DOMAIN, max_chars=200)
-        return list(values)
-
     async def check_candidate(self, company: str, seat: str, tools: Sequence[str]) -> CandidateVerdict:
         """The cap, then the duplicate check: both before any model is asked to draft. The duplicate
         check reads every skill the seat has learned, archived ones included, as the clustered pass
         does: an archived skill is learned, and drafting it again would re-create it under a new
         name (bringing it back is an operator's RestoreSkill)."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
-        candidate = tool_set(self._tools(tools, "tool_set"))
+        candidate = tool_set(tools)
         learned = await self.store.all_skills(company, seat)
         live = [s for s in learned if s.state is not SkillState.ARCHIVED]
         return self.gate_verdict(live, candidate, learned)
@@ -192,7 +162,7 @@ class SkillService:
         summary: str,
         body: str,
         tool_sequence: Sequence[str],
-        trigger: SkillTrigger | None,
+        trigger: SkillTrigger,
         cluster_size: int,
         source_turn_ids: Sequence[str],
         archived_are_learned: bool = False,
@@ -200,9 +170,16 @@ class SkillService:
         """Store a draft after re-checking the gates under the seat's lock. ``archived_are_learned``:
         the duplicate check reads archived skills too — the synthesis paths' rule (CreateSkill,
         CheckSkillCandidate, the clustered pass); an approved proposal keeps its own check, against
-        the live skills."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
-        name = require_text(name, "name", domain=DOMAIN).strip()
+        the live skills.
+
+        The contract (CreateSkillRequest's rules) has checked the handles, the required fields,
+        the lengths and the enum. What stays here: the name's rules, measured after stripping (the
+        contract sees the raw text), the trigger/cluster_size/source_turn_ids agreement (a rule
+        across fields, which the contract checker does not evaluate), the body cap (config) and
+        the gates (state)."""
+        name = name.strip()
+        if not name:
+            raise InvalidArgument("name is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="name")
         if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
             raise InvalidArgument(
                 f"name must be one printable line of at most {NAME_MAX_CHARS} characters",
@@ -211,28 +188,9 @@ class SkillService:
                 field="name",
                 metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
             )
-        require_text(summary, "summary", domain=DOMAIN, max_chars=SUMMARY_MAX_CHARS)
-        require_text(body, "body", domain=DOMAIN)
         self._body_fits(body)
-        tools = self._tools(tool_sequence, "tool_sequence")
-        if trigger is None:
-            raise InvalidArgument(
-                "trigger must be SKILL_TRIGGER_SINGLE or SKILL_TRIGGER_CLUSTERED",
-                reason="FIELD_REQUIRED",
-                domain=DOMAIN,
-                field="trigger",
-            )
+        tools = list(tool_sequence)
         turns = list(source_turn_ids)
-        if len(turns) > MAX_IDS_PER_CALL:
-            raise InvalidArgument(
-                f"at most {MAX_IDS_PER_CALL} source_turn_ids, got {len(turns)}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field="source_turn_ids",
-                metadata={"limit": MAX_IDS_PER_CALL, "count": len(turns)},
-            )
-        for i, t in enumerate(turns):
-            require_text(t, f"source_turn_ids[{i}]", domain=DOMAIN, max_chars=200)
         if trigger is SkillTrigger.SINGLE:
             if cluster_size not in (0, 1):
                 raise InvalidArgument(
@@ -351,7 +309,6 @@ class SkillService:
     async def list_skills(
         self, company: str, seat: str, size: int, token: str, include_archived: bool
     ) -> tuple[list[Skill], str, int]:
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
         size = page_size(size, default=50, maximum=200, domain=DOMAIN)
         scope = {"company": company, "seat": seat, "archived": include_archived}
         after = decode_cursor(token, scope, lambda c: _typed(c["name"], str), domain=DOMAIN)
@@ -424,7 +381,8 @@ class SkillService:
     ) -> OfferResult:
         """Move the staleness clock of exactly the offered skills (a stale one is revived: being
         offered is being used). A stamp that cannot be written is reported, never raised."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        # Each list's own limit and the ids' form are the contract's; the limit on both together
+        # spans two fields, which the contract checker does not evaluate.
         if len(skill_ids) + len(skill_names) > MAX_IDS_PER_CALL:
             raise InvalidArgument(
                 f"at most {MAX_IDS_PER_CALL} skills per call, got {len(skill_ids) + len(skill_names)}",
@@ -433,7 +391,7 @@ class SkillService:
                 field="skill_ids",
                 metadata={"limit": MAX_IDS_PER_CALL, "count": len(skill_ids) + len(skill_names)},
             )
-        ids = sorted({require_id(v, f"skill_ids[{i}]", domain=DOMAIN) for i, v in enumerate(skill_ids)})
+        ids = sorted({uuid.UUID(v) for v in skill_ids})
         names = sorted({n.strip() for n in skill_names if n.strip()})
         if not ids and not names:
             return OfferResult(0, [], None)
@@ -454,17 +412,8 @@ class SkillService:
         """Record a use of each named live skill (the SkillUse worker); returns (marked, revived
         names, already applied). Unknown and archived ids are skipped: an archived skill is not
         resurrected by a turn that was offered it before the curator archived it."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
-        if len(skill_ids) > MAX_IDS_PER_CALL:
-            raise InvalidArgument(
-                f"at most {MAX_IDS_PER_CALL} skills per call, got {len(skill_ids)}",
-                reason="TOO_MANY_IDS",
-                domain=DOMAIN,
-                field="skill_ids",
-                metadata={"limit": MAX_IDS_PER_CALL, "count": len(skill_ids)},
-            )
-        ids = sorted({require_id(v, f"skill_ids[{i}]", domain=DOMAIN) for i, v in enumerate(skill_ids)})
-        rid = self._request_id(request_id)
+        ids = sorted({uuid.UUID(v) for v in skill_ids})  # count and form checked by the contract
+        rid = request_id or None
         if not ids:
             return 0, [], False
         moved = await asyncio.shield(self.store.mark_used(company, seat, ids, self.clock.now(), rid))
@@ -478,7 +427,7 @@ class SkillService:
         company: str,
         seat: str,
         turn_id: str | None,
-        moved: list[tuple[uuid.UUID, str, SkillState, SkillState]],
+        moved: list[Moved],
         cause: str,
     ) -> list[str]:
         """A ``skill_revived`` event for each stale skill a stamp brought back; their names."""
@@ -541,26 +490,11 @@ class SkillService:
                 metadata={"knob": "learning.skill_refinement.enabled"},
             )
 
-    @staticmethod
-    def _request_id(value: str) -> str | None:
-        if not value:
-            return None
-        return require_text(value, "request_id", domain=DOMAIN, max_chars=200)
-
     async def refine(self, key: SkillKey, body: str, reason: str, turn_id: str | None, request_id: str = "") -> Skill:
         """Whole-body replacement of one of the seat's own skills; the prior body is archived."""
         self._refinement_enabled()
-        rid = self._request_id(request_id)
-        require_text(body, "body", domain=DOMAIN)
-        self._body_fits(body)
-        if len(reason) > REASON_MAX_CHARS:
-            raise InvalidArgument(
-                f"reason is {len(reason)} characters; the limit is {REASON_MAX_CHARS}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field="reason",
-                metadata={"limit": REASON_MAX_CHARS, "length": len(reason)},
-            )
+        rid = request_id or None  # body required, reason and request_id lengths: the contract's
+        self._body_fits(body)  # config: learning.skill_refinement.max_body_chars
         now = self.clock.now()
         async with self.store.skill_row(key) as (conn, skill):
             if skill is None:
@@ -589,14 +523,14 @@ class SkillService:
     async def append_observation(
         self,
         key: SkillKey,
-        kind: ObservationKind | None,
+        kind: ObservationKind,
         observation: str,
         turn_id: str | None,
         request_id: str = "",
     ) -> ObservationResult:
         """One bullet under the practice heading. Past the body cap it is skipped and logged."""
         self._refinement_enabled()
-        rid = self._request_id(request_id)
+        rid = request_id or None
         cfg = self.refinement
         if not cfg.auto_refine_on_success and not cfg.auto_refine_on_failure:
             raise FailedPrecondition(
@@ -604,13 +538,6 @@ class SkillService:
                 reason="REFINEMENT_DISABLED",
                 domain=DOMAIN,
                 metadata={"knob": "learning.skill_refinement.auto_refine_on_success/on_failure"},
-            )
-        if kind is None:
-            raise InvalidArgument(
-                "kind must be OBSERVATION_KIND_OBSERVED or OBSERVATION_KIND_COUNTER_EXAMPLE",
-                reason="FIELD_REQUIRED",
-                domain=DOMAIN,
-                field="kind",
             )
         knob = "auto_refine_on_success" if kind is ObservationKind.OBSERVED else "auto_refine_on_failure"
         if not getattr(cfg, knob):
@@ -620,7 +547,12 @@ class SkillService:
                 domain=DOMAIN,
                 metadata={"knob": f"learning.skill_refinement.{knob}", "kind": str(kind)},
             )
-        require_text(observation, "observation", domain=DOMAIN, max_chars=OBSERVATION_MAX_CHARS)
+        # Required and at most 1,000 characters: the contract's. Blank is refused here: the contract
+        # counts spaces as text, and a bullet of spaces teaches nothing.
+        if not observation.strip():
+            raise InvalidArgument(
+                "observation is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="observation"
+            )
         bullet = practice_bullet(kind, observation)
         now = self.clock.now()
         async with self.store.skill_row(key) as (conn, skill):
@@ -697,15 +629,7 @@ class SkillService:
     async def rollback(self, key: SkillKey, version: int, request_id: str = "") -> Skill:
         """A forward step: the archived body of ``version`` becomes a new version. A retry with the
         ``request_id`` of a rollback the kept versions hold writes nothing and returns the skill."""
-        rid = self._request_id(request_id)
-        if version <= 0:
-            raise InvalidArgument(
-                f"version must be a positive version number, got {version}",
-                reason="FIELD_REQUIRED" if version == 0 else "FIELD_INVALID",
-                domain=DOMAIN,
-                field="version",
-                metadata={"value": version},
-            )
+        rid = request_id or None  # version required and not negative: the contract's
         now = self.clock.now()
         async with self.store.skill_row(key) as (conn, skill):
             if skill is None:
@@ -826,7 +750,6 @@ class SkillService:
     # ---------------------------------------------------------------- health
 
     async def health(self, company: str, seat: str) -> LearningHealth:
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
         return await self.store.health(company, seat, self.clock.now())
 
 
