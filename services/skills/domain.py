@@ -31,6 +31,7 @@ __all__ = [
     "greedy_clusters",
     "jaccard",
     "practice_bullet",
+    "remove_practice_bullets",
     "tool_set",
 ]
 
@@ -227,6 +228,30 @@ def append_practice_bullet(body: str, bullet: str) -> str:
     bullets = "\n".join([*section, bullet])
     sep = "\n\n" if head else ""
     return f"{head}{sep}{PRACTICE_HEADING}\n\n{bullets}\n"
+
+
+def remove_practice_bullets(body: str, bullets: Iterable[str]) -> str:
+    """The body without ``bullets`` (one line each, as appended) under the practice heading; the
+    heading goes too when no bullet is left under it. The inverse of :func:`append_practice_bullet`,
+    so an erasure re-renders a skill from its remaining bullets without a model. Lines outside the
+    section are never touched."""
+    lines = body.rstrip("\n").split("\n")
+    start = next((i for i, line in enumerate(lines) if line.strip() == PRACTICE_HEADING), None)
+    if start is None:
+        return body
+    end = next((i for i in range(start + 1, len(lines)) if _HEADING_LINE.match(lines[i])), len(lines))
+    section = [line for line in lines[start + 1 : end] if line.strip()]
+    for bullet in bullets:
+        if bullet in section:
+            section.remove(bullet)  # one occurrence per bullet: another's identical line stays
+    head = "\n".join(lines[:start]).rstrip()
+    tail = "\n".join(lines[end:]).strip("\n")
+    parts = [head] if head else []
+    if section:
+        parts.append(PRACTICE_HEADING + "\n\n" + "\n".join(section))
+    if tail:
+        parts.append(tail)
+    return "\n\n".join(parts) + "\n" if parts else ""
 
 
 # ----------------------------------------------------------------------------------- clustering

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from services.skills.domain import (
     LearningHealth,
     ProposalState,
@@ -66,6 +67,7 @@ class SeatTx(Protocol):
         cluster_size: int,
         source_turn_ids: Sequence[str],
         now: datetime,
+        provenance: Provenance,
     ) -> Skill: ...
 
     async def get_for_update(self, key: SkillKey) -> Skill | None: ...
@@ -123,11 +125,20 @@ class SkillStore(Protocol):
         now: datetime,
         keep: int,
         request_id: str | None = None,
+        provenance: Provenance | None = None,
     ) -> Skill: ...
 
     async def request_seen(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> bool: ...
 
-    async def archived_body(self, conn: Tx, skill_id: uuid.UUID, version: int) -> str | None: ...
+    async def archived_body(self, conn: Tx, skill_id: uuid.UUID, version: int) -> tuple[str, Provenance] | None:
+        """A kept version's body and where it came from."""
+        ...
+
+    async def add_bullet(
+        self, conn: Tx, skill_id: uuid.UUID, version: int, bullet: str, provenance: Provenance, now: datetime
+    ) -> None:
+        """Record where a practice bullet came from (in the transaction that appended it)."""
+        ...
 
     async def set_pinned(self, conn: Tx, skill_id: uuid.UUID, pinned: bool, now: datetime) -> Skill: ...
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.clock import Clock
 from libs.common.config import SkillProposalsConfig
 from libs.common.embeddings import Embedder
@@ -360,6 +361,13 @@ class ProposalService:
                 trigger=SkillTrigger.SINGLE,
                 cluster_size=1,
                 source_turn_ids=[proposal.source_ref],
+                provenance=Provenance(
+                    turn_ids=[proposal.turn_id] if proposal.turn_id else [],
+                    session_id=proposal.session_id,
+                    check_id=proposal.check_id,
+                    event_ids=list(proposal.evidence_ids),
+                    writer=f"skill_proposal:{proposal.origin}",
+                ),
             )
         except AlreadyExists as err:
             # An approval that created the skill and stopped before marking the proposal: the skill

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.clock import Clock
 from libs.common.config import SkillCuratorConfig, SkillRefinementConfig, SkillSynthesisConfig
 from libs.common.errors import (
@@ -166,6 +167,7 @@ class SkillService:
         cluster_size: int,
         source_turn_ids: Sequence[str],
         archived_are_learned: bool = False,
+        provenance: Provenance | None = None,
     ) -> Skill:
         """Store a draft after re-checking the gates under the seat's lock. ``archived_are_learned``:
         the duplicate check reads archived skills too — the synthesis paths' rule (CreateSkill,
@@ -252,6 +254,7 @@ class SkillService:
                 cluster_size=cluster_size,
                 source_turn_ids=turns,
                 now=now,
+                provenance=_sourced(provenance, turns, f"synthesis:{trigger}"),
             )
         await self.events.emit(
             "skill_synthesized",
@@ -490,7 +493,15 @@ class SkillService:
                 metadata={"knob": "learning.skill_refinement.enabled"},
             )
 
-    async def refine(self, key: SkillKey, body: str, reason: str, turn_id: str | None, request_id: str = "") -> Skill:
+    async def refine(
+        self,
+        key: SkillKey,
+        body: str,
+        reason: str,
+        turn_id: str | None,
+        request_id: str = "",
+        provenance: Provenance | None = None,
+    ) -> Skill:
         """Whole-body replacement of one of the seat's own skills; the prior body is archived."""
         self._refinement_enabled()
         rid = request_id or None  # body required, reason and request_id lengths: the contract's
@@ -504,7 +515,16 @@ class SkillService:
             if rid is not None and await self.store.request_seen(conn, skill.id, rid):
                 return skill  # a retry of a refinement already made
             refined = await self.store.new_version(
-                conn, skill, body, SkillChange.REFINED, reason, None, now, self.refinement.max_versions_kept, rid
+                conn,
+                skill,
+                body,
+                SkillChange.REFINED,
+                reason,
+                None,
+                now,
+                self.refinement.max_versions_kept,
+                rid,
+                _sourced(provenance, [turn_id] if turn_id else [], "refine_skill"),
             )
         await self.events.emit(
             "skill_refined",
@@ -527,6 +547,7 @@ class SkillService:
         observation: str,
         turn_id: str | None,
         request_id: str = "",
+        provenance: Provenance | None = None,
     ) -> ObservationResult:
         """One bullet under the practice heading. Past the body cap it is skipped and logged."""
         self._refinement_enabled()
@@ -554,6 +575,7 @@ class SkillService:
                 "observation is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="observation"
             )
         bullet = practice_bullet(kind, observation)
+        prov = _sourced(provenance, [turn_id] if turn_id else [], "refiner")
         now = self.clock.now()
         async with self.store.skill_row(key) as (conn, skill):
             if skill is None:
@@ -580,7 +602,11 @@ class SkillService:
                         now,
                         cfg.max_versions_kept,
                         rid,
+                        prov,
                     )
+                    # The bullet's own record: an erasure takes one person's bullets out of the
+                    # body by these, without a model.
+                    await self.store.add_bullet(conn, skill.id, result.version, bullet, prov, now)
         if skipped is not None:
             _log.info(
                 "observation for skill %s of %s/%s skipped: %s", result.name, result.company, result.seat, skipped
@@ -643,8 +669,8 @@ class SkillService:
                     domain=DOMAIN,
                     metadata={"version": version, "skill_name": skill.name},
                 )
-            body = await self.store.archived_body(conn, skill.id, version)
-            if body is None:
+            kept = await self.store.archived_body(conn, skill.id, version)
+            if kept is None:
                 raise NotFound(
                     f"skill {skill.name!r} keeps no version {version} (versions past "
                     f"{self.refinement.max_versions_kept} are dropped)",
@@ -652,6 +678,7 @@ class SkillService:
                     domain=DOMAIN,
                     metadata={"version": version, "skill_name": skill.name, "current_version": skill.version},
                 )
+            body, restored = kept
             rolled = await self.store.new_version(
                 conn,
                 skill,
@@ -662,6 +689,7 @@ class SkillService:
                 now,
                 self.refinement.max_versions_kept,
                 rid,
+                restored,  # the body is that version's, and so is where it came from
             )
         await self.events.emit(
             "skill_refined",
@@ -751,6 +779,18 @@ class SkillService:
 
     async def health(self, company: str, seat: str) -> LearningHealth:
         return await self.store.health(company, seat, self.clock.now())
+
+
+def _sourced(given: Provenance | None, turn_ids: Sequence[str], writer: str) -> Provenance:
+    """The caller's provenance, its turn ids and writer defaulted from what the call itself says."""
+    prov = Provenance()
+    if given is not None:
+        prov.CopyFrom(given)
+    if not prov.turn_ids:
+        prov.turn_ids.extend(turn_ids)
+    if not prov.writer:
+        prov.writer = writer
+    return prov
 
 
 def _typed(value: object, kind: type[T]) -> T:

@@ -239,6 +239,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             cluster_size=request.cluster_size,
             source_turn_ids=list(request.source_turn_ids),
             archived_are_learned=True,
+            provenance=request.provenance if request.HasField("provenance") else None,
         )
         return pb.CreateSkillResponse(skill=skill_to_pb(skill, self._now()))
 
@@ -286,7 +287,12 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
 
     async def RefineSkill(self, request: pb.RefineSkillRequest, context: ServicerContext) -> pb.RefineSkillResponse:
         skill = await self._service.refine(
-            self._key(request), request.body, request.reason, request.turn_id, request.request_id
+            self._key(request),
+            request.body,
+            request.reason,
+            request.turn_id,
+            request.request_id,
+            request.provenance if request.HasField("provenance") else None,
         )
         return pb.RefineSkillResponse(skill=skill_to_pb(skill, self._now()))
 
@@ -299,6 +305,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             request.observation,
             request.turn_id,
             request.request_id,
+            request.provenance if request.HasField("provenance") else None,
         )
         return pb.AppendSkillObservationResponse(
             skill=skill_to_pb(result.skill, self._now()),
@@ -415,5 +422,4 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
     async def GetSkillProvenance(
         self, request: pb.GetSkillProvenanceRequest, context: ServicerContext
     ) -> pb.GetSkillProvenanceResponse:
-        found = await _erasure.provenance(self._pool, request.company, request.seat, request.skill_id)
-        return pb.GetSkillProvenanceResponse(provenance=found)
+        return await _erasure.provenance(self._pool, request.company, request.seat, request.skill_id)

@@ -19,7 +19,9 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.db import as_array
+from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.errors import AlreadyExists
 from services.skills.domain import (
     DOMAIN,
@@ -50,8 +52,8 @@ SQL = {
     "insert": f"""
         INSERT INTO synthesized_skills (id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size,
                                         source_turn_ids, state, unused_since, state_change_time, create_time,
-                                        update_time, version_time, change)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $11, $11, $11, $11, 'created')
+                                        update_time, version_time, change, provenance, version_provenance)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $11, $11, $11, $11, 'created', $12, $12)
         RETURNING {_COLUMNS}""",
     "name_taken": "SELECT EXISTS (SELECT 1 FROM synthesized_skills WHERE company = $1 AND seat = $2 AND name = $3)",
     "live": f"""SELECT {_COLUMNS} FROM synthesized_skills
@@ -100,13 +102,14 @@ SQL = {
         RETURNING s.id, s.name, prior.state AS prior_state, s.state""",
     "archive_version": """
         INSERT INTO synthesized_skill_versions (skill_id, version, body, change, reason, restored_from_version,
-                                                request_id, create_time, supersede_time)
-        SELECT id, version, body, change, change_reason, restored_from_version, request_id, version_time, $2
+                                                request_id, create_time, supersede_time, provenance)
+        SELECT id, version, body, change, change_reason, restored_from_version, request_id, version_time, $2,
+               version_provenance
         FROM synthesized_skills WHERE id = $1""",
     "set_body": f"""
         UPDATE synthesized_skills
            SET body = $2, version = version + 1, change = $3, change_reason = $4, restored_from_version = $5,
-               version_time = $6, update_time = $6, request_id = $7
+               version_time = $6, update_time = $6, request_id = $7, version_provenance = $8
          WHERE id = $1
         RETURNING {_COLUMNS}""",
     "trim_versions": """
@@ -115,7 +118,11 @@ SQL = {
     "request_seen": """
         SELECT EXISTS (SELECT 1 FROM synthesized_skills WHERE id = $1 AND request_id = $2)
             OR EXISTS (SELECT 1 FROM synthesized_skill_versions WHERE skill_id = $1 AND request_id = $2)""",
-    "get_version": """SELECT version, body FROM synthesized_skill_versions WHERE skill_id = $1 AND version = $2""",
+    "get_version": """
+        SELECT version, body, provenance FROM synthesized_skill_versions WHERE skill_id = $1 AND version = $2""",
+    "add_bullet": """
+        INSERT INTO skill_practice_bullets (id, skill_id, version, bullet, provenance, create_time)
+        VALUES ($1, $2, $3, $4, $5, $6)""",
     "versions_page": """
         SELECT * FROM (
             SELECT id AS skill_id, version, body, change, change_reason AS reason, restored_from_version,
@@ -250,6 +257,7 @@ class SeatTx:
         cluster_size: int,
         source_turn_ids: Sequence[str],
         now: datetime,
+        provenance: Provenance,
     ) -> Skill:
         try:
             row = await self.conn.fetchrow(
@@ -265,6 +273,7 @@ class SeatTx:
                 cluster_size,
                 list(source_turn_ids),
                 now,
+                provenance_json(provenance),
             )
         except asyncpg.UniqueViolationError:
             raise _name_taken(self.seat, name) from None
@@ -406,11 +415,15 @@ class PostgresSkillStore:
         now: datetime,
         keep: int,
         request_id: str | None = None,
+        provenance: Provenance | None = None,
     ) -> Skill:
         """Archive the live body to the versions, install ``body`` as version + 1, and drop the
         oldest archived versions past ``keep``. Runs inside the caller's row-locked transaction."""
         await conn.execute(SQL["archive_version"], skill.id, now)
-        row = await conn.fetchrow(SQL["set_body"], skill.id, body, str(change), reason, restored_from, now, request_id)
+        prov = provenance_json(provenance or Provenance())
+        row = await conn.fetchrow(
+            SQL["set_body"], skill.id, body, str(change), reason, restored_from, now, request_id, prov
+        )
         await conn.execute(SQL["trim_versions"], skill.id, keep)
         return _skill(row)
 
@@ -420,9 +433,19 @@ class PostgresSkillStore:
         return bool(await conn.fetchval(SQL["request_seen"], skill_id, request_id))
 
     @staticmethod
-    async def archived_body(conn: asyncpg.Connection, skill_id: uuid.UUID, version: int) -> str | None:
+    async def archived_body(
+        conn: asyncpg.Connection, skill_id: uuid.UUID, version: int
+    ) -> tuple[str, Provenance] | None:
+        """A kept version's body and where it came from."""
         row = await conn.fetchrow(SQL["get_version"], skill_id, version)
-        return row["body"] if row else None
+        return (row["body"], provenance_from_json(row["provenance"])) if row else None
+
+    @staticmethod
+    async def add_bullet(
+        conn: asyncpg.Connection, skill_id: uuid.UUID, version: int, bullet: str, provenance: Provenance, now: datetime
+    ) -> None:
+        """Record where a practice bullet came from (in the transaction that appended it)."""
+        await conn.execute(SQL["add_bullet"], uuid.uuid4(), skill_id, version, bullet, provenance_json(provenance), now)
 
     @staticmethod
     async def set_pinned(conn: asyncpg.Connection, skill_id: uuid.UUID, pinned: bool, now: datetime) -> Skill:

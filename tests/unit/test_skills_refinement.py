@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from agentlearn.common.v1.erasure_pb2 import ErasureSubject
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.config import SkillRefinementConfig
 from libs.common.errors import FailedPrecondition, InvalidArgument
 from services.skills.domain import PRACTICE_HEADING, ObservationKind, ObservationSkip, SkillChange
@@ -53,3 +55,16 @@ async def test_a_blank_observation_is_refused_and_the_knobs_switch_kinds_off():
     with pytest.raises(FailedPrecondition) as off:
         await s.service.append_observation(s.key(), ObservationKind.COUNTER_EXAMPLE, "z", None)
     assert off.value.reason == "OBSERVATION_KIND_DISABLED"
+
+
+async def test_each_bullet_records_where_it_came_from():
+    s = make()
+    skill = await s.create("open-pr")
+    given = Provenance(model="m-1", prompt_version="abc", subjects=[ErasureSubject(handle="carla", platform="slack")])
+    await s.service.append_observation(s.key(), ObservationKind.OBSERVED, "x", "run-7", provenance=given)
+    await s.service.append_observation(s.key(), ObservationKind.OBSERVED, "y", None)
+    [(v1, b1, p1), (v2, b2, p2)] = s.store.rows[skill.id].bullets
+    assert (v1, b1, list(p1.turn_ids)) == (2, "- Observed in practice: x", ["run-7"])
+    assert (p1.writer, p1.model, p1.prompt_version) == ("refiner", "m-1", "abc")
+    assert [x.handle for x in p1.subjects] == ["carla"] and given.writer == ""  # the caller's message is not edited
+    assert (v2, b2, list(p2.turn_ids), p2.writer) == (3, "- Observed in practice: y", [], "refiner")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from agentlearn.common.v1.erasure_pb2 import ErasureSubject
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.config import SkillRefinementConfig, SkillSynthesisConfig
 from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from services.skills.domain import SkillChange, SkillState
@@ -103,3 +105,15 @@ async def test_pin_and_unpin_are_announced_once_each():
     assert (await s.service.set_pinned(s.key(), True)).pinned
     assert not (await s.service.set_pinned(s.key(), False)).pinned
     assert s.events.kinds().count("skill_pinned") == 1 and s.events.kinds().count("skill_unpinned") == 1
+
+
+async def test_a_rollback_carries_the_restored_versions_provenance():
+    s = make()
+    skill = await s.create("open-pr", body="A\n")
+    assert list(s.store.rows[skill.id].version_provenance.turn_ids) == ["run-open-pr"]
+    await s.service.refine(s.key(), "B\n", "", "run-2", provenance=Provenance(subjects=[ErasureSubject(handle="dave")]))
+    row = s.store.rows[skill.id]
+    assert (list(row.version_provenance.turn_ids), row.version_provenance.writer) == (["run-2"], "refine_skill")
+    await s.service.rollback(s.key(), 1)
+    assert list(row.version_provenance.turn_ids) == ["run-open-pr"]
+    assert row.version_provenance.writer == "synthesis:single"

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.clock import ManualClock
 from libs.common.config import (
     SkillCuratorConfig,
@@ -47,11 +48,21 @@ __all__ = ["TOOLS", "FakeEvents", "FakeProposalStore", "FakeSkillStore", "Skills
 
 
 @dataclass
+class _Version:
+    version: SkillVersion
+    request_id: str | None
+    provenance: Provenance
+
+
+@dataclass
 class _Row:
     skill: Skill
     version_time: datetime
     request_id: str | None = None
-    versions: list[tuple[SkillVersion, str | None]] = field(default_factory=list)  # oldest first
+    provenance: Provenance = field(default_factory=Provenance)
+    version_provenance: Provenance = field(default_factory=Provenance)
+    versions: list[_Version] = field(default_factory=list)  # oldest first
+    bullets: list[tuple[int, str, Provenance]] = field(default_factory=list)
 
 
 class FakeEvents:
@@ -106,6 +117,7 @@ class _SeatTx:
         cluster_size: int,
         source_turn_ids: Sequence[str],
         now: datetime,
+        provenance: Provenance,
     ) -> Skill:
         if await self.name_taken(name):
             raise _name_taken(self.seat, name)
@@ -134,7 +146,7 @@ class _SeatTx:
             change_reason="",
             restored_from_version=None,
         )
-        self._store.rows[skill.id] = _Row(skill, now)
+        self._store.rows[skill.id] = _Row(skill, now, provenance=provenance, version_provenance=provenance)
         return skill
 
     async def get_for_update(self, key: SkillKey) -> Skill | None:
@@ -200,7 +212,7 @@ class FakeSkillStore:
         live = SkillVersion(
             s.id, s.version, s.body, s.change, s.change_reason, s.restored_from_version, row.version_time, None, True
         )
-        return [live, *(v for v, _ in reversed(row.versions))]
+        return [live, *(v.version for v in reversed(row.versions))]
 
     async def versions_page(self, skill_id: uuid.UUID, before: int | None, limit: int) -> list[SkillVersion]:
         return [v for v in self._all_versions(skill_id) if before is None or v.version < before][:limit]
@@ -294,15 +306,17 @@ class FakeSkillStore:
         now: datetime,
         keep: int,
         request_id: str | None = None,
+        provenance: Provenance | None = None,
     ) -> Skill:
         row = self.rows[skill.id]
         s = row.skill
         archived = SkillVersion(
             s.id, s.version, s.body, s.change, s.change_reason, s.restored_from_version, row.version_time, now, False
         )
-        row.versions.append((archived, row.request_id))
+        row.versions.append(_Version(archived, row.request_id, row.version_provenance))
         del row.versions[: max(0, len(row.versions) - keep)]
         row.version_time, row.request_id = now, request_id
+        row.version_provenance = provenance or Provenance()
         return self._put(
             dataclasses.replace(
                 s,
@@ -317,10 +331,16 @@ class FakeSkillStore:
 
     async def request_seen(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> bool:
         row = self.rows[skill_id]
-        return row.request_id == request_id or any(rid == request_id for _, rid in row.versions)
+        return row.request_id == request_id or any(v.request_id == request_id for v in row.versions)
 
-    async def archived_body(self, conn: Tx, skill_id: uuid.UUID, version: int) -> str | None:
-        return next((v.body for v, _ in self.rows[skill_id].versions if v.version == version), None)
+    async def archived_body(self, conn: Tx, skill_id: uuid.UUID, version: int) -> tuple[str, Provenance] | None:
+        kept = (v for v in self.rows[skill_id].versions if v.version.version == version)
+        return next(((v.version.body, v.provenance) for v in kept), None)
+
+    async def add_bullet(
+        self, conn: Tx, skill_id: uuid.UUID, version: int, bullet: str, provenance: Provenance, now: datetime
+    ) -> None:
+        self.rows[skill_id].bullets.append((version, bullet, provenance))
 
     async def set_pinned(self, conn: Tx, skill_id: uuid.UUID, pinned: bool, now: datetime) -> Skill:
         return self._put(dataclasses.replace(self.rows[skill_id].skill, pinned=pinned, update_time=now))
