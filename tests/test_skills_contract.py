@@ -166,3 +166,56 @@ async def test_other_limits_are_the_contracts(skills, call, field, reason):
     code, info, bad = await refused(call(stub))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == reason
     assert bad.field_violations[0].field == field
+
+
+PROPOSAL: dict[str, Any] = {
+    **SEAT,
+    "name": "open-pr",
+    "summary": "s",
+    "body": "b\n",
+    "tool_sequence": ["jira_get_issue", "github_create_pr"],
+    "origin": pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
+}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "reason"),
+    [
+        ({"name": ""}, "name", "FIELD_REQUIRED"),
+        ({"summary": ""}, "summary", "FIELD_REQUIRED"),
+        ({"summary": "s" * 1001}, "summary", "FIELD_TOO_LONG"),
+        ({"body": ""}, "body", "FIELD_REQUIRED"),
+        ({"tool_sequence": []}, "tool_sequence", "FIELD_REQUIRED"),
+        ({"tool_sequence": ["a", ""]}, "tool_sequence[1]", "FIELD_REQUIRED"),
+        ({"tool_sequence": ["x" * 201]}, "tool_sequence[0]", "FIELD_TOO_LONG"),
+        ({"tool_sequence": [f"t{i}" for i in range(501)]}, "tool_sequence", "FIELD_TOO_LONG"),
+        ({"origin": pb.PROPOSAL_ORIGIN_UNSPECIFIED}, "origin", "FIELD_REQUIRED"),
+        ({"source": pb.ProposalSource(evidence_ids=[f"e{i}" for i in range(501)])}, "source.evidence_ids",
+         "FIELD_TOO_LONG"),
+        ({"source": pb.ProposalSource(session_id="s" * 201)}, "source.session_id", "FIELD_TOO_LONG"),
+        ({"request_id": "k" * 201}, "request_id", "FIELD_TOO_LONG"),
+    ],
+)  # fmt: skip
+async def test_proposal_limits_are_the_contracts(skills, overrides, field, reason):
+    app, stub = skills
+    code, info, bad = await refused(stub.ProposeSkill(pb.ProposeSkillRequest(**{**PROPOSAL, **overrides})))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == reason
+    assert bad.field_violations[0].field == field
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM skill_proposals") == 0
+
+
+@pytest.mark.parametrize("rpc", ["ApproveSkillProposal", "RejectSkillProposal"])
+async def test_decisions_are_checked_by_the_contract(skills, rpc):
+    app, stub = skills
+    filed = await stub.ProposeSkill(pb.ProposeSkillRequest(**PROPOSAL))
+    request_type = getattr(pb, f"{rpc}Request")
+    pid = filed.proposal.id
+    for kwargs, field, reason in (
+        ({"proposal_id": "nope"}, "proposal_id", "FIELD_INVALID"),
+        ({"proposal_id": pid, "reviewer": "r" * 201}, "reviewer", "FIELD_TOO_LONG"),
+        ({"proposal_id": pid, "reason": "r" * 1001}, "reason", "FIELD_TOO_LONG"),
+    ):
+        code, info, bad = await refused(getattr(stub, rpc)(request_type(**SEAT, **kwargs)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == reason
+        assert bad.field_violations[0].field == field
+    assert await app.infra.pool.fetchval("SELECT state FROM skill_proposals") == "pending"

@@ -370,7 +370,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             summary=request.summary,
             body=request.body,
             tool_sequence=list(request.tool_sequence),
-            origin=_ORIGIN_FROM_PB.get(request.origin),
+            origin=_ORIGIN_FROM_PB[request.origin],  # required and defined: the contract's
             session_id=request.source.session_id,
             check_id=request.source.check_id,
             evidence_ids=list(request.source.evidence_ids),
