@@ -51,7 +51,7 @@ from services.skills.domain import (
     normalized,
 )
 from services.skills.ports import ProposalStore
-from services.skills.service import SkillService
+from services.skills.service import SkillService, not_blank
 
 __all__ = ["ProposalResult", "ProposalService"]
 
@@ -98,7 +98,7 @@ class ProposalService:
 
     # ---------------------------------------------------------------- propose
 
-    def _validate(self, name: str, body: str) -> str:
+    def _validate(self, name: str, summary: str, body: str) -> str:
         """What CreateSkill's use case would check of the same fields beyond the contract (which
         ProposeSkillRequest shares with CreateSkillRequest), so an approval does not fail on what the
         proposal could have been told at once: the name after stripping, and the body cap (config)."""
@@ -113,6 +113,8 @@ class ProposalService:
                 field="name",
                 metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
             )
+        not_blank(summary, "summary")
+        not_blank(body, "body")
         self.skills._body_fits(body)
         return name
 
@@ -144,7 +146,7 @@ class ProposalService:
         request_id: str = "",
     ) -> ProposalResult:
         # Handles, required fields, lengths, the origin and the source's ids: the contract's.
-        name = self._validate(name, body)
+        name = self._validate(name, summary, body)
         tools = list(tool_sequence)
         rid = request_id or None
         if rid is not None:

@@ -49,7 +49,7 @@ from services.skills.domain import (
 from services.skills.ports import Moved, SkillStore
 from services.skills.store import StampFailed
 
-__all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult"]
+__all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult", "not_blank"]
 
 T = TypeVar("T")
 
@@ -190,6 +190,8 @@ class SkillService:
                 field="name",
                 metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
             )
+        not_blank(summary, "summary")
+        not_blank(body, "body")
         self._body_fits(body)
         tools = list(tool_sequence)
         turns = list(source_turn_ids)
@@ -505,6 +507,7 @@ class SkillService:
         """Whole-body replacement of one of the seat's own skills; the prior body is archived."""
         self._refinement_enabled()
         rid = request_id or None  # body required, reason and request_id lengths: the contract's
+        not_blank(body, "body")
         self._body_fits(body)  # config: learning.skill_refinement.max_body_chars
         now = self.clock.now()
         async with self.store.skill_row(key) as (conn, skill):
@@ -570,10 +573,7 @@ class SkillService:
             )
         # Required and at most 1,000 characters: the contract's. Blank is refused here: the contract
         # counts spaces as text, and a bullet of spaces teaches nothing.
-        if not observation.strip():
-            raise InvalidArgument(
-                "observation is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="observation"
-            )
+        not_blank(observation, "observation")
         bullet = practice_bullet(kind, observation)
         prov = _sourced(provenance, [turn_id] if turn_id else [], "refiner")
         now = self.clock.now()
@@ -779,6 +779,14 @@ class SkillService:
 
     async def health(self, company: str, seat: str) -> LearningHealth:
         return await self.store.health(company, seat, self.clock.now())
+
+
+def not_blank(value: str, field: str) -> None:
+    """A required text of spaces only is missing. The contract's ``required`` counts spaces as
+    text; a summary, body or observation of spaces teaches nothing, so the use case refuses it as
+    the field being absent."""
+    if not value.strip():
+        raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
 
 
 def _sourced(given: Provenance | None, turn_ids: Sequence[str], writer: str) -> Provenance:

@@ -8,7 +8,7 @@ import pytest
 
 from libs.common.config import SkillSynthesisConfig
 from libs.common.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted
-from services.skills.domain import Gate, SkillState
+from services.skills.domain import Gate, SkillState, SkillTrigger
 from tests.unit.fakes.skills import TOOLS, make
 
 
@@ -59,7 +59,6 @@ async def test_an_archived_skill_is_learned_for_the_duplicate_check_but_not_for_
 
 async def test_a_single_skill_names_one_turn_and_a_clustered_one_at_least_two():
     s = make()
-    from services.skills.domain import SkillTrigger
 
     async def draft(trigger: SkillTrigger, size: int, turns: list[str]) -> object:
         return await s.service.create(
@@ -156,3 +155,16 @@ async def test_list_pages_by_name_and_health_counts_every_state():
     health = await s.service.health("acme", "ana")
     assert (health.total_skills, health.archived_skills, health.total_skill_uses) == (3, 1, 1)
     assert health.below_threshold is False
+
+
+async def test_a_summary_or_body_of_spaces_is_missing():
+    s = make()
+    for field, kw in (("summary", {"summary": "   "}), ("body", {"body": " \n "})):
+        draft = {"name": "n", "summary": "s", "body": "b", **kw}
+        with pytest.raises(InvalidArgument) as err:
+            await s.service.create(
+                "acme", "ana", **draft, tool_sequence=["t"], trigger=SkillTrigger.SINGLE, cluster_size=1,
+                source_turn_ids=["r1"],
+            )  # fmt: skip
+        assert (err.value.reason, err.value.violations[0].field) == ("FIELD_REQUIRED", field)
+    assert not s.store.rows
