@@ -60,7 +60,7 @@ SQL = {
         ORDER BY version DESC""",
     "bullets": """
         SELECT id, version, bullet, provenance FROM skill_practice_bullets WHERE skill_id = $1
-        ORDER BY create_time, id""",
+        ORDER BY version, create_time, id""",
     "proposals_subject": f"""
         SELECT id FROM skill_proposals
         WHERE company = $1 AND ((turn_id <> '' AND turn_id = ANY($2::text[])) OR {_TEXT} ~* $3

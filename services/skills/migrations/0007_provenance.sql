@@ -17,4 +17,4 @@ CREATE TABLE skill_practice_bullets (
     provenance  jsonb NOT NULL DEFAULT '{}',
     create_time timestamptz NOT NULL
 );
-CREATE INDEX skill_practice_bullets_skill ON skill_practice_bullets (skill_id, create_time);
+CREATE INDEX skill_practice_bullets_skill ON skill_practice_bullets (skill_id, version);
