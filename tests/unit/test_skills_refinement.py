@@ -10,7 +10,14 @@ from agentlearn.common.v1.erasure_pb2 import ErasureSubject
 from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.config import SkillRefinementConfig
 from libs.common.errors import FailedPrecondition, InvalidArgument
-from services.skills.domain import PRACTICE_HEADING, ObservationKind, ObservationSkip, SkillChange
+from services.skills.domain import (
+    PRACTICE_HEADING,
+    ObservationKind,
+    ObservationSkip,
+    SkillChange,
+    append_practice_bullet,
+    remove_practice_bullets,
+)
 from tests.unit.fakes.skills import make
 
 
@@ -68,3 +75,18 @@ async def test_each_bullet_records_where_it_came_from():
     assert (p1.writer, p1.model, p1.prompt_version) == ("refiner", "m-1", "abc")
     assert [x.handle for x in p1.subjects] == ["carla"] and given.writer == ""  # the caller's message is not edited
     assert (v2, b2, list(p2.turn_ids), p2.writer) == (3, "- Observed in practice: y", [], "refiner")
+
+
+def test_removing_bullets_is_the_inverse_of_appending_them():
+    base = "# open-pr\n\n1. Do it.\n"
+    one = append_practice_bullet(base, "- Observed in practice: a")
+    two = append_practice_bullet(one, "- Counter-example: b")
+    assert remove_practice_bullets(two, ["- Counter-example: b"]) == one
+    assert remove_practice_bullets(one, ["- Observed in practice: a"]) == base  # the heading goes too
+    # One occurrence per removed bullet: another person's identical line stays.
+    twice = append_practice_bullet(one, "- Observed in practice: a")
+    assert remove_practice_bullets(twice, ["- Observed in practice: a"]) == one
+    # A line outside the section is never touched, even when it reads like the bullet.
+    odd = "- Observed in practice: a\n\n" + one
+    assert remove_practice_bullets(odd, ["- Observed in practice: a"]) == "- Observed in practice: a\n\n" + base
+    assert remove_practice_bullets(base, ["- Observed in practice: a"]) == base
