@@ -176,3 +176,37 @@ async def test_a_skill_drafted_only_from_them_goes_whatever_came_after(skills):
         await provenance(stub, skill.id)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     assert await app.infra.pool.fetchval("SELECT count(*) FROM skill_practice_bullets") == 0
+
+
+async def test_after_the_erasure_nothing_of_theirs_is_found_and_a_skill_from_their_session_is_gone(skills):
+    _, stub = skills
+    shared = await create(stub, ["r-b1", "r-c1"], [BOB, CARLA])
+    await observe(stub, "check CI first", ["r-c2"], [CARLA])
+    await observe(stub, "ask for two reviews", ["r-b3", "r-c3"], [BOB, CARLA])
+    filed = await stub.ProposeSkill(
+        pb.ProposeSkillRequest(
+            **SEAT, name="triage", summary="Triage a ticket", body="# triage\n\n1. Read it.\n",
+            tool_sequence=["jira_search"], origin=pb.PROPOSAL_ORIGIN_SESSION_CHECK,
+            source=pb.ProposalSource(session_id="sess-c", check_id="chk-1", evidence_ids=["ev-1"]),
+        )
+    )  # fmt: skip
+    approved = await stub.ApproveSkillProposal(
+        pb.ApproveSkillProposalRequest(**SEAT, proposal_id=filed.proposal.id, reviewer="lead")
+    )
+    got = await provenance(stub, approved.skill.id)
+    assert (got.provenance.session_id, got.provenance.check_id, list(got.provenance.event_ids)) == (
+        "sess-c", "chk-1", ["ev-1"])  # fmt: skip
+    assert got.provenance.writer == "skill_proposal:session_check"
+
+    target = erasure_pb2.ErasureTarget(
+        erasure_id=str(uuid.uuid4()), company="acme", kind=erasure_pb2.ERASURE_KIND_SUBJECT, subject=CARLA,
+        names=["Carla"], turn_ids=["r-c1", "r-c2", "r-c3"], session_ids=["sess-c"],
+    )  # fmt: skip
+    found = (await stub.FindRows(pb.FindRowsRequest(target=target))).report
+    assert tables(found)["synthesized_skills"] == (1, 1) and tables(found)["skill_proposals"] == (1, 0)
+    erased = (await stub.EraseRows(pb.EraseRowsRequest(target=target))).report
+    assert tables(erased) == tables(found)  # the verification's view and the erasure agree
+    target.erasure_id = str(uuid.uuid4())
+    assert list((await stub.FindRows(pb.FindRowsRequest(target=target))).report.tables) == []
+    listed = await stub.ListSkills(pb.ListSkillsRequest(**SEAT, include_archived=True))
+    assert [k.id for k in listed.skills] == [shared.id]

@@ -5,7 +5,8 @@ turn ids, subjects, a learning check's session and events, model, prompt version
 person (a SUBJECT erasure) each of them is judged on its own:
 
 - it **rests only on them** when its text names them, or when what it was derived from is theirs
-  alone (every turn id is one of their runs, or every subject it names is them): it goes;
+  alone (every turn id is one of their runs, or every subject it names is them, or it was learned
+  in one of their sessions): it goes;
 - it **also rests on others** when it mentions them beside other sources: it stays and loses their
   part (their run ids and their subject entries);
 - otherwise it is not theirs and is left alone.
@@ -41,8 +42,9 @@ __all__ = ["OWNER", "erase", "find", "provenance"]
 OWNER = "skills"
 
 _TEXT = "(name || ' ' || summary || ' ' || body || ' ' || array_to_string(tool_sequence, ' '))"
-# $2: the person's run ids; $3: the pattern of their identifiers and names (whole words).
-_MENTIONS = "({col}->'turn_ids' ?| $2::text[] OR {col}::text ~* $3)"
+# $2: the person's run ids; $3: the pattern of their identifiers and names (whole words); $4: their
+# sessions.
+_MENTIONS = "({col}->'turn_ids' ?| $2::text[] OR {col}->>'session_id' = ANY($4::text[]) OR {col}::text ~* $3)"
 SQL = {
     "skills_subject": f"""
         SELECT s.id FROM synthesized_skills s
@@ -111,7 +113,10 @@ def _judge(target: Target, prov: Provenance, *texts: str) -> _Verdict:
     only_theirs = touched and (
         (len(prov.turn_ids) > 0 and len(rest.turn_ids) == 0) or (len(prov.subjects) > 0 and len(rest.subjects) == 0)
     )
-    gone = target.names_text(*texts) or only_theirs
+    # A learning check over one of their sessions learned from their conversation (as a proposal
+    # from their session goes, so does what it became).
+    their_session = bool(prov.session_id) and prov.session_id in target.session_ids
+    gone = target.names_text(*texts) or only_theirs or their_session
     return _Verdict(gone, touched and not gone, rest)
 
 
@@ -226,7 +231,7 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
     turns, pattern = list(target.turn_ids), target.sql_pattern()
     plans = [
         await _plan_skill(conn, target, r["id"])
-        for r in await conn.fetch(SQL["skills_subject"], target.company, turns, pattern)
+        for r in await conn.fetch(SQL["skills_subject"], target.company, turns, pattern, list(target.session_ids))
     ]
     proposals = await conn.fetch(SQL["proposals_subject"], target.company, turns, pattern, list(target.session_ids))
     return _Plan([p for p in plans if p.changed], [p.skill_id for p in plans if p.gone], [r["id"] for r in proposals])
