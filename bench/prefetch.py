@@ -157,7 +157,7 @@ EPISODE_COLS = [
 ]  # fmt: skip
 SKILL_COLS = [
     "id", "company", "seat", "name", "summary", "body", "tool_sequence", "trigger", "cluster_size",
-    "source_turn_ids", "unused_since", "state_changed_at", "created_at", "updated_at", "version_at",
+    "source_turn_ids", "unused_since", "state_change_time", "create_time", "update_time", "version_time",
 ]  # fmt: skip
 PROFILE_COLS = [
     "id", "company", "observer", "platform", "subject_key", "subject_handle", "communication_style",

@@ -52,7 +52,8 @@ CONCURRENCY = 16
 
 INSERT = """
     INSERT INTO synthesized_skills (id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size,
-                                    state, pinned, unused_since, state_changed_at, created_at, updated_at, version_at)
+                                    state, pinned, unused_since, state_change_time, create_time, update_time,
+                                    version_time)
     SELECT gen_random_uuid(), $1, 'seat-' || lpad(s::text, 5, '0'), 'skill-' || lpad(k::text, 3, '0'),
            'When to use skill ' || k, repeat('Step of the procedure. ', 40), ARRAY['tool_a', 'tool_' || k, 'tool_z'],
            'single', 1, 'active', false, now(), now(), now(), now(), now()
@@ -60,7 +61,8 @@ INSERT = """
 
 INSERT_CURATOR = """
     INSERT INTO synthesized_skills (id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size,
-                                    state, pinned, unused_since, state_changed_at, created_at, updated_at, version_at)
+                                    state, pinned, unused_since, state_change_time, create_time, update_time,
+                                    version_time)
     SELECT gen_random_uuid(), 'curator', 'seat-' || (i / 50), 'skill-' || i, 's', repeat('x', 800), ARRAY['t'],
            'single', 1, CASE WHEN i % 3 = 2 THEN 'stale' ELSE 'active' END, (i % 3 <> 0 AND i % 10 = 0),
            now() - make_interval(days => (ARRAY[0, 40, 100])[i % 3 + 1]), now(), now() - interval '200 days',

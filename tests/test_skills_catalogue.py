@@ -316,13 +316,14 @@ async def test_get_by_id_or_name_reads_any_state_and_is_not_a_use(skills):
 @pytest.mark.parametrize(
     ("request_kwargs", "code", "reason", "field"),
     [
-        ({}, grpc.StatusCode.INVALID_ARGUMENT, "FIELD_REQUIRED", "skill_name"),
+        # Exactly one of the two: the request's oneof rule in the contract names the first field.
+        ({}, grpc.StatusCode.INVALID_ARGUMENT, "ONE_OF_REQUIRED", "skill_id"),
         ({"skill_id": "not-a-uuid"}, grpc.StatusCode.INVALID_ARGUMENT, "FIELD_INVALID", "skill_id"),
         (
             {"skill_id": "00000000-0000-0000-0000-000000000001", "skill_name": "y"},
             grpc.StatusCode.INVALID_ARGUMENT,
-            "FIELD_INVALID",
-            "skill_name",
+            "ONE_OF_REQUIRED",
+            "skill_id",
         ),
         ({"skill_name": "nope"}, grpc.StatusCode.NOT_FOUND, "SKILL_NOT_FOUND", None),
     ],
@@ -390,8 +391,8 @@ async def test_using_a_stale_skill_revives_it_with_the_use(skills, clock):
     assert resp.revived is True
     assert resp.skill.state == pb.SKILL_STATE_ACTIVE and resp.skill.use_count == 1
     assert dt(resp.skill.state_change_time) == clock.now()
-    row = await app.infra.pool.fetchrow("SELECT state, use_count, last_used_at FROM synthesized_skills")
-    assert (row["state"], row["use_count"], row["last_used_at"]) == ("active", 1, clock.now())
+    row = await app.infra.pool.fetchrow("SELECT state, use_count, last_used_time FROM synthesized_skills")
+    assert (row["state"], row["use_count"], row["last_used_time"]) == ("active", 1, clock.now())
     [revived] = await read_events(app.infra.pool, "skill_revived")
     assert revived["payload"]["cause"] == "used" and revived["turn_id"] == "run-2"
     assert len(await read_events(app.infra.pool, "skill_used")) == 1
@@ -439,15 +440,15 @@ async def test_an_offer_moves_the_clock_of_exactly_the_offered_skills(skills, cl
     rows = {
         (r["seat"], r["name"]): r
         for r in await app.infra.pool.fetch(
-            "SELECT seat, name, unused_since, last_offered_at, use_count FROM synthesized_skills"
+            "SELECT seat, name, unused_since, last_offered_time, use_count FROM synthesized_skills"
         )
     }
     for name in ("a", "b"):
         assert rows[("ana", name)]["unused_since"] == offered_at
-        assert rows[("ana", name)]["last_offered_at"] == offered_at
-    assert rows[("ana", "c")]["last_offered_at"] is None
+        assert rows[("ana", name)]["last_offered_time"] == offered_at
+    assert rows[("ana", "c")]["last_offered_time"] is None
     assert rows[("ana", "c")]["unused_since"] == offered_at - timedelta(days=20)
-    assert rows[("bob", "a")]["last_offered_at"] is None  # another seat's id moves nothing
+    assert rows[("bob", "a")]["last_offered_time"] is None  # another seat's id moves nothing
     assert all(r["use_count"] == 0 for r in rows.values())  # an offer is not a use
     # Fifteen days on, only the skill nobody offered has been unused for thirty.
     clock.advance(days=15)
@@ -481,7 +482,7 @@ async def test_an_offer_stamp_that_cannot_be_written_is_reported_not_raised(skil
     before = await app.infra.pool.fetchval("SELECT max(unused_since) FROM synthesized_skills")
     # The database refuses every offer stamp from now on.
     await app.infra.pool.execute(
-        "ALTER TABLE synthesized_skills ADD CONSTRAINT offers_refused CHECK (last_offered_at IS NULL) NOT VALID"
+        "ALTER TABLE synthesized_skills ADD CONSTRAINT offers_refused CHECK (last_offered_time IS NULL) NOT VALID"
     )
     clock.advance(days=1)
     resp = await stub.MarkSkillsOffered(

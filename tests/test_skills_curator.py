@@ -212,8 +212,8 @@ async def test_the_curator_moves_thousands_of_skills_set_based_with_one_event_ea
     await app.infra.pool.execute(
         """
         INSERT INTO synthesized_skills (id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size,
-                                        state, pinned, unused_since, state_changed_at, created_at, updated_at,
-                                        version_at)
+                                        state, pinned, unused_since, state_change_time, create_time, update_time,
+                                        version_time)
         SELECT gen_random_uuid(), 'acme', 'seat-' || (i % 300), 'skill-' || i, 's', 'b', ARRAY['t' || i], 'single', 1,
                CASE WHEN i % 3 = 2 THEN 'stale' ELSE 'active' END,
                (i % 3 <> 0 AND i % 10 = 0),

@@ -113,7 +113,7 @@ async def test_refine_past_the_body_cap_is_refused_naming_the_field(skills):
     [
         ({"body": ""}, "body", "FIELD_REQUIRED"),
         ({"body": "x", "reason": "r" * 1001}, "reason", "FIELD_TOO_LONG"),
-        ({"body": "x", "name": ""}, "skill_name", "FIELD_REQUIRED"),
+        ({"body": "x", "name": ""}, "skill_id", "ONE_OF_REQUIRED"),
         ({"body": "x", "request_id": "k" * 201}, "request_id", "FIELD_TOO_LONG"),
     ],
 )

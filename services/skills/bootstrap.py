@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import asyncpg
+
 from agentlearn.skills.v1 import skill_service_pb2, skill_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
@@ -42,9 +44,11 @@ def build_proposals(service: SkillService, infra: Infra) -> ProposalService:
     return ProposalService(service, PostgresProposalStore(infra.pool), infra.embedder, config, infra.events)
 
 
-def registration(service: SkillService, proposals: ProposalService | None = None) -> Registration:
+def registration(service: SkillService, proposals: ProposalService | None, pool: asyncpg.Pool) -> Registration:
     return Registration(
-        SERVICE_NAME, skill_service_pb2_grpc.add_SkillServiceServicer_to_server, SkillServicer(service, proposals)
+        SERVICE_NAME,
+        skill_service_pb2_grpc.add_SkillServiceServicer_to_server,
+        SkillServicer(service, proposals, pool),
     )
 
 
@@ -70,7 +74,7 @@ def component(infra: Infra) -> Component:
     service = build(infra)
     return Component(
         name=NAME,
-        registrations=[registration(service, build_proposals(service, infra))],
+        registrations=[registration(service, build_proposals(service, infra), infra.pool)],
         service=service,
         passes=pass_specs(service, infra),
     )

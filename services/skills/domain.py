@@ -21,6 +21,7 @@ __all__ = [
     "ObservationKind",
     "Skill",
     "SkillChange",
+    "SkillKey",
     "SkillState",
     "SkillTrigger",
     "SkillVersion",
@@ -30,6 +31,7 @@ __all__ = [
     "greedy_clusters",
     "jaccard",
     "practice_bullet",
+    "remove_practice_bullets",
     "tool_set",
 ]
 
@@ -103,12 +105,12 @@ class Skill:
     pinned: bool
     version: int
     use_count: int
-    last_used_at: datetime | None
-    last_offered_at: datetime | None
+    last_used_time: datetime | None
+    last_offered_time: datetime | None
     unused_since: datetime
-    state_changed_at: datetime
-    created_at: datetime
-    updated_at: datetime
+    state_change_time: datetime
+    create_time: datetime
+    update_time: datetime
     change: SkillChange
     change_reason: str
     restored_from_version: int | None
@@ -129,8 +131,8 @@ class SkillVersion:
     change: SkillChange
     reason: str
     restored_from_version: int | None
-    created_at: datetime
-    superseded_at: datetime | None
+    create_time: datetime
+    supersede_time: datetime | None
     current: bool
 
 
@@ -182,7 +184,7 @@ def best_match(tools: Iterable[str], skills: Sequence[Skill]) -> tuple[Skill, fl
     """The skill whose tool set is most similar (ties: the older skill, then the name)."""
     candidate = tool_set(tools)
     best: tuple[Skill, float] | None = None
-    for skill in sorted(skills, key=lambda s: (s.created_at, s.name)):
+    for skill in sorted(skills, key=lambda s: (s.create_time, s.name)):
         sim = jaccard(candidate, skill.tool_sequence)
         if best is None or sim > best[1]:
             best = (skill, sim)
@@ -226,6 +228,30 @@ def append_practice_bullet(body: str, bullet: str) -> str:
     bullets = "\n".join([*section, bullet])
     sep = "\n\n" if head else ""
     return f"{head}{sep}{PRACTICE_HEADING}\n\n{bullets}\n"
+
+
+def remove_practice_bullets(body: str, bullets: Iterable[str]) -> str:
+    """The body without ``bullets`` (one line each, as appended) under the practice heading; the
+    heading goes too when no bullet is left under it. The inverse of :func:`append_practice_bullet`,
+    so an erasure re-renders a skill from its remaining bullets without a model. Lines outside the
+    section are never touched."""
+    lines = body.rstrip("\n").split("\n")
+    start = next((i for i, line in enumerate(lines) if line.strip() == PRACTICE_HEADING), None)
+    if start is None:
+        return body
+    end = next((i for i in range(start + 1, len(lines)) if _HEADING_LINE.match(lines[i])), len(lines))
+    section = [line for line in lines[start + 1 : end] if line.strip()]
+    for bullet in bullets:
+        if bullet in section:
+            section.remove(bullet)  # one occurrence per bullet: another's identical line stays
+    head = "\n".join(lines[:start]).rstrip()
+    tail = "\n".join(lines[end:]).strip("\n")
+    parts = [head] if head else []
+    if section:
+        parts.append(PRACTICE_HEADING + "\n\n" + "\n".join(section))
+    if tail:
+        parts.append(tail)
+    return "\n\n".join(parts) + "\n" if parts else ""
 
 
 # ----------------------------------------------------------------------------------- clustering
@@ -344,8 +370,8 @@ class SkillProposal:
     evidence_ids: tuple[str, ...]
     turn_id: str
     state: ProposalState
-    created_at: datetime
-    decided_at: datetime | None = None
+    create_time: datetime
+    decide_time: datetime | None = None
     decided_by: str = ""
     decision_reason: str = ""
     skill_id: uuid.UUID | None = None
@@ -377,3 +403,19 @@ def normalized(text: str) -> str:
 def describe_skill(name: str, summary: str) -> str:
     """What a skill's embedding is of: its name and its summary."""
     return f"{name}: {summary}"
+
+
+@dataclass(frozen=True)
+class SkillKey:
+    """One skill of a seat: by id or by name (exactly one is set)."""
+
+    company: str
+    seat: str
+    id: uuid.UUID | None = None
+    name: str | None = None
+
+    def args(self) -> tuple[str, str, uuid.UUID | None, str | None]:
+        return self.company, self.seat, self.id, self.name
+
+    def describe(self) -> str:
+        return str(self.id) if self.id is not None else repr(self.name)

@@ -15,6 +15,7 @@ the whole.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -61,6 +62,10 @@ class Draft:
     name: str
     summary: str
     body: str
+    model: str = ""
+    """The model that drafted it (its provenance, issue 17)."""
+    prompt_version: str = ""
+    """The digest of the prompt's text it was drafted from."""
 
 
 def _line(text: str) -> str:
@@ -123,6 +128,14 @@ def _render_member(i: int, m: Mapping[str, Any]) -> str:
         lines.append(f"  what it did: [account of {m['what_it_did_not_shown_bytes']} bytes not shown]")
     lines.append(f"  tools: {' → '.join(m['tool_sequence'])}")
     return "\n".join(lines)
+
+
+def prompt_version() -> str:
+    """The prompt's version: a digest of its files' text, so a draft says which prompt wrote it."""
+    digest = hashlib.sha256()
+    for part in ("system", "user"):
+        digest.update((PROMPTS / f"{PURPOSE}.{part}.md").read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def build_prompt(data: Mapping[str, Any]) -> Prompt:
@@ -258,4 +271,6 @@ class ClusterDrafter:
             _log.exception("clustered synthesis call without attribution")
             return None, "attribution_missing"
         draft = parse_draft(completion.text)
-        return (draft, "drafted") if draft else (None, "dropped")
+        if draft is None:
+            return None, "dropped"
+        return dataclasses.replace(draft, model=completion.model, prompt_version=prompt_version()), "drafted"

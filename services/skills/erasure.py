@@ -1,39 +1,68 @@
-"""The skills' part of an erasure (issue 17, ``libs.common.erasure``).
+"""The skills' part of an erasure (issue 17, ``libs.common.erasure``), and their provenance.
 
-A skill rests on the turns it was drafted from (``source_turn_ids``). A skill whose every source
-turn is the person's, or whose text (name, summary, body, or a superseded version's body) names
-them, is deleted with its versions. A skill that also rests on other turns, and whose text does not
-name them, keeps its body and loses their run ids (changed): a skill is a procedure (tools in
-order), so what the person contributed is the evidence, not the words. A skill proposal from their
-turns or sessions, or naming them, is deleted.
+Every skill, kept version and practice bullet records where it came from (its ``provenance``:
+turn ids, subjects, a learning check's session and events, model, prompt version, writer). For one
+person (a SUBJECT erasure) each of them is judged on its own:
+
+- it **rests only on them** when its text names them, or when what it was derived from is theirs
+  alone (every turn id is one of their runs, or every subject it names is them, or it was learned
+  in one of their sessions): it goes;
+- it **also rests on others** when it mentions them beside other sources: it stays and loses their
+  part (their run ids and their subject entries);
+- otherwise it is not theirs and is left alone.
+
+A bullet that goes leaves the body (and every kept version's body) it was appended to: the skill is
+re-rendered from its remaining bullets, with no model (``domain.remove_practice_bullets``). A kept
+version that goes is deleted; a live version that goes (a refinement only they taught) gives way to
+the newest kept version that stays. A skill goes when its draft rests only on them, when its text
+still names them after the bullets are out, or when none of its versions stays; it is changed when
+any part of it lost their contribution. A skill is a procedure (tools in order), so what the person
+contributed to a shared one is evidence, not words. A skill proposal from their turns or sessions,
+or naming them, is deleted.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
-from agentlearn.common.v1 import provenance_pb2
-from libs.common.erasure import Kind, Report, Target, run_once
+from agentlearn.common.v1.provenance_pb2 import Provenance
+from agentlearn.skills.v1 import skill_service_pb2 as pb
+from libs.common.erasure import Kind, Report, Target, provenance_from_json, provenance_json, run_once
 from libs.common.errors import NotFound
-from services.skills.domain import DOMAIN
+from services.skills.domain import DOMAIN, SkillChange, remove_practice_bullets
 
 __all__ = ["OWNER", "erase", "find", "provenance"]
 
 OWNER = "skills"
 
 _TEXT = "(name || ' ' || summary || ' ' || body || ' ' || array_to_string(tool_sequence, ' '))"
+# $2: the person's run ids; $3: the pattern of their identifiers and names (whole words); $4: their
+# sessions.
+_MENTIONS = "({col}->'turn_ids' ?| $2::text[] OR {col}->>'session_id' = ANY($4::text[]) OR {col}::text ~* $3)"
 SQL = {
     "skills_subject": f"""
-        SELECT s.id, s.source_turn_ids,
-               ({_TEXT} ~* $3 OR EXISTS (SELECT 1 FROM synthesized_skill_versions v
-                                         WHERE v.skill_id = s.id AND v.body ~* $3)) AS names
-        FROM synthesized_skills s
+        SELECT s.id FROM synthesized_skills s
         WHERE company = $1 AND (source_turn_ids && $2::text[] OR {_TEXT} ~* $3
-               OR EXISTS (SELECT 1 FROM synthesized_skill_versions v WHERE v.skill_id = s.id AND v.body ~* $3))""",
+               OR {_MENTIONS.format(col="s.provenance")} OR {_MENTIONS.format(col="s.version_provenance")}
+               OR EXISTS (SELECT 1 FROM synthesized_skill_versions v WHERE v.skill_id = s.id
+                          AND (v.body ~* $3 OR {_MENTIONS.format(col="v.provenance")}))
+               OR EXISTS (SELECT 1 FROM skill_practice_bullets b WHERE b.skill_id = s.id
+                          AND (b.bullet ~* $3 OR {_MENTIONS.format(col="b.provenance")})))""",
+    "skill": """
+        SELECT id, name, summary, body, tool_sequence, source_turn_ids, change, provenance, version_provenance
+        FROM synthesized_skills WHERE id = $1 FOR UPDATE""",
+    "versions": """
+        SELECT version, body, change, provenance FROM synthesized_skill_versions WHERE skill_id = $1
+        ORDER BY version DESC""",
+    "bullets": """
+        SELECT id, version, bullet, provenance FROM skill_practice_bullets WHERE skill_id = $1
+        ORDER BY version, create_time, id""",
     "proposals_subject": f"""
         SELECT id FROM skill_proposals
         WHERE company = $1 AND ((turn_id <> '' AND turn_id = ANY($2::text[])) OR {_TEXT} ~* $3
@@ -44,70 +73,237 @@ SQL = {
     "proposals_company": "SELECT id FROM skill_proposals WHERE company = $1",
     "delete_skills": "DELETE FROM synthesized_skills WHERE id = ANY($1::uuid[])",
     "delete_proposals": "DELETE FROM skill_proposals WHERE id = ANY($1::uuid[])",
-    "strip": """
-        UPDATE synthesized_skills
-        SET source_turn_ids = ARRAY(SELECT t FROM unnest(source_turn_ids) t WHERE t <> ALL($2::text[]))
+    "update_skill": """
+        UPDATE synthesized_skills SET body = $2, source_turn_ids = $3, provenance = $4, version_provenance = $5
         WHERE id = $1""",
+    "delete_version": "DELETE FROM synthesized_skill_versions WHERE skill_id = $1 AND version = $2",
+    "update_version": """
+        UPDATE synthesized_skill_versions SET body = $3, provenance = $4 WHERE skill_id = $1 AND version = $2""",
+    "delete_bullet": "DELETE FROM skill_practice_bullets WHERE id = $1",
+    "update_bullet": "UPDATE skill_practice_bullets SET provenance = $2 WHERE id = $1",
     "provenance": """
-        SELECT source_turn_ids, trigger FROM synthesized_skills WHERE id = $1 AND company = $2 AND seat = $3""",
+        SELECT source_turn_ids, trigger, version, change, provenance, version_provenance
+        FROM synthesized_skills WHERE id = $1 AND company = $2 AND seat = $3""",
     "uses_seat": "DELETE FROM skill_use_requests WHERE company = $1 AND seat = $2",
     "uses_company": "DELETE FROM skill_use_requests WHERE company = $1",
 }
 
 
-async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list[Any], list[Any], list[Any]]:
-    """(skills to delete, skills to change, proposals to delete)."""
+# ------------------------------------------------------------------------------ judging one part
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    gone: bool
+    changed: bool
+    rest: Provenance  # the provenance without the person's part (when changed)
+
+
+def _judge(target: Target, prov: Provenance, *texts: str) -> _Verdict:
+    """Whether a part rests only on the person (gone), also on others (changed), or not at all."""
+    theirs_turns = set(target.turn_ids)
+    ids = set(target.identifiers)
+    rest = Provenance()
+    rest.CopyFrom(prov)
+    del rest.turn_ids[:]
+    rest.turn_ids.extend(t for t in prov.turn_ids if t not in theirs_turns)
+    del rest.subjects[:]
+    rest.subjects.extend(s for s in prov.subjects if s.handle not in ids and s.external_id not in ids)
+    touched = len(rest.turn_ids) != len(prov.turn_ids) or len(rest.subjects) != len(prov.subjects)
+    only_theirs = touched and (
+        (len(prov.turn_ids) > 0 and len(rest.turn_ids) == 0) or (len(prov.subjects) > 0 and len(rest.subjects) == 0)
+    )
+    # A learning check over one of their sessions learned from their conversation (as a proposal
+    # from their session goes, so does what it became).
+    their_session = bool(prov.session_id) and prov.session_id in target.session_ids
+    gone = target.names_text(*texts) or only_theirs or their_session
+    return _Verdict(gone, touched and not gone, rest)
+
+
+@dataclass
+class _SkillPlan:
+    """What the erasure does to one skill."""
+
+    skill_id: uuid.UUID
+    gone: bool = False
+    changed: bool = False
+    body: str = ""
+    source_turn_ids: list[str] = field(default_factory=list)
+    provenance: Provenance = field(default_factory=Provenance)
+    version_provenance: Provenance = field(default_factory=Provenance)
+    bullets_gone: list[uuid.UUID] = field(default_factory=list)
+    bullets_changed: list[tuple[uuid.UUID, Provenance]] = field(default_factory=list)
+    versions_gone: list[int] = field(default_factory=list)
+    versions_changed: list[tuple[int, str, Provenance]] = field(default_factory=list)
+
+
+async def _plan_skill(conn: asyncpg.Connection | asyncpg.Pool, target: Target, skill_id: uuid.UUID) -> _SkillPlan:
+    row = await conn.fetchrow(SQL["skill"], skill_id)
+    plan = _SkillPlan(skill_id)
+    if row is None:
+        return plan
+    bullets = await conn.fetch(SQL["bullets"], skill_id)
+    versions = await conn.fetch(SQL["versions"], skill_id)
+
+    # Bullets first: one that goes leaves every body it is in.
+    out: list[str] = []
+    for b in bullets:
+        v = _judge(target, provenance_from_json(b["provenance"]), b["bullet"])
+        if v.gone:
+            plan.bullets_gone.append(b["id"])
+            out.append(b["bullet"])
+        elif v.changed:
+            plan.bullets_changed.append((b["id"], v.rest))
+
+    # Kept versions: rendered without the gone bullets, then judged on their own provenance.
+    kept: list[tuple[int, str, Provenance]] = []
+    for ver in versions:
+        body = remove_practice_bullets(ver["body"], out) if out else ver["body"]
+        v = _judge(target, provenance_from_json(ver["provenance"]), body)
+        if v.gone:
+            plan.versions_gone.append(ver["version"])
+            continue
+        prov = v.rest if v.changed else provenance_from_json(ver["provenance"])
+        if v.changed or body != ver["body"]:
+            plan.versions_changed.append((ver["version"], body, prov))
+        kept.append((ver["version"], body, prov))
+
+    # The live version: a bullet of theirs is already out of its body; a refinement only they
+    # taught gives way to the newest kept version that stays.
+    body = remove_practice_bullets(row["body"], out) if out else row["body"]
+    live = _judge(target, provenance_from_json(row["version_provenance"]))
+    version_prov = live.rest if live.changed else provenance_from_json(row["version_provenance"])
+    if live.gone and SkillChange(row["change"]) is SkillChange.OBSERVATION_APPENDED:
+        version_prov = live.rest  # its bullet is out; what is left of the version is the body before it
+    elif live.gone:
+        if not kept:
+            plan.gone = True
+            return plan
+        version, body, version_prov = kept[0]
+        plan.versions_gone.append(version)  # it is live again: not also a kept version
+        plan.versions_changed = [c for c in plan.versions_changed if c[0] != version]
+
+    # The skill's draft: its source turns and its own provenance, and its text as it now reads.
+    theirs = set(target.turn_ids)
+    turns = [t for t in row["source_turn_ids"] if t not in theirs]
+    draft = _judge(target, provenance_from_json(row["provenance"]))
+    text = " ".join([row["name"], row["summary"], body, " ".join(row["tool_sequence"])])
+    if target.names_text(text, *(b for _, b, _ in kept)) or (row["source_turn_ids"] and not turns) or draft.gone:
+        plan.gone = True
+        return plan
+    plan.body = body
+    plan.source_turn_ids = turns
+    plan.provenance = draft.rest if draft.changed else provenance_from_json(row["provenance"])
+    plan.version_provenance = version_prov
+    plan.changed = bool(
+        len(turns) != len(row["source_turn_ids"])
+        or draft.changed
+        or live.changed
+        or live.gone
+        or body != row["body"]
+        or plan.bullets_gone
+        or plan.bullets_changed
+        or plan.versions_gone
+        or plan.versions_changed
+    )
+    return plan
+
+
+# ------------------------------------------------------------------------------ the owner's erasure
+
+
+@dataclass
+class _Plan:
+    skills: list[_SkillPlan]
+    gone: list[uuid.UUID]
+    proposals: list[uuid.UUID]
+
+
+async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Plan:
     if target.kind is Kind.SEAT:
         skills = await conn.fetch(SQL["skills_seat"], target.company, target.seat)
         proposals = await conn.fetch(SQL["proposals_seat"], target.company, target.seat)
-        return [r["id"] for r in skills], [], [r["id"] for r in proposals]
+        return _Plan([], [r["id"] for r in skills], [r["id"] for r in proposals])
     if target.kind is Kind.COMPANY:
         skills = await conn.fetch(SQL["skills_company"], target.company)
         proposals = await conn.fetch(SQL["proposals_company"], target.company)
-        return [r["id"] for r in skills], [], [r["id"] for r in proposals]
+        return _Plan([], [r["id"] for r in skills], [r["id"] for r in proposals])
     turns, pattern = list(target.turn_ids), target.sql_pattern()
-    gone: list[Any] = []
-    changed: list[Any] = []
-    for row in await conn.fetch(SQL["skills_subject"], target.company, turns, pattern):
-        rest = [t for t in row["source_turn_ids"] if t not in set(turns)]
-        (gone if row["names"] or not rest else changed).append(row["id"])
+    plans = [
+        await _plan_skill(conn, target, r["id"])
+        for r in await conn.fetch(SQL["skills_subject"], target.company, turns, pattern, list(target.session_ids))
+    ]
     proposals = await conn.fetch(SQL["proposals_subject"], target.company, turns, pattern, list(target.session_ids))
-    return gone, changed, [r["id"] for r in proposals]
+    return _Plan([p for p in plans if p.changed], [p.skill_id for p in plans if p.gone], [r["id"] for r in proposals])
 
 
-def _report(gone: list[Any], changed: list[Any], proposals: list[Any]) -> Report:
+def _report(plan: _Plan) -> Report:
     report = Report(OWNER)
-    if gone or changed:
-        report.add("synthesized_skills", gone)
-        report.add("synthesized_skills", changed, changed=True)
-    if proposals:
-        report.add("skill_proposals", proposals)
+    if plan.gone or plan.skills:
+        report.add("synthesized_skills", plan.gone)
+        report.add("synthesized_skills", [p.skill_id for p in plan.skills], changed=True)
+    versions_gone = [f"{p.skill_id}/{v}" for p in plan.skills for v in p.versions_gone]
+    versions_changed = [f"{p.skill_id}/{v}" for p in plan.skills for v, _, _ in p.versions_changed]
+    if versions_gone or versions_changed:
+        report.add("synthesized_skill_versions", versions_gone)
+        report.add("synthesized_skill_versions", versions_changed, changed=True)
+    bullets_gone = [b for p in plan.skills for b in p.bullets_gone]
+    bullets_changed = [b for p in plan.skills for b, _ in p.bullets_changed]
+    if bullets_gone or bullets_changed:
+        report.add("skill_practice_bullets", bullets_gone)
+        report.add("skill_practice_bullets", bullets_changed, changed=True)
+    if plan.proposals:
+        report.add("skill_proposals", plan.proposals)
     return report
 
 
 async def find(pool: asyncpg.Pool, target: Target) -> Report:
-    return _report(*await _plan(pool, target))
+    return _report(await _plan(pool, target))
 
 
 async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
-        gone, changed, proposals = await _plan(conn, target)
-        await conn.execute(SQL["delete_skills"], gone)
-        await conn.execute(SQL["delete_proposals"], proposals)
-        for skill_id in changed:
-            await conn.execute(SQL["strip"], skill_id, list(target.turn_ids))
+        plan = await _plan(conn, target)
+        await conn.execute(SQL["delete_skills"], plan.gone)
+        await conn.execute(SQL["delete_proposals"], plan.proposals)
+        for p in plan.skills:
+            for bullet_id in p.bullets_gone:
+                await conn.execute(SQL["delete_bullet"], bullet_id)
+            for bullet_id, rest in p.bullets_changed:
+                await conn.execute(SQL["update_bullet"], bullet_id, provenance_json(rest))
+            for version in p.versions_gone:
+                await conn.execute(SQL["delete_version"], p.skill_id, version)
+            for version, body, rest in p.versions_changed:
+                await conn.execute(SQL["update_version"], p.skill_id, version, body, provenance_json(rest))
+            await conn.execute(
+                SQL["update_skill"],
+                p.skill_id,
+                p.body,
+                p.source_turn_ids,
+                provenance_json(p.provenance),
+                provenance_json(p.version_provenance),
+            )
         if target.kind is Kind.SEAT:
             await conn.execute(SQL["uses_seat"], target.company, target.seat)
         elif target.kind is Kind.COMPANY:
             await conn.execute(SQL["uses_company"], target.company)
-        return _report(gone, changed, proposals)
+        return _report(plan)
 
     return await run_once(pool, OWNER, target, now, work)
 
 
-async def provenance(pool: asyncpg.Pool, company: str, seat: str, skill_id: str) -> provenance_pb2.Provenance:
-    """The turns the skill was drafted from (single-turn or clustered synthesis, or its creator)."""
-    row = await pool.fetchrow(SQL["provenance"], uuid.UUID(skill_id), company, seat)
+# ------------------------------------------------------------------------------ provenance
+
+
+def _loaded(value: Any) -> Provenance:
+    return provenance_from_json(json.loads(value) if isinstance(value, str) else value)
+
+
+async def provenance(pool: asyncpg.Pool, company: str, seat: str, skill_id: str) -> pb.GetSkillProvenanceResponse:
+    """Where the skill was drafted from (its turns, the draft's subjects, model, prompt version and
+    writer), where each kept version and each practice bullet came from."""
+    sid = uuid.UUID(skill_id)
+    row = await pool.fetchrow(SQL["provenance"], sid, company, seat)
     if row is None:
         raise NotFound(
             f"skill {skill_id} not found for seat {seat}",
@@ -115,4 +311,37 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, skill_id: str)
             domain=DOMAIN,
             metadata={"skill_id": skill_id, "seat": seat},
         )
-    return provenance_pb2.Provenance(turn_ids=list(row["source_turn_ids"]), writer=f"synthesis:{row['trigger']}")
+    draft = _loaded(row["provenance"])
+    # The source turns are the skill's current ones (an erasure may have taken some away); a
+    # skill from before provenance was kept says only how it was drafted.
+    del draft.turn_ids[:]
+    draft.turn_ids.extend(row["source_turn_ids"])
+    if not draft.writer:
+        draft.writer = f"synthesis:{row['trigger']}"
+    versions = [
+        pb.SkillVersionProvenance(
+            version=row["version"], change=_CHANGE[SkillChange(row["change"])], current=True,
+            provenance=_loaded(row["version_provenance"]),
+        )
+    ]  # fmt: skip
+    versions += [
+        pb.SkillVersionProvenance(
+            version=v["version"], change=_CHANGE[SkillChange(v["change"])], provenance=_loaded(v["provenance"])
+        )
+        for v in await pool.fetch(SQL["versions"], sid)
+    ]
+    bullets = [
+        pb.PracticeBulletProvenance(
+            id=str(b["id"]), version=b["version"], text=b["bullet"], provenance=_loaded(b["provenance"])
+        )
+        for b in await pool.fetch(SQL["bullets"], sid)
+    ]
+    return pb.GetSkillProvenanceResponse(provenance=draft, versions=versions, bullets=bullets)
+
+
+_CHANGE = {
+    SkillChange.CREATED: pb.SKILL_CHANGE_CREATED,
+    SkillChange.REFINED: pb.SKILL_CHANGE_REFINED,
+    SkillChange.OBSERVATION_APPENDED: pb.SKILL_CHANGE_OBSERVATION_APPENDED,
+    SkillChange.ROLLED_BACK: pb.SKILL_CHANGE_ROLLED_BACK,
+}

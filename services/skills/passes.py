@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import grpc
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.config import SkillSynthesisConfig
 from libs.common.errors import AgentLearnError
 from services.skills.domain import SkillState, SkillTrigger, best_match, greedy_clusters
@@ -211,6 +212,12 @@ async def _one_seat(
                 cluster_size=cluster.size,
                 source_turn_ids=turn_ids,
                 archived_are_learned=True,
+                provenance=Provenance(
+                    turn_ids=turn_ids,
+                    model=draft.model,
+                    prompt_version=draft.prompt_version,
+                    writer="skill_synthesis:clustered",
+                ),
             )
         except AgentLearnError as err:
             # A draft the catalogue refuses is dropped, not retried with a second completion. A

@@ -27,31 +27,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.clock import Clock
 from libs.common.config import SkillProposalsConfig
 from libs.common.embeddings import Embedder
 from libs.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from libs.common.events import EventSink
-from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size, require_id, require_text, seat_ref
+from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
 from services.skills.domain import (
     DOMAIN,
-    MAX_IDS_PER_CALL,
     NAME_MAX_CHARS,
-    SUMMARY_MAX_CHARS,
     DuplicateCheck,
     ProposalDisposition,
     ProposalMatch,
     ProposalOrigin,
     ProposalState,
     Skill,
+    SkillKey,
     SkillProposal,
     SkillTrigger,
     describe_skill,
     jaccard,
     normalized,
 )
-from services.skills.service import SkillService
-from services.skills.store import PostgresProposalStore, SkillKey
+from services.skills.ports import ProposalStore
+from services.skills.service import SkillService, not_blank
 
 __all__ = ["ProposalResult", "ProposalService"]
 
@@ -60,8 +60,6 @@ _log = logging.getLogger(__name__)
 EMBED_BUDGET_SECONDS = 5.0
 """The candidate and the live skills are embedded in one batch under this deadline; past it the
 embedding check is reported as not run."""
-REVIEWER_MAX_CHARS = 200
-REASON_MAX_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,7 @@ class ProposalService:
     def __init__(
         self,
         skills: SkillService,
-        store: PostgresProposalStore,
+        store: ProposalStore,
         embedder: Embedder | None,
         config: SkillProposalsConfig,
         events: EventSink,
@@ -100,12 +98,13 @@ class ProposalService:
 
     # ---------------------------------------------------------------- propose
 
-    def _validate(
-        self, name: str, summary: str, body: str, tools: Sequence[str], origin: ProposalOrigin | None
-    ) -> tuple[str, list[str]]:
-        """The checks CreateSkill would make of the same fields, so an approval does not fail on
-        what the proposal could have been told at once."""
-        name = require_text(name, "name", domain=DOMAIN).strip()
+    def _validate(self, name: str, summary: str, body: str) -> str:
+        """What CreateSkill's use case would check of the same fields beyond the contract (which
+        ProposeSkillRequest shares with CreateSkillRequest), so an approval does not fail on what the
+        proposal could have been told at once: the name after stripping, and the body cap (config)."""
+        name = name.strip()
+        if not name:
+            raise InvalidArgument("name is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="name")
         if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
             raise InvalidArgument(
                 f"name must be one printable line of at most {NAME_MAX_CHARS} characters",
@@ -114,18 +113,10 @@ class ProposalService:
                 field="name",
                 metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
             )
-        require_text(summary, "summary", domain=DOMAIN, max_chars=SUMMARY_MAX_CHARS)
-        require_text(body, "body", domain=DOMAIN)
+        not_blank(summary, "summary")
+        not_blank(body, "body")
         self.skills._body_fits(body)
-        clean = self.skills._tools(tools, "tool_sequence")
-        if origin is None:
-            raise InvalidArgument(
-                "origin must be PROPOSAL_ORIGIN_SESSION_CHECK or PROPOSAL_ORIGIN_DISTILL_SKILL",
-                reason="FIELD_REQUIRED",
-                domain=DOMAIN,
-                field="origin",
-            )
-        return name, clean
+        return name
 
     async def _vectors(self, texts: list[str]) -> list[np.ndarray | None] | None:
         """The texts' vectors in one batch, or None when no embedder answered in time."""
@@ -147,38 +138,17 @@ class ProposalService:
         summary: str,
         body: str,
         tool_sequence: Sequence[str],
-        origin: ProposalOrigin | None,
+        origin: ProposalOrigin,
         session_id: str = "",
         check_id: str = "",
         evidence_ids: Sequence[str] = (),
         turn_id: str = "",
         request_id: str = "",
     ) -> ProposalResult:
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
-        name, tools = self._validate(name, summary, body, tool_sequence, origin)
-        assert origin is not None
-        rid = self.skills._request_id(request_id)
-        for field, value in (
-            ("source.session_id", session_id),
-            ("source.check_id", check_id),
-            ("source.turn_id", turn_id),
-        ):
-            if len(value) > 200:
-                raise InvalidArgument(
-                    f"{field} is {len(value)} characters; the limit is 200",
-                    reason="FIELD_TOO_LONG",
-                    domain=DOMAIN,
-                    field=field,
-                    metadata={"limit": 200, "length": len(value)},
-                )
-        if len(evidence_ids) > MAX_IDS_PER_CALL:
-            raise InvalidArgument(
-                f"at most {MAX_IDS_PER_CALL} evidence ids, got {len(evidence_ids)}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field="source.evidence_ids",
-                metadata={"limit": MAX_IDS_PER_CALL, "count": len(evidence_ids)},
-            )
+        # Handles, required fields, lengths, the origin and the source's ids: the contract's.
+        name = self._validate(name, summary, body)
+        tools = list(tool_sequence)
+        rid = request_id or None
         if rid is not None:
             earlier = await self.store.by_request(company, seat, rid)
             if earlier is not None:
@@ -233,7 +203,7 @@ class ProposalService:
                 evidence_ids=tuple(evidence_ids),
                 turn_id=turn_id,
                 state=ProposalState.PENDING,
-                created_at=now,
+                create_time=now,
             )
             stored = await self.store.insert(tx.conn, proposal, rid, cand_vec, model)
         if stored is None:  # a concurrent retry with the same key filed it
@@ -300,27 +270,8 @@ class ProposalService:
 
     # ---------------------------------------------------------------- decide
 
-    def _decision(self, reviewer: str, reason: str) -> None:
-        if len(reviewer) > REVIEWER_MAX_CHARS:
-            raise InvalidArgument(
-                f"reviewer is {len(reviewer)} characters; the limit is {REVIEWER_MAX_CHARS}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field="reviewer",
-                metadata={"limit": REVIEWER_MAX_CHARS, "length": len(reviewer)},
-            )
-        if len(reason) > REASON_MAX_CHARS:
-            raise InvalidArgument(
-                f"reason is {len(reason)} characters; the limit is {REASON_MAX_CHARS}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field="reason",
-                metadata={"limit": REASON_MAX_CHARS, "length": len(reason)},
-            )
-
     async def get(self, company: str, seat: str, proposal_id: str) -> SkillProposal:
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
-        pid = require_id(proposal_id, "proposal_id", domain=DOMAIN)
+        pid = uuid.UUID(proposal_id)  # a UUID: the contract's
         found = await self.store.get(company, seat, pid)
         if found is None:
             raise NotFound(
@@ -336,7 +287,6 @@ class ProposalService:
     ) -> tuple[SkillProposal, Skill]:
         """The proposal becomes a live skill through CreateSkill's path; its gates refuse as they
         refuse any draft, and the proposal stays pending then."""
-        self._decision(reviewer, reason)
         proposal = await self.get(company, seat, proposal_id)
         if proposal.state is ProposalState.REJECTED:
             raise FailedPrecondition(
@@ -358,6 +308,13 @@ class ProposalService:
                 trigger=SkillTrigger.SINGLE,
                 cluster_size=1,
                 source_turn_ids=[proposal.source_ref],
+                provenance=Provenance(
+                    turn_ids=[proposal.turn_id] if proposal.turn_id else [],
+                    session_id=proposal.session_id,
+                    check_id=proposal.check_id,
+                    event_ids=list(proposal.evidence_ids),
+                    writer=f"skill_proposal:{proposal.origin}",
+                ),
             )
         except AlreadyExists as err:
             # An approval that created the skill and stopped before marking the proposal: the skill
@@ -392,7 +349,6 @@ class ProposalService:
         return decided, skill
 
     async def reject(self, company: str, seat: str, proposal_id: str, reviewer: str, reason: str) -> SkillProposal:
-        self._decision(reviewer, reason)
         proposal = await self.get(company, seat, proposal_id)
         if proposal.state is ProposalState.REJECTED:
             return proposal
@@ -431,7 +387,6 @@ class ProposalService:
     async def list(
         self, company: str, seat: str, state: ProposalState | None, size: int, token: str
     ) -> tuple[list[SkillProposal], str]:
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
         size = page_size(size, default=self.config.page_size, maximum=200, domain=DOMAIN)
         scope = {"company": company, "seat": seat, "state": str(state) if state else None}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
@@ -439,7 +394,7 @@ class ProposalService:
         next_token = ""
         if len(found) > size:
             found = found[:size]
-            next_token = encode_time_cursor(found[-1].created_at, found[-1].id, scope)
+            next_token = encode_time_cursor(found[-1].create_time, found[-1].id, scope)
         return found, next_token
 
 

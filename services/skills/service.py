@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.clock import Clock
 from libs.common.config import SkillCuratorConfig, SkillRefinementConfig, SkillSynthesisConfig
 from libs.common.errors import (
@@ -24,15 +25,11 @@ from libs.common.errors import (
     ResourceExhausted,
 )
 from libs.common.events import EventSink
-from libs.common.validation import decode_cursor, encode_page_token, page_size, require_id, require_text, seat_ref
+from libs.common.validation import decode_cursor, encode_page_token, page_size
 from services.skills.domain import (
     DOMAIN,
     MAX_IDS_PER_CALL,
-    MAX_TOOLS,
     NAME_MAX_CHARS,
-    OBSERVATION_MAX_CHARS,
-    REASON_MAX_CHARS,
-    SUMMARY_MAX_CHARS,
     CandidateVerdict,
     Gate,
     LearningHealth,
@@ -40,6 +37,7 @@ from services.skills.domain import (
     ObservationSkip,
     Skill,
     SkillChange,
+    SkillKey,
     SkillState,
     SkillTrigger,
     SkillVersion,
@@ -48,9 +46,10 @@ from services.skills.domain import (
     practice_bullet,
     tool_set,
 )
-from services.skills.store import PostgresSkillStore, SkillKey, StampFailed
+from services.skills.ports import Moved, SkillStore
+from services.skills.store import StampFailed
 
-__all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult"]
+__all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult", "not_blank"]
 
 T = TypeVar("T")
 
@@ -84,7 +83,7 @@ class ObservationResult:
 class SkillService:
     def __init__(
         self,
-        store: PostgresSkillStore,
+        store: SkillStore,
         clock: Clock,
         synthesis: SkillSynthesisConfig,
         refinement: SkillRefinementConfig,
@@ -102,21 +101,10 @@ class SkillService:
 
     @staticmethod
     def key(company: str, seat: str, skill_id: str, skill_name: str) -> SkillKey:
-        """Exactly one of ``skill_id`` and ``skill_name``."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
-        if skill_id and skill_name:
-            raise InvalidArgument(
-                "name the skill by skill_id or by skill_name, not both",
-                reason="FIELD_INVALID",
-                domain=DOMAIN,
-                field="skill_name",
-            )
+        """The skill by id, else by name. The contract has checked the handles, the id's form and
+        that exactly one of the two is set (the request's ``buf.validate.message`` oneof rule)."""
         if skill_id:
-            return SkillKey(company, seat, id=require_id(skill_id, "skill_id", domain=DOMAIN))
-        if not skill_name or not skill_name.strip():
-            raise InvalidArgument(
-                "skill_name (or skill_id) is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="skill_name"
-            )
+            return SkillKey(company, seat, id=uuid.UUID(skill_id))
         return SkillKey(company, seat, name=skill_name.strip())
 
     @staticmethod
@@ -154,29 +142,12 @@ class SkillService:
             return CandidateVerdict(Gate.DUPLICATE, len(live), cap, threshold, match)
         return CandidateVerdict(Gate.OPEN, len(live), cap, threshold)
 
-    @staticmethod
-    def _tools(values: Sequence[str], field: str) -> list[str]:
-        if not values:
-            raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
-        if len(values) > MAX_TOOLS:
-            raise InvalidArgument(
-                f"{field} has {len(values)} entries; at most {MAX_TOOLS}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field=field,
-                metadata={"limit": MAX_TOOLS, "count": len(values)},
-            )
-        for i, tool in enumerate(values):
-            require_text(tool, f"{field}[{i}]", domain=DOMAIN, max_chars=200)
-        return list(values)
-
     async def check_candidate(self, company: str, seat: str, tools: Sequence[str]) -> CandidateVerdict:
         """The cap, then the duplicate check: both before any model is asked to draft. The duplicate
         check reads every skill the seat has learned, archived ones included, as the clustered pass
         does: an archived skill is learned, and drafting it again would re-create it under a new
         name (bringing it back is an operator's RestoreSkill)."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
-        candidate = tool_set(self._tools(tools, "tool_set"))
+        candidate = tool_set(tools)
         learned = await self.store.all_skills(company, seat)
         live = [s for s in learned if s.state is not SkillState.ARCHIVED]
         return self.gate_verdict(live, candidate, learned)
@@ -192,17 +163,25 @@ class SkillService:
         summary: str,
         body: str,
         tool_sequence: Sequence[str],
-        trigger: SkillTrigger | None,
+        trigger: SkillTrigger,
         cluster_size: int,
         source_turn_ids: Sequence[str],
         archived_are_learned: bool = False,
+        provenance: Provenance | None = None,
     ) -> Skill:
         """Store a draft after re-checking the gates under the seat's lock. ``archived_are_learned``:
         the duplicate check reads archived skills too — the synthesis paths' rule (CreateSkill,
         CheckSkillCandidate, the clustered pass); an approved proposal keeps its own check, against
-        the live skills."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
-        name = require_text(name, "name", domain=DOMAIN).strip()
+        the live skills.
+
+        The contract (CreateSkillRequest's rules) has checked the handles, the required fields,
+        the lengths and the enum. What stays here: the name's rules, measured after stripping (the
+        contract sees the raw text), the trigger/cluster_size/source_turn_ids agreement (a rule
+        across fields, which the contract checker does not evaluate), the body cap (config) and
+        the gates (state)."""
+        name = name.strip()
+        if not name:
+            raise InvalidArgument("name is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="name")
         if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
             raise InvalidArgument(
                 f"name must be one printable line of at most {NAME_MAX_CHARS} characters",
@@ -211,28 +190,11 @@ class SkillService:
                 field="name",
                 metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
             )
-        require_text(summary, "summary", domain=DOMAIN, max_chars=SUMMARY_MAX_CHARS)
-        require_text(body, "body", domain=DOMAIN)
+        not_blank(summary, "summary")
+        not_blank(body, "body")
         self._body_fits(body)
-        tools = self._tools(tool_sequence, "tool_sequence")
-        if trigger is None:
-            raise InvalidArgument(
-                "trigger must be SKILL_TRIGGER_SINGLE or SKILL_TRIGGER_CLUSTERED",
-                reason="FIELD_REQUIRED",
-                domain=DOMAIN,
-                field="trigger",
-            )
+        tools = list(tool_sequence)
         turns = list(source_turn_ids)
-        if len(turns) > MAX_IDS_PER_CALL:
-            raise InvalidArgument(
-                f"at most {MAX_IDS_PER_CALL} source_turn_ids, got {len(turns)}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field="source_turn_ids",
-                metadata={"limit": MAX_IDS_PER_CALL, "count": len(turns)},
-            )
-        for i, t in enumerate(turns):
-            require_text(t, f"source_turn_ids[{i}]", domain=DOMAIN, max_chars=200)
         if trigger is SkillTrigger.SINGLE:
             if cluster_size not in (0, 1):
                 raise InvalidArgument(
@@ -294,6 +256,7 @@ class SkillService:
                 cluster_size=cluster_size,
                 source_turn_ids=turns,
                 now=now,
+                provenance=_sourced(provenance, turns, f"synthesis:{trigger}"),
             )
         await self.events.emit(
             "skill_synthesized",
@@ -351,7 +314,6 @@ class SkillService:
     async def list_skills(
         self, company: str, seat: str, size: int, token: str, include_archived: bool
     ) -> tuple[list[Skill], str, int]:
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
         size = page_size(size, default=50, maximum=200, domain=DOMAIN)
         scope = {"company": company, "seat": seat, "archived": include_archived}
         after = decode_cursor(token, scope, lambda c: _typed(c["name"], str), domain=DOMAIN)
@@ -424,7 +386,8 @@ class SkillService:
     ) -> OfferResult:
         """Move the staleness clock of exactly the offered skills (a stale one is revived: being
         offered is being used). A stamp that cannot be written is reported, never raised."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        # Each list's own limit and the ids' form are the contract's; the limit on both together
+        # spans two fields, which the contract checker does not evaluate.
         if len(skill_ids) + len(skill_names) > MAX_IDS_PER_CALL:
             raise InvalidArgument(
                 f"at most {MAX_IDS_PER_CALL} skills per call, got {len(skill_ids) + len(skill_names)}",
@@ -433,7 +396,7 @@ class SkillService:
                 field="skill_ids",
                 metadata={"limit": MAX_IDS_PER_CALL, "count": len(skill_ids) + len(skill_names)},
             )
-        ids = sorted({require_id(v, f"skill_ids[{i}]", domain=DOMAIN) for i, v in enumerate(skill_ids)})
+        ids = sorted({uuid.UUID(v) for v in skill_ids})
         names = sorted({n.strip() for n in skill_names if n.strip()})
         if not ids and not names:
             return OfferResult(0, [], None)
@@ -454,17 +417,8 @@ class SkillService:
         """Record a use of each named live skill (the SkillUse worker); returns (marked, revived
         names, already applied). Unknown and archived ids are skipped: an archived skill is not
         resurrected by a turn that was offered it before the curator archived it."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
-        if len(skill_ids) > MAX_IDS_PER_CALL:
-            raise InvalidArgument(
-                f"at most {MAX_IDS_PER_CALL} skills per call, got {len(skill_ids)}",
-                reason="TOO_MANY_IDS",
-                domain=DOMAIN,
-                field="skill_ids",
-                metadata={"limit": MAX_IDS_PER_CALL, "count": len(skill_ids)},
-            )
-        ids = sorted({require_id(v, f"skill_ids[{i}]", domain=DOMAIN) for i, v in enumerate(skill_ids)})
-        rid = self._request_id(request_id)
+        ids = sorted({uuid.UUID(v) for v in skill_ids})  # count and form checked by the contract
+        rid = request_id or None
         if not ids:
             return 0, [], False
         moved = await asyncio.shield(self.store.mark_used(company, seat, ids, self.clock.now(), rid))
@@ -478,7 +432,7 @@ class SkillService:
         company: str,
         seat: str,
         turn_id: str | None,
-        moved: list[tuple[uuid.UUID, str, SkillState, SkillState]],
+        moved: list[Moved],
         cause: str,
     ) -> list[str]:
         """A ``skill_revived`` event for each stale skill a stamp brought back; their names."""
@@ -541,26 +495,20 @@ class SkillService:
                 metadata={"knob": "learning.skill_refinement.enabled"},
             )
 
-    @staticmethod
-    def _request_id(value: str) -> str | None:
-        if not value:
-            return None
-        return require_text(value, "request_id", domain=DOMAIN, max_chars=200)
-
-    async def refine(self, key: SkillKey, body: str, reason: str, turn_id: str | None, request_id: str = "") -> Skill:
+    async def refine(
+        self,
+        key: SkillKey,
+        body: str,
+        reason: str,
+        turn_id: str | None,
+        request_id: str = "",
+        provenance: Provenance | None = None,
+    ) -> Skill:
         """Whole-body replacement of one of the seat's own skills; the prior body is archived."""
         self._refinement_enabled()
-        rid = self._request_id(request_id)
-        require_text(body, "body", domain=DOMAIN)
-        self._body_fits(body)
-        if len(reason) > REASON_MAX_CHARS:
-            raise InvalidArgument(
-                f"reason is {len(reason)} characters; the limit is {REASON_MAX_CHARS}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field="reason",
-                metadata={"limit": REASON_MAX_CHARS, "length": len(reason)},
-            )
+        rid = request_id or None  # body required, reason and request_id lengths: the contract's
+        not_blank(body, "body")
+        self._body_fits(body)  # config: learning.skill_refinement.max_body_chars
         now = self.clock.now()
         async with self.store.skill_row(key) as (conn, skill):
             if skill is None:
@@ -570,7 +518,16 @@ class SkillService:
             if rid is not None and await self.store.request_seen(conn, skill.id, rid):
                 return skill  # a retry of a refinement already made
             refined = await self.store.new_version(
-                conn, skill, body, SkillChange.REFINED, reason, None, now, self.refinement.max_versions_kept, rid
+                conn,
+                skill,
+                body,
+                SkillChange.REFINED,
+                reason,
+                None,
+                now,
+                self.refinement.max_versions_kept,
+                rid,
+                _sourced(provenance, [turn_id] if turn_id else [], "refine_skill"),
             )
         await self.events.emit(
             "skill_refined",
@@ -589,14 +546,15 @@ class SkillService:
     async def append_observation(
         self,
         key: SkillKey,
-        kind: ObservationKind | None,
+        kind: ObservationKind,
         observation: str,
         turn_id: str | None,
         request_id: str = "",
+        provenance: Provenance | None = None,
     ) -> ObservationResult:
         """One bullet under the practice heading. Past the body cap it is skipped and logged."""
         self._refinement_enabled()
-        rid = self._request_id(request_id)
+        rid = request_id or None
         cfg = self.refinement
         if not cfg.auto_refine_on_success and not cfg.auto_refine_on_failure:
             raise FailedPrecondition(
@@ -604,13 +562,6 @@ class SkillService:
                 reason="REFINEMENT_DISABLED",
                 domain=DOMAIN,
                 metadata={"knob": "learning.skill_refinement.auto_refine_on_success/on_failure"},
-            )
-        if kind is None:
-            raise InvalidArgument(
-                "kind must be OBSERVATION_KIND_OBSERVED or OBSERVATION_KIND_COUNTER_EXAMPLE",
-                reason="FIELD_REQUIRED",
-                domain=DOMAIN,
-                field="kind",
             )
         knob = "auto_refine_on_success" if kind is ObservationKind.OBSERVED else "auto_refine_on_failure"
         if not getattr(cfg, knob):
@@ -620,8 +571,11 @@ class SkillService:
                 domain=DOMAIN,
                 metadata={"knob": f"learning.skill_refinement.{knob}", "kind": str(kind)},
             )
-        require_text(observation, "observation", domain=DOMAIN, max_chars=OBSERVATION_MAX_CHARS)
+        # Required and at most 1,000 characters: the contract's. Blank is refused here: the contract
+        # counts spaces as text, and a bullet of spaces teaches nothing.
+        not_blank(observation, "observation")
         bullet = practice_bullet(kind, observation)
+        prov = _sourced(provenance, [turn_id] if turn_id else [], "refiner")
         now = self.clock.now()
         async with self.store.skill_row(key) as (conn, skill):
             if skill is None:
@@ -648,7 +602,11 @@ class SkillService:
                         now,
                         cfg.max_versions_kept,
                         rid,
+                        prov,
                     )
+                    # The bullet's own record: an erasure takes one person's bullets out of the
+                    # body by these, without a model.
+                    await self.store.add_bullet(conn, skill.id, result.version, bullet, prov, now)
         if skipped is not None:
             _log.info(
                 "observation for skill %s of %s/%s skipped: %s", result.name, result.company, result.seat, skipped
@@ -697,15 +655,7 @@ class SkillService:
     async def rollback(self, key: SkillKey, version: int, request_id: str = "") -> Skill:
         """A forward step: the archived body of ``version`` becomes a new version. A retry with the
         ``request_id`` of a rollback the kept versions hold writes nothing and returns the skill."""
-        rid = self._request_id(request_id)
-        if version <= 0:
-            raise InvalidArgument(
-                f"version must be a positive version number, got {version}",
-                reason="FIELD_REQUIRED" if version == 0 else "FIELD_INVALID",
-                domain=DOMAIN,
-                field="version",
-                metadata={"value": version},
-            )
+        rid = request_id or None  # version required and not negative: the contract's
         now = self.clock.now()
         async with self.store.skill_row(key) as (conn, skill):
             if skill is None:
@@ -719,8 +669,8 @@ class SkillService:
                     domain=DOMAIN,
                     metadata={"version": version, "skill_name": skill.name},
                 )
-            body = await self.store.archived_body(conn, skill.id, version)
-            if body is None:
+            kept = await self.store.archived_body(conn, skill.id, version)
+            if kept is None:
                 raise NotFound(
                     f"skill {skill.name!r} keeps no version {version} (versions past "
                     f"{self.refinement.max_versions_kept} are dropped)",
@@ -728,6 +678,7 @@ class SkillService:
                     domain=DOMAIN,
                     metadata={"version": version, "skill_name": skill.name, "current_version": skill.version},
                 )
+            body, restored = kept
             rolled = await self.store.new_version(
                 conn,
                 skill,
@@ -738,6 +689,7 @@ class SkillService:
                 now,
                 self.refinement.max_versions_kept,
                 rid,
+                restored,  # the body is that version's, and so is where it came from
             )
         await self.events.emit(
             "skill_refined",
@@ -826,8 +778,27 @@ class SkillService:
     # ---------------------------------------------------------------- health
 
     async def health(self, company: str, seat: str) -> LearningHealth:
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
         return await self.store.health(company, seat, self.clock.now())
+
+
+def not_blank(value: str, field: str) -> None:
+    """A required text of spaces only is missing. The contract's ``required`` counts spaces as
+    text; a summary, body or observation of spaces teaches nothing, so the use case refuses it as
+    the field being absent."""
+    if not value.strip():
+        raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
+
+
+def _sourced(given: Provenance | None, turn_ids: Sequence[str], writer: str) -> Provenance:
+    """The caller's provenance, its turn ids and writer defaulted from what the call itself says."""
+    prov = Provenance()
+    if given is not None:
+        prov.CopyFrom(given)
+    if not prov.turn_ids:
+        prov.turn_ids.extend(turn_ids)
+    if not prov.writer:
+        prov.writer = writer
+    return prov
 
 
 def _typed(value: object, kind: type[T]) -> T:

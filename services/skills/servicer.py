@@ -5,17 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
+import asyncpg
+
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
-from libs.common.errors import InvalidArgument
 from libs.common.protoconv import timestamp
 from libs.common.rpctypes import ServicerContext
 from services.skills import erasure as _erasure
 from services.skills.domain import (
     BERLOT_ATTWELL_THRESHOLD,
-    DOMAIN,
     DuplicateCheck,
     Gate,
     LearningHealth,
@@ -27,6 +27,7 @@ from services.skills.domain import (
     ProposalState,
     Skill,
     SkillChange,
+    SkillKey,
     SkillProposal,
     SkillState,
     SkillTrigger,
@@ -35,7 +36,6 @@ from services.skills.domain import (
 from services.skills.domain import DOMAIN as _ERASURE_DOMAIN
 from services.skills.proposals import ProposalService
 from services.skills.service import SkillService
-from services.skills.store import SkillKey
 
 __all__ = ["SkillServicer", "skill_to_pb"]
 
@@ -85,13 +85,13 @@ def skill_to_pb(skill: Skill, now: datetime, *, full: bool = True) -> pb.Skill:
         pinned=skill.pinned,
         version=skill.version,
         use_count=skill.use_count,
-        last_used_time=timestamp(skill.last_used_at),
-        last_offered_time=timestamp(skill.last_offered_at),
+        last_used_time=timestamp(skill.last_used_time),
+        last_offered_time=timestamp(skill.last_offered_time),
         unused_since_time=timestamp(skill.unused_since),
         days_unused=skill.days_unused(now),
-        state_change_time=timestamp(skill.state_changed_at),
-        create_time=timestamp(skill.created_at),
-        update_time=timestamp(skill.updated_at),
+        state_change_time=timestamp(skill.state_change_time),
+        create_time=timestamp(skill.create_time),
+        update_time=timestamp(skill.update_time),
     )
 
 
@@ -103,8 +103,8 @@ def _version_to_pb(v: SkillVersion) -> pb.SkillVersion:
         change=_CHANGE[v.change],
         reason=v.reason,
         restored_from_version=v.restored_from_version or 0,
-        create_time=timestamp(v.created_at),
-        supersede_time=timestamp(v.superseded_at),
+        create_time=timestamp(v.create_time),
+        supersede_time=timestamp(v.supersede_time),
         current=v.current,
     )
 
@@ -123,11 +123,6 @@ def _health_to_pb(h: LearningHealth) -> pb.LearningHealth:
         stale_skills=h.stale_skills,
         archived_skills=h.archived_skills,
     )
-
-
-def _enum_known(value: int, known: set[int], field: str) -> None:
-    if value not in known:
-        raise InvalidArgument(f"unknown {field} {value}", reason="FIELD_INVALID", domain=DOMAIN, field=field)
 
 
 _P_STATE = {
@@ -170,8 +165,8 @@ def proposal_to_pb(p: SkillProposal) -> pb.SkillProposal:
             session_id=p.session_id, check_id=p.check_id, evidence_ids=list(p.evidence_ids), turn_id=p.turn_id
         ),
         state=_P_STATE[p.state],
-        create_time=timestamp(p.created_at),
-        decide_time=timestamp(p.decided_at),
+        create_time=timestamp(p.create_time),
+        decide_time=timestamp(p.decide_time),
         decided_by=p.decided_by,
         decision_reason=p.decision_reason,
         skill_id=str(p.skill_id) if p.skill_id else "",
@@ -202,9 +197,12 @@ class _NamesOneSkill(Protocol):
 
 
 class SkillServicer(pb_grpc.SkillServiceServicer):
-    def __init__(self, service: SkillService, proposals: ProposalService | None = None):
+    def __init__(self, service: SkillService, proposals: ProposalService | None, pool: asyncpg.Pool):
+        """``pool``: the erasure and provenance RPCs read and erase across the skills' tables in one
+        transaction of their own, beside the use cases' store port."""
         self._service = service
         self._proposals = proposals
+        self._pool = pool
 
     def _now(self) -> datetime:
         return self._service.clock.now()
@@ -230,7 +228,6 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return resp
 
     async def CreateSkill(self, request: pb.CreateSkillRequest, context: ServicerContext) -> pb.CreateSkillResponse:
-        _enum_known(request.trigger, {pb.SKILL_TRIGGER_UNSPECIFIED, *_TRIGGER_FROM_PB}, "trigger")
         skill = await self._service.create(
             request.company,
             request.seat,
@@ -238,15 +235,15 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             summary=request.summary,
             body=request.body,
             tool_sequence=list(request.tool_sequence),
-            trigger=_TRIGGER_FROM_PB.get(request.trigger),
+            trigger=_TRIGGER_FROM_PB[request.trigger],  # required and defined: the contract's
             cluster_size=request.cluster_size,
             source_turn_ids=list(request.source_turn_ids),
             archived_are_learned=True,
+            provenance=request.provenance if request.HasField("provenance") else None,
         )
         return pb.CreateSkillResponse(skill=skill_to_pb(skill, self._now()))
 
     async def ListSkills(self, request: pb.ListSkillsRequest, context: ServicerContext) -> pb.ListSkillsResponse:
-        _enum_known(request.view, {pb.SKILL_VIEW_UNSPECIFIED, pb.SKILL_VIEW_BASIC, pb.SKILL_VIEW_FULL}, "view")
         skills, token, total = await self._service.list_skills(
             request.company, request.seat, request.page_size, request.page_token, request.include_archived
         )
@@ -290,20 +287,25 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
 
     async def RefineSkill(self, request: pb.RefineSkillRequest, context: ServicerContext) -> pb.RefineSkillResponse:
         skill = await self._service.refine(
-            self._key(request), request.body, request.reason, request.turn_id, request.request_id
+            self._key(request),
+            request.body,
+            request.reason,
+            request.turn_id,
+            request.request_id,
+            request.provenance if request.HasField("provenance") else None,
         )
         return pb.RefineSkillResponse(skill=skill_to_pb(skill, self._now()))
 
     async def AppendSkillObservation(
         self, request: pb.AppendSkillObservationRequest, context: ServicerContext
     ) -> pb.AppendSkillObservationResponse:
-        _enum_known(request.kind, {pb.OBSERVATION_KIND_UNSPECIFIED, *_KIND_FROM_PB}, "kind")
         result = await self._service.append_observation(
             self._key(request),
-            _KIND_FROM_PB.get(request.kind),
+            _KIND_FROM_PB[request.kind],  # required and defined: the contract's
             request.observation,
             request.turn_id,
             request.request_id,
+            request.provenance if request.HasField("provenance") else None,
         )
         return pb.AppendSkillObservationResponse(
             skill=skill_to_pb(result.skill, self._now()),
@@ -361,7 +363,6 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return self._proposals
 
     async def ProposeSkill(self, request: pb.ProposeSkillRequest, context: ServicerContext) -> pb.ProposeSkillResponse:
-        _enum_known(request.origin, {pb.PROPOSAL_ORIGIN_UNSPECIFIED, *_ORIGIN_FROM_PB}, "origin")
         result = await self._props().propose(
             request.company,
             request.seat,
@@ -369,7 +370,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             summary=request.summary,
             body=request.body,
             tool_sequence=list(request.tool_sequence),
-            origin=_ORIGIN_FROM_PB.get(request.origin),
+            origin=_ORIGIN_FROM_PB[request.origin],  # required and defined: the contract's
             session_id=request.source.session_id,
             check_id=request.source.check_id,
             evidence_ids=list(request.source.evidence_ids),
@@ -386,7 +387,6 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
     async def ListSkillProposals(
         self, request: pb.ListSkillProposalsRequest, context: ServicerContext
     ) -> pb.ListSkillProposalsResponse:
-        _enum_known(request.state, {pb.PROPOSAL_STATE_UNSPECIFIED, *_P_STATE_FROM_PB}, "state")
         found, token = await self._props().list(
             request.company, request.seat, _P_STATE_FROM_PB.get(request.state), request.page_size, request.page_token
         )
@@ -412,15 +412,14 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
 
     async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        report = await _erasure.erase(self._pool, target, self._service.clock.now())
         return pb.EraseRowsResponse(report=erasure_report(report))
 
     async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._pool, target)))
 
     async def GetSkillProvenance(
         self, request: pb.GetSkillProvenanceRequest, context: ServicerContext
     ) -> pb.GetSkillProvenanceResponse:
-        found = await _erasure.provenance(self._service.store.pool, request.company, request.seat, request.skill_id)
-        return pb.GetSkillProvenanceResponse(provenance=found)
+        return await _erasure.provenance(self._pool, request.company, request.seat, request.skill_id)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
 import numpy as np
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.db import as_array
+from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.errors import AlreadyExists
 from services.skills.domain import (
     DOMAIN,
@@ -29,6 +30,7 @@ from services.skills.domain import (
     ProposalState,
     Skill,
     SkillChange,
+    SkillKey,
     SkillProposal,
     SkillState,
     SkillTrigger,
@@ -38,8 +40,8 @@ from services.skills.domain import (
 __all__ = ["PROPOSAL_SQL", "SQL", "PostgresProposalStore", "PostgresSkillStore", "SeatTx", "SkillKey", "StampFailed"]
 
 _COLUMNS = """id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size, source_turn_ids,
-              state, pinned, version, use_count, last_used_at, last_offered_at, unused_since, state_changed_at,
-              created_at, updated_at, change, change_reason, restored_from_version"""
+              state, pinned, version, use_count, last_used_time, last_offered_time, unused_since, state_change_time,
+              create_time, update_time, change, change_reason, restored_from_version"""
 _S_COLUMNS = ", ".join(f"s.{c.strip()}" for c in _COLUMNS.split(","))
 # One skill of the seat by id or by name: exactly one of $3 (id) and $4 (name) is set.
 _KEY = "company = $1 AND seat = $2 AND (id = $3::uuid OR name = $4::text)"
@@ -49,15 +51,15 @@ SQL = {
     "lock_seat": "SELECT pg_advisory_xact_lock($1, hashtext($2 || '/' || $3))",
     "insert": f"""
         INSERT INTO synthesized_skills (id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size,
-                                        source_turn_ids, state, unused_since, state_changed_at, created_at,
-                                        updated_at, version_at, change)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $11, $11, $11, $11, 'created')
+                                        source_turn_ids, state, unused_since, state_change_time, create_time,
+                                        update_time, version_time, change, provenance, version_provenance)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $11, $11, $11, $11, 'created', $12, $12)
         RETURNING {_COLUMNS}""",
     "name_taken": "SELECT EXISTS (SELECT 1 FROM synthesized_skills WHERE company = $1 AND seat = $2 AND name = $3)",
     "live": f"""SELECT {_COLUMNS} FROM synthesized_skills
-                WHERE company = $1 AND seat = $2 AND state <> 'archived' ORDER BY created_at, name""",
+                WHERE company = $1 AND seat = $2 AND state <> 'archived' ORDER BY create_time, name""",
     "all": f"""SELECT {_COLUMNS} FROM synthesized_skills
-               WHERE company = $1 AND seat = $2 ORDER BY created_at, name""",
+               WHERE company = $1 AND seat = $2 ORDER BY create_time, name""",
     "get": f"SELECT {_COLUMNS} FROM synthesized_skills WHERE {_KEY}",
     "get_for_update": f"SELECT {_COLUMNS} FROM synthesized_skills WHERE {_KEY} FOR UPDATE",
     # A use: the body, the count, the clock, and a stale (unpinned) skill revived, in one statement.
@@ -65,9 +67,9 @@ SQL = {
         WITH prior AS (
             SELECT id, state FROM synthesized_skills WHERE {_KEY} AND state <> 'archived' FOR UPDATE)
         UPDATE synthesized_skills s
-           SET use_count = s.use_count + 1, last_used_at = $5, unused_since = greatest(s.unused_since, $5),
+           SET use_count = s.use_count + 1, last_used_time = $5, unused_since = greatest(s.unused_since, $5),
                state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
-               state_changed_at = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5 ELSE s.state_changed_at END
+               state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5 ELSE s.state_change_time END
           FROM prior WHERE s.id = prior.id
         RETURNING {_S_COLUMNS}, prior.state AS prior_state""",
     # An offer moves the clock (and revives, like a use) of exactly the named live skills.
@@ -78,13 +80,13 @@ SQL = {
               AND state <> 'archived'
             ORDER BY id FOR UPDATE)
         UPDATE synthesized_skills s
-           SET last_offered_at = $5, unused_since = greatest(s.unused_since, $5),
+           SET last_offered_time = $5, unused_since = greatest(s.unused_since, $5),
                state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
-               state_changed_at = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5 ELSE s.state_changed_at END
+               state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5 ELSE s.state_change_time END
           FROM prior WHERE s.id = prior.id
         RETURNING s.id, s.name, prior.state AS prior_state, s.state""",
     "claim_use_request": """
-        INSERT INTO skill_use_requests (company, seat, request_id, created_at) VALUES ($1, $2, $3, $4)
+        INSERT INTO skill_use_requests (company, seat, request_id, create_time) VALUES ($1, $2, $3, $4)
         ON CONFLICT DO NOTHING RETURNING 1""",
     # Uses without loading (the reflector's SkillUse worker): the count, the clock, and revival.
     "mark_used": """
@@ -93,20 +95,21 @@ SQL = {
             WHERE company = $1 AND seat = $2 AND id = ANY($3::uuid[]) AND state <> 'archived'
             ORDER BY id FOR UPDATE)
         UPDATE synthesized_skills s
-           SET use_count = s.use_count + 1, last_used_at = $4, unused_since = greatest(s.unused_since, $4),
+           SET use_count = s.use_count + 1, last_used_time = $4, unused_since = greatest(s.unused_since, $4),
                state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
-               state_changed_at = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $4 ELSE s.state_changed_at END
+               state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $4 ELSE s.state_change_time END
           FROM prior WHERE s.id = prior.id
         RETURNING s.id, s.name, prior.state AS prior_state, s.state""",
     "archive_version": """
         INSERT INTO synthesized_skill_versions (skill_id, version, body, change, reason, restored_from_version,
-                                                request_id, created_at, superseded_at)
-        SELECT id, version, body, change, change_reason, restored_from_version, request_id, version_at, $2
+                                                request_id, create_time, supersede_time, provenance)
+        SELECT id, version, body, change, change_reason, restored_from_version, request_id, version_time, $2,
+               version_provenance
         FROM synthesized_skills WHERE id = $1""",
     "set_body": f"""
         UPDATE synthesized_skills
            SET body = $2, version = version + 1, change = $3, change_reason = $4, restored_from_version = $5,
-               version_at = $6, updated_at = $6, request_id = $7
+               version_time = $6, update_time = $6, request_id = $7, version_provenance = $8
          WHERE id = $1
         RETURNING {_COLUMNS}""",
     "trim_versions": """
@@ -115,21 +118,25 @@ SQL = {
     "request_seen": """
         SELECT EXISTS (SELECT 1 FROM synthesized_skills WHERE id = $1 AND request_id = $2)
             OR EXISTS (SELECT 1 FROM synthesized_skill_versions WHERE skill_id = $1 AND request_id = $2)""",
-    "get_version": """SELECT version, body FROM synthesized_skill_versions WHERE skill_id = $1 AND version = $2""",
+    "get_version": """
+        SELECT version, body, provenance FROM synthesized_skill_versions WHERE skill_id = $1 AND version = $2""",
+    "add_bullet": """
+        INSERT INTO skill_practice_bullets (id, skill_id, version, bullet, provenance, create_time)
+        VALUES ($1, $2, $3, $4, $5, $6)""",
     "versions_page": """
         SELECT * FROM (
             SELECT id AS skill_id, version, body, change, change_reason AS reason, restored_from_version,
-                   version_at AS created_at, NULL::timestamptz AS superseded_at, true AS current
+                   version_time AS create_time, NULL::timestamptz AS supersede_time, true AS current
             FROM synthesized_skills WHERE id = $1
             UNION ALL
-            SELECT skill_id, version, body, change, reason, restored_from_version, created_at, superseded_at, false
+            SELECT skill_id, version, body, change, reason, restored_from_version, create_time, supersede_time, false
             FROM synthesized_skill_versions WHERE skill_id = $1) v
         WHERE ($2::int IS NULL OR version < $2)
         ORDER BY version DESC LIMIT $3""",
     "versions_count": "SELECT 1 + count(*) FROM synthesized_skill_versions WHERE skill_id = $1",
-    "set_pinned": f"""UPDATE synthesized_skills SET pinned = $2, updated_at = $3 WHERE id = $1 RETURNING {_COLUMNS}""",
+    "set_pinned": f"""UPDATE synthesized_skills SET pinned = $2, update_time = $3 WHERE id = $1 RETURNING {_COLUMNS}""",
     "set_state": f"""
-        UPDATE synthesized_skills SET state = $2, state_changed_at = $3, updated_at = $3,
+        UPDATE synthesized_skills SET state = $2, state_change_time = $3, update_time = $3,
                unused_since = CASE WHEN $4 THEN greatest(unused_since, $3) ELSE unused_since END
          WHERE id = $1 RETURNING {_COLUMNS}""",
     "count_live": "SELECT count(*) FROM synthesized_skills WHERE company = $1 AND seat = $2 AND state <> 'archived'",
@@ -147,7 +154,7 @@ SQL = {
             WHERE state = $4 AND NOT pinned AND unused_since <= $1
             LIMIT $3 FOR UPDATE SKIP LOCKED),
         moved AS (
-            UPDATE synthesized_skills s SET state = $5, state_changed_at = $2, updated_at = $2
+            UPDATE synthesized_skills s SET state = $5, state_change_time = $2, update_time = $2
               FROM picked WHERE s.id = picked.id AND s.state = $4 AND NOT s.pinned AND s.unused_since <= $1
             RETURNING s.id, s.company, s.seat, s.name, s.unused_since),
         logged AS (
@@ -176,22 +183,6 @@ _STAMP_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, Timeout
 reconnect refused), or the row or a connection did not come within the stamp's timeout."""
 
 
-@dataclass(frozen=True)
-class SkillKey:
-    """One skill of a seat: by id or by name (exactly one is set)."""
-
-    company: str
-    seat: str
-    id: uuid.UUID | None = None
-    name: str | None = None
-
-    def args(self) -> tuple[str, str, uuid.UUID | None, str | None]:
-        return self.company, self.seat, self.id, self.name
-
-    def describe(self) -> str:
-        return str(self.id) if self.id is not None else repr(self.name)
-
-
 def _skill(row: asyncpg.Record) -> Skill:
     return Skill(
         id=row["id"],
@@ -208,12 +199,12 @@ def _skill(row: asyncpg.Record) -> Skill:
         pinned=bool(row["pinned"]),
         version=int(row["version"]),
         use_count=int(row["use_count"]),
-        last_used_at=row["last_used_at"],
-        last_offered_at=row["last_offered_at"],
+        last_used_time=row["last_used_time"],
+        last_offered_time=row["last_offered_time"],
         unused_since=row["unused_since"],
-        state_changed_at=row["state_changed_at"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
+        state_change_time=row["state_change_time"],
+        create_time=row["create_time"],
+        update_time=row["update_time"],
         change=SkillChange(row["change"]),
         change_reason=row["change_reason"],
         restored_from_version=row["restored_from_version"],
@@ -228,8 +219,8 @@ def _version(row: asyncpg.Record) -> SkillVersion:
         change=SkillChange(row["change"]),
         reason=row["reason"],
         restored_from_version=row["restored_from_version"],
-        created_at=row["created_at"],
-        superseded_at=row["superseded_at"],
+        create_time=row["create_time"],
+        supersede_time=row["supersede_time"],
         current=bool(row["current"]),
     )
 
@@ -266,6 +257,7 @@ class SeatTx:
         cluster_size: int,
         source_turn_ids: Sequence[str],
         now: datetime,
+        provenance: Provenance,
     ) -> Skill:
         try:
             row = await self.conn.fetchrow(
@@ -281,6 +273,7 @@ class SeatTx:
                 cluster_size,
                 list(source_turn_ids),
                 now,
+                provenance_json(provenance),
             )
         except asyncpg.UniqueViolationError:
             raise _name_taken(self.seat, name) from None
@@ -422,11 +415,15 @@ class PostgresSkillStore:
         now: datetime,
         keep: int,
         request_id: str | None = None,
+        provenance: Provenance | None = None,
     ) -> Skill:
         """Archive the live body to the versions, install ``body`` as version + 1, and drop the
         oldest archived versions past ``keep``. Runs inside the caller's row-locked transaction."""
         await conn.execute(SQL["archive_version"], skill.id, now)
-        row = await conn.fetchrow(SQL["set_body"], skill.id, body, str(change), reason, restored_from, now, request_id)
+        prov = provenance_json(provenance or Provenance())
+        row = await conn.fetchrow(
+            SQL["set_body"], skill.id, body, str(change), reason, restored_from, now, request_id, prov
+        )
         await conn.execute(SQL["trim_versions"], skill.id, keep)
         return _skill(row)
 
@@ -436,9 +433,19 @@ class PostgresSkillStore:
         return bool(await conn.fetchval(SQL["request_seen"], skill_id, request_id))
 
     @staticmethod
-    async def archived_body(conn: asyncpg.Connection, skill_id: uuid.UUID, version: int) -> str | None:
+    async def archived_body(
+        conn: asyncpg.Connection, skill_id: uuid.UUID, version: int
+    ) -> tuple[str, Provenance] | None:
+        """A kept version's body and where it came from."""
         row = await conn.fetchrow(SQL["get_version"], skill_id, version)
-        return row["body"] if row else None
+        return (row["body"], provenance_from_json(row["provenance"])) if row else None
+
+    @staticmethod
+    async def add_bullet(
+        conn: asyncpg.Connection, skill_id: uuid.UUID, version: int, bullet: str, provenance: Provenance, now: datetime
+    ) -> None:
+        """Record where a practice bullet came from (in the transaction that appended it)."""
+        await conn.execute(SQL["add_bullet"], uuid.uuid4(), skill_id, version, bullet, provenance_json(provenance), now)
 
     @staticmethod
     async def set_pinned(conn: asyncpg.Connection, skill_id: uuid.UUID, pinned: bool, now: datetime) -> Skill:
@@ -471,7 +478,7 @@ class PostgresSkillStore:
 # ------------------------------------------------------------------------------------- proposals
 
 _P_COLUMNS = """id, company, seat, name, summary, body, tool_sequence, origin, session_id, check_id, evidence_ids,
-                turn_id, state, created_at, decided_at, decided_by, decision_reason, skill_id"""
+                turn_id, state, create_time, decide_time, decided_by, decision_reason, skill_id"""
 
 PROPOSAL_SQL = {
     "by_request": f"SELECT {_P_COLUMNS} FROM skill_proposals WHERE company = $1 AND seat = $2 AND request_id = $3",
@@ -480,28 +487,28 @@ PROPOSAL_SQL = {
     "comparable": f"""
         SELECT {_P_COLUMNS}, embedding, embedding_model FROM skill_proposals
         WHERE company = $1 AND seat = $2 AND state IN ('pending', 'rejected')
-        ORDER BY created_at, id""",
+        ORDER BY create_time, id""",
     "insert": f"""
         INSERT INTO skill_proposals (id, company, seat, name, summary, body, tool_sequence, origin, session_id,
                                      check_id, evidence_ids, turn_id, state, request_id, embedding, embedding_model,
-                                     created_at)
+                                     create_time)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, $14, $15, $16)
         ON CONFLICT (company, seat, request_id) DO NOTHING
         RETURNING {_P_COLUMNS}""",
     "approve": f"""
-        UPDATE skill_proposals SET state = 'approved', decided_at = $4, decided_by = $5, decision_reason = $6,
+        UPDATE skill_proposals SET state = 'approved', decide_time = $4, decided_by = $5, decision_reason = $6,
                skill_id = $7
         WHERE company = $1 AND seat = $2 AND id = $3 AND state = 'pending'
         RETURNING {_P_COLUMNS}""",
     "reject": f"""
-        UPDATE skill_proposals SET state = 'rejected', decided_at = $4, decided_by = $5, decision_reason = $6
+        UPDATE skill_proposals SET state = 'rejected', decide_time = $4, decided_by = $5, decision_reason = $6
         WHERE company = $1 AND seat = $2 AND id = $3 AND state = 'pending'
         RETURNING {_P_COLUMNS}""",
     "page": f"""
         SELECT {_P_COLUMNS} FROM skill_proposals
         WHERE company = $1 AND seat = $2 AND ($3::text IS NULL OR state = $3)
-          AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5::uuid))
-        ORDER BY created_at DESC, id DESC LIMIT $6""",
+          AND ($4::timestamptz IS NULL OR (create_time, id) < ($4, $5::uuid))
+        ORDER BY create_time DESC, id DESC LIMIT $6""",
 }
 
 
@@ -520,8 +527,8 @@ def _proposal(row: asyncpg.Record) -> SkillProposal:
         evidence_ids=tuple(row["evidence_ids"]),
         turn_id=row["turn_id"],
         state=ProposalState(row["state"]),
-        created_at=row["created_at"],
-        decided_at=row["decided_at"],
+        create_time=row["create_time"],
+        decide_time=row["decide_time"],
         decided_by=row["decided_by"],
         decision_reason=row["decision_reason"],
         skill_id=row["skill_id"],
@@ -579,7 +586,7 @@ class PostgresProposalStore:
             request_id,
             None if vector is None else vector.astype(np.float32),
             model if vector is not None else None,
-            proposal.created_at,
+            proposal.create_time,
         )
         return _proposal(row) if row else None
 
@@ -612,7 +619,5 @@ class PostgresProposalStore:
         limit: int,
     ) -> list[SkillProposal]:
         t, i = after if after else (None, None)
-        rows = await self.pool.fetch(
-            PROPOSAL_SQL["page"], company, seat, str(state) if state else None, t, i, limit
-        )
+        rows = await self.pool.fetch(PROPOSAL_SQL["page"], company, seat, str(state) if state else None, t, i, limit)
         return [_proposal(r) for r in rows]

@@ -1,0 +1,193 @@
+"""The skills' store ports (issue 13): what the use cases (``service``, ``proposals``, ``passes``)
+need of a store, as ``typing.Protocol``s. ``store.PostgresSkillStore`` / ``PostgresProposalStore``
+are the adapters the service runs on; ``tests/unit/fakes/skills.py`` holds the in-memory fakes the
+unit tier runs the same use cases on.
+
+Two operations are transactions the use case works inside: ``seat`` (the seat's lock, so the
+catalogue cannot change under a gate) and ``skill_row`` (one skill's row lock, for a new version or
+an operator edit). Their handle (``Tx``) is opaque to the use cases: they only pass it back to the
+store that gave it (the Postgres adapter's is its connection, the fake's is nothing), which keeps
+the version writes and a proposal's insert inside the same transaction as their checks.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, Protocol
+
+import numpy as np
+
+from agentlearn.common.v1.provenance_pb2 import Provenance
+from services.skills.domain import (
+    LearningHealth,
+    ProposalState,
+    Skill,
+    SkillChange,
+    SkillKey,
+    SkillProposal,
+    SkillState,
+    SkillTrigger,
+    SkillVersion,
+)
+
+__all__ = ["Moved", "ProposalStore", "SeatTx", "SkillStore", "Tx"]
+
+Tx = Any
+"""A store's transaction handle, passed back to the store that gave it and never looked into."""
+
+Moved = tuple[uuid.UUID, str, SkillState, SkillState]
+"""A stamp's effect on one skill: (id, name, state before, state after)."""
+
+
+class SeatTx(Protocol):
+    """A transaction holding one seat's lock."""
+
+    @property
+    def conn(self) -> Tx: ...
+
+    async def name_taken(self, name: str) -> bool: ...
+
+    async def live_skills(self) -> list[Skill]: ...
+
+    async def all_skills(self) -> list[Skill]: ...
+
+    async def count_live(self) -> int: ...
+
+    async def insert(
+        self,
+        *,
+        name: str,
+        summary: str,
+        body: str,
+        tool_sequence: Sequence[str],
+        trigger: SkillTrigger,
+        cluster_size: int,
+        source_turn_ids: Sequence[str],
+        now: datetime,
+        provenance: Provenance,
+    ) -> Skill: ...
+
+    async def get_for_update(self, key: SkillKey) -> Skill | None: ...
+
+    async def set_state(self, skill_id: uuid.UUID, state: SkillState, now: datetime, *, reset_clock: bool) -> Skill: ...
+
+
+class SkillStore(Protocol):
+    """The seats' skill catalogues and their kept versions."""
+
+    def seat(self, company: str, seat: str) -> AbstractAsyncContextManager[SeatTx]: ...
+
+    def skill_row(self, key: SkillKey) -> AbstractAsyncContextManager[tuple[Tx, Skill | None]]: ...
+
+    async def get(self, key: SkillKey) -> Skill | None: ...
+
+    async def live_skills(self, company: str, seat: str) -> list[Skill]: ...
+
+    async def all_skills(self, company: str, seat: str) -> list[Skill]: ...
+
+    async def page(
+        self, company: str, seat: str, include_archived: bool, after_name: str | None, limit: int
+    ) -> list[Skill]: ...
+
+    async def count(self, company: str, seat: str, include_archived: bool) -> int: ...
+
+    async def versions_page(self, skill_id: uuid.UUID, before: int | None, limit: int) -> list[SkillVersion]: ...
+
+    async def versions_count(self, skill_id: uuid.UUID) -> int: ...
+
+    async def health(self, company: str, seat: str, now: datetime) -> LearningHealth: ...
+
+    async def use(self, key: SkillKey, now: datetime, timeout: float) -> tuple[Skill, SkillState] | None:
+        """Raises ``store.StampFailed`` when the stamp cannot be written."""
+        ...
+
+    async def offer(
+        self, company: str, seat: str, ids: Sequence[uuid.UUID], names: Sequence[str], now: datetime, timeout: float
+    ) -> list[Moved]:
+        """Raises ``store.StampFailed`` when the stamp cannot be written."""
+        ...
+
+    async def mark_used(
+        self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, request_id: str | None
+    ) -> list[Moved] | None: ...
+
+    async def new_version(
+        self,
+        conn: Tx,
+        skill: Skill,
+        body: str,
+        change: SkillChange,
+        reason: str,
+        restored_from: int | None,
+        now: datetime,
+        keep: int,
+        request_id: str | None = None,
+        provenance: Provenance | None = None,
+    ) -> Skill: ...
+
+    async def request_seen(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> bool: ...
+
+    async def archived_body(self, conn: Tx, skill_id: uuid.UUID, version: int) -> tuple[str, Provenance] | None:
+        """A kept version's body and where it came from."""
+        ...
+
+    async def add_bullet(
+        self, conn: Tx, skill_id: uuid.UUID, version: int, bullet: str, provenance: Provenance, now: datetime
+    ) -> None:
+        """Record where a practice bullet came from (in the transaction that appended it)."""
+        ...
+
+    async def set_pinned(self, conn: Tx, skill_id: uuid.UUID, pinned: bool, now: datetime) -> Skill: ...
+
+    async def set_state(
+        self, conn: Tx, skill_id: uuid.UUID, state: SkillState, now: datetime, *, reset_clock: bool
+    ) -> Skill: ...
+
+    async def curate(
+        self, from_state: SkillState, to_state: SkillState, event: str, cutoff: datetime, now: datetime, batch: int
+    ) -> int: ...
+
+
+class ProposalStore(Protocol):
+    """The seats' skill proposals."""
+
+    async def by_request(self, company: str, seat: str, request_id: str) -> SkillProposal | None: ...
+
+    async def get(self, company: str, seat: str, proposal_id: uuid.UUID) -> SkillProposal | None: ...
+
+    async def comparable(
+        self, company: str, seat: str, conn: Tx | None = None
+    ) -> list[tuple[SkillProposal, np.ndarray | None, str | None]]:
+        """The seat's pending and rejected proposals, each with its stored vector and its model."""
+        ...
+
+    async def insert(
+        self, conn: Tx, proposal: SkillProposal, request_id: str | None, vector: np.ndarray | None, model: str | None
+    ) -> SkillProposal | None:
+        """Inside the skills store's seat transaction (``conn`` is its ``SeatTx.conn``); None when
+        ``request_id`` was used before."""
+        ...
+
+    async def decide(
+        self,
+        company: str,
+        seat: str,
+        proposal_id: uuid.UUID,
+        state: ProposalState,
+        now: datetime,
+        reviewer: str,
+        reason: str,
+        skill_id: uuid.UUID | None = None,
+    ) -> SkillProposal | None: ...
+
+    async def page(
+        self,
+        company: str,
+        seat: str,
+        state: ProposalState | None,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> list[SkillProposal]: ...
