@@ -270,3 +270,51 @@ async def test_a_session_checks_candidate_is_suppressed_once_a_person_rejected_i
     assert dropped.kind == pb.OUTPUT_KIND_SKILL_PROPOSAL and "rejected proposal" in dropped.reason
     assert "not proposed again" in dropped.reason and second.outcome == pb.CHECK_OUTCOME_COMPLETED_EMPTY
     assert list(live.skills) == []
+
+
+async def test_a_session_checks_proposal_records_what_proposed_it_and_the_approval_carries_it(
+    make_settings, dsn, edge_index, clock, scripted_openai
+):
+    """Issue 17: a proposal from a learning check records the session owner it rests on, the
+    review's model and prompt version; approving it gives the live skill that provenance."""
+
+    def review(body: dict) -> str:
+        if not is_review(body):
+            return '{"verdicts": []}'
+        lines = body["messages"][-1]["content"].splitlines()
+        refs = [ln[1 : ln.index("]")] for ln in lines if ln.startswith("[E")]
+        return json.dumps(
+            {"skill_candidate": {**{k: v for k, v in CANDIDATE.items() if k != "tool_sequence"}, "evidence": refs}}
+        )
+
+    scripted_openai.chat_handler = review
+    settings = make_settings(providers=scripted_llm(scripted_openai))
+    async with open_sessions(settings, dsn, clock=clock, embedder=None, index=edge_index) as env:
+        stub = sgrpc.SkillServiceStub(env.app.channel)
+        t = clock.now()
+        await env.append(
+            "s1",
+            result("s1-a", "make", "migrated", t),
+            result("s1-b", "git", "committed", t),
+            verification("s1-v", "pytest", "passed", t),
+        )
+        await env.manual("s1")
+        await env.drain()
+        (check,) = await env.checks("s1")
+        (out,) = check.outputs
+        (proposal,) = (await stub.ListSkillProposals(spb.ListSkillProposalsRequest(company="acme", seat="ana"))).proposals
+        approved = await stub.ApproveSkillProposal(
+            spb.ApproveSkillProposalRequest(company="acme", seat="ana", proposal_id=out.id, reviewer="lead")
+        )
+        prov = (
+            await stub.GetSkillProvenance(
+                spb.GetSkillProvenanceRequest(company="acme", seat="ana", skill_id=approved.skill.id)
+            )
+        ).provenance
+    recorded = proposal.provenance
+    assert proposal.id == out.id
+    assert recorded.model and recorded.model == prov.model  # what the scripted endpoint answered as
+    assert recorded.prompt_version and recorded.prompt_version == prov.prompt_version
+    assert [s.handle for s in recorded.subjects] == [check.user] == [s.handle for s in prov.subjects]
+    assert recorded.session_id == prov.session_id == "s1" and prov.check_id == check.check_id
+    assert set(prov.event_ids) == set(out.evidence_ids) and prov.writer.startswith("skill_proposal:")

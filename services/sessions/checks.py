@@ -167,7 +167,7 @@ class CheckRunner:
             await self.writer.lesson(check, lesson, ids(lesson.refs), out, origin)
         await self.writer.facts(check, [(f, ids(f.refs)) for f in found.facts], out)
         if found.skill is not None:
-            await self.writer.skill(check, found.skill, ids(found.skill.refs), out)
+            await self.writer.skill(check, found.skill, ids(found.skill.refs), out, origin)
         check.outputs, check.dropped, check.partial_failures = out.outputs, out.dropped, out.failures
         check.outcome, check.reason = self._outcome(check, found.proposed)
         return check

@@ -433,7 +433,12 @@ class Writer:
     # ---------------------------------------------------------------- skill proposal
 
     async def skill(
-        self, check: LearningCheck, cand: SkillCandidate, evidence_ids: Sequence[str], out: Results
+        self,
+        check: LearningCheck,
+        cand: SkillCandidate,
+        evidence_ids: Sequence[str],
+        out: Results,
+        origin: Origin | None = None,
     ) -> None:
         refused = self._refused(check, SKILL_TOOL)
         if refused:
@@ -456,6 +461,18 @@ class Writer:
                         turn_id=check.turn_id,
                     ),
                     request_id=f"learning:{check.id}",
+                    # Issue 17: whose session it rests on and what proposed it (the approval
+                    # carries this onto the live skill).
+                    provenance=provenance_pb2.Provenance(
+                        turn_ids=[check.turn_id] if check.turn_id else [],
+                        subjects=[erasure_pb2.ErasureSubject(handle=check.owner)] if check.owner else [],
+                        session_id=check.session_id,
+                        check_id=str(check.id),
+                        event_ids=list(evidence_ids)[:1000],
+                        model=(origin or Origin()).model,
+                        prompt_version=(origin or Origin()).prompt_version,
+                        writer=WRITER,
+                    ),
                 ),
                 timeout=self._timeout,
             )

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
+
 __all__ = [
     "BERLOT_ATTWELL_THRESHOLD",
     "DOMAIN",
@@ -375,6 +377,9 @@ class SkillProposal:
     decided_by: str = ""
     decision_reason: str = ""
     skill_id: uuid.UUID | None = None
+    # What the proposer recorded beyond its source (issue 17): the model and prompt version that
+    # proposed it, the people it rests on. An approval carries it onto the live skill.
+    provenance: Provenance = field(default_factory=Provenance)
 
     @property
     def source_ref(self) -> str:

@@ -66,7 +66,9 @@ SQL = {
     "proposals_subject": f"""
         SELECT id FROM skill_proposals
         WHERE company = $1 AND ((turn_id <> '' AND turn_id = ANY($2::text[])) OR {_TEXT} ~* $3
-               OR (session_id <> '' AND session_id = ANY($4::text[])))""",
+               OR (session_id <> '' AND session_id = ANY($4::text[]))
+               OR EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(provenance->'subjects', '[]')) s
+                          WHERE s->>'handle' = ANY($5::text[]) OR s->>'external_id' = ANY($5::text[])))""",
     "skills_seat": "SELECT id FROM synthesized_skills WHERE company = $1 AND seat = $2",
     "proposals_seat": "SELECT id FROM skill_proposals WHERE company = $1 AND seat = $2",
     "skills_company": "SELECT id FROM synthesized_skills WHERE company = $1",
@@ -233,7 +235,9 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
         await _plan_skill(conn, target, r["id"])
         for r in await conn.fetch(SQL["skills_subject"], target.company, turns, pattern, list(target.session_ids))
     ]
-    proposals = await conn.fetch(SQL["proposals_subject"], target.company, turns, pattern, list(target.session_ids))
+    proposals = await conn.fetch(
+        SQL["proposals_subject"], target.company, turns, pattern, list(target.session_ids), list(target.identifiers)
+    )
     return _Plan([p for p in plans if p.changed], [p.skill_id for p in plans if p.gone], [r["id"] for r in proposals])
 
 

@@ -77,6 +77,22 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.dot(a, b) / (na * nb))
 
 
+def _approved_provenance(proposal: SkillProposal) -> Provenance:
+    """The live skill's provenance: the proposal's source, and what its proposer recorded (the
+    model and prompt version that proposed it, the people it rests on)."""
+    out = Provenance()
+    out.CopyFrom(proposal.provenance)
+    if proposal.turn_id and proposal.turn_id not in out.turn_ids:
+        out.turn_ids.append(proposal.turn_id)
+    out.session_id = proposal.session_id or out.session_id
+    out.check_id = proposal.check_id or out.check_id
+    for e in proposal.evidence_ids:
+        if e not in out.event_ids:
+            out.event_ids.append(e)
+    out.writer = f"skill_proposal:{proposal.origin}"
+    return out
+
+
 class ProposalService:
     def __init__(
         self,
@@ -144,6 +160,7 @@ class ProposalService:
         evidence_ids: Sequence[str] = (),
         turn_id: str = "",
         request_id: str = "",
+        provenance: Provenance | None = None,
     ) -> ProposalResult:
         # Handles, required fields, lengths, the origin and the source's ids: the contract's.
         name = self._validate(name, summary, body)
@@ -204,6 +221,7 @@ class ProposalService:
                 turn_id=turn_id,
                 state=ProposalState.PENDING,
                 create_time=now,
+                provenance=provenance if provenance is not None else Provenance(),
             )
             stored = await self.store.insert(tx.conn, proposal, rid, cand_vec, model)
         if stored is None:  # a concurrent retry with the same key filed it
@@ -308,13 +326,7 @@ class ProposalService:
                 trigger=SkillTrigger.SINGLE,
                 cluster_size=1,
                 source_turn_ids=[proposal.source_ref],
-                provenance=Provenance(
-                    turn_ids=[proposal.turn_id] if proposal.turn_id else [],
-                    session_id=proposal.session_id,
-                    check_id=proposal.check_id,
-                    event_ids=list(proposal.evidence_ids),
-                    writer=f"skill_proposal:{proposal.origin}",
-                ),
+                provenance=_approved_provenance(proposal),
             )
         except AlreadyExists as err:
             # An approval that created the skill and stopped before marking the proposal: the skill

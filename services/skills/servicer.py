@@ -170,6 +170,7 @@ def proposal_to_pb(p: SkillProposal) -> pb.SkillProposal:
         decided_by=p.decided_by,
         decision_reason=p.decision_reason,
         skill_id=str(p.skill_id) if p.skill_id else "",
+        provenance=p.provenance,
     )
 
 
@@ -376,6 +377,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             evidence_ids=list(request.source.evidence_ids),
             turn_id=request.source.turn_id,
             request_id=request.request_id,
+            provenance=request.provenance if request.HasField("provenance") else None,
         )
         return pb.ProposeSkillResponse(
             disposition=_DISPOSITION[result.disposition],

@@ -478,7 +478,7 @@ class PostgresSkillStore:
 # ------------------------------------------------------------------------------------- proposals
 
 _P_COLUMNS = """id, company, seat, name, summary, body, tool_sequence, origin, session_id, check_id, evidence_ids,
-                turn_id, state, create_time, decide_time, decided_by, decision_reason, skill_id"""
+                turn_id, state, create_time, decide_time, decided_by, decision_reason, skill_id, provenance"""
 
 PROPOSAL_SQL = {
     "by_request": f"SELECT {_P_COLUMNS} FROM skill_proposals WHERE company = $1 AND seat = $2 AND request_id = $3",
@@ -491,8 +491,8 @@ PROPOSAL_SQL = {
     "insert": f"""
         INSERT INTO skill_proposals (id, company, seat, name, summary, body, tool_sequence, origin, session_id,
                                      check_id, evidence_ids, turn_id, state, request_id, embedding, embedding_model,
-                                     create_time)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, $14, $15, $16)
+                                     create_time, provenance)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'pending', $13, $14, $15, $16, $17::jsonb)
         ON CONFLICT (company, seat, request_id) DO NOTHING
         RETURNING {_P_COLUMNS}""",
     "approve": f"""
@@ -532,6 +532,7 @@ def _proposal(row: asyncpg.Record) -> SkillProposal:
         decided_by=row["decided_by"],
         decision_reason=row["decision_reason"],
         skill_id=row["skill_id"],
+        provenance=provenance_from_json(row["provenance"]),
     )
 
 
@@ -587,6 +588,7 @@ class PostgresProposalStore:
             None if vector is None else vector.astype(np.float32),
             model if vector is not None else None,
             proposal.create_time,
+            provenance_json(proposal.provenance),
         )
         return _proposal(row) if row else None
 
