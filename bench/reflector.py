@@ -345,6 +345,13 @@ async def main() -> None:
     parser.add_argument("--lag-concurrency", type=int, default=16, help="turns reflected at once in the lag runs")
     parser.add_argument("--census", type=int, default=0, help="first, what N turns do, by owner (every SQL a span)")
     parser.add_argument("--census-only", action="store_true", help="only the census")
+    parser.add_argument(
+        "--experiment-no-pool-reset",
+        action="store_true",
+        help="an experiment, not the product: pooled connections go back without asyncpg's reset statement "
+        "(SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL: one round trip and one commit a "
+        "checkout; an open transaction is still rolled back)",
+    )
     parser.add_argument("--submit-to", type=int, default=0, help=argparse.SUPPRESS)  # the submitter process
     parser.add_argument("--skills", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -352,6 +359,11 @@ async def main() -> None:
         await submitter(args.submit_to, float(args.rates), args.turns, json.loads(args.skills))
         return
 
+    if args.experiment_no_pool_reset:
+        from libs.common.db import TracedConnection
+
+        TracedConnection.get_reset_query = lambda self: ""  # the experiment: see --help
+        print("EXPERIMENT: pooled connections are returned without the reset statement")
     if args.census:
         await census(args.census, 4)
         if args.census_only:
