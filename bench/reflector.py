@@ -58,6 +58,8 @@ from tests.support.turns import message, turn
 NAMES = ["diary", "episodes", "skills", "profiles", "reflector"]
 WORKER_P50: dict[int, dict[str, float]] = {}
 RUN_SIZES: dict[str, tuple[dict[int, int], dict[int, int]]] = {}
+DETAIL: dict[str, dict[str, float]] = {}
+"""The census: per owner, its statements by name, per turn."""
 """Per run: the embedder's model runs by texts a run, and its jobs by callers a job."""
 LAG_COSTS: dict[float, tuple[float, float, float, float]] = {}
 """Per lag run: the submit rate achieved, turns reflected per second over the run, commits and CPU ms
@@ -208,6 +210,13 @@ def census_of(spans, turns: int) -> list[tuple[str, float, float, float, float]]
         if s.name.startswith("db "):
             stmts.setdefault(_owner(s, by_id), []).append(s)
     out = []
+    for owner, ss in stmts.items():
+        names: dict[str, int] = {}
+        for sp in ss:
+            kind = _tx_kind(sp)
+            key = sp.name[3:] if kind == "statement" else kind
+            names[key] = names.get(key, 0) + 1
+        DETAIL[owner] = {k: v / turns for k, v in sorted(names.items(), key=lambda kv: -kv[1])}
     for owner in sorted(set(stmts) | set(hops)):
         ordered = sorted(stmts.get(owner, []), key=lambda s: s.start_time)
         kinds = [_tx_kind(s) for s in ordered]
@@ -272,7 +281,11 @@ async def census(turns: int, concurrency: int) -> None:
     print(f"{'all (traced)':>40} {total[0]:>11.2f} {total[1]:>11.2f} {total[2]:>13.2f}")
     label = "PostgreSQL xact_commit / turn"
     print(f"{label:>40} {'':>11} {'':>11} {commits / turns:>13.2f}  (all: claims, renewals, untraced too)")
-    print(f"spans / turn {len(spans) / turns:.1f}; model runs by texts a run: {dict(sorted(runs.items()))}\n")
+    print(f"spans / turn {len(spans) / turns:.1f}; model runs by texts a run: {dict(sorted(runs.items()))}")
+    print("statements per turn, by owner:")
+    for owner, names in sorted(DETAIL.items()):
+        print(f"  {owner}: " + ", ".join(f"{k} {v:.2f}" for k, v in names.items()))
+    print()
 
 
 async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]) -> None:
@@ -280,6 +293,7 @@ async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]
     JSON, when each was sent (wall clock) and the rate achieved."""
     seats = sorted(skills)
     sent: dict[str, float] = {}
+    shed: list[int] = []
     clock = SystemClock()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = pb_grpc.ReflectorServiceStub(channel)
@@ -288,7 +302,17 @@ async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]
             seat = seats[i % len(seats)]
             t = _turn(i, seat, tuple(skills[seat]), clock.now())  # type: ignore[arg-type]
             sent[f"{seat}/{t.turn_id}"] = time.time()
-            await stub.SubmitTurn(pb.SubmitTurnRequest(turn=t), timeout=60)
+            for attempt in range(50):
+                try:
+                    await stub.SubmitTurn(pb.SubmitTurnRequest(turn=t), timeout=60)
+                    return
+                except grpc.aio.AioRpcError as err:
+                    # Shed (too many calls in flight on a loaded machine): retry as an engine would;
+                    # the lag still counts from the first send.
+                    if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or attempt == 49:
+                        raise
+                    shed.append(1)
+                    await asyncio.sleep(0.1 * (attempt + 1))
 
         start = time.perf_counter()
         calls = []
@@ -297,7 +321,7 @@ async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]
             calls.append(asyncio.create_task(one(i)))  # not awaited in turn: a slow answer delays no send
         sending = time.perf_counter() - start
         await asyncio.gather(*calls)
-    print(json.dumps({"sent": sent, "rate": n / sending if sending else float(n)}))
+    print(json.dumps({"sent": sent, "rate": n / sending if sending else float(n), "shed": len(shed)}))
 
 
 async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
@@ -317,6 +341,8 @@ async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
             out, _ = await proc.communicate()
             assert proc.returncode == 0, "the submitter failed"
             submitted = json.loads(out.decode().strip().splitlines()[-1])
+            if submitted.get("shed"):
+                print(f"(the submitter was shed {submitted['shed']} times and retried; lag counts from the first send)")
             async with asyncio.timeout(seconds * 20 + 120):
                 while await infra.pool.fetchval("SELECT count(*) FROM reflections WHERE state <> 'completed'"):
                     await asyncio.sleep(0.2)
