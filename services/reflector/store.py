@@ -173,10 +173,6 @@ class PostgresReflectionStore:
             return False
         raise IllegalTransition(turn_id, ReflectionState(current), target)
 
-    async def put_worker(self, company: str, seat: str, turn_id: str, outcome: WorkerOutcome) -> bool:
-        """Record one worker's outcome (see :func:`merge_outcome`); False when it was not."""
-        return await self.put_workers(company, seat, turn_id, [outcome])
-
     async def put_workers(self, company: str, seat: str, turn_id: str, outcomes: list[WorkerOutcome]) -> bool:
         """Record several workers' outcomes in one transaction (each as :func:`merge_outcome`: a
         final outcome already recorded is kept); False when nothing changed."""
@@ -205,7 +201,7 @@ class PostgresReflectionStore:
         """Completed or gated: the turn's pass is over. ``workers``, when given, is the record's
         whole list of outcomes (the caller holds the claim, inside the same transaction)."""
         if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
-            raise IllegalTransition(turn_id, None, state)
+            raise ValueError(f"close() ends a pass completed or gated, not {state}")
         allowed = sources(state)
         if workers is None:
             status = await conn.execute(SQL["close"], company, seat, turn_id, str(state), gate, now, allowed)
