@@ -1,7 +1,7 @@
 """Reflector throughput and queue lag (issue 5), with the offline model provider.
 
     ./run bench reflector [--turns 400] [--rates 2,5,10] [--seconds 20] [--concurrency 1,4,16]
-                          [--lag-concurrency 16]
+                          [--lag-concurrency 16] [--census 40]
 
 Every service runs in this process on one loopback gRPC server, exactly as the all-in-one does
 (embedded PostgreSQL, embedded Qdrant, the local MiniLM model): the reflector's workers call the
@@ -17,6 +17,12 @@ diary, episodes, profiles and skills over gRPC. Two measurements:
    with it and never offers the rate), while the background worker loop (woken by LISTEN/NOTIFY)
    runs; lag = completion time - the time the submitter sent the turn. The rate the submitter
    actually achieved is printed beside it.
+
+``--census N`` first reflects N turns with every SQL statement a span (``telemetry.sql_spans:
+all``, an in-memory span recorder) and prints what one turn does, by owner (the service whose RPC
+ran the statement, or the reflector's harness): statements, commits (a COMMIT, or a statement
+outside a transaction), internal hops, and the embedder's model runs by size. The throughput and
+lag runs print the embedder's model runs by size too (do concurrent turns' texts meet in one run?).
 
 Every turn runs every worker: a message with a stated preference (a LONG note), a sender to profile,
 five tool calls (a synthesis candidate) and an offered skill (skill use, refiner).
@@ -51,6 +57,10 @@ from tests.support.turns import message, turn
 
 NAMES = ["diary", "episodes", "skills", "profiles", "reflector"]
 WORKER_P50: dict[int, dict[str, float]] = {}
+RUN_SIZES: dict[str, tuple[dict[int, int], dict[int, int]]] = {}
+DETAIL: dict[str, dict[str, float]] = {}
+"""The census: per owner, its statements by name, per turn."""
+"""Per run: the embedder's model runs by texts a run, and its jobs by callers a job."""
 LAG_COSTS: dict[float, tuple[float, float, float, float]] = {}
 """Per lag run: the submit rate achieved, turns reflected per second over the run, commits and CPU ms
 per turn (SubmitTurn's share included)."""
@@ -153,7 +163,129 @@ async def throughput(turns: int, concurrency: int) -> tuple[float, float, float,
                    FROM reflections, jsonb_array_elements(workers) w GROUP BY 1"""
             )
             WORKER_P50[concurrency] = {r["worker"]: float(r["p50"]) for r in rows}
+            _sizes(f"throughput, {concurrency} at once", infra.embedder)
             return turns / submit_s, turns / drain_s, commits / turns, cpu_s * 1000 / turns
+
+
+def _sizes(label: str, embedder) -> None:  # type: ignore[no-untyped-def]
+    RUN_SIZES[label] = (dict(getattr(embedder, "run_sizes", {})), dict(getattr(embedder, "job_callers", {})))
+
+
+def _owner(span, by_id) -> str:  # type: ignore[no-untyped-def]
+    """The service method whose handler ran ``span`` (the nearest RPC ancestor), else the harness."""
+    while span is not None:
+        if span.name == "reflect":  # a pass runs in the trace of the SubmitTurn that queued it
+            return "reflector harness"
+        name = span.name.lstrip("/")
+        if name.startswith("agentlearn.") and "Service/" in name:
+            service, method = name.rsplit("/", 1)
+            return f"{service.split('.')[1]} {method}"
+        parent = span.parent.span_id if span.parent is not None else None
+        span = by_id.get(parent)
+    return "reflector harness"
+
+
+def _tx_kind(span) -> str:  # type: ignore[no-untyped-def]
+    text = str(span.attributes.get("db.query.text", "")).lstrip().upper()
+    for kind in ("BEGIN", "COMMIT", "ROLLBACK"):
+        if text.startswith(kind) and not text.startswith("ROLLBACK TO"):
+            return kind
+    if text.startswith(("SAVEPOINT", "RELEASE", "ROLLBACK TO")):
+        return "SAVEPOINT"
+    return "statement"
+
+
+def census_of(spans, turns: int) -> list[tuple[str, float, float, float, float]]:  # type: ignore[no-untyped-def]
+    """Per owner and per turn: statements, BEGINs, commits, hops (calls of that method). A commit is
+    a COMMIT or a statement outside a transaction (the owner's statements in time order, nesting by
+    BEGIN/COMMIT: one handler's statements do not interleave with its own transaction's)."""
+    by_id = {s.context.span_id: s for s in spans}
+    stmts: dict[str, list] = {}  # type: ignore[type-arg]
+    hops: dict[str, int] = {}
+    for s in spans:
+        name = s.name.lstrip("/")
+        if name.startswith("agentlearn.") and "Service/" in name:
+            key = _owner(s, by_id)
+            hops[key] = hops.get(key, 0) + 1
+        if s.name.startswith("db "):
+            stmts.setdefault(_owner(s, by_id), []).append(s)
+    out = []
+    for owner, ss in stmts.items():
+        names: dict[str, int] = {}
+        for sp in ss:
+            kind = _tx_kind(sp)
+            key = sp.name[3:] if kind == "statement" else kind
+            names[key] = names.get(key, 0) + 1
+        DETAIL[owner] = {k: v / turns for k, v in sorted(names.items(), key=lambda kv: -kv[1])}
+    for owner in sorted(set(stmts) | set(hops)):
+        ordered = sorted(stmts.get(owner, []), key=lambda s: s.start_time)
+        kinds = [_tx_kind(s) for s in ordered]
+        begins = kinds.count("BEGIN")
+        commits = kinds.count("COMMIT")
+        # Statements outside any BEGIN..COMMIT of the same parent (an RPC's or the harness's).
+        open_tx: dict[object, int] = {}
+        auto = 0
+        for s, kind in zip(ordered, kinds, strict=True):
+            parent = s.parent.span_id if s.parent is not None else None
+            if kind == "BEGIN":
+                open_tx[parent] = open_tx.get(parent, 0) + 1
+            elif kind in ("COMMIT", "ROLLBACK"):
+                open_tx[parent] = max(0, open_tx.get(parent, 0) - 1)
+            elif not open_tx.get(parent) and kind != "SAVEPOINT":
+                auto += 1
+        out.append((owner, len(ordered) / turns, begins / turns, (commits + auto) / turns, hops.get(owner, 0) / turns))
+    return out
+
+
+async def census(turns: int, concurrency: int) -> None:
+    """Reflect ``turns`` turns with every statement a span; print what one turn does, by owner."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from libs.common import telemetry
+    from libs.common.db import configure_sql_spans
+
+    exporter = InMemorySpanExporter()
+    settings = load_settings(None, {"telemetry": {"sql_spans": "all"}}, env={})
+    telemetry.configure_tracing(settings.telemetry, extra_processors=[SimpleSpanProcessor(exporter)])
+    configure_sql_spans("all")
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
+            async with contextlib.AsyncExitStack() as stack:
+                infra, components, channel = await _app(Path(tmp), concurrency, stack)
+                stub = pb_grpc.ReflectorServiceStub(channel)
+                seats = [f"seat-{s}" for s in range(20)]
+                skills = {s: await _seed_skill(channel, s) for s in seats}
+                exporter.clear()
+                commits0 = await _commits(infra.pool)
+                for i in range(turns):
+                    seat = seats[i % len(seats)]
+                    await stub.SubmitTurn(pb.SubmitTurnRequest(turn=_turn(i, seat, skills[seat], infra.clock.now())))
+                harness = components["reflector"].service.harness
+                runs0 = dict(infra.embedder.run_sizes) if hasattr(infra.embedder, "run_sizes") else {}
+                async with asyncio.TaskGroup() as group:
+                    for _ in range(1 if hasattr(harness, "_dispatch") else concurrency):
+                        group.create_task(harness.drain())
+                await asyncio.sleep(1.5)
+                commits = await _commits(infra.pool) - commits0
+                spans = exporter.get_finished_spans()
+                rows = census_of(spans, turns)
+                runs = {k: v - runs0.get(k, 0) for k, v in getattr(infra.embedder, "run_sizes", {}).items()}
+    finally:
+        configure_sql_spans("slow")
+    print(f"census: {turns} turns submitted and reflected ({concurrency} at once), every SQL statement a span")
+    print(f"{'owner (method)':>40} {'stmts/turn':>11} {'BEGIN/turn':>11} {'commits/turn':>13} {'calls/turn':>11}")
+    for owner, n, b, c, h in sorted(rows, key=lambda r: -r[3]):
+        print(f"{owner:>40} {n:>11.2f} {b:>11.2f} {c:>13.2f} {h:>11.2f}")
+    total = [sum(r[i] for r in rows) for i in (1, 2, 3)]
+    print(f"{'all (traced)':>40} {total[0]:>11.2f} {total[1]:>11.2f} {total[2]:>13.2f}")
+    label = "PostgreSQL xact_commit / turn"
+    print(f"{label:>40} {'':>11} {'':>11} {commits / turns:>13.2f}  (all: claims, renewals, untraced too)")
+    print(f"spans / turn {len(spans) / turns:.1f}; model runs by texts a run: {dict(sorted(runs.items()))}")
+    print("statements per turn, by owner:")
+    for owner, names in sorted(DETAIL.items()):
+        print(f"  {owner}: " + ", ".join(f"{k} {v:.2f}" for k, v in names.items()))
+    print()
 
 
 async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]) -> None:
@@ -161,6 +293,7 @@ async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]
     JSON, when each was sent (wall clock) and the rate achieved."""
     seats = sorted(skills)
     sent: dict[str, float] = {}
+    shed: list[int] = []
     clock = SystemClock()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = pb_grpc.ReflectorServiceStub(channel)
@@ -169,7 +302,17 @@ async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]
             seat = seats[i % len(seats)]
             t = _turn(i, seat, tuple(skills[seat]), clock.now())  # type: ignore[arg-type]
             sent[f"{seat}/{t.turn_id}"] = time.time()
-            await stub.SubmitTurn(pb.SubmitTurnRequest(turn=t), timeout=60)
+            for attempt in range(50):
+                try:
+                    await stub.SubmitTurn(pb.SubmitTurnRequest(turn=t), timeout=60)
+                    return
+                except grpc.aio.AioRpcError as err:
+                    # Shed (too many calls in flight on a loaded machine): retry as an engine would;
+                    # the lag still counts from the first send.
+                    if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or attempt == 49:
+                        raise
+                    shed.append(1)
+                    await asyncio.sleep(0.1 * (attempt + 1))
 
         start = time.perf_counter()
         calls = []
@@ -178,7 +321,7 @@ async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]
             calls.append(asyncio.create_task(one(i)))  # not awaited in turn: a slow answer delays no send
         sending = time.perf_counter() - start
         await asyncio.gather(*calls)
-    print(json.dumps({"sent": sent, "rate": n / sending if sending else float(n)}))
+    print(json.dumps({"sent": sent, "rate": n / sending if sending else float(n), "shed": len(shed)}))
 
 
 async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
@@ -198,6 +341,8 @@ async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
             out, _ = await proc.communicate()
             assert proc.returncode == 0, "the submitter failed"
             submitted = json.loads(out.decode().strip().splitlines()[-1])
+            if submitted.get("shed"):
+                print(f"(the submitter was shed {submitted['shed']} times and retried; lag counts from the first send)")
             async with asyncio.timeout(seconds * 20 + 120):
                 while await infra.pool.fetchval("SELECT count(*) FROM reflections WHERE state <> 'completed'"):
                     await asyncio.sleep(0.2)
@@ -213,6 +358,7 @@ async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
             lags = [(r["complete_time"] - sent[f"{r['seat']}/{r['turn_id']}"]).total_seconds() for r in rows]
             span = (max(r["complete_time"] for r in rows) - min(sent.values())).total_seconds()
             LAG_COSTS[rate] = (submitted["rate"], n / span, commits / n, cpu_s * 1000 / n)
+            _sizes(f"lag, {rate:g}/s", infra.embedder)
             return lags
 
 
@@ -223,6 +369,15 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--concurrency", default="1,4,16", help="turns reflected at once, one run each")
     parser.add_argument("--lag-concurrency", type=int, default=16, help="turns reflected at once in the lag runs")
+    parser.add_argument("--census", type=int, default=0, help="first, what N turns do, by owner (every SQL a span)")
+    parser.add_argument("--census-only", action="store_true", help="only the census")
+    parser.add_argument(
+        "--experiment-no-pool-reset",
+        action="store_true",
+        help="an experiment, not the product: pooled connections go back without asyncpg's reset statement "
+        "(SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL: one round trip and one commit a "
+        "checkout; an open transaction is still rolled back)",
+    )
     parser.add_argument("--submit-to", type=int, default=0, help=argparse.SUPPRESS)  # the submitter process
     parser.add_argument("--skills", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -230,6 +385,15 @@ async def main() -> None:
         await submitter(args.submit_to, float(args.rates), args.turns, json.loads(args.skills))
         return
 
+    if args.experiment_no_pool_reset:
+        from libs.common.db import TracedConnection
+
+        TracedConnection.get_reset_query = lambda self: ""  # the experiment: see --help
+        print("EXPERIMENT: pooled connections are returned without the reset statement")
+    if args.census:
+        await census(args.census, 4)
+        if args.census_only:
+            return
     print(f"reflector throughput: {args.turns} turns queued, then drained (offline provider, every worker runs)")
     print(
         f"{'turns at once':>13} {'submit turns/s':>15} {'reflect turns/s':>16} {'vs first':>9} "
@@ -261,6 +425,14 @@ async def main() -> None:
             f"{rate:>7.1f} {sent_rate:>7.1f} {len(lags):>6} {statistics.median(lags) * 1000:>11.0f} "
             f"{pct(lags, 0.99) * 1000:>11.0f} {max(lags) * 1000:>9.0f} {done_rate:>7.1f} {commits:>13.1f} "
             f"{cpu_ms:>12.1f}"
+        )
+    print("\nembedder: model runs by texts a run; dispatched jobs by callers a job (texts of several turns)")
+    for label, (sizes, callers) in RUN_SIZES.items():
+        n = sum(sizes.values())
+        texts = sum(k * v for k, v in sizes.items())
+        print(
+            f"  {label}: {n} runs, {texts / max(n, 1):.2f} texts a run, by size {dict(sorted(sizes.items()))}; "
+            f"jobs by callers {dict(sorted(callers.items()))}"
         )
 
 

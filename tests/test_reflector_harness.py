@@ -17,6 +17,8 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from libs.common.jobs import JobQueue
+from services.reflector.domain import IllegalTransition, ReflectionState
+from services.reflector.store import PostgresReflectionStore
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
 from tests.support.scripted_openai import Reply
@@ -786,3 +788,77 @@ async def test_a_long_pass_records_the_workers_that_finished_before_it_ends(env_
         r = await env.reflection("run-1")
         assert r.state == pb.REFLECTION_STATE_COMPLETED
         assert [w.worker for w in r.workers] == ["persist_decider", "episodist"]  # the configured order
+
+
+# ------------------------------------------------------------------------------ one state machine
+
+
+async def _out_of_step(pool) -> list:  # type: ignore[no-untyped-def]
+    """Records whose queue row is not in the state the record's state implies (issue 13)."""
+    rows = await pool.fetch(
+        "SELECT r.seat, r.turn_id, r.state, j.state AS job_state FROM reflections r JOIN background_jobs j"
+        " ON j.kind = 'reflection' AND j.company = r.company AND j.key = r.seat || '/' || r.turn_id"
+    )
+    assert rows, "no reflection with its queue row"
+    return [dict(r) for r in rows if ReflectionState(r["state"]).job_state != r["job_state"]]
+
+
+async def test_the_queue_row_moves_with_the_record_through_every_pass(env_for, clock, scripted_openai):
+    """Gated, retried, deferred-free completion and dead-lettering: after each pass the queue row
+    is in the state the record's state implies (one state, two rows written together)."""
+    scripted_openai.rule("chat", lambda body: Reply(status=503))
+    learning = {"reflection": {"workers": ["persist_decider"], "max_attempts": 2, "retry_backoff_seconds": 10}}
+    async with env_for(learning=learning, providers=scripted_chain(scripted_openai)) as env:
+        pool = env.app.infra.pool
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        await env.submit(turn("run-2", now=clock.now(), outcome=pb.TURN_OUTCOME_SKIPPED, messages=BOB_PREFERS))
+        assert await _out_of_step(pool) == []
+        assert await env.harness.drain() == 2
+        states = {r: (await env.reflection(r)).state for r in ("run-1", "run-2")}
+        assert states == {"run-1": pb.REFLECTION_STATE_RETRYING, "run-2": pb.REFLECTION_STATE_GATED}
+        assert await _out_of_step(pool) == []
+        clock.advance(seconds=10)
+        assert await env.harness.drain() == 1
+        assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_DEAD_LETTERED
+        assert await _out_of_step(pool) == []
+
+
+async def test_an_illegal_move_is_refused_and_the_queue_row_moved_beside_it_rolls_back(env_for, clock):
+    async with env_for() as env:
+        pool = env.app.infra.pool
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        queue, store = JobQueue(pool), PostgresReflectionStore(pool)
+        [job] = await queue.claim_many("reflection", "w-1", clock.now(), 30, 5)
+        # Claimed but never taken: the record is QUEUED, and QUEUED -> COMPLETED is not a move.
+        with pytest.raises(IllegalTransition) as exc:
+            async with pool.acquire() as conn, conn.transaction():
+                assert await queue.finish(conn, job, "w-1", clock.now())
+                await store.close(conn, "acme", "ana", "run-1", ReflectionState.COMPLETED, None, clock.now(), [])
+        assert (exc.value.current, exc.value.target) == (ReflectionState.QUEUED, ReflectionState.COMPLETED)
+        assert await pool.fetchval("SELECT state FROM background_jobs") == "running"  # rolled back
+        assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_QUEUED
+        # The same move after the take is allowed, and both rows move.
+        record, taken = await store.take("acme", "ana", "run-1")
+        assert record is not None and record.state == ReflectionState.QUEUED and taken
+        async with pool.acquire() as conn, conn.transaction():
+            assert await queue.finish(conn, job, "w-1", clock.now())
+            assert await store.close(conn, "acme", "ana", "run-1", ReflectionState.COMPLETED, None, clock.now(), [])
+        assert await _out_of_step(pool) == []
+        # A finished record is not taken again (the duplicate gate), and moving it is refused.
+        record, taken = await store.take("acme", "ana", "run-1")
+        assert record is not None and record.state == ReflectionState.COMPLETED and not taken
+        with pytest.raises(IllegalTransition):
+            async with pool.acquire() as conn, conn.transaction():
+                await store.retrying(conn, "acme", "ana", "run-1", "late", clock.now())
+        assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_COMPLETED
+
+
+async def test_an_unreadable_turn_is_dead_lettered_on_its_record_too(env_for, clock):
+    async with env_for() as env:
+        pool = env.app.infra.pool
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        await pool.execute("UPDATE background_jobs SET payload = '\\xff'::bytea")
+        assert await env.harness.drain() == 1
+        r = await env.reflection("run-1")
+        assert r.state == pb.REFLECTION_STATE_DEAD_LETTERED and r.reason.startswith("unreadable")
+        assert await _out_of_step(pool) == []

@@ -7,6 +7,7 @@ import shutil
 from datetime import UTC, datetime
 
 import asyncpg
+import pytest
 
 from libs.common.db import COMMON_MIGRATIONS, Migrations, migrate
 from libs.common.jobs import JobQueue, JobState
@@ -75,3 +76,43 @@ def test_a_job_key_is_unambiguous():
     assert job_key("a/b", "c") != job_key("a", "b/c")
     assert job_key("a%2Fb", "c") != job_key("a/b", "c")
     assert turn_id_of(job_key("a/b%", "x/y")) == "x/y"
+
+
+async def test_one_state_machine_brings_records_in_step_and_takes_only_its_states(empty_dsn, tmp_path):
+    """0004: a record left QUEUED beside a dead-lettered queue row (an unreadable turn, before the
+    one state machine) is dead-lettered with its reason; the column takes only the machine's states."""
+    before = tmp_path / "reflector-0003"
+    before.mkdir()
+    for name in ("0001_reflection.sql", "0002_shared_queue.sql", "0003_erasures.sql"):
+        shutil.copy(MIGRATIONS.directory / name, before)
+    await migrate(empty_dsn, [COMMON_MIGRATIONS, Migrations("reflector", before)])
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        rows_before = [("ops/x", "run-1", "dead", "queued"), ("ana", "run-2", "done", "completed")]
+        for seat, run, job_state, state in rows_before:
+            await conn.execute(
+                """INSERT INTO background_jobs (kind, key, company, seat, payload, state, reason, run_after,
+                                                create_time, finish_time)
+                   VALUES ('reflection', $1, 'acme', $2, '', $3, 'unreadable: x', $4, $4, $4)""",
+                job_key(seat, run),
+                seat,
+                job_state,
+                T0,
+            )
+            await conn.execute(
+                "INSERT INTO reflections (company, seat, turn_id, state, submit_time) VALUES ('acme', $1, $2, $3, $4)",
+                seat,
+                run,
+                state,
+                T0,
+            )
+        await migrate(empty_dsn, [COMMON_MIGRATIONS, *[s.MIGRATIONS for s in SERVICES.values()]])
+        rows = await conn.fetch("SELECT turn_id, state, reason FROM reflections ORDER BY turn_id")
+        assert [(r["turn_id"], r["state"], r["reason"]) for r in rows] == [
+            ("run-1", "dead_lettered", "unreadable: x"),
+            ("run-2", "completed", None),
+        ]
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute("UPDATE reflections SET state = 'finished' WHERE turn_id = 'run-2'")
+    finally:
+        await conn.close()

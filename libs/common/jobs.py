@@ -75,11 +75,14 @@ _JOB = "id, kind, key, company, seat, payload, trace_carrier, attempts, create_t
 _HELD = "id = $1 AND locked_by = $2 AND attempts = $3 AND state = 'running'"
 
 SQL = {
+    # The row and its wake-up in one round trip: the NOTIFY is sent (at commit) only when a row
+    # was inserted.
     "enqueue": """
-        INSERT INTO background_jobs (kind, key, company, seat, payload, trace_carrier, run_after, create_time)
-        VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8)
-        ON CONFLICT (kind, company, key) DO NOTHING RETURNING id""",
-    "notify": "SELECT pg_notify($1, $2)",
+        WITH queued AS (
+            INSERT INTO background_jobs (kind, key, company, seat, payload, trace_carrier, run_after, create_time)
+            VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8)
+            ON CONFLICT (kind, company, key) DO NOTHING RETURNING id)
+        SELECT id, pg_notify($9, $1) FROM queued""",
     "get": f"""
         SELECT {_JOB}, state, reason FROM background_jobs WHERE kind = $1 AND company = $2 AND key = $3""",
     "claim": f"""
@@ -169,10 +172,17 @@ class JobQueue:
         """Queue a job inside the caller's transaction (it lands, and wakes the workers, only if
         that commits); its id, or None when ``(kind, company, key)`` is already queued or ran."""
         job_id: int | None = await conn.fetchval(
-            SQL["enqueue"], kind, key, company, seat, payload, json.dumps(trace_carrier), run_after or now, now
+            SQL["enqueue"],
+            kind,
+            key,
+            company,
+            seat,
+            payload,
+            json.dumps(trace_carrier),
+            run_after or now,
+            now,
+            self._channel,
         )
-        if job_id is not None:
-            await conn.execute(SQL["notify"], self._channel, kind)
         return job_id
 
     async def get(self, kind: str, company: str, key: str) -> tuple[Job, JobState, str | None] | None:

@@ -12,17 +12,22 @@ __all__ = [
     "JOB_KIND",
     "ORDERED_WORKERS",
     "RETRYABLE_FAILURES",
+    "TRANSITIONS",
     "Gate",
+    "IllegalTransition",
     "Interaction",
     "OfferedSkill",
     "Outcome",
+    "ReflectionState",
     "Sender",
     "Trigger",
     "Turn",
     "WorkerOutcome",
     "WorkerStatus",
+    "check_transition",
     "failure_kind_of",
     "job_key",
+    "sources",
     "turn_id_of",
 ]
 
@@ -89,6 +94,101 @@ class Outcome(StrEnum):
     @property
     def settled(self) -> bool:
         return self in (Outcome.DONE, Outcome.FAILED)
+
+
+class ReflectionState(StrEnum):
+    """Where a turn's reflection stands: the ONE state of a reflection. The ``reflections`` row holds
+    it; the queue row's state (``background_jobs.state``) is its projection (:attr:`job_state`),
+    written in the same transaction by every transition (``store.py``), never set on its own."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    DEFERRED = "deferred"
+    COMPLETED = "completed"
+    GATED = "gated"
+    DEAD_LETTERED = "dead_lettered"
+
+    @property
+    def final(self) -> bool:
+        """Nothing moves it again: a redelivery of the turn is the duplicate gate."""
+        return not TRANSITIONS[self]
+
+    @property
+    def waiting(self) -> bool:
+        """On the queue, due at its ``next_attempt_time`` (or now)."""
+        return self in (ReflectionState.QUEUED, ReflectionState.RETRYING, ReflectionState.DEFERRED)
+
+    @property
+    def job_state(self) -> str:
+        """The queue row's state in this state (a :class:`libs.common.jobs.JobState` value)."""
+        return _JOB_STATE[self]
+
+
+_JOB_STATE = {
+    ReflectionState.QUEUED: "queued",
+    ReflectionState.RETRYING: "queued",
+    ReflectionState.DEFERRED: "queued",
+    ReflectionState.RUNNING: "running",
+    ReflectionState.COMPLETED: "done",
+    ReflectionState.GATED: "done",
+    ReflectionState.DEAD_LETTERED: "dead",
+}
+
+TRANSITIONS: dict[ReflectionState, frozenset[ReflectionState]] = {
+    # Taken by a worker (each take counts an attempt); or given up before a take (an unreadable
+    # payload, or the store failing before the take: retried).
+    ReflectionState.QUEUED: frozenset(
+        {ReflectionState.RUNNING, ReflectionState.RETRYING, ReflectionState.DEAD_LETTERED}
+    ),
+    ReflectionState.RETRYING: frozenset(
+        {ReflectionState.RUNNING, ReflectionState.RETRYING, ReflectionState.DEAD_LETTERED}
+    ),
+    ReflectionState.DEFERRED: frozenset(
+        {ReflectionState.RUNNING, ReflectionState.RETRYING, ReflectionState.DEAD_LETTERED}
+    ),
+    # A pass ends one of these ways; RUNNING again is a lapsed claim (a crash) taken anew, QUEUED a
+    # pass handed back when its process stops.
+    ReflectionState.RUNNING: frozenset(
+        {
+            ReflectionState.RUNNING,
+            ReflectionState.COMPLETED,
+            ReflectionState.GATED,
+            ReflectionState.RETRYING,
+            ReflectionState.DEFERRED,
+            ReflectionState.DEAD_LETTERED,
+            ReflectionState.QUEUED,
+        }
+    ),
+    ReflectionState.COMPLETED: frozenset(),
+    ReflectionState.GATED: frozenset(),
+    # Run again only when an operator re-queues the dead letters once the cause is fixed
+    # (docs/services/reflector.md): the queue row is re-queued, and its next take moves the record.
+    ReflectionState.DEAD_LETTERED: frozenset({ReflectionState.RUNNING}),
+}
+"""Every allowed move of a reflection, in one place: the store's statements only move a row whose
+state is one of :func:`sources` of the target, so an illegal move changes nothing (neither row)."""
+
+
+class IllegalTransition(Exception):
+    """A move the state machine does not allow (a finished turn moved again, a pass closed that
+    was never taken): a bug or a stale holder, never a caller's mistake."""
+
+    def __init__(self, turn_id: str, current: ReflectionState | None, target: ReflectionState):
+        self.current = current
+        self.target = target
+        super().__init__(f"reflection {turn_id}: {current or 'no record'} -> {target} is not allowed")
+
+
+def sources(target: ReflectionState) -> list[str]:
+    """The states a reflection may move to ``target`` from (the guard of the store's statements)."""
+    return sorted(str(s) for s, nexts in TRANSITIONS.items() if target in nexts)
+
+
+def check_transition(turn_id: str, current: ReflectionState | None, target: ReflectionState) -> None:
+    """Raise :class:`IllegalTransition` unless ``current`` may move to ``target``."""
+    if current is None or target not in TRANSITIONS[current]:
+        raise IllegalTransition(turn_id, current, target)
 
 
 class Trigger(StrEnum):

@@ -41,7 +41,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
 from libs.common.budgets import BudgetLedger, window_start
 from libs.common.config import Settings
-from libs.common.events import EventSink
+from libs.common.events import EventSink, bookkeeping, write_bookkeeping
 from libs.common.jobs import Job, JobQueue, keep_claim, listen
 from libs.common.metrics import QUEUE_DEPTH, QUEUE_LAG, WORKER_OUTCOMES
 from services.reflector.convert import turn_from_pb
@@ -50,6 +50,7 @@ from services.reflector.domain import (
     ORDERED_WORKERS,
     RETRYABLE_FAILURES,
     Gate,
+    ReflectionState,
     Turn,
     WorkerOutcome,
     WorkerStatus,
@@ -136,18 +137,34 @@ class Harness:
     # ------------------------------------------------------------------ one job
 
     async def process(self, job: Job) -> str:
-        """Reflect one claimed turn; returns the record's state after this attempt."""
+        """Reflect one claimed turn; returns the record's state after this attempt.
+
+        The bookkeeping rows of the pass — its own events and those of the services it calls in
+        this process, and the auxiliary model's token charges — are held and written together in one
+        statement when the pass ends (``libs.common.events.bookkeeping``): one commit a turn instead
+        of one per row (a dozen a turn). Best-effort, as each row alone was: a pass that dies with
+        its process loses them, never a lesson."""
         token = otel_context.attach(telemetry.restore_context(job.trace_carrier))
         try:
-            try:
-                turn = turn_from_pb(pb.TurnCompleted.FromString(job.payload))
-            except Exception as exc:
-                # Nothing to retry: the same bytes will never read better.
-                _log.error("job %s holds no readable turn (%s); dead-lettering it", job.id, exc)
-                async with self._store.pool.acquire() as conn, conn.transaction():
-                    await self._queue.dead_letter(conn, job, self._worker_id, self._clock.now(), f"unreadable: {exc}")
-                return "dead_lettered"
-            with _tracer.start_as_current_span(
+            return await self._process_job(job)
+        finally:
+            otel_context.detach(token)
+
+    async def _process_job(self, job: Job) -> str:
+        try:
+            turn = turn_from_pb(pb.TurnCompleted.FromString(job.payload))
+        except Exception as exc:
+            # Nothing to retry: the same bytes will never read better.
+            _log.error("job %s holds no readable turn (%s); dead-lettering it", job.id, exc)
+            async with self._store.pool.acquire() as conn, conn.transaction():
+                reason = f"unreadable: {exc}"[:1000]
+                if await self._queue.dead_letter(conn, job, self._worker_id, self._clock.now(), reason):
+                    await self._store.dead_letter(
+                        conn, job.company, job.seat, turn_id_of(job.key), reason, None, self._clock.now()
+                    )
+            return ReflectionState.DEAD_LETTERED
+        with (
+            _tracer.start_as_current_span(
                 "reflect",
                 attributes={
                     "agentlearn.company": turn.company,
@@ -155,27 +172,32 @@ class Harness:
                     "agentlearn.turn_id": turn.turn_id,
                     "agentlearn.attempt": job.attempts,
                 },
-            ):
-                try:
-                    return await self._process(job, turn)
-                except Exception as exc:
-                    # Not a worker's failure (those are recorded): the store or the queue. Put the
-                    # turn back with backoff if the database answers; else its claim lapses and it
-                    # is taken again. Nothing it wrote is written twice.
-                    _log.exception("reflection of %s failed (attempt %s)", turn.turn_id, job.attempts)
-                    with contextlib.suppress(Exception):
-                        record = await self._store.get(turn.company, turn.seat, turn.turn_id)
-                        workers = record.workers if record else []
-                        return await self._retry_or_dead_letter(job, turn, workers, failure_text(exc))
-                    raise
-        finally:
-            otel_context.detach(token)
+            ),
+            bookkeeping() as batch,
+        ):
+            try:
+                return await self._process(job, turn)
+            except Exception as exc:
+                # Not a worker's failure (those are recorded): the store or the queue. Put the
+                # turn back with backoff if the database answers; else its claim lapses and it
+                # is taken again. Nothing it wrote is written twice.
+                _log.exception("reflection of %s failed (attempt %s)", turn.turn_id, job.attempts)
+                with contextlib.suppress(Exception):
+                    record = await self._store.get(turn.company, turn.seat, turn.turn_id)
+                    workers = record.workers if record else []
+                    return await self._retry_or_dead_letter(job, turn, workers, failure_text(exc))
+                raise
+            finally:
+                await write_bookkeeping(self._store.pool, batch)
 
     async def _process(self, job: Job, turn: Turn) -> str:
         now = self._clock.now()
-        record = await self._store.get(turn.company, turn.seat, turn.turn_id)
-        if record is not None and record.state in ("completed", "gated"):
-            # Gate 5: reflected already (a redelivery): never a second pass.
+        # The take: RUNNING and one more attempt, in one statement that also reads the record as it
+        # was (its outcomes so far, its attempts). A finished record is not taken.
+        record, taken = await self._store.take(turn.company, turn.seat, turn.turn_id)
+        if record is not None and not taken:
+            # Gate 5: reflected already (a redelivery): never a second pass; the queue row follows
+            # the record's final state.
             async with self._store.pool.acquire() as conn, conn.transaction():
                 await self._queue.finish(conn, job, self._worker_id, now)
             return record.state
@@ -186,13 +208,12 @@ class Harness:
                 async with self._store.pool.acquire() as conn, conn.transaction():
                     if await self._queue.defer(conn, job, self._worker_id, later):
                         await self._store.defer(conn, turn.company, turn.seat, turn.turn_id, Gate.NO_BUDGET, later)
-                return "deferred"
+                return ReflectionState.DEFERRED
         if gate is None and not turn.engaged:
             gate = Gate.NO_ENGAGEMENT
         if gate is not None:
-            await self._finish(job, turn, "gated", gate, [])
-            return "gated"
-        await self._store.start(turn.company, turn.seat, turn.turn_id)
+            await self._finish(job, turn, ReflectionState.GATED, gate, [])
+            return ReflectionState.GATED
         recorded = list(record.workers) if record else []
         known = {w.worker: w for w in recorded}
         # A worker with a final outcome recorded is not run again (its write is in); the others run,
@@ -207,8 +228,8 @@ class Harness:
         if unfinished:
             reason = "; ".join(f"{o.worker}: {o.failure}" for o in unfinished)
             return await self._retry_or_dead_letter(job, turn, workers, reason)
-        await self._finish(job, turn, "completed", None, outcomes, workers)
-        return "completed"
+        await self._finish(job, turn, ReflectionState.COMPLETED, None, outcomes, workers)
+        return ReflectionState.COMPLETED
 
     async def _run_workers(self, turn: Turn, workers: list[Worker], first_pass: bool) -> dict[str, WorkerOutcome]:
         """Run ``workers`` side by side, each under its own failure isolation; their outcomes by
@@ -274,7 +295,7 @@ class Harness:
             async with self._store.pool.acquire() as conn, conn.transaction():
                 if not await self._queue.dead_letter(conn, job, self._worker_id, now, reason):
                     _log.warning("lost the claim on %s before dead-lettering it", turn.turn_id)
-                    return "running"
+                    return ReflectionState.RUNNING
                 await self._store.dead_letter(conn, turn.company, turn.seat, turn.turn_id, reason, final, now)
             _log.error("reflection of %s/%s dead-lettered: %s", turn.seat, turn.turn_id, reason)
             await self._events.emit(
@@ -285,12 +306,12 @@ class Harness:
                 attempts=job.attempts,
                 reason=reason,
             )
-            return "dead_lettered"
+            return ReflectionState.DEAD_LETTERED
         until = now + self.backoff(job.attempts)
         async with self._store.pool.acquire() as conn, conn.transaction():
             if not await self._queue.retry(conn, job, self._worker_id, until, reason):
                 _log.warning("lost the claim on %s before re-queueing it", turn.turn_id)
-                return "running"
+                return ReflectionState.RUNNING
             await self._store.retrying(conn, turn.company, turn.seat, turn.turn_id, reason, until, workers)
         _log.warning("reflection of %s/%s retries at %s: %s", turn.seat, turn.turn_id, until.isoformat(), reason)
         await self._events.emit(
@@ -302,7 +323,7 @@ class Harness:
             next_attempt_time=until.isoformat(),
             reason=reason,
         )
-        return "retrying"
+        return ReflectionState.RETRYING
 
     async def _run_worker(self, worker: Worker, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
         try:
@@ -340,7 +361,7 @@ class Harness:
         self,
         job: Job,
         turn: Turn,
-        state: str,
+        state: ReflectionState,
         gate: Gate | None,
         outcomes: list[WorkerOutcome],
         workers: list[WorkerOutcome] | None = None,

@@ -19,7 +19,7 @@ from libs.common.validation import (
     require_text,
     seat_ref,
 )
-from services.reflector.domain import DOMAIN, JOB_KIND, job_key
+from services.reflector.domain import DOMAIN, JOB_KIND, ReflectionState, job_key
 from services.reflector.store import PostgresReflectionStore, ReflectionRecord
 
 if TYPE_CHECKING:  # only for the annotation: the harness module loads its workers
@@ -143,8 +143,9 @@ class ReflectorService:
                 tool_calls=len(turn.tools_called),
                 interactions=len(turn.interactions),
             )
+            return True, ReflectionState.QUEUED  # this call queued it: no need to read it back
         record = await self.store.get(turn.company, turn.seat, turn.turn_id)
-        return queued, record.state if record else "queued"
+        return False, record.state if record else ReflectionState.QUEUED
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord:
         company, seat = seat_ref(company, seat, domain=DOMAIN)

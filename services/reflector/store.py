@@ -3,7 +3,12 @@ every worker's outcome, so a pass resumed after a crash or a retry runs only the
 not finished. A pass records its outcomes in the transaction that ends it (completed, retrying or
 dead-lettered, fenced by the claim), and a pass still running after a checkpoint interval records
 what has finished so far (:meth:`PostgresReflectionStore.put_workers`), so a crash redoes at most
-the workers of the last interval (their receivers are idempotent)."""
+the workers of the last interval (their receivers are idempotent).
+
+The record's ``state`` is the reflection's one state (``domain.ReflectionState``): every statement
+that moves it is guarded by the states the move is allowed from (``domain.TRANSITIONS``), and a move
+refused by that guard raises :class:`~services.reflector.domain.IllegalTransition` inside the
+caller's transaction, so the queue row moved beside it (its projection) rolls back with it."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from datetime import datetime
 
 import asyncpg
 
-from services.reflector.domain import WorkerOutcome
+from services.reflector.domain import IllegalTransition, ReflectionState, WorkerOutcome, sources
 
 __all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord", "merge_outcome", "merge_outcomes"]
 
@@ -23,7 +28,7 @@ class ReflectionRecord:
     company: str
     seat: str
     turn_id: str
-    state: str
+    state: ReflectionState
     gate: str | None
     workers: list[WorkerOutcome] = field(default_factory=list)
     attempts: int = 0
@@ -40,7 +45,7 @@ def _record(row: asyncpg.Record) -> ReflectionRecord:
         company=row["company"],
         seat=row["seat"],
         turn_id=row["turn_id"],
-        state=row["state"],
+        state=ReflectionState(row["state"]),
         gate=row["gate"],
         workers=[WorkerOutcome.from_json(w) for w in json.loads(row["workers"])],
         attempts=row["attempts"],
@@ -61,34 +66,46 @@ SQL = {
         INSERT INTO reflections (company, seat, turn_id, state, submit_time) VALUES ($1, $2, $3, 'queued', $4)
         ON CONFLICT (company, seat, turn_id) DO NOTHING""",
     "get": f"SELECT {_COLUMNS} FROM reflections WHERE {_TURN}",
-    # Each take of the turn counts (a crash's, a retry's, a deferral's).
-    "start": f"""
-        UPDATE reflections SET state = 'running', gate = NULL, reason = NULL, next_attempt_time = NULL,
-               attempts = attempts + 1
-        WHERE {_TURN}""",
+    # A worker takes the turn (each take counts an attempt): the record as it was, and whether it
+    # moved. A finished record does not move (the duplicate gate), in the same statement.
+    "take": f"""
+        WITH old AS (SELECT {_COLUMNS} FROM reflections WHERE {_TURN} FOR UPDATE),
+        taken AS (
+            UPDATE reflections r SET state = 'running', gate = NULL, reason = NULL, next_attempt_time = NULL,
+                   attempts = r.attempts + 1
+            FROM old WHERE r.company = $1 AND r.seat = $2 AND r.turn_id = $3 AND old.state = ANY($4::text[])
+            RETURNING 1)
+        SELECT old.*, EXISTS (SELECT 1 FROM taken) AS taken FROM old""",
+    "state": f"SELECT state FROM reflections WHERE {_TURN}",
     "workers_for_update": f"SELECT workers FROM reflections WHERE {_TURN} FOR UPDATE",
     "set_workers": f"UPDATE reflections SET workers = $4::jsonb WHERE {_TURN}",
+    # Every move below is guarded by the states it is allowed from (the last parameter).
     "close": f"""
         UPDATE reflections SET state = $4, gate = $5, complete_time = $6, reason = NULL, next_attempt_time = NULL
-        WHERE {_TURN}""",
+        WHERE {_TURN} AND state = ANY($7::text[])""",
     # Completed with the pass's outcomes, in one statement.
     "close_with_workers": f"""
         UPDATE reflections SET state = $4, gate = $5, complete_time = $6, reason = NULL, next_attempt_time = NULL,
                workers = $7::jsonb
-        WHERE {_TURN}""",
+        WHERE {_TURN} AND state = ANY($8::text[])""",
     "defer": f"""
-        UPDATE reflections SET state = 'deferred', gate = $4, next_attempt_time = $5, attempts = attempts + 1
-        WHERE {_TURN}""",
-    "retrying": f"UPDATE reflections SET state = 'retrying', reason = $4, next_attempt_time = $5 WHERE {_TURN}",
+        UPDATE reflections SET state = 'deferred', gate = $4, next_attempt_time = $5
+        WHERE {_TURN} AND state = ANY($6::text[])""",
+    "retrying": f"""
+        UPDATE reflections SET state = 'retrying', reason = $4, next_attempt_time = $5
+        WHERE {_TURN} AND state = ANY($6::text[])""",
     "retrying_with_workers": f"""
         UPDATE reflections SET state = 'retrying', reason = $4, next_attempt_time = $5, workers = $6::jsonb
-        WHERE {_TURN}""",
+        WHERE {_TURN} AND state = ANY($7::text[])""",
     "dead_letter": f"""
         UPDATE reflections SET state = 'dead_lettered', reason = $4, workers = $5::jsonb, complete_time = $6,
                next_attempt_time = NULL
-        WHERE {_TURN}""",
+        WHERE {_TURN} AND state = ANY($7::text[])""",
+    "dead_letter_keep_workers": f"""
+        UPDATE reflections SET state = 'dead_lettered', reason = $4, complete_time = $5, next_attempt_time = NULL
+        WHERE {_TURN} AND state = ANY($6::text[])""",
     # A pass handed back on shutdown: it waits in the queue again.
-    "requeued": f"UPDATE reflections SET state = 'queued' WHERE {_TURN} AND state = 'running'",
+    "requeued": f"UPDATE reflections SET state = 'queued' WHERE {_TURN} AND state = ANY($4::text[])",
     "page": f"""
         SELECT {_COLUMNS} FROM reflections WHERE company = $1 AND seat = $2
         AND ($3::timestamptz IS NULL OR (submit_time, turn_id) < ($3, $4::text))
@@ -134,20 +151,27 @@ class PostgresReflectionStore:
         row = await self.pool.fetchrow(SQL["get"], company, seat, turn_id)
         return _record(row) if row else None
 
-    async def start(self, company: str, seat: str, turn_id: str) -> None:
-        await self.pool.execute(SQL["start"], company, seat, turn_id)
+    async def take(self, company: str, seat: str, turn_id: str) -> tuple[ReflectionRecord | None, bool]:
+        """A worker takes the turn: RUNNING, one more attempt (the claim already holds the queue
+        row). Returns the record as it was before and whether it moved: a finished record does not
+        (a redelivery, the duplicate gate); no record, (None, False). One statement."""
+        row = await self.pool.fetchrow(SQL["take"], company, seat, turn_id, sources(ReflectionState.RUNNING))
+        if row is None:
+            return None, False
+        return _record(row), bool(row["taken"])
 
-    async def put_worker(self, company: str, seat: str, turn_id: str, outcome: WorkerOutcome) -> bool:
-        """Record one worker's outcome (see :func:`merge_outcome`); False when it was not."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            raw = await conn.fetchval(SQL["workers_for_update"], company, seat, turn_id)
-            if raw is None:
-                return False
-            merged = merge_outcome([WorkerOutcome.from_json(w) for w in json.loads(raw)], outcome)
-            if merged is None:
-                return False
-            await conn.execute(SQL["set_workers"], company, seat, turn_id, _dump(merged))
+    async def _moved(
+        self, conn: asyncpg.Connection, status: str, company: str, seat: str, turn_id: str, target: ReflectionState
+    ) -> bool:
+        """After a guarded move: True if the record moved, False if there is no record (erased or
+        past retention: the queue row moves alone). A record the guard kept where it was is an
+        illegal move: raised, so the caller's transaction (the queue row's move too) rolls back."""
+        if status.endswith(" 1"):
             return True
+        current = await conn.fetchval(SQL["state"], company, seat, turn_id)
+        if current is None:
+            return False
+        raise IllegalTransition(turn_id, ReflectionState(current), target)
 
     async def put_workers(self, company: str, seat: str, turn_id: str, outcomes: list[WorkerOutcome]) -> bool:
         """Record several workers' outcomes in one transaction (each as :func:`merge_outcome`: a
@@ -169,22 +193,31 @@ class PostgresReflectionStore:
         company: str,
         seat: str,
         turn_id: str,
-        state: str,
+        state: ReflectionState,
         gate: str | None,
         now: datetime,
         workers: list[WorkerOutcome] | None = None,
-    ) -> None:
+    ) -> bool:
         """Completed or gated: the turn's pass is over. ``workers``, when given, is the record's
         whole list of outcomes (the caller holds the claim, inside the same transaction)."""
+        if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
+            raise ValueError(f"close() ends a pass completed or gated, not {state}")
+        allowed = sources(state)
         if workers is None:
-            await conn.execute(SQL["close"], company, seat, turn_id, state, gate, now)
+            status = await conn.execute(SQL["close"], company, seat, turn_id, str(state), gate, now, allowed)
         else:
-            await conn.execute(SQL["close_with_workers"], company, seat, turn_id, state, gate, now, _dump(workers))
+            status = await conn.execute(
+                SQL["close_with_workers"], company, seat, turn_id, str(state), gate, now, _dump(workers), allowed
+            )
+        return await self._moved(conn, status, company, seat, turn_id, state)
 
     async def defer(
         self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, gate: str, until: datetime
-    ) -> None:
-        await conn.execute(SQL["defer"], company, seat, turn_id, gate, until)
+    ) -> bool:
+        status = await conn.execute(
+            SQL["defer"], company, seat, turn_id, gate, until, sources(ReflectionState.DEFERRED)
+        )
+        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.DEFERRED)
 
     async def retrying(
         self,
@@ -195,11 +228,15 @@ class PostgresReflectionStore:
         reason: str,
         until: datetime,
         workers: list[WorkerOutcome] | None = None,
-    ) -> None:
+    ) -> bool:
+        allowed = sources(ReflectionState.RETRYING)
         if workers is None:
-            await conn.execute(SQL["retrying"], company, seat, turn_id, reason, until)
+            status = await conn.execute(SQL["retrying"], company, seat, turn_id, reason, until, allowed)
         else:
-            await conn.execute(SQL["retrying_with_workers"], company, seat, turn_id, reason, until, _dump(workers))
+            status = await conn.execute(
+                SQL["retrying_with_workers"], company, seat, turn_id, reason, until, _dump(workers), allowed
+            )
+        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.RETRYING)
 
     async def dead_letter(
         self,
@@ -208,13 +245,29 @@ class PostgresReflectionStore:
         seat: str,
         turn_id: str,
         reason: str,
-        workers: list[WorkerOutcome],
+        workers: list[WorkerOutcome] | None,
         now: datetime,
-    ) -> None:
-        await conn.execute(SQL["dead_letter"], company, seat, turn_id, reason, _dump(workers), now)
+    ) -> bool:
+        """Given up. ``workers`` None keeps the outcomes recorded (a turn whose payload is unreadable
+        never ran one)."""
+        allowed = sources(ReflectionState.DEAD_LETTERED)
+        if workers is None:
+            status = await conn.execute(SQL["dead_letter_keep_workers"], company, seat, turn_id, reason, now, allowed)
+        else:
+            status = await conn.execute(
+                SQL["dead_letter"], company, seat, turn_id, reason, _dump(workers), now, allowed
+            )
+        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.DEAD_LETTERED)
 
-    async def requeued(self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str) -> None:
-        await conn.execute(SQL["requeued"], company, seat, turn_id)
+    async def requeued(self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str) -> bool:
+        """A pass handed back when its process stops. A record not yet taken (stopped between the
+        claim and the take) already waits where it is: nothing to move."""
+        status = await conn.execute(SQL["requeued"], company, seat, turn_id, sources(ReflectionState.QUEUED))
+        if not status.endswith(" 1"):
+            current = await conn.fetchval(SQL["state"], company, seat, turn_id)
+            if current is None or ReflectionState(current).waiting:
+                return False
+        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.QUEUED)
 
     async def page(
         self, company: str, seat: str, after: tuple[datetime, str] | None, limit: int

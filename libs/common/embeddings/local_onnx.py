@@ -25,6 +25,7 @@ import asyncio
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -104,6 +105,11 @@ class LocalMiniLMEmbedder:
         self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="embedder")
         self._closed = False
         self._attrs = {"agentlearn.model": model}
+        # What met in one run, for benchmarks (the metrics say the same to an exporter): model runs
+        # by their number of texts, and dispatched jobs by how many callers' texts they carried.
+        self.run_sizes: Counter[int] = Counter()
+        self.job_callers: Counter[int] = Counter()
+        self._sizes_lock = threading.Lock()
 
     @property
     def dimensions(self) -> int:
@@ -212,6 +218,8 @@ class LocalMiniLMEmbedder:
         hidden = self._session.run(None, feeds)[0]
         EMBED_DURATION.record(time.perf_counter() - started, self._attrs)
         EMBED_BATCH.record(len(enc), self._attrs)
+        with self._sizes_lock:
+            self.run_sizes[len(enc)] += 1
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
@@ -258,6 +266,7 @@ class LocalMiniLMEmbedder:
                     break
                 take.append(item)
             self._waiting = self._waiting[len(take) :]
+            self.job_callers[len({id(r) for r, _ in take})] += 1
             self._running += 1
             job = asyncio.get_running_loop().create_task(self._run_job(take))
             self._jobs.add(job)
