@@ -38,7 +38,7 @@ class Diary:
     embedder: HashingEmbedder
     clock: ManualClock
 
-    async def write(self, content: str, tier: NoteTier = NoteTier.LONG, ttl_days: int = 0, **kw: Any):  # type: ignore[no-untyped-def]
+    async def write(self, content: str, tier: NoteTier = NoteTier.LONG, ttl_days: int = 0, **kw: Any):
         note, skipped, _ = await self.service.write_note(
             kw.get("company", "acme"),
             kw.get("seat", "ana"),
@@ -223,7 +223,7 @@ async def test_a_repeated_request_id_returns_the_first_note():
         ("ok", NoteTier.LONG, 3, "TTL_NOT_ALLOWED", "ttl_days"),
     ],
 )
-async def test_write_refusals_name_the_reason_and_field(content, tier, ttl, reason, field):  # type: ignore[no-untyped-def]
+async def test_write_refusals_name_the_reason_and_field(content, tier, ttl, reason, field):
     d = diary()
     with pytest.raises(InvalidArgument) as err:
         await d.service.write_note("acme", "ana", content, tier, ttl, NoteSource.OPERATOR, None)

@@ -192,7 +192,7 @@ async def test_seats_are_apart():
         ({"tools_called": ("ok", " ")}, "FIELD_REQUIRED", "tools_called[1]"),
     ],
 )
-async def test_record_refusals_name_the_reason_and_field(change, reason, field):  # type: ignore[no-untyped-def]
+async def test_record_refusals_name_the_reason_and_field(change, reason, field):
     e = episodes()
     start = e.clock.now()
     rec = TurnRecord("acme", "ana", "run-1", TurnOutcome.DONE, start, start + timedelta(seconds=5), label="a label")

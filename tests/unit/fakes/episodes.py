@@ -112,13 +112,10 @@ class MemoryEpisodeStore:
         ranked.sort(key=lambda p: (-p[1], -p[0].episode.end_time.timestamp()))
         out: list[tuple[Episode, float, float | None]] = []
         for r, rank in ranked[:limit]:
-            comparable = (
-                vector is not None
-                and r.vector is not None
-                and r.episode.embedding_model == model
-                and r.vector.shape == vector.shape
-            )
-            out.append((r.episode, rank, cosine(r.vector, vector) if comparable else None))  # type: ignore[arg-type]
+            similarity = None
+            if vector is not None and r.vector is not None and r.episode.embedding_model == model:
+                similarity = cosine(r.vector, vector) if r.vector.shape == vector.shape else None
+            out.append((r.episode, rank, similarity))
         return out
 
     async def exact(
