@@ -153,3 +153,19 @@ async def test_a_blank_query_is_served_empty():
     await k.page("eng", "Backups", "backups run nightly")
     outcome = await k.search("   ", "eng")
     assert outcome.served is ServedMode.NATIVE and outcome.hits == () and k.store.calls == []
+
+
+class _BrokenIndex(ExactScanIndex):
+    """An index failing in a way that is not "unreachable" (a bug, a bad request)."""
+
+    async def search(self, *args: object, **kwargs: object) -> list[object]:
+        raise RuntimeError("bad request")
+
+
+async def test_an_index_error_that_is_not_unreachable_is_not_hidden_by_the_exact_scan():
+    k = knowledge()
+    await k.page("eng", "Backups", "backups run nightly")
+    k.backend.index = _BrokenIndex()
+    outcome = await k.search("nightly backups", "eng", "ops")
+    assert outcome.served is None and outcome.unsearched is UnsearchedReason.UNREACHABLE
+    assert "exact" not in k.store.calls
