@@ -1,16 +1,39 @@
-"""One suite, both adapters of the vector-index port (Qdrant embedded engine; qdrant-client local
-mode, the same client code that talks to a Qdrant server)."""
+"""One suite, every adapter of the vector-index port: Qdrant's embedded engine, qdrant-client local
+mode (the same client code that talks to a Qdrant server), and the exact scan (the unit tier's
+index, and what the stores' Postgres fallback computes)."""
 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from libs.common.vectorindex import IndexPoint, IndexUnavailable, collection_name
+from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
+from libs.common.vectorindex.exact_scan import ExactScanIndex
 
 COLL = collection_name("conformance", 8)
+
+
+@pytest.fixture(params=["edge", "local", "exact"])
+async def vector_index(request: pytest.FixtureRequest, tmp_path: Path):
+    """This suite's adapters: conftest's two Qdrant ones, and the exact scan."""
+    if request.param == "edge":
+        from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+
+        index: VectorIndex = QdrantEdgeIndex(tmp_path / "edge")
+    elif request.param == "local":
+        from libs.common.vectorindex.qdrant_client_index import QdrantClientIndex
+
+        index = QdrantClientIndex.local()
+    else:
+        index = ExactScanIndex()
+    yield index
+    try:
+        await index.close()
+    except Exception:
+        pass
 
 
 def vec(*xs: float) -> np.ndarray:
@@ -123,3 +146,17 @@ async def test_collections_and_point_ids_page_through_every_point(vector_index):
         after = page[-1]
     assert sorted(seen) == sorted(p.id for p in points) and len(seen) == len(set(seen))
     assert await vector_index.point_ids(collection_name("absent", 8), None, 3) == []
+
+
+async def test_exact_scan_taken_down_reports_unavailable_and_comes_back():
+    """The unit tier's outage: a down exact-scan index refuses every call as an unreachable server
+    does, and answers again once it is back."""
+    index = ExactScanIndex()
+    p = point(vec(1))
+    await index.upsert(COLL, [p])
+    index.available = False
+    for call in (search(index, vec(1)), index.upsert(COLL, [point(vec(1))]), index.count(COLL)):
+        with pytest.raises(IndexUnavailable):
+            await call
+    index.available = True
+    assert [h.id for h in await search(index, vec(1))] == [p.id]

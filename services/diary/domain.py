@@ -8,6 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from libs.common.embeddings import Vector as QueryVector  # a query's vector and its model
+from libs.common.vector_path import EmbeddingStatus, VectorSource
 
 __all__ = [
     "COLLECTION_BASE",
@@ -66,8 +67,8 @@ class Candidate:
 @dataclass(frozen=True)
 class Recall:
     candidates: list[Candidate]
-    embedding_status: str  # embedded | provided | failed | unconfigured | skipped
-    vector_source: str | None  # index | exact_scan | None
+    embedding_status: EmbeddingStatus
+    vector_source: VectorSource | None  # None: no vector half ran
     unreachable_by_vector: int
     relevance_floor: float | None = None
     """The query model's floor the vector half was held to (None: the model has none)."""

@@ -9,13 +9,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Generic
 
 import numpy as np
+from typing_extensions import TypeVar
 
 from libs.common.clock import Clock
 from libs.common.config import DiaryConfig, RelevanceConfig
-from libs.common.embeddings import Embedder, embed_within
+from libs.common.embeddings import Embedder
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
 from libs.common.validation import (
@@ -26,6 +30,14 @@ from libs.common.validation import (
     require_id,
     require_text,
     seat_ref,
+)
+from libs.common.vector_path import (
+    QueryEmbedding,
+    VectorHalf,
+    embed_inline,
+    embed_query,
+    index_row,
+    vector_half,
 )
 from libs.common.vectorindex import NO_EXPIRY, IndexPoint, IndexUnavailable, VectorIndex, collection_name
 from services.diary.domain import (
@@ -40,11 +52,16 @@ from services.diary.domain import (
     Recall,
     fused_scores,
 )
+from services.diary.ports import NoteStore
 from services.diary.store import PostgresNoteStore
 
 __all__ = ["DiaryService", "index_point"]
 
 _log = logging.getLogger(__name__)
+
+S = TypeVar("S", bound=NoteStore, default=PostgresNoteStore)
+"""The store: the port for the use cases; its deployment type for the passes, which also reach
+its pool (``service.store.pool``)."""
 
 
 def index_point(
@@ -60,10 +77,26 @@ def index_point(
     )
 
 
-class DiaryService:
+@dataclass(frozen=True)
+class _SeatReads:
+    """The vector half's reads of one seat's live notes at ``now``."""
+
+    store: NoteStore
+    company: str
+    seat: str
+    now: datetime
+
+    async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Note, float]]:
+        return await self.store.exact(self.company, self.seat, self.now, vector, model, limit)
+
+    async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Note]:
+        return await self.store.hydrate(self.company, self.seat, ids, self.now)
+
+
+class DiaryService(Generic[S]):
     def __init__(
         self,
-        store: PostgresNoteStore,
+        store: S,
         embedder: Embedder | None,
         index: VectorIndex,
         clock: Clock,
@@ -137,7 +170,8 @@ class DiaryService:
                     metadata={"value": ttl_days},
                 )
             expire_time = None
-        vector, skipped = await self._embed_inline(content)
+        embedded = await embed_inline(self.embedder, content, self.config.embed_budget_seconds)
+        vector = embedded.values
         note = Note(
             id=uuid.uuid4(),
             company=company,
@@ -148,7 +182,7 @@ class DiaryService:
             turn_id=turn_id or None,
             create_time=now,
             expire_time=expire_time,
-            embedding_model=self.embedder.model if (vector is not None and self.embedder) else None,
+            embedding_model=embedded.model,
         )
         stored = await self.store.insert(note, vector, request_id or None)
         if stored is None:  # a concurrent retry with the same key won the insert
@@ -156,25 +190,11 @@ class DiaryService:
             assert earlier is not None
             return earlier, None, False
         if vector is not None:
-            await self._index(stored, vector)
-        return stored, skipped, True
-
-    async def _embed_inline(self, content: str) -> tuple[np.ndarray | None, str | None]:
-        """The two-second embed: a vector, or none and the reason (the fill tries again later)."""
-        vec, reason = await embed_within(self.embedder, content, self.config.embed_budget_seconds)
-        return (vec.values if vec is not None else None), reason
-
-    async def _index(self, note: Note, vector: np.ndarray) -> None:
-        try:
-            await self.index.upsert(
-                collection_name(COLLECTION_BASE, int(vector.shape[0])),
-                [index_point(note.id, note.company, note.seat, vector, note.embedding_model or "", note.expire_time)],
+            point = index_point(
+                stored.id, stored.company, stored.seat, vector, stored.embedding_model or "", stored.expire_time
             )
-        except IndexUnavailable as err:
-            # The row holds its vector; the fill pass indexes it when the index is back.
-            _log.warning("note %s stored but not indexed: %s", note.id, err)
-            return
-        await self.store.set_indexed([note.id])
+            await index_row(self.index, COLLECTION_BASE, point, self.store.set_indexed, "note")
+        return stored, embedded.skipped_reason, True
 
     # ---------------------------------------------------------------- recall
 
@@ -212,29 +232,30 @@ class DiaryService:
             cand.similarity = max(cand.similarity, similarity)
             cand.lexical_rank = max(cand.lexical_rank, rank)
 
-        floor: float | None = None
-
-        async def vector_half() -> tuple[str, str | None, int, list[tuple[Note, float]]]:
-            nonlocal floor
-            vector: QueryVector | None = None
-            status = "skipped"
+        async def vector() -> VectorHalf[Note]:
             if k_vec and query_vector is not None:
-                vector, status = query_vector, "provided"
+                embedded = QueryEmbedding.provided(query_vector)
             elif k_vec and query.strip():
-                vector, status = await self._embed_query(query)
-            if vector is None:
-                return status, None, 0, []
-            hits, source = await self._vector_half(company, seat, now, vector, k_vec)
+                embedded = await embed_query(self.embedder, query, self.config.embed_budget_seconds)
+            else:
+                embedded = QueryEmbedding.skipped()
             # The relevance floor of the query's model: the vector half offers what is related, not
             # merely the least unlike of the seat's notes (the recency half still brings the rules
             # that apply whatever the topic).
-            floor = self.relevance.floor(vector.model)
-            if floor is not None:
-                hits = [(note, sim) for note, sim in hits if sim >= floor]
-            unreachable = await self.store.unreachable_by_vector(
-                company, seat, now, vector.model, int(vector.values.shape[0])
+            return await vector_half(
+                embedded,
+                self.index,
+                COLLECTION_BASE,
+                _SeatReads(self.store, company, seat, now),
+                company=company,
+                seats=(seat,),
+                now=now.timestamp(),
+                limit=k_vec,
+                floor=self.relevance.floor,
+                unreachable=lambda v: self.store.unreachable_by_vector(
+                    company, seat, now, v.model, int(v.values.shape[0])
+                ),
             )
-            return status, source, unreachable, hits
 
         async def lexical_half() -> list[tuple[Note, float]]:
             return await self.store.lexical(company, seat, now, query, k_lex) if k_lex and query.strip() else []
@@ -243,9 +264,8 @@ class DiaryService:
             return await self.store.recent(company, seat, now, k_rec) if k_rec else []
 
         # The three halves are independent reads: run them at once (the embed overlaps the others).
-        (status, source, unreachable, vector_hits), lexical_hits, recent = await asyncio.gather(
-            vector_half(), lexical_half(), recency_half()
-        )
+        half, lexical_hits, recent = await asyncio.gather(vector(), lexical_half(), recency_half())
+        vector_hits = half.hits
         for note, sim in vector_hits:
             add(note, "vector", similarity=sim)
         for note, rank in lexical_hits:
@@ -270,32 +290,7 @@ class DiaryService:
             )
             return (tier, -c.similarity, -c.lexical_rank, -c.note.create_time.timestamp())
 
-        return Recall(sorted(pool.values(), key=order), status, source, unreachable, floor)
-
-    async def _embed_query(self, query: str) -> tuple[QueryVector | None, str]:
-        vec, reason = await embed_within(self.embedder, query, self.config.embed_budget_seconds, query=True)
-        if vec is None:
-            return None, "unconfigured" if reason == "unconfigured" else "failed"
-        return vec, "embedded"
-
-    async def _vector_half(
-        self, company: str, seat: str, now: datetime, vector: QueryVector, limit: int
-    ) -> tuple[list[tuple[Note, float]], str]:
-        try:
-            hits = await self.index.search(
-                collection_name(COLLECTION_BASE, int(vector.values.shape[0])),
-                vector.values,
-                company=company,
-                seat=seat,
-                model=vector.model,
-                now=now.timestamp(),
-                limit=limit,
-            )
-        except IndexUnavailable as err:
-            _log.warning("vector index unreachable, exact scan for %s/%s: %s", company, seat, err)
-            return await self.store.exact(company, seat, now, vector.values, vector.model, limit), "exact_scan"
-        notes = await self.store.hydrate(company, seat, [h.id for h in hits], now)
-        return [(notes[h.id], h.score) for h in hits if h.id in notes], "index"
+        return Recall(sorted(pool.values(), key=order), half.status, half.source, half.unreachable, half.floor)
 
     # ---------------------------------------------------------------- uses
 

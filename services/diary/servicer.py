@@ -4,13 +4,13 @@ an undefined tier never reaches ``_TIER_FROM_PB`` (ListNotes tier 99 once listed
 
 from __future__ import annotations
 
-from agentlearn.common.v1 import embedding_pb2
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.protoconv import query_vector, timestamp
 from libs.common.rpctypes import ServicerContext
+from libs.common.vector_path import embedding_status_to_pb, vector_source_to_pb
 from services.diary import erasure as _erasure
 from services.diary.domain import DOMAIN, Note, NoteSource, NoteTier
 from services.diary.domain import DOMAIN as _ERASURE_DOMAIN
@@ -32,18 +32,6 @@ _HALF = {
     "recency": pb.RECALL_HALF_RECENCY,
     "lexical": pb.RECALL_HALF_LEXICAL,
     "neighbour": pb.RECALL_HALF_NEIGHBOUR,
-}
-_EMBEDDING_STATUS = {
-    "embedded": embedding_pb2.EMBEDDING_STATUS_EMBEDDED,
-    "provided": embedding_pb2.EMBEDDING_STATUS_PROVIDED,
-    "failed": embedding_pb2.EMBEDDING_STATUS_FAILED,
-    "unconfigured": embedding_pb2.EMBEDDING_STATUS_UNCONFIGURED,
-    "skipped": embedding_pb2.EMBEDDING_STATUS_SKIPPED,
-}
-_VECTOR_SOURCE = {
-    None: embedding_pb2.VECTOR_SOURCE_UNSPECIFIED,
-    "index": embedding_pb2.VECTOR_SOURCE_INDEX,
-    "exact_scan": embedding_pb2.VECTOR_SOURCE_EXACT_SCAN,
 }
 
 
@@ -107,8 +95,8 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
                 )
                 for c in recall.candidates
             ],
-            embedding_status=_EMBEDDING_STATUS[recall.embedding_status],
-            vector_source=_VECTOR_SOURCE[recall.vector_source],
+            embedding_status=embedding_status_to_pb(recall.embedding_status),
+            vector_source=vector_source_to_pb(recall.vector_source),
             unreachable_by_vector_count=recall.unreachable_by_vector,
             relevance_floor=recall.relevance_floor or 0.0,
         )

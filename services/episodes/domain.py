@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from libs.common.embeddings import Vector as QueryVector  # a query's vector and its model
+from libs.common.vector_path import EmbeddingStatus, VectorSource
 
 __all__ = [
     "COLLECTION_BASE",
@@ -149,23 +150,6 @@ class Hit:
     found_by: set[str] = field(default_factory=set)  # {"vector", "lexical"}
     similarity: float = 0.0
     lexical_rank: float = 0.0
-
-
-class EmbeddingStatus(StrEnum):
-    """What became of the query's vector (the proto's EmbeddingStatus)."""
-
-    EMBEDDED = "embedded"
-    PROVIDED = "provided"  # the caller sent it
-    FAILED = "failed"
-    UNCONFIGURED = "unconfigured"
-    SKIPPED = "skipped"  # a blank query: nothing to embed
-
-
-class VectorSource(StrEnum):
-    """Which path answered the vector half (the proto's VectorSource)."""
-
-    INDEX = "index"
-    EXACT_SCAN = "exact_scan"  # the index was unreachable: Postgres scanned the seat's vectors
 
 
 @dataclass(frozen=True)

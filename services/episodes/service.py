@@ -11,15 +11,17 @@ import asyncio
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Generic
 
 import numpy as np
+from typing_extensions import TypeVar
 
 from libs.common.clock import Clock
 from libs.common.config import EpisodesConfig, RelevanceConfig
-from libs.common.embeddings import Embedder, embed_within
+from libs.common.embeddings import Embedder
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
 from libs.common.validation import (
@@ -34,6 +36,14 @@ from libs.common.validation import (
     require_text,
     seat_ref,
 )
+from libs.common.vector_path import (
+    QueryEmbedding,
+    VectorHalf,
+    embed_inline,
+    embed_query,
+    index_row,
+    vector_half,
+)
 from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
 from services.episodes.domain import (
     COLLECTION_BASE,
@@ -45,7 +55,6 @@ from services.episodes.domain import (
     SEATS_PAGE_DEFAULT,
     SEATS_PAGE_MAX,
     WORK_ITEM_BACKENDS,
-    EmbeddingStatus,
     Episode,
     EpisodeFilter,
     EpisodeKind,
@@ -53,15 +62,19 @@ from services.episodes.domain import (
     QueryVector,
     Search,
     TurnOutcome,
-    VectorSource,
     label_names_run_id,
     vector_text,
 )
+from services.episodes.ports import EpisodeStore
 from services.episodes.store import Dropped, PostgresEpisodeStore
 
 __all__ = ["EpisodeService", "Recorded", "TurnRecord", "drop_points", "index_point"]
 
 _log = logging.getLogger(__name__)
+
+S = TypeVar("S", bound=EpisodeStore, default=PostgresEpisodeStore)
+"""The store: the port for the use cases; its deployment type for the lifecycle and the passes,
+which reach further into it (``service.store.pool``, ``drop``, ``fold``)."""
 
 
 def index_point(
@@ -136,10 +149,26 @@ def _names(values: Sequence[str], field: str) -> tuple[str, ...]:
     return tuple(values)
 
 
-class EpisodeService:
+@dataclass(frozen=True)
+class _SeatReads:
+    """The vector half's reads of one seat's raw rows (of one outcome, when given)."""
+
+    store: EpisodeStore
+    company: str
+    seat: str
+    outcome: TurnOutcome | None
+
+    async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Episode, float]]:
+        return await self.store.exact(self.company, self.seat, vector, model, limit, self.outcome)
+
+    async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Episode]:
+        return await self.store.hydrate_raw(self.company, self.seat, ids)
+
+
+class EpisodeService(Generic[S]):
     def __init__(
         self,
-        store: PostgresEpisodeStore,
+        store: S,
         embedder: Embedder | None,
         index: VectorIndex,
         clock: Clock,
@@ -223,7 +252,8 @@ class EpisodeService:
                 return await self._collapse(company, seat, rec, same_work)
         assert rec.start_time is not None and rec.end_time is not None and rec.outcome is not None
         text = vector_text(rec.label, rec.ask, rec.what_it_did)
-        vector, skipped = await self._embed_inline(text)
+        embedded = await embed_inline(self.embedder, text, self.config.embed_budget_seconds)
+        vector, skipped = embedded.values, embedded.skipped_reason
         episode = Episode(
             id=uuid.uuid4(),
             company=company,
@@ -245,7 +275,7 @@ class EpisodeService:
             subjects=tuple(rec.subjects),
             conversation_id=rec.conversation_id or None,
             duration_ms=int((rec.end_time - rec.start_time).total_seconds() * 1000),
-            embedding_model=self.embedder.model if (vector is not None and self.embedder) else None,
+            embedding_model=embedded.model,
             work_key=rec.work_key or None,
         )
         stored = await self.store.insert_raw(episode, vector, self.clock.now())
@@ -260,7 +290,10 @@ class EpisodeService:
                 raise RuntimeError(f"episode of {rec.turn_id} neither inserted nor found")
             return await self._collapse(company, seat, rec, same_work)
         if vector is not None:
-            await self._index(stored, vector)
+            point = index_point(
+                stored.id, stored.company, stored.seat, str(stored.outcome), vector, stored.embedding_model or ""
+            )
+            await index_row(self.index, COLLECTION_BASE, point, self.store.set_indexed, "episode")
         # The spec's episode_written: one per row the turn's record wrote (a repeat or a collapsed
         # redelivery writes none).
         await self.events.emit(
@@ -289,23 +322,6 @@ class EpisodeService:
             row.turn_id,
         )
         return Recorded(row, False, collapsed=True)
-
-    async def _embed_inline(self, text: str) -> tuple[np.ndarray | None, str | None]:
-        """The two-second embed: a vector, or none and the reason (the fill tries again later)."""
-        vec, reason = await embed_within(self.embedder, text, self.config.embed_budget_seconds)
-        return (vec.values if vec is not None else None), reason
-
-    async def _index(self, ep: Episode, vector: np.ndarray) -> None:
-        try:
-            await self.index.upsert(
-                collection_name(COLLECTION_BASE, int(vector.shape[0])),
-                [index_point(ep.id, ep.company, ep.seat, str(ep.outcome), vector, ep.embedding_model or "")],
-            )
-        except IndexUnavailable as err:
-            # The row holds its vector; the fill pass indexes it when the index is back.
-            _log.warning("episode %s stored but not indexed: %s", ep.id, err)
-            return
-        await self.store.set_indexed([ep.id])
 
     # ---------------------------------------------------------------- search
 
@@ -342,29 +358,37 @@ class EpisodeService:
             )
         hits: dict[uuid.UUID, Hit] = {}
 
-        status: EmbeddingStatus = EmbeddingStatus.SKIPPED
-        source: VectorSource | None = None
-        unreachable = 0
-        vector: QueryVector | None = query_vector
-        if vector is not None:
-            status = EmbeddingStatus.PROVIDED
+        if query_vector is not None:
+            embedded = QueryEmbedding.provided(query_vector)
         else:
-            vector, status = await self._embed_query(query)
+            embedded = await embed_query(self.embedder, query, self.config.embed_budget_seconds)
+        vector = embedded.vector
+        labels = {"kind": str(EpisodeKind.RAW)}
+        if outcome is not None:
+            labels["outcome"] = str(outcome)
         # The relevance floor of the query's model: a hit below it is not related (its top-K place
         # is only the least unlike of unrelated rows), so it is not a hit at all — the seat is not
         # shown an unrelated turn as similar, and an empty answer can say "this is new work".
-        floor = self.relevance.floor(vector.model) if vector is not None else None
-        if vector is not None:
-            found, source = await self._vector_half(company, seat, vector, k_vec, outcome)
-            for ep, sim in found:
-                if floor is not None and sim < floor:
-                    continue
-                hit = hits.setdefault(ep.id, Hit(ep))
-                hit.found_by.add("vector")
-                hit.similarity = sim
-            unreachable = await self.store.unreachable_by_vector(
-                company, seat, vector.model, int(vector.values.shape[0]), outcome
-            )
+        half: VectorHalf[Episode] = await vector_half(
+            embedded,
+            self.index,
+            COLLECTION_BASE,
+            _SeatReads(self.store, company, seat, outcome),
+            company=company,
+            seats=(seat,),
+            now=self.clock.now().timestamp(),
+            limit=k_vec,
+            labels=labels,
+            floor=self.relevance.floor,
+            unreachable=lambda v: self.store.unreachable_by_vector(
+                company, seat, v.model, int(v.values.shape[0]), outcome
+            ),
+        )
+        floor = half.floor
+        for ep, sim in half.hits:
+            hit = hits.setdefault(ep.id, Hit(ep))
+            hit.found_by.add("vector")
+            hit.similarity = sim
         if k_lex and query.strip():
             lexical = await self.store.lexical(
                 company,
@@ -388,39 +412,7 @@ class EpisodeService:
         def order(h: Hit) -> tuple[int, float, float, float]:
             return (0 if "vector" in h.found_by else 1, -h.similarity, -h.lexical_rank, -h.episode.end_time.timestamp())
 
-        return Search(sorted(hits.values(), key=order), status, source, unreachable, floor)
-
-    async def _embed_query(self, query: str) -> tuple[QueryVector | None, EmbeddingStatus]:
-        if self.embedder is not None and not query.strip():
-            return None, EmbeddingStatus.SKIPPED
-        vec, reason = await embed_within(self.embedder, query, self.config.embed_budget_seconds, query=True)
-        if vec is None:
-            return None, EmbeddingStatus.UNCONFIGURED if reason == "unconfigured" else EmbeddingStatus.FAILED
-        return vec, EmbeddingStatus.EMBEDDED
-
-    async def _vector_half(
-        self, company: str, seat: str, vector: QueryVector, limit: int, outcome: TurnOutcome | None
-    ) -> tuple[list[tuple[Episode, float]], VectorSource]:
-        labels = {"kind": str(EpisodeKind.RAW)}
-        if outcome is not None:
-            labels["outcome"] = str(outcome)
-        try:
-            found = await self.index.search(
-                collection_name(COLLECTION_BASE, int(vector.values.shape[0])),
-                vector.values,
-                company=company,
-                seat=seat,
-                model=vector.model,
-                now=self.clock.now().timestamp(),
-                limit=limit,
-                labels=labels,
-            )
-        except IndexUnavailable as err:
-            _log.warning("vector index unreachable, exact scan for %s/%s: %s", company, seat, err)
-            exact = await self.store.exact(company, seat, vector.values, vector.model, limit, outcome)
-            return exact, VectorSource.EXACT_SCAN
-        rows = await self.store.hydrate_raw(company, seat, [h.id for h in found])
-        return [(rows[h.id], h.score) for h in found if h.id in rows], VectorSource.INDEX
+        return Search(sorted(hits.values(), key=order), half.status, half.source, half.unreachable, floor)
 
     # ---------------------------------------------------------------- reads
 

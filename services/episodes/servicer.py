@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agentlearn.common.v1 import embedding_pb2
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from libs.common.erasure import report_to_proto as erasure_report
@@ -14,15 +13,14 @@ from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
 from libs.common.protoconv import query_vector, timestamp
 from libs.common.rpctypes import ServicerContext
+from libs.common.vector_path import embedding_status_to_pb, vector_source_to_pb
 from services.episodes import erasure as _erasure
 from services.episodes.domain import (
     DOMAIN,
-    EmbeddingStatus,
     Episode,
     EpisodeFilter,
     EpisodeKind,
     TurnOutcome,
-    VectorSource,
 )
 from services.episodes.domain import DOMAIN as _ERASURE_DOMAIN
 from services.episodes.service import EpisodeService, TurnRecord
@@ -39,18 +37,6 @@ _OUTCOME_TO_PB = {
 }
 _OUTCOME_FROM_PB = {v: k for k, v in _OUTCOME_TO_PB.items()}
 _HALF = {"vector": pb.SEARCH_HALF_VECTOR, "lexical": pb.SEARCH_HALF_LEXICAL}
-_EMBEDDING_STATUS = {
-    EmbeddingStatus.EMBEDDED: embedding_pb2.EMBEDDING_STATUS_EMBEDDED,
-    EmbeddingStatus.PROVIDED: embedding_pb2.EMBEDDING_STATUS_PROVIDED,
-    EmbeddingStatus.FAILED: embedding_pb2.EMBEDDING_STATUS_FAILED,
-    EmbeddingStatus.UNCONFIGURED: embedding_pb2.EMBEDDING_STATUS_UNCONFIGURED,
-    EmbeddingStatus.SKIPPED: embedding_pb2.EMBEDDING_STATUS_SKIPPED,
-}
-_VECTOR_SOURCE = {
-    None: embedding_pb2.VECTOR_SOURCE_UNSPECIFIED,
-    VectorSource.INDEX: embedding_pb2.VECTOR_SOURCE_INDEX,
-    VectorSource.EXACT_SCAN: embedding_pb2.VECTOR_SOURCE_EXACT_SCAN,
-}
 
 
 def _when(msg: Timestamp, present: bool) -> datetime | None:
@@ -187,8 +173,8 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
                 )
                 for h in search.hits
             ],
-            embedding_status=_EMBEDDING_STATUS[search.embedding_status],
-            vector_source=_VECTOR_SOURCE[search.vector_source],
+            embedding_status=embedding_status_to_pb(search.embedding_status),
+            vector_source=vector_source_to_pb(search.vector_source),
             unreachable_by_vector_count=search.unreachable_by_vector,
             relevance_floor=search.relevance_floor or 0.0,
         )

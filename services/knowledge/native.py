@@ -11,15 +11,19 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from typing import Generic
 
 import numpy as np
+from typing_extensions import TypeVar
 
 from libs.common.clock import Clock
-from libs.common.embeddings import Embedder, embed_within
+from libs.common.embeddings import Embedder
 from libs.common.errors import InvalidArgument
 from libs.common.validation import require_ident, require_text
-from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
+from libs.common.vector_path import embed_inline, index_row
+from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.knowledge.domain import COLLECTION_BASE, DOMAIN, Limits, Page, embedding_text
+from services.knowledge.ports import PageStore
 from services.knowledge.store import PostgresPageStore
 
 __all__ = ["EMBED_BUDGET_SECONDS", "NativePages", "check_title", "index_point"]
@@ -29,6 +33,10 @@ _log = logging.getLogger(__name__)
 EMBED_BUDGET_SECONDS = 2.0
 """A page's inline embed has the diary's two-second budget; past it the page is stored without a
 vector (never refused) and the fill embeds it."""
+
+S = TypeVar("S", bound=PageStore, default=PostgresPageStore, covariant=True)
+"""The store: the port for the write and the search; its deployment type for the passes and the
+erasure, which reach its pool."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -53,10 +61,10 @@ def check_title(value: str, field: str, limits: Limits) -> str:
     return value
 
 
-class NativePages:
+class NativePages(Generic[S]):
     def __init__(
         self,
-        store: PostgresPageStore,
+        store: S,
         embedder: Embedder | None,
         index: VectorIndex,
         clock: Clock,
@@ -114,17 +122,9 @@ class NativePages:
             stored = await self.store.stored_vector(earlier.uuid)
             if stored is not None:
                 return stored, None
-        vec, reason = await embed_within(self.embedder, embedding_text(title, body), self.embed_budget_seconds)
-        return (vec.values if vec is not None else None), reason
+        embedded = await embed_inline(self.embedder, embedding_text(title, body), self.embed_budget_seconds)
+        return embedded.values, embedded.skipped_reason
 
     async def _index(self, page: Page, vector: np.ndarray, model: str) -> None:
-        try:
-            await self.index.upsert(
-                collection_name(COLLECTION_BASE, int(vector.shape[0])),
-                [index_point(page.uuid, page.company, page.container, vector, model)],
-            )
-        except IndexUnavailable as err:
-            # The row holds its vector; index_pending puts it in the index when the index is back.
-            _log.warning("page %s stored but not indexed: %s", page.id, err)
-            return
-        await self.store.set_indexed([page.uuid])
+        point = index_point(page.uuid, page.company, page.container, vector, model)
+        await index_row(self.index, COLLECTION_BASE, point, self.store.set_indexed, "page")

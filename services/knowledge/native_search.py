@@ -19,14 +19,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from libs.common.config import Settings
-from libs.common.embeddings import Embedder, EmbeddingError, embed_query
-from libs.common.vectorindex import IndexHit, IndexUnavailable, VectorIndex, collection_name
+from libs.common.embeddings import Embedder
+from libs.common.vector_path import EmbeddingStatus, embed_query, vector_half
+from libs.common.vectorindex import VectorIndex
 from services.knowledge.backends import BackendUnavailable
 from services.knowledge.domain import (
     AUTO_DRAFTED_PARENT,
@@ -44,7 +45,8 @@ from services.knowledge.domain import (
     is_native_id,
 )
 from services.knowledge.native import NativePages
-from services.knowledge.store import PostgresPageStore, StoreUnavailable, one_line
+from services.knowledge.ports import PageStore
+from services.knowledge.store import StoreUnavailable, one_line
 
 __all__ = ["MIN_SIMILARITY", "PARENT_BODY", "RRF_K", "NativeBackend"]
 
@@ -75,6 +77,24 @@ class _Found:
     halves: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class _ContainerReads:
+    """The vector half's reads of the searchable pages of the access's containers."""
+
+    store: PageStore
+    company: str
+    containers: list[str]
+    query: str
+    model: str
+
+    async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[tuple[Page, str], float]]:
+        found = await self.store.exact(self.company, self.containers, self.query, vector, model, limit)
+        return [((page, snippet), sim) for page, sim, snippet in found]
+
+    async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, tuple[Page, str]]:
+        return await self.store.hydrate(self.company, self.containers, self.query, ids, self.model)
+
+
 def _unavailable(err: BaseException) -> BackendUnavailable:
     return BackendUnavailable(UnsearchedReason.UNREACHABLE, f"native pages: {err}")
 
@@ -86,7 +106,7 @@ class NativeBackend:
 
     def __init__(
         self,
-        pages: NativePages,
+        pages: NativePages[PageStore],
         settings: Settings,
         embedder: Embedder | None,
         index: VectorIndex | None,
@@ -95,7 +115,7 @@ class NativeBackend:
         min_similarity: float = MIN_SIMILARITY,
     ):
         self.pages = pages
-        self.store: PostgresPageStore = pages.store
+        self.store: PageStore = pages.store
         self.settings = settings
         self.embedder = embedder
         self.index = index
@@ -154,54 +174,29 @@ class NativeBackend:
             for f in ordered[:limit]
         )
 
-    async def _embed(self, query: str) -> tuple[np.ndarray, str] | None:
-        if self.embedder is None:
-            return None
-        try:
-            async with asyncio.timeout(self.settings.learning.prefetch.embed_budget_seconds):
-                vec = await embed_query(self.embedder, query)
-        except (TimeoutError, EmbeddingError) as err:
-            _log.warning("knowledge query not embedded, lexical half only: %s", str(err) or type(err).__name__)
-            return None
-        return None if vec is None else (vec.values, vec.model)
-
     async def _vector_half(
         self, company: str, containers: list[str], query: str, limit: int
     ) -> list[tuple[Page, float, str]]:
-        embedded = await self._embed(query)
-        if embedded is None:
+        budget = self.settings.learning.prefetch.embed_budget_seconds
+        embedded = await embed_query(self.embedder, query, budget)
+        if embedded.vector is None:
+            if embedded.status is EmbeddingStatus.FAILED:
+                _log.warning("knowledge query not embedded, lexical half only: %s", embedded.reason)
             return []
-        values, model = embedded
-        # Oversampled: the store drops auto-drafts and stale points after the index answered.
-        k = max(limit * 3, 10)
-        if self.index is None:
-            failed: BaseException | None = IndexUnavailable("no vector index wired")
-            answers: list[list[IndexHit] | BaseException] = []
-        else:
-            collection = collection_name(COLLECTION_BASE, int(values.shape[0]))
-            answers = await asyncio.gather(
-                *(
-                    self.index.search(collection, values, company=company, seat=c, model=model, now=0.0, limit=k)
-                    for c in containers
-                ),
-                return_exceptions=True,
-            )
-            failed = next((a for a in answers if isinstance(a, BaseException)), None)
-        if failed is not None:
-            if not isinstance(failed, IndexUnavailable):
-                raise failed
-            _log.warning("vector index unreachable, exact scan for %s: %s", company, failed)
-            exact = await self.store.exact(company, containers, query, values, model, k)
-            return [(p, s, snip) for p, s, snip in exact if s >= self.min_similarity]
-        hits: list[IndexHit] = [h for a in answers if not isinstance(a, BaseException) for h in a]
-        best: dict[uuid.UUID, float] = {}
-        for h in hits:
-            best[h.id] = max(best.get(h.id, -1.0), h.score)
-        ranked = sorted((i for i in best if best[i] >= self.min_similarity), key=lambda i: -best[i])[:k]
-        if not ranked:
-            return []
-        pages = await self.store.hydrate(company, containers, query, ranked, model)
-        return [(pages[i][0], best[i], pages[i][1]) for i in ranked if i in pages]
+        # Oversampled: the store drops auto-drafts and stale points after the index answered. The
+        # container rides in the points' seat field: one search per container of the scope.
+        half = await vector_half(
+            embedded,
+            self.index,
+            COLLECTION_BASE,
+            _ContainerReads(self.store, company, containers, query, embedded.vector.model),
+            company=company,
+            seats=containers,
+            now=0.0,
+            limit=max(limit * 3, 10),
+            floor=lambda _model: self.min_similarity,
+        )
+        return [(page, sim, snippet) for (page, snippet), sim in half.hits]
 
     # ------------------------------------------------------------------ reads
 

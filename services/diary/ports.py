@@ -1,0 +1,78 @@
+"""The diary's store port: what :class:`services.diary.service.DiaryService` needs of its notes.
+
+``PostgresNoteStore`` (``store.py``) is the deployment's; ``tests/unit/fakes/diary.py`` keeps notes
+in memory for the unit tier. Times are passed in (the injected clock), never read by the store.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+
+from services.diary.domain import Note, NoteTier
+
+__all__ = ["NoteStore"]
+
+
+class NoteStore(Protocol):
+    async def by_request(self, company: str, seat: str, request_id: str) -> Note | None:
+        """The note an earlier write with this idempotency key stored."""
+        ...
+
+    async def insert(self, note: Note, vector: np.ndarray | None, request_id: str | None = None) -> Note | None:
+        """The stored note, or ``None`` when ``request_id`` was already used."""
+        ...
+
+    async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None: ...
+
+    async def get(self, company: str, seat: str, note_id: uuid.UUID, now: datetime) -> Note | None: ...
+
+    async def hydrate(self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime) -> dict[uuid.UUID, Note]:
+        """The live notes of these ids (a stale index point's id is simply absent)."""
+        ...
+
+    async def recent(self, company: str, seat: str, now: datetime, limit: int) -> list[Note]: ...
+
+    async def lexical(self, company: str, seat: str, now: datetime, query: str, limit: int) -> list[tuple[Note, float]]:
+        """Notes sharing words with ``query`` and their IDF-weighted rank, best first."""
+        ...
+
+    async def neighbours(
+        self, company: str, seat: str, now: datetime, anchors: Sequence[Note], radius: int = 1
+    ) -> list[Note]:
+        """The live notes written just before and just after each anchor."""
+        ...
+
+    async def exact(
+        self, company: str, seat: str, now: datetime, vector: np.ndarray, model: str, limit: int
+    ) -> list[tuple[Note, float]]:
+        """The exact scan: the seat's live notes with a vector of ``model`` by cosine, best first."""
+        ...
+
+    async def unreachable_by_vector(self, company: str, seat: str, now: datetime, model: str, dims: int) -> int:
+        """Live notes with no vector of ``model`` and width ``dims``."""
+        ...
+
+    async def mark_used(self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime) -> int: ...
+
+    async def count(self, company: str, seat: str, now: datetime, tier: NoteTier | None) -> int: ...
+
+    async def page(
+        self,
+        company: str,
+        seat: str,
+        now: datetime,
+        tier: NoteTier | None,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> list[Note]:
+        """Live notes newest first, after the (create_time, id) cursor."""
+        ...
+
+    async def delete(self, company: str, seat: str, note_id: uuid.UUID) -> tuple[bool, int | None]:
+        """Whether the note existed, and its vector's width (its collection) when it had one."""
+        ...

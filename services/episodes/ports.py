@@ -1,0 +1,86 @@
+"""The episodes store port: what :class:`services.episodes.service.EpisodeService`'s use cases
+(record, search, list, get, mark consolidated, list seats) need of the rows.
+
+``PostgresEpisodeStore`` (``store.py``) is the deployment's; ``tests/unit/fakes/episodes.py`` keeps
+rows in memory for the unit tier. The lifecycle pass reaches further into the Postgres store and is
+not behind this port.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+
+from services.episodes.domain import Episode, EpisodeFilter, TurnOutcome
+
+__all__ = ["EpisodeStore"]
+
+
+class EpisodeStore(Protocol):
+    async def insert_raw(self, ep: Episode, vector: np.ndarray | None, now: datetime) -> Episode | None:
+        """The stored row, or ``None`` when a row of the same run id or work key won the insert."""
+        ...
+
+    async def get_by_work_key(self, company: str, seat: str, work_key: str) -> Episode | None: ...
+
+    async def alias_run(self, company: str, seat: str, turn_id: str, episode_id: uuid.UUID, now: datetime) -> None:
+        """File another run id under a row (a redelivery of work already recorded)."""
+        ...
+
+    async def mark_consolidated(
+        self, company: str, seat: str, turn_ids: Sequence[str], skill_id: str, now: datetime
+    ) -> int: ...
+
+    async def get(self, company: str, seat: str, episode_id: uuid.UUID) -> Episode | None: ...
+
+    async def get_by_turn(self, company: str, seat: str, turn_id: str) -> Episode | None:
+        """The row of this run id, or of the row it was collapsed into."""
+        ...
+
+    async def hydrate_raw(self, company: str, seat: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Episode]:
+        """The raw rows of these ids (a stale index point's id is simply absent)."""
+        ...
+
+    async def lexical(
+        self,
+        company: str,
+        seat: str,
+        query: str,
+        limit: int,
+        outcome: TurnOutcome | None,
+        vector: np.ndarray | None = None,
+        model: str | None = None,
+    ) -> list[tuple[Episode, float, float | None]]:
+        """Raw rows sharing words with ``query``: (row, rank, cosine to ``vector`` when the row has
+        a vector of ``model``, else None)."""
+        ...
+
+    async def exact(
+        self, company: str, seat: str, vector: np.ndarray, model: str, limit: int, outcome: TurnOutcome | None
+    ) -> list[tuple[Episode, float]]:
+        """The exact scan: raw rows with a vector of ``model`` by cosine, best first."""
+        ...
+
+    async def unreachable_by_vector(
+        self, company: str, seat: str, model: str, dims: int, outcome: TurnOutcome | None
+    ) -> int:
+        """Raw rows with no vector of ``model`` and width ``dims``."""
+        ...
+
+    async def count(self, company: str, seat: str, f: EpisodeFilter) -> int: ...
+
+    async def page(
+        self, company: str, seat: str, f: EpisodeFilter, after: tuple[datetime, uuid.UUID] | None, limit: int
+    ) -> list[Episode]:
+        """Rows by end_time newest first, after the (end_time, id) cursor."""
+        ...
+
+    async def seats(self, company: str | None, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
+        """Seats with raw rows, ordered by (company, seat), after the cursor."""
+        ...
+
+    async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None: ...

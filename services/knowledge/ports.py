@@ -1,0 +1,81 @@
+"""The native pages' store port: what :class:`services.knowledge.native.NativePages` (the write)
+and :class:`services.knowledge.native_search.NativeBackend` (search, reads, promotion drafts) need.
+
+``PostgresPageStore`` (``store.py``) is the deployment's; ``tests/unit/fakes/knowledge.py`` keeps
+pages in memory for the unit tier. Search reads raise ``StoreUnavailable`` when the pages cannot be
+read.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+
+from services.knowledge.domain import Page
+
+__all__ = ["PageStore"]
+
+
+class PageStore(Protocol):
+    async def by_title(self, company: str, container: str, title: str) -> Page | None: ...
+
+    async def stored_vector(self, page_id: uuid.UUID) -> np.ndarray | None:
+        """The page's own vector, when it has one (a move between parents re-embeds nothing)."""
+        ...
+
+    async def upsert(
+        self,
+        page_id: uuid.UUID,
+        company: str,
+        container: str,
+        title: str,
+        body: str,
+        parent_titles: Sequence[str],
+        now: datetime,
+        vector: np.ndarray | None,
+        model: str | None,
+    ) -> tuple[Page, bool]:
+        """Create or replace the page of (container, title); whether this call created it."""
+        ...
+
+    async def get(self, company: str, page_id: uuid.UUID) -> Page | None: ...
+
+    async def list(
+        self,
+        company: str,
+        containers: Sequence[str] | None,
+        parent_title: str | None,
+        include_drafts: bool,
+        after: tuple[str, str, uuid.UUID] | None,
+        limit: int,
+        with_body: bool,
+    ) -> builtins.list[Page]:
+        """Pages in (container, title, id) order after ``after``; ``containers`` None: all."""
+        ...
+
+    async def lexical(
+        self, company: str, containers: Sequence[str], query: str, limit: int
+    ) -> builtins.list[tuple[Page, float, str]]:
+        """Searchable pages sharing words with ``query``: (page, rank, snippet), best first."""
+        ...
+
+    async def hydrate(
+        self, company: str, containers: Sequence[str], query: str, ids: Sequence[uuid.UUID], model: str
+    ) -> dict[uuid.UUID, tuple[Page, str]]:
+        """The searchable pages of these ids with a vector of ``model``, and their snippets."""
+        ...
+
+    async def exact(
+        self, company: str, containers: Sequence[str], query: str, vector: np.ndarray, model: str, limit: int
+    ) -> builtins.list[tuple[Page, float, str]]:
+        """The exact scan: searchable pages with a vector of ``model`` by cosine, best first."""
+        ...
+
+    async def onboarding(self, company: str, containers: Sequence[str], limit: int) -> builtins.list[Page]: ...
+
+    async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None: ...
