@@ -136,7 +136,8 @@ _TEXT_TABLES = {
     "profile_observations": "array_to_string(subjects, ' ') || ' ' || provenance::text || ' ' || communication_style"
     " || ' ' || array_to_string(past_decisions, ' ') || ' ' || array_to_string(sensitivities, ' ')"
     " || ' ' || array_to_string(topics, ' ')",
-    "draft_provenance": "title || ' ' || array_to_string(turn_ids, ' ') || ' ' || sources::text || ' ' || provenance::text",
+    "draft_provenance": "title || ' ' || array_to_string(turn_ids, ' ') || ' ' || sources::text"
+    " || ' ' || provenance::text",
 }
 
 
@@ -836,3 +837,29 @@ async def test_a_frozen_turn_context_holding_her_lesson_is_dropped_even_when_it_
     assert "ben/run-ben-7" in prefetch["turn_contexts"].ids
     assert await _count(dsn, "SELECT count(*) FROM turn_contexts WHERE turn_id = 'run-ben-7'") == 0
     assert lesson not in await start()  # the redelivery is rebuilt, without her lesson
+
+
+async def test_the_knowledge_verification_finds_her_in_its_index_by_her_names(env, dsn):
+    """The knowledge owner's FindRows searches its index (a point's seat is the page's container)
+    with her names embedded, as the diary's does: her page is found through the index too; a page
+    that does not name her is not."""
+    hers = await env.knowledge.UpsertPage(
+        kn_pb.UpsertPageRequest(company="acme", container="team", title="Digests", body="Carla Moreno wants CSV.")
+    )
+    other = await env.knowledge.UpsertPage(
+        kn_pb.UpsertPageRequest(company="acme", container="team", title="Backups", body="Dave checks backups daily.")
+    )
+    dims = await _count(dsn, "SELECT max(embedding_dims) FROM knowledge_pages")
+    assert dims  # both pages were embedded and indexed
+    target = er.ErasureTarget(
+        erasure_id="00000000-0000-0000-0000-000000000043",
+        company="acme",
+        kind=er.ERASURE_KIND_SUBJECT,
+        subject=er.ErasureSubject(handle="carla", platform="slack"),
+        names=["Carla Moreno"],
+    )
+    found = (await env.knowledge.FindRows(kn_pb.FindRowsRequest(target=target))).report
+    tables = {t.table: t for t in found.tables}
+    assert set(tables["knowledge_pages"].ids) == {hers.page.id}
+    assert set(tables[f"index:knowledge_pages_{dims}"].ids) == {hers.page.id}
+    assert other.page.id not in {i for t in found.tables for i in t.ids}

@@ -19,7 +19,8 @@ from typing import Any
 
 import asyncpg
 
-from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.embeddings import Embedder
+from libs.common.erasure import Kind, Report, Target, run_once, verify_index
 from libs.common.vectorindex import VectorIndex
 from services.knowledge.domain import COLLECTION_BASE
 
@@ -114,8 +115,18 @@ def _report(plan: _Plan, *, finding: bool) -> Report:
     return report
 
 
-async def find(pool: asyncpg.Pool, target: Target) -> Report:
-    return _report(await _plan(pool, target), finding=True)
+async def find(
+    pool: asyncpg.Pool, target: Target, index: VectorIndex | None = None, embedder: Embedder | None = None
+) -> Report:
+    """What the knowledge store still holds of the target: pages and drafts, and (given the index)
+    points of erased pages or near the person's names whose pages name them (``verify_index``; the
+    index payload's seat is the page's container)."""
+    report = _report(await _plan(pool, target), finding=True)
+    await verify_index(
+        pool, index, embedder, OWNER, COLLECTION_BASE, "knowledge_pages", "title || ' ' || body", target, report,
+        scope="container",
+    )  # fmt: skip
+    return report
 
 
 async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, now: datetime) -> Report:

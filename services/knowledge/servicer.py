@@ -280,7 +280,9 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
 
     async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.pages.store.pool, target)))
+        pages = self._service.pages
+        found = await _erasure.find(pages.store.pool, target, pages.index, pages.embedder)
+        return pb.FindRowsResponse(report=erasure_report(found))
 
 
 def knowledge_registration(service: KnowledgeService) -> Registration:
