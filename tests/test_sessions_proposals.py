@@ -302,7 +302,8 @@ async def test_a_session_checks_proposal_records_what_proposed_it_and_the_approv
         await env.drain()
         (check,) = await env.checks("s1")
         (out,) = check.outputs
-        (proposal,) = (await stub.ListSkillProposals(spb.ListSkillProposalsRequest(company="acme", seat="ana"))).proposals
+        listed = await stub.ListSkillProposals(spb.ListSkillProposalsRequest(company="acme", seat="ana"))
+        (proposal,) = listed.proposals
         approved = await stub.ApproveSkillProposal(
             spb.ApproveSkillProposalRequest(company="acme", seat="ana", proposal_id=out.id, reviewer="lead")
         )
