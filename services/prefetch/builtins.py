@@ -29,7 +29,7 @@ from libs.common.validation import require_text, seat_ref
 from services.knowledge.domain import ReadContext, Reader, ReadSource, SearchOutcome
 from services.prefetch import memory
 from services.prefetch.calltool import tool_request_id
-from services.prefetch.clients import passthrough
+from services.prefetch.downstream_errors import passthrough
 from services.prefetch.deps import Deps, Who
 from services.prefetch.domain import (
     DOMAIN,
