@@ -27,6 +27,7 @@ __all__ = [
     "COMMON_MIGRATIONS",
     "Migrations",
     "as_array",
+    "configure_pool_reset",
     "configure_sql_spans",
     "connect_pool",
     "migrate",
@@ -153,6 +154,17 @@ def configure_sql_spans(mode: str, slow_ms: float = 50.0) -> None:
     _slow_ns = int(slow_ms * 1_000_000)
 
 
+_reset_always = False
+
+
+def configure_pool_reset(always: bool) -> None:
+    """``True``: send asyncpg's reset statement on every release, as asyncpg does by default (an A/B
+    of ``bench/prefetch.py --ab poolreset``); ``False`` (the default): only after a statement that
+    may have left session state (:meth:`TracedConnection.get_reset_query`)."""
+    global _reset_always
+    _reset_always = always
+
+
 def _attributes(query: str) -> tuple[str, dict[str, AttributeValue]]:
     name, verb, table = _span_name(query)
     attributes: dict[str, AttributeValue] = {
@@ -233,7 +245,7 @@ class TracedConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg is 
         and the caller awaits it: a second round trip after each ``pool.fetch``, about as much of a
         recall's socket time as its own statements (docs/perf/after.md, wip/perfread). An open
         transaction is still rolled back on release either way (asyncpg does that apart)."""
-        if not self._session_changed:
+        if not (self._session_changed or _reset_always):
             return ""
         self._session_changed = False
         query: str = super().get_reset_query()
