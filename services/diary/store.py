@@ -160,14 +160,19 @@ SQL = {
 }
 
 
+# By value: a dict lookup is a quarter of an enum call, and a recall hydrates ~200 rows.
+_TIERS = {t.value: t for t in NoteTier}
+_SOURCES = {s.value: s for s in NoteSource}
+
+
 def _note(row: asyncpg.Record) -> Note:
     return Note(
         id=row["id"],
         company=row["company"],
         seat=row["seat"],
         content=row["content"],
-        tier=NoteTier(row["tier"]),
-        source=NoteSource(row["source"]),
+        tier=_TIERS.get(row["tier"]) or NoteTier(row["tier"]),
+        source=_SOURCES.get(row["source"]) or NoteSource(row["source"]),
         turn_id=row["turn_id"],
         create_time=row["create_time"],
         expire_time=row["expire_time"],
