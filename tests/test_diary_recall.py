@@ -312,3 +312,45 @@ async def test_the_lexical_half_ranks_by_idf_over_the_matched_notes_and_breaks_t
         assert [c.note.id for c in resp.candidates] == [str(i) for _, _, i in ranked]
         assert [c.lexical_rank for c in resp.candidates] == pytest.approx([r for r, _, _ in ranked], rel=1e-5)
         assert len({round(r, 6) for r, _, _ in ranked}) < len(ranked)  # the seat has ties to break
+
+
+async def test_the_one_statement_reads_answer_exactly_as_the_separate_ones(diary, clock):
+    """The store's merged reads (lexical + recency halves in one statement; the vector hits' re-read
+    + the unreachable count in one) return what the separate statements return, each half's
+    order included, with the seat, expiry and model rules of each."""
+    import uuid
+
+    from services.diary.store import PostgresNoteStore
+
+    app, stub = diary
+    store = PostgresNoteStore(app.infra.pool)
+    ids = []
+    for i in range(30):
+        ids.append((await write(stub, f"{FACTS[i % len(FACTS)]} (take {i})", clock=clock)).id)
+        await write(stub, FACTS[i % len(FACTS)], seat="other", clock=clock)
+    short = await write(stub, "Bob's weekly digest moves to Friday", tier=pb.NOTE_TIER_SHORT, ttl=1, clock=clock)
+    # A note without a vector: unreachable by any model.
+    await app.infra.pool.execute(
+        "UPDATE agent_diary SET embedding = NULL, embedding_model = NULL, embedding_dims = NULL WHERE id = $1",
+        uuid.UUID(ids[3]),
+    )
+    for advance in (0, 2):  # before and after the SHORT note expires
+        clock.advance(days=advance)
+        now = clock.now()
+        for query, k_lex, k_rec in (("Bob weekly digests", 7, 5), ("staging database Sunday", 50, 50), ("zzz", 3, 4)):
+            lexical, recent = await store.lexical_recent("acme", "ana", now, query, k_lex, k_rec)
+            assert [(n.id, r) for n, r in lexical] == [
+                (n.id, r) for n, r in await store.lexical("acme", "ana", now, query, k_lex)
+            ]
+            assert [n.id for n in recent] == [n.id for n in await store.recent("acme", "ana", now, k_rec)]
+            assert len(recent) == min(k_rec, 31 if not advance else 30)  # the expired note takes no slot
+            assert (uuid.UUID(short.id) in {n.id for n, _ in lexical}) == (query.startswith("Bob") and not advance)
+        want = [uuid.UUID(i) for i in (ids[0], ids[3], short.id)] + [uuid.uuid4()]
+        for model, dims in (("bogus-model", 384), (app.infra.embedder.model, 384), (app.infra.embedder.model, 7)):
+            for asked in (want, []):
+                notes, unreachable = await store.hydrate_unreachable("acme", "ana", asked, now, model, dims)
+                assert notes == await store.hydrate("acme", "ana", asked, now)
+                assert unreachable == await store.unreachable_by_vector("acme", "ana", now, model, dims)
+        notes, unreachable = await store.hydrate_unreachable("acme", "ana", want, now, app.infra.embedder.model, 384)
+        assert set(notes) == {uuid.UUID(ids[0]), uuid.UUID(ids[3])} | (set() if advance else {uuid.UUID(short.id)})
+        assert unreachable == 1  # the note without a vector; the other seat's are not counted

@@ -25,6 +25,41 @@ def chosen(query: str, candidates: list[dict], *, senders=(), limit: int = 10) -
     return json.loads(memory_filter_rule(data))["selected"]
 
 
+def test_a_candidate_converts_as_the_timestamps_own_formatting_says_every_time():
+    """MemoryNote.from_candidate (one construction, remembered timestamp strings) gives what
+    Timestamp.ToDatetime().isoformat() gives, whole seconds and microseconds alike, and the same
+    note twice gives the same note; content words (remembered per text) are a fresh list each call."""
+    from google.protobuf import timestamp_pb2
+
+    from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
+    from services.prefetch.memory import MemoryNote
+    from services.prefetch.text import content_words
+
+    for seconds, nanos in ((1_764_556_800, 0), (1_764_556_801, 123_456_789), (0, 999), (1_800_000_000, 1_000)):
+        created = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+        expires = timestamp_pb2.Timestamp(seconds=seconds + 86_400, nanos=nanos)
+        c = diary_pb.RecallCandidate(
+            note=diary_pb.Note(
+                id="n1", content="Bob", tier=diary_pb.NOTE_TIER_SHORT, create_time=created, expire_time=expires
+            ),
+            similarity=0.5,
+            lexical_rank=1.25,
+            found_by=[diary_pb.RECALL_HALF_VECTOR, diary_pb.RECALL_HALF_NEIGHBOUR],
+        )
+        for _ in range(2):
+            note = MemoryNote.from_candidate(c)
+            assert note.create_time == created.ToDatetime().isoformat()
+            assert note.expire_time == expires.ToDatetime().isoformat()
+            assert (note.tier, note.similarity, note.lexical_rank) == ("short", 0.5, 1.25)
+            assert note.found_by == {"vector", "neighbour"}
+    long = MemoryNote.from_candidate(diary_pb.RecallCandidate(note=diary_pb.Note(id="n2", content="x")))
+    assert (long.tier, long.create_time, long.expire_time, long.found_by) == ("long", "", "", frozenset())
+    words = content_words("Deploying the staging databases on Sundays")
+    assert words == ["deploy", "stag", "databas", "sunday"]
+    words.append("mutated")
+    assert content_words("Deploying the staging databases on Sundays") == ["deploy", "stag", "databas", "sunday"]
+
+
 def test_a_note_related_by_meaning_is_shown_over_an_unrelated_one_sharing_a_word():
     # The vector half's best hit shares no word with the ask; the word-sharing note is a weak
     # lexical hit and no vector hit at all. Word overlap chose the second and never the first.

@@ -27,6 +27,7 @@ __all__ = [
     "COMMON_MIGRATIONS",
     "Migrations",
     "as_array",
+    "configure_pool_reset",
     "configure_sql_spans",
     "connect_pool",
     "migrate",
@@ -153,6 +154,17 @@ def configure_sql_spans(mode: str, slow_ms: float = 50.0) -> None:
     _slow_ns = int(slow_ms * 1_000_000)
 
 
+_reset_always = False
+
+
+def configure_pool_reset(always: bool) -> None:
+    """``True``: send asyncpg's reset statement on every release, as asyncpg does by default (an A/B
+    of ``bench/prefetch.py --ab poolreset``); ``False`` (the default): only after a statement that
+    may have left session state (:meth:`TracedConnection.get_reset_query`)."""
+    global _reset_always
+    _reset_always = always
+
+
 def _attributes(query: str) -> tuple[str, dict[str, AttributeValue]]:
     name, verb, table = _span_name(query)
     attributes: dict[str, AttributeValue] = {
@@ -191,6 +203,25 @@ class _SlowSpan:
         span.end(end_time=end)
 
 
+_SESSION_STATE = re.compile(
+    r"\bpg_(?:try_)?advisory_lock(?:_shared)?\b|\bset_config\b|(?:^|;)\s*(?:SET|RESET|LISTEN|DECLARE|CREATE\s+TEMP)",
+    re.IGNORECASE,
+)
+_SESSION_CACHE: dict[str, bool] = {}
+
+
+def _changes_session(query: str) -> bool:
+    """Whether ``query`` may leave state in the session past its statement: a session advisory
+    lock, a setting, a LISTEN, a cursor, a temporary table. Conservative (``SET LOCAL`` counts);
+    remembered per query text, which is a handful of named statements."""
+    found = _SESSION_CACHE.get(query)
+    if found is None:
+        found = bool(_SESSION_STATE.search(query))
+        if len(_SESSION_CACHE) < 4096:
+            _SESSION_CACHE[query] = found
+    return found
+
+
 class TracedConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg is untyped here (pyproject), so its Connection is Any
     """A statement is a span when a trace is recording and ``telemetry.sql_spans`` asks for it —
     by default only a statement slower than ``telemetry.sql_span_slow_ms``; ``all`` spans every
@@ -206,8 +237,23 @@ class TracedConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg is 
     statement out, so this small wrapper stays."""
 
     _untraced = False
+    _session_changed = False
+
+    def get_reset_query(self) -> str:
+        """The reset statement only after a statement that may have left session state behind
+        (:func:`_changes_session`); otherwise none. asyncpg sends it on EVERY release to the pool,
+        and the caller awaits it: a second round trip after each ``pool.fetch``, about as much of a
+        recall's socket time as its own statements (docs/perf/after.md, wip/perfread). An open
+        transaction is still rolled back on release either way (asyncpg does that apart)."""
+        if not (self._session_changed or _reset_always):
+            return ""
+        self._session_changed = False
+        query: str = super().get_reset_query()
+        return query
 
     def _traced(self, query: str) -> contextlib.AbstractContextManager[object]:
+        if not (self._untraced or self._session_changed) and _changes_session(query):  # not the reset itself
+            self._session_changed = True
         if self._untraced or _sql_spans == "off" or not trace.get_current_span().is_recording():
             return _UNTRACED
         if _sql_spans == "slow":

@@ -67,6 +67,44 @@ SQL = {
             ORDER BY rank DESC, ct DESC LIMIT $4)
         SELECT {_D_COLUMNS}, top.rank FROM top JOIN agent_diary d ON d.id = top.id
         ORDER BY top.rank DESC, top.ct DESC""",
+    # The lexical and recency halves in one statement (one round trip and one pooled connection
+    # instead of two): the lexical statement above with its top K tagged 'lexical', then the
+    # seat's newest live notes tagged 'recency'. A note may come back once per half.
+    "lexical_recent": f"""
+        WITH q AS (
+            SELECT lexeme, quote_literal(lexeme)::tsquery AS lq
+            FROM unnest(tsvector_to_array(to_tsvector('english', $5))) AS lexeme),
+        m AS MATERIALIZED (
+            SELECT d.id, d.create_time, d.tsv FROM agent_diary d
+            WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3)
+              AND d.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM q)),
+        h AS MATERIALIZED (SELECT m.id, m.create_time, q.lexeme FROM m JOIN q ON m.tsv @@ q.lq),
+        hw AS (
+            SELECT h.id, h.create_time,
+                   ln(1 + ((SELECT count(*) FROM m)::float8 - count(*) OVER w + 0.5) / (count(*) OVER w + 0.5)) AS idf
+            FROM h WINDOW w AS (PARTITION BY h.lexeme)),
+        top AS MATERIALIZED (
+            SELECT hw.id, max(hw.create_time) AS ct, round(sum(hw.idf) * 1e9) / 1e9 AS rank
+            FROM hw GROUP BY hw.id
+            ORDER BY rank DESC, ct DESC LIMIT $4)
+        (SELECT 'lexical' AS half, {_D_COLUMNS}, top.rank FROM top JOIN agent_diary d ON d.id = top.id
+         ORDER BY top.rank DESC, top.ct DESC)
+        UNION ALL
+        (SELECT 'recency' AS half, {_COLUMNS}, 0::float8 AS rank FROM agent_diary
+         WHERE company = $1 AND seat = $2 AND {_LIVE}
+         ORDER BY create_time DESC, id DESC LIMIT $6)""",
+    # The vector half's re-read of its hits and the count of the seat's notes the query's model
+    # cannot reach, in one round trip (both follow the index search). The count is on every row;
+    # the LEFT JOIN keeps one row (with a NULL id) when no hit is still live.
+    "hydrate_unreachable": f"""
+        SELECT u.unreachable, d.* FROM (
+            SELECT count(*) AS unreachable FROM agent_diary
+            WHERE company = $1 AND seat = $2 AND {_LIVE}
+              AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $5
+                   OR embedding_dims IS DISTINCT FROM $6)) AS u
+        LEFT JOIN LATERAL (
+            SELECT {_COLUMNS} FROM agent_diary
+            WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = ANY($4)) AS d ON true""",
     # The neighbours half: for each anchor (create_time, id), the seat's live note just before it and
     # just after it in (create_time, id) order — two index probes of the recency index each.
     "neighbours": f"""
@@ -122,14 +160,19 @@ SQL = {
 }
 
 
+# By value: a dict lookup is a quarter of an enum call, and a recall hydrates ~200 rows.
+_TIERS = {t.value: t for t in NoteTier}
+_SOURCES = {s.value: s for s in NoteSource}
+
+
 def _note(row: asyncpg.Record) -> Note:
     return Note(
         id=row["id"],
         company=row["company"],
         seat=row["seat"],
         content=row["content"],
-        tier=NoteTier(row["tier"]),
-        source=NoteSource(row["source"]),
+        tier=_TIERS.get(row["tier"]) or NoteTier(row["tier"]),
+        source=_SOURCES.get(row["source"]) or NoteSource(row["source"]),
         turn_id=row["turn_id"],
         create_time=row["create_time"],
         expire_time=row["expire_time"],
@@ -182,6 +225,22 @@ class PostgresNoteStore:
     async def lexical(self, company: str, seat: str, now: datetime, query: str, limit: int) -> list[tuple[Note, float]]:
         rows = await self.pool.fetch(SQL["lexical"], company, seat, now, limit, query)
         return [(_note(r), float(r["rank"])) for r in rows]
+
+    async def lexical_recent(
+        self, company: str, seat: str, now: datetime, query: str, lexical_limit: int, recency_limit: int
+    ) -> tuple[list[tuple[Note, float]], list[Note]]:
+        """``lexical(query, lexical_limit)`` and ``recent(recency_limit)`` in one statement."""
+        rows = await self.pool.fetch(SQL["lexical_recent"], company, seat, now, lexical_limit, query, recency_limit)
+        lexical = [(_note(r), float(r["rank"])) for r in rows if r["half"] == "lexical"]
+        return lexical, [_note(r) for r in rows if r["half"] == "recency"]
+
+    async def hydrate_unreachable(
+        self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, model: str, dims: int
+    ) -> tuple[dict[uuid.UUID, Note], int]:
+        """``hydrate(ids)`` and ``unreachable_by_vector(model, dims)`` in one statement."""
+        rows = await self.pool.fetch(SQL["hydrate_unreachable"], company, seat, now, list(ids), model, dims)
+        unreachable = int(rows[0]["unreachable"]) if rows else 0
+        return {r["id"]: _note(r) for r in rows if r["id"] is not None}, unreachable
 
     async def neighbours(
         self, company: str, seat: str, now: datetime, anchors: Sequence[Note], radius: int = 1

@@ -29,7 +29,6 @@ from libs.common.validation import require_text, seat_ref
 from services.knowledge.domain import ReadContext, Reader, ReadSource, SearchOutcome
 from services.prefetch import memory
 from services.prefetch.calltool import tool_request_id
-from services.prefetch.clients import passthrough
 from services.prefetch.deps import Deps, Who
 from services.prefetch.domain import (
     DOMAIN,
@@ -44,6 +43,7 @@ from services.prefetch.domain import (
     hint_key,
     one_line,
 )
+from services.prefetch.downstream_errors import passthrough
 from services.prefetch.knowledge_block import render_search_result, search
 from services.prefetch.past_turns import PastTurns
 from services.prefetch.turn_context import distinct_senders, mark_used

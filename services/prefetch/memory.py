@@ -8,11 +8,12 @@ a candidate: only the notes the filter chose (and the seat was shown) are marked
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
@@ -59,19 +60,25 @@ class MemoryNote:
             id=note.id,
             content=note.content,
             tier="short" if note.tier == diary_pb.NOTE_TIER_SHORT else "long",
-            create_time=note.create_time.ToDatetime().isoformat() if note.HasField("create_time") else "",
-            expire_time=note.expire_time.ToDatetime().isoformat() if note.HasField("expire_time") else "",
+            create_time=_iso(note.create_time.seconds, note.create_time.nanos) if note.HasField("create_time") else "",
+            expire_time=_iso(note.expire_time.seconds, note.expire_time.nanos) if note.HasField("expire_time") else "",
         )
 
     @classmethod
     def from_candidate(cls, cand: diary_pb.RecallCandidate) -> MemoryNote:
         """A note of RecallNotes' pool with what the pool knows of it (its similarity to the query,
-        its lexical rank, the halves that found it)."""
-        return replace(
-            cls.from_pb(cand.note),
+        its lexical rank, the halves that found it). Built in one go: a turn start converts the
+        whole pool (~150 candidates)."""
+        note = cand.note
+        return cls(
+            id=note.id,
+            content=note.content,
+            tier="short" if note.tier == diary_pb.NOTE_TIER_SHORT else "long",
+            create_time=_iso(note.create_time.seconds, note.create_time.nanos) if note.HasField("create_time") else "",
+            expire_time=_iso(note.expire_time.seconds, note.expire_time.nanos) if note.HasField("expire_time") else "",
             similarity=float(cand.similarity),
             lexical_rank=float(cand.lexical_rank),
-            found_by=frozenset(_HALVES[h] for h in cand.found_by if h in _HALVES),
+            found_by=_found_by(tuple(cand.found_by)),
         )
 
     @classmethod
@@ -95,6 +102,22 @@ _HALVES = {
     diary_pb.RECALL_HALF_RECENCY: "recency",
     diary_pb.RECALL_HALF_NEIGHBOUR: "neighbour",
 }
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+@functools.lru_cache(maxsize=16384)
+def _iso(seconds: int, nanos: int) -> str:
+    """A Timestamp as ``Timestamp.ToDatetime().isoformat()`` writes it (naive UTC, microseconds),
+    remembered: a seat's notes come back turn after turn, and formatting them was the costliest
+    part of converting a pool (analysis §2.1)."""
+    return (_EPOCH + timedelta(seconds=seconds, microseconds=nanos // 1000)).isoformat()
+
+
+@functools.lru_cache(maxsize=64)
+def _found_by(halves: tuple[Any, ...]) -> frozenset[str]:  # RecallHalf values
+    return frozenset(_HALVES[h] for h in halves if h in _HALVES)
 
 
 class FilterFailed(Exception):

@@ -3,6 +3,7 @@ on, and reading a JSON object out of a model's answer."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from string import Template
@@ -44,10 +45,17 @@ def _stem(word: str) -> str:
 def content_words(text: str, *, stem: bool = True) -> list[str]:
     """The words of ``text`` that carry content, lowercased (and crudely stemmed unless ``stem`` is
     false), in order, once each: the offline rules' notion of "sharing a word"."""
+    return list(_content_words(text, stem))
+
+
+@functools.lru_cache(maxsize=8192)
+def _content_words(text: str, stem: bool) -> tuple[str, ...]:
+    # Remembered by text: the offline filter re-reads the same notes of a seat turn after turn
+    # (a pool of ~150), and the regex and stemming were its largest Python cost (analysis §2.1).
     seen: dict[str, None] = {}
     for raw in _WORD.findall(text.casefold()):
         word = raw.strip(".-_")
         if len(word) < 3 or word in _STOPWORDS or word.isdigit():
             continue
         seen.setdefault(_stem(word) if stem else word, None)
-    return list(seen)
+    return tuple(seen)

@@ -35,7 +35,6 @@ from libs.common.events import Bookkeeping, bookkeeping, current_bookkeeping, wr
 from libs.common.metrics import PREFETCH_BLOCKS
 from libs.common.validation import require_text, seat_ref
 from services.prefetch import hints, knowledge_block, memory
-from services.prefetch.clients import rpc_failure
 from services.prefetch.deps import Deps, Who
 from services.prefetch.domain import (
     DOMAIN,
@@ -51,6 +50,7 @@ from services.prefetch.domain import (
     TurnStart,
     one_line,
 )
+from services.prefetch.downstream_errors import rpc_failure
 from services.prefetch.past_turns import PastTurns
 
 __all__ = ["TurnContextBuilder", "distinct_senders"]
