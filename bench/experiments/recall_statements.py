@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/experiments/recall_statements.py [--seats 50] [--per-seat 500] [--calls 300]
 
-Today (``services/diary/service.py``): the lexical and recency halves are two statements run side
-by side, and the vector half's re-read of its hits is followed by the unreachable count (two
-statements one after the other). Merged (``PostgresNoteStore.lexical_recent`` and
-``hydrate_unreachable``; the service change is ``bench/experiments/recall_one_statement.patch``):
+Before (``services/diary/service.py`` until the wip/perfread merge): the lexical and recency
+halves are two statements run side by side, and the vector half's re-read of its hits is
+followed by the unreachable count (two statements one after the other). Merged (``PostgresNoteStore.lexical_recent`` and
+``hydrate_unreachable``, which the service calls since the merge):
 one statement each. The same store, pool (10, as a server's) and PostgreSQL; LoCoMo turns as the
 seats' notes (with the date prefix and speaker names that make the lexical half's matches many),
 LoCoMo questions as queries, 50 of the seat's note ids standing for the index's hits; the two ways

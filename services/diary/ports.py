@@ -41,6 +41,18 @@ class NoteStore(Protocol):
         """Notes sharing words with ``query`` and their IDF-weighted rank, best first."""
         ...
 
+    async def lexical_recent(
+        self, company: str, seat: str, now: datetime, query: str, lexical_limit: int, recency_limit: int
+    ) -> tuple[list[tuple[Note, float]], list[Note]]:
+        """``lexical`` and ``recent`` at once (one round trip where the store can)."""
+        ...
+
+    async def hydrate_unreachable(
+        self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, model: str, dims: int
+    ) -> tuple[dict[uuid.UUID, Note], int]:
+        """``hydrate`` and ``unreachable_by_vector`` at once (one round trip where the store can)."""
+        ...
+
     async def neighbours(
         self, company: str, seat: str, now: datetime, anchors: Sequence[Note], radius: int = 1
     ) -> list[Note]:

@@ -77,20 +77,47 @@ def index_point(
     )
 
 
-@dataclass(frozen=True)
+@dataclass
 class _SeatReads:
-    """The vector half's reads of one seat's live notes at ``now``."""
+    """The vector half's reads of one seat's live notes at ``now``. The re-read of the index hits
+    also counts the notes the query's model cannot reach (one round trip for both; ``unreachable``
+    then answers from it)."""
 
     store: NoteStore
     company: str
     seat: str
     now: datetime
+    counted: int | None = None
 
     async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Note, float]]:
         return await self.store.exact(self.company, self.seat, self.now, vector, model, limit)
 
+    async def hydrate_for(self, vector: QueryVector, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Note]:
+        rows, self.counted = await self.store.hydrate_unreachable(
+            self.company, self.seat, ids, self.now, vector.model, int(vector.values.shape[0])
+        )
+        return rows
+
+    async def unreachable(self, vector: QueryVector) -> int:
+        if self.counted is not None:
+            return self.counted
+        return await self.store.unreachable_by_vector(
+            self.company, self.seat, self.now, vector.model, int(vector.values.shape[0])
+        )
+
+
+@dataclass
+class _HitReads:
+    """``RowReads`` for one query vector (the hydrate needs its model and width)."""
+
+    reads: _SeatReads
+    vector: QueryVector
+
+    async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Note, float]]:
+        return await self.reads.exact(vector, model, limit)
+
     async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Note]:
-        return await self.store.hydrate(self.company, self.seat, ids, self.now)
+        return await self.reads.hydrate_for(self.vector, ids)
 
 
 class DiaryService(Generic[S]):
@@ -239,6 +266,9 @@ class DiaryService(Generic[S]):
                 embedded = await embed_query(self.embedder, query, self.config.embed_budget_seconds)
             else:
                 embedded = QueryEmbedding.skipped()
+            if embedded.vector is None:
+                return VectorHalf(embedded.status)
+            reads = _SeatReads(self.store, company, seat, now)
             # The relevance floor of the query's model: the vector half offers what is related, not
             # merely the least unlike of the seat's notes (the recency half still brings the rules
             # that apply whatever the topic).
@@ -246,25 +276,23 @@ class DiaryService(Generic[S]):
                 embedded,
                 self.index,
                 COLLECTION_BASE,
-                _SeatReads(self.store, company, seat, now),
+                _HitReads(reads, embedded.vector),
                 company=company,
                 seats=(seat,),
                 now=now.timestamp(),
                 limit=k_vec,
                 floor=self.relevance.floor,
-                unreachable=lambda v: self.store.unreachable_by_vector(
-                    company, seat, now, v.model, int(v.values.shape[0])
-                ),
+                unreachable=reads.unreachable,
             )
 
-        async def lexical_half() -> list[tuple[Note, float]]:
-            return await self.store.lexical(company, seat, now, query, k_lex) if k_lex and query.strip() else []
+        async def text_halves() -> tuple[list[tuple[Note, float]], list[Note]]:
+            if k_lex and k_rec and query.strip():  # both: one statement
+                return await self.store.lexical_recent(company, seat, now, query, k_lex, k_rec)
+            lexical = await self.store.lexical(company, seat, now, query, k_lex) if k_lex and query.strip() else []
+            return lexical, (await self.store.recent(company, seat, now, k_rec) if k_rec else [])
 
-        async def recency_half() -> list[Note]:
-            return await self.store.recent(company, seat, now, k_rec) if k_rec else []
-
-        # The three halves are independent reads: run them at once (the embed overlaps the others).
-        half, lexical_hits, recent = await asyncio.gather(vector(), lexical_half(), recency_half())
+        # The halves are independent reads: run them at once (the embed overlaps the text halves).
+        half, (lexical_hits, recent) = await asyncio.gather(vector(), text_halves())
         vector_hits = half.hits
         for note, sim in vector_hits:
             add(note, "vector", similarity=sim)

@@ -82,6 +82,20 @@ class MemoryNoteStore:
         ranked.sort(key=lambda p: (-p[1], -p[0].create_time.timestamp()))
         return ranked[:limit]
 
+    async def lexical_recent(
+        self, company: str, seat: str, now: datetime, query: str, lexical_limit: int, recency_limit: int
+    ) -> tuple[list[tuple[Note, float]], list[Note]]:
+        return await self.lexical(company, seat, now, query, lexical_limit), await self.recent(
+            company, seat, now, recency_limit
+        )
+
+    async def hydrate_unreachable(
+        self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, model: str, dims: int
+    ) -> tuple[dict[uuid.UUID, Note], int]:
+        return await self.hydrate(company, seat, ids, now), await self.unreachable_by_vector(
+            company, seat, now, model, dims
+        )
+
     async def neighbours(
         self, company: str, seat: str, now: datetime, anchors: Sequence[Note], radius: int = 1
     ) -> list[Note]:
