@@ -60,7 +60,7 @@ class Episodist:
             role=turn.role,
             work_key=turn.work_key,
         )
-        resp = await ctx.clients.episodes.RecordEpisode(request, timeout=ctx.clients.timeout)
+        resp = await ctx.ports.episodes.record_episode(request)
         if resp.collapsed:
             # A redelivered trigger: its work already has a row (the first run's); this run is
             # filed under it rather than counted as a second turn.
