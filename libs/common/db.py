@@ -57,6 +57,19 @@ class Migrations:
 
 COMMON_MIGRATIONS = Migrations("common", Path(__file__).parent / "migrations")
 
+SQL_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock($1)"
+# applied_at keeps its database default: the migration ledger is the one table written outside the
+# injected clock (it runs before any service, and its time is only read by operators).
+SQL_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
+    component text NOT NULL,
+    version int NOT NULL,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (component, version))"""
+SQL_APPLIED_OF = "SELECT version FROM schema_migrations WHERE component = $1"
+SQL_RECORD_MIGRATION = "INSERT INTO schema_migrations (component, version, name) VALUES ($1, $2, $3)"
+SQL_MIGRATIONS_EXIST = "SELECT to_regclass('schema_migrations') IS NOT NULL"
+
 
 async def migrate(dsn: str, components: Sequence[Migrations]) -> list[str]:
     """Apply pending migrations of ``components`` (in the order given); returns what was applied."""
@@ -64,32 +77,15 @@ async def migrate(dsn: str, components: Sequence[Migrations]) -> list[str]:
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
-            await conn.execute(
-                """CREATE TABLE IF NOT EXISTS schema_migrations (
-                       component text NOT NULL,
-                       version int NOT NULL,
-                       name text NOT NULL,
-                       applied_at timestamptz NOT NULL DEFAULT now(),
-                       PRIMARY KEY (component, version))"""
-            )
+            await conn.execute(SQL_MIGRATION_LOCK, _LOCK_KEY)
+            await conn.execute(SQL_MIGRATIONS_TABLE)
             for comp in components:
-                done = {
-                    r["version"]
-                    for r in await conn.fetch(
-                        "SELECT version FROM schema_migrations WHERE component = $1", comp.component
-                    )
-                }
+                done = {r["version"] for r in await conn.fetch(SQL_APPLIED_OF, comp.component)}
                 for version, path in comp.files():
                     if version in done:
                         continue
                     await conn.execute(path.read_text())
-                    await conn.execute(
-                        "INSERT INTO schema_migrations (component, version, name) VALUES ($1, $2, $3)",
-                        comp.component,
-                        version,
-                        path.name,
-                    )
+                    await conn.execute(SQL_RECORD_MIGRATION, comp.component, version, path.name)
                     applied.append(f"{comp.component}/{path.name}")
     finally:
         await conn.close()
@@ -295,7 +291,7 @@ async def pending_migrations(
     """The migration files of ``components`` not yet applied (read-only: no DDL right needed)."""
     conn = await asyncpg.connect(dsn, statement_cache_size=statement_cache_size)
     try:
-        exists = await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+        exists = await conn.fetchval(SQL_MIGRATIONS_EXIST)
         done: set[tuple[str, int]] = set()
         if exists:
             done = {(r["component"], r["version"]) for r in await conn.fetch(SQL_APPLIED)}

@@ -51,6 +51,10 @@ def _trace_id() -> str | None:
     return format(ctx.trace_id, "032x") if ctx.is_valid else None
 
 
+_READ_EVENTS = """SELECT kind, company, seat, turn_id, trace_id, payload FROM events
+                  WHERE ($1::text IS NULL OR kind = $1) AND ($2::text IS NULL OR company = $2) ORDER BY id"""
+_BOOKKEEPING_ALONE = "WITH {ctes} SELECT 1"
+"""A batch written on its own: its common table expressions (below) and nothing else."""
 _INSERT_EVENT = """INSERT INTO events (time, kind, company, seat, turn_id, trace_id, payload)
                    VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)"""
 # A request's bookkeeping as common table expressions of ONE statement (with the writer's own
@@ -116,7 +120,7 @@ class Bookkeeping:
         """Write every row held in one statement (its own transaction, or the caller's)."""
         ctes, args = self.ctes(1)
         if ctes:
-            await conn.execute(f"WITH {', '.join(ctes)} SELECT 1", *args)
+            await conn.execute(_BOOKKEEPING_ALONE.format(ctes=", ".join(ctes)), *args)
 
 
 async def write_bookkeeping(pool: asyncpg.Pool, batch: Bookkeeping) -> None:
@@ -212,10 +216,5 @@ async def read_events(
     pool: asyncpg.Pool, kind: str | None = None, *, company: str | None = None
 ) -> list[Mapping[str, Any]]:
     """Events in order of writing (tests and operators)."""
-    rows = await pool.fetch(
-        """SELECT kind, company, seat, turn_id, trace_id, payload FROM events
-           WHERE ($1::text IS NULL OR kind = $1) AND ($2::text IS NULL OR company = $2) ORDER BY id""",
-        kind,
-        company,
-    )
+    rows = await pool.fetch(_READ_EVENTS, kind, company)
     return [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]

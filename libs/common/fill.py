@@ -56,7 +56,7 @@ from libs.common.metrics import FILL_BACKLOG
 if TYPE_CHECKING:
     from libs.common.infra import Infra
 
-__all__ = ["FillReport", "FillRow", "FillSource", "RequestLedger", "VectorFill", "build_fill"]
+__all__ = ["FILL_SQL", "FillLedger", "FillReport", "FillRow", "FillSource", "RequestLedger", "VectorFill", "build_fill"]
 
 _log = logging.getLogger(__name__)
 _GLOBAL = "*"
@@ -157,18 +157,114 @@ class RequestLedger:
         return True
 
 
-class _EndMinute(Exception):
-    def __init__(self, why: str):
-        self.why = why
+@dataclass(frozen=True)
+class _Ended:
+    """Why a step stopped the walk: returned up through seat, company and source (never raised),
+    so each level decides what the stop means to it. ``company_only``: this company's bytes for
+    the minute are spent, so the minute goes on for the other companies."""
 
-
-class _CompanySpent(_EndMinute):
-    """This company's bytes for the minute are spent: the minute goes on for the others."""
+    why: str
+    company_only: bool = False
 
 
 _NOT_THE_PROVIDERS = frozenset({"requests", "bytes", "paused"})
 """Why a minute ends that is not the provider ending it: the budgets (already shared: the request
 count on the ledger, the bytes in Postgres) and the configuration pause (in Postgres)."""
+
+
+@dataclass
+class _Minute:
+    """One minute's run, passed to every step: its report and whether its first answer from the
+    provider is still pending (a refusal then is judged by the probe word). Lives for one
+    :meth:`VectorFill.run_minute`, never on the fill between minutes."""
+
+    report: FillReport
+    fingerprint: str
+    first_answer: bool = True
+
+    def probe_reserve(self, probe_word: str) -> int:
+        """Bytes kept back for the probe word while the minute's first answer is pending: a
+        refusal must always be judgeable in the minute it happens, or a refused row would be sent
+        again every minute without ever being judged."""
+        return len(probe_word.encode()) if self.first_answer else 0
+
+
+FILL_SQL = {
+    "state": "SELECT cursor_seat, paused_until, paused_fingerprint FROM fill_state WHERE source = $1 AND company = $2",
+    "set_cursor": """INSERT INTO fill_state (source, company, cursor_seat) VALUES ($1, $2, $3)
+                     ON CONFLICT (source, company) DO UPDATE SET cursor_seat = EXCLUDED.cursor_seat""",
+    "pause": """INSERT INTO fill_state (source, company, paused_until, paused_fingerprint) VALUES ($1, $1, $2, $3)
+                ON CONFLICT (source, company) DO UPDATE
+                SET paused_until = EXCLUDED.paused_until, paused_fingerprint = EXCLUDED.paused_fingerprint""",
+    "spend_bytes": """INSERT INTO fill_budget (company, window_start, bytes)
+                      SELECT $1, $2, $3::bigint WHERE $3::bigint <= $4::bigint
+                      ON CONFLICT (company, window_start) DO UPDATE SET bytes = fill_budget.bytes + EXCLUDED.bytes
+                      WHERE fill_budget.bytes + EXCLUDED.bytes <= $4
+                      RETURNING bytes""",
+    "bytes_spent": "SELECT bytes FROM fill_budget WHERE company = $1 AND window_start = $2",
+    "kept_pieces": """SELECT piece, vector FROM fill_pieces
+                      WHERE source = $1 AND row_id = $2 AND fingerprint = $3 AND text_sha256 = $4 ORDER BY piece""",
+    "drop_stale_pieces": """DELETE FROM fill_pieces
+                            WHERE source = $1 AND row_id = $2 AND (fingerprint <> $3 OR text_sha256 <> $4)""",
+    "keep_piece": """INSERT INTO fill_pieces (source, row_id, fingerprint, text_sha256, piece, vector)
+                     VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (source, row_id, piece) DO UPDATE SET vector = EXCLUDED.vector,
+                         fingerprint = EXCLUDED.fingerprint, text_sha256 = EXCLUDED.text_sha256""",
+    "drop_pieces": "DELETE FROM fill_pieces WHERE source = $1 AND row_id = $2",
+}
+"""The fill's own tables: the walk's cursors and the configuration pause (fill_state), the company
+byte budget every runner shares (fill_budget), a long row's embedded pieces (fill_pieces)."""
+
+
+class FillLedger:
+    """The fill's bookkeeping in Postgres, by named query: cursors, the pause, the byte budget and a
+    long row's kept pieces. The rows themselves are the sources'."""
+
+    def __init__(self, db: asyncpg.Pool):
+        self._db = db
+
+    async def state(self, source: str, company: str) -> asyncpg.Record | None:
+        return await self._db.fetchrow(FILL_SQL["state"], source, company)
+
+    async def set_cursor(self, source: str, company: str, seat: str | None) -> None:
+        await self._db.execute(FILL_SQL["set_cursor"], source, company, seat)
+
+    async def pause(self, until: datetime, fingerprint: str) -> None:
+        await self._db.execute(FILL_SQL["pause"], _GLOBAL, until, fingerprint)
+
+    async def spend_bytes(self, company: str, window: datetime, size: int, limit: int) -> bool:
+        """Charge ``size`` bytes to the company's window, or nothing if that would pass ``limit``."""
+        return await self._db.fetchrow(FILL_SQL["spend_bytes"], company, window, size, limit) is not None
+
+    async def bytes_spent(self, company: str, window: datetime) -> int:
+        return int(await self._db.fetchval(FILL_SQL["bytes_spent"], company, window) or 0)
+
+    async def kept_pieces(self, source: str, row: uuid.UUID, fp: str, digest: str) -> list[np.ndarray]:
+        """The row's pieces embedded so far under ``fp`` for this text, in order without a gap."""
+        kept: list[np.ndarray] = []
+        for r in await self._db.fetch(FILL_SQL["kept_pieces"], source, row, fp, digest):
+            if r["piece"] != len(kept):
+                break
+            kept.append(as_array(r["vector"]))
+        return kept
+
+    async def keep_pieces(
+        self, source: str, row: uuid.UUID, fp: str, digest: str, start: int, vectors: list[np.ndarray]
+    ) -> None:
+        """Keep ``vectors`` as pieces ``start``..., dropping pieces of another provider or text."""
+        async with self._db.acquire() as conn, conn.transaction():
+            await conn.execute(FILL_SQL["drop_stale_pieces"], source, row, fp, digest)
+            await conn.executemany(
+                FILL_SQL["keep_piece"],
+                [(source, row, fp, digest, start + i, v.astype(np.float32)) for i, v in enumerate(vectors)],
+            )
+
+    async def drop_pieces(self, source: str, row: uuid.UUID) -> None:
+        await self._db.execute(FILL_SQL["drop_pieces"], source, row)
+
+
+def _window(now: datetime) -> datetime:
+    return now.replace(second=0, microsecond=0)
 
 
 class VectorFill:
@@ -183,7 +279,7 @@ class VectorFill:
         events: EventSink,
         requests: RequestLedger | None = None,
     ):
-        self._db = db
+        self._ledger = FillLedger(db)
         self._sources = list(sources)
         self._embedder = embedder
         self._config = config
@@ -194,35 +290,9 @@ class VectorFill:
 
     # ------------------------------------------------------------------ state
 
-    async def _state(self, source: str, company: str) -> asyncpg.Record | None:
-        return await self._db.fetchrow(
-            "SELECT cursor_seat, paused_until, paused_fingerprint FROM fill_state WHERE source = $1 AND company = $2",
-            source,
-            company,
-        )
-
-    async def _set_cursor(self, source: str, company: str, seat: str | None) -> None:
-        await self._db.execute(
-            """INSERT INTO fill_state (source, company, cursor_seat) VALUES ($1, $2, $3)
-               ON CONFLICT (source, company) DO UPDATE SET cursor_seat = EXCLUDED.cursor_seat""",
-            source,
-            company,
-            seat,
-        )
-
-    async def _pause(self, until: datetime, fingerprint: str) -> None:
-        await self._db.execute(
-            """INSERT INTO fill_state (source, company, paused_until, paused_fingerprint) VALUES ($1, $1, $2, $3)
-               ON CONFLICT (source, company) DO UPDATE
-               SET paused_until = EXCLUDED.paused_until, paused_fingerprint = EXCLUDED.paused_fingerprint""",
-            _GLOBAL,
-            until,
-            fingerprint,
-        )
-
     async def paused_until(self) -> datetime | None:
         """When the configuration pause ends, if one holds for the current provider."""
-        row = await self._state(_GLOBAL, _GLOBAL)
+        row = await self._ledger.state(_GLOBAL, _GLOBAL)
         if row is None or row["paused_until"] is None:
             return None
         if row["paused_fingerprint"] != self._embeddings.fingerprint() or row["paused_until"] <= self._clock.now():
@@ -230,27 +300,9 @@ class VectorFill:
         until: datetime = row["paused_until"]
         return until
 
-    async def _spend_bytes(self, company: str, size: int, now: datetime) -> bool:
-        window = now.replace(second=0, microsecond=0)
-        row = await self._db.fetchrow(
-            """INSERT INTO fill_budget (company, window_start, bytes)
-               SELECT $1, $2, $3::bigint WHERE $3::bigint <= $4::bigint
-               ON CONFLICT (company, window_start) DO UPDATE SET bytes = fill_budget.bytes + EXCLUDED.bytes
-               WHERE fill_budget.bytes + EXCLUDED.bytes <= $4
-               RETURNING bytes""",
-            company,
-            window,
-            size,
-            self._config.company_bytes_per_minute,
-        )
-        return row is not None
-
     async def _bytes_left(self, company: str) -> int:
-        window = self._clock.now().replace(second=0, microsecond=0)
-        spent = await self._db.fetchval(
-            "SELECT bytes FROM fill_budget WHERE company = $1 AND window_start = $2", company, window
-        )
-        return self._config.company_bytes_per_minute - int(spent or 0)
+        spent = await self._ledger.bytes_spent(company, _window(self._clock.now()))
+        return self._config.company_bytes_per_minute - spent
 
     # ------------------------------------------------------------------ the minute
 
@@ -264,15 +316,14 @@ class VectorFill:
             # Another fill of this process met the provider's "not now" this minute.
             report.ended_by = ended
             return report
-        self._first_answer = True
-        self._report = report
-        try:
-            for source in self._sources:
-                await self._run_source(source)
-        except _EndMinute as end:
-            report.ended_by = end.why
-            if end.why not in _NOT_THE_PROVIDERS:
-                self._requests.end(self._clock.now(), end.why)
+        minute = _Minute(report, self._embeddings.fingerprint())
+        for source in self._sources:
+            stop = await self._run_source(minute, source)
+            if stop is not None:
+                report.ended_by = stop.why
+                if stop.why not in _NOT_THE_PROVIDERS:
+                    self._requests.end(self._clock.now(), stop.why)
+                break
         await self._record_backlog()
         return report
 
@@ -287,53 +338,57 @@ class VectorFill:
                 continue
             FILL_BACKLOG.set(left, {"agentlearn.fill.source": source.name})
 
-    async def _run_source(self, source: FillSource) -> None:
+    async def _run_source(self, minute: _Minute, source: FillSource) -> _Ended | None:
+        """Every company of ``source``; the stop that ends the minute, if one did."""
         now = self._clock.now()
-        model, dims, fp = self._embedder.model, self._embedder.dimensions, self._embeddings.fingerprint()
+        model, dims, fp = self._embedder.model, self._embedder.dimensions, minute.fingerprint
         companies = await source.companies(model, dims, fp, now)
         # The walk over companies resumes, like the one over seats, where a spent minute stopped:
         # one company's backlog does not take every minute's requests from the others.
-        state = await self._state(source.name, _COMPANIES)
+        state = await self._ledger.state(source.name, _COMPANIES)
         start = state["cursor_seat"] if state else None
         if start is not None:
             companies = [c for c in companies if c >= start] + [c for c in companies if c < start]
         for company in companies:
-            try:
-                await self._run_company(source, company, model, dims, fp, now)
-            except _CompanySpent as spent:
+            stop = await self._run_company(minute, source, company, model, dims, now)
+            if stop is None:
+                continue
+            if stop.company_only:
                 # This company's bytes are spent (its seat cursor is kept); the others go on.
-                self._report.ended_by = self._report.ended_by or spent.why
-            except _EndMinute:
-                await self._set_cursor(source.name, _COMPANIES, company)
-                raise
-        await self._set_cursor(source.name, _COMPANIES, None)
+                minute.report.ended_by = minute.report.ended_by or stop.why
+                continue
+            await self._ledger.set_cursor(source.name, _COMPANIES, company)
+            return stop
+        await self._ledger.set_cursor(source.name, _COMPANIES, None)
+        return None
 
     async def _run_company(
-        self, source: FillSource, company: str, model: str, dims: int | None, fp: str, now: datetime
-    ) -> None:
-        state = await self._state(source.name, company)
+        self, minute: _Minute, source: FillSource, company: str, model: str, dims: int | None, now: datetime
+    ) -> _Ended | None:
+        """Every seat of ``company`` from its cursor; a stop keeps the cursor at the seat it hit."""
+        state = await self._ledger.state(source.name, company)
         cursor = state["cursor_seat"] if state else None
-        seats = await source.seats(company, model, dims, fp, now)
+        seats = await source.seats(company, model, dims, minute.fingerprint, now)
         if cursor is not None:
             seats = [s for s in seats if s >= cursor] + [s for s in seats if s < cursor]
         for seat in seats:
-            try:
-                await self._fill_seat(source, company, seat, model, dims, fp)
-            except _EndMinute:
-                await self._set_cursor(source.name, company, seat)
-                raise
-            self._report.seats_done.append(f"{company}/{seat}")
-        await self._set_cursor(source.name, company, None)
+            stop = await self._fill_seat(minute, source, company, seat, model, dims)
+            if stop is not None:
+                await self._ledger.set_cursor(source.name, company, seat)
+                return stop
+            minute.report.seats_done.append(f"{company}/{seat}")
+        await self._ledger.set_cursor(source.name, company, None)
+        return None
 
     async def _fill_seat(
-        self, source: FillSource, company: str, seat: str, model: str, dims: int | None, fp: str
-    ) -> None:
+        self, minute: _Minute, source: FillSource, company: str, seat: str, model: str, dims: int | None
+    ) -> _Ended | None:
         now = self._clock.now()
         long_bound = self._config.company_bytes_per_minute
         while True:
-            rows = await source.pending(company, seat, model, dims, fp, now, 1000)
+            rows = await source.pending(company, seat, model, dims, minute.fingerprint, now, 1000)
             if not rows:
-                return
+                return None
             work: deque[list[FillRow] | FillRow] = deque()
             batch: list[FillRow] = []
             for row in rows:
@@ -351,47 +406,48 @@ class VectorFill:
             while work:
                 unit = work.popleft()
                 if isinstance(unit, FillRow):
-                    await self._fill_long(source, unit, fp)
+                    stop = await self._fill_long(minute, source, unit)
                 else:
-                    await self._fill_batch(source, unit, fp, work)
+                    stop = await self._fill_batch(minute, source, unit, work)
+                if stop is not None:
+                    return stop
             if len(rows) < 1000:
-                return
+                return None
 
-    def _probe_reserve(self) -> int:
-        """Bytes kept back for the probe word while the minute's first answer is pending: a
-        refusal must always be judgeable in the minute it happens, or a refused row would be sent
-        again every minute without ever being judged."""
-        return len(self._config.probe_word.encode()) if self._first_answer else 0
-
-    async def _send(self, company: str, size: int, *, probe: bool = False) -> None:
-        """Charge one request of ``size`` bytes, or end the minute when a budget is spent."""
+    async def _send(self, minute: _Minute, company: str, size: int, *, probe: bool = False) -> _Ended | None:
+        """Charge one request of ``size`` bytes; the stop when a budget is spent (nothing charged)."""
         now = self._clock.now()
         ended = self._requests.ended(now)
         if ended is not None:  # another fill of this process met the provider's "not now" meanwhile
-            raise _EndMinute(ended)
+            return _Ended(ended)
         # While the first answer is pending, a request is sent only if the probe could follow it.
         # The request budget is the process's (the ledger every fill shares), not this pass's.
-        needed = 1 if probe or not self._first_answer else 2
+        needed = 1 if probe or not minute.first_answer else 2
         if self._requests.available(now, self._config.requests_per_minute) < needed:
-            raise _EndMinute("requests")
+            return _Ended("requests")
         self._requests.take(now, self._config.requests_per_minute)
-        if not await self._spend_bytes(company, size, self._clock.now()):
-            raise _CompanySpent("bytes")
-        self._report.requests += 1
-        self._report.bytes += size
+        limit = self._config.company_bytes_per_minute
+        if not await self._ledger.spend_bytes(company, _window(self._clock.now()), size, limit):
+            return _Ended("bytes", company_only=True)
+        minute.report.requests += 1
+        minute.report.bytes += size
+        return None
 
-    async def _judge_refusal(self, company: str, fp: str) -> None:
-        """A minute's first answer was a refusal: is it the configuration's or the rows'?"""
-        self._first_answer = False
+    async def _judge_refusal(self, minute: _Minute, company: str) -> _Ended | None:
+        """A minute's first answer was a refusal: is it the configuration's (the minute ends) or
+        the rows' (None: go on isolating them)?"""
+        minute.first_answer = False
         word = self._config.probe_word
-        await self._send(company, len(word.encode()), probe=True)
+        stop = await self._send(minute, company, len(word.encode()), probe=True)
+        if stop is not None:
+            return stop
         try:
             await self._embedder.embed_pieces([word])
         except EmbeddingError as err:
             if not err.about_input and err.kind != "configuration":
-                raise _EndMinute(err.kind) from err
+                return _Ended(err.kind)
             until = self._clock.now() + timedelta(seconds=self._config.hold_back_seconds)
-            await self._pause(until, fp)
+            await self._ledger.pause(until, minute.fingerprint)
             await self._events.emit(
                 "memory_fill_configuration_refused",
                 company=company,
@@ -400,35 +456,38 @@ class VectorFill:
                 paused_until=until.isoformat(),
             )
             _log.warning("embeddings configuration refused (%s); fill paused until %s", err, until)
-            raise _EndMinute("configuration_refused") from err
+            return _Ended("configuration_refused")
+        return None
 
     async def _fill_batch(
-        self, source: FillSource, rows: list[FillRow], fp: str, work: deque[list[FillRow] | FillRow]
-    ) -> None:
+        self, minute: _Minute, source: FillSource, rows: list[FillRow], work: deque[list[FillRow] | FillRow]
+    ) -> _Ended | None:
         company = rows[0].company
         # A batch is bounded by the bytes the minute has left, not only by its count: the rest goes
         # in the next request (or the next minute), so a batch can never be too big to send at all.
-        left = await self._bytes_left(company) - self._probe_reserve()
+        left = await self._bytes_left(company) - minute.probe_reserve(self._config.probe_word)
         fits, used = 0, 0
         while fits < len(rows) and used + rows[fits].size <= left:
             used += rows[fits].size
             fits += 1
         if fits == 0:
-            raise _CompanySpent("bytes")
+            return _Ended("bytes", company_only=True)
         if fits < len(rows):
             work.appendleft(rows[fits:])
             rows = rows[:fits]
-        await self._send(company, sum(r.size for r in rows))
+        stop = await self._send(minute, company, sum(r.size for r in rows))
+        if stop is not None:
+            return stop
         try:
             vectors = await self._embedder.embed([r.text for r in rows])
         except EmbeddingError as err:
             if not err.about_input:
-                raise _EndMinute(err.kind) from err
-            if self._first_answer:
-                await self._judge_refusal(company, fp)
+                return _Ended(err.kind)
+            if minute.first_answer and (stop := await self._judge_refusal(minute, company)) is not None:
+                return stop
             if len(rows) == 1:
-                await self._hold(source, rows[0], fp, alone=True)
-                self._report.refused_held += 1
+                await self._hold(source, rows[0], minute.fingerprint, alone=True)
+                minute.report.refused_held += 1
                 await self._events.emit(
                     "memory_fill_input_refused",
                     company=company,
@@ -441,20 +500,21 @@ class VectorFill:
                 half = len(rows) // 2
                 work.appendleft(rows[half:])
                 work.appendleft(rows[:half])
-            return
-        self._first_answer = False
+            return None
+        minute.first_answer = False
         for row, vec in zip(rows, vectors, strict=True):
             if vec is None:
-                await self._unusable(source, row, fp)
+                await self._unusable(minute, source, row)
             else:
                 await source.store_vector(row, vec)
-                self._report.filled += 1
+                minute.report.filled += 1
+        return None
 
-    async def _unusable(self, source: FillSource, row: FillRow, fp: str) -> None:
+    async def _unusable(self, minute: _Minute, source: FillSource, row: FillRow) -> None:
         # Held, not stored: stored, it reads as a row that has a vector; forgotten, it is sent
         # again every minute for ever. Offered again with its neighbours after the hour.
-        await self._hold(source, row, fp, alone=False)
-        self._report.unusable_held += 1
+        await self._hold(source, row, minute.fingerprint, alone=False)
+        minute.report.unusable_held += 1
         await self._events.emit(
             "memory_fill_vector_unusable",
             company=row.company,
@@ -470,46 +530,11 @@ class VectorFill:
 
     # ------------------------------------------------------------------ long rows
 
-    async def _kept_pieces(self, source: str, row: FillRow, fp: str, digest: str) -> list[np.ndarray]:
-        rows = await self._db.fetch(
-            """SELECT piece, vector FROM fill_pieces
-               WHERE source = $1 AND row_id = $2 AND fingerprint = $3 AND text_sha256 = $4 ORDER BY piece""",
-            source,
-            row.id,
-            fp,
-            digest,
-        )
-        kept: list[np.ndarray] = []
-        for r in rows:
-            if r["piece"] != len(kept):
-                break
-            kept.append(as_array(r["vector"]))
-        return kept
-
-    async def _keep_pieces(
-        self, source: str, row: FillRow, fp: str, digest: str, start: int, vectors: list[np.ndarray]
-    ) -> None:
-        async with self._db.acquire() as conn, conn.transaction():
-            await conn.execute(
-                """DELETE FROM fill_pieces
-                   WHERE source = $1 AND row_id = $2 AND (fingerprint <> $3 OR text_sha256 <> $4)""",
-                source,
-                row.id,
-                fp,
-                digest,
-            )
-            await conn.executemany(
-                """INSERT INTO fill_pieces (source, row_id, fingerprint, text_sha256, piece, vector)
-                   VALUES ($1, $2, $3, $4, $5, $6)
-                   ON CONFLICT (source, row_id, piece) DO UPDATE SET vector = EXCLUDED.vector,
-                       fingerprint = EXCLUDED.fingerprint, text_sha256 = EXCLUDED.text_sha256""",
-                [(source, row.id, fp, digest, start + i, v.astype(np.float32)) for i, v in enumerate(vectors)],
-            )
-
-    async def _fill_long(self, source: FillSource, row: FillRow, fp: str) -> None:
+    async def _fill_long(self, minute: _Minute, source: FillSource, row: FillRow) -> _Ended | None:
+        fp = minute.fingerprint
         pieces = await self._embedder.split_async(row.text) or [row.text]
         digest = hashlib.sha256(row.text.encode()).hexdigest()
-        kept = await self._kept_pieces(source.name, row, fp, digest)
+        kept = await self._ledger.kept_pieces(source.name, row.id, fp, digest)
         # Once a chunk of this row was refused its pieces go one per request, remembered on the
         # row: a minute whose bytes the refused chunk spent must not start it over.
         cap = 1 if row.alone else self._config.batch_size
@@ -518,23 +543,25 @@ class VectorFill:
             chunk = pieces[start : start + cap]
             # As many pieces as the minute's bytes still allow (at least one: if even that does not
             # fit, the send below ends the minute and the next one resumes here).
-            left = await self._bytes_left(row.company) - self._probe_reserve()
+            left = await self._bytes_left(row.company) - minute.probe_reserve(self._config.probe_word)
             while len(chunk) > 1 and sum(len(p.encode()) for p in chunk) > left:
                 chunk = chunk[:-1]
-            await self._send(row.company, sum(len(p.encode()) for p in chunk))
+            stop = await self._send(minute, row.company, sum(len(p.encode()) for p in chunk))
+            if stop is not None:
+                return stop
             try:
                 vectors = await self._embedder.embed_pieces(chunk)
             except EmbeddingError as err:
                 if not err.about_input:
-                    raise _EndMinute(err.kind) from err
-                if self._first_answer:
-                    await self._judge_refusal(row.company, fp)  # ends the minute if the config is at fault
+                    return _Ended(err.kind)
+                if minute.first_answer and (stop := await self._judge_refusal(minute, row.company)) is not None:
+                    return stop  # the configuration is at fault
                 if len(chunk) > 1:
                     cap = 1
                     await source.hold(row, self._clock.now(), fp, True)  # alone from now on, not held
                     continue
                 await self._hold(source, row, fp, alone=True)
-                self._report.refused_held += 1
+                minute.report.refused_held += 1
                 await self._events.emit(
                     "memory_fill_input_refused",
                     company=row.company,
@@ -544,17 +571,17 @@ class VectorFill:
                     piece=start,
                     bytes=len(chunk[0].encode()),
                 )
-                return
-            self._first_answer = False
+                return None
+            minute.first_answer = False
             good = []
             for vec in vectors:
                 if not usable(vec):
                     break
                 good.append(vec)
             if good:
-                await self._keep_pieces(source.name, row, fp, digest, start, good)
+                await self._ledger.keep_pieces(source.name, row.id, fp, digest, start, good)
                 kept.extend(good)
-                self._report.continued += 1
+                minute.report.continued += 1
                 await self._events.emit(
                     "memory_fill_input_continued",
                     company=row.company,
@@ -565,15 +592,16 @@ class VectorFill:
                     pieces_total=len(pieces),
                 )
             if len(good) < len(vectors):
-                await self._unusable(source, row, fp)
-                return
+                await self._unusable(minute, source, row)
+                return None
         pooled = pool(kept, [len(p) for p in pieces])
         if pooled is None:
-            await self._unusable(source, row, fp)
-            return
+            await self._unusable(minute, source, row)
+            return None
         await source.store_vector(row, Vector(pooled, self._embedder.model))
-        await self._db.execute("DELETE FROM fill_pieces WHERE source = $1 AND row_id = $2", source.name, row.id)
-        self._report.filled += 1
+        await self._ledger.drop_pieces(source.name, row.id)
+        minute.report.filled += 1
+        return None
 
 
 def build_fill(infra: Infra, sources: Sequence[FillSource]) -> VectorFill | None:

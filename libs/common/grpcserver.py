@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import asyncpg
 import grpc
@@ -55,6 +55,23 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+MethodHandler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # a string: not subscriptable at runtime
+Continuation: TypeAlias = Callable[[grpc.HandlerCallDetails], Awaitable["MethodHandler | None"]]
+AioUnary: TypeAlias = Callable[[Any, ServicerContext], Awaitable[Any]]
+AioUnaryStream: TypeAlias = Callable[[Any, ServicerContext], AsyncIterator[Any]]
+
+
+def aio_unary(handler: MethodHandler) -> AioUnary | None:
+    """A handler's unary behaviour as a grpc.aio server holds it: a coroutine function taking the
+    aio context. grpc-stubs types ``unary_unary`` as the sync server's (a plain function); every
+    server here is asyncio, so this one cast says so once."""
+    return cast("AioUnary | None", handler.unary_unary)
+
+
+def aio_unary_stream(handler: MethodHandler) -> AioUnaryStream | None:
+    """A handler's server-streaming behaviour on a grpc.aio server: an async generator function."""
+    return cast("AioUnaryStream | None", handler.unary_stream)
 
 
 @dataclass(frozen=True)
@@ -198,13 +215,13 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler | None:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+        inner = None if handler is None else aio_unary(handler)
+        if handler is None or inner is None:
             return handler
-        inner = handler.unary_unary
         method = handler_call_details.method
         domain = _domain(method)
 
@@ -294,14 +311,14 @@ class LoadShedder(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or handler.unary_unary is None or method.startswith(_NEVER_SHED):
+        inner = None if handler is None else aio_unary(handler)
+        if handler is None or inner is None or method.startswith(_NEVER_SHED):
             return handler
-        inner = handler.unary_unary
         domain = _domain(method)
 
         async def admitted(request: Any, context: ServicerContext) -> Any:
@@ -329,12 +346,12 @@ class Health(HealthServicer):
     """The stock async health servicer, plus ``List`` (every service's status), which the stock one
     leaves unimplemented (a caller saw INTERNAL NotImplementedError)."""
 
-    async def List(self, request: health_pb2.HealthListRequest, context: ServicerContext) -> Any:
-        return health_pb2.HealthListResponse(
-            statuses={
-                name: health_pb2.HealthCheckResponse(status=status) for name, status in self._server_status.items()
-            }
-        )
+    async def List(self, request: Any, context: ServicerContext) -> Any:
+        # types-grpcio-health-checking predates List: its messages and the servicer's status map
+        # exist at runtime (grpcio-health-checking 1.85) but not in the stubs.
+        statuses: dict[str, Any] = self._server_status  # type: ignore[attr-defined]  # stock servicer's map, untyped
+        response = health_pb2.HealthListResponse  # type: ignore[attr-defined]  # in the runtime module, not the stub
+        return response(statuses={name: health_pb2.HealthCheckResponse(status=s) for name, s in statuses.items()})
 
 
 _UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -352,9 +369,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or method.startswith(_UNAUTHENTICATED_PREFIXES):
@@ -378,8 +395,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 if principal.token_id:
                     span.set_attribute("agentlearn.token_id", principal.token_id)
 
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
+        inner = aio_unary(handler)
+        if inner is not None:
 
             async def unary(request: Any, context: ServicerContext) -> Any:
                 await admit(request, context)
@@ -390,8 +407,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        if handler.unary_stream is not None:
-            inner_stream = handler.unary_stream
+        inner_stream = aio_unary_stream(handler)
+        if inner_stream is not None:
 
             async def stream(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
                 await admit(request, context)
@@ -438,8 +455,9 @@ def _rpc_labels(method: str) -> dict[str, str]:
 
 
 def _record_rpc(labels: dict[str, str], context: ServicerContext, started: float) -> None:
-    code = context.code()
-    if isinstance(code, int):  # aio contexts report a raw status number
+    # aio contexts report a raw status number (the stubs say StatusCode, the sync server's type)
+    code: grpc.StatusCode | int | None = context.code()
+    if isinstance(code, int):
         code = next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
     status = code.name if code is not None else "OK"
     RPC_DURATION.record((time.perf_counter() - started) * 1000, {**labels, "rpc.grpc.status_code": status})
@@ -479,21 +497,22 @@ class CallTracker(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler | None:
         self._enter()
         try:
             handler = await continuation(handler_call_details)
         except BaseException:
             self._exit()
             raise
-        if handler is None or (handler.unary_unary is None and handler.unary_stream is None):
+        inner = None if handler is None else aio_unary(handler)
+        inner_stream = None if handler is None else aio_unary_stream(handler)
+        if handler is None or (inner is None and inner_stream is None):
             self._exit()
             return handler
         labels = _rpc_labels(handler_call_details.method)
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
+        if inner is not None:
 
             async def unary(request: Any, context: ServicerContext) -> Any:
                 started = time.perf_counter()
@@ -508,7 +527,7 @@ class CallTracker(grpc.aio.ServerInterceptor):
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        inner_stream = handler.unary_stream
+        assert inner_stream is not None  # one of the two, checked above
 
         async def stream(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
             started = time.perf_counter()
@@ -656,13 +675,13 @@ class _HandlerCollector:
     method handlers (by name; a generic handler is asked per method)."""
 
     def __init__(self) -> None:
-        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self.handlers: dict[str, MethodHandler] = {}
         self.generic: list[Any] = []
 
     def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
         self.generic.extend(handlers)
 
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, MethodHandler]) -> None:
         for name, handler in handlers.items():
             self.handlers[f"/{service}/{name}"] = handler
 
@@ -692,14 +711,14 @@ class LocalContext:
     """The servicer context of a call served in-process: its metadata, its deadline, and the
     aborts that end it with a status (what our handlers and interceptors read of a context)."""
 
-    def __init__(self, metadata: Sequence[tuple[str, str]], deadline: float | None):
+    def __init__(self, metadata: Sequence[tuple[str, str | bytes]], deadline: float | None):
         self._metadata = tuple(metadata)
         self._deadline = deadline
         self._code: grpc.StatusCode | None = None
         self._details: str | None = None
         self._trailing: tuple[tuple[str, str | bytes], ...] = ()
 
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         return self._metadata
 
     def auth_context(self) -> dict[str, list[bytes]]:
@@ -770,12 +789,12 @@ class LocalServer:
     serialisation, HTTP/2 or a client/server span pair. ``rpc.server.duration`` records it with
     ``network.transport=inproc``; the server's CallTracker (wire calls) never sees it."""
 
-    handlers: dict[str, grpc.RpcMethodHandler]
+    handlers: dict[str, MethodHandler]
     generic: list[Any]
     authenticator: Authenticator
     shedder: LoadShedder | None
 
-    def handler(self, method: str) -> grpc.RpcMethodHandler | None:
+    def handler(self, method: str) -> MethodHandler | None:
         handler = self.handlers.get(method)
         if handler is None:
             for generic in self.generic:
@@ -785,10 +804,13 @@ class LocalServer:
                     break
         return handler
 
-    async def call(self, method: str, request: Any, metadata: Sequence[tuple[str, str]], deadline: float | None) -> Any:
+    async def call(
+        self, method: str, request: Any, metadata: Sequence[tuple[str, str | bytes]], deadline: float | None
+    ) -> Any:
         """The response, or the AioRpcError a wire call would raise."""
         handler = self.handler(method)
-        if handler is None or handler.unary_unary is None:
+        inner = None if handler is None else aio_unary(handler)
+        if inner is None:
             raise rpc_error(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!"))
         labels = _rpc_labels(method)
         domain = _domain(method)
@@ -819,7 +841,8 @@ class LocalServer:
                     shed_company = company
                 _label_span(request)
                 check_request(request, domain=domain)
-                return await handler.unary_unary(request, LocalContext(metadata, deadline))
+                # LocalContext is the part of a servicer context our handlers and interceptors use.
+                return await inner(request, cast(ServicerContext, LocalContext(metadata, deadline)))
             except _LocalAbort as abort:
                 status = abort.status
             except asyncio.CancelledError:
@@ -850,7 +873,8 @@ def _register_local(bound: BoundServer, registrations: Sequence[Registration]) -
     """Make the started server's services callable in-process on its ports until it stops."""
     collector = _HandlerCollector()
     for reg in registrations:
-        reg.add(reg.servicer, collector)
+        # The collector is the part of a server an add_*Servicer_to_server calls.
+        reg.add(reg.servicer, cast(grpc.aio.Server, collector))
     local = LocalServer(
         collector.handlers,
         collector.generic,

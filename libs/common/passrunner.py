@@ -18,7 +18,7 @@ from typing import Any
 
 from libs.common.leases import LeaseClaimer
 
-__all__ = ["LEASE_LOST", "PassSpec", "holder_identity", "run_pass", "tick_forever"]
+__all__ = ["LEASE_LOST", "PassSpec", "holder_identity", "log_failure", "run_pass", "tick_forever"]
 
 LEASE_LOST = "lease_lost"
 """``run_pass``'s result when the pass started and stopped partway: its lease could not be renewed."""
@@ -34,6 +34,13 @@ class PassSpec:
     interval_seconds: float
     """The all-in-one's cadence; a CronJob schedule in Kubernetes."""
     enabled: bool = True
+
+
+def log_failure(task: asyncio.Task[Any]) -> None:
+    """A done-callback for a long-lived task: an exception that ended it is logged when it ends,
+    not when (or if) someone gathers it at shutdown with ``return_exceptions=True``."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        _log.error("background task %s stopped", task.get_name(), exc_info=exc)
 
 
 def holder_identity() -> str:
@@ -53,6 +60,7 @@ async def run_pass(spec: PassSpec, leases: LeaseClaimer, holder: str, ttl_second
         return False, None
     work = asyncio.create_task(spec.run(), name=f"pass {spec.name}")
     keeper = asyncio.create_task(_keep_lease(spec.name, leases, holder, ttl_seconds, work))
+    keeper.add_done_callback(log_failure)  # a renewal that raised is logged, not lost
     try:
         result = await work
     except asyncio.CancelledError:

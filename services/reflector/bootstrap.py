@@ -21,6 +21,7 @@ from services.reflector.store import PostgresReflectionStore
 from services.reflector.workers import persist_decider, profiler, refiner, synthesizer
 from services.reflector.workers.base import Worker, WorkerContext
 from services.reflector.workers.episodist import Episodist
+from services.reflector.workers.ports import grpc_ports
 from services.reflector.workers.skill_use import SkillUse
 
 NAME = "reflector"
@@ -53,12 +54,14 @@ def component(infra: Infra) -> Component:
         module.register(infra.rules)
     queue = JobQueue(infra.pool)
     store = PostgresReflectionStore(infra.pool)
+    clients = Clients(infra.channels, infra.settings.learning.reflection.rpc_timeout_seconds)
     ctx = WorkerContext(
         settings=infra.settings,
         aux=infra.aux,
-        clients=Clients(infra.channels, infra.settings.learning.reflection.rpc_timeout_seconds),
+        clients=clients,
         events=infra.events,
         clock=infra.clock,
+        ports=grpc_ports(clients),
     )
     harness = Harness(
         infra.settings, queue, store, build_workers(infra), ctx, infra.budget, infra.events, holder_identity()

@@ -20,7 +20,7 @@ from libs.common.db import COMMON_MIGRATIONS, migrate
 from libs.common.embedded_pg import EmbeddedPostgresFailed
 from libs.common.grpcserver import BindError, bind_server, create_server, drain, start_server
 from libs.common.infra import Infra, SchemaBehind, open_infra, resolve_dsn
-from libs.common.passrunner import LEASE_LOST, holder_identity, run_pass, tick_forever
+from libs.common.passrunner import LEASE_LOST, holder_identity, log_failure, run_pass, tick_forever
 from services.runner import security
 from services.runner.registry import PASSES, SERVICES, embedder_mode, migrations_of
 
@@ -271,6 +271,8 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
             if p.enabled and settings.run_passes_in_process
         ]
         tasks += [asyncio.create_task(bg(), name=f"{c.name}-background") for c in components for bg in c.background]
+        for task in tasks:
+            task.add_done_callback(log_failure)
         _settled()
         if ready_line:
             auth = (
@@ -471,6 +473,8 @@ async def pass_worker(settings: Settings, names: list[str]) -> int:
             for n in names
             if specs[n].enabled
         ]
+        for task in tasks:
+            task.add_done_callback(log_failure)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -64,7 +64,7 @@ def component(infra: Infra) -> Component:
             Registration(
                 SERVICE_NAME,
                 session_service_pb2_grpc.add_SessionServiceServicer_to_server,
-                SessionServicer(sessions.service),
+                SessionServicer(sessions.service, infra.pool),
             )
         ],
         service=sessions,

@@ -1,8 +1,9 @@
 """Session use cases: record events, save plan revisions, queue checks (the triggers), and read the
 receipts and the away digest.
 
-Dependencies arrive as arguments (store, queue, settings, clock, events); the servicer and the
-HTTP routes only translate to these calls and back. The checks themselves run in ``worker``.
+Dependencies arrive as arguments (store, queue, settings, clock, events), the store and the queue
+as ports (``services.sessions.ports``); the servicer and the HTTP routes only translate to these
+calls and back. The checks themselves run in ``worker``.
 
 Ownership: a session belongs to the user of its first append. Every call naming a session checks
 that its user is the owner before anything else is read, and answers a stranger exactly as it
@@ -24,7 +25,6 @@ from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from libs.common.events import EventSink
-from libs.common.jobs import JobQueue
 from libs.common.validation import (
     decode_time_cursor,
     encode_time_cursor,
@@ -51,7 +51,7 @@ from services.sessions.domain import (
     plan_trigger,
     substantial,
 )
-from services.sessions.store import PostgresSessionStore, SessionTx
+from services.sessions.ports import CheckQueue, SessionStore, SessionTx
 
 __all__ = ["AppendResult", "PlanResult", "SessionService", "not_found"]
 
@@ -95,8 +95,8 @@ class Digest:
 class SessionService:
     def __init__(
         self,
-        store: PostgresSessionStore,
-        queue: JobQueue,
+        store: SessionStore,
+        queue: CheckQueue,
         settings: Settings,
         clock: Clock,
         events: EventSink,

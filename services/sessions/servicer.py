@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC
 
+import asyncpg
+
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
 from libs.common.erasure import report_to_proto as erasure_report
@@ -186,8 +188,9 @@ def _step(i: int, s: pb.PlanStep) -> PlanStep:
 
 
 class SessionServicer(pb_grpc.SessionServiceServicer):
-    def __init__(self, service: SessionService):
+    def __init__(self, service: SessionService, pool: asyncpg.Pool):
         self._service = service
+        self._pool = pool  # erasure reads and deletes the service's tables directly
 
     async def AppendSessionEvents(
         self, request: pb.AppendSessionEventsRequest, context: ServicerContext
@@ -282,7 +285,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
+        report = await _erasure.erase(self._pool, target, self._service.clock.now())
         return pb.EraseRowsResponse(report=erasure_report(report))
 
     async def GetLessonProvenance(
@@ -293,4 +296,4 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
         target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
+        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._pool, target)))

@@ -27,6 +27,7 @@ from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.events import EventSink
 from services.reflector.domain import Turn, WorkerOutcome
+from services.reflector.workers.ports import WorkerPorts
 
 __all__ = [
     "EpisodePending",
@@ -51,6 +52,9 @@ class WorkerContext:
     clients: Clients
     events: EventSink
     clock: Clock
+    ports: WorkerPorts
+    """The calls the workers make on other services (``clients`` stays for the profiler until it
+    moves onto ``ports.profiles``)."""
     first_pass: bool = False
     """Set by the harness for a turn's first pass (no earlier pass started, so nothing of this turn
     was written before): a worker may skip looking for its own earlier write. False, the safe

@@ -4,19 +4,21 @@ second execution is collapsed into the first's row)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from libs.common.outcomes import TurnOutcome, to_proto
 from libs.common.protoconv import timestamp
 from services.reflector.domain import Outcome, Turn, WorkerOutcome, WorkerStatus
 from services.reflector.workers.base import WorkerContext
 
 __all__ = ["Episodist"]
 
-_OUTCOME = {
-    Outcome.DONE: ep_pb.TURN_OUTCOME_DONE,
-    Outcome.FAILED: ep_pb.TURN_OUTCOME_FAILED,
-    Outcome.SELF_ITERATE: ep_pb.TURN_OUTCOME_SELF_ITERATE,
-    Outcome.SKIPPED: ep_pb.TURN_OUTCOME_SKIPPED,
-}
+
+def _outcome(outcome: Outcome) -> ep_pb.TurnOutcome:
+    """The reflector's outcome as the episodes' enum, through the one table (libs.common.outcomes),
+    whose numbers are that enum's."""
+    return cast("ep_pb.TurnOutcome", to_proto("episodes", TurnOutcome(outcome.value)))
 
 
 def _label(turn: Turn) -> str:
@@ -48,7 +50,7 @@ class Episodist:
             label=_label(turn),
             ask=turn.asked,
             what_it_did=turn.what_it_did,
-            outcome=_OUTCOME[turn.outcome],
+            outcome=_outcome(turn.outcome),
             review_outcome=turn.review_outcome,
             tool_sequence=list(turn.tool_sequence),
             tools_called=list(turn.tools_called),
@@ -60,7 +62,7 @@ class Episodist:
             role=turn.role,
             work_key=turn.work_key,
         )
-        resp = await ctx.clients.episodes.RecordEpisode(request, timeout=ctx.clients.timeout)
+        resp = await ctx.ports.episodes.record_episode(request)
         if resp.collapsed:
             # A redelivered trigger: its work already has a row (the first run's); this run is
             # filed under it rather than counted as a second turn.

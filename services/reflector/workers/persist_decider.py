@@ -52,7 +52,7 @@ class PersistDecider:
         return None
 
     async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
-        recent = await ctx.clients.diary.RecallNotes(
+        recent = await ctx.ports.diary.recall_notes(
             diary_pb.RecallNotesRequest(
                 company=turn.company,
                 seat=turn.seat,
@@ -60,7 +60,6 @@ class PersistDecider:
                 lexical_limit=0,
                 recency_limit=ctx.settings.learning.reflection.recent_notes_shown,
             ),
-            timeout=ctx.clients.timeout,
         )
         notes = [c.note.content for c in recent.candidates]
         said = (turn.end_time or ctx.clock.now()).date().isoformat()
@@ -121,7 +120,7 @@ class PersistDecider:
                 )
                 await self._completed(turn, ctx, tier, None, False)
                 return out
-            resp = await ctx.clients.diary.WriteNote(
+            resp = await ctx.ports.diary.write_note(
                 diary_pb.WriteNoteRequest(
                     company=turn.company,
                     seat=turn.seat,
@@ -133,7 +132,6 @@ class PersistDecider:
                     request_id=turn.write_key(self.name),
                     provenance=provenance_of(turn, self.name, completion.model, _PROMPT_VERSION),
                 ),
-                timeout=ctx.clients.timeout,
             )
             if resp.note.HasField("expire_time"):
                 ttl_until = resp.note.expire_time.ToDatetime().isoformat()

@@ -60,11 +60,10 @@ class Refiner:
         wanted = {s.id for s in turn.offered_skills}
         live, token = [], ""
         while True:
-            page = await ctx.clients.skills.ListSkills(
+            page = await ctx.ports.skills.list_skills(
                 sk_pb.ListSkillsRequest(
                     company=turn.company, seat=turn.seat, page_size=200, page_token=token, view=sk_pb.SKILL_VIEW_FULL
                 ),
-                timeout=ctx.clients.timeout,
             )
             live += [s for s in page.skills if s.id in wanted]
             token = page.next_page_token
@@ -104,7 +103,7 @@ class Refiner:
         kind = (
             sk_pb.OBSERVATION_KIND_OBSERVED if turn.outcome is Outcome.DONE else sk_pb.OBSERVATION_KIND_COUNTER_EXAMPLE
         )
-        resp = await ctx.clients.skills.AppendSkillObservation(
+        resp = await ctx.ports.skills.append_observation(
             sk_pb.AppendSkillObservationRequest(
                 company=turn.company,
                 seat=turn.seat,
@@ -114,7 +113,6 @@ class Refiner:
                 turn_id=turn.turn_id,
                 request_id=f"{turn.turn_id}:{self.name}",
             ),
-            timeout=ctx.clients.timeout,
         )
         if resp.skipped:
             reason = sk_pb.ObservationSkipReason.Name(resp.skip_reason)

@@ -18,7 +18,7 @@ class SkillUse:
     async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
         from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 
-        resp = await ctx.clients.skills.MarkSkillsUsed(
+        resp = await ctx.ports.skills.mark_used(
             sk_pb.MarkSkillsUsedRequest(
                 company=turn.company,
                 seat=turn.seat,
@@ -26,7 +26,6 @@ class SkillUse:
                 turn_id=turn.turn_id,
                 request_id=f"{turn.turn_id}:{self.name}",
             ),
-            timeout=ctx.clients.timeout,
         )
         if resp.marked_count == 0:
             return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail="no offered skill is live any more")

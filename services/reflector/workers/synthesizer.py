@@ -61,9 +61,8 @@ class Synthesizer:
         return None
 
     async def run(self, turn: Turn, ctx: WorkerContext) -> WorkerOutcome:
-        check = await ctx.clients.skills.CheckSkillCandidate(
+        check = await ctx.ports.skills.check_candidate(
             sk_pb.CheckSkillCandidateRequest(company=turn.company, seat=turn.seat, tool_set=sorted(turn.tool_set)),
-            timeout=ctx.clients.timeout,
         )
         if check.gate != sk_pb.CANDIDATE_GATE_OPEN:
             if check.HasField("duplicate") and not ctx.first_pass:
@@ -95,7 +94,7 @@ class Synthesizer:
         if missing:
             return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail=f"draft dropped: no {', '.join(missing)}")
         try:
-            resp = await ctx.clients.skills.CreateSkill(
+            resp = await ctx.ports.skills.create_skill(
                 sk_pb.CreateSkillRequest(
                     company=turn.company,
                     seat=turn.seat,
@@ -107,7 +106,6 @@ class Synthesizer:
                     cluster_size=1,
                     source_turn_ids=[turn.turn_id],
                 ),
-                timeout=ctx.clients.timeout,
             )
         except grpc.aio.AioRpcError as err:
             if err.code() != grpc.StatusCode.ALREADY_EXISTS:
@@ -124,11 +122,10 @@ class Synthesizer:
         and no pass offers it as evidence again. The episodist runs first; if it has not recorded
         the episode yet (it failed for a passing reason this attempt), this worker is retried with
         it rather than finish with the source unstamped for good."""
-        resp = await ctx.clients.episodes.MarkEpisodesConsolidated(
+        resp = await ctx.ports.episodes.mark_consolidated(
             ep_pb.MarkEpisodesConsolidatedRequest(
                 company=turn.company, seat=turn.seat, turn_ids=[turn.turn_id], skill_id=skill_id
             ),
-            timeout=ctx.clients.timeout,
         )
         written = [f"skill:{skill_id} {name}"]
         if resp.marked_count:
@@ -142,9 +139,8 @@ class Synthesizer:
     ) -> tuple[str, str] | None:
         """(id, name) of the named skill when this turn drafted it, else None."""
         try:
-            got = await ctx.clients.skills.GetSkill(
+            got = await ctx.ports.skills.get_skill(
                 sk_pb.GetSkillRequest(company=turn.company, seat=turn.seat, skill_id=skill_id, skill_name=skill_name),
-                timeout=ctx.clients.timeout,
             )
         except grpc.aio.AioRpcError:
             return None

@@ -1,0 +1,44 @@
+"""The episodist on a fake episodes port: one row per turn, a redelivered run of the same work
+collapsed into the first's row, the label freed of the run id."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from services.reflector.domain import Outcome, WorkerStatus
+from services.reflector.workers.episodist import Episodist
+from tests.unit.fakes.reflector import make_turn, worker_harness
+
+
+async def test_a_turn_is_recorded_once_with_its_outcome_and_a_label_without_the_run_id() -> None:
+    turn = make_turn(said="deploy it", outcome=Outcome.FAILED, tools=("git", "ci"), label="cron run-1 nightly")
+    h = worker_harness(turn.end_time)
+    out = await Episodist().run(turn, h.ctx)
+    [request] = h.episodes.calls
+    assert isinstance(request, ep_pb.RecordEpisodeRequest)
+    assert request.outcome == ep_pb.TURN_OUTCOME_FAILED
+    assert request.label == "cron nightly"
+    assert list(request.tools_called) == ["git", "ci"]
+    assert request.subjects == ["bob"]
+    assert out.status is WorkerStatus.WROTE and out.detail == "recorded"
+    assert out.written == [f"episode:{h.episodes.episodes['run-1'].id}"]
+    again = await Episodist().run(turn, h.ctx)  # a redone reflection of the same run
+    assert again.detail == "already recorded" and len(h.episodes.episodes) == 1
+
+
+async def test_a_second_run_of_the_same_work_is_collapsed_into_the_first() -> None:
+    first = make_turn(said="fix ticket 9", work_key="ticket-9", turn_id="run-1")
+    h = worker_harness(first.end_time)
+    await Episodist().run(first, h.ctx)
+    second = dataclasses.replace(first, turn_id="run-2")
+    out = await Episodist().run(second, h.ctx)
+    assert out.status is WorkerStatus.NOTHING
+    assert "collapsed" in out.detail and "run-1" in out.detail
+    assert list(h.episodes.episodes) == ["run-1"]
+
+
+def test_a_turn_without_times_has_no_episode() -> None:
+    turn = dataclasses.replace(make_turn(said="x"), start_time=None)
+    assert Episodist().gate(turn) == "no_times"
+    assert Episodist().gate(make_turn(said="x")) is None
