@@ -296,6 +296,7 @@ async def test_a_procedure_turn_drafts_a_single_turn_skill(env_for, clock):
                 tools=FIVE_TOOLS,
                 ask="Fix the flaky checkout test",
                 what_it_did="Opened PR 42 with the fix.",
+                messages=[message("carla", "Please fix the flaky checkout test.")],
             )
         )
         w = env.worker(r, "synthesizer")
@@ -304,6 +305,14 @@ async def test_a_procedure_turn_drafts_a_single_turn_skill(env_for, clock):
             await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana", view=sk_pb.SKILL_VIEW_FULL))
         ).skills
         assert skill.trigger == sk_pb.SKILL_TRIGGER_SINGLE and list(skill.source_turn_ids) == ["run-1"]
+        # Issue 17: the draft names its turn, the person whose messages it rests on, model and prompt.
+        prov = (
+            await env.skills.GetSkillProvenance(
+                sk_pb.GetSkillProvenanceRequest(company="acme", seat="ana", skill_id=skill.id)
+            )
+        ).provenance
+        assert list(prov.turn_ids) == ["run-1"] and [s.handle for s in prov.subjects] == ["carla"]
+        assert prov.model and prov.prompt_version and prov.writer == "synthesizer"
         assert list(skill.tool_sequence) == FIVE_TOOLS  # the run that happened
         [event] = await read_events(env.app.infra.pool, "skill_synthesized")
         assert event["turn_id"] == "run-1"
@@ -478,6 +487,7 @@ async def test_the_refiner_appends_a_counter_example_after_a_failure(env_for, cl
                 offered=[(s.id, s.name)],
                 label="Deploy request",
                 what_it_did="Deploy failed: registry quota exceeded.",
+                messages=[message("dave", "Deploy the release please.")],
             )
         )
         assert env.worker(r, "refiner").status == pb.WORKER_STATUS_WROTE
@@ -486,6 +496,15 @@ async def test_the_refiner_appends_a_counter_example_after_a_failure(env_for, cl
         assert got.body.endswith(
             "## What practice added\n\n- Counter-example: Deploy request: Deploy failed: registry quota exceeded.\n"
         )
+        # Issue 17: the bullet names its turn, the person, the model and prompt that wrote it.
+        [bullet] = (
+            await env.skills.GetSkillProvenance(
+                sk_pb.GetSkillProvenanceRequest(company="acme", seat="ana", skill_id=s.id)
+            )
+        ).bullets
+        assert bullet.version == 2 and list(bullet.provenance.turn_ids) == ["run-1"]
+        assert [x.handle for x in bullet.provenance.subjects] == ["dave"]
+        assert bullet.provenance.model and bullet.provenance.prompt_version and bullet.provenance.writer == "refiner"
 
 
 async def test_noop_is_the_ordinary_answer_and_writes_nothing(env_for, clock):

@@ -110,6 +110,10 @@ class SessionStore(Protocol):
         """The owner's checks finished since ``since``, newest first."""
         ...
 
+    async def lesson_by_page(self, company: str, page_id: str) -> tuple[str, str, Any] | None:
+        """(workspace, title, kept sources) of the workspace lesson filed as the page (issue 17)."""
+        ...
+
     async def away_counts(self, company: str, owner: str, since: datetime) -> dict[str, int]:
         """Finished checks since ``since`` by state."""
         ...

@@ -64,6 +64,7 @@ from services.sessions.domain import (
     OutputKind,
     PartialFailure,
 )
+from services.sessions.ports import SessionStore
 from services.sessions.review import FactCandidate, LessonCandidate, SkillCandidate
 from services.sessions.store import PostgresSessionStore
 
@@ -522,7 +523,7 @@ def _source_to_pb(source: dict[str, Any]) -> provenance_pb2.Provenance:
 
 
 async def lesson_provenance(
-    store: PostgresSessionStore, company: str, page_id: str
+    store: SessionStore, company: str, page_id: str
 ) -> tuple[str, str, list[provenance_pb2.Provenance]]:
     """(workspace, title, sources) of the workspace lesson filed as the page: every session, check
     and events that taught it, oldest first. A page no check of the company wrote is NOT_FOUND."""

@@ -25,6 +25,7 @@ from services.reflector.workers.base import (
     prompt_file,
     turn_data,
 )
+from services.reflector.workers.provenance import prompt_version, provenance_of
 
 if TYPE_CHECKING:  # the stubs load lazily in run(), as before
     from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
@@ -34,6 +35,7 @@ __all__ = ["PURPOSE", "Refiner", "offline_rule", "register"]
 PURPOSE = "refiner"
 _SYSTEM = prompt_file("refiner").template
 _USER = prompt_file("refiner_user")
+_PROMPT_VERSION = prompt_version(_SYSTEM, _USER.template)
 
 
 class Refiner:
@@ -88,7 +90,8 @@ class Refiner:
             max_tokens=300,
             json_output=True,
         )
-        answer = parse_object((await ask_model(ctx, turn, PURPOSE, prompt)).text)
+        completion = await ask_model(ctx, turn, PURPOSE, prompt)
+        answer = parse_object(completion.text)
         if answer.get("noop") is True or not answer.get("skill"):
             return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail="NOOP")
         by_name = {s.name: s for s in live}
@@ -112,6 +115,8 @@ class Refiner:
                 observation=observation[:1000],
                 turn_id=turn.turn_id,
                 request_id=f"{turn.turn_id}:{self.name}",
+                # Issue 17: the bullet's turn, its senders, the model and prompt that wrote it.
+                provenance=provenance_of(turn, self.name, completion.model, _PROMPT_VERSION),
             ),
         )
         if resp.skipped:

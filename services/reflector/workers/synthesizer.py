@@ -34,6 +34,7 @@ from services.reflector.workers.base import (
     prompt_file,
     turn_data,
 )
+from services.reflector.workers.provenance import prompt_version, provenance_of
 
 __all__ = ["PURPOSE", "Synthesizer", "offline_rule", "register"]
 
@@ -43,6 +44,7 @@ MAX_RUN = 500
 drafted and then refused, so it is not offered to the model."""
 _SYSTEM = prompt_file("synthesizer").template
 _USER = prompt_file("synthesizer_user")
+_PROMPT_VERSION = prompt_version(_SYSTEM, _USER.template)
 
 
 class Synthesizer:
@@ -86,7 +88,8 @@ class Synthesizer:
             max_tokens=1500,
             json_output=True,
         )
-        draft = parse_object((await ask_model(ctx, turn, PURPOSE, prompt)).text)
+        completion = await ask_model(ctx, turn, PURPOSE, prompt)
+        draft = parse_object(completion.text)
         if draft.get("decline") is True:
             return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail=f"declined: {draft.get('reason', '')}"[:300])
         name, summary, body = (str(draft.get(k) or "").strip() for k in ("name", "summary", "body"))
@@ -105,6 +108,8 @@ class Synthesizer:
                     trigger=sk_pb.SKILL_TRIGGER_SINGLE,
                     cluster_size=1,
                     source_turn_ids=[turn.turn_id],
+                    # Issue 17: the draft's turn, its senders, the model and prompt that wrote it.
+                    provenance=provenance_of(turn, self.name, completion.model, _PROMPT_VERSION),
                 ),
             )
         except grpc.aio.AioRpcError as err:

@@ -219,6 +219,9 @@ class FakeSessionStore:
         done = [c for c in self._away(company, owner, since) if after is None or (c.finish_time, c.id) < after]
         return sorted(done, key=lambda c: (c.finish_time, c.id), reverse=True)[:limit]
 
+    async def lesson_by_page(self, company: str, page_id: str) -> tuple[str, str, Any] | None:
+        return None  # lessons are written by the writer against Postgres; none in memory
+
     async def away_counts(self, company: str, owner: str, since: datetime) -> dict[str, int]:
         counts: dict[str, int] = {}
         for c in self._away(company, owner, since):
