@@ -47,6 +47,17 @@ class BudgetRoom:
         return None
 
 
+SQL = {
+    # A charge adds to the seat's counter and the company's ('' seat) of the window at once.
+    "charge": """
+        INSERT INTO token_spend (company, seat, window_start, tokens)
+        VALUES ($1, $2, $3, $4), ($1, '', $3, $4)
+        ON CONFLICT (company, seat, window_start) DO UPDATE
+        SET tokens = token_spend.tokens + EXCLUDED.tokens""",
+    "room": "SELECT seat, tokens FROM token_spend WHERE company = $1 AND seat IN ($2, '') AND window_start = $3",
+}
+
+
 class BudgetLedger:
     def __init__(self, pool: asyncpg.Pool):
         self._pool = pool
@@ -59,10 +70,7 @@ class BudgetLedger:
             batch.charge(company, seat, start, tokens)
             return
         await self._pool.execute(
-            """INSERT INTO token_spend (company, seat, window_start, tokens)
-               VALUES ($1, $2, $3, $4), ($1, '', $3, $4)
-               ON CONFLICT (company, seat, window_start) DO UPDATE
-               SET tokens = token_spend.tokens + EXCLUDED.tokens""",
+            SQL["charge"],
             company,
             seat,
             start,
@@ -72,7 +80,7 @@ class BudgetLedger:
     async def room(self, company: str, seat: str, at: datetime, config: BudgetConfig) -> BudgetRoom:
         start = window_start(at, config.window_hours)
         rows = await self._pool.fetch(
-            "SELECT seat, tokens FROM token_spend WHERE company = $1 AND seat IN ($2, '') AND window_start = $3",
+            SQL["room"],
             company,
             seat,
             start,

@@ -23,6 +23,20 @@ __all__ = ["Lease", "LeaseClaimer", "PostgresLeaseClaimer"]
 _log = logging.getLogger(__name__)
 
 
+SQL = {
+    # Taken when free or lapsed, renewed by its holder; the fence moves only when the holder changes.
+    "claim": """
+        INSERT INTO leases (name, holder, expire_time, fence) VALUES ($1, $2, $3, 1)
+        ON CONFLICT (name) DO UPDATE
+          SET holder = EXCLUDED.holder,
+              expire_time = EXCLUDED.expire_time,
+              fence = leases.fence + CASE WHEN leases.holder = EXCLUDED.holder THEN 0 ELSE 1 END
+        WHERE leases.holder = EXCLUDED.holder OR leases.expire_time <= $4
+        RETURNING name, holder, expire_time, fence""",
+    "release": "UPDATE leases SET expire_time = $3 WHERE name = $1 AND holder = $2 AND fence = $4",
+}
+
+
 @dataclass(frozen=True)
 class Lease:
     name: str
@@ -48,13 +62,7 @@ class PostgresLeaseClaimer:
         now = self._clock.now()
         try:
             row = await self._pool.fetchrow(
-                """INSERT INTO leases (name, holder, expire_time, fence) VALUES ($1, $2, $3, 1)
-                   ON CONFLICT (name) DO UPDATE
-                     SET holder = EXCLUDED.holder,
-                         expire_time = EXCLUDED.expire_time,
-                         fence = leases.fence + CASE WHEN leases.holder = EXCLUDED.holder THEN 0 ELSE 1 END
-                   WHERE leases.holder = EXCLUDED.holder OR leases.expire_time <= $4
-                   RETURNING name, holder, expire_time, fence""",
+                SQL["claim"],
                 name,
                 holder,
                 now + timedelta(seconds=ttl_seconds),
@@ -70,7 +78,7 @@ class PostgresLeaseClaimer:
     async def release(self, lease: Lease) -> None:
         try:
             await self._pool.execute(
-                "UPDATE leases SET expire_time = $3 WHERE name = $1 AND holder = $2 AND fence = $4",
+                SQL["release"],
                 lease.name,
                 lease.holder,
                 self._clock.now(),

@@ -53,8 +53,8 @@ class WorkerContext:
     events: EventSink
     clock: Clock
     ports: WorkerPorts
-    """The calls the workers make on other services (``clients`` stays for the profiler until it
-    moves onto ``ports.profiles``)."""
+    """The calls the workers make on other services (every worker calls these, never ``clients``
+    directly; ``clients`` remains for the harness's own wiring)."""
     first_pass: bool = False
     """Set by the harness for a turn's first pass (no earlier pass started, so nothing of this turn
     was written before): a worker may skip looking for its own earlier write. False, the safe

@@ -163,7 +163,7 @@ class Profiler:
                 writer=self.name,
             ),
         )
-        await ctx.clients.profiles.UpsertProfile(request, timeout=ctx.clients.timeout)
+        await ctx.ports.profiles.upsert_profile(request)
         return True
 
     async def _merged_already(self, turn: Turn, ctx: WorkerContext, senders: list[Sender]) -> set[str]:
@@ -173,7 +173,7 @@ class Profiler:
         if not senders:
             return set()
         try:
-            resp = await ctx.clients.profiles.GetProfiles(
+            resp = await ctx.ports.profiles.get_profiles(
                 pr_pb.GetProfilesRequest(
                     company=turn.company,
                     observer=turn.seat,
@@ -182,7 +182,6 @@ class Profiler:
                         for s in senders[:50]
                     ],
                 ),
-                timeout=ctx.clients.timeout,
             )
         except grpc.aio.AioRpcError:
             return set()
