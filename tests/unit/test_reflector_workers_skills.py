@@ -76,6 +76,17 @@ async def test_a_draft_waiting_for_its_episode_is_retried_and_the_redo_stamps_it
     assert len(_creates(h)) == 1 and len(h.skills.skills) == 1
 
 
+async def test_a_draft_whose_name_another_turn_took_is_dropped_not_stamped() -> None:
+    turn = make_turn(said="Please triage the open tickets", tools=TOOLS)
+    h = worker_harness(turn.end_time)
+    await Episodist().run(turn, h.ctx)
+    h.skills.seed("acme", "agent-1", "triage-open-tickets", ["x", "y", "z"])  # the offline draft's name
+    out = await Synthesizer(min_tool_calls=3).run(turn, h.ctx)
+    assert out.status is WorkerStatus.NOTHING and out.detail.startswith("draft dropped: a skill named")
+    assert len(_creates(h)) == 1 and len(h.skills.skills) == 1
+    assert h.episodes.episodes["run-1"].consolidated_into_skill_id == ""
+
+
 def test_the_synthesizer_gates_on_settled_turns_and_run_length() -> None:
     synth = Synthesizer(min_tool_calls=3)
     assert synth.gate(make_turn(tools=TOOLS, outcome=Outcome.SELF_ITERATE)) == "unsettled"

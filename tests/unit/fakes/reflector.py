@@ -23,12 +23,19 @@ from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from libs.common.auxmodel import AuxiliaryModel, OfflineRules, build_providers
 from libs.common.clock import Clock, ManualClock
 from libs.common.config import Settings
-from libs.common.grpcserver import _Status, rpc_error
+from libs.common.grpcserver import rpc_error
 from libs.common.protoconv import timestamp
 from services.reflector.domain import Interaction, OfferedSkill, Outcome, Sender, Trigger, Turn
 from services.reflector.workers import persist_decider, refiner, synthesizer
 from services.reflector.workers.base import WorkerContext
 from services.reflector.workers.ports import WorkerPorts
+
+
+@dataclass(frozen=True)
+class _Status:
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...] = ()
 
 
 def _status(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
