@@ -26,7 +26,6 @@ import dataclasses
 import json
 import logging
 import uuid
-from typing import Protocol
 
 from libs.common import auth
 from libs.common.clock import Clock
@@ -34,7 +33,6 @@ from libs.common.config import PrivacyConfig
 from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target, round_id
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
-from libs.common.jobs import JobQueue
 from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
 from services.privacy.domain import (
     COLLECTORS,
@@ -47,17 +45,11 @@ from services.privacy.domain import (
     report_key,
     subject_digest,
 )
-from services.privacy.store import PostgresErasureStore
+from services.privacy.ports import ErasureQueue, ErasureStore, Owners
 
 __all__ = ["Owners", "PrivacyService", "requested_by"]
 
 _log = logging.getLogger(__name__)
-
-
-class Owners(Protocol):
-    async def erase(self, owner: str, target: Target) -> Report: ...
-
-    async def find(self, owner: str, target: Target) -> Report: ...
 
 
 def requested_by() -> str:
@@ -80,8 +72,8 @@ def _rows_left(report: Report) -> bool:
 class PrivacyService:
     def __init__(
         self,
-        store: PostgresErasureStore,
-        queue: JobQueue,
+        store: ErasureStore,
+        queue: ErasureQueue,
         owners: Owners,
         clock: Clock,
         events: EventSink,
@@ -120,7 +112,7 @@ class PrivacyService:
             state=ErasureState.QUEUED,
             create_time=now,
         )
-        async with self.store.pool.acquire() as conn, conn.transaction():
+        async with self.store.transaction() as conn:
             created = await self.store.insert(conn, erasure, target, request_id or None)
             if created is not None:
                 await self.queue.enqueue(
