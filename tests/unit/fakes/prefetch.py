@@ -20,7 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import grpc
+
+from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.events import Bookkeeping
+from libs.common.grpcserver import _Status, rpc_error
 from services.prefetch.store import FrozenContext, LedgerEntry, Reservation
 
 Run = tuple[str, str, str]
@@ -175,3 +179,32 @@ class FakePrefetchStore:
     async def write_bookkeeping(self, batch: Bookkeeping) -> None:
         batch.closed = True
         self.bookkeeping.append(batch)
+
+
+@dataclass
+class FakeDiaryClient:
+    """The diary's two RPCs the refresh tool calls, at the client boundary (``Clients.diary``): a
+    pool of candidates for every query, the uses recorded; ``down`` answers UNAVAILABLE."""
+
+    candidates: list[Any] = field(default_factory=list)
+    used: list[str] = field(default_factory=list)
+    recalls: int = 0
+    down: bool = False
+
+    async def RecallNotes(self, request: Any, timeout: float | None = None) -> Any:
+        self.recalls += 1
+        if self.down:
+            raise rpc_error(_Status(grpc.StatusCode.UNAVAILABLE, "diary is down"))
+        return diary_pb.RecallNotesResponse(candidates=self.candidates)
+
+    async def MarkNotesUsed(self, request: Any, timeout: float | None = None) -> Any:
+        self.used.extend(request.note_ids)
+        return diary_pb.MarkNotesUsedResponse()
+
+
+@dataclass
+class FakeClients:
+    """``libs.common.clients.Clients`` as far as the refresh tool reaches: the diary and a deadline."""
+
+    diary: FakeDiaryClient
+    timeout: float = 5.0
