@@ -26,6 +26,7 @@ import dataclasses
 import json
 import logging
 import uuid
+from dataclasses import dataclass
 
 from libs.common import auth
 from libs.common.clock import Clock
@@ -69,22 +70,16 @@ def _rows_left(report: Report) -> bool:
     )
 
 
+@dataclass
 class PrivacyService:
-    def __init__(
-        self,
-        store: ErasureStore,
-        queue: ErasureQueue,
-        owners: Owners,
-        clock: Clock,
-        events: EventSink,
-        config: PrivacyConfig,
-    ):
-        self.store = store
-        self.queue = queue
-        self.owners = owners
-        self.clock = clock
-        self.events = events
-        self.config = config
+    """The erasure use cases on their ports (a dataclass: its parts are its fields)."""
+
+    store: ErasureStore
+    queue: ErasureQueue
+    owners: Owners
+    clock: Clock
+    events: EventSink
+    config: PrivacyConfig
 
     # ------------------------------------------------------------------ requests
 
