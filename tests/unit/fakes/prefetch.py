@@ -208,3 +208,42 @@ class FakeClients:
 
     diary: FakeDiaryClient
     timeout: float = 5.0
+
+
+class _DownStub:
+    def __init__(self, service: str, calls: list[str]):
+        self._service, self._calls = service, calls
+
+    def __getattr__(self, rpc: str) -> Any:
+        async def call(request: Any, timeout: float | None = None, **_: Any) -> Any:
+            self._calls.append(f"{self._service}.{rpc}")
+            raise rpc_error(_Status(grpc.StatusCode.UNAVAILABLE, f"{self._service} is down"))
+
+        return call
+
+
+class DownstreamDown:
+    """Every service the turn start reads, at its client boundary (``Clients``' stubs and the
+    knowledge ``Searcher``), answering UNAVAILABLE: each block degrades, the turn still starts.
+    ``calls`` says what was asked (``service.Rpc``), so a test can tell a build from a frozen read."""
+
+    def __init__(self, timeout: float = 5.0) -> None:
+        self.calls: list[str] = []
+        self.timeout = timeout
+
+    def __getattr__(self, service: str) -> Any:
+        if service.startswith("_"):
+            raise AttributeError(service)
+        return _DownStub(service, self.calls)
+
+    async def can_search(self, *args: Any, **kwargs: Any) -> bool:
+        self.calls.append("knowledge.can_search")
+        raise rpc_error(_Status(grpc.StatusCode.UNAVAILABLE, "knowledge is down"))
+
+    async def search(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("knowledge.search")
+        raise rpc_error(_Status(grpc.StatusCode.UNAVAILABLE, "knowledge is down"))
+
+    async def onboarding_pages(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("knowledge.onboarding_pages")
+        raise rpc_error(_Status(grpc.StatusCode.UNAVAILABLE, "knowledge is down"))
