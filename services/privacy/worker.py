@@ -117,8 +117,8 @@ class ErasureWorker:
         lease = self.config.claim_lease_seconds
         while job := await self.queue.claim(JOB_KIND, self.worker_id, self.clock.now(), lease, reclaim_lapsed=True):
             taken += 1
-            # ``run_claimed`` types its queue as the JobQueue adapter and calls only ``renew``, which
-            # the ErasureQueue port has (see the wave's report for the libs/common change).
+            # ``run_claimed`` types its queue as the JobQueue adapter but calls only ``renew``, which
+            # the ErasureQueue port has (typing it against a port in libs.common.jobs drops this).
             await run_claimed(
                 self.queue,  # type: ignore[arg-type]  # the port has the one method run_claimed calls
                 job,
