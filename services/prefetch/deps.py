@@ -16,7 +16,7 @@ from libs.common.config import Settings
 from libs.common.embeddings import Embedder
 from libs.common.events import EventSink
 from services.knowledge.client import Searcher
-from services.prefetch.store import PostgresPrefetchStore
+from services.prefetch.ports import PrefetchStore
 
 __all__ = ["Deps", "Searcher", "Who"]
 
@@ -40,7 +40,7 @@ class Deps:
     aux: AuxiliaryModel
     embedder: Embedder | None
     clients: Clients
-    store: PostgresPrefetchStore
+    store: PrefetchStore
     searcher: Searcher
     events: EventSink
     clock: Clock

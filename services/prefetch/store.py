@@ -255,6 +255,9 @@ class PostgresPrefetchStore:
     async def release_context(self, company: str, seat: str, turn_id: str) -> None:
         await self._pool.execute(SQL["context_release"], company, seat, turn_id)
 
+    async def write_bookkeeping(self, batch: Bookkeeping) -> None:
+        await write_bookkeeping(self._pool, batch)
+
     async def prune_contexts(self, before: datetime, limit: int = 500) -> int:
         """Forget contexts built before ``before`` (at most ``limit`` a call: bounded work)."""
         status = await self._pool.execute(SQL["context_prune"], before, limit)

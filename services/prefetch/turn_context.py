@@ -31,7 +31,7 @@ from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from libs.common.budgets import window_start
 from libs.common.embeddings import EmbeddingError, embed_query
 from libs.common.errors import InvalidArgument, ResourceExhausted
-from libs.common.events import Bookkeeping, bookkeeping, current_bookkeeping, write_bookkeeping
+from libs.common.events import Bookkeeping, bookkeeping, current_bookkeeping
 from libs.common.metrics import PREFETCH_BLOCKS
 from libs.common.validation import require_text, seat_ref
 from services.prefetch import hints, knowledge_block, memory
@@ -207,7 +207,7 @@ class TurnContextBuilder:
 
     async def _settle_failed(self, batch: Bookkeeping) -> None:
         _log_failed_followers(await asyncio.gather(*batch.followers, return_exceptions=True))
-        await write_bookkeeping(self.deps.store.pool, batch)
+        await self.deps.store.write_bookkeeping(batch)
 
     def _prune_now_and_then(self, now: datetime) -> None:
         """Forget old frozen contexts, at most once a minute (by the service's clock) per process

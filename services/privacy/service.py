@@ -26,7 +26,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from typing import Protocol
+from dataclasses import dataclass
 
 from libs.common import auth
 from libs.common.clock import Clock
@@ -34,7 +34,6 @@ from libs.common.config import PrivacyConfig
 from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target, round_id
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
-from libs.common.jobs import JobQueue
 from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
 from services.privacy.domain import (
     COLLECTORS,
@@ -47,17 +46,11 @@ from services.privacy.domain import (
     report_key,
     subject_digest,
 )
-from services.privacy.store import PostgresErasureStore
+from services.privacy.ports import ErasureQueue, ErasureStore, Owners
 
 __all__ = ["Owners", "PrivacyService", "requested_by"]
 
 _log = logging.getLogger(__name__)
-
-
-class Owners(Protocol):
-    async def erase(self, owner: str, target: Target) -> Report: ...
-
-    async def find(self, owner: str, target: Target) -> Report: ...
 
 
 def requested_by() -> str:
@@ -77,22 +70,16 @@ def _rows_left(report: Report) -> bool:
     )
 
 
+@dataclass
 class PrivacyService:
-    def __init__(
-        self,
-        store: PostgresErasureStore,
-        queue: JobQueue,
-        owners: Owners,
-        clock: Clock,
-        events: EventSink,
-        config: PrivacyConfig,
-    ):
-        self.store = store
-        self.queue = queue
-        self.owners = owners
-        self.clock = clock
-        self.events = events
-        self.config = config
+    """The erasure use cases on their ports (a dataclass: its parts are its fields)."""
+
+    store: ErasureStore
+    queue: ErasureQueue
+    owners: Owners
+    clock: Clock
+    events: EventSink
+    config: PrivacyConfig
 
     # ------------------------------------------------------------------ requests
 
@@ -120,7 +107,7 @@ class PrivacyService:
             state=ErasureState.QUEUED,
             create_time=now,
         )
-        async with self.store.pool.acquire() as conn, conn.transaction():
+        async with self.store.transaction() as conn:
             created = await self.store.insert(conn, erasure, target, request_id or None)
             if created is not None:
                 await self.queue.enqueue(

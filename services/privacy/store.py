@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -93,6 +95,12 @@ def _erasure(row: asyncpg.Record) -> Erasure:
 class PostgresErasureStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """One transaction on a pooled connection: the handle the queue writes into too."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
 
     async def insert(
         self, conn: asyncpg.Connection, erasure: Erasure, target: Target, request_id: str | None

@@ -39,10 +39,10 @@ from opentelemetry import trace
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
-from libs.common.budgets import BudgetLedger, window_start
+from libs.common.budgets import window_start
 from libs.common.config import Settings
-from libs.common.events import EventSink, bookkeeping, write_bookkeeping
-from libs.common.jobs import Job, JobQueue, keep_claim, listen
+from libs.common.events import EventSink, bookkeeping
+from libs.common.jobs import Job, keep_claim, listen
 from libs.common.metrics import QUEUE_DEPTH, QUEUE_LAG, WORKER_OUTCOMES
 from services.reflector.convert import turn_from_pb
 from services.reflector.domain import (
@@ -56,7 +56,8 @@ from services.reflector.domain import (
     WorkerStatus,
     turn_id_of,
 )
-from services.reflector.store import PostgresReflectionStore, merge_outcomes
+from services.reflector.ports import Budget, ReflectionQueue, ReflectionStore
+from services.reflector.store import merge_outcomes
 from services.reflector.workers.base import Worker, WorkerContext, failure_kind, failure_text
 
 __all__ = ["Harness"]
@@ -75,11 +76,11 @@ class Harness:
     def __init__(
         self,
         settings: Settings,
-        queue: JobQueue,
-        store: PostgresReflectionStore,
+        queue: ReflectionQueue,
+        store: ReflectionStore,
         workers: Sequence[Worker],
         ctx: WorkerContext,
-        budget: BudgetLedger,
+        budget: Budget,
         events: EventSink,
         worker_id: str,
     ):
@@ -156,7 +157,7 @@ class Harness:
         except Exception as exc:
             # Nothing to retry: the same bytes will never read better.
             _log.error("job %s holds no readable turn (%s); dead-lettering it", job.id, exc)
-            async with self._store.pool.acquire() as conn, conn.transaction():
+            async with self._store.transaction() as conn:
                 reason = f"unreadable: {exc}"[:1000]
                 if await self._queue.dead_letter(conn, job, self._worker_id, self._clock.now(), reason):
                     await self._store.dead_letter(
@@ -188,7 +189,7 @@ class Harness:
                     return await self._retry_or_dead_letter(job, turn, workers, failure_text(exc))
                 raise
             finally:
-                await write_bookkeeping(self._store.pool, batch)
+                await self._store.write_bookkeeping(batch)
 
     async def _process(self, job: Job, turn: Turn) -> str:
         now = self._clock.now()
@@ -198,14 +199,14 @@ class Harness:
         if record is not None and not taken:
             # Gate 5: reflected already (a redelivery): never a second pass; the queue row follows
             # the record's final state.
-            async with self._store.pool.acquire() as conn, conn.transaction():
+            async with self._store.transaction() as conn:
                 await self._queue.finish(conn, job, self._worker_id, now)
             return record.state
         gate = self._static_gate(turn)
         if gate is None:
             later = await self._budget_gate(turn, now)
             if later is not None:
-                async with self._store.pool.acquire() as conn, conn.transaction():
+                async with self._store.transaction() as conn:
                     if await self._queue.defer(conn, job, self._worker_id, later):
                         await self._store.defer(conn, turn.company, turn.seat, turn.turn_id, Gate.NO_BUDGET, later)
                 return ReflectionState.DEFERRED
@@ -292,7 +293,7 @@ class Harness:
             reason = f"gave up after {job.attempts} attempts: {reason}"[:1000]
             # Given up: what was still to be retried is now the worker's final outcome.
             final = [dataclasses.replace(o, status=WorkerStatus.FAILED) if o.retryable else o for o in workers]
-            async with self._store.pool.acquire() as conn, conn.transaction():
+            async with self._store.transaction() as conn:
                 if not await self._queue.dead_letter(conn, job, self._worker_id, now, reason):
                     _log.warning("lost the claim on %s before dead-lettering it", turn.turn_id)
                     return ReflectionState.RUNNING
@@ -308,7 +309,7 @@ class Harness:
             )
             return ReflectionState.DEAD_LETTERED
         until = now + self.backoff(job.attempts)
-        async with self._store.pool.acquire() as conn, conn.transaction():
+        async with self._store.transaction() as conn:
             if not await self._queue.retry(conn, job, self._worker_id, until, reason):
                 _log.warning("lost the claim on %s before re-queueing it", turn.turn_id)
                 return ReflectionState.RUNNING
@@ -369,7 +370,7 @@ class Harness:
         """Close the record (with ``workers``, its whole list of outcomes, when the pass ran any) and
         finish the job, in one transaction fenced by the claim."""
         now = self._clock.now()
-        async with self._store.pool.acquire() as conn, conn.transaction():
+        async with self._store.transaction() as conn:
             if not await self._queue.finish(conn, job, self._worker_id, now):
                 # Our claim lapsed and another worker took the turn; it completes the record.
                 _log.warning("lost the claim on %s before finishing; leaving it to its new holder", turn.turn_id)
@@ -478,14 +479,21 @@ class Harness:
     async def _release(self, job: Job) -> None:
         try:
             async with asyncio.timeout(2):
-                async with self._store.pool.acquire() as conn, conn.transaction():
+                async with self._store.transaction() as conn:
                     if await self._queue.defer(conn, job, self._worker_id, self._clock.now()):
                         await self._store.requeued(conn, job.company, job.seat, turn_id_of(job.key))
         except Exception as exc:  # best effort: the lease lapses otherwise
             _log.warning("could not hand back job %s on stopping (%s); its claim will lapse", job.id, exc)
 
     async def _keep_claim(self, job: Job, work: asyncio.Task[str]) -> bool:
-        return await keep_claim(self._queue, job, self._worker_id, self._clock, self._config.claim_lease_seconds, work)
+        return await keep_claim(
+            self._queue,  # type: ignore[arg-type]  # keep_claim names the JobQueue adapter; it calls only renew, on the port
+            job,
+            self._worker_id,
+            self._clock,
+            self._config.claim_lease_seconds,
+            work,
+        )
 
     def wake(self) -> None:
         self._wake.set()

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic
+
+from typing_extensions import TypeVar
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
 from libs.common.clock import Clock
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.events import EventSink
-from libs.common.jobs import JobQueue
 from libs.common.validation import (
     decode_time_cursor,
     encode_time_cursor,
@@ -20,6 +21,7 @@ from libs.common.validation import (
     seat_ref,
 )
 from services.reflector.domain import DOMAIN, JOB_KIND, ReflectionState, job_key
+from services.reflector.ports import ReflectionQueue, ReflectionStore
 from services.reflector.store import PostgresReflectionStore, ReflectionRecord
 
 if TYPE_CHECKING:  # only for the annotation: the harness module loads its workers
@@ -96,11 +98,15 @@ def _check_turn(turn: pb.TurnCompleted) -> None:
         )
 
 
-class ReflectorService:
+S = TypeVar("S", bound=ReflectionStore, default=PostgresReflectionStore)
+"""The store: the servicer's erasure calls reach the Postgres one's pool; the use cases only the port."""
+
+
+class ReflectorService(Generic[S]):
     def __init__(
         self,
-        queue: JobQueue,
-        store: PostgresReflectionStore,
+        queue: ReflectionQueue,
+        store: S,
         clock: Clock,
         events: EventSink,
         harness: Harness | None = None,
@@ -117,7 +123,7 @@ class ReflectorService:
         seat's own: another seat reporting the same run id queues its own reflection."""
         _check_turn(turn)
         now: datetime = self.clock.now()
-        async with self.store.pool.acquire() as conn, conn.transaction():
+        async with self.store.transaction() as conn:
             job_id = await self.queue.enqueue(
                 conn,
                 kind=JOB_KIND,

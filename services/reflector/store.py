@@ -13,11 +13,14 @@ caller's transaction, so the queue row moved beside it (its projection) rolls ba
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import asyncpg
 
+from libs.common.events import Bookkeeping, write_bookkeeping
 from services.reflector.domain import IllegalTransition, ReflectionState, WorkerOutcome, sources
 
 __all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord", "merge_outcome", "merge_outcomes"]
@@ -141,6 +144,15 @@ def merge_outcome(workers: list[WorkerOutcome], outcome: WorkerOutcome) -> list[
 class PostgresReflectionStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """One transaction on a pooled connection: the handle the harness passes to the queue too."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    async def write_bookkeeping(self, batch: Bookkeeping) -> None:
+        await write_bookkeeping(self.pool, batch)
 
     async def insert_queued(
         self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, now: datetime

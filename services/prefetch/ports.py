@@ -1,0 +1,110 @@
+"""The prefetch use cases' store port (issue 13): what the turn start (``turn_context``), the
+refresh tool and the onboarding block (``builtins``, ``knowledge_block``) need of the prefetch's
+own state — the frozen turn contexts, the refresh ledger, the onboarding markers — as a
+``typing.Protocol``. ``store.PostgresPrefetchStore`` is the adapter; tests/unit/fakes/prefetch.py
+holds an in-memory one, so the unit tier runs the store-level decisions (a run's context frozen
+once and redelivered, a dead build taken over, the ledger's cached/refused/reserved answer, an
+onboarding marker per seat) with no Postgres.
+
+How each decision is made atomic (one statement, the run row's lock, an advisory lock across
+replicas) is the adapter's job; the port promises the outcome: two callers racing for one run's
+claim, or for its last refresh slot, never both win.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, Protocol
+
+from libs.common.events import Bookkeeping
+from services.prefetch.store import FrozenContext, Reservation
+
+__all__ = ["PrefetchStore"]
+
+
+class PrefetchStore(Protocol):
+    def one_at_a_time(self, key: str) -> AbstractAsyncContextManager[None]:
+        """Work on ``key`` serialised across every replica while the context is held."""
+        ...
+
+    # ---- onboarding markers
+
+    async def marker(self, company: str, seat: str) -> str | None:
+        """The chain hash the seat was last onboarded with (None: never)."""
+        ...
+
+    async def mark_onboarded(
+        self, company: str, seat: str, chain_hash: str, chain: list[str], now: datetime
+    ) -> None: ...
+
+    # ---- refresh ledger
+
+    async def reserve(
+        self, company: str, seat: str, turn_id: str, hint_key: str, cap: int, keep_runs: int, now: datetime
+    ) -> Reservation:
+        """A repeat of an answered hint from the ledger (nothing spent), a refusal past ``cap``, or
+        one slot spent. The company keeps its newest ``keep_runs`` runs' ledgers."""
+        ...
+
+    async def record_answer(
+        self,
+        company: str,
+        seat: str,
+        turn_id: str,
+        hint_key: str,
+        hint: str,
+        notes: list[dict[str, Any]],
+        shown: int,
+        now: datetime,
+    ) -> None: ...
+
+    async def record_failure(
+        self, company: str, seat: str, turn_id: str, hint_key: str, hint: str, now: datetime
+    ) -> None:
+        """The hint's filter failed: its slot stays spent, nothing is cached."""
+        ...
+
+    async def record_shown(
+        self, company: str, seat: str, turn_id: str, hint_key: str, shown: int, now: datetime
+    ) -> None:
+        """More of a cached answer shown (never fewer)."""
+        ...
+
+    async def runs(self, company: str) -> int: ...
+
+    # ---- frozen turn contexts
+
+    async def claim_context(self, company: str, seat: str, turn_id: str, now: datetime) -> bool:
+        """True for the first call of the run: it builds the context."""
+        ...
+
+    async def frozen_context(self, company: str, seat: str, turn_id: str) -> FrozenContext | None: ...
+
+    async def take_over_context(
+        self, company: str, seat: str, turn_id: str, stale_before: datetime, now: datetime
+    ) -> bool:
+        """Take a build claimed before ``stale_before`` (its builder died); True if taken."""
+        ...
+
+    async def save_context(
+        self,
+        company: str,
+        seat: str,
+        turn_id: str,
+        context: dict[str, Any],
+        now: datetime,
+        bookkeeping: Bookkeeping | None = None,
+    ) -> None:
+        """Freeze the built context (with the request's bookkeeping, when given)."""
+        ...
+
+    async def release_context(self, company: str, seat: str, turn_id: str) -> None:
+        """Give a claim back (the build failed or was parked); a built context stays."""
+        ...
+
+    async def prune_contexts(self, before: datetime, limit: int = 500) -> int: ...
+
+    async def write_bookkeeping(self, batch: Bookkeeping) -> None:
+        """A request's held events and charges, written on their own (best effort)."""
+        ...

@@ -1,0 +1,151 @@
+"""The harness's and the service's ports (issue 13): what the reflection use cases (``harness.
+Harness``, ``service.ReflectorService``) need of the reflection store and of the queue, as
+``typing.Protocol``s. ``store.PostgresReflectionStore`` and ``libs.common.jobs.JobQueue`` are the
+adapters; tests/unit/fakes/reflector_store.py holds in-memory ones, so the unit tier runs the
+harness's decisions (gates, retry/defer/dead-letter, a turn reflected once) with no Postgres.
+
+A record's move and its queue row's move commit together (the queue row is the record's state's
+projection, ``domain.ReflectionState.job_state``): ``ReflectionStore.transaction()`` yields an
+opaque handle (``Tx``: the asyncpg connection for the adapters, a token for the fakes) that the
+harness only passes back to the store and to the queue. How a move is guarded (one statement whose
+``WHERE`` names the allowed sources) is the store's job, not the port's: the port promises that a
+move the state machine refuses raises :class:`~services.reflector.domain.IllegalTransition` inside
+the transaction, so the queue row's move rolls back with it.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, Protocol
+
+from libs.common.budgets import BudgetRoom
+from libs.common.config import BudgetConfig
+from libs.common.events import Bookkeeping
+from libs.common.jobs import Job
+from services.reflector.domain import ReflectionState, WorkerOutcome
+from services.reflector.store import ReflectionRecord
+
+__all__ = ["Budget", "ReflectionQueue", "ReflectionStore", "Tx"]
+
+Tx = Any
+"""A store's transaction handle, passed back to the store and the queue and never looked into."""
+
+
+class ReflectionStore(Protocol):
+    """Each turn's reflection record (one per company, seat and run id) and its workers' outcomes."""
+
+    def transaction(self) -> AbstractAsyncContextManager[Tx]:
+        """One transaction: every move made through its handle commits together, or none does."""
+        ...
+
+    async def insert_queued(self, tx: Tx, company: str, seat: str, turn_id: str, now: datetime) -> None:
+        """A new record, QUEUED (nothing when it exists)."""
+        ...
+
+    async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None: ...
+
+    async def take(self, company: str, seat: str, turn_id: str) -> tuple[ReflectionRecord | None, bool]:
+        """RUNNING and one more attempt, unless the record is final: (the record as it was, moved)."""
+        ...
+
+    async def put_workers(self, company: str, seat: str, turn_id: str, outcomes: list[WorkerOutcome]) -> bool:
+        """Merge outcomes in (a final one already recorded is kept); False when nothing changed."""
+        ...
+
+    async def close(
+        self,
+        tx: Tx,
+        company: str,
+        seat: str,
+        turn_id: str,
+        state: ReflectionState,
+        gate: str | None,
+        now: datetime,
+        workers: list[WorkerOutcome] | None = None,
+    ) -> bool:
+        """COMPLETED or GATED; False when there is no record (the queue row moves alone)."""
+        ...
+
+    async def defer(self, tx: Tx, company: str, seat: str, turn_id: str, gate: str, until: datetime) -> bool: ...
+
+    async def retrying(
+        self,
+        tx: Tx,
+        company: str,
+        seat: str,
+        turn_id: str,
+        reason: str,
+        until: datetime,
+        workers: list[WorkerOutcome] | None = None,
+    ) -> bool: ...
+
+    async def dead_letter(
+        self,
+        tx: Tx,
+        company: str,
+        seat: str,
+        turn_id: str,
+        reason: str,
+        workers: list[WorkerOutcome] | None,
+        now: datetime,
+    ) -> bool:
+        """Given up; ``workers`` None keeps the outcomes recorded."""
+        ...
+
+    async def requeued(self, tx: Tx, company: str, seat: str, turn_id: str) -> bool:
+        """A pass handed back on stopping: QUEUED again (a record still waiting stays as it is)."""
+        ...
+
+    async def page(
+        self, company: str, seat: str, after: tuple[datetime, str] | None, limit: int
+    ) -> list[ReflectionRecord]:
+        """Newest submitted first, after the cursor ``after`` (submit time, run id)."""
+        ...
+
+    async def count(self, company: str, seat: str) -> int: ...
+
+    async def write_bookkeeping(self, batch: Bookkeeping) -> None:
+        """A pass's held events and charges, written together (best effort)."""
+        ...
+
+
+class ReflectionQueue(Protocol):
+    """The reflection jobs' queue (``libs.common.jobs.JobQueue``, kind ``reflection``). Every move of
+    a claimed job is fenced by the claim: False when it is no longer held."""
+
+    async def enqueue(
+        self,
+        conn: Tx,
+        *,
+        kind: str,
+        key: str,
+        company: str,
+        seat: str,
+        payload: bytes,
+        trace_carrier: dict[str, str],
+        now: datetime,
+        run_after: datetime | None = None,
+    ) -> int | None: ...
+
+    async def claim_many(
+        self, kind: str, worker: str, now: datetime, lease_seconds: float, limit: int, *, reclaim_lapsed: bool = True
+    ) -> list[Job]: ...
+
+    async def renew(self, job: Job, worker: str, now: datetime, lease_seconds: float) -> bool: ...
+
+    async def finish(self, conn: Tx, job: Job, worker: str, now: datetime) -> bool: ...
+
+    async def defer(self, conn: Tx, job: Job, worker: str, until: datetime) -> bool: ...
+
+    async def retry(self, conn: Tx, job: Job, worker: str, until: datetime, reason: str) -> bool: ...
+
+    async def dead_letter(self, conn: Tx, job: Job, worker: str, now: datetime, reason: str) -> bool: ...
+
+    async def pending(self, kind: str) -> int: ...
+
+
+class Budget(Protocol):
+    """The token counters the no-budget gate reads (``libs.common.budgets.BudgetLedger``)."""
+
+    async def room(self, company: str, seat: str, at: datetime, config: BudgetConfig) -> BudgetRoom: ...

@@ -1,0 +1,109 @@
+"""The erasure store port's promises on the in-memory fake (tests/unit/fakes/privacy.py), as the
+erasure job relies on them: a request id names one erasure; RUNNING only from QUEUED; a round only
+goes forward; a report replaces the one of its key; finishing drops the person's target in the same
+write; a transaction that raises leaves nothing. tests/test_privacy_store_port.py runs the same
+checks on the Postgres store."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from libs.common.erasure import Kind, Report, Target
+from services.privacy.domain import Erasure, ErasureState
+from services.privacy.ports import ErasureStore
+from tests.unit.fakes.privacy import FakeErasureDb
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+
+def _erasure(at: datetime = T0) -> tuple[Erasure, Target]:
+    target = Target(uuid.uuid4(), "acme", Kind.SUBJECT, handle="bob", platform="slack")
+    erasure = Erasure(target.erasure_id, "acme", Kind.SUBJECT, "", "digest", "local", ErasureState.QUEUED, at)
+    return erasure, target
+
+
+async def _insert(store: ErasureStore, request_id: str | None = None, at: datetime = T0) -> uuid.UUID | None:
+    erasure, target = _erasure(at)
+    async with store.transaction() as tx:
+        return await store.insert(tx, erasure, target, request_id)
+
+
+async def check_a_request_id_names_one_erasure(store: ErasureStore) -> None:
+    first = await _insert(store, "req-1")
+    assert first is not None and await _insert(store, "req-1") is None
+    assert await store.by_request("acme", "req-1") == first and await store.by_request("globex", "req-1") is None
+    assert await _insert(store) is not None and await _insert(store) is not None  # no request id: each is new
+    row = await store.get(first, "acme")
+    assert row is not None and row.state is ErasureState.QUEUED and row.target is not None
+    assert row.target.handle == "bob" and await store.get(first, "globex") is None
+
+
+async def check_the_steps_are_recorded_as_they_say(store: ErasureStore) -> None:
+    eid = await _insert(store)
+    assert eid is not None
+    await store.mark_running(eid)
+    row = await store.get(eid)
+    assert row is not None and row.state is ErasureState.RUNNING and not row.collected
+    assert row.target is not None
+    collected = Target(eid, "acme", Kind.SUBJECT, handle="bob", platform="slack", turn_ids=("r1",))
+    await store.set_collected(eid, collected)
+    await store.next_round(eid, collected, 2)
+    await store.next_round(eid, Target(eid, "acme", Kind.SUBJECT, handle="x"), 2)  # not forward: kept
+    report = Report("diary")
+    report.add("agent_diary", ["n1"])
+    await store.put_report(eid, "diary", report)
+    report.add("agent_diary", ["n2"])
+    await store.put_report(eid, "diary", report)  # a repeat replaces
+    await store.set_pending_checks(eid, ["episodes"])
+    row = await store.get(eid)
+    assert row is not None and row.collected and row.round == 2
+    assert row.target is not None and (row.target.handle, row.target.turn_ids) == ("bob", ("r1",))
+    assert row.reports["diary"].total == 2 and row.pending_checks == ["episodes"]
+    residue = Report("profiles")
+    residue.add("profiles", ["p1"])
+    async with store.transaction() as tx:
+        await store.set_reason(tx, eid, "still there")
+        await store.finish(tx, eid, ErasureState.FAILED, {"profiles": residue}, False, "found rows", T0)
+    row = await store.get(eid)
+    assert row is not None and (row.state, row.verified, row.reason, row.finish_time) == (
+        ErasureState.FAILED,
+        False,
+        "found rows",
+        T0,
+    )
+    assert row.target is None and row.residues["profiles"].total == 1  # the person left the audit
+    await store.mark_running(eid)  # finished: stays
+    assert (await store.get(eid)).state is ErasureState.FAILED  # type: ignore[union-attr]
+
+
+async def check_a_transaction_that_raises_leaves_nothing(store: ErasureStore) -> None:
+    erasure, target = _erasure()
+    with pytest.raises(RuntimeError):
+        async with store.transaction() as tx:
+            await store.insert(tx, erasure, target, "req-9")
+            raise RuntimeError("the enqueue beside it failed")
+    assert await store.get(erasure.id) is None and await store.by_request("acme", "req-9") is None
+
+
+async def check_the_audit_pages_newest_first(store: ErasureStore) -> None:
+    ids = [await _insert(store, at=T0 + timedelta(minutes=i)) for i in range(3)]
+    first = await store.page("acme", None, 2)
+    assert [r.id for r in first] == ids[::-1][:2]
+    rest = await store.page("acme", (first[-1].create_time, first[-1].id), 2)
+    assert [r.id for r in rest] == ids[:1] and await store.page("globex", None, 5) == []
+
+
+CHECKS = [
+    check_a_request_id_names_one_erasure,
+    check_the_steps_are_recorded_as_they_say,
+    check_a_transaction_that_raises_leaves_nothing,
+    check_the_audit_pages_newest_first,
+]
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
+async def test_the_fake_store_keeps_the_promises(check) -> None:  # type: ignore[no-untyped-def]
+    await check(FakeErasureDb().store)

@@ -1,0 +1,174 @@
+"""The reflection store port's promises, as the harness relies on them, on the in-memory fake
+(tests/unit/fakes/reflector_store.py): a record is queued once; a take moves it to RUNNING and
+counts an attempt, a final record is not taken; every move is checked against the one state machine
+and a refused one raises inside the transaction, rolling back what the transaction moved before it;
+a worker's final outcome is recorded once; a move of a record that is gone moves nothing.
+tests/test_reflector_store_port.py runs the same checks on the Postgres store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.reflector.domain import IllegalTransition, ReflectionState, WorkerOutcome, WorkerStatus
+from services.reflector.ports import ReflectionStore
+from tests.unit.fakes.reflector_store import FakeReflectionDb
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+KEY = ("acme", "agent-1", "run-1")
+S = ReflectionState
+
+
+async def _queued(store: ReflectionStore, key: tuple[str, str, str] = KEY, at: datetime = T0) -> None:
+    async with store.transaction() as tx:
+        await store.insert_queued(tx, *key, at)
+
+
+async def _state(store: ReflectionStore) -> ReflectionState:
+    record = await store.get(*KEY)
+    assert record is not None
+    return record.state
+
+
+async def check_a_record_is_queued_once_and_a_take_counts_an_attempt(store: ReflectionStore) -> None:
+    await _queued(store)
+    await _queued(store, at=T0 + timedelta(minutes=1))  # a second insert changes nothing
+    record = await store.get(*KEY)
+    assert record is not None and (record.state, record.attempts, record.submit_time) == (S.QUEUED, 0, T0)
+    before, taken = await store.take(*KEY)
+    assert taken and before is not None and (before.state, before.attempts) == (S.QUEUED, 0)
+    after = await store.get(*KEY)
+    assert after is not None and (after.state, after.attempts) == (S.RUNNING, 1)
+    assert await store.take("acme", "agent-1", "nope") == (None, False)
+
+
+async def check_a_final_record_is_not_taken_again(store: ReflectionStore) -> None:
+    await _queued(store)
+    await store.take(*KEY)
+    async with store.transaction() as tx:
+        assert await store.close(tx, *KEY, S.COMPLETED, None, T0, [WorkerOutcome("w", WorkerStatus.WROTE)])
+    record, taken = await store.take(*KEY)
+    assert not taken and record is not None and (record.state, record.attempts) == (S.COMPLETED, 1)
+    assert await _state(store) is S.COMPLETED
+
+
+async def check_a_refused_move_raises_and_rolls_back_its_transaction(store: ReflectionStore) -> None:
+    await _queued(store)
+    with pytest.raises(IllegalTransition):  # never taken: it cannot be closed
+        async with store.transaction() as tx:
+            await store.close(tx, *KEY, S.GATED, "no_role", T0)
+    assert await _state(store) is S.QUEUED
+    await store.take(*KEY)
+    with pytest.raises(IllegalTransition):
+        async with store.transaction() as tx:
+            assert await store.retrying(tx, *KEY, "rpc_unavailable: x", T0 + timedelta(seconds=10))
+            await store.close(tx, *KEY, S.COMPLETED, None, T0)  # RETRYING -> COMPLETED is refused
+    assert await _state(store) is S.RUNNING  # the retrying move went with it
+    with pytest.raises(ValueError):
+        async with store.transaction() as tx:
+            await store.close(tx, *KEY, S.DEFERRED, None, T0)  # close() ends a pass, it does not defer
+
+
+async def check_retry_defer_and_dead_letter_keep_what_they_say(store: ReflectionStore) -> None:
+    await _queued(store)
+    await store.take(*KEY)
+    until = T0 + timedelta(seconds=10)
+    outcomes = [WorkerOutcome("a", WorkerStatus.WROTE), WorkerOutcome("b", WorkerStatus.RETRYING, failure="timeout: x")]
+    async with store.transaction() as tx:
+        assert await store.retrying(tx, *KEY, "b: timeout: x", until, outcomes)
+    record = await store.get(*KEY)
+    assert record is not None and (record.state, record.reason, record.next_attempt_time) == (
+        S.RETRYING,
+        "b: timeout: x",
+        until,
+    )
+    assert record.workers == outcomes
+    await store.take(*KEY)
+    async with store.transaction() as tx:
+        assert await store.defer(tx, *KEY, "no_budget", until)
+    record = await store.get(*KEY)
+    assert record is not None and (record.state, record.gate, record.next_attempt_time) == (
+        S.DEFERRED,
+        "no_budget",
+        until,
+    )
+    # Dead-lettered keeping the recorded outcomes (workers None).
+    async with store.transaction() as tx:
+        assert await store.dead_letter(tx, *KEY, "gave up", None, T0)
+    record = await store.get(*KEY)
+    assert record is not None and (record.state, record.reason, record.workers) == (
+        S.DEAD_LETTERED,
+        "gave up",
+        outcomes,
+    )
+    assert record.next_attempt_time is None
+
+
+async def check_a_final_outcome_is_recorded_once(store: ReflectionStore) -> None:
+    await _queued(store)
+    await store.take(*KEY)
+    retry = WorkerOutcome("a", WorkerStatus.RETRYING, failure="rpc_unavailable: down")
+    wrote = WorkerOutcome("a", WorkerStatus.WROTE)
+    assert await store.put_workers(*KEY, [retry])
+    assert await store.put_workers(*KEY, [wrote])  # the unfinished outcome is replaced in place
+    assert not await store.put_workers(*KEY, [WorkerOutcome("a", WorkerStatus.NOTHING)])  # a stale late result
+    assert not await store.put_workers(*KEY, [wrote])
+    assert await store.put_workers(*KEY, [WorkerOutcome("b", WorkerStatus.SKIPPED, gate="g")])
+    record = await store.get(*KEY)
+    assert record is not None and [(w.worker, w.status) for w in record.workers] == [
+        ("a", WorkerStatus.WROTE),
+        ("b", WorkerStatus.SKIPPED),
+    ]
+    assert not await store.put_workers("acme", "agent-1", "gone", [wrote])
+
+
+async def check_a_handed_back_pass_waits_again_and_a_waiting_one_stays(store: ReflectionStore) -> None:
+    await _queued(store)
+    async with store.transaction() as tx:
+        assert not await store.requeued(tx, *KEY)  # not taken yet: it already waits
+    await store.take(*KEY)
+    async with store.transaction() as tx:
+        assert await store.requeued(tx, *KEY)
+    assert await _state(store) is S.QUEUED
+
+
+async def check_a_move_of_a_record_that_is_gone_moves_nothing(store: ReflectionStore) -> None:
+    gone = ("acme", "agent-1", "erased")
+    async with store.transaction() as tx:
+        assert not await store.close(tx, *gone, S.COMPLETED, None, T0)
+        assert not await store.retrying(tx, *gone, "r", T0)
+        assert not await store.defer(tx, *gone, "no_budget", T0)
+        assert not await store.dead_letter(tx, *gone, "r", None, T0)
+        assert not await store.requeued(tx, *gone)
+    assert await store.get(*gone) is None
+
+
+async def check_records_page_newest_first(store: ReflectionStore) -> None:
+    for i in range(3):
+        await _queued(store, ("acme", "agent-1", f"run-{i}"), T0 + timedelta(minutes=i))
+    await _queued(store, ("acme", "agent-2", "run-9"), T0)
+    first = await store.page("acme", "agent-1", None, 2)
+    assert [r.turn_id for r in first] == ["run-2", "run-1"]
+    last = first[-1]
+    assert last.submit_time is not None
+    rest = await store.page("acme", "agent-1", (last.submit_time, last.turn_id), 2)
+    assert [r.turn_id for r in rest] == ["run-0"]
+    assert await store.count("acme", "agent-1") == 3
+
+
+CHECKS = [
+    check_a_record_is_queued_once_and_a_take_counts_an_attempt,
+    check_a_final_record_is_not_taken_again,
+    check_a_refused_move_raises_and_rolls_back_its_transaction,
+    check_retry_defer_and_dead_letter_keep_what_they_say,
+    check_a_final_outcome_is_recorded_once,
+    check_a_handed_back_pass_waits_again_and_a_waiting_one_stays,
+    check_a_move_of_a_record_that_is_gone_moves_nothing,
+    check_records_page_newest_first,
+]
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
+async def test_the_fake_store_keeps_the_promises(check) -> None:  # type: ignore[no-untyped-def]
+    await check(FakeReflectionDb().store)
