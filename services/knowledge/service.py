@@ -36,6 +36,7 @@ from services.knowledge.domain import (
     Limits,
     Page,
     PageListing,
+    PageQuery,
     PromotionDraft,
     PromotionResult,
     ReadContext,
@@ -304,7 +305,7 @@ class KnowledgeService:
                 return PageListing((), None)
         try:
             listing = await self.backend.list_pages(
-                access, containers, parent, include_drafts and access.operator, cursor, size, full
+                access, PageQuery(containers, parent, include_drafts and access.operator, cursor, size, full)
             )
         except BackendUnavailable as err:
             raise unavailable_error(err) from err
