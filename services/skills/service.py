@@ -179,20 +179,7 @@ class SkillService:
         contract sees the raw text), the trigger/cluster_size/source_turn_ids agreement (a rule
         across fields, which the contract checker does not evaluate), the body cap (config) and
         the gates (state)."""
-        name = name.strip()
-        if not name:
-            raise InvalidArgument("name is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="name")
-        if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
-            raise InvalidArgument(
-                f"name must be one printable line of at most {NAME_MAX_CHARS} characters",
-                reason="FIELD_INVALID",
-                domain=DOMAIN,
-                field="name",
-                metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
-            )
-        not_blank(summary, "summary")
-        not_blank(body, "body")
-        self._body_fits(body)
+        name = self.checked_draft(name, summary, body)
         tools = list(tool_sequence)
         turns = list(source_turn_ids)
         if trigger is SkillTrigger.SINGLE:
@@ -258,20 +245,38 @@ class SkillService:
                 now=now,
                 provenance=_sourced(provenance, turns, f"synthesis:{trigger}"),
             )
-        await self.events.emit(
+        await self._emit_skill(
             "skill_synthesized",
-            company=company,
-            seat=seat,
+            skill,
             # A clustered draft came from a group: naming any single member would explain none of
             # the others, so it carries no turn id.
-            turn_id=turns[0] if trigger is SkillTrigger.SINGLE else None,
-            skill_id=str(skill.id),
-            name=skill.name,
+            turns[0] if trigger is SkillTrigger.SINGLE else None,
             trigger=str(trigger),
             cluster_size=cluster_size,
             tool_count=len(tool_set(tools)),
         )
         return skill
+
+    def checked_draft(self, name: str, summary: str, body: str) -> str:
+        """A draft's text beyond the contract (CreateSkillRequest's and ProposeSkillRequest's, the
+        same rules), checked once for both paths so an approval does not fail on what the proposal
+        could have been told at once: the name's rules measured after stripping (the contract sees
+        the raw text), a summary and body not blank, and the body cap (config). The stripped name."""
+        name = name.strip()
+        if not name:
+            raise InvalidArgument("name is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="name")
+        if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
+            raise InvalidArgument(
+                f"name must be one printable line of at most {NAME_MAX_CHARS} characters",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field="name",
+                metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
+            )
+        not_blank(summary, "summary")
+        not_blank(body, "body")
+        self._body_fits(body)
+        return name
 
     @staticmethod
     def _raise_for_gate(verdict: CandidateVerdict, seat: str) -> None:
@@ -359,24 +364,18 @@ class SkillService:
             return UseResult(skill, revived=False, telemetry_write_failed=True)
         skill, prior = used
         revived = prior is SkillState.STALE and skill.state is SkillState.ACTIVE
-        await self.events.emit(
+        await self._emit_skill(
             "skill_used",
-            company=skill.company,
-            seat=skill.seat,
-            turn_id=turn_id or None,
-            skill_id=str(skill.id),
-            name=skill.name,
+            skill,
+            turn_id,
             source_kind="synthesized",
             version=skill.version,
         )
         if revived:
-            await self.events.emit(
+            await self._emit_skill(
                 "skill_revived",
-                company=skill.company,
-                seat=skill.seat,
-                turn_id=turn_id or None,
-                skill_id=str(skill.id),
-                name=skill.name,
+                skill,
+                turn_id,
                 cause="used",
             )
         return UseResult(skill, revived=revived, telemetry_write_failed=False)
@@ -450,6 +449,19 @@ class SkillService:
                     cause=cause,
                 )
         return revived
+
+    async def _emit_skill(self, kind: str, skill: Skill, turn_id: str | None = None, **payload: object) -> None:
+        """A skill's event: every one names the skill the same way (its seat, id and name, and the
+        turn when there is one), the kind's own fields after."""
+        await self.events.emit(
+            kind,
+            company=skill.company,
+            seat=skill.seat,
+            turn_id=turn_id or None,
+            skill_id=str(skill.id),
+            name=skill.name,
+            **payload,
+        )
 
     async def _telemetry_failed(
         self,
@@ -529,13 +541,10 @@ class SkillService:
                 rid,
                 _sourced(provenance, [turn_id] if turn_id else [], "refine_skill"),
             )
-        await self.events.emit(
+        await self._emit_skill(
             "skill_refined",
-            company=refined.company,
-            seat=refined.seat,
-            turn_id=turn_id or None,
-            skill_id=str(refined.id),
-            name=refined.name,
+            refined,
+            turn_id,
             path="manual",
             version=refined.version,
             reason=reason,
@@ -611,26 +620,20 @@ class SkillService:
             _log.info(
                 "observation for skill %s of %s/%s skipped: %s", result.name, result.company, result.seat, skipped
             )
-            await self.events.emit(
+            await self._emit_skill(
                 "skill_refinement_skipped",
-                company=result.company,
-                seat=result.seat,
-                turn_id=turn_id or None,
-                skill_id=str(result.id),
-                name=result.name,
+                result,
+                turn_id,
                 reason=skipped,
                 body_chars=len(result.body),
                 bullet_chars=len(bullet),
                 limit=cfg.max_body_chars,
             )
             return ObservationResult(result, skipped)
-        await self.events.emit(
+        await self._emit_skill(
             "skill_refined",
-            company=result.company,
-            seat=result.seat,
-            turn_id=turn_id or None,
-            skill_id=str(result.id),
-            name=result.name,
+            result,
+            turn_id,
             path="auto",
             observation_kind=str(kind),
             version=result.version,
@@ -691,12 +694,9 @@ class SkillService:
                 rid,
                 restored,  # the body is that version's, and so is where it came from
             )
-        await self.events.emit(
+        await self._emit_skill(
             "skill_refined",
-            company=rolled.company,
-            seat=rolled.seat,
-            skill_id=str(rolled.id),
-            name=rolled.name,
+            rolled,
             path="rollback",
             version=rolled.version,
             restored_from_version=version,
@@ -713,12 +713,9 @@ class SkillService:
             if skill.pinned == pinned:
                 return skill
             updated = await self.store.set_pinned(conn, skill.id, pinned, now)
-        await self.events.emit(
+        await self._emit_skill(
             "skill_pinned" if pinned else "skill_unpinned",
-            company=updated.company,
-            seat=updated.seat,
-            skill_id=str(updated.id),
-            name=updated.name,
+            updated,
             cause="operator",
         )
         return updated
@@ -731,12 +728,9 @@ class SkillService:
             if skill.state is SkillState.ARCHIVED:
                 return skill
             updated = await self.store.set_state(conn, skill.id, SkillState.ARCHIVED, now, reset_clock=False)
-        await self.events.emit(
+        await self._emit_skill(
             "skill_archived",
-            company=updated.company,
-            seat=updated.seat,
-            skill_id=str(updated.id),
-            name=updated.name,
+            updated,
             cause="operator",
             from_state=str(skill.state),
             to_state=str(SkillState.ARCHIVED),
@@ -764,12 +758,9 @@ class SkillService:
                         metadata={"limit": cap, "live_skills": live},
                     )
             updated = await tx.set_state(skill.id, SkillState.ACTIVE, now, reset_clock=True)
-        await self.events.emit(
+        await self._emit_skill(
             "skill_restored",
-            company=updated.company,
-            seat=updated.seat,
-            skill_id=str(updated.id),
-            name=updated.name,
+            updated,
             cause="operator",
             from_state=str(skill.state),
         )
