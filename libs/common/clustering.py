@@ -10,9 +10,10 @@ their clusters by their own rules; the grouping itself is this one.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
-__all__ = ["greedy_groups", "jaccard", "medoid", "tool_set"]
+__all__ = ["ToolCluster", "greedy_groups", "jaccard", "medoid", "tool_set"]
 
 T = TypeVar("T")
 
@@ -52,3 +53,27 @@ def medoid(members: Sequence[T], tools: Callable[[T], Iterable[str]]) -> T:
         if score > best_score:
             best, best_score = m, score
     return best
+
+
+@dataclass
+class ToolCluster(Generic[T]):
+    """A group of runs, its first member the seed. A subclass says which tools a member ran."""
+
+    members: list[T] = field(default_factory=list)
+
+    @property
+    def seed(self) -> T:
+        return self.members[0]
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    @staticmethod
+    def tools_of(member: T) -> Iterable[str]:
+        raise NotImplementedError
+
+    def representative(self) -> T:
+        """The medoid (a run that happened, never a union nobody performed); ties go to the
+        earlier member, i.e. the newer run."""
+        return medoid(self.members, self.tools_of)

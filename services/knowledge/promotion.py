@@ -57,7 +57,7 @@ from libs.common.auxmodel import (
     Stage,
 )
 from libs.common.clock import Clock
-from libs.common.clustering import greedy_groups, medoid, tool_set
+from libs.common.clustering import ToolCluster, greedy_groups, tool_set
 from libs.common.config import Settings
 from libs.common.events import EventSink
 from libs.common.prompt_files import PromptFiles, cluster_fields, render_run
@@ -139,21 +139,12 @@ class Run:
         return self.turn.tool_sequence
 
 
-def _tools(run: Run) -> Sequence[str]:
-    return run.tools
+class RunCluster(ToolCluster[Run]):
+    """One unit's runs, over its seats, that ran the same procedure."""
 
-
-@dataclass
-class RunCluster:
-    members: list[Run] = field(default_factory=list)
-
-    @property
-    def seed(self) -> Run:
-        return self.members[0]
-
-    @property
-    def size(self) -> int:
-        return len(self.members)
+    @staticmethod
+    def tools_of(member: Run) -> Sequence[str]:
+        return member.tools
 
     @property
     def seats(self) -> list[str]:
@@ -163,18 +154,13 @@ class RunCluster:
     def distinct_agents(self) -> int:
         return len(self.seats)
 
-    def representative(self) -> Run:
-        """The medoid: the member most similar to all the others (a run that happened, never a
-        union nobody performed). Ties go to the earlier member, i.e. the newer run."""
-        return medoid(self.members, _tools)
-
 
 def cluster_runs(runs: Sequence[Run], threshold: float) -> list[RunCluster]:
     """Greedy single pass over the unit's runs, newest first: each joins the first cluster whose
     seed's tool set is at least ``threshold`` similar, else seeds its own. Returned with the most
     distinct seats first, then the largest, then the newest seed."""
     ordered = sorted(runs, key=lambda r: (r.turn.end_time or _EPOCH, r.turn.turn_id), reverse=True)
-    clusters = [RunCluster(group) for group in greedy_groups(ordered, _tools, threshold)]
+    clusters = [RunCluster(group) for group in greedy_groups(ordered, RunCluster.tools_of, threshold)]
     order = {id(c): i for i, c in enumerate(clusters)}
     return sorted(clusters, key=lambda c: (-c.distinct_agents, -c.size, order[id(c)]))
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from agentlearn.common.v1.provenance_pb2 import Provenance
-from libs.common.clustering import greedy_groups, jaccard, medoid, tool_set
+from libs.common.clustering import ToolCluster, greedy_groups, jaccard, tool_set
 
 __all__ = [
     "BERLOT_ATTWELL_THRESHOLD",
@@ -276,33 +276,19 @@ class Turn:
         return self.tools_called or self.tool_sequence
 
 
-def _run(turn: Turn) -> Sequence[str]:
-    return turn.run
+class Cluster(ToolCluster[Turn]):
+    """One seat's turns that ran the same procedure."""
 
-
-@dataclass
-class Cluster:
-    members: list[Turn] = field(default_factory=list)
-
-    @property
-    def size(self) -> int:
-        return len(self.members)
-
-    @property
-    def seed(self) -> Turn:
-        return self.members[0]
-
-    def representative(self) -> Turn:
-        """The medoid: the member most similar to all the others (a run that actually happened,
-        never a union nobody performed). Ties go to the earlier member, i.e. the newer turn."""
-        return medoid(self.members, _run)
+    @staticmethod
+    def tools_of(member: Turn) -> Sequence[str]:
+        return member.run
 
 
 def greedy_clusters(turns: Sequence[Turn], threshold: float) -> list[Cluster]:
     """Greedy single pass: each turn joins the first cluster whose seed's tool set is at least
     ``threshold`` similar, else seeds a new one. Returned largest first; among equals, the one
     whose seed is newest (``turns`` come newest first)."""
-    clusters = [Cluster(group) for group in greedy_groups(turns, _run, threshold)]
+    clusters = [Cluster(group) for group in greedy_groups(turns, Cluster.tools_of, threshold)]
     order = {id(c): i for i, c in enumerate(clusters)}
     return sorted(clusters, key=lambda c: (-c.size, order[id(c)]))
 
