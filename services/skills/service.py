@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -46,7 +47,7 @@ from services.skills.domain import (
     practice_bullet,
     tool_set,
 )
-from services.skills.ports import Moved, SkillStore
+from services.skills.ports import Moved, SkillStore, Tx
 from services.skills.store import StampFailed
 
 __all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult", "not_blank"]
@@ -115,6 +116,15 @@ class SkillService:
             domain=DOMAIN,
             metadata={"seat": key.seat, **({"skill_id": key.id} if key.id else {"skill_name": key.name})},
         )
+
+    @asynccontextmanager
+    async def _locked(self, key: SkillKey) -> AsyncIterator[tuple[Tx, Skill]]:
+        """The skill's row lock (``store.skill_row``) for a change to one skill; a skill the key
+        does not name is NOT_FOUND before anything is changed."""
+        async with self.store.skill_row(key) as (conn, skill):
+            if skill is None:
+                raise self._not_found(key)
+            yield conn, skill
 
     @staticmethod
     def _archived(skill: Skill, action: str) -> FailedPrecondition:
@@ -522,9 +532,7 @@ class SkillService:
         not_blank(body, "body")
         self._body_fits(body)  # config: learning.skill_refinement.max_body_chars
         now = self.clock.now()
-        async with self.store.skill_row(key) as (conn, skill):
-            if skill is None:
-                raise self._not_found(key)
+        async with self._locked(key) as (conn, skill):
             if skill.state is SkillState.ARCHIVED:
                 raise self._archived(skill, "refining it")
             if rid is not None and await self.store.request_seen(conn, skill.id, rid):
@@ -586,9 +594,7 @@ class SkillService:
         bullet = practice_bullet(kind, observation)
         prov = _sourced(provenance, [turn_id] if turn_id else [], "refiner")
         now = self.clock.now()
-        async with self.store.skill_row(key) as (conn, skill):
-            if skill is None:
-                raise self._not_found(key)
+        async with self._locked(key) as (conn, skill):
             if rid is not None and await self.store.request_seen(conn, skill.id, rid):
                 return ObservationResult(skill, None)  # a redelivery of a bullet already appended
             if skill.state is SkillState.ARCHIVED:
@@ -660,9 +666,7 @@ class SkillService:
         ``request_id`` of a rollback the kept versions hold writes nothing and returns the skill."""
         rid = request_id or None  # version required and not negative: the contract's
         now = self.clock.now()
-        async with self.store.skill_row(key) as (conn, skill):
-            if skill is None:
-                raise self._not_found(key)
+        async with self._locked(key) as (conn, skill):
             if rid is not None and await self.store.request_seen(conn, skill.id, rid):
                 return skill  # a retry of a rollback already made
             if version == skill.version:
@@ -707,9 +711,7 @@ class SkillService:
 
     async def set_pinned(self, key: SkillKey, pinned: bool) -> Skill:
         now = self.clock.now()
-        async with self.store.skill_row(key) as (conn, skill):
-            if skill is None:
-                raise self._not_found(key)
+        async with self._locked(key) as (conn, skill):
             if skill.pinned == pinned:
                 return skill
             updated = await self.store.set_pinned(conn, skill.id, pinned, now)
@@ -722,9 +724,7 @@ class SkillService:
 
     async def archive(self, key: SkillKey) -> Skill:
         now = self.clock.now()
-        async with self.store.skill_row(key) as (conn, skill):
-            if skill is None:
-                raise self._not_found(key)
+        async with self._locked(key) as (conn, skill):
             if skill.state is SkillState.ARCHIVED:
                 return skill
             updated = await self.store.set_state(conn, skill.id, SkillState.ARCHIVED, now, reset_clock=False)
