@@ -26,6 +26,7 @@ from services.knowledge.domain import (
     KnowledgeHit,
     Page,
     PageListing,
+    PageQuery,
     PromotionDraft,
     PromotionResult,
     SearchOutcome,
@@ -94,18 +95,9 @@ class KnowledgeBackend(PromotionWriter, Protocol):
         :class:`BackendUnavailable`. The caller checks container and draft visibility."""
         ...
 
-    async def list_pages(
-        self,
-        access: Access,
-        containers: Sequence[str] | None,
-        parent_title: str | None,
-        include_drafts: bool,
-        cursor: dict[str, object] | None,
-        size: int,
-        with_body: bool,
-    ) -> PageListing:
-        """Pages of ``containers`` (None: every container, operators only) in (container, title)
-        order from ``cursor``. Raises :class:`BackendUnavailable`."""
+    async def list_pages(self, access: Access, query: PageQuery) -> PageListing:
+        """Pages of ``query.containers`` (None: every container, operators only) in (container,
+        title) order from ``query.cursor``. Raises :class:`BackendUnavailable`."""
         ...
 
     async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:
@@ -127,16 +119,7 @@ class UnconfiguredBackend:
     async def get_page(self, access: Access, page_id: str) -> Page | None:
         return None
 
-    async def list_pages(
-        self,
-        access: Access,
-        containers: Sequence[str] | None,
-        parent_title: str | None,
-        include_drafts: bool,
-        cursor: dict[str, object] | None,
-        size: int,
-        with_body: bool,
-    ) -> PageListing:
+    async def list_pages(self, access: Access, query: PageQuery) -> PageListing:
         return PageListing((), None)
 
     async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:
@@ -208,21 +191,10 @@ class RoutedBackend:
     async def get_page(self, access: Access, page_id: str) -> Page | None:
         return await self._for_id(page_id).get_page(access, page_id)
 
-    async def list_pages(
-        self,
-        access: Access,
-        containers: Sequence[str] | None,
-        parent_title: str | None,
-        include_drafts: bool,
-        cursor: dict[str, object] | None,
-        size: int,
-        with_body: bool,
-    ) -> PageListing:
-        if containers is not None and containers and all(_workspace(c) for c in containers):
-            return await self.native.list_pages(
-                access, containers, parent_title, include_drafts, cursor, size, with_body
-            )
-        return await self.primary.list_pages(access, containers, parent_title, include_drafts, cursor, size, with_body)
+    async def list_pages(self, access: Access, query: PageQuery) -> PageListing:
+        if query.containers and all(_workspace(c) for c in query.containers):
+            return await self.native.list_pages(access, query)
+        return await self.primary.list_pages(access, query)
 
     async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:
         return await self.primary.onboarding(access, containers, limit)

@@ -51,6 +51,7 @@ from services.knowledge.domain import (
     KnowledgeHit,
     Page,
     PageListing,
+    PageQuery,
     PromotionDraft,
     PromotionResult,
     SearchOutcome,
@@ -509,20 +510,12 @@ class ConfluenceBackend:
             return None
         return self._page(access, data)
 
-    async def list_pages(
-        self,
-        access: Access,
-        containers: Sequence[str] | None,
-        parent_title: str | None,
-        include_drafts: bool,
-        cursor: dict[str, object] | None,
-        size: int,
-        with_body: bool,
-    ) -> PageListing:
+    async def list_pages(self, access: Access, query: PageQuery) -> PageListing:
         cred = self._credential(access)
         if cred is None:
             raise BackendUnavailable(UnsearchedReason.UNCONFIGURED, "no Confluence credential for this reader")
-        spaces = None if containers is None else list(containers)
+        spaces = None if query.containers is None else list(query.containers)
+        parent_title, include_drafts, cursor = query.parent_title, query.include_drafts, query.cursor
         cql = "type = page"
         if spaces is not None:
             cql += f" AND space IN {_cql_list(spaces)}"
@@ -538,10 +531,10 @@ class ConfluenceBackend:
         cql += " ORDER BY title"
         # The cursor is a decoded page token (JSON) holding the offset this backend wrote.
         start = int(cast("int | str", cursor["start"])) if cursor is not None else 0
-        expand = _PAGE_EXPAND + (",body.storage" if with_body else "")
-        data = await self._content_search(cql, cred, start=start, limit=size, expand=expand)
+        expand = _PAGE_EXPAND + (",body.storage" if query.with_body else "")
+        data = await self._content_search(cql, cred, start=start, limit=query.size, expand=expand)
         pages = [
-            self._page(access, c, with_body)
+            self._page(access, c, query.with_body)
             for c in data.get("results") or []
             if include_drafts or self._visible(c, spaces)
         ]

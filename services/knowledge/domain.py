@@ -204,6 +204,21 @@ class PageListing:
 
 
 @dataclass(frozen=True)
+class PageQuery:
+    """What a listing asks a backend for: one object so that every backend (and the seam's
+    Protocol) takes the same listing arguments without restating them."""
+
+    containers: Sequence[str] | None
+    """None: every container (operators only)."""
+    parent_title: str | None
+    include_drafts: bool
+    cursor: dict[str, object] | None
+    """A decoded page token, as the backend that wrote it shaped it; None from the start."""
+    size: int
+    with_body: bool
+
+
+@dataclass(frozen=True)
 class KnowledgeHit:
     """One page a search found: enough for a reader to decide whether to open it."""
 

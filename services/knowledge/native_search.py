@@ -37,6 +37,7 @@ from services.knowledge.domain import (
     Limits,
     Page,
     PageListing,
+    PageQuery,
     PromotionDraft,
     PromotionResult,
     SearchOutcome,
@@ -208,22 +209,20 @@ class NativeBackend:
         except StoreUnavailable as err:
             raise _unavailable(err) from err
 
-    async def list_pages(
-        self,
-        access: Access,
-        containers: Sequence[str] | None,
-        parent_title: str | None,
-        include_drafts: bool,
-        cursor: dict[str, object] | None,
-        size: int,
-        with_body: bool,
-    ) -> PageListing:
+    async def list_pages(self, access: Access, query: PageQuery) -> PageListing:
         after = None
+        cursor, size = query.cursor, query.size
         if cursor is not None:
             after = (str(cursor["c"]), str(cursor["t"]), uuid.UUID(str(cursor["id"])))
         try:
             pages = await self.store.list(
-                access.reader.company, containers, parent_title, include_drafts, after, size + 1, with_body
+                access.reader.company,
+                query.containers,
+                query.parent_title,
+                query.include_drafts,
+                after,
+                size + 1,
+                query.with_body,
             )
         except StoreUnavailable as err:
             raise _unavailable(err) from err

@@ -43,7 +43,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from string import Template
 from typing import Any, Protocol
 
 import grpc
@@ -58,12 +57,14 @@ from libs.common.auxmodel import (
     Stage,
 )
 from libs.common.clock import Clock
+from libs.common.clustering import ToolCluster, greedy_groups, tool_set
 from libs.common.config import Settings
 from libs.common.events import EventSink
+from libs.common.prompt_files import PromptFiles, cluster_fields, render_run
 from services.knowledge.backends import BackendUnavailable, PromotionWriter
 from services.knowledge.domain import PromotionDraft
 from services.knowledge.scope import unit_container
-from services.skills.domain import Turn, jaccard, tool_set
+from services.skills.domain import Turn
 from services.skills.episodes import EpisodeReader
 
 __all__ = [
@@ -92,6 +93,7 @@ QUOTE_CHARS = 160
 """The offline rule quotes an ask only up to this (whole or not at all)."""
 TOOL_NAME_CHARS = 48
 MAX_TOKENS = 2000
+_PROMPT = PromptFiles(PROMPTS, PURPOSE, MAX_TOKENS)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WRITER = "skill_promotion"
 PROMPT_VERSION = hashlib.sha256(
@@ -137,17 +139,12 @@ class Run:
         return self.turn.tool_sequence
 
 
-@dataclass
-class RunCluster:
-    members: list[Run] = field(default_factory=list)
+class RunCluster(ToolCluster[Run]):
+    """One unit's runs, over its seats, that ran the same procedure."""
 
-    @property
-    def seed(self) -> Run:
-        return self.members[0]
-
-    @property
-    def size(self) -> int:
-        return len(self.members)
+    @staticmethod
+    def tools_of(member: Run) -> Sequence[str]:
+        return member.tools
 
     @property
     def seats(self) -> list[str]:
@@ -157,30 +154,13 @@ class RunCluster:
     def distinct_agents(self) -> int:
         return len(self.seats)
 
-    def representative(self) -> Run:
-        """The medoid: the member most similar to all the others (a run that happened, never a
-        union nobody performed). Ties go to the earlier member, i.e. the newer run."""
-        best, best_score = self.members[0], -1.0
-        for m in self.members:
-            score = sum(jaccard(m.tools, o.tools) for o in self.members if o is not m)
-            if score > best_score:
-                best, best_score = m, score
-        return best
-
 
 def cluster_runs(runs: Sequence[Run], threshold: float) -> list[RunCluster]:
     """Greedy single pass over the unit's runs, newest first: each joins the first cluster whose
     seed's tool set is at least ``threshold`` similar, else seeds its own. Returned with the most
     distinct seats first, then the largest, then the newest seed."""
     ordered = sorted(runs, key=lambda r: (r.turn.end_time or _EPOCH, r.turn.turn_id), reverse=True)
-    clusters: list[RunCluster] = []
-    for run in ordered:
-        for cluster in clusters:
-            if jaccard(run.tools, cluster.seed.tools) >= threshold:
-                cluster.members.append(run)
-                break
-        else:
-            clusters.append(RunCluster([run]))
+    clusters = [RunCluster(group) for group in greedy_groups(ordered, RunCluster.tools_of, threshold)]
     order = {id(c): i for i, c in enumerate(clusters)}
     return sorted(clusters, key=lambda c: (-c.distinct_agents, -c.size, order[id(c)]))
 
@@ -238,32 +218,22 @@ def cluster_data(unit: str, cluster: RunCluster, representative: Run) -> dict[st
 
 
 def _render_member(i: int, m: Mapping[str, Any]) -> str:
-    lines = [
+    heading = [
         f"Run {i} ({m['outcome'] or 'settled'}):",
         f"  agent: {m['agent']}",
         f"  woken by: {m['woken_by'] or '(no label)'}",
     ]
-    if m["asked"]:
-        lines.append(f"  asked: {m['asked']}")
-    elif m.get("asked_not_shown_bytes"):
-        lines.append(f"  asked: [ask of {m['asked_not_shown_bytes']} bytes not shown]")
-    lines.append(f"  tools: {' → '.join(m['tool_sequence'])}")
-    return "\n".join(lines)
+    return render_run(heading, m, (("asked", "asked", "ask"),))
 
 
 def build_prompt(data: Mapping[str, Any]) -> Prompt:
-    system = (PROMPTS / f"{PURPOSE}.system.md").read_text()
-    user = Template((PROMPTS / f"{PURPOSE}.user.md").read_text()).substitute(
+    return _PROMPT.build(
+        data,
+        **cluster_fields(data, MEMBERS_SHOWN, _render_member),
         unit=data["unit"],
         distinct_agents=data["distinct_agents"],
         sibling_count=data["sibling_count"],
-        done_count=data["done_count"],
-        failed_count=data["failed_count"],
-        representative=" → ".join(data["representative"]),
-        shown=MEMBERS_SHOWN,
-        members="\n\n".join(_render_member(i + 1, m) for i, m in enumerate(data["members"])),
     )
-    return Prompt(purpose=PURPOSE, system=system, user=user, data=data, max_tokens=MAX_TOKENS, json_output=True)
 
 
 def offline_rule(data: Mapping[str, Any]) -> str:

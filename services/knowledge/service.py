@@ -27,6 +27,7 @@ from libs.common.auth import current_principal
 from libs.common.config import Settings
 from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from libs.common.events import EventSink
+from libs.common.rows import Conversions, from_row
 from libs.common.validation import require_ident, require_text
 from services.knowledge.backends import BackendUnavailable, KnowledgeBackend
 from services.knowledge.domain import (
@@ -36,6 +37,7 @@ from services.knowledge.domain import (
     Limits,
     Page,
     PageListing,
+    PageQuery,
     PromotionDraft,
     PromotionResult,
     ReadContext,
@@ -88,6 +90,18 @@ class DraftOrigin:
     provenance: str
     """The ``agentlearn.common.v1.Provenance`` JSON: run ids, model, prompt version, writer."""
     record_time: datetime
+
+
+def _draft_sources(value: str | list[dict[str, str]]) -> tuple[tuple[str, str], ...]:
+    sources = json.loads(value) if isinstance(value, str) else list(value)
+    return tuple((s["seat"], s["turn_id"]) for s in sources)
+
+
+_DRAFT_ORIGIN_COLUMNS: Conversions = {
+    "sources": _draft_sources,
+    # jsonb arrives decoded or as text, depending on the pool's codecs.
+    "provenance": lambda v: v if isinstance(v, str) else json.dumps(v),
+}
 
 
 @dataclass
@@ -183,17 +197,7 @@ class KnowledgeService:
                 domain=DOMAIN,
                 metadata={"page_id": page_id, "company": company},
             )
-        sources = json.loads(row["sources"]) if isinstance(row["sources"], str) else list(row["sources"])
-        return DraftOrigin(
-            page_id=row["page_id"],
-            backend=row["backend"],
-            container=row["container"],
-            title=row["title"],
-            unit=row["unit"],
-            sources=tuple((s["seat"], s["turn_id"]) for s in sources),
-            provenance=row["provenance"] if isinstance(row["provenance"], str) else json.dumps(row["provenance"]),
-            record_time=row["record_time"],
-        )
+        return from_row(DraftOrigin, row, _DRAFT_ORIGIN_COLUMNS)
 
     async def write_promotion_draft(
         self,
@@ -304,7 +308,7 @@ class KnowledgeService:
                 return PageListing((), None)
         try:
             listing = await self.backend.list_pages(
-                access, containers, parent, include_drafts and access.operator, cursor, size, full
+                access, PageQuery(containers, parent, include_drafts and access.operator, cursor, size, full)
             )
         except BackendUnavailable as err:
             raise unavailable_error(err) from err

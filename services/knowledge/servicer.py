@@ -7,6 +7,7 @@ from datetime import UTC
 
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
+from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
@@ -47,23 +48,22 @@ __all__ = [
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["KnowledgeService"].full_name
 
-_MODE = {ServedMode.NATIVE: pb.SERVED_MODE_NATIVE, ServedMode.CONFLUENCE: pb.SERVED_MODE_CONFLUENCE}
+_MODE = enum_to_pb(ServedMode, pb.ServedMode, "SERVED_MODE")
 _MODE_BACK = {v: k for k, v in _MODE.items()}
-_REASON = {
-    UnsearchedReason.UNCONFIGURED: pb.UNSEARCHED_REASON_UNCONFIGURED,
-    UnsearchedReason.SCOPED_TO_NOTHING: pb.UNSEARCHED_REASON_SCOPED_TO_NOTHING,
-    UnsearchedReason.UNREACHABLE: pb.UNSEARCHED_REASON_UNREACHABLE,
-    UnsearchedReason.CREDENTIAL_REFUSED: pb.UNSEARCHED_REASON_CREDENTIAL_REFUSED,
-    UnsearchedReason.RATE_LIMITED: pb.UNSEARCHED_REASON_RATE_LIMITED,
-}
+_REASON = enum_to_pb(UnsearchedReason, pb.UnsearchedReason, "UNSEARCHED_REASON")
 _REASON_BACK = {v: k for k, v in _REASON.items()}
-_SOURCE = {
-    ReadSource.RELEVANT_KNOWLEDGE: pb.READ_SOURCE_RELEVANT_KNOWLEDGE,
-    ReadSource.SEARCH_KNOWLEDGE: pb.READ_SOURCE_SEARCH_KNOWLEDGE,
-    ReadSource.ONBOARDING: pb.READ_SOURCE_ONBOARDING,
-    ReadSource.TOOL_SKILL_CATALOGUE: pb.READ_SOURCE_TOOL_SKILL_CATALOGUE,
-    ReadSource.INSPECTOR: pb.READ_SOURCE_INSPECTOR,
-}
+# The reads a caller names (the service's own reads, GET_PAGE and the like, have no proto value).
+_SOURCE = enum_to_pb(
+    (
+        ReadSource.RELEVANT_KNOWLEDGE,
+        ReadSource.SEARCH_KNOWLEDGE,
+        ReadSource.ONBOARDING,
+        ReadSource.TOOL_SKILL_CATALOGUE,
+        ReadSource.INSPECTOR,
+    ),
+    pb.ReadSource,
+    "READ_SOURCE",
+)
 _SOURCE_BACK = {v: k for k, v in _SOURCE.items()}
 
 

@@ -20,6 +20,7 @@ import asyncpg
 import numpy as np
 
 from libs.common.db import as_array
+from libs.common.rows import Conversions, from_row
 from services.knowledge.domain import (
     AUTO_DRAFT_TITLE_PREFIX,
     AUTO_DRAFTED_PARENT,
@@ -142,20 +143,11 @@ SQL = {
 _WS = re.compile(r"\s+")
 
 
+_PAGE_COLUMNS: Conversions = {"id": str, "parent_titles": lambda v: tuple(v or ())}
+
+
 def _page(row: asyncpg.Record) -> Page:
-    return Page(
-        id=str(row["id"]),
-        company=row["company"],
-        container=row["container"],
-        title=row["title"],
-        body=row["body"],
-        parent_titles=tuple(row["parent_titles"] or ()),
-        update_time=row["update_time"],
-        backend=ServedMode.NATIVE,
-        create_time=row["create_time"],
-        embedding_model=row["embedding_model"],
-        embedding_dims=row["embedding_dims"],
-    )
+    return from_row(Page, row, _PAGE_COLUMNS, backend=ServedMode.NATIVE)
 
 
 def one_line(text: str | None, limit: int = 400) -> str:

@@ -11,6 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from agentlearn.common.v1.provenance_pb2 import Provenance
+from libs.common.clustering import ToolCluster, greedy_groups, jaccard, tool_set
 
 __all__ = [
     "BERLOT_ATTWELL_THRESHOLD",
@@ -170,18 +171,6 @@ class LearningHealth:
 # ------------------------------------------------------------------------------ tool-set gates
 
 
-def tool_set(tools: Iterable[str]) -> frozenset[str]:
-    """The identity of a procedure: the SET of its tools (order and repeats are not identity)."""
-    return frozenset(t for t in tools if t)
-
-
-def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
-    sa, sb = tool_set(a), tool_set(b)
-    if not sa and not sb:
-        return 0.0
-    return len(sa & sb) / len(sa | sb)
-
-
 def best_match(tools: Iterable[str], skills: Sequence[Skill]) -> tuple[Skill, float] | None:
     """The skill whose tool set is most similar (ties: the older skill, then the name)."""
     candidate = tool_set(tools)
@@ -287,41 +276,19 @@ class Turn:
         return self.tools_called or self.tool_sequence
 
 
-@dataclass
-class Cluster:
-    members: list[Turn] = field(default_factory=list)
+class Cluster(ToolCluster[Turn]):
+    """One seat's turns that ran the same procedure."""
 
-    @property
-    def size(self) -> int:
-        return len(self.members)
-
-    @property
-    def seed(self) -> Turn:
-        return self.members[0]
-
-    def representative(self) -> Turn:
-        """The medoid: the member most similar to all the others (a run that actually happened,
-        never a union nobody performed). Ties go to the earlier member, i.e. the newer turn."""
-        best, best_score = self.members[0], -1.0
-        for m in self.members:
-            score = sum(jaccard(m.run, o.run) for o in self.members if o is not m)
-            if score > best_score:
-                best, best_score = m, score
-        return best
+    @staticmethod
+    def tools_of(member: Turn) -> Sequence[str]:
+        return member.run
 
 
 def greedy_clusters(turns: Sequence[Turn], threshold: float) -> list[Cluster]:
     """Greedy single pass: each turn joins the first cluster whose seed's tool set is at least
     ``threshold`` similar, else seeds a new one. Returned largest first; among equals, the one
     whose seed is newest (``turns`` come newest first)."""
-    clusters: list[Cluster] = []
-    for turn in turns:
-        for cluster in clusters:
-            if jaccard(turn.run, cluster.seed.run) >= threshold:
-                cluster.members.append(turn)
-                break
-        else:
-            clusters.append(Cluster([turn]))
+    clusters = [Cluster(group) for group in greedy_groups(turns, Cluster.tools_of, threshold)]
     order = {id(c): i for i, c in enumerate(clusters)}
     return sorted(clusters, key=lambda c: (-c.size, order[id(c)]))
 

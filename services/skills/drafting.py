@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from string import Template
 from typing import Any
 
 from libs.common.auxmodel import (
@@ -36,6 +35,7 @@ from libs.common.auxmodel import (
     Prompt,
     Stage,
 )
+from libs.common.prompt_files import PromptFiles, cluster_fields, render_run
 from services.skills.domain import NAME_MAX_CHARS, Cluster, Turn
 
 __all__ = ["PURPOSE", "ClusterDrafter", "Draft", "cluster_data", "offline_rule", "parse_draft"]
@@ -55,6 +55,7 @@ WATCH_QUOTE_CHARS = 600
 """The offline rule's "Watch out" quotes: a failed run's account up to this is quoted whole;
 a longer one is pointed at by its turn and size (learning.EpisodeAccountBytes)."""
 MAX_TOKENS = 2000
+_PROMPT = PromptFiles(PROMPTS, PURPOSE, MAX_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -116,18 +117,12 @@ def cluster_data(
     }
 
 
+_MEMBER_TEXTS = (("asked", "asked", "ask"), ("what it did", "what_it_did", "account"))
+
+
 def _render_member(i: int, m: Mapping[str, Any]) -> str:
-    lines = [f"Turn {i} ({m['outcome'] or 'settled'}):", f"  woken by: {m['woken_by'] or '(no label)'}"]
-    if m["asked"]:
-        lines.append(f"  asked: {m['asked']}")
-    elif m.get("asked_not_shown_bytes"):
-        lines.append(f"  asked: [ask of {m['asked_not_shown_bytes']} bytes not shown]")
-    if m["what_it_did"]:
-        lines.append(f"  what it did: {m['what_it_did']}")
-    elif m.get("what_it_did_not_shown_bytes"):
-        lines.append(f"  what it did: [account of {m['what_it_did_not_shown_bytes']} bytes not shown]")
-    lines.append(f"  tools: {' → '.join(m['tool_sequence'])}")
-    return "\n".join(lines)
+    heading = [f"Turn {i} ({m['outcome'] or 'settled'}):", f"  woken by: {m['woken_by'] or '(no label)'}"]
+    return render_run(heading, m, _MEMBER_TEXTS)
 
 
 def prompt_version() -> str:
@@ -139,17 +134,12 @@ def prompt_version() -> str:
 
 
 def build_prompt(data: Mapping[str, Any]) -> Prompt:
-    system = (PROMPTS / f"{PURPOSE}.system.md").read_text()
-    user = Template((PROMPTS / f"{PURPOSE}.user.md").read_text()).substitute(
+    return _PROMPT.build(
+        data,
+        **cluster_fields(data, MEMBERS_SHOWN, _render_member),
         cluster_size=data["cluster_size"],
-        done_count=data["done_count"],
-        failed_count=data["failed_count"],
-        representative=" → ".join(data["representative"]),
-        shown=MEMBERS_SHOWN,
-        members="\n\n".join(_render_member(i + 1, m) for i, m in enumerate(data["members"])),
         max_body_chars=data["max_body_chars"],
     )
-    return Prompt(purpose=PURPOSE, system=system, user=user, data=data, max_tokens=MAX_TOKENS, json_output=True)
 
 
 # ------------------------------------------------------------------------------- offline rule

@@ -33,6 +33,7 @@ import asyncpg
 
 from agentlearn.common.v1.provenance_pb2 import Provenance
 from agentlearn.skills.v1 import skill_service_pb2 as pb
+from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import Kind, Report, Target, provenance_from_json, provenance_json, run_once
 from libs.common.errors import NotFound
 from services.skills.domain import DOMAIN, SkillChange, remove_practice_bullets
@@ -343,9 +344,4 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, skill_id: str)
     return pb.GetSkillProvenanceResponse(provenance=draft, versions=versions, bullets=bullets)
 
 
-_CHANGE = {
-    SkillChange.CREATED: pb.SKILL_CHANGE_CREATED,
-    SkillChange.REFINED: pb.SKILL_CHANGE_REFINED,
-    SkillChange.OBSERVATION_APPENDED: pb.SKILL_CHANGE_OBSERVATION_APPENDED,
-    SkillChange.ROLLED_BACK: pb.SKILL_CHANGE_ROLLED_BACK,
-}
+_CHANGE = enum_to_pb(SkillChange, pb.SkillChange, "SKILL_CHANGE")

@@ -31,12 +31,11 @@ from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.clock import Clock
 from libs.common.config import SkillProposalsConfig
 from libs.common.embeddings import Embedder
-from libs.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from libs.common.errors import AlreadyExists, FailedPrecondition, NotFound
 from libs.common.events import EventSink
 from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
 from services.skills.domain import (
     DOMAIN,
-    NAME_MAX_CHARS,
     DuplicateCheck,
     ProposalDisposition,
     ProposalMatch,
@@ -51,7 +50,7 @@ from services.skills.domain import (
     normalized,
 )
 from services.skills.ports import ProposalStore
-from services.skills.service import SkillService, not_blank
+from services.skills.service import SkillService
 
 __all__ = ["ProposalResult", "ProposalService"]
 
@@ -114,26 +113,6 @@ class ProposalService:
 
     # ---------------------------------------------------------------- propose
 
-    def _validate(self, name: str, summary: str, body: str) -> str:
-        """What CreateSkill's use case would check of the same fields beyond the contract (which
-        ProposeSkillRequest shares with CreateSkillRequest), so an approval does not fail on what the
-        proposal could have been told at once: the name after stripping, and the body cap (config)."""
-        name = name.strip()
-        if not name:
-            raise InvalidArgument("name is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="name")
-        if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
-            raise InvalidArgument(
-                f"name must be one printable line of at most {NAME_MAX_CHARS} characters",
-                reason="FIELD_INVALID",
-                domain=DOMAIN,
-                field="name",
-                metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
-            )
-        not_blank(summary, "summary")
-        not_blank(body, "body")
-        self.skills._body_fits(body)
-        return name
-
     async def _vectors(self, texts: list[str]) -> list[np.ndarray | None] | None:
         """The texts' vectors in one batch, or None when no embedder answered in time."""
         if self.embedder is None or not texts:
@@ -163,7 +142,7 @@ class ProposalService:
         provenance: Provenance | None = None,
     ) -> ProposalResult:
         # Handles, required fields, lengths, the origin and the source's ids: the contract's.
-        name = self._validate(name, summary, body)
+        name = self.skills.checked_draft(name, summary, body)
         tools = list(tool_sequence)
         rid = request_id or None
         if rid is not None:

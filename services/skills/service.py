@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -46,7 +47,7 @@ from services.skills.domain import (
     practice_bullet,
     tool_set,
 )
-from services.skills.ports import Moved, SkillStore
+from services.skills.ports import Moved, SkillStore, Tx
 from services.skills.store import StampFailed
 
 __all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult", "not_blank"]
@@ -116,6 +117,15 @@ class SkillService:
             metadata={"seat": key.seat, **({"skill_id": key.id} if key.id else {"skill_name": key.name})},
         )
 
+    @asynccontextmanager
+    async def _locked(self, key: SkillKey) -> AsyncIterator[tuple[Tx, Skill]]:
+        """The skill's row lock (``store.skill_row``) for a change to one skill; a skill the key
+        does not name is NOT_FOUND before anything is changed."""
+        async with self.store.skill_row(key) as (conn, skill):
+            if skill is None:
+                raise self._not_found(key)
+            yield conn, skill
+
     @staticmethod
     def _archived(skill: Skill, action: str) -> FailedPrecondition:
         return FailedPrecondition(
@@ -179,20 +189,7 @@ class SkillService:
         contract sees the raw text), the trigger/cluster_size/source_turn_ids agreement (a rule
         across fields, which the contract checker does not evaluate), the body cap (config) and
         the gates (state)."""
-        name = name.strip()
-        if not name:
-            raise InvalidArgument("name is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="name")
-        if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
-            raise InvalidArgument(
-                f"name must be one printable line of at most {NAME_MAX_CHARS} characters",
-                reason="FIELD_INVALID",
-                domain=DOMAIN,
-                field="name",
-                metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
-            )
-        not_blank(summary, "summary")
-        not_blank(body, "body")
-        self._body_fits(body)
+        name = self.checked_draft(name, summary, body)
         tools = list(tool_sequence)
         turns = list(source_turn_ids)
         if trigger is SkillTrigger.SINGLE:
@@ -258,20 +255,38 @@ class SkillService:
                 now=now,
                 provenance=_sourced(provenance, turns, f"synthesis:{trigger}"),
             )
-        await self.events.emit(
+        await self._emit_skill(
             "skill_synthesized",
-            company=company,
-            seat=seat,
+            skill,
             # A clustered draft came from a group: naming any single member would explain none of
             # the others, so it carries no turn id.
-            turn_id=turns[0] if trigger is SkillTrigger.SINGLE else None,
-            skill_id=str(skill.id),
-            name=skill.name,
+            turns[0] if trigger is SkillTrigger.SINGLE else None,
             trigger=str(trigger),
             cluster_size=cluster_size,
             tool_count=len(tool_set(tools)),
         )
         return skill
+
+    def checked_draft(self, name: str, summary: str, body: str) -> str:
+        """A draft's text beyond the contract (CreateSkillRequest's and ProposeSkillRequest's, the
+        same rules), checked once for both paths so an approval does not fail on what the proposal
+        could have been told at once: the name's rules measured after stripping (the contract sees
+        the raw text), a summary and body not blank, and the body cap (config). The stripped name."""
+        name = name.strip()
+        if not name:
+            raise InvalidArgument("name is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="name")
+        if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
+            raise InvalidArgument(
+                f"name must be one printable line of at most {NAME_MAX_CHARS} characters",
+                reason="FIELD_INVALID",
+                domain=DOMAIN,
+                field="name",
+                metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
+            )
+        not_blank(summary, "summary")
+        not_blank(body, "body")
+        self._body_fits(body)
+        return name
 
     @staticmethod
     def _raise_for_gate(verdict: CandidateVerdict, seat: str) -> None:
@@ -359,24 +374,18 @@ class SkillService:
             return UseResult(skill, revived=False, telemetry_write_failed=True)
         skill, prior = used
         revived = prior is SkillState.STALE and skill.state is SkillState.ACTIVE
-        await self.events.emit(
+        await self._emit_skill(
             "skill_used",
-            company=skill.company,
-            seat=skill.seat,
-            turn_id=turn_id or None,
-            skill_id=str(skill.id),
-            name=skill.name,
+            skill,
+            turn_id,
             source_kind="synthesized",
             version=skill.version,
         )
         if revived:
-            await self.events.emit(
+            await self._emit_skill(
                 "skill_revived",
-                company=skill.company,
-                seat=skill.seat,
-                turn_id=turn_id or None,
-                skill_id=str(skill.id),
-                name=skill.name,
+                skill,
+                turn_id,
                 cause="used",
             )
         return UseResult(skill, revived=revived, telemetry_write_failed=False)
@@ -451,6 +460,19 @@ class SkillService:
                 )
         return revived
 
+    async def _emit_skill(self, kind: str, skill: Skill, turn_id: str | None = None, **payload: object) -> None:
+        """A skill's event: every one names the skill the same way (its seat, id and name, and the
+        turn when there is one), the kind's own fields after."""
+        await self.events.emit(
+            kind,
+            company=skill.company,
+            seat=skill.seat,
+            turn_id=turn_id or None,
+            skill_id=str(skill.id),
+            name=skill.name,
+            **payload,
+        )
+
     async def _telemetry_failed(
         self,
         company: str,
@@ -510,9 +532,7 @@ class SkillService:
         not_blank(body, "body")
         self._body_fits(body)  # config: learning.skill_refinement.max_body_chars
         now = self.clock.now()
-        async with self.store.skill_row(key) as (conn, skill):
-            if skill is None:
-                raise self._not_found(key)
+        async with self._locked(key) as (conn, skill):
             if skill.state is SkillState.ARCHIVED:
                 raise self._archived(skill, "refining it")
             if rid is not None and await self.store.request_seen(conn, skill.id, rid):
@@ -529,13 +549,10 @@ class SkillService:
                 rid,
                 _sourced(provenance, [turn_id] if turn_id else [], "refine_skill"),
             )
-        await self.events.emit(
+        await self._emit_skill(
             "skill_refined",
-            company=refined.company,
-            seat=refined.seat,
-            turn_id=turn_id or None,
-            skill_id=str(refined.id),
-            name=refined.name,
+            refined,
+            turn_id,
             path="manual",
             version=refined.version,
             reason=reason,
@@ -577,9 +594,7 @@ class SkillService:
         bullet = practice_bullet(kind, observation)
         prov = _sourced(provenance, [turn_id] if turn_id else [], "refiner")
         now = self.clock.now()
-        async with self.store.skill_row(key) as (conn, skill):
-            if skill is None:
-                raise self._not_found(key)
+        async with self._locked(key) as (conn, skill):
             if rid is not None and await self.store.request_seen(conn, skill.id, rid):
                 return ObservationResult(skill, None)  # a redelivery of a bullet already appended
             if skill.state is SkillState.ARCHIVED:
@@ -611,26 +626,20 @@ class SkillService:
             _log.info(
                 "observation for skill %s of %s/%s skipped: %s", result.name, result.company, result.seat, skipped
             )
-            await self.events.emit(
+            await self._emit_skill(
                 "skill_refinement_skipped",
-                company=result.company,
-                seat=result.seat,
-                turn_id=turn_id or None,
-                skill_id=str(result.id),
-                name=result.name,
+                result,
+                turn_id,
                 reason=skipped,
                 body_chars=len(result.body),
                 bullet_chars=len(bullet),
                 limit=cfg.max_body_chars,
             )
             return ObservationResult(result, skipped)
-        await self.events.emit(
+        await self._emit_skill(
             "skill_refined",
-            company=result.company,
-            seat=result.seat,
-            turn_id=turn_id or None,
-            skill_id=str(result.id),
-            name=result.name,
+            result,
+            turn_id,
             path="auto",
             observation_kind=str(kind),
             version=result.version,
@@ -657,9 +666,7 @@ class SkillService:
         ``request_id`` of a rollback the kept versions hold writes nothing and returns the skill."""
         rid = request_id or None  # version required and not negative: the contract's
         now = self.clock.now()
-        async with self.store.skill_row(key) as (conn, skill):
-            if skill is None:
-                raise self._not_found(key)
+        async with self._locked(key) as (conn, skill):
             if rid is not None and await self.store.request_seen(conn, skill.id, rid):
                 return skill  # a retry of a rollback already made
             if version == skill.version:
@@ -691,12 +698,9 @@ class SkillService:
                 rid,
                 restored,  # the body is that version's, and so is where it came from
             )
-        await self.events.emit(
+        await self._emit_skill(
             "skill_refined",
-            company=rolled.company,
-            seat=rolled.seat,
-            skill_id=str(rolled.id),
-            name=rolled.name,
+            rolled,
             path="rollback",
             version=rolled.version,
             restored_from_version=version,
@@ -707,36 +711,26 @@ class SkillService:
 
     async def set_pinned(self, key: SkillKey, pinned: bool) -> Skill:
         now = self.clock.now()
-        async with self.store.skill_row(key) as (conn, skill):
-            if skill is None:
-                raise self._not_found(key)
+        async with self._locked(key) as (conn, skill):
             if skill.pinned == pinned:
                 return skill
             updated = await self.store.set_pinned(conn, skill.id, pinned, now)
-        await self.events.emit(
+        await self._emit_skill(
             "skill_pinned" if pinned else "skill_unpinned",
-            company=updated.company,
-            seat=updated.seat,
-            skill_id=str(updated.id),
-            name=updated.name,
+            updated,
             cause="operator",
         )
         return updated
 
     async def archive(self, key: SkillKey) -> Skill:
         now = self.clock.now()
-        async with self.store.skill_row(key) as (conn, skill):
-            if skill is None:
-                raise self._not_found(key)
+        async with self._locked(key) as (conn, skill):
             if skill.state is SkillState.ARCHIVED:
                 return skill
             updated = await self.store.set_state(conn, skill.id, SkillState.ARCHIVED, now, reset_clock=False)
-        await self.events.emit(
+        await self._emit_skill(
             "skill_archived",
-            company=updated.company,
-            seat=updated.seat,
-            skill_id=str(updated.id),
-            name=updated.name,
+            updated,
             cause="operator",
             from_state=str(skill.state),
             to_state=str(SkillState.ARCHIVED),
@@ -764,12 +758,9 @@ class SkillService:
                         metadata={"limit": cap, "live_skills": live},
                     )
             updated = await tx.set_state(skill.id, SkillState.ACTIVE, now, reset_clock=True)
-        await self.events.emit(
+        await self._emit_skill(
             "skill_restored",
-            company=updated.company,
-            seat=updated.seat,
-            skill_id=str(updated.id),
-            name=updated.name,
+            updated,
             cause="operator",
             from_state=str(skill.state),
         )

@@ -9,6 +9,7 @@ import asyncpg
 
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
+from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.protoconv import timestamp
@@ -39,33 +40,13 @@ from services.skills.service import SkillService
 
 __all__ = ["SkillServicer", "skill_to_pb"]
 
-_STATE = {
-    SkillState.ACTIVE: pb.SKILL_STATE_ACTIVE,
-    SkillState.STALE: pb.SKILL_STATE_STALE,
-    SkillState.ARCHIVED: pb.SKILL_STATE_ARCHIVED,
-}
-_TRIGGER = {SkillTrigger.SINGLE: pb.SKILL_TRIGGER_SINGLE, SkillTrigger.CLUSTERED: pb.SKILL_TRIGGER_CLUSTERED}
+_STATE = enum_to_pb(SkillState, pb.SkillState, "SKILL_STATE")
+_TRIGGER = enum_to_pb(SkillTrigger, pb.SkillTrigger, "SKILL_TRIGGER")
 _TRIGGER_FROM_PB = {v: k for k, v in _TRIGGER.items()}
-_GATE = {
-    Gate.OPEN: pb.CANDIDATE_GATE_OPEN,
-    Gate.CATALOGUE_FULL: pb.CANDIDATE_GATE_CATALOGUE_FULL,
-    Gate.DUPLICATE: pb.CANDIDATE_GATE_DUPLICATE,
-}
-_CHANGE = {
-    SkillChange.CREATED: pb.SKILL_CHANGE_CREATED,
-    SkillChange.REFINED: pb.SKILL_CHANGE_REFINED,
-    SkillChange.OBSERVATION_APPENDED: pb.SKILL_CHANGE_OBSERVATION_APPENDED,
-    SkillChange.ROLLED_BACK: pb.SKILL_CHANGE_ROLLED_BACK,
-}
-_KIND_FROM_PB = {
-    pb.OBSERVATION_KIND_OBSERVED: ObservationKind.OBSERVED,
-    pb.OBSERVATION_KIND_COUNTER_EXAMPLE: ObservationKind.COUNTER_EXAMPLE,
-}
-_SKIP = {
-    None: pb.OBSERVATION_SKIP_REASON_UNSPECIFIED,
-    ObservationSkip.BODY_CAP: pb.OBSERVATION_SKIP_REASON_BODY_CAP,
-    ObservationSkip.ARCHIVED: pb.OBSERVATION_SKIP_REASON_ARCHIVED,
-}
+_GATE = enum_to_pb(Gate, pb.CandidateGate, "CANDIDATE_GATE")
+_CHANGE = enum_to_pb(SkillChange, pb.SkillChange, "SKILL_CHANGE")
+_KIND_FROM_PB = {v: k for k, v in enum_to_pb(ObservationKind, pb.ObservationKind, "OBSERVATION_KIND").items()}
+_SKIP = enum_to_pb(ObservationSkip, pb.ObservationSkipReason, "OBSERVATION_SKIP_REASON")
 
 
 def skill_to_pb(skill: Skill, now: datetime, *, full: bool = True) -> pb.Skill:
@@ -125,30 +106,12 @@ def _health_to_pb(h: LearningHealth) -> pb.LearningHealth:
     )
 
 
-_P_STATE = {
-    ProposalState.PENDING: pb.PROPOSAL_STATE_PENDING,
-    ProposalState.APPROVED: pb.PROPOSAL_STATE_APPROVED,
-    ProposalState.REJECTED: pb.PROPOSAL_STATE_REJECTED,
-}
+_P_STATE = enum_to_pb(ProposalState, pb.ProposalState, "PROPOSAL_STATE")
 _P_STATE_FROM_PB = {v: k for k, v in _P_STATE.items()}
-_ORIGIN = {
-    ProposalOrigin.SESSION_CHECK: pb.PROPOSAL_ORIGIN_SESSION_CHECK,
-    ProposalOrigin.DISTILL_SKILL: pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
-}
+_ORIGIN = enum_to_pb(ProposalOrigin, pb.ProposalOrigin, "PROPOSAL_ORIGIN")
 _ORIGIN_FROM_PB = {v: k for k, v in _ORIGIN.items()}
-_DISPOSITION = {
-    ProposalDisposition.CREATED: pb.PROPOSAL_DISPOSITION_CREATED,
-    ProposalDisposition.ALREADY_PROPOSED: pb.PROPOSAL_DISPOSITION_ALREADY_PROPOSED,
-    ProposalDisposition.DUPLICATE_PROPOSAL: pb.PROPOSAL_DISPOSITION_DUPLICATE_PROPOSAL,
-    ProposalDisposition.DUPLICATE_SKILL: pb.PROPOSAL_DISPOSITION_DUPLICATE_SKILL,
-    ProposalDisposition.SUPPRESSED: pb.PROPOSAL_DISPOSITION_SUPPRESSED,
-}
-_CHECK = {
-    DuplicateCheck.EXACT_NAME: pb.DUPLICATE_CHECK_EXACT_NAME,
-    DuplicateCheck.EXACT_BODY: pb.DUPLICATE_CHECK_EXACT_BODY,
-    DuplicateCheck.TOOL_SET: pb.DUPLICATE_CHECK_TOOL_SET,
-    DuplicateCheck.EMBEDDING: pb.DUPLICATE_CHECK_EMBEDDING,
-}
+_DISPOSITION = enum_to_pb(ProposalDisposition, pb.ProposalDisposition, "PROPOSAL_DISPOSITION")
+_CHECK = enum_to_pb(DuplicateCheck, pb.DuplicateCheck, "DUPLICATE_CHECK")
 
 
 def proposal_to_pb(p: SkillProposal) -> pb.SkillProposal:
@@ -311,7 +274,11 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return pb.AppendSkillObservationResponse(
             skill=skill_to_pb(result.skill, self._now()),
             skipped=result.skipped_reason is not None,
-            skip_reason=_SKIP[result.skipped_reason],
+            skip_reason=(
+                _SKIP[result.skipped_reason]
+                if result.skipped_reason is not None
+                else pb.OBSERVATION_SKIP_REASON_UNSPECIFIED
+            ),
         )
 
     async def ListSkillVersions(

@@ -23,6 +23,7 @@ from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.db import as_array
 from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.errors import AlreadyExists
+from libs.common.rows import Conversions, from_row
 from services.skills.domain import (
     DOMAIN,
     LearningHealth,
@@ -183,46 +184,36 @@ _STAMP_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, Timeout
 reconnect refused), or the row or a connection did not come within the stamp's timeout."""
 
 
+_SKILL_COLUMNS: Conversions = {
+    "tool_sequence": tuple,
+    "trigger": SkillTrigger,
+    "cluster_size": int,
+    "source_turn_ids": tuple,
+    "state": SkillState,
+    "pinned": bool,
+    "version": int,
+    "use_count": int,
+    "change": SkillChange,
+}
+_VERSION_COLUMNS: Conversions = {"version": int, "change": SkillChange, "current": bool}
+_HEALTH_COLUMNS: Conversions = {
+    "total_skills": int,
+    "skills_used_at_least_once": int,
+    "total_skill_uses": int,
+    "avg_uses_per_skill": float,
+    "avg_skill_age_days": float,
+    "active_skills": int,
+    "stale_skills": int,
+    "archived_skills": int,
+}
+
+
 def _skill(row: asyncpg.Record) -> Skill:
-    return Skill(
-        id=row["id"],
-        company=row["company"],
-        seat=row["seat"],
-        name=row["name"],
-        summary=row["summary"],
-        body=row["body"],
-        tool_sequence=tuple(row["tool_sequence"]),
-        trigger=SkillTrigger(row["trigger"]),
-        cluster_size=int(row["cluster_size"]),
-        source_turn_ids=tuple(row["source_turn_ids"]),
-        state=SkillState(row["state"]),
-        pinned=bool(row["pinned"]),
-        version=int(row["version"]),
-        use_count=int(row["use_count"]),
-        last_used_time=row["last_used_time"],
-        last_offered_time=row["last_offered_time"],
-        unused_since=row["unused_since"],
-        state_change_time=row["state_change_time"],
-        create_time=row["create_time"],
-        update_time=row["update_time"],
-        change=SkillChange(row["change"]),
-        change_reason=row["change_reason"],
-        restored_from_version=row["restored_from_version"],
-    )
+    return from_row(Skill, row, _SKILL_COLUMNS)
 
 
 def _version(row: asyncpg.Record) -> SkillVersion:
-    return SkillVersion(
-        skill_id=row["skill_id"],
-        version=int(row["version"]),
-        body=row["body"],
-        change=SkillChange(row["change"]),
-        reason=row["reason"],
-        restored_from_version=row["restored_from_version"],
-        create_time=row["create_time"],
-        supersede_time=row["supersede_time"],
-        current=bool(row["current"]),
-    )
+    return from_row(SkillVersion, row, _VERSION_COLUMNS)
 
 
 class SeatTx:
@@ -352,19 +343,7 @@ class PostgresSkillStore:
             row = await conn.fetchrow(SQL["health"], company, seat)
         if row is None:
             return LearningHealth(company=company, seat=seat)
-        return LearningHealth(
-            company=company,
-            seat=seat,
-            total_skills=int(row["total_skills"]),
-            skills_used_at_least_once=int(row["skills_used_at_least_once"]),
-            total_skill_uses=int(row["total_skill_uses"]),
-            most_recent_skill_use=row["most_recent_skill_use"],
-            avg_uses_per_skill=float(row["avg_uses_per_skill"]),
-            avg_skill_age_days=float(row["avg_skill_age_days"]),
-            active_skills=int(row["active_skills"]),
-            stale_skills=int(row["stale_skills"]),
-            archived_skills=int(row["archived_skills"]),
-        )
+        return from_row(LearningHealth, row, _HEALTH_COLUMNS, company=company, seat=seat)
 
     # -------------------------------------------------------------- telemetry stamps
 
@@ -512,28 +491,17 @@ PROPOSAL_SQL = {
 }
 
 
+_PROPOSAL_COLUMNS: Conversions = {
+    "tool_sequence": tuple,
+    "origin": ProposalOrigin,
+    "evidence_ids": tuple,
+    "state": ProposalState,
+    "provenance": provenance_from_json,
+}
+
+
 def _proposal(row: asyncpg.Record) -> SkillProposal:
-    return SkillProposal(
-        id=row["id"],
-        company=row["company"],
-        seat=row["seat"],
-        name=row["name"],
-        summary=row["summary"],
-        body=row["body"],
-        tool_sequence=tuple(row["tool_sequence"]),
-        origin=ProposalOrigin(row["origin"]),
-        session_id=row["session_id"],
-        check_id=row["check_id"],
-        evidence_ids=tuple(row["evidence_ids"]),
-        turn_id=row["turn_id"],
-        state=ProposalState(row["state"]),
-        create_time=row["create_time"],
-        decide_time=row["decide_time"],
-        decided_by=row["decided_by"],
-        decision_reason=row["decision_reason"],
-        skill_id=row["skill_id"],
-        provenance=provenance_from_json(row["provenance"]),
-    )
+    return from_row(SkillProposal, row, _PROPOSAL_COLUMNS)
 
 
 class PostgresProposalStore:
