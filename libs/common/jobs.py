@@ -26,17 +26,20 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
 from libs.common.clock import Clock
 
-__all__ = ["NOTIFY_CHANNEL", "SQL", "Job", "JobQueue", "JobState", "keep_claim", "listen", "run_claimed"]
+__all__ = [
+    "NOTIFY_CHANNEL", "SQL", "ClaimQueue", "Job", "JobQueue", "JobState", "RenewQueue",
+    "drain_claimed", "keep_claim", "listen", "run_claimed", "serve",
+]  # fmt: skip
 
 _log = logging.getLogger(__name__)
 
@@ -250,8 +253,22 @@ class JobQueue:
         return int(await self._pool.fetchval(SQL["pending"], kind))
 
 
+class RenewQueue(Protocol):
+    """What keeping a claim needs of a queue (``JobQueue``, or a service's port of it)."""
+
+    async def renew(self, job: Job, worker: str, now: datetime, lease_seconds: float) -> bool: ...
+
+
+class ClaimQueue(RenewQueue, Protocol):
+    """What a worker's claim loop needs of its queue."""
+
+    async def claim(
+        self, kind: str, worker: str, now: datetime, lease_seconds: float, *, reclaim_lapsed: bool = ...
+    ) -> Job | None: ...
+
+
 async def keep_claim(
-    queue: JobQueue, job: Job, worker: str, clock: Clock, lease_seconds: float, work: asyncio.Task[Any]
+    queue: RenewQueue, job: Job, worker: str, clock: Clock, lease_seconds: float, work: asyncio.Task[Any]
 ) -> bool:
     """Renew ``job``'s lease every third of it while ``work`` runs. A renewal the database did not
     answer is tried again at the next beat (the lease still covers two); a claim no longer held (it
@@ -270,7 +287,7 @@ async def keep_claim(
 
 
 async def run_claimed(
-    queue: JobQueue,
+    queue: RenewQueue,
     job: Job,
     worker: str,
     clock: Clock,
@@ -297,6 +314,44 @@ async def run_claimed(
         renew.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await renew
+
+
+async def drain_claimed(
+    queue: ClaimQueue,
+    kind: str,
+    worker: str,
+    clock: Clock,
+    lease_seconds: float,
+    process: Callable[[Job], Coroutine[Any, Any, Any]],
+    *,
+    reclaim_lapsed: bool,
+    when_lost: str,
+) -> int:
+    """Run every job of ``kind`` claimable now, one at a time, each under its renewed claim
+    (``run_claimed``); returns how many were taken. ``reclaim_lapsed``: a lapsed claim is taken
+    again (the job resumes) — the family's lapse rule."""
+    taken = 0
+    while job := await queue.claim(kind, worker, clock.now(), lease_seconds, reclaim_lapsed=reclaim_lapsed):
+        taken += 1
+        await run_claimed(queue, job, worker, clock, lease_seconds, process, when_lost=when_lost)
+    return taken
+
+
+async def serve(drain: Callable[[], Awaitable[int]], wake: asyncio.Event, poll_seconds: float, what: str) -> None:
+    """A worker's loop: drain, and when nothing was taken wait for a wake (a NOTIFY) or the poll
+    interval, the backstop. An unreadable queue is logged and tried again after the wait."""
+    while True:
+        try:
+            taken = await drain()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            _log.exception("%s queue unreadable; retrying", what)
+            taken = 0
+        if taken == 0:
+            wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), poll_seconds)
 
 
 async def listen(

@@ -11,7 +11,6 @@ erasure is reported FAILED with the last reason.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
@@ -23,7 +22,7 @@ import grpc
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.events import EventSink
-from libs.common.jobs import Job, listen, run_claimed
+from libs.common.jobs import Job, drain_claimed, listen, serve
 from services.privacy.domain import JOB_KIND, Erasure, ErasureState
 from services.privacy.ports import ErasureQueue
 from services.privacy.service import PrivacyService
@@ -113,38 +112,18 @@ class ErasureWorker:
     async def drain(self) -> int:
         """Run every erasure claimable now, one at a time (a lapsed claim is taken again and the
         erasure resumes); returns how many were taken."""
-        taken = 0
-        lease = self.config.claim_lease_seconds
-        while job := await self.queue.claim(JOB_KIND, self.worker_id, self.clock.now(), lease, reclaim_lapsed=True):
-            taken += 1
-            # ``run_claimed`` types its queue as the JobQueue adapter but calls only ``renew``, which
-            # the ErasureQueue port has (typing it against a port in libs.common.jobs drops this).
-            await run_claimed(
-                self.queue,  # type: ignore[arg-type]  # the port has the one method run_claimed calls
-                job,
-                self.worker_id,
-                self.clock,
-                lease,
-                self.process,
-                when_lost="its new holder resumes it",
-            )
-        return taken
+        return await drain_claimed(
+            self.queue,
+            JOB_KIND,
+            self.worker_id,
+            self.clock,
+            self.config.claim_lease_seconds,
+            self.process,
+            reclaim_lapsed=True,
+            when_lost="its new holder resumes it",
+        )
 
     async def run_forever(self, dsn: str) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(listen(dsn, [JOB_KIND], self.wake))
-            group.create_task(self._loop())
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                taken = await self.drain()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                _log.exception("erasure queue unreadable; retrying")
-                taken = 0
-            if taken == 0:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_seconds)
+            group.create_task(serve(self.drain, self._wake, self.config.poll_interval_seconds, "erasure"))

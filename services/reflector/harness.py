@@ -487,7 +487,7 @@ class Harness:
 
     async def _keep_claim(self, job: Job, work: asyncio.Task[str]) -> bool:
         return await keep_claim(
-            self._queue,  # type: ignore[arg-type]  # keep_claim names the JobQueue adapter; it calls only renew, on the port
+            self._queue,
             job,
             self._worker_id,
             self._clock,

@@ -19,7 +19,6 @@ declared successful or automatically replayed."
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
@@ -30,7 +29,7 @@ from libs.common import telemetry
 from libs.common.clock import Clock
 from libs.common.config import SessionsConfig
 from libs.common.events import EventSink
-from libs.common.jobs import Job, JobQueue, JobState, listen, run_claimed
+from libs.common.jobs import Job, JobQueue, JobState, drain_claimed, listen, serve
 from libs.common.metrics import LEARNING_CHECKS
 from services.sessions.checks import CheckRunner
 from services.sessions.domain import JOB_KIND, CheckOutcome, CheckState, LearningCheck
@@ -191,24 +190,14 @@ class LearningWorker:
 
     async def drain(self) -> int:
         """Run every check claimable now; returns how many were taken."""
-        taken = 0
-        while True:
-            job = await self.queue.claim(
-                JOB_KIND, self.worker_id, self.clock.now(), self.config.claim_lease_seconds, reclaim_lapsed=False
-            )
-            if job is None:
-                return taken
-            taken += 1
-            await self._run_claimed(job)
-
-    async def _run_claimed(self, job: Job) -> None:
-        await run_claimed(
+        return await drain_claimed(
             self.queue,
-            job,
+            JOB_KIND,
             self.worker_id,
             self.clock,
             self.config.claim_lease_seconds,
             self.process,
+            reclaim_lapsed=False,
             when_lost="it is reported interrupted",
         )
 
@@ -223,7 +212,7 @@ class LearningWorker:
             group.create_task(listen(dsn, [JOB_KIND], self.wake))
             group.create_task(self._sweeper())
             for _ in range(max(1, self.config.concurrency)):
-                group.create_task(self._loop())
+                group.create_task(serve(self.drain, self._wake, self.config.poll_interval_seconds, "learning"))
 
     async def _sweeper(self) -> None:
         while True:
@@ -234,17 +223,3 @@ class LearningWorker:
             except Exception:
                 _log.exception("could not sweep interrupted learning checks")
             await asyncio.sleep(min(self.config.poll_interval_seconds, self.config.claim_lease_seconds))
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                taken = await self.drain()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                _log.exception("learning queue unreadable; retrying")
-                taken = 0
-            if taken == 0:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_seconds)
