@@ -48,16 +48,14 @@ from datetime import timedelta
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
 from agentlearn.common.v1 import embedding_pb2  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2 as pb  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc  # noqa: E402
-from bench.harness import loaded_minilm, pct, scratch_postgres  # noqa: E402
+from bench.harness import loaded_minilm, pct, scratch_postgres, serve_loopback  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
-from libs.common.grpcserver import create_server  # noqa: E402
 from libs.common.infra import open_infra  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
 from services.episodes import bootstrap  # noqa: E402
@@ -246,10 +244,7 @@ async def main(args: argparse.Namespace) -> int:
             )
             stack.push_async_callback(index.close)
             comp = bootstrap.component(infra)
-            grpc_server, port, _ = await create_server(comp.registrations, "127.0.0.1:0")
-            stack.push_async_callback(grpc_server.stop, None)
-            channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-            stack.push_async_callback(channel.close)
+            channel, _ = await serve_loopback(stack, comp.registrations)
             stub = pb_grpc.EpisodeServiceStub(channel)
 
             # ---- embed the distinct texts once

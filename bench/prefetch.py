@@ -42,17 +42,15 @@ from datetime import timedelta
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb  # noqa: E402
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc  # noqa: E402
-from bench.harness import loaded_minilm, pct, scratch_postgres  # noqa: E402
+from bench.harness import loaded_minilm, pct, scratch_postgres, serve_loopback  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
-from libs.common.grpcserver import create_server  # noqa: E402
 from libs.common.infra import open_infra  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
 from services.diary.service import index_point as note_point  # noqa: E402
@@ -377,11 +375,8 @@ async def main(args: argparse.Namespace) -> int:
             )
             stack.push_async_callback(index.close)
             components = [SERVICES[n].component(infra) for n in NAMES]
-            grpc_server, port, _ = await create_server([r for c in components for r in c.registrations], "127.0.0.1:0")
-            stack.push_async_callback(grpc_server.stop, None)
-            infra.channels.serve_locally(NAMES, f"127.0.0.1:{port}")
-            channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-            stack.push_async_callback(channel.close)
+            registrations = [r for c in components for r in c.registrations]
+            channel, _ = await serve_loopback(stack, registrations, infra.channels, NAMES)
             stub = pb_grpc.PrefetchServiceStub(channel)
 
             corpus = Corpus(args.distinct, prng)

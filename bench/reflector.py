@@ -47,12 +47,10 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
+from bench.harness import open_app
+from bench.harness import quantile as pct
 from libs.common.clock import SystemClock
 from libs.common.config import load_settings
-from libs.common.embedded_pg import start_embedded_postgres
-from libs.common.grpcserver import create_server
-from libs.common.infra import open_infra
-from services.runner.registry import SERVICES, migrations_of
 from tests.support.turns import message, turn
 
 NAMES = ["diary", "episodes", "skills", "profiles", "reflector"]
@@ -69,30 +67,10 @@ PORTS: list[int] = []
 TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def _app(root: Path, concurrency: int, stack: contextlib.AsyncExitStack):  # type: ignore[no-untyped-def]
-    settings = load_settings(
-        None,
-        {
-            "data_dir": str(root / "data"),
-            "learning": {"reflection": {"concurrency": concurrency, "poll_interval_seconds": 1.0}},
-        },
-        env={},
-    )
-    dsn = await start_embedded_postgres(root / "pg")
-    infra = await open_infra(settings, stack, migrations_of(NAMES), clock=SystemClock(), dsn=dsn)
-    await asyncio.to_thread(infra.embedder.load)
-    components = {n: SERVICES[n].component(infra) for n in NAMES}
-    server, port, _ = await create_server([r for c in components.values() for r in c.registrations], "127.0.0.1:0")
-    stack.push_async_callback(server.stop, None)
-    infra.channels.serve_locally(NAMES, f"127.0.0.1:{port}")
+    overrides = {"learning": {"reflection": {"concurrency": concurrency, "poll_interval_seconds": 1.0}}}
+    infra, components, channel, port = await open_app(root, NAMES, overrides, stack)
     PORTS.append(port)
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    stack.push_async_callback(channel.close)
     return infra, components, channel
 
 

@@ -1,19 +1,21 @@
 """What several benchmarks set up the same way: a scratch directory holding an embedded PostgreSQL
-(both gone when the run ends), the local MiniLM loaded, the nearest-rank percentile.
+(both gone when the run ends), the local MiniLM loaded, components served on a loopback port with a
+channel to them, a whole app of named services, and the two percentile rules the figures use.
 
 A package (not ``bench/<name>.py``) so that ``./run bench --help`` does not list it as a benchmark;
 a script imports it as ``bench.harness`` (the repository root is on ``sys.path``)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["loaded_minilm", "pct", "scratch_postgres"]
+__all__ = ["loaded_minilm", "open_app", "pct", "quantile", "scratch_postgres", "serve_loopback"]
 
 
 @contextlib.contextmanager
@@ -44,3 +46,53 @@ def pct(values: list[float], q: float) -> float:
     """The ``q``-th percentile (0-100) by nearest rank, in the values' own unit."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0-1) by the lower nearest rank (reflector's and sessions' figures)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def serve_loopback(
+    stack: contextlib.AsyncExitStack,
+    registrations: Iterable[Any],
+    channels: Any = None,
+    names: Iterable[str] = (),
+) -> tuple[Any, int]:
+    """A gRPC server of ``registrations`` on a free loopback port and a channel to it, both closed
+    with ``stack``; with ``channels`` (``infra.channels``), the ``names`` services' calls to one
+    another go to that port."""
+    import grpc
+
+    from libs.common.grpcserver import create_server
+
+    server, port, _ = await create_server(list(registrations), "127.0.0.1:0")
+    stack.push_async_callback(server.stop, None)
+    if channels is not None:
+        channels.serve_locally(list(names), f"127.0.0.1:{port}")
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    stack.push_async_callback(channel.close)
+    return channel, port
+
+
+async def open_app(
+    root: Path, names: list[str], overrides: dict[str, Any], stack: contextlib.AsyncExitStack
+) -> tuple[Any, dict[str, Any], Any, int]:
+    """The ``names`` services as the runner builds them (the configured embedder, loaded; a system
+    clock) on an embedded PostgreSQL under ``root``, served over loopback: infra, the components by
+    name, a channel, the port."""
+    from libs.common.clock import SystemClock
+    from libs.common.config import load_settings
+    from libs.common.embedded_pg import start_embedded_postgres
+    from libs.common.infra import open_infra
+    from services.runner.registry import SERVICES, migrations_of
+
+    settings = load_settings(None, {"data_dir": str(root / "data"), **overrides}, env={})
+    dsn = await start_embedded_postgres(root / "pg")
+    infra = await open_infra(settings, stack, migrations_of(names), clock=SystemClock(), dsn=dsn)
+    await asyncio.to_thread(infra.embedder.load)
+    components = {n: SERVICES[n].component(infra) for n in names}
+    registrations = [r for c in components.values() for r in c.registrations]
+    channel, port = await serve_loopback(stack, registrations, infra.channels, names)
+    return infra, components, channel, port
