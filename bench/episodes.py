@@ -53,10 +53,9 @@ import numpy as np  # noqa: E402
 from agentlearn.common.v1 import embedding_pb2  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2 as pb  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc  # noqa: E402
-from bench.harness import loaded_minilm, pct, scratch_postgres, serve_loopback  # noqa: E402
+from bench.harness import loaded_minilm, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
-from libs.common.infra import open_infra  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
 from services.episodes import bootstrap  # noqa: E402
 from services.episodes.domain import vector_text  # noqa: E402
@@ -221,28 +220,24 @@ async def seat_stats(pool) -> tuple[int, int, int]:  # type: ignore[no-untyped-d
 
 
 async def main(args: argparse.Namespace) -> int:
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
-
     t_start = time.perf_counter()
     rng = np.random.default_rng(7)
     prng = random.Random(7)
     embedder = loaded_minilm()
     clock = ManualClock()
     with scratch_postgres("episodes-bench-") as (tmp, server):
-        index = QdrantEdgeIndex(tmp / "edge")
         settings = load_settings(None, {"data_dir": str(tmp / "data")}, env={})
         async with contextlib.AsyncExitStack() as stack:
-            infra = await open_infra(
-                settings,
+            infra, index = await open_edge_infra(
                 stack,
+                tmp,
+                server.get_uri(),
                 [bootstrap.MIGRATIONS],
+                settings,
                 clock=clock,
                 embedder=embedder,
-                index=index,
-                dsn=server.get_uri(),
                 pool_size=4,
             )
-            stack.push_async_callback(index.close)
             comp = bootstrap.component(infra)
             channel, _ = await serve_loopback(stack, comp.registrations)
             stub = pb_grpc.EpisodeServiceStub(channel)

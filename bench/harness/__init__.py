@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["loaded_minilm", "open_app", "pct", "quantile", "scratch_postgres", "serve_loopback"]
+__all__ = ["loaded_minilm", "open_app", "open_edge_infra", "pct", "quantile", "scratch_postgres", "serve_loopback"]
 
 
 @contextlib.contextmanager
@@ -96,3 +96,28 @@ async def open_app(
     registrations = [r for c in components.values() for r in c.registrations]
     channel, port = await serve_loopback(stack, registrations, infra.channels, names)
     return infra, components, channel, port
+
+
+async def open_edge_infra(
+    stack: contextlib.AsyncExitStack,
+    tmp: Path,
+    dsn: str,
+    migrations: list[Any],
+    settings: Any,
+    *,
+    clock: Any,
+    embedder: Any,
+    pool_size: int,
+) -> tuple[Any, Any]:
+    """``open_infra`` with Qdrant's embedded engine under ``<tmp>/edge`` as the vector index (closed
+    with ``stack``, before the pool): the infra and the index (a benchmark may close it early to
+    time the exact-scan path)."""
+    from libs.common.infra import open_infra
+    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+
+    index = QdrantEdgeIndex(tmp / "edge")
+    infra = await open_infra(
+        settings, stack, migrations, clock=clock, embedder=embedder, index=index, dsn=dsn, pool_size=pool_size
+    )
+    stack.push_async_callback(index.close)
+    return infra, index
