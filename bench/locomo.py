@@ -46,7 +46,6 @@ import asyncio
 import contextlib
 import json
 import pickle
-import re
 import shutil
 import statistics
 import sys
@@ -59,6 +58,7 @@ from pathlib import Path
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 from bench.harness import loaded_minilm, open_edge_infra  # noqa: E402
+from bench.harness.locomo import evidence_ids, note_text, turns_of  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
 from services.diary import bootstrap  # noqa: E402
@@ -179,35 +179,6 @@ def variants() -> dict[str, str]:
     v["idf sum, @@ df, match N"] = idf_sql("match")
     v[CEILING] = ts_rank_sql("ts_rank", 0).replace("LIMIT $4", "LIMIT 1000000 + 0 * $4")
     return v
-
-
-# ------------------------------------------------------------------------------------ data
-
-
-def note_text(turn: dict, date: str | None, with_date: bool, with_caption: bool) -> str:
-    text = f"{turn['speaker']}: {turn['text']}"
-    if with_date and date:
-        text = f"[{date}] {text}"
-    if with_caption and turn.get("blip_caption"):
-        text = f"{text} [shares {turn['blip_caption']}]"
-    return text
-
-
-def turns_of(conv: dict) -> list[tuple[str | None, dict]]:
-    sessions = sorted(
-        (int(m.group(1)), k) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)) and isinstance(conv[k], list)
-    )
-    return [(conv.get(f"session_{n}_date_time"), t) for n, k in sessions for t in conv[k]]
-
-
-def evidence_ids(raw: list[str]) -> list[str]:
-    out = []
-    for item in raw:
-        for part in re.split(r"[;,\s]+", str(item)):
-            part = re.sub(r"^D:", "D", part.strip())
-            if part:
-                out.append(part)
-    return list(dict.fromkeys(out))
 
 
 # ------------------------------------------------------------------------------------ the block

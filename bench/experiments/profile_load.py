@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import random
@@ -54,19 +53,12 @@ from pathlib import Path
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
+from bench.harness import script as bench_module  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve()
 PYSPY = ROOT / ".venv" / "bin" / "py-spy"
 LOCOMO = Path("/work/shared/data/locomo-dev.json")
-
-
-def bench_module(name: str):  # type: ignore[no-untyped-def]
-    """bench/<name>.py as a module (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-__all__ = ["loaded_minilm", "open_app", "open_edge_infra", "pct", "quantile", "scratch_postgres", "serve_loopback"]
+__all__ = [
+    "loaded_minilm",
+    "open_app",
+    "open_edge_infra",
+    "pct",
+    "quantile",
+    "scratch_postgres",
+    "script",
+    "serve_loopback",
+]
 
 
 @contextlib.contextmanager
@@ -121,3 +132,15 @@ async def open_edge_infra(
     )
     stack.push_async_callback(index.close)
     return infra, index
+
+
+def script(path: str, name: str | None = None) -> ModuleType:
+    """A benchmark script loaded from its file as a module (the scripts are not importable by
+    name): ``"locomo"`` is bench/locomo.py, ``"experiments/models_locomo"`` is
+    bench/experiments/models_locomo.py; its module name is ``name`` (default ``bench_<file>``)."""
+    file = Path(__file__).resolve().parents[1] / f"{path}.py"
+    spec = importlib.util.spec_from_file_location(name or f"bench_{file.stem}", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
