@@ -57,7 +57,7 @@ from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-from bench.harness import loaded_minilm, open_edge_infra  # noqa: E402
+from bench.harness import loaded_minilm, open_edge_infra, table  # noqa: E402
 from bench.harness.locomo import evidence_ids, note_text, turns_of  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
@@ -259,16 +259,6 @@ class Score:
 
     def macro(self) -> float:
         return 100.0 * statistics.fmean(self.fracs) if self.fracs else 0.0
-
-
-def table(headers: list[str], rows: list[list[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [[f"{c:.1f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def fmt(row: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-
-    return "\n".join([fmt(cells[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells[1:]])
 
 
 # ------------------------------------------------------------------------------------ run

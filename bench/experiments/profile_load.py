@@ -61,6 +61,25 @@ PYSPY = ROOT / ".venv" / "bin" / "py-spy"
 LOCOMO = Path("/work/shared/data/locomo-dev.json")
 
 
+def prefetch_requests(pf, seats: int, tag: str):  # type: ignore[no-untyped-def]
+    """``request(i)``: the i-th BuildTurnContext of a load on bench/prefetch.py's fleet (``pf``): a
+    random seat of ``seats`` and ask, the same sender and unit chain, turn id ``<tag>-<i>`` (one
+    seeded generator per load, so two loads draw the same sequence)."""
+    from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
+
+    prng = random.Random(5)
+
+    def request(i: int) -> pb.BuildTurnContextRequest:
+        return pb.BuildTurnContextRequest(
+            company=pf.COMPANY, seat=pf.seat_name(prng.randrange(seats)), role=pf.ROLE, turn_id=f"{tag}-{i}",
+            ask=pf.ASKS[i % len(pf.ASKS)].format(t=prng.choice(pf.TOPICS)),
+            senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
+            unit_chain=["platform", "engineering"],
+        )  # fmt: skip
+
+    return request
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, round(q / 100 * (len(xs) - 1)))] if xs else float("nan")
@@ -417,7 +436,6 @@ def report(out: Path, lines: list[str]) -> None:
 async def profile_prefetch(args: argparse.Namespace) -> None:
     import grpc
 
-    from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
     from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 
     pf = bench_module("prefetch")
@@ -425,15 +443,7 @@ async def profile_prefetch(args: argparse.Namespace) -> None:
     port = await srv.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     stub = pb_grpc.PrefetchServiceStub(channel)
-    prng = random.Random(5)
-
-    def request(i: int) -> pb.BuildTurnContextRequest:
-        return pb.BuildTurnContextRequest(
-            company=pf.COMPANY, seat=pf.seat_name(prng.randrange(args.seats)), role=pf.ROLE, turn_id=f"p-{i}",
-            ask=pf.ASKS[i % len(pf.ASKS)].format(t=prng.choice(pf.TOPICS)),
-            senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
-            unit_chain=["platform", "engineering"],
-        )  # fmt: skip
+    request = prefetch_requests(pf, args.seats, "p")
 
     try:
         for i in range(30):
@@ -483,7 +493,6 @@ async def onnx_ab(args: argparse.Namespace) -> None:
     load for both), and each server's CPU per call is read from /proc."""
     import grpc
 
-    from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
     from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 
     pf = bench_module("prefetch")
@@ -494,15 +503,7 @@ async def onnx_ab(args: argparse.Namespace) -> None:
         port = await srv.start()
         channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
         stubs.append(pb_grpc.PrefetchServiceStub(channels[-1]))
-    prng = random.Random(5)
-
-    def request(i: int) -> pb.BuildTurnContextRequest:
-        return pb.BuildTurnContextRequest(
-            company=pf.COMPANY, seat=pf.seat_name(prng.randrange(args.seats)), role=pf.ROLE, turn_id=f"ab-{i}",
-            ask=pf.ASKS[i % len(pf.ASKS)].format(t=prng.choice(pf.TOPICS)),
-            senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
-            unit_chain=["platform", "engineering"],
-        )  # fmt: skip
+    request = prefetch_requests(pf, args.seats, "ab")
 
     try:
         for i in range(20):

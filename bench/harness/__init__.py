@@ -26,6 +26,7 @@ __all__ = [
     "scratch_postgres",
     "script",
     "serve_loopback",
+    "table",
 ]
 
 
@@ -144,3 +145,15 @@ def script(path: str, name: str | None = None) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    """A plain-text table: the first column left-aligned, the others right-aligned, floats to one
+    decimal."""
+    cells = [[str(h) for h in headers]] + [[f"{c:.1f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def fmt(row: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+
+    return "\n".join([fmt(cells[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells[1:]])
