@@ -67,11 +67,18 @@ PORTS: list[int] = []
 TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
 
 
+SEATS = [f"seat-{s}" for s in range(20)]
+"""The seats every run submits turns for, each offered one seeded skill."""
+
+
 async def _app(root: Path, concurrency: int, stack: contextlib.AsyncExitStack):  # type: ignore[no-untyped-def]
+    """The all-in-one under ``root`` with one skill seeded per seat of SEATS: infra, components,
+    channel, and each seat's (skill id, name)."""
     overrides = {"learning": {"reflection": {"concurrency": concurrency, "poll_interval_seconds": 1.0}}}
     infra, components, channel, port = await open_app(root, NAMES, overrides, stack)
     PORTS.append(port)
-    return infra, components, channel
+    skills = {s: await _seed_skill(channel, s) for s in SEATS}
+    return infra, components, channel, skills
 
 
 def _turn(i: int, seat: str, skill: tuple[str, str], now) -> pb.TurnCompleted:  # type: ignore[no-untyped-def]
@@ -112,10 +119,9 @@ async def _commits(pool) -> int:  # type: ignore[no-untyped-def]
 async def throughput(turns: int, concurrency: int) -> tuple[float, float, float, float]:
     with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
         async with contextlib.AsyncExitStack() as stack:
-            infra, components, channel = await _app(Path(tmp), concurrency, stack)
+            infra, components, channel, skills = await _app(Path(tmp), concurrency, stack)
             stub = pb_grpc.ReflectorServiceStub(channel)
-            seats = [f"seat-{s}" for s in range(20)]
-            skills = {s: await _seed_skill(channel, s) for s in seats}
+            seats = SEATS
             t0 = time.perf_counter()
             for i in range(turns):
                 seat = seats[i % len(seats)]
@@ -230,10 +236,9 @@ async def census(turns: int, concurrency: int) -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
             async with contextlib.AsyncExitStack() as stack:
-                infra, components, channel = await _app(Path(tmp), concurrency, stack)
+                infra, components, channel, skills = await _app(Path(tmp), concurrency, stack)
                 stub = pb_grpc.ReflectorServiceStub(channel)
-                seats = [f"seat-{s}" for s in range(20)]
-                skills = {s: await _seed_skill(channel, s) for s in seats}
+                seats = SEATS
                 exporter.clear()
                 commits0 = await _commits(infra.pool)
                 for i in range(turns):
@@ -305,9 +310,8 @@ async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]
 async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
         async with contextlib.AsyncExitStack() as stack:
-            infra, components, channel = await _app(Path(tmp), concurrency, stack)
-            seats = [f"seat-{s}" for s in range(20)]
-            skills = {s: list(await _seed_skill(channel, s)) for s in seats}
+            infra, components, _, seeded = await _app(Path(tmp), concurrency, stack)
+            skills = {s: list(skill) for s, skill in seeded.items()}
             commits0 = await _commits(infra.pool)
             cpu0 = time.process_time()
             worker = asyncio.create_task(components["reflector"].background[0]())
