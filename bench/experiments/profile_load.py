@@ -433,6 +433,31 @@ def report(out: Path, lines: list[str]) -> None:
 # ------------------------------------------------------------------------------------ scenarios
 
 
+async def profile_server(srv, args: argparse.Namespace, callers: int, quiet_call, profiled_call):  # type: ignore[no-untyped-def]
+    """The protocol of a one-server scenario once warm: its spans cleared, an unprofiled run of half
+    ``--seconds`` (latency, the server's CPU per call, the spans of those calls), then py-spy attached
+    for ``--seconds`` of ``profiled_call`` with the event loop's lag recorded. Returns what the report
+    needs, and its lines about py-spy and the machine."""
+    await srv.ask("clear")
+    c0 = cpu_seconds(srv.proc.pid)
+    quiet, qwall = await drive(quiet_call, callers, args.seconds / 2)
+    cpu_ms = (cpu_seconds(srv.proc.pid) - c0) * 1000 / len(quiet)
+    census = await srv.ask(f"census {len(quiet)}")
+    spy = Spy(srv.proc.pid, args.out, args.rate, args.native)
+    spy.start()
+    await srv.ask("lag start")
+    lat, wall = await drive(profiled_call, callers, args.seconds)
+    lag = await srv.ask("lag stop")
+    spy_out = spy.stop()
+    about = [
+        f"py-spy: {' '.join(spy.cmd)}",
+        f"py-spy said: {spy_out.splitlines()[-1] if spy_out else ''}",
+        f"load average at the end: {loadavg()}",
+    ]
+    lag_line = f"event-loop lag of the server while profiled (5 ms ticker): {json.dumps(lag)}"
+    return quiet, qwall, cpu_ms, census, lat, wall, about, lag_line
+
+
 async def profile_prefetch(args: argparse.Namespace) -> None:
     import grpc
 
@@ -453,30 +478,24 @@ async def profile_prefetch(args: argparse.Namespace) -> None:
             on, off = await tracing_ab(lambda i, m: stub.BuildTurnContext(request(200000 + i), metadata=m), args.ab)
             ab = ab_line(on, off)
         # Unprofiled: the latency and the spans of one turn, then the profiled run.
-        await srv.ask("clear")
-        c0 = cpu_seconds(srv.proc.pid)  # type: ignore[union-attr]
-        quiet, _ = await drive(lambda i: stub.BuildTurnContext(request(i)), args.concurrency, args.seconds / 2)
-        cpu_ms = (cpu_seconds(srv.proc.pid) - c0) * 1000 / len(quiet)  # type: ignore[union-attr]
-        census = await srv.ask(f"census {len(quiet)}")
-        spy = Spy(srv.proc.pid, args.out, args.rate, args.native)  # type: ignore[union-attr]
-        spy.start()
-        await srv.ask("lag start")
-        lat, wall = await drive(lambda i: stub.BuildTurnContext(request(100000 + i)), args.concurrency, args.seconds)
-        lag = await srv.ask("lag stop")
-        spy_out = spy.stop()
+        quiet, _, cpu_ms, census, lat, wall, about, lag_line = await profile_server(
+            srv,
+            args,
+            args.concurrency,
+            lambda i: stub.BuildTurnContext(request(i)),
+            lambda i: stub.BuildTurnContext(request(100000 + i)),
+        )
         report(
             args.out,
             [
                 f"scenario: BuildTurnContext, rich trigger, {args.seats} seats x (500 notes, 500 episodes, 20 skills, "
                 f"1 profile), 40 knowledge pages; {args.concurrency} caller(s); tracing {args.tracing}",
-                f"py-spy: {' '.join(spy.cmd)}",
-                f"py-spy said: {spy_out.splitlines()[-1] if spy_out else ''}",
-                f"load average at the end: {loadavg()}",
+                *about,
                 f"without the profiler ({len(quiet)} calls): p50 {pct(quiet, 50):.1f} ms, p99 {pct(quiet, 99):.1f} ms; "
                 f"server CPU {cpu_ms:.1f} ms per call (user+system, all threads)",
                 f"under the profiler ({len(lat)} calls in {wall:.0f}s): p50 {pct(lat, 50):.1f} ms, "
                 f"p99 {pct(lat, 99):.1f} ms, {len(lat) / wall:.1f} calls/s",
-                f"event-loop lag of the server while profiled (5 ms ticker): {json.dumps(lag)}",
+                lag_line,
                 "spans per BuildTurnContext (count per request, median duration; unprofiled run): "
                 + json.dumps(census, indent=1),
                 ab,
@@ -655,30 +674,20 @@ async def profile_diary(args: argparse.Namespace) -> None:
         if args.ab and args.tracing == "on":
             on, off = await tracing_ab(call, args.ab)  # one writer: the per-call cost, not the queue
             ab = ab_line(on, off)
-        await srv.ask("clear")
-        c0 = cpu_seconds(srv.proc.pid)  # type: ignore[union-attr]
-        quiet, qwall = await drive(call, args.writers, args.seconds / 2)
-        cpu_ms = (cpu_seconds(srv.proc.pid) - c0) * 1000 / len(quiet)  # type: ignore[union-attr]
-        census = await srv.ask(f"census {len(quiet)}")
-        spy = Spy(srv.proc.pid, args.out, args.rate, args.native)  # type: ignore[union-attr]
-        spy.start()
-        await srv.ask("lag start")
-        lat, wall = await drive(call, args.writers, args.seconds)
-        lag = await srv.ask("lag stop")
-        spy_out = spy.stop()
+        quiet, qwall, cpu_ms, census, lat, wall, about, lag_line = await profile_server(
+            srv, args, args.writers, call, call
+        )
         report(
             args.out,
             [
                 f"scenario: WriteNote, {args.writers} concurrent writers, LoCoMo turns as texts, 100 seats, "
                 f"the diary alone in a subprocess; tracing {args.tracing}",
-                f"py-spy: {' '.join(spy.cmd)}",
-                f"py-spy said: {spy_out.splitlines()[-1] if spy_out else ''}",
-                f"load average at the end: {loadavg()}",
+                *about,
                 f"without the profiler: {len(quiet) / qwall:.1f} notes/s, p50 {pct(quiet, 50):.1f} ms, "
                 f"p99 {pct(quiet, 99):.1f} ms; server CPU {cpu_ms:.1f} ms per note (user+system, all threads)",
                 f"under the profiler: {len(lat) / wall:.1f} notes/s, p50 {pct(lat, 50):.1f} ms, "
                 f"p99 {pct(lat, 99):.1f} ms",
-                f"event-loop lag of the server while profiled (5 ms ticker): {json.dumps(lag)}",
+                lag_line,
                 "spans per WriteNote (count per request, median duration; unprofiled run): "
                 + json.dumps(census, indent=1),
                 ab,
