@@ -54,6 +54,7 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from bench.harness import script as bench_module  # noqa: E402
+from bench.harness.locomo import turn_texts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve()
@@ -573,14 +574,7 @@ async def writenote_ab(args: argparse.Namespace) -> None:
     from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
-    data = json.loads(LOCOMO.read_text())  # noqa: ASYNC240 (setup, before any load)
-    texts = [
-        f"{t['speaker']}: {t['text']}"
-        for conv in data
-        for k, v in conv["conversation"].items()
-        if k.startswith("session_") and isinstance(v, list)
-        for t in v
-    ]
+    texts = turn_texts(json.loads(LOCOMO.read_text()))  # noqa: ASYNC240 (setup, before any load)
     servers = [ServerProc("diary", args), ServerProc("diary", args, onnx_threads=1, batch=4)]
     stubs, channels = [], []
     for srv in servers:
@@ -645,14 +639,7 @@ async def profile_diary(args: argparse.Namespace) -> None:
     from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
-    data = json.loads(LOCOMO.read_text())  # noqa: ASYNC240 (setup, before any load)
-    texts = [
-        f"{t['speaker']}: {t['text']}"
-        for conv in data
-        for k, v in conv["conversation"].items()
-        if k.startswith("session_") and isinstance(v, list)
-        for t in v
-    ]
+    texts = turn_texts(json.loads(LOCOMO.read_text()))  # noqa: ASYNC240 (setup, before any load)
     srv = ServerProc("diary", args)
     port = await srv.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

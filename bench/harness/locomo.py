@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["evidence_ids", "note_text", "turns_of"]
+__all__ = ["evidence_ids", "note_text", "turn_texts", "turns_of"]
 
 
 def note_text(turn: dict[str, Any], date: str | None, with_date: bool, with_caption: bool) -> str:
@@ -36,3 +36,15 @@ def evidence_ids(raw: list[str]) -> list[str]:
             if part:
                 out.append(part)
     return list(dict.fromkeys(out))
+
+
+def turn_texts(data: list[dict[str, Any]]) -> list[str]:
+    """Every dialog turn of every conversation as ``speaker: text`` (no date, no caption), in the
+    file's order: the plain texts the load experiments write and embed."""
+    return [
+        f"{t['speaker']}: {t['text']}"
+        for conv in data
+        for k, v in conv["conversation"].items()
+        if k.startswith("session_") and isinstance(v, list)
+        for t in v
+    ]
