@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 from agentlearn.common.v1 import embedding_pb2  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2 as pb  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc  # noqa: E402
-from bench.harness import loaded_minilm, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
+from bench.harness import loaded_minilm, noisy, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
@@ -139,9 +139,7 @@ async def bulk_load(infra, clock, turns, base, args, rng: np.random.Generator) -
         for s in range(first, min(first + chunk, args.seats)):
             seat = f"seat{s:04d}"
             pick = rng.integers(0, len(turns), size=args.rows)
-            noise = rng.normal(size=(args.rows, base.shape[1])).astype(np.float32) * (args.sigma / base.shape[1] ** 0.5)
-            vecs = base[pick] + noise
-            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            vecs = noisy(base, pick, args.sigma, rng)
             for r in range(args.rows):
                 label, ask, what = turns[pick[r]]
                 end = now - timedelta(days=float(rng.uniform(0, 25)))

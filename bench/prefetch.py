@@ -48,7 +48,7 @@ from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb  # noqa: E402
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc  # noqa: E402
-from bench.harness import loaded_minilm, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
+from bench.harness import loaded_minilm, noisy, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
@@ -129,13 +129,6 @@ class Corpus:
         return time.perf_counter() - t0
 
 
-def noisy(base: np.ndarray, picks: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    vecs = base[picks] + rng.normal(size=(len(picks), base.shape[1])).astype(np.float32) * (
-        sigma / base.shape[1] ** 0.5
-    )
-    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
-
-
 NOTE_COLS = [
     "id", "company", "seat", "content", "tier", "source", "create_time", "use_count",
     "embedding", "embedding_model", "embedding_dims", "indexed",
@@ -167,7 +160,7 @@ async def load_seats(infra, clock, corpus: Corpus, seats: range, args, rng: np.r
         for s in range(first, min(first + chunk, seats.stop)):
             seat = seat_name(s)
             picks = rng.integers(0, len(corpus.notes), size=args.notes)
-            vecs = noisy(corpus.note_vecs, picks, args.sigma, rng)  # type: ignore[arg-type]
+            vecs = noisy(corpus.note_vecs, picks, args.sigma, rng)
             for r in range(args.notes):
                 nid = uuid.uuid4()
                 created = now - timedelta(days=float(rng.uniform(0, 300)))
@@ -177,7 +170,7 @@ async def load_seats(infra, clock, corpus: Corpus, seats: range, args, rng: np.r
                 )  # fmt: skip
                 note_pts.append(note_point(nid, COMPANY, seat, vecs[r], MODEL, None))
             picks = rng.integers(0, len(corpus.turns), size=args.episodes)
-            vecs = noisy(corpus.turn_vecs, picks, args.sigma, rng)  # type: ignore[arg-type]
+            vecs = noisy(corpus.turn_vecs, picks, args.sigma, rng)
             for r in range(args.episodes):
                 label, ask, what = corpus.turns[picks[r]]
                 end = now - timedelta(days=float(rng.uniform(0, 25)))

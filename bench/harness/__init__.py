@@ -19,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "loaded_minilm",
+    "noisy",
     "open_app",
     "open_edge_infra",
     "pct",
@@ -58,6 +59,17 @@ def pct(values: list[float], q: float) -> float:
     """The ``q``-th percentile (0-100) by nearest rank, in the values' own unit."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def noisy(base: Any, picks: Any, sigma: float, rng: Any) -> Any:
+    """Rows ``base[picks]`` each plus Gaussian noise of ``sigma`` times its norm (the rows are unit
+    vectors), renormalised: near but not identical copies of a few embedded texts."""
+    import numpy as np
+
+    vecs = base[picks] + rng.normal(size=(len(picks), base.shape[1])).astype(np.float32) * (
+        sigma / base.shape[1] ** 0.5
+    )
+    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
 
 
 def quantile(values: list[float], q: float) -> float:
