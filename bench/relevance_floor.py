@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import statistics
 import sys
 import time
@@ -42,36 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.harness.locomo import evidence_ids, note_text, turns_of
+
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 DEFAULT_DATA = Path("/work/shared/data/locomo-dev.json")
-
-
-def turns_of(conv: dict) -> list[tuple[str | None, dict]]:
-    """The conversation's dialog turns in session order, with their session's date (as bench/locomo.py)."""
-    sessions = sorted(
-        (int(m.group(1)), k) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)) and isinstance(conv[k], list)
-    )
-    return [(conv.get(f"session_{n}_date_time"), t) for n, k in sessions for t in conv[k]]
-
-
-def evidence_ids(raw: list[str]) -> list[str]:
-    out = []
-    for item in raw:
-        for part in re.split(r"[;,\s]+", str(item)):
-            part = re.sub(r"^D:", "D", part.strip())
-            if part:
-                out.append(part)
-    return list(dict.fromkeys(out))
-
-
-def passage(turn: dict, date: str | None, with_date: bool, with_caption: bool) -> str:
-    text = f"{turn['speaker']}: {turn['text']}"
-    if with_date and date:
-        text = f"[{date}] {text}"
-    if with_caption and turn.get("blip_caption"):
-        text = f"{text} [shares {turn['blip_caption']}]"
-    return text
 
 
 def percentile(values: np.ndarray, q: float) -> float:
@@ -125,7 +99,7 @@ async def main(args: argparse.Namespace) -> None:
     for c, conv in enumerate(data):
         for date, turn in turns_of(conv["conversation"]):
             index[(c, turn["dia_id"])] = len(texts)
-            texts.append(passage(turn, date, args.with_date, not args.no_caption))
+            texts.append(note_text(turn, date, args.with_date, not args.no_caption))
             owner.append(c)
     questions: list[tuple[int, str, list[int]]] = []
     for c, conv in enumerate(data):

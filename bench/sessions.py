@@ -28,47 +28,24 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import grpc
-
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
+from bench.harness import open_app
+from bench.harness import quantile as pct
 from libs.common.clock import SystemClock
-from libs.common.config import load_settings
-from libs.common.embedded_pg import start_embedded_postgres
-from libs.common.grpcserver import create_server
-from libs.common.infra import open_infra
 from libs.common.protoconv import timestamp
-from services.runner.registry import SERVICES, migrations_of
 
 NAMES = ["diary", "skills", "knowledge", "prefetch", "sessions"]
 TOOLS = ["make", "grep", "git", "gh", "bash", "pytest"]
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def _app(root: Path, concurrency: int, stack: contextlib.AsyncExitStack):  # type: ignore[no-untyped-def]
-    settings = load_settings(
-        None,
-        {
-            "data_dir": str(root / "data"),
-            "server": {"http_port": 0},
-            "sessions": {"concurrency": concurrency},
-            "companies": {"bench": {"roles": {"swe": {"workspaces": ["payments"]}}}},
-        },
-        env={},
-    )
-    dsn = await start_embedded_postgres(root / "pg")
-    infra = await open_infra(settings, stack, migrations_of(NAMES), clock=SystemClock(), dsn=dsn)
-    await asyncio.to_thread(infra.embedder.load)
-    components = {n: SERVICES[n].component(infra) for n in NAMES}
-    server, port, _ = await create_server([r for c in components.values() for r in c.registrations], "127.0.0.1:0")
-    stack.push_async_callback(server.stop, None)
-    infra.channels.serve_locally(NAMES, f"127.0.0.1:{port}")
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    stack.push_async_callback(channel.close)
+    overrides = {
+        "server": {"http_port": 0},
+        "sessions": {"concurrency": concurrency},
+        "companies": {"bench": {"roles": {"swe": {"workspaces": ["payments"]}}}},
+    }
+    infra, components, channel, _ = await open_app(root, NAMES, overrides, stack)
     return infra, components, channel
 
 

@@ -38,12 +38,11 @@ from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
-import grpc  # noqa: E402
 
 from agentlearn.skills.v1 import skill_service_pb2 as pb  # noqa: E402
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc  # noqa: E402
+from bench.harness import serve_loopback  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
-from libs.common.grpcserver import create_server  # noqa: E402
 from libs.common.infra import open_infra  # noqa: E402
 from services.skills import bootstrap, passes  # noqa: E402
 
@@ -143,10 +142,7 @@ async def main(args: argparse.Namespace) -> None:
                 settings, stack, [bootstrap.MIGRATIONS], embedder=None, dsn=server.get_uri(), pool_size=10
             )
             component = bootstrap.component(infra)
-            srv, port, _ = await create_server(component.registrations, "127.0.0.1:0")
-            stack.push_async_callback(srv.stop, None)
-            channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-            stack.push_async_callback(channel.close)
+            channel, _ = await serve_loopback(stack, component.registrations)
             stub = pb_grpc.SkillServiceStub(channel)
             pool = infra.pool
             print(

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from bench.harness.locomo import turn_texts  # noqa: E402
 from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder  # noqa: E402
 
 
@@ -38,13 +39,7 @@ def cpu() -> float:
 
 def texts() -> tuple[list[str], list[str], list[str]]:
     data = json.loads(Path("/work/shared/data/locomo-dev.json").read_text())
-    turns = [
-        f"{t['speaker']}: {t['text']}"
-        for c in data
-        for k, v in c["conversation"].items()
-        if k.startswith("session_") and isinstance(v, list)
-        for t in v
-    ]
+    turns = turn_texts(data)
     asks = [
         "Bob asks: could you rotate the staging database credentials? It is blocking the release.",
         "Please fix the flaky kafka consumer test before Friday, and tell Bob when it is done.",

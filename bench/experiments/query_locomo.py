@@ -8,7 +8,6 @@ notes (the notes as ``bench locomo`` writes them), MiniLM as the product runs it
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -18,18 +17,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-
-def load(name: str):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "experiments" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+from bench.harness import script  # noqa: E402
 
 
 def main() -> int:
     from services.prefetch.text import content_words
 
-    ml = load("models_locomo")
+    ml = script("experiments/models_locomo", "models_locomo")
     lm = ml.bench_module("locomo")
     data = json.loads(Path("/work/shared/data/locomo-dev.json").read_text())
     model = ml.MiniLM()

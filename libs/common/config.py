@@ -1031,15 +1031,13 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_CONVENTIONAL_NAMES = ("DATABASE_URL", "QDRANT_URL", "QDRANT_API_KEY")
+
+
 def _conventional_env(env: dict[str, str]) -> dict[str, Any]:
     """The environment names operators already use, mapped onto the config tree."""
-    out: dict[str, Any] = {}
-    if env.get("DATABASE_URL"):
-        out["database_url"] = env["DATABASE_URL"]
-    if env.get("QDRANT_URL"):
-        out["qdrant_url"] = env["QDRANT_URL"]
-    if env.get("QDRANT_API_KEY"):
-        out["qdrant_api_key"] = env["QDRANT_API_KEY"]
+    # Each of these names its top-level knob in lower case.
+    out: dict[str, Any] = {name.lower(): env[name] for name in _CONVENTIONAL_NAMES if env.get(name)}
     base, key = env.get("OPENAI_BASE_URL"), env.get("OPENAI_API_KEY")
     if base and key:
         # An OpenAI-compatible endpoint becomes the head of the auxiliary chain; the offline rules

@@ -89,6 +89,8 @@ PROPOSAL_STATES = {
     "rejected": skills.PROPOSAL_STATE_REJECTED,
     "all": skills.PROPOSAL_STATE_UNSPECIFIED,
 }
+NOTE_TIERS = {"long": diary.NOTE_TIER_LONG, "short": diary.NOTE_TIER_SHORT}
+EPISODE_KINDS = {"raw": episodes.EPISODE_KIND_RAW, "compacted": episodes.EPISODE_KIND_COMPACTED}
 SEAT_TABS = [
     ("overview", "Overview", ""),
     ("diary", "Diary", "diary"),
@@ -260,6 +262,13 @@ class Inspector:
             raise NotFoundPage()
         return handle
 
+    @staticmethod
+    def _uuid(request: Request, name: str) -> str:
+        try:
+            return str(uuid.UUID(request.path_params[name]))
+        except ValueError:
+            raise NotFoundPage() from None
+
     def _seat_scope(self, request: Request) -> tuple[Principal, str, str]:
         company, seat = self._handle(request, "company"), self._handle(request, "seat")
         return require_reader(request, company, seat), company, seat
@@ -283,18 +292,54 @@ class Inspector:
         today = end.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         return today - timedelta(days=self.config.days - 1), end
 
+    @staticmethod
+    def _company_context(company: str) -> dict[str, Any]:
+        return {"company": company, "company_url": f"{PREFIX}/c/{seg(company)}/"}
+
     def _seat_context(self, company: str, seat: str, tab: str, principal: Principal) -> dict[str, Any]:
         base = f"{PREFIX}/c/{seg(company)}/s/{seg(seat)}/"
         return {
-            "company": company,
+            **self._company_context(company),
             "seat": seat,
             "seat_url": base,
-            "company_url": f"{PREFIX}/c/{seg(company)}/",
             "tab": tab,
             "tabs": [(key, label, base + suffix) for key, label, suffix in SEAT_TABS],
             "can_write": principal.allows("memory:write"),
             "can_admin": principal.allows("admin"),
         }
+
+    def _seat_page(
+        self, request: Request, template: str, tab: str, scope: tuple[Principal, str, str], **context: Any
+    ) -> HTMLResponse:
+        """A page under a seat's tabs: ``scope`` is what :meth:`_seat_scope` returned."""
+        principal, company, seat = scope
+        return self.render(request, template, **self._seat_context(company, seat, tab, principal), **context)
+
+    async def _listed(
+        self,
+        call: Callable[[str, Any], Awaitable[Any]],
+        method: str,
+        request_type: Callable[..., Any],
+        items: str,
+        token: str,
+        match: Callable[[Any], bool] | None = None,
+        size: int | None = None,
+        search_page_size: int = 200,
+        **fields: Any,
+    ) -> Page[Any]:
+        """One inspector page of a service's list (:func:`~services.inspector.paging.scan`):
+        ``method`` called with ``fields`` and each service page token, its repeated field ``items``
+        kept where ``match`` says. Without a match one service page of ``size`` serves one inspector
+        page; a text search the service cannot run reads up to ``search_scan_pages`` service pages
+        of ``search_page_size``."""
+        size = size or self.config.page_size
+        fields["page_size"] = search_page_size if match else size
+
+        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
+            r = await call(method, request_type(page_token=service_token, **fields))
+            return getattr(r, items), r.next_page_token
+
+        return await scan(fetch, match, token, size, self.config.search_scan_pages if match else 1)
 
     @staticmethod
     async def _maybe(call: Awaitable[Any]) -> Any:
@@ -469,8 +514,7 @@ class Inspector:
         return self.render(
             request,
             "company.html",
-            company=company,
-            company_url=f"{PREFIX}/c/{seg(company)}/",
+            **self._company_context(company),
             rows=rows,
             page=page,
             q=q,
@@ -572,11 +616,11 @@ class Inspector:
     # ------------------------------------------------------------------------------ diary
 
     async def diary(self, request: Request) -> Response:
-        principal, company, seat = self._seat_scope(request)
+        scope = self._seat_scope(request)
+        _, company, seat = scope
         q, token = self._q(request), self._token(request)
-        tier = {"long": diary.NOTE_TIER_LONG, "short": diary.NOTE_TIER_SHORT}.get(
-            request.query_params.get("tier", ""), diary.NOTE_TIER_UNSPECIFIED
-        )
+        tier_name = request.query_params.get("tier", "")
+        tier = NOTE_TIERS.get(tier_name, diary.NOTE_TIER_UNSPECIFIED)
         if q:
             resp = await self.rpc.diary(
                 "RecallNotes",
@@ -591,27 +635,20 @@ class Inspector:
                 ),
             )
             pool = [c.note for c in resp.candidates if not tier or c.note.tier == tier]
-            page: Page[Any] = offset_page(pool, token, self.config.page_size)
+            page = offset_page(pool, token, self.config.page_size)
         else:
-
-            async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
-                r = await self.rpc.diary(
-                    "ListNotes",
-                    diary.ListNotesRequest(
-                        company=company, seat=seat, page_size=self.config.page_size, page_token=service_token, tier=tier
-                    ),
-                )
-                return r.notes, r.next_page_token
-
-            page = await scan(fetch, None, token, self.config.page_size, 1)
-        return self.render(
-            request,
-            "diary.html",
-            **self._seat_context(company, seat, "diary", principal),
-            page=page,
-            q=q,
-            tier=request.query_params.get("tier", ""),
-            filters={"q": q, "tier": request.query_params.get("tier", "")},
+            page = await self._listed(
+                self.rpc.diary,
+                "ListNotes",
+                diary.ListNotesRequest,
+                "notes",
+                token,
+                company=company,
+                seat=seat,
+                tier=tier,
+            )
+        return self._seat_page(
+            request, "diary.html", "diary", scope, page=page, q=q, tier=tier_name, filters={"q": q, "tier": tier_name}
         )
 
     async def delete_note(self, request: Request) -> Response:
@@ -628,12 +665,11 @@ class Inspector:
     # ------------------------------------------------------------------------------ episodes
 
     async def episodes(self, request: Request) -> Response:
-        principal, company, seat = self._seat_scope(request)
+        scope = self._seat_scope(request)
+        _, company, seat = scope
         q, token = self._q(request), self._token(request)
         kind_name = request.query_params.get("kind", "")
-        kind = {"raw": episodes.EPISODE_KIND_RAW, "compacted": episodes.EPISODE_KIND_COMPACTED}.get(
-            kind_name, episodes.EPISODE_KIND_UNSPECIFIED
-        )
+        kind = EPISODE_KINDS.get(kind_name, episodes.EPISODE_KIND_UNSPECIFIED)
         if q:
             resp = await self.rpc.episodes(
                 "SearchEpisodes",
@@ -641,27 +677,23 @@ class Inspector:
                     company=company, seat=seat, query=q, limit=SEARCH_POOL, lexical_limit=SEARCH_POOL
                 ),
             )
-            page: Page[Any] = offset_page([h.episode for h in resp.hits], token, self.config.page_size)
+            page = offset_page([h.episode for h in resp.hits], token, self.config.page_size)
         else:
-
-            async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
-                r = await self.rpc.episodes(
-                    "ListEpisodes",
-                    episodes.ListEpisodesRequest(
-                        company=company,
-                        seat=seat,
-                        page_size=self.config.page_size,
-                        page_token=service_token,
-                        filter=episodes.EpisodeFilter(kind=kind),
-                    ),
-                )
-                return r.episodes, r.next_page_token
-
-            page = await scan(fetch, None, token, self.config.page_size, 1)
-        return self.render(
+            page = await self._listed(
+                self.rpc.episodes,
+                "ListEpisodes",
+                episodes.ListEpisodesRequest,
+                "episodes",
+                token,
+                company=company,
+                seat=seat,
+                filter=episodes.EpisodeFilter(kind=kind),
+            )
+        return self._seat_page(
             request,
             "episodes.html",
-            **self._seat_context(company, seat, "episodes", principal),
+            "episodes",
+            scope,
             page=page,
             q=q,
             kind=kind_name,
@@ -670,10 +702,7 @@ class Inspector:
 
     async def episode(self, request: Request) -> Response:
         principal, company, seat = self._seat_scope(request)
-        try:
-            episode_id = str(uuid.UUID(request.path_params["episode_id"]))
-        except ValueError:
-            raise NotFoundPage() from None
+        episode_id = self._uuid(request, "episode_id")
         resp = await self.rpc.episodes(
             "GetEpisode", episodes.GetEpisodeRequest(company=company, seat=seat, episode_id=episode_id)
         )
@@ -704,29 +733,26 @@ class Inspector:
     # ------------------------------------------------------------------------------ skills
 
     async def skills(self, request: Request) -> Response:
-        principal, company, seat = self._seat_scope(request)
+        scope = self._seat_scope(request)
+        _, company, seat = scope
         q, token = self._q(request), self._token(request)
         archived = request.query_params.get("archived") == "1"
-
-        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
-            r = await self.rpc.skills(
-                "ListSkills",
-                skills.ListSkillsRequest(
-                    company=company,
-                    seat=seat,
-                    page_size=self.config.page_size if not q else 200,
-                    page_token=service_token,
-                    include_archived=archived,
-                ),
-            )
-            return r.skills, r.next_page_token
-
-        match = (lambda s: _contains(q, s.name, s.summary)) if q else None
-        page = await scan(fetch, match, token, self.config.page_size, self.config.search_scan_pages if q else 1)
-        return self.render(
+        page = await self._listed(
+            self.rpc.skills,
+            "ListSkills",
+            skills.ListSkillsRequest,
+            "skills",
+            token,
+            (lambda s: _contains(q, s.name, s.summary)) if q else None,
+            company=company,
+            seat=seat,
+            include_archived=archived,
+        )
+        return self._seat_page(
             request,
             "skills.html",
-            **self._seat_context(company, seat, "skills", principal),
+            "skills",
+            scope,
             page=page,
             q=q,
             archived=archived,
@@ -751,10 +777,7 @@ class Inspector:
 
     async def skill(self, request: Request) -> Response:
         principal, company, seat = self._seat_scope(request)
-        try:
-            skill_id = str(uuid.UUID(request.path_params["skill_id"]))
-        except ValueError:
-            raise NotFoundPage() from None
+        skill_id = self._uuid(request, "skill_id")
         got, versions = await asyncio.gather(
             self.rpc.skills("GetSkill", skills.GetSkillRequest(company=company, seat=seat, skill_id=skill_id)),
             self._versions(company, seat, skill_id),
@@ -795,10 +818,7 @@ class Inspector:
         action = request.path_params["action"]
         if action not in SKILL_ACTIONS:
             raise NotFoundPage()
-        try:
-            skill_id = str(uuid.UUID(request.path_params["skill_id"]))
-        except ValueError:
-            raise NotFoundPage() from None
+        skill_id = self._uuid(request, "skill_id")
         form = await self._form(request)
         require_scope(principal, "memory:write", "Changing a skill")
         method, message, done = SKILL_ACTIONS[action]
@@ -815,30 +835,27 @@ class Inspector:
     # ------------------------------------------------------------------------------ proposals
 
     async def proposals(self, request: Request) -> Response:
-        principal, company, seat = self._seat_scope(request)
+        scope = self._seat_scope(request)
+        _, company, seat = scope
         q, token = self._q(request), self._token(request)
         state_name = request.query_params.get("state", "pending")
         state = PROPOSAL_STATES.get(state_name, skills.PROPOSAL_STATE_PENDING)
-
-        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
-            r = await self.rpc.skills(
-                "ListSkillProposals",
-                skills.ListSkillProposalsRequest(
-                    company=company,
-                    seat=seat,
-                    state=state,
-                    page_size=self.config.page_size if not q else 200,
-                    page_token=service_token,
-                ),
-            )
-            return r.proposals, r.next_page_token
-
-        match = (lambda p: _contains(q, p.name, p.summary, p.body)) if q else None
-        page = await scan(fetch, match, token, self.config.page_size, self.config.search_scan_pages if q else 1)
-        return self.render(
+        page = await self._listed(
+            self.rpc.skills,
+            "ListSkillProposals",
+            skills.ListSkillProposalsRequest,
+            "proposals",
+            token,
+            (lambda p: _contains(q, p.name, p.summary, p.body)) if q else None,
+            company=company,
+            seat=seat,
+            state=state,
+        )
+        return self._seat_page(
             request,
             "proposals.html",
-            **self._seat_context(company, seat, "proposals", principal),
+            "proposals",
+            scope,
             page=page,
             q=q,
             state=state_name if state_name in PROPOSAL_STATES else "pending",
@@ -872,20 +889,9 @@ class Inspector:
     # ------------------------------------------------------------------------------ profiles, reflections, events
 
     async def profiles(self, request: Request) -> Response:
-        principal, company, seat = self._seat_scope(request)
+        scope = self._seat_scope(request)
+        _, company, seat = scope
         q, token = self._q(request), self._token(request)
-
-        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
-            r = await self.rpc.profiles(
-                "ListProfiles",
-                profiles.ListProfilesRequest(
-                    company=company,
-                    observer=seat,
-                    page_size=self.config.page_size if not q else 500,
-                    page_token=service_token,
-                ),
-            )
-            return r.profiles, r.next_page_token
 
         def match(p: Any) -> bool:
             return _contains(
@@ -899,33 +905,23 @@ class Inspector:
                 *p.sensitivities,
             )
 
-        page = await scan(
-            fetch, match if q else None, token, self.config.page_size, self.config.search_scan_pages if q else 1
+        page = await self._listed(
+            self.rpc.profiles,
+            "ListProfiles",
+            profiles.ListProfilesRequest,
+            "profiles",
+            token,
+            match if q else None,
+            search_page_size=500,
+            company=company,
+            observer=seat,
         )
-        return self.render(
-            request,
-            "profiles.html",
-            **self._seat_context(company, seat, "profiles", principal),
-            page=page,
-            q=q,
-            filters={"q": q},
-        )
+        return self._seat_page(request, "profiles.html", "profiles", scope, page=page, q=q, filters={"q": q})
 
     async def reflections(self, request: Request) -> Response:
-        principal, company, seat = self._seat_scope(request)
+        scope = self._seat_scope(request)
+        _, company, seat = scope
         q, token = self._q(request), self._token(request)
-
-        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
-            r = await self.rpc.reflector(
-                "ListReflections",
-                reflector.ListReflectionsRequest(
-                    company=company,
-                    seat=seat,
-                    page_size=self.config.page_size if not q else 200,
-                    page_token=service_token,
-                ),
-            )
-            return r.reflections, r.next_page_token
 
         def match(r: Any) -> bool:
             state = reflector.ReflectionState.Name(r.state).removeprefix("REFLECTION_STATE_").replace("_", " ")
@@ -940,45 +936,33 @@ class Inspector:
                 *(x for w in r.workers for x in w.written),
             )
 
-        page = await scan(
-            fetch, match if q else None, token, self.config.page_size, self.config.search_scan_pages if q else 1
+        page = await self._listed(
+            self.rpc.reflector,
+            "ListReflections",
+            reflector.ListReflectionsRequest,
+            "reflections",
+            token,
+            match if q else None,
+            company=company,
+            seat=seat,
         )
-        return self.render(
-            request,
-            "reflections.html",
-            **self._seat_context(company, seat, "reflections", principal),
-            page=page,
-            q=q,
-            filters={"q": q},
-        )
+        return self._seat_page(request, "reflections.html", "reflections", scope, page=page, q=q, filters={"q": q})
 
     async def events(self, request: Request) -> Response:
-        principal, company, seat = self._seat_scope(request)
+        scope = self._seat_scope(request)
+        _, company, seat = scope
         kind = self._q(request)[:100]  # an event kind is at most 100 characters (ListEvents' contract)
-        token = self._token(request)
-
-        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
-            r = await self.rpc.telemetry(
-                "ListEvents",
-                telemetry.ListEventsRequest(
-                    company=company,
-                    seat=seat,
-                    kinds=[kind] if kind else [],
-                    page_size=self.config.page_size,
-                    page_token=service_token,
-                ),
-            )
-            return r.events, r.next_page_token
-
-        page = await scan(fetch, None, token, self.config.page_size, 1)
-        return self.render(
-            request,
-            "events.html",
-            **self._seat_context(company, seat, "events", principal),
-            page=page,
-            q=kind,
-            filters={"q": kind},
+        page = await self._listed(
+            self.rpc.telemetry,
+            "ListEvents",
+            telemetry.ListEventsRequest,
+            "events",
+            self._token(request),
+            company=company,
+            seat=seat,
+            kinds=[kind] if kind else [],
         )
+        return self._seat_page(request, "events.html", "events", scope, page=page, q=kind, filters={"q": kind})
 
     # ------------------------------------------------------------------------------ session learning
 
@@ -987,27 +971,21 @@ class Inspector:
         principal = require_reader(request, company)
         q, token = self._q(request), self._token(request)
         seat = principal.seat or (unseg(request.query_params.get("seat", "")) or "")
-
-        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
-            r = await self.rpc.sessions(
-                "ListSessions",
-                sessions.ListSessionsRequest(
-                    company=company,
-                    seat=seat,
-                    user=principal.user or "",
-                    query=q,
-                    page_size=self.config.page_size,
-                    page_token=service_token,
-                ),
-            )
-            return r.sessions, r.next_page_token
-
-        page = await scan(fetch, None, token, self.config.page_size, 1)
+        page = await self._listed(
+            self.rpc.sessions,
+            "ListSessions",
+            sessions.ListSessionsRequest,
+            "sessions",
+            token,
+            company=company,
+            seat=seat,
+            user=principal.user or "",
+            query=q,
+        )
         return self.render(
             request,
             "sessions.html",
-            company=company,
-            company_url=f"{PREFIX}/c/{seg(company)}/",
+            **self._company_context(company),
             page=page,
             q=q,
             seat_filter=seat,
@@ -1041,27 +1019,20 @@ class Inspector:
         principal = require_reader(request, company)
         session_id = self._handle(request, "session")
         summary = await self._owner_of(company, session_id, principal)
-        token = self._token(request)
-
-        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
-            r = await self.rpc.sessions(
-                "ListLearningChecks",
-                sessions.ListLearningChecksRequest(
-                    company=company,
-                    session_id=session_id,
-                    user=summary.user,
-                    page_size=self.config.page_size,
-                    page_token=service_token,
-                ),
-            )
-            return r.checks, r.next_page_token
-
-        page = await scan(fetch, None, token, self.config.page_size, 1)
+        page = await self._listed(
+            self.rpc.sessions,
+            "ListLearningChecks",
+            sessions.ListLearningChecksRequest,
+            "checks",
+            self._token(request),
+            company=company,
+            session_id=session_id,
+            user=summary.user,
+        )
         return self.render(
             request,
             "session.html",
-            company=company,
-            company_url=f"{PREFIX}/c/{seg(company)}/",
+            **self._company_context(company),
             summary=summary,
             seat_url=f"{PREFIX}/c/{seg(company)}/s/{seg(summary.seat)}/",
             page=page,
@@ -1082,27 +1053,24 @@ class Inspector:
         q, token = self._q(request), self._token(request)
         container = request.query_params.get("container", "").strip()[:200]
         size = min(self.config.page_size, DRAFTS_PAGE_MAX)
-
-        async def fetch(service_token: str) -> tuple[Sequence[Any], str]:
-            r = await self.rpc.knowledge(
-                "ListPages",
-                knowledge.ListPagesRequest(
-                    reader=knowledge.Reader(company=company),  # no seat, no role: an operator's read
-                    container=container,
-                    parent_title=AUTO_DRAFTED,
-                    include_drafts=True,
-                    view=knowledge.PAGE_VIEW_FULL,
-                    page_size=size,
-                    page_token=service_token,
-                    context=knowledge.ReadContext(source=knowledge.READ_SOURCE_INSPECTOR),
-                ),
-            )
-            return r.pages, r.next_page_token
-
-        match = (lambda p: _contains(q, p.title, p.body, p.container)) if q else None
         needs_container = False
         try:
-            page = await scan(fetch, match, token, size, self.config.search_scan_pages if q else 1)
+            page = await self._listed(
+                self.rpc.knowledge,
+                "ListPages",
+                knowledge.ListPagesRequest,
+                "pages",
+                token,
+                (lambda p: _contains(q, p.title, p.body, p.container)) if q else None,
+                size=size,
+                search_page_size=size,
+                reader=knowledge.Reader(company=company),  # no seat, no role: an operator's read
+                container=container,
+                parent_title=AUTO_DRAFTED,
+                include_drafts=True,
+                view=knowledge.PAGE_VIEW_FULL,
+                context=knowledge.ReadContext(source=knowledge.READ_SOURCE_INSPECTOR),
+            )
         except ServiceError as err:
             if err.field != "container":
                 raise
@@ -1111,8 +1079,7 @@ class Inspector:
         return self.render(
             request,
             "drafts.html",
-            company=company,
-            company_url=f"{PREFIX}/c/{seg(company)}/",
+            **self._company_context(company),
             page=page,
             q=q,
             container=container,
