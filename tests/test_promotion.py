@@ -84,6 +84,7 @@ class Env:
                 outcome=outcome,
                 tool_sequence=list(tools),
                 tools_called=list(tools),
+                subjects=[f"lead-of-{seat}"],  # who asked: a draft from the run rests on them
                 start_time=_ts(end - timedelta(seconds=30)),
                 end_time=_ts(end),
             )

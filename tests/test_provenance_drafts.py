@@ -43,6 +43,8 @@ async def test_a_draft_names_the_runs_and_seats_it_was_promoted_from(env):
     assert sorted(prov.turn_ids) == sorted(t for _, t in expected)
     assert prov.model == "offline-rules" and prov.prompt_version == PROMPT_VERSION and len(PROMPT_VERSION) == 16
     assert prov.writer == "skill_promotion" and resp.record_time.seconds > 0
+    # The people whose messages the runs answered (the episodes' subjects).
+    assert sorted(s.handle for s in prov.subjects) == ["lead-of-ana", "lead-of-bo", "lead-of-cy"]
 
 
 async def test_erasing_a_person_whose_turn_a_draft_rests_on_removes_the_draft(env):

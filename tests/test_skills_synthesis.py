@@ -66,6 +66,7 @@ async def record(  # type: ignore[no-untyped-def]
             outcome=outcome,
             tool_sequence=tools[-1:] if final_round is None else final_round,
             tools_called=calls if calls is not None else tools,
+            subjects=[f"asker-of-{turn_id}"],
             start_time=_ts(end - timedelta(seconds=30)),
             end_time=_ts(end),
         )
@@ -158,6 +159,12 @@ async def test_the_largest_cluster_is_drafted_from_its_representative_run_and_it
     # A run that actually happened, in its own order; not the union of the members' tools.
     assert list(skill.tool_sequence) == X["x4"]
     assert sorted(skill.source_turn_ids) == sorted(X)
+    # Issue 17: the draft rests on the people its turns answered, and names its model and prompt.
+    prov = (
+        await sstub.GetSkillProvenance(pb.GetSkillProvenanceRequest(company="acme", seat="ana", skill_id=skill.id))
+    ).provenance
+    assert sorted(s.handle for s in prov.subjects) == sorted(f"asker-of-{t}" for t in X)
+    assert prov.model and prov.prompt_version and prov.writer == "skill_synthesis:clustered"
     for turn_id in X:
         assert await consolidated(estub, turn_id) == skill.id
     for turn_id in ("y0", "odd1"):

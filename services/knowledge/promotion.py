@@ -119,11 +119,18 @@ class DraftProvenanceRecorder(Protocol):
     ) -> None: ...
 
 
-def provenance_json(run_ids: Sequence[str], model: str) -> str:
+def provenance_json(run_ids: Sequence[str], model: str, subjects: Sequence[str] = ()) -> str:
     """The draft's ``agentlearn.common.v1.Provenance`` JSON (proto field names): the runs, the
     model, the prompt version, the writer. The people behind the runs are found through their run
     ids (the episodes name them); the seats are kept beside it."""
-    data = {"turn_ids": list(run_ids), "model": model, "prompt_version": PROMPT_VERSION, "writer": WRITER}
+    data: dict[str, object] = {
+        "turn_ids": list(run_ids),
+        "model": model,
+        "prompt_version": PROMPT_VERSION,
+        "writer": WRITER,
+        # The people whose messages the runs answered (handles or external ids, as episodes keep them).
+        "subjects": [{"handle": s} for s in sorted(set(subjects))],
+    }
     return json.dumps({k: v for k, v in data.items() if v})
 
 
@@ -503,7 +510,9 @@ async def _one_unit(
                     title,
                     unit,
                     sources,
-                    provenance_json([t for _, t in sources], model),
+                    provenance_json(
+                        [t for _, t in sources], model, [s for m in cluster.members for s in m.turn.subjects]
+                    ),
                     clock.now(),
                 )
             except Exception as err:  # the draft is written: a lost record is reported, not fatal

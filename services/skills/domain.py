@@ -266,6 +266,9 @@ class Turn:
     """The seat's role when the turn ran: whose llm_auxiliary chain drafts from it."""
     tools_called: tuple[str, ...] = ()
     """Every tool call the turn made, in order."""
+    subjects: tuple[str, ...] = ()
+    """The people whose messages the turn answered (handles or external ids): a draft from it
+    rests on them (issue 17)."""
 
     @property
     def run(self) -> tuple[str, ...]:

@@ -50,6 +50,7 @@ def _turn(ep: epb.Episode) -> Turn:
         end_time=ep.end_time.ToDatetime() if ep.HasField("end_time") else None,
         consolidated_into_skill_id=ep.consolidated_into_skill_id,
         role=ep.role,
+        subjects=tuple(ep.subjects),
     )
 
 

@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import grpc
 
+from agentlearn.common.v1.erasure_pb2 import ErasureSubject
 from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.config import SkillSynthesisConfig
 from libs.common.errors import AgentLearnError
@@ -200,6 +201,7 @@ async def _one_seat(
                 fail(outcome)
             return
         turn_ids = [m.turn_id for m in cluster.members]
+        subjects = sorted({s for m in cluster.members for s in m.subjects})
         try:
             skill = await service.create(
                 company,
@@ -214,6 +216,8 @@ async def _one_seat(
                 archived_are_learned=True,
                 provenance=Provenance(
                     turn_ids=turn_ids,
+                    # The people whose messages the cluster's turns answered (issue 17).
+                    subjects=[ErasureSubject(handle=s) for s in subjects],
                     model=draft.model,
                     prompt_version=draft.prompt_version,
                     writer="skill_synthesis:clustered",
