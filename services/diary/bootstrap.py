@@ -25,15 +25,7 @@ SERVICE_NAME = diary_service_pb2.DESCRIPTOR.services_by_name["DiaryService"].ful
 
 
 def build(infra: Infra) -> DiaryService:
-    return DiaryService(
-        store=PostgresNoteStore(infra.pool),
-        embedder=infra.embedder,
-        index=infra.index,
-        clock=infra.clock,
-        config=infra.settings.learning.diary,
-        events=infra.events,
-        relevance=infra.settings.learning.relevance,
-    )
+    return DiaryService.wired(infra, PostgresNoteStore(infra.pool), infra.settings.learning.diary)
 
 
 def registration(service: DiaryService) -> Registration:

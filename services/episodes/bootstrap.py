@@ -26,15 +26,7 @@ SERVICE_NAME = episode_service_pb2.DESCRIPTOR.services_by_name["EpisodeService"]
 
 
 def build(infra: Infra) -> EpisodeService:
-    return EpisodeService(
-        store=PostgresEpisodeStore(infra.pool),
-        embedder=infra.embedder,
-        index=infra.index,
-        clock=infra.clock,
-        config=infra.settings.learning.episodes,
-        events=infra.events,
-        relevance=infra.settings.learning.relevance,
-    )
+    return EpisodeService.wired(infra, PostgresEpisodeStore(infra.pool), infra.settings.learning.episodes)
 
 
 def registration(service: EpisodeService, lifecycle: EpisodeLifecycle | None = None) -> Registration:
