@@ -18,6 +18,7 @@ from typing_extensions import TypeVar
 
 from libs.common.config import DiaryConfig
 from libs.common.errors import InvalidArgument, NotFound
+from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_time_cursor,
     optional_limit,
@@ -34,7 +35,7 @@ from libs.common.vector_path import (
     index_row,
     vector_half,
 )
-from libs.common.vector_service import VectorRowService, at_most, time_page
+from libs.common.vector_service import VectorRowService
 from libs.common.vectorindex import NO_EXPIRY, IndexPoint, IndexUnavailable, collection_name
 from services.diary.domain import (
     COLLECTION_BASE,

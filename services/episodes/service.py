@@ -20,6 +20,7 @@ from typing_extensions import TypeVar
 
 from libs.common.config import EpisodesConfig
 from libs.common.errors import InvalidArgument, NotFound
+from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_page_token,
     decode_time_cursor,
@@ -39,7 +40,7 @@ from libs.common.vector_path import (
     index_row,
     vector_half,
 )
-from libs.common.vector_service import VectorRowService, at_most, time_page
+from libs.common.vector_service import VectorRowService
 from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
 from services.episodes.domain import (
     COLLECTION_BASE,
