@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import fields
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -33,16 +34,24 @@ class RowReader(Generic[D]):
         unknown = (set(convert) | set(computed)) - names
         if unknown:
             raise ValueError(f"{cls.__name__} has no fields {sorted(unknown)}")
+        if any(f.kw_only for f in fields(cls)):
+            raise ValueError(f"{cls.__name__} has keyword-only fields; a row is read positionally")
         self._cls = cls
-        # Worked out once: a read does one pass per kind of field.
-        self._plain = tuple(n for n in names if n not in convert and n not in computed)
-        self._convert = tuple(convert.items())
-        self._computed = tuple(computed.items())
+        # Worked out once: a read is one getter per field, in the fields' order, passed positionally
+        # (``itemgetter`` for a plain copy).
+        self._getters = tuple(
+            _getter(f.name, convert.get(f.name), computed.get(f.name)) for f in fields(cls) if f.init
+        )
 
     def __call__(self, row: Mapping[str, Any]) -> D:
-        values = {n: row[n] for n in self._plain}
-        for name, fn in self._convert:
-            values[name] = fn(row[name])
-        for name, make in self._computed:
-            values[name] = make(row)
-        return self._cls(**values)
+        return self._cls(*[get(row) for get in self._getters])
+
+
+def _getter(
+    name: str, convert: Callable[[Any], Any] | None, computed: Callable[[Mapping[str, Any]], Any] | None
+) -> Callable[[Mapping[str, Any]], Any]:
+    if computed is not None:
+        return computed
+    if convert is not None:
+        return lambda row: convert(row[name])
+    return itemgetter(name)

@@ -13,6 +13,7 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
+from libs.common.rowmap import RowReader
 from services.diary.domain import Note, NoteSource, NoteTier
 
 __all__ = ["PostgresNoteStore"]
@@ -155,22 +156,15 @@ _TIERS = {t.value: t for t in NoteTier}
 _SOURCES = {s.value: s for s in NoteSource}
 
 
-def _note(row: asyncpg.Record) -> Note:
-    return Note(
-        id=row["id"],
-        company=row["company"],
-        seat=row["seat"],
-        content=row["content"],
-        tier=_TIERS.get(row["tier"]) or NoteTier(row["tier"]),
-        source=_SOURCES.get(row["source"]) or NoteSource(row["source"]),
-        turn_id=row["turn_id"],
-        create_time=row["create_time"],
-        expire_time=row["expire_time"],
-        use_count=int(row["use_count"]),
-        last_used_time=row["last_used_time"],
-        embedding_model=row["embedding_model"],
-        embedding_dims=row["embedding_dims"],
-    )
+_note = RowReader(
+    Note,
+    convert={
+        "tier": lambda v: _TIERS.get(v) or NoteTier(v),
+        "source": lambda v: _SOURCES.get(v) or NoteSource(v),
+        "use_count": int,
+    },
+)
+"""A note from its row (every column named as its field)."""
 
 
 class PostgresNoteStore:
