@@ -39,9 +39,7 @@ class RowReader(Generic[D]):
         self._cls = cls
         # Worked out once: a read is one getter per field, in the fields' order, passed positionally
         # (``itemgetter`` for a plain copy).
-        self._getters = tuple(
-            _getter(f.name, convert.get(f.name), computed.get(f.name)) for f in fields(cls) if f.init
-        )
+        self._getters = tuple(_getter(f.name, convert.get(f.name), computed.get(f.name)) for f in fields(cls) if f.init)
 
     def __call__(self, row: Mapping[str, Any]) -> D:
         return self._cls(*[get(row) for get in self._getters])
