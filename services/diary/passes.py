@@ -1,4 +1,5 @@
-"""The diary's background passes: the retention sweep, the vector fill, and the index rebuild.
+"""The diary's background passes: the retention sweep, the vector fill's table (``NOTES``, which
+``libs.common.vector_passes`` runs the fill and orphan passes over), and the index rebuild.
 
 Each is a one-shot function; ``services.runner`` wraps it in a lease claim (``diary-sweep``,
 ``diary-fill``), the all-in-one ticks it on its cadence, and a Kubernetes CronJob runs it as
@@ -20,7 +21,7 @@ from services.diary import erasure
 from services.diary.domain import COLLECTION_BASE
 from services.diary.service import DiaryService, index_point
 
-__all__ = ["NOTES", "SweepReport", "fill_source", "index_pending", "rebuild_index", "sweep"]
+__all__ = ["NOTES", "SweepReport", "index_pending", "rebuild_index", "sweep"]
 
 _log = logging.getLogger(__name__)
 
@@ -100,8 +101,3 @@ async def index_pending(service: DiaryService, batch: int = 1000) -> int:
 async def rebuild_index(service: DiaryService, batch: int = 1000) -> int:
     """Restore the index from the vectors Postgres keeps: no embedding call at all."""
     return await vector_rows.rebuild_index(NOTES, service.store.pool, service.index, service.clock, batch)
-
-
-def fill_source(service: DiaryService) -> vector_rows.TableFillSource:
-    """The notes as the shared vector fill sees them."""
-    return vector_rows.TableFillSource(NOTES, service.store.pool, service.index)
