@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +17,7 @@ from datetime import datetime
 import numpy as np
 from typing_extensions import TypeVar
 
+from libs.common import vector_rows
 from libs.common.config import EpisodesConfig
 from libs.common.errors import InvalidArgument, NotFound
 from libs.common.request_rules import at_most, time_page
@@ -41,7 +41,7 @@ from libs.common.vector_path import (
     vector_half,
 )
 from libs.common.vector_service import VectorRowService
-from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
+from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.episodes.domain import (
     COLLECTION_BASE,
     DOMAIN,
@@ -91,15 +91,7 @@ def index_point(
 
 async def drop_points(index: VectorIndex, gone: Sequence[Dropped]) -> None:
     """Remove deleted rows' points (best effort: every hit is re-read from Postgres anyway)."""
-    by_dims: dict[int, list[uuid.UUID]] = defaultdict(list)
-    for d in gone:
-        if d.dims:
-            by_dims[d.dims].append(d.id)
-    for dims, ids in by_dims.items():
-        try:
-            await index.delete(collection_name(COLLECTION_BASE, dims), ids)
-        except IndexUnavailable as err:
-            _log.warning("%d deleted episodes keep stale points until a rebuild: %s", len(ids), err)
+    await vector_rows.drop_points(index, COLLECTION_BASE, [(d.id, d.dims) for d in gone], "deleted episodes")
 
 
 @dataclass(frozen=True)
