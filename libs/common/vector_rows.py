@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,7 +34,7 @@ from libs.common.embeddings import Vector
 from libs.common.fill import FillRow
 from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
 
-__all__ = ["TableFillSource", "VectorRows", "index_pending", "rebuild_index"]
+__all__ = ["TableFillSource", "VectorRows", "drop_points", "index_pending", "rebuild_index"]
 
 _log = logging.getLogger(__name__)
 
@@ -143,6 +143,23 @@ async def rebuild_index(
         await _set_indexed(pool, rows, [r["id"] for r in records])
         total += len(records)
         after = records[-1]["id"]
+
+
+async def drop_points(
+    index: VectorIndex, collection_base: str, gone: Iterable[tuple[uuid.UUID, int | None]], what: str
+) -> None:
+    """Remove deleted rows' points, one delete per vector width (a row without a vector has none).
+    Best effort: every hit is re-read from Postgres, which no longer has the row, and a rebuild
+    clears what stays; ``what`` names the rows in the warning."""
+    by_dims: dict[int, list[uuid.UUID]] = defaultdict(list)
+    for row_id, dims in gone:
+        if dims:
+            by_dims[dims].append(row_id)
+    for dims, ids in by_dims.items():
+        try:
+            await index.delete(collection_name(collection_base, dims), ids)
+        except IndexUnavailable as err:
+            _log.warning("%d %s keep stale points until a rebuild: %s", len(ids), what, err)
 
 
 class TableFillSource:

@@ -8,13 +8,11 @@ from pathlib import Path
 from agentlearn.diary.v1 import diary_service_pb2, diary_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
-from libs.common.erasure import sweep_orphans
-from libs.common.fill import VectorFill, build_fill
 from libs.common.grpcserver import Registration
 from libs.common.infra import Infra
 from libs.common.passrunner import PassSpec
+from libs.common.vector_passes import vector_row_passes
 from services.diary import passes
-from services.diary.domain import COLLECTION_BASE
 from services.diary.service import DiaryService
 from services.diary.servicer import DiaryServicer
 from services.diary.store import PostgresNoteStore
@@ -25,45 +23,20 @@ SERVICE_NAME = diary_service_pb2.DESCRIPTOR.services_by_name["DiaryService"].ful
 
 
 def build(infra: Infra) -> DiaryService:
-    return DiaryService(
-        store=PostgresNoteStore(infra.pool),
-        embedder=infra.embedder,
-        index=infra.index,
-        clock=infra.clock,
-        config=infra.settings.learning.diary,
-        events=infra.events,
-        relevance=infra.settings.learning.relevance,
-    )
+    return DiaryService.wired(infra, PostgresNoteStore(infra.pool), infra.settings.learning.diary)
 
 
 def registration(service: DiaryService) -> Registration:
     return Registration(SERVICE_NAME, diary_service_pb2_grpc.add_DiaryServiceServicer_to_server, DiaryServicer(service))
 
 
-def fill(service: DiaryService, infra: Infra) -> VectorFill | None:
-    return build_fill(infra, [passes.fill_source(service)])
-
-
 def pass_specs(service: DiaryService, infra: Infra) -> list[PassSpec]:
-    learning = infra.settings.learning
-    filler = fill(service, infra)
-
-    async def run_fill() -> object:
-        indexed = await passes.index_pending(service)
-        report = await filler.run_minute() if filler else None
-        return {"indexed": indexed, "fill": report}
-
-    return [
-        PassSpec(
-            "diary-sweep", lambda: passes.sweep(service, infra.settings.privacy), learning.diary.sweep_interval_seconds
-        ),
-        PassSpec("diary-fill", run_fill, learning.fill.interval_seconds),
-        PassSpec(
-            "diary-orphans",
-            lambda: sweep_orphans(infra.pool, service.index, COLLECTION_BASE, "agent_diary"),
-            infra.settings.privacy.orphan_sweep_interval_seconds,
-        ),
-    ]
+    sweep = PassSpec(
+        "diary-sweep",
+        lambda: passes.sweep(service, infra.settings.privacy),
+        infra.settings.learning.diary.sweep_interval_seconds,
+    )
+    return [sweep, *vector_row_passes("diary", passes.NOTES, service.index, infra)]
 
 
 def component(infra: Infra) -> Component:

@@ -1,4 +1,5 @@
-"""The diary's background passes: the retention sweep, the vector fill, and the index rebuild.
+"""The diary's background passes: the retention sweep, the vector fill's table (``NOTES``, which
+``libs.common.vector_passes`` runs the fill and orphan passes over), and the index rebuild.
 
 Each is a one-shot function; ``services.runner`` wraps it in a lease claim (``diary-sweep``,
 ``diary-fill``), the all-in-one ticks it on its cadence, and a Kubernetes CronJob runs it as
@@ -7,22 +8,16 @@ Each is a one-shot function; ``services.runner`` wraps it in a lease claim (``di
 
 from __future__ import annotations
 
-import logging
-import uuid
-from collections import defaultdict
 from dataclasses import dataclass
 
 from libs.common import vector_rows
 from libs.common.config import PrivacyConfig
 from libs.common.vector_rows import VectorRows
-from libs.common.vectorindex import IndexUnavailable, VectorIndex, collection_name
 from services.diary import erasure
 from services.diary.domain import COLLECTION_BASE
 from services.diary.service import DiaryService, index_point
 
-__all__ = ["NOTES", "SweepReport", "fill_source", "index_pending", "rebuild_index", "sweep"]
-
-_log = logging.getLogger(__name__)
+__all__ = ["NOTES", "SweepReport", "index_pending", "rebuild_index", "sweep"]
 
 
 @dataclass
@@ -32,18 +27,6 @@ class SweepReport:
     seats_over_cap: int = 0
     retention_deleted: int = 0
     """Notes past their company's retention (privacy.retention.note_max_age_days)."""
-
-
-async def _drop_points(index: VectorIndex, gone: list[tuple[uuid.UUID, int | None]]) -> None:
-    by_dims: dict[int, list[uuid.UUID]] = defaultdict(list)
-    for note_id, dims in gone:
-        if dims:
-            by_dims[dims].append(note_id)
-    for dims, ids in by_dims.items():
-        try:
-            await index.delete(collection_name(COLLECTION_BASE, dims), ids)
-        except IndexUnavailable as err:
-            _log.warning("%d swept notes keep stale points until a rebuild: %s", len(ids), err)
 
 
 async def sweep(service: DiaryService, privacy: PrivacyConfig | None = None) -> SweepReport:
@@ -58,13 +41,13 @@ async def sweep(service: DiaryService, privacy: PrivacyConfig | None = None) -> 
         if not gone:
             break
         report.expired_deleted += len(gone)
-        await _drop_points(service.index, gone)
+        await vector_rows.drop_points(service.index, COLLECTION_BASE, gone, "swept notes")
     cap = service.config.long_cap_per_seat
     for company, seat in await service.store.seats_over_cap(cap):
         report.seats_over_cap += 1
         gone = await service.store.evict_over_cap(company, seat, cap)
         report.evicted_over_cap += len(gone)
-        await _drop_points(service.index, gone)
+        await vector_rows.drop_points(service.index, COLLECTION_BASE, gone, "swept notes")
         await service.events.emit("diary_evicted_over_cap", company=company, seat=seat, evicted=len(gone), cap=cap)
     await service.events.emit(
         "diary_sweep_completed",
@@ -100,8 +83,3 @@ async def index_pending(service: DiaryService, batch: int = 1000) -> int:
 async def rebuild_index(service: DiaryService, batch: int = 1000) -> int:
     """Restore the index from the vectors Postgres keeps: no embedding call at all."""
     return await vector_rows.rebuild_index(NOTES, service.store.pool, service.index, service.clock, batch)
-
-
-def fill_source(service: DiaryService) -> vector_rows.TableFillSource:
-    """The notes as the shared vector fill sees them."""
-    return vector_rows.TableFillSource(NOTES, service.store.pool, service.index)

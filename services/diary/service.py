@@ -12,19 +12,15 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Generic
 
 import numpy as np
 from typing_extensions import TypeVar
 
-from libs.common.clock import Clock
-from libs.common.config import DiaryConfig, RelevanceConfig
-from libs.common.embeddings import Embedder
+from libs.common.config import DiaryConfig
 from libs.common.errors import InvalidArgument, NotFound
-from libs.common.events import EventSink
+from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_time_cursor,
-    encode_time_cursor,
     optional_limit,
     page_size,
     require_id,
@@ -39,7 +35,8 @@ from libs.common.vector_path import (
     index_row,
     vector_half,
 )
-from libs.common.vectorindex import NO_EXPIRY, IndexPoint, IndexUnavailable, VectorIndex, collection_name
+from libs.common.vector_service import VectorRowService
+from libs.common.vectorindex import NO_EXPIRY, IndexPoint, IndexUnavailable, collection_name
 from services.diary.domain import (
     COLLECTION_BASE,
     DOMAIN,
@@ -120,26 +117,7 @@ class _HitReads:
         return await self.reads.hydrate_for(self.vector, ids)
 
 
-class DiaryService(Generic[S]):
-    def __init__(
-        self,
-        store: S,
-        embedder: Embedder | None,
-        index: VectorIndex,
-        clock: Clock,
-        config: DiaryConfig,
-        events: EventSink,
-        relevance: RelevanceConfig | None = None,
-    ):
-        self.relevance = relevance or RelevanceConfig()
-        """The floor per embedding model below which a vector hit is not related."""
-        self.store = store
-        self.embedder = embedder
-        self.index = index
-        self.clock = clock
-        self.config = config
-        self.events = events
-
+class DiaryService(VectorRowService[S, DiaryConfig]):
     # ---------------------------------------------------------------- write
 
     async def write_note(
@@ -324,14 +302,7 @@ class DiaryService(Generic[S]):
 
     async def mark_used(self, company: str, seat: str, note_ids: list[str]) -> int:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
-        if len(note_ids) > 500:
-            raise InvalidArgument(
-                f"at most 500 note_ids per call, got {len(note_ids)}",
-                reason="TOO_MANY_IDS",
-                domain=DOMAIN,
-                field="note_ids",
-                metadata={"limit": 500, "count": len(note_ids)},
-            )
+        at_most(note_ids, 500, "note_ids", domain=DOMAIN)
         ids = [require_id(v, f"note_ids[{i}]", domain=DOMAIN) for i, v in enumerate(note_ids)]
         if not ids:
             return 0
@@ -362,13 +333,9 @@ class DiaryService(Generic[S]):
         scope = {"company": company, "seat": seat, "tier": str(tier) if tier else None}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
         now = self.clock.now()
-        notes = await self.store.page(company, seat, now, tier, after, size + 1)
+        rows = await self.store.page(company, seat, now, tier, after, size + 1)
         total = await self.store.count(company, seat, now, tier)
-        next_token = ""
-        if len(notes) > size:
-            notes = notes[:size]
-            last = notes[-1]
-            next_token = encode_time_cursor(last.create_time, last.id, scope)
+        notes, next_token = time_page(rows, size, scope, lambda n: n.create_time, lambda n: n.id)
         return notes, next_token, total
 
     async def delete(self, company: str, seat: str, note_id: str) -> None:

@@ -13,6 +13,7 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
+from libs.common.rowmap import RowReader
 from services.diary.domain import Note, NoteSource, NoteTier
 
 __all__ = ["PostgresNoteStore"]
@@ -21,6 +22,26 @@ _COLUMNS = """id, company, seat, content, tier, source, turn_id, create_time, ex
               last_used_time, embedding_model, embedding_dims"""
 _D_COLUMNS = ", ".join(f"d.{c.strip()}" for c in _COLUMNS.split(","))
 _LIVE = "(expire_time IS NULL OR expire_time > $3)"
+
+# The lexical half's top K (the ranking is explained at SQL["lexical"]): the CTEs ``q, m, h, hw, top``
+# over $1 company, $2 seat, $3 now, $4 K, $5 the query. Written once: the lexical statement and the
+# lexical-and-recency statement select from the same ``top``.
+_LEXICAL_TOP = """WITH q AS (
+            SELECT lexeme, quote_literal(lexeme)::tsquery AS lq
+            FROM unnest(tsvector_to_array(to_tsvector('english', $5))) AS lexeme),
+        m AS MATERIALIZED (
+            SELECT d.id, d.create_time, d.tsv FROM agent_diary d
+            WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3)
+              AND d.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM q)),
+        h AS MATERIALIZED (SELECT m.id, m.create_time, q.lexeme FROM m JOIN q ON m.tsv @@ q.lq),
+        hw AS (
+            SELECT h.id, h.create_time,
+                   ln(1 + ((SELECT count(*) FROM m)::float8 - count(*) OVER w + 0.5) / (count(*) OVER w + 0.5)) AS idf
+            FROM h WINDOW w AS (PARTITION BY h.lexeme)),
+        top AS MATERIALIZED (
+            SELECT hw.id, max(hw.create_time) AS ct, round(sum(hw.idf) * 1e9) / 1e9 AS rank
+            FROM hw GROUP BY hw.id
+            ORDER BY rank DESC, ct DESC LIMIT $4)"""
 
 SQL = {
     "insert": f"""
@@ -49,44 +70,14 @@ SQL = {
     # in (ties: newest first). The CTEs stay MATERIALIZED: inlined, PostgreSQL re-ran the seat
     # count per row.
     "lexical": f"""
-        WITH q AS (
-            SELECT lexeme, quote_literal(lexeme)::tsquery AS lq
-            FROM unnest(tsvector_to_array(to_tsvector('english', $5))) AS lexeme),
-        m AS MATERIALIZED (
-            SELECT d.id, d.create_time, d.tsv FROM agent_diary d
-            WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3)
-              AND d.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM q)),
-        h AS MATERIALIZED (SELECT m.id, m.create_time, q.lexeme FROM m JOIN q ON m.tsv @@ q.lq),
-        hw AS (
-            SELECT h.id, h.create_time,
-                   ln(1 + ((SELECT count(*) FROM m)::float8 - count(*) OVER w + 0.5) / (count(*) OVER w + 0.5)) AS idf
-            FROM h WINDOW w AS (PARTITION BY h.lexeme)),
-        top AS MATERIALIZED (
-            SELECT hw.id, max(hw.create_time) AS ct, round(sum(hw.idf) * 1e9) / 1e9 AS rank
-            FROM hw GROUP BY hw.id
-            ORDER BY rank DESC, ct DESC LIMIT $4)
+        {_LEXICAL_TOP}
         SELECT {_D_COLUMNS}, top.rank FROM top JOIN agent_diary d ON d.id = top.id
         ORDER BY top.rank DESC, top.ct DESC""",
     # The lexical and recency halves in one statement (one round trip and one pooled connection
     # instead of two): the lexical statement above with its top K tagged 'lexical', then the
     # seat's newest live notes tagged 'recency'. A note may come back once per half.
     "lexical_recent": f"""
-        WITH q AS (
-            SELECT lexeme, quote_literal(lexeme)::tsquery AS lq
-            FROM unnest(tsvector_to_array(to_tsvector('english', $5))) AS lexeme),
-        m AS MATERIALIZED (
-            SELECT d.id, d.create_time, d.tsv FROM agent_diary d
-            WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3)
-              AND d.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM q)),
-        h AS MATERIALIZED (SELECT m.id, m.create_time, q.lexeme FROM m JOIN q ON m.tsv @@ q.lq),
-        hw AS (
-            SELECT h.id, h.create_time,
-                   ln(1 + ((SELECT count(*) FROM m)::float8 - count(*) OVER w + 0.5) / (count(*) OVER w + 0.5)) AS idf
-            FROM h WINDOW w AS (PARTITION BY h.lexeme)),
-        top AS MATERIALIZED (
-            SELECT hw.id, max(hw.create_time) AS ct, round(sum(hw.idf) * 1e9) / 1e9 AS rank
-            FROM hw GROUP BY hw.id
-            ORDER BY rank DESC, ct DESC LIMIT $4)
+        {_LEXICAL_TOP}
         (SELECT 'lexical' AS half, {_D_COLUMNS}, top.rank FROM top JOIN agent_diary d ON d.id = top.id
          ORDER BY top.rank DESC, top.ct DESC)
         UNION ALL
@@ -165,22 +156,15 @@ _TIERS = {t.value: t for t in NoteTier}
 _SOURCES = {s.value: s for s in NoteSource}
 
 
-def _note(row: asyncpg.Record) -> Note:
-    return Note(
-        id=row["id"],
-        company=row["company"],
-        seat=row["seat"],
-        content=row["content"],
-        tier=_TIERS.get(row["tier"]) or NoteTier(row["tier"]),
-        source=_SOURCES.get(row["source"]) or NoteSource(row["source"]),
-        turn_id=row["turn_id"],
-        create_time=row["create_time"],
-        expire_time=row["expire_time"],
-        use_count=int(row["use_count"]),
-        last_used_time=row["last_used_time"],
-        embedding_model=row["embedding_model"],
-        embedding_dims=row["embedding_dims"],
-    )
+_note = RowReader(
+    Note,
+    convert={
+        "tier": lambda v: _TIERS.get(v) or NoteTier(v),
+        "source": lambda v: _SOURCES.get(v) or NoteSource(v),
+        "use_count": int,
+    },
+)
+"""A note from its row (every column named as its field)."""
 
 
 class PostgresNoteStore:

@@ -8,13 +8,11 @@ from pathlib import Path
 from agentlearn.episodes.v1 import episode_service_pb2, episode_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
-from libs.common.erasure import sweep_orphans
-from libs.common.fill import VectorFill, build_fill
 from libs.common.grpcserver import Registration
 from libs.common.infra import Infra
 from libs.common.passrunner import PassSpec
+from libs.common.vector_passes import vector_row_passes
 from services.episodes import erasure, passes
-from services.episodes.domain import COLLECTION_BASE
 from services.episodes.lifecycle import COMPACTION_PROMPT_VERSION, EpisodeLifecycle, register_rules
 from services.episodes.service import EpisodeService
 from services.episodes.servicer import EpisodeServicer
@@ -26,15 +24,7 @@ SERVICE_NAME = episode_service_pb2.DESCRIPTOR.services_by_name["EpisodeService"]
 
 
 def build(infra: Infra) -> EpisodeService:
-    return EpisodeService(
-        store=PostgresEpisodeStore(infra.pool),
-        embedder=infra.embedder,
-        index=infra.index,
-        clock=infra.clock,
-        config=infra.settings.learning.episodes,
-        events=infra.events,
-        relevance=infra.settings.learning.relevance,
-    )
+    return EpisodeService.wired(infra, PostgresEpisodeStore(infra.pool), infra.settings.learning.episodes)
 
 
 def registration(service: EpisodeService, lifecycle: EpisodeLifecycle | None = None) -> Registration:
@@ -50,14 +40,8 @@ def lifecycle(service: EpisodeService, infra: Infra) -> EpisodeLifecycle:
     return EpisodeLifecycle(service, infra.aux, infra.settings.learning.episode_lifecycle, infra.events)
 
 
-def fill(service: EpisodeService, infra: Infra) -> VectorFill | None:
-    return build_fill(infra, [passes.fill_source(service)])
-
-
 def pass_specs(service: EpisodeService, infra: Infra) -> list[PassSpec]:
-    learning = infra.settings.learning
     worker = lifecycle(service, infra)
-    filler = fill(service, infra)
 
     async def run_lifecycle() -> object:
         report = await worker.run()
@@ -67,19 +51,9 @@ def pass_specs(service: EpisodeService, infra: Infra) -> list[PassSpec]:
         )
         return report
 
-    async def run_fill() -> object:
-        indexed = await passes.index_pending(service)
-        report = await filler.run_minute() if filler else None
-        return {"indexed": indexed, "fill": report}
-
     return [
-        PassSpec("episode-lifecycle", run_lifecycle, learning.episode_lifecycle.interval_seconds),
-        PassSpec("episode-fill", run_fill, learning.fill.interval_seconds),
-        PassSpec(
-            "episode-orphans",
-            lambda: sweep_orphans(infra.pool, service.index, COLLECTION_BASE, "episodes"),
-            infra.settings.privacy.orphan_sweep_interval_seconds,
-        ),
+        PassSpec("episode-lifecycle", run_lifecycle, infra.settings.learning.episode_lifecycle.interval_seconds),
+        *vector_row_passes("episode", passes.RAW_EPISODES, service.index, infra),
     ]
 
 

@@ -1,5 +1,6 @@
-"""The episodes' index passes and their vector fill: index what waits for the index, rebuild the
-index from Postgres, and the fill's view of the table (raw rows only).
+"""The episodes' index passes: index what waits for the index, rebuild the index from Postgres, and
+the table as ``libs.common.vector_rows`` keeps it (raw rows only), which ``libs.common.vector_passes``
+runs the fill and orphan passes over.
 
 ``services.runner`` wraps each in a lease claim (``episode-fill``; the lifecycle is
 ``episode-lifecycle``, in ``lifecycle.py``), the all-in-one ticks it on its cadence, and a
@@ -13,7 +14,7 @@ from libs.common.vector_rows import VectorRows
 from services.episodes.domain import COLLECTION_BASE, vector_text
 from services.episodes.service import EpisodeService, index_point
 
-__all__ = ["RAW_EPISODES", "fill_source", "index_pending", "rebuild_index"]
+__all__ = ["RAW_EPISODES", "index_pending", "rebuild_index"]
 
 
 RAW_EPISODES = VectorRows(
@@ -41,8 +42,3 @@ async def index_pending(service: EpisodeService, batch: int = 1000) -> int:
 async def rebuild_index(service: EpisodeService, batch: int = 1000) -> int:
     """Restore the index from the vectors Postgres keeps (raw rows only): no embedding call."""
     return await vector_rows.rebuild_index(RAW_EPISODES, service.store.pool, service.index, service.clock, batch)
-
-
-def fill_source(service: EpisodeService) -> vector_rows.TableFillSource:
-    """Raw episodes as the shared vector fill sees them."""
-    return vector_rows.TableFillSource(RAW_EPISODES, service.store.pool, service.index)

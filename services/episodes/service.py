@@ -10,25 +10,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic
 
 import numpy as np
 from typing_extensions import TypeVar
 
-from libs.common.clock import Clock
-from libs.common.config import EpisodesConfig, RelevanceConfig
-from libs.common.embeddings import Embedder
+from libs.common import vector_rows
+from libs.common.config import EpisodesConfig
 from libs.common.errors import InvalidArgument, NotFound
-from libs.common.events import EventSink
+from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_page_token,
     decode_time_cursor,
     encode_page_token,
-    encode_time_cursor,
     optional_limit,
     page_size,
     require_id,
@@ -44,7 +40,8 @@ from libs.common.vector_path import (
     index_row,
     vector_half,
 )
-from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
+from libs.common.vector_service import VectorRowService
+from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.episodes.domain import (
     COLLECTION_BASE,
     DOMAIN,
@@ -94,15 +91,7 @@ def index_point(
 
 async def drop_points(index: VectorIndex, gone: Sequence[Dropped]) -> None:
     """Remove deleted rows' points (best effort: every hit is re-read from Postgres anyway)."""
-    by_dims: dict[int, list[uuid.UUID]] = defaultdict(list)
-    for d in gone:
-        if d.dims:
-            by_dims[d.dims].append(d.id)
-    for dims, ids in by_dims.items():
-        try:
-            await index.delete(collection_name(COLLECTION_BASE, dims), ids)
-        except IndexUnavailable as err:
-            _log.warning("%d deleted episodes keep stale points until a rebuild: %s", len(ids), err)
+    await vector_rows.drop_points(index, COLLECTION_BASE, [(d.id, d.dims) for d in gone], "deleted episodes")
 
 
 @dataclass(frozen=True)
@@ -165,26 +154,7 @@ class _SeatReads:
         return await self.store.hydrate_raw(self.company, self.seat, ids)
 
 
-class EpisodeService(Generic[S]):
-    def __init__(
-        self,
-        store: S,
-        embedder: Embedder | None,
-        index: VectorIndex,
-        clock: Clock,
-        config: EpisodesConfig,
-        events: EventSink,
-        relevance: RelevanceConfig | None = None,
-    ):
-        self.relevance = relevance or RelevanceConfig()
-        """The floor per embedding model below which a hit is not related (``learning.relevance``)."""
-        self.store = store
-        self.embedder = embedder
-        self.index = index
-        self.clock = clock
-        self.config = config
-        self.events = events
-
+class EpisodeService(VectorRowService[S, EpisodesConfig]):
     # ---------------------------------------------------------------- record
 
     def _validate(self, rec: TurnRecord) -> None:
@@ -457,26 +427,15 @@ class EpisodeService(Generic[S]):
             )
         scope = {"company": company, "seat": seat, **f.scope()}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
-        rows = await self.store.page(company, seat, f, after, size + 1)
+        read = await self.store.page(company, seat, f, after, size + 1)
         total = await self.store.count(company, seat, f)
-        next_token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            last = rows[-1]
-            next_token = encode_time_cursor(last.end_time, last.id, scope)
+        rows, next_token = time_page(read, size, scope, lambda e: e.end_time, lambda e: e.id)
         return rows, next_token, total
 
     async def mark_consolidated(self, company: str, seat: str, turn_ids: list[str], skill_id: str) -> int:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         require_text(skill_id, "skill_id", domain=DOMAIN, max_chars=200)
-        if len(turn_ids) > MAX_IDS_PER_CALL:
-            raise InvalidArgument(
-                f"at most {MAX_IDS_PER_CALL} turn_ids per call, got {len(turn_ids)}",
-                reason="TOO_MANY_IDS",
-                domain=DOMAIN,
-                field="turn_ids",
-                metadata={"limit": MAX_IDS_PER_CALL, "count": len(turn_ids)},
-            )
+        at_most(turn_ids, MAX_IDS_PER_CALL, "turn_ids", domain=DOMAIN)
         for i, t in enumerate(turn_ids):
             require_text(t, f"turn_ids[{i}]", domain=DOMAIN, max_chars=200)
         if not turn_ids:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
+from libs.common import outcomes
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
@@ -29,13 +31,8 @@ __all__ = ["EpisodeServicer", "episode_to_pb"]
 
 _KIND_TO_PB = {EpisodeKind.RAW: pb.EPISODE_KIND_RAW, EpisodeKind.COMPACTED: pb.EPISODE_KIND_COMPACTED}
 _KIND_FROM_PB = {v: k for k, v in _KIND_TO_PB.items()}
-_OUTCOME_TO_PB = {
-    TurnOutcome.DONE: pb.TURN_OUTCOME_DONE,
-    TurnOutcome.FAILED: pb.TURN_OUTCOME_FAILED,
-    TurnOutcome.SELF_ITERATE: pb.TURN_OUTCOME_SELF_ITERATE,
-    TurnOutcome.SKIPPED: pb.TURN_OUTCOME_SKIPPED,
-}
-_OUTCOME_FROM_PB = {v: k for k, v in _OUTCOME_TO_PB.items()}
+_OUTCOMES = {outcomes.TurnOutcome(o.value): o for o in TurnOutcome}
+"""The common outcomes a row can hold (the episodes' enum has no UNSPECIFIED or CANCELLED)."""
 _HALF = {"vector": pb.SEARCH_HALF_VECTOR, "lexical": pb.SEARCH_HALF_LEXICAL}
 
 
@@ -54,7 +51,7 @@ def episode_to_pb(ep: Episode) -> pb.Episode:
         label=ep.label,
         ask=ep.ask,
         what_it_did=ep.what_it_did,
-        outcome=_OUTCOME_TO_PB[ep.outcome],
+        outcome=_outcome_to_pb(ep.outcome),
         review_outcome=ep.review_outcome,
         tool_sequence=list(ep.tool_sequence),
         tools_called=list(ep.tools_called),
@@ -80,13 +77,28 @@ def episode_to_pb(ep: Episode) -> pb.Episode:
     )
 
 
+def _outcome_to_pb(outcome: TurnOutcome) -> pb.TurnOutcome:
+    # The one table (libs.common.outcomes) holds this enum's numbers; the cast names their type.
+    return cast("pb.TurnOutcome", outcomes.to_proto("episodes", outcomes.TurnOutcome(outcome.value)))
+
+
+def _outcome_of(value: int) -> TurnOutcome | None:
+    """The row's outcome a proto number stands for (through the one table of ``libs.common.outcomes``);
+    ``None`` for UNSPECIFIED and for a number the enum lacks."""
+    try:
+        return _OUTCOMES.get(outcomes.from_proto("episodes", value))
+    except ValueError:
+        return None
+
+
 def _outcome(value: pb.TurnOutcome, field: str) -> TurnOutcome | None:
     """The outcome, ``None`` when unset (RecordEpisode refuses that, naming the field)."""
     if value == pb.TURN_OUTCOME_UNSPECIFIED:
         return None
-    if value not in _OUTCOME_FROM_PB:
+    outcome = _outcome_of(value)
+    if outcome is None:
         raise InvalidArgument(f"unknown {field} {value}", reason="FIELD_INVALID", domain=DOMAIN, field=field)
-    return _OUTCOME_FROM_PB[value]
+    return outcome
 
 
 def _filter(msg: pb.EpisodeFilter) -> EpisodeFilter:
@@ -94,19 +106,20 @@ def _filter(msg: pb.EpisodeFilter) -> EpisodeFilter:
         raise InvalidArgument(
             f"unknown filter.kind {msg.kind}", reason="FIELD_INVALID", domain=DOMAIN, field="filter.kind"
         )
-    outcomes = []
+    wanted = []
     for i, value in enumerate(msg.outcomes):
-        if value not in _OUTCOME_FROM_PB:
+        outcome = _outcome_of(value)
+        if outcome is None:
             raise InvalidArgument(
                 f"filter.outcomes[{i}] must name an outcome, got {value}",
                 reason="FIELD_INVALID",
                 domain=DOMAIN,
                 field=f"filter.outcomes[{i}]",
             )
-        outcomes.append(_OUTCOME_FROM_PB[value])
+        wanted.append(outcome)
     return EpisodeFilter(
         kind=_KIND_FROM_PB.get(msg.kind),
-        outcomes=tuple(sorted(set(outcomes))),
+        outcomes=tuple(sorted(set(wanted))),
         min_tool_calls=msg.min_tool_calls,
         conversation_id=msg.conversation_id or None,
         exclude_exemplars=msg.exclude_exemplars,

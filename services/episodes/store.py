@@ -17,6 +17,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from libs.common.rowmap import RowReader
 from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, TurnOutcome
 
 __all__ = ["SQL", "Dropped", "PostgresEpisodeStore"]
@@ -166,42 +167,28 @@ SQL = {
 }
 
 
-def episode_of(row: asyncpg.Record) -> Episode:
-    return Episode(
-        id=row["id"],
-        company=row["company"],
-        seat=row["seat"],
-        kind=EpisodeKind(row["kind"]),
-        outcome=TurnOutcome(row["outcome"]),
-        start_time=row["start_time"],
-        end_time=row["end_time"],
-        turn_id=row["turn_id"],
-        role=row["role"],
-        work_item=row["work_item"],
-        label=row["label"],
-        ask=row["ask"],
-        what_it_did=row["what_it_did"],
-        review_outcome=row["review_outcome"],
-        tool_sequence=tuple(row["tool_sequence"]),
-        tools_called=tuple(row["tools_called"]),
-        skills_used=tuple(row["skills_used"]),
-        subjects=tuple(row["subjects"]),
-        conversation_id=row["conversation_id"],
-        duration_ms=int(row["duration_ms"]),
-        count=int(row["count"]),
-        common_task_pattern=row["common_task_pattern"],
-        common_outcome=row["common_outcome"],
-        success_rate=float(row["success_rate"]),
-        done_count=int(row["done_count"]),
-        subjects_involved=tuple(row["subjects_involved"]),
-        notable_patterns=tuple(row["notable_patterns"]),
-        exemplar_turn_ids=tuple(row["exemplar_turn_ids"]),
-        exemplar_of=row["exemplar_of"],
-        consolidated_into_skill_id=row["consolidated_into_skill_id"],
-        embedding_model=row["embedding_model"],
-        embedding_dims=row["embedding_dims"],
-        work_key=row["work_key"],
-    )
+episode_of = RowReader(
+    Episode,
+    convert={
+        "kind": EpisodeKind,
+        "outcome": TurnOutcome,
+        **dict.fromkeys(("duration_ms", "count", "done_count"), int),
+        "success_rate": float,
+        **dict.fromkeys(
+            (
+                "tool_sequence",
+                "tools_called",
+                "skills_used",
+                "subjects",
+                "subjects_involved",
+                "notable_patterns",
+                "exemplar_turn_ids",
+            ),
+            tuple,
+        ),
+    },
+)
+"""An episode from its row (every column is named as its field)."""
 
 
 @dataclass(frozen=True)

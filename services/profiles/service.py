@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from libs.common.clock import Clock
 from libs.common.errors import FieldViolation, InvalidArgument, NotFound
 from libs.common.events import EventSink
+from libs.common.request_rules import time_page
 from libs.common.validation import (
     decode_time_cursor,
-    encode_time_cursor,
     page_size,
     require_ident,
     require_text,
@@ -301,11 +301,7 @@ class ProfileService:
         size = page_size(size, domain=DOMAIN)
         scope = {"company": company, "observer": observer}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
-        profiles = await self.store.page(company, observer, after, size + 1)
+        rows = await self.store.page(company, observer, after, size + 1)
         total = await self.store.count(company, observer)
-        next_token = ""
-        if len(profiles) > size:
-            profiles = profiles[:size]
-            last = profiles[-1]
-            next_token = encode_time_cursor(last.update_time, last.id, scope)
+        profiles, next_token = time_page(rows, size, scope, lambda p: p.update_time, lambda p: p.id)
         return profiles, next_token, total

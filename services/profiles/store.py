@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 
+from libs.common.rowmap import RowReader
 from services.profiles.domain import (
     Observation,
     ObservationRecord,
@@ -132,22 +133,16 @@ def _observation(row: asyncpg.Record) -> ObservationRecord:
     )
 
 
-def _profile(row: asyncpg.Record) -> Profile:
-    return Profile(
-        id=row["id"],
-        company=row["company"],
-        observer=row["observer"],
-        subject=Subject(platform=row["platform"], handle=row["subject_handle"], external_id=row["subject_external_id"]),
-        subject_key=row["subject_key"],
-        communication_style=row["communication_style"],
-        past_decisions=tuple(row["past_decisions"]),
-        sensitivities=tuple(row["sensitivities"]),
-        topics=tuple(row["topics"]),
-        observation_count=int(row["observation_count"]),
-        create_time=row["create_time"],
-        update_time=row["update_time"],
-        last_turn_id=row["last_turn_id"],
-    )
+_profile = RowReader(
+    Profile,
+    convert={"past_decisions": tuple, "sensitivities": tuple, "topics": tuple, "observation_count": int},
+    computed={
+        "subject": lambda r: Subject(
+            platform=r["platform"], handle=r["subject_handle"], external_id=r["subject_external_id"]
+        )
+    },
+)
+"""A profile from its row (the subject from its three columns; every other column named as its field)."""
 
 
 class PostgresProfileStore:

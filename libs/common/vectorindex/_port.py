@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import re
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,6 +35,45 @@ class IndexHit:
     id: uuid.UUID
     score: float
     """Cosine similarity."""
+
+
+@dataclass(frozen=True)
+class SearchScope:
+    """Which points a search may return: one seat's points of one model unexpired at ``now``, and
+    with every one of ``labels``. Every adapter filters by this one description."""
+
+    company: str
+    seat: str
+    model: str
+    now: float
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def matches(self) -> list[tuple[str, str]]:
+        """The exact-match payload conditions; the one range condition is ``expire_at > now``."""
+        return [("company", self.company), ("seat", self.seat), ("model", self.model), *self.labels.items()]
+
+    def admits(self, point: IndexPoint) -> bool:
+        """Whether ``point`` is in scope (the exact scan's filter; Qdrant evaluates the same
+        conditions itself)."""
+        payload = point_payload(point)
+        return point.expire_at > self.now and all(payload.get(k) == v for k, v in self.matches())
+
+
+def point_payload(point: IndexPoint) -> dict[str, Any]:
+    """The payload a point is stored with: what :class:`SearchScope` filters on."""
+    return {
+        "company": point.company,
+        "seat": point.seat,
+        "model": point.model,
+        "expire_at": point.expire_at,
+        **dict(point.labels),
+    }
+
+
+def page_after(ids: Sequence[uuid.UUID], after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
+    """A page of ``point_ids`` from a scroll that starts at ``after`` inclusive (the adapters ask
+    for ``limit + 1`` and drop ``after`` itself)."""
+    return [i for i in ids if i != after][:limit]
 
 
 def collection_name(base: str, dimensions: int) -> str:
@@ -82,3 +122,30 @@ class VectorIndex(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class ScopedSearch(ABC):
+    """``VectorIndex.search`` once for every adapter: its arguments become a :class:`SearchScope`
+    and a float32 query, a non-positive ``limit`` answers nothing, and the adapter's
+    :meth:`_nearest` does the rest."""
+
+    async def search(
+        self,
+        collection: str,
+        vector: np.ndarray,
+        *,
+        company: str,
+        seat: str,
+        model: str,
+        now: float,
+        limit: int,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[IndexHit]:
+        if limit <= 0:
+            return []
+        scope = SearchScope(company, seat, model, now, dict(labels or {}))
+        return await self._nearest(collection, np.asarray(vector, dtype=np.float32), scope, limit)
+
+    @abstractmethod
+    async def _nearest(self, collection: str, query: np.ndarray, scope: SearchScope, limit: int) -> list[IndexHit]:
+        """Top ``limit`` (> 0) by cosine among the points of ``collection`` in ``scope``."""

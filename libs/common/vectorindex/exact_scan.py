@@ -10,16 +10,16 @@ survive a restart, and Postgres already keeps every vector).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable
+from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable, ScopedSearch, SearchScope
 
 __all__ = ["ExactScanIndex"]
 
 
-class ExactScanIndex:
+class ExactScanIndex(ScopedSearch):
     name = "exact-scan"
 
     def __init__(self) -> None:
@@ -48,26 +48,12 @@ class ExactScanIndex:
         for i in ids:
             stored.pop(i, None)
 
-    async def search(
-        self,
-        collection: str,
-        vector: np.ndarray,
-        *,
-        company: str,
-        seat: str,
-        model: str,
-        now: float,
-        limit: int,
-        labels: Mapping[str, str] | None = None,
-    ) -> list[IndexHit]:
+    async def _nearest(self, collection: str, query: np.ndarray, scope: SearchScope, limit: int) -> list[IndexHit]:
         self._check()
-        query = np.asarray(vector, dtype=np.float32)
         qn = float(np.linalg.norm(query))
         hits: list[IndexHit] = []
         for p in self._collections.get(collection, {}).values():
-            if p.company != company or p.seat != seat or p.model != model or p.expire_at <= now:
-                continue
-            if labels and any(p.labels.get(k) != v for k, v in labels.items()):
+            if not scope.admits(p):
                 continue
             pn = float(np.linalg.norm(p.vector))
             if qn == 0.0 or pn == 0.0 or p.vector.shape != query.shape:

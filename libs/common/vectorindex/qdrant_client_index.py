@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 from qdrant_client import AsyncQdrantClient, models
 
-from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable
+from libs.common.vectorindex._port import (
+    IndexHit,
+    IndexPoint,
+    IndexUnavailable,
+    ScopedSearch,
+    SearchScope,
+    page_after,
+    point_payload,
+)
 
 __all__ = ["QdrantClientIndex"]
 
 T = TypeVar("T")
 
 
-class QdrantClientIndex:
+class QdrantClientIndex(ScopedSearch):
     name = "qdrant"
 
     def __init__(self, client: AsyncQdrantClient, *, timeout: float = 5.0):
@@ -88,13 +96,7 @@ class QdrantClientIndex:
                     models.PointStruct(
                         id=str(p.id),
                         vector=p.vector.astype(np.float32).tolist(),
-                        payload={
-                            "company": p.company,
-                            "seat": p.seat,
-                            "model": p.model,
-                            "expire_at": p.expire_at,
-                            **dict(p.labels),
-                        },
+                        payload=point_payload(p),
                     )
                     for p in points
                 ],
@@ -109,31 +111,17 @@ class QdrantClientIndex:
             self._client.delete(collection, points_selector=models.PointIdsList(points=[str(i) for i in ids]))
         )
 
-    async def search(
-        self,
-        collection: str,
-        vector: np.ndarray,
-        *,
-        company: str,
-        seat: str,
-        model: str,
-        now: float,
-        limit: int,
-        labels: Mapping[str, str] | None = None,
-    ) -> list[IndexHit]:
-        if limit <= 0 or not await self._exists(collection):
+    async def _nearest(self, collection: str, query: np.ndarray, scope: SearchScope, limit: int) -> list[IndexHit]:
+        if not await self._exists(collection):
             return []
         must: list[models.Condition] = [
-            models.FieldCondition(key="company", match=models.MatchValue(value=company)),
-            models.FieldCondition(key="seat", match=models.MatchValue(value=seat)),
-            models.FieldCondition(key="model", match=models.MatchValue(value=model)),
-            models.FieldCondition(key="expire_at", range=models.Range(gt=now)),
+            models.FieldCondition(key=k, match=models.MatchValue(value=v)) for k, v in scope.matches()
         ]
-        must += [models.FieldCondition(key=k, match=models.MatchValue(value=v)) for k, v in (labels or {}).items()]
+        must.append(models.FieldCondition(key="expire_at", range=models.Range(gt=scope.now)))
         resp = await self._call(
             self._client.query_points(
                 collection,
-                query=vector.astype(np.float32).tolist(),
+                query=query.tolist(),
                 query_filter=models.Filter(must=must),
                 limit=limit,
                 with_payload=False,
@@ -168,8 +156,7 @@ class QdrantClientIndex:
                 with_vectors=False,
             )
         )
-        ids = [uuid.UUID(str(p.id)) for p in points]
-        return [i for i in ids if i != after][:limit]
+        return page_after([uuid.UUID(str(p.id)) for p in points], after, limit)
 
     async def close(self) -> None:
         await self._client.close()

@@ -10,13 +10,21 @@ import asyncio
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, overload
 
 import numpy as np
 
-from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable
+from libs.common.vectorindex._port import (
+    IndexHit,
+    IndexPoint,
+    IndexUnavailable,
+    ScopedSearch,
+    SearchScope,
+    page_after,
+    point_payload,
+)
 
 if TYPE_CHECKING:
     from qdrant_edge import ConditionType, EdgeShard
@@ -26,7 +34,7 @@ __all__ = ["QdrantEdgeIndex"]
 T = TypeVar("T")
 
 
-class QdrantEdgeIndex:
+class QdrantEdgeIndex(ScopedSearch):
     name = "qdrant-edge"
 
     def __init__(self, root: Path):
@@ -98,13 +106,7 @@ class QdrantEdgeIndex:
                 Point(
                     str(p.id),
                     p.vector.astype(np.float32).tolist(),
-                    {
-                        "company": p.company,
-                        "seat": p.seat,
-                        "model": p.model,
-                        "expire_at": p.expire_at,
-                        **dict(p.labels),
-                    },
+                    point_payload(p),
                 )
                 for p in points
             ]
@@ -127,32 +129,14 @@ class QdrantEdgeIndex:
 
         await self._run(work)
 
-    async def search(
-        self,
-        collection: str,
-        vector: np.ndarray,
-        *,
-        company: str,
-        seat: str,
-        model: str,
-        now: float,
-        limit: int,
-        labels: Mapping[str, str] | None = None,
-    ) -> list[IndexHit]:
-        if limit <= 0:
-            return []
+    async def _nearest(self, collection: str, query: np.ndarray, scope: SearchScope, limit: int) -> list[IndexHit]:
         from qdrant_edge import FieldCondition, Filter, MatchValue, Query, QueryRequest, RangeFloat
 
-        must: list[ConditionType] = [
-            FieldCondition("company", match=MatchValue(company)),
-            FieldCondition("seat", match=MatchValue(seat)),
-            FieldCondition("model", match=MatchValue(model)),
-            FieldCondition("expire_at", range=RangeFloat(gt=now)),
-        ]
-        must += [FieldCondition(k, match=MatchValue(v)) for k, v in (labels or {}).items()]
+        must: list[ConditionType] = [FieldCondition(k, match=MatchValue(v)) for k, v in scope.matches()]
+        must.append(FieldCondition("expire_at", range=RangeFloat(gt=scope.now)))
         request = QueryRequest(
             limit=limit,
-            query=Query.Nearest(vector.astype(np.float32).tolist()),
+            query=Query.Nearest(query.tolist()),
             filter=Filter(must=must),
             with_payload=False,
         )
@@ -209,8 +193,7 @@ class QdrantEdgeIndex:
             request = ScrollRequest(offset=str(after) if after else None, limit=limit + 1, with_payload=False)
             with self._locks[collection]:
                 points, _next = shard.scroll(request)
-            ids = [uuid.UUID(str(p.id)) for p in points]
-            return [i for i in ids if i != after][:limit]
+            return page_after([uuid.UUID(str(p.id)) for p in points], after, limit)
 
         return await self._run(work)
 
