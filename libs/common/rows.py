@@ -1,45 +1,58 @@
-"""A database row as a domain dataclass, driven by a table of column conversions.
-
-A store's row readers all said the same thing field by field (``x=row["x"]``, or
-``x=Kind(row["x"])``): each field is the column of its name, through a conversion where the
-database's value is not yet the domain's (an enum, a tuple, a parsed document). Here that is said
-once; a reader names only its conversions and the fields that do not come from the row.
+"""A dataclass read from a database row whose columns are named as its fields: the stores list only
+what is not a plain copy (an enum, an array kept as a tuple, a field made of several columns), not
+every field again.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import fields
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["Conversions", "from_row"]
+__all__ = ["Conversions", "RowReader"]
 
 D = TypeVar("D", bound="DataclassInstance")
 
-Conversions = Mapping[str, Callable[[Any], object]]
+Conversions = Mapping[str, Callable[[Any], Any]]
 """Column name → what turns the database's value into the field's."""
 
 
-@functools.cache
-def _field_names(cls: type[DataclassInstance]) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+class RowReader(Generic[D]):
+    """Reads a ``D`` from a row: each field from the column of its name, through its converter in
+    ``convert`` when it has one, or from the whole row by ``computed`` (a field no one column holds).
+    A column missing from the row is a ``KeyError``, as a hand-written reader's would be."""
+
+    def __init__(
+        self,
+        cls: type[D],
+        convert: Mapping[str, Callable[[Any], Any]] | None = None,
+        computed: Mapping[str, Callable[[Mapping[str, Any]], Any]] | None = None,
+    ):
+        convert, computed = convert or {}, computed or {}
+        names = {f.name for f in fields(cls)}
+        unknown = (set(convert) | set(computed)) - names
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no fields {sorted(unknown)}")
+        if any(f.kw_only for f in fields(cls)):
+            raise ValueError(f"{cls.__name__} has keyword-only fields; a row is read positionally")
+        self._cls = cls
+        # Worked out once: a read is one getter per field, in the fields' order, passed positionally
+        # (``itemgetter`` for a plain copy).
+        self._getters = tuple(_getter(f.name, convert.get(f.name), computed.get(f.name)) for f in fields(cls) if f.init)
+
+    def __call__(self, row: Mapping[str, Any]) -> D:
+        return self._cls(*[get(row) for get in self._getters])
 
 
-def from_row(cls: type[D], row: Mapping[str, Any], convert: Conversions | None = None, **given: object) -> D:
-    """``cls`` with each field from ``given`` if named there, else from the column of its name
-    (through ``convert``'s function for that column, if any). A field neither given nor a column of
-    the row is a KeyError: a reader that forgot a column fails loudly instead of defaulting it."""
-    convert = convert or {}
-    values: dict[str, object] = {}
-    for name in _field_names(cls):
-        if name in given:
-            values[name] = given[name]
-            continue
-        raw = row[name]
-        fn = convert.get(name)
-        values[name] = raw if fn is None else fn(raw)
-    return cls(**values)
+def _getter(
+    name: str, convert: Callable[[Any], Any] | None, computed: Callable[[Mapping[str, Any]], Any] | None
+) -> Callable[[Mapping[str, Any]], Any]:
+    if computed is not None:
+        return computed
+    if convert is not None:
+        return lambda row: convert(row[name])
+    return itemgetter(name)

@@ -13,7 +13,7 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
-from libs.common.rowmap import RowReader
+from libs.common.rows import RowReader
 from services.diary.domain import Note, NoteSource, NoteTier
 
 __all__ = ["PostgresNoteStore"]

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from libs.common.rowmap import RowReader
+from libs.common.rows import RowReader
 from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, TurnOutcome
 
 __all__ = ["SQL", "Dropped", "PostgresEpisodeStore"]

@@ -42,9 +42,7 @@ class LegacyKnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
     def __init__(self, service: KnowledgeService):
         self._service = service
 
-    async def UpsertPage(
-        self, request: pb.UpsertPageRequest, context: ServicerContext
-    ) -> pb.UpsertPageResponse:
+    async def UpsertPage(self, request: pb.UpsertPageRequest, context: ServicerContext) -> pb.UpsertPageResponse:
         page, created, _ = await self._service.upsert_page(
             request.company, request.container, request.title, request.body, list(request.parent_titles)
         )

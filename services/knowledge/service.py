@@ -27,7 +27,7 @@ from libs.common.auth import current_principal
 from libs.common.config import Settings
 from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from libs.common.events import EventSink
-from libs.common.rows import Conversions, from_row
+from libs.common.rows import Conversions, RowReader
 from libs.common.validation import require_ident, require_text
 from services.knowledge.backends import BackendUnavailable, KnowledgeBackend
 from services.knowledge.domain import (
@@ -102,6 +102,7 @@ _DRAFT_ORIGIN_COLUMNS: Conversions = {
     # jsonb arrives decoded or as text, depending on the pool's codecs.
     "provenance": lambda v: v if isinstance(v, str) else json.dumps(v),
 }
+_READ_DRAFT_ORIGIN = RowReader(DraftOrigin, _DRAFT_ORIGIN_COLUMNS)
 
 
 @dataclass
@@ -197,7 +198,7 @@ class KnowledgeService:
                 domain=DOMAIN,
                 metadata={"page_id": page_id, "company": company},
             )
-        return from_row(DraftOrigin, row, _DRAFT_ORIGIN_COLUMNS)
+        return _READ_DRAFT_ORIGIN(row)
 
     async def write_promotion_draft(
         self,

@@ -20,7 +20,7 @@ import asyncpg
 import numpy as np
 
 from libs.common.db import as_array
-from libs.common.rows import Conversions, from_row
+from libs.common.rows import Conversions, RowReader
 from services.knowledge.domain import (
     AUTO_DRAFT_TITLE_PREFIX,
     AUTO_DRAFTED_PARENT,
@@ -144,10 +144,12 @@ _WS = re.compile(r"\s+")
 
 
 _PAGE_COLUMNS: Conversions = {"id": str, "parent_titles": lambda v: tuple(v or ())}
+# A page read from this store is served by the native backend, whatever the row says.
+_READ_PAGE = RowReader(Page, _PAGE_COLUMNS, computed={"backend": lambda _row: ServedMode.NATIVE})
 
 
 def _page(row: asyncpg.Record) -> Page:
-    return from_row(Page, row, _PAGE_COLUMNS, backend=ServedMode.NATIVE)
+    return _READ_PAGE(row)
 
 
 def one_line(text: str | None, limit: int = 400) -> str:

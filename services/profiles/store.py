@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from libs.common.rowmap import RowReader
+from libs.common.rows import RowReader
 from services.profiles.domain import (
     Observation,
     ObservationRecord,

@@ -23,7 +23,7 @@ from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.db import as_array
 from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.errors import AlreadyExists
-from libs.common.rows import Conversions, from_row
+from libs.common.rows import Conversions, RowReader
 from services.skills.domain import (
     DOMAIN,
     LearningHealth,
@@ -206,14 +206,17 @@ _HEALTH_COLUMNS: Conversions = {
     "stale_skills": int,
     "archived_skills": int,
 }
+_READ_SKILL = RowReader(Skill, _SKILL_COLUMNS)
+_READ_VERSION = RowReader(SkillVersion, _VERSION_COLUMNS)
+_READ_HEALTH = RowReader(LearningHealth, _HEALTH_COLUMNS)
 
 
 def _skill(row: asyncpg.Record) -> Skill:
-    return from_row(Skill, row, _SKILL_COLUMNS)
+    return _READ_SKILL(row)
 
 
 def _version(row: asyncpg.Record) -> SkillVersion:
-    return from_row(SkillVersion, row, _VERSION_COLUMNS)
+    return _READ_VERSION(row)
 
 
 class SeatTx:
@@ -343,7 +346,7 @@ class PostgresSkillStore:
             row = await conn.fetchrow(SQL["health"], company, seat)
         if row is None:
             return LearningHealth(company=company, seat=seat)
-        return from_row(LearningHealth, row, _HEALTH_COLUMNS, company=company, seat=seat)
+        return _READ_HEALTH(row)  # the view names its company and seat
 
     # -------------------------------------------------------------- telemetry stamps
 
@@ -498,10 +501,11 @@ _PROPOSAL_COLUMNS: Conversions = {
     "state": ProposalState,
     "provenance": provenance_from_json,
 }
+_READ_PROPOSAL = RowReader(SkillProposal, _PROPOSAL_COLUMNS)
 
 
 def _proposal(row: asyncpg.Record) -> SkillProposal:
-    return from_row(SkillProposal, row, _PROPOSAL_COLUMNS)
+    return _READ_PROPOSAL(row)
 
 
 class PostgresProposalStore:
