@@ -58,73 +58,45 @@ class _Lazy:
         self._get().set(amount, attributes=attributes)
 
 
-RPC_DURATION = _Lazy(
-    lambda m: m.create_histogram(
-        "rpc.server.duration",
-        unit="ms",
-        description="Duration of inbound RPCs, per method and status code (gRPC semantic conventions)",
-    )
+def _histogram(name: str, unit: str, description: str) -> _Lazy:
+    return _Lazy(lambda m: m.create_histogram(name, unit=unit, description=description))
+
+
+def _counter(name: str, unit: str, description: str) -> _Lazy:
+    return _Lazy(lambda m: m.create_counter(name, unit=unit, description=description))
+
+
+def _gauge(name: str, unit: str, description: str) -> _Lazy:
+    return _Lazy(lambda m: m.create_gauge(name, unit=unit, description=description))
+
+
+RPC_DURATION = _histogram(
+    "rpc.server.duration", "ms", "Duration of inbound RPCs, per method and status code (gRPC semantic conventions)"
 )
 """Attributes: ``rpc.system`` (grpc), ``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code``."""
 
-QUEUE_DEPTH = _Lazy(
-    lambda m: m.create_gauge(
-        "agentlearn.queue.depth", unit="{job}", description="Jobs waiting or running in the durable queue, per kind"
-    )
-)
+QUEUE_DEPTH = _gauge("agentlearn.queue.depth", "{job}", "Jobs waiting or running in the durable queue, per kind")
 """Attributes: ``agentlearn.job.kind`` (reflection, learning). The reflector's HPA scales on it."""
 
-QUEUE_LAG = _Lazy(
-    lambda m: m.create_histogram(
-        "agentlearn.queue.lag", unit="s", description="Time from enqueue to claim of a job, per kind"
-    )
-)
+QUEUE_LAG = _histogram("agentlearn.queue.lag", "s", "Time from enqueue to claim of a job, per kind")
 
-WORKER_OUTCOMES = _Lazy(
-    lambda m: m.create_counter(
-        "agentlearn.reflection.worker.outcomes", unit="{outcome}", description="Reflection worker outcomes"
-    )
-)
+WORKER_OUTCOMES = _counter("agentlearn.reflection.worker.outcomes", "{outcome}", "Reflection worker outcomes")
 """Attributes: ``agentlearn.worker``, ``agentlearn.worker.status``."""
 
-FILL_BACKLOG = _Lazy(
-    lambda m: m.create_gauge(
-        "agentlearn.fill.backlog", unit="{row}", description="Rows waiting for a vector of the current model"
-    )
-)
+FILL_BACKLOG = _gauge("agentlearn.fill.backlog", "{row}", "Rows waiting for a vector of the current model")
 """Attributes: ``agentlearn.fill.source`` (notes, episodes, pages)."""
 
-EMBED_BATCH = _Lazy(
-    lambda m: m.create_histogram(
-        "agentlearn.embedding.batch.size", unit="{text}", description="Texts per embedding model run"
-    )
-)
+EMBED_BATCH = _histogram("agentlearn.embedding.batch.size", "{text}", "Texts per embedding model run")
 
-EMBED_DURATION = _Lazy(
-    lambda m: m.create_histogram(
-        "agentlearn.embedding.duration", unit="s", description="Duration of one embedding model run"
-    )
-)
+EMBED_DURATION = _histogram("agentlearn.embedding.duration", "s", "Duration of one embedding model run")
 
-AUX_TOKENS = _Lazy(
-    lambda m: m.create_counter(
-        "agentlearn.auxiliary.tokens", unit="{token}", description="Auxiliary-model tokens spent"
-    )
-)
+AUX_TOKENS = _counter("agentlearn.auxiliary.tokens", "{token}", "Auxiliary-model tokens spent")
 """Attributes: ``agentlearn.purpose``, ``agentlearn.stage``, ``agentlearn.model``."""
 
-PREFETCH_BLOCKS = _Lazy(
-    lambda m: m.create_counter(
-        "agentlearn.prefetch.blocks", unit="{block}", description="Turn-start blocks rendered, by block and hit"
-    )
-)
+PREFETCH_BLOCKS = _counter("agentlearn.prefetch.blocks", "{block}", "Turn-start blocks rendered, by block and hit")
 """Attributes: ``agentlearn.block``, ``agentlearn.hit`` (true/false). Hit rate = hit / all."""
 
-LEARNING_CHECKS = _Lazy(
-    lambda m: m.create_counter(
-        "agentlearn.learning_checks", unit="{check}", description="Session learning checks finished, by outcome"
-    )
-)
+LEARNING_CHECKS = _counter("agentlearn.learning_checks", "{check}", "Session learning checks finished, by outcome")
 """Attributes: ``agentlearn.trigger``, ``agentlearn.outcome``."""
 
 
