@@ -214,6 +214,16 @@ _ERROR = {
     "description": "An error (google.rpc.Status in JSON form, with ErrorInfo's reason and domain).",
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
 }
+_ERRORS = {code: _ERROR for code in ("400", "401", "403", "404")}
+_CHECK_REF = {"$ref": "#/components/schemas/LearningCheck"}
+_CHECK_REPLY = {"check": _CHECK_REF, "reused": {"type": "boolean"}}
+
+
+def _json_object(description: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """A response whose body is a JSON object with every one of ``properties`` present."""
+    schema = {"type": "object", "properties": properties, "required": list(properties)}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
 
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -334,28 +344,11 @@ OPENAPI: dict[str, Any] = {
                     {"name": "page_token", "in": "query", "required": False, "schema": {"type": "string"}},
                 ],
                 "responses": {
-                    "200": {
-                        "description": "The receipts.",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "properties": {
-                                        "checks": {
-                                            "type": "array",
-                                            "items": {"$ref": "#/components/schemas/LearningCheck"},
-                                        },
-                                        "next_page_token": {"type": "string"},
-                                    },
-                                    "required": ["checks", "next_page_token"],
-                                }
-                            }
-                        },
-                    },
-                    "400": _ERROR,
-                    "401": _ERROR,
-                    "403": _ERROR,
-                    "404": _ERROR,
+                    "200": _json_object(
+                        "The receipts.",
+                        {"checks": {"type": "array", "items": _CHECK_REF}, "next_page_token": {"type": "string"}},
+                    ),
+                    **_ERRORS,
                 },
             },
             "post": {
@@ -365,40 +358,9 @@ OPENAPI: dict[str, Any] = {
                 "of adding another (200, reused true); a new one is 202.",
                 "parameters": _PARAMS,
                 "responses": {
-                    "202": {
-                        "description": "A new check was queued.",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "properties": {
-                                        "check": {"$ref": "#/components/schemas/LearningCheck"},
-                                        "reused": {"type": "boolean"},
-                                    },
-                                    "required": ["check", "reused"],
-                                }
-                            }
-                        },
-                    },
-                    "200": {
-                        "description": "The session's queued or running check, reused.",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "properties": {
-                                        "check": {"$ref": "#/components/schemas/LearningCheck"},
-                                        "reused": {"type": "boolean"},
-                                    },
-                                    "required": ["check", "reused"],
-                                }
-                            }
-                        },
-                    },
-                    "400": _ERROR,
-                    "401": _ERROR,
-                    "403": _ERROR,
-                    "404": _ERROR,
+                    "202": _json_object("A new check was queued.", _CHECK_REPLY),
+                    "200": _json_object("The session's queued or running check, reused.", _CHECK_REPLY),
+                    **_ERRORS,
                 },
             },
         },

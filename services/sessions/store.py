@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 
+from libs.common.rows import RowReader
 from services.sessions.domain import (
     CheckOutcome,
     CheckState,
@@ -174,34 +175,25 @@ SQL = {
 }
 
 
+_READ_SESSION = RowReader(Session, {"last_seq": int, "plan_revision": int})
+_READ_EVENT = RowReader(
+    Event,
+    {
+        "kind": EventKind,
+        "status": EventStatus,
+        "turn_outcome": TurnOutcome,
+        "remember": bool,
+        "seq": int,
+    },
+)
+
+
 def _session(row: asyncpg.Record) -> Session:
-    return Session(
-        company=row["company"],
-        session_id=row["session_id"],
-        owner=row["owner"],
-        workspace=row["workspace"],
-        seat=row["seat"],
-        role=row["role"],
-        last_seq=int(row["last_seq"]),
-        plan_revision=int(row["plan_revision"]),
-        create_time=row["create_time"],
-    )
+    return _READ_SESSION(row)
 
 
 def _event(row: asyncpg.Record) -> Event:
-    return Event(
-        event_id=row["event_id"],
-        kind=EventKind(row["kind"]),
-        text=row["text"],
-        event_time=row["event_time"],
-        turn_id=row["turn_id"],
-        tool_name=row["tool_name"],
-        source=row["source"],
-        status=EventStatus(row["status"]),
-        turn_outcome=TurnOutcome(row["turn_outcome"]),
-        remember=bool(row["remember"]),
-        seq=int(row["seq"]),
-    )
+    return _READ_EVENT(row)
 
 
 def _steps(value: str | list[dict[str, Any]]) -> list[PlanStep]:
@@ -214,41 +206,33 @@ def _json(value: object) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _check(row: asyncpg.Record) -> LearningCheck:
-    return LearningCheck(
-        id=row["id"],
-        company=row["company"],
-        session_id=row["session_id"],
-        owner=row["owner"],
-        workspace=row["workspace"],
-        seat=row["seat"],
-        role=row["role"],
-        trigger=CheckTrigger(row["trigger"]),
-        plan_revision=int(row["plan_revision"]),
-        newly_done=tuple(row["newly_done"] or ()),
-        turn_id=row["turn_id"],
-        trigger_seq=int(row["trigger_seq"]),
-        trigger_event_id=row["trigger_event_id"],
-        job_key=row["job_key"],
-        state=CheckState(row["state"]),
-        create_time=row["create_time"],
-        outcome=CheckOutcome(row["outcome"]) if row["outcome"] else None,
-        reason=row["reason"],
-        outputs=[
+_READ_CHECK = RowReader(
+    LearningCheck,
+    {
+        "trigger": CheckTrigger,
+        "plan_revision": int,
+        "newly_done": lambda v: tuple(v or ()),
+        "trigger_seq": int,
+        "state": CheckState,
+        "outcome": lambda v: CheckOutcome(v) if v else None,
+        "outputs": lambda v: [
             Output(OutputKind(o["kind"]), o["id"], Disposition(o["disposition"]), tuple(o.get("evidence_ids", ())))
-            for o in _json(row["outputs"])
+            for o in _json(v)
         ],
-        dropped=[
-            Dropped(OutputKind(d["kind"]), d["reason"], tuple(d.get("evidence_ids", ()))) for d in _json(row["dropped"])
+        "dropped": lambda v: [
+            Dropped(OutputKind(d["kind"]), d["reason"], tuple(d.get("evidence_ids", ()))) for d in _json(v)
         ],
-        partial_failures=[
+        "partial_failures": lambda v: [
             PartialFailure(OutputKind(p["kind"]), FailureKind(p["failure"]), p["detail"], p.get("output_id", ""))
-            for p in _json(row["partial_failures"])
+            for p in _json(v)
         ],
-        evidence={k: int(v) for k, v in _json(row["evidence"]).items()},
-        start_time=row["start_time"],
-        finish_time=row["finish_time"],
-    )
+        "evidence": lambda v: {k: int(n) for k, n in _json(v).items()},
+    },
+)
+
+
+def _check(row: asyncpg.Record) -> LearningCheck:
+    return _READ_CHECK(row)
 
 
 class SessionTx:

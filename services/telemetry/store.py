@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from libs.common.rows import RowReader
 from services.telemetry.domain import (
     AUXILIARY_SPEND,
     PREFETCH_SUMMARY,
@@ -107,6 +108,9 @@ def _payload(raw: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"value": value}
 
 
+_READ_EVENT = RowReader(Event, {"payload": _payload})
+
+
 class PostgresEventReader:
     """Reads of ``events`` (common migration 0001; this service's 0001 adds its index)."""
 
@@ -166,16 +170,4 @@ class PostgresEventReader:
         rows = await self.pool.fetch(
             SQL["events"], company, seat, list(kinds), turn_id, start, end, after_time, after_id, limit
         )
-        return [
-            Event(
-                id=r["id"],
-                time=r["time"],
-                kind=r["kind"],
-                company=r["company"],
-                seat=r["seat"],
-                turn_id=r["turn_id"],
-                trace_id=r["trace_id"],
-                payload=_payload(r["payload"]),
-            )
-            for r in rows
-        ]
+        return [_READ_EVENT(r) for r in rows]
