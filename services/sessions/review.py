@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
@@ -240,55 +240,46 @@ def read_review(text: str, completion_tokens: int, max_tokens: int, evidence: Ev
             return None
         return source_ids
 
-    for i, item in enumerate(_items(answer, "project_lessons")):
-        review.proposed += 1
-        where = f"project_lessons[{i}]"
-        refs = _refs(item.get("evidence"), where)
-        body = _text(item, "lesson", where)
-        ids = cited(refs, OutputKind.PROJECT_LESSON)
-        if ids is None:
-            continue
-        if not body:
-            review.dropped.append(Dropped(OutputKind.PROJECT_LESSON, "the lesson has no text", ids))
-        elif len(body) > limits.lesson_chars:
-            review.dropped.append(
-                Dropped(
-                    OutputKind.PROJECT_LESSON,
-                    f"the lesson is {len(body)} characters; at most {limits.lesson_chars} (never trimmed)",
-                    ids,
-                )
-            )
-        elif len(review.lessons) >= limits.max_lessons:
-            review.dropped.append(
-                Dropped(OutputKind.PROJECT_LESSON, f"more than {limits.max_lessons} lessons in one check", ids)
-            )
-        else:
-            review.lessons.append(LessonCandidate(body, refs))
+    def take(
+        key: str,
+        field: str,
+        kind: OutputKind,
+        noun: str,
+        plural: str,
+        max_chars: int,
+        limit_phrase: str,
+        max_count: int,
+        kept: list[Any],
+        make: Callable[[str, tuple[str, ...]], Any],
+    ) -> None:
+        """The lessons or the facts of the answer: each cited by evidence, with text, within its
+        length and the per-check count, else dropped with why (never trimmed)."""
+        for i, item in enumerate(_items(answer, key)):
+            review.proposed += 1
+            where = f"{key}[{i}]"
+            refs = _refs(item.get("evidence"), where)
+            body = _text(item, field, where)
+            ids = cited(refs, kind)
+            if ids is None:
+                continue
+            if not body:
+                review.dropped.append(Dropped(kind, f"the {noun} has no text", ids))
+            elif len(body) > max_chars:
+                why = f"the {noun} is {len(body)} characters; {limit_phrase} {max_chars} (never trimmed)"
+                review.dropped.append(Dropped(kind, why, ids))
+            elif len(kept) >= max_count:
+                review.dropped.append(Dropped(kind, f"more than {max_count} {plural} in one check", ids))
+            else:
+                kept.append(make(body, refs))
 
-    for i, item in enumerate(_items(answer, "personal_facts")):
-        review.proposed += 1
-        where = f"personal_facts[{i}]"
-        refs = _refs(item.get("evidence"), where)
-        body = _text(item, "fact", where)
-        ids = cited(refs, OutputKind.PERSONAL_FACT)
-        if ids is None:
-            continue
-        if not body:
-            review.dropped.append(Dropped(OutputKind.PERSONAL_FACT, "the fact has no text", ids))
-        elif len(body) > limits.fact_chars:
-            review.dropped.append(
-                Dropped(
-                    OutputKind.PERSONAL_FACT,
-                    f"the fact is {len(body)} characters; a note holds at most {limits.fact_chars} (never trimmed)",
-                    ids,
-                )
-            )
-        elif len(review.facts) >= limits.max_facts:
-            review.dropped.append(
-                Dropped(OutputKind.PERSONAL_FACT, f"more than {limits.max_facts} personal facts in one check", ids)
-            )
-        else:
-            review.facts.append(FactCandidate(body, refs))
+    take(
+        "project_lessons", "lesson", OutputKind.PROJECT_LESSON, "lesson", "lessons",
+        limits.lesson_chars, "at most", limits.max_lessons, review.lessons, LessonCandidate,
+    )  # fmt: skip
+    take(
+        "personal_facts", "fact", OutputKind.PERSONAL_FACT, "fact", "personal facts",
+        limits.fact_chars, "a note holds at most", limits.max_facts, review.facts, FactCandidate,
+    )  # fmt: skip
 
     skills = answer.get("skill_candidate")
     if isinstance(skills, dict):
