@@ -25,8 +25,8 @@ from typing import Any
 import grpc
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
-from agentlearn.prefetch.v1 import knowledge_service_pb2 as kpb
-from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as kgrpc
+from agentlearn.knowledge.v1 import knowledge_service_pb2 as kpb
+from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kgrpc
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as ppb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pgrpc
 from agentlearn.reflector.v1 import reflector_service_pb2 as rpb
@@ -463,7 +463,9 @@ async def session_demo(channel: grpc.aio.Channel, company: str) -> bool:
         _print_check(c)
     lessons = {o.id for c in checks for o in c.outputs if o.kind == spb_s.OUTPUT_KIND_PROJECT_LESSON}
     for page_id in sorted(lessons):
-        page = (await knowledge.GetPage(kpb.GetPageRequest(company=company, page_id=page_id), timeout=10)).page
+        # Read as an operator (a reader naming no seat or role): the demo runs in local mode.
+        request = kpb.GetPageRequest(reader=kpb.Reader(company=company), page_id=page_id)
+        page = (await knowledge.GetPage(request, timeout=10)).page
         print(f"\nproject lesson in {page.container}: {page.title}\n  {page.body.splitlines()[0]}")
     proposals = (
         await skills.ListSkillProposals(spb.ListSkillProposalsRequest(company=company, seat=SEAT), timeout=10)
