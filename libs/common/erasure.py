@@ -327,6 +327,22 @@ def round_id(erasure_id: uuid.UUID, round_: int) -> uuid.UUID:
     return uuid.uuid5(erasure_id, f"round-{round_}")
 
 
+# Statements over an owner's table, named once; ``{table}``, ``{scope}``, ``{text}`` and ``{owner}``
+# are filled from the owner's fixed description (its table, seat column, text expression, name),
+# never from a request's value.
+_TABLE_SQL = {
+    "delete_rows": "DELETE FROM {table} WHERE id = ANY($1::uuid[])",
+    "round_reports": "SELECT report FROM {owner}_erasures WHERE erasure_id = ANY($1::uuid[])",
+    "vector_spaces": (
+        "SELECT DISTINCT {scope} AS seat, embedding_model, embedding_dims FROM {table}"
+        " WHERE company = $1 AND embedding_dims IS NOT NULL"
+    ),
+    "naming": "SELECT id FROM {table} WHERE id = ANY($1::uuid[]) AND ({text}) ~* $2",
+    "live_ids": "SELECT id FROM {table} WHERE id = ANY($1::uuid[])",
+    "companies": "SELECT DISTINCT company FROM {table}",
+}
+
+
 async def delete_indexed(
     conn: asyncpg.Connection, report: Report, table: str, base: str, rows: Iterable[asyncpg.Record]
 ) -> list[object]:
@@ -335,7 +351,7 @@ async def delete_indexed(
     name them in ``report`` and queue their points (``<base>_<width>``) for removal. The ids."""
     rows = list(rows)
     ids = [r["id"] for r in rows]
-    await conn.execute(f"DELETE FROM {table} WHERE id = ANY($1::uuid[])", ids)
+    await conn.execute(_TABLE_SQL["delete_rows"].format(table=table), ids)
     await conn.execute("DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])", ids)
     report.add(table, ids)
     report.add_points(base, [(r["id"], r["embedding_dims"]) for r in rows])
@@ -423,7 +439,7 @@ async def verify_index(
         return
     rounds = [round_id(target.erasure_id, n) for n in range(1, ERASE_ROUNDS + 1)]
     erased: dict[str, set[uuid.UUID]] = {}
-    for row in await pool.fetch(f"SELECT report FROM {owner}_erasures WHERE erasure_id = ANY($1::uuid[])", rounds):
+    for row in await pool.fetch(_TABLE_SQL["round_reports"].format(owner=owner), rounds):
         for collection, ids in Report.from_json(row["report"]).points.items():
             erased.setdefault(collection, set()).update(uuid.UUID(i) for i in ids)
     for collection, wanted in sorted(erased.items()):
@@ -442,11 +458,7 @@ async def verify_index(
         _log.warning("erasure %s: names not embedded for the %s index check: %s", target.erasure_id, base, err)
         report.add(f"{PENDING_CHECK}embeddings:{base}", [])
         return
-    spaces = await pool.fetch(
-        f"SELECT DISTINCT {scope} AS seat, embedding_model, embedding_dims FROM {table}"
-        " WHERE company = $1 AND embedding_dims IS NOT NULL",
-        target.company,
-    )
+    spaces = await pool.fetch(_TABLE_SQL["vector_spaces"].format(scope=scope, table=table), target.company)
     pattern = target.sql_pattern()
     for space in spaces:
         collection = collection_name(base, int(space["embedding_dims"]))
@@ -469,9 +481,7 @@ async def verify_index(
             if not hits:
                 continue
             named = await pool.fetch(
-                f"SELECT id FROM {table} WHERE id = ANY($1::uuid[]) AND ({text_sql}) ~* $2",
-                [h.id for h in hits],
-                pattern,
+                _TABLE_SQL["naming"].format(table=table, text=text_sql), [h.id for h in hits], pattern
             )
             if named:
                 report.add(f"{INDEX_PREFIX}{collection}", [r["id"] for r in named])
@@ -515,7 +525,7 @@ async def sweep_orphans(pool: asyncpg.Pool, index: VectorIndex, base: str, table
             if not ids:
                 break
             after = ids[-1]
-            live = {r["id"] for r in await pool.fetch(f"SELECT id FROM {table} WHERE id = ANY($1::uuid[])", ids)}
+            live = {r["id"] for r in await pool.fetch(_TABLE_SQL["live_ids"].format(table=table), ids)}
             orphans = [i for i in ids if i not in live]
             if orphans:
                 await index.delete(collection, orphans)
@@ -535,7 +545,7 @@ async def retention_cutoffs(
     default = getattr(privacy.retention, knob)
     listed = privacy.companies
     if default > 0:
-        companies = [r["company"] for r in await pool.fetch(f"SELECT DISTINCT company FROM {table}")]
+        companies = [r["company"] for r in await pool.fetch(_TABLE_SQL["companies"].format(table=table))]
     else:
         companies = list(listed)
     out = []

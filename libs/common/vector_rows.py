@@ -18,6 +18,7 @@ NULL exactly when ``embedding`` is), and an index on ``(embedding_model, embeddi
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections import defaultdict
@@ -73,6 +74,48 @@ class VectorRows:
         cols = dict.fromkeys(("id", "company", self.seat_column, "embedding", "embedding_model", *self.point_columns))
         return ", ".join(cols)
 
+    @functools.cached_property
+    def sql(self) -> dict[str, str]:
+        """This table's named statements, written once from its description (the table, seat and
+        column names are the spec's, never a caller's value)."""
+        t, seat, select = self.table, self.seat_column, self._select()
+        # $1 now, $2 model, $3 dims (NULL: any width), $4 the provider's fingerprint. The model and
+        # width tests are ranges rather than IS DISTINCT FROM, so an index on (embedding_model,
+        # embedding_dims) answers a minute with nothing to fill without reading the table.
+        pending = f"""
+            {self._live("$1")}
+            AND (embedding_model IS NULL OR embedding_model < $2 OR embedding_model > $2
+                 OR (embedding_model = $2 AND $3::int IS NOT NULL AND (embedding_dims < $3 OR embedding_dims > $3)))
+            AND NOT (fill_held_until IS NOT NULL AND fill_held_until > $1 AND fill_held_fingerprint = $4)"""
+        guard = f"AND {self.unchanged.replace('$TEXT', '$5')}" if self.unchanged else "AND $5::text IS NOT NULL"
+        return {
+            "set_indexed": f"UPDATE {t} SET indexed = true WHERE id = ANY($1) AND embedding IS NOT NULL",
+            "unindexed": f"""
+                SELECT {select} FROM {t}
+                WHERE embedding IS NOT NULL AND NOT indexed AND {self._live("$1")}
+                ORDER BY company, {seat}, id LIMIT $2""",
+            "unindex_all": f"UPDATE {t} SET indexed = false WHERE indexed",
+            "with_vectors": f"""
+                SELECT {select} FROM {t}
+                WHERE embedding IS NOT NULL AND {self._live("$1")} AND ($2::uuid IS NULL OR id > $2)
+                ORDER BY id LIMIT $3""",
+            "fill_companies": f"SELECT DISTINCT company FROM {t} WHERE {pending} ORDER BY company",
+            "fill_backlog": f"SELECT count(*) FROM {t} WHERE {pending}",
+            "fill_seats": f"SELECT DISTINCT {seat} FROM {t} WHERE company = $5 AND {pending} ORDER BY {seat}",
+            "fill_pending": f"""
+                SELECT id, {", ".join(self.text_columns)}, fill_alone AND fill_held_fingerprint = $4 AS alone
+                FROM {t}
+                WHERE company = $5 AND {seat} = $6 AND {pending}
+                ORDER BY {self.order_column}, id LIMIT $7""",
+            "store_vector": f"""
+                UPDATE {t}
+                   SET embedding = $2, embedding_model = $3, embedding_dims = $4, indexed = false,
+                       fill_held_until = NULL, fill_held_fingerprint = NULL, fill_alone = false
+                 WHERE id = $1 {guard}
+             RETURNING {select}""",
+            "hold": f"UPDATE {t} SET fill_held_until = $2, fill_held_fingerprint = $3, fill_alone = $4 WHERE id = $1",
+        }
+
 
 def _points(rows: VectorRows, records: Sequence[asyncpg.Record]) -> dict[int, list[IndexPoint]]:
     by_dims: dict[int, list[IndexPoint]] = defaultdict(list)
@@ -84,9 +127,7 @@ def _points(rows: VectorRows, records: Sequence[asyncpg.Record]) -> dict[int, li
 
 async def _set_indexed(pool: asyncpg.Pool, rows: VectorRows, ids: Sequence[uuid.UUID]) -> None:
     if ids:
-        await pool.execute(
-            f"UPDATE {rows.table} SET indexed = true WHERE id = ANY($1) AND embedding IS NOT NULL", list(ids)
-        )
+        await pool.execute(rows.sql["set_indexed"], list(ids))
 
 
 async def index_pending(
@@ -96,13 +137,7 @@ async def index_pending(
     cannot be reached (the rows keep waiting). Returns how many were indexed."""
     done = 0
     while True:
-        records = await pool.fetch(
-            f"""SELECT {rows._select()} FROM {rows.table}
-                WHERE embedding IS NOT NULL AND NOT indexed AND {rows._live("$1")}
-                ORDER BY company, {rows.seat_column}, id LIMIT $2""",
-            clock.now(),
-            batch,
-        )
+        records = await pool.fetch(rows.sql["unindexed"], clock.now(), batch)
         if not records:
             return done
         try:
@@ -120,19 +155,12 @@ async def rebuild_index(
 ) -> int:
     """Restore the index from the vectors Postgres keeps: every collection of the table is emptied
     and refilled from the rows, with no embedding call. Returns how many points were written."""
-    await pool.execute(f"UPDATE {rows.table} SET indexed = false WHERE indexed")
+    await pool.execute(rows.sql["unindex_all"])
     reset: set[int] = set()
     after: uuid.UUID | None = None
     total = 0
     while True:
-        records = await pool.fetch(
-            f"""SELECT {rows._select()} FROM {rows.table}
-                WHERE embedding IS NOT NULL AND {rows._live("$1")} AND ($2::uuid IS NULL OR id > $2)
-                ORDER BY id LIMIT $3""",
-            clock.now(),
-            after,
-            batch,
-        )
+        records = await pool.fetch(rows.sql["with_vectors"], clock.now(), after, batch)
         if not records:
             return total
         for dims, points in _points(rows, records).items():
@@ -170,36 +198,19 @@ class TableFillSource:
         self._rows = rows
         self._pool = pool
         self._index = index
-        # $1 now, $2 model, $3 dims (NULL: any width), $4 the provider's fingerprint. The model and
-        # width tests are ranges rather than IS DISTINCT FROM, so an index on (embedding_model,
-        # embedding_dims) answers a minute with nothing to fill without reading the table.
-        self._pending = f"""
-            {rows._live("$1")}
-            AND (embedding_model IS NULL OR embedding_model < $2 OR embedding_model > $2
-                 OR (embedding_model = $2 AND $3::int IS NOT NULL AND (embedding_dims < $3 OR embedding_dims > $3)))
-            AND NOT (fill_held_until IS NOT NULL AND fill_held_until > $1 AND fill_held_fingerprint = $4)"""
+        self._sql = rows.sql
 
     async def companies(self, model: str, dims: int | None, fingerprint: str, now: datetime) -> list[str]:
-        records = await self._pool.fetch(
-            f"SELECT DISTINCT company FROM {self._rows.table} WHERE {self._pending} ORDER BY company",
-            now,
-            model,
-            dims,
-            fingerprint,
-        )
+        records = await self._pool.fetch(self._sql["fill_companies"], now, model, dims, fingerprint)
         return [r["company"] for r in records]
 
     async def backlog(self, model: str, dims: int | None, fingerprint: str, now: datetime) -> int:
-        return int(
-            await self._pool.fetchval(
-                f"SELECT count(*) FROM {self._rows.table} WHERE {self._pending}", now, model, dims, fingerprint
-            )
-        )
+        return int(await self._pool.fetchval(self._sql["fill_backlog"], now, model, dims, fingerprint))
 
     async def seats(self, company: str, model: str, dims: int | None, fingerprint: str, now: datetime) -> list[str]:
         seat = self._rows.seat_column
         records = await self._pool.fetch(
-            f"SELECT DISTINCT {seat} FROM {self._rows.table} WHERE company = $5 AND {self._pending} ORDER BY {seat}",
+            self._sql["fill_seats"],
             now,
             model,
             dims,
@@ -213,10 +224,7 @@ class TableFillSource:
     ) -> list[FillRow]:
         rows = self._rows
         records = await self._pool.fetch(
-            f"""SELECT id, {", ".join(rows.text_columns)}, fill_alone AND fill_held_fingerprint = $4 AS alone
-                FROM {rows.table}
-                WHERE company = $5 AND {rows.seat_column} = $6 AND {self._pending}
-                ORDER BY {rows.order_column}, id LIMIT $7""",
+            self._sql["fill_pending"],
             now,
             model,
             dims,
@@ -229,13 +237,8 @@ class TableFillSource:
 
     async def store_vector(self, row: FillRow, vector: Vector) -> None:
         rows = self._rows
-        guard = f"AND {rows.unchanged.replace('$TEXT', '$5')}" if rows.unchanged else "AND $5::text IS NOT NULL"
         record = await self._pool.fetchrow(
-            f"""UPDATE {rows.table}
-                   SET embedding = $2, embedding_model = $3, embedding_dims = $4, indexed = false,
-                       fill_held_until = NULL, fill_held_fingerprint = NULL, fill_alone = false
-                 WHERE id = $1 {guard}
-             RETURNING {rows._select()}""",
+            self._sql["store_vector"],
             row.id,
             vector.values.astype(np.float32),
             vector.model,
@@ -256,9 +259,7 @@ class TableFillSource:
 
     async def hold(self, row: FillRow, until: datetime, fingerprint: str, alone: bool) -> None:
         await self._pool.execute(
-            f"""UPDATE {self._rows.table}
-                   SET fill_held_until = $2, fill_held_fingerprint = $3, fill_alone = $4
-                 WHERE id = $1""",
+            self._sql["hold"],
             row.id,
             until,
             fingerprint,
