@@ -62,6 +62,25 @@ AioUnary: TypeAlias = Callable[[Any, ServicerContext], Awaitable[Any]]
 AioUnaryStream: TypeAlias = Callable[[Any, ServicerContext], AsyncIterator[Any]]
 
 
+def _unary_like(handler: MethodHandler, behaviour: Callable[..., Any]) -> MethodHandler:
+    """A unary handler doing ``behaviour`` with ``handler``'s (de)serialisers: what every
+    interceptor here returns after wrapping the method."""
+    return grpc.unary_unary_rpc_method_handler(
+        behaviour,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+def _stream_like(handler: MethodHandler, behaviour: Callable[..., Any]) -> MethodHandler:
+    """The server-streaming counterpart of :func:`_unary_like`."""
+    return grpc.unary_stream_rpc_method_handler(
+        behaviour,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
 def aio_unary(handler: MethodHandler) -> AioUnary | None:
     """A handler's unary behaviour as a grpc.aio server holds it: a coroutine function taking the
     aio context. grpc-stubs types ``unary_unary`` as the sync server's (a plain function); every
@@ -235,11 +254,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             except Exception as err:
                 await context.abort_with_status(failure_status(err, method, domain))
 
-        return grpc.unary_unary_rpc_method_handler(
-            guarded,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return _unary_like(handler, guarded)
 
 
 # Health checks and reflection answer whatever the load: an orchestrator that cannot read health
@@ -335,11 +350,7 @@ class LoadShedder(grpc.aio.ServerInterceptor):
             finally:
                 self.release(company)
 
-        return grpc.unary_unary_rpc_method_handler(
-            admitted,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return _unary_like(handler, admitted)
 
 
 class Health(HealthServicer):
@@ -402,11 +413,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 await admit(request, context)
                 return await inner(request, context)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return _unary_like(handler, unary)
         inner_stream = aio_unary_stream(handler)
         if inner_stream is not None:
 
@@ -415,11 +422,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 async for item in inner_stream(request, context):
                     yield item
 
-            return grpc.unary_stream_rpc_method_handler(
-                stream,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return _stream_like(handler, stream)
         return handler  # client-streaming RPCs do not exist here; refuse to guess their identity
 
 
@@ -522,11 +525,7 @@ class CallTracker(grpc.aio.ServerInterceptor):
                     self._exit()
                     _record_rpc(labels, context, started)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
+            return _unary_like(handler, unary)
         assert inner_stream is not None  # one of the two, checked above
 
         async def stream(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
@@ -538,11 +537,7 @@ class CallTracker(grpc.aio.ServerInterceptor):
                 self._exit()
                 _record_rpc(labels, context, started)
 
-        return grpc.unary_stream_rpc_method_handler(
-            stream,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return _stream_like(handler, stream)
 
 
 @dataclass
