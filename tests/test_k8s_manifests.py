@@ -280,12 +280,13 @@ def set_aside_pending(data: dict[str, Any]) -> dict[tuple[str, str], Any]:
 
 
 def pass_owners() -> dict[str, str]:
-    """Every ``PassSpec("<name>", ...)`` a service declares, with the service package that declares it."""
-    owners: dict[str, str] = {}
-    for path in (ROOT / "services").rglob("*.py"):
-        for name in re.findall(r'PassSpec\(\s*"([a-z0-9-]+)"', path.read_text()):
-            owners[name] = path.relative_to(ROOT / "services").parts[0]
-    return owners
+    """Every pass of the build with the service package that builds it: the runner's ``PASSES``
+    table, which tests/test_lean_processes.py holds equal to the passes the components build (a
+    pass may be declared by a shared helper, e.g. ``vector_row_passes``, so the source is not
+    scanned for names)."""
+    from services.runner.registry import PASSES
+
+    return {name: home.service for name, home in PASSES.items()}
 
 
 def pass_names_in_code() -> set[str]:
