@@ -76,22 +76,23 @@ def index_point(
 
 @dataclass
 class _SeatReads:
-    """The vector half's reads of one seat's live notes at ``now``. The re-read of the index hits
-    also counts the notes the query's model cannot reach (one round trip for both; ``unreachable``
-    then answers from it)."""
+    """The vector half's reads of one seat's live notes at ``now`` for one query vector. The re-read
+    of the index hits also counts the notes the query's model cannot reach (one round trip for
+    both; ``unreachable`` then answers from it)."""
 
     store: NoteStore
     company: str
     seat: str
     now: datetime
+    vector: QueryVector
     counted: int | None = None
 
     async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Note, float]]:
         return await self.store.exact(self.company, self.seat, self.now, vector, model, limit)
 
-    async def hydrate_for(self, vector: QueryVector, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Note]:
+    async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Note]:
         rows, self.counted = await self.store.hydrate_unreachable(
-            self.company, self.seat, ids, self.now, vector.model, int(vector.values.shape[0])
+            self.company, self.seat, ids, self.now, self.vector.model, int(self.vector.values.shape[0])
         )
         return rows
 
@@ -101,20 +102,6 @@ class _SeatReads:
         return await self.store.unreachable_by_vector(
             self.company, self.seat, self.now, vector.model, int(vector.values.shape[0])
         )
-
-
-@dataclass
-class _HitReads:
-    """``RowReads`` for one query vector (the hydrate needs its model and width)."""
-
-    reads: _SeatReads
-    vector: QueryVector
-
-    async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Note, float]]:
-        return await self.reads.exact(vector, model, limit)
-
-    async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Note]:
-        return await self.reads.hydrate_for(self.vector, ids)
 
 
 class DiaryService(VectorRowService[S, DiaryConfig]):
@@ -246,7 +233,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
                 embedded = QueryEmbedding.skipped()
             if embedded.vector is None:
                 return VectorHalf(embedded.status)
-            reads = _SeatReads(self.store, company, seat, now)
+            reads = _SeatReads(self.store, company, seat, now, embedded.vector)
             # The relevance floor of the query's model: the vector half offers what is related, not
             # merely the least unlike of the seat's notes (the recency half still brings the rules
             # that apply whatever the topic).
@@ -254,7 +241,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
                 embedded,
                 self.index,
                 COLLECTION_BASE,
-                _HitReads(reads, embedded.vector),
+                reads,
                 company=company,
                 seats=(seat,),
                 now=now.timestamp(),
