@@ -33,6 +33,7 @@ from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from libs.common.config import PrivacyConfig
 from libs.common.embeddings import Embedder
 from libs.common.errors import InvalidArgument
+from libs.common.not_found import require_found
 from libs.common.vectorindex import IndexUnavailable, VectorIndex, collection_name
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "drop_points",
     "provenance_from_json",
     "provenance_json",
+    "provenance_row",
     "provenance_subjects",
     "report_to_proto",
     "retention_cutoffs",
@@ -496,6 +498,16 @@ def provenance_from_json(text: str | dict[str, Any] | None) -> provenance_pb2.Pr
     """The kept JSON back as a ``Provenance`` (empty when nothing was kept)."""
     data = json.loads(text) if isinstance(text, str) else dict(text or {})
     return ParseDict(data, provenance_pb2.Provenance(), ignore_unknown_fields=True)
+
+
+async def provenance_row(
+    pool: asyncpg.Pool, sql: str, kind: str, row_id: str, company: str, seat: str, *, domain: str
+) -> asyncpg.Record:
+    """The row an owner's ``sql`` reads for the provenance of a seat's ``kind`` ``row_id`` (its
+    parameters: the id, the company, the seat); NotFound (``<KIND>_NOT_FOUND``) when the seat has
+    none."""
+    row = await pool.fetchrow(sql, uuid.UUID(row_id), company, seat)
+    return require_found(row, kind, row_id, seat=seat, domain=domain)
 
 
 def provenance_subjects(msg: object) -> list[str]:

@@ -27,12 +27,12 @@ from libs.common.erasure import (
     drop_points,
     provenance_from_json,
     provenance_json,
+    provenance_row,
     provenance_subjects,
     retention_cutoffs,
     run_once,
     verify_index,
 )
-from libs.common.errors import NotFound
 from libs.common.vectorindex import VectorIndex
 from services.diary.domain import COLLECTION_BASE, DOMAIN
 
@@ -144,14 +144,7 @@ async def record_provenance(pool: asyncpg.Pool, note_id: object, msg: provenance
 
 async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str) -> provenance_pb2.Provenance:
     """The note's provenance; a note written before provenance was kept names its run id only."""
-    row = await pool.fetchrow(SQL["provenance"], uuid.UUID(note_id), company, seat)
-    if row is None:
-        raise NotFound(
-            f"note {note_id} not found for seat {seat}",
-            reason="NOTE_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"note_id": note_id, "seat": seat},
-        )
+    row = await provenance_row(pool, SQL["provenance"], "note", note_id, company, seat, domain=DOMAIN)
     msg = provenance_from_json(row["provenance"])
     if not msg.turn_ids and row["turn_id"]:
         msg.turn_ids.append(row["turn_id"])

@@ -30,8 +30,16 @@ import asyncpg
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from libs.common.config import PrivacyConfig
 from libs.common.embeddings import Embedder
-from libs.common.erasure import Kind, Report, Target, drop_points, retention_cutoffs, run_once, verify_index
-from libs.common.errors import NotFound
+from libs.common.erasure import (
+    Kind,
+    Report,
+    Target,
+    drop_points,
+    provenance_row,
+    retention_cutoffs,
+    run_once,
+    verify_index,
+)
 from libs.common.vectorindex import VectorIndex
 from services.episodes.domain import COLLECTION_BASE, DOMAIN, Episode
 
@@ -276,14 +284,7 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, episode_id: st
     turn carried. A compacted row: the union of its members' (their run ids with redeliveries, the
     people they carried) and the model and prompt version of the compaction; a row folded before
     members were kept names its exemplars' run ids."""
-    row = await pool.fetchrow(SQL["provenance"], uuid.UUID(episode_id), company, seat)
-    if row is None:
-        raise NotFound(
-            f"episode {episode_id} not found for seat {seat}",
-            reason="EPISODE_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"episode_id": episode_id, "seat": seat},
-        )
+    row = await provenance_row(pool, SQL["provenance"], "episode", episode_id, company, seat, domain=DOMAIN)
     raw = row["kind"] == "raw"
     if raw:
         turns, people = [row["turn_id"], *row["runs"]], list(row["subjects"])

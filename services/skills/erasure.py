@@ -34,8 +34,7 @@ import asyncpg
 from agentlearn.common.v1.provenance_pb2 import Provenance
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from libs.common.enum_maps import enum_to_pb
-from libs.common.erasure import Kind, Report, Target, provenance_from_json, provenance_json, run_once
-from libs.common.errors import NotFound
+from libs.common.erasure import Kind, Report, Target, provenance_from_json, provenance_json, provenance_row, run_once
 from services.skills.domain import DOMAIN, SkillChange, remove_practice_bullets
 
 __all__ = ["OWNER", "erase", "find", "provenance"]
@@ -308,14 +307,7 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, skill_id: str)
     """Where the skill was drafted from (its turns, the draft's subjects, model, prompt version and
     writer), where each kept version and each practice bullet came from."""
     sid = uuid.UUID(skill_id)
-    row = await pool.fetchrow(SQL["provenance"], sid, company, seat)
-    if row is None:
-        raise NotFound(
-            f"skill {skill_id} not found for seat {seat}",
-            reason="SKILL_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"skill_id": skill_id, "seat": seat},
-        )
+    row = await provenance_row(pool, SQL["provenance"], "skill", skill_id, company, seat, domain=DOMAIN)
     draft = _loaded(row["provenance"])
     # The source turns are the skill's current ones (an erasure may have taken some away); a
     # skill from before provenance was kept says only how it was drafted.
