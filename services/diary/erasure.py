@@ -31,6 +31,7 @@ from libs.common.erasure import (
     provenance_subjects,
     retention_cutoffs,
     run_once,
+    scope_rows,
     verify_index,
 )
 from libs.common.vectorindex import VectorIndex
@@ -66,8 +67,6 @@ SQL = {
     "provenance": """
         SELECT p.provenance, d.turn_id FROM agent_diary d LEFT JOIN note_provenance p ON p.note_id = d.id
         WHERE d.id = $1 AND d.company = $2 AND d.seat = $3""",
-    Kind.SEAT: "SELECT id, embedding_dims FROM agent_diary WHERE company = $1 AND seat = $2",
-    Kind.COMPANY: "SELECT id, embedding_dims FROM agent_diary WHERE company = $1",
     "pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
 }
 
@@ -84,9 +83,7 @@ async def _rows(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list
                 list(target.session_ids),
             )
         )
-    if target.kind is Kind.SEAT:
-        return list(await conn.fetch(SQL[Kind.SEAT], target.company, target.seat))
-    return list(await conn.fetch(SQL[Kind.COMPANY], target.company))
+    return await scope_rows(conn, target, "agent_diary", "id, embedding_dims")
 
 
 def _shared(row: asyncpg.Record) -> bool:

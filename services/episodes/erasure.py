@@ -38,6 +38,7 @@ from libs.common.erasure import (
     provenance_row,
     retention_cutoffs,
     run_once,
+    scope_rows,
     verify_index,
 )
 from libs.common.vectorindex import VectorIndex
@@ -79,8 +80,6 @@ SQL = {
     "members_of": """
         SELECT compacted_id, position, runs, subjects, record FROM compaction_members
         WHERE compacted_id = ANY($1::uuid[]) ORDER BY compacted_id, position""",
-    Kind.SEAT: "SELECT id, turn_id, embedding_dims FROM episodes WHERE company = $1 AND seat = $2",
-    Kind.COMPANY: "SELECT id, turn_id, embedding_dims FROM episodes WHERE company = $1",
     "delete": "DELETE FROM episodes WHERE id = ANY($1::uuid[])",
     "pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
     "past_retention": """
@@ -147,12 +146,9 @@ def _hers(member: asyncpg.Record, target: Target, turns: set[str]) -> bool:
 
 
 async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Plan:
-    if target.kind is Kind.SEAT:
-        rows = await conn.fetch(SQL[Kind.SEAT], target.company, target.seat)
-        return _Plan(gone=list(rows), runs=[r["turn_id"] for r in rows if r["turn_id"]])
-    if target.kind is Kind.COMPANY:
-        rows = await conn.fetch(SQL[Kind.COMPANY], target.company)
-        return _Plan(gone=list(rows), runs=[r["turn_id"] for r in rows if r["turn_id"]])
+    if target.kind is not Kind.SUBJECT:  # a seat's or a company's: every one of the seat (the company)
+        rows = await scope_rows(conn, target, "episodes", "id, turn_id, embedding_dims")
+        return _Plan(gone=rows, runs=[r["turn_id"] for r in rows if r["turn_id"]])
     ident, turns, pattern = target.identifiers, list(target.turn_ids), target.sql_pattern()
     raw = list(await conn.fetch(SQL["raw_subject"], target.company, ident, turns, pattern))
     # Her turns are the rows that carried her messages; a row that only names her (someone else's
