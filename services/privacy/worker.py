@@ -94,7 +94,7 @@ class ErasureWorker:
         async with store.transaction() as conn:
             if not await self.queue.finish(conn, job, self.worker_id, now):
                 return None  # another holder took it: its outcome stands
-            await store.finish(conn, erasure.id, erasure.state, erasure.residues, erasure.verified, erasure.reason, now)
+            await store.finish(conn, erasure, now)
         await self.events.emit(
             "erasure_finished",
             company=erasure.company,
