@@ -53,6 +53,7 @@ __all__ = [
     "provenance_json",
     "provenance_row",
     "provenance_subjects",
+    "prune_indexed",
     "report_to_proto",
     "retention_cutoffs",
     "round_id",
@@ -337,6 +338,7 @@ def round_id(erasure_id: uuid.UUID, round_: int) -> uuid.UUID:
 # from a request's value.
 _TABLE_SQL = {
     "delete_rows": "DELETE FROM {table} WHERE id = ANY($1::uuid[])",
+    "fill_pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
     "round_reports": "SELECT report FROM {owner}_erasures WHERE erasure_id = ANY($1::uuid[])",
     "vector_spaces": (
         "SELECT DISTINCT {scope} AS seat, embedding_model, embedding_dims FROM {table}"
@@ -413,7 +415,7 @@ async def delete_indexed(
     rows = list(rows)
     ids = [r["id"] for r in rows]
     await conn.execute(_TABLE_SQL["delete_rows"].format(table=table), ids)
-    await conn.execute("DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])", ids)
+    await conn.execute(_TABLE_SQL["fill_pieces"], ids)
     report.add(table, ids)
     report.add_points(base, [(r["id"], r["embedding_dims"]) for r in rows])
     return ids
@@ -625,3 +627,35 @@ async def retention_cutoffs(
         if days > 0:
             out.append((company, now - timedelta(days=days)))
     return out
+
+
+async def prune_indexed(
+    pool: asyncpg.Pool,
+    index: VectorIndex | None,
+    privacy: PrivacyConfig,
+    now: datetime,
+    *,
+    table: str,
+    knob: str,
+    base: str,
+    past: str,
+    also: Sequence[str] = (),
+) -> int:
+    """Delete the indexed rows of ``table`` past their company's retention ``knob``, in one
+    transaction per company: ``past`` is the owner's ``DELETE ... RETURNING id, embedding_dims``
+    ($1 the company, $2 the cutoff); ``also``, its further statements over the deleted ids ($1),
+    run before their fill pieces go. Then their points leave ``<base>_<width>``. How many rows
+    went."""
+    deleted = 0
+    for company, cutoff in await retention_cutoffs(pool, table, privacy, knob, now):
+        async with pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(past, company, cutoff)
+            ids = [r["id"] for r in rows]
+            for sql in also:
+                await conn.execute(sql, ids)
+            await conn.execute(_TABLE_SQL["fill_pieces"], ids)
+        gone = Report(table)  # only its points: a retention prune keeps no receipt
+        gone.add_points(base, [(r["id"], r["embedding_dims"]) for r in rows])
+        await drop_points(index, gone.points)
+        deleted += len(rows)
+    return deleted

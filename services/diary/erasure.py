@@ -24,12 +24,11 @@ from libs.common.erasure import (
     Report,
     Target,
     delete_indexed,
-    drop_points,
     provenance_from_json,
     provenance_json,
     provenance_row,
     provenance_subjects,
-    retention_cutoffs,
+    prune_indexed,
     run_once,
     scope_rows,
     verify_index,
@@ -67,7 +66,6 @@ SQL = {
     "provenance": """
         SELECT p.provenance, d.turn_id FROM agent_diary d LEFT JOIN note_provenance p ON p.note_id = d.id
         WHERE d.id = $1 AND d.company = $2 AND d.seat = $3""",
-    "pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
 }
 
 
@@ -150,13 +148,13 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str) 
 
 async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy: PrivacyConfig, now: datetime) -> int:
     """Delete notes older than their company's ``note_max_age_days`` (with their vectors); how many."""
-    deleted = 0
-    for company, cutoff in await retention_cutoffs(pool, "agent_diary", privacy, "note_max_age_days", now):
-        async with pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(SQL["past_retention"], company, cutoff)
-            await conn.execute(SQL["pieces"], [r["id"] for r in rows])
-        report = Report(OWNER)
-        report.add_points(COLLECTION_BASE, [(r["id"], r["embedding_dims"]) for r in rows])
-        await drop_points(index, report.points)
-        deleted += len(rows)
-    return deleted
+    return await prune_indexed(
+        pool,
+        index,
+        privacy,
+        now,
+        table="agent_diary",
+        knob="note_max_age_days",
+        base=COLLECTION_BASE,
+        past=SQL["past_retention"],
+    )

@@ -30,17 +30,7 @@ import asyncpg
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from libs.common.config import PrivacyConfig
 from libs.common.embeddings import Embedder
-from libs.common.erasure import (
-    Kind,
-    Report,
-    Target,
-    drop_points,
-    provenance_row,
-    retention_cutoffs,
-    run_once,
-    scope_rows,
-    verify_index,
-)
+from libs.common.erasure import Kind, Report, Target, provenance_row, prune_indexed, run_once, scope_rows, verify_index
 from libs.common.vectorindex import VectorIndex
 from services.episodes.domain import COLLECTION_BASE, DOMAIN, Episode
 
@@ -301,15 +291,14 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, episode_id: st
 async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy: PrivacyConfig, now: datetime) -> int:
     """Delete episodes (raw and compacted) that ended before their company's
     ``episode_max_age_days`` (with their vectors); how many."""
-    deleted = 0
-    for company, cutoff in await retention_cutoffs(pool, "episodes", privacy, "episode_max_age_days", now):
-        async with pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(SQL["past_retention"], company, cutoff)
-            ids = [r["id"] for r in rows]
-            await conn.execute(SQL["unanchor"], ids)
-            await conn.execute(SQL["pieces"], ids)
-        report = Report(OWNER)
-        report.add_points(COLLECTION_BASE, [(r["id"], r["embedding_dims"]) for r in rows])
-        await drop_points(index, report.points)
-        deleted += len(rows)
-    return deleted
+    return await prune_indexed(
+        pool,
+        index,
+        privacy,
+        now,
+        table="episodes",
+        knob="episode_max_age_days",
+        base=COLLECTION_BASE,
+        past=SQL["past_retention"],
+        also=[SQL["unanchor"]],
+    )
