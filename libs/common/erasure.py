@@ -20,7 +20,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -33,6 +33,7 @@ from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from libs.common.config import PrivacyConfig
 from libs.common.embeddings import Embedder
 from libs.common.errors import InvalidArgument
+from libs.common.not_found import require_found
 from libs.common.vectorindex import IndexUnavailable, VectorIndex, collection_name
 
 __all__ = [
@@ -45,14 +46,19 @@ __all__ = [
     "TableReport",
     "Target",
     "delete_indexed",
+    "delete_keyed",
+    "delete_scope",
     "drop_points",
     "provenance_from_json",
     "provenance_json",
+    "provenance_row",
     "provenance_subjects",
+    "prune_indexed",
     "report_to_proto",
     "retention_cutoffs",
     "round_id",
     "run_once",
+    "scope_rows",
     "sweep_orphans",
     "target_from_proto",
     "verify_index",
@@ -327,11 +333,12 @@ def round_id(erasure_id: uuid.UUID, round_: int) -> uuid.UUID:
     return uuid.uuid5(erasure_id, f"round-{round_}")
 
 
-# Statements over an owner's table, named once; ``{table}``, ``{scope}``, ``{text}`` and ``{owner}``
-# are filled from the owner's fixed description (its table, seat column, text expression, name),
-# never from a request's value.
+# Statements over an owner's table, named once; the ``{...}`` fields (its table, columns, seat
+# column, text expression, key columns, name) are filled from the owner's fixed description, never
+# from a request's value.
 _TABLE_SQL = {
     "delete_rows": "DELETE FROM {table} WHERE id = ANY($1::uuid[])",
+    "fill_pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
     "round_reports": "SELECT report FROM {owner}_erasures WHERE erasure_id = ANY($1::uuid[])",
     "vector_spaces": (
         "SELECT DISTINCT {scope} AS seat, embedding_model, embedding_dims FROM {table}"
@@ -340,7 +347,63 @@ _TABLE_SQL = {
     "naming": "SELECT id FROM {table} WHERE id = ANY($1::uuid[]) AND ({text}) ~* $2",
     "live_ids": "SELECT id FROM {table} WHERE id = ANY($1::uuid[])",
     "companies": "SELECT DISTINCT company FROM {table}",
+    "seat_rows": "SELECT {columns} FROM {table} WHERE company = $1 AND {seat} = $2{also}",
+    "company_rows": "SELECT {columns} FROM {table} WHERE company = $1{also}",
+    "delete_seat": "DELETE FROM {table} WHERE company = $1 AND {seat} = $2",
+    "delete_company": "DELETE FROM {table} WHERE company = $1",
+    "delete_keyed": (
+        "DELETE FROM {table} t USING unnest($2::text[], $3::{second_type}[]) AS g({first}, {second})"
+        " WHERE t.company = $1 AND t.{first} = g.{first} AND t.{second} = g.{second}"
+    ),
 }
+
+
+def _scope(target: Target, seat_sql: str, company_sql: str) -> tuple[str, tuple[str, ...]]:
+    """The statement of a seat's or a company's erasure and its parameters; a person's erasure
+    finds its rows by the owner's own statements (there is no one column that names a person)."""
+    if target.kind is Kind.SEAT:
+        return _TABLE_SQL[seat_sql], (target.company, target.seat)
+    if target.kind is Kind.COMPANY:
+        return _TABLE_SQL[company_sql], (target.company,)
+    raise ValueError("a person's erasure finds its rows by the owner's own statements")
+
+
+async def scope_rows(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    target: Target,
+    table: str,
+    columns: str,
+    *,
+    seat_column: str = "seat",
+    also: str = "",
+) -> list[asyncpg.Record]:
+    """``columns`` of the rows of ``table`` a seat's erasure takes (its ``seat_column`` is the
+    seat) or a company's (all of the company's); ``also`` is a further fixed condition
+    (`` AND ...``)."""
+    sql, args = _scope(target, "seat_rows", "company_rows")
+    return list(await conn.fetch(sql.format(columns=columns, table=table, seat=seat_column, also=also), *args))
+
+
+async def delete_scope(conn: asyncpg.Connection, target: Target, table: str, *, seat_column: str = "seat") -> None:
+    """Delete the rows of ``table`` a seat's or a company's erasure takes (as ``scope_rows``)."""
+    sql, args = _scope(target, "delete_seat", "delete_company")
+    await conn.execute(sql.format(table=table, seat=seat_column), *args)
+
+
+async def delete_keyed(
+    conn: asyncpg.Connection,
+    table: str,
+    company: str,
+    keys: Sequence[tuple[Any, Any]],
+    columns: tuple[str, str] = ("seat", "turn_id"),
+    *,
+    second_type: str = "text",
+) -> None:
+    """Delete the company's rows of ``table`` whose two-column key (``columns``: the first text,
+    the second ``second_type``) is one of ``keys``, in one statement."""
+    first, second = columns
+    sql = _TABLE_SQL["delete_keyed"].format(table=table, first=first, second=second, second_type=second_type)
+    await conn.execute(sql, company, [k[0] for k in keys], [k[1] for k in keys])
 
 
 async def delete_indexed(
@@ -352,7 +415,7 @@ async def delete_indexed(
     rows = list(rows)
     ids = [r["id"] for r in rows]
     await conn.execute(_TABLE_SQL["delete_rows"].format(table=table), ids)
-    await conn.execute("DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])", ids)
+    await conn.execute(_TABLE_SQL["fill_pieces"], ids)
     report.add(table, ids)
     report.add_points(base, [(r["id"], r["embedding_dims"]) for r in rows])
     return ids
@@ -498,6 +561,16 @@ def provenance_from_json(text: str | dict[str, Any] | None) -> provenance_pb2.Pr
     return ParseDict(data, provenance_pb2.Provenance(), ignore_unknown_fields=True)
 
 
+async def provenance_row(
+    pool: asyncpg.Pool, sql: str, kind: str, row_id: str, company: str, seat: str, *, domain: str
+) -> asyncpg.Record:
+    """The row an owner's ``sql`` reads for the provenance of a seat's ``kind`` ``row_id`` (its
+    parameters: the id, the company, the seat); NotFound (``<KIND>_NOT_FOUND``) when the seat has
+    none."""
+    row = await pool.fetchrow(sql, uuid.UUID(row_id), company, seat)
+    return require_found(row, kind, row_id, seat=seat, domain=domain)
+
+
 def provenance_subjects(msg: object) -> list[str]:
     """The identifiers (handles, external ids) of the people a provenance names."""
     out: list[str] = []
@@ -554,3 +627,35 @@ async def retention_cutoffs(
         if days > 0:
             out.append((company, now - timedelta(days=days)))
     return out
+
+
+async def prune_indexed(
+    pool: asyncpg.Pool,
+    index: VectorIndex | None,
+    privacy: PrivacyConfig,
+    now: datetime,
+    *,
+    table: str,
+    knob: str,
+    base: str,
+    past: str,
+    also: Sequence[str] = (),
+) -> int:
+    """Delete the indexed rows of ``table`` past their company's retention ``knob``, in one
+    transaction per company: ``past`` is the owner's ``DELETE ... RETURNING id, embedding_dims``
+    ($1 the company, $2 the cutoff); ``also``, its further statements over the deleted ids ($1),
+    run before their fill pieces go. Then their points leave ``<base>_<width>``. How many rows
+    went."""
+    deleted = 0
+    for company, cutoff in await retention_cutoffs(pool, table, privacy, knob, now):
+        async with pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(past, company, cutoff)
+            ids = [r["id"] for r in rows]
+            for sql in also:
+                await conn.execute(sql, ids)
+            await conn.execute(_TABLE_SQL["fill_pieces"], ids)
+        gone = Report(table)  # only its points: a retention prune keeps no receipt
+        gone.add_points(base, [(r["id"], r["embedding_dims"]) for r in rows])
+        await drop_points(index, gone.points)
+        deleted += len(rows)
+    return deleted

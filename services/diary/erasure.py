@@ -24,15 +24,15 @@ from libs.common.erasure import (
     Report,
     Target,
     delete_indexed,
-    drop_points,
     provenance_from_json,
     provenance_json,
+    provenance_row,
     provenance_subjects,
-    retention_cutoffs,
+    prune_indexed,
     run_once,
+    scope_rows,
     verify_index,
 )
-from libs.common.errors import NotFound
 from libs.common.vectorindex import VectorIndex
 from services.diary.domain import COLLECTION_BASE, DOMAIN
 
@@ -66,9 +66,6 @@ SQL = {
     "provenance": """
         SELECT p.provenance, d.turn_id FROM agent_diary d LEFT JOIN note_provenance p ON p.note_id = d.id
         WHERE d.id = $1 AND d.company = $2 AND d.seat = $3""",
-    Kind.SEAT: "SELECT id, embedding_dims FROM agent_diary WHERE company = $1 AND seat = $2",
-    Kind.COMPANY: "SELECT id, embedding_dims FROM agent_diary WHERE company = $1",
-    "pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
 }
 
 
@@ -84,9 +81,7 @@ async def _rows(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list
                 list(target.session_ids),
             )
         )
-    if target.kind is Kind.SEAT:
-        return list(await conn.fetch(SQL[Kind.SEAT], target.company, target.seat))
-    return list(await conn.fetch(SQL[Kind.COMPANY], target.company))
+    return await scope_rows(conn, target, "agent_diary", "id, embedding_dims")
 
 
 def _shared(row: asyncpg.Record) -> bool:
@@ -144,14 +139,7 @@ async def record_provenance(pool: asyncpg.Pool, note_id: object, msg: provenance
 
 async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str) -> provenance_pb2.Provenance:
     """The note's provenance; a note written before provenance was kept names its run id only."""
-    row = await pool.fetchrow(SQL["provenance"], uuid.UUID(note_id), company, seat)
-    if row is None:
-        raise NotFound(
-            f"note {note_id} not found for seat {seat}",
-            reason="NOTE_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"note_id": note_id, "seat": seat},
-        )
+    row = await provenance_row(pool, SQL["provenance"], "note", note_id, company, seat, domain=DOMAIN)
     msg = provenance_from_json(row["provenance"])
     if not msg.turn_ids and row["turn_id"]:
         msg.turn_ids.append(row["turn_id"])
@@ -160,13 +148,13 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str) 
 
 async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy: PrivacyConfig, now: datetime) -> int:
     """Delete notes older than their company's ``note_max_age_days`` (with their vectors); how many."""
-    deleted = 0
-    for company, cutoff in await retention_cutoffs(pool, "agent_diary", privacy, "note_max_age_days", now):
-        async with pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(SQL["past_retention"], company, cutoff)
-            await conn.execute(SQL["pieces"], [r["id"] for r in rows])
-        report = Report(OWNER)
-        report.add_points(COLLECTION_BASE, [(r["id"], r["embedding_dims"]) for r in rows])
-        await drop_points(index, report.points)
-        deleted += len(rows)
-    return deleted
+    return await prune_indexed(
+        pool,
+        index,
+        privacy,
+        now,
+        table="agent_diary",
+        knob="note_max_age_days",
+        base=COLLECTION_BASE,
+        past=SQL["past_retention"],
+    )

@@ -30,8 +30,7 @@ import asyncpg
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from libs.common.config import PrivacyConfig
 from libs.common.embeddings import Embedder
-from libs.common.erasure import Kind, Report, Target, drop_points, retention_cutoffs, run_once, verify_index
-from libs.common.errors import NotFound
+from libs.common.erasure import Kind, Report, Target, provenance_row, prune_indexed, run_once, scope_rows, verify_index
 from libs.common.vectorindex import VectorIndex
 from services.episodes.domain import COLLECTION_BASE, DOMAIN, Episode
 
@@ -71,8 +70,6 @@ SQL = {
     "members_of": """
         SELECT compacted_id, position, runs, subjects, record FROM compaction_members
         WHERE compacted_id = ANY($1::uuid[]) ORDER BY compacted_id, position""",
-    Kind.SEAT: "SELECT id, turn_id, embedding_dims FROM episodes WHERE company = $1 AND seat = $2",
-    Kind.COMPANY: "SELECT id, turn_id, embedding_dims FROM episodes WHERE company = $1",
     "delete": "DELETE FROM episodes WHERE id = ANY($1::uuid[])",
     "pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
     "past_retention": """
@@ -139,12 +136,9 @@ def _hers(member: asyncpg.Record, target: Target, turns: set[str]) -> bool:
 
 
 async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Plan:
-    if target.kind is Kind.SEAT:
-        rows = await conn.fetch(SQL[Kind.SEAT], target.company, target.seat)
-        return _Plan(gone=list(rows), runs=[r["turn_id"] for r in rows if r["turn_id"]])
-    if target.kind is Kind.COMPANY:
-        rows = await conn.fetch(SQL[Kind.COMPANY], target.company)
-        return _Plan(gone=list(rows), runs=[r["turn_id"] for r in rows if r["turn_id"]])
+    if target.kind is not Kind.SUBJECT:  # a seat's or a company's: every one of the seat (the company)
+        rows = await scope_rows(conn, target, "episodes", "id, turn_id, embedding_dims")
+        return _Plan(gone=rows, runs=[r["turn_id"] for r in rows if r["turn_id"]])
     ident, turns, pattern = target.identifiers, list(target.turn_ids), target.sql_pattern()
     raw = list(await conn.fetch(SQL["raw_subject"], target.company, ident, turns, pattern))
     # Her turns are the rows that carried her messages; a row that only names her (someone else's
@@ -276,14 +270,7 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, episode_id: st
     turn carried. A compacted row: the union of its members' (their run ids with redeliveries, the
     people they carried) and the model and prompt version of the compaction; a row folded before
     members were kept names its exemplars' run ids."""
-    row = await pool.fetchrow(SQL["provenance"], uuid.UUID(episode_id), company, seat)
-    if row is None:
-        raise NotFound(
-            f"episode {episode_id} not found for seat {seat}",
-            reason="EPISODE_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"episode_id": episode_id, "seat": seat},
-        )
+    row = await provenance_row(pool, SQL["provenance"], "episode", episode_id, company, seat, domain=DOMAIN)
     raw = row["kind"] == "raw"
     if raw:
         turns, people = [row["turn_id"], *row["runs"]], list(row["subjects"])
@@ -304,15 +291,14 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, episode_id: st
 async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy: PrivacyConfig, now: datetime) -> int:
     """Delete episodes (raw and compacted) that ended before their company's
     ``episode_max_age_days`` (with their vectors); how many."""
-    deleted = 0
-    for company, cutoff in await retention_cutoffs(pool, "episodes", privacy, "episode_max_age_days", now):
-        async with pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(SQL["past_retention"], company, cutoff)
-            ids = [r["id"] for r in rows]
-            await conn.execute(SQL["unanchor"], ids)
-            await conn.execute(SQL["pieces"], ids)
-        report = Report(OWNER)
-        report.add_points(COLLECTION_BASE, [(r["id"], r["embedding_dims"]) for r in rows])
-        await drop_points(index, report.points)
-        deleted += len(rows)
-    return deleted
+    return await prune_indexed(
+        pool,
+        index,
+        privacy,
+        now,
+        table="episodes",
+        knob="episode_max_age_days",
+        base=COLLECTION_BASE,
+        past=SQL["past_retention"],
+        also=[SQL["unanchor"]],
+    )

@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.erasure import Kind, Report, Target, delete_keyed, run_once, scope_rows
 
 __all__ = ["OWNER", "erase", "find", "pool_of"]
 
@@ -35,18 +35,6 @@ SQL = {
     # The erasure's own plan for a person: every cached context/ledger of the company made up to now.
     "contexts_before": "SELECT seat, turn_id FROM turn_contexts WHERE company = $1 AND create_time <= $2",
     "ledgers_before": "SELECT seat, turn_id FROM refresh_ledger_runs WHERE company = $1 AND create_time <= $2",
-    "contexts_seat": "SELECT seat, turn_id FROM turn_contexts WHERE company = $1 AND seat = $2",
-    "ledgers_seat": "SELECT seat, turn_id FROM refresh_ledger_runs WHERE company = $1 AND seat = $2",
-    "markers_seat": "SELECT seat FROM agent_onboarding_markers WHERE company = $1 AND seat = $2",
-    "contexts_company": "SELECT seat, turn_id FROM turn_contexts WHERE company = $1",
-    "ledgers_company": "SELECT seat, turn_id FROM refresh_ledger_runs WHERE company = $1",
-    "markers_company": "SELECT seat FROM agent_onboarding_markers WHERE company = $1",
-    "delete_contexts": """
-        DELETE FROM turn_contexts t USING unnest($2::text[], $3::text[]) AS g(seat, turn_id)
-        WHERE t.company = $1 AND t.seat = g.seat AND t.turn_id = g.turn_id""",
-    "delete_ledgers": """
-        DELETE FROM refresh_ledger_runs t USING unnest($2::text[], $3::text[]) AS g(seat, turn_id)
-        WHERE t.company = $1 AND t.seat = g.seat AND t.turn_id = g.turn_id""",
     "delete_markers": "DELETE FROM agent_onboarding_markers WHERE company = $1 AND seat = ANY($2::text[])",
 }
 
@@ -70,14 +58,10 @@ async def _plan(
             contexts = [*contexts, *await conn.fetch(SQL["contexts_before"], c, before)]
             ledgers = [*ledgers, *await conn.fetch(SQL["ledgers_before"], c, before)]
         markers: list[Any] = []
-    elif target.kind is Kind.SEAT:
-        contexts = await conn.fetch(SQL["contexts_seat"], c, target.seat)
-        ledgers = await conn.fetch(SQL["ledgers_seat"], c, target.seat)
-        markers = await conn.fetch(SQL["markers_seat"], c, target.seat)
-    else:
-        contexts = await conn.fetch(SQL["contexts_company"], c)
-        ledgers = await conn.fetch(SQL["ledgers_company"], c)
-        markers = await conn.fetch(SQL["markers_company"], c)
+    else:  # a seat's or a company's: every one of the seat (the company)
+        contexts = await scope_rows(conn, target, "turn_contexts", "seat, turn_id")
+        ledgers = await scope_rows(conn, target, "refresh_ledger_runs", "seat, turn_id")
+        markers = await scope_rows(conn, target, "agent_onboarding_markers", "seat")
 
     def pairs(rows: list[Any]) -> list[tuple[str, str]]:
         return sorted({(r["seat"], r["turn_id"]) for r in rows})
@@ -104,8 +88,8 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         contexts, ledgers, markers = await _plan(conn, target, before=now)
         c = target.company
-        await conn.execute(SQL["delete_contexts"], c, [s for s, _ in contexts], [t for _, t in contexts])
-        await conn.execute(SQL["delete_ledgers"], c, [s for s, _ in ledgers], [t for _, t in ledgers])
+        await delete_keyed(conn, "turn_contexts", c, contexts)
+        await delete_keyed(conn, "refresh_ledger_runs", c, ledgers)
         await conn.execute(SQL["delete_markers"], c, markers)
         return _report(contexts, ledgers, markers)
 

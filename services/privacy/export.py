@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
@@ -22,18 +23,68 @@ __all__ = ["export_seat"]
 PAGE = 200
 
 
+@dataclass(frozen=True)
+class _Source:
+    """One listing the export reads: the NDJSON lines' ``kind``, the owner's listing RPC, its
+    request, the answer's repeated field, and how the request names the seat."""
+
+    kind: str
+    rpc: Callable[[Clients], Callable[..., Awaitable[Any]]]
+    request: Callable[..., Any]
+    items: str
+    seat_field: str = "seat"
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Further request fields (a skill's full body, the archived ones too)."""
+
+
+_SOURCES = (
+    _Source("note", lambda clients: clients.diary.ListNotes, d_pb.ListNotesRequest, "notes"),
+    _Source("episode", lambda clients: clients.episodes.ListEpisodes, ep_pb.ListEpisodesRequest, "episodes"),
+    _Source(
+        "profile",
+        lambda clients: clients.profiles.ListProfiles,
+        pr_pb.ListProfilesRequest,
+        "profiles",
+        seat_field="observer",
+    ),
+    _Source(
+        "skill",
+        lambda clients: clients.skills.ListSkills,
+        sk_pb.ListSkillsRequest,
+        "skills",
+        extra={"include_archived": True, "view": sk_pb.SKILL_VIEW_FULL},
+    ),
+    _Source(
+        "skill_proposal",
+        lambda clients: clients.skills.ListSkillProposals,
+        sk_pb.ListSkillProposalsRequest,
+        "proposals",
+    ),
+    _Source(
+        "reflection",
+        lambda clients: clients.reflector.ListReflections,
+        rf_pb.ListReflectionsRequest,
+        "reflections",
+    ),
+)
+"""What the export holds of a seat, in this order: notes, episodes, profiles, skills (full
+bodies), skill proposals, reflection records."""
+
+
 def _line(kind: str, message: Any) -> str:
     # The resource under its kind's name: its own fields (an episode's "kind") never collide.
     return json.dumps({"kind": kind, kind: MessageToDict(message, preserving_proto_field_name=True)}, sort_keys=True)
 
 
-async def _pages(
-    call: Callable[[str], Awaitable[Any]], items: Callable[[Any], list[Any]], kind: str
-) -> AsyncIterator[list[str]]:
+async def _pages(clients: Clients, source: _Source, company: str, seat: str) -> AsyncIterator[list[str]]:
+    rpc = source.rpc(clients)
     token = ""
     while True:
-        resp = await call(token)
-        lines = [_line(kind, m) for m in items(resp)]
+        request = source.request(
+            company=company, page_size=PAGE, page_token=token, **{source.seat_field: seat}, **source.extra
+        )
+        resp = await rpc(request, timeout=clients.timeout)
+        lines = [_line(source.kind, m) for m in getattr(resp, source.items)]
         if lines:
             yield lines
         token = resp.next_page_token
@@ -42,49 +93,7 @@ async def _pages(
 
 
 async def export_seat(clients: Clients, company: str, seat: str) -> AsyncIterator[list[str]]:
-    """NDJSON lines of the seat, a page at a time: notes, episodes, profiles, skills (full bodies),
-    skill proposals, reflection records."""
-    t = clients.timeout
-
-    async def notes(token: str) -> Any:
-        req = d_pb.ListNotesRequest(company=company, seat=seat, page_size=PAGE, page_token=token)
-        return await clients.diary.ListNotes(req, timeout=t)
-
-    async def episodes(token: str) -> Any:
-        req = ep_pb.ListEpisodesRequest(company=company, seat=seat, page_size=PAGE, page_token=token)
-        return await clients.episodes.ListEpisodes(req, timeout=t)
-
-    async def profiles(token: str) -> Any:
-        req = pr_pb.ListProfilesRequest(company=company, observer=seat, page_size=PAGE, page_token=token)
-        return await clients.profiles.ListProfiles(req, timeout=t)
-
-    async def skills(token: str) -> Any:
-        req = sk_pb.ListSkillsRequest(
-            company=company,
-            seat=seat,
-            page_size=PAGE,
-            page_token=token,
-            include_archived=True,
-            view=sk_pb.SKILL_VIEW_FULL,
-        )
-        return await clients.skills.ListSkills(req, timeout=t)
-
-    async def proposals(token: str) -> Any:
-        req = sk_pb.ListSkillProposalsRequest(company=company, seat=seat, page_size=PAGE, page_token=token)
-        return await clients.skills.ListSkillProposals(req, timeout=t)
-
-    async def reflections(token: str) -> Any:
-        req = rf_pb.ListReflectionsRequest(company=company, seat=seat, page_size=PAGE, page_token=token)
-        return await clients.reflector.ListReflections(req, timeout=t)
-
-    sources: list[tuple[Callable[[str], Awaitable[Any]], Callable[[Any], list[Any]], str]] = [
-        (notes, lambda r: list(r.notes), "note"),
-        (episodes, lambda r: list(r.episodes), "episode"),
-        (profiles, lambda r: list(r.profiles), "profile"),
-        (skills, lambda r: list(r.skills), "skill"),
-        (proposals, lambda r: list(r.proposals), "skill_proposal"),
-        (reflections, lambda r: list(r.reflections), "reflection"),
-    ]
-    for call, items, kind in sources:
-        async for lines in _pages(call, items, kind):
+    """NDJSON lines of the seat, a page at a time (``_SOURCES``, in order)."""
+    for source in _SOURCES:
+        async for lines in _pages(clients, source, company, seat):
             yield lines

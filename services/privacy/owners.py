@@ -3,6 +3,8 @@ its own rows). A port, so the coordinator does not care where an owner runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from agentlearn.diary.v1 import diary_service_pb2
@@ -20,41 +22,35 @@ from libs.common.erasure import Report, Target, report_from_proto, target_to_pro
 __all__ = ["GrpcOwners"]
 
 
+_OWNERS: dict[str, tuple[ModuleType, Callable[[Clients], Any]]] = {
+    # Each owner's messages module and how its stub is reached (``clients.<name>`` spelled out:
+    # the manifests' call table is read from these names, tests/test_k8s_manifests.py).
+    "diary": (diary_service_pb2, lambda clients: clients.diary),
+    "episodes": (episode_service_pb2, lambda clients: clients.episodes),
+    "knowledge": (knowledge_service_pb2, lambda clients: clients.knowledge),
+    "prefetch": (prefetch_service_pb2, lambda clients: clients.prefetch),
+    "profiles": (profile_service_pb2, lambda clients: clients.profiles),
+    "reflector": (reflector_service_pb2, lambda clients: clients.reflector),
+    "sessions": (session_service_pb2, lambda clients: clients.sessions),
+    "skills": (skill_service_pb2, lambda clients: clients.skills),
+    "telemetry": (telemetry_service_pb2, lambda clients: clients.telemetry),
+}
+
+
 class GrpcOwners:
     def __init__(self, clients: Clients):
         self._clients = clients
 
-    def _stub(self, owner: str) -> tuple[Any, Any]:
-        """The owner's messages module and stub (spelled out: the manifests' call table is read
-        from these names, tests/test_k8s_manifests.py)."""
-        if owner == "diary":
-            return diary_service_pb2, self._clients.diary
-        if owner == "episodes":
-            return episode_service_pb2, self._clients.episodes
-        if owner == "knowledge":
-            return knowledge_service_pb2, self._clients.knowledge
-        if owner == "prefetch":
-            return prefetch_service_pb2, self._clients.prefetch
-        if owner == "profiles":
-            return profile_service_pb2, self._clients.profiles
-        if owner == "reflector":
-            return reflector_service_pb2, self._clients.reflector
-        if owner == "sessions":
-            return session_service_pb2, self._clients.sessions
-        if owner == "skills":
-            return skill_service_pb2, self._clients.skills
-        if owner == "telemetry":
-            return telemetry_service_pb2, self._clients.telemetry
-        raise KeyError(owner)
+    async def _ask(self, owner: str, rpc: str, target: Target) -> Report:
+        """``rpc`` (``EraseRows`` or ``FindRows``: the same request and answer in every owner's
+        messages) of ``owner`` about ``target``."""
+        module, stub_of = _OWNERS[owner]
+        request = getattr(module, f"{rpc}Request")(target=target_to_proto(target))
+        resp = await getattr(stub_of(self._clients), rpc)(request, timeout=self._clients.timeout)
+        return report_from_proto(resp.report)
 
     async def erase(self, owner: str, target: Target) -> Report:
-        module, stub = self._stub(owner)
-        request = module.EraseRowsRequest(target=target_to_proto(target))
-        resp = await stub.EraseRows(request, timeout=self._clients.timeout)
-        return report_from_proto(resp.report)
+        return await self._ask(owner, "EraseRows", target)
 
     async def find(self, owner: str, target: Target) -> Report:
-        module, stub = self._stub(owner)
-        request = module.FindRowsRequest(target=target_to_proto(target))
-        resp = await stub.FindRows(request, timeout=self._clients.timeout)
-        return report_from_proto(resp.report)
+        return await self._ask(owner, "FindRows", target)

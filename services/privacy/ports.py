@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from libs.common.erasure import Report, Target
 from libs.common.jobs import Job
-from services.privacy.domain import Erasure, ErasureState
+from services.privacy.domain import Erasure
 
 __all__ = ["ErasureQueue", "ErasureStore", "Owners", "Tx"]
 
@@ -79,17 +79,9 @@ class ErasureStore(Protocol):
 
     async def set_reason(self, tx: Tx, erasure_id: uuid.UUID, reason: str) -> None: ...
 
-    async def finish(
-        self,
-        tx: Tx,
-        erasure_id: uuid.UUID,
-        state: ErasureState,
-        residues: dict[str, Report],
-        verified: bool,
-        reason: str,
-        now: datetime,
-    ) -> None:
-        """The outcome recorded, and the target dropped, in one statement."""
+    async def finish(self, tx: Tx, erasure: Erasure, now: datetime) -> None:
+        """The outcome ``erasure`` carries (its state, residues, verified, reason) recorded, and its
+        target dropped, in one statement."""
         ...
 
 

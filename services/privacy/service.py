@@ -27,6 +27,7 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from libs.common import auth
 from libs.common.clock import Clock
@@ -48,9 +49,17 @@ from services.privacy.domain import (
 )
 from services.privacy.ports import ErasureQueue, ErasureStore, Owners
 
-__all__ = ["Owners", "PrivacyService", "requested_by"]
+__all__ = ["Owners", "PrivacyService", "emit_erasure_event", "requested_by"]
 
 _log = logging.getLogger(__name__)
+
+
+async def emit_erasure_event(events: EventSink, kind: str, erasure: Erasure, **payload: Any) -> None:
+    """An event of ``erasure`` (its id and kind, and ``payload``), under its company and no seat:
+    the audit is the erasures table, and an event of an erased seat is not kept."""
+    await events.emit(
+        kind, company=erasure.company, seat=None, erasure_id=str(erasure.id), erasure_kind=str(erasure.kind), **payload
+    )
 
 
 def requested_by() -> str:
@@ -124,14 +133,7 @@ class PrivacyService:
             assert request_id
             known = await self.store.by_request(target.company, request_id)
             return await self.get(target.company, str(known))
-        await self.events.emit(
-            "erasure_requested",
-            company=erasure.company,
-            seat=None,  # the audit is the erasures table; an event of an erased seat is not kept
-            erasure_id=str(erasure.id),
-            erasure_kind=str(erasure.kind),
-            requested_by=erasure.requested_by,
-        )
+        await emit_erasure_event(self.events, "erasure_requested", erasure, requested_by=erasure.requested_by)
         return erasure
 
     async def get(self, company: str, erasure_id: str) -> Erasure:

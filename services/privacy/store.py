@@ -156,15 +156,8 @@ class PostgresErasureStore:
     async def set_reason(self, conn: asyncpg.Connection, erasure_id: uuid.UUID, reason: str) -> None:
         await conn.execute(SQL["reason"], erasure_id, reason)
 
-    async def finish(
-        self,
-        conn: asyncpg.Connection,
-        erasure_id: uuid.UUID,
-        state: ErasureState,
-        residues: dict[str, Report],
-        verified: bool,
-        reason: str,
-        now: datetime,
-    ) -> None:
-        payload = json.dumps({o: json.loads(r.to_json()) for o, r in residues.items()})
-        await conn.execute(SQL["finish"], erasure_id, str(state), payload, verified, reason, now)
+    async def finish(self, conn: asyncpg.Connection, erasure: Erasure, now: datetime) -> None:
+        payload = json.dumps({o: json.loads(r.to_json()) for o, r in erasure.residues.items()})
+        await conn.execute(
+            SQL["finish"], erasure.id, str(erasure.state), payload, erasure.verified, erasure.reason, now
+        )

@@ -25,7 +25,7 @@ from libs.common.events import EventSink
 from libs.common.jobs import Job, drain_claimed, listen, serve
 from services.privacy.domain import JOB_KIND, Erasure, ErasureState
 from services.privacy.ports import ErasureQueue
-from services.privacy.service import PrivacyService
+from services.privacy.service import PrivacyService, emit_erasure_event
 
 __all__ = ["ErasureWorker"]
 
@@ -94,13 +94,11 @@ class ErasureWorker:
         async with store.transaction() as conn:
             if not await self.queue.finish(conn, job, self.worker_id, now):
                 return None  # another holder took it: its outcome stands
-            await store.finish(conn, erasure.id, erasure.state, erasure.residues, erasure.verified, erasure.reason, now)
-        await self.events.emit(
+            await store.finish(conn, erasure, now)
+        await emit_erasure_event(
+            self.events,
             "erasure_finished",
-            company=erasure.company,
-            seat=None,  # the audit is the erasures table; an event of an erased seat is not kept
-            erasure_id=str(erasure.id),
-            erasure_kind=str(erasure.kind),
+            erasure,
             state=str(erasure.state),
             verified=erasure.verified,
             counts=self.service.counts(erasure),

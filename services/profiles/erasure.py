@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.erasure import Kind, Report, Target, delete_keyed, delete_scope, run_once
 from services.profiles.domain import LIST_FIELDS, item_key
 
 __all__ = ["OWNER", "erase", "find", "remaining_entries"]
@@ -51,13 +51,8 @@ SQL = {
     Kind.COMPANY: "SELECT id FROM counterparty_profiles WHERE company = $1",
     # Their observations go with them (ON DELETE CASCADE).
     "delete": "DELETE FROM counterparty_profiles WHERE id = ANY($1::uuid[])",
-    "requests_seat": "DELETE FROM profile_requests WHERE company = $1 AND observer = $2",
     # An applied observation's key names its sender (``<work>:profiler:<platform>/<handle>``).
     "requests_subject": "SELECT request_id, observer FROM profile_requests WHERE company = $1 AND request_id ~* $2",
-    "delete_requests": """
-        DELETE FROM profile_requests r USING unnest($2::text[], $3::text[]) AS g(request_id, observer)
-        WHERE r.company = $1 AND r.request_id = g.request_id AND r.observer = g.observer""",
-    "requests_company": "DELETE FROM profile_requests WHERE company = $1",
     "scrub": """
         UPDATE counterparty_profiles SET communication_style = $2, past_decisions = $3, sensitivities = $4, topics = $5
         WHERE id = $1""",
@@ -146,11 +141,9 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         plan = await _plan(conn, target)
         await conn.execute(SQL["delete"], plan.gone)
-        await conn.execute(SQL["delete_requests"], target.company, [k for k, _ in plan.keys], [o for _, o in plan.keys])
-        if target.kind is Kind.SEAT:
-            await conn.execute(SQL["requests_seat"], target.company, target.seat)
-        elif target.kind is Kind.COMPANY:
-            await conn.execute(SQL["requests_company"], target.company)
+        await delete_keyed(conn, "profile_requests", target.company, plan.keys, ("request_id", "observer"))
+        if target.kind is not Kind.SUBJECT:  # the seat's own requests (it observed), or the company's
+            await delete_scope(conn, target, "profile_requests", seat_column="observer")
         for profile_id in sorted(plan.changed, key=str):
             row = await conn.fetchrow(SQL["profile"], profile_id)
             if row is None:

@@ -18,29 +18,24 @@ import asyncpg
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common.config import PrivacyConfig
-from libs.common.erasure import Kind, Report, Target, retention_cutoffs, run_once
+from libs.common.erasure import Kind, Report, Target, delete_keyed, retention_cutoffs, run_once, scope_rows
 from services.reflector.domain import JOB_KIND, turn_id_of
 
 __all__ = ["OWNER", "erase", "find", "prune_retention"]
 
 OWNER = "reflector"
 BATCH = 500
+_OF_KIND = f" AND kind = '{JOB_KIND}'"
+"""The reflector's jobs among the shared queue's (a condition on ``background_jobs``)."""
 
 SQL = {
     "jobs": f"""
         SELECT id, key, seat, payload, state FROM background_jobs
         WHERE kind = '{JOB_KIND}' AND company = $1 AND id > $2 AND length(payload) > 0
         ORDER BY id LIMIT $3""",
-    "jobs_seat": f"SELECT id, key, state FROM background_jobs WHERE kind = '{JOB_KIND}' AND company = $1 AND seat = $2",
-    "jobs_company": f"SELECT id, key, state FROM background_jobs WHERE kind = '{JOB_KIND}' AND company = $1",
     "records_subject": """
         SELECT seat, turn_id FROM reflections
         WHERE company = $1 AND (turn_id = ANY($2::text[]) OR coalesce(reason, '') || ' ' || workers::text ~* $3)""",
-    "records_seat": "SELECT seat, turn_id FROM reflections WHERE company = $1 AND seat = $2",
-    "records_company": "SELECT seat, turn_id FROM reflections WHERE company = $1",
-    "delete_records": """
-        DELETE FROM reflections r USING unnest($2::text[], $3::text[]) AS g(seat, turn_id)
-        WHERE r.company = $1 AND r.seat = g.seat AND r.turn_id = g.turn_id""",
     "delete_jobs": "DELETE FROM background_jobs WHERE id = ANY($1::bigint[])",
     "records_past": "DELETE FROM reflections WHERE company = $1 AND submit_time < $2",
     "jobs_past": f"""
@@ -99,14 +94,10 @@ async def _subject_jobs(conn: asyncpg.Connection | asyncpg.Pool, target: Target)
 
 async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list[Any], list[Any], list[Any]]:
     """(jobs, records) to erase, and the run ids that carried the person."""
-    if target.kind is Kind.SEAT:
-        jobs = await conn.fetch(SQL["jobs_seat"], target.company, target.seat)
-        records = await conn.fetch(SQL["records_seat"], target.company, target.seat)
-        return list(jobs), [(r["seat"], r["turn_id"]) for r in records], []
-    if target.kind is Kind.COMPANY:
-        jobs = await conn.fetch(SQL["jobs_company"], target.company)
-        records = await conn.fetch(SQL["records_company"], target.company)
-        return list(jobs), [(r["seat"], r["turn_id"]) for r in records], []
+    if target.kind is not Kind.SUBJECT:  # a seat's or a company's: every one of the seat (the company)
+        jobs = await scope_rows(conn, target, "background_jobs", "id, key, state", also=_OF_KIND)
+        records = await scope_rows(conn, target, "reflections", "seat, turn_id")
+        return jobs, [(r["seat"], r["turn_id"]) for r in records], []
     found = await _subject_jobs(conn, target)
     theirs = sorted({turn_id_of(j["key"]) for j, carried in found if carried})
     turns = sorted(set(target.turn_ids) | set(theirs))
@@ -136,7 +127,7 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
         dropped = [j["id"] for j in jobs if j["id"] not in set(finished)]
         await conn.execute(SQL["empty_jobs"], finished)
         await conn.execute(SQL["delete_jobs"], dropped)
-        await conn.execute(SQL["delete_records"], target.company, [s for s, _ in records], [t for _, t in records])
+        await delete_keyed(conn, "reflections", target.company, records)
         return _report(target, jobs, records, theirs)
 
     return await run_once(pool, OWNER, target, now, work)

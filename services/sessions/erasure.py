@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.erasure import Kind, Report, Target, delete_keyed, run_once, scope_rows
 
 __all__ = ["OWNER", "erase", "find"]
 
@@ -24,8 +24,6 @@ OWNER = "sessions"
 
 SQL = {
     "sessions_subject": "SELECT session_id FROM chat_sessions WHERE company = $1 AND owner = ANY($2::text[])",
-    "sessions_seat": "SELECT session_id FROM chat_sessions WHERE company = $1 AND seat = $2",
-    "sessions_company": "SELECT session_id FROM chat_sessions WHERE company = $1",
     "turns_of": """
         SELECT DISTINCT turn_id FROM session_events
         WHERE company = $1 AND session_id = ANY($2::text[]) AND turn_id <> ''
@@ -51,12 +49,6 @@ SQL = {
     "lessons_company": """
         SELECT workspace, content_hash, page_id, sources, true AS names FROM workspace_lessons WHERE company = $1""",
     "delete_sessions": "DELETE FROM chat_sessions WHERE company = $1 AND session_id = ANY($2::text[])",
-    "delete_events": """
-        DELETE FROM session_events e USING unnest($2::text[], $3::bigint[]) AS g(session_id, seq)
-        WHERE e.company = $1 AND e.session_id = g.session_id AND e.seq = g.seq""",
-    "delete_plans": """
-        DELETE FROM session_plans p USING unnest($2::text[], $3::bigint[]) AS g(session_id, revision)
-        WHERE p.company = $1 AND p.session_id = g.session_id AND p.revision = g.revision""",
     "delete_checks": "DELETE FROM learning_checks WHERE id = ANY($1::uuid[])",
     "delete_lesson": "DELETE FROM workspace_lessons WHERE company = $1 AND workspace = $2 AND content_hash = $3",
     "set_sources": """
@@ -80,10 +72,8 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
     c = target.company
     if target.kind is Kind.SUBJECT:
         rows = await conn.fetch(SQL["sessions_subject"], c, target.identifiers)
-    elif target.kind is Kind.SEAT:
-        rows = await conn.fetch(SQL["sessions_seat"], c, target.seat)
-    else:
-        rows = await conn.fetch(SQL["sessions_company"], c)
+    else:  # a seat's or a company's: every one of the seat (the company)
+        rows = await scope_rows(conn, target, "chat_sessions", "session_id")
     plan.sessions = sorted({r["session_id"] for r in rows})
     # The sessions the collection pass already named count as erased even once they are gone.
     every = sorted(set(plan.sessions) | set(target.session_ids))
@@ -140,8 +130,8 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
         plan = await _plan(conn, target)
         c = target.company
         await conn.execute(SQL["delete_sessions"], c, plan.sessions)
-        await conn.execute(SQL["delete_events"], c, [s for s, _ in plan.events], [q for _, q in plan.events])
-        await conn.execute(SQL["delete_plans"], c, [s for s, _ in plan.plans], [r for _, r in plan.plans])
+        await delete_keyed(conn, "session_events", c, plan.events, ("session_id", "seq"), second_type="bigint")
+        await delete_keyed(conn, "session_plans", c, plan.plans, ("session_id", "revision"), second_type="bigint")
         await conn.execute(SQL["delete_checks"], plan.checks)
         for lesson in plan.lessons_gone:
             await conn.execute(SQL["delete_lesson"], c, lesson["workspace"], lesson["content_hash"])

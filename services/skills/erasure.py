@@ -34,8 +34,17 @@ import asyncpg
 from agentlearn.common.v1.provenance_pb2 import Provenance
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from libs.common.enum_maps import enum_to_pb
-from libs.common.erasure import Kind, Report, Target, provenance_from_json, provenance_json, run_once
-from libs.common.errors import NotFound
+from libs.common.erasure import (
+    Kind,
+    Report,
+    Target,
+    delete_scope,
+    provenance_from_json,
+    provenance_json,
+    provenance_row,
+    run_once,
+    scope_rows,
+)
 from services.skills.domain import DOMAIN, SkillChange, remove_practice_bullets
 
 __all__ = ["OWNER", "erase", "find", "provenance"]
@@ -70,10 +79,6 @@ SQL = {
                OR (session_id <> '' AND session_id = ANY($4::text[]))
                OR EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(provenance->'subjects', '[]')) s
                           WHERE s->>'handle' = ANY($5::text[]) OR s->>'external_id' = ANY($5::text[])))""",
-    "skills_seat": "SELECT id FROM synthesized_skills WHERE company = $1 AND seat = $2",
-    "proposals_seat": "SELECT id FROM skill_proposals WHERE company = $1 AND seat = $2",
-    "skills_company": "SELECT id FROM synthesized_skills WHERE company = $1",
-    "proposals_company": "SELECT id FROM skill_proposals WHERE company = $1",
     "delete_skills": "DELETE FROM synthesized_skills WHERE id = ANY($1::uuid[])",
     "delete_proposals": "DELETE FROM skill_proposals WHERE id = ANY($1::uuid[])",
     "update_skill": """
@@ -87,8 +92,6 @@ SQL = {
     "provenance": """
         SELECT source_turn_ids, trigger, version, change, provenance, version_provenance
         FROM synthesized_skills WHERE id = $1 AND company = $2 AND seat = $3""",
-    "uses_seat": "DELETE FROM skill_use_requests WHERE company = $1 AND seat = $2",
-    "uses_company": "DELETE FROM skill_use_requests WHERE company = $1",
 }
 
 
@@ -223,13 +226,9 @@ class _Plan:
 
 
 async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Plan:
-    if target.kind is Kind.SEAT:
-        skills = await conn.fetch(SQL["skills_seat"], target.company, target.seat)
-        proposals = await conn.fetch(SQL["proposals_seat"], target.company, target.seat)
-        return _Plan([], [r["id"] for r in skills], [r["id"] for r in proposals])
-    if target.kind is Kind.COMPANY:
-        skills = await conn.fetch(SQL["skills_company"], target.company)
-        proposals = await conn.fetch(SQL["proposals_company"], target.company)
+    if target.kind is not Kind.SUBJECT:  # a seat's or a company's: every one of the seat (the company)
+        skills = await scope_rows(conn, target, "synthesized_skills", "id")
+        proposals = await scope_rows(conn, target, "skill_proposals", "id")
         return _Plan([], [r["id"] for r in skills], [r["id"] for r in proposals])
     turns, pattern = list(target.turn_ids), target.sql_pattern()
     plans = [
@@ -288,10 +287,8 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
                 provenance_json(p.provenance),
                 provenance_json(p.version_provenance),
             )
-        if target.kind is Kind.SEAT:
-            await conn.execute(SQL["uses_seat"], target.company, target.seat)
-        elif target.kind is Kind.COMPANY:
-            await conn.execute(SQL["uses_company"], target.company)
+        if target.kind is not Kind.SUBJECT:
+            await delete_scope(conn, target, "skill_use_requests")
         return _report(plan)
 
     return await run_once(pool, OWNER, target, now, work)
@@ -308,14 +305,7 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, skill_id: str)
     """Where the skill was drafted from (its turns, the draft's subjects, model, prompt version and
     writer), where each kept version and each practice bullet came from."""
     sid = uuid.UUID(skill_id)
-    row = await pool.fetchrow(SQL["provenance"], sid, company, seat)
-    if row is None:
-        raise NotFound(
-            f"skill {skill_id} not found for seat {seat}",
-            reason="SKILL_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"skill_id": skill_id, "seat": seat},
-        )
+    row = await provenance_row(pool, SQL["provenance"], "skill", skill_id, company, seat, domain=DOMAIN)
     draft = _loaded(row["provenance"])
     # The source turns are the skill's current ones (an erasure may have taken some away); a
     # skill from before provenance was kept says only how it was drafted.

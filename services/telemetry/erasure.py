@@ -9,7 +9,7 @@ from datetime import datetime
 
 import asyncpg
 
-from libs.common.erasure import Kind, Report, Target, run_once
+from libs.common.erasure import Kind, Report, Target, run_once, scope_rows
 
 __all__ = ["OWNER", "erase", "find"]
 
@@ -18,8 +18,6 @@ OWNER = "telemetry"
 SQL = {
     Kind.SUBJECT: """
         SELECT id FROM events WHERE company = $1 AND (turn_id = ANY($2::text[]) OR payload::text ~* $3)""",
-    Kind.SEAT: "SELECT id FROM events WHERE company = $1 AND seat = $2",
-    Kind.COMPANY: "SELECT id FROM events WHERE company = $1",
     "delete": "DELETE FROM events WHERE id = ANY($1::bigint[])",
 }
 
@@ -27,10 +25,8 @@ SQL = {
 async def _ids(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list[int]:
     if target.kind is Kind.SUBJECT:
         rows = await conn.fetch(SQL[Kind.SUBJECT], target.company, list(target.turn_ids), target.sql_pattern())
-    elif target.kind is Kind.SEAT:
-        rows = await conn.fetch(SQL[Kind.SEAT], target.company, target.seat)
-    else:
-        rows = await conn.fetch(SQL[Kind.COMPANY], target.company)
+    else:  # a seat's or a company's: every one of the seat (the company)
+        rows = await scope_rows(conn, target, "events", "id")
     return [r["id"] for r in rows]
 
 

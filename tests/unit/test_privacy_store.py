@@ -6,6 +6,7 @@ checks on the Postgres store."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -66,7 +67,10 @@ async def check_the_steps_are_recorded_as_they_say(store: ErasureStore) -> None:
     residue.add("profiles", ["p1"])
     async with store.transaction() as tx:
         await store.set_reason(tx, eid, "still there")
-        await store.finish(tx, eid, ErasureState.FAILED, {"profiles": residue}, False, "found rows", T0)
+        ended = dataclasses.replace(
+            row, state=ErasureState.FAILED, residues={"profiles": residue}, verified=False, reason="found rows"
+        )
+        await store.finish(tx, ended, T0)
     row = await store.get(eid)
     assert row is not None and (row.state, row.verified, row.reason, row.finish_time) == (
         ErasureState.FAILED,

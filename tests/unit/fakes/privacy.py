@@ -118,19 +118,10 @@ class FakeErasureStore:
     async def set_reason(self, tx: object, erasure_id: uuid.UUID, reason: str) -> None:
         self._row(erasure_id).reason = reason
 
-    async def finish(
-        self,
-        tx: object,
-        erasure_id: uuid.UUID,
-        state: ErasureState,
-        residues: dict[str, Report],
-        verified: bool,
-        reason: str,
-        now: datetime,
-    ) -> None:
-        row = self._row(erasure_id)
-        row.state, row.verified, row.reason, row.finish_time = state, verified, reason, now
-        row.residues = {o: Report.from_json(r.to_json()) for o, r in residues.items()}
+    async def finish(self, tx: object, erasure: Erasure, now: datetime) -> None:
+        row = self._row(erasure.id)
+        row.state, row.verified, row.reason, row.finish_time = erasure.state, erasure.verified, erasure.reason, now
+        row.residues = {o: Report.from_json(r.to_json()) for o, r in erasure.residues.items()}
         row.target = None  # the person's identifiers leave the audit in the same statement
 
 
