@@ -24,6 +24,7 @@ __all__ = [
     "ObservationKind",
     "Skill",
     "SkillChange",
+    "SkillDraft",
     "SkillKey",
     "SkillState",
     "SkillTrigger",
@@ -93,10 +94,11 @@ _BULLET_PREFIX = {
 
 
 @dataclass(frozen=True)
-class Skill:
-    id: uuid.UUID
-    company: str
-    seat: str
+class SkillDraft:
+    """What a new skill is written from, whichever path drafted it (CreateSkill, an approved
+    proposal, the clustered pass): the store's insert takes it, and a :class:`Skill` is one as the
+    catalogue keeps it."""
+
     name: str
     summary: str
     body: str
@@ -104,6 +106,15 @@ class Skill:
     trigger: SkillTrigger
     cluster_size: int
     source_turn_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Skill(SkillDraft):
+    """A draft in a seat's catalogue: its identity, its lifecycle state and its use."""
+
+    id: uuid.UUID
+    company: str
+    seat: str
     state: SkillState
     pinned: bool
     version: int

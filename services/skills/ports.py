@@ -26,10 +26,10 @@ from services.skills.domain import (
     ProposalState,
     Skill,
     SkillChange,
+    SkillDraft,
     SkillKey,
     SkillProposal,
     SkillState,
-    SkillTrigger,
     SkillVersion,
 )
 
@@ -56,19 +56,10 @@ class SeatTx(Protocol):
 
     async def count_live(self) -> int: ...
 
-    async def insert(
-        self,
-        *,
-        name: str,
-        summary: str,
-        body: str,
-        tool_sequence: Sequence[str],
-        trigger: SkillTrigger,
-        cluster_size: int,
-        source_turn_ids: Sequence[str],
-        now: datetime,
-        provenance: Provenance,
-    ) -> Skill: ...
+    async def insert(self, draft: SkillDraft, provenance: Provenance, now: datetime) -> Skill:
+        """The draft as the seat's new active skill, created ``now``; ``provenance`` is where it
+        came from (kept with the row and its first version, not part of ``Skill``)."""
+        ...
 
     async def get_for_update(self, key: SkillKey) -> Skill | None: ...
 

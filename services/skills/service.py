@@ -38,6 +38,7 @@ from services.skills.domain import (
     ObservationSkip,
     Skill,
     SkillChange,
+    SkillDraft,
     SkillKey,
     SkillState,
     SkillTrigger,
@@ -244,17 +245,8 @@ class SkillService:
             )
             verdict = self.gate_verdict(live, tool_set(tools), learned)
             self._raise_for_gate(verdict, seat)
-            skill = await tx.insert(
-                name=name,
-                summary=summary,
-                body=body,
-                tool_sequence=tools,
-                trigger=trigger,
-                cluster_size=cluster_size,
-                source_turn_ids=turns,
-                now=now,
-                provenance=_sourced(provenance, turns, f"synthesis:{trigger}"),
-            )
+            draft = SkillDraft(name, summary, body, tuple(tools), trigger, cluster_size, tuple(turns))
+            skill = await tx.insert(draft, _sourced(provenance, turns, f"synthesis:{trigger}"), now)
         await self._emit_skill(
             "skill_synthesized",
             skill,

@@ -31,6 +31,7 @@ from services.skills.domain import (
     ProposalState,
     Skill,
     SkillChange,
+    SkillDraft,
     SkillKey,
     SkillProposal,
     SkillState,
@@ -240,37 +241,25 @@ class SeatTx:
     async def count_live(self) -> int:
         return int(await self.conn.fetchval(SQL["count_live"], self.company, self.seat))
 
-    async def insert(
-        self,
-        *,
-        name: str,
-        summary: str,
-        body: str,
-        tool_sequence: Sequence[str],
-        trigger: SkillTrigger,
-        cluster_size: int,
-        source_turn_ids: Sequence[str],
-        now: datetime,
-        provenance: Provenance,
-    ) -> Skill:
+    async def insert(self, draft: SkillDraft, provenance: Provenance, now: datetime) -> Skill:
         try:
             row = await self.conn.fetchrow(
                 SQL["insert"],
                 uuid.uuid4(),
                 self.company,
                 self.seat,
-                name,
-                summary,
-                body,
-                list(tool_sequence),
-                str(trigger),
-                cluster_size,
-                list(source_turn_ids),
+                draft.name,
+                draft.summary,
+                draft.body,
+                list(draft.tool_sequence),
+                str(draft.trigger),
+                draft.cluster_size,
+                list(draft.source_turn_ids),
                 now,
                 provenance_json(provenance),
             )
         except asyncpg.UniqueViolationError:
-            raise _name_taken(self.seat, name) from None
+            raise _name_taken(self.seat, draft.name) from None
         return _skill(row)
 
     async def get_for_update(self, key: SkillKey) -> Skill | None:

@@ -33,6 +33,7 @@ from services.skills.domain import (
     ProposalState,
     Skill,
     SkillChange,
+    SkillDraft,
     SkillKey,
     SkillProposal,
     SkillState,
@@ -106,32 +107,14 @@ class _SeatTx:
     async def count_live(self) -> int:
         return len(await self.live_skills())
 
-    async def insert(
-        self,
-        *,
-        name: str,
-        summary: str,
-        body: str,
-        tool_sequence: Sequence[str],
-        trigger: SkillTrigger,
-        cluster_size: int,
-        source_turn_ids: Sequence[str],
-        now: datetime,
-        provenance: Provenance,
-    ) -> Skill:
-        if await self.name_taken(name):
-            raise _name_taken(self.seat, name)
+    async def insert(self, draft: SkillDraft, provenance: Provenance, now: datetime) -> Skill:
+        if await self.name_taken(draft.name):
+            raise _name_taken(self.seat, draft.name)
         skill = Skill(
+            **vars(draft),
             id=uuid.uuid4(),
             company=self.company,
             seat=self.seat,
-            name=name,
-            summary=summary,
-            body=body,
-            tool_sequence=tuple(tool_sequence),
-            trigger=trigger,
-            cluster_size=cluster_size,
-            source_turn_ids=tuple(source_turn_ids),
             state=SkillState.ACTIVE,
             pinned=False,
             version=1,
