@@ -25,6 +25,7 @@ __all__ = [
     "Skill",
     "SkillChange",
     "SkillDraft",
+    "SkillEdit",
     "SkillKey",
     "SkillState",
     "SkillTrigger",
@@ -135,6 +136,20 @@ class Skill(SkillDraft):
 
     def days_unused(self, now: datetime) -> int:
         return max(0, (now - self.unused_since).days)
+
+
+@dataclass(frozen=True)
+class SkillEdit:
+    """A new body for a skill (a refinement, an observation, a rollback) and what its version keeps
+    beside it: the change and its reason, where the body came from, the version it restores and
+    the idempotency key of the call that made it."""
+
+    body: str
+    change: SkillChange
+    reason: str
+    provenance: Provenance
+    restored_from: int | None = None
+    request_id: str | None = None
 
 
 @dataclass(frozen=True)

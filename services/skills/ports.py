@@ -25,8 +25,8 @@ from services.skills.domain import (
     LearningHealth,
     ProposalState,
     Skill,
-    SkillChange,
     SkillDraft,
+    SkillEdit,
     SkillKey,
     SkillProposal,
     SkillState,
@@ -105,19 +105,10 @@ class SkillStore(Protocol):
         self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, request_id: str | None
     ) -> list[Moved] | None: ...
 
-    async def new_version(
-        self,
-        conn: Tx,
-        skill: Skill,
-        body: str,
-        change: SkillChange,
-        reason: str,
-        restored_from: int | None,
-        now: datetime,
-        keep: int,
-        request_id: str | None = None,
-        provenance: Provenance | None = None,
-    ) -> Skill: ...
+    async def new_version(self, conn: Tx, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
+        """The live body archived, ``edit``'s installed as the next version, the kept versions
+        trimmed to ``keep`` (inside ``skill_row``'s transaction)."""
+        ...
 
     async def request_seen(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> bool: ...
 

@@ -39,6 +39,7 @@ from services.skills.domain import (
     Skill,
     SkillChange,
     SkillDraft,
+    SkillEdit,
     SkillKey,
     SkillState,
     SkillTrigger,
@@ -529,18 +530,9 @@ class SkillService:
                 raise self._archived(skill, "refining it")
             if rid is not None and await self.store.request_seen(conn, skill.id, rid):
                 return skill  # a retry of a refinement already made
-            refined = await self.store.new_version(
-                conn,
-                skill,
-                body,
-                SkillChange.REFINED,
-                reason,
-                None,
-                now,
-                self.refinement.max_versions_kept,
-                rid,
-                _sourced(provenance, [turn_id] if turn_id else [], "refine_skill"),
-            )
+            prov = _sourced(provenance, [turn_id] if turn_id else [], "refine_skill")
+            edit = SkillEdit(body, SkillChange.REFINED, reason, prov, request_id=rid)
+            refined = await self.store.new_version(conn, skill, edit, now, self.refinement.max_versions_kept)
         await self._emit_skill(
             "skill_refined",
             refined,
@@ -599,18 +591,8 @@ class SkillService:
                     skipped, result = ObservationSkip.BODY_CAP, skill
                 else:
                     skipped = None
-                    result = await self.store.new_version(
-                        conn,
-                        skill,
-                        body,
-                        SkillChange.OBSERVATION_APPENDED,
-                        bullet,
-                        None,
-                        now,
-                        cfg.max_versions_kept,
-                        rid,
-                        prov,
-                    )
+                    edit = SkillEdit(body, SkillChange.OBSERVATION_APPENDED, bullet, prov, request_id=rid)
+                    result = await self.store.new_version(conn, skill, edit, now, cfg.max_versions_kept)
                     # The bullet's own record: an erasure takes one person's bullets out of the
                     # body by these, without a model.
                     await self.store.add_bullet(conn, skill.id, result.version, bullet, prov, now)
@@ -678,18 +660,10 @@ class SkillService:
                     metadata={"version": version, "skill_name": skill.name, "current_version": skill.version},
                 )
             body, restored = kept
-            rolled = await self.store.new_version(
-                conn,
-                skill,
-                body,
-                SkillChange.ROLLED_BACK,
-                f"rollback to version {version}",
-                version,
-                now,
-                self.refinement.max_versions_kept,
-                rid,
-                restored,  # the body is that version's, and so is where it came from
-            )
+            # The body is that version's, and so is where it came from.
+            reason = f"rollback to version {version}"
+            edit = SkillEdit(body, SkillChange.ROLLED_BACK, reason, restored, restored_from=version, request_id=rid)
+            rolled = await self.store.new_version(conn, skill, edit, now, self.refinement.max_versions_kept)
         await self._emit_skill(
             "skill_refined",
             rolled,

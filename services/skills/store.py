@@ -32,6 +32,7 @@ from services.skills.domain import (
     Skill,
     SkillChange,
     SkillDraft,
+    SkillEdit,
     SkillKey,
     SkillProposal,
     SkillState,
@@ -376,24 +377,20 @@ class PostgresSkillStore:
     # -------------------------------------------------------------- versions
 
     @staticmethod
-    async def new_version(
-        conn: asyncpg.Connection,
-        skill: Skill,
-        body: str,
-        change: SkillChange,
-        reason: str,
-        restored_from: int | None,
-        now: datetime,
-        keep: int,
-        request_id: str | None = None,
-        provenance: Provenance | None = None,
-    ) -> Skill:
-        """Archive the live body to the versions, install ``body`` as version + 1, and drop the
+    async def new_version(conn: asyncpg.Connection, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
+        """Archive the live body to the versions, install ``edit.body`` as version + 1, and drop the
         oldest archived versions past ``keep``. Runs inside the caller's row-locked transaction."""
         await conn.execute(SQL["archive_version"], skill.id, now)
-        prov = provenance_json(provenance or Provenance())
         row = await conn.fetchrow(
-            SQL["set_body"], skill.id, body, str(change), reason, restored_from, now, request_id, prov
+            SQL["set_body"],
+            skill.id,
+            edit.body,
+            str(edit.change),
+            edit.reason,
+            edit.restored_from,
+            now,
+            edit.request_id,
+            provenance_json(edit.provenance),
         )
         await conn.execute(SQL["trim_versions"], skill.id, keep)
         return _skill(row)

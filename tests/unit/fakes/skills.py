@@ -34,6 +34,7 @@ from services.skills.domain import (
     Skill,
     SkillChange,
     SkillDraft,
+    SkillEdit,
     SkillKey,
     SkillProposal,
     SkillState,
@@ -278,19 +279,7 @@ class FakeSkillStore:
             moved.append((s.id, s.name, before, after.state))
         return moved
 
-    async def new_version(
-        self,
-        conn: Tx,
-        skill: Skill,
-        body: str,
-        change: SkillChange,
-        reason: str,
-        restored_from: int | None,
-        now: datetime,
-        keep: int,
-        request_id: str | None = None,
-        provenance: Provenance | None = None,
-    ) -> Skill:
+    async def new_version(self, conn: Tx, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
         row = self.rows[skill.id]
         s = row.skill
         archived = SkillVersion(
@@ -298,16 +287,16 @@ class FakeSkillStore:
         )
         row.versions.append(_Version(archived, row.request_id, row.version_provenance))
         del row.versions[: max(0, len(row.versions) - keep)]
-        row.version_time, row.request_id = now, request_id
-        row.version_provenance = provenance or Provenance()
+        row.version_time, row.request_id = now, edit.request_id
+        row.version_provenance = edit.provenance
         return self._put(
             dataclasses.replace(
                 s,
-                body=body,
+                body=edit.body,
                 version=s.version + 1,
-                change=change,
-                change_reason=reason,
-                restored_from_version=restored_from,
+                change=edit.change,
+                change_reason=edit.reason,
+                restored_from_version=edit.restored_from,
                 update_time=now,
             )
         )
