@@ -388,6 +388,17 @@ class SkillProposal:
 
 
 @dataclass(frozen=True)
+class ProposalDecision:
+    """A person's decision on a pending proposal: the state it moves to, who decided and why, and
+    for an approval the skill it became."""
+
+    state: ProposalState
+    reviewer: str
+    reason: str
+    skill_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
 class ProposalMatch:
     check: DuplicateCheck
     name: str

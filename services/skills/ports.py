@@ -23,6 +23,7 @@ import numpy as np
 from agentlearn.common.v1.provenance_pb2 import Provenance
 from services.skills.domain import (
     LearningHealth,
+    ProposalDecision,
     ProposalState,
     Skill,
     SkillDraft,
@@ -154,16 +155,10 @@ class ProposalStore(Protocol):
         ...
 
     async def decide(
-        self,
-        company: str,
-        seat: str,
-        proposal_id: uuid.UUID,
-        state: ProposalState,
-        now: datetime,
-        reviewer: str,
-        reason: str,
-        skill_id: uuid.UUID | None = None,
-    ) -> SkillProposal | None: ...
+        self, company: str, seat: str, proposal_id: uuid.UUID, decision: ProposalDecision, now: datetime
+    ) -> SkillProposal | None:
+        """The pending proposal moved to ``decision.state``; None when it was not pending."""
+        ...
 
     async def page(
         self,

@@ -37,6 +37,7 @@ from libs.common.validation import decode_time_cursor, encode_time_cursor, page_
 from services.skills.domain import (
     DOMAIN,
     DuplicateCheck,
+    ProposalDecision,
     ProposalDisposition,
     ProposalMatch,
     ProposalOrigin,
@@ -316,16 +317,8 @@ class ProposalService:
             if existing is None or existing.body != proposal.body or existing.source_turn_ids != (proposal.source_ref,):
                 raise
             skill = existing
-        decided = await self.store.decide(
-            proposal.company,
-            proposal.seat,
-            proposal.id,
-            ProposalState.APPROVED,
-            self.clock.now(),
-            reviewer,
-            reason,
-            skill.id,
-        )
+        approval = ProposalDecision(ProposalState.APPROVED, reviewer, reason, skill.id)
+        decided = await self.store.decide(proposal.company, proposal.seat, proposal.id, approval, self.clock.now())
         if decided is None:  # decided meanwhile by another call
             decided = await self.get(company, seat, proposal_id)
         await self.events.emit(
@@ -350,9 +343,8 @@ class ProposalService:
                 domain=DOMAIN,
                 metadata={"proposal_id": proposal_id, "skill_id": str(proposal.skill_id or "")},
             )
-        decided = await self.store.decide(
-            proposal.company, proposal.seat, proposal.id, ProposalState.REJECTED, self.clock.now(), reviewer, reason
-        )
+        rejection = ProposalDecision(ProposalState.REJECTED, reviewer, reason)
+        decided = await self.store.decide(proposal.company, proposal.seat, proposal.id, rejection, self.clock.now())
         if decided is None:
             decided = await self.get(company, seat, proposal_id)
             if decided.state is not ProposalState.REJECTED:

@@ -27,6 +27,7 @@ from libs.common.rows import Conversions, RowReader
 from services.skills.domain import (
     DOMAIN,
     LearningHealth,
+    ProposalDecision,
     ProposalOrigin,
     ProposalState,
     Skill,
@@ -551,23 +552,16 @@ class PostgresProposalStore:
         return _proposal(row) if row else None
 
     async def decide(
-        self,
-        company: str,
-        seat: str,
-        proposal_id: uuid.UUID,
-        state: ProposalState,
-        now: datetime,
-        reviewer: str,
-        reason: str,
-        skill_id: uuid.UUID | None = None,
+        self, company: str, seat: str, proposal_id: uuid.UUID, decision: ProposalDecision, now: datetime
     ) -> SkillProposal | None:
-        """Move a pending proposal to ``state``; None when it was not pending."""
-        if state is ProposalState.APPROVED:
+        """Move a pending proposal to ``decision.state``; None when it was not pending."""
+        by, why = decision.reviewer, decision.reason
+        if decision.state is ProposalState.APPROVED:
             row = await self.pool.fetchrow(
-                PROPOSAL_SQL["approve"], company, seat, proposal_id, now, reviewer, reason, skill_id
+                PROPOSAL_SQL["approve"], company, seat, proposal_id, now, by, why, decision.skill_id
             )
         else:
-            row = await self.pool.fetchrow(PROPOSAL_SQL["reject"], company, seat, proposal_id, now, reviewer, reason)
+            row = await self.pool.fetchrow(PROPOSAL_SQL["reject"], company, seat, proposal_id, now, by, why)
         return _proposal(row) if row else None
 
     async def page(

@@ -30,6 +30,7 @@ from libs.common.config import (
 )
 from services.skills.domain import (
     LearningHealth,
+    ProposalDecision,
     ProposalState,
     Skill,
     SkillChange,
@@ -377,21 +378,18 @@ class FakeProposalStore:
         return proposal
 
     async def decide(
-        self,
-        company: str,
-        seat: str,
-        proposal_id: uuid.UUID,
-        state: ProposalState,
-        now: datetime,
-        reviewer: str,
-        reason: str,
-        skill_id: uuid.UUID | None = None,
+        self, company: str, seat: str, proposal_id: uuid.UUID, decision: ProposalDecision, now: datetime
     ) -> SkillProposal | None:
         found = await self.get(company, seat, proposal_id)
         if found is None or found.state is not ProposalState.PENDING:
             return None
         decided = dataclasses.replace(
-            found, state=state, decide_time=now, decided_by=reviewer, decision_reason=reason, skill_id=skill_id
+            found,
+            state=decision.state,
+            decide_time=now,
+            decided_by=decision.reviewer,
+            decision_reason=decision.reason,
+            skill_id=decision.skill_id,
         )
         _, rid, vec, model = self.rows[proposal_id]
         self.rows[proposal_id] = (decided, rid, vec, model)
