@@ -194,40 +194,7 @@ class SkillService:
         name = self.checked_draft(name, summary, body)
         tools = list(tool_sequence)
         turns = list(source_turn_ids)
-        if trigger is SkillTrigger.SINGLE:
-            if cluster_size not in (0, 1):
-                raise InvalidArgument(
-                    f"a SINGLE skill comes from one turn; cluster_size must be 0 or 1, got {cluster_size}",
-                    reason="FIELD_INVALID",
-                    domain=DOMAIN,
-                    field="cluster_size",
-                    metadata={"value": cluster_size},
-                )
-            if len(turns) != 1:
-                raise InvalidArgument(
-                    f"a SINGLE skill names exactly one source turn, got {len(turns)}",
-                    reason="FIELD_INVALID",
-                    domain=DOMAIN,
-                    field="source_turn_ids",
-                    metadata={"count": len(turns)},
-                )
-            cluster_size = 1
-        else:
-            if cluster_size < 2:
-                raise InvalidArgument(
-                    f"a CLUSTERED skill comes from at least two turns; cluster_size is {cluster_size}",
-                    reason="FIELD_INVALID",
-                    domain=DOMAIN,
-                    field="cluster_size",
-                    metadata={"value": cluster_size},
-                )
-            if not turns:
-                raise InvalidArgument(
-                    "a CLUSTERED skill names its source turns",
-                    reason="FIELD_REQUIRED",
-                    domain=DOMAIN,
-                    field="source_turn_ids",
-                )
+        cluster_size = _stored_cluster_size(trigger, cluster_size, turns)
         now = self.clock.now()
         async with self.store.seat(company, seat) as tx:
             if await tx.name_taken(name):
@@ -744,6 +711,37 @@ def not_blank(value: str, field: str) -> None:
     the field being absent."""
     if not value.strip():
         raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
+
+
+def _stored_cluster_size(trigger: SkillTrigger, cluster_size: int, turns: Sequence[str]) -> int:
+    """The trigger/cluster_size/source_turn_ids agreement (a rule across fields, which the contract
+    checker does not evaluate); the cluster size stored (a SINGLE skill's is 1, however given)."""
+    single = trigger is SkillTrigger.SINGLE
+    if cluster_size not in (0, 1) if single else cluster_size < 2:
+        rule = "one turn; cluster_size must be 0 or 1, got" if single else "at least two turns; cluster_size is"
+        raise InvalidArgument(
+            f"a {trigger.name} skill comes from {rule} {cluster_size}",
+            reason="FIELD_INVALID",
+            domain=DOMAIN,
+            field="cluster_size",
+            metadata={"value": cluster_size},
+        )
+    if single and len(turns) != 1:
+        raise InvalidArgument(
+            f"a SINGLE skill names exactly one source turn, got {len(turns)}",
+            reason="FIELD_INVALID",
+            domain=DOMAIN,
+            field="source_turn_ids",
+            metadata={"count": len(turns)},
+        )
+    if not single and not turns:
+        raise InvalidArgument(
+            "a CLUSTERED skill names its source turns",
+            reason="FIELD_REQUIRED",
+            domain=DOMAIN,
+            field="source_turn_ids",
+        )
+    return 1 if single else cluster_size
 
 
 def _sourced(given: Provenance | None, turn_ids: Sequence[str], writer: str) -> Provenance:
