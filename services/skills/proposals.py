@@ -93,20 +93,15 @@ def _approved_provenance(proposal: SkillProposal) -> Provenance:
     return out
 
 
+@dataclass(eq=False)
 class ProposalService:
-    def __init__(
-        self,
-        skills: SkillService,
-        store: ProposalStore,
-        embedder: Embedder | None,
-        config: SkillProposalsConfig,
-        events: EventSink,
-    ):
-        self.skills = skills
-        self.store = store
-        self.embedder = embedder
-        self.config = config
-        self.events = events
+    """The proposals' use cases; ``skills`` is the catalogue an approval writes through."""
+
+    skills: SkillService
+    store: ProposalStore
+    embedder: Embedder | None
+    config: SkillProposalsConfig
+    events: EventSink
 
     @property
     def clock(self) -> Clock:

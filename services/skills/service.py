@@ -83,22 +83,16 @@ class ObservationResult:
     skipped_reason: ObservationSkip | None
 
 
+@dataclass(eq=False)
 class SkillService:
-    def __init__(
-        self,
-        store: SkillStore,
-        clock: Clock,
-        synthesis: SkillSynthesisConfig,
-        refinement: SkillRefinementConfig,
-        curator: SkillCuratorConfig,
-        events: EventSink,
-    ):
-        self.store = store
-        self.clock = clock
-        self.synthesis = synthesis
-        self.refinement = refinement
-        self.curator = curator
-        self.events = events
+    """The catalogue's use cases over their dependencies (compared by identity: one per process)."""
+
+    store: SkillStore
+    clock: Clock
+    synthesis: SkillSynthesisConfig
+    refinement: SkillRefinementConfig
+    curator: SkillCuratorConfig
+    events: EventSink
 
     # ---------------------------------------------------------------- identities
 
