@@ -50,7 +50,7 @@ from services.skills.domain import (
     tool_set,
 )
 from services.skills.ports import Moved, SkillStore, Tx
-from services.skills.store import StampFailed
+from services.skills.store import StampFailed, name_taken_error
 
 __all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult", "not_blank"]
 
@@ -192,13 +192,7 @@ class SkillService:
         now = self.clock.now()
         async with self.store.seat(company, seat) as tx:
             if await tx.name_taken(name):
-                raise AlreadyExists(
-                    f"seat {seat} already has a skill named {name!r}",
-                    reason="SKILL_NAME_TAKEN",
-                    domain=DOMAIN,
-                    field="name",
-                    metadata={"name": name, "seat": seat},
-                )
+                raise name_taken_error(seat, name)
             learned = await tx.all_skills() if archived_are_learned else None
             live = (
                 [s for s in learned if s.state is not SkillState.ARCHIVED]

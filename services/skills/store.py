@@ -41,7 +41,16 @@ from services.skills.domain import (
     SkillVersion,
 )
 
-__all__ = ["PROPOSAL_SQL", "SQL", "PostgresProposalStore", "PostgresSkillStore", "SeatTx", "SkillKey", "StampFailed"]
+__all__ = [
+    "PROPOSAL_SQL",
+    "SQL",
+    "PostgresProposalStore",
+    "PostgresSkillStore",
+    "SeatTx",
+    "SkillKey",
+    "StampFailed",
+    "name_taken_error",
+]
 
 _COLUMNS = """id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size, source_turn_ids,
               state, pinned, version, use_count, last_used_time, last_offered_time, unused_since, state_change_time,
@@ -261,7 +270,7 @@ class SeatTx:
                 provenance_json(provenance),
             )
         except asyncpg.UniqueViolationError:
-            raise _name_taken(self.seat, draft.name) from None
+            raise name_taken_error(self.seat, draft.name) from None
         return _skill(row)
 
     async def get_for_update(self, key: SkillKey) -> Skill | None:
@@ -272,7 +281,9 @@ class SeatTx:
         return _skill(await self.conn.fetchrow(SQL["set_state"], skill_id, str(state), now, reset_clock))
 
 
-def _name_taken(seat: str, name: str) -> AlreadyExists:
+def name_taken_error(seat: str, name: str) -> AlreadyExists:
+    """The refusal of a name the seat's catalogue already has: the use case's check under the
+    seat's lock and the unique index behind it refuse alike."""
     return AlreadyExists(
         f"seat {seat} already has a skill named {name!r}",
         reason="SKILL_NAME_TAKEN",

@@ -45,7 +45,7 @@ from services.skills.domain import (
 from services.skills.ports import Moved, Tx
 from services.skills.proposals import ProposalService
 from services.skills.service import SkillService
-from services.skills.store import StampFailed, _name_taken
+from services.skills.store import StampFailed, name_taken_error
 
 __all__ = ["TOOLS", "FakeEvents", "FakeProposalStore", "FakeSkillStore", "Skills", "make"]
 
@@ -111,7 +111,7 @@ class _SeatTx:
 
     async def insert(self, draft: SkillDraft, provenance: Provenance, now: datetime) -> Skill:
         if await self.name_taken(draft.name):
-            raise _name_taken(self.seat, draft.name)
+            raise name_taken_error(self.seat, draft.name)
         skill = Skill(
             **vars(draft),
             id=uuid.uuid4(),
