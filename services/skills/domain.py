@@ -24,6 +24,8 @@ __all__ = [
     "ObservationKind",
     "Skill",
     "SkillChange",
+    "SkillDraft",
+    "SkillEdit",
     "SkillKey",
     "SkillState",
     "SkillTrigger",
@@ -93,10 +95,11 @@ _BULLET_PREFIX = {
 
 
 @dataclass(frozen=True)
-class Skill:
-    id: uuid.UUID
-    company: str
-    seat: str
+class SkillDraft:
+    """What a new skill is written from, whichever path drafted it (CreateSkill, an approved
+    proposal, the clustered pass): the store's insert takes it, and a :class:`Skill` is one as the
+    catalogue keeps it."""
+
     name: str
     summary: str
     body: str
@@ -104,6 +107,15 @@ class Skill:
     trigger: SkillTrigger
     cluster_size: int
     source_turn_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Skill(SkillDraft):
+    """A draft in a seat's catalogue: its identity, its lifecycle state and its use."""
+
+    id: uuid.UUID
+    company: str
+    seat: str
     state: SkillState
     pinned: bool
     version: int
@@ -124,6 +136,20 @@ class Skill:
 
     def days_unused(self, now: datetime) -> int:
         return max(0, (now - self.unused_since).days)
+
+
+@dataclass(frozen=True)
+class SkillEdit:
+    """A new body for a skill (a refinement, an observation, a rollback) and what its version keeps
+    beside it: the change and its reason, where the body came from, the version it restores and
+    the idempotency key of the call that made it."""
+
+    body: str
+    change: SkillChange
+    reason: str
+    provenance: Provenance
+    restored_from: int | None = None
+    request_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -359,6 +385,17 @@ class SkillProposal:
         if self.session_id:
             return f"session:{self.session_id}"
         return f"proposal:{self.id}"
+
+
+@dataclass(frozen=True)
+class ProposalDecision:
+    """A person's decision on a pending proposal: the state it moves to, who decided and why, and
+    for an approval the skill it became."""
+
+    state: ProposalState
+    reviewer: str
+    reason: str
+    skill_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 
 import grpc
@@ -69,14 +69,7 @@ async def curate(service: SkillService) -> CuratorReport:
     report.staled = await service.store.curate(
         SkillState.ACTIVE, SkillState.STALE, "skill_staled", now - timedelta(days=stale_days), now, CURATOR_BATCH
     )
-    await service.events.emit(
-        "skill_curator_completed",
-        staled=report.staled,
-        archived=report.archived,
-        stale_after_days=stale_days,
-        archive_after_days=archive_days,
-        widened=report.widened,
-    )
+    await service.events.emit("skill_curator_completed", **asdict(report))
     return report
 
 
@@ -129,17 +122,10 @@ async def synthesize_clustered(
                 report.seats_failed += 1
                 fail(f"seat:{type(err).__name__}")
     finally:
-        await service.events.emit(
-            "skill_synthesis_completed",
-            seats=report.seats,
-            drafted=report.drafted,
-            dropped=report.dropped,
-            skipped_duplicate=report.skipped_duplicate,
-            catalogue_full=report.catalogue_full,
-            seats_without_model=report.seats_without_model,
-            seats_failed=report.seats_failed,
-            failures=report.failures,
-        )
+        # Every count of the report but seats_with_clusters, which the event has never carried.
+        counts = asdict(report)
+        del counts["seats_with_clusters"]
+        await service.events.emit("skill_synthesis_completed", **counts)
     return report
 
 

@@ -23,13 +23,14 @@ import numpy as np
 from agentlearn.common.v1.provenance_pb2 import Provenance
 from services.skills.domain import (
     LearningHealth,
+    ProposalDecision,
     ProposalState,
     Skill,
-    SkillChange,
+    SkillDraft,
+    SkillEdit,
     SkillKey,
     SkillProposal,
     SkillState,
-    SkillTrigger,
     SkillVersion,
 )
 
@@ -56,19 +57,10 @@ class SeatTx(Protocol):
 
     async def count_live(self) -> int: ...
 
-    async def insert(
-        self,
-        *,
-        name: str,
-        summary: str,
-        body: str,
-        tool_sequence: Sequence[str],
-        trigger: SkillTrigger,
-        cluster_size: int,
-        source_turn_ids: Sequence[str],
-        now: datetime,
-        provenance: Provenance,
-    ) -> Skill: ...
+    async def insert(self, draft: SkillDraft, provenance: Provenance, now: datetime) -> Skill:
+        """The draft as the seat's new active skill, created ``now``; ``provenance`` is where it
+        came from (kept with the row and its first version, not part of ``Skill``)."""
+        ...
 
     async def get_for_update(self, key: SkillKey) -> Skill | None: ...
 
@@ -114,19 +106,10 @@ class SkillStore(Protocol):
         self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, request_id: str | None
     ) -> list[Moved] | None: ...
 
-    async def new_version(
-        self,
-        conn: Tx,
-        skill: Skill,
-        body: str,
-        change: SkillChange,
-        reason: str,
-        restored_from: int | None,
-        now: datetime,
-        keep: int,
-        request_id: str | None = None,
-        provenance: Provenance | None = None,
-    ) -> Skill: ...
+    async def new_version(self, conn: Tx, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
+        """The live body archived, ``edit``'s installed as the next version, the kept versions
+        trimmed to ``keep`` (inside ``skill_row``'s transaction)."""
+        ...
 
     async def request_seen(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> bool: ...
 
@@ -172,16 +155,10 @@ class ProposalStore(Protocol):
         ...
 
     async def decide(
-        self,
-        company: str,
-        seat: str,
-        proposal_id: uuid.UUID,
-        state: ProposalState,
-        now: datetime,
-        reviewer: str,
-        reason: str,
-        skill_id: uuid.UUID | None = None,
-    ) -> SkillProposal | None: ...
+        self, company: str, seat: str, proposal_id: uuid.UUID, decision: ProposalDecision, now: datetime
+    ) -> SkillProposal | None:
+        """The pending proposal moved to ``decision.state``; None when it was not pending."""
+        ...
 
     async def page(
         self,

@@ -37,6 +37,7 @@ from libs.common.validation import decode_time_cursor, encode_time_cursor, page_
 from services.skills.domain import (
     DOMAIN,
     DuplicateCheck,
+    ProposalDecision,
     ProposalDisposition,
     ProposalMatch,
     ProposalOrigin,
@@ -92,20 +93,15 @@ def _approved_provenance(proposal: SkillProposal) -> Provenance:
     return out
 
 
+@dataclass(eq=False)
 class ProposalService:
-    def __init__(
-        self,
-        skills: SkillService,
-        store: ProposalStore,
-        embedder: Embedder | None,
-        config: SkillProposalsConfig,
-        events: EventSink,
-    ):
-        self.skills = skills
-        self.store = store
-        self.embedder = embedder
-        self.config = config
-        self.events = events
+    """The proposals' use cases; ``skills`` is the catalogue an approval writes through."""
+
+    skills: SkillService
+    store: ProposalStore
+    embedder: Embedder | None
+    config: SkillProposalsConfig
+    events: EventSink
 
     @property
     def clock(self) -> Clock:
@@ -316,16 +312,8 @@ class ProposalService:
             if existing is None or existing.body != proposal.body or existing.source_turn_ids != (proposal.source_ref,):
                 raise
             skill = existing
-        decided = await self.store.decide(
-            proposal.company,
-            proposal.seat,
-            proposal.id,
-            ProposalState.APPROVED,
-            self.clock.now(),
-            reviewer,
-            reason,
-            skill.id,
-        )
+        approval = ProposalDecision(ProposalState.APPROVED, reviewer, reason, skill.id)
+        decided = await self.store.decide(proposal.company, proposal.seat, proposal.id, approval, self.clock.now())
         if decided is None:  # decided meanwhile by another call
             decided = await self.get(company, seat, proposal_id)
         await self.events.emit(
@@ -350,9 +338,8 @@ class ProposalService:
                 domain=DOMAIN,
                 metadata={"proposal_id": proposal_id, "skill_id": str(proposal.skill_id or "")},
             )
-        decided = await self.store.decide(
-            proposal.company, proposal.seat, proposal.id, ProposalState.REJECTED, self.clock.now(), reviewer, reason
-        )
+        rejection = ProposalDecision(ProposalState.REJECTED, reviewer, reason)
+        decided = await self.store.decide(proposal.company, proposal.seat, proposal.id, rejection, self.clock.now())
         if decided is None:
             decided = await self.get(company, seat, proposal_id)
             if decided.state is not ProposalState.REJECTED:

@@ -38,6 +38,8 @@ from services.skills.domain import (
     ObservationSkip,
     Skill,
     SkillChange,
+    SkillDraft,
+    SkillEdit,
     SkillKey,
     SkillState,
     SkillTrigger,
@@ -48,7 +50,7 @@ from services.skills.domain import (
     tool_set,
 )
 from services.skills.ports import Moved, SkillStore, Tx
-from services.skills.store import StampFailed
+from services.skills.store import StampFailed, name_taken_error
 
 __all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult", "not_blank"]
 
@@ -81,22 +83,16 @@ class ObservationResult:
     skipped_reason: ObservationSkip | None
 
 
+@dataclass(eq=False)
 class SkillService:
-    def __init__(
-        self,
-        store: SkillStore,
-        clock: Clock,
-        synthesis: SkillSynthesisConfig,
-        refinement: SkillRefinementConfig,
-        curator: SkillCuratorConfig,
-        events: EventSink,
-    ):
-        self.store = store
-        self.clock = clock
-        self.synthesis = synthesis
-        self.refinement = refinement
-        self.curator = curator
-        self.events = events
+    """The catalogue's use cases over their dependencies (compared by identity: one per process)."""
+
+    store: SkillStore
+    clock: Clock
+    synthesis: SkillSynthesisConfig
+    refinement: SkillRefinementConfig
+    curator: SkillCuratorConfig
+    events: EventSink
 
     # ---------------------------------------------------------------- identities
 
@@ -192,50 +188,11 @@ class SkillService:
         name = self.checked_draft(name, summary, body)
         tools = list(tool_sequence)
         turns = list(source_turn_ids)
-        if trigger is SkillTrigger.SINGLE:
-            if cluster_size not in (0, 1):
-                raise InvalidArgument(
-                    f"a SINGLE skill comes from one turn; cluster_size must be 0 or 1, got {cluster_size}",
-                    reason="FIELD_INVALID",
-                    domain=DOMAIN,
-                    field="cluster_size",
-                    metadata={"value": cluster_size},
-                )
-            if len(turns) != 1:
-                raise InvalidArgument(
-                    f"a SINGLE skill names exactly one source turn, got {len(turns)}",
-                    reason="FIELD_INVALID",
-                    domain=DOMAIN,
-                    field="source_turn_ids",
-                    metadata={"count": len(turns)},
-                )
-            cluster_size = 1
-        else:
-            if cluster_size < 2:
-                raise InvalidArgument(
-                    f"a CLUSTERED skill comes from at least two turns; cluster_size is {cluster_size}",
-                    reason="FIELD_INVALID",
-                    domain=DOMAIN,
-                    field="cluster_size",
-                    metadata={"value": cluster_size},
-                )
-            if not turns:
-                raise InvalidArgument(
-                    "a CLUSTERED skill names its source turns",
-                    reason="FIELD_REQUIRED",
-                    domain=DOMAIN,
-                    field="source_turn_ids",
-                )
+        cluster_size = _stored_cluster_size(trigger, cluster_size, turns)
         now = self.clock.now()
         async with self.store.seat(company, seat) as tx:
             if await tx.name_taken(name):
-                raise AlreadyExists(
-                    f"seat {seat} already has a skill named {name!r}",
-                    reason="SKILL_NAME_TAKEN",
-                    domain=DOMAIN,
-                    field="name",
-                    metadata={"name": name, "seat": seat},
-                )
+                raise name_taken_error(seat, name)
             learned = await tx.all_skills() if archived_are_learned else None
             live = (
                 [s for s in learned if s.state is not SkillState.ARCHIVED]
@@ -244,17 +201,8 @@ class SkillService:
             )
             verdict = self.gate_verdict(live, tool_set(tools), learned)
             self._raise_for_gate(verdict, seat)
-            skill = await tx.insert(
-                name=name,
-                summary=summary,
-                body=body,
-                tool_sequence=tools,
-                trigger=trigger,
-                cluster_size=cluster_size,
-                source_turn_ids=turns,
-                now=now,
-                provenance=_sourced(provenance, turns, f"synthesis:{trigger}"),
-            )
+            draft = SkillDraft(name, summary, body, tuple(tools), trigger, cluster_size, tuple(turns))
+            skill = await tx.insert(draft, _sourced(provenance, turns, f"synthesis:{trigger}"), now)
         await self._emit_skill(
             "skill_synthesized",
             skill,
@@ -537,18 +485,9 @@ class SkillService:
                 raise self._archived(skill, "refining it")
             if rid is not None and await self.store.request_seen(conn, skill.id, rid):
                 return skill  # a retry of a refinement already made
-            refined = await self.store.new_version(
-                conn,
-                skill,
-                body,
-                SkillChange.REFINED,
-                reason,
-                None,
-                now,
-                self.refinement.max_versions_kept,
-                rid,
-                _sourced(provenance, [turn_id] if turn_id else [], "refine_skill"),
-            )
+            prov = _sourced(provenance, [turn_id] if turn_id else [], "refine_skill")
+            edit = SkillEdit(body, SkillChange.REFINED, reason, prov, request_id=rid)
+            refined = await self.store.new_version(conn, skill, edit, now, self.refinement.max_versions_kept)
         await self._emit_skill(
             "skill_refined",
             refined,
@@ -607,18 +546,8 @@ class SkillService:
                     skipped, result = ObservationSkip.BODY_CAP, skill
                 else:
                     skipped = None
-                    result = await self.store.new_version(
-                        conn,
-                        skill,
-                        body,
-                        SkillChange.OBSERVATION_APPENDED,
-                        bullet,
-                        None,
-                        now,
-                        cfg.max_versions_kept,
-                        rid,
-                        prov,
-                    )
+                    edit = SkillEdit(body, SkillChange.OBSERVATION_APPENDED, bullet, prov, request_id=rid)
+                    result = await self.store.new_version(conn, skill, edit, now, cfg.max_versions_kept)
                     # The bullet's own record: an erasure takes one person's bullets out of the
                     # body by these, without a model.
                     await self.store.add_bullet(conn, skill.id, result.version, bullet, prov, now)
@@ -686,18 +615,10 @@ class SkillService:
                     metadata={"version": version, "skill_name": skill.name, "current_version": skill.version},
                 )
             body, restored = kept
-            rolled = await self.store.new_version(
-                conn,
-                skill,
-                body,
-                SkillChange.ROLLED_BACK,
-                f"rollback to version {version}",
-                version,
-                now,
-                self.refinement.max_versions_kept,
-                rid,
-                restored,  # the body is that version's, and so is where it came from
-            )
+            # The body is that version's, and so is where it came from.
+            reason = f"rollback to version {version}"
+            edit = SkillEdit(body, SkillChange.ROLLED_BACK, reason, restored, restored_from=version, request_id=rid)
+            rolled = await self.store.new_version(conn, skill, edit, now, self.refinement.max_versions_kept)
         await self._emit_skill(
             "skill_refined",
             rolled,
@@ -778,6 +699,37 @@ def not_blank(value: str, field: str) -> None:
     the field being absent."""
     if not value.strip():
         raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
+
+
+def _stored_cluster_size(trigger: SkillTrigger, cluster_size: int, turns: Sequence[str]) -> int:
+    """The trigger/cluster_size/source_turn_ids agreement (a rule across fields, which the contract
+    checker does not evaluate); the cluster size stored (a SINGLE skill's is 1, however given)."""
+    single = trigger is SkillTrigger.SINGLE
+    if cluster_size not in (0, 1) if single else cluster_size < 2:
+        rule = "one turn; cluster_size must be 0 or 1, got" if single else "at least two turns; cluster_size is"
+        raise InvalidArgument(
+            f"a {trigger.name} skill comes from {rule} {cluster_size}",
+            reason="FIELD_INVALID",
+            domain=DOMAIN,
+            field="cluster_size",
+            metadata={"value": cluster_size},
+        )
+    if single and len(turns) != 1:
+        raise InvalidArgument(
+            f"a SINGLE skill names exactly one source turn, got {len(turns)}",
+            reason="FIELD_INVALID",
+            domain=DOMAIN,
+            field="source_turn_ids",
+            metadata={"count": len(turns)},
+        )
+    if not single and not turns:
+        raise InvalidArgument(
+            "a CLUSTERED skill names its source turns",
+            reason="FIELD_REQUIRED",
+            domain=DOMAIN,
+            field="source_turn_ids",
+        )
+    return 1 if single else cluster_size
 
 
 def _sourced(given: Provenance | None, turn_ids: Sequence[str], writer: str) -> Provenance:

@@ -27,10 +27,13 @@ from libs.common.rows import Conversions, RowReader
 from services.skills.domain import (
     DOMAIN,
     LearningHealth,
+    ProposalDecision,
     ProposalOrigin,
     ProposalState,
     Skill,
     SkillChange,
+    SkillDraft,
+    SkillEdit,
     SkillKey,
     SkillProposal,
     SkillState,
@@ -38,7 +41,16 @@ from services.skills.domain import (
     SkillVersion,
 )
 
-__all__ = ["PROPOSAL_SQL", "SQL", "PostgresProposalStore", "PostgresSkillStore", "SeatTx", "SkillKey", "StampFailed"]
+__all__ = [
+    "PROPOSAL_SQL",
+    "SQL",
+    "PostgresProposalStore",
+    "PostgresSkillStore",
+    "SeatTx",
+    "SkillKey",
+    "StampFailed",
+    "name_taken_error",
+]
 
 _COLUMNS = """id, company, seat, name, summary, body, tool_sequence, trigger, cluster_size, source_turn_ids,
               state, pinned, version, use_count, last_used_time, last_offered_time, unused_since, state_change_time,
@@ -240,37 +252,25 @@ class SeatTx:
     async def count_live(self) -> int:
         return int(await self.conn.fetchval(SQL["count_live"], self.company, self.seat))
 
-    async def insert(
-        self,
-        *,
-        name: str,
-        summary: str,
-        body: str,
-        tool_sequence: Sequence[str],
-        trigger: SkillTrigger,
-        cluster_size: int,
-        source_turn_ids: Sequence[str],
-        now: datetime,
-        provenance: Provenance,
-    ) -> Skill:
+    async def insert(self, draft: SkillDraft, provenance: Provenance, now: datetime) -> Skill:
         try:
             row = await self.conn.fetchrow(
                 SQL["insert"],
                 uuid.uuid4(),
                 self.company,
                 self.seat,
-                name,
-                summary,
-                body,
-                list(tool_sequence),
-                str(trigger),
-                cluster_size,
-                list(source_turn_ids),
+                draft.name,
+                draft.summary,
+                draft.body,
+                list(draft.tool_sequence),
+                str(draft.trigger),
+                draft.cluster_size,
+                list(draft.source_turn_ids),
                 now,
                 provenance_json(provenance),
             )
         except asyncpg.UniqueViolationError:
-            raise _name_taken(self.seat, name) from None
+            raise name_taken_error(self.seat, draft.name) from None
         return _skill(row)
 
     async def get_for_update(self, key: SkillKey) -> Skill | None:
@@ -281,7 +281,9 @@ class SeatTx:
         return _skill(await self.conn.fetchrow(SQL["set_state"], skill_id, str(state), now, reset_clock))
 
 
-def _name_taken(seat: str, name: str) -> AlreadyExists:
+def name_taken_error(seat: str, name: str) -> AlreadyExists:
+    """The refusal of a name the seat's catalogue already has: the use case's check under the
+    seat's lock and the unique index behind it refuse alike."""
     return AlreadyExists(
         f"seat {seat} already has a skill named {name!r}",
         reason="SKILL_NAME_TAKEN",
@@ -387,24 +389,20 @@ class PostgresSkillStore:
     # -------------------------------------------------------------- versions
 
     @staticmethod
-    async def new_version(
-        conn: asyncpg.Connection,
-        skill: Skill,
-        body: str,
-        change: SkillChange,
-        reason: str,
-        restored_from: int | None,
-        now: datetime,
-        keep: int,
-        request_id: str | None = None,
-        provenance: Provenance | None = None,
-    ) -> Skill:
-        """Archive the live body to the versions, install ``body`` as version + 1, and drop the
+    async def new_version(conn: asyncpg.Connection, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
+        """Archive the live body to the versions, install ``edit.body`` as version + 1, and drop the
         oldest archived versions past ``keep``. Runs inside the caller's row-locked transaction."""
         await conn.execute(SQL["archive_version"], skill.id, now)
-        prov = provenance_json(provenance or Provenance())
         row = await conn.fetchrow(
-            SQL["set_body"], skill.id, body, str(change), reason, restored_from, now, request_id, prov
+            SQL["set_body"],
+            skill.id,
+            edit.body,
+            str(edit.change),
+            edit.reason,
+            edit.restored_from,
+            now,
+            edit.request_id,
+            provenance_json(edit.provenance),
         )
         await conn.execute(SQL["trim_versions"], skill.id, keep)
         return _skill(row)
@@ -565,23 +563,16 @@ class PostgresProposalStore:
         return _proposal(row) if row else None
 
     async def decide(
-        self,
-        company: str,
-        seat: str,
-        proposal_id: uuid.UUID,
-        state: ProposalState,
-        now: datetime,
-        reviewer: str,
-        reason: str,
-        skill_id: uuid.UUID | None = None,
+        self, company: str, seat: str, proposal_id: uuid.UUID, decision: ProposalDecision, now: datetime
     ) -> SkillProposal | None:
-        """Move a pending proposal to ``state``; None when it was not pending."""
-        if state is ProposalState.APPROVED:
+        """Move a pending proposal to ``decision.state``; None when it was not pending."""
+        by, why = decision.reviewer, decision.reason
+        if decision.state is ProposalState.APPROVED:
             row = await self.pool.fetchrow(
-                PROPOSAL_SQL["approve"], company, seat, proposal_id, now, reviewer, reason, skill_id
+                PROPOSAL_SQL["approve"], company, seat, proposal_id, now, by, why, decision.skill_id
             )
         else:
-            row = await self.pool.fetchrow(PROPOSAL_SQL["reject"], company, seat, proposal_id, now, reviewer, reason)
+            row = await self.pool.fetchrow(PROPOSAL_SQL["reject"], company, seat, proposal_id, now, by, why)
         return _proposal(row) if row else None
 
     async def page(

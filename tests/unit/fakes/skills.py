@@ -30,9 +30,12 @@ from libs.common.config import (
 )
 from services.skills.domain import (
     LearningHealth,
+    ProposalDecision,
     ProposalState,
     Skill,
     SkillChange,
+    SkillDraft,
+    SkillEdit,
     SkillKey,
     SkillProposal,
     SkillState,
@@ -42,7 +45,7 @@ from services.skills.domain import (
 from services.skills.ports import Moved, Tx
 from services.skills.proposals import ProposalService
 from services.skills.service import SkillService
-from services.skills.store import StampFailed, _name_taken
+from services.skills.store import StampFailed, name_taken_error
 
 __all__ = ["TOOLS", "FakeEvents", "FakeProposalStore", "FakeSkillStore", "Skills", "make"]
 
@@ -106,32 +109,14 @@ class _SeatTx:
     async def count_live(self) -> int:
         return len(await self.live_skills())
 
-    async def insert(
-        self,
-        *,
-        name: str,
-        summary: str,
-        body: str,
-        tool_sequence: Sequence[str],
-        trigger: SkillTrigger,
-        cluster_size: int,
-        source_turn_ids: Sequence[str],
-        now: datetime,
-        provenance: Provenance,
-    ) -> Skill:
-        if await self.name_taken(name):
-            raise _name_taken(self.seat, name)
+    async def insert(self, draft: SkillDraft, provenance: Provenance, now: datetime) -> Skill:
+        if await self.name_taken(draft.name):
+            raise name_taken_error(self.seat, draft.name)
         skill = Skill(
+            **vars(draft),
             id=uuid.uuid4(),
             company=self.company,
             seat=self.seat,
-            name=name,
-            summary=summary,
-            body=body,
-            tool_sequence=tuple(tool_sequence),
-            trigger=trigger,
-            cluster_size=cluster_size,
-            source_turn_ids=tuple(source_turn_ids),
             state=SkillState.ACTIVE,
             pinned=False,
             version=1,
@@ -295,19 +280,7 @@ class FakeSkillStore:
             moved.append((s.id, s.name, before, after.state))
         return moved
 
-    async def new_version(
-        self,
-        conn: Tx,
-        skill: Skill,
-        body: str,
-        change: SkillChange,
-        reason: str,
-        restored_from: int | None,
-        now: datetime,
-        keep: int,
-        request_id: str | None = None,
-        provenance: Provenance | None = None,
-    ) -> Skill:
+    async def new_version(self, conn: Tx, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
         row = self.rows[skill.id]
         s = row.skill
         archived = SkillVersion(
@@ -315,16 +288,16 @@ class FakeSkillStore:
         )
         row.versions.append(_Version(archived, row.request_id, row.version_provenance))
         del row.versions[: max(0, len(row.versions) - keep)]
-        row.version_time, row.request_id = now, request_id
-        row.version_provenance = provenance or Provenance()
+        row.version_time, row.request_id = now, edit.request_id
+        row.version_provenance = edit.provenance
         return self._put(
             dataclasses.replace(
                 s,
-                body=body,
+                body=edit.body,
                 version=s.version + 1,
-                change=change,
-                change_reason=reason,
-                restored_from_version=restored_from,
+                change=edit.change,
+                change_reason=edit.reason,
+                restored_from_version=edit.restored_from,
                 update_time=now,
             )
         )
@@ -405,21 +378,18 @@ class FakeProposalStore:
         return proposal
 
     async def decide(
-        self,
-        company: str,
-        seat: str,
-        proposal_id: uuid.UUID,
-        state: ProposalState,
-        now: datetime,
-        reviewer: str,
-        reason: str,
-        skill_id: uuid.UUID | None = None,
+        self, company: str, seat: str, proposal_id: uuid.UUID, decision: ProposalDecision, now: datetime
     ) -> SkillProposal | None:
         found = await self.get(company, seat, proposal_id)
         if found is None or found.state is not ProposalState.PENDING:
             return None
         decided = dataclasses.replace(
-            found, state=state, decide_time=now, decided_by=reviewer, decision_reason=reason, skill_id=skill_id
+            found,
+            state=decision.state,
+            decide_time=now,
+            decided_by=decision.reviewer,
+            decision_reason=decision.reason,
+            skill_id=decision.skill_id,
         )
         _, rid, vec, model = self.rows[proposal_id]
         self.rows[proposal_id] = (decided, rid, vec, model)
