@@ -7,6 +7,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from libs.common.outcomes import TurnOutcome
+
 __all__ = [
     "DOMAIN",
     "JOB_KIND",
@@ -85,15 +87,10 @@ def failure_kind_of(failure: str) -> str:
     return failure.split(":", 1)[0].strip()
 
 
-class Outcome(StrEnum):
-    DONE = "done"
-    FAILED = "failed"
-    SELF_ITERATE = "self_iterate"
-    SKIPPED = "skipped"
-
-    @property
-    def settled(self) -> bool:
-        return self in (Outcome.DONE, Outcome.FAILED)
+Outcome = TurnOutcome
+"""How a turn ended: the one enum, ``libs.common.outcomes.TurnOutcome`` (issue 13). The name stays
+for the callers that import it from here (``convert``); a turn the reflector reads carries DONE,
+FAILED, SELF_ITERATE or SKIPPED (its proto enum has no CANCELLED)."""
 
 
 class ReflectionState(StrEnum):
@@ -256,7 +253,7 @@ class Turn:
     label: str
     ask: str
     what_it_did: str
-    outcome: Outcome
+    outcome: TurnOutcome
     review_outcome: str
     tool_sequence: tuple[str, ...]
     tools_called: tuple[str, ...]
@@ -302,9 +299,9 @@ class Turn:
         """Spec gate 6: a skipped turn, or one done with no tool called, processed nothing. "No
         tool called" is an empty run (:attr:`tool_run`): neither a call nor a final-round tool was
         reported — a turn whose engine reported only its final round did call that round's tools."""
-        if self.outcome is Outcome.SKIPPED or self.review_outcome.strip().lower() == "skipped":
+        if self.outcome is TurnOutcome.SKIPPED or self.review_outcome.strip().lower() == "skipped":
             return False
-        return not (self.outcome is Outcome.DONE and not self.tool_run)
+        return not (self.outcome is TurnOutcome.DONE and not self.tool_run)
 
 
 class WorkerStatus(StrEnum):

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from libs.common.auxmodel import OfflineRules, Prompt
-from services.reflector.domain import Outcome, Turn, WorkerOutcome, WorkerStatus
+from libs.common.outcomes import TurnOutcome
+from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
 from services.reflector.workers.base import (
     InvalidOutput,
     WorkerContext,
@@ -50,9 +51,9 @@ class Refiner:
             return "unsettled"
         if not turn.offered_skills:
             return "no_skills_used"
-        if turn.outcome is Outcome.DONE and not self._on_success:
+        if turn.outcome is TurnOutcome.DONE and not self._on_success:
             return "auto_refine_on_success_off"
-        if turn.outcome is Outcome.FAILED and not self._on_failure:
+        if turn.outcome is TurnOutcome.FAILED and not self._on_failure:
             return "auto_refine_on_failure_off"
         return None
 
@@ -104,7 +105,9 @@ class Refiner:
         if not observation:
             raise InvalidOutput("an observation without text")
         kind = (
-            sk_pb.OBSERVATION_KIND_OBSERVED if turn.outcome is Outcome.DONE else sk_pb.OBSERVATION_KIND_COUNTER_EXAMPLE
+            sk_pb.OBSERVATION_KIND_OBSERVED
+            if turn.outcome is TurnOutcome.DONE
+            else sk_pb.OBSERVATION_KIND_COUNTER_EXAMPLE
         )
         resp = await ctx.ports.skills.append_observation(
             sk_pb.AppendSkillObservationRequest(
