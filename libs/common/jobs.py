@@ -37,7 +37,8 @@ import asyncpg
 from libs.common.clock import Clock
 
 __all__ = [
-    "NOTIFY_CHANNEL", "SQL", "ClaimQueue", "Job", "JobQueue", "JobState", "RenewQueue",
+    "NOTIFY_CHANNEL", "SQL", "ClaimManyQueue", "ClaimQueue", "EnqueueQueue", "Job", "JobQueue", "JobState",
+    "PendingQueue", "RenewQueue", "SettleQueue",
     "drain_claimed", "keep_claim", "listen", "run_claimed", "serve",
 ]  # fmt: skip
 
@@ -253,6 +254,11 @@ class JobQueue:
         return int(await self._pool.fetchval(SQL["pending"], kind))
 
 
+# The queue's operations as ``typing.Protocol``s, stated once here: a service's port of the queue
+# composes the ones its use cases need (``JobQueue`` is the adapter; tests/unit/fakes/jobs.py the
+# in-memory one). ``conn`` is the caller's transaction handle, passed through and never looked into.
+
+
 class RenewQueue(Protocol):
     """What keeping a claim needs of a queue (``JobQueue``, or a service's port of it)."""
 
@@ -265,6 +271,51 @@ class ClaimQueue(RenewQueue, Protocol):
     async def claim(
         self, kind: str, worker: str, now: datetime, lease_seconds: float, *, reclaim_lapsed: bool = ...
     ) -> Job | None: ...
+
+
+class EnqueueQueue(Protocol):
+    """Queueing a job inside the caller's transaction (:meth:`JobQueue.enqueue`)."""
+
+    async def enqueue(
+        self,
+        conn: Any,
+        *,
+        kind: str,
+        key: str,
+        company: str,
+        seat: str,
+        payload: bytes,
+        trace_carrier: dict[str, str],
+        now: datetime,
+        run_after: datetime | None = None,
+    ) -> int | None: ...
+
+
+class ClaimManyQueue(RenewQueue, Protocol):
+    """A worker that claims several jobs at once (:meth:`JobQueue.claim_many`) and renews each."""
+
+    async def claim_many(
+        self, kind: str, worker: str, now: datetime, lease_seconds: float, limit: int, *, reclaim_lapsed: bool = True
+    ) -> list[Job]: ...
+
+
+class SettleQueue(Protocol):
+    """Every move of a claimed job inside the caller's transaction, fenced by the claim: False when
+    it is no longer held."""
+
+    async def finish(self, conn: Any, job: Job, worker: str, now: datetime) -> bool: ...
+
+    async def defer(self, conn: Any, job: Job, worker: str, until: datetime) -> bool: ...
+
+    async def retry(self, conn: Any, job: Job, worker: str, until: datetime, reason: str) -> bool: ...
+
+    async def dead_letter(self, conn: Any, job: Job, worker: str, now: datetime, reason: str) -> bool: ...
+
+
+class PendingQueue(Protocol):
+    """How many jobs of a kind are not finished (:meth:`JobQueue.pending`)."""
+
+    async def pending(self, kind: str) -> int: ...
 
 
 async def keep_claim(

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from libs.common.budgets import BudgetRoom
 from libs.common.config import BudgetConfig
 from libs.common.events import Bookkeeping
-from libs.common.jobs import Job
+from libs.common.jobs import ClaimManyQueue, EnqueueQueue, PendingQueue, SettleQueue
 from services.reflector.domain import ReflectionState, WorkerOutcome
 from services.reflector.store import ReflectionRecord
 
@@ -110,39 +110,9 @@ class ReflectionStore(Protocol):
         ...
 
 
-class ReflectionQueue(Protocol):
-    """The reflection jobs' queue (``libs.common.jobs.JobQueue``, kind ``reflection``). Every move of
-    a claimed job is fenced by the claim: False when it is no longer held."""
-
-    async def enqueue(
-        self,
-        conn: Tx,
-        *,
-        kind: str,
-        key: str,
-        company: str,
-        seat: str,
-        payload: bytes,
-        trace_carrier: dict[str, str],
-        now: datetime,
-        run_after: datetime | None = None,
-    ) -> int | None: ...
-
-    async def claim_many(
-        self, kind: str, worker: str, now: datetime, lease_seconds: float, limit: int, *, reclaim_lapsed: bool = True
-    ) -> list[Job]: ...
-
-    async def renew(self, job: Job, worker: str, now: datetime, lease_seconds: float) -> bool: ...
-
-    async def finish(self, conn: Tx, job: Job, worker: str, now: datetime) -> bool: ...
-
-    async def defer(self, conn: Tx, job: Job, worker: str, until: datetime) -> bool: ...
-
-    async def retry(self, conn: Tx, job: Job, worker: str, until: datetime, reason: str) -> bool: ...
-
-    async def dead_letter(self, conn: Tx, job: Job, worker: str, now: datetime, reason: str) -> bool: ...
-
-    async def pending(self, kind: str) -> int: ...
+class ReflectionQueue(EnqueueQueue, ClaimManyQueue, SettleQueue, PendingQueue, Protocol):
+    """The reflection jobs' queue (``libs.common.jobs.JobQueue``, kind ``reflection``): the queue's
+    operations as libs.common.jobs states them, those the harness and the service use."""
 
 
 class Budget(Protocol):
