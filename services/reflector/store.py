@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -172,6 +173,21 @@ class PostgresReflectionStore:
             return None, False
         return _record(row), bool(row["taken"])
 
+    async def _move(
+        self,
+        conn: asyncpg.Connection,
+        target: ReflectionState,
+        sql: str,
+        company: str,
+        seat: str,
+        turn_id: str,
+        *params: Any,
+    ) -> bool:
+        """One guarded move to ``target``: ``sql`` takes the record's key, ``params``, and last the
+        states it may move from (``domain.sources``); then :meth:`_moved`."""
+        status = await conn.execute(sql, company, seat, turn_id, *params, sources(target))
+        return await self._moved(conn, status, company, seat, turn_id, target)
+
     async def _moved(
         self, conn: asyncpg.Connection, status: str, company: str, seat: str, turn_id: str, target: ReflectionState
     ) -> bool:
@@ -214,22 +230,16 @@ class PostgresReflectionStore:
         whole list of outcomes (the caller holds the claim, inside the same transaction)."""
         if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
             raise ValueError(f"close() ends a pass completed or gated, not {state}")
-        allowed = sources(state)
         if workers is None:
-            status = await conn.execute(SQL["close"], company, seat, turn_id, str(state), gate, now, allowed)
-        else:
-            status = await conn.execute(
-                SQL["close_with_workers"], company, seat, turn_id, str(state), gate, now, _dump(workers), allowed
-            )
-        return await self._moved(conn, status, company, seat, turn_id, state)
+            return await self._move(conn, state, SQL["close"], company, seat, turn_id, str(state), gate, now)
+        return await self._move(
+            conn, state, SQL["close_with_workers"], company, seat, turn_id, str(state), gate, now, _dump(workers)
+        )
 
     async def defer(
         self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, gate: str, until: datetime
     ) -> bool:
-        status = await conn.execute(
-            SQL["defer"], company, seat, turn_id, gate, until, sources(ReflectionState.DEFERRED)
-        )
-        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.DEFERRED)
+        return await self._move(conn, ReflectionState.DEFERRED, SQL["defer"], company, seat, turn_id, gate, until)
 
     async def retrying(
         self,
@@ -241,14 +251,12 @@ class PostgresReflectionStore:
         until: datetime,
         workers: list[WorkerOutcome] | None = None,
     ) -> bool:
-        allowed = sources(ReflectionState.RETRYING)
+        retry = ReflectionState.RETRYING
         if workers is None:
-            status = await conn.execute(SQL["retrying"], company, seat, turn_id, reason, until, allowed)
-        else:
-            status = await conn.execute(
-                SQL["retrying_with_workers"], company, seat, turn_id, reason, until, _dump(workers), allowed
-            )
-        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.RETRYING)
+            return await self._move(conn, retry, SQL["retrying"], company, seat, turn_id, reason, until)
+        return await self._move(
+            conn, retry, SQL["retrying_with_workers"], company, seat, turn_id, reason, until, _dump(workers)
+        )
 
     async def dead_letter(
         self,
@@ -262,14 +270,10 @@ class PostgresReflectionStore:
     ) -> bool:
         """Given up. ``workers`` None keeps the outcomes recorded (a turn whose payload is unreadable
         never ran one)."""
-        allowed = sources(ReflectionState.DEAD_LETTERED)
+        dead = ReflectionState.DEAD_LETTERED
         if workers is None:
-            status = await conn.execute(SQL["dead_letter_keep_workers"], company, seat, turn_id, reason, now, allowed)
-        else:
-            status = await conn.execute(
-                SQL["dead_letter"], company, seat, turn_id, reason, _dump(workers), now, allowed
-            )
-        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.DEAD_LETTERED)
+            return await self._move(conn, dead, SQL["dead_letter_keep_workers"], company, seat, turn_id, reason, now)
+        return await self._move(conn, dead, SQL["dead_letter"], company, seat, turn_id, reason, _dump(workers), now)
 
     async def requeued(self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str) -> bool:
         """A pass handed back when its process stops. A record not yet taken (stopped between the
