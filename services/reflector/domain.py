@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from libs.common.outcomes import TurnOutcome
 
@@ -30,6 +30,7 @@ __all__ = [
     "failure_kind_of",
     "job_key",
     "sources",
+    "turn_fields",
     "turn_id_of",
 ]
 
@@ -235,6 +236,21 @@ class Interaction:
     sender: Sender
     body: str
     send_time: datetime | None = None
+
+
+class _TurnKeyed(Protocol):
+    @property
+    def company(self) -> str: ...
+    @property
+    def seat(self) -> str: ...
+    @property
+    def turn_id(self) -> str: ...
+
+
+def turn_fields(turn: _TurnKeyed) -> dict[str, str]:
+    """What names a turn on every event the reflector emits about it (a :class:`Turn`, or the
+    reported proto turn): its company, seat and run id."""
+    return {"company": turn.company, "seat": turn.seat, "turn_id": turn.turn_id}
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from services.reflector.domain import (
     Turn,
     WorkerOutcome,
     WorkerStatus,
+    turn_fields,
     turn_id_of,
 )
 from services.reflector.ports import Budget, ReflectionQueue, ReflectionStore
@@ -301,9 +302,7 @@ class Harness:
             _log.error("reflection of %s/%s dead-lettered: %s", turn.seat, turn.turn_id, reason)
             await self._events.emit(
                 "reflection_dead_lettered",
-                company=turn.company,
-                seat=turn.seat,
-                turn_id=turn.turn_id,
+                **turn_fields(turn),
                 attempts=job.attempts,
                 reason=reason,
             )
@@ -317,9 +316,7 @@ class Harness:
         _log.warning("reflection of %s/%s retries at %s: %s", turn.seat, turn.turn_id, until.isoformat(), reason)
         await self._events.emit(
             "reflection_retrying",
-            company=turn.company,
-            seat=turn.seat,
-            turn_id=turn.turn_id,
+            **turn_fields(turn),
             attempts=job.attempts,
             next_attempt_time=until.isoformat(),
             reason=reason,
@@ -378,9 +375,7 @@ class Harness:
             await self._store.close(conn, turn.company, turn.seat, turn.turn_id, state, gate, now, workers)
         await self._events.emit(
             "reflection_completed",
-            company=turn.company,
-            seat=turn.seat,
-            turn_id=turn.turn_id,
+            **turn_fields(turn),
             state=state,
             gate=str(gate) if gate else None,
             workers={o.worker: str(o.status) for o in outcomes},

@@ -19,7 +19,7 @@ from typing import Any
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.auxmodel import OfflineRules
-from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
+from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus, turn_fields
 from services.reflector.workers.base import (
     InvalidOutput,
     WorkerContext,
@@ -144,9 +144,7 @@ class PersistDecider:
     async def _completed(turn: Turn, ctx: WorkerContext, tier: str, ttl_until: str | None, written: bool) -> None:
         await ctx.events.emit(
             "persist_decider_completed",
-            company=turn.company,
-            seat=turn.seat,
-            turn_id=turn.turn_id,
+            **turn_fields(turn),
             classification=tier,
             ttl_until=ttl_until,
             written=written,
