@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
@@ -56,6 +59,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_R = TypeVar("_R")
 
 KNOWLEDGE_DEFAULT, KNOWLEDGE_MAX = 5, 20
 _OUTCOME_FILTER = {
@@ -131,6 +135,14 @@ class Builtins:
     def __init__(self, deps: Deps, past_turns: PastTurns):
         self.deps = deps
         self.past_turns = past_turns
+
+    async def _call(self, service: str, rpc: Callable[..., Awaitable[_R]], request: Message) -> _R:
+        """One call on ``service`` under the tools' deadline; its refusal is passed through as the
+        tool's own (its code, reason, domain and details: ``passthrough``)."""
+        try:
+            return await rpc(request, timeout=self._timeout)
+        except grpc.aio.AioRpcError as err:
+            raise passthrough(service, err) from err
 
     @property
     def _timeout(self) -> float:
@@ -372,22 +384,20 @@ class Builtins:
                 field="tier",
                 metadata={"value": tier[:100]},
             )
-        try:
-            resp = await self.deps.clients.diary.WriteNote(
-                diary_pb.WriteNoteRequest(
-                    company=company,
-                    seat=seat,
-                    content=content,
-                    tier=pb_tier,
-                    ttl_days=ttl_days,
-                    source=diary_pb.NOTE_SOURCE_REFLECT_AND_PERSIST,
-                    turn_id=turn_id,
-                    request_id=tool_request_id(),
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise passthrough("diary", err) from err
+        resp = await self._call(
+            "diary",
+            self.deps.clients.diary.WriteNote,
+            diary_pb.WriteNoteRequest(
+                company=company,
+                seat=seat,
+                content=content,
+                tier=pb_tier,
+                ttl_days=ttl_days,
+                source=diary_pb.NOTE_SOURCE_REFLECT_AND_PERSIST,
+                turn_id=turn_id,
+                request_id=tool_request_id(),
+            ),
+        )
         note = resp.note
         if note.tier == diary_pb.NOTE_TIER_SHORT:
             until = note.expire_time.ToDatetime().date().isoformat()
@@ -401,13 +411,11 @@ class Builtins:
     async def use_skill(self, company: str, seat: str, name: str, turn_id: str) -> tuple[str, str]:
         seat_ref(company, seat, domain=DOMAIN)
         require_text(name, "name", domain=DOMAIN, max_chars=200)
-        try:
-            resp = await self.deps.clients.skills.UseSkill(
-                skill_pb.UseSkillRequest(company=company, seat=seat, skill_name=name.strip(), turn_id=turn_id),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise passthrough("skills", err) from err
+        resp = await self._call(
+            "skills",
+            self.deps.clients.skills.UseSkill,
+            skill_pb.UseSkillRequest(company=company, seat=seat, skill_name=name.strip(), turn_id=turn_id),
+        )
         return resp.skill.body, resp.skill.id
 
     async def refine_skill(
@@ -415,21 +423,19 @@ class Builtins:
     ) -> tuple[int, str]:
         seat_ref(company, seat, domain=DOMAIN)
         require_text(name, "skill_name", domain=DOMAIN, max_chars=200)
-        try:
-            resp = await self.deps.clients.skills.RefineSkill(
-                skill_pb.RefineSkillRequest(
-                    company=company,
-                    seat=seat,
-                    skill_name=name.strip(),
-                    body=content,
-                    reason=reason,
-                    turn_id=turn_id,
-                    request_id=tool_request_id(),
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise passthrough("skills", err) from err
+        resp = await self._call(
+            "skills",
+            self.deps.clients.skills.RefineSkill,
+            skill_pb.RefineSkillRequest(
+                company=company,
+                seat=seat,
+                skill_name=name.strip(),
+                body=content,
+                reason=reason,
+                turn_id=turn_id,
+                request_id=tool_request_id(),
+            ),
+        )
         version = resp.skill.version
         return version, (
             f"Skill {resp.skill.name} now reads as you wrote it (version {version}); the previous body is "
@@ -465,23 +471,21 @@ class Builtins:
                 domain=DOMAIN,
                 metadata={"tool": "distill_skill", "role": role},
             )
-        try:
-            resp = await self.deps.clients.skills.ProposeSkill(
-                skill_pb.ProposeSkillRequest(
-                    company=company,
-                    seat=seat,
-                    name=name,
-                    summary=summary,
-                    body=body,
-                    tool_sequence=tool_sequence,
-                    origin=skill_pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
-                    source=skill_pb.ProposalSource(session_id=session_id, turn_id=turn_id),
-                    request_id=f"distill:{turn_id}:{name.strip()}"[:200] if turn_id else "",
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise passthrough("skills", err) from err
+        resp = await self._call(
+            "skills",
+            self.deps.clients.skills.ProposeSkill,
+            skill_pb.ProposeSkillRequest(
+                company=company,
+                seat=seat,
+                name=name,
+                summary=summary,
+                body=body,
+                tool_sequence=tool_sequence,
+                origin=skill_pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
+                source=skill_pb.ProposalSource(session_id=session_id, turn_id=turn_id),
+                request_id=f"distill:{turn_id}:{name.strip()}"[:200] if turn_id else "",
+            ),
+        )
         disposition = skill_pb.ProposalDisposition.Name(resp.disposition).removeprefix("PROPOSAL_DISPOSITION_").lower()
         match = resp.match.name
         text = {
