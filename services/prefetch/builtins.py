@@ -36,11 +36,11 @@ from services.prefetch.deps import Deps, Who
 from services.prefetch.domain import (
     DOMAIN,
     HINT_MAX_CHARS,
-    QUERY_EPISODES_DEFAULT,
-    QUERY_EPISODES_MAX,
+    QUERY_EPISODES_LIMIT,
     QUERY_MAX_CHARS,
-    REFRESH_DEFAULT_LIMIT,
-    REFRESH_MAX_LIMIT,
+    REFRESH_LIMIT,
+    SEARCH_KNOWLEDGE_LIMIT,
+    Limit,
     Sender,
     chain_hash,
     hint_key,
@@ -61,7 +61,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 _R = TypeVar("_R")
 
-KNOWLEDGE_DEFAULT, KNOWLEDGE_MAX = 5, 20
 _OUTCOME_FILTER = {
     "done": ep_pb.TURN_OUTCOME_DONE,
     "failed": ep_pb.TURN_OUTCOME_FAILED,
@@ -115,7 +114,8 @@ class KnowledgeAnswer:
     outcome: SearchOutcome
 
 
-def _limit(value: int, field: str, default: int, maximum: int) -> int:
+def _limit(value: int, field: str, limit: Limit) -> int:
+    default, maximum = limit.default, limit.maximum
     if value < 0:
         raise InvalidArgument(
             f"{field} must not be negative, got {value}",
@@ -160,7 +160,7 @@ class Builtins:
         seat_ref(company, seat, domain=DOMAIN)
         require_text(turn_id, "turn_id", domain=DOMAIN, max_chars=200)
         require_text(hint, "context_hint", domain=DOMAIN, max_chars=HINT_MAX_CHARS)
-        limit = _limit(limit, "limit", REFRESH_DEFAULT_LIMIT, REFRESH_MAX_LIMIT)
+        limit = _limit(limit, "limit", REFRESH_LIMIT)
         # One run's refreshes go one at a time, on every replica: two parallel calls with the same
         # hint would otherwise both spend a slot and both call the filter, and two repeats would
         # both count the same newly shown notes as uses.
@@ -226,7 +226,7 @@ class Builtins:
                 hint,
                 distinct_senders(senders),
                 pool,
-                REFRESH_MAX_LIMIT,
+                REFRESH_LIMIT.maximum,
                 self.deps.settings.learning.prefetch.aux_timeout_seconds,
             )
         except memory.FilterFailed as err:
@@ -263,7 +263,7 @@ class Builtins:
         recency otherwise. Never summarised; asks and accounts past 600 bytes condensed or named by
         size through the same renderer as the turn-start block."""
         seat_ref(company, seat, domain=DOMAIN)
-        limit = _limit(limit, "limit", QUERY_EPISODES_DEFAULT, QUERY_EPISODES_MAX)
+        limit = _limit(limit, "limit", QUERY_EPISODES_LIMIT)
         outcome = None
         if outcome_filter.strip():
             outcome = _OUTCOME_FILTER.get(outcome_filter.strip().lower())
@@ -505,7 +505,7 @@ class Builtins:
         seat_ref(company, seat, domain=DOMAIN)
         require_text(role, "role", domain=DOMAIN, max_chars=200)
         require_text(query, "query", domain=DOMAIN, max_chars=QUERY_MAX_CHARS)
-        limit = _limit(limit, "limit", KNOWLEDGE_DEFAULT, KNOWLEDGE_MAX)
+        limit = _limit(limit, "limit", SEARCH_KNOWLEDGE_LIMIT)
         # The same seam, scope, auto-draft exclusion and credential as the turn-start block; the
         # knowledge service records the knowledge_read.
         outcome = await search(
