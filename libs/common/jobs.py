@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict, Unpack
 
 import asyncpg
 
@@ -38,7 +38,7 @@ from libs.common.clock import Clock
 
 __all__ = [
     "NOTIFY_CHANNEL", "SQL", "ClaimManyQueue", "ClaimQueue", "EnqueueQueue", "Job", "JobQueue", "JobState",
-    "PendingQueue", "RenewQueue", "SettleQueue",
+    "NewJob", "PendingQueue", "RenewQueue", "SettleQueue",
     "drain_claimed", "keep_claim", "listen", "run_claimed", "serve",
 ]  # fmt: skip
 
@@ -72,6 +72,21 @@ class Job:
     attempts: int
     """Claims that counted, this one included (the fence of every transition this claim makes)."""
     create_time: datetime
+
+
+class NewJob(TypedDict):
+    """A job to queue (``JobQueue.enqueue``'s keywords, stated once for the queue and its ports)."""
+
+    kind: str
+    key: str
+    """With ``kind`` and ``company``, the durable duplicate gate."""
+    company: str
+    seat: str
+    payload: bytes
+    trace_carrier: dict[str, str]
+    now: datetime
+    run_after: NotRequired[datetime | None]
+    """Not before (default ``now``)."""
 
 
 _JOB = "id, kind, key, company, seat, payload, trace_carrier, attempts, create_time"
@@ -160,30 +175,19 @@ class JobQueue:
         self._pool = pool
         self._channel = notify_channel
 
-    async def enqueue(
-        self,
-        conn: asyncpg.Connection,
-        *,
-        kind: str,
-        key: str,
-        company: str,
-        seat: str,
-        payload: bytes,
-        trace_carrier: dict[str, str],
-        now: datetime,
-        run_after: datetime | None = None,
-    ) -> int | None:
+    async def enqueue(self, conn: asyncpg.Connection, **job: Unpack[NewJob]) -> int | None:
         """Queue a job inside the caller's transaction (it lands, and wakes the workers, only if
         that commits); its id, or None when ``(kind, company, key)`` is already queued or ran."""
+        now = job["now"]
         job_id: int | None = await conn.fetchval(
             SQL["enqueue"],
-            kind,
-            key,
-            company,
-            seat,
-            payload,
-            json.dumps(trace_carrier),
-            run_after or now,
+            job["kind"],
+            job["key"],
+            job["company"],
+            job["seat"],
+            job["payload"],
+            json.dumps(job["trace_carrier"]),
+            job.get("run_after") or now,
             now,
             self._channel,
         )
@@ -276,19 +280,7 @@ class ClaimQueue(RenewQueue, Protocol):
 class EnqueueQueue(Protocol):
     """Queueing a job inside the caller's transaction (:meth:`JobQueue.enqueue`)."""
 
-    async def enqueue(
-        self,
-        conn: Any,
-        *,
-        kind: str,
-        key: str,
-        company: str,
-        seat: str,
-        payload: bytes,
-        trace_carrier: dict[str, str],
-        now: datetime,
-        run_after: datetime | None = None,
-    ) -> int | None: ...
+    async def enqueue(self, conn: Any, **job: Unpack[NewJob]) -> int | None: ...
 
 
 class ClaimManyQueue(RenewQueue, Protocol):
