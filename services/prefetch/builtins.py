@@ -49,6 +49,7 @@ from services.prefetch.domain import (
 from services.prefetch.downstream_errors import passthrough
 from services.prefetch.knowledge_block import render_search_result, search
 from services.prefetch.past_turns import PastTurns
+from services.prefetch.store import LedgerEntry
 from services.prefetch.turn_context import distinct_senders, mark_used
 
 __all__ = [
@@ -240,7 +241,8 @@ class Builtins:
                 False,
             )
         shown = selected[:limit]
-        await store.record_answer(company, seat, turn_id, key, hint, [n.row() for n in selected], len(shown), now)
+        answer = LedgerEntry([n.row() for n in selected], len(shown))
+        await store.record_answer(company, seat, turn_id, key, hint, answer, now)
         await mark_used(self.deps, company, seat, [n.id for n in shown])
         return RefreshAnswer(
             _refresh_text(hint, shown, len(selected), counted), [n.id for n in shown], spent, cap, False

@@ -159,17 +159,9 @@ class PostgresPrefetchStore:
             return Reservation("reserved", spent + 1)
 
     async def record_answer(
-        self,
-        company: str,
-        seat: str,
-        turn_id: str,
-        hint_key: str,
-        hint: str,
-        notes: list[dict[str, Any]],
-        shown: int,
-        now: datetime,
+        self, company: str, seat: str, turn_id: str, hint_key: str, hint: str, answer: LedgerEntry, now: datetime
     ) -> None:
-        await self._put(company, seat, turn_id, hint_key, hint, "answered", json.dumps(notes), shown, now)
+        await self._put(company, seat, turn_id, hint_key, hint, "answered", json.dumps(answer.notes), answer.shown, now)
 
     async def record_failure(
         self, company: str, seat: str, turn_id: str, hint_key: str, hint: str, now: datetime
