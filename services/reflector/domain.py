@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from libs.common.outcomes import TurnOutcome
 
@@ -24,6 +24,7 @@ __all__ = [
     "Sender",
     "Trigger",
     "Turn",
+    "TurnKey",
     "WorkerOutcome",
     "WorkerStatus",
     "check_transition",
@@ -238,6 +239,15 @@ class Interaction:
     send_time: datetime | None = None
 
 
+class TurnKey(NamedTuple):
+    """A turn's reflection record: one per company, seat and run id (a run id is one seat's). A
+    tuple, so a statement takes it as its first three parameters (``*key``)."""
+
+    company: str
+    seat: str
+    turn_id: str
+
+
 class _TurnKeyed(Protocol):
     @property
     def company(self) -> str: ...
@@ -282,6 +292,10 @@ class Turn:
     conversation_id: str = ""
     work_item: str = ""
     learning_enabled: bool | None = None
+
+    @property
+    def key(self) -> TurnKey:
+        return TurnKey(self.company, self.seat, self.turn_id)
 
     def write_key(self, worker: str, *parts: str) -> str:
         """The idempotency key of a worker's write: per unit of WORK when the turn names one, so a

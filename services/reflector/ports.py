@@ -23,7 +23,7 @@ from libs.common.budgets import BudgetRoom
 from libs.common.config import BudgetConfig
 from libs.common.events import Bookkeeping
 from libs.common.jobs import ClaimManyQueue, EnqueueQueue, PendingQueue, SettleQueue
-from services.reflector.domain import ReflectionState, WorkerOutcome
+from services.reflector.domain import ReflectionState, TurnKey, WorkerOutcome
 from services.reflector.store import ReflectionRecord
 
 __all__ = ["Budget", "ReflectionQueue", "ReflectionStore", "Tx"]
@@ -56,9 +56,7 @@ class ReflectionStore(Protocol):
     async def close(
         self,
         tx: Tx,
-        company: str,
-        seat: str,
-        turn_id: str,
+        key: TurnKey,
         state: ReflectionState,
         gate: str | None,
         now: datetime,
@@ -67,33 +65,19 @@ class ReflectionStore(Protocol):
         """COMPLETED or GATED; False when there is no record (the queue row moves alone)."""
         ...
 
-    async def defer(self, tx: Tx, company: str, seat: str, turn_id: str, gate: str, until: datetime) -> bool: ...
+    async def defer(self, tx: Tx, key: TurnKey, gate: str, until: datetime) -> bool: ...
 
     async def retrying(
-        self,
-        tx: Tx,
-        company: str,
-        seat: str,
-        turn_id: str,
-        reason: str,
-        until: datetime,
-        workers: list[WorkerOutcome] | None = None,
+        self, tx: Tx, key: TurnKey, reason: str, until: datetime, workers: list[WorkerOutcome] | None = None
     ) -> bool: ...
 
     async def dead_letter(
-        self,
-        tx: Tx,
-        company: str,
-        seat: str,
-        turn_id: str,
-        reason: str,
-        workers: list[WorkerOutcome] | None,
-        now: datetime,
+        self, tx: Tx, key: TurnKey, reason: str, workers: list[WorkerOutcome] | None, now: datetime
     ) -> bool:
         """Given up; ``workers`` None keeps the outcomes recorded."""
         ...
 
-    async def requeued(self, tx: Tx, company: str, seat: str, turn_id: str) -> bool:
+    async def requeued(self, tx: Tx, key: TurnKey) -> bool:
         """A pass handed back on stopping: QUEUED again (a record still waiting stays as it is)."""
         ...
 
