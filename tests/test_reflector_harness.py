@@ -17,7 +17,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from libs.common.jobs import JobQueue
-from services.reflector.domain import IllegalTransition, ReflectionState
+from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey
 from services.reflector.store import PostgresReflectionStore
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
@@ -833,7 +833,9 @@ async def test_an_illegal_move_is_refused_and_the_queue_row_moved_beside_it_roll
         with pytest.raises(IllegalTransition) as exc:
             async with pool.acquire() as conn, conn.transaction():
                 assert await queue.finish(conn, job, "w-1", clock.now())
-                await store.close(conn, "acme", "ana", "run-1", ReflectionState.COMPLETED, None, clock.now(), [])
+                await store.close(
+                    conn, TurnKey("acme", "ana", "run-1"), ReflectionState.COMPLETED, None, clock.now(), []
+                )
         assert (exc.value.current, exc.value.target) == (ReflectionState.QUEUED, ReflectionState.COMPLETED)
         assert await pool.fetchval("SELECT state FROM background_jobs") == "running"  # rolled back
         assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_QUEUED
@@ -842,14 +844,16 @@ async def test_an_illegal_move_is_refused_and_the_queue_row_moved_beside_it_roll
         assert record is not None and record.state == ReflectionState.QUEUED and taken
         async with pool.acquire() as conn, conn.transaction():
             assert await queue.finish(conn, job, "w-1", clock.now())
-            assert await store.close(conn, "acme", "ana", "run-1", ReflectionState.COMPLETED, None, clock.now(), [])
+            assert await store.close(
+                conn, TurnKey("acme", "ana", "run-1"), ReflectionState.COMPLETED, None, clock.now(), []
+            )
         assert await _out_of_step(pool) == []
         # A finished record is not taken again (the duplicate gate), and moving it is refused.
         record, taken = await store.take("acme", "ana", "run-1")
         assert record is not None and record.state == ReflectionState.COMPLETED and not taken
         with pytest.raises(IllegalTransition):
             async with pool.acquire() as conn, conn.transaction():
-                await store.retrying(conn, "acme", "ana", "run-1", "late", clock.now())
+                await store.retrying(conn, TurnKey("acme", "ana", "run-1"), "late", clock.now())
         assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_COMPLETED
 
 

@@ -30,14 +30,15 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict, Unpack
 
 import asyncpg
 
 from libs.common.clock import Clock
 
 __all__ = [
-    "NOTIFY_CHANNEL", "SQL", "ClaimQueue", "Job", "JobQueue", "JobState", "RenewQueue",
+    "NOTIFY_CHANNEL", "SQL", "ClaimManyQueue", "ClaimQueue", "EnqueueQueue", "Job", "JobQueue", "JobState",
+    "NewJob", "PendingQueue", "RenewQueue", "SettleQueue",
     "drain_claimed", "keep_claim", "listen", "run_claimed", "serve",
 ]  # fmt: skip
 
@@ -71,6 +72,21 @@ class Job:
     attempts: int
     """Claims that counted, this one included (the fence of every transition this claim makes)."""
     create_time: datetime
+
+
+class NewJob(TypedDict):
+    """A job to queue (``JobQueue.enqueue``'s keywords, stated once for the queue and its ports)."""
+
+    kind: str
+    key: str
+    """With ``kind`` and ``company``, the durable duplicate gate."""
+    company: str
+    seat: str
+    payload: bytes
+    trace_carrier: dict[str, str]
+    now: datetime
+    run_after: NotRequired[datetime | None]
+    """Not before (default ``now``)."""
 
 
 _JOB = "id, kind, key, company, seat, payload, trace_carrier, attempts, create_time"
@@ -159,30 +175,19 @@ class JobQueue:
         self._pool = pool
         self._channel = notify_channel
 
-    async def enqueue(
-        self,
-        conn: asyncpg.Connection,
-        *,
-        kind: str,
-        key: str,
-        company: str,
-        seat: str,
-        payload: bytes,
-        trace_carrier: dict[str, str],
-        now: datetime,
-        run_after: datetime | None = None,
-    ) -> int | None:
+    async def enqueue(self, conn: asyncpg.Connection, **job: Unpack[NewJob]) -> int | None:
         """Queue a job inside the caller's transaction (it lands, and wakes the workers, only if
         that commits); its id, or None when ``(kind, company, key)`` is already queued or ran."""
+        now = job["now"]
         job_id: int | None = await conn.fetchval(
             SQL["enqueue"],
-            kind,
-            key,
-            company,
-            seat,
-            payload,
-            json.dumps(trace_carrier),
-            run_after or now,
+            job["kind"],
+            job["key"],
+            job["company"],
+            job["seat"],
+            job["payload"],
+            json.dumps(job["trace_carrier"]),
+            job.get("run_after") or now,
             now,
             self._channel,
         )
@@ -253,6 +258,11 @@ class JobQueue:
         return int(await self._pool.fetchval(SQL["pending"], kind))
 
 
+# The queue's operations as ``typing.Protocol``s, stated once here: a service's port of the queue
+# composes the ones its use cases need (``JobQueue`` is the adapter; tests/unit/fakes/jobs.py the
+# in-memory one). ``conn`` is the caller's transaction handle, passed through and never looked into.
+
+
 class RenewQueue(Protocol):
     """What keeping a claim needs of a queue (``JobQueue``, or a service's port of it)."""
 
@@ -265,6 +275,39 @@ class ClaimQueue(RenewQueue, Protocol):
     async def claim(
         self, kind: str, worker: str, now: datetime, lease_seconds: float, *, reclaim_lapsed: bool = ...
     ) -> Job | None: ...
+
+
+class EnqueueQueue(Protocol):
+    """Queueing a job inside the caller's transaction (:meth:`JobQueue.enqueue`)."""
+
+    async def enqueue(self, conn: Any, **job: Unpack[NewJob]) -> int | None: ...
+
+
+class ClaimManyQueue(RenewQueue, Protocol):
+    """A worker that claims several jobs at once (:meth:`JobQueue.claim_many`) and renews each."""
+
+    async def claim_many(
+        self, kind: str, worker: str, now: datetime, lease_seconds: float, limit: int, *, reclaim_lapsed: bool = True
+    ) -> list[Job]: ...
+
+
+class SettleQueue(Protocol):
+    """Every move of a claimed job inside the caller's transaction, fenced by the claim: False when
+    it is no longer held."""
+
+    async def finish(self, conn: Any, job: Job, worker: str, now: datetime) -> bool: ...
+
+    async def defer(self, conn: Any, job: Job, worker: str, until: datetime) -> bool: ...
+
+    async def retry(self, conn: Any, job: Job, worker: str, until: datetime, reason: str) -> bool: ...
+
+    async def dead_letter(self, conn: Any, job: Job, worker: str, now: datetime, reason: str) -> bool: ...
+
+
+class PendingQueue(Protocol):
+    """How many jobs of a kind are not finished (:meth:`JobQueue.pending`)."""
+
+    async def pending(self, kind: str) -> int: ...
 
 
 async def keep_claim(

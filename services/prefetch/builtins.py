@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
@@ -33,11 +36,11 @@ from services.prefetch.deps import Deps, Who
 from services.prefetch.domain import (
     DOMAIN,
     HINT_MAX_CHARS,
-    QUERY_EPISODES_DEFAULT,
-    QUERY_EPISODES_MAX,
+    QUERY_EPISODES_LIMIT,
     QUERY_MAX_CHARS,
-    REFRESH_DEFAULT_LIMIT,
-    REFRESH_MAX_LIMIT,
+    REFRESH_LIMIT,
+    SEARCH_KNOWLEDGE_LIMIT,
+    Limit,
     Sender,
     chain_hash,
     hint_key,
@@ -46,6 +49,7 @@ from services.prefetch.domain import (
 from services.prefetch.downstream_errors import passthrough
 from services.prefetch.knowledge_block import render_search_result, search
 from services.prefetch.past_turns import PastTurns
+from services.prefetch.store import LedgerEntry
 from services.prefetch.turn_context import distinct_senders, mark_used
 
 __all__ = [
@@ -56,8 +60,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_R = TypeVar("_R")
 
-KNOWLEDGE_DEFAULT, KNOWLEDGE_MAX = 5, 20
 _OUTCOME_FILTER = {
     "done": ep_pb.TURN_OUTCOME_DONE,
     "failed": ep_pb.TURN_OUTCOME_FAILED,
@@ -111,7 +115,8 @@ class KnowledgeAnswer:
     outcome: SearchOutcome
 
 
-def _limit(value: int, field: str, default: int, maximum: int) -> int:
+def _limit(value: int, field: str, limit: Limit) -> int:
+    default, maximum = limit.default, limit.maximum
     if value < 0:
         raise InvalidArgument(
             f"{field} must not be negative, got {value}",
@@ -132,6 +137,14 @@ class Builtins:
         self.deps = deps
         self.past_turns = past_turns
 
+    async def _call(self, service: str, rpc: Callable[..., Awaitable[_R]], request: Message) -> _R:
+        """One call on ``service`` under the tools' deadline; its refusal is passed through as the
+        tool's own (its code, reason, domain and details: ``passthrough``)."""
+        try:
+            return await rpc(request, timeout=self._timeout)
+        except grpc.aio.AioRpcError as err:
+            raise passthrough(service, err) from err
+
     @property
     def _timeout(self) -> float:
         return self.deps.clients.timeout
@@ -148,7 +161,7 @@ class Builtins:
         seat_ref(company, seat, domain=DOMAIN)
         require_text(turn_id, "turn_id", domain=DOMAIN, max_chars=200)
         require_text(hint, "context_hint", domain=DOMAIN, max_chars=HINT_MAX_CHARS)
-        limit = _limit(limit, "limit", REFRESH_DEFAULT_LIMIT, REFRESH_MAX_LIMIT)
+        limit = _limit(limit, "limit", REFRESH_LIMIT)
         # One run's refreshes go one at a time, on every replica: two parallel calls with the same
         # hint would otherwise both spend a slot and both call the filter, and two repeats would
         # both count the same newly shown notes as uses.
@@ -214,7 +227,7 @@ class Builtins:
                 hint,
                 distinct_senders(senders),
                 pool,
-                REFRESH_MAX_LIMIT,
+                REFRESH_LIMIT.maximum,
                 self.deps.settings.learning.prefetch.aux_timeout_seconds,
             )
         except memory.FilterFailed as err:
@@ -228,7 +241,8 @@ class Builtins:
                 False,
             )
         shown = selected[:limit]
-        await store.record_answer(company, seat, turn_id, key, hint, [n.row() for n in selected], len(shown), now)
+        answer = LedgerEntry([n.row() for n in selected], len(shown))
+        await store.record_answer(company, seat, turn_id, key, hint, answer, now)
         await mark_used(self.deps, company, seat, [n.id for n in shown])
         return RefreshAnswer(
             _refresh_text(hint, shown, len(selected), counted), [n.id for n in shown], spent, cap, False
@@ -251,7 +265,7 @@ class Builtins:
         recency otherwise. Never summarised; asks and accounts past 600 bytes condensed or named by
         size through the same renderer as the turn-start block."""
         seat_ref(company, seat, domain=DOMAIN)
-        limit = _limit(limit, "limit", QUERY_EPISODES_DEFAULT, QUERY_EPISODES_MAX)
+        limit = _limit(limit, "limit", QUERY_EPISODES_LIMIT)
         outcome = None
         if outcome_filter.strip():
             outcome = _OUTCOME_FILTER.get(outcome_filter.strip().lower())
@@ -372,22 +386,20 @@ class Builtins:
                 field="tier",
                 metadata={"value": tier[:100]},
             )
-        try:
-            resp = await self.deps.clients.diary.WriteNote(
-                diary_pb.WriteNoteRequest(
-                    company=company,
-                    seat=seat,
-                    content=content,
-                    tier=pb_tier,
-                    ttl_days=ttl_days,
-                    source=diary_pb.NOTE_SOURCE_REFLECT_AND_PERSIST,
-                    turn_id=turn_id,
-                    request_id=tool_request_id(),
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise passthrough("diary", err) from err
+        resp = await self._call(
+            "diary",
+            self.deps.clients.diary.WriteNote,
+            diary_pb.WriteNoteRequest(
+                company=company,
+                seat=seat,
+                content=content,
+                tier=pb_tier,
+                ttl_days=ttl_days,
+                source=diary_pb.NOTE_SOURCE_REFLECT_AND_PERSIST,
+                turn_id=turn_id,
+                request_id=tool_request_id(),
+            ),
+        )
         note = resp.note
         if note.tier == diary_pb.NOTE_TIER_SHORT:
             until = note.expire_time.ToDatetime().date().isoformat()
@@ -401,13 +413,11 @@ class Builtins:
     async def use_skill(self, company: str, seat: str, name: str, turn_id: str) -> tuple[str, str]:
         seat_ref(company, seat, domain=DOMAIN)
         require_text(name, "name", domain=DOMAIN, max_chars=200)
-        try:
-            resp = await self.deps.clients.skills.UseSkill(
-                skill_pb.UseSkillRequest(company=company, seat=seat, skill_name=name.strip(), turn_id=turn_id),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise passthrough("skills", err) from err
+        resp = await self._call(
+            "skills",
+            self.deps.clients.skills.UseSkill,
+            skill_pb.UseSkillRequest(company=company, seat=seat, skill_name=name.strip(), turn_id=turn_id),
+        )
         return resp.skill.body, resp.skill.id
 
     async def refine_skill(
@@ -415,21 +425,19 @@ class Builtins:
     ) -> tuple[int, str]:
         seat_ref(company, seat, domain=DOMAIN)
         require_text(name, "skill_name", domain=DOMAIN, max_chars=200)
-        try:
-            resp = await self.deps.clients.skills.RefineSkill(
-                skill_pb.RefineSkillRequest(
-                    company=company,
-                    seat=seat,
-                    skill_name=name.strip(),
-                    body=content,
-                    reason=reason,
-                    turn_id=turn_id,
-                    request_id=tool_request_id(),
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise passthrough("skills", err) from err
+        resp = await self._call(
+            "skills",
+            self.deps.clients.skills.RefineSkill,
+            skill_pb.RefineSkillRequest(
+                company=company,
+                seat=seat,
+                skill_name=name.strip(),
+                body=content,
+                reason=reason,
+                turn_id=turn_id,
+                request_id=tool_request_id(),
+            ),
+        )
         version = resp.skill.version
         return version, (
             f"Skill {resp.skill.name} now reads as you wrote it (version {version}); the previous body is "
@@ -465,23 +473,21 @@ class Builtins:
                 domain=DOMAIN,
                 metadata={"tool": "distill_skill", "role": role},
             )
-        try:
-            resp = await self.deps.clients.skills.ProposeSkill(
-                skill_pb.ProposeSkillRequest(
-                    company=company,
-                    seat=seat,
-                    name=name,
-                    summary=summary,
-                    body=body,
-                    tool_sequence=tool_sequence,
-                    origin=skill_pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
-                    source=skill_pb.ProposalSource(session_id=session_id, turn_id=turn_id),
-                    request_id=f"distill:{turn_id}:{name.strip()}"[:200] if turn_id else "",
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            raise passthrough("skills", err) from err
+        resp = await self._call(
+            "skills",
+            self.deps.clients.skills.ProposeSkill,
+            skill_pb.ProposeSkillRequest(
+                company=company,
+                seat=seat,
+                name=name,
+                summary=summary,
+                body=body,
+                tool_sequence=tool_sequence,
+                origin=skill_pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
+                source=skill_pb.ProposalSource(session_id=session_id, turn_id=turn_id),
+                request_id=f"distill:{turn_id}:{name.strip()}"[:200] if turn_id else "",
+            ),
+        )
         disposition = skill_pb.ProposalDisposition.Name(resp.disposition).removeprefix("PROPOSAL_DISPOSITION_").lower()
         match = resp.match.name
         text = {
@@ -501,7 +507,7 @@ class Builtins:
         seat_ref(company, seat, domain=DOMAIN)
         require_text(role, "role", domain=DOMAIN, max_chars=200)
         require_text(query, "query", domain=DOMAIN, max_chars=QUERY_MAX_CHARS)
-        limit = _limit(limit, "limit", KNOWLEDGE_DEFAULT, KNOWLEDGE_MAX)
+        limit = _limit(limit, "limit", SEARCH_KNOWLEDGE_LIMIT)
         # The same seam, scope, auto-draft exclusion and credential as the turn-start block; the
         # knowledge service records the knowledge_read.
         outcome = await search(

@@ -242,20 +242,19 @@ def _validate(tool: str, schema: dict[str, Any], arguments: dict[str, Any]) -> N
     )
 
 
+# A value's JSON type as an error names it; bool before int (a bool is an int in Python).
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "an object"),
+)
+
+
 def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return "null"
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), "null")
 
 
 def _shown(value: Any) -> str:

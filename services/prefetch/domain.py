@@ -18,15 +18,15 @@ __all__ = [
     "HINT_MAX_CHARS",
     "MAX_SENDERS",
     "MEMORY_BLOCK_NOTES",
-    "QUERY_EPISODES_DEFAULT",
-    "QUERY_EPISODES_MAX",
+    "QUERY_EPISODES_LIMIT",
     "QUERY_MAX_CHARS",
-    "REFRESH_DEFAULT_LIMIT",
-    "REFRESH_MAX_LIMIT",
+    "REFRESH_LIMIT",
     "RPC_TIMEOUT_SECONDS",
+    "SEARCH_KNOWLEDGE_LIMIT",
     "SUMMARY_BLOCKS",
     "Block",
     "BlockKind",
+    "Limit",
     "Sender",
     "Summary",
     "TurnContext",
@@ -48,10 +48,34 @@ profiles) and of a knowledge search. A call past it degrades its block; it never
 MEMORY_BLOCK_NOTES = 10
 """Notes the turn-start ``## Personal memory`` digest shows at most (the filter is asked for at
 most this many)."""
-REFRESH_DEFAULT_LIMIT, REFRESH_MAX_LIMIT = 10, 50
-"""refresh_memory's ``limit``: default 10, at most 50 (larger is clamped)."""
-QUERY_EPISODES_DEFAULT, QUERY_EPISODES_MAX = 5, 20
-"""query_episodes' ``limit``: default 5, at most 20 (larger is clamped)."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A builtin's ``limit`` argument, stated once for the tool's schema and the tool's check:
+    ``default`` when omitted (0), at most ``maximum`` (larger is clamped; negative is refused)."""
+
+    default: int
+    maximum: int
+
+    def schema(self, noun: str, default: int | None = None) -> dict[str, Any]:
+        """The argument's JSON schema; ``default`` overrides the one shown (a configured one)."""
+        shown = self.default if default is None else default
+        return {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": self.maximum,
+            "default": shown,
+            "description": f"{noun} to return (default {shown}).",
+        }
+
+
+REFRESH_LIMIT = Limit(default=10, maximum=50)
+"""refresh_memory's ``limit``."""
+QUERY_EPISODES_LIMIT = Limit(default=5, maximum=20)
+"""query_episodes' ``limit``."""
+SEARCH_KNOWLEDGE_LIMIT = Limit(default=5, maximum=20)
+"""search_knowledge's ``limit`` (its schema shows the configured default)."""
 HINT_MAX_CHARS = 4000
 """A refresh hint longer than this is refused (it is the model's account of the task, not the task)."""
 QUERY_MAX_CHARS = 4000

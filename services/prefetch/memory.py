@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.auxmodel import AuxiliaryModel, AuxiliaryUnavailable, NoAuxiliaryModel, Prompt
@@ -56,26 +56,15 @@ class MemoryNote:
 
     @classmethod
     def from_pb(cls, note: diary_pb.Note) -> MemoryNote:
-        return cls(
-            id=note.id,
-            content=note.content,
-            tier="short" if note.tier == diary_pb.NOTE_TIER_SHORT else "long",
-            create_time=_iso(note.create_time.seconds, note.create_time.nanos) if note.HasField("create_time") else "",
-            expire_time=_iso(note.expire_time.seconds, note.expire_time.nanos) if note.HasField("expire_time") else "",
-        )
+        return cls(**_note_fields(note))
 
     @classmethod
     def from_candidate(cls, cand: diary_pb.RecallCandidate) -> MemoryNote:
         """A note of RecallNotes' pool with what the pool knows of it (its similarity to the query,
         its lexical rank, the halves that found it). Built in one go: a turn start converts the
         whole pool (~150 candidates)."""
-        note = cand.note
         return cls(
-            id=note.id,
-            content=note.content,
-            tier="short" if note.tier == diary_pb.NOTE_TIER_SHORT else "long",
-            create_time=_iso(note.create_time.seconds, note.create_time.nanos) if note.HasField("create_time") else "",
-            expire_time=_iso(note.expire_time.seconds, note.expire_time.nanos) if note.HasField("expire_time") else "",
+            **_note_fields(cand.note),
             similarity=float(cand.similarity),
             lexical_rank=float(cand.lexical_rank),
             found_by=_found_by(tuple(cand.found_by)),
@@ -105,6 +94,26 @@ _HALVES = {
 
 
 _EPOCH = datetime(1970, 1, 1)
+
+
+class _NoteFields(TypedDict):
+    """A diary note's own fields as a :class:`MemoryNote` holds them (what the ledger caches)."""
+
+    id: str
+    content: str
+    tier: str
+    create_time: str
+    expire_time: str
+
+
+def _note_fields(note: diary_pb.Note) -> _NoteFields:
+    return {
+        "id": note.id,
+        "content": note.content,
+        "tier": "short" if note.tier == diary_pb.NOTE_TIER_SHORT else "long",
+        "create_time": _iso(note.create_time.seconds, note.create_time.nanos) if note.HasField("create_time") else "",
+        "expire_time": _iso(note.expire_time.seconds, note.expire_time.nanos) if note.HasField("expire_time") else "",
+    }
 
 
 @functools.lru_cache(maxsize=16384)

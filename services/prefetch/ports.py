@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from libs.common.events import Bookkeeping
-from services.prefetch.store import FrozenContext, Reservation
+from services.prefetch.store import FrozenContext, LedgerEntry, Reservation
 
 __all__ = ["PrefetchStore"]
 
@@ -48,15 +48,7 @@ class PrefetchStore(Protocol):
         ...
 
     async def record_answer(
-        self,
-        company: str,
-        seat: str,
-        turn_id: str,
-        hint_key: str,
-        hint: str,
-        notes: list[dict[str, Any]],
-        shown: int,
-        now: datetime,
+        self, company: str, seat: str, turn_id: str, hint_key: str, hint: str, answer: LedgerEntry, now: datetime
     ) -> None: ...
 
     async def record_failure(

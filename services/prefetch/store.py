@@ -159,39 +159,20 @@ class PostgresPrefetchStore:
             return Reservation("reserved", spent + 1)
 
     async def record_answer(
-        self,
-        company: str,
-        seat: str,
-        turn_id: str,
-        hint_key: str,
-        hint: str,
-        notes: list[dict[str, Any]],
-        shown: int,
-        now: datetime,
+        self, company: str, seat: str, turn_id: str, hint_key: str, hint: str, answer: LedgerEntry, now: datetime
     ) -> None:
-        await self._put(company, seat, turn_id, hint_key, hint, "answered", notes, shown, now)
+        await self._put(company, seat, turn_id, hint_key, hint, "answered", json.dumps(answer.notes), answer.shown, now)
 
     async def record_failure(
         self, company: str, seat: str, turn_id: str, hint_key: str, hint: str, now: datetime
     ) -> None:
-        await self._put(company, seat, turn_id, hint_key, hint, "failed", [], 0, now)
+        await self._put(company, seat, turn_id, hint_key, hint, "failed", "[]", 0, now)
 
-    async def _put(
-        self,
-        company: str,
-        seat: str,
-        turn_id: str,
-        hint_key: str,
-        hint: str,
-        status: str,
-        notes: list[dict[str, Any]],
-        shown: int,
-        now: datetime,
-    ) -> None:
+    async def _put(self, *row: Any) -> None:
+        """One hint's ledger row: ``hint_put``'s parameters in order (run, hint key, hint, status,
+        notes as JSON, shown, time), as the two public writers above name them."""
         try:
-            await self._pool.execute(
-                SQL["hint_put"], company, seat, turn_id, hint_key, hint, status, json.dumps(notes), shown, now
-            )
+            await self._pool.execute(SQL["hint_put"], *row)
         except asyncpg.ForeignKeyViolationError:
             pass  # the run was evicted meanwhile (257 newer runs in between): nothing to remember
 

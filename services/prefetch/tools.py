@@ -18,14 +18,13 @@ from typing import Any
 from libs.common.config import Settings
 from services.prefetch.domain import (
     HINT_MAX_CHARS,
-    QUERY_EPISODES_DEFAULT,
-    QUERY_EPISODES_MAX,
+    QUERY_EPISODES_LIMIT,
     QUERY_MAX_CHARS,
-    REFRESH_DEFAULT_LIMIT,
-    REFRESH_MAX_LIMIT,
+    REFRESH_LIMIT,
+    SEARCH_KNOWLEDGE_LIMIT,
 )
 
-__all__ = ["BUILTIN_NAMES", "SEARCH_KNOWLEDGE_MAX", "SHORT_NOTE_MAX_TTL_DAYS", "tool_schemas"]
+__all__ = ["BUILTIN_NAMES", "SHORT_NOTE_MAX_TTL_DAYS", "tool_schemas"]
 
 BUILTIN_NAMES = (
     "refresh_memory",
@@ -39,8 +38,6 @@ BUILTIN_NAMES = (
 )
 """Every builtin, in the order ListTools returns them."""
 
-SEARCH_KNOWLEDGE_MAX = 20
-"""search_knowledge's ``limit``: at most 20 pages."""
 SHORT_NOTE_MAX_TTL_DAYS = 3650
 """The diary's longest time to live of a SHORT note."""
 
@@ -84,13 +81,7 @@ def tool_schemas(settings: Settings, company: str, role: str, can_search: bool) 
                         "description": "What the task is actually about now, in your own words: subject, "
                         "systems, people and goal (not the raw trigger).",
                     },
-                    "limit": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": REFRESH_MAX_LIMIT,
-                        "default": REFRESH_DEFAULT_LIMIT,
-                        "description": f"Notes to return (default {REFRESH_DEFAULT_LIMIT}).",
-                    },
+                    "limit": REFRESH_LIMIT.schema("Notes"),
                 },
                 ["context_hint"],
             ),
@@ -117,13 +108,7 @@ def tool_schemas(settings: Settings, company: str, role: str, can_search: bool) 
                         "enum": ["done", "failed", "self_iterate"],
                         "description": "Only turns that ended this way; omit for any.",
                     },
-                    "limit": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": QUERY_EPISODES_MAX,
-                        "default": QUERY_EPISODES_DEFAULT,
-                        "description": f"Turns to return (default {QUERY_EPISODES_DEFAULT}).",
-                    },
+                    "limit": QUERY_EPISODES_LIMIT.schema("Turns"),
                 },
                 [],
             ),
@@ -248,13 +233,7 @@ def tool_schemas(settings: Settings, company: str, role: str, can_search: bool) 
                             "description": "Keywords: the system, service, procedure or team names, not a "
                             "sentence; or a page's exact title.",
                         },
-                        "limit": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": SEARCH_KNOWLEDGE_MAX,
-                            "default": default,
-                            "description": f"Pages to return (default {default}).",
-                        },
+                        "limit": SEARCH_KNOWLEDGE_LIMIT.schema("Pages", default),
                     },
                     ["query"],
                 ),

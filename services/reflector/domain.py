@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple, Protocol
+
+from libs.common.outcomes import TurnOutcome
 
 __all__ = [
     "DOMAIN",
@@ -22,12 +24,14 @@ __all__ = [
     "Sender",
     "Trigger",
     "Turn",
+    "TurnKey",
     "WorkerOutcome",
     "WorkerStatus",
     "check_transition",
     "failure_kind_of",
     "job_key",
     "sources",
+    "turn_fields",
     "turn_id_of",
 ]
 
@@ -85,15 +89,10 @@ def failure_kind_of(failure: str) -> str:
     return failure.split(":", 1)[0].strip()
 
 
-class Outcome(StrEnum):
-    DONE = "done"
-    FAILED = "failed"
-    SELF_ITERATE = "self_iterate"
-    SKIPPED = "skipped"
-
-    @property
-    def settled(self) -> bool:
-        return self in (Outcome.DONE, Outcome.FAILED)
+Outcome = TurnOutcome
+"""How a turn ended: the one enum, ``libs.common.outcomes.TurnOutcome`` (issue 13). The name stays
+for the callers that import it from here (``convert``); a turn the reflector reads carries DONE,
+FAILED, SELF_ITERATE or SKIPPED (its proto enum has no CANCELLED)."""
 
 
 class ReflectionState(StrEnum):
@@ -240,6 +239,30 @@ class Interaction:
     send_time: datetime | None = None
 
 
+class TurnKey(NamedTuple):
+    """A turn's reflection record: one per company, seat and run id (a run id is one seat's). A
+    tuple, so a statement takes it as its first three parameters (``*key``)."""
+
+    company: str
+    seat: str
+    turn_id: str
+
+
+class _TurnKeyed(Protocol):
+    @property
+    def company(self) -> str: ...
+    @property
+    def seat(self) -> str: ...
+    @property
+    def turn_id(self) -> str: ...
+
+
+def turn_fields(turn: _TurnKeyed) -> dict[str, str]:
+    """What names a turn on every event the reflector emits about it (a :class:`Turn`, or the
+    reported proto turn): its company, seat and run id."""
+    return {"company": turn.company, "seat": turn.seat, "turn_id": turn.turn_id}
+
+
 @dataclass(frozen=True)
 class OfferedSkill:
     id: str
@@ -256,7 +279,7 @@ class Turn:
     label: str
     ask: str
     what_it_did: str
-    outcome: Outcome
+    outcome: TurnOutcome
     review_outcome: str
     tool_sequence: tuple[str, ...]
     tools_called: tuple[str, ...]
@@ -269,6 +292,10 @@ class Turn:
     conversation_id: str = ""
     work_item: str = ""
     learning_enabled: bool | None = None
+
+    @property
+    def key(self) -> TurnKey:
+        return TurnKey(self.company, self.seat, self.turn_id)
 
     def write_key(self, worker: str, *parts: str) -> str:
         """The idempotency key of a worker's write: per unit of WORK when the turn names one, so a
@@ -302,9 +329,9 @@ class Turn:
         """Spec gate 6: a skipped turn, or one done with no tool called, processed nothing. "No
         tool called" is an empty run (:attr:`tool_run`): neither a call nor a final-round tool was
         reported — a turn whose engine reported only its final round did call that round's tools."""
-        if self.outcome is Outcome.SKIPPED or self.review_outcome.strip().lower() == "skipped":
+        if self.outcome is TurnOutcome.SKIPPED or self.review_outcome.strip().lower() == "skipped":
             return False
-        return not (self.outcome is Outcome.DONE and not self.tool_run)
+        return not (self.outcome is TurnOutcome.DONE and not self.tool_run)
 
 
 class WorkerStatus(StrEnum):

@@ -52,8 +52,10 @@ from services.reflector.domain import (
     Gate,
     ReflectionState,
     Turn,
+    TurnKey,
     WorkerOutcome,
     WorkerStatus,
+    turn_fields,
     turn_id_of,
 )
 from services.reflector.ports import Budget, ReflectionQueue, ReflectionStore
@@ -160,9 +162,8 @@ class Harness:
             async with self._store.transaction() as conn:
                 reason = f"unreadable: {exc}"[:1000]
                 if await self._queue.dead_letter(conn, job, self._worker_id, self._clock.now(), reason):
-                    await self._store.dead_letter(
-                        conn, job.company, job.seat, turn_id_of(job.key), reason, None, self._clock.now()
-                    )
+                    key = TurnKey(job.company, job.seat, turn_id_of(job.key))
+                    await self._store.dead_letter(conn, key, reason, None, self._clock.now())
             return ReflectionState.DEAD_LETTERED
         with (
             _tracer.start_as_current_span(
@@ -208,7 +209,7 @@ class Harness:
             if later is not None:
                 async with self._store.transaction() as conn:
                     if await self._queue.defer(conn, job, self._worker_id, later):
-                        await self._store.defer(conn, turn.company, turn.seat, turn.turn_id, Gate.NO_BUDGET, later)
+                        await self._store.defer(conn, turn.key, Gate.NO_BUDGET, later)
                 return ReflectionState.DEFERRED
         if gate is None and not turn.engaged:
             gate = Gate.NO_ENGAGEMENT
@@ -297,13 +298,11 @@ class Harness:
                 if not await self._queue.dead_letter(conn, job, self._worker_id, now, reason):
                     _log.warning("lost the claim on %s before dead-lettering it", turn.turn_id)
                     return ReflectionState.RUNNING
-                await self._store.dead_letter(conn, turn.company, turn.seat, turn.turn_id, reason, final, now)
+                await self._store.dead_letter(conn, turn.key, reason, final, now)
             _log.error("reflection of %s/%s dead-lettered: %s", turn.seat, turn.turn_id, reason)
             await self._events.emit(
                 "reflection_dead_lettered",
-                company=turn.company,
-                seat=turn.seat,
-                turn_id=turn.turn_id,
+                **turn_fields(turn),
                 attempts=job.attempts,
                 reason=reason,
             )
@@ -313,13 +312,11 @@ class Harness:
             if not await self._queue.retry(conn, job, self._worker_id, until, reason):
                 _log.warning("lost the claim on %s before re-queueing it", turn.turn_id)
                 return ReflectionState.RUNNING
-            await self._store.retrying(conn, turn.company, turn.seat, turn.turn_id, reason, until, workers)
+            await self._store.retrying(conn, turn.key, reason, until, workers)
         _log.warning("reflection of %s/%s retries at %s: %s", turn.seat, turn.turn_id, until.isoformat(), reason)
         await self._events.emit(
             "reflection_retrying",
-            company=turn.company,
-            seat=turn.seat,
-            turn_id=turn.turn_id,
+            **turn_fields(turn),
             attempts=job.attempts,
             next_attempt_time=until.isoformat(),
             reason=reason,
@@ -375,12 +372,10 @@ class Harness:
                 # Our claim lapsed and another worker took the turn; it completes the record.
                 _log.warning("lost the claim on %s before finishing; leaving it to its new holder", turn.turn_id)
                 return
-            await self._store.close(conn, turn.company, turn.seat, turn.turn_id, state, gate, now, workers)
+            await self._store.close(conn, turn.key, state, gate, now, workers)
         await self._events.emit(
             "reflection_completed",
-            company=turn.company,
-            seat=turn.seat,
-            turn_id=turn.turn_id,
+            **turn_fields(turn),
             state=state,
             gate=str(gate) if gate else None,
             workers={o.worker: str(o.status) for o in outcomes},
@@ -481,7 +476,7 @@ class Harness:
             async with asyncio.timeout(2):
                 async with self._store.transaction() as conn:
                     if await self._queue.defer(conn, job, self._worker_id, self._clock.now()):
-                        await self._store.requeued(conn, job.company, job.seat, turn_id_of(job.key))
+                        await self._store.requeued(conn, TurnKey(job.company, job.seat, turn_id_of(job.key)))
         except Exception as exc:  # best effort: the lease lapses otherwise
             _log.warning("could not hand back job %s on stopping (%s); its claim will lapse", job.id, exc)
 

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 from libs.common.budgets import BudgetRoom
 from libs.common.config import BudgetConfig
 from libs.common.events import Bookkeeping
-from libs.common.jobs import Job
-from services.reflector.domain import ReflectionState, WorkerOutcome
+from libs.common.jobs import ClaimManyQueue, EnqueueQueue, PendingQueue, SettleQueue
+from services.reflector.domain import ReflectionState, TurnKey, WorkerOutcome
 from services.reflector.store import ReflectionRecord
 
 __all__ = ["Budget", "ReflectionQueue", "ReflectionStore", "Tx"]
@@ -56,9 +56,7 @@ class ReflectionStore(Protocol):
     async def close(
         self,
         tx: Tx,
-        company: str,
-        seat: str,
-        turn_id: str,
+        key: TurnKey,
         state: ReflectionState,
         gate: str | None,
         now: datetime,
@@ -67,33 +65,19 @@ class ReflectionStore(Protocol):
         """COMPLETED or GATED; False when there is no record (the queue row moves alone)."""
         ...
 
-    async def defer(self, tx: Tx, company: str, seat: str, turn_id: str, gate: str, until: datetime) -> bool: ...
+    async def defer(self, tx: Tx, key: TurnKey, gate: str, until: datetime) -> bool: ...
 
     async def retrying(
-        self,
-        tx: Tx,
-        company: str,
-        seat: str,
-        turn_id: str,
-        reason: str,
-        until: datetime,
-        workers: list[WorkerOutcome] | None = None,
+        self, tx: Tx, key: TurnKey, reason: str, until: datetime, workers: list[WorkerOutcome] | None = None
     ) -> bool: ...
 
     async def dead_letter(
-        self,
-        tx: Tx,
-        company: str,
-        seat: str,
-        turn_id: str,
-        reason: str,
-        workers: list[WorkerOutcome] | None,
-        now: datetime,
+        self, tx: Tx, key: TurnKey, reason: str, workers: list[WorkerOutcome] | None, now: datetime
     ) -> bool:
         """Given up; ``workers`` None keeps the outcomes recorded."""
         ...
 
-    async def requeued(self, tx: Tx, company: str, seat: str, turn_id: str) -> bool:
+    async def requeued(self, tx: Tx, key: TurnKey) -> bool:
         """A pass handed back on stopping: QUEUED again (a record still waiting stays as it is)."""
         ...
 
@@ -110,39 +94,9 @@ class ReflectionStore(Protocol):
         ...
 
 
-class ReflectionQueue(Protocol):
-    """The reflection jobs' queue (``libs.common.jobs.JobQueue``, kind ``reflection``). Every move of
-    a claimed job is fenced by the claim: False when it is no longer held."""
-
-    async def enqueue(
-        self,
-        conn: Tx,
-        *,
-        kind: str,
-        key: str,
-        company: str,
-        seat: str,
-        payload: bytes,
-        trace_carrier: dict[str, str],
-        now: datetime,
-        run_after: datetime | None = None,
-    ) -> int | None: ...
-
-    async def claim_many(
-        self, kind: str, worker: str, now: datetime, lease_seconds: float, limit: int, *, reclaim_lapsed: bool = True
-    ) -> list[Job]: ...
-
-    async def renew(self, job: Job, worker: str, now: datetime, lease_seconds: float) -> bool: ...
-
-    async def finish(self, conn: Tx, job: Job, worker: str, now: datetime) -> bool: ...
-
-    async def defer(self, conn: Tx, job: Job, worker: str, until: datetime) -> bool: ...
-
-    async def retry(self, conn: Tx, job: Job, worker: str, until: datetime, reason: str) -> bool: ...
-
-    async def dead_letter(self, conn: Tx, job: Job, worker: str, now: datetime, reason: str) -> bool: ...
-
-    async def pending(self, kind: str) -> int: ...
+class ReflectionQueue(EnqueueQueue, ClaimManyQueue, SettleQueue, PendingQueue, Protocol):
+    """The reflection jobs' queue (``libs.common.jobs.JobQueue``, kind ``reflection``): the queue's
+    operations as libs.common.jobs states them, those the harness and the service use."""
 
 
 class Budget(Protocol):

@@ -20,7 +20,7 @@ from libs.common.validation import (
     require_text,
     seat_ref,
 )
-from services.reflector.domain import DOMAIN, JOB_KIND, ReflectionState, job_key
+from services.reflector.domain import DOMAIN, JOB_KIND, ReflectionState, job_key, turn_fields
 from services.reflector.ports import ReflectionQueue, ReflectionStore
 from services.reflector.store import PostgresReflectionStore, ReflectionRecord
 
@@ -140,9 +140,7 @@ class ReflectorService(Generic[S]):
         if queued:
             await self.events.emit(
                 "turn_completed",
-                company=turn.company,
-                seat=turn.seat,
-                turn_id=turn.turn_id,
+                **turn_fields(turn),
                 role=turn.role,
                 outcome=pb.TurnOutcome.Name(turn.outcome),
                 label=turn.label,

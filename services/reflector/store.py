@@ -17,11 +17,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
 from libs.common.events import Bookkeeping, write_bookkeeping
-from services.reflector.domain import IllegalTransition, ReflectionState, WorkerOutcome, sources
+from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, sources
 
 __all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord", "merge_outcome", "merge_outcomes"]
 
@@ -172,18 +173,24 @@ class PostgresReflectionStore:
             return None, False
         return _record(row), bool(row["taken"])
 
-    async def _moved(
-        self, conn: asyncpg.Connection, status: str, company: str, seat: str, turn_id: str, target: ReflectionState
+    async def _move(
+        self, conn: asyncpg.Connection, target: ReflectionState, sql: str, key: TurnKey, *params: Any
     ) -> bool:
+        """One guarded move to ``target``: ``sql`` takes the record's key, ``params``, and last the
+        states it may move from (``domain.sources``); then :meth:`_moved`."""
+        status = await conn.execute(sql, *key, *params, sources(target))
+        return await self._moved(conn, status, key, target)
+
+    async def _moved(self, conn: asyncpg.Connection, status: str, key: TurnKey, target: ReflectionState) -> bool:
         """After a guarded move: True if the record moved, False if there is no record (erased or
         past retention: the queue row moves alone). A record the guard kept where it was is an
         illegal move: raised, so the caller's transaction (the queue row's move too) rolls back."""
         if status.endswith(" 1"):
             return True
-        current = await conn.fetchval(SQL["state"], company, seat, turn_id)
+        current = await conn.fetchval(SQL["state"], *key)
         if current is None:
             return False
-        raise IllegalTransition(turn_id, ReflectionState(current), target)
+        raise IllegalTransition(key.turn_id, ReflectionState(current), target)
 
     async def put_workers(self, company: str, seat: str, turn_id: str, outcomes: list[WorkerOutcome]) -> bool:
         """Record several workers' outcomes in one transaction (each as :func:`merge_outcome`: a
@@ -202,9 +209,7 @@ class PostgresReflectionStore:
     async def close(
         self,
         conn: asyncpg.Connection,
-        company: str,
-        seat: str,
-        turn_id: str,
+        key: TurnKey,
         state: ReflectionState,
         gate: str | None,
         now: datetime,
@@ -214,72 +219,45 @@ class PostgresReflectionStore:
         whole list of outcomes (the caller holds the claim, inside the same transaction)."""
         if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
             raise ValueError(f"close() ends a pass completed or gated, not {state}")
-        allowed = sources(state)
         if workers is None:
-            status = await conn.execute(SQL["close"], company, seat, turn_id, str(state), gate, now, allowed)
-        else:
-            status = await conn.execute(
-                SQL["close_with_workers"], company, seat, turn_id, str(state), gate, now, _dump(workers), allowed
-            )
-        return await self._moved(conn, status, company, seat, turn_id, state)
+            return await self._move(conn, state, SQL["close"], key, str(state), gate, now)
+        return await self._move(conn, state, SQL["close_with_workers"], key, str(state), gate, now, _dump(workers))
 
-    async def defer(
-        self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, gate: str, until: datetime
-    ) -> bool:
-        status = await conn.execute(
-            SQL["defer"], company, seat, turn_id, gate, until, sources(ReflectionState.DEFERRED)
-        )
-        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.DEFERRED)
+    async def defer(self, conn: asyncpg.Connection, key: TurnKey, gate: str, until: datetime) -> bool:
+        return await self._move(conn, ReflectionState.DEFERRED, SQL["defer"], key, gate, until)
 
     async def retrying(
         self,
         conn: asyncpg.Connection,
-        company: str,
-        seat: str,
-        turn_id: str,
+        key: TurnKey,
         reason: str,
         until: datetime,
         workers: list[WorkerOutcome] | None = None,
     ) -> bool:
-        allowed = sources(ReflectionState.RETRYING)
+        retry = ReflectionState.RETRYING
         if workers is None:
-            status = await conn.execute(SQL["retrying"], company, seat, turn_id, reason, until, allowed)
-        else:
-            status = await conn.execute(
-                SQL["retrying_with_workers"], company, seat, turn_id, reason, until, _dump(workers), allowed
-            )
-        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.RETRYING)
+            return await self._move(conn, retry, SQL["retrying"], key, reason, until)
+        return await self._move(conn, retry, SQL["retrying_with_workers"], key, reason, until, _dump(workers))
 
     async def dead_letter(
-        self,
-        conn: asyncpg.Connection,
-        company: str,
-        seat: str,
-        turn_id: str,
-        reason: str,
-        workers: list[WorkerOutcome] | None,
-        now: datetime,
+        self, conn: asyncpg.Connection, key: TurnKey, reason: str, workers: list[WorkerOutcome] | None, now: datetime
     ) -> bool:
         """Given up. ``workers`` None keeps the outcomes recorded (a turn whose payload is unreadable
         never ran one)."""
-        allowed = sources(ReflectionState.DEAD_LETTERED)
+        dead = ReflectionState.DEAD_LETTERED
         if workers is None:
-            status = await conn.execute(SQL["dead_letter_keep_workers"], company, seat, turn_id, reason, now, allowed)
-        else:
-            status = await conn.execute(
-                SQL["dead_letter"], company, seat, turn_id, reason, _dump(workers), now, allowed
-            )
-        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.DEAD_LETTERED)
+            return await self._move(conn, dead, SQL["dead_letter_keep_workers"], key, reason, now)
+        return await self._move(conn, dead, SQL["dead_letter"], key, reason, _dump(workers), now)
 
-    async def requeued(self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str) -> bool:
+    async def requeued(self, conn: asyncpg.Connection, key: TurnKey) -> bool:
         """A pass handed back when its process stops. A record not yet taken (stopped between the
         claim and the take) already waits where it is: nothing to move."""
-        status = await conn.execute(SQL["requeued"], company, seat, turn_id, sources(ReflectionState.QUEUED))
+        status = await conn.execute(SQL["requeued"], *key, sources(ReflectionState.QUEUED))
         if not status.endswith(" 1"):
-            current = await conn.fetchval(SQL["state"], company, seat, turn_id)
+            current = await conn.fetchval(SQL["state"], *key)
             if current is None or ReflectionState(current).waiting:
                 return False
-        return await self._moved(conn, status, company, seat, turn_id, ReflectionState.QUEUED)
+        return await self._moved(conn, status, key, ReflectionState.QUEUED)
 
     async def page(
         self, company: str, seat: str, after: tuple[datetime, str] | None, limit: int

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.prefetch.ports import PrefetchStore
+from services.prefetch.store import LedgerEntry
 from tests.unit.fakes.prefetch import FakePrefetchStore
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -64,7 +65,7 @@ async def check_a_dead_build_is_taken_over_only_once_stale(store: PrefetchStore)
 async def check_the_ledger_caches_answers_refuses_at_the_cap_and_retries_failures(store: PrefetchStore) -> None:
     first = await store.reserve(*RUN, "h1", 2, 10, T0)  # cap 2, keep 10 runs
     assert (first.outcome, first.spent) == ("reserved", 1)
-    await store.record_answer(*RUN, "h1", "hint one", [{"id": "n1"}, {"id": "n2"}], 1, T0)
+    await store.record_answer(*RUN, "h1", "hint one", LedgerEntry([{"id": "n1"}, {"id": "n2"}], 1), T0)
     repeat = await store.reserve(*RUN, "h1", 2, 10, T0)
     assert (repeat.outcome, repeat.spent) == ("cached", 1)
     assert repeat.entry is not None and (repeat.entry.notes, repeat.entry.shown) == ([{"id": "n1"}, {"id": "n2"}], 1)
@@ -85,7 +86,8 @@ async def check_the_ledger_keeps_the_newest_runs_of_the_company(store: PrefetchS
     for i in range(4):
         assert (await store.reserve("acme", "agent-1", f"run-{i}", "h", 5, 3, T0)).outcome == "reserved"
     assert await store.runs("acme") == 3
-    await store.record_answer("acme", "agent-1", "run-0", "h", "h", [{"id": "n"}], 1, T0)  # evicted: dropped
+    # run-0 was evicted: its answer is dropped.
+    await store.record_answer("acme", "agent-1", "run-0", "h", "h", LedgerEntry([{"id": "n"}], 1), T0)
     # run-0 starts afresh (its slot count and answers went with it); another company is untouched.
     assert (await store.reserve("acme", "agent-1", "run-0", "h", 5, 3, T0)).spent == 1
     assert (await store.reserve("globex", "agent-1", "run-0", "h", 5, 3, T0)).spent == 1

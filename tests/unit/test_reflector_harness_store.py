@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.reflector.domain import IllegalTransition, ReflectionState, WorkerOutcome, WorkerStatus
+from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, WorkerStatus
 from services.reflector.ports import ReflectionStore
 from tests.unit.fakes.reflector_store import FakeReflectionDb
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-KEY = ("acme", "agent-1", "run-1")
+KEY = TurnKey("acme", "agent-1", "run-1")
 S = ReflectionState
 
 
@@ -47,7 +47,7 @@ async def check_a_final_record_is_not_taken_again(store: ReflectionStore) -> Non
     await _queued(store)
     await store.take(*KEY)
     async with store.transaction() as tx:
-        assert await store.close(tx, *KEY, S.COMPLETED, None, T0, [WorkerOutcome("w", WorkerStatus.WROTE)])
+        assert await store.close(tx, KEY, S.COMPLETED, None, T0, [WorkerOutcome("w", WorkerStatus.WROTE)])
     record, taken = await store.take(*KEY)
     assert not taken and record is not None and (record.state, record.attempts) == (S.COMPLETED, 1)
     assert await _state(store) is S.COMPLETED
@@ -57,17 +57,17 @@ async def check_a_refused_move_raises_and_rolls_back_its_transaction(store: Refl
     await _queued(store)
     with pytest.raises(IllegalTransition):  # never taken: it cannot be closed
         async with store.transaction() as tx:
-            await store.close(tx, *KEY, S.GATED, "no_role", T0)
+            await store.close(tx, KEY, S.GATED, "no_role", T0)
     assert await _state(store) is S.QUEUED
     await store.take(*KEY)
     with pytest.raises(IllegalTransition):
         async with store.transaction() as tx:
-            assert await store.retrying(tx, *KEY, "rpc_unavailable: x", T0 + timedelta(seconds=10))
-            await store.close(tx, *KEY, S.COMPLETED, None, T0)  # RETRYING -> COMPLETED is refused
+            assert await store.retrying(tx, KEY, "rpc_unavailable: x", T0 + timedelta(seconds=10))
+            await store.close(tx, KEY, S.COMPLETED, None, T0)  # RETRYING -> COMPLETED is refused
     assert await _state(store) is S.RUNNING  # the retrying move went with it
     with pytest.raises(ValueError):
         async with store.transaction() as tx:
-            await store.close(tx, *KEY, S.DEFERRED, None, T0)  # close() ends a pass, it does not defer
+            await store.close(tx, KEY, S.DEFERRED, None, T0)  # close() ends a pass, it does not defer
 
 
 async def check_retry_defer_and_dead_letter_keep_what_they_say(store: ReflectionStore) -> None:
@@ -76,7 +76,7 @@ async def check_retry_defer_and_dead_letter_keep_what_they_say(store: Reflection
     until = T0 + timedelta(seconds=10)
     outcomes = [WorkerOutcome("a", WorkerStatus.WROTE), WorkerOutcome("b", WorkerStatus.RETRYING, failure="timeout: x")]
     async with store.transaction() as tx:
-        assert await store.retrying(tx, *KEY, "b: timeout: x", until, outcomes)
+        assert await store.retrying(tx, KEY, "b: timeout: x", until, outcomes)
     record = await store.get(*KEY)
     assert record is not None and (record.state, record.reason, record.next_attempt_time) == (
         S.RETRYING,
@@ -86,7 +86,7 @@ async def check_retry_defer_and_dead_letter_keep_what_they_say(store: Reflection
     assert record.workers == outcomes
     await store.take(*KEY)
     async with store.transaction() as tx:
-        assert await store.defer(tx, *KEY, "no_budget", until)
+        assert await store.defer(tx, KEY, "no_budget", until)
     record = await store.get(*KEY)
     assert record is not None and (record.state, record.gate, record.next_attempt_time) == (
         S.DEFERRED,
@@ -95,7 +95,7 @@ async def check_retry_defer_and_dead_letter_keep_what_they_say(store: Reflection
     )
     # Dead-lettered keeping the recorded outcomes (workers None).
     async with store.transaction() as tx:
-        assert await store.dead_letter(tx, *KEY, "gave up", None, T0)
+        assert await store.dead_letter(tx, KEY, "gave up", None, T0)
     record = await store.get(*KEY)
     assert record is not None and (record.state, record.reason, record.workers) == (
         S.DEAD_LETTERED,
@@ -126,21 +126,21 @@ async def check_a_final_outcome_is_recorded_once(store: ReflectionStore) -> None
 async def check_a_handed_back_pass_waits_again_and_a_waiting_one_stays(store: ReflectionStore) -> None:
     await _queued(store)
     async with store.transaction() as tx:
-        assert not await store.requeued(tx, *KEY)  # not taken yet: it already waits
+        assert not await store.requeued(tx, KEY)  # not taken yet: it already waits
     await store.take(*KEY)
     async with store.transaction() as tx:
-        assert await store.requeued(tx, *KEY)
+        assert await store.requeued(tx, KEY)
     assert await _state(store) is S.QUEUED
 
 
 async def check_a_move_of_a_record_that_is_gone_moves_nothing(store: ReflectionStore) -> None:
-    gone = ("acme", "agent-1", "erased")
+    gone = TurnKey("acme", "agent-1", "erased")
     async with store.transaction() as tx:
-        assert not await store.close(tx, *gone, S.COMPLETED, None, T0)
-        assert not await store.retrying(tx, *gone, "r", T0)
-        assert not await store.defer(tx, *gone, "no_budget", T0)
-        assert not await store.dead_letter(tx, *gone, "r", None, T0)
-        assert not await store.requeued(tx, *gone)
+        assert not await store.close(tx, gone, S.COMPLETED, None, T0)
+        assert not await store.retrying(tx, gone, "r", T0)
+        assert not await store.defer(tx, gone, "no_budget", T0)
+        assert not await store.dead_letter(tx, gone, "r", None, T0)
+        assert not await store.requeued(tx, gone)
     assert await store.get(*gone) is None
 
 

@@ -3,6 +3,7 @@ output parsing, and the failure kinds a reflection records."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -28,12 +29,14 @@ from libs.common.config import Settings
 from libs.common.events import EventSink
 from services.reflector.domain import Turn, WorkerOutcome
 from services.reflector.workers.ports import WorkerPorts
+from services.reflector.workers.provenance import prompt_version
 
 __all__ = [
     "EpisodePending",
     "InvalidOutput",
     "Worker",
     "WorkerContext",
+    "WorkerPrompt",
     "ask_model",
     "describe_turn",
     "failure_kind",
@@ -78,6 +81,50 @@ class EpisodePending(Exception):
 
 def prompt_file(name: str) -> Template:
     return Template((_PROMPTS / f"{name}.md").read_text())
+
+
+@dataclass(frozen=True)
+class WorkerPrompt:
+    """A model worker's prompt, read once at import: ``<purpose>.md`` (the system text) and the
+    ``string.Template`` ``<purpose>_user.md``. ``version`` names the pair (what a write's provenance
+    records); ``purpose`` is also the offline rule's key and the call's attribution."""
+
+    purpose: str
+    system: str
+    user: Template
+    version: str
+
+    @classmethod
+    def load(cls, purpose: str) -> WorkerPrompt:
+        system = prompt_file(purpose).template
+        user = prompt_file(f"{purpose}_user")
+        return cls(purpose, system, user, prompt_version(system, user.template))
+
+    async def ask(
+        self,
+        ctx: WorkerContext,
+        turn: Turn,
+        *,
+        data: Mapping[str, Any],
+        max_tokens: int,
+        senders: bool = False,
+        **fields: str,
+    ) -> tuple[dict[str, Any], Completion]:
+        """One JSON-answer call attributed to ``turn``. The user template's ``$turn`` is the turn
+        described (:func:`describe_turn`, with ``senders``), its other fields ``fields`` (a missing
+        one raises: a template and its worker disagreeing is a bug). Returns the answer as an
+        object (:class:`InvalidOutput` when it is not one) and the completion, whose model a
+        write's provenance names."""
+        prompt = Prompt(
+            purpose=self.purpose,
+            system=self.system,
+            user=self.user.substitute(fields, turn=describe_turn(turn, senders=senders)),
+            data=data,
+            max_tokens=max_tokens,
+            json_output=True,
+        )
+        completion = await ask_model(ctx, turn, self.purpose, prompt)
+        return parse_object(completion.text), completion
 
 
 def describe_turn(turn: Turn, *, senders: bool = False) -> str:

@@ -9,16 +9,16 @@ from typing import cast
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from libs.common.outcomes import TurnOutcome, to_proto
 from libs.common.protoconv import timestamp
-from services.reflector.domain import Outcome, Turn, WorkerOutcome, WorkerStatus
+from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
 from services.reflector.workers.base import WorkerContext
 
 __all__ = ["Episodist"]
 
 
-def _outcome(outcome: Outcome) -> ep_pb.TurnOutcome:
-    """The reflector's outcome as the episodes' enum, through the one table (libs.common.outcomes),
+def _outcome(outcome: TurnOutcome) -> ep_pb.TurnOutcome:
+    """The turn's outcome as the episodes' enum, through the one table (libs.common.outcomes),
     whose numbers are that enum's."""
-    return cast("ep_pb.TurnOutcome", to_proto("episodes", TurnOutcome(outcome.value)))
+    return cast("ep_pb.TurnOutcome", to_proto("episodes", outcome))
 
 
 def _label(turn: Turn) -> str:

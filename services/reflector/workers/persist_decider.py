@@ -18,26 +18,21 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
-from libs.common.auxmodel import OfflineRules, Prompt
-from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
+from libs.common.auxmodel import OfflineRules
+from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus, turn_fields
 from services.reflector.workers.base import (
     InvalidOutput,
     WorkerContext,
-    ask_model,
-    describe_turn,
-    parse_object,
-    prompt_file,
+    WorkerPrompt,
     turn_data,
 )
-from services.reflector.workers.provenance import prompt_version, provenance_of
+from services.reflector.workers.provenance import provenance_of
 
 __all__ = ["PURPOSE", "PersistDecider", "offline_rule", "register"]
 
 _log = logging.getLogger(__name__)
 PURPOSE = "persist_decider"
-_SYSTEM = prompt_file("persist_decider").template
-_USER = prompt_file("persist_decider_user")
-_PROMPT_VERSION = prompt_version(_SYSTEM, _USER.template)
+_PROMPT = WorkerPrompt.load(PURPOSE)
 MAX_TTL_DAYS = 3650
 
 
@@ -63,20 +58,15 @@ class PersistDecider:
         )
         notes = [c.note.content for c in recent.candidates]
         said = (turn.end_time or ctx.clock.now()).date().isoformat()
-        prompt = Prompt(
-            purpose=PURPOSE,
-            system=_SYSTEM,
-            user=_USER.substitute(
-                turn=describe_turn(turn, senders=True),
-                notes="\n".join(f"- {n}" for n in notes) or "(none)",
-                date=said,
-            ),
+        answer, completion = await _PROMPT.ask(
+            ctx,
+            turn,
             data={**turn_data(turn), "recent_notes": notes},
             max_tokens=600,
-            json_output=True,
+            senders=True,
+            notes="\n".join(f"- {n}" for n in notes) or "(none)",
+            date=said,
         )
-        completion = await ask_model(ctx, turn, PURPOSE, prompt)
-        answer = parse_object(completion.text)
         tier = str(answer.get("classification", "")).upper()
         content = str(answer.get("content") or "")
         if tier not in {"LONG", "SHORT", "DOC", "NOOP"}:
@@ -130,7 +120,7 @@ class PersistDecider:
                     source=diary_pb.NOTE_SOURCE_PERSIST_DECIDER,
                     turn_id=turn.turn_id,
                     request_id=turn.write_key(self.name),
-                    provenance=provenance_of(turn, self.name, completion.model, _PROMPT_VERSION),
+                    provenance=provenance_of(turn, self.name, completion.model, _PROMPT.version),
                 ),
             )
             if resp.note.HasField("expire_time"):
@@ -154,9 +144,7 @@ class PersistDecider:
     async def _completed(turn: Turn, ctx: WorkerContext, tier: str, ttl_until: str | None, written: bool) -> None:
         await ctx.events.emit(
             "persist_decider_completed",
-            company=turn.company,
-            seat=turn.seat,
-            turn_id=turn.turn_id,
+            **turn_fields(turn),
             classification=tier,
             ttl_until=ttl_until,
             written=written,

@@ -20,7 +20,7 @@ import grpc
 
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
-from libs.common.auxmodel import OfflineRules, Prompt
+from libs.common.auxmodel import OfflineRules
 from services.reflector.domain import (
     RETRYABLE_FAILURES,
     Interaction,
@@ -33,22 +33,16 @@ from services.reflector.domain import (
 from services.reflector.workers.base import (
     InvalidOutput,
     WorkerContext,
-    ask_model,
-    describe_turn,
+    WorkerPrompt,
     failure_kind,
     failure_text,
-    parse_object,
-    prompt_file,
 )
-from services.reflector.workers.provenance import prompt_version
 
 __all__ = ["PURPOSE", "Profiler", "offline_rule", "register", "subjects_of"]
 
 _log = logging.getLogger(__name__)
 PURPOSE = "profiler"
-_SYSTEM = prompt_file("profiler").template
-_USER = prompt_file("profiler_user")
-_PROMPT_VERSION = prompt_version(_SYSTEM, _USER.template)
+_PROMPT = WorkerPrompt.load(PURPOSE)
 _INTERNAL = {Trigger.AGENT_ASK, Trigger.SCHEDULE, Trigger.SANDBOX}
 
 
@@ -118,21 +112,15 @@ class Profiler:
 
     async def _observe(self, turn: Turn, ctx: WorkerContext, sender: Sender, messages: list[Interaction]) -> bool:
         """One sender's observation pass; True when a profile was written."""
-        prompt = Prompt(
-            purpose=PURPOSE,
-            system=_SYSTEM,
-            user=_USER.substitute(
-                sender=sender.name,
-                platform=sender.platform,
-                messages="\n".join(f"- {m.body}" for m in messages),
-                turn=describe_turn(turn),
-            ),
+        answer, completion = await _PROMPT.ask(
+            ctx,
+            turn,
             data={"sender": sender.name, "platform": sender.platform, "messages": [m.body for m in messages]},
             max_tokens=500,
-            json_output=True,
+            sender=sender.name,
+            platform=sender.platform,
+            messages="\n".join(f"- {m.body}" for m in messages),
         )
-        completion = await ask_model(ctx, turn, PURPOSE, prompt)
-        answer = parse_object(completion.text)
         if answer.get("noop") is True:
             return False
         style = answer.get("communication_style") or ""
@@ -159,7 +147,7 @@ class Profiler:
                     )
                 ],
                 model=completion.model,
-                prompt_version=_PROMPT_VERSION,
+                prompt_version=_PROMPT.version,
                 writer=self.name,
             ),
         )

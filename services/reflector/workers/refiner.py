@@ -14,18 +14,16 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from libs.common.auxmodel import OfflineRules, Prompt
-from services.reflector.domain import Outcome, Turn, WorkerOutcome, WorkerStatus
+from libs.common.auxmodel import OfflineRules
+from libs.common.outcomes import TurnOutcome
+from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
 from services.reflector.workers.base import (
     InvalidOutput,
     WorkerContext,
-    ask_model,
-    describe_turn,
-    parse_object,
-    prompt_file,
+    WorkerPrompt,
     turn_data,
 )
-from services.reflector.workers.provenance import prompt_version, provenance_of
+from services.reflector.workers.provenance import provenance_of
 
 if TYPE_CHECKING:  # the stubs load lazily in run(), as before
     from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
@@ -33,9 +31,7 @@ if TYPE_CHECKING:  # the stubs load lazily in run(), as before
 __all__ = ["PURPOSE", "Refiner", "offline_rule", "register"]
 
 PURPOSE = "refiner"
-_SYSTEM = prompt_file("refiner").template
-_USER = prompt_file("refiner_user")
-_PROMPT_VERSION = prompt_version(_SYSTEM, _USER.template)
+_PROMPT = WorkerPrompt.load(PURPOSE)
 
 
 class Refiner:
@@ -50,9 +46,9 @@ class Refiner:
             return "unsettled"
         if not turn.offered_skills:
             return "no_skills_used"
-        if turn.outcome is Outcome.DONE and not self._on_success:
+        if turn.outcome is TurnOutcome.DONE and not self._on_success:
             return "auto_refine_on_success_off"
-        if turn.outcome is Outcome.FAILED and not self._on_failure:
+        if turn.outcome is TurnOutcome.FAILED and not self._on_failure:
             return "auto_refine_on_failure_off"
         return None
 
@@ -79,19 +75,16 @@ class Refiner:
         if not live:
             return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail="no offered skill is live; no model call")
         catalogue = "\n\n".join(f"### {s.name}\n{s.summary}\n\n{s.body}" for s in live)
-        prompt = Prompt(
-            purpose=PURPOSE,
-            system=_SYSTEM,
-            user=_USER.substitute(skills=catalogue, turn=describe_turn(turn)),
+        answer, completion = await _PROMPT.ask(
+            ctx,
+            turn,
             data={
                 **turn_data(turn),
                 "skills": [{"name": s.name, "tool_sequence": list(s.tool_sequence)} for s in live],
             },
             max_tokens=300,
-            json_output=True,
+            skills=catalogue,
         )
-        completion = await ask_model(ctx, turn, PURPOSE, prompt)
-        answer = parse_object(completion.text)
         if answer.get("noop") is True or not answer.get("skill"):
             return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail="NOOP")
         by_name = {s.name: s for s in live}
@@ -104,7 +97,9 @@ class Refiner:
         if not observation:
             raise InvalidOutput("an observation without text")
         kind = (
-            sk_pb.OBSERVATION_KIND_OBSERVED if turn.outcome is Outcome.DONE else sk_pb.OBSERVATION_KIND_COUNTER_EXAMPLE
+            sk_pb.OBSERVATION_KIND_OBSERVED
+            if turn.outcome is TurnOutcome.DONE
+            else sk_pb.OBSERVATION_KIND_COUNTER_EXAMPLE
         )
         resp = await ctx.ports.skills.append_observation(
             sk_pb.AppendSkillObservationRequest(
@@ -116,7 +111,7 @@ class Refiner:
                 turn_id=turn.turn_id,
                 request_id=f"{turn.turn_id}:{self.name}",
                 # Issue 17: the bullet's turn, its senders, the model and prompt that wrote it.
-                provenance=provenance_of(turn, self.name, completion.model, _PROMPT_VERSION),
+                provenance=provenance_of(turn, self.name, completion.model, _PROMPT.version),
             ),
         )
         if resp.skipped:

@@ -23,18 +23,15 @@ import grpc
 
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
-from libs.common.auxmodel import OfflineRules, Prompt
+from libs.common.auxmodel import OfflineRules
 from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
 from services.reflector.workers.base import (
     EpisodePending,
     WorkerContext,
-    ask_model,
-    describe_turn,
-    parse_object,
-    prompt_file,
+    WorkerPrompt,
     turn_data,
 )
-from services.reflector.workers.provenance import prompt_version, provenance_of
+from services.reflector.workers.provenance import provenance_of
 
 __all__ = ["PURPOSE", "Synthesizer", "offline_rule", "register"]
 
@@ -42,9 +39,7 @@ PURPOSE = "synthesizer"
 MAX_RUN = 500
 """The longest run a skill stores (SkillService's ``tool_sequence`` bound): a longer turn would be
 drafted and then refused, so it is not offered to the model."""
-_SYSTEM = prompt_file("synthesizer").template
-_USER = prompt_file("synthesizer_user")
-_PROMPT_VERSION = prompt_version(_SYSTEM, _USER.template)
+_PROMPT = WorkerPrompt.load(PURPOSE)
 
 
 class Synthesizer:
@@ -80,16 +75,9 @@ class Synthesizer:
                 archived = check.duplicate.state == sk_pb.SKILL_STATE_ARCHIVED
                 detail = f"duplicates {check.duplicate.name}" + (" (archived)" if archived else "")
             return WorkerOutcome(self.name, WorkerStatus.SKIPPED, gate=gate, detail=detail)
-        prompt = Prompt(
-            purpose=PURPOSE,
-            system=_SYSTEM,
-            user=_USER.substitute(turn=describe_turn(turn), tools=", ".join(turn.tool_run)),
-            data=turn_data(turn),
-            max_tokens=1500,
-            json_output=True,
+        draft, completion = await _PROMPT.ask(
+            ctx, turn, data=turn_data(turn), max_tokens=1500, tools=", ".join(turn.tool_run)
         )
-        completion = await ask_model(ctx, turn, PURPOSE, prompt)
-        draft = parse_object(completion.text)
         if draft.get("decline") is True:
             return WorkerOutcome(self.name, WorkerStatus.NOTHING, detail=f"declined: {draft.get('reason', '')}"[:300])
         name, summary, body = (str(draft.get(k) or "").strip() for k in ("name", "summary", "body"))
@@ -109,7 +97,7 @@ class Synthesizer:
                     cluster_size=1,
                     source_turn_ids=[turn.turn_id],
                     # Issue 17: the draft's turn, its senders, the model and prompt that wrote it.
-                    provenance=provenance_of(turn, self.name, completion.model, _PROMPT_VERSION),
+                    provenance=provenance_of(turn, self.name, completion.model, _PROMPT.version),
                 ),
             )
         except grpc.aio.AioRpcError as err:

@@ -97,17 +97,10 @@ class FakePrefetchStore:
             run.hints[hint_key] = hint
 
     async def record_answer(
-        self,
-        company: str,
-        seat: str,
-        turn_id: str,
-        hint_key: str,
-        hint: str,
-        notes: list[dict[str, Any]],
-        shown: int,
-        now: datetime,
+        self, company: str, seat: str, turn_id: str, hint_key: str, hint: str, answer: LedgerEntry, now: datetime
     ) -> None:
-        self._put((company, seat, turn_id), hint_key, _Hint(hint, "answered", copy.deepcopy(notes), shown))
+        cached = _Hint(hint, "answered", copy.deepcopy(answer.notes), answer.shown)
+        self._put((company, seat, turn_id), hint_key, cached)
 
     async def record_failure(
         self, company: str, seat: str, turn_id: str, hint_key: str, hint: str, now: datetime

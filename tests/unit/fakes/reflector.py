@@ -24,8 +24,9 @@ from libs.common.auxmodel import AuxiliaryModel, OfflineRules, build_providers
 from libs.common.clock import Clock, ManualClock
 from libs.common.config import Settings
 from libs.common.grpcserver import rpc_error
+from libs.common.outcomes import TurnOutcome
 from libs.common.protoconv import timestamp
-from services.reflector.domain import Interaction, OfferedSkill, Outcome, Sender, Trigger, Turn
+from services.reflector.domain import Interaction, OfferedSkill, Sender, Trigger, Turn
 from services.reflector.workers import persist_decider, refiner, synthesizer
 from services.reflector.workers.base import WorkerContext
 from services.reflector.workers.ports import WorkerPorts
@@ -319,7 +320,7 @@ def make_turn(
     *,
     said: str = "",
     sender: str = "bob",
-    outcome: Outcome = Outcome.DONE,
+    outcome: TurnOutcome = TurnOutcome.DONE,
     tools: tuple[str, ...] = (),
     offered: tuple[OfferedSkill, ...] = (),
     end_time: datetime | None = None,

@@ -25,6 +25,7 @@ from libs.common.events import Bookkeeping
 from services.reflector.domain import (
     TRANSITIONS,
     ReflectionState,
+    TurnKey,
     WorkerOutcome,
     check_transition,
 )
@@ -101,20 +102,18 @@ class FakeReflectionStore:
         record.workers = merged
         return True
 
-    def _move(self, company: str, seat: str, turn_id: str, target: ReflectionState) -> ReflectionRecord | None:
-        record = self.records.get((company, seat, turn_id))
+    def _move(self, key: TurnKey, target: ReflectionState) -> ReflectionRecord | None:
+        record = self.records.get(key)
         if record is None:
             return None  # erased or past retention: the queue row moves alone
-        check_transition(turn_id, record.state, target)
+        check_transition(key.turn_id, record.state, target)
         record.state = target
         return record
 
     async def close(
         self,
         tx: object,
-        company: str,
-        seat: str,
-        turn_id: str,
+        key: TurnKey,
         state: ReflectionState,
         gate: str | None,
         now: datetime,
@@ -123,7 +122,7 @@ class FakeReflectionStore:
         self._maybe_fail("close")
         if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
             raise ValueError(f"close() ends a pass completed or gated, not {state}")
-        record = self._move(company, seat, turn_id, state)
+        record = self._move(key, state)
         if record is None:
             return False
         record.gate, record.complete_time, record.reason, record.next_attempt_time = gate, now, None, None
@@ -131,25 +130,18 @@ class FakeReflectionStore:
             record.workers = list(workers)
         return True
 
-    async def defer(self, tx: object, company: str, seat: str, turn_id: str, gate: str, until: datetime) -> bool:
-        record = self._move(company, seat, turn_id, ReflectionState.DEFERRED)
+    async def defer(self, tx: object, key: TurnKey, gate: str, until: datetime) -> bool:
+        record = self._move(key, ReflectionState.DEFERRED)
         if record is None:
             return False
         record.gate, record.next_attempt_time = gate, until
         return True
 
     async def retrying(
-        self,
-        tx: object,
-        company: str,
-        seat: str,
-        turn_id: str,
-        reason: str,
-        until: datetime,
-        workers: list[WorkerOutcome] | None = None,
+        self, tx: object, key: TurnKey, reason: str, until: datetime, workers: list[WorkerOutcome] | None = None
     ) -> bool:
         self._maybe_fail("retrying")
-        record = self._move(company, seat, turn_id, ReflectionState.RETRYING)
+        record = self._move(key, ReflectionState.RETRYING)
         if record is None:
             return False
         record.reason, record.next_attempt_time = reason, until
@@ -158,16 +150,9 @@ class FakeReflectionStore:
         return True
 
     async def dead_letter(
-        self,
-        tx: object,
-        company: str,
-        seat: str,
-        turn_id: str,
-        reason: str,
-        workers: list[WorkerOutcome] | None,
-        now: datetime,
+        self, tx: object, key: TurnKey, reason: str, workers: list[WorkerOutcome] | None, now: datetime
     ) -> bool:
-        record = self._move(company, seat, turn_id, ReflectionState.DEAD_LETTERED)
+        record = self._move(key, ReflectionState.DEAD_LETTERED)
         if record is None:
             return False
         record.reason, record.complete_time, record.next_attempt_time = reason, now, None
@@ -175,11 +160,11 @@ class FakeReflectionStore:
             record.workers = list(workers)
         return True
 
-    async def requeued(self, tx: object, company: str, seat: str, turn_id: str) -> bool:
-        record = self.records.get((company, seat, turn_id))
+    async def requeued(self, tx: object, key: TurnKey) -> bool:
+        record = self.records.get(key)
         if record is None or record.state.waiting:
             return False
-        self._move(company, seat, turn_id, ReflectionState.QUEUED)
+        self._move(key, ReflectionState.QUEUED)
         return True
 
     async def page(
