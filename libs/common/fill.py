@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 import numpy as np
@@ -564,7 +564,7 @@ class VectorFill:
         minute.report.unusable_held += 1
         await self._row_event("memory_fill_vector_unusable", source, row, bytes=row.size)
 
-    async def _row_event(self, kind: str, source: FillSource, row: FillRow, **details: object) -> None:
+    async def _row_event(self, kind: str, source: FillSource, row: FillRow, **details: Any) -> None:
         """A fill event about one row: its company, seat, id and row family, and ``details``."""
         await self._events.emit(
             kind, company=row.company, seat=row.seat, row=str(row.id), source=source.name, **details
