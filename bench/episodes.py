@@ -53,6 +53,7 @@ import numpy as np  # noqa: E402
 from agentlearn.common.v1 import embedding_pb2  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2 as pb  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc  # noqa: E402
+from bench import harness  # noqa: E402
 from bench.harness import loaded_minilm, noisy, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
@@ -371,12 +372,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seats", type=int, default=1000)
-    ap.add_argument("--rows", type=int, default=500)
-    ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--distinct", type=int, default=2000)
-    ap.add_argument("--sigma", type=float, default=0.15)
-    ap.add_argument("--lifecycle-rows", type=int, default=5000)
-    ap.add_argument("--max-passes", type=int, default=40)
+    ap = harness.command_line(
+        __doc__, seats=1000, rows=500, queries=300, distinct=2000, sigma=0.15, lifecycle_rows=5000, max_passes=40
+    )
     sys.exit(asyncio.run(main(ap.parse_args())))

@@ -48,6 +48,7 @@ from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb  # noqa: E402
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc  # noqa: E402
+from bench import harness  # noqa: E402
 from bench.harness import loaded_minilm, noisy, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
@@ -475,15 +476,9 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seats", type=int, default=1000)
-    ap.add_argument("--small", type=int, default=10)
-    ap.add_argument("--notes", type=int, default=500)
-    ap.add_argument("--episodes", type=int, default=500)
-    ap.add_argument("--skills", type=int, default=20)
-    ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--distinct", type=int, default=1500)
-    ap.add_argument("--sigma", type=float, default=0.15)
+    ap = harness.command_line(
+        __doc__, seats=1000, small=10, notes=500, episodes=500, skills=20, queries=200, distinct=1500, sigma=0.15
+    )
     ap.add_argument(
         "--ab",
         default="",

@@ -7,6 +7,7 @@ a script imports it as ``bench.harness`` (the repository root is on ``sys.path``
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import importlib.util
@@ -18,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 __all__ = [
+    "command_line",
     "loaded_minilm",
     "noisy",
     "open_app",
@@ -44,6 +46,16 @@ def scratch_postgres(prefix: str) -> Iterator[tuple[Path, Any]]:
     finally:
         server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def command_line(doc: str | None, **sizes: float | str) -> argparse.ArgumentParser:
+    """A benchmark's command line: described by its docstring's first paragraph, one ``--name``
+    option per keyword (``per_seat`` is ``--per-seat``) of the keyword's type and default. The
+    script adds what is not a plain sized knob (a positional, a choice, a flag) itself."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    for name, default in sizes.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    return parser
 
 
 def loaded_minilm(**options: Any) -> Any:
