@@ -348,15 +348,7 @@ def _string_checks(r: validate_pb2.StringRules, where: str) -> list[_Check]:
     if r.HasField("not_contains"):
         bad = r.not_contains
         checks.append(lambda v, p: [] if bad not in v else _v(p, "FIELD_INVALID", f"{p} must not contain {bad!r}"))
-    if getattr(r, "in"):
-        allowed = frozenset(getattr(r, "in"))
-        checks.append(
-            lambda v, p: [] if v in allowed else _v(p, "FIELD_INVALID", f"{p} must be one of {sorted(allowed)}")
-        )
-    if r.not_in:
-        refused = frozenset(r.not_in)
-        checks.append(lambda v, p: [] if v not in refused else _v(p, "FIELD_INVALID", f"{p} {echo(v)} is refused"))
-    return checks
+    return checks + _set_checks(r, lambda allowed: str(sorted(allowed)), lambda v, p: f"{p} {echo(v)} is refused")
 
 
 def _enum_checks(r: validate_pb2.EnumRules, enum: EnumDescriptor, where: str) -> list[_Check]:
@@ -371,19 +363,12 @@ def _enum_checks(r: validate_pb2.EnumRules, enum: EnumDescriptor, where: str) ->
             return _v(path, "FIELD_INVALID", f"{path} {value} is not a defined {enum.name} value")
 
         checks.append(defined)
-    if getattr(r, "in"):
-        allowed = frozenset(getattr(r, "in"))
-        shown = ", ".join(names.get(n, str(n)) for n in sorted(allowed))
-        checks.append(lambda v, p: [] if v in allowed else _v(p, "FIELD_INVALID", f"{p} must be one of {shown}"))
-    if r.not_in:
-        refused = frozenset(r.not_in)
-        checks.append(
-            lambda v, p: [] if v not in refused else _v(p, "FIELD_INVALID", f"{p} must not be {names.get(v, v)}")
-        )
-    if r.HasField("const"):
-        want = r.const
-        checks.append(lambda v, p: [] if v == want else _v(p, "FIELD_INVALID", f"{p} must be {names.get(want, want)}"))
-    return checks
+    return checks + _set_checks(
+        r,
+        lambda allowed: ", ".join(names.get(n, str(n)) for n in sorted(allowed)),
+        lambda v, p: f"{p} must not be {names.get(v, v)}",
+        lambda want: str(names.get(want, want)),
+    )
 
 
 def _number_checks(r: Any, where: str) -> list[_Check]:
@@ -395,17 +380,29 @@ def _number_checks(r: Any, where: str) -> list[_Check]:
     checks: list[_Check] = []
     if lo is not None or hi is not None:
         checks.append(_range_check("FIELD_INVALID", lo, hi, ""))
+    return checks + _set_checks(r, lambda allowed: str(sorted(allowed)), lambda v, p: f"{p} must not be {v}", str)
+
+
+def _set_checks(
+    r: Any,
+    one_of: Callable[[frozenset[Any]], str],
+    refused: Callable[[Any, str], str],
+    const: Callable[[Any], str] | None = None,
+) -> list[_Check]:
+    """The value-set rules strings, enums and numbers share: ``in``, ``not_in`` and (given how to
+    show it) ``const``; each kind says how its values read in the violation."""
+    checks: list[_Check] = []
     if getattr(r, "in"):
         allowed = frozenset(getattr(r, "in"))
-        checks.append(
-            lambda v, p: [] if v in allowed else _v(p, "FIELD_INVALID", f"{p} must be one of {sorted(allowed)}")
-        )
+        shown = one_of(allowed)
+        checks.append(lambda v, p: [] if v in allowed else _v(p, "FIELD_INVALID", f"{p} must be one of {shown}"))
     if r.not_in:
-        refused = frozenset(r.not_in)
-        checks.append(lambda v, p: [] if v not in refused else _v(p, "FIELD_INVALID", f"{p} must not be {v}"))
-    if r.HasField("const"):
+        bad = frozenset(r.not_in)
+        checks.append(lambda v, p: [] if v not in bad else _v(p, "FIELD_INVALID", refused(v, p)))
+    if const is not None and r.HasField("const"):
         want = r.const
-        checks.append(lambda v, p: [] if v == want else _v(p, "FIELD_INVALID", f"{p} must be {want}"))
+        must = const(want)
+        checks.append(lambda v, p: [] if v == want else _v(p, "FIELD_INVALID", f"{p} must be {must}"))
     return checks
 
 
