@@ -55,6 +55,7 @@ from agentlearn.episodes.v1 import episode_service_pb2 as pb  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc  # noqa: E402
 from bench import harness  # noqa: E402
 from bench.harness import loaded_minilm, noisy, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
+from bench.harness.workplace import PEOPLE, TOOLSETS, TOPICS  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
@@ -63,41 +64,8 @@ from services.episodes.domain import vector_text  # noqa: E402
 from services.episodes.service import index_point  # noqa: E402
 
 COMPANY, LC_COMPANY, LC_SEAT = "bench", "bench-lc", "lifecycle-seat"
-PEOPLE = ["Ana", "Bob", "Carla", "Dan", "Eve", "Farid", "Gus", "Hana"]
 SURFACES = ["Slack message", "Jira ticket", "email", "GitHub review request", "PagerDuty alert"]
-TOPICS = [
-    "rotate the staging database credentials",
-    "fix the flaky kafka consumer test",
-    "send the weekly status report",
-    "triage the billing export timeout",
-    "review the pull request for the auth service",
-    "plan the offsite dinner for the platform team",
-    "renew the TLS certificate for the public API",
-    "investigate the memory leak in the ingest worker",
-    "update the onboarding page for new hires",
-    "draft the incident postmortem for last night's outage",
-    "migrate the cron jobs to the new scheduler",
-    "answer a question about the holiday calendar",
-    "bump the python dependencies and rerun CI",
-    "clean up stale feature flags",
-    "reconcile the invoices that failed to sync",
-    "summarise the customer feedback from the survey",
-]
 ACCOUNTS = ["Done; posted the result in the thread.", "Opened a PR and asked for review.", "Could not finish."]
-TOOLSETS = [
-    ["jira.search", "jira.update"],
-    ["github.read", "github.pr", "slack.post"],
-    ["vault.read", "vault.write", "slack.post"],
-    ["pagerduty.ack", "grafana.query", "slack.post"],
-    ["gmail.read", "gmail.send"],
-    ["confluence.search", "confluence.edit"],
-    ["ci.rerun", "github.read"],
-    ["sql.query", "sheets.write"],
-    ["calendar.read", "calendar.create", "slack.post"],
-    ["k8s.get", "k8s.logs", "grafana.query"],
-    ["jira.search", "confluence.search", "slack.post"],
-    ["stripe.search", "sheets.write", "gmail.send"],
-]
 QUERIES = [
     "the nightly build keeps failing",
     "who asked for the weekly report?",
