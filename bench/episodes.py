@@ -53,7 +53,9 @@ import numpy as np  # noqa: E402
 from agentlearn.common.v1 import embedding_pb2  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2 as pb  # noqa: E402
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc  # noqa: E402
+from bench import harness  # noqa: E402
 from bench.harness import loaded_minilm, noisy, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
+from bench.harness.workplace import PEOPLE, TOOLSETS, TOPICS  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
@@ -62,41 +64,8 @@ from services.episodes.domain import vector_text  # noqa: E402
 from services.episodes.service import index_point  # noqa: E402
 
 COMPANY, LC_COMPANY, LC_SEAT = "bench", "bench-lc", "lifecycle-seat"
-PEOPLE = ["Ana", "Bob", "Carla", "Dan", "Eve", "Farid", "Gus", "Hana"]
 SURFACES = ["Slack message", "Jira ticket", "email", "GitHub review request", "PagerDuty alert"]
-TOPICS = [
-    "rotate the staging database credentials",
-    "fix the flaky kafka consumer test",
-    "send the weekly status report",
-    "triage the billing export timeout",
-    "review the pull request for the auth service",
-    "plan the offsite dinner for the platform team",
-    "renew the TLS certificate for the public API",
-    "investigate the memory leak in the ingest worker",
-    "update the onboarding page for new hires",
-    "draft the incident postmortem for last night's outage",
-    "migrate the cron jobs to the new scheduler",
-    "answer a question about the holiday calendar",
-    "bump the python dependencies and rerun CI",
-    "clean up stale feature flags",
-    "reconcile the invoices that failed to sync",
-    "summarise the customer feedback from the survey",
-]
 ACCOUNTS = ["Done; posted the result in the thread.", "Opened a PR and asked for review.", "Could not finish."]
-TOOLSETS = [
-    ["jira.search", "jira.update"],
-    ["github.read", "github.pr", "slack.post"],
-    ["vault.read", "vault.write", "slack.post"],
-    ["pagerduty.ack", "grafana.query", "slack.post"],
-    ["gmail.read", "gmail.send"],
-    ["confluence.search", "confluence.edit"],
-    ["ci.rerun", "github.read"],
-    ["sql.query", "sheets.write"],
-    ["calendar.read", "calendar.create", "slack.post"],
-    ["k8s.get", "k8s.logs", "grafana.query"],
-    ["jira.search", "confluence.search", "slack.post"],
-    ["stripe.search", "sheets.write", "gmail.send"],
-]
 QUERIES = [
     "the nightly build keeps failing",
     "who asked for the weekly report?",
@@ -371,12 +340,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seats", type=int, default=1000)
-    ap.add_argument("--rows", type=int, default=500)
-    ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--distinct", type=int, default=2000)
-    ap.add_argument("--sigma", type=float, default=0.15)
-    ap.add_argument("--lifecycle-rows", type=int, default=5000)
-    ap.add_argument("--max-passes", type=int, default=40)
+    ap = harness.command_line(
+        __doc__, seats=1000, rows=500, queries=300, distinct=2000, sigma=0.15, lifecycle_rows=5000, max_passes=40
+    )
     sys.exit(asyncio.run(main(ap.parse_args())))

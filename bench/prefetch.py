@@ -48,7 +48,11 @@ from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb  # noqa: E402
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as kn_grpc  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb  # noqa: E402
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc  # noqa: E402
+from bench import harness  # noqa: E402
 from bench.harness import loaded_minilm, noisy, open_edge_infra, pct, scratch_postgres, serve_loopback  # noqa: E402
+from bench.harness.workplace import PEOPLE  # noqa: E402
+from bench.harness.workplace import TOOLSETS as ALL_TOOLSETS  # noqa: E402
+from bench.harness.workplace import TOPICS as ALL_TOPICS  # noqa: E402
 from libs.common.clock import ManualClock  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
 from libs.common.vectorindex import collection_name  # noqa: E402
@@ -59,21 +63,7 @@ from services.runner.registry import SERVICES, migrations_of  # noqa: E402
 
 COMPANY, ROLE, MODEL = "bench", "swe", "all-MiniLM-L6-v2"
 NAMES = ["diary", "episodes", "skills", "profiles", "knowledge", "prefetch"]
-PEOPLE = ["Ana", "Bob", "Carla", "Dan", "Eve", "Farid", "Gus", "Hana"]
-TOPICS = [
-    "rotate the staging database credentials",
-    "fix the flaky kafka consumer test",
-    "send the weekly status report",
-    "triage the billing export timeout",
-    "review the pull request for the auth service",
-    "renew the TLS certificate for the public API",
-    "investigate the memory leak in the ingest worker",
-    "update the onboarding page for new hires",
-    "draft the incident postmortem for last night's outage",
-    "migrate the cron jobs to the new scheduler",
-    "bump the python dependencies and rerun CI",
-    "reconcile the invoices that failed to sync",
-]
+TOPICS = [ALL_TOPICS[i] for i in (0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 12, 14)]
 FACTS = [
     "{p} prefers a short summary before any detail about {t}.",
     "{p} owns the decision on how we {t}.",
@@ -86,14 +76,7 @@ ASKS = [
     "Please {t} before Friday, and tell Bob when it is done.",
     "Bob: can you {t}? The last attempt failed.",
 ]
-TOOLSETS = [
-    ["jira.search", "jira.update"],
-    ["github.read", "github.pr", "slack.post"],
-    ["vault.read", "vault.write", "slack.post"],
-    ["pagerduty.ack", "grafana.query", "slack.post"],
-    ["ci.rerun", "github.read"],
-    ["sql.query", "sheets.write"],
-]
+TOOLSETS = [ALL_TOOLSETS[i] for i in (0, 1, 2, 3, 6, 7)]
 
 
 def log(msg: str) -> None:
@@ -475,15 +458,9 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seats", type=int, default=1000)
-    ap.add_argument("--small", type=int, default=10)
-    ap.add_argument("--notes", type=int, default=500)
-    ap.add_argument("--episodes", type=int, default=500)
-    ap.add_argument("--skills", type=int, default=20)
-    ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--distinct", type=int, default=1500)
-    ap.add_argument("--sigma", type=float, default=0.15)
+    ap = harness.command_line(
+        __doc__, seats=1000, small=10, notes=500, episodes=500, skills=20, queries=200, distinct=1500, sigma=0.15
+    )
     ap.add_argument(
         "--ab",
         default="",

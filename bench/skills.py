@@ -41,7 +41,7 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
 from agentlearn.skills.v1 import skill_service_pb2 as pb  # noqa: E402
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc  # noqa: E402
-from bench.harness import serve_loopback  # noqa: E402
+from bench.harness import command_line, serve_loopback  # noqa: E402
 from libs.common.config import load_settings  # noqa: E402
 from libs.common.infra import open_infra  # noqa: E402
 from services.skills import bootstrap, passes  # noqa: E402
@@ -242,11 +242,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seats", type=int, default=1000)
-    p.add_argument("--skills-per-seat", type=int, default=50)
-    p.add_argument("--requests", type=int, default=1000)
-    p.add_argument("--curator-skills", type=int, default=100_000)
+    p = command_line(__doc__, seats=1000, skills_per_seat=50, requests=1000, curator_skills=100_000)
     args = p.parse_args()
     if args.seats < 1 or args.skills_per_seat < 1 or args.requests < 1 or args.curator_skills < 10:
         sys.exit("sizes must be positive (curator-skills at least 10)")

@@ -83,6 +83,13 @@ def stacks(svg: str) -> tuple[list[tuple[tuple[str, ...], int]], int]:
     return out, total
 
 
+# One row per service package, the same in every table below that names them.
+_SERVICES: list[tuple[str, str]] = [
+    (f"services/{name}", rf"services/{name}/")
+    for name in ("prefetch", "diary", "episodes", "skills", "profiles", "reflector")
+]
+
+
 # What the issue suspects, and what else a turn's time goes to. Patterns match py-spy frame names
 # ("function (path/file.py:line)"; native frames "symbol (library.so)" with --native).
 CATEGORIES: list[tuple[str, str]] = [
@@ -111,12 +118,7 @@ CATEGORIES: list[tuple[str, str]] = [
     ("vector index (qdrant edge / client)", r"qdrant|vectorindex"),
     ("asyncio event loop machinery (select, run_once, callbacks)", r"asyncio/|uvloop|_run_once|select \(|epoll"),
     ("the offline aux model + prompts (auxmodel)", r"libs/common/auxmodel"),
-    ("services/prefetch", r"services/prefetch/"),
-    ("services/diary", r"services/diary/"),
-    ("services/episodes", r"services/episodes/"),
-    ("services/skills", r"services/skills/"),
-    ("services/profiles", r"services/profiles/"),
-    ("services/reflector", r"services/reflector/"),
+    *_SERVICES,
     ("numpy", r"numpy"),
     ("logging", r"logging/__init__"),
     ("importing (import machinery)", r"_find_and_load|<frozen importlib"),
@@ -183,12 +185,7 @@ OWNERS: list[tuple[str, str]] = [
     ("jobs queue (libs/common/jobs.py)", r"libs/common/jobs\.py"),
     ("auxiliary model (libs/common/auxmodel)", r"libs/common/auxmodel"),
     ("other libs/common", r"libs/common/"),
-    ("services/prefetch", r"services/prefetch/"),
-    ("services/diary", r"services/diary/"),
-    ("services/episodes", r"services/episodes/"),
-    ("services/skills", r"services/skills/"),
-    ("services/profiles", r"services/profiles/"),
-    ("services/reflector", r"services/reflector/"),
+    *_SERVICES,
     ("other services/", r"services/"),
     ("bench harness", r"bench/"),
     ("gRPC (python aio layer + core)", r"grpc"),

@@ -1,5 +1,6 @@
 """RecallNotes' lexical half alone, before/after (issue 14 §4 item 9): the IDF query as shipped
-before (``BEFORE`` below, each matching note tested against each query lexeme twice) against
+before (bench/locomo.py's ``idf_sql("match")``, each matching note tested against each query lexeme
+twice) against
 ``services.diary.store.SQL["lexical"]`` (whatever the checkout holds), on LoCoMo dev: every turn a
 LONG note of its conversation's seat (no vectors: the lexical half does not read them), every
 question asked of its seat by both statements in alternating order, plus ``--noise-copies`` copies
@@ -34,26 +35,6 @@ sys.path.insert(0, str(ROOT))
 from bench.harness import scratch_postgres  # noqa: E402
 from bench.harness import script as bench_module  # noqa: E402
 from services.diary.store import _COLUMNS, SQL  # noqa: E402
-
-# The lexical half as shipped before this change (services/diary/store.py at b76571c).
-BEFORE = f"""
-        WITH q AS (
-            SELECT lexeme, quote_literal(lexeme)::tsquery AS lq
-            FROM unnest(tsvector_to_array(to_tsvector('english', $5))) AS lexeme),
-        m AS MATERIALIZED (
-            SELECT {_COLUMNS}, d.tsv FROM agent_diary d
-            WHERE d.company = $1 AND d.seat = $2 AND (d.expire_time IS NULL OR d.expire_time > $3)
-              AND d.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM q)),
-        n AS MATERIALIZED (SELECT count(*)::float8 AS n FROM m),
-        w AS MATERIALIZED (
-            SELECT q.lq, ln(1 + (n.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf
-            FROM q JOIN m ON m.tsv @@ q.lq, n
-            GROUP BY q.lexeme, q.lq, n.n),
-        s AS (SELECT m.id, sum(w.idf) AS rank FROM m JOIN w ON m.tsv @@ w.lq GROUP BY m.id)
-        SELECT {_COLUMNS}, s.rank
-        FROM m JOIN s USING (id)
-        ORDER BY s.rank DESC, m.create_time DESC LIMIT $4"""
-
 
 _Q = """q AS (
             SELECT lexeme, quote_literal(lexeme)::tsquery AS lq
@@ -146,7 +127,9 @@ async def main(a: argparse.Namespace) -> None:
     async with notes_pool("lexical-tail-", lm, data, a.noise_copies) as (pool, questions, notes):
         total = await pool.fetchval("SELECT count(*) FROM agent_diary")
         now = T0 + timedelta(days=1)
-        stmts = {"before": BEFORE, "after": SQL["lexical"]}
+        # The lexical half as shipped before this change (services/diary/store.py at b76571c) is
+        # bench/locomo.py's idf variant with N the matched notes, the very statement.
+        stmts = {"before": lm.idf_sql("match"), "after": SQL["lexical"]}
         if a.explore:
             stmts |= {"hits-once": HITS_ONCE, "narrow": HITS_ONCE_NARROW}
         for s in stmts.values():  # prepare and warm

@@ -151,19 +151,21 @@ def offline_filter(q: dict) -> list[dict]:  # type: ignore[type-arg]
     return [by[i] for i in json.loads(memory_filter_rule(data))["selected"]]
 
 
-def fused(pool: list[dict]) -> dict[int, float]:  # type: ignore[type-arg]
+def fused(pool: list[dict], w: float = 0.5) -> dict[int, float]:  # type: ignore[type-arg]
+    """Each candidate's min-max vector similarity weighted ``w`` plus its lexical rank over the
+    best weighted ``1 - w`` (the product's equal weights by default)."""
     sims = [c["similarity"] for c in pool if "vector" in c["found_by"]]
     lo, hi = (min(sims), max(sims)) if sims else (0.0, 1.0)
     lex_max = max((c["lexical_rank"] for c in pool), default=0.0) or 1.0
     out = {}
     for i, c in enumerate(pool):
         s = (c["similarity"] - lo) / (hi - lo) if "vector" in c["found_by"] and hi > lo else 0.0
-        out[i] = 0.5 * s + 0.5 * c["lexical_rank"] / lex_max
+        out[i] = w * s + (1 - w) * c["lexical_rank"] / lex_max
     return out
 
 
-def by_fused(q: dict, floor: float | None = None) -> list[dict]:  # type: ignore[type-arg]
-    f = fused(q["pool"])
+def by_fused(q: dict, floor: float | None = None, w: float = 0.5) -> list[dict]:  # type: ignore[type-arg]
+    f = fused(q["pool"], w)
     order = sorted(range(len(q["pool"])), key=lambda i: (-f[i], -q["pool"][i]["t"]))
     if floor is not None:
         order = [i for i in order if f[i] >= floor]
@@ -184,16 +186,7 @@ def rrf(q: dict, k: int = 60) -> list[dict]:  # type: ignore[type-arg]
 
 def by_fused_w(q: dict, w: float) -> list[dict]:  # type: ignore[type-arg]
     """Fused with weight ``w`` on the vector side (a sensitivity check, not a tuned choice)."""
-    pool = q["pool"]
-    sims = [c["similarity"] for c in pool if "vector" in c["found_by"]]
-    lo, hi = (min(sims), max(sims)) if sims else (0.0, 1.0)
-    lex_max = max((c["lexical_rank"] for c in pool), default=0.0) or 1.0
-    f = {}
-    for i, c in enumerate(pool):
-        sv = (c["similarity"] - lo) / (hi - lo) if "vector" in c["found_by"] and hi > lo else 0.0
-        f[i] = w * sv + (1 - w) * c["lexical_rank"] / lex_max
-    order = sorted(range(len(pool)), key=lambda i: (-f[i], -pool[i]["t"]))
-    return [pool[i] for i in order[:10]]
+    return by_fused(q, None, w)
 
 
 def both_then_fused(q: dict) -> list[dict]:  # type: ignore[type-arg]

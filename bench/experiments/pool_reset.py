@@ -24,7 +24,7 @@ from pathlib import Path
 import asyncpg
 import numpy as np
 
-from bench.harness import scratch_postgres
+from bench.harness import Millis, scratch_postgres
 from libs.common.db import TracedConnection, _init_connection, connect_pool
 
 READ = "SELECT id, n, body FROM rows WHERE seat = $1 ORDER BY n DESC LIMIT 50"
@@ -102,10 +102,10 @@ async def main(args: argparse.Namespace) -> None:
         load = os.getloadavg()[0]
         print(f"pooled 50-row read, {args.windows} alternating windows x {args.per_window}; load {load:.1f}")
         for name, xs in lat.items():
-            ms = sorted(x * 1000 for x in xs)
+            ms = Millis.of(xs)
             print(
-                f"  {name}: p50 {statistics.median(ms):.3f} ms, p99 {ms[int(0.99 * len(ms))]:.3f} ms, "
-                f"mean {statistics.fmean(ms):.3f} ms; client CPU {1000 * own[name] / n:.3f} ms, "
+                f"  {name}: p50 {ms.p50:.3f} ms, p99 {ms.p99:.3f} ms, "
+                f"mean {ms.mean:.3f} ms; client CPU {1000 * own[name] / n:.3f} ms, "
                 f"PostgreSQL CPU {1000 * pg[name] / n:.3f} ms a statement"
             )
         a, b = list(lat)

@@ -425,6 +425,33 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@contextlib.asynccontextmanager
+async def served(servers: list[ServerProc], stub_cls):  # type: ignore[no-untyped-def]
+    """Each server started, with a loopback channel and a ``stub_cls`` stub to it (the stubs in the
+    servers' order); on exit the channels close and the servers stop."""
+    import grpc
+
+    channels, stubs = [], []
+    for srv in servers:
+        port = await srv.start()
+        channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
+        stubs.append(stub_cls(channels[-1]))
+    try:
+        yield stubs
+    finally:
+        for ch in channels:
+            await ch.close()
+        for srv in servers:
+            await srv.stop()
+
+
+def closing_lines(rpc: str, lag_line: str, census: dict[str, object], ab: str) -> list[str]:
+    """The lines every profiled scenario's report ends with: the server's loop lag, the spans of one
+    ``rpc`` (unprofiled run) and the tracing A/B, if one ran."""
+    spans = f"spans per {rpc} (count per request, median duration; unprofiled run): " + json.dumps(census, indent=1)
+    return [lag_line, spans, ab]
+
+
 def report(out: Path, lines: list[str]) -> None:
     text = "\n".join(lines) + "\n"
     out.with_suffix(".txt").write_text(text)
@@ -460,18 +487,13 @@ async def profile_server(srv, args: argparse.Namespace, callers: int, quiet_call
 
 
 async def profile_prefetch(args: argparse.Namespace) -> None:
-    import grpc
-
     from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 
     pf = bench_module("prefetch")
     srv = ServerProc("prefetch", args)
-    port = await srv.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    stub = pb_grpc.PrefetchServiceStub(channel)
     request = prefetch_requests(pf, args.seats, "p")
 
-    try:
+    async with served([srv], pb_grpc.PrefetchServiceStub) as (stub,):
         for i in range(30):
             await stub.BuildTurnContext(request(-1 - i))  # warm-up
         ab = ""
@@ -496,36 +518,23 @@ async def profile_prefetch(args: argparse.Namespace) -> None:
                 f"server CPU {cpu_ms:.1f} ms per call (user+system, all threads)",
                 f"under the profiler ({len(lat)} calls in {wall:.0f}s): p50 {pct(lat, 50):.1f} ms, "
                 f"p99 {pct(lat, 99):.1f} ms, {len(lat) / wall:.1f} calls/s",
-                lag_line,
-                "spans per BuildTurnContext (count per request, median duration; unprofiled run): "
-                + json.dumps(census, indent=1),
-                ab,
+                *closing_lines("BuildTurnContext", lag_line, census, ab),
             ],
         )
-    finally:
-        await channel.close()
-        await srv.stop()
 
 
 async def onnx_ab(args: argparse.Namespace) -> None:
     """Two prefetch servers loaded alike, one with the product's ONNX session, one with 1 intra-op
     thread and no spin-wait; BuildTurnContext alternates between them call by call (same machine
     load for both), and each server's CPU per call is read from /proc."""
-    import grpc
-
     from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 
     pf = bench_module("prefetch")
     variant = {"onnx1": {"onnx_threads": 1}, "gc-freeze": {"gc_freeze": True}}[args.variant]
     servers = [ServerProc("prefetch", args), ServerProc("prefetch", args, **variant)]
-    stubs, channels = [], []
-    for srv in servers:
-        port = await srv.start()
-        channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
-        stubs.append(pb_grpc.PrefetchServiceStub(channels[-1]))
     request = prefetch_requests(pf, args.seats, "ab")
 
-    try:
+    async with served(servers, pb_grpc.PrefetchServiceStub) as stubs:
         for i in range(20):
             for stub in stubs:
                 await stub.BuildTurnContext(request(-1 - i))
@@ -556,11 +565,6 @@ async def onnx_ab(args: argparse.Namespace) -> None:
             f"p99 {pct(lat[1], 99) / pct(lat[0], 99):.3f}, CPU {cpu[1] / cpu[0]:.3f}"
         )
         report(args.out, lines)
-    finally:
-        for ch in channels:
-            await ch.close()
-        for srv in servers:
-            await srv.stop()
 
 
 async def writenote_ab(args: argparse.Namespace) -> None:
@@ -569,18 +573,11 @@ async def writenote_ab(args: argparse.Namespace) -> None:
     on a 1-thread, no-spin session. ``--writers`` concurrent WriteNote callers drive one server for
     a window, then the other, alternating; notes/s per window, CPU per note, notes left without a
     vector (the 2 s inline budget)."""
-    import grpc
-
     from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
     texts = turn_texts(json.loads(LOCOMO.read_text()))  # noqa: ASYNC240 (setup, before any load)
     servers = [ServerProc("diary", args), ServerProc("diary", args, onnx_threads=1, batch=4)]
-    stubs, channels = [], []
-    for srv in servers:
-        port = await srv.start()
-        channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{port}"))
-        stubs.append(pb_grpc.DiaryServiceStub(channels[-1]))
     rng = random.Random(7)
     skipped = [0, 0]
 
@@ -596,7 +593,7 @@ async def writenote_ab(args: argparse.Namespace) -> None:
 
         return call
 
-    try:
+    async with served(servers, pb_grpc.DiaryServiceStub) as stubs:
         for k in (0, 1):
             await drive(caller(k), 4, 3)  # warm-up
         skipped[:] = [0, 0]
@@ -626,24 +623,14 @@ async def writenote_ab(args: argparse.Namespace) -> None:
             f"CPU per note {(cpu[1] / notes[1]) / (cpu[0] / notes[0]):.2f}x"
         )
         report(args.out, lines)
-    finally:
-        for ch in channels:
-            await ch.close()
-        for srv in servers:
-            await srv.stop()
 
 
 async def profile_diary(args: argparse.Namespace) -> None:
-    import grpc
-
     from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
     texts = turn_texts(json.loads(LOCOMO.read_text()))  # noqa: ASYNC240 (setup, before any load)
     srv = ServerProc("diary", args)
-    port = await srv.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    stub = pb_grpc.DiaryServiceStub(channel)
     rng = random.Random(7)
 
     def call(i: int, metadata=None):  # type: ignore[no-untyped-def]
@@ -655,7 +642,7 @@ async def profile_diary(args: argparse.Namespace) -> None:
             metadata=metadata,
         )  # fmt: skip
 
-    try:
+    async with served([srv], pb_grpc.DiaryServiceStub) as (stub,):
         await drive(call, 4, 3)  # warm-up
         ab = ""
         if args.ab and args.tracing == "on":
@@ -674,15 +661,9 @@ async def profile_diary(args: argparse.Namespace) -> None:
                 f"p99 {pct(quiet, 99):.1f} ms; server CPU {cpu_ms:.1f} ms per note (user+system, all threads)",
                 f"under the profiler: {len(lat) / wall:.1f} notes/s, p50 {pct(lat, 50):.1f} ms, "
                 f"p99 {pct(lat, 99):.1f} ms",
-                lag_line,
-                "spans per WriteNote (count per request, median duration; unprofiled run): "
-                + json.dumps(census, indent=1),
-                ab,
+                *closing_lines("WriteNote", lag_line, census, ab),
             ],
         )
-    finally:
-        await channel.close()
-        await srv.stop()
 
 
 async def profile_reflector(args: argparse.Namespace) -> None:

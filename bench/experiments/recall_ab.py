@@ -37,7 +37,7 @@ from bench.diary import (
     load_ab,
     recall_request,
 )
-from bench.harness import scratch_postgres
+from bench.harness import command_line, scratch_postgres
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -98,16 +98,9 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = command_line(__doc__, seed=7, turns=1000, questions=200, seats=50, per_seat=200, windows=6, calls=60)
     p.add_argument("other", help="the other checkout")
     p.add_argument("--data", default=str(DEFAULT_DATA))
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--turns", type=int, default=1000)
-    p.add_argument("--questions", type=int, default=200)
-    p.add_argument("--seats", type=int, default=50)
-    p.add_argument("--per-seat", type=int, default=200)
-    p.add_argument("--windows", type=int, default=6)
-    p.add_argument("--calls", type=int, default=60)
     parsed = p.parse_args()
     parsed.other = os.path.abspath(parsed.other)
     asyncio.run(main(parsed))

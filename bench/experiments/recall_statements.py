@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from diary import locomo
 
-from bench.harness import scratch_postgres
+from bench.harness import Millis, scratch_postgres
 from libs.common.db import COMMON_MIGRATIONS, connect_pool, migrate
 from services.diary import bootstrap
 from services.diary.store import PostgresNoteStore
@@ -111,10 +111,9 @@ async def main(args: argparse.Namespace) -> None:
             f"load {os.getloadavg()[0]:.1f}"
         )
         for name, xs in lat.items():
-            ms = sorted(x * 1000 for x in xs)
+            ms = Millis.of(xs)
             print(
-                f"  {name}: p50 {statistics.median(ms):.2f} ms, p90 {ms[int(0.9 * len(ms))]:.2f}, "
-                f"p99 {ms[int(0.99 * len(ms))]:.2f}, mean {statistics.fmean(ms):.2f}; "
+                f"  {name}: p50 {ms.p50:.2f} ms, p90 {ms.p90:.2f}, p99 {ms.p99:.2f}, mean {ms.mean:.2f}; "
                 f"CPU {1000 * used[name] / len(xs):.2f} ms a call"
             )
         t, m = (lat[k] for k in ways)

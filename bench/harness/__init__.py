@@ -7,17 +7,22 @@ a script imports it as ``bench.harness`` (the repository root is on ``sys.path``
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import importlib.util
 import shutil
+import statistics
 import tempfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 __all__ = [
+    "Millis",
+    "command_line",
     "loaded_minilm",
     "noisy",
     "open_app",
@@ -44,6 +49,32 @@ def scratch_postgres(prefix: str) -> Iterator[tuple[Path, Any]]:
     finally:
         server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Millis:
+    """Latencies in milliseconds: the median, p90 and p99 by the upper index rank
+    (``sorted[int(q * n)]``, the A/B experiments' rule) and the mean."""
+
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+
+    @classmethod
+    def of(cls, seconds: Iterable[float]) -> Millis:
+        ms = sorted(x * 1000 for x in seconds)
+        return cls(statistics.median(ms), ms[int(0.9 * len(ms))], ms[int(0.99 * len(ms))], statistics.fmean(ms))
+
+
+def command_line(doc: str | None, **sizes: float | str) -> argparse.ArgumentParser:
+    """A benchmark's command line: described by its docstring's first paragraph, one ``--name``
+    option per keyword (``per_seat`` is ``--per-seat``) of the keyword's type and default. The
+    script adds what is not a plain sized knob (a positional, a choice, a flag) itself."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    for name, default in sizes.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    return parser
 
 
 def loaded_minilm(**options: Any) -> Any:

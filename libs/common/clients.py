@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from agentlearn.diary.v1 import diary_service_pb2_grpc
 from agentlearn.episodes.v1 import episode_service_pb2_grpc
@@ -21,6 +21,21 @@ from libs.common.channels import ServiceChannels
 _Stub = TypeVar("_Stub")
 
 __all__ = ["Clients"]
+
+
+class _StubOf(Generic[_Stub]):
+    """A read-only attribute of :class:`Clients`: the stub of the service named like the attribute,
+    on its current channel (one descriptor instead of a property per service)."""
+
+    def __init__(self, cls: Callable[[Any], _Stub]) -> None:
+        self._cls = cls
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, obj: Clients, owner: type | None = None) -> _Stub:
+        return obj._stub(self._name, self._cls)
 
 
 @dataclass
@@ -41,40 +56,14 @@ class Clients:
         stub: _Stub = held[1]
         return stub
 
-    @property
-    def diary(self) -> diary_service_pb2_grpc.DiaryServiceStub:
-        return self._stub("diary", diary_service_pb2_grpc.DiaryServiceStub)
-
-    @property
-    def episodes(self) -> episode_service_pb2_grpc.EpisodeServiceStub:
-        return self._stub("episodes", episode_service_pb2_grpc.EpisodeServiceStub)
-
-    @property
-    def skills(self) -> skill_service_pb2_grpc.SkillServiceStub:
-        return self._stub("skills", skill_service_pb2_grpc.SkillServiceStub)
-
-    @property
-    def profiles(self) -> profile_service_pb2_grpc.ProfileServiceStub:
-        return self._stub("profiles", profile_service_pb2_grpc.ProfileServiceStub)
-
-    @property
-    def knowledge(self) -> knowledge_service_pb2_grpc.KnowledgeServiceStub:
-        """The knowledge service (agentlearn.knowledge.v1)."""
-        return self._stub("knowledge", knowledge_service_pb2_grpc.KnowledgeServiceStub)
-
-    @property
-    def sessions(self) -> session_service_pb2_grpc.SessionServiceStub:
-        return self._stub("sessions", session_service_pb2_grpc.SessionServiceStub)
-
-    @property
-    def reflector(self) -> reflector_service_pb2_grpc.ReflectorServiceStub:
-        return self._stub("reflector", reflector_service_pb2_grpc.ReflectorServiceStub)
-
-    @property
-    def telemetry(self) -> telemetry_service_pb2_grpc.TelemetryServiceStub:
-        return self._stub("telemetry", telemetry_service_pb2_grpc.TelemetryServiceStub)
-
-    @property
-    def prefetch(self) -> prefetch_service_pb2_grpc.PrefetchServiceStub:
-        """The prefetch (agentlearn.prefetch.v1.PrefetchService): the privacy service's erasures."""
-        return self._stub("prefetch", prefetch_service_pb2_grpc.PrefetchServiceStub)
+    diary = _StubOf(diary_service_pb2_grpc.DiaryServiceStub)
+    episodes = _StubOf(episode_service_pb2_grpc.EpisodeServiceStub)
+    skills = _StubOf(skill_service_pb2_grpc.SkillServiceStub)
+    profiles = _StubOf(profile_service_pb2_grpc.ProfileServiceStub)
+    knowledge = _StubOf(knowledge_service_pb2_grpc.KnowledgeServiceStub)
+    """The knowledge service (agentlearn.knowledge.v1)."""
+    sessions = _StubOf(session_service_pb2_grpc.SessionServiceStub)
+    reflector = _StubOf(reflector_service_pb2_grpc.ReflectorServiceStub)
+    telemetry = _StubOf(telemetry_service_pb2_grpc.TelemetryServiceStub)
+    prefetch = _StubOf(prefetch_service_pb2_grpc.PrefetchServiceStub)
+    """The prefetch (agentlearn.prefetch.v1.PrefetchService): the privacy service's erasures."""

@@ -273,29 +273,9 @@ def _string_checks(r: validate_pb2.StringRules, where: str) -> list[_Check]:
         },
         where,
     )
-    checks: list[_Check] = []
-    if r.HasField("min_len"):
-        n = r.min_len
-
-        def min_len(value: str, path: str) -> list[Violation]:
-            if len(value) >= n:
-                return []
-            if not value:
-                return _v(path, "FIELD_REQUIRED", f"{path} is required", n)
-            return _v(path, "FIELD_INVALID", f"{path} is {len(value)} characters; at least {n} are needed", n)
-
-        checks.append(min_len)
-    if r.HasField("max_len"):
-        m = r.max_len
-
-        def max_len(value: str, path: str) -> list[Violation]:
-            if len(value) <= m:
-                return []
-            return _v(
-                path, "FIELD_TOO_LONG", f"{path} is {len(value)} characters; the limit is {m}", m, length=len(value)
-            )
-
-        checks.append(max_len)
+    checks = _count_checks(
+        r, ("min_len", "max_len"), lambda k: f"is {k} characters", "FIELD_TOO_LONG", "length", empty_is_required=True
+    )
     if r.HasField("len"):
         exact = r.len
 
@@ -348,15 +328,7 @@ def _string_checks(r: validate_pb2.StringRules, where: str) -> list[_Check]:
     if r.HasField("not_contains"):
         bad = r.not_contains
         checks.append(lambda v, p: [] if bad not in v else _v(p, "FIELD_INVALID", f"{p} must not contain {bad!r}"))
-    if getattr(r, "in"):
-        allowed = frozenset(getattr(r, "in"))
-        checks.append(
-            lambda v, p: [] if v in allowed else _v(p, "FIELD_INVALID", f"{p} must be one of {sorted(allowed)}")
-        )
-    if r.not_in:
-        refused = frozenset(r.not_in)
-        checks.append(lambda v, p: [] if v not in refused else _v(p, "FIELD_INVALID", f"{p} {echo(v)} is refused"))
-    return checks
+    return checks + _set_checks(r, lambda allowed: str(sorted(allowed)), lambda v, p: f"{p} {echo(v)} is refused")
 
 
 def _enum_checks(r: validate_pb2.EnumRules, enum: EnumDescriptor, where: str) -> list[_Check]:
@@ -371,19 +343,12 @@ def _enum_checks(r: validate_pb2.EnumRules, enum: EnumDescriptor, where: str) ->
             return _v(path, "FIELD_INVALID", f"{path} {value} is not a defined {enum.name} value")
 
         checks.append(defined)
-    if getattr(r, "in"):
-        allowed = frozenset(getattr(r, "in"))
-        shown = ", ".join(names.get(n, str(n)) for n in sorted(allowed))
-        checks.append(lambda v, p: [] if v in allowed else _v(p, "FIELD_INVALID", f"{p} must be one of {shown}"))
-    if r.not_in:
-        refused = frozenset(r.not_in)
-        checks.append(
-            lambda v, p: [] if v not in refused else _v(p, "FIELD_INVALID", f"{p} must not be {names.get(v, v)}")
-        )
-    if r.HasField("const"):
-        want = r.const
-        checks.append(lambda v, p: [] if v == want else _v(p, "FIELD_INVALID", f"{p} must be {names.get(want, want)}"))
-    return checks
+    return checks + _set_checks(
+        r,
+        lambda allowed: ", ".join(names.get(n, str(n)) for n in sorted(allowed)),
+        lambda v, p: f"{p} must not be {names.get(v, v)}",
+        lambda want: str(names.get(want, want)),
+    )
 
 
 def _number_checks(r: Any, where: str) -> list[_Check]:
@@ -395,17 +360,29 @@ def _number_checks(r: Any, where: str) -> list[_Check]:
     checks: list[_Check] = []
     if lo is not None or hi is not None:
         checks.append(_range_check("FIELD_INVALID", lo, hi, ""))
+    return checks + _set_checks(r, lambda allowed: str(sorted(allowed)), lambda v, p: f"{p} must not be {v}", str)
+
+
+def _set_checks(
+    r: Any,
+    one_of: Callable[[frozenset[Any]], str],
+    refused: Callable[[Any, str], str],
+    const: Callable[[Any], str] | None = None,
+) -> list[_Check]:
+    """The value-set rules strings, enums and numbers share: ``in``, ``not_in`` and (given how to
+    show it) ``const``; each kind says how its values read in the violation."""
+    checks: list[_Check] = []
     if getattr(r, "in"):
         allowed = frozenset(getattr(r, "in"))
-        checks.append(
-            lambda v, p: [] if v in allowed else _v(p, "FIELD_INVALID", f"{p} must be one of {sorted(allowed)}")
-        )
+        shown = one_of(allowed)
+        checks.append(lambda v, p: [] if v in allowed else _v(p, "FIELD_INVALID", f"{p} must be one of {shown}"))
     if r.not_in:
-        refused = frozenset(r.not_in)
-        checks.append(lambda v, p: [] if v not in refused else _v(p, "FIELD_INVALID", f"{p} must not be {v}"))
-    if r.HasField("const"):
+        bad = frozenset(r.not_in)
+        checks.append(lambda v, p: [] if v not in bad else _v(p, "FIELD_INVALID", refused(v, p)))
+    if const is not None and r.HasField("const"):
         want = r.const
-        checks.append(lambda v, p: [] if v == want else _v(p, "FIELD_INVALID", f"{p} must be {want}"))
+        must = const(want)
+        checks.append(lambda v, p: [] if v == want else _v(p, "FIELD_INVALID", f"{p} must be {must}"))
     return checks
 
 
@@ -426,28 +403,47 @@ def _range_check(reason: str, lo: int | None, hi: int | None, message: str) -> _
     return in_range
 
 
-def _repeated_checks(r: validate_pb2.RepeatedRules, fp: _FieldPlan, where: str) -> list[_Check]:
-    _unsupported(r, {"min_items", "max_items", "unique", "items"}, where)
+def _count_checks(
+    r: Any,
+    bounds: tuple[str, str],
+    amount: Callable[[int], str],
+    over_reason: str,
+    over_fact: str,
+    *,
+    empty_is_required: bool = False,
+) -> list[_Check]:
+    """A string's length or a list's size within the rules' (least, most) fields: ``amount`` says
+    how a size reads ("is 3 characters", "has 3 items"); an empty value short of the least is
+    FIELD_REQUIRED (said as "is required" when ``empty_is_required``)."""
+    least, most = bounds
     checks: list[_Check] = []
-    if r.HasField("min_items"):
-        n = r.min_items
+    if r.HasField(least):
+        n = getattr(r, least)
 
-        def min_items(value: Any, path: str) -> list[Violation]:
+        def at_least(value: Any, path: str) -> list[Violation]:
             if len(value) >= n:
                 return []
+            if not value and empty_is_required:
+                return _v(path, "FIELD_REQUIRED", f"{path} is required", n)
             reason = "FIELD_REQUIRED" if not value else "FIELD_INVALID"
-            return _v(path, reason, f"{path} has {len(value)} items; at least {n} are needed", n)
+            return _v(path, reason, f"{path} {amount(len(value))}; at least {n} are needed", n)
 
-        checks.append(min_items)
-    if r.HasField("max_items"):
-        m = r.max_items
+        checks.append(at_least)
+    if r.HasField(most):
+        m = getattr(r, most)
 
-        def max_items(value: Any, path: str) -> list[Violation]:
+        def at_most(value: Any, path: str) -> list[Violation]:
             if len(value) <= m:
                 return []
-            return _v(path, "TOO_MANY_ITEMS", f"{path} has {len(value)} items; the limit is {m}", m, count=len(value))
+            return _v(path, over_reason, f"{path} {amount(len(value))}; the limit is {m}", m, **{over_fact: len(value)})
 
-        checks.append(max_items)
+        checks.append(at_most)
+    return checks
+
+
+def _repeated_checks(r: validate_pb2.RepeatedRules, fp: _FieldPlan, where: str) -> list[_Check]:
+    _unsupported(r, {"min_items", "max_items", "unique", "items"}, where)
+    checks = _count_checks(r, ("min_items", "max_items"), lambda k: f"has {k} items", "TOO_MANY_ITEMS", "count")
     if r.unique:
         if fp.message is not None:
             raise ContractError(f"{where}: repeated.unique applies to scalars only")

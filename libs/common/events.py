@@ -34,6 +34,10 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 
+_EventRow = tuple[datetime, str, str | None, str | None, str | None, str | None, str]
+"""An event_log row: time, kind, company, seat, turn id, trace id, payload (JSON)."""
+
+
 class EventSink(Protocol):
     async def emit(
         self,
@@ -82,7 +86,7 @@ class Bookkeeping:
     written (a detached task finishing late) is written on its own, as without a batch."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[datetime, str, str | None, str | None, str | None, str | None, str]] = []
+        self.events: list[_EventRow] = []
         self.charges: dict[tuple[str, str, datetime], int] = {}
         self.closed = False
         self.followers: list[asyncio.Future[Any]] = []
@@ -162,6 +166,16 @@ class PostgresEventLog:
         self._clock = clock or SystemClock()
         self._warned: set[str] = set()
 
+    def _event_row(
+        self, kind: str, company: str | None, seat: str | None, turn_id: str | None, payload: dict[str, Any]
+    ) -> _EventRow:
+        """The event as the request's span records it (an event on the span) and as its row is
+        inserted, whether now (:meth:`emit_strict`) or with the request's bookkeeping."""
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event(kind, {k: str(v) for k, v in payload.items() if v is not None})
+        return (self._clock.now(), kind, company, seat, turn_id, _trace_id(), json.dumps(payload, default=str))
+
     async def emit_strict(
         self,
         kind: str,
@@ -172,10 +186,7 @@ class PostgresEventLog:
         conn: asyncpg.Connection | None = None,
         **payload: Any,
     ) -> None:
-        span = trace.get_current_span()
-        if span.is_recording():
-            span.add_event(kind, {k: str(v) for k, v in payload.items() if v is not None})
-        args = (self._clock.now(), kind, company, seat, turn_id, _trace_id(), json.dumps(payload, default=str))
+        args = self._event_row(kind, company, seat, turn_id, payload)
         if conn is not None:
             await conn.execute(_INSERT_EVENT, *args)
         else:
@@ -194,12 +205,7 @@ class PostgresEventLog:
         if batch is not None:
             # Held for the request's one bookkeeping transaction; a failure of that write is
             # logged by its writer, as this one would be.
-            span = trace.get_current_span()
-            if span.is_recording():
-                span.add_event(kind, {k: str(v) for k, v in payload.items() if v is not None})
-            batch.events.append(
-                (self._clock.now(), kind, company, seat, turn_id, _trace_id(), json.dumps(payload, default=str))
-            )
+            batch.events.append(self._event_row(kind, company, seat, turn_id, payload))
             return
         try:
             await self.emit_strict(kind, company=company, seat=seat, turn_id=turn_id, **payload)

@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 import numpy as np
@@ -56,7 +56,18 @@ from libs.common.metrics import FILL_BACKLOG
 if TYPE_CHECKING:
     from libs.common.infra import Infra
 
-__all__ = ["FILL_SQL", "FillLedger", "FillReport", "FillRow", "FillSource", "RequestLedger", "VectorFill", "build_fill"]
+__all__ = [
+    "FILL_SQL",
+    "FillLedger",
+    "FillReport",
+    "FillRow",
+    "FillSource",
+    "FillState",
+    "FillStore",
+    "RequestLedger",
+    "VectorFill",
+    "build_fill",
+]
 
 _log = logging.getLogger(__name__)
 _GLOBAL = "*"
@@ -216,6 +227,47 @@ FILL_SQL = {
 byte budget every runner shares (fill_budget), a long row's embedded pieces (fill_pieces)."""
 
 
+@dataclass(frozen=True)
+class FillState:
+    """One fill_state row: the walk's cursor for (source, company), and for the global row the
+    configuration pause and the provider fingerprint it was stamped with."""
+
+    cursor_seat: str | None = None
+    paused_until: datetime | None = None
+    paused_fingerprint: str | None = None
+
+
+class FillStore(Protocol):
+    """The fill's bookkeeping port: what :class:`VectorFill` reads and writes besides the rows.
+    :class:`FillLedger` is the Postgres adapter; a unit test runs the minute on an in-memory one."""
+
+    async def state(self, source: str, company: str) -> FillState | None: ...
+
+    async def set_cursor(self, source: str, company: str, seat: str | None) -> None: ...
+
+    async def pause(self, until: datetime, fingerprint: str) -> None:
+        """Pause every fill until ``until`` for the provider ``fingerprint`` (the global row)."""
+        ...
+
+    async def spend_bytes(self, company: str, window: datetime, size: int, limit: int) -> bool:
+        """Charge ``size`` bytes to the company's window, or nothing if that would pass ``limit``."""
+        ...
+
+    async def bytes_spent(self, company: str, window: datetime) -> int: ...
+
+    async def kept_pieces(self, source: str, row: uuid.UUID, fp: str, digest: str) -> list[np.ndarray]:
+        """The row's pieces embedded so far under ``fp`` for this text, in order without a gap."""
+        ...
+
+    async def keep_pieces(
+        self, source: str, row: uuid.UUID, fp: str, digest: str, start: int, vectors: list[np.ndarray]
+    ) -> None:
+        """Keep ``vectors`` as pieces ``start``..., dropping pieces of another provider or text."""
+        ...
+
+    async def drop_pieces(self, source: str, row: uuid.UUID) -> None: ...
+
+
 class FillLedger:
     """The fill's bookkeeping in Postgres, by named query: cursors, the pause, the byte budget and a
     long row's kept pieces. The rows themselves are the sources'."""
@@ -223,8 +275,11 @@ class FillLedger:
     def __init__(self, db: asyncpg.Pool):
         self._db = db
 
-    async def state(self, source: str, company: str) -> asyncpg.Record | None:
-        return await self._db.fetchrow(FILL_SQL["state"], source, company)
+    async def state(self, source: str, company: str) -> FillState | None:
+        r = await self._db.fetchrow(FILL_SQL["state"], source, company)
+        if r is None:
+            return None
+        return FillState(r["cursor_seat"], r["paused_until"], r["paused_fingerprint"])
 
     async def set_cursor(self, source: str, company: str, seat: str | None) -> None:
         await self._db.execute(FILL_SQL["set_cursor"], source, company, seat)
@@ -270,7 +325,7 @@ def _window(now: datetime) -> datetime:
 class VectorFill:
     def __init__(
         self,
-        db: asyncpg.Pool,
+        ledger: FillStore,
         sources: Sequence[FillSource],
         embedder: Embedder,
         config: FillConfig,
@@ -279,7 +334,7 @@ class VectorFill:
         events: EventSink,
         requests: RequestLedger | None = None,
     ):
-        self._ledger = FillLedger(db)
+        self._ledger = ledger
         self._sources = list(sources)
         self._embedder = embedder
         self._config = config
@@ -293,12 +348,11 @@ class VectorFill:
     async def paused_until(self) -> datetime | None:
         """When the configuration pause ends, if one holds for the current provider."""
         row = await self._ledger.state(_GLOBAL, _GLOBAL)
-        if row is None or row["paused_until"] is None:
+        if row is None or row.paused_until is None:
             return None
-        if row["paused_fingerprint"] != self._embeddings.fingerprint() or row["paused_until"] <= self._clock.now():
+        if row.paused_fingerprint != self._embeddings.fingerprint() or row.paused_until <= self._clock.now():
             return None
-        until: datetime = row["paused_until"]
-        return until
+        return row.paused_until
 
     async def _bytes_left(self, company: str) -> int:
         spent = await self._ledger.bytes_spent(company, _window(self._clock.now()))
@@ -346,7 +400,7 @@ class VectorFill:
         # The walk over companies resumes, like the one over seats, where a spent minute stopped:
         # one company's backlog does not take every minute's requests from the others.
         state = await self._ledger.state(source.name, _COMPANIES)
-        start = state["cursor_seat"] if state else None
+        start = state.cursor_seat if state else None
         if start is not None:
             companies = [c for c in companies if c >= start] + [c for c in companies if c < start]
         for company in companies:
@@ -367,7 +421,7 @@ class VectorFill:
     ) -> _Ended | None:
         """Every seat of ``company`` from its cursor; a stop keeps the cursor at the seat it hit."""
         state = await self._ledger.state(source.name, company)
-        cursor = state["cursor_seat"] if state else None
+        cursor = state.cursor_seat if state else None
         seats = await source.seats(company, model, dims, minute.fingerprint, now)
         if cursor is not None:
             seats = [s for s in seats if s >= cursor] + [s for s in seats if s < cursor]
@@ -488,14 +542,7 @@ class VectorFill:
             if len(rows) == 1:
                 await self._hold(source, rows[0], minute.fingerprint, alone=True)
                 minute.report.refused_held += 1
-                await self._events.emit(
-                    "memory_fill_input_refused",
-                    company=company,
-                    seat=rows[0].seat,
-                    row=str(rows[0].id),
-                    source=source.name,
-                    bytes=rows[0].size,
-                )
+                await self._row_event("memory_fill_input_refused", source, rows[0], bytes=rows[0].size)
             else:
                 half = len(rows) // 2
                 work.appendleft(rows[half:])
@@ -515,13 +562,12 @@ class VectorFill:
         # again every minute for ever. Offered again with its neighbours after the hour.
         await self._hold(source, row, minute.fingerprint, alone=False)
         minute.report.unusable_held += 1
+        await self._row_event("memory_fill_vector_unusable", source, row, bytes=row.size)
+
+    async def _row_event(self, kind: str, source: FillSource, row: FillRow, **details: Any) -> None:
+        """A fill event about one row: its company, seat, id and row family, and ``details``."""
         await self._events.emit(
-            "memory_fill_vector_unusable",
-            company=row.company,
-            seat=row.seat,
-            row=str(row.id),
-            source=source.name,
-            bytes=row.size,
+            kind, company=row.company, seat=row.seat, row=str(row.id), source=source.name, **details
         )
 
     async def _hold(self, source: FillSource, row: FillRow, fp: str, *, alone: bool) -> None:
@@ -562,14 +608,8 @@ class VectorFill:
                     continue
                 await self._hold(source, row, fp, alone=True)
                 minute.report.refused_held += 1
-                await self._events.emit(
-                    "memory_fill_input_refused",
-                    company=row.company,
-                    seat=row.seat,
-                    row=str(row.id),
-                    source=source.name,
-                    piece=start,
-                    bytes=len(chunk[0].encode()),
+                await self._row_event(
+                    "memory_fill_input_refused", source, row, piece=start, bytes=len(chunk[0].encode())
                 )
                 return None
             minute.first_answer = False
@@ -582,14 +622,8 @@ class VectorFill:
                 await self._ledger.keep_pieces(source.name, row.id, fp, digest, start, good)
                 kept.extend(good)
                 minute.report.continued += 1
-                await self._events.emit(
-                    "memory_fill_input_continued",
-                    company=row.company,
-                    seat=row.seat,
-                    row=str(row.id),
-                    source=source.name,
-                    pieces_in=len(kept),
-                    pieces_total=len(pieces),
+                await self._row_event(
+                    "memory_fill_input_continued", source, row, pieces_in=len(kept), pieces_total=len(pieces)
                 )
             if len(good) < len(vectors):
                 await self._unusable(minute, source, row)
@@ -609,7 +643,7 @@ def build_fill(infra: Infra, sources: Sequence[FillSource]) -> VectorFill | None
     if infra.embedder is None:
         return None
     return VectorFill(
-        infra.pool,
+        FillLedger(infra.pool),
         sources,
         infra.embedder,
         infra.settings.learning.fill,

@@ -8,8 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from libs.common.errors import InvalidArgument
-from libs.common.validation import encode_time_cursor
+from libs.common.validation import encode_time_cursor, field_error
 
 __all__ = ["at_most", "time_page"]
 
@@ -19,12 +18,13 @@ R = TypeVar("R")
 def at_most(values: Sequence[object], limit: int, field: str, *, domain: str) -> None:
     """Refuse a list of ids longer than one call takes (``TOO_MANY_IDS`` on ``field``)."""
     if len(values) > limit:
-        raise InvalidArgument(
+        raise field_error(
+            field,
+            "TOO_MANY_IDS",
             f"at most {limit} {field} per call, got {len(values)}",
-            reason="TOO_MANY_IDS",
             domain=domain,
-            field=field,
-            metadata={"limit": limit, "count": len(values)},
+            limit=limit,
+            count=len(values),
         )
 
 

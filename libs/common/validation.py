@@ -35,6 +35,7 @@ __all__ = [
     "decode_time_cursor",
     "encode_page_token",
     "encode_time_cursor",
+    "field_error",
     "load_page_token_key",
     "optional_limit",
     "page_size",
@@ -49,16 +50,23 @@ T = TypeVar("T")
 _IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
 
 
+def field_error(field: str, reason: str, message: str, *, domain: str, **metadata: object) -> InvalidArgument:
+    """The refusal of one request field: INVALID_ARGUMENT with ``reason``, a FieldViolation naming
+    ``field``, and ``metadata`` (the value, the limit, ...) beside the message that quotes them."""
+    return InvalidArgument(message, reason=reason, domain=domain, field=field, metadata=metadata)
+
+
 def require_text(value: str, field: str, *, domain: str, max_chars: int | None = None) -> str:
     if not value or not value.strip():
-        raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=domain, field=field)
+        raise field_error(field, "FIELD_REQUIRED", f"{field} is required", domain=domain)
     if max_chars is not None and len(value) > max_chars:
-        raise InvalidArgument(
+        raise field_error(
+            field,
+            "FIELD_TOO_LONG",
             f"{field} is {len(value)} characters; the limit is {max_chars}",
-            reason="FIELD_TOO_LONG",
             domain=domain,
-            field=field,
-            metadata={"limit": max_chars, "length": len(value)},
+            limit=max_chars,
+            length=len(value),
         )
     return value
 
@@ -67,12 +75,12 @@ def require_ident(value: str, field: str, *, domain: str) -> str:
     """A company or seat handle: 1..200 characters of letters, digits and ``._:@/-``."""
     require_text(value, field, domain=domain)
     if not _IDENT.match(value):
-        raise InvalidArgument(
+        raise field_error(
+            field,
+            "FIELD_INVALID",
             f"{field} {echo(value)} is not a valid handle (letters, digits, . _ : @ / -, at most 200)",
-            reason="FIELD_INVALID",
             domain=domain,
-            field=field,
-            metadata={"value": value[:200]},
+            value=value[:200],
         )
     return value
 
@@ -86,12 +94,12 @@ def require_id(value: str, field: str, *, domain: str) -> uuid.UUID:
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise InvalidArgument(
+        raise field_error(
+            field,
+            "FIELD_INVALID",
             f"{field} {echo(value)} is not a valid id",
-            reason="FIELD_INVALID",
             domain=domain,
-            field=field,
-            metadata={"value": value[:100]},
+            value=value[:100],
         ) from None
 
 
@@ -100,12 +108,13 @@ def optional_limit(value: int | None, field: str, *, default: int, maximum: int,
     if value is None:
         return default
     if value < 0 or value > maximum:
-        raise InvalidArgument(
+        raise field_error(
+            field,
+            "LIMIT_OUT_OF_RANGE",
             f"{field} must be between 0 and {maximum}, got {value}",
-            reason="LIMIT_OUT_OF_RANGE",
             domain=domain,
-            field=field,
-            metadata={"value": value, "maximum": maximum},
+            value=value,
+            maximum=maximum,
         )
     return value
 
@@ -113,12 +122,12 @@ def optional_limit(value: int | None, field: str, *, default: int, maximum: int,
 def page_size(value: int, *, default: int = 50, maximum: int = 500, domain: str) -> int:
     """AIP-158: 0 means the default, past the maximum is clamped, negative is refused."""
     if value < 0:
-        raise InvalidArgument(
+        raise field_error(
+            "page_size",
+            "PAGE_SIZE_INVALID",
             f"page_size must not be negative, got {value}",
-            reason="PAGE_SIZE_INVALID",
             domain=domain,
-            field="page_size",
-            metadata={"value": value},
+            value=value,
         )
     return default if value == 0 else min(value, maximum)
 
@@ -190,7 +199,7 @@ def encode_page_token(cursor: dict[str, Any], scope: dict[str, Any]) -> str:
 
 
 def _invalid_token(message: str, domain: str) -> InvalidArgument:
-    return InvalidArgument(message, reason="PAGE_TOKEN_INVALID", domain=domain, field="page_token")
+    return field_error("page_token", "PAGE_TOKEN_INVALID", message, domain=domain)
 
 
 def _plain(value: Any) -> bool:
@@ -231,9 +240,7 @@ def decode_page_token(token: str, scope: dict[str, Any], *, domain: str) -> dict
     return cursor
 
 
-def decode_cursor(
-    token: str, scope: dict[str, Any], read: Callable[[dict[str, Any]], T], *, domain: str
-) -> T | None:
+def decode_cursor(token: str, scope: dict[str, Any], read: Callable[[dict[str, Any]], T], *, domain: str) -> T | None:
     """A listing's position from its page token, as ``read`` takes it out of the cursor (None: the
     first page); a cursor ``read`` cannot take apart is a token this service did not issue."""
     cursor = decode_page_token(token, scope, domain=domain)

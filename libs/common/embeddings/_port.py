@@ -3,8 +3,9 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -119,6 +120,37 @@ def pool(pieces: Sequence[np.ndarray], weights: Sequence[float] | None = None) -
 
 Offload = Callable[..., Awaitable[Any]]
 """Runs a function on an embedder's worker threads: ``await offload(fn, *args)``."""
+
+
+_T = TypeVar("_T")
+
+
+class OwnThreads:
+    """An embedder's own worker threads, not the loop's default executor: ``close`` drops the jobs
+    not yet started (a stopping process does not wait on them; ``asyncio.run``'s exit would not).
+    Sync work (tokenising, a model run) goes there, never on the event loop."""
+
+    def __init__(self, workers: int, prefix: str) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=prefix)
+        self._closed = False
+
+    def split(self, text: str) -> list[str]:
+        """The pieces of ``text`` that each fit the model's input (the embedder's own rule)."""
+        raise NotImplementedError
+
+    async def offload(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run ``fn(*args)`` on the embedder's threads (cancelled with its caller if not started)."""
+        if self._closed:
+            raise EmbeddingUnavailable("the embedder is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def split_async(self, text: str) -> list[str]:
+        """:meth:`split` on the embedder's threads: tokenising a long text never blocks the loop."""
+        return await self.offload(self.split, text)
+
+    def _stop_threads(self) -> None:
+        self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 async def embed_texts(embedder: Embedder, texts: Sequence[str], offload: Offload) -> list[Vector | None]:

@@ -26,23 +26,20 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from libs.common.embeddings._cache import QueryCache
-from libs.common.embeddings._port import EmbeddingError, EmbeddingUnavailable, Vector, embed_texts
+from libs.common.embeddings._port import EmbeddingError, EmbeddingUnavailable, OwnThreads, Vector, embed_texts
 from libs.common.embeddings._split import split_between_words
 from libs.common.metrics import EMBED_BATCH, EMBED_DURATION
 
 if TYPE_CHECKING:  # only for annotations: tokenizers loads with the model, on first use
     from tokenizers import Tokenizer
-
-_T = TypeVar("_T")
 
 __all__ = ["LocalMiniLMEmbedder"]
 
@@ -71,7 +68,7 @@ class _Request:
         self.left = len(self.pieces)
 
 
-class LocalMiniLMEmbedder:
+class LocalMiniLMEmbedder(OwnThreads):
     """The local model. Splitting and inference run on its worker threads, micro-batch by micro-batch."""
 
     def __init__(
@@ -98,12 +95,9 @@ class LocalMiniLMEmbedder:
         self._waiting: list[tuple[_Request, int]] = []
         self._running = 0
         self._jobs: set[asyncio.Task[None]] = set()
-        # Its own threads, not the loop's default executor: close() can drop the queued jobs, and
-        # asyncio.run's exit does not wait on them. One per side-by-side run, and one more so a
-        # text is split while the runs go on.
+        # One thread per side-by-side run, and one more so a text is split while the runs go on.
         self.threads = self._runs + 1
-        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="embedder")
-        self._closed = False
+        super().__init__(self.threads, "embedder")
         self._attrs = {"agentlearn.model": model}
         # What met in one run, for benchmarks (the metrics say the same to an exporter): model runs
         # by their number of texts, and dispatched jobs by how many callers' texts they carried.
@@ -226,16 +220,6 @@ class LocalMiniLMEmbedder:
         vecs = pooled / np.clip(norms, 1e-12, None)
         return [v.astype(np.float32) for v in vecs]
 
-    async def offload(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run ``fn(*args)`` on the embedder's threads (cancelled with its caller if not started)."""
-        if self._closed:
-            raise EmbeddingUnavailable("the embedder is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-    async def split_async(self, text: str) -> list[str]:
-        """:meth:`split` on the embedder's threads: tokenising a long text never blocks the loop."""
-        return await self.offload(self.split, text)
-
     async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
         if not pieces:
             return []
@@ -306,8 +290,7 @@ class LocalMiniLMEmbedder:
     async def close(self) -> None:
         """Stop: queued jobs are cancelled (a run already going finishes on its own thread,
         unawaited), waiting callers are told the embedder is unavailable."""
-        self._closed = True
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._stop_threads()
         for request, _ in self._waiting:
             if not request.future.done():
                 request.future.set_exception(EmbeddingUnavailable("the embedder is closed"))

@@ -6,11 +6,8 @@ ends its minute on a rate limit). Every failure is mapped onto the seam's error 
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 import numpy as np
 import openai
@@ -24,13 +21,12 @@ from libs.common.embeddings._port import (
     EmbeddingRefused,
     EmbeddingTimeout,
     EmbeddingUnavailable,
+    OwnThreads,
     Vector,
     embed_texts,
 )
 from libs.common.embeddings._split import split_between_words
 from libs.common.metrics import EMBED_BATCH, EMBED_DURATION
-
-_T = TypeVar("_T")
 
 __all__ = ["OpenAICompatibleEmbedder", "map_openai_error"]
 
@@ -55,7 +51,7 @@ def map_openai_error(exc: Exception) -> EmbeddingError:
     return EmbeddingUnavailable(str(exc))
 
 
-class OpenAICompatibleEmbedder:
+class OpenAICompatibleEmbedder(OwnThreads):
     def __init__(self, config: EmbeddingsConfig):
         self.model = config.model
         self._config = config
@@ -65,11 +61,9 @@ class OpenAICompatibleEmbedder:
             max_retries=0,
             timeout=config.timeout_seconds,
         )
-        # Splitting a long text is CPU work: it runs here, never on the event loop; close() drops
-        # the jobs not yet started so a stopping process does not wait on them.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-split")
+        # Splitting a long text is CPU work: one thread of its own, never the event loop.
+        super().__init__(1, "embedder-split")
         self.query_cache = QueryCache(config.query_cache_entries) if config.query_cache_entries else None
-        self._closed = False
 
     @property
     def dimensions(self) -> int | None:
@@ -105,20 +99,9 @@ class OpenAICompatibleEmbedder:
             )
         return vecs
 
-    async def offload(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run ``fn(*args)`` on the embedder's thread (cancelled with its caller if not started)."""
-        if self._closed:
-            raise EmbeddingUnavailable("the embedder is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-    async def split_async(self, text: str) -> list[str]:
-        """:meth:`split` off the event loop."""
-        return await self.offload(self.split, text)
-
     async def embed(self, texts: Sequence[str]) -> list[Vector | None]:
         return await embed_texts(self, texts, self.offload)
 
     async def close(self) -> None:
-        self._closed = True
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._stop_threads()
         await self._client.close()
