@@ -23,7 +23,7 @@ from libs.common.validation import require_ident, require_text
 from libs.common.vector_path import embed_inline, index_row
 from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.knowledge.domain import COLLECTION_BASE, DOMAIN, Limits, Page, embedding_text
-from services.knowledge.ports import PageStore
+from services.knowledge.ports import PageStore, PageWrite
 from services.knowledge.store import PostgresPageStore
 
 __all__ = ["EMBED_BUDGET_SECONDS", "NativePages", "check_title", "index_point"]
@@ -104,7 +104,7 @@ class NativePages(Generic[S]):
         vector, skipped = await self._vector_for(company, container, title, body)
         model = self.embedder.model if (vector is not None and self.embedder is not None) else None
         page, created = await self.store.upsert(
-            uuid.uuid4(), company, container, title, body, parents, self.clock.now(), vector, model
+            PageWrite(uuid.uuid4(), company, container, title, body, tuple(parents), self.clock.now(), vector, model)
         )
         if vector is not None and model:
             await self._index(page, vector, model)

@@ -26,8 +26,10 @@ from services.knowledge.domain import (
     AUTO_DRAFTED_PARENT,
     ONBOARDING_PARENT,
     Page,
+    PageQuery,
     ServedMode,
 )
+from services.knowledge.ports import PageWrite
 
 __all__ = ["SQL", "PostgresDraftProvenance", "PostgresPageStore", "StoreUnavailable"]
 
@@ -185,29 +187,19 @@ class PostgresPageStore:
         value = await self.pool.fetchval(SQL["stored_vector"], page_id)
         return None if value is None else as_array(value)
 
-    async def upsert(
-        self,
-        page_id: uuid.UUID,
-        company: str,
-        container: str,
-        title: str,
-        body: str,
-        parent_titles: Sequence[str],
-        now: datetime,
-        vector: np.ndarray | None,
-        model: str | None,
-    ) -> tuple[Page, bool]:
+    async def upsert(self, write: PageWrite) -> tuple[Page, bool]:
+        vector = write.vector
         row = await self.pool.fetchrow(
             SQL["upsert"],
-            page_id,
-            company,
-            container,
-            title,
-            body,
-            list(parent_titles),
-            now,
+            write.page_id,
+            write.company,
+            write.container,
+            write.title,
+            write.body,
+            list(write.parent_titles),
+            write.now,
             None if vector is None else vector.astype(np.float32),
-            model if vector is not None else None,
+            write.model if vector is not None else None,
             int(vector.shape[0]) if vector is not None else None,
         )
         assert row is not None
@@ -219,28 +211,22 @@ class PostgresPageStore:
         return _page(rows[0]) if rows else None
 
     async def list(
-        self,
-        company: str,
-        containers: Sequence[str] | None,
-        parent_title: str | None,
-        include_drafts: bool,
-        after: tuple[str, str, uuid.UUID] | None,
-        limit: int,
-        with_body: bool,
+        self, company: str, query: PageQuery, after: tuple[str, str, uuid.UUID] | None, limit: int
     ) -> list[Page]:
-        """Pages in (container, title, id) order after ``after``; ``containers`` None: all."""
+        """``query``'s pages in (container, title, id) order after ``after``; ``containers`` None: all."""
         a = after or (None, None, None)
+        containers = query.containers
         rows = await self._fetch(
             "list",
             company,
             None if containers is None else list(containers),
-            parent_title,
-            include_drafts,
+            query.parent_title,
+            query.include_drafts,
             a[0],
             a[1],
             a[2],
             limit,
-            with_body,
+            query.with_body,
         )
         return [_page(r) for r in rows]
 
