@@ -14,7 +14,6 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 
 import asyncpg
 import numpy as np
@@ -25,6 +24,7 @@ from services.knowledge.domain import (
     AUTO_DRAFT_TITLE_PREFIX,
     AUTO_DRAFTED_PARENT,
     ONBOARDING_PARENT,
+    DraftOrigin,
     Page,
     PageQuery,
     ServedMode,
@@ -286,39 +286,45 @@ _DRAFT_SQL = {
 }
 
 
+def _draft_sources(value: str | list[dict[str, str]]) -> tuple[tuple[str, str], ...]:
+    sources = json.loads(value) if isinstance(value, str) else list(value)
+    return tuple((s["seat"], s["turn_id"]) for s in sources)
+
+
+_READ_DRAFT_ORIGIN = RowReader(
+    DraftOrigin,
+    {
+        "sources": _draft_sources,
+        # jsonb arrives decoded or as text, depending on the pool's codecs.
+        "provenance": lambda v: v if isinstance(v, str) else json.dumps(v),
+    },
+)
+
+
 class PostgresDraftProvenance:
     """The ``draft_provenance`` rows (issue 17): where each promotion draft came from."""
 
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
 
-    async def record(
-        self,
-        company: str,
-        page_id: str,
-        backend: str,
-        container: str,
-        title: str,
-        unit: str,
-        sources: Sequence[tuple[str, str]],
-        provenance_json: str,
-        now: datetime,
-    ) -> None:
+    async def record(self, origin: DraftOrigin) -> None:
         """Keep a written draft's sources ((seat, run id) of each run) and provenance."""
+        sources = origin.sources
         await self.pool.execute(
             _DRAFT_SQL["record"],
-            company,
-            page_id,
-            backend,
-            container,
-            title,
-            unit,
+            origin.company,
+            origin.page_id,
+            origin.backend,
+            origin.container,
+            origin.title,
+            origin.unit,
             sorted({seat for seat, _ in sources}),
             [turn for _, turn in sources],
             json.dumps([{"seat": seat, "turn_id": turn} for seat, turn in sources]),
-            provenance_json,
-            now,
+            origin.provenance,
+            origin.record_time,
         )
 
-    async def get(self, company: str, page_id: str) -> asyncpg.Record | None:
-        return await self.pool.fetchrow(_DRAFT_SQL["get"], company, page_id)
+    async def get(self, company: str, page_id: str) -> DraftOrigin | None:
+        row = await self.pool.fetchrow(_DRAFT_SQL["get"], company, page_id)
+        return None if row is None else _READ_DRAFT_ORIGIN(row)
