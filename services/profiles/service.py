@@ -33,7 +33,7 @@ from services.profiles.domain import (
     merge,
     trace_entries,
 )
-from services.profiles.ports import ProfileStore
+from services.profiles.ports import ObservationWrite, ProfileStore
 
 __all__ = ["EVENT_UPDATED", "ProfileService", "SubjectRef", "source_for"]
 
@@ -212,15 +212,17 @@ class ProfileService:
         if request_id:
             require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)
         profile, created, changed = await self.store.observe(
-            company,
-            observer,
-            subject,
-            now,
-            apply,
-            request_id=request_id or None,
-            observation=obs,
-            source=source_for(source, subject, obs.turn_id),
-            keep_observations=self.limits.kept_observations,
+            ObservationWrite(
+                company,
+                observer,
+                subject,
+                now,
+                apply,
+                request_id=request_id or None,
+                observation=obs,
+                source=source_for(source, subject, obs.turn_id),
+                keep_observations=self.limits.kept_observations,
+            )
         )
         if changed:
             await self.events.emit(
