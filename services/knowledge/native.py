@@ -16,6 +16,7 @@ from typing import Generic
 import numpy as np
 from typing_extensions import TypeVar
 
+from libs.common.bounds import at_most_items
 from libs.common.clock import Clock
 from libs.common.embeddings import Embedder
 from libs.common.errors import InvalidArgument
@@ -92,14 +93,14 @@ class NativePages(Generic[S]):
         container = require_ident(container, "container", domain=DOMAIN)
         title = self._title(title, "title")
         require_text(body, "body", domain=DOMAIN, max_chars=self.limits.body_chars)
-        if len(parent_titles) > self.limits.parent_depth:
-            raise InvalidArgument(
-                f"a page has at most {self.limits.parent_depth} ancestors, got {len(parent_titles)}",
-                reason="TOO_MANY_ITEMS",
-                domain=DOMAIN,
-                field="parent_titles",
-                metadata={"limit": self.limits.parent_depth, "count": len(parent_titles)},
-            )
+        at_most_items(
+            parent_titles,
+            self.limits.parent_depth,
+            "parent_titles",
+            "a page has at most {limit} ancestors, got {count}",
+            domain=DOMAIN,
+            reason="TOO_MANY_ITEMS",
+        )
         parents = [self._title(t, f"parent_titles[{i}]") for i, t in enumerate(parent_titles)]
         vector, skipped = await self._vector_for(company, container, title, body)
         model = self.embedder.model if (vector is not None and self.embedder is not None) else None
