@@ -16,13 +16,15 @@ from libs.common.errors import InvalidArgument
 __all__ = ["at_most_chars", "at_most_items"]
 
 
-def at_most_items(values: Sized, limit: int, field: str, message: str, *, domain: str, reason: str) -> None:
-    """Refuse more than ``limit`` values in ``field``. ``message`` is a template naming
-    ``{limit}`` and ``{count}`` (each use case says what the bound is of)."""
+def at_most_items(
+    values: Sized, limit: int, field: str, message: str, *, domain: str, reason: str = "TOO_MANY_ITEMS"
+) -> None:
+    """Refuse more than ``limit`` values in ``field``. ``message`` is a template that may name
+    ``{field}``, ``{limit}`` and ``{count}`` (each use case words what the bound is of)."""
     count = len(values)
     if count > limit:
         raise InvalidArgument(
-            message.format(limit=limit, count=count),
+            message.format(field=field, limit=limit, count=count),
             reason=reason,
             domain=domain,
             field=field,

@@ -40,6 +40,7 @@ S = TypeVar("S", bound=PageStore, default=PostgresPageStore, covariant=True)
 erasure, which reach its pool."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TOO_MANY_PARENTS = "a page has at most {limit} ancestors, got {count}"
 
 
 def index_point(page_id: uuid.UUID, company: str, container: str, vector: np.ndarray, model: str) -> IndexPoint:
@@ -93,14 +94,7 @@ class NativePages(Generic[S]):
         container = require_ident(container, "container", domain=DOMAIN)
         title = self._title(title, "title")
         require_text(body, "body", domain=DOMAIN, max_chars=self.limits.body_chars)
-        at_most_items(
-            parent_titles,
-            self.limits.parent_depth,
-            "parent_titles",
-            "a page has at most {limit} ancestors, got {count}",
-            domain=DOMAIN,
-            reason="TOO_MANY_ITEMS",
-        )
+        at_most_items(parent_titles, self.limits.parent_depth, "parent_titles", _TOO_MANY_PARENTS, domain=DOMAIN)
         parents = [self._title(t, f"parent_titles[{i}]") for i, t in enumerate(parent_titles)]
         vector, skipped = await self._vector_for(company, container, title, body)
         model = self.embedder.model if (vector is not None and self.embedder is not None) else None

@@ -44,6 +44,10 @@ _PLATFORM = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 # A handle or an external id: no whitespace and no control characters anywhere.
 _SUBJECT_ID = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
 
+# Refusals past a bound (libs.common.bounds): what the bound is of, in this service's words.
+_TOO_MANY_ITEMS = "{field} has {count} items; a profile keeps at most {limit}"
+_TOO_MANY_SUBJECTS = "at most {limit} subjects per call, got {count}"
+
 SubjectRef = tuple[str, str, str]
 """A subject as the caller sent it: (handle, external_id, platform)."""
 
@@ -123,14 +127,7 @@ class ProfileService:
         return Subject(platform=platform, handle=handle, external_id=external_id)
 
     def _items(self, values: Sequence[str], field: str) -> tuple[str, ...]:
-        at_most_items(
-            values,
-            self.limits.bound(field),
-            field,
-            field + " has {count} items; a profile keeps at most {limit}",
-            domain=DOMAIN,
-            reason="TOO_MANY_ITEMS",
-        )
+        at_most_items(values, self.limits.bound(field), field, _TOO_MANY_ITEMS, domain=DOMAIN)
         for i, value in enumerate(values):
             # Refused, never trimmed: the writer can tighten the text and retry.
             require_text(value, f"{field}[{i}]", domain=DOMAIN, max_chars=self.limits.max_item_chars)
@@ -263,14 +260,8 @@ class ProfileService:
         """The observer's profiles of the named subjects, in the order asked; a subject with no
         profile (or named twice) is absent (or answered once)."""
         company, observer = self._scope(company, observer)
-        at_most_items(
-            subject_refs,
-            self.limits.max_subjects_per_get,
-            "subjects",
-            "at most {limit} subjects per call, got {count}",
-            domain=DOMAIN,
-            reason="TOO_MANY_SUBJECTS",
-        )
+        cap = self.limits.max_subjects_per_get
+        at_most_items(subject_refs, cap, "subjects", _TOO_MANY_SUBJECTS, domain=DOMAIN, reason="TOO_MANY_SUBJECTS")
         subjects = [self._subject(ref, f"subjects[{i}]") for i, ref in enumerate(subject_refs)]
         if not subjects:
             return []
