@@ -21,6 +21,7 @@ __all__ = [
     "DOMAIN",
     "ONBOARDING_PARENT",
     "Access",
+    "DraftOrigin",
     "KnowledgeHit",
     "Limits",
     "Page",
@@ -284,3 +285,21 @@ class PromotionResult:
 def embedding_text(title: str, body: str) -> str:
     """What a native page's vector is of: its title, then its body."""
     return f"{title}\n\n{body}"
+
+
+@dataclass(frozen=True)
+class DraftOrigin:
+    """A promotion draft's provenance (issue 17): what a writer records (``draft_provenance``) and
+    what ``GetDraftProvenance`` reads back, one record for both."""
+
+    company: str
+    page_id: str
+    backend: str
+    container: str
+    title: str
+    unit: str
+    sources: tuple[tuple[str, str], ...]
+    """(seat, run id) of every run of the converging cluster."""
+    provenance: str
+    """The ``agentlearn.common.v1.Provenance`` JSON: run ids, model, prompt version, writer."""
+    record_time: datetime

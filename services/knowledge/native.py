@@ -16,6 +16,7 @@ from typing import Generic
 import numpy as np
 from typing_extensions import TypeVar
 
+from libs.common.bounds import at_most_items
 from libs.common.clock import Clock
 from libs.common.embeddings import Embedder
 from libs.common.errors import InvalidArgument
@@ -23,7 +24,7 @@ from libs.common.validation import require_ident, require_text
 from libs.common.vector_path import embed_inline, index_row
 from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.knowledge.domain import COLLECTION_BASE, DOMAIN, Limits, Page, embedding_text
-from services.knowledge.ports import PageStore
+from services.knowledge.ports import PageStore, PageWrite
 from services.knowledge.store import PostgresPageStore
 
 __all__ = ["EMBED_BUDGET_SECONDS", "NativePages", "check_title", "index_point"]
@@ -39,6 +40,7 @@ S = TypeVar("S", bound=PageStore, default=PostgresPageStore, covariant=True)
 erasure, which reach its pool."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TOO_MANY_PARENTS = "a page has at most {limit} ancestors, got {count}"
 
 
 def index_point(page_id: uuid.UUID, company: str, container: str, vector: np.ndarray, model: str) -> IndexPoint:
@@ -92,19 +94,12 @@ class NativePages(Generic[S]):
         container = require_ident(container, "container", domain=DOMAIN)
         title = self._title(title, "title")
         require_text(body, "body", domain=DOMAIN, max_chars=self.limits.body_chars)
-        if len(parent_titles) > self.limits.parent_depth:
-            raise InvalidArgument(
-                f"a page has at most {self.limits.parent_depth} ancestors, got {len(parent_titles)}",
-                reason="TOO_MANY_ITEMS",
-                domain=DOMAIN,
-                field="parent_titles",
-                metadata={"limit": self.limits.parent_depth, "count": len(parent_titles)},
-            )
+        at_most_items(parent_titles, self.limits.parent_depth, "parent_titles", _TOO_MANY_PARENTS, domain=DOMAIN)
         parents = [self._title(t, f"parent_titles[{i}]") for i, t in enumerate(parent_titles)]
         vector, skipped = await self._vector_for(company, container, title, body)
         model = self.embedder.model if (vector is not None and self.embedder is not None) else None
         page, created = await self.store.upsert(
-            uuid.uuid4(), company, container, title, body, parents, self.clock.now(), vector, model
+            PageWrite(uuid.uuid4(), company, container, title, body, tuple(parents), self.clock.now(), vector, model)
         )
         if vector is not None and model:
             await self._index(page, vector, model)

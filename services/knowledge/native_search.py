@@ -215,15 +215,7 @@ class NativeBackend:
         if cursor is not None:
             after = (str(cursor["c"]), str(cursor["t"]), uuid.UUID(str(cursor["id"])))
         try:
-            pages = await self.store.list(
-                access.reader.company,
-                query.containers,
-                query.parent_title,
-                query.include_drafts,
-                after,
-                size + 1,
-                query.with_body,
-            )
+            pages = await self.store.list(access.reader.company, query, after, size + 1)
         except StoreUnavailable as err:
             raise _unavailable(err) from err
         more = len(pages) > size

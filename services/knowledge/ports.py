@@ -11,14 +11,34 @@ from __future__ import annotations
 import builtins
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 import numpy as np
 
-from services.knowledge.domain import Page
+from services.knowledge.domain import Page, PageQuery
 
-__all__ = ["PageStore"]
+__all__ = ["PageStore", "PageWrite"]
+
+
+@dataclass(frozen=True)
+class PageWrite:
+    """One page as UpsertPage writes it: the one argument the port, the Postgres store and the unit
+    tier's fake take, rather than each restating nine parameters."""
+
+    page_id: uuid.UUID
+    """The id a page created by this write gets (a replaced page keeps its own)."""
+    company: str
+    container: str
+    title: str
+    body: str
+    parent_titles: tuple[str, ...]
+    now: datetime
+    vector: np.ndarray | None
+    """None: stored without a vector (the fill embeds it)."""
+    model: str | None
+    """The vector's model (ignored without a vector)."""
 
 
 class PageStore(Protocol):
@@ -28,34 +48,17 @@ class PageStore(Protocol):
         """The page's own vector, when it has one (a move between parents re-embeds nothing)."""
         ...
 
-    async def upsert(
-        self,
-        page_id: uuid.UUID,
-        company: str,
-        container: str,
-        title: str,
-        body: str,
-        parent_titles: Sequence[str],
-        now: datetime,
-        vector: np.ndarray | None,
-        model: str | None,
-    ) -> tuple[Page, bool]:
+    async def upsert(self, write: PageWrite) -> tuple[Page, bool]:
         """Create or replace the page of (container, title); whether this call created it."""
         ...
 
     async def get(self, company: str, page_id: uuid.UUID) -> Page | None: ...
 
     async def list(
-        self,
-        company: str,
-        containers: Sequence[str] | None,
-        parent_title: str | None,
-        include_drafts: bool,
-        after: tuple[str, str, uuid.UUID] | None,
-        limit: int,
-        with_body: bool,
+        self, company: str, query: PageQuery, after: tuple[str, str, uuid.UUID] | None, limit: int
     ) -> builtins.list[Page]:
-        """Pages in (container, title, id) order after ``after``; ``containers`` None: all."""
+        """``query``'s pages (its ``containers`` None: all) in (container, title, id) order after
+        ``after``, at most ``limit`` (its ``cursor`` and ``size`` are the backend's, already read)."""
         ...
 
     async def lexical(

@@ -62,7 +62,7 @@ from libs.common.config import Settings
 from libs.common.events import EventSink
 from libs.common.prompt_files import PromptFiles, cluster_fields, render_run
 from services.knowledge.backends import BackendUnavailable, PromotionWriter
-from services.knowledge.domain import PromotionDraft
+from services.knowledge.domain import DraftOrigin, PromotionDraft
 from services.knowledge.scope import unit_container
 from services.skills.domain import Turn
 from services.skills.episodes import EpisodeReader
@@ -105,18 +105,7 @@ PROMPT_VERSION = hashlib.sha256(
 class DraftProvenanceRecorder(Protocol):
     """Where a written draft's provenance is kept (``store.PostgresDraftProvenance``)."""
 
-    async def record(
-        self,
-        company: str,
-        page_id: str,
-        backend: str,
-        container: str,
-        title: str,
-        unit: str,
-        sources: Sequence[tuple[str, str]],
-        provenance_json: str,
-        now: datetime,
-    ) -> None: ...
+    async def record(self, origin: DraftOrigin) -> None: ...
 
 
 def provenance_json(run_ids: Sequence[str], model: str, subjects: Sequence[str] = ()) -> str:
@@ -500,20 +489,22 @@ async def _one_unit(
             return
         report.promoted += 1
         if provenance is not None and clock is not None:
-            sources = [(m.seat, m.turn.turn_id) for m in cluster.members]
+            sources = tuple((m.seat, m.turn.turn_id) for m in cluster.members)
             try:
                 await provenance.record(
-                    company,
-                    result.page_id,
-                    str(result.backend),
-                    container,
-                    title,
-                    unit,
-                    sources,
-                    provenance_json(
-                        [t for _, t in sources], model, [s for m in cluster.members for s in m.turn.subjects]
-                    ),
-                    clock.now(),
+                    DraftOrigin(
+                        company,
+                        result.page_id,
+                        str(result.backend),
+                        container,
+                        title,
+                        unit,
+                        sources,
+                        provenance_json(
+                            [t for _, t in sources], model, [s for m in cluster.members for s in m.turn.subjects]
+                        ),
+                        clock.now(),
+                    )
                 )
             except Exception as err:  # the draft is written: a lost record is reported, not fatal
                 fail(f"provenance:{type(err).__name__}")

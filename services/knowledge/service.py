@@ -21,18 +21,17 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from libs.common.auth import current_principal
 from libs.common.config import Settings
 from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from libs.common.events import EventSink
-from libs.common.rows import Conversions, RowReader
 from libs.common.validation import require_ident, require_text
 from services.knowledge.backends import BackendUnavailable, KnowledgeBackend
 from services.knowledge.domain import (
     DOMAIN,
     Access,
+    DraftOrigin,
     KnowledgeHit,
     Limits,
     Page,
@@ -74,35 +73,6 @@ def unavailable_error(err: BackendUnavailable) -> Exception:
     return Unavailable(
         err.detail or "the knowledge backend could not be read", reason=reason, domain=DOMAIN, metadata=metadata
     )
-
-
-@dataclass(frozen=True)
-class DraftOrigin:
-    """A promotion draft's recorded provenance."""
-
-    page_id: str
-    backend: str
-    container: str
-    title: str
-    unit: str
-    sources: tuple[tuple[str, str], ...]
-    """(seat, run id) of every run of the converging cluster."""
-    provenance: str
-    """The ``agentlearn.common.v1.Provenance`` JSON: run ids, model, prompt version, writer."""
-    record_time: datetime
-
-
-def _draft_sources(value: str | list[dict[str, str]]) -> tuple[tuple[str, str], ...]:
-    sources = json.loads(value) if isinstance(value, str) else list(value)
-    return tuple((s["seat"], s["turn_id"]) for s in sources)
-
-
-_DRAFT_ORIGIN_COLUMNS: Conversions = {
-    "sources": _draft_sources,
-    # jsonb arrives decoded or as text, depending on the pool's codecs.
-    "provenance": lambda v: v if isinstance(v, str) else json.dumps(v),
-}
-_READ_DRAFT_ORIGIN = RowReader(DraftOrigin, _DRAFT_ORIGIN_COLUMNS)
 
 
 @dataclass
@@ -190,15 +160,15 @@ class KnowledgeService:
             raise InvalidArgument(
                 f"page_id {page_id!r} is not a page id", reason="FIELD_INVALID", domain=DOMAIN, field="page_id"
             )
-        row = await PostgresDraftProvenance(self.pages.store.pool).get(company, page_id)
-        if row is None:
+        origin = await PostgresDraftProvenance(self.pages.store.pool).get(company, page_id)
+        if origin is None:
             raise NotFound(
                 f"no promotion draft of company {company} is filed as page {page_id}",
                 reason="DRAFT_NOT_FOUND",
                 domain=DOMAIN,
                 metadata={"page_id": page_id, "company": company},
             )
-        return _READ_DRAFT_ORIGIN(row)
+        return origin
 
     async def write_promotion_draft(
         self,
@@ -225,15 +195,17 @@ class KnowledgeService:
             recorded.setdefault("turn_ids", [turn for _, turn in sources])
             recorded.setdefault("writer", "write_promotion_draft")
             await PostgresDraftProvenance(self.pages.store.pool).record(
-                draft.company,
-                result.page_id,
-                str(result.backend),
-                draft.container_key,
-                result.page_title,
-                draft.unit,
-                list(sources),
-                json.dumps({k: v for k, v in recorded.items() if v}),
-                self.pages.clock.now(),
+                DraftOrigin(
+                    draft.company,
+                    result.page_id,
+                    str(result.backend),
+                    draft.container_key,
+                    result.page_title,
+                    draft.unit,
+                    tuple(sources),
+                    json.dumps({k: v for k, v in recorded.items() if v}),
+                    self.pages.clock.now(),
+                )
             )
         return result
 

@@ -14,7 +14,6 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 
 import asyncpg
 import numpy as np
@@ -25,9 +24,12 @@ from services.knowledge.domain import (
     AUTO_DRAFT_TITLE_PREFIX,
     AUTO_DRAFTED_PARENT,
     ONBOARDING_PARENT,
+    DraftOrigin,
     Page,
+    PageQuery,
     ServedMode,
 )
+from services.knowledge.ports import PageWrite
 
 __all__ = ["SQL", "PostgresDraftProvenance", "PostgresPageStore", "StoreUnavailable"]
 
@@ -185,29 +187,19 @@ class PostgresPageStore:
         value = await self.pool.fetchval(SQL["stored_vector"], page_id)
         return None if value is None else as_array(value)
 
-    async def upsert(
-        self,
-        page_id: uuid.UUID,
-        company: str,
-        container: str,
-        title: str,
-        body: str,
-        parent_titles: Sequence[str],
-        now: datetime,
-        vector: np.ndarray | None,
-        model: str | None,
-    ) -> tuple[Page, bool]:
+    async def upsert(self, write: PageWrite) -> tuple[Page, bool]:
+        vector = write.vector
         row = await self.pool.fetchrow(
             SQL["upsert"],
-            page_id,
-            company,
-            container,
-            title,
-            body,
-            list(parent_titles),
-            now,
+            write.page_id,
+            write.company,
+            write.container,
+            write.title,
+            write.body,
+            list(write.parent_titles),
+            write.now,
             None if vector is None else vector.astype(np.float32),
-            model if vector is not None else None,
+            write.model if vector is not None else None,
             int(vector.shape[0]) if vector is not None else None,
         )
         assert row is not None
@@ -219,28 +211,22 @@ class PostgresPageStore:
         return _page(rows[0]) if rows else None
 
     async def list(
-        self,
-        company: str,
-        containers: Sequence[str] | None,
-        parent_title: str | None,
-        include_drafts: bool,
-        after: tuple[str, str, uuid.UUID] | None,
-        limit: int,
-        with_body: bool,
+        self, company: str, query: PageQuery, after: tuple[str, str, uuid.UUID] | None, limit: int
     ) -> list[Page]:
-        """Pages in (container, title, id) order after ``after``; ``containers`` None: all."""
+        """``query``'s pages in (container, title, id) order after ``after``; ``containers`` None: all."""
         a = after or (None, None, None)
+        containers = query.containers
         rows = await self._fetch(
             "list",
             company,
             None if containers is None else list(containers),
-            parent_title,
-            include_drafts,
+            query.parent_title,
+            query.include_drafts,
             a[0],
             a[1],
             a[2],
             limit,
-            with_body,
+            query.with_body,
         )
         return [_page(r) for r in rows]
 
@@ -300,39 +286,45 @@ _DRAFT_SQL = {
 }
 
 
+def _draft_sources(value: str | list[dict[str, str]]) -> tuple[tuple[str, str], ...]:
+    sources = json.loads(value) if isinstance(value, str) else list(value)
+    return tuple((s["seat"], s["turn_id"]) for s in sources)
+
+
+_READ_DRAFT_ORIGIN = RowReader(
+    DraftOrigin,
+    {
+        "sources": _draft_sources,
+        # jsonb arrives decoded or as text, depending on the pool's codecs.
+        "provenance": lambda v: v if isinstance(v, str) else json.dumps(v),
+    },
+)
+
+
 class PostgresDraftProvenance:
     """The ``draft_provenance`` rows (issue 17): where each promotion draft came from."""
 
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
 
-    async def record(
-        self,
-        company: str,
-        page_id: str,
-        backend: str,
-        container: str,
-        title: str,
-        unit: str,
-        sources: Sequence[tuple[str, str]],
-        provenance_json: str,
-        now: datetime,
-    ) -> None:
+    async def record(self, origin: DraftOrigin) -> None:
         """Keep a written draft's sources ((seat, run id) of each run) and provenance."""
+        sources = origin.sources
         await self.pool.execute(
             _DRAFT_SQL["record"],
-            company,
-            page_id,
-            backend,
-            container,
-            title,
-            unit,
+            origin.company,
+            origin.page_id,
+            origin.backend,
+            origin.container,
+            origin.title,
+            origin.unit,
             sorted({seat for seat, _ in sources}),
             [turn for _, turn in sources],
             json.dumps([{"seat": seat, "turn_id": turn} for seat, turn in sources]),
-            provenance_json,
-            now,
+            origin.provenance,
+            origin.record_time,
         )
 
-    async def get(self, company: str, page_id: str) -> asyncpg.Record | None:
-        return await self.pool.fetchrow(_DRAFT_SQL["get"], company, page_id)
+    async def get(self, company: str, page_id: str) -> DraftOrigin | None:
+        row = await self.pool.fetchrow(_DRAFT_SQL["get"], company, page_id)
+        return None if row is None else _READ_DRAFT_ORIGIN(row)

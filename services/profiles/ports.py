@@ -6,31 +6,45 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from services.profiles.domain import Observation, ObservationRecord, ObservationSource, Profile, Subject
 
-__all__ = ["Merge", "ProfileStore"]
+__all__ = ["Merge", "ObservationWrite", "ProfileStore"]
 
 Merge = Callable[[Profile], Profile | None]
 """The rule the service applies to the locked row: the merged profile, or None to leave it."""
 
 
+@dataclass(frozen=True)
+class ObservationWrite:
+    """One observation to merge into a subject's profile: the one argument the port, the Postgres
+    store and the unit tier's fake take, rather than each restating nine parameters."""
+
+    company: str
+    observer: str
+    subject: Subject
+    now: datetime
+    merge: Merge
+    request_id: str | None = None
+    """An idempotency key: a key seen before changes nothing."""
+    observation: Observation | None = None
+    """With ``source``: recorded when the merge changes the profile."""
+    source: ObservationSource | None = None
+    keep_observations: int | None = None
+    """Prune the recorded observations past this many newest (None: keep all)."""
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """The profile row's key: (company, observer, platform, subject key)."""
+        return (self.company, self.observer, self.subject.platform, self.subject.key)
+
+
 class ProfileStore(Protocol):
-    async def observe(
-        self,
-        company: str,
-        observer: str,
-        subject: Subject,
-        now: datetime,
-        merge: Merge,
-        request_id: str | None = None,
-        observation: Observation | None = None,
-        source: ObservationSource | None = None,
-        keep_observations: int | None = None,
-    ) -> tuple[Profile, bool, bool]:
-        """Apply ``merge`` to the subject's profile atomically, creating it on the first
+    async def observe(self, write: ObservationWrite) -> tuple[Profile, bool, bool]:
+        """Apply ``write.merge`` to the subject's profile atomically, creating it on the first
         observation; returns (profile, created, changed). When the merge changes the profile and an
         ``observation`` with its ``source`` is given, it is recorded in the same step (never for a
         replay: a ``request_id`` seen before, or a merge that returns None); with

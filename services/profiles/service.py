@@ -10,6 +10,7 @@ import re
 import uuid
 from collections.abc import Sequence
 
+from libs.common.bounds import at_most_chars, at_most_items
 from libs.common.clock import Clock
 from libs.common.errors import FieldViolation, InvalidArgument, NotFound
 from libs.common.events import EventSink
@@ -33,7 +34,7 @@ from services.profiles.domain import (
     merge,
     trace_entries,
 )
-from services.profiles.ports import ProfileStore
+from services.profiles.ports import ObservationWrite, ProfileStore
 
 __all__ = ["EVENT_UPDATED", "ProfileService", "SubjectRef", "source_for"]
 
@@ -42,6 +43,10 @@ EVENT_UPDATED = "counterparty_profile_updated"
 _PLATFORM = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 # A handle or an external id: no whitespace and no control characters anywhere.
 _SUBJECT_ID = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
+
+# Refusals past a bound (libs.common.bounds): what the bound is of, in this service's words.
+_TOO_MANY_ITEMS = "{field} has {count} items; a profile keeps at most {limit}"
+_TOO_MANY_SUBJECTS = "at most {limit} subjects per call, got {count}"
 
 SubjectRef = tuple[str, str, str]
 """A subject as the caller sent it: (handle, external_id, platform)."""
@@ -122,15 +127,7 @@ class ProfileService:
         return Subject(platform=platform, handle=handle, external_id=external_id)
 
     def _items(self, values: Sequence[str], field: str) -> tuple[str, ...]:
-        bound = self.limits.bound(field)
-        if len(values) > bound:
-            raise InvalidArgument(
-                f"{field} has {len(values)} items; a profile keeps at most {bound}",
-                reason="TOO_MANY_ITEMS",
-                domain=DOMAIN,
-                field=field,
-                metadata={"limit": bound, "count": len(values)},
-            )
+        at_most_items(values, self.limits.bound(field), field, _TOO_MANY_ITEMS, domain=DOMAIN)
         for i, value in enumerate(values):
             # Refused, never trimmed: the writer can tighten the text and retry.
             require_text(value, f"{field}[{i}]", domain=DOMAIN, max_chars=self.limits.max_item_chars)
@@ -166,15 +163,9 @@ class ProfileService:
                 field=field,
                 metadata={"observer": observer, "platform": subject.platform},
             )
-        style = communication_style.strip()
-        if len(style) > self.limits.max_style_chars:
-            raise InvalidArgument(
-                f"communication_style is {len(style)} characters; the limit is {self.limits.max_style_chars}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field="communication_style",
-                metadata={"limit": self.limits.max_style_chars, "length": len(style)},
-            )
+        style = at_most_chars(
+            communication_style.strip(), "communication_style", self.limits.max_style_chars, domain=DOMAIN
+        )
         lists = {
             f: self._items(v, f) for f, v in zip(LIST_FIELDS, (past_decisions, sensitivities, topics), strict=True)
         }
@@ -186,14 +177,7 @@ class ProfileService:
                 domain=DOMAIN,
                 violations=[FieldViolation(f, message) for f in ("communication_style", *LIST_FIELDS)],
             )
-        if len(turn_id) > self.limits.max_turn_id_chars:
-            raise InvalidArgument(
-                f"turn_id is {len(turn_id)} characters; the limit is {self.limits.max_turn_id_chars}",
-                reason="FIELD_TOO_LONG",
-                domain=DOMAIN,
-                field="turn_id",
-                metadata={"limit": self.limits.max_turn_id_chars, "length": len(turn_id)},
-            )
+        at_most_chars(turn_id, "turn_id", self.limits.max_turn_id_chars, domain=DOMAIN)
         obs = Observation(
             communication_style=style or None,
             past_decisions=lists["past_decisions"],
@@ -212,15 +196,17 @@ class ProfileService:
         if request_id:
             require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)
         profile, created, changed = await self.store.observe(
-            company,
-            observer,
-            subject,
-            now,
-            apply,
-            request_id=request_id or None,
-            observation=obs,
-            source=source_for(source, subject, obs.turn_id),
-            keep_observations=self.limits.kept_observations,
+            ObservationWrite(
+                company,
+                observer,
+                subject,
+                now,
+                apply,
+                request_id=request_id or None,
+                observation=obs,
+                source=source_for(source, subject, obs.turn_id),
+                keep_observations=self.limits.kept_observations,
+            )
         )
         if changed:
             await self.events.emit(
@@ -275,14 +261,7 @@ class ProfileService:
         profile (or named twice) is absent (or answered once)."""
         company, observer = self._scope(company, observer)
         cap = self.limits.max_subjects_per_get
-        if len(subject_refs) > cap:
-            raise InvalidArgument(
-                f"at most {cap} subjects per call, got {len(subject_refs)}",
-                reason="TOO_MANY_SUBJECTS",
-                domain=DOMAIN,
-                field="subjects",
-                metadata={"limit": cap, "count": len(subject_refs)},
-            )
+        at_most_items(subject_refs, cap, "subjects", _TOO_MANY_SUBJECTS, domain=DOMAIN, reason="TOO_MANY_SUBJECTS")
         subjects = [self._subject(ref, f"subjects[{i}]") for i, ref in enumerate(subject_refs)]
         if not subjects:
             return []

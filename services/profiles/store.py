@@ -20,7 +20,6 @@ import asyncpg
 
 from libs.common.rows import RowReader
 from services.profiles.domain import (
-    Observation,
     ObservationRecord,
     ObservationSource,
     Profile,
@@ -28,7 +27,7 @@ from services.profiles.domain import (
     empty,
     prunable,
 )
-from services.profiles.ports import Merge
+from services.profiles.ports import Merge, ObservationWrite
 
 __all__ = ["Merge", "PostgresProfileStore", "source_from_json", "source_to_json"]
 
@@ -149,33 +148,23 @@ class PostgresProfileStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
 
-    async def observe(
-        self,
-        company: str,
-        observer: str,
-        subject: Subject,
-        now: datetime,
-        merge: Merge,
-        request_id: str | None = None,
-        observation: Observation | None = None,
-        source: ObservationSource | None = None,
-        keep_observations: int | None = None,
-    ) -> tuple[Profile, bool, bool]:
-        """Apply ``merge`` to the subject's profile under its row lock, creating the row on the
-        first observation. Returns (profile, created, changed). A ``request_id`` seen before changes
-        nothing: it is recorded in the same transaction as the merge, so a retry after a crash
-        either finds it (the merge committed) or applies the merge (it did not). The observation
-        and its source are recorded in that transaction too, only when the merge changed the row."""
-        key = (company, observer, subject.platform, subject.key)
+    async def observe(self, write: ObservationWrite) -> tuple[Profile, bool, bool]:
+        """Apply ``write.merge`` to the subject's profile under its row lock, creating the row on
+        the first observation. Returns (profile, created, changed). A ``request_id`` seen before
+        changes nothing: it is recorded in the same transaction as the merge, so a retry after a
+        crash either finds it (the merge committed) or applies the merge (it did not). The
+        observation and its source are recorded in that transaction too, only when the merge
+        changed the row."""
+        observation, source = write.observation, write.source
         async with self.pool.acquire() as conn, conn.transaction():
-            profile, created, changed = await self._observe(conn, key, subject, now, merge, request_id)
+            profile, created, changed = await self._observe(conn, write)
             if changed and observation is not None and source is not None:
                 await conn.execute(
                     SQL["record_observation"],
                     uuid.uuid4(),
                     profile.id,
-                    company,
-                    observer,
+                    write.company,
+                    write.observer,
                     observation.turn_id,
                     source.identifiers,
                     source_to_json(source),
@@ -183,26 +172,19 @@ class PostgresProfileStore:
                     list(observation.past_decisions),
                     list(observation.sensitivities),
                     list(observation.topics),
-                    now,
+                    write.now,
                 )
-                if keep_observations is not None:
+                if write.keep_observations is not None:
                     older = [
                         _observation(r)
-                        for r in await conn.fetch(SQL["older_observations"], profile.id, keep_observations)
+                        for r in await conn.fetch(SQL["older_observations"], profile.id, write.keep_observations)
                     ]
                     await conn.execute(SQL["prune_observations"], prunable(profile, older))
             return profile, created, changed
 
-    async def _observe(
-        self,
-        conn: asyncpg.Connection,
-        key: tuple[str, str, str, str],
-        subject: Subject,
-        now: datetime,
-        merge: Merge,
-        request_id: str | None,
-    ) -> tuple[Profile, bool, bool]:
-        company, observer = key[0], key[1]
+    async def _observe(self, conn: asyncpg.Connection, write: ObservationWrite) -> tuple[Profile, bool, bool]:
+        key, company, observer, subject = write.key, write.company, write.observer, write.subject
+        now, merge, request_id = write.now, write.merge, write.request_id
         if request_id is not None:
             fresh = await conn.fetchval(SQL["claim_request"], company, observer, request_id, now)
             if fresh is None:  # applied before (a concurrent retry waits here for the first)

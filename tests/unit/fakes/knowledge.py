@@ -12,11 +12,11 @@ import builtins
 import dataclasses
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 
 import numpy as np
 
-from services.knowledge.domain import ONBOARDING_PARENT, Page, ServedMode
+from services.knowledge.domain import ONBOARDING_PARENT, Page, PageQuery, ServedMode
+from services.knowledge.ports import PageWrite
 from services.knowledge.store import StoreUnavailable, one_line
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
@@ -69,32 +69,22 @@ class MemoryPageStore:
         row = self.rows.get(page_id)
         return None if row is None else row.vector
 
-    async def upsert(
-        self,
-        page_id: uuid.UUID,
-        company: str,
-        container: str,
-        title: str,
-        body: str,
-        parent_titles: Sequence[str],
-        now: datetime,
-        vector: np.ndarray | None,
-        model: str | None,
-    ) -> tuple[Page, bool]:
-        earlier = await self.by_title(company, container, title)
+    async def upsert(self, write: PageWrite) -> tuple[Page, bool]:
+        vector = write.vector
+        earlier = await self.by_title(write.company, write.container, write.title)
         created = earlier is None
-        pid = page_id if earlier is None else earlier.uuid
+        pid = write.page_id if earlier is None else earlier.uuid
         page = Page(
             id=str(pid),
-            company=company,
-            container=container,
-            title=title,
-            body=body,
-            parent_titles=tuple(parent_titles),
-            update_time=now,
+            company=write.company,
+            container=write.container,
+            title=write.title,
+            body=write.body,
+            parent_titles=tuple(write.parent_titles),
+            update_time=write.now,
             backend=ServedMode.NATIVE,
-            create_time=now if earlier is None else earlier.create_time,
-            embedding_model=model if vector is not None else None,
+            create_time=write.now if earlier is None else earlier.create_time,
+            embedding_model=write.model if vector is not None else None,
             embedding_dims=int(vector.shape[0]) if vector is not None else None,
         )
         self.rows[pid] = _Row(page, None if vector is None else vector.astype(np.float32))
@@ -106,28 +96,22 @@ class MemoryPageStore:
         return row.page if row is not None and row.page.company == company else None
 
     async def list(
-        self,
-        company: str,
-        containers: Sequence[str] | None,
-        parent_title: str | None,
-        include_drafts: bool,
-        after: tuple[str, str, uuid.UUID] | None,
-        limit: int,
-        with_body: bool,
+        self, company: str, query: PageQuery, after: tuple[str, str, uuid.UUID] | None, limit: int
     ) -> builtins.list[Page]:
         self._read("list")
+        containers, parent_title = query.containers, query.parent_title
         pages = [
             r.page
             for r in self.rows.values()
             if r.page.company == company
             and (containers is None or r.page.container in containers)
             and (parent_title is None or (r.page.parent_titles and r.page.parent_titles[-1] == parent_title))
-            and (include_drafts or not r.page.draft)
+            and (query.include_drafts or not r.page.draft)
         ]
         pages.sort(key=lambda p: (p.container, p.title, p.uuid))
         if after is not None:
             pages = [p for p in pages if (p.container, p.title, p.uuid) > after]
-        return [p if with_body else dataclasses.replace(p, body="") for p in pages[:limit]]
+        return [p if query.with_body else dataclasses.replace(p, body="") for p in pages[:limit]]
 
     async def lexical(
         self, company: str, containers: Sequence[str], query: str, limit: int

@@ -9,15 +9,13 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from services.profiles.domain import (
-    Observation,
     ObservationRecord,
-    ObservationSource,
     Profile,
     Subject,
     empty,
     prunable,
 )
-from services.profiles.ports import Merge
+from services.profiles.ports import ObservationWrite
 
 __all__ = ["FakeProfileStore"]
 
@@ -28,30 +26,22 @@ class FakeProfileStore:
         self.requests: set[tuple[str, str, str]] = set()
         self.records: list[ObservationRecord] = []
 
-    async def observe(
-        self,
-        company: str,
-        observer: str,
-        subject: Subject,
-        now: datetime,
-        merge: Merge,
-        request_id: str | None = None,
-        observation: Observation | None = None,
-        source: ObservationSource | None = None,
-        keep_observations: int | None = None,
-    ) -> tuple[Profile, bool, bool]:
-        key = (company, observer, subject.platform, subject.key)
-        current = self.profiles.get(key)
-        if request_id is not None:
-            if (company, observer, request_id) in self.requests and current is not None:
+    async def observe(self, write: ObservationWrite) -> tuple[Profile, bool, bool]:
+        current = self.profiles.get(write.key)
+        if write.request_id is not None:
+            request = (write.company, write.observer, write.request_id)
+            if request in self.requests and current is not None:
                 return current, False, False
-            self.requests.add((company, observer, request_id))
+            self.requests.add(request)
         created = current is None
-        merged = merge(current if current is not None else empty(company, observer, subject, now))
+        if current is None:
+            current = empty(write.company, write.observer, write.subject, write.now)
+        merged = write.merge(current)
         if merged is None:
-            assert current is not None
+            assert not created
             return current, False, False
-        self.profiles[key] = merged
+        self.profiles[write.key] = merged
+        observation, source = write.observation, write.source
         if observation is not None and source is not None:
             self.records.append(
                 ObservationRecord(
@@ -62,16 +52,16 @@ class FakeProfileStore:
                     past_decisions=observation.past_decisions,
                     sensitivities=observation.sensitivities,
                     topics=observation.topics,
-                    observe_time=now,
+                    observe_time=write.now,
                 )
             )
-            if keep_observations is not None:
+            if write.keep_observations is not None:
                 mine = sorted(
                     (r for r in self.records if r.profile_id == merged.id),
                     key=lambda r: (r.observe_time, str(r.id)),
                     reverse=True,
                 )
-                gone = set(prunable(merged, mine[keep_observations:]))
+                gone = set(prunable(merged, mine[write.keep_observations :]))
                 self.records = [r for r in self.records if r.id not in gone]
         return merged, created, True
 
