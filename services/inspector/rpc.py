@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from libs.common.clients import Clients
+from libs.common.status_details import status_details
 
 __all__ = ["HTTP_STATUS", "Gateway", "ServiceError"]
 
@@ -52,20 +51,8 @@ class ServiceError(Exception):
 
     @classmethod
     def of(cls, service: str, err: grpc.aio.AioRpcError) -> ServiceError:
-        reason, field = "", ""
-        try:
-            status = rpc_status.from_call(err)  # type: ignore[arg-type]  # typed for grpc.Call; reads only what AioRpcError has
-        except ValueError:
-            status = None
-        for detail in status.details if status is not None else []:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                reason = info.reason
-            elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-                bad = error_details_pb2.BadRequest()
-                detail.Unpack(bad)
-                field = bad.field_violations[0].field if bad.field_violations else ""
+        said = status_details(err)
+        reason, field = (said.info.reason if said.info else ""), said.first_field
         code = err.code()
         # The message of a service we reached is its own, meant for callers; one we did not reach
         # has only the transport's words, which say nothing useful to a person.
