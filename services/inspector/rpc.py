@@ -8,6 +8,8 @@ here, because these calls run as the trusted service identity."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,38 +62,35 @@ class ServiceError(Exception):
         return cls(service, code, reason or code.name, message or code.name, field)
 
 
+class _Service:
+    """``gateway.<service>``: a call on that service's stub, named by the attribute (the same name
+    as its client in ``Clients``)."""
+
+    def __set_name__(self, owner: type[Gateway], name: str) -> None:
+        self.name = name
+
+    def __get__(self, gateway: Gateway, owner: type[Gateway]) -> Callable[[str, Any], Awaitable[Any]]:
+        return functools.partial(gateway.call, self.name)
+
+
 class Gateway:
     """One method per service: ``await gateway.skills("GetSkill", request)``."""
 
     def __init__(self, clients: Clients):
         self.clients = clients
 
-    async def _call(self, service: str, stub: Any, method: str, request: Any) -> Any:
+    async def call(self, service: str, method: str, request: Any) -> Any:
+        """``method`` of ``service`` with the configured deadline; a refusal as a ServiceError."""
         try:
-            return await getattr(stub, method)(request, timeout=self.clients.timeout)
+            return await getattr(getattr(self.clients, service), method)(request, timeout=self.clients.timeout)
         except grpc.aio.AioRpcError as err:
             raise ServiceError.of(service, err) from None
 
-    async def diary(self, method: str, request: Any) -> Any:
-        return await self._call("diary", self.clients.diary, method, request)
-
-    async def episodes(self, method: str, request: Any) -> Any:
-        return await self._call("episodes", self.clients.episodes, method, request)
-
-    async def skills(self, method: str, request: Any) -> Any:
-        return await self._call("skills", self.clients.skills, method, request)
-
-    async def knowledge(self, method: str, request: Any) -> Any:
-        return await self._call("knowledge", self.clients.knowledge, method, request)
-
-    async def profiles(self, method: str, request: Any) -> Any:
-        return await self._call("profiles", self.clients.profiles, method, request)
-
-    async def reflector(self, method: str, request: Any) -> Any:
-        return await self._call("reflector", self.clients.reflector, method, request)
-
-    async def sessions(self, method: str, request: Any) -> Any:
-        return await self._call("sessions", self.clients.sessions, method, request)
-
-    async def telemetry(self, method: str, request: Any) -> Any:
-        return await self._call("telemetry", self.clients.telemetry, method, request)
+    diary = _Service()
+    episodes = _Service()
+    skills = _Service()
+    knowledge = _Service()
+    profiles = _Service()
+    reflector = _Service()
+    sessions = _Service()
+    telemetry = _Service()
