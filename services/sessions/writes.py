@@ -197,17 +197,7 @@ class Writer:
             return
         digest = _hash(normalized)
         origin = origin or Origin()
-        source: dict[str, Any] = {
-            "session_id": check.session_id,
-            "check_id": str(check.id),
-            "evidence_ids": list(evidence_ids),
-            # Issue 17: the turn, whose session taught it, what produced it.
-            "turn_ids": [check.turn_id] if check.turn_id else [],
-            "subjects": [{"handle": check.owner}] if check.owner else [],
-            "model": origin.model,
-            "prompt_version": origin.prompt_version,
-            "writer": WRITER,
-        }
+        source = _check_source(check, evidence_ids, origin)
         # Under the lesson's lock: the page of identical normalized content is found by its hash
         # (and keeps the title and text it was first written with), so it is reused whatever the
         # new copy's case, spacing or punctuation, even when two checks write it at once.
@@ -392,16 +382,9 @@ class Writer:
                     # Identical normalized content is one note of the seat, whichever check wrote it.
                     request_id=f"session-fact:{_hash(judge.normalize(content))[:40]}",
                     # Issue 17: the session, check and events it came from, and whose they were.
-                    provenance=provenance_pb2.Provenance(
-                        turn_ids=[check.turn_id] if check.turn_id else [],
-                        subjects=[erasure_pb2.ErasureSubject(handle=check.owner)],
-                        session_id=check.session_id,
-                        check_id=str(check.id),
-                        event_ids=list(ids)[:1000],
-                        # The judge wrote the note's content (from the review's candidate).
-                        model=model,
-                        prompt_version=JUDGE_PROMPT_VERSION,
-                        writer=WRITER,
+                    # The judge wrote the note's content (from the review's candidate).
+                    provenance=_source_to_pb(
+                        _check_source(check, list(ids)[:1000], Origin(model, JUDGE_PROMPT_VERSION))
                     ),
                 ),
                 timeout=self._timeout,
@@ -464,16 +447,7 @@ class Writer:
                     request_id=f"learning:{check.id}",
                     # Issue 17: whose session it rests on and what proposed it (the approval
                     # carries this onto the live skill).
-                    provenance=provenance_pb2.Provenance(
-                        turn_ids=[check.turn_id] if check.turn_id else [],
-                        subjects=[erasure_pb2.ErasureSubject(handle=check.owner)] if check.owner else [],
-                        session_id=check.session_id,
-                        check_id=str(check.id),
-                        event_ids=list(evidence_ids)[:1000],
-                        model=(origin or Origin()).model,
-                        prompt_version=(origin or Origin()).prompt_version,
-                        writer=WRITER,
-                    ),
+                    provenance=_source_to_pb(_check_source(check, list(evidence_ids)[:1000], origin or Origin())),
                 ),
                 timeout=self._timeout,
             )
@@ -500,6 +474,22 @@ class Writer:
 
 
 # ------------------------------------------------------------------------------ lesson provenance
+
+
+def _check_source(check: LearningCheck, evidence_ids: Sequence[str], origin: Origin) -> dict[str, Any]:
+    """Where what a check writes came from (issue 17: the session, check and events, the turn,
+    whose session it was, what produced it), as a lesson keeps it among its sources; every write's
+    ``Provenance`` is this, through :func:`_source_to_pb`."""
+    return {
+        "session_id": check.session_id,
+        "check_id": str(check.id),
+        "evidence_ids": list(evidence_ids),
+        "turn_ids": [check.turn_id] if check.turn_id else [],
+        "subjects": [{"handle": check.owner}] if check.owner else [],
+        "model": origin.model,
+        "prompt_version": origin.prompt_version,
+        "writer": WRITER,
+    }
 
 
 def _source_to_pb(source: dict[str, Any]) -> provenance_pb2.Provenance:
