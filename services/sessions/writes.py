@@ -74,6 +74,7 @@ __all__ = [
     "Origin",
     "Results",
     "Writer",
+    "check_attribution",
     "lesson_provenance",
     "lesson_title",
     "prompt_version",
@@ -146,20 +147,25 @@ def _hash(normalized: str) -> str:
     return hashlib.sha256(normalized.encode()).hexdigest()
 
 
+def check_attribution(check: LearningCheck, purpose: str) -> Attribution:
+    """Whom a check's background model call is charged to: the check's seat, turn and role."""
+    return Attribution(
+        company=check.company,
+        seat=check.seat,
+        stage=Stage.BACKGROUND,
+        purpose=purpose,
+        turn_id=check.turn_id or None,
+        role=check.role or None,
+    )
+
+
+@dataclass(eq=False)
 class Writer:
-    def __init__(
-        self,
-        clients: Clients,
-        settings: Settings,
-        aux: AuxiliaryModel,
-        store: PostgresSessionStore,
-        clock: Clock,
-    ):
-        self.clients = clients
-        self.settings = settings
-        self.aux = aux
-        self.store = store
-        self.clock = clock
+    clients: Clients
+    settings: Settings
+    aux: AuxiliaryModel
+    store: PostgresSessionStore
+    clock: Clock
 
     @property
     def _timeout(self) -> float:
@@ -281,14 +287,7 @@ class Writer:
             return
         notes = [c.note.content for c in recent.candidates]
         prompt = judge.build_prompt([f.text for f, _ in facts], notes)
-        attribution = Attribution(
-            company=check.company,
-            seat=check.seat,
-            stage=Stage.BACKGROUND,
-            purpose=judge.PURPOSE,
-            turn_id=check.turn_id or None,
-            role=check.role or None,
-        )
+        attribution = check_attribution(check, judge.PURPOSE)
         try:
             completion = await self.aux.complete(
                 attribution, prompt, timeout=self.settings.sessions.review_timeout_seconds
