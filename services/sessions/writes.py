@@ -171,17 +171,20 @@ class Writer:
     def _timeout(self) -> float:
         return self.settings.sessions.rpc_timeout_seconds
 
-    def _refused(self, check: LearningCheck, tool: str) -> str | None:
-        """Why the role may not write through ``tool`` from the background, or None when it may."""
+    def _permitted(self, check: LearningCheck, tool: str, kind: OutputKind, out: Results) -> bool:
+        """Whether the role may write through ``tool`` from the background; when not, the refusal is
+        the output's partial failure."""
         permission = self.settings.tool_permission(check.company, check.role, tool)
         if permission == "allow":
-            return None
-        return (
+            return True
+        why = (
             f"role {check.role or '(none)'} has {tool} permission {permission}: it needs a person's approval, "
             "which the background worker cannot give"
             if permission == "ask"
             else f"role {check.role or '(none)'} has {tool} permission deny"
         )
+        out.failures.append(PartialFailure(kind, FailureKind.PERMISSION_REFUSED, why))
+        return False
 
     # ---------------------------------------------------------------- project lessons
 
@@ -193,9 +196,7 @@ class Writer:
         out: Results,
         origin: Origin | None = None,
     ) -> None:
-        refused = self._refused(check, KNOWLEDGE_TOOL)
-        if refused:
-            out.failures.append(PartialFailure(OutputKind.PROJECT_LESSON, FailureKind.PERMISSION_REFUSED, refused))
+        if not self._permitted(check, KNOWLEDGE_TOOL, OutputKind.PROJECT_LESSON, out):
             return
         normalized = judge.normalize(cand.text)
         if not normalized:
@@ -423,9 +424,7 @@ class Writer:
         out: Results,
         origin: Origin | None = None,
     ) -> None:
-        refused = self._refused(check, SKILL_TOOL)
-        if refused:
-            out.failures.append(PartialFailure(OutputKind.SKILL_PROPOSAL, FailureKind.PERMISSION_REFUSED, refused))
+        if not self._permitted(check, SKILL_TOOL, OutputKind.SKILL_PROPOSAL, out):
             return
         try:
             resp = await self.clients.skills.ProposeSkill(
