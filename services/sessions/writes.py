@@ -28,10 +28,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -82,6 +82,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 KNOWLEDGE_TOOL = "write_knowledge"
 SKILL_TOOL = "distill_skill"
@@ -171,6 +173,15 @@ class Writer:
     def _timeout(self) -> float:
         return self.settings.sessions.rpc_timeout_seconds
 
+    async def _answer(self, call: Awaitable[T], kind: OutputKind, service: str, out: Results) -> T | None:
+        """The service's answer to a write (or the read before it); None, with the output's
+        WRITE_FAILED partial failure, when the service refused it or did not answer."""
+        try:
+            return await call
+        except grpc.aio.AioRpcError as err:
+            out.failures.append(PartialFailure(kind, FailureKind.WRITE_FAILED, f"{service}: {rpc_failure(err)}"))
+            return None
+
     def _permitted(self, check: LearningCheck, tool: str, kind: OutputKind, out: Results) -> bool:
         """Whether the role may write through ``tool`` from the background; when not, the refusal is
         the output's partial failure."""
@@ -218,8 +229,8 @@ class Writer:
                     f"{cand.text}\n\n---\nLearned in session {check.session_id} (learning check {check.id}) "
                     f"from evidence {', '.join(evidence_ids)}."
                 )
-            try:
-                resp = await self.clients.knowledge.UpsertPage(
+            resp = await self._answer(
+                self.clients.knowledge.UpsertPage(
                     kb_pb.UpsertPageRequest(
                         company=check.company,
                         container=workspace_container(check.workspace),
@@ -227,13 +238,12 @@ class Writer:
                         body=body,
                     ),
                     timeout=self._timeout,
-                )
-            except grpc.aio.AioRpcError as err:
-                out.failures.append(
-                    PartialFailure(
-                        OutputKind.PROJECT_LESSON, FailureKind.WRITE_FAILED, f"knowledge: {rpc_failure(err)}"
-                    )
-                )
+                ),
+                OutputKind.PROJECT_LESSON,
+                "knowledge",
+                out,
+            )
+            if resp is None:
                 return
             page = resp.page
             await tx.record(page.id, title, body, source, self.clock.now())
@@ -346,8 +356,8 @@ class Writer:
     ) -> None:
         diary = self.clients.diary
         floor = self.settings.sessions.personal_fact_duplicate_similarity
-        try:
-            similar = await diary.RecallNotes(
+        similar = await self._answer(
+            diary.RecallNotes(
                 diary_pb.RecallNotesRequest(
                     company=check.company,
                     seat=check.seat,
@@ -358,19 +368,20 @@ class Writer:
                     neighbour_limit=0,  # a duplicate check compares meanings only
                 ),
                 timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            out.failures.append(
-                PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.WRITE_FAILED, f"diary: {rpc_failure(err)}")
-            )
+            ),
+            OutputKind.PERSONAL_FACT,
+            "diary",
+            out,
+        )
+        if similar is None:
             return
         near = [c for c in similar.candidates if diary_pb.RECALL_HALF_VECTOR in c.found_by and c.similarity >= floor]
         if near:
             best = max(near, key=lambda c: c.similarity)
             out.outputs.append(Output(OutputKind.PERSONAL_FACT, best.note.id, Disposition.REUSED, tuple(ids)))
             return
-        try:
-            resp = await diary.WriteNote(
+        resp = await self._answer(
+            diary.WriteNote(
                 diary_pb.WriteNoteRequest(
                     company=check.company,
                     seat=check.seat,
@@ -388,11 +399,12 @@ class Writer:
                     ),
                 ),
                 timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            out.failures.append(
-                PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.WRITE_FAILED, f"diary: {rpc_failure(err)}")
-            )
+            ),
+            OutputKind.PERSONAL_FACT,
+            "diary",
+            out,
+        )
+        if resp is None:
             return
         note = resp.note
         out.outputs.append(
@@ -426,8 +438,8 @@ class Writer:
     ) -> None:
         if not self._permitted(check, SKILL_TOOL, OutputKind.SKILL_PROPOSAL, out):
             return
-        try:
-            resp = await self.clients.skills.ProposeSkill(
+        resp = await self._answer(
+            self.clients.skills.ProposeSkill(
                 skill_pb.ProposeSkillRequest(
                     company=check.company,
                     seat=check.seat,
@@ -448,11 +460,12 @@ class Writer:
                     provenance=_source_to_pb(_check_source(check, list(evidence_ids)[:1000], origin or Origin())),
                 ),
                 timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            out.failures.append(
-                PartialFailure(OutputKind.SKILL_PROPOSAL, FailureKind.WRITE_FAILED, f"skills: {rpc_failure(err)}")
-            )
+            ),
+            OutputKind.SKILL_PROPOSAL,
+            "skills",
+            out,
+        )
+        if resp is None:
             return
         d = resp.disposition
         ids = tuple(evidence_ids)
