@@ -8,14 +8,15 @@ here, because these calls run as the trusted service identity."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from libs.common.clients import Clients
+from libs.common.status_details import status_details
 
 __all__ = ["HTTP_STATUS", "Gateway", "ServiceError"]
 
@@ -52,25 +53,24 @@ class ServiceError(Exception):
 
     @classmethod
     def of(cls, service: str, err: grpc.aio.AioRpcError) -> ServiceError:
-        reason, field = "", ""
-        try:
-            status = rpc_status.from_call(err)  # type: ignore[arg-type]  # typed for grpc.Call; reads only what AioRpcError has
-        except ValueError:
-            status = None
-        for detail in status.details if status is not None else []:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                reason = info.reason
-            elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-                bad = error_details_pb2.BadRequest()
-                detail.Unpack(bad)
-                field = bad.field_violations[0].field if bad.field_violations else ""
+        said = status_details(err)
+        reason, field = (said.info.reason if said.info else ""), said.first_field
         code = err.code()
         # The message of a service we reached is its own, meant for callers; one we did not reach
         # has only the transport's words, which say nothing useful to a person.
         message = err.details() if reason else f"the {service} service did not answer ({code.name})"
         return cls(service, code, reason or code.name, message or code.name, field)
+
+
+class _Service:
+    """``gateway.<service>``: a call on that service's stub, named by the attribute (the same name
+    as its client in ``Clients``)."""
+
+    def __set_name__(self, owner: type[Gateway], name: str) -> None:
+        self.name = name
+
+    def __get__(self, gateway: Gateway, owner: type[Gateway]) -> Callable[[str, Any], Awaitable[Any]]:
+        return functools.partial(gateway.call, self.name)
 
 
 class Gateway:
@@ -79,32 +79,18 @@ class Gateway:
     def __init__(self, clients: Clients):
         self.clients = clients
 
-    async def _call(self, service: str, stub: Any, method: str, request: Any) -> Any:
+    async def call(self, service: str, method: str, request: Any) -> Any:
+        """``method`` of ``service`` with the configured deadline; a refusal as a ServiceError."""
         try:
-            return await getattr(stub, method)(request, timeout=self.clients.timeout)
+            return await getattr(getattr(self.clients, service), method)(request, timeout=self.clients.timeout)
         except grpc.aio.AioRpcError as err:
             raise ServiceError.of(service, err) from None
 
-    async def diary(self, method: str, request: Any) -> Any:
-        return await self._call("diary", self.clients.diary, method, request)
-
-    async def episodes(self, method: str, request: Any) -> Any:
-        return await self._call("episodes", self.clients.episodes, method, request)
-
-    async def skills(self, method: str, request: Any) -> Any:
-        return await self._call("skills", self.clients.skills, method, request)
-
-    async def knowledge(self, method: str, request: Any) -> Any:
-        return await self._call("knowledge", self.clients.knowledge, method, request)
-
-    async def profiles(self, method: str, request: Any) -> Any:
-        return await self._call("profiles", self.clients.profiles, method, request)
-
-    async def reflector(self, method: str, request: Any) -> Any:
-        return await self._call("reflector", self.clients.reflector, method, request)
-
-    async def sessions(self, method: str, request: Any) -> Any:
-        return await self._call("sessions", self.clients.sessions, method, request)
-
-    async def telemetry(self, method: str, request: Any) -> Any:
-        return await self._call("telemetry", self.clients.telemetry, method, request)
+    diary = _Service()
+    episodes = _Service()
+    skills = _Service()
+    knowledge = _Service()
+    profiles = _Service()
+    reflector = _Service()
+    sessions = _Service()
+    telemetry = _Service()

@@ -32,8 +32,6 @@ from typing import Any
 
 import grpc
 import mcp_types as types
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -41,6 +39,7 @@ from mcp.shared.uri_template import UriTemplate
 
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
+from libs.common.status_details import status_details
 
 __all__ = ["CONTEXT_TEMPLATE", "GUIDANCE_URI", "TURN_META_KEY", "Seat", "build_server", "describe_rpc_error"]
 
@@ -85,19 +84,11 @@ def describe_rpc_error(err: grpc.aio.AioRpcError) -> str:
     """A refusal in words: the code, the message, and each violated field (google.rpc.BadRequest),
     with the ErrorInfo reason."""
     lines = [f"{err.code().name}: {err.details() or ''}".strip()]
-    try:
-        status = rpc_status.from_call(err)  # type: ignore[arg-type]  # typed for grpc.Call; reads only what AioRpcError has
-    except ValueError:
-        status = None
-    for detail in status.details if status is not None else []:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            lines.append(f"reason: {info.reason} ({info.domain})")
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            lines.extend(f"- {v.field}: {v.description}" for v in bad.field_violations)
+    said = status_details(err)
+    if said.info is not None:
+        lines.append(f"reason: {said.info.reason} ({said.info.domain})")
+    if said.bad is not None:
+        lines.extend(f"- {v.field}: {v.description}" for v in said.bad.field_violations)
     return "\n".join(lines)
 
 

@@ -80,22 +80,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("service", choices=sorted(SERVICES))
     serving(serve)
 
-    run_pass_p = sub.add_parser(
-        "pass",
-        help="run one background pass once (lease-claimed)",
-        epilog=_passes_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    common(run_pass_p)
+    def pass_parser(name: str, help: str) -> argparse.ArgumentParser:
+        """A command that runs passes: the common options, and the passes listed after its help."""
+        sp = sub.add_parser(
+            name, help=help, epilog=_passes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        common(sp)
+        return sp
+
+    run_pass_p = pass_parser("pass", "run one background pass once (lease-claimed)")
     run_pass_p.add_argument("name", help="the pass to run (listed below)")
 
-    passes_p = sub.add_parser(
-        "passes",
-        help="a long-running worker ticking the named passes on their clocks (lease-claimed each tick)",
-        epilog=_passes_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    passes_p = pass_parser(
+        "passes", "a long-running worker ticking the named passes on their clocks (lease-claimed each tick)"
     )
-    common(passes_p)
     passes_p.add_argument("names", nargs="+", metavar="NAME")
     passes_p.add_argument("--http-port", type=int, help="HTTP port of /healthz and /metrics (default 8080)")
 

@@ -220,44 +220,25 @@ async def main(argv: list[str]) -> int:
         offered = [(s.id, s.name) for s in learned]
 
         bob = ppb.Counterparty(handle="bob", platform="slack", display_name="Bob")
-        resp = await prefetch.BuildTurnContext(
-            ppb.BuildTurnContextRequest(
-                company=company,
-                seat=SEAT,
-                role=ROLE,
-                turn_id=f"{company}-new-1",
-                ask="Bob: can you send me an update on the payments migration?",
-                senders=[bob],
+        new_turns: list[tuple[str, dict[str, Any]]] = [
+            (
+                "New turn: Bob asks for a payments update",
+                {"ask": "Bob: can you send me an update on the payments migration?", "senders": [bob]},
             ),
-            timeout=60,
-        )
-        _print_context("New turn: Bob asks for a payments update", resp)
-
-        resp = await prefetch.BuildTurnContext(
-            ppb.BuildTurnContextRequest(
-                company=company,
-                seat=SEAT,
-                role=ROLE,
-                turn_id=f"{company}-new-2",
-                ask="Fix the flaky notifications test on main",
+            ("New turn: a task like the recurring one", {"ask": "Fix the flaky notifications test on main"}),
+            (
+                "New turn: a thin trigger ('+1' in a thread): the gate renders hints, asks no model",
+                {"ask": "+1", "requires_recon": True, "senders": [bob]},
             ),
-            timeout=60,
-        )
-        _print_context("New turn: a task like the recurring one", resp)
-
-        resp = await prefetch.BuildTurnContext(
-            ppb.BuildTurnContextRequest(
-                company=company,
-                seat=SEAT,
-                role=ROLE,
-                turn_id=f"{company}-new-3",
-                ask="+1",
-                requires_recon=True,
-                senders=[bob],
-            ),
-            timeout=60,
-        )
-        _print_context("New turn: a thin trigger ('+1' in a thread): the gate renders hints, asks no model", resp)
+        ]
+        for n, (title, turn) in enumerate(new_turns, start=1):
+            resp = await prefetch.BuildTurnContext(
+                ppb.BuildTurnContextRequest(
+                    company=company, seat=SEAT, role=ROLE, turn_id=f"{company}-new-{n}", **turn
+                ),
+                timeout=60,
+            )
+            _print_context(title, resp)
         print(f"skills the seat learned: {', '.join(name for _, name in offered) or 'none'}")
         if not await session_demo(channel, company):
             return 1

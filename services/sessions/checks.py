@@ -16,17 +16,16 @@ Order (spec "Writes and isolation", "Evidence and cost"):
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from libs.common.auxmodel import (
-    Attribution,
     AttributionMissing,
     AuxiliaryModel,
     AuxiliaryUnavailable,
     NoAuxiliaryModel,
-    Stage,
 )
 from libs.common.auxmodel.answers import InvalidOutput
-from libs.common.config import Settings
+from libs.common.config import SessionsConfig, Settings
 from services.sessions import review
 from services.sessions.domain import (
     CHAT_KINDS,
@@ -39,7 +38,7 @@ from services.sessions.domain import (
 )
 from services.sessions.evidence import Evidence, assemble
 from services.sessions.store import PostgresSessionStore
-from services.sessions.writes import Origin, Results, Writer
+from services.sessions.writes import Origin, Results, Writer, check_attribution
 
 __all__ = ["CheckRunner", "summarize"]
 
@@ -68,13 +67,16 @@ def summarize(check: LearningCheck) -> str:
     return "; ".join(parts)
 
 
+@dataclass(eq=False)
 class CheckRunner:
-    def __init__(self, store: PostgresSessionStore, aux: AuxiliaryModel, writer: Writer, settings: Settings):
-        self.store = store
-        self.aux = aux
-        self.writer = writer
-        self.settings = settings
-        self.config = settings.sessions
+    store: PostgresSessionStore
+    aux: AuxiliaryModel
+    writer: Writer
+    settings: Settings
+
+    @property
+    def config(self) -> SessionsConfig:
+        return self.settings.sessions
 
     def _limits(self) -> review.Limits:
         return review.Limits(
@@ -130,14 +132,7 @@ class CheckRunner:
             limits=limits,
             max_tokens=self.config.review_max_tokens,
         )
-        attribution = Attribution(
-            company=check.company,
-            seat=check.seat,
-            stage=Stage.BACKGROUND,
-            purpose=review.PURPOSE,
-            turn_id=check.turn_id or None,
-            role=check.role or None,
-        )
+        attribution = check_attribution(check, review.PURPOSE)
         try:
             completion = await self.aux.complete(attribution, prompt, timeout=self.config.review_timeout_seconds)
         except (AuxiliaryUnavailable, NoAuxiliaryModel, AttributionMissing) as err:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 __all__ = [
     "CLAIM_LABELS",
@@ -27,12 +28,14 @@ __all__ = [
     "EventStatus",
     "FailureKind",
     "LearningCheck",
+    "NewCheck",
     "Output",
     "OutputKind",
     "PartialFailure",
     "PlanStep",
     "PlanTrigger",
     "Session",
+    "SessionFilter",
     "StepStatus",
     "TurnOutcome",
     "TurnWindow",
@@ -168,6 +171,17 @@ class Session:
 
 
 @dataclass(frozen=True)
+class SessionFilter:
+    """Which of a company's sessions a listing shows: one seat's, one owner's (None: any), those
+    whose id contains ``query``."""
+
+    company: str
+    seat: str | None
+    owner: str | None
+    query: str
+
+
+@dataclass(frozen=True)
 class SessionSummary:
     """A session as ListSessions lists it: the session, when it last recorded anything, and its
     checks by count and newest state (never an event's text)."""
@@ -226,6 +240,20 @@ class PartialFailure:
     output_id: str = ""
 
 
+@dataclass(frozen=True)
+class NewCheck:
+    """What a check is queued with; the session's own fields (owner, workspace, seat, role) come
+    from the transaction that queues it."""
+
+    id: uuid.UUID
+    trigger: CheckTrigger
+    plan_revision: int
+    turn_id: str
+    trigger_seq: int
+    job_key: str
+    newly_done: tuple[str, ...] = ()
+
+
 @dataclass
 class LearningCheck:
     """The receipt of one check. Never holds raw evidence: counts, ids and reasons only."""
@@ -254,6 +282,18 @@ class LearningCheck:
     evidence: dict[str, int] = field(default_factory=dict)
     start_time: datetime | None = None
     finish_time: datetime | None = None
+
+    def event_fields(self) -> dict[str, Any]:
+        """What every event about this check names (queued, completed): whose, which turn, which
+        check of which session, and why it ran."""
+        return {
+            "company": self.company,
+            "seat": self.seat,
+            "turn_id": self.turn_id or None,
+            "check_id": str(self.id),
+            "session_id": self.session_id,
+            "trigger": str(self.trigger),
+        }
 
     def counts(self) -> dict[str, int]:
         def n(kind: OutputKind, disp: Disposition) -> int:

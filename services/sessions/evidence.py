@@ -15,7 +15,7 @@ and cannot alone support a project lesson or a skill.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from libs.common.config import EvidenceConfig
@@ -81,16 +81,8 @@ class Evidence:
         return {i.ref: i for i in self.items}
 
     def summary(self) -> dict[str, int]:
-        return {
-            "chat_messages": self.chat_messages,
-            "verification_records": self.verification_records,
-            "execution_events": self.execution_events,
-            "plan_steps": self.plan_steps,
-            "omitted_records": self.omitted_records,
-            "truncated_excerpts": self.truncated_excerpts,
-            "redactions": self.redactions,
-            "total_chars": self.total_chars,
-        }
+        """Every count (each field but the items): the receipt's evidence summary."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "items"}
 
 
 def cap(text: str, limit: int) -> tuple[str, bool]:

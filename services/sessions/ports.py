@@ -17,11 +17,12 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from services.sessions.domain import (
-    CheckTrigger,
     Event,
     LearningCheck,
+    NewCheck,
     PlanStep,
     Session,
+    SessionFilter,
     SessionSummary,
     TurnWindow,
 )
@@ -62,18 +63,7 @@ class SessionTx(Protocol):
         """The session's queued or running check, if any."""
         ...
 
-    async def insert_check(
-        self,
-        *,
-        check_id: uuid.UUID,
-        trigger: CheckTrigger,
-        plan_revision: int,
-        newly_done: Sequence[str],
-        turn_id: str,
-        trigger_seq: int,
-        job_key: str,
-        now: datetime,
-    ) -> LearningCheck | None:
+    async def insert_check(self, new: NewCheck, now: datetime) -> LearningCheck | None:
         """The receipt of a new check, queued; None when the job key was queued before."""
         ...
 
@@ -89,13 +79,7 @@ class SessionStore(Protocol):
     async def get_session(self, company: str, session_id: str) -> Session | None: ...
 
     async def sessions_page(
-        self,
-        company: str,
-        seat: str | None,
-        owner: str | None,
-        query: str,
-        after: tuple[datetime, str] | None,
-        limit: int,
+        self, where: SessionFilter, after: tuple[datetime, str] | None, limit: int
     ) -> list[SessionSummary]:
         """Most recently active first, after the cursor ``after`` (update time, session id)."""
         ...

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -44,8 +44,10 @@ from services.sessions.domain import (
     Event,
     EventKind,
     LearningCheck,
+    NewCheck,
     PlanStep,
     Session,
+    SessionFilter,
     SessionSummary,
     TurnOutcome,
     plan_trigger,
@@ -92,23 +94,44 @@ class Digest:
     interrupted: int
 
 
+def _at_most(items: Sized, limit: int, field: str, reason: str, rule: str) -> None:
+    """``reason`` when ``field`` holds more than ``limit`` items (``rule`` says the limit in words)."""
+    if len(items) > limit:
+        raise InvalidArgument(
+            f"{rule}, got {len(items)}",
+            reason=reason,
+            domain=DOMAIN,
+            field=field,
+            metadata={"limit": limit, "count": len(items)},
+        )
+
+
+def _no_longer(value: str, limit: int, field: str) -> None:
+    """FIELD_TOO_LONG past ``limit`` characters (an empty value passes: where one is required, the
+    caller says so)."""
+    if len(value) > limit:
+        raise InvalidArgument(
+            f"{field} is {len(value)} characters; the limit is {limit}",
+            reason="FIELD_TOO_LONG",
+            domain=DOMAIN,
+            field=field,
+            metadata={"limit": limit, "length": len(value)},
+        )
+
+
+@dataclass(eq=False)
 class SessionService:
-    def __init__(
-        self,
-        store: SessionStore,
-        queue: CheckQueue,
-        settings: Settings,
-        clock: Clock,
-        events: EventSink,
-    ):
-        self.store = store
-        self.queue = queue
-        self.settings = settings
-        self.config = settings.sessions
-        self.clock = clock
-        self.events = events
+    store: SessionStore
+    queue: CheckQueue
+    settings: Settings
+    clock: Clock
+    events: EventSink
 
     # ---------------------------------------------------------------- checks
+
+    def _page_size(self, size: int) -> int:
+        config = self.settings.sessions
+        return page_size(size, default=config.list_default, maximum=config.list_max, domain=DOMAIN)
 
     def _ident(self, value: str, field: str) -> str:
         return require_ident(value, field, domain=DOMAIN)
@@ -131,35 +154,15 @@ class SessionService:
         return session
 
     def _validate_events(self, events: Sequence[Event]) -> None:
-        if len(events) > MAX_EVENTS_PER_CALL:
-            raise InvalidArgument(
-                f"at most {MAX_EVENTS_PER_CALL} events per call, got {len(events)}",
-                reason="TOO_MANY_EVENTS",
-                domain=DOMAIN,
-                field="events",
-                metadata={"limit": MAX_EVENTS_PER_CALL, "count": len(events)},
-            )
+        _at_most(
+            events, MAX_EVENTS_PER_CALL, "events", "TOO_MANY_EVENTS", f"at most {MAX_EVENTS_PER_CALL} events per call"
+        )
         for i, e in enumerate(events):
             where = f"events[{i}]"
             require_text(e.event_id, f"{where}.event_id", domain=DOMAIN, max_chars=MAX_ID_CHARS)
-            if len(e.text) > MAX_EVENT_TEXT_CHARS:
-                raise InvalidArgument(
-                    f"{where}.text is {len(e.text)} characters; the limit is {MAX_EVENT_TEXT_CHARS}",
-                    reason="FIELD_TOO_LONG",
-                    domain=DOMAIN,
-                    field=f"{where}.text",
-                    metadata={"limit": MAX_EVENT_TEXT_CHARS, "length": len(e.text)},
-                )
+            _no_longer(e.text, MAX_EVENT_TEXT_CHARS, f"{where}.text")
             for name in ("turn_id", "tool_name", "source"):
-                value = getattr(e, name)
-                if len(value) > MAX_ID_CHARS:
-                    raise InvalidArgument(
-                        f"{where}.{name} is {len(value)} characters; the limit is {MAX_ID_CHARS}",
-                        reason="FIELD_TOO_LONG",
-                        domain=DOMAIN,
-                        field=f"{where}.{name}",
-                        metadata={"limit": MAX_ID_CHARS, "length": len(value)},
-                    )
+                _no_longer(getattr(e, name), MAX_ID_CHARS, f"{where}.{name}")
             if e.kind is EventKind.TURN_END:
                 require_text(e.turn_id, f"{where}.turn_id", domain=DOMAIN)
                 if e.turn_outcome is TurnOutcome.UNSPECIFIED:
@@ -187,14 +190,7 @@ class SessionService:
         now = self.clock.now()
         check_id = uuid.uuid4()
         check = await tx.insert_check(
-            check_id=check_id,
-            trigger=trigger,
-            plan_revision=tx.session.plan_revision,
-            newly_done=newly_done,
-            turn_id=turn_id,
-            trigger_seq=trigger_seq,
-            job_key=job_key,
-            now=now,
+            NewCheck(check_id, trigger, tx.session.plan_revision, turn_id, trigger_seq, job_key, tuple(newly_done)), now
         )
         if check is None:
             return None
@@ -290,7 +286,7 @@ class SessionService:
     async def _turn_end(self, tx: SessionTx, end: Event) -> LearningCheck | None:
         """A successful turn's end: a check when the work no check covered is substantial."""
         window = await tx.turn_window(end.turn_id, end)
-        rule = self.config.substantial_turn
+        rule = self.settings.sessions.substantial_turn
         if not substantial(window, rule.min_tool_results, rule.min_duration_seconds):
             return None
         return await self._queue(
@@ -302,15 +298,7 @@ class SessionService:
         )
 
     async def _announce(self, check: LearningCheck) -> None:
-        await self.events.emit(
-            "learning_check_queued",
-            company=check.company,
-            seat=check.seat,
-            turn_id=check.turn_id or None,
-            check_id=str(check.id),
-            session_id=check.session_id,
-            trigger=str(check.trigger),
-        )
+        await self.events.emit("learning_check_queued", **check.event_fields())
 
     # ---------------------------------------------------------------- plans
 
@@ -323,14 +311,7 @@ class SessionService:
                 field="revision",
                 metadata={"value": revision},
             )
-        if len(steps) > MAX_PLAN_STEPS:
-            raise InvalidArgument(
-                f"a plan has at most {MAX_PLAN_STEPS} steps, got {len(steps)}",
-                reason="TOO_MANY_STEPS",
-                domain=DOMAIN,
-                field="steps",
-                metadata={"limit": MAX_PLAN_STEPS, "count": len(steps)},
-            )
+        _at_most(steps, MAX_PLAN_STEPS, "steps", "TOO_MANY_STEPS", f"a plan has at most {MAX_PLAN_STEPS} steps")
         ids: set[str] = set()
         out = []
         for i, step in enumerate(steps):
@@ -412,7 +393,7 @@ class SessionService:
         self, company: str, session_id: str, user: str, size: int, token: str
     ) -> tuple[list[LearningCheck], str]:
         session = await self.owned(company, session_id, user)
-        size = page_size(size, default=self.config.list_default, maximum=self.config.list_max, domain=DOMAIN)
+        size = self._page_size(size)
         scope = {"company": session.company, "session": session.session_id}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
         checks = await self.store.checks_page(session.company, session.session_id, after, size + 1)
@@ -432,10 +413,10 @@ class SessionService:
         principal = current_principal()
         seat_or_none = self._ident(seat, "seat") if seat else principal.seat or None
         owner = self._ident(user, "user") if user else principal.user or None
-        size = page_size(size, default=self.config.list_default, maximum=self.config.list_max, domain=DOMAIN)
+        size = self._page_size(size)
         scope = {"company": company, "seat": seat_or_none, "user": owner, "query": query}
         after = decode_time_cursor(token, scope, domain=DOMAIN)
-        rows = await self.store.sessions_page(company, seat_or_none, owner, query, after, size + 1)
+        rows = await self.store.sessions_page(SessionFilter(company, seat_or_none, owner, query), after, size + 1)
         next_token = ""
         if len(rows) > size:
             rows = rows[:size]
@@ -447,7 +428,7 @@ class SessionService:
         user = self._ident(user, "user")
         if since is None:
             raise InvalidArgument("since_time is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="since_time")
-        size = page_size(size, default=self.config.list_default, maximum=self.config.list_max, domain=DOMAIN)
+        size = self._page_size(size)
         scope = {"company": company, "user": user, "since": since.isoformat()}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
         checks = await self.store.away_page(company, user, since, after, size + 1)

@@ -30,11 +30,13 @@ from services.sessions.domain import (
     EventStatus,
     FailureKind,
     LearningCheck,
+    NewCheck,
     Output,
     OutputKind,
     PartialFailure,
     PlanStep,
     Session,
+    SessionFilter,
     SessionSummary,
     StepStatus,
     TurnOutcome,
@@ -311,36 +313,25 @@ class SessionTx:
         row = await self.conn.fetchrow(SQL["active_check"], self.session.company, self.session.session_id)
         return _check(row) if row else None
 
-    async def insert_check(
-        self,
-        *,
-        check_id: uuid.UUID,
-        trigger: CheckTrigger,
-        plan_revision: int,
-        newly_done: Sequence[str],
-        turn_id: str,
-        trigger_seq: int,
-        job_key: str,
-        now: datetime,
-    ) -> LearningCheck | None:
+    async def insert_check(self, new: NewCheck, now: datetime) -> LearningCheck | None:
         """The receipt of a new check, queued; None when the job key was queued before."""
         s = self.session
         row = await self.conn.fetchrow(
             SQL["insert_check"],
-            check_id,
+            new.id,
             s.company,
             s.session_id,
             s.owner,
             s.workspace,
             s.seat,
             s.role,
-            str(trigger),
-            plan_revision,
-            list(newly_done),
-            turn_id,
-            trigger_seq,
-            await self.event_id_at(trigger_seq),
-            job_key,
+            str(new.trigger),
+            new.plan_revision,
+            list(new.newly_done),
+            new.turn_id,
+            new.trigger_seq,
+            await self.event_id_at(new.trigger_seq),
+            new.job_key,
             now,
         )
         return _check(row) if row else None
@@ -378,16 +369,12 @@ class PostgresSessionStore:
         return _session(row) if row else None
 
     async def sessions_page(
-        self,
-        company: str,
-        seat: str | None,
-        owner: str | None,
-        query: str,
-        after: tuple[datetime, str] | None,
-        limit: int,
+        self, where: SessionFilter, after: tuple[datetime, str] | None, limit: int
     ) -> list[SessionSummary]:
         t, i = after if after else (None, None)
-        rows = await self.pool.fetch(SQL["sessions_page"], company, seat, owner, query, t, i, limit)
+        rows = await self.pool.fetch(
+            SQL["sessions_page"], where.company, where.seat, where.owner, where.query, t, i, limit
+        )
         return [
             SessionSummary(
                 session=_session(r),

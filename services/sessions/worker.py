@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import uuid
+from dataclasses import dataclass, field
 
 from opentelemetry import context as otel_context
 
@@ -47,25 +48,16 @@ INTERRUPTED_REASON = (
 RECONCILE_LIMIT = 500
 
 
+@dataclass(eq=False)
 class LearningWorker:
-    def __init__(
-        self,
-        store: PostgresSessionStore,
-        queue: JobQueue,
-        runner: CheckRunner,
-        config: SessionsConfig,
-        clock: Clock,
-        events: EventSink,
-        worker_id: str,
-    ):
-        self.store = store
-        self.queue = queue
-        self.runner = runner
-        self.config = config
-        self.clock = clock
-        self.events = events
-        self.worker_id = worker_id
-        self._wake = asyncio.Event()
+    store: PostgresSessionStore
+    queue: JobQueue
+    runner: CheckRunner
+    config: SessionsConfig
+    clock: Clock
+    events: EventSink
+    worker_id: str
+    _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     def wake(self) -> None:
         self._wake.set()
@@ -163,12 +155,7 @@ class LearningWorker:
         LEARNING_CHECKS.add(1, {"agentlearn.trigger": str(check.trigger), "agentlearn.outcome": str(check.outcome)})
         await self.events.emit(
             "learning_check_completed",
-            company=check.company,
-            seat=check.seat,
-            turn_id=check.turn_id or None,
-            check_id=str(check.id),
-            session_id=check.session_id,
-            trigger=str(check.trigger),
+            **check.event_fields(),
             outcome=str(check.outcome),
             counts=check.counts(),
             partial_failures=len(check.partial_failures),

@@ -28,10 +28,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -74,6 +74,7 @@ __all__ = [
     "Origin",
     "Results",
     "Writer",
+    "check_attribution",
     "lesson_provenance",
     "lesson_title",
     "prompt_version",
@@ -81,6 +82,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 KNOWLEDGE_TOOL = "write_knowledge"
 SKILL_TOOL = "distill_skill"
@@ -146,36 +149,53 @@ def _hash(normalized: str) -> str:
     return hashlib.sha256(normalized.encode()).hexdigest()
 
 
+def check_attribution(check: LearningCheck, purpose: str) -> Attribution:
+    """Whom a check's background model call is charged to: the check's seat, turn and role."""
+    return Attribution(
+        company=check.company,
+        seat=check.seat,
+        stage=Stage.BACKGROUND,
+        purpose=purpose,
+        turn_id=check.turn_id or None,
+        role=check.role or None,
+    )
+
+
+@dataclass(eq=False)
 class Writer:
-    def __init__(
-        self,
-        clients: Clients,
-        settings: Settings,
-        aux: AuxiliaryModel,
-        store: PostgresSessionStore,
-        clock: Clock,
-    ):
-        self.clients = clients
-        self.settings = settings
-        self.aux = aux
-        self.store = store
-        self.clock = clock
+    clients: Clients
+    settings: Settings
+    aux: AuxiliaryModel
+    store: PostgresSessionStore
+    clock: Clock
 
     @property
     def _timeout(self) -> float:
         return self.settings.sessions.rpc_timeout_seconds
 
-    def _refused(self, check: LearningCheck, tool: str) -> str | None:
-        """Why the role may not write through ``tool`` from the background, or None when it may."""
+    async def _answer(self, call: Awaitable[T], kind: OutputKind, service: str, out: Results) -> T | None:
+        """The service's answer to a write (or the read before it); None, with the output's
+        WRITE_FAILED partial failure, when the service refused it or did not answer."""
+        try:
+            return await call
+        except grpc.aio.AioRpcError as err:
+            out.failures.append(PartialFailure(kind, FailureKind.WRITE_FAILED, f"{service}: {rpc_failure(err)}"))
+            return None
+
+    def _permitted(self, check: LearningCheck, tool: str, kind: OutputKind, out: Results) -> bool:
+        """Whether the role may write through ``tool`` from the background; when not, the refusal is
+        the output's partial failure."""
         permission = self.settings.tool_permission(check.company, check.role, tool)
         if permission == "allow":
-            return None
-        return (
+            return True
+        why = (
             f"role {check.role or '(none)'} has {tool} permission {permission}: it needs a person's approval, "
             "which the background worker cannot give"
             if permission == "ask"
             else f"role {check.role or '(none)'} has {tool} permission deny"
         )
+        out.failures.append(PartialFailure(kind, FailureKind.PERMISSION_REFUSED, why))
+        return False
 
     # ---------------------------------------------------------------- project lessons
 
@@ -187,9 +207,7 @@ class Writer:
         out: Results,
         origin: Origin | None = None,
     ) -> None:
-        refused = self._refused(check, KNOWLEDGE_TOOL)
-        if refused:
-            out.failures.append(PartialFailure(OutputKind.PROJECT_LESSON, FailureKind.PERMISSION_REFUSED, refused))
+        if not self._permitted(check, KNOWLEDGE_TOOL, OutputKind.PROJECT_LESSON, out):
             return
         normalized = judge.normalize(cand.text)
         if not normalized:
@@ -197,17 +215,7 @@ class Writer:
             return
         digest = _hash(normalized)
         origin = origin or Origin()
-        source: dict[str, Any] = {
-            "session_id": check.session_id,
-            "check_id": str(check.id),
-            "evidence_ids": list(evidence_ids),
-            # Issue 17: the turn, whose session taught it, what produced it.
-            "turn_ids": [check.turn_id] if check.turn_id else [],
-            "subjects": [{"handle": check.owner}] if check.owner else [],
-            "model": origin.model,
-            "prompt_version": origin.prompt_version,
-            "writer": WRITER,
-        }
+        source = _check_source(check, evidence_ids, origin)
         # Under the lesson's lock: the page of identical normalized content is found by its hash
         # (and keeps the title and text it was first written with), so it is reused whatever the
         # new copy's case, spacing or punctuation, even when two checks write it at once.
@@ -221,8 +229,8 @@ class Writer:
                     f"{cand.text}\n\n---\nLearned in session {check.session_id} (learning check {check.id}) "
                     f"from evidence {', '.join(evidence_ids)}."
                 )
-            try:
-                resp = await self.clients.knowledge.UpsertPage(
+            resp = await self._answer(
+                self.clients.knowledge.UpsertPage(
                     kb_pb.UpsertPageRequest(
                         company=check.company,
                         container=workspace_container(check.workspace),
@@ -230,13 +238,12 @@ class Writer:
                         body=body,
                     ),
                     timeout=self._timeout,
-                )
-            except grpc.aio.AioRpcError as err:
-                out.failures.append(
-                    PartialFailure(
-                        OutputKind.PROJECT_LESSON, FailureKind.WRITE_FAILED, f"knowledge: {rpc_failure(err)}"
-                    )
-                )
+                ),
+                OutputKind.PROJECT_LESSON,
+                "knowledge",
+                out,
+            )
+            if resp is None:
                 return
             page = resp.page
             await tx.record(page.id, title, body, source, self.clock.now())
@@ -291,14 +298,7 @@ class Writer:
             return
         notes = [c.note.content for c in recent.candidates]
         prompt = judge.build_prompt([f.text for f, _ in facts], notes)
-        attribution = Attribution(
-            company=check.company,
-            seat=check.seat,
-            stage=Stage.BACKGROUND,
-            purpose=judge.PURPOSE,
-            turn_id=check.turn_id or None,
-            role=check.role or None,
-        )
+        attribution = check_attribution(check, judge.PURPOSE)
         try:
             completion = await self.aux.complete(
                 attribution, prompt, timeout=self.settings.sessions.review_timeout_seconds
@@ -356,8 +356,8 @@ class Writer:
     ) -> None:
         diary = self.clients.diary
         floor = self.settings.sessions.personal_fact_duplicate_similarity
-        try:
-            similar = await diary.RecallNotes(
+        similar = await self._answer(
+            diary.RecallNotes(
                 diary_pb.RecallNotesRequest(
                     company=check.company,
                     seat=check.seat,
@@ -368,19 +368,20 @@ class Writer:
                     neighbour_limit=0,  # a duplicate check compares meanings only
                 ),
                 timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            out.failures.append(
-                PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.WRITE_FAILED, f"diary: {rpc_failure(err)}")
-            )
+            ),
+            OutputKind.PERSONAL_FACT,
+            "diary",
+            out,
+        )
+        if similar is None:
             return
         near = [c for c in similar.candidates if diary_pb.RECALL_HALF_VECTOR in c.found_by and c.similarity >= floor]
         if near:
             best = max(near, key=lambda c: c.similarity)
             out.outputs.append(Output(OutputKind.PERSONAL_FACT, best.note.id, Disposition.REUSED, tuple(ids)))
             return
-        try:
-            resp = await diary.WriteNote(
+        resp = await self._answer(
+            diary.WriteNote(
                 diary_pb.WriteNoteRequest(
                     company=check.company,
                     seat=check.seat,
@@ -392,24 +393,18 @@ class Writer:
                     # Identical normalized content is one note of the seat, whichever check wrote it.
                     request_id=f"session-fact:{_hash(judge.normalize(content))[:40]}",
                     # Issue 17: the session, check and events it came from, and whose they were.
-                    provenance=provenance_pb2.Provenance(
-                        turn_ids=[check.turn_id] if check.turn_id else [],
-                        subjects=[erasure_pb2.ErasureSubject(handle=check.owner)],
-                        session_id=check.session_id,
-                        check_id=str(check.id),
-                        event_ids=list(ids)[:1000],
-                        # The judge wrote the note's content (from the review's candidate).
-                        model=model,
-                        prompt_version=JUDGE_PROMPT_VERSION,
-                        writer=WRITER,
+                    # The judge wrote the note's content (from the review's candidate).
+                    provenance=_source_to_pb(
+                        _check_source(check, list(ids)[:1000], Origin(model, JUDGE_PROMPT_VERSION))
                     ),
                 ),
                 timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            out.failures.append(
-                PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.WRITE_FAILED, f"diary: {rpc_failure(err)}")
-            )
+            ),
+            OutputKind.PERSONAL_FACT,
+            "diary",
+            out,
+        )
+        if resp is None:
             return
         note = resp.note
         out.outputs.append(
@@ -441,12 +436,10 @@ class Writer:
         out: Results,
         origin: Origin | None = None,
     ) -> None:
-        refused = self._refused(check, SKILL_TOOL)
-        if refused:
-            out.failures.append(PartialFailure(OutputKind.SKILL_PROPOSAL, FailureKind.PERMISSION_REFUSED, refused))
+        if not self._permitted(check, SKILL_TOOL, OutputKind.SKILL_PROPOSAL, out):
             return
-        try:
-            resp = await self.clients.skills.ProposeSkill(
+        resp = await self._answer(
+            self.clients.skills.ProposeSkill(
                 skill_pb.ProposeSkillRequest(
                     company=check.company,
                     seat=check.seat,
@@ -464,23 +457,15 @@ class Writer:
                     request_id=f"learning:{check.id}",
                     # Issue 17: whose session it rests on and what proposed it (the approval
                     # carries this onto the live skill).
-                    provenance=provenance_pb2.Provenance(
-                        turn_ids=[check.turn_id] if check.turn_id else [],
-                        subjects=[erasure_pb2.ErasureSubject(handle=check.owner)] if check.owner else [],
-                        session_id=check.session_id,
-                        check_id=str(check.id),
-                        event_ids=list(evidence_ids)[:1000],
-                        model=(origin or Origin()).model,
-                        prompt_version=(origin or Origin()).prompt_version,
-                        writer=WRITER,
-                    ),
+                    provenance=_source_to_pb(_check_source(check, list(evidence_ids)[:1000], origin or Origin())),
                 ),
                 timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as err:
-            out.failures.append(
-                PartialFailure(OutputKind.SKILL_PROPOSAL, FailureKind.WRITE_FAILED, f"skills: {rpc_failure(err)}")
-            )
+            ),
+            OutputKind.SKILL_PROPOSAL,
+            "skills",
+            out,
+        )
+        if resp is None:
             return
         d = resp.disposition
         ids = tuple(evidence_ids)
@@ -500,6 +485,22 @@ class Writer:
 
 
 # ------------------------------------------------------------------------------ lesson provenance
+
+
+def _check_source(check: LearningCheck, evidence_ids: Sequence[str], origin: Origin) -> dict[str, Any]:
+    """Where what a check writes came from (issue 17: the session, check and events, the turn,
+    whose session it was, what produced it), as a lesson keeps it among its sources; every write's
+    ``Provenance`` is this, through :func:`_source_to_pb`."""
+    return {
+        "session_id": check.session_id,
+        "check_id": str(check.id),
+        "evidence_ids": list(evidence_ids),
+        "turn_ids": [check.turn_id] if check.turn_id else [],
+        "subjects": [{"handle": check.owner}] if check.owner else [],
+        "model": origin.model,
+        "prompt_version": origin.prompt_version,
+        "writer": WRITER,
+    }
 
 
 def _source_to_pb(source: dict[str, Any]) -> provenance_pb2.Provenance:

@@ -19,12 +19,13 @@ from typing import Any
 
 from services.sessions.domain import (
     CheckState,
-    CheckTrigger,
     Event,
     EventKind,
     LearningCheck,
+    NewCheck,
     PlanStep,
     Session,
+    SessionFilter,
     SessionSummary,
     TurnWindow,
 )
@@ -100,39 +101,28 @@ class FakeTx:
         active = [c for c in self._checks() if c.state.active]
         return max(active, key=lambda c: (c.create_time, c.id)) if active else None
 
-    async def insert_check(
-        self,
-        *,
-        check_id: uuid.UUID,
-        trigger: CheckTrigger,
-        plan_revision: int,
-        newly_done: Sequence[str],
-        turn_id: str,
-        trigger_seq: int,
-        job_key: str,
-        now: datetime,
-    ) -> LearningCheck | None:
+    async def insert_check(self, new: NewCheck, now: datetime) -> LearningCheck | None:
         s = self.session
-        if any(c.company == s.company and c.job_key == job_key for c in self._state.checks):
+        if any(c.company == s.company and c.job_key == new.job_key for c in self._state.checks):
             return None
-        at = [e.event_id for e in self._state.events.get(self._key, []) if e.seq == trigger_seq]
+        at = [e.event_id for e in self._state.events.get(self._key, []) if e.seq == new.trigger_seq]
         check = LearningCheck(
-            id=check_id,
+            id=new.id,
             company=s.company,
             session_id=s.session_id,
             owner=s.owner,
             workspace=s.workspace,
             seat=s.seat,
             role=s.role,
-            trigger=trigger,
-            plan_revision=plan_revision,
-            turn_id=turn_id,
-            trigger_seq=trigger_seq,
+            trigger=new.trigger,
+            plan_revision=new.plan_revision,
+            turn_id=new.turn_id,
+            trigger_seq=new.trigger_seq,
             trigger_event_id=at[0] if at else "",
-            job_key=job_key,
+            job_key=new.job_key,
             state=CheckState.QUEUED,
             create_time=now,
-            newly_done=tuple(newly_done),
+            newly_done=new.newly_done,
         )
         self._state.checks.append(check)
         return check
@@ -160,23 +150,17 @@ class FakeSessionStore:
         return self.state.sessions.get((company, session_id))
 
     async def sessions_page(
-        self,
-        company: str,
-        seat: str | None,
-        owner: str | None,
-        query: str,
-        after: tuple[datetime, str] | None,
-        limit: int,
+        self, where: SessionFilter, after: tuple[datetime, str] | None, limit: int
     ) -> list[SessionSummary]:
         out = []
         for key, s in self.state.sessions.items():
             if (
-                s.company != company
-                or (seat is not None and s.seat != seat)
-                or (owner is not None and s.owner != owner)
+                s.company != where.company
+                or (where.seat is not None and s.seat != where.seat)
+                or (where.owner is not None and s.owner != where.owner)
             ):
                 continue
-            if query and query.lower() not in s.session_id.lower():
+            if where.query and where.query.lower() not in s.session_id.lower():
                 continue
             updated = self.state.update_times[key]
             if after is not None and (updated, s.session_id) >= after:
