@@ -8,7 +8,8 @@ from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
-from libs.common.protoconv import query_vector, timestamp
+from libs.common.field_copy import to_pb
+from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
 from libs.common.vector_path import embedding_status_to_pb, vector_source_to_pb
 from services.diary import erasure as _erasure
@@ -36,20 +37,13 @@ _HALF = {
 
 
 def note_to_pb(note: Note) -> pb.Note:
-    return pb.Note(
-        id=str(note.id),
-        company=note.company,
-        seat=note.seat,
-        content=note.content,
+    return to_pb(
+        pb.Note,
+        note,
+        "id company seat content turn_id create_time expire_time use_count last_used_time embedding_model",
         tier=_TIER_TO_PB[note.tier],
         source=_SOURCE_TO_PB[note.source],
-        turn_id=note.turn_id or "",
-        create_time=timestamp(note.create_time),
-        expire_time=timestamp(note.expire_time),
-        use_count=note.use_count,
-        last_used_time=timestamp(note.last_used_time),
-        embedding_model=note.embedding_model or "",
-        embedding_dimensions=note.embedding_dims or 0,
+        embedding_dimensions=note.embedding_dims,
     )
 
 

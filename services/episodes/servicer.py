@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import cast
-
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
@@ -13,7 +10,8 @@ from libs.common import outcomes
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
-from libs.common.protoconv import query_vector, timestamp
+from libs.common.field_copy import from_pb, to_pb
+from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
 from libs.common.vector_path import embedding_status_to_pb, vector_source_to_pb
 from services.episodes import erasure as _erasure
@@ -36,44 +34,17 @@ _OUTCOMES = {outcomes.TurnOutcome(o.value): o for o in TurnOutcome}
 _HALF = {"vector": pb.SEARCH_HALF_VECTOR, "lexical": pb.SEARCH_HALF_LEXICAL}
 
 
-def _when(msg: Timestamp, present: bool) -> datetime | None:
-    return msg.ToDatetime(tzinfo=UTC) if present else None
-
-
 def episode_to_pb(ep: Episode) -> pb.Episode:
-    return pb.Episode(
-        id=str(ep.id),
-        company=ep.company,
-        seat=ep.seat,
+    return to_pb(
+        pb.Episode,
+        ep,
+        "id company seat turn_id work_item label ask what_it_did review_outcome tool_sequence tools_called"
+        " skills_used conversation_id start_time end_time duration_ms count common_task_pattern common_outcome"
+        " success_rate done_count subjects_involved notable_patterns exemplar_turn_ids consolidated_into_skill_id"
+        " embedding_model subjects role work_key",
         kind=_KIND_TO_PB[ep.kind],
-        turn_id=ep.turn_id or "",
-        work_item=ep.work_item or "",
-        label=ep.label,
-        ask=ep.ask,
-        what_it_did=ep.what_it_did,
         outcome=_outcome_to_pb(ep.outcome),
-        review_outcome=ep.review_outcome,
-        tool_sequence=list(ep.tool_sequence),
-        tools_called=list(ep.tools_called),
-        skills_used=list(ep.skills_used),
-        conversation_id=ep.conversation_id or "",
-        start_time=timestamp(ep.start_time),
-        end_time=timestamp(ep.end_time),
-        duration_ms=ep.duration_ms,
-        count=ep.count,
-        common_task_pattern=ep.common_task_pattern,
-        common_outcome=ep.common_outcome,
-        success_rate=ep.success_rate,
-        done_count=ep.done_count,
-        subjects_involved=list(ep.subjects_involved),
-        notable_patterns=list(ep.notable_patterns),
-        exemplar_turn_ids=list(ep.exemplar_turn_ids),
-        consolidated_into_skill_id=ep.consolidated_into_skill_id or "",
-        embedding_model=ep.embedding_model or "",
-        subjects=list(ep.subjects),
-        role=ep.role or "",
-        embedding_dimensions=ep.embedding_dims or 0,
-        work_key=ep.work_key or "",
+        embedding_dimensions=ep.embedding_dims,
     )
 
 
@@ -136,25 +107,12 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
     async def RecordEpisode(
         self, request: pb.RecordEpisodeRequest, context: ServicerContext
     ) -> pb.RecordEpisodeResponse:
-        rec = TurnRecord(
-            company=request.company,
-            seat=request.seat,
-            turn_id=request.turn_id,
+        rec = from_pb(
+            TurnRecord,
+            request,
+            "company seat turn_id start_time end_time label ask what_it_did role work_item review_outcome"
+            " tool_sequence tools_called skills_used subjects conversation_id work_key",
             outcome=_outcome(request.outcome, "outcome"),
-            start_time=_when(request.start_time, request.HasField("start_time")),
-            end_time=_when(request.end_time, request.HasField("end_time")),
-            label=request.label,
-            ask=request.ask,
-            what_it_did=request.what_it_did,
-            role=request.role,
-            work_item=request.work_item,
-            review_outcome=request.review_outcome,
-            tool_sequence=tuple(request.tool_sequence),
-            tools_called=tuple(request.tools_called),
-            skills_used=tuple(request.skills_used),
-            subjects=tuple(request.subjects),
-            conversation_id=request.conversation_id,
-            work_key=request.work_key,
         )
         done = await self._service.record(rec)
         return pb.RecordEpisodeResponse(
