@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from agentlearn.prefetch.v1 import knowledge_service_pb2 as pb
 from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as pb_grpc
+from libs.common.field_copy import to_pb
 from libs.common.grpcserver import Registration
-from libs.common.protoconv import timestamp
 from libs.common.rpctypes import ServicerContext
 from services.knowledge.domain import Page, ReadContext, Reader, ReadSource
 from services.knowledge.service import KnowledgeService
+from services.knowledge.servicer import PAGE_FIELDS
 
 __all__ = ["LEGACY_SERVICE_NAME", "LegacyKnowledgeServicer", "legacy_registration"]
 
@@ -26,16 +27,7 @@ LEGACY_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["KnowledgeService"].full_na
 
 
 def _page_to_pb(page: Page) -> pb.Page:
-    return pb.Page(
-        id=page.id,
-        company=page.company,
-        container=page.container,
-        title=page.title,
-        body=page.body,
-        parent_titles=list(page.parent_titles),
-        update_time=timestamp(page.update_time),
-        embedding_model=page.embedding_model or "",
-    )
+    return to_pb(pb.Page, page, PAGE_FIELDS)
 
 
 class LegacyKnowledgeServicer(pb_grpc.KnowledgeServiceServicer):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC
 
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
@@ -11,6 +10,7 @@ from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.field_copy import from_pb, to_pb
 from libs.common.grpcserver import Registration
 from libs.common.protoconv import timestamp
 from libs.common.rpctypes import ServicerContext
@@ -32,6 +32,7 @@ from services.knowledge.domain import DOMAIN as _ERASURE_DOMAIN
 from services.knowledge.service import KnowledgeService
 
 __all__ = [
+    "PAGE_FIELDS",
     "SERVICE_NAME",
     "KnowledgeServicer",
     "context_from_pb",
@@ -65,6 +66,10 @@ _SOURCE = enum_to_pb(
     "READ_SOURCE",
 )
 _SOURCE_BACK = {v: k for k, v in _SOURCE.items()}
+PAGE_FIELDS = "id company container title body parent_titles update_time embedding_model"
+"""The fields a page carries as they are (both this proto's Page and the legacy one have them)."""
+_HIT_FIELDS = "page_id title container snippet body"
+_READER_FIELDS = "company seat role"
 
 
 def mode_to_pb(mode: ServedMode | None) -> pb.ServedMode:
@@ -80,44 +85,25 @@ def _reason_to_pb(reason: UnsearchedReason | None) -> pb.UnsearchedReason:
 
 
 def page_to_pb(page: Page) -> pb.Page:
-    return pb.Page(
-        id=page.id,
-        company=page.company,
-        container=page.container,
-        title=page.title,
-        body=page.body,
-        parent_titles=list(page.parent_titles),
-        update_time=timestamp(page.update_time),
-        embedding_model=page.embedding_model or "",
-        draft=page.draft,
-        backend=mode_to_pb(page.backend),
-    )
+    return to_pb(pb.Page, page, PAGE_FIELDS, draft=page.draft, backend=mode_to_pb(page.backend))
 
 
 def page_from_pb(msg: pb.Page) -> Page:
-    return Page(
-        id=msg.id,
-        company=msg.company,
-        container=msg.container,
-        title=msg.title,
-        body=msg.body,
-        parent_titles=tuple(msg.parent_titles),
-        update_time=msg.update_time.ToDatetime(tzinfo=UTC) if msg.HasField("update_time") else None,
+    return from_pb(
+        Page,
+        msg,
+        "id company container title body parent_titles update_time",
         backend=mode_from_pb(msg.backend) or ServedMode.NATIVE,
         embedding_model=msg.embedding_model or None,
     )
 
 
 def hit_to_pb(hit: KnowledgeHit) -> pb.KnowledgeHit:
-    return pb.KnowledgeHit(
-        page_id=hit.page_id, title=hit.title, container=hit.container, snippet=hit.snippet, body=hit.body
-    )
+    return to_pb(pb.KnowledgeHit, hit, _HIT_FIELDS)
 
 
 def hit_from_pb(msg: pb.KnowledgeHit) -> KnowledgeHit:
-    return KnowledgeHit(
-        page_id=msg.page_id, title=msg.title, container=msg.container, snippet=msg.snippet, body=msg.body
-    )
+    return from_pb(KnowledgeHit, msg, _HIT_FIELDS)
 
 
 def outcome_to_pb(outcome: SearchOutcome) -> pb.SearchPagesResponse:
@@ -140,11 +126,11 @@ def outcome_from_pb(
 
 
 def reader_from_pb(msg: pb.Reader) -> Reader:
-    return Reader(company=msg.company, seat=msg.seat, role=msg.role)
+    return from_pb(Reader, msg, _READER_FIELDS)
 
 
 def reader_to_pb(reader: Reader) -> pb.Reader:
-    return pb.Reader(company=reader.company, seat=reader.seat, role=reader.role)
+    return to_pb(pb.Reader, reader, _READER_FIELDS)
 
 
 def context_from_pb(msg: pb.ReadContext, default: ReadSource) -> ReadContext:

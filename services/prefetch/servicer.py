@@ -9,6 +9,7 @@ from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.field_copy import from_pb, to_pb
 from libs.common.rpctypes import ServicerContext
 from services.knowledge.domain import Reader, UnsearchedReason
 from services.prefetch import erasure as _erasure
@@ -47,29 +48,26 @@ _GUIDANCE_SOURCE = {
     GuidanceSource.BUNDLED: pb.GUIDANCE_SOURCE_BUNDLED,
     GuidanceSource.REGISTRY: pb.GUIDANCE_SOURCE_REGISTRY,
 }
+_SENDER_FIELDS = "handle external_id platform display_name"
 
 
 def _sender(msg: pb.Counterparty) -> Sender:
-    return Sender(handle=msg.handle, external_id=msg.external_id, platform=msg.platform, display_name=msg.display_name)
+    return from_pb(Sender, msg, _SENDER_FIELDS)
 
 
 def _counterparty(sender: Sender | None) -> pb.Counterparty | None:
     if sender is None:
         return None
-    return pb.Counterparty(
-        handle=sender.handle, external_id=sender.external_id, platform=sender.platform, display_name=sender.display_name
-    )
+    return to_pb(pb.Counterparty, sender, _SENDER_FIELDS)
 
 
 def _block_to_pb(block: Block) -> pb.RenderedBlock:
-    return pb.RenderedBlock(
+    return to_pb(
+        pb.RenderedBlock,
+        block,
+        "markdown hit bytes selection_count ids",
         block=_BLOCK[block.kind],
-        markdown=block.markdown,
-        hit=block.hit,
-        bytes=block.bytes,
-        selection_count=block.selection_count,
         counterparty=_counterparty(block.counterparty),
-        ids=block.ids,
     )
 
 
@@ -78,10 +76,7 @@ def context_to_pb(ctx: TurnContext) -> pb.BuildTurnContextResponse:
     return pb.BuildTurnContextResponse(
         blocks=[_block_to_pb(b) for b in ctx.blocks],
         summary=pb.PrefetchSummary(
-            blocks=[
-                pb.BlockSummary(block=_BLOCK[b.kind], hit=b.hit, bytes=b.bytes, source_error=b.source_error)
-                for b in s.blocks
-            ],
+            blocks=[to_pb(pb.BlockSummary, b, "hit bytes source_error", block=_BLOCK[b.kind]) for b in s.blocks],
             knowledge_selection_count=s.knowledge_selection_count,
             trigger_requires_recon=s.trigger_requires_recon,
             turn_embedding=_EMBEDDING[s.turn_embedding],
@@ -107,13 +102,8 @@ def _tool_to_pb(tool: Any) -> pb.Tool:
 
 
 def _guidance_to_pb(block: GuidanceBlock) -> pb.GuidanceBlock:
-    return pb.GuidanceBlock(
-        name=block.name,
-        markdown=block.markdown,
-        triggered_by=list(block.triggered_by),
-        source=_GUIDANCE_SOURCE[block.source],
-        page_id=block.page_id,
-        container=block.container,
+    return to_pb(
+        pb.GuidanceBlock, block, "name markdown triggered_by page_id container", source=_GUIDANCE_SOURCE[block.source]
     )
 
 
@@ -125,15 +115,11 @@ class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
     async def BuildTurnContext(
         self, request: pb.BuildTurnContextRequest, context: ServicerContext
     ) -> pb.BuildTurnContextResponse:
-        start = TurnStart(
-            company=request.company,
-            seat=request.seat,
-            role=request.role,
-            turn_id=request.turn_id,
-            ask=request.ask,
-            requires_recon=request.requires_recon,
+        start = from_pb(
+            TurnStart,
+            request,
+            "company seat role turn_id ask requires_recon unit_chain",
             senders=tuple(_sender(s) for s in request.senders),
-            unit_chain=tuple(request.unit_chain),
         )
         return context_to_pb(await self._builder.build(start))
 
@@ -181,12 +167,12 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
             tuple(_sender(s) for s in request.senders),
             request.role,
         )
-        return pb.RefreshMemoryResponse(
-            text=answer.text,
-            note_ids=answer.note_ids,
+        return to_pb(
+            pb.RefreshMemoryResponse,
+            answer,
+            "text note_ids from_ledger",
             refreshes_spent=answer.spent,
             refreshes_allowed=answer.allowed,
-            from_ledger=answer.from_ledger,
         )
 
     async def QueryEpisodes(
@@ -202,9 +188,7 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
             request.turn_id,
             request.role,
         )
-        return pb.QueryEpisodesResponse(
-            text=answer.text, episode_ids=answer.episode_ids, unreachable_count=answer.unreachable
-        )
+        return to_pb(pb.QueryEpisodesResponse, answer, "text episode_ids", unreachable_count=answer.unreachable)
 
     async def ReflectAndPersist(
         self, request: pb.ReflectAndPersistRequest, context: ServicerContext
@@ -245,10 +229,7 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
             request.company, request.seat, request.role, request.query, request.limit, request.turn_id
         )
         outcome = answer.outcome
-        hits = [
-            pb.KnowledgeHit(page_id=h.page_id, title=h.title, container=h.container, snippet=h.snippet)
-            for h in outcome.hits
-        ]
+        hits = [to_pb(pb.KnowledgeHit, h, "page_id title container snippet") for h in outcome.hits]
         status = pb.SEARCH_STATUS_SEARCHED if outcome.ran else _SEARCH_STATUS[outcome.unsearched]  # type: ignore[index]  # not ran means unsearched names why
         return pb.SearchKnowledgeResponse(hits=hits, status=status, text=answer.text)
 

@@ -7,7 +7,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
-from libs.common.protoconv import timestamp
+from libs.common.field_copy import to_pb
 from libs.common.rpctypes import ServicerContext
 from services.reflector import erasure as _erasure
 from services.reflector.domain import DOMAIN, WorkerStatus
@@ -36,29 +36,15 @@ _STATUS = {
 
 
 def reflection_to_pb(r: ReflectionRecord) -> pb.Reflection:
-    return pb.Reflection(
-        turn_id=r.turn_id,
-        company=r.company,
-        seat=r.seat,
+    return to_pb(
+        pb.Reflection,
+        r,
+        "turn_id company seat gate submit_time complete_time attempts reason next_attempt_time",
         state=_STATE.get(r.state, pb.REFLECTION_STATE_UNSPECIFIED),
-        gate=r.gate or "",
         workers=[
-            pb.WorkerOutcome(
-                worker=w.worker,
-                status=_STATUS[w.status],
-                gate=w.gate,
-                failure=w.failure,
-                written=w.written,
-                detail=w.detail,
-                duration_ms=w.duration_ms,
-            )
+            to_pb(pb.WorkerOutcome, w, "worker gate failure written detail duration_ms", status=_STATUS[w.status])
             for w in r.workers
         ],
-        submit_time=timestamp(r.submit_time),
-        complete_time=timestamp(r.complete_time),
-        attempts=r.attempts,
-        reason=r.reason or "",
-        next_attempt_time=timestamp(r.next_attempt_time),
     )
 
 

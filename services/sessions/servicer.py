@@ -11,6 +11,7 @@ from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
+from libs.common.field_copy import to_pb
 from libs.common.protoconv import timestamp, when
 from libs.common.rpctypes import ServicerContext
 from services.sessions import erasure as _erasure
@@ -102,42 +103,29 @@ _FAILURE = {
 
 def check_to_pb(check: LearningCheck) -> pb.LearningCheck:
     """A receipt as the contract carries it: ids, reasons, counts — never evidence."""
-    return pb.LearningCheck(
-        check_id=str(check.id),
-        company=check.company,
-        session_id=check.session_id,
+    return to_pb(
+        pb.LearningCheck,
+        check,
+        "company session_id workspace seat plan_revision turn_id trigger_event_id reason create_time start_time"
+        " finish_time",
+        check_id=check.id,
         user=check.owner,
-        workspace=check.workspace,
-        seat=check.seat,
         trigger=_TRIGGER[check.trigger],
-        plan_revision=check.plan_revision,
-        turn_id=check.turn_id,
-        trigger_event_id=check.trigger_event_id,
         state=_STATE[check.state],
         outcome=_OUTCOME[check.outcome],
-        reason=check.reason,
         outputs=[
-            pb.LearningOutput(
-                kind=_OUTPUT[o.kind],
-                id=o.id,
-                disposition=_DISPOSITION[o.disposition],
-                evidence_ids=list(o.evidence_ids),
+            to_pb(
+                pb.LearningOutput, o, "id evidence_ids", kind=_OUTPUT[o.kind], disposition=_DISPOSITION[o.disposition]
             )
             for o in check.outputs
         ],
-        dropped=[
-            pb.DroppedCandidate(kind=_OUTPUT[d.kind], reason=d.reason, evidence_ids=list(d.evidence_ids))
-            for d in check.dropped
-        ],
+        dropped=[to_pb(pb.DroppedCandidate, d, "reason evidence_ids", kind=_OUTPUT[d.kind]) for d in check.dropped],
         partial_failures=[
-            pb.PartialFailure(kind=_OUTPUT[p.kind], failure=_FAILURE[p.failure], output_id=p.output_id, detail=p.detail)
+            to_pb(pb.PartialFailure, p, "output_id detail", kind=_OUTPUT[p.kind], failure=_FAILURE[p.failure])
             for p in check.partial_failures
         ],
         counts=pb.LearningCounts(**check.counts()),
         evidence=pb.EvidenceSummary(**check.evidence),
-        create_time=timestamp(check.create_time),
-        start_time=timestamp(check.start_time),
-        finish_time=timestamp(check.finish_time),
     )
 
 

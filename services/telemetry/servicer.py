@@ -11,6 +11,7 @@ from agentlearn.telemetry.v1 import telemetry_service_pb2 as pb
 from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc as pb_grpc
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.field_copy import to_pb
 from libs.common.protoconv import timestamp, when
 from libs.common.rpctypes import ServicerContext
 from services.telemetry import erasure as _erasure
@@ -28,28 +29,18 @@ def _struct(payload: Mapping[str, Any]) -> struct_pb2.Struct:
 
 
 def _event(e: Event) -> pb.Event:
-    return pb.Event(
-        id=str(e.id),
-        time=timestamp(e.time),
-        kind=e.kind,
-        company=e.company,
-        seat=e.seat or "",
-        turn_id=e.turn_id or "",
-        trace_id=e.trace_id or "",
-        payload=_struct(e.payload),
-    )
+    return to_pb(pb.Event, e, "time kind company seat turn_id trace_id", id=str(e.id), payload=_struct(e.payload))
 
 
 def _seat(s: SeatActivity) -> pb.SeatActivity:
-    return pb.SeatActivity(
-        company=s.company,
-        seat=s.seat,
+    return to_pb(
+        pb.SeatActivity,
+        s,
+        "company seat auxiliary_tokens last_event_time",
         event_count=s.events,
         turn_count=s.turns,
         prefetch_count=s.prefetches,
         auxiliary_call_count=s.auxiliary_calls,
-        auxiliary_tokens=s.auxiliary_tokens,
-        last_event_time=timestamp(s.last_event_time),
     )
 
 
