@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
 from libs.common.field_copy import to_pb
 from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
@@ -47,9 +46,16 @@ def note_to_pb(note: Note) -> pb.Note:
     )
 
 
-class DiaryServicer(pb_grpc.DiaryServiceServicer):
+class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
     def __init__(self, service: DiaryService):
         self._service = service
+        self._erasure_calls = ErasureCalls(
+            _ERASURE_DOMAIN,
+            erase=lambda target: _erasure.erase(service.store.pool, service.index, target, service.clock.now()),
+            find=lambda target: _erasure.find(service.store.pool, target, service.index, service.embedder),
+            erase_response=pb.EraseRowsResponse,
+            find_response=pb.FindRowsResponse,
+        )
 
     async def WriteNote(self, request: pb.WriteNoteRequest, context: ServicerContext) -> pb.WriteNoteResponse:
         note, skipped, created = await self._service.write_note(
@@ -116,16 +122,6 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
         return pb.DeleteNoteResponse()
 
     # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._service.store.pool, self._service.index, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        found = await _erasure.find(self._service.store.pool, target, self._service.index, self._service.embedder)
-        return pb.FindRowsResponse(report=erasure_report(found))
 
     async def GetNoteProvenance(
         self, request: pb.GetNoteProvenanceRequest, context: ServicerContext

@@ -7,8 +7,7 @@ from typing import cast
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from libs.common import outcomes
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
 from libs.common.errors import InvalidArgument
 from libs.common.field_copy import from_pb, to_pb
 from libs.common.protoconv import query_vector
@@ -97,12 +96,24 @@ def _filter(msg: pb.EpisodeFilter) -> EpisodeFilter:
     )
 
 
-class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
+class EpisodeServicer(ErasureRpcs, pb_grpc.EpisodeServiceServicer):
     def __init__(self, service: EpisodeService, rederive: _erasure.Rederive | None = None, prompt_version: str = ""):
         self._service = service
         # An erasure re-derives a compacted row by the lifecycle's summary (issue 17).
-        self._rederive = rederive
-        self._prompt_version = prompt_version
+        self._erasure_calls = ErasureCalls(
+            _ERASURE_DOMAIN,
+            erase=lambda target: _erasure.erase(
+                service.store.pool,
+                service.index,
+                target,
+                service.clock.now(),
+                rederive=rederive,
+                prompt_version=prompt_version,
+            ),
+            find=lambda target: _erasure.find(service.store.pool, target, service.index, service.embedder),
+            erase_response=pb.EraseRowsResponse,
+            find_response=pb.FindRowsResponse,
+        )
 
     async def RecordEpisode(
         self, request: pb.RecordEpisodeRequest, context: ServicerContext
@@ -179,23 +190,6 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
         )
 
     # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(
-            self._service.store.pool,
-            self._service.index,
-            target,
-            self._service.clock.now(),
-            rederive=self._rederive,
-            prompt_version=self._prompt_version,
-        )
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        found = await _erasure.find(self._service.store.pool, target, self._service.index, self._service.embedder)
-        return pb.FindRowsResponse(report=erasure_report(found))
 
     async def GetEpisodeProvenance(
         self, request: pb.GetEpisodeProvenanceRequest, context: ServicerContext

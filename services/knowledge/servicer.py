@@ -8,8 +8,7 @@ from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
 from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import provenance_from_json, provenance_json
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
 from libs.common.field_copy import from_pb, to_pb
 from libs.common.grpcserver import Registration
 from libs.common.protoconv import timestamp
@@ -141,9 +140,17 @@ def context_to_pb(context: ReadContext) -> pb.ReadContext:
     return pb.ReadContext(source=_SOURCE.get(context.source, pb.READ_SOURCE_UNSPECIFIED), turn_id=context.turn_id)
 
 
-class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
+class KnowledgeServicer(ErasureRpcs, pb_grpc.KnowledgeServiceServicer):
     def __init__(self, service: KnowledgeService):
         self._service = service
+        pages = service.pages
+        self._erasure_calls = ErasureCalls(
+            _ERASURE_DOMAIN,
+            erase=lambda target: _erasure.erase(pages.store.pool, pages.index, target, pages.clock.now()),
+            find=lambda target: _erasure.find(pages.store.pool, target, pages.index, pages.embedder),
+            erase_response=pb.EraseRowsResponse,
+            find_response=pb.FindRowsResponse,
+        )
 
     async def UpsertPage(self, request: pb.UpsertPageRequest, context: ServicerContext) -> pb.UpsertPageResponse:
         page, created, _skipped = await self._service.upsert_page(
@@ -242,13 +249,6 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
 
     # ------------------------------------------------------------------ erasure (issue 17)
 
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(
-            self._service.pages.store.pool, self._service.pages.index, target, self._service.pages.clock.now()
-        )
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
     async def GetDraftProvenance(
         self, request: pb.GetDraftProvenanceRequest, context: ServicerContext
     ) -> pb.GetDraftProvenanceResponse:
@@ -263,12 +263,6 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
             provenance=provenance_from_json(origin.provenance),
             record_time=timestamp(origin.record_time),
         )
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        pages = self._service.pages
-        found = await _erasure.find(pages.store.pool, target, pages.index, pages.embedder)
-        return pb.FindRowsResponse(report=erasure_report(found))
 
 
 def knowledge_registration(service: KnowledgeService) -> Registration:

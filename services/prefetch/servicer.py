@@ -7,8 +7,7 @@ from typing import Any
 
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.field_copy import from_pb, to_pb
 from libs.common.rpctypes import ServicerContext
 from services.knowledge.domain import Reader, UnsearchedReason
@@ -107,10 +106,13 @@ def _guidance_to_pb(block: GuidanceBlock) -> pb.GuidanceBlock:
     )
 
 
-class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
+class PrefetchServicer(ErasureRpcs, pb_grpc.PrefetchServiceServicer):
     def __init__(self, deps: Deps, builder: TurnContextBuilder):
         self._deps = deps
         self._builder = builder
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: _erasure.pool_of(deps.store), lambda: deps.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     async def BuildTurnContext(
         self, request: pb.BuildTurnContextRequest, context: ServicerContext
@@ -137,18 +139,6 @@ class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
         return pb.GetGuidanceResponse(
             blocks=[_guidance_to_pb(b) for b in answer.blocks], registry_unreadable=answer.registry_unreadable
         )
-
-    # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(_erasure.pool_of(self._deps.store), target, self._deps.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.find(_erasure.pool_of(self._deps.store), target)
-        return pb.FindRowsResponse(report=erasure_report(report))
 
 
 class BuiltinServicer(pb_grpc.BuiltinServiceServicer):

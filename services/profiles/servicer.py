@@ -7,8 +7,7 @@ import asyncpg
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from agentlearn.profiles.v1 import profile_service_pb2 as pb
 from agentlearn.profiles.v1 import profile_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.field_copy import from_pb, to_pb
 from libs.common.rpctypes import ServicerContext
 from services.profiles import erasure as _erasure
@@ -68,11 +67,13 @@ def observation_to_pb(obs: ObservationRecord) -> pb.ProfileObservation:
     )
 
 
-class ProfileServicer(pb_grpc.ProfileServiceServicer):
+class ProfileServicer(ErasureRpcs, pb_grpc.ProfileServiceServicer):
     def __init__(self, service: ProfileService, pool: asyncpg.Pool):
         self._service = service
         # The erasure reads and writes the tables directly (libs.common.erasure), beside the port.
-        self._pool = pool
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     async def UpsertProfile(
         self, request: pb.UpsertProfileRequest, context: ServicerContext
@@ -106,15 +107,6 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
         )
 
     # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._pool, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._pool, target)))
 
     async def GetProfileProvenance(
         self, request: pb.GetProfileProvenanceRequest, context: ServicerContext

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.errors import InvalidArgument
 from libs.common.field_copy import to_pb
 from libs.common.rpctypes import ServicerContext
@@ -48,9 +47,12 @@ def reflection_to_pb(r: ReflectionRecord) -> pb.Reflection:
     )
 
 
-class ReflectorServicer(pb_grpc.ReflectorServiceServicer):
+class ReflectorServicer(ErasureRpcs, pb_grpc.ReflectorServiceServicer):
     def __init__(self, service: ReflectorService):
         self._service = service
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: service.store.pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     async def SubmitTurn(self, request: pb.SubmitTurnRequest, context: ServicerContext) -> pb.SubmitTurnResponse:
         if not request.HasField("turn"):
@@ -75,14 +77,3 @@ class ReflectorServicer(pb_grpc.ReflectorServiceServicer):
         return pb.ListReflectionsResponse(
             reflections=[reflection_to_pb(r) for r in records], next_page_token=token, total_size=total
         )
-
-    # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

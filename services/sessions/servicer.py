@@ -8,8 +8,7 @@ import asyncpg
 
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.errors import InvalidArgument
 from libs.common.field_copy import to_pb
 from libs.common.protoconv import timestamp, when
@@ -175,10 +174,13 @@ def _step(i: int, s: pb.PlanStep) -> PlanStep:
     return PlanStep(s.id, s.title, _STEP[s.status])
 
 
-class SessionServicer(pb_grpc.SessionServiceServicer):
+class SessionServicer(ErasureRpcs, pb_grpc.SessionServiceServicer):
     def __init__(self, service: SessionService, pool: asyncpg.Pool):
         self._service = service
-        self._pool = pool  # erasure reads and deletes the service's tables directly
+        # erasure reads and deletes the service's tables directly
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     async def AppendSessionEvents(
         self, request: pb.AppendSessionEventsRequest, context: ServicerContext
@@ -271,17 +273,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     # ------------------------------------------------------------------ erasure (issue 17)
 
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._pool, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
     async def GetLessonProvenance(
         self, request: pb.GetLessonProvenanceRequest, context: ServicerContext
     ) -> pb.GetLessonProvenanceResponse:
         workspace, title, sources = await lesson_provenance(self._service.store, request.company, request.page_id)
         return pb.GetLessonProvenanceResponse(workspace=workspace, title=title, sources=sources)
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._pool, target)))

@@ -10,8 +10,7 @@ import asyncpg
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.enum_maps import enum_to_pb
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.field_copy import to_pb
 from libs.common.rpctypes import ServicerContext
 from services.skills import erasure as _erasure
@@ -120,13 +119,16 @@ class _NamesOneSkill(Protocol):
     def skill_name(self) -> str: ...
 
 
-class SkillServicer(pb_grpc.SkillServiceServicer):
+class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
     def __init__(self, service: SkillService, proposals: ProposalService | None, pool: asyncpg.Pool):
         """``pool``: the erasure and provenance RPCs read and erase across the skills' tables in one
         transaction of their own, beside the use cases' store port."""
         self._service = service
         self._proposals = proposals
         self._pool = pool
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     def _now(self) -> datetime:
         return self._service.clock.now()
@@ -338,15 +340,6 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return pb.RejectSkillProposalResponse(proposal=proposal_to_pb(proposal))
 
     # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._pool, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._pool, target)))
 
     async def GetSkillProvenance(
         self, request: pb.GetSkillProvenanceRequest, context: ServicerContext

@@ -9,8 +9,7 @@ from google.protobuf import json_format, struct_pb2
 
 from agentlearn.telemetry.v1 import telemetry_service_pb2 as pb
 from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.field_copy import to_pb
 from libs.common.protoconv import timestamp, when
 from libs.common.rpctypes import ServicerContext
@@ -44,9 +43,12 @@ def _seat(s: SeatActivity) -> pb.SeatActivity:
     )
 
 
-class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
+class TelemetryServicer(ErasureRpcs, pb_grpc.TelemetryServiceServicer):
     def __init__(self, service: TelemetryService):
         self._service = service
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: service.store.pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     async def GetPrefetchHitRates(
         self, request: pb.GetPrefetchHitRatesRequest, context: ServicerContext
@@ -127,14 +129,3 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
             request.page_token,
         )
         return pb.ListEventsResponse(events=[_event(e) for e in events], next_page_token=token)
-
-    # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))
