@@ -22,8 +22,11 @@ from services.telemetry.domain import (
     PREFETCH_SUMMARY,
     TURN_COMPLETED,
     BlockDay,
+    BlockTotal,
+    Day,
     Event,
     PurposeDay,
+    PurposeTotal,
     SeatActivity,
 )
 
@@ -119,12 +122,13 @@ class PostgresEventReader:
 
     async def hit_rates(self, company: str, seat: str | None, start: datetime, end: datetime) -> list[BlockDay]:
         rows = await self.pool.fetch(SQL["hit_rates"], company, seat, start, end)
-        return [BlockDay(r["day"], r["block"], r["turns"], r["hits"]) for r in rows]
+        return [Day(r["day"], BlockTotal(r["block"], r["turns"], r["hits"])) for r in rows]
 
     async def spend(self, company: str, seat: str | None, start: datetime, end: datetime) -> list[PurposeDay]:
         rows = await self.pool.fetch(SQL["spend"], company, seat, start, end)
         return [
-            PurposeDay(r["day"], r["purpose"], r["calls"], r["prompt_tokens"], r["completion_tokens"]) for r in rows
+            Day(r["day"], PurposeTotal(r["purpose"], r["calls"], r["prompt_tokens"], r["completion_tokens"]))
+            for r in rows
         ]
 
     async def seats(
