@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -100,6 +101,19 @@ class Registration:
     service_name: str
     add: Callable[[Any, grpc.aio.Server], None]
     servicer: Any
+
+    @classmethod
+    def of(cls, servicer: Any) -> Registration:
+        """``servicer`` mounted as the service its generated base class serves: the name and the
+        adder are that base's (``FooServicer`` in ``foo_pb2_grpc``: ``add_FooServicer_to_server``,
+        and ``Foo`` in ``foo_pb2``), not restated beside each servicer."""
+        for base in type(servicer).__mro__:
+            if base.__module__.endswith("_pb2_grpc") and base.__name__.endswith("Servicer"):
+                stubs = sys.modules[base.__module__]
+                messages = sys.modules[base.__module__.removesuffix("_grpc")]
+                service = messages.DESCRIPTOR.services_by_name[base.__name__.removesuffix("Servicer")]
+                return cls(service.full_name, getattr(stubs, f"add_{base.__name__}_to_server"), servicer)
+        raise TypeError(f"{type(servicer).__name__} derives from no generated servicer")
 
 
 def status_of(err: AgentLearnError) -> grpc.Status:

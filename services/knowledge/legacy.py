@@ -21,9 +21,7 @@ from services.knowledge.domain import Page, ReadContext, Reader, ReadSource
 from services.knowledge.service import KnowledgeService
 from services.knowledge.servicer import PAGE_FIELDS
 
-__all__ = ["LEGACY_SERVICE_NAME", "LegacyKnowledgeServicer", "legacy_registration"]
-
-LEGACY_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["KnowledgeService"].full_name
+__all__ = ["LegacyKnowledgeServicer", "legacy_registration"]
 
 
 def _page_to_pb(page: Page) -> pb.Page:
@@ -48,6 +46,4 @@ class LegacyKnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
 
 
 def legacy_registration(service: KnowledgeService) -> Registration:
-    return Registration(
-        LEGACY_SERVICE_NAME, pb_grpc.add_KnowledgeServiceServicer_to_server, LegacyKnowledgeServicer(service)
-    )
+    return Registration.of(LegacyKnowledgeServicer(service))

@@ -32,7 +32,6 @@ from services.knowledge.service import KnowledgeService
 
 __all__ = [
     "PAGE_FIELDS",
-    "SERVICE_NAME",
     "KnowledgeServicer",
     "context_from_pb",
     "hit_from_pb",
@@ -46,7 +45,6 @@ __all__ = [
     "reader_to_pb",
 ]
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["KnowledgeService"].full_name
 
 _MODE = enum_to_pb(ServedMode, pb.ServedMode, "SERVED_MODE")
 _MODE_BACK = {v: k for k, v in _MODE.items()}
@@ -266,4 +264,4 @@ class KnowledgeServicer(ErasureRpcs, pb_grpc.KnowledgeServiceServicer):
 
 
 def knowledge_registration(service: KnowledgeService) -> Registration:
-    return Registration(SERVICE_NAME, pb_grpc.add_KnowledgeServiceServicer_to_server, KnowledgeServicer(service))
+    return Registration.of(KnowledgeServicer(service))
