@@ -11,18 +11,21 @@ nested) explicitly.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from enum import Enum
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
+from libs.common.enum_maps import enum_to_pb
 from libs.common.protoconv import timestamp, when
 
-__all__ = ["from_pb", "to_pb"]
+__all__ = ["enum_from_pb", "from_pb", "to_pb"]
 
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
+E = TypeVar("E", bound=Enum)
 
 
 def _pb_value(value: Any) -> Any:
@@ -61,3 +64,9 @@ def from_pb(cls: Callable[..., T], msg: Message, names: str, /, **given: Any) ->
     values = {name: _domain_value(msg, name) for name in names.split()}
     values.update(given)
     return cls(**values)
+
+
+def enum_from_pb(members: Iterable[E], pb_enum: Any, prefix: str) -> dict[int, E]:
+    """``{proto value: member}``: :func:`libs.common.enum_maps.enum_to_pb` read the other way, for a
+    request's enum fields (a value the domain lacks is then absent, for the caller to refuse)."""
+    return {v: k for k, v in enum_to_pb(members, pb_enum, prefix).items()}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
 from libs.common.field_copy import to_pb
 from libs.common.protoconv import query_vector
@@ -18,14 +19,9 @@ from services.diary.service import DiaryService
 
 __all__ = ["DiaryServicer", "note_to_pb"]
 
-_TIER_TO_PB = {NoteTier.LONG: pb.NOTE_TIER_LONG, NoteTier.SHORT: pb.NOTE_TIER_SHORT}
+_TIER_TO_PB = enum_to_pb(NoteTier, pb.NoteTier, "NOTE_TIER")
 _TIER_FROM_PB = {v: k for k, v in _TIER_TO_PB.items()}
-_SOURCE_TO_PB = {
-    NoteSource.UNSPECIFIED: pb.NOTE_SOURCE_UNSPECIFIED,
-    NoteSource.REFLECT_AND_PERSIST: pb.NOTE_SOURCE_REFLECT_AND_PERSIST,
-    NoteSource.PERSIST_DECIDER: pb.NOTE_SOURCE_PERSIST_DECIDER,
-    NoteSource.OPERATOR: pb.NOTE_SOURCE_OPERATOR,
-}
+_SOURCE_TO_PB = enum_to_pb(NoteSource, pb.NoteSource, "NOTE_SOURCE")
 _SOURCE_FROM_PB = {v: k for k, v in _SOURCE_TO_PB.items()}
 _HALF = {
     "vector": pb.RECALL_HALF_VECTOR,

@@ -7,6 +7,7 @@ from typing import cast
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from libs.common import outcomes
+from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
 from libs.common.errors import InvalidArgument
 from libs.common.field_copy import from_pb, to_pb
@@ -26,7 +27,7 @@ from services.episodes.service import EpisodeService, TurnRecord
 
 __all__ = ["EpisodeServicer", "episode_to_pb"]
 
-_KIND_TO_PB = {EpisodeKind.RAW: pb.EPISODE_KIND_RAW, EpisodeKind.COMPACTED: pb.EPISODE_KIND_COMPACTED}
+_KIND_TO_PB = enum_to_pb(EpisodeKind, pb.EpisodeKind, "EPISODE_KIND")
 _KIND_FROM_PB = {v: k for k, v in _KIND_TO_PB.items()}
 _OUTCOMES = {outcomes.TurnOutcome(o.value): o for o in TurnOutcome}
 """The common outcomes a row can hold (the episodes' enum has no UNSPECIFIED or CANCELLED)."""

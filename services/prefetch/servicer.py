@@ -7,6 +7,7 @@ from typing import Any
 
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
+from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.field_copy import from_pb, to_pb
 from libs.common.rpctypes import ServicerContext
@@ -22,31 +23,12 @@ from services.prefetch.turn_context import TurnContextBuilder
 
 __all__ = ["BuiltinServicer", "PrefetchServicer", "context_to_pb"]
 
-_BLOCK = {
-    BlockKind.SIMILAR_PRIOR_WORK: pb.BLOCK_SIMILAR_PRIOR_WORK,
-    BlockKind.PERSONAL_MEMORY: pb.BLOCK_PERSONAL_MEMORY,
-    BlockKind.SKILLS: pb.BLOCK_SKILLS,
-    BlockKind.RELEVANT_KNOWLEDGE: pb.BLOCK_RELEVANT_KNOWLEDGE,
-    BlockKind.COUNTERPARTY: pb.BLOCK_COUNTERPARTY,
-    BlockKind.ONBOARDING: pb.BLOCK_ONBOARDING,
-}
-_EMBEDDING = {
-    None: pb.TURN_EMBEDDING_UNSPECIFIED,  # absent: no search asked for the vector (a thin trigger)
-    TurnEmbedding.EMBEDDED: pb.TURN_EMBEDDING_EMBEDDED,
-    TurnEmbedding.FAILED: pb.TURN_EMBEDDING_FAILED,
-    TurnEmbedding.UNCONFIGURED: pb.TURN_EMBEDDING_UNCONFIGURED,
-}
-_SEARCH_STATUS = {
-    UnsearchedReason.UNCONFIGURED: pb.SEARCH_STATUS_UNCONFIGURED,
-    UnsearchedReason.SCOPED_TO_NOTHING: pb.SEARCH_STATUS_SCOPED_TO_NOTHING,
-    UnsearchedReason.UNREACHABLE: pb.SEARCH_STATUS_UNREACHABLE,
-    UnsearchedReason.CREDENTIAL_REFUSED: pb.SEARCH_STATUS_CREDENTIAL_REFUSED,
-    UnsearchedReason.RATE_LIMITED: pb.SEARCH_STATUS_RATE_LIMITED,
-}
-_GUIDANCE_SOURCE = {
-    GuidanceSource.BUNDLED: pb.GUIDANCE_SOURCE_BUNDLED,
-    GuidanceSource.REGISTRY: pb.GUIDANCE_SOURCE_REGISTRY,
-}
+_BLOCK = enum_to_pb(BlockKind, pb.Block, "BLOCK")
+# None: absent: no search asked for the vector (a thin trigger)
+_EMBEDDING: dict[TurnEmbedding | None, pb.TurnEmbedding] = {None: pb.TURN_EMBEDDING_UNSPECIFIED}
+_EMBEDDING.update(enum_to_pb(TurnEmbedding, pb.TurnEmbedding, "TURN_EMBEDDING").items())
+_SEARCH_STATUS = enum_to_pb(UnsearchedReason, pb.SearchStatus, "SEARCH_STATUS")
+_GUIDANCE_SOURCE = enum_to_pb(GuidanceSource, pb.GuidanceSource, "GUIDANCE_SOURCE")
 _SENDER_FIELDS = "handle external_id platform display_name"
 
 

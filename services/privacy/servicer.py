@@ -9,6 +9,7 @@ from agentlearn.common.v1 import erasure_pb2
 from agentlearn.privacy.v1 import privacy_service_pb2 as pb
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pb_grpc
 from libs.common.clients import Clients
+from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import PROTO_OF_KIND, Kind, Target, report_to_proto
 from libs.common.field_copy import to_pb
 from libs.common.rpctypes import ServicerContext
@@ -18,12 +19,7 @@ from services.privacy.service import PrivacyService
 
 __all__ = ["PrivacyServicer", "erasure_to_pb"]
 
-_STATE = {
-    ErasureState.QUEUED: pb.ERASURE_STATE_QUEUED,
-    ErasureState.RUNNING: pb.ERASURE_STATE_RUNNING,
-    ErasureState.SUCCEEDED: pb.ERASURE_STATE_SUCCEEDED,
-    ErasureState.FAILED: pb.ERASURE_STATE_FAILED,
-}
+_STATE = enum_to_pb(ErasureState, pb.ErasureState, "ERASURE_STATE")
 
 
 def erasure_to_pb(e: Erasure, *, receipt: bool = True) -> pb.Erasure:

@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
-from libs.common.field_copy import from_pb
+from libs.common.field_copy import enum_from_pb, from_pb
 from services.reflector.domain import Interaction, OfferedSkill, Outcome, Sender, Trigger, Turn
 
 __all__ = ["OUTCOME", "TRIGGER", "turn_from_pb"]
 
-OUTCOME = {
-    pb.TURN_OUTCOME_DONE: Outcome.DONE,
-    pb.TURN_OUTCOME_FAILED: Outcome.FAILED,
-    pb.TURN_OUTCOME_SELF_ITERATE: Outcome.SELF_ITERATE,
-    pb.TURN_OUTCOME_SKIPPED: Outcome.SKIPPED,
-}
-TRIGGER = {
-    pb.TRIGGER_KIND_UNSPECIFIED: Trigger.MESSAGE,
-    pb.TRIGGER_KIND_MESSAGE: Trigger.MESSAGE,
-    pb.TRIGGER_KIND_AGENT_ASK: Trigger.AGENT_ASK,
-    pb.TRIGGER_KIND_SCHEDULE: Trigger.SCHEDULE,
-    pb.TRIGGER_KIND_SANDBOX: Trigger.SANDBOX,
-    pb.TRIGGER_KIND_TASK: Trigger.TASK,
-}
+OUTCOME = enum_from_pb(Outcome, pb.TurnOutcome, "TURN_OUTCOME")
+TRIGGER = {pb.TRIGGER_KIND_UNSPECIFIED: Trigger.MESSAGE, **enum_from_pb(Trigger, pb.TriggerKind, "TRIGGER_KIND")}
 _SENDER_FIELDS = "handle external_id platform display_name"
 
 

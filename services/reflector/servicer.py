@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
+from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.errors import InvalidArgument
 from libs.common.field_copy import to_pb
@@ -25,13 +26,7 @@ _STATE = {
     "retrying": pb.REFLECTION_STATE_RETRYING,
     "dead_lettered": pb.REFLECTION_STATE_DEAD_LETTERED,
 }
-_STATUS = {
-    WorkerStatus.WROTE: pb.WORKER_STATUS_WROTE,
-    WorkerStatus.NOTHING: pb.WORKER_STATUS_NOTHING,
-    WorkerStatus.SKIPPED: pb.WORKER_STATUS_SKIPPED,
-    WorkerStatus.FAILED: pb.WORKER_STATUS_FAILED,
-    WorkerStatus.RETRYING: pb.WORKER_STATUS_RETRYING,
-}
+_STATUS = enum_to_pb(WorkerStatus, pb.WorkerStatus, "WORKER_STATUS")
 
 
 def reflection_to_pb(r: ReflectionRecord) -> pb.Reflection:

@@ -8,9 +8,10 @@ import asyncpg
 
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
+from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.errors import InvalidArgument
-from libs.common.field_copy import to_pb
+from libs.common.field_copy import enum_from_pb, to_pb
 from libs.common.protoconv import timestamp, when
 from libs.common.rpctypes import ServicerContext
 from services.sessions import erasure as _erasure
@@ -36,68 +37,17 @@ from services.sessions.writes import lesson_provenance
 
 __all__ = ["SessionServicer", "check_to_pb"]
 
-_KIND = {
-    pb.EVENT_KIND_USER_MESSAGE: EventKind.USER_MESSAGE,
-    pb.EVENT_KIND_ASSISTANT_MESSAGE: EventKind.ASSISTANT_MESSAGE,
-    pb.EVENT_KIND_TOOL_REQUEST: EventKind.TOOL_REQUEST,
-    pb.EVENT_KIND_TOOL_RESULT: EventKind.TOOL_RESULT,
-    pb.EVENT_KIND_VERIFICATION: EventKind.VERIFICATION,
-    pb.EVENT_KIND_TURN_END: EventKind.TURN_END,
-}
-_STATUS = {
-    pb.EVENT_STATUS_UNSPECIFIED: EventStatus.UNSPECIFIED,
-    pb.EVENT_STATUS_SUCCEEDED: EventStatus.SUCCEEDED,
-    pb.EVENT_STATUS_FAILED: EventStatus.FAILED,
-}
-_TURN = {
-    pb.TURN_OUTCOME_UNSPECIFIED: TurnOutcome.UNSPECIFIED,
-    pb.TURN_OUTCOME_SUCCEEDED: TurnOutcome.SUCCEEDED,
-    pb.TURN_OUTCOME_FAILED: TurnOutcome.FAILED,
-    pb.TURN_OUTCOME_CANCELLED: TurnOutcome.CANCELLED,
-}
-_STEP = {
-    pb.STEP_STATUS_PROPOSED: StepStatus.PROPOSED,
-    pb.STEP_STATUS_PENDING: StepStatus.PENDING,
-    pb.STEP_STATUS_IN_PROGRESS: StepStatus.IN_PROGRESS,
-    pb.STEP_STATUS_DONE: StepStatus.DONE,
-    pb.STEP_STATUS_SKIPPED: StepStatus.SKIPPED,
-}
-_TRIGGER = {
-    CheckTrigger.PLAN_STEPS_DONE: pb.CHECK_TRIGGER_PLAN_STEPS_DONE,
-    CheckTrigger.PLAN_COMPLETED: pb.CHECK_TRIGGER_PLAN_COMPLETED,
-    CheckTrigger.SUBSTANTIAL_TURN: pb.CHECK_TRIGGER_SUBSTANTIAL_TURN,
-    CheckTrigger.MANUAL: pb.CHECK_TRIGGER_MANUAL,
-}
-_STATE = {
-    CheckState.QUEUED: pb.CHECK_STATE_QUEUED,
-    CheckState.RUNNING: pb.CHECK_STATE_RUNNING,
-    CheckState.COMPLETED: pb.CHECK_STATE_COMPLETED,
-    CheckState.FAILED: pb.CHECK_STATE_FAILED,
-    CheckState.INTERRUPTED: pb.CHECK_STATE_INTERRUPTED,
-}
-_OUTCOME = {
-    None: pb.CHECK_OUTCOME_UNSPECIFIED,
-    CheckOutcome.COMPLETED: pb.CHECK_OUTCOME_COMPLETED,
-    CheckOutcome.COMPLETED_EMPTY: pb.CHECK_OUTCOME_COMPLETED_EMPTY,
-    CheckOutcome.MODEL_ERROR: pb.CHECK_OUTCOME_MODEL_ERROR,
-    CheckOutcome.INVALID_OUTPUT: pb.CHECK_OUTCOME_INVALID_OUTPUT,
-    CheckOutcome.TRUNCATED_OUTPUT: pb.CHECK_OUTCOME_TRUNCATED_OUTPUT,
-    CheckOutcome.MISSING_EVIDENCE: pb.CHECK_OUTCOME_MISSING_EVIDENCE,
-    CheckOutcome.WRITE_FAILED: pb.CHECK_OUTCOME_WRITE_FAILED,
-    CheckOutcome.PERMISSION_REFUSED: pb.CHECK_OUTCOME_PERMISSION_REFUSED,
-    CheckOutcome.INTERRUPTED: pb.CHECK_OUTCOME_INTERRUPTED,
-}
-_OUTPUT = {
-    OutputKind.PROJECT_LESSON: pb.OUTPUT_KIND_PROJECT_LESSON,
-    OutputKind.PERSONAL_FACT: pb.OUTPUT_KIND_PERSONAL_FACT,
-    OutputKind.SKILL_PROPOSAL: pb.OUTPUT_KIND_SKILL_PROPOSAL,
-}
-_DISPOSITION = {Disposition.WRITTEN: pb.OUTPUT_DISPOSITION_WRITTEN, Disposition.REUSED: pb.OUTPUT_DISPOSITION_REUSED}
-_FAILURE = {
-    FailureKind.WRITE_FAILED: pb.FAILURE_KIND_WRITE_FAILED,
-    FailureKind.PERMISSION_REFUSED: pb.FAILURE_KIND_PERMISSION_REFUSED,
-    FailureKind.NOT_INDEXED: pb.FAILURE_KIND_NOT_INDEXED,
-}
+_KIND = enum_from_pb(EventKind, pb.EventKind, "EVENT_KIND")
+_STATUS = enum_from_pb(EventStatus, pb.EventStatus, "EVENT_STATUS")
+_TURN = enum_from_pb(TurnOutcome, pb.TurnOutcome, "TURN_OUTCOME")
+_STEP = enum_from_pb(StepStatus, pb.StepStatus, "STEP_STATUS")
+_TRIGGER = enum_to_pb(CheckTrigger, pb.CheckTrigger, "CHECK_TRIGGER")
+_STATE = enum_to_pb(CheckState, pb.CheckState, "CHECK_STATE")
+_OUTCOME: dict[CheckOutcome | None, pb.CheckOutcome] = {None: pb.CHECK_OUTCOME_UNSPECIFIED}
+_OUTCOME.update(enum_to_pb(CheckOutcome, pb.CheckOutcome, "CHECK_OUTCOME").items())
+_OUTPUT = enum_to_pb(OutputKind, pb.OutputKind, "OUTPUT_KIND")
+_DISPOSITION = enum_to_pb(Disposition, pb.OutputDisposition, "OUTPUT_DISPOSITION")
+_FAILURE = enum_to_pb(FailureKind, pb.FailureKind, "FAILURE_KIND")
 
 
 def check_to_pb(check: LearningCheck) -> pb.LearningCheck:
