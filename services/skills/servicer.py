@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncpg
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.enum_maps import enum_to_pb
@@ -119,6 +120,23 @@ class _NamesOneSkill(Protocol):
     def skill_name(self) -> str: ...
 
 
+def _drafted(request: pb.CreateSkillRequest | pb.ProposeSkillRequest) -> dict[str, Any]:
+    """The skill a create or a proposal drafts, as the use cases take it: name, summary, body, tools."""
+    return {
+        "name": request.name,
+        "summary": request.summary,
+        "body": request.body,
+        "tool_sequence": list(request.tool_sequence),
+    }
+
+
+def _provenance(
+    request: pb.CreateSkillRequest | pb.RefineSkillRequest | pb.AppendSkillObservationRequest | pb.ProposeSkillRequest,
+) -> Provenance | None:
+    """The request's provenance (issue 17), None when it sent none."""
+    return request.provenance if request.HasField("provenance") else None
+
+
 class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
     def __init__(self, service: SkillService, proposals: ProposalService | None, pool: asyncpg.Pool):
         """``pool``: the erasure and provenance RPCs read and erase across the skills' tables in one
@@ -157,15 +175,12 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         skill = await self._service.create(
             request.company,
             request.seat,
-            name=request.name,
-            summary=request.summary,
-            body=request.body,
-            tool_sequence=list(request.tool_sequence),
+            **_drafted(request),
             trigger=_TRIGGER_FROM_PB[request.trigger],  # required and defined: the contract's
             cluster_size=request.cluster_size,
             source_turn_ids=list(request.source_turn_ids),
             archived_are_learned=True,
-            provenance=request.provenance if request.HasField("provenance") else None,
+            provenance=_provenance(request),
         )
         return pb.CreateSkillResponse(skill=skill_to_pb(skill, self._now()))
 
@@ -218,7 +233,7 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
             request.reason,
             request.turn_id,
             request.request_id,
-            request.provenance if request.HasField("provenance") else None,
+            _provenance(request),
         )
         return pb.RefineSkillResponse(skill=skill_to_pb(skill, self._now()))
 
@@ -231,7 +246,7 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
             request.observation,
             request.turn_id,
             request.request_id,
-            request.provenance if request.HasField("provenance") else None,
+            _provenance(request),
         )
         return pb.AppendSkillObservationResponse(
             skill=skill_to_pb(result.skill, self._now()),
@@ -296,17 +311,14 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         result = await self._props().propose(
             request.company,
             request.seat,
-            name=request.name,
-            summary=request.summary,
-            body=request.body,
-            tool_sequence=list(request.tool_sequence),
+            **_drafted(request),
             origin=_ORIGIN_FROM_PB[request.origin],  # required and defined: the contract's
             session_id=request.source.session_id,
             check_id=request.source.check_id,
             evidence_ids=list(request.source.evidence_ids),
             turn_id=request.source.turn_id,
             request_id=request.request_id,
-            provenance=request.provenance if request.HasField("provenance") else None,
+            provenance=_provenance(request),
         )
         return pb.ProposeSkillResponse(
             disposition=_DISPOSITION[result.disposition],
