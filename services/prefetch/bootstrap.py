@@ -71,12 +71,8 @@ def build(infra: Infra) -> Prefetch:
 
 def registrations(prefetch: Prefetch) -> list[Registration]:
     return [
-        Registration.of(
-            PrefetchServicer(prefetch.deps, prefetch.turn_context),
-        ),
-        Registration.of(
-            BuiltinServicer(prefetch.builtins),
-        ),
+        Registration.of(PrefetchServicer(prefetch.deps, prefetch.turn_context)),
+        Registration.of(BuiltinServicer(prefetch.builtins)),
     ]
 
 

@@ -46,11 +46,7 @@ def component(infra: Infra) -> Component:
     privacy = build(infra)
     return Component(
         name=NAME,
-        registrations=[
-            Registration.of(
-                PrivacyServicer(privacy.service, privacy.clients),
-            )
-        ],
+        registrations=[Registration.of(PrivacyServicer(privacy.service, privacy.clients))],
         service=privacy,
         background=[lambda: privacy.worker.run_forever(infra.listen_dsn)],
     )

@@ -22,9 +22,7 @@ def build(infra: Infra) -> ProfileService:
 
 
 def registration(service: ProfileService, infra: Infra) -> Registration:
-    return Registration.of(
-        ProfileServicer(service, infra.pool),
-    )
+    return Registration.of(ProfileServicer(service, infra.pool))
 
 
 def component(infra: Infra) -> Component:

@@ -67,11 +67,7 @@ def component(infra: Infra) -> Component:
     service = ReflectorService(queue, store, infra.clock, infra.events, harness)
     return Component(
         name=NAME,
-        registrations=[
-            Registration.of(
-                ReflectorServicer(service),
-            )
-        ],
+        registrations=[Registration.of(ReflectorServicer(service))],
         service=service,
         background=[lambda: harness.run_forever(infra.listen_dsn)],
         passes=[

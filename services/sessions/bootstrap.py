@@ -58,11 +58,7 @@ def component(infra: Infra) -> Component:
     sessions = build(infra)
     return Component(
         name=NAME,
-        registrations=[
-            Registration.of(
-                SessionServicer(sessions.service, infra.pool),
-            )
-        ],
+        registrations=[Registration.of(SessionServicer(sessions.service, infra.pool))],
         service=sessions,
         background=[lambda: sessions.worker.run_forever(infra.listen_dsn)],
         http_routes=http.routes(sessions.service),

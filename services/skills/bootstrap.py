@@ -43,9 +43,7 @@ def build_proposals(service: SkillService, infra: Infra) -> ProposalService:
 
 
 def registration(service: SkillService, proposals: ProposalService | None, pool: asyncpg.Pool) -> Registration:
-    return Registration.of(
-        SkillServicer(service, proposals, pool),
-    )
+    return Registration.of(SkillServicer(service, proposals, pool))
 
 
 def pass_specs(service: SkillService, infra: Infra) -> list[PassSpec]:

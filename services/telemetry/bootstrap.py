@@ -25,10 +25,6 @@ def component(infra: Infra) -> Component:
     service = build(infra)
     return Component(
         name=NAME,
-        registrations=[
-            Registration.of(
-                TelemetryServicer(service),
-            )
-        ],
+        registrations=[Registration.of(TelemetryServicer(service))],
         service=service,
     )
