@@ -34,6 +34,17 @@ class ErasureCalls:
     """The component's generated EraseRowsResponse (each proto declares its own)."""
     find_response: Callable[..., Any]
 
+    @classmethod
+    def of(
+        cls,
+        domain: str,
+        pb: Any,
+        erase: Callable[[Target], Awaitable[Report]],
+        find: Callable[[Target], Awaitable[Report]],
+    ) -> ErasureCalls:
+        """The calls answering with ``pb``'s (the component's generated messages module) responses."""
+        return cls(domain, erase, find, pb.EraseRowsResponse, pb.FindRowsResponse)
+
 
 class PoolErasure(Protocol):
     """A component's erasure module whose passes need only its pool (and the time, to erase)."""
@@ -53,12 +64,11 @@ def pool_erasure(
     """The calls of a component whose erasure reads and writes only its pool's tables. ``pool`` and
     ``now`` are read at each call (the service's pool and clock, not the ones at wiring time); ``pb``
     is the component's generated messages module."""
-    return ErasureCalls(
-        domain=domain,
+    return ErasureCalls.of(
+        domain,
+        pb,
         erase=lambda target: module.erase(pool(), target, now()),
         find=lambda target: module.find(pool(), target),
-        erase_response=pb.EraseRowsResponse,
-        find_response=pb.FindRowsResponse,
     )
 
 

@@ -45,12 +45,11 @@ def note_to_pb(note: Note) -> pb.Note:
 class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
     def __init__(self, service: DiaryService):
         self._service = service
-        self._erasure_calls = ErasureCalls(
+        self._erasure_calls = ErasureCalls.of(
             _ERASURE_DOMAIN,
+            pb,
             erase=lambda target: _erasure.erase(service.store.pool, service.index, target, service.clock.now()),
             find=lambda target: _erasure.find(service.store.pool, target, service.index, service.embedder),
-            erase_response=pb.EraseRowsResponse,
-            find_response=pb.FindRowsResponse,
         )
 
     async def WriteNote(self, request: pb.WriteNoteRequest, context: ServicerContext) -> pb.WriteNoteResponse:

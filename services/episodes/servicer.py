@@ -101,8 +101,9 @@ class EpisodeServicer(ErasureRpcs, pb_grpc.EpisodeServiceServicer):
     def __init__(self, service: EpisodeService, rederive: _erasure.Rederive | None = None, prompt_version: str = ""):
         self._service = service
         # An erasure re-derives a compacted row by the lifecycle's summary (issue 17).
-        self._erasure_calls = ErasureCalls(
+        self._erasure_calls = ErasureCalls.of(
             _ERASURE_DOMAIN,
+            pb,
             erase=lambda target: _erasure.erase(
                 service.store.pool,
                 service.index,
@@ -112,8 +113,6 @@ class EpisodeServicer(ErasureRpcs, pb_grpc.EpisodeServiceServicer):
                 prompt_version=prompt_version,
             ),
             find=lambda target: _erasure.find(service.store.pool, target, service.index, service.embedder),
-            erase_response=pb.EraseRowsResponse,
-            find_response=pb.FindRowsResponse,
         )
 
     async def RecordEpisode(

@@ -19,7 +19,7 @@ from libs.common.grpcserver import Registration
 from libs.common.rpctypes import ServicerContext
 from services.knowledge.domain import Page, ReadContext, Reader, ReadSource
 from services.knowledge.service import KnowledgeService
-from services.knowledge.servicer import PAGE_FIELDS
+from services.knowledge.servicer import PAGE_FIELDS, upsert_page
 
 __all__ = ["LegacyKnowledgeServicer", "legacy_registration"]
 
@@ -33,9 +33,7 @@ class LegacyKnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         self._service = service
 
     async def UpsertPage(self, request: pb.UpsertPageRequest, context: ServicerContext) -> pb.UpsertPageResponse:
-        page, created, _ = await self._service.upsert_page(
-            request.company, request.container, request.title, request.body, list(request.parent_titles)
-        )
+        page, created = await upsert_page(self._service, request)
         return pb.UpsertPageResponse(page=_page_to_pb(page), created=created)
 
     async def GetPage(self, request: pb.GetPageRequest, context: ServicerContext) -> pb.GetPageResponse:

@@ -6,6 +6,7 @@ import json
 
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
+from agentlearn.prefetch.v1 import knowledge_service_pb2 as legacy_pb
 from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
@@ -43,6 +44,7 @@ __all__ = [
     "page_from_pb",
     "page_to_pb",
     "reader_to_pb",
+    "upsert_page",
 ]
 
 
@@ -138,22 +140,30 @@ def context_to_pb(context: ReadContext) -> pb.ReadContext:
     return pb.ReadContext(source=_SOURCE.get(context.source, pb.READ_SOURCE_UNSPECIFIED), turn_id=context.turn_id)
 
 
+async def upsert_page(
+    service: KnowledgeService, request: pb.UpsertPageRequest | legacy_pb.UpsertPageRequest
+) -> tuple[Page, bool]:
+    """An UpsertPage of this proto or of the legacy one (the same fields): the page, and whether it
+    is new."""
+    page, created, _skipped = await service.upsert_page(
+        request.company, request.container, request.title, request.body, list(request.parent_titles)
+    )
+    return page, created
+
+
 class KnowledgeServicer(ErasureRpcs, pb_grpc.KnowledgeServiceServicer):
     def __init__(self, service: KnowledgeService):
         self._service = service
         pages = service.pages
-        self._erasure_calls = ErasureCalls(
+        self._erasure_calls = ErasureCalls.of(
             _ERASURE_DOMAIN,
+            pb,
             erase=lambda target: _erasure.erase(pages.store.pool, pages.index, target, pages.clock.now()),
             find=lambda target: _erasure.find(pages.store.pool, target, pages.index, pages.embedder),
-            erase_response=pb.EraseRowsResponse,
-            find_response=pb.FindRowsResponse,
         )
 
     async def UpsertPage(self, request: pb.UpsertPageRequest, context: ServicerContext) -> pb.UpsertPageResponse:
-        page, created, _skipped = await self._service.upsert_page(
-            request.company, request.container, request.title, request.body, list(request.parent_titles)
-        )
+        page, created = await upsert_page(self._service, request)
         return pb.UpsertPageResponse(page=page_to_pb(page), created=created)
 
     async def GetPage(self, request: pb.GetPageRequest, context: ServicerContext) -> pb.GetPageResponse:
