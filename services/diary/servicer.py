@@ -11,7 +11,7 @@ from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
 from libs.common.field_copy import to_pb
 from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
-from libs.common.vector_path import embedding_status_to_pb, vector_source_to_pb
+from libs.common.search_answer import hit_fields, search_path_fields
 from services.diary import erasure as _erasure
 from services.diary.domain import DOMAIN, Note, NoteSource, NoteTier
 from services.diary.domain import DOMAIN as _ERASURE_DOMAIN
@@ -81,19 +81,8 @@ class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
             request.neighbour_limit if request.HasField("neighbour_limit") else None,
         )
         return pb.RecallNotesResponse(
-            candidates=[
-                pb.RecallCandidate(
-                    note=note_to_pb(c.note),
-                    found_by=sorted(_HALF[h] for h in c.found_by),
-                    similarity=c.similarity,
-                    lexical_rank=c.lexical_rank,
-                )
-                for c in recall.candidates
-            ],
-            embedding_status=embedding_status_to_pb(recall.embedding_status),
-            vector_source=vector_source_to_pb(recall.vector_source),
-            unreachable_by_vector_count=recall.unreachable_by_vector,
-            relevance_floor=recall.relevance_floor or 0.0,
+            candidates=[pb.RecallCandidate(note=note_to_pb(c.note), **hit_fields(c, _HALF)) for c in recall.candidates],
+            **search_path_fields(recall),
         )
 
     async def MarkNotesUsed(

@@ -13,7 +13,7 @@ from libs.common.errors import InvalidArgument
 from libs.common.field_copy import from_pb, to_pb
 from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
-from libs.common.vector_path import embedding_status_to_pb, vector_source_to_pb
+from libs.common.search_answer import hit_fields, search_path_fields
 from services.episodes import erasure as _erasure
 from services.episodes.domain import (
     DOMAIN,
@@ -146,19 +146,8 @@ class EpisodeServicer(ErasureRpcs, pb_grpc.EpisodeServiceServicer):
             query_vector(request.query_embedding, domain=DOMAIN) if request.HasField("query_embedding") else None,
         )
         return pb.SearchEpisodesResponse(
-            hits=[
-                pb.EpisodeHit(
-                    episode=episode_to_pb(h.episode),
-                    similarity=h.similarity,
-                    found_by=sorted(_HALF[x] for x in h.found_by),
-                    lexical_rank=h.lexical_rank,
-                )
-                for h in search.hits
-            ],
-            embedding_status=embedding_status_to_pb(search.embedding_status),
-            vector_source=vector_source_to_pb(search.vector_source),
-            unreachable_by_vector_count=search.unreachable_by_vector,
-            relevance_floor=search.relevance_floor or 0.0,
+            hits=[pb.EpisodeHit(episode=episode_to_pb(h.episode), **hit_fields(h, _HALF)) for h in search.hits],
+            **search_path_fields(search),
         )
 
     async def ListEpisodes(self, request: pb.ListEpisodesRequest, context: ServicerContext) -> pb.ListEpisodesResponse:
