@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -13,11 +13,9 @@ __all__ = [
     "DEFAULT_DAYS",
     "DOMAIN",
     "MAX_RANGE",
-    "BlockDay",
     "BlockTotal",
     "Day",
     "Event",
-    "PurposeDay",
     "PurposeTotal",
     "SeatActivity",
     "Window",
@@ -82,10 +80,6 @@ class Day(Generic[T]):
 
     day: datetime
     counts: T
-
-
-BlockDay: TypeAlias = Day[BlockTotal]
-PurposeDay: TypeAlias = Day[PurposeTotal]
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,9 @@ from services.telemetry.domain import (
     MAX_RANGE,
     SEATS_PAGE_DEFAULT,
     SEATS_PAGE_MAX,
-    BlockDay,
     BlockTotal,
     Day,
     Event,
-    PurposeDay,
     PurposeTotal,
     SeatActivity,
     Window,
@@ -111,13 +109,13 @@ class TelemetryService:
 
     async def hit_rates(
         self, company: str, seat: str, start: datetime | None, end: datetime | None
-    ) -> tuple[list[BlockDay], list[BlockTotal], Window]:
+    ) -> tuple[list[Day[BlockTotal]], list[BlockTotal], Window]:
         days, window = await self._days(self.store.hit_rates, company, seat, start, end)
         return days, [t for _, t in sorted(_add_up(days, "block").items())], window
 
     async def spend(
         self, company: str, seat: str, start: datetime | None, end: datetime | None
-    ) -> tuple[list[PurposeDay], list[PurposeTotal], Window]:
+    ) -> tuple[list[Day[PurposeTotal]], list[PurposeTotal], Window]:
         days, window = await self._days(self.store.spend, company, seat, start, end)
         ordered = sorted(
             _add_up(days, "purpose").values(), key=lambda t: (-(t.prompt_tokens + t.completion_tokens), t.purpose)
