@@ -19,7 +19,7 @@ import asyncpg
 from libs.common.erasure import Report, Target, report_to_proto, target_from_proto
 from libs.common.rpctypes import ServicerContext
 
-__all__ = ["ErasureCalls", "ErasureRpcs", "PoolErasure", "pool_erasure"]
+__all__ = ["ErasureCalls", "ErasureRpcs", "IndexedErasure", "PoolErasure", "indexed_erasure", "pool_erasure"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,29 @@ def pool_erasure(
         erase=lambda target: module.erase(pool(), target, now()),
         find=lambda target: module.find(pool(), target),
     )
+
+
+class IndexedErasure(Protocol):
+    """A component's erasure module whose passes read its pool and its vector index (the rows and
+    their points), finding by the subject's embedded names too."""
+
+    async def erase(self, pool: asyncpg.Pool, index: Any, target: Target, now: datetime, /) -> Report: ...
+    async def find(self, pool: asyncpg.Pool, target: Target, index: Any, embedder: Any, /) -> Report: ...
+
+
+def indexed_erasure(module: IndexedErasure, rows: Callable[[], Any], *, domain: str, pb: Any) -> ErasureCalls:
+    """The calls of a component whose rows are vector-indexed. ``rows`` answers, at each call, what
+    holds them: its ``store.pool``, ``index``, ``embedder`` and ``clock`` (the service, or its pages)."""
+
+    def erase(target: Target) -> Awaitable[Report]:
+        held = rows()
+        return module.erase(held.store.pool, held.index, target, held.clock.now())
+
+    def find(target: Target) -> Awaitable[Report]:
+        held = rows()
+        return module.find(held.store.pool, target, held.index, held.embedder)
+
+    return ErasureCalls.of(domain, pb, erase=erase, find=find)
 
 
 class ErasureRpcs:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.enum_maps import enum_to_pb
-from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
+from libs.common.erasure_rpcs import ErasureRpcs, indexed_erasure
 from libs.common.field_copy import to_pb
 from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
@@ -45,12 +45,7 @@ def note_to_pb(note: Note) -> pb.Note:
 class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
     def __init__(self, service: DiaryService):
         self._service = service
-        self._erasure_calls = ErasureCalls.of(
-            _ERASURE_DOMAIN,
-            pb,
-            erase=lambda target: _erasure.erase(service.store.pool, service.index, target, service.clock.now()),
-            find=lambda target: _erasure.find(service.store.pool, target, service.index, service.embedder),
-        )
+        self._erasure_calls = indexed_erasure(_erasure, lambda: service, domain=_ERASURE_DOMAIN, pb=pb)
 
     async def WriteNote(self, request: pb.WriteNoteRequest, context: ServicerContext) -> pb.WriteNoteResponse:
         note, skipped, created = await self._service.write_note(

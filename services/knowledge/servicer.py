@@ -9,7 +9,7 @@ from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
 from agentlearn.prefetch.v1 import knowledge_service_pb2 as legacy_pb
 from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import provenance_from_json, provenance_json
-from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
+from libs.common.erasure_rpcs import ErasureRpcs, indexed_erasure
 from libs.common.field_copy import from_pb, to_pb
 from libs.common.grpcserver import Registration
 from libs.common.protoconv import timestamp
@@ -154,13 +154,7 @@ async def upsert_page(
 class KnowledgeServicer(ErasureRpcs, pb_grpc.KnowledgeServiceServicer):
     def __init__(self, service: KnowledgeService):
         self._service = service
-        pages = service.pages
-        self._erasure_calls = ErasureCalls.of(
-            _ERASURE_DOMAIN,
-            pb,
-            erase=lambda target: _erasure.erase(pages.store.pool, pages.index, target, pages.clock.now()),
-            find=lambda target: _erasure.find(pages.store.pool, target, pages.index, pages.embedder),
-        )
+        self._erasure_calls = indexed_erasure(_erasure, lambda: service.pages, domain=_ERASURE_DOMAIN, pb=pb)
 
     async def UpsertPage(self, request: pb.UpsertPageRequest, context: ServicerContext) -> pb.UpsertPageResponse:
         page, created = await upsert_page(self._service, request)
