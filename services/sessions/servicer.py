@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC
+from typing import Protocol
 
 import asyncpg
 
@@ -124,6 +125,22 @@ def _step(i: int, s: pb.PlanStep) -> PlanStep:
     return PlanStep(s.id, s.title, _STEP[s.status])
 
 
+class _NamesASession(Protocol):
+    """Every request that acts on one session: its company, its id, and the user who owns it."""
+
+    @property
+    def company(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def user(self) -> str: ...
+
+
+def _session(request: _NamesASession) -> tuple[str, str, str]:
+    """The session a request names, as the use cases take it: company, session id, user."""
+    return request.company, request.session_id, request.user
+
+
 class SessionServicer(ErasureRpcs, pb_grpc.SessionServiceServicer):
     def __init__(self, service: SessionService, pool: asyncpg.Pool):
         self._service = service
@@ -136,9 +153,7 @@ class SessionServicer(ErasureRpcs, pb_grpc.SessionServiceServicer):
         self, request: pb.AppendSessionEventsRequest, context: ServicerContext
     ) -> pb.AppendSessionEventsResponse:
         result = await self._service.append_events(
-            request.company,
-            request.session_id,
-            request.user,
+            *_session(request),
             request.workspace,
             request.seat,
             request.role,
@@ -153,9 +168,7 @@ class SessionServicer(ErasureRpcs, pb_grpc.SessionServiceServicer):
 
     async def SavePlan(self, request: pb.SavePlanRequest, context: ServicerContext) -> pb.SavePlanResponse:
         result = await self._service.save_plan(
-            request.company,
-            request.session_id,
-            request.user,
+            *_session(request),
             request.revision,
             [_step(i, s) for i, s in enumerate(request.steps)],
         )
@@ -170,15 +183,13 @@ class SessionServicer(ErasureRpcs, pb_grpc.SessionServiceServicer):
     async def CheckRecentWork(
         self, request: pb.CheckRecentWorkRequest, context: ServicerContext
     ) -> pb.CheckRecentWorkResponse:
-        check, reused = await self._service.check_recent_work(request.company, request.session_id, request.user)
+        check, reused = await self._service.check_recent_work(*_session(request))
         return pb.CheckRecentWorkResponse(check=check_to_pb(check), reused=reused)
 
     async def ListLearningChecks(
         self, request: pb.ListLearningChecksRequest, context: ServicerContext
     ) -> pb.ListLearningChecksResponse:
-        checks, token = await self._service.list_checks(
-            request.company, request.session_id, request.user, request.page_size, request.page_token
-        )
+        checks, token = await self._service.list_checks(*_session(request), request.page_size, request.page_token)
         return pb.ListLearningChecksResponse(checks=[check_to_pb(c) for c in checks], next_page_token=token)
 
     async def ListSessions(self, request: pb.ListSessionsRequest, context: ServicerContext) -> pb.ListSessionsResponse:
