@@ -229,15 +229,10 @@ class KnowledgeServicer(ErasureRpcs, pb_grpc.KnowledgeServiceServicer):
         self, request: pb.WritePromotionDraftRequest, context: ServicerContext
     ) -> pb.WritePromotionDraftResponse:
         result = await self._service.write_promotion_draft(
-            PromotionDraft(
-                company=request.company,
-                unit=request.unit,
-                container_key=request.container_key,
-                title=request.title,
-                body=request.body,
-                tool_sequence=tuple(request.tool_sequence),
-                sibling_count=request.sibling_count,
-                distinct_agents=request.distinct_agents,
+            from_pb(
+                PromotionDraft,
+                request,
+                "company unit container_key title body tool_sequence sibling_count distinct_agents",
             ),
             sources=[(s.seat, s.turn_id) for s in request.sources],
             provenance=json.loads(provenance_json(request.provenance)) if request.HasField("provenance") else None,
