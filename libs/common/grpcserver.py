@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -100,6 +101,19 @@ class Registration:
     service_name: str
     add: Callable[[Any, grpc.aio.Server], None]
     servicer: Any
+
+    @classmethod
+    def of(cls, servicer: Any) -> Registration:
+        """``servicer`` mounted as the service its generated base class serves: the name and the
+        adder are that base's (``FooServicer`` in ``foo_pb2_grpc``: ``add_FooServicer_to_server``,
+        and ``Foo`` in ``foo_pb2``), not restated beside each servicer."""
+        for base in type(servicer).__mro__:
+            if base.__module__.endswith("_pb2_grpc") and base.__name__.endswith("Servicer"):
+                stubs = sys.modules[base.__module__]
+                messages = sys.modules[base.__module__.removesuffix("_grpc")]
+                service = messages.DESCRIPTOR.services_by_name[base.__name__.removesuffix("Servicer")]
+                return cls(service.full_name, getattr(stubs, f"add_{base.__name__}_to_server"), servicer)
+        raise TypeError(f"{type(servicer).__name__} derives from no generated servicer")
 
 
 def status_of(err: AgentLearnError) -> grpc.Status:
@@ -223,7 +237,41 @@ def failure_status(err: Exception, method: str, domain: str) -> grpc.Status:
     return _internal_status()
 
 
-class ErrorInterceptor(grpc.aio.ServerInterceptor):
+class _WrappingInterceptor(grpc.aio.ServerInterceptor):
+    """An interceptor that wraps each method's behaviour (the methods it ``passes`` answer as they
+    are): the one place a handler is looked up, told unary from server-streaming, and rebuilt with
+    its (de)serialisers. A subclass says what a unary call does, and a streaming one if it wraps
+    those too."""
+
+    passes: tuple[str, ...] = ()
+    """Method name prefixes left as they are."""
+
+    async def intercept_service(
+        self,
+        continuation: Continuation,
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> MethodHandler | None:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(self.passes):
+            return handler
+        inner = aio_unary(handler)
+        if inner is not None:
+            return _unary_like(handler, self.wrap_unary(method, inner))
+        inner_stream = aio_unary_stream(handler)
+        stream = None if inner_stream is None else self.wrap_stream(method, inner_stream)
+        # Client-streaming RPCs do not exist here: left as they are, their identity never guessed.
+        return handler if stream is None else _stream_like(handler, stream)
+
+    def wrap_unary(self, method: str, inner: AioUnary) -> AioUnary:
+        raise NotImplementedError
+
+    def wrap_stream(self, method: str, inner: AioUnaryStream) -> AioUnaryStream | None:
+        """A server-streaming method's wrapped behaviour; None (the default) leaves it as it is."""
+        return None
+
+
+class ErrorInterceptor(_WrappingInterceptor):
     """The one validating step at the edge, and the one place errors become rich statuses.
 
     Every request is checked against its contract first (``libs.common.contract``: the protos'
@@ -232,16 +280,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
     INTERNAL and logged, never the caller's mistake.
     """
 
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> MethodHandler | None:
-        handler = await continuation(handler_call_details)
-        inner = None if handler is None else aio_unary(handler)
-        if handler is None or inner is None:
-            return handler
-        method = handler_call_details.method
+    def wrap_unary(self, method: str, inner: AioUnary) -> AioUnary:
         domain = _domain(method)
 
         async def guarded(request: Any, context: ServicerContext) -> Any:
@@ -254,7 +293,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             except Exception as err:
                 await context.abort_with_status(failure_status(err, method, domain))
 
-        return _unary_like(handler, guarded)
+        return guarded
 
 
 # Health checks and reflection answer whatever the load: an orchestrator that cannot read health
@@ -282,7 +321,7 @@ def _overloaded(reason: str, message: str, domain: str, limit: int) -> grpc.Stat
     )
 
 
-class LoadShedder(grpc.aio.ServerInterceptor):
+class LoadShedder(_WrappingInterceptor):
     """Refuses a call at once when the server (or the call's company) already runs its limit of
     calls, with RESOURCE_EXHAUSTED, ErrorInfo and a RetryInfo hint — never queued until its
     deadline, so one tenant's burst cannot starve the others and a caller learns to back off.
@@ -324,16 +363,9 @@ class LoadShedder(grpc.aio.ServerInterceptor):
             else:
                 del self.in_flight_by_company[company]
 
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> MethodHandler | None:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        inner = None if handler is None else aio_unary(handler)
-        if handler is None or inner is None or method.startswith(_NEVER_SHED):
-            return handler
+    passes = _NEVER_SHED
+
+    def wrap_unary(self, method: str, inner: AioUnary) -> AioUnary:
         domain = _domain(method)
 
         async def admitted(request: Any, context: ServicerContext) -> Any:
@@ -350,7 +382,7 @@ class LoadShedder(grpc.aio.ServerInterceptor):
             finally:
                 self.release(company)
 
-        return _unary_like(handler, admitted)
+        return admitted
 
 
 class Health(HealthServicer):
@@ -369,7 +401,7 @@ _UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 """Health (probes) and reflection (schemas only) answer without a credential."""
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
+class AuthInterceptor(_WrappingInterceptor):
     """Authenticates every call and authorizes it before its handler runs (see ``libs.common.auth``):
     no or a bad credential is UNAUTHENTICATED; a scope the RPC's proto declares and the credential
     lacks, or a company / seat / user the request names and the credential is not bound to, is
@@ -378,52 +410,40 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, authenticator: Authenticator):
         self.authenticator = authenticator
 
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> MethodHandler | None:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith(_UNAUTHENTICATED_PREFIXES):
-            return handler
+    passes = _UNAUTHENTICATED_PREFIXES
+
+    async def _admit(self, method: str, request: Any, context: ServicerContext) -> None:
         authenticator = self.authenticator
+        metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        peer = context.auth_context() or {}
+        names = [n.decode() for n in peer.get("x509_common_name", [])] if authenticator.trusts_peers else []
+        try:
+            principal = await authenticator.authenticate(metadata, names)
+            authorize(principal, method, request)
+        except AgentLearnError as err:
+            err.domain = _domain(method) if err.domain == "agentlearn.dev" else err.domain
+            await context.abort_with_status(status_of(err))  # raises: the handler never runs
+        use_principal(principal)
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attribute("agentlearn.principal", principal.kind)
+            if principal.token_id:
+                span.set_attribute("agentlearn.token_id", principal.token_id)
 
-        async def admit(request: Any, context: ServicerContext) -> None:
-            metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
-            peer = context.auth_context() or {}
-            names = [n.decode() for n in peer.get("x509_common_name", [])] if authenticator.trusts_peers else []
-            try:
-                principal = await authenticator.authenticate(metadata, names)
-                authorize(principal, method, request)
-            except AgentLearnError as err:
-                err.domain = _domain(method) if err.domain == "agentlearn.dev" else err.domain
-                await context.abort_with_status(status_of(err))  # raises: the handler never runs
-            use_principal(principal)
-            span = trace.get_current_span()
-            if span.is_recording():
-                span.set_attribute("agentlearn.principal", principal.kind)
-                if principal.token_id:
-                    span.set_attribute("agentlearn.token_id", principal.token_id)
+    def wrap_unary(self, method: str, inner: AioUnary) -> AioUnary:
+        async def unary(request: Any, context: ServicerContext) -> Any:
+            await self._admit(method, request, context)
+            return await inner(request, context)
 
-        inner = aio_unary(handler)
-        if inner is not None:
+        return unary
 
-            async def unary(request: Any, context: ServicerContext) -> Any:
-                await admit(request, context)
-                return await inner(request, context)
+    def wrap_stream(self, method: str, inner: AioUnaryStream) -> AioUnaryStream:
+        async def stream(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
+            await self._admit(method, request, context)
+            async for item in inner(request, context):
+                yield item
 
-            return _unary_like(handler, unary)
-        inner_stream = aio_unary_stream(handler)
-        if inner_stream is not None:
-
-            async def stream(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
-                await admit(request, context)
-                async for item in inner_stream(request, context):
-                    yield item
-
-            return _stream_like(handler, stream)
-        return handler  # client-streaming RPCs do not exist here; refuse to guess their identity
+        return stream
 
 
 class BindError(OSError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentlearn.diary.v1 import diary_service_pb2, diary_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
@@ -19,7 +18,6 @@ from services.diary.store import PostgresNoteStore
 
 NAME = "diary"
 MIGRATIONS = Migrations("diary", Path(__file__).parent / "migrations")
-SERVICE_NAME = diary_service_pb2.DESCRIPTOR.services_by_name["DiaryService"].full_name
 
 
 def build(infra: Infra) -> DiaryService:
@@ -27,7 +25,7 @@ def build(infra: Infra) -> DiaryService:
 
 
 def registration(service: DiaryService) -> Registration:
-    return Registration(SERVICE_NAME, diary_service_pb2_grpc.add_DiaryServiceServicer_to_server, DiaryServicer(service))
+    return Registration.of(DiaryServicer(service))
 
 
 def pass_specs(service: DiaryService, infra: Infra) -> list[PassSpec]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
-from libs.common.protoconv import query_vector, timestamp
+from libs.common.enum_maps import enum_to_pb
+from libs.common.erasure_rpcs import ErasureRpcs, indexed_erasure
+from libs.common.field_copy import to_pb
+from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
-from libs.common.vector_path import embedding_status_to_pb, vector_source_to_pb
+from libs.common.search_answer import hit_fields, search_path_fields
 from services.diary import erasure as _erasure
 from services.diary.domain import DOMAIN, Note, NoteSource, NoteTier
 from services.diary.domain import DOMAIN as _ERASURE_DOMAIN
@@ -18,14 +19,9 @@ from services.diary.service import DiaryService
 
 __all__ = ["DiaryServicer", "note_to_pb"]
 
-_TIER_TO_PB = {NoteTier.LONG: pb.NOTE_TIER_LONG, NoteTier.SHORT: pb.NOTE_TIER_SHORT}
+_TIER_TO_PB = enum_to_pb(NoteTier, pb.NoteTier, "NOTE_TIER")
 _TIER_FROM_PB = {v: k for k, v in _TIER_TO_PB.items()}
-_SOURCE_TO_PB = {
-    NoteSource.UNSPECIFIED: pb.NOTE_SOURCE_UNSPECIFIED,
-    NoteSource.REFLECT_AND_PERSIST: pb.NOTE_SOURCE_REFLECT_AND_PERSIST,
-    NoteSource.PERSIST_DECIDER: pb.NOTE_SOURCE_PERSIST_DECIDER,
-    NoteSource.OPERATOR: pb.NOTE_SOURCE_OPERATOR,
-}
+_SOURCE_TO_PB = enum_to_pb(NoteSource, pb.NoteSource, "NOTE_SOURCE")
 _SOURCE_FROM_PB = {v: k for k, v in _SOURCE_TO_PB.items()}
 _HALF = {
     "vector": pb.RECALL_HALF_VECTOR,
@@ -36,26 +32,20 @@ _HALF = {
 
 
 def note_to_pb(note: Note) -> pb.Note:
-    return pb.Note(
-        id=str(note.id),
-        company=note.company,
-        seat=note.seat,
-        content=note.content,
+    return to_pb(
+        pb.Note,
+        note,
+        "id company seat content turn_id create_time expire_time use_count last_used_time embedding_model",
         tier=_TIER_TO_PB[note.tier],
         source=_SOURCE_TO_PB[note.source],
-        turn_id=note.turn_id or "",
-        create_time=timestamp(note.create_time),
-        expire_time=timestamp(note.expire_time),
-        use_count=note.use_count,
-        last_used_time=timestamp(note.last_used_time),
-        embedding_model=note.embedding_model or "",
-        embedding_dimensions=note.embedding_dims or 0,
+        embedding_dimensions=note.embedding_dims,
     )
 
 
-class DiaryServicer(pb_grpc.DiaryServiceServicer):
+class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
     def __init__(self, service: DiaryService):
         self._service = service
+        self._erasure_calls = indexed_erasure(_erasure, lambda: service, domain=_ERASURE_DOMAIN, pb=pb)
 
     async def WriteNote(self, request: pb.WriteNoteRequest, context: ServicerContext) -> pb.WriteNoteResponse:
         note, skipped, created = await self._service.write_note(
@@ -86,19 +76,8 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
             request.neighbour_limit if request.HasField("neighbour_limit") else None,
         )
         return pb.RecallNotesResponse(
-            candidates=[
-                pb.RecallCandidate(
-                    note=note_to_pb(c.note),
-                    found_by=sorted(_HALF[h] for h in c.found_by),
-                    similarity=c.similarity,
-                    lexical_rank=c.lexical_rank,
-                )
-                for c in recall.candidates
-            ],
-            embedding_status=embedding_status_to_pb(recall.embedding_status),
-            vector_source=vector_source_to_pb(recall.vector_source),
-            unreachable_by_vector_count=recall.unreachable_by_vector,
-            relevance_floor=recall.relevance_floor or 0.0,
+            candidates=[pb.RecallCandidate(note=note_to_pb(c.note), **hit_fields(c, _HALF)) for c in recall.candidates],
+            **search_path_fields(recall),
         )
 
     async def MarkNotesUsed(
@@ -122,16 +101,6 @@ class DiaryServicer(pb_grpc.DiaryServiceServicer):
         return pb.DeleteNoteResponse()
 
     # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._service.store.pool, self._service.index, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        found = await _erasure.find(self._service.store.pool, target, self._service.index, self._service.embedder)
-        return pb.FindRowsResponse(report=erasure_report(found))
 
     async def GetNoteProvenance(
         self, request: pb.GetNoteProvenanceRequest, context: ServicerContext

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentlearn.episodes.v1 import episode_service_pb2, episode_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
@@ -20,7 +19,6 @@ from services.episodes.store import PostgresEpisodeStore
 
 NAME = "episodes"
 MIGRATIONS = Migrations("episodes", Path(__file__).parent / "migrations")
-SERVICE_NAME = episode_service_pb2.DESCRIPTOR.services_by_name["EpisodeService"].full_name
 
 
 def build(infra: Infra) -> EpisodeService:
@@ -33,7 +31,7 @@ def registration(service: EpisodeService, lifecycle: EpisodeLifecycle | None = N
         rederive=lifecycle.rederive if lifecycle is not None else None,
         prompt_version=COMPACTION_PROMPT_VERSION,
     )
-    return Registration(SERVICE_NAME, episode_service_pb2_grpc.add_EpisodeServiceServicer_to_server, servicer)
+    return Registration.of(servicer)
 
 
 def lifecycle(service: EpisodeService, infra: Infra) -> EpisodeLifecycle:

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import cast
-
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from libs.common import outcomes
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.enum_maps import enum_to_pb
+from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
 from libs.common.errors import InvalidArgument
-from libs.common.protoconv import query_vector, timestamp
+from libs.common.field_copy import from_pb, to_pb
+from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
-from libs.common.vector_path import embedding_status_to_pb, vector_source_to_pb
+from libs.common.search_answer import hit_fields, search_path_fields
 from services.episodes import erasure as _erasure
 from services.episodes.domain import (
     DOMAIN,
@@ -29,51 +27,24 @@ from services.episodes.service import EpisodeService, TurnRecord
 
 __all__ = ["EpisodeServicer", "episode_to_pb"]
 
-_KIND_TO_PB = {EpisodeKind.RAW: pb.EPISODE_KIND_RAW, EpisodeKind.COMPACTED: pb.EPISODE_KIND_COMPACTED}
+_KIND_TO_PB = enum_to_pb(EpisodeKind, pb.EpisodeKind, "EPISODE_KIND")
 _KIND_FROM_PB = {v: k for k, v in _KIND_TO_PB.items()}
 _OUTCOMES = {outcomes.TurnOutcome(o.value): o for o in TurnOutcome}
 """The common outcomes a row can hold (the episodes' enum has no UNSPECIFIED or CANCELLED)."""
 _HALF = {"vector": pb.SEARCH_HALF_VECTOR, "lexical": pb.SEARCH_HALF_LEXICAL}
 
 
-def _when(msg: Timestamp, present: bool) -> datetime | None:
-    return msg.ToDatetime(tzinfo=UTC) if present else None
-
-
 def episode_to_pb(ep: Episode) -> pb.Episode:
-    return pb.Episode(
-        id=str(ep.id),
-        company=ep.company,
-        seat=ep.seat,
+    return to_pb(
+        pb.Episode,
+        ep,
+        "id company seat turn_id work_item label ask what_it_did review_outcome tool_sequence tools_called"
+        " skills_used conversation_id start_time end_time duration_ms count common_task_pattern common_outcome"
+        " success_rate done_count subjects_involved notable_patterns exemplar_turn_ids consolidated_into_skill_id"
+        " embedding_model subjects role work_key",
         kind=_KIND_TO_PB[ep.kind],
-        turn_id=ep.turn_id or "",
-        work_item=ep.work_item or "",
-        label=ep.label,
-        ask=ep.ask,
-        what_it_did=ep.what_it_did,
         outcome=_outcome_to_pb(ep.outcome),
-        review_outcome=ep.review_outcome,
-        tool_sequence=list(ep.tool_sequence),
-        tools_called=list(ep.tools_called),
-        skills_used=list(ep.skills_used),
-        conversation_id=ep.conversation_id or "",
-        start_time=timestamp(ep.start_time),
-        end_time=timestamp(ep.end_time),
-        duration_ms=ep.duration_ms,
-        count=ep.count,
-        common_task_pattern=ep.common_task_pattern,
-        common_outcome=ep.common_outcome,
-        success_rate=ep.success_rate,
-        done_count=ep.done_count,
-        subjects_involved=list(ep.subjects_involved),
-        notable_patterns=list(ep.notable_patterns),
-        exemplar_turn_ids=list(ep.exemplar_turn_ids),
-        consolidated_into_skill_id=ep.consolidated_into_skill_id or "",
-        embedding_model=ep.embedding_model or "",
-        subjects=list(ep.subjects),
-        role=ep.role or "",
-        embedding_dimensions=ep.embedding_dims or 0,
-        work_key=ep.work_key or "",
+        embedding_dimensions=ep.embedding_dims,
     )
 
 
@@ -126,35 +97,33 @@ def _filter(msg: pb.EpisodeFilter) -> EpisodeFilter:
     )
 
 
-class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
+class EpisodeServicer(ErasureRpcs, pb_grpc.EpisodeServiceServicer):
     def __init__(self, service: EpisodeService, rederive: _erasure.Rederive | None = None, prompt_version: str = ""):
         self._service = service
         # An erasure re-derives a compacted row by the lifecycle's summary (issue 17).
-        self._rederive = rederive
-        self._prompt_version = prompt_version
+        self._erasure_calls = ErasureCalls.of(
+            _ERASURE_DOMAIN,
+            pb,
+            erase=lambda target: _erasure.erase(
+                service.store.pool,
+                service.index,
+                target,
+                service.clock.now(),
+                rederive=rederive,
+                prompt_version=prompt_version,
+            ),
+            find=lambda target: _erasure.find(service.store.pool, target, service.index, service.embedder),
+        )
 
     async def RecordEpisode(
         self, request: pb.RecordEpisodeRequest, context: ServicerContext
     ) -> pb.RecordEpisodeResponse:
-        rec = TurnRecord(
-            company=request.company,
-            seat=request.seat,
-            turn_id=request.turn_id,
+        rec = from_pb(
+            TurnRecord,
+            request,
+            "company seat turn_id start_time end_time label ask what_it_did role work_item review_outcome"
+            " tool_sequence tools_called skills_used subjects conversation_id work_key",
             outcome=_outcome(request.outcome, "outcome"),
-            start_time=_when(request.start_time, request.HasField("start_time")),
-            end_time=_when(request.end_time, request.HasField("end_time")),
-            label=request.label,
-            ask=request.ask,
-            what_it_did=request.what_it_did,
-            role=request.role,
-            work_item=request.work_item,
-            review_outcome=request.review_outcome,
-            tool_sequence=tuple(request.tool_sequence),
-            tools_called=tuple(request.tools_called),
-            skills_used=tuple(request.skills_used),
-            subjects=tuple(request.subjects),
-            conversation_id=request.conversation_id,
-            work_key=request.work_key,
         )
         done = await self._service.record(rec)
         return pb.RecordEpisodeResponse(
@@ -177,19 +146,8 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
             query_vector(request.query_embedding, domain=DOMAIN) if request.HasField("query_embedding") else None,
         )
         return pb.SearchEpisodesResponse(
-            hits=[
-                pb.EpisodeHit(
-                    episode=episode_to_pb(h.episode),
-                    similarity=h.similarity,
-                    found_by=sorted(_HALF[x] for x in h.found_by),
-                    lexical_rank=h.lexical_rank,
-                )
-                for h in search.hits
-            ],
-            embedding_status=embedding_status_to_pb(search.embedding_status),
-            vector_source=vector_source_to_pb(search.vector_source),
-            unreachable_by_vector_count=search.unreachable_by_vector,
-            relevance_floor=search.relevance_floor or 0.0,
+            hits=[pb.EpisodeHit(episode=episode_to_pb(h.episode), **hit_fields(h, _HALF)) for h in search.hits],
+            **search_path_fields(search),
         )
 
     async def ListEpisodes(self, request: pb.ListEpisodesRequest, context: ServicerContext) -> pb.ListEpisodesResponse:
@@ -221,23 +179,6 @@ class EpisodeServicer(pb_grpc.EpisodeServiceServicer):
         )
 
     # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(
-            self._service.store.pool,
-            self._service.index,
-            target,
-            self._service.clock.now(),
-            rederive=self._rederive,
-            prompt_version=self._prompt_version,
-        )
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        found = await _erasure.find(self._service.store.pool, target, self._service.index, self._service.embedder)
-        return pb.FindRowsResponse(report=erasure_report(found))
 
     async def GetEpisodeProvenance(
         self, request: pb.GetEpisodeProvenanceRequest, context: ServicerContext

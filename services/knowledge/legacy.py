@@ -14,28 +14,18 @@ from __future__ import annotations
 
 from agentlearn.prefetch.v1 import knowledge_service_pb2 as pb
 from agentlearn.prefetch.v1 import knowledge_service_pb2_grpc as pb_grpc
+from libs.common.field_copy import to_pb
 from libs.common.grpcserver import Registration
-from libs.common.protoconv import timestamp
 from libs.common.rpctypes import ServicerContext
 from services.knowledge.domain import Page, ReadContext, Reader, ReadSource
 from services.knowledge.service import KnowledgeService
+from services.knowledge.servicer import PAGE_FIELDS, upsert_page
 
-__all__ = ["LEGACY_SERVICE_NAME", "LegacyKnowledgeServicer", "legacy_registration"]
-
-LEGACY_SERVICE_NAME = pb.DESCRIPTOR.services_by_name["KnowledgeService"].full_name
+__all__ = ["LegacyKnowledgeServicer", "legacy_registration"]
 
 
 def _page_to_pb(page: Page) -> pb.Page:
-    return pb.Page(
-        id=page.id,
-        company=page.company,
-        container=page.container,
-        title=page.title,
-        body=page.body,
-        parent_titles=list(page.parent_titles),
-        update_time=timestamp(page.update_time),
-        embedding_model=page.embedding_model or "",
-    )
+    return to_pb(pb.Page, page, PAGE_FIELDS)
 
 
 class LegacyKnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
@@ -43,9 +33,7 @@ class LegacyKnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         self._service = service
 
     async def UpsertPage(self, request: pb.UpsertPageRequest, context: ServicerContext) -> pb.UpsertPageResponse:
-        page, created, _ = await self._service.upsert_page(
-            request.company, request.container, request.title, request.body, list(request.parent_titles)
-        )
+        page, created = await upsert_page(self._service, request)
         return pb.UpsertPageResponse(page=_page_to_pb(page), created=created)
 
     async def GetPage(self, request: pb.GetPageRequest, context: ServicerContext) -> pb.GetPageResponse:
@@ -56,6 +44,4 @@ class LegacyKnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
 
 
 def legacy_registration(service: KnowledgeService) -> Registration:
-    return Registration(
-        LEGACY_SERVICE_NAME, pb_grpc.add_KnowledgeServiceServicer_to_server, LegacyKnowledgeServicer(service)
-    )
+    return Registration.of(LegacyKnowledgeServicer(service))

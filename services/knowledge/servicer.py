@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC
 
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
+from agentlearn.prefetch.v1 import knowledge_service_pb2 as legacy_pb
 from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import provenance_from_json, provenance_json
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.erasure_rpcs import ErasureRpcs, indexed_erasure
+from libs.common.field_copy import from_pb, to_pb
 from libs.common.grpcserver import Registration
 from libs.common.protoconv import timestamp
 from libs.common.rpctypes import ServicerContext
@@ -32,7 +32,7 @@ from services.knowledge.domain import DOMAIN as _ERASURE_DOMAIN
 from services.knowledge.service import KnowledgeService
 
 __all__ = [
-    "SERVICE_NAME",
+    "PAGE_FIELDS",
     "KnowledgeServicer",
     "context_from_pb",
     "hit_from_pb",
@@ -44,9 +44,9 @@ __all__ = [
     "page_from_pb",
     "page_to_pb",
     "reader_to_pb",
+    "upsert_page",
 ]
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["KnowledgeService"].full_name
 
 _MODE = enum_to_pb(ServedMode, pb.ServedMode, "SERVED_MODE")
 _MODE_BACK = {v: k for k, v in _MODE.items()}
@@ -65,6 +65,10 @@ _SOURCE = enum_to_pb(
     "READ_SOURCE",
 )
 _SOURCE_BACK = {v: k for k, v in _SOURCE.items()}
+PAGE_FIELDS = "id company container title body parent_titles update_time embedding_model"
+"""The fields a page carries as they are (both this proto's Page and the legacy one have them)."""
+_HIT_FIELDS = "page_id title container snippet body"
+_READER_FIELDS = "company seat role"
 
 
 def mode_to_pb(mode: ServedMode | None) -> pb.ServedMode:
@@ -80,44 +84,25 @@ def _reason_to_pb(reason: UnsearchedReason | None) -> pb.UnsearchedReason:
 
 
 def page_to_pb(page: Page) -> pb.Page:
-    return pb.Page(
-        id=page.id,
-        company=page.company,
-        container=page.container,
-        title=page.title,
-        body=page.body,
-        parent_titles=list(page.parent_titles),
-        update_time=timestamp(page.update_time),
-        embedding_model=page.embedding_model or "",
-        draft=page.draft,
-        backend=mode_to_pb(page.backend),
-    )
+    return to_pb(pb.Page, page, PAGE_FIELDS, draft=page.draft, backend=mode_to_pb(page.backend))
 
 
 def page_from_pb(msg: pb.Page) -> Page:
-    return Page(
-        id=msg.id,
-        company=msg.company,
-        container=msg.container,
-        title=msg.title,
-        body=msg.body,
-        parent_titles=tuple(msg.parent_titles),
-        update_time=msg.update_time.ToDatetime(tzinfo=UTC) if msg.HasField("update_time") else None,
+    return from_pb(
+        Page,
+        msg,
+        "id company container title body parent_titles update_time",
         backend=mode_from_pb(msg.backend) or ServedMode.NATIVE,
         embedding_model=msg.embedding_model or None,
     )
 
 
 def hit_to_pb(hit: KnowledgeHit) -> pb.KnowledgeHit:
-    return pb.KnowledgeHit(
-        page_id=hit.page_id, title=hit.title, container=hit.container, snippet=hit.snippet, body=hit.body
-    )
+    return to_pb(pb.KnowledgeHit, hit, _HIT_FIELDS)
 
 
 def hit_from_pb(msg: pb.KnowledgeHit) -> KnowledgeHit:
-    return KnowledgeHit(
-        page_id=msg.page_id, title=msg.title, container=msg.container, snippet=msg.snippet, body=msg.body
-    )
+    return from_pb(KnowledgeHit, msg, _HIT_FIELDS)
 
 
 def outcome_to_pb(outcome: SearchOutcome) -> pb.SearchPagesResponse:
@@ -140,11 +125,11 @@ def outcome_from_pb(
 
 
 def reader_from_pb(msg: pb.Reader) -> Reader:
-    return Reader(company=msg.company, seat=msg.seat, role=msg.role)
+    return from_pb(Reader, msg, _READER_FIELDS)
 
 
 def reader_to_pb(reader: Reader) -> pb.Reader:
-    return pb.Reader(company=reader.company, seat=reader.seat, role=reader.role)
+    return to_pb(pb.Reader, reader, _READER_FIELDS)
 
 
 def context_from_pb(msg: pb.ReadContext, default: ReadSource) -> ReadContext:
@@ -155,14 +140,24 @@ def context_to_pb(context: ReadContext) -> pb.ReadContext:
     return pb.ReadContext(source=_SOURCE.get(context.source, pb.READ_SOURCE_UNSPECIFIED), turn_id=context.turn_id)
 
 
-class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
+async def upsert_page(
+    service: KnowledgeService, request: pb.UpsertPageRequest | legacy_pb.UpsertPageRequest
+) -> tuple[Page, bool]:
+    """An UpsertPage of this proto or of the legacy one (the same fields): the page, and whether it
+    is new."""
+    page, created, _skipped = await service.upsert_page(
+        request.company, request.container, request.title, request.body, list(request.parent_titles)
+    )
+    return page, created
+
+
+class KnowledgeServicer(ErasureRpcs, pb_grpc.KnowledgeServiceServicer):
     def __init__(self, service: KnowledgeService):
         self._service = service
+        self._erasure_calls = indexed_erasure(_erasure, lambda: service.pages, domain=_ERASURE_DOMAIN, pb=pb)
 
     async def UpsertPage(self, request: pb.UpsertPageRequest, context: ServicerContext) -> pb.UpsertPageResponse:
-        page, created, _skipped = await self._service.upsert_page(
-            request.company, request.container, request.title, request.body, list(request.parent_titles)
-        )
+        page, created = await upsert_page(self._service, request)
         return pb.UpsertPageResponse(page=page_to_pb(page), created=created)
 
     async def GetPage(self, request: pb.GetPageRequest, context: ServicerContext) -> pb.GetPageResponse:
@@ -234,15 +229,10 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         self, request: pb.WritePromotionDraftRequest, context: ServicerContext
     ) -> pb.WritePromotionDraftResponse:
         result = await self._service.write_promotion_draft(
-            PromotionDraft(
-                company=request.company,
-                unit=request.unit,
-                container_key=request.container_key,
-                title=request.title,
-                body=request.body,
-                tool_sequence=tuple(request.tool_sequence),
-                sibling_count=request.sibling_count,
-                distinct_agents=request.distinct_agents,
+            from_pb(
+                PromotionDraft,
+                request,
+                "company unit container_key title body tool_sequence sibling_count distinct_agents",
             ),
             sources=[(s.seat, s.turn_id) for s in request.sources],
             provenance=json.loads(provenance_json(request.provenance)) if request.HasField("provenance") else None,
@@ -255,13 +245,6 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
         )
 
     # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(
-            self._service.pages.store.pool, self._service.pages.index, target, self._service.pages.clock.now()
-        )
-        return pb.EraseRowsResponse(report=erasure_report(report))
 
     async def GetDraftProvenance(
         self, request: pb.GetDraftProvenanceRequest, context: ServicerContext
@@ -278,12 +261,6 @@ class KnowledgeServicer(pb_grpc.KnowledgeServiceServicer):
             record_time=timestamp(origin.record_time),
         )
 
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        pages = self._service.pages
-        found = await _erasure.find(pages.store.pool, target, pages.index, pages.embedder)
-        return pb.FindRowsResponse(report=erasure_report(found))
-
 
 def knowledge_registration(service: KnowledgeService) -> Registration:
-    return Registration(SERVICE_NAME, pb_grpc.add_KnowledgeServiceServicer_to_server, KnowledgeServicer(service))
+    return Registration.of(KnowledgeServicer(service))

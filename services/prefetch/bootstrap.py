@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentlearn.prefetch.v1 import prefetch_service_pb2, prefetch_service_pb2_grpc
 from libs.common.auxmodel import OfflineRules
 from libs.common.clients import Clients
 from libs.common.component import Component
@@ -26,9 +25,6 @@ from services.prefetch.turn_context import TurnContextBuilder
 
 NAME = "prefetch"
 MIGRATIONS = Migrations("prefetch", Path(__file__).parent / "migrations")
-_SERVICES = prefetch_service_pb2.DESCRIPTOR.services_by_name
-PREFETCH_SERVICE_NAME = _SERVICES["PrefetchService"].full_name
-BUILTIN_SERVICE_NAME = _SERVICES["BuiltinService"].full_name
 
 
 @dataclass
@@ -75,16 +71,8 @@ def build(infra: Infra) -> Prefetch:
 
 def registrations(prefetch: Prefetch) -> list[Registration]:
     return [
-        Registration(
-            PREFETCH_SERVICE_NAME,
-            prefetch_service_pb2_grpc.add_PrefetchServiceServicer_to_server,
-            PrefetchServicer(prefetch.deps, prefetch.turn_context),
-        ),
-        Registration(
-            BUILTIN_SERVICE_NAME,
-            prefetch_service_pb2_grpc.add_BuiltinServiceServicer_to_server,
-            BuiltinServicer(prefetch.builtins),
-        ),
+        Registration.of(PrefetchServicer(prefetch.deps, prefetch.turn_context)),
+        Registration.of(BuiltinServicer(prefetch.builtins)),
     ]
 
 

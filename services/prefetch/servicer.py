@@ -7,8 +7,9 @@ from typing import Any
 
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.enum_maps import enum_to_pb
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
+from libs.common.field_copy import from_pb, to_pb
 from libs.common.rpctypes import ServicerContext
 from services.knowledge.domain import Reader, UnsearchedReason
 from services.prefetch import erasure as _erasure
@@ -22,54 +23,32 @@ from services.prefetch.turn_context import TurnContextBuilder
 
 __all__ = ["BuiltinServicer", "PrefetchServicer", "context_to_pb"]
 
-_BLOCK = {
-    BlockKind.SIMILAR_PRIOR_WORK: pb.BLOCK_SIMILAR_PRIOR_WORK,
-    BlockKind.PERSONAL_MEMORY: pb.BLOCK_PERSONAL_MEMORY,
-    BlockKind.SKILLS: pb.BLOCK_SKILLS,
-    BlockKind.RELEVANT_KNOWLEDGE: pb.BLOCK_RELEVANT_KNOWLEDGE,
-    BlockKind.COUNTERPARTY: pb.BLOCK_COUNTERPARTY,
-    BlockKind.ONBOARDING: pb.BLOCK_ONBOARDING,
-}
-_EMBEDDING = {
-    None: pb.TURN_EMBEDDING_UNSPECIFIED,  # absent: no search asked for the vector (a thin trigger)
-    TurnEmbedding.EMBEDDED: pb.TURN_EMBEDDING_EMBEDDED,
-    TurnEmbedding.FAILED: pb.TURN_EMBEDDING_FAILED,
-    TurnEmbedding.UNCONFIGURED: pb.TURN_EMBEDDING_UNCONFIGURED,
-}
-_SEARCH_STATUS = {
-    UnsearchedReason.UNCONFIGURED: pb.SEARCH_STATUS_UNCONFIGURED,
-    UnsearchedReason.SCOPED_TO_NOTHING: pb.SEARCH_STATUS_SCOPED_TO_NOTHING,
-    UnsearchedReason.UNREACHABLE: pb.SEARCH_STATUS_UNREACHABLE,
-    UnsearchedReason.CREDENTIAL_REFUSED: pb.SEARCH_STATUS_CREDENTIAL_REFUSED,
-    UnsearchedReason.RATE_LIMITED: pb.SEARCH_STATUS_RATE_LIMITED,
-}
-_GUIDANCE_SOURCE = {
-    GuidanceSource.BUNDLED: pb.GUIDANCE_SOURCE_BUNDLED,
-    GuidanceSource.REGISTRY: pb.GUIDANCE_SOURCE_REGISTRY,
-}
+_BLOCK = enum_to_pb(BlockKind, pb.Block, "BLOCK")
+# None: absent: no search asked for the vector (a thin trigger)
+_EMBEDDING: dict[TurnEmbedding | None, pb.TurnEmbedding] = {None: pb.TURN_EMBEDDING_UNSPECIFIED}
+_EMBEDDING.update(enum_to_pb(TurnEmbedding, pb.TurnEmbedding, "TURN_EMBEDDING").items())
+_SEARCH_STATUS = enum_to_pb(UnsearchedReason, pb.SearchStatus, "SEARCH_STATUS")
+_GUIDANCE_SOURCE = enum_to_pb(GuidanceSource, pb.GuidanceSource, "GUIDANCE_SOURCE")
+_SENDER_FIELDS = "handle external_id platform display_name"
 
 
 def _sender(msg: pb.Counterparty) -> Sender:
-    return Sender(handle=msg.handle, external_id=msg.external_id, platform=msg.platform, display_name=msg.display_name)
+    return from_pb(Sender, msg, _SENDER_FIELDS)
 
 
 def _counterparty(sender: Sender | None) -> pb.Counterparty | None:
     if sender is None:
         return None
-    return pb.Counterparty(
-        handle=sender.handle, external_id=sender.external_id, platform=sender.platform, display_name=sender.display_name
-    )
+    return to_pb(pb.Counterparty, sender, _SENDER_FIELDS)
 
 
 def _block_to_pb(block: Block) -> pb.RenderedBlock:
-    return pb.RenderedBlock(
+    return to_pb(
+        pb.RenderedBlock,
+        block,
+        "markdown hit bytes selection_count ids",
         block=_BLOCK[block.kind],
-        markdown=block.markdown,
-        hit=block.hit,
-        bytes=block.bytes,
-        selection_count=block.selection_count,
         counterparty=_counterparty(block.counterparty),
-        ids=block.ids,
     )
 
 
@@ -78,10 +57,7 @@ def context_to_pb(ctx: TurnContext) -> pb.BuildTurnContextResponse:
     return pb.BuildTurnContextResponse(
         blocks=[_block_to_pb(b) for b in ctx.blocks],
         summary=pb.PrefetchSummary(
-            blocks=[
-                pb.BlockSummary(block=_BLOCK[b.kind], hit=b.hit, bytes=b.bytes, source_error=b.source_error)
-                for b in s.blocks
-            ],
+            blocks=[to_pb(pb.BlockSummary, b, "hit bytes source_error", block=_BLOCK[b.kind]) for b in s.blocks],
             knowledge_selection_count=s.knowledge_selection_count,
             trigger_requires_recon=s.trigger_requires_recon,
             turn_embedding=_EMBEDDING[s.turn_embedding],
@@ -107,33 +83,27 @@ def _tool_to_pb(tool: Any) -> pb.Tool:
 
 
 def _guidance_to_pb(block: GuidanceBlock) -> pb.GuidanceBlock:
-    return pb.GuidanceBlock(
-        name=block.name,
-        markdown=block.markdown,
-        triggered_by=list(block.triggered_by),
-        source=_GUIDANCE_SOURCE[block.source],
-        page_id=block.page_id,
-        container=block.container,
+    return to_pb(
+        pb.GuidanceBlock, block, "name markdown triggered_by page_id container", source=_GUIDANCE_SOURCE[block.source]
     )
 
 
-class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
+class PrefetchServicer(ErasureRpcs, pb_grpc.PrefetchServiceServicer):
     def __init__(self, deps: Deps, builder: TurnContextBuilder):
         self._deps = deps
         self._builder = builder
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: _erasure.pool_of(deps.store), lambda: deps.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     async def BuildTurnContext(
         self, request: pb.BuildTurnContextRequest, context: ServicerContext
     ) -> pb.BuildTurnContextResponse:
-        start = TurnStart(
-            company=request.company,
-            seat=request.seat,
-            role=request.role,
-            turn_id=request.turn_id,
-            ask=request.ask,
-            requires_recon=request.requires_recon,
+        start = from_pb(
+            TurnStart,
+            request,
+            "company seat role turn_id ask requires_recon unit_chain",
             senders=tuple(_sender(s) for s in request.senders),
-            unit_chain=tuple(request.unit_chain),
         )
         return context_to_pb(await self._builder.build(start))
 
@@ -152,18 +122,6 @@ class PrefetchServicer(pb_grpc.PrefetchServiceServicer):
             blocks=[_guidance_to_pb(b) for b in answer.blocks], registry_unreadable=answer.registry_unreadable
         )
 
-    # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(_erasure.pool_of(self._deps.store), target, self._deps.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.find(_erasure.pool_of(self._deps.store), target)
-        return pb.FindRowsResponse(report=erasure_report(report))
-
 
 class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
     def __init__(self, builtins: Builtins):
@@ -181,12 +139,12 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
             tuple(_sender(s) for s in request.senders),
             request.role,
         )
-        return pb.RefreshMemoryResponse(
-            text=answer.text,
-            note_ids=answer.note_ids,
+        return to_pb(
+            pb.RefreshMemoryResponse,
+            answer,
+            "text note_ids from_ledger",
             refreshes_spent=answer.spent,
             refreshes_allowed=answer.allowed,
-            from_ledger=answer.from_ledger,
         )
 
     async def QueryEpisodes(
@@ -202,9 +160,7 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
             request.turn_id,
             request.role,
         )
-        return pb.QueryEpisodesResponse(
-            text=answer.text, episode_ids=answer.episode_ids, unreachable_count=answer.unreachable
-        )
+        return to_pb(pb.QueryEpisodesResponse, answer, "text episode_ids", unreachable_count=answer.unreachable)
 
     async def ReflectAndPersist(
         self, request: pb.ReflectAndPersistRequest, context: ServicerContext
@@ -245,10 +201,7 @@ class BuiltinServicer(pb_grpc.BuiltinServiceServicer):
             request.company, request.seat, request.role, request.query, request.limit, request.turn_id
         )
         outcome = answer.outcome
-        hits = [
-            pb.KnowledgeHit(page_id=h.page_id, title=h.title, container=h.container, snippet=h.snippet)
-            for h in outcome.hits
-        ]
+        hits = [to_pb(pb.KnowledgeHit, h, "page_id title container snippet") for h in outcome.hits]
         status = pb.SEARCH_STATUS_SEARCHED if outcome.ran else _SEARCH_STATUS[outcome.unsearched]  # type: ignore[index]  # not ran means unsearched names why
         return pb.SearchKnowledgeResponse(hits=hits, status=status, text=answer.text)
 

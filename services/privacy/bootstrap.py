@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentlearn.privacy.v1 import privacy_service_pb2, privacy_service_pb2_grpc
 from libs.common.clients import Clients
 from libs.common.component import Component
 from libs.common.db import Migrations
@@ -22,7 +21,6 @@ from services.privacy.worker import ErasureWorker
 
 NAME = "privacy"
 MIGRATIONS = Migrations("privacy", Path(__file__).parent / "migrations")
-SERVICE_NAME = privacy_service_pb2.DESCRIPTOR.services_by_name["PrivacyService"].full_name
 
 
 @dataclass
@@ -48,13 +46,7 @@ def component(infra: Infra) -> Component:
     privacy = build(infra)
     return Component(
         name=NAME,
-        registrations=[
-            Registration(
-                SERVICE_NAME,
-                privacy_service_pb2_grpc.add_PrivacyServiceServicer_to_server,
-                PrivacyServicer(privacy.service, privacy.clients),
-            )
-        ],
+        registrations=[Registration.of(PrivacyServicer(privacy.service, privacy.clients))],
         service=privacy,
         background=[lambda: privacy.worker.run_forever(infra.listen_dsn)],
     )

@@ -9,8 +9,9 @@ from agentlearn.common.v1 import erasure_pb2
 from agentlearn.privacy.v1 import privacy_service_pb2 as pb
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pb_grpc
 from libs.common.clients import Clients
+from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import PROTO_OF_KIND, Kind, Target, report_to_proto
-from libs.common.protoconv import timestamp
+from libs.common.field_copy import to_pb
 from libs.common.rpctypes import ServicerContext
 from services.privacy.domain import Erasure, ErasureState
 from services.privacy.export import export_seat
@@ -18,29 +19,17 @@ from services.privacy.service import PrivacyService
 
 __all__ = ["PrivacyServicer", "erasure_to_pb"]
 
-_STATE = {
-    ErasureState.QUEUED: pb.ERASURE_STATE_QUEUED,
-    ErasureState.RUNNING: pb.ERASURE_STATE_RUNNING,
-    ErasureState.SUCCEEDED: pb.ERASURE_STATE_SUCCEEDED,
-    ErasureState.FAILED: pb.ERASURE_STATE_FAILED,
-}
+_STATE = enum_to_pb(ErasureState, pb.ErasureState, "ERASURE_STATE")
 
 
 def erasure_to_pb(e: Erasure, *, receipt: bool = True) -> pb.Erasure:
-    msg = pb.Erasure(
-        id=str(e.id),
-        company=e.company,
+    msg = to_pb(
+        pb.Erasure,
+        e,
+        "id company seat subject_digest requested_by create_time finish_time verified reason pending_checks",
         kind=PROTO_OF_KIND[e.kind],
-        seat=e.seat,
-        subject_digest=e.subject_digest,
         state=_STATE[e.state],
-        requested_by=e.requested_by,
-        create_time=timestamp(e.create_time),
-        finish_time=timestamp(e.finish_time),
-        verified=e.verified,
-        reason=e.reason,
         rounds=e.round,
-        pending_checks=e.pending_checks,
     )
     if receipt:
         msg.reports.extend(report_to_proto(r) for _, r in sorted(e.receipt().items()))

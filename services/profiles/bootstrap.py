@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentlearn.profiles.v1 import profile_service_pb2, profile_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
@@ -16,7 +15,6 @@ from services.profiles.store import PostgresProfileStore
 
 NAME = "profiles"
 MIGRATIONS = Migrations("profiles", Path(__file__).parent / "migrations")
-SERVICE_NAME = profile_service_pb2.DESCRIPTOR.services_by_name["ProfileService"].full_name
 
 
 def build(infra: Infra) -> ProfileService:
@@ -24,11 +22,7 @@ def build(infra: Infra) -> ProfileService:
 
 
 def registration(service: ProfileService, infra: Infra) -> Registration:
-    return Registration(
-        SERVICE_NAME,
-        profile_service_pb2_grpc.add_ProfileServiceServicer_to_server,
-        ProfileServicer(service, infra.pool),
-    )
+    return Registration.of(ProfileServicer(service, infra.pool))
 
 
 def component(infra: Infra) -> Component:

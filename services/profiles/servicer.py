@@ -7,9 +7,8 @@ import asyncpg
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from agentlearn.profiles.v1 import profile_service_pb2 as pb
 from agentlearn.profiles.v1 import profile_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
-from libs.common.protoconv import timestamp
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
+from libs.common.field_copy import from_pb, to_pb
 from libs.common.rpctypes import ServicerContext
 from services.profiles import erasure as _erasure
 from services.profiles.domain import DOMAIN as _ERASURE_DOMAIN
@@ -19,28 +18,22 @@ from services.profiles.service import ProfileService, SubjectRef
 __all__ = ["ProfileServicer", "observation_to_pb", "profile_to_pb", "source_from_pb", "source_to_pb"]
 
 
+_SUBJECT_FIELDS = "handle external_id platform"
+_SOURCE_FIELDS = "turn_ids work_key model prompt_version writer"
+"""An observation's provenance fields that the proto and the domain name alike."""
+
+
 def _ref(subject: pb.Subject) -> SubjectRef:
     return (subject.handle, subject.external_id, subject.platform)
 
 
 def profile_to_pb(profile: Profile) -> pb.Profile:
-    return pb.Profile(
-        id=str(profile.id),
-        company=profile.company,
-        observer=profile.observer,
-        subject=pb.Subject(
-            handle=profile.subject.handle or "",
-            external_id=profile.subject.external_id or "",
-            platform=profile.subject.platform,
-        ),
-        communication_style=profile.communication_style,
-        past_decisions=list(profile.past_decisions),
-        sensitivities=list(profile.sensitivities),
-        topics=list(profile.topics),
-        observation_count=profile.observation_count,
-        create_time=timestamp(profile.create_time),
-        update_time=timestamp(profile.update_time),
-        last_turn_id=profile.last_turn_id or "",
+    return to_pb(
+        pb.Profile,
+        profile,
+        "id company observer communication_style past_decisions sensitivities topics observation_count create_time"
+        " update_time last_turn_id",
+        subject=to_pb(pb.Subject, profile.subject, _SUBJECT_FIELDS),
     )
 
 
@@ -48,44 +41,39 @@ def source_from_pb(msg: provenance_pb2.Provenance) -> ObservationSource | None:
     """The caller's provenance of an observation; None when it sent none."""
     if msg.ByteSize() == 0:
         return None
-    return ObservationSource(
-        turn_ids=tuple(msg.turn_ids),
-        work_key=msg.work_key,
+    return from_pb(
+        ObservationSource,
+        msg,
+        _SOURCE_FIELDS,
         subjects=tuple((s.handle, s.external_id, s.platform) for s in msg.subjects),
-        model=msg.model,
-        prompt_version=msg.prompt_version,
-        writer=msg.writer,
     )
 
 
 def source_to_pb(source: ObservationSource) -> provenance_pb2.Provenance:
-    return provenance_pb2.Provenance(
-        turn_ids=list(source.turn_ids),
-        work_key=source.work_key,
+    return to_pb(
+        provenance_pb2.Provenance,
+        source,
+        _SOURCE_FIELDS,
         subjects=[erasure_pb2.ErasureSubject(handle=h, external_id=e, platform=p) for h, e, p in source.subjects],
-        model=source.model,
-        prompt_version=source.prompt_version,
-        writer=source.writer,
     )
 
 
 def observation_to_pb(obs: ObservationRecord) -> pb.ProfileObservation:
-    return pb.ProfileObservation(
-        id=str(obs.id),
+    return to_pb(
+        pb.ProfileObservation,
+        obs,
+        "id observe_time communication_style past_decisions sensitivities topics",
         provenance=source_to_pb(obs.source),
-        observe_time=timestamp(obs.observe_time),
-        communication_style=obs.communication_style,
-        past_decisions=list(obs.past_decisions),
-        sensitivities=list(obs.sensitivities),
-        topics=list(obs.topics),
     )
 
 
-class ProfileServicer(pb_grpc.ProfileServiceServicer):
+class ProfileServicer(ErasureRpcs, pb_grpc.ProfileServiceServicer):
     def __init__(self, service: ProfileService, pool: asyncpg.Pool):
         self._service = service
         # The erasure reads and writes the tables directly (libs.common.erasure), beside the port.
-        self._pool = pool
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     async def UpsertProfile(
         self, request: pb.UpsertProfileRequest, context: ServicerContext
@@ -120,15 +108,6 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
 
     # ------------------------------------------------------------------ erasure (issue 17)
 
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._pool, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._pool, target)))
-
     async def GetProfileProvenance(
         self, request: pb.GetProfileProvenanceRequest, context: ServicerContext
     ) -> pb.GetProfileProvenanceResponse:
@@ -139,13 +118,7 @@ class ProfileServicer(pb_grpc.ProfileServiceServicer):
         # model, prompt version and work key of that turn's observation when it was recorded.
         summary = provenance_pb2.Provenance(
             turn_ids=[profile.last_turn_id] if profile.last_turn_id else [],
-            subjects=[
-                erasure_pb2.ErasureSubject(
-                    handle=profile.subject.handle or "",
-                    external_id=profile.subject.external_id or "",
-                    platform=profile.subject.platform,
-                )
-            ],
+            subjects=[to_pb(erasure_pb2.ErasureSubject, profile.subject, _SUBJECT_FIELDS)],
             writer="profiler",
         )
         last = next((o for o in observations if profile.last_turn_id in o.source.turn_ids), None)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentlearn.reflector.v1 import reflector_service_pb2, reflector_service_pb2_grpc
 from libs.common.clients import Clients
 from libs.common.component import Component
 from libs.common.db import Migrations
@@ -26,7 +25,6 @@ from services.reflector.workers.skill_use import SkillUse
 
 NAME = "reflector"
 MIGRATIONS = Migrations("reflector", Path(__file__).parent / "migrations")
-SERVICE_NAME = reflector_service_pb2.DESCRIPTOR.services_by_name["ReflectorService"].full_name
 
 
 def build_workers(infra: Infra) -> list[Worker]:
@@ -69,13 +67,7 @@ def component(infra: Infra) -> Component:
     service = ReflectorService(queue, store, infra.clock, infra.events, harness)
     return Component(
         name=NAME,
-        registrations=[
-            Registration(
-                SERVICE_NAME,
-                reflector_service_pb2_grpc.add_ReflectorServiceServicer_to_server,
-                ReflectorServicer(service),
-            )
-        ],
+        registrations=[Registration.of(ReflectorServicer(service))],
         service=service,
         background=[lambda: harness.run_forever(infra.listen_dsn)],
         passes=[

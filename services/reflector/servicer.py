@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.enum_maps import enum_to_pb
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.errors import InvalidArgument
-from libs.common.protoconv import timestamp
+from libs.common.field_copy import to_pb
 from libs.common.rpctypes import ServicerContext
 from services.reflector import erasure as _erasure
 from services.reflector.domain import DOMAIN, WorkerStatus
@@ -26,45 +26,28 @@ _STATE = {
     "retrying": pb.REFLECTION_STATE_RETRYING,
     "dead_lettered": pb.REFLECTION_STATE_DEAD_LETTERED,
 }
-_STATUS = {
-    WorkerStatus.WROTE: pb.WORKER_STATUS_WROTE,
-    WorkerStatus.NOTHING: pb.WORKER_STATUS_NOTHING,
-    WorkerStatus.SKIPPED: pb.WORKER_STATUS_SKIPPED,
-    WorkerStatus.FAILED: pb.WORKER_STATUS_FAILED,
-    WorkerStatus.RETRYING: pb.WORKER_STATUS_RETRYING,
-}
+_STATUS = enum_to_pb(WorkerStatus, pb.WorkerStatus, "WORKER_STATUS")
 
 
 def reflection_to_pb(r: ReflectionRecord) -> pb.Reflection:
-    return pb.Reflection(
-        turn_id=r.turn_id,
-        company=r.company,
-        seat=r.seat,
+    return to_pb(
+        pb.Reflection,
+        r,
+        "turn_id company seat gate submit_time complete_time attempts reason next_attempt_time",
         state=_STATE.get(r.state, pb.REFLECTION_STATE_UNSPECIFIED),
-        gate=r.gate or "",
         workers=[
-            pb.WorkerOutcome(
-                worker=w.worker,
-                status=_STATUS[w.status],
-                gate=w.gate,
-                failure=w.failure,
-                written=w.written,
-                detail=w.detail,
-                duration_ms=w.duration_ms,
-            )
+            to_pb(pb.WorkerOutcome, w, "worker gate failure written detail duration_ms", status=_STATUS[w.status])
             for w in r.workers
         ],
-        submit_time=timestamp(r.submit_time),
-        complete_time=timestamp(r.complete_time),
-        attempts=r.attempts,
-        reason=r.reason or "",
-        next_attempt_time=timestamp(r.next_attempt_time),
     )
 
 
-class ReflectorServicer(pb_grpc.ReflectorServiceServicer):
+class ReflectorServicer(ErasureRpcs, pb_grpc.ReflectorServiceServicer):
     def __init__(self, service: ReflectorService):
         self._service = service
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: service.store.pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     async def SubmitTurn(self, request: pb.SubmitTurnRequest, context: ServicerContext) -> pb.SubmitTurnResponse:
         if not request.HasField("turn"):
@@ -89,14 +72,3 @@ class ReflectorServicer(pb_grpc.ReflectorServiceServicer):
         return pb.ListReflectionsResponse(
             reflections=[reflection_to_pb(r) for r in records], next_page_token=token, total_size=total
         )
-
-    # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._service.store.pool, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._service.store.pool, target)))

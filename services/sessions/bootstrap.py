@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentlearn.sessions.v1 import session_service_pb2, session_service_pb2_grpc
 from libs.common.auxmodel import OfflineRules
 from libs.common.clients import Clients
 from libs.common.component import Component
@@ -26,7 +25,6 @@ from services.sessions.writes import Writer
 
 NAME = "sessions"
 MIGRATIONS = Migrations("sessions", Path(__file__).parent / "migrations")
-SERVICE_NAME = session_service_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name
 
 
 @dataclass
@@ -60,13 +58,7 @@ def component(infra: Infra) -> Component:
     sessions = build(infra)
     return Component(
         name=NAME,
-        registrations=[
-            Registration(
-                SERVICE_NAME,
-                session_service_pb2_grpc.add_SessionServiceServicer_to_server,
-                SessionServicer(sessions.service, infra.pool),
-            )
-        ],
+        registrations=[Registration.of(SessionServicer(sessions.service, infra.pool))],
         service=sessions,
         background=[lambda: sessions.worker.run_forever(infra.listen_dsn)],
         http_routes=http.routes(sessions.service),

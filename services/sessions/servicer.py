@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC
+from typing import Protocol
 
 import asyncpg
 
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
+from libs.common.enum_maps import enum_to_pb
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.errors import InvalidArgument
+from libs.common.field_copy import enum_from_pb, to_pb
 from libs.common.protoconv import timestamp, when
 from libs.common.rpctypes import ServicerContext
 from services.sessions import erasure as _erasure
@@ -36,108 +38,44 @@ from services.sessions.writes import lesson_provenance
 
 __all__ = ["SessionServicer", "check_to_pb"]
 
-_KIND = {
-    pb.EVENT_KIND_USER_MESSAGE: EventKind.USER_MESSAGE,
-    pb.EVENT_KIND_ASSISTANT_MESSAGE: EventKind.ASSISTANT_MESSAGE,
-    pb.EVENT_KIND_TOOL_REQUEST: EventKind.TOOL_REQUEST,
-    pb.EVENT_KIND_TOOL_RESULT: EventKind.TOOL_RESULT,
-    pb.EVENT_KIND_VERIFICATION: EventKind.VERIFICATION,
-    pb.EVENT_KIND_TURN_END: EventKind.TURN_END,
-}
-_STATUS = {
-    pb.EVENT_STATUS_UNSPECIFIED: EventStatus.UNSPECIFIED,
-    pb.EVENT_STATUS_SUCCEEDED: EventStatus.SUCCEEDED,
-    pb.EVENT_STATUS_FAILED: EventStatus.FAILED,
-}
-_TURN = {
-    pb.TURN_OUTCOME_UNSPECIFIED: TurnOutcome.UNSPECIFIED,
-    pb.TURN_OUTCOME_SUCCEEDED: TurnOutcome.SUCCEEDED,
-    pb.TURN_OUTCOME_FAILED: TurnOutcome.FAILED,
-    pb.TURN_OUTCOME_CANCELLED: TurnOutcome.CANCELLED,
-}
-_STEP = {
-    pb.STEP_STATUS_PROPOSED: StepStatus.PROPOSED,
-    pb.STEP_STATUS_PENDING: StepStatus.PENDING,
-    pb.STEP_STATUS_IN_PROGRESS: StepStatus.IN_PROGRESS,
-    pb.STEP_STATUS_DONE: StepStatus.DONE,
-    pb.STEP_STATUS_SKIPPED: StepStatus.SKIPPED,
-}
-_TRIGGER = {
-    CheckTrigger.PLAN_STEPS_DONE: pb.CHECK_TRIGGER_PLAN_STEPS_DONE,
-    CheckTrigger.PLAN_COMPLETED: pb.CHECK_TRIGGER_PLAN_COMPLETED,
-    CheckTrigger.SUBSTANTIAL_TURN: pb.CHECK_TRIGGER_SUBSTANTIAL_TURN,
-    CheckTrigger.MANUAL: pb.CHECK_TRIGGER_MANUAL,
-}
-_STATE = {
-    CheckState.QUEUED: pb.CHECK_STATE_QUEUED,
-    CheckState.RUNNING: pb.CHECK_STATE_RUNNING,
-    CheckState.COMPLETED: pb.CHECK_STATE_COMPLETED,
-    CheckState.FAILED: pb.CHECK_STATE_FAILED,
-    CheckState.INTERRUPTED: pb.CHECK_STATE_INTERRUPTED,
-}
-_OUTCOME = {
-    None: pb.CHECK_OUTCOME_UNSPECIFIED,
-    CheckOutcome.COMPLETED: pb.CHECK_OUTCOME_COMPLETED,
-    CheckOutcome.COMPLETED_EMPTY: pb.CHECK_OUTCOME_COMPLETED_EMPTY,
-    CheckOutcome.MODEL_ERROR: pb.CHECK_OUTCOME_MODEL_ERROR,
-    CheckOutcome.INVALID_OUTPUT: pb.CHECK_OUTCOME_INVALID_OUTPUT,
-    CheckOutcome.TRUNCATED_OUTPUT: pb.CHECK_OUTCOME_TRUNCATED_OUTPUT,
-    CheckOutcome.MISSING_EVIDENCE: pb.CHECK_OUTCOME_MISSING_EVIDENCE,
-    CheckOutcome.WRITE_FAILED: pb.CHECK_OUTCOME_WRITE_FAILED,
-    CheckOutcome.PERMISSION_REFUSED: pb.CHECK_OUTCOME_PERMISSION_REFUSED,
-    CheckOutcome.INTERRUPTED: pb.CHECK_OUTCOME_INTERRUPTED,
-}
-_OUTPUT = {
-    OutputKind.PROJECT_LESSON: pb.OUTPUT_KIND_PROJECT_LESSON,
-    OutputKind.PERSONAL_FACT: pb.OUTPUT_KIND_PERSONAL_FACT,
-    OutputKind.SKILL_PROPOSAL: pb.OUTPUT_KIND_SKILL_PROPOSAL,
-}
-_DISPOSITION = {Disposition.WRITTEN: pb.OUTPUT_DISPOSITION_WRITTEN, Disposition.REUSED: pb.OUTPUT_DISPOSITION_REUSED}
-_FAILURE = {
-    FailureKind.WRITE_FAILED: pb.FAILURE_KIND_WRITE_FAILED,
-    FailureKind.PERMISSION_REFUSED: pb.FAILURE_KIND_PERMISSION_REFUSED,
-    FailureKind.NOT_INDEXED: pb.FAILURE_KIND_NOT_INDEXED,
-}
+_KIND = enum_from_pb(EventKind, pb.EventKind, "EVENT_KIND")
+_STATUS = enum_from_pb(EventStatus, pb.EventStatus, "EVENT_STATUS")
+_TURN = enum_from_pb(TurnOutcome, pb.TurnOutcome, "TURN_OUTCOME")
+_STEP = enum_from_pb(StepStatus, pb.StepStatus, "STEP_STATUS")
+_TRIGGER = enum_to_pb(CheckTrigger, pb.CheckTrigger, "CHECK_TRIGGER")
+_STATE = enum_to_pb(CheckState, pb.CheckState, "CHECK_STATE")
+_OUTCOME: dict[CheckOutcome | None, pb.CheckOutcome] = {None: pb.CHECK_OUTCOME_UNSPECIFIED}
+_OUTCOME.update(enum_to_pb(CheckOutcome, pb.CheckOutcome, "CHECK_OUTCOME").items())
+_OUTPUT = enum_to_pb(OutputKind, pb.OutputKind, "OUTPUT_KIND")
+_DISPOSITION = enum_to_pb(Disposition, pb.OutputDisposition, "OUTPUT_DISPOSITION")
+_FAILURE = enum_to_pb(FailureKind, pb.FailureKind, "FAILURE_KIND")
 
 
 def check_to_pb(check: LearningCheck) -> pb.LearningCheck:
     """A receipt as the contract carries it: ids, reasons, counts — never evidence."""
-    return pb.LearningCheck(
-        check_id=str(check.id),
-        company=check.company,
-        session_id=check.session_id,
+    return to_pb(
+        pb.LearningCheck,
+        check,
+        "company session_id workspace seat plan_revision turn_id trigger_event_id reason create_time start_time"
+        " finish_time",
+        check_id=check.id,
         user=check.owner,
-        workspace=check.workspace,
-        seat=check.seat,
         trigger=_TRIGGER[check.trigger],
-        plan_revision=check.plan_revision,
-        turn_id=check.turn_id,
-        trigger_event_id=check.trigger_event_id,
         state=_STATE[check.state],
         outcome=_OUTCOME[check.outcome],
-        reason=check.reason,
         outputs=[
-            pb.LearningOutput(
-                kind=_OUTPUT[o.kind],
-                id=o.id,
-                disposition=_DISPOSITION[o.disposition],
-                evidence_ids=list(o.evidence_ids),
+            to_pb(
+                pb.LearningOutput, o, "id evidence_ids", kind=_OUTPUT[o.kind], disposition=_DISPOSITION[o.disposition]
             )
             for o in check.outputs
         ],
-        dropped=[
-            pb.DroppedCandidate(kind=_OUTPUT[d.kind], reason=d.reason, evidence_ids=list(d.evidence_ids))
-            for d in check.dropped
-        ],
+        dropped=[to_pb(pb.DroppedCandidate, d, "reason evidence_ids", kind=_OUTPUT[d.kind]) for d in check.dropped],
         partial_failures=[
-            pb.PartialFailure(kind=_OUTPUT[p.kind], failure=_FAILURE[p.failure], output_id=p.output_id, detail=p.detail)
+            to_pb(pb.PartialFailure, p, "output_id detail", kind=_OUTPUT[p.kind], failure=_FAILURE[p.failure])
             for p in check.partial_failures
         ],
         counts=pb.LearningCounts(**check.counts()),
         evidence=pb.EvidenceSummary(**check.evidence),
-        create_time=timestamp(check.create_time),
-        start_time=timestamp(check.start_time),
-        finish_time=timestamp(check.finish_time),
     )
 
 
@@ -187,18 +125,35 @@ def _step(i: int, s: pb.PlanStep) -> PlanStep:
     return PlanStep(s.id, s.title, _STEP[s.status])
 
 
-class SessionServicer(pb_grpc.SessionServiceServicer):
+class _NamesASession(Protocol):
+    """Every request that acts on one session: its company, its id, and the user who owns it."""
+
+    @property
+    def company(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def user(self) -> str: ...
+
+
+def _session(request: _NamesASession) -> tuple[str, str, str]:
+    """The session a request names, as the use cases take it: company, session id, user."""
+    return request.company, request.session_id, request.user
+
+
+class SessionServicer(ErasureRpcs, pb_grpc.SessionServiceServicer):
     def __init__(self, service: SessionService, pool: asyncpg.Pool):
         self._service = service
-        self._pool = pool  # erasure reads and deletes the service's tables directly
+        # erasure reads and deletes the service's tables directly
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     async def AppendSessionEvents(
         self, request: pb.AppendSessionEventsRequest, context: ServicerContext
     ) -> pb.AppendSessionEventsResponse:
         result = await self._service.append_events(
-            request.company,
-            request.session_id,
-            request.user,
+            *_session(request),
             request.workspace,
             request.seat,
             request.role,
@@ -213,9 +168,7 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     async def SavePlan(self, request: pb.SavePlanRequest, context: ServicerContext) -> pb.SavePlanResponse:
         result = await self._service.save_plan(
-            request.company,
-            request.session_id,
-            request.user,
+            *_session(request),
             request.revision,
             [_step(i, s) for i, s in enumerate(request.steps)],
         )
@@ -230,15 +183,13 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
     async def CheckRecentWork(
         self, request: pb.CheckRecentWorkRequest, context: ServicerContext
     ) -> pb.CheckRecentWorkResponse:
-        check, reused = await self._service.check_recent_work(request.company, request.session_id, request.user)
+        check, reused = await self._service.check_recent_work(*_session(request))
         return pb.CheckRecentWorkResponse(check=check_to_pb(check), reused=reused)
 
     async def ListLearningChecks(
         self, request: pb.ListLearningChecksRequest, context: ServicerContext
     ) -> pb.ListLearningChecksResponse:
-        checks, token = await self._service.list_checks(
-            request.company, request.session_id, request.user, request.page_size, request.page_token
-        )
+        checks, token = await self._service.list_checks(*_session(request), request.page_size, request.page_token)
         return pb.ListLearningChecksResponse(checks=[check_to_pb(c) for c in checks], next_page_token=token)
 
     async def ListSessions(self, request: pb.ListSessionsRequest, context: ServicerContext) -> pb.ListSessionsResponse:
@@ -283,17 +234,8 @@ class SessionServicer(pb_grpc.SessionServiceServicer):
 
     # ------------------------------------------------------------------ erasure (issue 17)
 
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._pool, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
     async def GetLessonProvenance(
         self, request: pb.GetLessonProvenanceRequest, context: ServicerContext
     ) -> pb.GetLessonProvenanceResponse:
         workspace, title, sources = await lesson_provenance(self._service.store, request.company, request.page_id)
         return pb.GetLessonProvenanceResponse(workspace=workspace, title=title, sources=sources)
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._pool, target)))

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import asyncpg
 
-from agentlearn.skills.v1 import skill_service_pb2, skill_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
@@ -22,7 +21,6 @@ from services.skills.store import PostgresProposalStore, PostgresSkillStore
 
 NAME = "skills"
 MIGRATIONS = Migrations("skills", Path(__file__).parent / "migrations")
-SERVICE_NAME = skill_service_pb2.DESCRIPTOR.services_by_name["SkillService"].full_name
 
 
 def build(infra: Infra) -> SkillService:
@@ -45,11 +43,7 @@ def build_proposals(service: SkillService, infra: Infra) -> ProposalService:
 
 
 def registration(service: SkillService, proposals: ProposalService | None, pool: asyncpg.Pool) -> Registration:
-    return Registration(
-        SERVICE_NAME,
-        skill_service_pb2_grpc.add_SkillServiceServicer_to_server,
-        SkillServicer(service, proposals, pool),
-    )
+    return Registration.of(SkillServicer(service, proposals, pool))
 
 
 def pass_specs(service: SkillService, infra: Infra) -> list[PassSpec]:

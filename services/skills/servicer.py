@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncpg
 
+from agentlearn.common.v1.provenance_pb2 import Provenance
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.enum_maps import enum_to_pb
-from libs.common.erasure import report_to_proto as erasure_report
-from libs.common.erasure import target_from_proto as erasure_target
-from libs.common.protoconv import timestamp
+from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
+from libs.common.field_copy import to_pb
 from libs.common.rpctypes import ServicerContext
 from services.skills import erasure as _erasure
 from services.skills.domain import (
@@ -50,59 +50,36 @@ _SKIP = enum_to_pb(ObservationSkip, pb.ObservationSkipReason, "OBSERVATION_SKIP_
 
 
 def skill_to_pb(skill: Skill, now: datetime, *, full: bool = True) -> pb.Skill:
-    return pb.Skill(
-        id=str(skill.id),
-        company=skill.company,
-        seat=skill.seat,
-        name=skill.name,
-        summary=skill.summary,
+    return to_pb(
+        pb.Skill,
+        skill,
+        "id company seat name summary tool_sequence cluster_size source_turn_ids pinned version use_count"
+        " last_used_time last_offered_time state_change_time create_time update_time",
         body=skill.body if full else "",
         body_chars=len(skill.body),
-        tool_sequence=list(skill.tool_sequence),
         trigger=_TRIGGER[skill.trigger],
-        cluster_size=skill.cluster_size,
-        source_turn_ids=list(skill.source_turn_ids),
         state=_STATE[skill.state],
-        pinned=skill.pinned,
-        version=skill.version,
-        use_count=skill.use_count,
-        last_used_time=timestamp(skill.last_used_time),
-        last_offered_time=timestamp(skill.last_offered_time),
-        unused_since_time=timestamp(skill.unused_since),
+        unused_since_time=skill.unused_since,
         days_unused=skill.days_unused(now),
-        state_change_time=timestamp(skill.state_change_time),
-        create_time=timestamp(skill.create_time),
-        update_time=timestamp(skill.update_time),
     )
 
 
 def _version_to_pb(v: SkillVersion) -> pb.SkillVersion:
-    return pb.SkillVersion(
-        skill_id=str(v.skill_id),
-        version=v.version,
-        body=v.body,
+    return to_pb(
+        pb.SkillVersion,
+        v,
+        "skill_id version body reason restored_from_version create_time supersede_time current",
         change=_CHANGE[v.change],
-        reason=v.reason,
-        restored_from_version=v.restored_from_version or 0,
-        create_time=timestamp(v.create_time),
-        supersede_time=timestamp(v.supersede_time),
-        current=v.current,
     )
 
 
 def _health_to_pb(h: LearningHealth) -> pb.LearningHealth:
-    return pb.LearningHealth(
-        company=h.company,
-        seat=h.seat,
-        total_skills=h.total_skills,
-        skills_used_at_least_once=h.skills_used_at_least_once,
-        total_skill_uses=h.total_skill_uses,
-        most_recent_skill_use_time=timestamp(h.most_recent_skill_use),
-        avg_uses_per_skill=h.avg_uses_per_skill,
-        avg_skill_age_days=h.avg_skill_age_days,
-        active_skills=h.active_skills,
-        stale_skills=h.stale_skills,
-        archived_skills=h.archived_skills,
+    return to_pb(
+        pb.LearningHealth,
+        h,
+        "company seat total_skills skills_used_at_least_once total_skill_uses avg_uses_per_skill avg_skill_age_days"
+        " active_skills stale_skills archived_skills",
+        most_recent_skill_use_time=h.most_recent_skill_use,
     )
 
 
@@ -115,36 +92,19 @@ _CHECK = enum_to_pb(DuplicateCheck, pb.DuplicateCheck, "DUPLICATE_CHECK")
 
 
 def proposal_to_pb(p: SkillProposal) -> pb.SkillProposal:
-    return pb.SkillProposal(
-        id=str(p.id),
-        company=p.company,
-        seat=p.seat,
-        name=p.name,
-        summary=p.summary,
-        body=p.body,
-        tool_sequence=list(p.tool_sequence),
+    return to_pb(
+        pb.SkillProposal,
+        p,
+        "id company seat name summary body tool_sequence create_time decide_time decided_by decision_reason skill_id"
+        " provenance",
         origin=_ORIGIN[p.origin],
-        source=pb.ProposalSource(
-            session_id=p.session_id, check_id=p.check_id, evidence_ids=list(p.evidence_ids), turn_id=p.turn_id
-        ),
+        source=to_pb(pb.ProposalSource, p, "session_id check_id evidence_ids turn_id"),
         state=_P_STATE[p.state],
-        create_time=timestamp(p.create_time),
-        decide_time=timestamp(p.decide_time),
-        decided_by=p.decided_by,
-        decision_reason=p.decision_reason,
-        skill_id=str(p.skill_id) if p.skill_id else "",
-        provenance=p.provenance,
     )
 
 
 def _match_to_pb(m: ProposalMatch) -> pb.ProposalMatch:
-    return pb.ProposalMatch(
-        check=_CHECK[m.check],
-        skill_id=str(m.skill_id) if m.skill_id else "",
-        proposal_id=str(m.proposal_id) if m.proposal_id else "",
-        name=m.name,
-        similarity=m.similarity,
-    )
+    return to_pb(pb.ProposalMatch, m, "skill_id proposal_id name similarity", check=_CHECK[m.check])
 
 
 class _NamesOneSkill(Protocol):
@@ -160,13 +120,33 @@ class _NamesOneSkill(Protocol):
     def skill_name(self) -> str: ...
 
 
-class SkillServicer(pb_grpc.SkillServiceServicer):
+def _drafted(request: pb.CreateSkillRequest | pb.ProposeSkillRequest) -> dict[str, Any]:
+    """The skill a create or a proposal drafts, as the use cases take it: name, summary, body, tools."""
+    return {
+        "name": request.name,
+        "summary": request.summary,
+        "body": request.body,
+        "tool_sequence": list(request.tool_sequence),
+    }
+
+
+def _provenance(
+    request: pb.CreateSkillRequest | pb.RefineSkillRequest | pb.AppendSkillObservationRequest | pb.ProposeSkillRequest,
+) -> Provenance | None:
+    """The request's provenance (issue 17), None when it sent none."""
+    return request.provenance if request.HasField("provenance") else None
+
+
+class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
     def __init__(self, service: SkillService, proposals: ProposalService | None, pool: asyncpg.Pool):
         """``pool``: the erasure and provenance RPCs read and erase across the skills' tables in one
         transaction of their own, beside the use cases' store port."""
         self._service = service
         self._proposals = proposals
         self._pool = pool
+        self._erasure_calls = pool_erasure(
+            _erasure, lambda: pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+        )
 
     def _now(self) -> datetime:
         return self._service.clock.now()
@@ -195,15 +175,12 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         skill = await self._service.create(
             request.company,
             request.seat,
-            name=request.name,
-            summary=request.summary,
-            body=request.body,
-            tool_sequence=list(request.tool_sequence),
+            **_drafted(request),
             trigger=_TRIGGER_FROM_PB[request.trigger],  # required and defined: the contract's
             cluster_size=request.cluster_size,
             source_turn_ids=list(request.source_turn_ids),
             archived_are_learned=True,
-            provenance=request.provenance if request.HasField("provenance") else None,
+            provenance=_provenance(request),
         )
         return pb.CreateSkillResponse(skill=skill_to_pb(skill, self._now()))
 
@@ -256,7 +233,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             request.reason,
             request.turn_id,
             request.request_id,
-            request.provenance if request.HasField("provenance") else None,
+            _provenance(request),
         )
         return pb.RefineSkillResponse(skill=skill_to_pb(skill, self._now()))
 
@@ -269,7 +246,7 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
             request.observation,
             request.turn_id,
             request.request_id,
-            request.provenance if request.HasField("provenance") else None,
+            _provenance(request),
         )
         return pb.AppendSkillObservationResponse(
             skill=skill_to_pb(result.skill, self._now()),
@@ -334,17 +311,14 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         result = await self._props().propose(
             request.company,
             request.seat,
-            name=request.name,
-            summary=request.summary,
-            body=request.body,
-            tool_sequence=list(request.tool_sequence),
+            **_drafted(request),
             origin=_ORIGIN_FROM_PB[request.origin],  # required and defined: the contract's
             session_id=request.source.session_id,
             check_id=request.source.check_id,
             evidence_ids=list(request.source.evidence_ids),
             turn_id=request.source.turn_id,
             request_id=request.request_id,
-            provenance=request.provenance if request.HasField("provenance") else None,
+            provenance=_provenance(request),
         )
         return pb.ProposeSkillResponse(
             disposition=_DISPOSITION[result.disposition],
@@ -378,15 +352,6 @@ class SkillServicer(pb_grpc.SkillServiceServicer):
         return pb.RejectSkillProposalResponse(proposal=proposal_to_pb(proposal))
 
     # ------------------------------------------------------------------ erasure (issue 17)
-
-    async def EraseRows(self, request: pb.EraseRowsRequest, context: ServicerContext) -> pb.EraseRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        report = await _erasure.erase(self._pool, target, self._service.clock.now())
-        return pb.EraseRowsResponse(report=erasure_report(report))
-
-    async def FindRows(self, request: pb.FindRowsRequest, context: ServicerContext) -> pb.FindRowsResponse:
-        target = erasure_target(request.target, domain=_ERASURE_DOMAIN)
-        return pb.FindRowsResponse(report=erasure_report(await _erasure.find(self._pool, target)))
 
     async def GetSkillProvenance(
         self, request: pb.GetSkillProvenanceRequest, context: ServicerContext

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentlearn.telemetry.v1 import telemetry_service_pb2, telemetry_service_pb2_grpc
 from libs.common.component import Component
 from libs.common.db import Migrations
 from libs.common.grpcserver import Registration
@@ -16,7 +15,6 @@ from services.telemetry.store import PostgresEventReader
 
 NAME = "telemetry"
 MIGRATIONS = Migrations("telemetry", Path(__file__).parent / "migrations")
-SERVICE_NAME = telemetry_service_pb2.DESCRIPTOR.services_by_name["TelemetryService"].full_name
 
 
 def build(infra: Infra) -> TelemetryService:
@@ -27,12 +25,6 @@ def component(infra: Infra) -> Component:
     service = build(infra)
     return Component(
         name=NAME,
-        registrations=[
-            Registration(
-                SERVICE_NAME,
-                telemetry_service_pb2_grpc.add_TelemetryServiceServicer_to_server,
-                TelemetryServicer(service),
-            )
-        ],
+        registrations=[Registration.of(TelemetryServicer(service))],
         service=service,
     )

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_DAYS",
     "DOMAIN",
     "MAX_RANGE",
-    "BlockDay",
+    "BlockTotal",
+    "Day",
     "Event",
-    "PurposeDay",
+    "PurposeTotal",
     "SeatActivity",
     "Window",
     "day_start",
@@ -49,8 +52,9 @@ class Window:
 
 
 @dataclass(frozen=True)
-class BlockDay:
-    day: datetime
+class BlockTotal:
+    """A prefetch block's turns and hits over a span: one day, or the whole window."""
+
     block: str
     turns: int
     hits: int
@@ -61,12 +65,21 @@ class BlockDay:
 
 
 @dataclass(frozen=True)
-class PurposeDay:
-    day: datetime
+class PurposeTotal:
+    """An auxiliary purpose's calls and tokens over a span: one day, or the whole window."""
+
     purpose: str
     calls: int
     prompt_tokens: int
     completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Day(Generic[T]):
+    """One day's counts (a day's row and the window's total are the same counts over other spans)."""
+
+    day: datetime
+    counts: T
 
 
 @dataclass(frozen=True)

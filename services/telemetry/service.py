@@ -3,10 +3,10 @@ derived from the per-day rows. The store answers; this decides what is asked."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import fields, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from libs.common.auth import current_principal
 from libs.common.clock import Clock
@@ -27,35 +27,36 @@ from services.telemetry.domain import (
     MAX_RANGE,
     SEATS_PAGE_DEFAULT,
     SEATS_PAGE_MAX,
-    BlockDay,
+    BlockTotal,
+    Day,
     Event,
-    PurposeDay,
+    PurposeTotal,
     SeatActivity,
     Window,
     day_start,
 )
 from services.telemetry.store import PostgresEventReader
 
-__all__ = ["BlockTotal", "PurposeTotal", "TelemetryService"]
+__all__ = ["BlockTotal", "PurposeTotal", "TelemetryService"]  # the totals' types, kept importable here
 
 
-@dataclass(frozen=True)
-class BlockTotal:
-    block: str
-    turns: int
-    hits: int
-
-    @property
-    def rate(self) -> float:
-        return self.hits / self.turns if self.turns else 0.0
+C = TypeVar("C", BlockTotal, PurposeTotal)
 
 
-@dataclass(frozen=True)
-class PurposeTotal:
-    purpose: str
-    calls: int
-    prompt_tokens: int
-    completion_tokens: int
+def _sum(a: C, b: C, key: str) -> C:
+    """``a`` with each count (every field but the ``key``) added to ``b``'s."""
+    return replace(a, **{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(a) if f.name != key})
+
+
+def _add_up(days: Sequence[Day[C]], key: str) -> dict[str, C]:
+    """The window's totals by ``key`` (block or purpose): each count summed over the days (an event
+    lies in one day, so the days' counts add up to the window's)."""
+    totals: dict[str, C] = {}
+    for d in days:
+        name = getattr(d.counts, key)
+        seen = totals.get(name)
+        totals[name] = d.counts if seen is None else _sum(seen, d.counts, key)
+    return totals
 
 
 class TelemetryService:
@@ -108,31 +109,31 @@ class TelemetryService:
 
     async def hit_rates(
         self, company: str, seat: str, start: datetime | None, end: datetime | None
-    ) -> tuple[list[BlockDay], list[BlockTotal], Window]:
-        company, seat_or_none = self._company(company), self._seat(seat)
-        window = self.window(start, end)
-        days = await self.store.hit_rates(company, seat_or_none, window.start, window.end)
-        totals: dict[str, list[int]] = {}
-        for d in days:
-            t = totals.setdefault(d.block, [0, 0])
-            t[0] += d.turns  # an event lies in one day: the days' turns add up to the window's
-            t[1] += d.hits
-        return days, [BlockTotal(b, t[0], t[1]) for b, t in sorted(totals.items())], window
+    ) -> tuple[list[Day[BlockTotal]], list[BlockTotal], Window]:
+        days, window = await self._days(self.store.hit_rates, company, seat, start, end)
+        return days, [t for _, t in sorted(_add_up(days, "block").items())], window
 
     async def spend(
         self, company: str, seat: str, start: datetime | None, end: datetime | None
-    ) -> tuple[list[PurposeDay], list[PurposeTotal], Window]:
+    ) -> tuple[list[Day[PurposeTotal]], list[PurposeTotal], Window]:
+        days, window = await self._days(self.store.spend, company, seat, start, end)
+        ordered = sorted(
+            _add_up(days, "purpose").values(), key=lambda t: (-(t.prompt_tokens + t.completion_tokens), t.purpose)
+        )
+        return days, ordered, window
+
+    async def _days(
+        self,
+        read: Callable[[str, str | None, datetime, datetime], Awaitable[list[Day[C]]]],
+        company: str,
+        seat: str,
+        start: datetime | None,
+        end: datetime | None,
+    ) -> tuple[list[Day[C]], Window]:
+        """The per-day rows ``read`` answers for the company (or seat) over the asked window."""
         company, seat_or_none = self._company(company), self._seat(seat)
         window = self.window(start, end)
-        days = await self.store.spend(company, seat_or_none, window.start, window.end)
-        totals: dict[str, list[int]] = {}
-        for d in days:
-            t = totals.setdefault(d.purpose, [0, 0, 0])
-            t[0] += d.calls
-            t[1] += d.prompt_tokens
-            t[2] += d.completion_tokens
-        ordered = sorted(totals.items(), key=lambda kv: (-(kv[1][1] + kv[1][2]), kv[0]))
-        return days, [PurposeTotal(p, *t) for p, t in ordered], window
+        return await read(company, seat_or_none, window.start, window.end), window
 
     # ---------------------------------------------------------------- listings
 

@@ -21,9 +21,10 @@ from services.telemetry.domain import (
     AUXILIARY_SPEND,
     PREFETCH_SUMMARY,
     TURN_COMPLETED,
-    BlockDay,
+    BlockTotal,
+    Day,
     Event,
-    PurposeDay,
+    PurposeTotal,
     SeatActivity,
 )
 
@@ -117,14 +118,15 @@ class PostgresEventReader:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
 
-    async def hit_rates(self, company: str, seat: str | None, start: datetime, end: datetime) -> list[BlockDay]:
+    async def hit_rates(self, company: str, seat: str | None, start: datetime, end: datetime) -> list[Day[BlockTotal]]:
         rows = await self.pool.fetch(SQL["hit_rates"], company, seat, start, end)
-        return [BlockDay(r["day"], r["block"], r["turns"], r["hits"]) for r in rows]
+        return [Day(r["day"], BlockTotal(r["block"], r["turns"], r["hits"])) for r in rows]
 
-    async def spend(self, company: str, seat: str | None, start: datetime, end: datetime) -> list[PurposeDay]:
+    async def spend(self, company: str, seat: str | None, start: datetime, end: datetime) -> list[Day[PurposeTotal]]:
         rows = await self.pool.fetch(SQL["spend"], company, seat, start, end)
         return [
-            PurposeDay(r["day"], r["purpose"], r["calls"], r["prompt_tokens"], r["completion_tokens"]) for r in rows
+            Day(r["day"], PurposeTotal(r["purpose"], r["calls"], r["prompt_tokens"], r["completion_tokens"]))
+            for r in rows
         ]
 
     async def seats(
