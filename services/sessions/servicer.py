@@ -8,6 +8,7 @@ import asyncpg
 
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
+from libs.common import outcomes
 from libs.common.erasure import report_to_proto as erasure_report
 from libs.common.erasure import target_from_proto as erasure_target
 from libs.common.errors import InvalidArgument
@@ -28,7 +29,6 @@ from services.sessions.domain import (
     OutputKind,
     PlanStep,
     StepStatus,
-    TurnOutcome,
 )
 from services.sessions.domain import DOMAIN as _ERASURE_DOMAIN
 from services.sessions.service import SessionService
@@ -49,12 +49,7 @@ _STATUS = {
     pb.EVENT_STATUS_SUCCEEDED: EventStatus.SUCCEEDED,
     pb.EVENT_STATUS_FAILED: EventStatus.FAILED,
 }
-_TURN = {
-    pb.TURN_OUTCOME_UNSPECIFIED: TurnOutcome.UNSPECIFIED,
-    pb.TURN_OUTCOME_SUCCEEDED: TurnOutcome.SUCCEEDED,
-    pb.TURN_OUTCOME_FAILED: TurnOutcome.FAILED,
-    pb.TURN_OUTCOME_CANCELLED: TurnOutcome.CANCELLED,
-}
+_TURN = outcomes.PROTO_VALUES["sessions"]
 _STEP = {
     pb.STEP_STATUS_PROPOSED: StepStatus.PROPOSED,
     pb.STEP_STATUS_PENDING: StepStatus.PENDING,
