@@ -12,6 +12,8 @@ import grpc
 import pytest
 
 from agentlearn.sessions.v1 import session_service_pb2 as pb
+from libs.common.outcomes import TurnOutcome
+from services.sessions.domain import EventKind
 from tests.support.sessions import (
     assistant,
     info,
@@ -181,6 +183,33 @@ async def test_failed_or_cancelled_turns_trigger_nothing(env, clock):
         "s2", *results("r", 10, t), turn_end("end", t + timedelta(minutes=5), outcome=pb.TURN_OUTCOME_CANCELLED)
     )
     assert list(failed.queued_checks) == list(cancelled.queued_checks) == []
+
+
+async def test_a_turn_end_keeps_the_sessions_word_in_its_row_and_reads_back_as_the_common_outcome(env, clock, dsn):
+    """The domain's outcome is libs.common.outcomes.TurnOutcome (issue 13); the column still holds
+    the sessions contract's word ('succeeded', not 'done'), so rows written before read the same."""
+    t = clock.now()
+    words = {
+        pb.TURN_OUTCOME_SUCCEEDED: "succeeded",
+        pb.TURN_OUTCOME_FAILED: "failed",
+        pb.TURN_OUTCOME_CANCELLED: "cancelled",
+    }
+    for n, outcome in enumerate(words):
+        await env.append(f"o{n}", user("u", "go", t), turn_end("end", t + timedelta(seconds=5), outcome=outcome))
+    conn = await asyncpg.connect(dsn)
+    try:
+        stored = await conn.fetch(
+            "SELECT session_id, turn_outcome FROM session_events WHERE kind = 'turn_end' AND session_id LIKE 'o%'"
+        )
+    finally:
+        await conn.close()
+    assert {r["session_id"]: r["turn_outcome"] for r in stored} == {f"o{n}": w for n, w in enumerate(words.values())}
+    store = env.sessions.worker.store
+    read = {}
+    for n in range(len(words)):
+        events, _ = await store.latest("acme", f"o{n}", [EventKind.TURN_END], 10, 10)
+        read[f"o{n}"] = events[0].turn_outcome
+    assert read == {"o0": TurnOutcome.DONE, "o1": TurnOutcome.FAILED, "o2": TurnOutcome.CANCELLED}
 
 
 async def test_work_a_check_covered_during_the_turn_is_excluded_and_later_work_triggers_again(env, clock):

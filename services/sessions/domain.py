@@ -13,6 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from libs.common.outcomes import TurnOutcome
+
 __all__ = [
     "CLAIM_LABELS",
     "DOMAIN",
@@ -80,13 +82,6 @@ class EventStatus(StrEnum):
     UNSPECIFIED = "unspecified"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-
-
-class TurnOutcome(StrEnum):
-    UNSPECIFIED = "unspecified"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
 
 
 class StepStatus(StrEnum):

@@ -275,7 +275,7 @@ class SessionService:
             stored = await tx.insert_events(fresh, now)
             queued = []
             for e in stored:
-                if e.kind is EventKind.TURN_END and e.turn_outcome is TurnOutcome.SUCCEEDED:
+                if e.kind is EventKind.TURN_END and e.turn_outcome is TurnOutcome.DONE:
                     check = await self._turn_end(tx, e)
                     if check is not None:
                         queued.append(check)

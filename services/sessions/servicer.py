@@ -9,6 +9,7 @@ import asyncpg
 
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
+from libs.common import outcomes
 from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
 from libs.common.errors import InvalidArgument
@@ -30,7 +31,6 @@ from services.sessions.domain import (
     OutputKind,
     PlanStep,
     StepStatus,
-    TurnOutcome,
 )
 from services.sessions.domain import DOMAIN as _ERASURE_DOMAIN
 from services.sessions.service import SessionService
@@ -40,7 +40,7 @@ __all__ = ["SessionServicer", "check_to_pb"]
 
 _KIND = enum_from_pb(EventKind, pb.EventKind, "EVENT_KIND")
 _STATUS = enum_from_pb(EventStatus, pb.EventStatus, "EVENT_STATUS")
-_TURN = enum_from_pb(TurnOutcome, pb.TurnOutcome, "TURN_OUTCOME")
+_TURN = outcomes.PROTO_VALUES["sessions"]
 _STEP = enum_from_pb(StepStatus, pb.StepStatus, "STEP_STATUS")
 _TRIGGER = enum_to_pb(CheckTrigger, pb.CheckTrigger, "CHECK_TRIGGER")
 _STATE = enum_to_pb(CheckState, pb.CheckState, "CHECK_STATE")

@@ -18,6 +18,8 @@ from typing import Any
 
 import asyncpg
 
+from agentlearn.sessions.v1 import session_service_pb2 as sessions_pb
+from libs.common.outcomes import from_proto, to_proto
 from libs.common.rows import RowReader
 from services.sessions.domain import (
     CheckOutcome,
@@ -177,13 +179,23 @@ SQL = {
 }
 
 
+def _outcome_text(outcome: TurnOutcome) -> str:
+    """The column keeps the sessions contract's word for an outcome (``succeeded``, where the common
+    enum says ``done``): the rows written before the outcome was defined once read the same."""
+    return sessions_pb.TurnOutcome.Name(to_proto("sessions", outcome)).removeprefix("TURN_OUTCOME_").lower()
+
+
+def _stored_outcome(text: str) -> TurnOutcome:
+    return from_proto("sessions", sessions_pb.TurnOutcome.Value(f"TURN_OUTCOME_{text.upper()}"))
+
+
 _READ_SESSION = RowReader(Session, {"last_seq": int, "plan_revision": int})
 _READ_EVENT = RowReader(
     Event,
     {
         "kind": EventKind,
         "status": EventStatus,
-        "turn_outcome": TurnOutcome,
+        "turn_outcome": _stored_outcome,
         "remember": bool,
         "seq": int,
     },
@@ -268,7 +280,7 @@ class SessionTx:
                 e.tool_name,
                 e.source,
                 str(e.status),
-                str(e.turn_outcome),
+                _outcome_text(e.turn_outcome),
                 e.remember,
                 now,
             )

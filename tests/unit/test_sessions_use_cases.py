@@ -36,7 +36,7 @@ def _msg(event_id: str, text: str = "hello") -> Event:
     return Event(event_id, EventKind.USER_MESSAGE, text, T0)
 
 
-def _turn(turn_id: str, tools: int, minutes: float, outcome: TurnOutcome = TurnOutcome.SUCCEEDED) -> list[Event]:
+def _turn(turn_id: str, tools: int, minutes: float, outcome: TurnOutcome = TurnOutcome.DONE) -> list[Event]:
     """A turn of ``tools`` tool results over ``minutes``, then its end."""
     events = [Event(f"{turn_id}-ask", EventKind.USER_MESSAGE, "do it", T0, turn_id=turn_id)]
     events += [Event(f"{turn_id}-r{i}", EventKind.TOOL_RESULT, "ok", T0, turn_id=turn_id) for i in range(tools)]
@@ -95,7 +95,7 @@ async def test_a_substantial_successful_turn_queues_one_check_and_its_job() -> N
 
 @pytest.mark.parametrize(
     ("tools", "minutes", "outcome"),
-    [(5, 1, TurnOutcome.SUCCEEDED), (0, 5, TurnOutcome.SUCCEEDED), (6, 3, TurnOutcome.FAILED)],
+    [(5, 1, TurnOutcome.DONE), (0, 5, TurnOutcome.DONE), (6, 3, TurnOutcome.FAILED)],
     ids=["few-tools-and-short", "long-but-no-result", "failed"],
 )
 async def test_a_turn_short_of_the_rule_or_unsuccessful_queues_nothing(
