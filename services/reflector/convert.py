@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
+from libs.common import outcomes
 from libs.common.field_copy import enum_from_pb, from_pb
-from services.reflector.domain import Interaction, OfferedSkill, Outcome, Sender, Trigger, Turn
+from services.reflector.domain import Interaction, OfferedSkill, Sender, Trigger, Turn
 
 __all__ = ["OUTCOME", "TRIGGER", "turn_from_pb"]
 
-OUTCOME = enum_from_pb(Outcome, pb.TurnOutcome, "TURN_OUTCOME")
+OUTCOME = outcomes.PROTO_VALUES["reflector"]
 TRIGGER = {pb.TRIGGER_KIND_UNSPECIFIED: Trigger.MESSAGE, **enum_from_pb(Trigger, pb.TriggerKind, "TRIGGER_KIND")}
 _SENDER_FIELDS = "handle external_id platform display_name"
 

@@ -19,7 +19,6 @@ __all__ = [
     "IllegalTransition",
     "Interaction",
     "OfferedSkill",
-    "Outcome",
     "ReflectionState",
     "Sender",
     "Trigger",
@@ -87,12 +86,6 @@ outcome: running it again would get the same answer."""
 def failure_kind_of(failure: str) -> str:
     """The kind of a recorded failure (``"<kind>: <message>"``)."""
     return failure.split(":", 1)[0].strip()
-
-
-Outcome = TurnOutcome
-"""How a turn ended: the one enum, ``libs.common.outcomes.TurnOutcome`` (issue 13). The name stays
-for the callers that import it from here (``convert``); a turn the reflector reads carries DONE,
-FAILED, SELF_ITERATE or SKIPPED (its proto enum has no CANCELLED)."""
 
 
 class ReflectionState(StrEnum):

@@ -10,7 +10,6 @@ from agentlearn.episodes.v1 import episode_service_pb2 as episodes_pb
 from agentlearn.reflector.v1 import reflector_service_pb2 as reflector_pb
 from agentlearn.sessions.v1 import session_service_pb2 as sessions_pb
 from libs.common.outcomes import PROTO_VALUES, TurnOutcome, from_proto, to_proto
-from services.reflector.domain import Outcome
 
 ENUMS = {
     "common": turn_pb2.TurnOutcome,
@@ -48,7 +47,3 @@ def test_a_value_an_enum_cannot_say_is_refused_not_guessed() -> None:
         to_proto("episodes", TurnOutcome.CANCELLED)
     with pytest.raises(ValueError):
         from_proto("reflector", 99)
-
-
-def test_the_reflectors_domain_outcomes_are_common_outcomes() -> None:
-    assert {str(o) for o in Outcome} <= {str(o) for o in TurnOutcome}

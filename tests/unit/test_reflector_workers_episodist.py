@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
-from services.reflector.domain import Outcome, WorkerStatus
+from libs.common.outcomes import TurnOutcome
+from services.reflector.domain import WorkerStatus
 from services.reflector.workers.episodist import Episodist
 from tests.unit.fakes.reflector import make_turn, worker_harness
 
 
 async def test_a_turn_is_recorded_once_with_its_outcome_and_a_label_without_the_run_id() -> None:
-    turn = make_turn(said="deploy it", outcome=Outcome.FAILED, tools=("git", "ci"), label="cron run-1 nightly")
+    turn = make_turn(said="deploy it", outcome=TurnOutcome.FAILED, tools=("git", "ci"), label="cron run-1 nightly")
     h = worker_harness(turn.end_time)
     out = await Episodist().run(turn, h.ctx)
     [request] = h.episodes.calls

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.config import Settings
-from services.reflector.domain import Outcome, WorkerStatus
+from libs.common.outcomes import TurnOutcome
+from services.reflector.domain import WorkerStatus
 from services.reflector.workers.persist_decider import PersistDecider
 from tests.unit.fakes.reflector import make_turn, worker_harness
 
@@ -72,6 +73,6 @@ async def test_a_note_past_the_diary_limit_is_skipped_not_trimmed() -> None:
 
 def test_the_gates_close_on_unsettled_and_self_persisted_turns() -> None:
     decider = PersistDecider()
-    assert decider.gate(make_turn(said="x", outcome=Outcome.SELF_ITERATE)) == "unsettled"
+    assert decider.gate(make_turn(said="x", outcome=TurnOutcome.SELF_ITERATE)) == "unsettled"
     assert decider.gate(make_turn(said="x", self_persisted=True)) == "self_persisted"
-    assert decider.gate(make_turn(said="x", outcome=Outcome.FAILED)) is None
+    assert decider.gate(make_turn(said="x", outcome=TurnOutcome.FAILED)) is None

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
-from services.reflector.domain import OfferedSkill, Outcome, WorkerStatus
+from libs.common.outcomes import TurnOutcome
+from services.reflector.domain import OfferedSkill, WorkerStatus
 from services.reflector.workers.base import EpisodePending, failure_kind
 from services.reflector.workers.episodist import Episodist
 from services.reflector.workers.refiner import Refiner
@@ -57,7 +58,7 @@ async def test_a_full_catalogue_is_skipped() -> None:
 
 
 async def test_a_failed_turn_is_declined_by_the_offline_rules() -> None:
-    turn = make_turn(said="triage", tools=TOOLS, outcome=Outcome.FAILED)
+    turn = make_turn(said="triage", tools=TOOLS, outcome=TurnOutcome.FAILED)
     h = worker_harness(turn.end_time)
     out = await Synthesizer(min_tool_calls=3).run(turn, h.ctx)
     assert out.status is WorkerStatus.NOTHING and out.detail.startswith("declined")
@@ -89,7 +90,7 @@ async def test_a_draft_whose_name_another_turn_took_is_dropped_not_stamped() -> 
 
 def test_the_synthesizer_gates_on_settled_turns_and_run_length() -> None:
     synth = Synthesizer(min_tool_calls=3)
-    assert synth.gate(make_turn(tools=TOOLS, outcome=Outcome.SELF_ITERATE)) == "unsettled"
+    assert synth.gate(make_turn(tools=TOOLS, outcome=TurnOutcome.SELF_ITERATE)) == "unsettled"
     assert synth.gate(make_turn(tools=TOOLS[:2])) == "below_min_tool_calls"
     assert synth.gate(make_turn(tools=("t",) * 501)) == "tool_run_too_long"
 
@@ -98,7 +99,7 @@ async def test_a_failure_running_a_skills_tools_is_appended_as_a_counter_example
     h = worker_harness(make_turn().end_time)
     skill = h.skills.seed("acme", "agent-1", "ticket-triage", list(TOOLS))
     turn = make_turn(
-        said="triage", tools=TOOLS[:2], outcome=Outcome.FAILED, offered=(OfferedSkill(skill.id, skill.name),)
+        said="triage", tools=TOOLS[:2], outcome=TurnOutcome.FAILED, offered=(OfferedSkill(skill.id, skill.name),)
     )
     out = await Refiner(on_success=True, on_failure=True).run(turn, h.ctx)
     assert out.status is WorkerStatus.WROTE and out.detail == "ticket-triage"
@@ -128,7 +129,7 @@ async def test_a_success_within_the_skills_own_tools_teaches_nothing() -> None:
 def test_the_refiner_gates_follow_its_switches() -> None:
     offered = (OfferedSkill("s1", "n"),)
     assert Refiner(on_success=False, on_failure=True).gate(make_turn(offered=offered)) == "auto_refine_on_success_off"
-    failed = make_turn(offered=offered, outcome=Outcome.FAILED)
+    failed = make_turn(offered=offered, outcome=TurnOutcome.FAILED)
     assert Refiner(on_success=True, on_failure=False).gate(failed) == "auto_refine_on_failure_off"
     assert Refiner(on_success=True, on_failure=True).gate(make_turn()) == "no_skills_used"
 
