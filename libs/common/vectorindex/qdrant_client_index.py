@@ -15,8 +15,8 @@ from libs.common.vectorindex._port import (
     IndexHit,
     IndexPoint,
     IndexUnavailable,
-    ScopedSearch,
     SearchScope,
+    VectorIndex,
     page_after,
     point_payload,
 )
@@ -26,7 +26,7 @@ __all__ = ["QdrantClientIndex"]
 T = TypeVar("T")
 
 
-class QdrantClientIndex(ScopedSearch):
+class QdrantClientIndex(VectorIndex):
     name = "qdrant"
 
     def __init__(self, client: AsyncQdrantClient, *, timeout: float = 5.0):

@@ -20,8 +20,8 @@ from libs.common.vectorindex._port import (
     IndexHit,
     IndexPoint,
     IndexUnavailable,
-    ScopedSearch,
     SearchScope,
+    VectorIndex,
     page_after,
     point_payload,
 )
@@ -34,7 +34,7 @@ __all__ = ["QdrantEdgeIndex"]
 T = TypeVar("T")
 
 
-class QdrantEdgeIndex(ScopedSearch):
+class QdrantEdgeIndex(VectorIndex):
     name = "qdrant-edge"
 
     def __init__(self, root: Path):
