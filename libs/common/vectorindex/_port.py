@@ -70,12 +70,6 @@ def point_payload(point: IndexPoint) -> dict[str, Any]:
     }
 
 
-def page_after(ids: Sequence[uuid.UUID], after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
-    """A page of ``point_ids`` from a scroll that starts at ``after`` inclusive (the adapters ask
-    for ``limit + 1`` and drop ``after`` itself)."""
-    return [i for i in ids if i != after][:limit]
-
-
 def collection_name(base: str, dimensions: int) -> str:
     """One collection per row family and width: Qdrant fixes a collection's vector size."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", base):
