@@ -49,7 +49,7 @@ from services.diary.domain import (
     Recall,
     fused_scores,
 )
-from services.diary.ports import NoteStore
+from services.diary.ports import NoteListing, NoteStore
 from services.diary.store import PostgresNoteStore
 
 __all__ = ["DiaryService", "index_point"]
@@ -319,9 +319,9 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         size = page_size(size, domain=DOMAIN)
         scope = {"company": company, "seat": seat, "tier": str(tier) if tier else None}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
-        now = self.clock.now()
-        rows = await self.store.page(company, seat, now, tier, after, size + 1)
-        total = await self.store.count(company, seat, now, tier)
+        listing = NoteListing(company, seat, self.clock.now(), tier)
+        rows = await self.store.page(listing, after, size + 1)
+        total = await self.store.count(listing)
         notes, next_token = time_page(rows, size, scope, lambda n: n.create_time, lambda n: n.id)
         return notes, next_token, total
 
