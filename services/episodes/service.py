@@ -62,7 +62,7 @@ from services.episodes.domain import (
     label_names_run_id,
     vector_text,
 )
-from services.episodes.ports import EpisodeStore
+from services.episodes.ports import EpisodeStore, RawRows
 from services.episodes.store import Dropped, PostgresEpisodeStore
 
 __all__ = ["EpisodeService", "Recorded", "TurnRecord", "drop_points", "index_point"]
@@ -143,15 +143,13 @@ class _SeatReads:
     """The vector half's reads of one seat's raw rows (of one outcome, when given)."""
 
     store: EpisodeStore
-    company: str
-    seat: str
-    outcome: TurnOutcome | None
+    rows: RawRows
 
     async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Episode, float]]:
-        return await self.store.exact(self.company, self.seat, vector, model, limit, self.outcome)
+        return await self.store.exact(self.rows, vector, model, limit)
 
     async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Episode]:
-        return await self.store.hydrate_raw(self.company, self.seat, ids)
+        return await self.store.hydrate_raw(self.rows.company, self.rows.seat, ids)
 
 
 class EpisodeService(VectorRowService[S, EpisodesConfig]):
@@ -327,6 +325,7 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
                 field="query",
             )
         hits: dict[uuid.UUID, Hit] = {}
+        raw = RawRows(company, seat, outcome)
 
         if query_vector is not None:
             embedded = QueryEmbedding.provided(query_vector)
@@ -343,16 +342,14 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             embedded,
             self.index,
             COLLECTION_BASE,
-            _SeatReads(self.store, company, seat, outcome),
+            _SeatReads(self.store, raw),
             company=company,
             seats=(seat,),
             now=self.clock.now().timestamp(),
             limit=k_vec,
             labels=labels,
             floor=self.relevance.floor,
-            unreachable=lambda v: self.store.unreachable_by_vector(
-                company, seat, v.model, int(v.values.shape[0]), outcome
-            ),
+            unreachable=lambda v: self.store.unreachable_by_vector(raw, v.model, int(v.values.shape[0])),
         )
         floor = half.floor
         for ep, sim in half.hits:
@@ -361,11 +358,9 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             hit.similarity = sim
         if k_lex and query.strip():
             lexical = await self.store.lexical(
-                company,
-                seat,
+                raw,
                 query,
                 k_lex,
-                outcome,
                 vector.values if vector is not None else None,
                 vector.model if vector is not None else None,
             )
