@@ -32,14 +32,7 @@ from libs.common.validation import (
     require_text,
     seat_ref,
 )
-from libs.common.vector_path import (
-    QueryEmbedding,
-    VectorHalf,
-    embed_inline,
-    embed_query,
-    index_row,
-    vector_half,
-)
+from libs.common.vector_path import VectorHalf
 from libs.common.vector_service import VectorRowService
 from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.episodes.domain import (
@@ -151,8 +144,13 @@ class _SeatReads:
     async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Episode]:
         return await self.store.hydrate_raw(self.rows.company, self.rows.seat, ids)
 
+    async def unreachable(self, vector: QueryVector) -> int:
+        return await self.store.unreachable_by_vector(self.rows, vector.model, int(vector.values.shape[0]))
+
 
 class EpisodeService(VectorRowService[S, EpisodesConfig]):
+    collection_base = COLLECTION_BASE
+
     # ---------------------------------------------------------------- record
 
     def _validate(self, rec: TurnRecord) -> None:
@@ -220,7 +218,7 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
                 return await self._collapse(company, seat, rec, same_work)
         assert rec.start_time is not None and rec.end_time is not None and rec.outcome is not None
         text = vector_text(rec.label, rec.ask, rec.what_it_did)
-        embedded = await embed_inline(self.embedder, text, self.config.embed_budget_seconds)
+        embedded = await self.embed_row(text)
         vector, skipped = embedded.values, embedded.skipped_reason
         episode = Episode(
             id=uuid.uuid4(),
@@ -261,7 +259,7 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             point = index_point(
                 stored.id, stored.company, stored.seat, str(stored.outcome), vector, stored.embedding_model or ""
             )
-            await index_row(self.index, COLLECTION_BASE, point, self.store.set_indexed, "episode")
+            await self.index_row(point, "episode")
         # The spec's episode_written: one per row the turn's record wrote (a repeat or a collapsed
         # redelivery writes none).
         await self.events.emit(
@@ -327,10 +325,7 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         hits: dict[uuid.UUID, Hit] = {}
         raw = RawRows(company, seat, outcome)
 
-        if query_vector is not None:
-            embedded = QueryEmbedding.provided(query_vector)
-        else:
-            embedded = await embed_query(self.embedder, query, self.config.embed_budget_seconds)
+        embedded = await self.embed_query(query, query_vector)
         vector = embedded.vector
         labels = {"kind": str(EpisodeKind.RAW)}
         if outcome is not None:
@@ -338,18 +333,16 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         # The relevance floor of the query's model: a hit below it is not related (its top-K place
         # is only the least unlike of unrelated rows), so it is not a hit at all — the seat is not
         # shown an unrelated turn as similar, and an empty answer can say "this is new work".
-        half: VectorHalf[Episode] = await vector_half(
+        reads = _SeatReads(self.store, raw)
+        half: VectorHalf[Episode] = await self.seat_half(
             embedded,
-            self.index,
-            COLLECTION_BASE,
-            _SeatReads(self.store, raw),
+            reads,
             company=company,
-            seats=(seat,),
+            seat=seat,
             now=self.clock.now().timestamp(),
             limit=k_vec,
             labels=labels,
-            floor=self.relevance.floor,
-            unreachable=lambda v: self.store.unreachable_by_vector(raw, v.model, int(v.values.shape[0])),
+            unreachable=reads.unreachable,
         )
         floor = half.floor
         for ep, sim in half.hits:
