@@ -305,15 +305,9 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         half. A compacted row is never a hit: it has no vector, its points do not exist, the index
         filter and both SQL halves say ``kind = 'raw'``."""
         company, seat = seat_ref(company, seat, domain=DOMAIN)
-        if limit < 0 or limit > MAX_SEARCH_LIMIT:
-            raise InvalidArgument(
-                f"limit must be between 0 and {MAX_SEARCH_LIMIT}, got {limit}",
-                reason="LIMIT_OUT_OF_RANGE",
-                domain=DOMAIN,
-                field="limit",
-                metadata={"value": limit, "maximum": MAX_SEARCH_LIMIT},
-            )
-        k_vec = limit or self.config.search_limit
+        # The same range check as the lexical knob's; 0 here means the configured default.
+        k_vec = optional_limit(limit, "limit", default=0, maximum=MAX_SEARCH_LIMIT, domain=DOMAIN)
+        k_vec = k_vec or self.config.search_limit
         k_lex = optional_limit(lexical_limit, "lexical_limit", default=k_vec, maximum=MAX_SEARCH_LIMIT, domain=DOMAIN)
         if not query.strip() and query_vector is None:
             raise InvalidArgument(
