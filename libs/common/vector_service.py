@@ -1,29 +1,52 @@
 """What the use cases of a seat's vector rows (diary notes, raw episodes) are built from, once: the
 same dependencies (store, embedder, index, clock, config, events, the relevance floors), wired the
-same way from the shared infrastructure.
+same way from the shared infrastructure, and the same steps of the vector path over them (embed a
+written row within the budget, index it, embed a query, search one seat's rows).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, Self, TypeVar
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, Self, TypeVar
 
+from libs.common import vector_path
 from libs.common.clock import Clock
 from libs.common.config import RelevanceConfig
-from libs.common.embeddings import Embedder
+from libs.common.embeddings import Embedder, Vector
 from libs.common.events import EventSink
-from libs.common.vectorindex import VectorIndex
+from libs.common.vector_path import InlineEmbedding, QueryEmbedding, RowReads, VectorHalf
+from libs.common.vectorindex import IndexPoint, VectorIndex
 
 if TYPE_CHECKING:
     from libs.common.infra import Infra
 
 __all__ = ["VectorRowService"]
 
-S = TypeVar("S")
-C = TypeVar("C")
+
+class IndexedStore(Protocol):
+    async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None:
+        """Mark rows whose points the index now holds (the fill pass skips them)."""
+        ...
+
+
+class EmbedBudget(Protocol):
+    @property
+    def embed_budget_seconds(self) -> float:
+        """How long a request waits for an embedding before it goes on without one."""
+        ...
+
+
+S = TypeVar("S", bound=IndexedStore)
+C = TypeVar("C", bound=EmbedBudget)
+T = TypeVar("T")
 
 
 class VectorRowService(Generic[S, C]):
     """The dependencies of a vector-row service, as arguments (no patching)."""
+
+    collection_base: ClassVar[str]
+    """The family of the rows' index collections (``collection_name(base, dims)``)."""
 
     def __init__(
         self,
@@ -55,4 +78,45 @@ class VectorRowService(Generic[S, C]):
             config=config,
             events=infra.events,
             relevance=infra.settings.learning.relevance,
+        )
+
+    async def embed_row(self, text: str) -> InlineEmbedding:
+        """A written row's vector within the config's budget (none, with the reason, past it)."""
+        return await vector_path.embed_inline(self.embedder, text, self.config.embed_budget_seconds)
+
+    async def index_row(self, point: IndexPoint, what: str) -> bool:
+        """Index a stored row's point now and mark it indexed (the fill pass retries a failure)."""
+        return await vector_path.index_row(self.index, self.collection_base, point, self.store.set_indexed, what)
+
+    async def embed_query(self, query: str, provided: Vector | None) -> QueryEmbedding:
+        """The caller's query vector when it sent one, else ``query`` embedded within the budget."""
+        if provided is not None:
+            return QueryEmbedding.provided(provided)
+        return await vector_path.embed_query(self.embedder, query, self.config.embed_budget_seconds)
+
+    async def seat_half(
+        self,
+        embedded: QueryEmbedding,
+        reads: RowReads[T],
+        *,
+        company: str,
+        seat: str,
+        now: float,
+        limit: int,
+        unreachable: Callable[[Vector], Awaitable[int]],
+        labels: Mapping[str, str] | None = None,
+    ) -> VectorHalf[T]:
+        """The vector half over one seat's rows, held to the query model's relevance floor."""
+        return await vector_path.vector_half(
+            embedded,
+            self.index,
+            self.collection_base,
+            reads,
+            company=company,
+            seats=(seat,),
+            now=now,
+            limit=limit,
+            labels=labels,
+            floor=self.relevance.floor,
+            unreachable=unreachable,
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -15,7 +16,18 @@ import numpy as np
 
 from services.diary.domain import Note, NoteTier
 
-__all__ = ["NoteStore"]
+__all__ = ["NoteListing", "NoteStore"]
+
+
+@dataclass(frozen=True)
+class NoteListing:
+    """What ListNotes pages and counts: one seat's notes live at ``now``, of ``tier`` when given.
+    One object for the port, the store and the fake, so the page and its total name the same rows."""
+
+    company: str
+    seat: str
+    now: datetime
+    tier: NoteTier | None = None
 
 
 class NoteStore(Protocol):
@@ -71,18 +83,10 @@ class NoteStore(Protocol):
 
     async def mark_used(self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime) -> int: ...
 
-    async def count(self, company: str, seat: str, now: datetime, tier: NoteTier | None) -> int: ...
+    async def count(self, listing: NoteListing) -> int: ...
 
-    async def page(
-        self,
-        company: str,
-        seat: str,
-        now: datetime,
-        tier: NoteTier | None,
-        after: tuple[datetime, uuid.UUID] | None,
-        limit: int,
-    ) -> list[Note]:
-        """Live notes newest first, after the (create_time, id) cursor."""
+    async def page(self, listing: NoteListing, after: tuple[datetime, uuid.UUID] | None, limit: int) -> list[Note]:
+        """The listing's notes newest first, after the (create_time, id) cursor."""
         ...
 
     async def delete(self, company: str, seat: str, note_id: uuid.UUID) -> tuple[bool, int | None]:

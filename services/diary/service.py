@@ -27,14 +27,7 @@ from libs.common.validation import (
     require_text,
     seat_ref,
 )
-from libs.common.vector_path import (
-    QueryEmbedding,
-    VectorHalf,
-    embed_inline,
-    embed_query,
-    index_row,
-    vector_half,
-)
+from libs.common.vector_path import QueryEmbedding, VectorHalf
 from libs.common.vector_service import VectorRowService
 from libs.common.vectorindex import NO_EXPIRY, IndexPoint, IndexUnavailable, collection_name
 from services.diary.domain import (
@@ -49,7 +42,7 @@ from services.diary.domain import (
     Recall,
     fused_scores,
 )
-from services.diary.ports import NoteStore
+from services.diary.ports import NoteListing, NoteStore
 from services.diary.store import PostgresNoteStore
 
 __all__ = ["DiaryService", "index_point"]
@@ -105,6 +98,8 @@ class _SeatReads:
 
 
 class DiaryService(VectorRowService[S, DiaryConfig]):
+    collection_base = COLLECTION_BASE
+
     # ---------------------------------------------------------------- write
 
     async def write_note(
@@ -162,7 +157,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
                     metadata={"value": ttl_days},
                 )
             expire_time = None
-        embedded = await embed_inline(self.embedder, content, self.config.embed_budget_seconds)
+        embedded = await self.embed_row(content)
         vector = embedded.values
         note = Note(
             id=uuid.uuid4(),
@@ -185,7 +180,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
             point = index_point(
                 stored.id, stored.company, stored.seat, vector, stored.embedding_model or "", stored.expire_time
             )
-            await index_row(self.index, COLLECTION_BASE, point, self.store.set_indexed, "note")
+            await self.index_row(point, "note")
         return stored, embedded.skipped_reason, True
 
     # ---------------------------------------------------------------- recall
@@ -225,10 +220,8 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
             cand.lexical_rank = max(cand.lexical_rank, rank)
 
         async def vector() -> VectorHalf[Note]:
-            if k_vec and query_vector is not None:
-                embedded = QueryEmbedding.provided(query_vector)
-            elif k_vec and query.strip():
-                embedded = await embed_query(self.embedder, query, self.config.embed_budget_seconds)
+            if k_vec and (query_vector is not None or query.strip()):
+                embedded = await self.embed_query(query, query_vector)
             else:
                 embedded = QueryEmbedding.skipped()
             if embedded.vector is None:
@@ -237,16 +230,13 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
             # The relevance floor of the query's model: the vector half offers what is related, not
             # merely the least unlike of the seat's notes (the recency half still brings the rules
             # that apply whatever the topic).
-            return await vector_half(
+            return await self.seat_half(
                 embedded,
-                self.index,
-                COLLECTION_BASE,
                 reads,
                 company=company,
-                seats=(seat,),
+                seat=seat,
                 now=now.timestamp(),
                 limit=k_vec,
-                floor=self.relevance.floor,
                 unreachable=reads.unreachable,
             )
 
@@ -319,9 +309,9 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         size = page_size(size, domain=DOMAIN)
         scope = {"company": company, "seat": seat, "tier": str(tier) if tier else None}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
-        now = self.clock.now()
-        rows = await self.store.page(company, seat, now, tier, after, size + 1)
-        total = await self.store.count(company, seat, now, tier)
+        listing = NoteListing(company, seat, self.clock.now(), tier)
+        rows = await self.store.page(listing, after, size + 1)
+        total = await self.store.count(listing)
         notes, next_token = time_page(rows, size, scope, lambda n: n.create_time, lambda n: n.id)
         return notes, next_token, total
 

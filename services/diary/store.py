@@ -15,6 +15,7 @@ import numpy as np
 
 from libs.common.rows import RowReader
 from services.diary.domain import Note, NoteSource, NoteTier
+from services.diary.ports import NoteListing
 
 __all__ = ["PostgresNoteStore"]
 
@@ -167,6 +168,11 @@ _note = RowReader(
 """A note from its row (every column named as its field)."""
 
 
+def _listing_params(listing: NoteListing) -> tuple[str, str, datetime, str | None]:
+    """$1..$4 of ``count`` and ``page``: the same rows, so the total counts what the pages hold."""
+    return listing.company, listing.seat, listing.now, str(listing.tier) if listing.tier else None
+
+
 class PostgresNoteStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
@@ -258,24 +264,13 @@ class PostgresNoteStore:
         status = await self.pool.execute(SQL["mark_used"], company, seat, list(ids), now)
         return int(status.split()[-1])
 
-    async def count(self, company: str, seat: str, now: datetime, tier: NoteTier | None) -> int:
-        return int(await self.pool.fetchval(SQL["count"], company, seat, now, str(tier) if tier else None))
+    async def count(self, listing: NoteListing) -> int:
+        return int(await self.pool.fetchval(SQL["count"], *_listing_params(listing)))
 
-    async def page(
-        self,
-        company: str,
-        seat: str,
-        now: datetime,
-        tier: NoteTier | None,
-        after: tuple[datetime, uuid.UUID] | None,
-        limit: int,
-    ) -> list[Note]:
+    async def page(self, listing: NoteListing, after: tuple[datetime, uuid.UUID] | None, limit: int) -> list[Note]:
         rows = await self.pool.fetch(
             SQL["page"],
-            company,
-            seat,
-            now,
-            str(tier) if tier else None,
+            *_listing_params(listing),
             after[0] if after else None,
             after[1] if after else None,
             limit,

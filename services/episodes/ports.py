@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -17,7 +18,18 @@ import numpy as np
 
 from services.episodes.domain import Episode, EpisodeFilter, TurnOutcome
 
-__all__ = ["EpisodeStore"]
+__all__ = ["EpisodeStore", "RawRows"]
+
+
+@dataclass(frozen=True)
+class RawRows:
+    """Which rows a search reads: one seat's raw rows, of ``outcome`` when given. One object for
+    the port, the store and the fake, so the lexical half, the exact scan and the unreachable count
+    read the same rows."""
+
+    company: str
+    seat: str
+    outcome: TurnOutcome | None = None
 
 
 class EpisodeStore(Protocol):
@@ -46,29 +58,18 @@ class EpisodeStore(Protocol):
         ...
 
     async def lexical(
-        self,
-        company: str,
-        seat: str,
-        query: str,
-        limit: int,
-        outcome: TurnOutcome | None,
-        vector: np.ndarray | None = None,
-        model: str | None = None,
+        self, rows: RawRows, query: str, limit: int, vector: np.ndarray | None = None, model: str | None = None
     ) -> list[tuple[Episode, float, float | None]]:
-        """Raw rows sharing words with ``query``: (row, rank, cosine to ``vector`` when the row has
+        """``rows`` sharing words with ``query``: (row, rank, cosine to ``vector`` when the row has
         a vector of ``model``, else None)."""
         ...
 
-    async def exact(
-        self, company: str, seat: str, vector: np.ndarray, model: str, limit: int, outcome: TurnOutcome | None
-    ) -> list[tuple[Episode, float]]:
-        """The exact scan: raw rows with a vector of ``model`` by cosine, best first."""
+    async def exact(self, rows: RawRows, vector: np.ndarray, model: str, limit: int) -> list[tuple[Episode, float]]:
+        """The exact scan: ``rows`` with a vector of ``model`` by cosine, best first."""
         ...
 
-    async def unreachable_by_vector(
-        self, company: str, seat: str, model: str, dims: int, outcome: TurnOutcome | None
-    ) -> int:
-        """Raw rows with no vector of ``model`` and width ``dims``."""
+    async def unreachable_by_vector(self, rows: RawRows, model: str, dims: int) -> int:
+        """``rows`` with no vector of ``model`` and width ``dims``."""
         ...
 
     async def count(self, company: str, seat: str, f: EpisodeFilter) -> int: ...

@@ -32,14 +32,7 @@ from libs.common.validation import (
     require_text,
     seat_ref,
 )
-from libs.common.vector_path import (
-    QueryEmbedding,
-    VectorHalf,
-    embed_inline,
-    embed_query,
-    index_row,
-    vector_half,
-)
+from libs.common.vector_path import VectorHalf
 from libs.common.vector_service import VectorRowService
 from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.episodes.domain import (
@@ -62,7 +55,7 @@ from services.episodes.domain import (
     label_names_run_id,
     vector_text,
 )
-from services.episodes.ports import EpisodeStore
+from services.episodes.ports import EpisodeStore, RawRows
 from services.episodes.store import Dropped, PostgresEpisodeStore
 
 __all__ = ["EpisodeService", "Recorded", "TurnRecord", "drop_points", "index_point"]
@@ -143,18 +136,21 @@ class _SeatReads:
     """The vector half's reads of one seat's raw rows (of one outcome, when given)."""
 
     store: EpisodeStore
-    company: str
-    seat: str
-    outcome: TurnOutcome | None
+    rows: RawRows
 
     async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Episode, float]]:
-        return await self.store.exact(self.company, self.seat, vector, model, limit, self.outcome)
+        return await self.store.exact(self.rows, vector, model, limit)
 
     async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Episode]:
-        return await self.store.hydrate_raw(self.company, self.seat, ids)
+        return await self.store.hydrate_raw(self.rows.company, self.rows.seat, ids)
+
+    async def unreachable(self, vector: QueryVector) -> int:
+        return await self.store.unreachable_by_vector(self.rows, vector.model, int(vector.values.shape[0]))
 
 
 class EpisodeService(VectorRowService[S, EpisodesConfig]):
+    collection_base = COLLECTION_BASE
+
     # ---------------------------------------------------------------- record
 
     def _validate(self, rec: TurnRecord) -> None:
@@ -222,7 +218,7 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
                 return await self._collapse(company, seat, rec, same_work)
         assert rec.start_time is not None and rec.end_time is not None and rec.outcome is not None
         text = vector_text(rec.label, rec.ask, rec.what_it_did)
-        embedded = await embed_inline(self.embedder, text, self.config.embed_budget_seconds)
+        embedded = await self.embed_row(text)
         vector, skipped = embedded.values, embedded.skipped_reason
         episode = Episode(
             id=uuid.uuid4(),
@@ -263,7 +259,7 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             point = index_point(
                 stored.id, stored.company, stored.seat, str(stored.outcome), vector, stored.embedding_model or ""
             )
-            await index_row(self.index, COLLECTION_BASE, point, self.store.set_indexed, "episode")
+            await self.index_row(point, "episode")
         # The spec's episode_written: one per row the turn's record wrote (a repeat or a collapsed
         # redelivery writes none).
         await self.events.emit(
@@ -309,15 +305,9 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         half. A compacted row is never a hit: it has no vector, its points do not exist, the index
         filter and both SQL halves say ``kind = 'raw'``."""
         company, seat = seat_ref(company, seat, domain=DOMAIN)
-        if limit < 0 or limit > MAX_SEARCH_LIMIT:
-            raise InvalidArgument(
-                f"limit must be between 0 and {MAX_SEARCH_LIMIT}, got {limit}",
-                reason="LIMIT_OUT_OF_RANGE",
-                domain=DOMAIN,
-                field="limit",
-                metadata={"value": limit, "maximum": MAX_SEARCH_LIMIT},
-            )
-        k_vec = limit or self.config.search_limit
+        # The same range check as the lexical knob's; 0 here means the configured default.
+        k_vec = optional_limit(limit, "limit", default=0, maximum=MAX_SEARCH_LIMIT, domain=DOMAIN)
+        k_vec = k_vec or self.config.search_limit
         k_lex = optional_limit(lexical_limit, "lexical_limit", default=k_vec, maximum=MAX_SEARCH_LIMIT, domain=DOMAIN)
         if not query.strip() and query_vector is None:
             raise InvalidArgument(
@@ -327,11 +317,9 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
                 field="query",
             )
         hits: dict[uuid.UUID, Hit] = {}
+        raw = RawRows(company, seat, outcome)
 
-        if query_vector is not None:
-            embedded = QueryEmbedding.provided(query_vector)
-        else:
-            embedded = await embed_query(self.embedder, query, self.config.embed_budget_seconds)
+        embedded = await self.embed_query(query, query_vector)
         vector = embedded.vector
         labels = {"kind": str(EpisodeKind.RAW)}
         if outcome is not None:
@@ -339,20 +327,16 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         # The relevance floor of the query's model: a hit below it is not related (its top-K place
         # is only the least unlike of unrelated rows), so it is not a hit at all — the seat is not
         # shown an unrelated turn as similar, and an empty answer can say "this is new work".
-        half: VectorHalf[Episode] = await vector_half(
+        reads = _SeatReads(self.store, raw)
+        half: VectorHalf[Episode] = await self.seat_half(
             embedded,
-            self.index,
-            COLLECTION_BASE,
-            _SeatReads(self.store, company, seat, outcome),
+            reads,
             company=company,
-            seats=(seat,),
+            seat=seat,
             now=self.clock.now().timestamp(),
             limit=k_vec,
             labels=labels,
-            floor=self.relevance.floor,
-            unreachable=lambda v: self.store.unreachable_by_vector(
-                company, seat, v.model, int(v.values.shape[0]), outcome
-            ),
+            unreachable=reads.unreachable,
         )
         floor = half.floor
         for ep, sim in half.hits:
@@ -361,11 +345,9 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             hit.similarity = sim
         if k_lex and query.strip():
             lexical = await self.store.lexical(
-                company,
-                seat,
+                raw,
                 query,
                 k_lex,
-                outcome,
                 vector.values if vector is not None else None,
                 vector.model if vector is not None else None,
             )

@@ -19,6 +19,7 @@ import numpy as np
 
 from libs.common.rows import RowReader
 from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, TurnOutcome
+from services.episodes.ports import RawRows
 
 __all__ = ["SQL", "Dropped", "PostgresEpisodeStore"]
 
@@ -203,6 +204,11 @@ def _dropped(rows: Sequence[asyncpg.Record]) -> list[Dropped]:
     return [Dropped(r["id"], r["embedding_dims"]) for r in rows]
 
 
+def _outcome_arg(rows: RawRows) -> str | None:
+    """The outcome parameter of the raw reads (NULL reads every outcome)."""
+    return str(rows.outcome) if rows.outcome else None
+
+
 def _filter_args(f: EpisodeFilter) -> tuple[object, ...]:
     return (
         str(f.kind) if f.kind else None,
@@ -293,52 +299,42 @@ class PostgresEpisodeStore:
         return {r["id"]: episode_of(r) for r in rows}
 
     async def lexical(
-        self,
-        company: str,
-        seat: str,
-        query: str,
-        limit: int,
-        outcome: TurnOutcome | None,
-        vector: np.ndarray | None = None,
-        model: str | None = None,
+        self, rows: RawRows, query: str, limit: int, vector: np.ndarray | None = None, model: str | None = None
     ) -> list[tuple[Episode, float, float | None]]:
         """Lexical hits: (row, rank, cosine similarity to ``vector`` where the row has a vector of
         ``model`` and its width, else None)."""
-        rows = await self.pool.fetch(
+        found = await self.pool.fetch(
             SQL["lexical"],
-            company,
-            seat,
+            rows.company,
+            rows.seat,
             limit,
             query,
-            str(outcome) if outcome else None,
+            _outcome_arg(rows),
             None if vector is None else vector.astype(np.float32),
             model,
             None if vector is None else int(vector.shape[0]),
         )
         return [
-            (episode_of(r), float(r["rank"]), None if r["similarity"] is None else float(r["similarity"])) for r in rows
+            (episode_of(r), float(r["rank"]), None if r["similarity"] is None else float(r["similarity"]))
+            for r in found
         ]
 
-    async def exact(
-        self, company: str, seat: str, vector: np.ndarray, model: str, limit: int, outcome: TurnOutcome | None
-    ) -> list[tuple[Episode, float]]:
-        rows = await self.pool.fetch(
+    async def exact(self, rows: RawRows, vector: np.ndarray, model: str, limit: int) -> list[tuple[Episode, float]]:
+        found = await self.pool.fetch(
             SQL["exact"],
-            company,
-            seat,
+            rows.company,
+            rows.seat,
             limit,
             vector.astype(np.float32),
             model,
             int(vector.shape[0]),
-            str(outcome) if outcome else None,
+            _outcome_arg(rows),
         )
-        return [(episode_of(r), float(r["similarity"])) for r in rows]
+        return [(episode_of(r), float(r["similarity"])) for r in found]
 
-    async def unreachable_by_vector(
-        self, company: str, seat: str, model: str, dims: int, outcome: TurnOutcome | None
-    ) -> int:
+    async def unreachable_by_vector(self, rows: RawRows, model: str, dims: int) -> int:
         return int(
-            await self.pool.fetchval(SQL["unreachable"], company, seat, model, dims, str(outcome) if outcome else None)
+            await self.pool.fetchval(SQL["unreachable"], rows.company, rows.seat, model, dims, _outcome_arg(rows))
         )
 
     async def count(self, company: str, seat: str, f: EpisodeFilter) -> int:

@@ -5,7 +5,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -70,12 +70,6 @@ def point_payload(point: IndexPoint) -> dict[str, Any]:
     }
 
 
-def page_after(ids: Sequence[uuid.UUID], after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
-    """A page of ``point_ids`` from a scroll that starts at ``after`` inclusive (the adapters ask
-    for ``limit + 1`` and drop ``after`` itself)."""
-    return [i for i in ids if i != after][:limit]
-
-
 def collection_name(base: str, dimensions: int) -> str:
     """One collection per row family and width: Qdrant fixes a collection's vector size."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", base):
@@ -83,12 +77,18 @@ def collection_name(base: str, dimensions: int) -> str:
     return f"{base}_{dimensions}"
 
 
-class VectorIndex(Protocol):
+class VectorIndex(ABC):
+    """The port every adapter implements. :meth:`search` is written once here: its arguments
+    become a :class:`SearchScope` and a float32 query, a non-positive ``limit`` answers nothing, and
+    the adapter's :meth:`_nearest` does the rest."""
+
     name: str
     """``qdrant`` or ``qdrant-edge``, for logs and responses."""
 
+    @abstractmethod
     async def upsert(self, collection: str, points: Sequence[IndexPoint]) -> None: ...
 
+    @abstractmethod
     async def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None: ...
 
     async def search(
@@ -104,43 +104,6 @@ class VectorIndex(Protocol):
         labels: Mapping[str, str] | None = None,
     ) -> list[IndexHit]:
         """Top ``limit`` by cosine among this seat's unexpired points of ``model``."""
-        ...
-
-    async def reset(self, collection: str) -> None:
-        """Remove every point of ``collection`` (before a rebuild)."""
-        ...
-
-    async def count(self, collection: str) -> int: ...
-
-    async def collections(self) -> list[str]:
-        """Every collection the index holds (the orphan sweep walks them)."""
-        ...
-
-    async def point_ids(self, collection: str, after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
-        """Up to ``limit`` point ids of ``collection`` in id order, after ``after`` (a page of the
-        orphan sweep: a point whose row is gone from Postgres is removed)."""
-        ...
-
-    async def close(self) -> None: ...
-
-
-class ScopedSearch(ABC):
-    """``VectorIndex.search`` once for every adapter: its arguments become a :class:`SearchScope`
-    and a float32 query, a non-positive ``limit`` answers nothing, and the adapter's
-    :meth:`_nearest` does the rest."""
-
-    async def search(
-        self,
-        collection: str,
-        vector: np.ndarray,
-        *,
-        company: str,
-        seat: str,
-        model: str,
-        now: float,
-        limit: int,
-        labels: Mapping[str, str] | None = None,
-    ) -> list[IndexHit]:
         if limit <= 0:
             return []
         scope = SearchScope(company, seat, model, now, dict(labels or {}))
@@ -149,3 +112,22 @@ class ScopedSearch(ABC):
     @abstractmethod
     async def _nearest(self, collection: str, query: np.ndarray, scope: SearchScope, limit: int) -> list[IndexHit]:
         """Top ``limit`` (> 0) by cosine among the points of ``collection`` in ``scope``."""
+
+    @abstractmethod
+    async def reset(self, collection: str) -> None:
+        """Remove every point of ``collection`` (before a rebuild)."""
+
+    @abstractmethod
+    async def count(self, collection: str) -> int: ...
+
+    @abstractmethod
+    async def collections(self) -> list[str]:
+        """Every collection the index holds (the orphan sweep walks them)."""
+
+    @abstractmethod
+    async def point_ids(self, collection: str, after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
+        """Up to ``limit`` point ids of ``collection`` in id order, after ``after`` (a page of the
+        orphan sweep: a point whose row is gone from Postgres is removed)."""
+
+    @abstractmethod
+    async def close(self) -> None: ...

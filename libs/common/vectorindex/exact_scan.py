@@ -14,12 +14,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable, ScopedSearch, SearchScope
+from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable, SearchScope, VectorIndex
 
 __all__ = ["ExactScanIndex"]
 
 
-class ExactScanIndex(ScopedSearch):
+class ExactScanIndex(VectorIndex):
     name = "exact-scan"
 
     def __init__(self) -> None:

@@ -11,22 +11,22 @@ from typing import TypeVar
 import numpy as np
 from qdrant_client import AsyncQdrantClient, models
 
-from libs.common.vectorindex._port import (
-    IndexHit,
-    IndexPoint,
-    IndexUnavailable,
-    ScopedSearch,
-    SearchScope,
-    page_after,
-    point_payload,
-)
+from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable, SearchScope, VectorIndex
+from libs.common.vectorindex._qdrant import PAYLOAD_INDEXES, hits, page_request, scroll_page, unavailable, wire_point
 
 __all__ = ["QdrantClientIndex"]
 
 T = TypeVar("T")
 
+_SCHEMAS: dict[str, models.PayloadSchemaType | models.KeywordIndexParams] = {
+    "tenant": models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
+    "keyword": models.PayloadSchemaType.KEYWORD,
+    "float": models.PayloadSchemaType.FLOAT,
+}
+"""``PAYLOAD_INDEXES``' kinds in qdrant-client's types."""
 
-class QdrantClientIndex(ScopedSearch):
+
+class QdrantClientIndex(VectorIndex):
     name = "qdrant"
 
     def __init__(self, client: AsyncQdrantClient, *, timeout: float = 5.0):
@@ -55,7 +55,7 @@ class QdrantClientIndex(ScopedSearch):
         except IndexUnavailable:
             raise
         except Exception as exc:
-            raise IndexUnavailable(f"qdrant: {type(exc).__name__}: {exc}") from exc
+            raise unavailable(self.name, exc) from exc
 
     async def _exists(self, collection: str) -> bool:
         if collection in self._known:
@@ -76,13 +76,8 @@ class QdrantClientIndex(ScopedSearch):
                     collection, vectors_config=models.VectorParams(size=size, distance=models.Distance.COSINE)
                 )
             )
-            for key, schema in (
-                ("company", models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)),
-                ("seat", models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)),
-                ("model", models.PayloadSchemaType.KEYWORD),
-                ("expire_at", models.PayloadSchemaType.FLOAT),
-            ):
-                await self._call(self._client.create_payload_index(collection, key, field_schema=schema))
+            for key, kind in PAYLOAD_INDEXES:
+                await self._call(self._client.create_payload_index(collection, key, field_schema=_SCHEMAS[kind]))
             self._known.add(collection)
 
     async def upsert(self, collection: str, points: Sequence[IndexPoint]) -> None:
@@ -93,12 +88,8 @@ class QdrantClientIndex(ScopedSearch):
             self._client.upsert(
                 collection,
                 points=[
-                    models.PointStruct(
-                        id=str(p.id),
-                        vector=p.vector.astype(np.float32).tolist(),
-                        payload=point_payload(p),
-                    )
-                    for p in points
+                    models.PointStruct(id=pid, vector=values, payload=payload)
+                    for pid, values, payload in map(wire_point, points)
                 ],
                 wait=True,
             )
@@ -127,7 +118,7 @@ class QdrantClientIndex(ScopedSearch):
                 with_payload=False,
             )
         )
-        return [IndexHit(uuid.UUID(str(p.id)), float(p.score)) for p in resp.points]
+        return hits(resp.points)
 
     async def reset(self, collection: str) -> None:
         if await self._exists(collection):
@@ -146,17 +137,11 @@ class QdrantClientIndex(ScopedSearch):
     async def point_ids(self, collection: str, after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
         if not await self._exists(collection):
             return []
-        # Scroll pages start at an id (inclusive): ask for one more and drop ``after`` itself.
+        offset, ask = page_request(after, limit)
         points, _next = await self._call(
-            self._client.scroll(
-                collection,
-                offset=str(after) if after else None,
-                limit=limit + 1,
-                with_payload=False,
-                with_vectors=False,
-            )
+            self._client.scroll(collection, offset=offset, limit=ask, with_payload=False, with_vectors=False)
         )
-        return page_after([uuid.UUID(str(p.id)) for p in points], after, limit)
+        return scroll_page(points, after, limit)
 
     async def close(self) -> None:
         await self._client.close()

@@ -16,15 +16,8 @@ from typing import TYPE_CHECKING, TypeVar, overload
 
 import numpy as np
 
-from libs.common.vectorindex._port import (
-    IndexHit,
-    IndexPoint,
-    IndexUnavailable,
-    ScopedSearch,
-    SearchScope,
-    page_after,
-    point_payload,
-)
+from libs.common.vectorindex._port import IndexHit, IndexPoint, IndexUnavailable, SearchScope, VectorIndex
+from libs.common.vectorindex._qdrant import PAYLOAD_INDEXES, hits, page_request, scroll_page, unavailable, wire_point
 
 if TYPE_CHECKING:
     from qdrant_edge import ConditionType, EdgeShard
@@ -34,7 +27,7 @@ __all__ = ["QdrantEdgeIndex"]
 T = TypeVar("T")
 
 
-class QdrantEdgeIndex(ScopedSearch):
+class QdrantEdgeIndex(VectorIndex):
     name = "qdrant-edge"
 
     def __init__(self, root: Path):
@@ -79,10 +72,13 @@ class QdrantEdgeIndex(ScopedSearch):
                 shard = EdgeShard.create(
                     str(path), EdgeConfig(vectors=EdgeVectorParams(size=size, distance=Distance.Cosine))
                 )
-                shard.update(UpdateOperation.create_field_index("company", KeywordIndexParams(is_tenant=True)))
-                shard.update(UpdateOperation.create_field_index("seat", KeywordIndexParams(is_tenant=True)))
-                shard.update(UpdateOperation.create_field_index("model", KeywordIndexParams()))
-                shard.update(UpdateOperation.create_field_index("expire_at", FloatIndexParams()))
+                schemas: dict[str, KeywordIndexParams | FloatIndexParams] = {
+                    "tenant": KeywordIndexParams(is_tenant=True),
+                    "keyword": KeywordIndexParams(),
+                    "float": FloatIndexParams(),
+                }
+                for key, kind in PAYLOAD_INDEXES:
+                    shard.update(UpdateOperation.create_field_index(key, schemas[kind]))
             self._shards[collection] = shard
             self._locks[collection] = threading.Lock()
             return shard
@@ -93,7 +89,7 @@ class QdrantEdgeIndex(ScopedSearch):
         except IndexUnavailable:
             raise
         except Exception as exc:
-            raise IndexUnavailable(f"qdrant-edge: {type(exc).__name__}: {exc}") from exc
+            raise unavailable(self.name, exc) from exc
 
     async def upsert(self, collection: str, points: Sequence[IndexPoint]) -> None:
         if not points:
@@ -102,14 +98,7 @@ class QdrantEdgeIndex(ScopedSearch):
 
         def work() -> None:
             shard = self._open(collection, int(points[0].vector.shape[0]))
-            batch = [
-                Point(
-                    str(p.id),
-                    p.vector.astype(np.float32).tolist(),
-                    point_payload(p),
-                )
-                for p in points
-            ]
+            batch = [Point(*wire_point(p)) for p in points]
             with self._locks[collection]:
                 shard.update(UpdateOperation.upsert_points(batch))
 
@@ -147,7 +136,7 @@ class QdrantEdgeIndex(ScopedSearch):
                 return []
             with self._locks[collection]:
                 points = shard.query(request)
-            return [IndexHit(uuid.UUID(str(p.id)), float(p.score)) for p in points]
+            return hits(points)
 
         return await self._run(work)
 
@@ -189,11 +178,10 @@ class QdrantEdgeIndex(ScopedSearch):
             shard = self._open(collection, None)
             if shard is None:
                 return []
-            # Scroll pages start at an id (inclusive): ask for one more and drop ``after`` itself.
-            request = ScrollRequest(offset=str(after) if after else None, limit=limit + 1, with_payload=False)
+            offset, ask = page_request(after, limit)
             with self._locks[collection]:
-                points, _next = shard.scroll(request)
-            return page_after([uuid.UUID(str(p.id)) for p in points], after, limit)
+                points, _next = shard.scroll(ScrollRequest(offset=offset, limit=ask, with_payload=False))
+            return scroll_page(points, after, limit)
 
         return await self._run(work)
 

@@ -14,7 +14,8 @@ from datetime import datetime
 
 import numpy as np
 
-from services.diary.domain import Note, NoteTier
+from services.diary.domain import Note
+from services.diary.ports import NoteListing
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
 __all__ = ["MemoryNoteStore"]
@@ -134,19 +135,18 @@ class MemoryNoteStore:
                 marked += 1
         return marked
 
-    async def count(self, company: str, seat: str, now: datetime, tier: NoteTier | None) -> int:
-        return sum(1 for r in self._seat(company, seat, now) if tier is None or r.note.tier is tier)
+    def _listed(self, listing: NoteListing) -> list[Note]:
+        return [
+            r.note
+            for r in self._seat(listing.company, listing.seat, listing.now)
+            if listing.tier is None or r.note.tier is listing.tier
+        ]
 
-    async def page(
-        self,
-        company: str,
-        seat: str,
-        now: datetime,
-        tier: NoteTier | None,
-        after: tuple[datetime, uuid.UUID] | None,
-        limit: int,
-    ) -> list[Note]:
-        notes = [r.note for r in self._seat(company, seat, now) if tier is None or r.note.tier is tier]
+    async def count(self, listing: NoteListing) -> int:
+        return len(self._listed(listing))
+
+    async def page(self, listing: NoteListing, after: tuple[datetime, uuid.UUID] | None, limit: int) -> list[Note]:
+        notes = self._listed(listing)
         notes.sort(key=lambda n: (n.create_time, n.id), reverse=True)
         if after is not None:
             notes = [n for n in notes if (n.create_time, n.id) < after]

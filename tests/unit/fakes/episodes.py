@@ -14,7 +14,8 @@ from datetime import datetime
 
 import numpy as np
 
-from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, TurnOutcome
+from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind
+from services.episodes.ports import RawRows
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
 __all__ = ["MemoryEpisodeStore"]
@@ -94,21 +95,17 @@ class MemoryEpisodeStore:
         wanted = set(ids)
         return {r.episode.id: r.episode for r in self._seat(company, seat, raw=True) if r.episode.id in wanted}
 
-    def _of(self, company: str, seat: str, outcome: TurnOutcome | None) -> list[_Row]:
-        return [r for r in self._seat(company, seat, raw=True) if outcome is None or r.episode.outcome is outcome]
+    def _of(self, rows: RawRows) -> list[_Row]:
+        return [
+            r
+            for r in self._seat(rows.company, rows.seat, raw=True)
+            if rows.outcome is None or r.episode.outcome is rows.outcome
+        ]
 
     async def lexical(
-        self,
-        company: str,
-        seat: str,
-        query: str,
-        limit: int,
-        outcome: TurnOutcome | None,
-        vector: np.ndarray | None = None,
-        model: str | None = None,
+        self, rows: RawRows, query: str, limit: int, vector: np.ndarray | None = None, model: str | None = None
     ) -> list[tuple[Episode, float, float | None]]:
-        rows = self._of(company, seat, outcome)
-        ranked = idf_ranked(rows, lambda r: r.episode.text, query)
+        ranked = idf_ranked(self._of(rows), lambda r: r.episode.text, query)
         ranked.sort(key=lambda p: (-p[1], -p[0].episode.end_time.timestamp()))
         out: list[tuple[Episode, float, float | None]] = []
         for r, rank in ranked[:limit]:
@@ -118,23 +115,19 @@ class MemoryEpisodeStore:
             out.append((r.episode, rank, similarity))
         return out
 
-    async def exact(
-        self, company: str, seat: str, vector: np.ndarray, model: str, limit: int, outcome: TurnOutcome | None
-    ) -> list[tuple[Episode, float]]:
+    async def exact(self, rows: RawRows, vector: np.ndarray, model: str, limit: int) -> list[tuple[Episode, float]]:
         scored = [
             (r.episode, cosine(r.vector, vector))
-            for r in self._of(company, seat, outcome)
+            for r in self._of(rows)
             if r.vector is not None and r.episode.embedding_model == model and r.vector.shape == vector.shape
         ]
         scored.sort(key=lambda p: -p[1])
         return scored[:limit]
 
-    async def unreachable_by_vector(
-        self, company: str, seat: str, model: str, dims: int, outcome: TurnOutcome | None
-    ) -> int:
+    async def unreachable_by_vector(self, rows: RawRows, model: str, dims: int) -> int:
         return sum(
             1
-            for r in self._of(company, seat, outcome)
+            for r in self._of(rows)
             if r.vector is None or r.episode.embedding_model != model or r.episode.embedding_dims != dims
         )
 
