@@ -23,6 +23,7 @@ __all__ = [
     "ResourceExhausted",
     "Unauthenticated",
     "Unavailable",
+    "field_error",
 ]
 
 
@@ -92,3 +93,9 @@ class Unauthenticated(AgentLearnError):
 
 class Unavailable(AgentLearnError):
     code = grpc.StatusCode.UNAVAILABLE
+
+
+def field_error(field: str, reason: str, message: str, *, domain: str, **metadata: object) -> InvalidArgument:
+    """The refusal of one request field: INVALID_ARGUMENT with ``reason``, a FieldViolation naming
+    ``field``, and ``metadata`` (the value, the limit, ...) beside the message that quotes them."""
+    return InvalidArgument(message, reason=reason, domain=domain, field=field, metadata=metadata)

@@ -8,24 +8,18 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from libs.common.validation import encode_time_cursor, field_error
+from libs.common.bounds import at_most_items
+from libs.common.validation import encode_time_cursor
 
 __all__ = ["at_most", "time_page"]
 
 R = TypeVar("R")
 
 
-def at_most(values: Sequence[object], limit: int, field: str, *, domain: str) -> None:
-    """Refuse a list of ids longer than one call takes (``TOO_MANY_IDS`` on ``field``)."""
-    if len(values) > limit:
-        raise field_error(
-            field,
-            "TOO_MANY_IDS",
-            f"at most {limit} {field} per call, got {len(values)}",
-            domain=domain,
-            limit=limit,
-            count=len(values),
-        )
+def at_most(values: Sequence[object], limit: int, field: str, *, domain: str, reason: str = "TOO_MANY_IDS") -> None:
+    """Refuse a list longer than one call takes (``reason``, by default ``TOO_MANY_IDS``, on
+    ``field``), worded ``at most <limit> <field> per call``."""
+    at_most_items(values, limit, field, "at most {limit} {field} per call, got {count}", domain=domain, reason=reason)
 
 
 def time_page(

@@ -26,8 +26,9 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from libs.common.bounds import at_most_chars
 from libs.common.contract import echo
-from libs.common.errors import InvalidArgument
+from libs.common.errors import InvalidArgument, field_error
 
 __all__ = [
     "decode_cursor",
@@ -50,24 +51,11 @@ T = TypeVar("T")
 _IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
 
 
-def field_error(field: str, reason: str, message: str, *, domain: str, **metadata: object) -> InvalidArgument:
-    """The refusal of one request field: INVALID_ARGUMENT with ``reason``, a FieldViolation naming
-    ``field``, and ``metadata`` (the value, the limit, ...) beside the message that quotes them."""
-    return InvalidArgument(message, reason=reason, domain=domain, field=field, metadata=metadata)
-
-
 def require_text(value: str, field: str, *, domain: str, max_chars: int | None = None) -> str:
     if not value or not value.strip():
         raise field_error(field, "FIELD_REQUIRED", f"{field} is required", domain=domain)
-    if max_chars is not None and len(value) > max_chars:
-        raise field_error(
-            field,
-            "FIELD_TOO_LONG",
-            f"{field} is {len(value)} characters; the limit is {max_chars}",
-            domain=domain,
-            limit=max_chars,
-            length=len(value),
-        )
+    if max_chars is not None:
+        at_most_chars(value, field, max_chars, domain=domain)
     return value
 
 

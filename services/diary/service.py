@@ -16,8 +16,10 @@ from datetime import datetime, timedelta
 import numpy as np
 from typing_extensions import TypeVar
 
+from libs.common.bounds import at_most_chars
 from libs.common.config import DiaryConfig
-from libs.common.errors import InvalidArgument, NotFound
+from libs.common.errors import InvalidArgument
+from libs.common.not_found import require_found
 from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_time_cursor,
@@ -48,6 +50,9 @@ from services.diary.store import PostgresNoteStore
 __all__ = ["DiaryService", "index_point"]
 
 _log = logging.getLogger(__name__)
+
+# A note past its bound, in this service's words (libs.common.bounds).
+_TOO_LONG = "{field} is {length} characters; a note holds at most {limit}"
 
 S = TypeVar("S", bound=NoteStore, default=PostgresNoteStore)
 """The store: the port for the use cases; its deployment type for the passes, which also reach
@@ -121,16 +126,10 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
             earlier = await self.store.by_request(company, seat, request_id)
             if earlier is not None:
                 return earlier, None, False
-        limit = self.config.max_content_chars
-        if len(content) > limit:
-            # Refused, never trimmed: the writer can tighten the text and retry.
-            raise InvalidArgument(
-                f"content is {len(content)} characters; a note holds at most {limit}",
-                reason="NOTE_TOO_LONG",
-                domain=DOMAIN,
-                field="content",
-                metadata={"limit": limit, "length": len(content)},
-            )
+        # Refused, never trimmed: the writer can tighten the text and retry.
+        at_most_chars(
+            content, "content", self.config.max_content_chars, domain=DOMAIN, reason="NOTE_TOO_LONG", message=_TOO_LONG
+        )
         require_text(content, "content", domain=DOMAIN)
         if tier is None:
             raise InvalidArgument(
@@ -293,14 +292,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         nid = require_id(note_id, "note_id", domain=DOMAIN)
         note = await self.store.get(company, seat, nid, self.clock.now())
-        if note is None:
-            raise NotFound(
-                f"note {note_id} not found for seat {seat}",
-                reason="NOTE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"note_id": note_id, "seat": seat},
-            )
-        return note
+        return require_found(note, "note", note_id, seat=seat, domain=DOMAIN)
 
     async def list_notes(
         self, company: str, seat: str, size: int, token: str, tier: NoteTier | None
@@ -319,13 +311,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         nid = require_id(note_id, "note_id", domain=DOMAIN)
         found, dims = await self.store.delete(company, seat, nid)
-        if not found:
-            raise NotFound(
-                f"note {note_id} not found for seat {seat}",
-                reason="NOTE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"note_id": note_id, "seat": seat},
-            )
+        require_found(found or None, "note", note_id, seat=seat, domain=DOMAIN)
         if dims:
             try:
                 await self.index.delete(collection_name(COLLECTION_BASE, dims), [nid])

@@ -19,7 +19,8 @@ from typing_extensions import TypeVar
 
 from libs.common import vector_rows
 from libs.common.config import EpisodesConfig
-from libs.common.errors import InvalidArgument, NotFound
+from libs.common.errors import InvalidArgument
+from libs.common.not_found import require_found
 from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_page_token,
@@ -380,19 +381,12 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             )
         if episode_id:
             ep = await self.store.get(company, seat, require_id(episode_id, "episode_id", domain=DOMAIN))
-            what = {"episode_id": episode_id}
+            key, value = "episode_id", episode_id
         else:
             ep = await self.store.get_by_turn(company, seat, turn_id)
-            what = {"turn_id": turn_id}
-        if ep is None:
-            key, value = next(iter(what.items()))
-            raise NotFound(
-                f"no episode with {key} {value} for seat {seat}",
-                reason="EPISODE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={**what, "seat": seat},
-            )
-        return ep
+            key, value = "turn_id", turn_id
+        message = f"no episode with {key} {value} for seat {seat}"
+        return require_found(ep, "episode", value, seat=seat, domain=DOMAIN, id_key=key, message=message)
 
     async def list_episodes(
         self, company: str, seat: str, size: int, token: str, f: EpisodeFilter

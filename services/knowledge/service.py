@@ -26,6 +26,7 @@ from libs.common.auth import current_principal
 from libs.common.config import Settings
 from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from libs.common.events import EventSink
+from libs.common.not_found import not_found_error, require_found
 from libs.common.validation import require_ident, require_text
 from services.knowledge.backends import BackendUnavailable, KnowledgeBackend
 from services.knowledge.domain import (
@@ -161,14 +162,10 @@ class KnowledgeService:
                 f"page_id {page_id!r} is not a page id", reason="FIELD_INVALID", domain=DOMAIN, field="page_id"
             )
         origin = await PostgresDraftProvenance(self.pages.store.pool).get(company, page_id)
-        if origin is None:
-            raise NotFound(
-                f"no promotion draft of company {company} is filed as page {page_id}",
-                reason="DRAFT_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"page_id": page_id, "company": company},
-            )
-        return origin
+        message = f"no promotion draft of company {company} is filed as page {page_id}"
+        return require_found(
+            origin, "draft", page_id, seat=company, scope="company", id_key="page_id", message=message, domain=DOMAIN
+        )
 
     async def write_promotion_draft(
         self,
@@ -212,12 +209,8 @@ class KnowledgeService:
     # ------------------------------------------------------------------ reads
 
     def _not_found(self, reader: Reader, page_id: str) -> NotFound:
-        return NotFound(
-            f"page {page_id} not found in company {reader.company}",
-            reason="PAGE_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"page_id": page_id, "company": reader.company},
-        )
+        message = f"page {page_id} not found in company {reader.company}"
+        return not_found_error("page", page_id, seat=reader.company, scope="company", message=message, domain=DOMAIN)
 
     async def get_page(self, reader: Reader, page_id: str, context: ReadContext) -> Page:
         reader = self.reader(reader)

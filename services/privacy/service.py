@@ -33,8 +33,9 @@ from libs.common import auth
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target, round_id
-from libs.common.errors import InvalidArgument, NotFound
+from libs.common.errors import InvalidArgument
 from libs.common.events import EventSink
+from libs.common.not_found import require_found
 from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
 from services.privacy.domain import (
     COLLECTORS,
@@ -143,15 +144,8 @@ class PrivacyService:
             raise InvalidArgument(
                 f"erasure_id {erasure_id!r} is not a UUID", reason="FIELD_INVALID", domain=DOMAIN, field="erasure_id"
             ) from None
-        erasure = await self.store.get(eid, company)
-        if erasure is None:
-            raise NotFound(
-                f"erasure {erasure_id} not found",
-                reason="ERASURE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"erasure_id": erasure_id},
-            )
-        return erasure
+        # No seat named: an erasure is the company's, and the message names no owner.
+        return require_found(await self.store.get(eid, company), "erasure", erasure_id, domain=DOMAIN)
 
     async def list(self, company: str, size: int, token: str) -> tuple[list[Erasure], str]:
         size = page_size(size, default=50, maximum=200, domain=DOMAIN)

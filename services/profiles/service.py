@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 from libs.common.bounds import at_most_chars, at_most_items
 from libs.common.clock import Clock
-from libs.common.errors import FieldViolation, InvalidArgument, NotFound
+from libs.common.errors import FieldViolation, InvalidArgument
 from libs.common.events import EventSink
-from libs.common.request_rules import time_page
+from libs.common.not_found import require_found
+from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_time_cursor,
     page_size,
@@ -46,7 +47,6 @@ _SUBJECT_ID = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
 
 # Refusals past a bound (libs.common.bounds): what the bound is of, in this service's words.
 _TOO_MANY_ITEMS = "{field} has {count} items; a profile keeps at most {limit}"
-_TOO_MANY_SUBJECTS = "at most {limit} subjects per call, got {count}"
 
 SubjectRef = tuple[str, str, str]
 """A subject as the caller sent it: (handle, external_id, platform)."""
@@ -245,14 +245,8 @@ class ProfileService:
                 field="profile_id",
                 metadata={"value": profile_id[:100]},
             ) from None
-        profile = await self.store.get(company, observer, pid)
-        if profile is None:
-            raise NotFound(
-                f"profile {profile_id} not found for observer {observer}",
-                reason="PROFILE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"profile_id": profile_id, "observer": observer},
-            )
+        found = await self.store.get(company, observer, pid)
+        profile = require_found(found, "profile", profile_id, seat=observer, scope="observer", domain=DOMAIN)
         observations = await self.store.observations(company, observer, pid, self.limits.max_provenance_observations)
         return profile, observations, trace_entries(profile, observations)
 
@@ -261,7 +255,7 @@ class ProfileService:
         profile (or named twice) is absent (or answered once)."""
         company, observer = self._scope(company, observer)
         cap = self.limits.max_subjects_per_get
-        at_most_items(subject_refs, cap, "subjects", _TOO_MANY_SUBJECTS, domain=DOMAIN, reason="TOO_MANY_SUBJECTS")
+        at_most(subject_refs, cap, "subjects", domain=DOMAIN, reason="TOO_MANY_SUBJECTS")
         subjects = [self._subject(ref, f"subjects[{i}]") for i, ref in enumerate(subject_refs)]
         if not subjects:
             return []

@@ -11,8 +11,9 @@ from typing_extensions import TypeVar
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
 from libs.common.clock import Clock
-from libs.common.errors import InvalidArgument, NotFound
+from libs.common.errors import InvalidArgument
 from libs.common.events import EventSink
+from libs.common.not_found import require_found
 from libs.common.validation import (
     decode_time_cursor,
     encode_time_cursor,
@@ -155,14 +156,8 @@ class ReflectorService(Generic[S]):
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         require_text(turn_id, "turn_id", domain=DOMAIN)
         record = await self.store.get(company, seat, turn_id)
-        if record is None:
-            raise NotFound(
-                f"no reflection of turn {turn_id} for seat {seat}",
-                reason="REFLECTION_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"turn_id": turn_id, "seat": seat},
-            )
-        return record
+        message = f"no reflection of turn {turn_id} for seat {seat}"
+        return require_found(record, "reflection", turn_id, seat=seat, id_key="turn_id", message=message, domain=DOMAIN)
 
     async def list(self, company: str, seat: str, size: int, token: str) -> tuple[list[ReflectionRecord], str, int]:
         company, seat = seat_ref(company, seat, domain=DOMAIN)

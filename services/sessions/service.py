@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence, Sized
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from libs.common import telemetry
 from libs.common.auth import current_principal
+from libs.common.bounds import at_most_chars, at_most_items
 from libs.common.clock import Clock
 from libs.common.config import Settings
 from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from libs.common.events import EventSink
+from libs.common.not_found import not_found_error
+from libs.common.request_rules import at_most
 from libs.common.validation import (
     decode_time_cursor,
     encode_time_cursor,
@@ -60,12 +63,7 @@ __all__ = ["AppendResult", "PlanResult", "SessionService", "not_found"]
 
 def not_found(session_id: str) -> NotFound:
     """The one answer for a session that does not exist and for one the caller does not own."""
-    return NotFound(
-        f"session {session_id} not found",
-        reason="SESSION_NOT_FOUND",
-        domain=DOMAIN,
-        metadata={"session_id": session_id},
-    )
+    return not_found_error("session", session_id, domain=DOMAIN)
 
 
 @dataclass(frozen=True)
@@ -94,29 +92,8 @@ class Digest:
     interrupted: int
 
 
-def _at_most(items: Sized, limit: int, field: str, reason: str, rule: str) -> None:
-    """``reason`` when ``field`` holds more than ``limit`` items (``rule`` says the limit in words)."""
-    if len(items) > limit:
-        raise InvalidArgument(
-            f"{rule}, got {len(items)}",
-            reason=reason,
-            domain=DOMAIN,
-            field=field,
-            metadata={"limit": limit, "count": len(items)},
-        )
-
-
-def _no_longer(value: str, limit: int, field: str) -> None:
-    """FIELD_TOO_LONG past ``limit`` characters (an empty value passes: where one is required, the
-    caller says so)."""
-    if len(value) > limit:
-        raise InvalidArgument(
-            f"{field} is {len(value)} characters; the limit is {limit}",
-            reason="FIELD_TOO_LONG",
-            domain=DOMAIN,
-            field=field,
-            metadata={"limit": limit, "length": len(value)},
-        )
+# A plan past its bound, in this service's words (libs.common.bounds).
+_TOO_MANY_STEPS = "a plan has at most {limit} steps, got {count}"
 
 
 @dataclass(eq=False)
@@ -154,15 +131,13 @@ class SessionService:
         return session
 
     def _validate_events(self, events: Sequence[Event]) -> None:
-        _at_most(
-            events, MAX_EVENTS_PER_CALL, "events", "TOO_MANY_EVENTS", f"at most {MAX_EVENTS_PER_CALL} events per call"
-        )
+        at_most(events, MAX_EVENTS_PER_CALL, "events", domain=DOMAIN, reason="TOO_MANY_EVENTS")
         for i, e in enumerate(events):
             where = f"events[{i}]"
             require_text(e.event_id, f"{where}.event_id", domain=DOMAIN, max_chars=MAX_ID_CHARS)
-            _no_longer(e.text, MAX_EVENT_TEXT_CHARS, f"{where}.text")
+            at_most_chars(e.text, f"{where}.text", MAX_EVENT_TEXT_CHARS, domain=DOMAIN)
             for name in ("turn_id", "tool_name", "source"):
-                _no_longer(getattr(e, name), MAX_ID_CHARS, f"{where}.{name}")
+                at_most_chars(getattr(e, name), f"{where}.{name}", MAX_ID_CHARS, domain=DOMAIN)
             if e.kind is EventKind.TURN_END:
                 require_text(e.turn_id, f"{where}.turn_id", domain=DOMAIN)
                 if e.turn_outcome is TurnOutcome.UNSPECIFIED:
@@ -311,7 +286,7 @@ class SessionService:
                 field="revision",
                 metadata={"value": revision},
             )
-        _at_most(steps, MAX_PLAN_STEPS, "steps", "TOO_MANY_STEPS", f"a plan has at most {MAX_PLAN_STEPS} steps")
+        at_most_items(steps, MAX_PLAN_STEPS, "steps", _TOO_MANY_STEPS, domain=DOMAIN, reason="TOO_MANY_STEPS")
         ids: set[str] = set()
         out = []
         for i, step in enumerate(steps):

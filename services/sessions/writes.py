@@ -51,7 +51,8 @@ from libs.common.auxmodel.answers import InvalidOutput
 from libs.common.clients import Clients
 from libs.common.clock import Clock
 from libs.common.config import Settings, workspace_container
-from libs.common.errors import InvalidArgument, NotFound
+from libs.common.errors import InvalidArgument
+from libs.common.not_found import require_found
 from libs.common.validation import require_ident, require_text
 from services.sessions import judge
 from services.sessions.domain import (
@@ -534,14 +535,10 @@ async def lesson_provenance(
         raise InvalidArgument(
             f"page_id {page_id!r} is not a page id", reason="FIELD_INVALID", domain=DOMAIN, field="page_id"
         )
+    message = f"no workspace lesson of company {company} is filed as page {page_id}"
     row = await store.lesson_by_page(company, page_id)
-    if row is None:
-        raise NotFound(
-            f"no workspace lesson of company {company} is filed as page {page_id}",
-            reason="LESSON_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"page_id": page_id, "company": company},
-        )
-    workspace, title, sources = row
+    workspace, title, sources = require_found(
+        row, "lesson", page_id, seat=company, scope="company", id_key="page_id", message=message, domain=DOMAIN
+    )
     kept = json.loads(sources) if isinstance(sources, str) else list(sources)
     return workspace, title, [_source_to_pb(s) for s in kept]

@@ -31,8 +31,9 @@ from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.clock import Clock
 from libs.common.config import SkillProposalsConfig
 from libs.common.embeddings import Embedder
-from libs.common.errors import AlreadyExists, FailedPrecondition, NotFound
+from libs.common.errors import AlreadyExists, FailedPrecondition
 from libs.common.events import EventSink
+from libs.common.not_found import require_found
 from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
 from services.skills.domain import (
     DOMAIN,
@@ -266,14 +267,8 @@ class ProposalService:
     async def get(self, company: str, seat: str, proposal_id: str) -> SkillProposal:
         pid = uuid.UUID(proposal_id)  # a UUID: the contract's
         found = await self.store.get(company, seat, pid)
-        if found is None:
-            raise NotFound(
-                f"seat {seat} has no skill proposal {proposal_id}",
-                reason="PROPOSAL_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"proposal_id": proposal_id, "seat": seat},
-            )
-        return found
+        message = f"seat {seat} has no skill proposal {proposal_id}"
+        return require_found(found, "proposal", proposal_id, seat=seat, message=message, domain=DOMAIN)
 
     async def approve(
         self, company: str, seat: str, proposal_id: str, reviewer: str, reason: str

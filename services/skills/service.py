@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from agentlearn.common.v1.provenance_pb2 import Provenance
+from libs.common.bounds import at_most_chars
 from libs.common.clock import Clock
 from libs.common.config import SkillCuratorConfig, SkillRefinementConfig, SkillSynthesisConfig
 from libs.common.errors import (
@@ -57,6 +58,9 @@ __all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult", "not
 T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
+
+# A body past its bound, in this service's words (libs.common.bounds).
+_BODY_TOO_LONG = "{field} is {length} characters; a skill body holds at most {limit}"
 
 STAMP_TIMEOUT_SECONDS = 2.0
 """A telemetry stamp (use count, offer clock) waits at most this long for its row: a turn start
@@ -261,16 +265,9 @@ class SkillService:
             )
 
     def _body_fits(self, body: str, field: str = "body") -> None:
+        # Refused, never truncated: a clip lands mid-step and reads as the whole procedure.
         limit = self.refinement.max_body_chars
-        if len(body) > limit:
-            # Refused, never truncated: a clip lands mid-step and reads as the whole procedure.
-            raise InvalidArgument(
-                f"{field} is {len(body)} characters; a skill body holds at most {limit}",
-                reason="SKILL_BODY_TOO_LONG",
-                domain=DOMAIN,
-                field=field,
-                metadata={"limit": limit, "length": len(body)},
-            )
+        at_most_chars(body, field, limit, domain=DOMAIN, reason="SKILL_BODY_TOO_LONG", message=_BODY_TOO_LONG)
 
     # ---------------------------------------------------------------- reads
 
