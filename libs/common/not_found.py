@@ -10,54 +10,47 @@ no owner to name (an erasure, a session: the owner check is elsewhere) passes no
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TypedDict, TypeVar, Unpack
 
 from libs.common.errors import NotFound
 
-__all__ = ["not_found_error", "require_found"]
+__all__ = ["Owner", "not_found_error", "require_found"]
 
 T = TypeVar("T")
 
 
-def not_found_error(
-    kind: str,
-    item_id: str,
-    *,
-    domain: str,
-    seat: str | None = None,
-    scope: str = "seat",
-    id_key: str | None = None,
-    message: str | None = None,
-) -> NotFound:
-    """NotFound for the ``kind`` ``item_id`` of ``seat`` (``scope`` names what the owner ``seat`` is
-    to the item, e.g. ``observer`` or ``company``): reason ``<KIND>_NOT_FOUND``, metadata
-    ``<id_key>`` (by default ``<kind>_id``) and, with a seat, ``<scope>``; ``message`` when given,
-    else ``<kind> <item_id> not found`` and, with a seat, `` for <scope> <seat>``."""
-    metadata: dict[str, object] = {id_key or f"{kind}_id": item_id}
-    owner = ""
+class Owner(TypedDict, total=False):
+    """Whose the item is and how the refusal words it (every key optional)."""
+
+    seat: str | None
+    """The owner's handle (a seat, an observer, a company); None: the refusal names no owner."""
+    scope: str
+    """What the owner is to the item, the metadata key naming it (default ``seat``)."""
+    id_key: str | None
+    """The metadata key of the id (default ``<kind>_id``)."""
+    message: str | None
+    """The use case's own message (default ``<kind> <id> not found[ for <scope> <seat>]``)."""
+
+
+def not_found_error(kind: str, item_id: str, *, domain: str, **owner: Unpack[Owner]) -> NotFound:
+    """NotFound for the ``kind`` ``item_id`` of ``owner``: reason ``<KIND>_NOT_FOUND``, metadata
+    the id and, with a seat, the owner under ``scope``."""
+    seat, scope = owner.get("seat"), owner.get("scope", "seat")
+    metadata: dict[str, object] = {owner.get("id_key") or f"{kind}_id": item_id}
+    whose = ""
     if seat is not None:
         metadata[scope] = seat
-        owner = f" for {scope} {seat}"
+        whose = f" for {scope} {seat}"
     return NotFound(
-        message or f"{kind} {item_id} not found{owner}",
+        owner.get("message") or f"{kind} {item_id} not found{whose}",
         reason=f"{kind.upper()}_NOT_FOUND",
         domain=domain,
         metadata=metadata,
     )
 
 
-def require_found(
-    found: T | None,
-    kind: str,
-    item_id: str,
-    *,
-    domain: str,
-    seat: str | None = None,
-    scope: str = "seat",
-    id_key: str | None = None,
-    message: str | None = None,
-) -> T:
+def require_found(found: T | None, kind: str, item_id: str, *, domain: str, **owner: Unpack[Owner]) -> T:
     """``found``, or :func:`not_found_error` (which words the arguments) when it is None."""
     if found is None:
-        raise not_found_error(kind, item_id, domain=domain, seat=seat, scope=scope, id_key=id_key, message=message)
+        raise not_found_error(kind, item_id, domain=domain, **owner)
     return found

@@ -41,6 +41,7 @@ __all__ = [
     "optional_limit",
     "page_size",
     "require_id",
+    "require_page_id",
     "require_text",
     "seat_ref",
     "use_page_token_key",
@@ -71,6 +72,15 @@ def require_ident(value: str, field: str, *, domain: str) -> str:
             value=value[:200],
         )
     return value
+
+
+def require_page_id(value: str, *, domain: str) -> str:
+    """A knowledge page id a provenance read names (a native page's or a Confluence one's): at most
+    200 characters, stripped, with no white space or control character left inside."""
+    page_id = require_text(value, "page_id", domain=domain, max_chars=200).strip()
+    if any(ch.isspace() or not ch.isprintable() for ch in page_id):
+        raise field_error("page_id", "FIELD_INVALID", f"page_id {page_id!r} is not a page id", domain=domain)
+    return page_id
 
 
 def seat_ref(company: str, seat: str, *, domain: str) -> tuple[str, str]:

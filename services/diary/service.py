@@ -18,7 +18,7 @@ from typing_extensions import TypeVar
 
 from libs.common.bounds import at_most_chars
 from libs.common.config import DiaryConfig
-from libs.common.errors import InvalidArgument
+from libs.common.errors import field_error
 from libs.common.not_found import require_found
 from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
@@ -132,28 +132,27 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         )
         require_text(content, "content", domain=DOMAIN)
         if tier is None:
-            raise InvalidArgument(
-                "tier must be NOTE_TIER_LONG or NOTE_TIER_SHORT", reason="FIELD_REQUIRED", domain=DOMAIN, field="tier"
-            )
+            raise field_error("tier", "FIELD_REQUIRED", "tier must be NOTE_TIER_LONG or NOTE_TIER_SHORT", domain=DOMAIN)
         now = self.clock.now()
         if tier is NoteTier.SHORT:
             if not 1 <= ttl_days <= MAX_TTL_DAYS:
-                raise InvalidArgument(
+                raise field_error(
+                    "ttl_days",
+                    "TTL_OUT_OF_RANGE",
                     f"a SHORT note needs ttl_days between 1 and {MAX_TTL_DAYS}, got {ttl_days}",
-                    reason="TTL_OUT_OF_RANGE",
                     domain=DOMAIN,
-                    field="ttl_days",
-                    metadata={"value": ttl_days, "maximum": MAX_TTL_DAYS},
+                    value=ttl_days,
+                    maximum=MAX_TTL_DAYS,
                 )
             expire_time: datetime | None = now + timedelta(days=ttl_days)
         else:
             if ttl_days:
-                raise InvalidArgument(
+                raise field_error(
+                    "ttl_days",
+                    "TTL_NOT_ALLOWED",
                     "a LONG note has no time to live; send ttl_days 0 or write a SHORT note",
-                    reason="TTL_NOT_ALLOWED",
                     domain=DOMAIN,
-                    field="ttl_days",
-                    metadata={"value": ttl_days},
+                    value=ttl_days,
                 )
             expire_time = None
         embedded = await self.embed_row(content)

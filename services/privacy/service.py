@@ -33,7 +33,7 @@ from libs.common import auth
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target, round_id
-from libs.common.errors import InvalidArgument
+from libs.common.errors import field_error
 from libs.common.events import EventSink
 from libs.common.not_found import require_found
 from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
@@ -96,12 +96,7 @@ class PrivacyService:
     async def request(self, target: Target, request_id: str | None) -> Erasure:
         """Queue an erasure (once per ``request_id``); the erasure, as it stands."""
         if target.kind is Kind.SUBJECT and not target.identifiers:
-            raise InvalidArgument(
-                "name the person's handle or external id",
-                reason="SUBJECT_REQUIRED",
-                domain=DOMAIN,
-                field="subject",
-            )
+            raise field_error("subject", "SUBJECT_REQUIRED", "name the person's handle or external id", domain=DOMAIN)
         if request_id:
             known = await self.store.by_request(target.company, request_id)
             if known is not None:
@@ -141,8 +136,8 @@ class PrivacyService:
         try:
             eid = uuid.UUID(erasure_id)
         except ValueError:
-            raise InvalidArgument(
-                f"erasure_id {erasure_id!r} is not a UUID", reason="FIELD_INVALID", domain=DOMAIN, field="erasure_id"
+            raise field_error(
+                "erasure_id", "FIELD_INVALID", f"erasure_id {erasure_id!r} is not a UUID", domain=DOMAIN
             ) from None
         # No seat named: an erasure is the company's, and the message names no owner.
         return require_found(await self.store.get(eid, company), "erasure", erasure_id, domain=DOMAIN)

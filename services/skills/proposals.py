@@ -34,7 +34,8 @@ from libs.common.embeddings import Embedder
 from libs.common.errors import AlreadyExists, FailedPrecondition
 from libs.common.events import EventSink
 from libs.common.not_found import require_found
-from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
+from libs.common.request_rules import time_page
+from libs.common.validation import decode_time_cursor, page_size
 from services.skills.domain import (
     DOMAIN,
     DuplicateCheck,
@@ -364,11 +365,7 @@ class ProposalService:
         scope = {"company": company, "seat": seat, "state": str(state) if state else None}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
         found = await self.store.page(company, seat, state, after, size + 1)
-        next_token = ""
-        if len(found) > size:
-            found = found[:size]
-            next_token = encode_time_cursor(found[-1].create_time, found[-1].id, scope)
-        return found, next_token
+        return time_page(found, size, scope, lambda p: p.create_time, lambda p: p.id)
 
 
 async def _within(embedder: Embedder, texts: list[str]) -> list[np.ndarray | None]:
