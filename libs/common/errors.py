@@ -9,6 +9,7 @@ a caller's mistake never does.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 import grpc
 
@@ -23,6 +24,7 @@ __all__ = [
     "ResourceExhausted",
     "Unauthenticated",
     "Unavailable",
+    "field_error",
 ]
 
 
@@ -58,6 +60,14 @@ class AgentLearnError(Exception):
             self.violations.insert(0, FieldViolation(field, message))
             self.metadata.setdefault("field", field)
 
+    @classmethod
+    def of_field(cls, field: str, reason: str, message: str, /, *, domain: str, **metadata: object) -> Self:
+        """The refusal of one request field: this status with ``reason``, a FieldViolation naming
+        ``field``, and ``metadata`` (the value, the limit, ...) beside the message that quotes them.
+        Every use case words a bad field through here, whatever its status (a stale revision is
+        FAILED_PRECONDITION, a name taken ALREADY_EXISTS)."""
+        return cls(message, reason=reason, domain=domain, field=field, metadata=metadata)
+
     def __str__(self) -> str:
         return f"{self.code.name} {self.reason}: {self.message}"
 
@@ -92,3 +102,8 @@ class Unauthenticated(AgentLearnError):
 
 class Unavailable(AgentLearnError):
     code = grpc.StatusCode.UNAVAILABLE
+
+
+field_error = InvalidArgument.of_field
+"""The refusal of one request field (INVALID_ARGUMENT): ``field_error(field, reason, message,
+domain=..., **metadata)``, see :meth:`AgentLearnError.of_field`."""

@@ -26,8 +26,9 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from libs.common.bounds import at_most_chars
 from libs.common.contract import echo
-from libs.common.errors import InvalidArgument
+from libs.common.errors import InvalidArgument, field_error
 
 __all__ = [
     "decode_cursor",
@@ -40,6 +41,7 @@ __all__ = [
     "optional_limit",
     "page_size",
     "require_id",
+    "require_page_id",
     "require_text",
     "seat_ref",
     "use_page_token_key",
@@ -50,24 +52,11 @@ T = TypeVar("T")
 _IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
 
 
-def field_error(field: str, reason: str, message: str, *, domain: str, **metadata: object) -> InvalidArgument:
-    """The refusal of one request field: INVALID_ARGUMENT with ``reason``, a FieldViolation naming
-    ``field``, and ``metadata`` (the value, the limit, ...) beside the message that quotes them."""
-    return InvalidArgument(message, reason=reason, domain=domain, field=field, metadata=metadata)
-
-
 def require_text(value: str, field: str, *, domain: str, max_chars: int | None = None) -> str:
     if not value or not value.strip():
         raise field_error(field, "FIELD_REQUIRED", f"{field} is required", domain=domain)
-    if max_chars is not None and len(value) > max_chars:
-        raise field_error(
-            field,
-            "FIELD_TOO_LONG",
-            f"{field} is {len(value)} characters; the limit is {max_chars}",
-            domain=domain,
-            limit=max_chars,
-            length=len(value),
-        )
+    if max_chars is not None:
+        at_most_chars(value, field, max_chars, domain=domain)
     return value
 
 
@@ -83,6 +72,15 @@ def require_ident(value: str, field: str, *, domain: str) -> str:
             value=value[:200],
         )
     return value
+
+
+def require_page_id(value: str, *, domain: str) -> str:
+    """A knowledge page id a provenance read names (a native page's or a Confluence one's): at most
+    200 characters, stripped, with no white space or control character left inside."""
+    page_id = require_text(value, "page_id", domain=domain, max_chars=200).strip()
+    if any(ch.isspace() or not ch.isprintable() for ch in page_id):
+        raise field_error("page_id", "FIELD_INVALID", f"page_id {page_id!r} is not a page id", domain=domain)
+    return page_id
 
 
 def seat_ref(company: str, seat: str, *, domain: str) -> tuple[str, str]:

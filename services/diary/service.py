@@ -16,8 +16,10 @@ from datetime import datetime, timedelta
 import numpy as np
 from typing_extensions import TypeVar
 
+from libs.common.bounds import at_most_chars
 from libs.common.config import DiaryConfig
-from libs.common.errors import InvalidArgument, NotFound
+from libs.common.errors import field_error
+from libs.common.not_found import require_found
 from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_time_cursor,
@@ -48,6 +50,9 @@ from services.diary.store import PostgresNoteStore
 __all__ = ["DiaryService", "index_point"]
 
 _log = logging.getLogger(__name__)
+
+# A note past its bound, in this service's words (libs.common.bounds).
+_TOO_LONG = "{field} is {length} characters; a note holds at most {limit}"
 
 S = TypeVar("S", bound=NoteStore, default=PostgresNoteStore)
 """The store: the port for the use cases; its deployment type for the passes, which also reach
@@ -121,40 +126,33 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
             earlier = await self.store.by_request(company, seat, request_id)
             if earlier is not None:
                 return earlier, None, False
-        limit = self.config.max_content_chars
-        if len(content) > limit:
-            # Refused, never trimmed: the writer can tighten the text and retry.
-            raise InvalidArgument(
-                f"content is {len(content)} characters; a note holds at most {limit}",
-                reason="NOTE_TOO_LONG",
-                domain=DOMAIN,
-                field="content",
-                metadata={"limit": limit, "length": len(content)},
-            )
+        # Refused, never trimmed: the writer can tighten the text and retry.
+        at_most_chars(
+            content, "content", self.config.max_content_chars, domain=DOMAIN, reason="NOTE_TOO_LONG", message=_TOO_LONG
+        )
         require_text(content, "content", domain=DOMAIN)
         if tier is None:
-            raise InvalidArgument(
-                "tier must be NOTE_TIER_LONG or NOTE_TIER_SHORT", reason="FIELD_REQUIRED", domain=DOMAIN, field="tier"
-            )
+            raise field_error("tier", "FIELD_REQUIRED", "tier must be NOTE_TIER_LONG or NOTE_TIER_SHORT", domain=DOMAIN)
         now = self.clock.now()
         if tier is NoteTier.SHORT:
             if not 1 <= ttl_days <= MAX_TTL_DAYS:
-                raise InvalidArgument(
+                raise field_error(
+                    "ttl_days",
+                    "TTL_OUT_OF_RANGE",
                     f"a SHORT note needs ttl_days between 1 and {MAX_TTL_DAYS}, got {ttl_days}",
-                    reason="TTL_OUT_OF_RANGE",
                     domain=DOMAIN,
-                    field="ttl_days",
-                    metadata={"value": ttl_days, "maximum": MAX_TTL_DAYS},
+                    value=ttl_days,
+                    maximum=MAX_TTL_DAYS,
                 )
             expire_time: datetime | None = now + timedelta(days=ttl_days)
         else:
             if ttl_days:
-                raise InvalidArgument(
+                raise field_error(
+                    "ttl_days",
+                    "TTL_NOT_ALLOWED",
                     "a LONG note has no time to live; send ttl_days 0 or write a SHORT note",
-                    reason="TTL_NOT_ALLOWED",
                     domain=DOMAIN,
-                    field="ttl_days",
-                    metadata={"value": ttl_days},
+                    value=ttl_days,
                 )
             expire_time = None
         embedded = await self.embed_row(content)
@@ -293,14 +291,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         nid = require_id(note_id, "note_id", domain=DOMAIN)
         note = await self.store.get(company, seat, nid, self.clock.now())
-        if note is None:
-            raise NotFound(
-                f"note {note_id} not found for seat {seat}",
-                reason="NOTE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"note_id": note_id, "seat": seat},
-            )
-        return note
+        return require_found(note, "note", note_id, seat=seat, domain=DOMAIN)
 
     async def list_notes(
         self, company: str, seat: str, size: int, token: str, tier: NoteTier | None
@@ -319,13 +310,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         nid = require_id(note_id, "note_id", domain=DOMAIN)
         found, dims = await self.store.delete(company, seat, nid)
-        if not found:
-            raise NotFound(
-                f"note {note_id} not found for seat {seat}",
-                reason="NOTE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"note_id": note_id, "seat": seat},
-            )
+        require_found(found or None, "note", note_id, seat=seat, domain=DOMAIN)
         if dims:
             try:
                 await self.index.delete(collection_name(COLLECTION_BASE, dims), [nid])

@@ -19,7 +19,8 @@ from typing_extensions import TypeVar
 
 from libs.common import vector_rows
 from libs.common.config import EpisodesConfig
-from libs.common.errors import InvalidArgument, NotFound
+from libs.common.errors import field_error
+from libs.common.not_found import require_found
 from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_page_token,
@@ -125,9 +126,7 @@ class Recorded:
 def _names(values: Sequence[str], field: str) -> tuple[str, ...]:
     for i, v in enumerate(values):
         if not v or not v.strip():
-            raise InvalidArgument(
-                f"{field}[{i}] is empty", reason="FIELD_REQUIRED", domain=DOMAIN, field=f"{field}[{i}]"
-            )
+            raise field_error(f"{field}[{i}]", "FIELD_REQUIRED", f"{field}[{i}] is empty", domain=DOMAIN)
     return tuple(values)
 
 
@@ -159,42 +158,44 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         if label_names_run_id(rec.label, rec.turn_id):
             # The label names what woke the turn (a schedule's name), never the fire's run id,
             # which differs on every fire and makes two fires of one schedule unalike.
-            raise InvalidArgument(
+            raise field_error(
+                "label",
+                "LABEL_NAMES_RUN_ID",
                 f"label names the turn's own run id {rec.turn_id!r}; a scheduled turn's label names its schedule",
-                reason="LABEL_NAMES_RUN_ID",
                 domain=DOMAIN,
-                field="label",
-                metadata={"turn_id": rec.turn_id},
+                turn_id=rec.turn_id,
             )
         if rec.outcome is None:
-            raise InvalidArgument(
+            raise field_error(
+                "outcome",
+                "FIELD_REQUIRED",
                 "outcome is required (DONE, FAILED, SELF_ITERATE or SKIPPED)",
-                reason="FIELD_REQUIRED",
                 domain=DOMAIN,
-                field="outcome",
             )
         if rec.start_time is None:
-            raise InvalidArgument("start_time is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="start_time")
+            raise field_error("start_time", "FIELD_REQUIRED", "start_time is required", domain=DOMAIN)
         if rec.end_time is None:
-            raise InvalidArgument("end_time is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="end_time")
+            raise field_error("end_time", "FIELD_REQUIRED", "end_time is required", domain=DOMAIN)
         if rec.end_time < rec.start_time:
-            raise InvalidArgument(
+            raise field_error(
+                "end_time",
+                "END_BEFORE_START",
                 "end_time is before start_time",
-                reason="END_BEFORE_START",
                 domain=DOMAIN,
-                field="end_time",
-                metadata={"start_time": rec.start_time.isoformat(), "end_time": rec.end_time.isoformat()},
+                start_time=rec.start_time.isoformat(),
+                end_time=rec.end_time.isoformat(),
             )
         if rec.work_item:
             backend, _, ref = rec.work_item.partition(":")
             if backend not in WORK_ITEM_BACKENDS or not ref.strip():
-                raise InvalidArgument(
+                raise field_error(
+                    "work_item",
+                    "FIELD_INVALID",
                     f"work_item {rec.work_item[:100]!r} is not a backend-qualified ref "
                     f"({', '.join(b + ':<id>' for b in WORK_ITEM_BACKENDS)})",
-                    reason="FIELD_INVALID",
                     domain=DOMAIN,
-                    field="work_item",
-                    metadata={"value": rec.work_item[:100], "backends": ",".join(WORK_ITEM_BACKENDS)},
+                    value=rec.work_item[:100],
+                    backends=",".join(WORK_ITEM_BACKENDS),
                 )
         if rec.role:
             require_ident(rec.role, "role", domain=DOMAIN)
@@ -310,11 +311,11 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         k_vec = k_vec or self.config.search_limit
         k_lex = optional_limit(lexical_limit, "lexical_limit", default=k_vec, maximum=MAX_SEARCH_LIMIT, domain=DOMAIN)
         if not query.strip() and query_vector is None:
-            raise InvalidArgument(
+            raise field_error(
+                "query",
+                "FIELD_REQUIRED",
                 "query (or query_embedding) is required; read recent turns with ListEpisodes",
-                reason="FIELD_REQUIRED",
                 domain=DOMAIN,
-                field="query",
             )
         hits: dict[uuid.UUID, Hit] = {}
         raw = RawRows(company, seat, outcome)
@@ -371,28 +372,21 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
     async def get(self, company: str, seat: str, episode_id: str, turn_id: str) -> Episode:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         if bool(episode_id) == bool(turn_id):
-            raise InvalidArgument(
+            raise field_error(
+                "episode_id",
+                "ONE_OF_REQUIRED",
                 "name the row by exactly one of episode_id and turn_id",
-                reason="ONE_OF_REQUIRED",
                 domain=DOMAIN,
-                field="episode_id",
-                metadata={"fields": "episode_id,turn_id"},
+                fields="episode_id,turn_id",
             )
         if episode_id:
             ep = await self.store.get(company, seat, require_id(episode_id, "episode_id", domain=DOMAIN))
-            what = {"episode_id": episode_id}
+            key, value = "episode_id", episode_id
         else:
             ep = await self.store.get_by_turn(company, seat, turn_id)
-            what = {"turn_id": turn_id}
-        if ep is None:
-            key, value = next(iter(what.items()))
-            raise NotFound(
-                f"no episode with {key} {value} for seat {seat}",
-                reason="EPISODE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={**what, "seat": seat},
-            )
-        return ep
+            key, value = "turn_id", turn_id
+        message = f"no episode with {key} {value} for seat {seat}"
+        return require_found(ep, "episode", value, seat=seat, domain=DOMAIN, id_key=key, message=message)
 
     async def list_episodes(
         self, company: str, seat: str, size: int, token: str, f: EpisodeFilter
@@ -400,12 +394,12 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         size = page_size(size, default=LIST_PAGE_DEFAULT, maximum=LIST_PAGE_MAX, domain=DOMAIN)
         if f.min_tool_calls < 0:
-            raise InvalidArgument(
+            raise field_error(
+                "filter.min_tool_calls",
+                "FIELD_INVALID",
                 f"filter.min_tool_calls must not be negative, got {f.min_tool_calls}",
-                reason="FIELD_INVALID",
                 domain=DOMAIN,
-                field="filter.min_tool_calls",
-                metadata={"value": f.min_tool_calls},
+                value=f.min_tool_calls,
             )
         scope = {"company": company, "seat": seat, **f.scope()}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
@@ -439,11 +433,8 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             try:
                 after = (str(cursor["company"]), str(cursor["seat"]))
             except (KeyError, TypeError):
-                raise InvalidArgument(
-                    "page_token is not a token this service issued",
-                    reason="PAGE_TOKEN_INVALID",
-                    domain=DOMAIN,
-                    field="page_token",
+                raise field_error(
+                    "page_token", "PAGE_TOKEN_INVALID", "page_token is not a token this service issued", domain=DOMAIN
                 ) from None
         seats = await self.store.seats(company or None, after, size + 1)
         next_token = ""

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 from libs.common.auth import current_principal
 from libs.common.config import Settings
-from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from libs.common.errors import FailedPrecondition, NotFound, PermissionDenied, Unavailable, field_error
 from libs.common.events import EventSink
-from libs.common.validation import require_ident, require_text
+from libs.common.not_found import not_found_error, require_found
+from libs.common.validation import require_ident, require_page_id, require_text
 from services.knowledge.backends import BackendUnavailable, KnowledgeBackend
 from services.knowledge.domain import (
     DOMAIN,
@@ -155,20 +156,12 @@ class KnowledgeService:
         converging cluster, the distillation's model and prompt version. A page no promotion of
         the company filed is NOT_FOUND (another company's included)."""
         company = require_ident(company, "company", domain=DOMAIN)
-        page_id = require_text(page_id, "page_id", domain=DOMAIN, max_chars=200).strip()
-        if any(ch.isspace() or not ch.isprintable() for ch in page_id):
-            raise InvalidArgument(
-                f"page_id {page_id!r} is not a page id", reason="FIELD_INVALID", domain=DOMAIN, field="page_id"
-            )
+        page_id = require_page_id(page_id, domain=DOMAIN)
         origin = await PostgresDraftProvenance(self.pages.store.pool).get(company, page_id)
-        if origin is None:
-            raise NotFound(
-                f"no promotion draft of company {company} is filed as page {page_id}",
-                reason="DRAFT_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"page_id": page_id, "company": company},
-            )
-        return origin
+        message = f"no promotion draft of company {company} is filed as page {page_id}"
+        return require_found(
+            origin, "draft", page_id, seat=company, scope="company", id_key="page_id", message=message, domain=DOMAIN
+        )
 
     async def write_promotion_draft(
         self,
@@ -212,12 +205,8 @@ class KnowledgeService:
     # ------------------------------------------------------------------ reads
 
     def _not_found(self, reader: Reader, page_id: str) -> NotFound:
-        return NotFound(
-            f"page {page_id} not found in company {reader.company}",
-            reason="PAGE_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"page_id": page_id, "company": reader.company},
-        )
+        message = f"page {page_id} not found in company {reader.company}"
+        return not_found_error("page", page_id, seat=reader.company, scope="company", message=message, domain=DOMAIN)
 
     async def get_page(self, reader: Reader, page_id: str, context: ReadContext) -> Page:
         reader = self.reader(reader)
@@ -268,11 +257,8 @@ class KnowledgeService:
             containers = (container,)
         elif access.operator or access.unscoped:
             if self.confluence:
-                raise InvalidArgument(
-                    "container is required to list Confluence pages",
-                    reason="FIELD_REQUIRED",
-                    domain=DOMAIN,
-                    field="container",
+                raise field_error(
+                    "container", "FIELD_REQUIRED", "container is required to list Confluence pages", domain=DOMAIN
                 )
             containers = None
         else:
@@ -311,12 +297,8 @@ class KnowledgeService:
         reader = self.reader(reader)
         require_text(query, "query", domain=DOMAIN, max_chars=4000)
         if limit < 0:
-            raise InvalidArgument(
-                f"limit must not be negative, got {limit}",
-                reason="LIMIT_OUT_OF_RANGE",
-                domain=DOMAIN,
-                field="limit",
-                metadata={"value": limit},
+            raise field_error(
+                "limit", "LIMIT_OUT_OF_RANGE", f"limit must not be negative, got {limit}", domain=DOMAIN, value=limit
             )
         limit = limit or self.settings.learning.prefetch.knowledge_results
         limit = max(1, min(limit, self.limits.search_results))
@@ -355,9 +337,7 @@ class KnowledgeService:
         reader = self.reader(reader)
         for i, unit in enumerate(unit_chain):
             if not unit.strip():
-                raise InvalidArgument(
-                    f"unit_chain[{i}] is empty", reason="FIELD_REQUIRED", domain=DOMAIN, field=f"unit_chain[{i}]"
-                )
+                raise field_error(f"unit_chain[{i}]", "FIELD_REQUIRED", f"unit_chain[{i}] is empty", domain=DOMAIN)
         containers = self.unit_containers(reader.company, unit_chain)
         access = self.access(reader)
         try:

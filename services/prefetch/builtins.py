@@ -27,7 +27,7 @@ from libs.common.embeddings import (
     EmbeddingRefused,
     embed_query,
 )
-from libs.common.errors import InvalidArgument, PermissionDenied, ResourceExhausted
+from libs.common.errors import PermissionDenied, ResourceExhausted, field_error
 from libs.common.validation import require_text, seat_ref
 from services.knowledge.domain import ReadContext, Reader, ReadSource, SearchOutcome
 from services.prefetch import memory
@@ -118,12 +118,13 @@ class KnowledgeAnswer:
 def _limit(value: int, field: str, limit: Limit) -> int:
     default, maximum = limit.default, limit.maximum
     if value < 0:
-        raise InvalidArgument(
+        raise field_error(
+            field,
+            "LIMIT_OUT_OF_RANGE",
             f"{field} must not be negative, got {value}",
-            reason="LIMIT_OUT_OF_RANGE",
             domain=DOMAIN,
-            field=field,
-            metadata={"value": value, "maximum": maximum},
+            value=value,
+            maximum=maximum,
         )
     return default if value == 0 else min(value, maximum)
 
@@ -177,14 +178,16 @@ class Builtins:
         store, now = self.deps.store, self.deps.clock.now()
         reservation = await store.reserve(company, seat, turn_id, key, cap, settings.refresh_ledger_runs, now)
         if reservation.outcome == "refused":
-            raise ResourceExhausted(
+            raise ResourceExhausted.of_field(
+                "turn_id",
+                "REFRESH_LIMIT_REACHED",
                 f"refresh_memory refused: this turn has already spent {reservation.spent} of its {cap} "
                 "refreshes. Work with the notes you have; a hint you already used this turn is still "
                 "answered from the turn's ledger at no cost.",
-                reason="REFRESH_LIMIT_REACHED",
                 domain=DOMAIN,
-                field="turn_id",
-                metadata={"spent": reservation.spent, "allowed": cap, "turn_id": turn_id},
+                spent=reservation.spent,
+                allowed=cap,
+                turn_id=turn_id,
             )
         if reservation.outcome == "cached":
             assert reservation.entry is not None
@@ -270,12 +273,12 @@ class Builtins:
         if outcome_filter.strip():
             outcome = _OUTCOME_FILTER.get(outcome_filter.strip().lower())
             if outcome is None:
-                raise InvalidArgument(
+                raise field_error(
+                    "outcome_filter",
+                    "FIELD_INVALID",
                     f"outcome_filter must be one of {', '.join(_OUTCOME_FILTER)}, got {outcome_filter!r}",
-                    reason="FIELD_INVALID",
                     domain=DOMAIN,
-                    field="outcome_filter",
-                    metadata={"value": outcome_filter[:100]},
+                    value=outcome_filter[:100],
                 )
         if len(query) > QUERY_MAX_CHARS:
             require_text(query, "query", domain=DOMAIN, max_chars=QUERY_MAX_CHARS)
@@ -379,12 +382,12 @@ class Builtins:
         tiers = {"": diary_pb.NOTE_TIER_LONG, "long": diary_pb.NOTE_TIER_LONG, "short": diary_pb.NOTE_TIER_SHORT}
         pb_tier = tiers.get(tier.strip().lower())
         if pb_tier is None:
-            raise InvalidArgument(
+            raise field_error(
+                "tier",
+                "FIELD_INVALID",
                 f"tier must be 'long' or 'short', got {tier!r}",
-                reason="FIELD_INVALID",
                 domain=DOMAIN,
-                field="tier",
-                metadata={"value": tier[:100]},
+                value=tier[:100],
             )
         resp = await self._call(
             "diary",
@@ -525,9 +528,7 @@ class Builtins:
         seat_ref(company, seat, domain=DOMAIN)
         for i, unit in enumerate(unit_chain):
             if not unit.strip():
-                raise InvalidArgument(
-                    f"unit_chain[{i}] is empty", reason="FIELD_REQUIRED", domain=DOMAIN, field=f"unit_chain[{i}]"
-                )
+                raise field_error(f"unit_chain[{i}]", "FIELD_REQUIRED", f"unit_chain[{i}] is empty", domain=DOMAIN)
         digest = chain_hash(unit_chain)
         await self.deps.store.mark_onboarded(company, seat, digest, list(unit_chain), self.deps.clock.now())
         chain = " › ".join(unit_chain) or "no unit"

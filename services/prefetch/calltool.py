@@ -35,7 +35,7 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from libs.common.auth import current_principal, required_scope
-from libs.common.errors import AgentLearnError, FieldViolation, InvalidArgument, NotFound, PermissionDenied
+from libs.common.errors import AgentLearnError, FieldViolation, InvalidArgument, NotFound, PermissionDenied, field_error
 from libs.common.rpctypes import ServicerContext
 from libs.common.validation import require_ident, require_text
 from services.knowledge.domain import Reader
@@ -190,20 +190,20 @@ def _arguments(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError as err:
-        raise InvalidArgument(
+        raise field_error(
+            "arguments_json",
+            "ARGUMENTS_NOT_JSON",
             f"arguments_json is not JSON ({err.msg} at line {err.lineno} column {err.colno})"
             if isinstance(err, json.JSONDecodeError)
             else "arguments_json is not JSON",
-            reason="ARGUMENTS_NOT_JSON",
             domain=DOMAIN,
-            field="arguments_json",
         ) from None
     if not isinstance(value, dict):
-        raise InvalidArgument(
+        raise field_error(
+            "arguments_json",
+            "ARGUMENTS_NOT_OBJECT",
             f"arguments_json must be a JSON object of the tool's parameters, got {_json_type(value)}",
-            reason="ARGUMENTS_NOT_OBJECT",
             domain=DOMAIN,
-            field="arguments_json",
         )
     return value
 
@@ -262,23 +262,24 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_WANTED = {"integer": "an integer", "string": "a string", "number": "a number", "boolean": "a boolean"}
+
+# Each JSON-schema keyword a tool's parameters use, as words: (its limit, the value sent) -> text.
+_VIOLATIONS: dict[str, Callable[[Any, Any], str]] = {
+    "type": lambda limit, value: f"must be {_WANTED.get(limit, limit)}, got {_json_type(value)}",
+    "maxLength": lambda limit, value: f"is {len(value)} characters; the limit is {limit}",
+    "minLength": lambda limit, _: "must not be empty" if limit == 1 else f"must be at least {limit} characters",
+    "minimum": lambda limit, value: f"must be at least {limit}, got {_shown(value)}",
+    "maximum": lambda limit, value: f"must be at most {limit}, got {_shown(value)}",
+    "enum": lambda limit, value: f"must be one of {', '.join(str(v) for v in limit)}, got {_shown(value)}",
+}
+
+
 def _describe(error: Any) -> str:
     """One violation in words a model can act on (never the validator's Python repr of the value)."""
-    kind, limit, value = error.validator, error.validator_value, error.instance
-    if kind == "type":
-        wanted = {"integer": "an integer", "string": "a string", "number": "a number", "boolean": "a boolean"}
-        return f"must be {wanted.get(limit, limit)}, got {_json_type(value)}"
-    if kind == "maxLength":
-        return f"is {len(value)} characters; the limit is {limit}"
-    if kind == "minLength":
-        return "must not be empty" if limit == 1 else f"must be at least {limit} characters"
-    if kind == "minimum":
-        return f"must be at least {limit}, got {_shown(value)}"
-    if kind == "maximum":
-        return f"must be at most {limit}, got {_shown(value)}"
-    if kind == "enum":
-        return f"must be one of {', '.join(str(v) for v in limit)}, got {_shown(value)}"
-    return f"is not valid ({kind})"
+    kind = error.validator
+    words = _VIOLATIONS.get(kind)
+    return words(error.validator_value, error.instance) if words else f"is not valid ({kind})"
 
 
 def _typed_request(method: Any, arguments: dict[str, Any], request: pb.CallToolRequest) -> Any:
@@ -289,8 +290,8 @@ def _typed_request(method: Any, arguments: dict[str, Any], request: pb.CallToolR
     try:
         json_format.ParseDict(arguments, typed)
     except json_format.ParseError as err:  # the schema let through what the field cannot hold
-        raise InvalidArgument(
-            f"{request.name}: {err}"[:500], reason="TOOL_ARGUMENTS_INVALID", domain=DOMAIN, field="arguments_json"
+        raise field_error(
+            "arguments_json", "TOOL_ARGUMENTS_INVALID", f"{request.name}: {err}"[:500], domain=DOMAIN
         ) from None
     fields = typed.DESCRIPTOR.fields_by_name
     for field in TOOL_CONTEXT_FIELDS:
@@ -341,12 +342,12 @@ def _either(
         return legacy
     chosen = names.get(enum_value)
     if chosen is None:
-        raise InvalidArgument(
+        raise field_error(
+            enum_field,
+            "FIELD_INVALID",
             f"{enum_field} {enum_value} is not one of {', '.join(enum_type.Name(v) for v in names)}",
-            reason="FIELD_INVALID",
             domain=DOMAIN,
-            field=enum_field,
-            metadata={"value": enum_value},
+            value=enum_value,
         )
     if legacy.strip() and legacy.strip().lower() != chosen:
         message = (

@@ -33,8 +33,9 @@ from libs.common import auth
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target, round_id
-from libs.common.errors import InvalidArgument, NotFound
+from libs.common.errors import field_error
 from libs.common.events import EventSink
+from libs.common.not_found import require_found
 from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
 from services.privacy.domain import (
     COLLECTORS,
@@ -95,12 +96,7 @@ class PrivacyService:
     async def request(self, target: Target, request_id: str | None) -> Erasure:
         """Queue an erasure (once per ``request_id``); the erasure, as it stands."""
         if target.kind is Kind.SUBJECT and not target.identifiers:
-            raise InvalidArgument(
-                "name the person's handle or external id",
-                reason="SUBJECT_REQUIRED",
-                domain=DOMAIN,
-                field="subject",
-            )
+            raise field_error("subject", "SUBJECT_REQUIRED", "name the person's handle or external id", domain=DOMAIN)
         if request_id:
             known = await self.store.by_request(target.company, request_id)
             if known is not None:
@@ -140,18 +136,11 @@ class PrivacyService:
         try:
             eid = uuid.UUID(erasure_id)
         except ValueError:
-            raise InvalidArgument(
-                f"erasure_id {erasure_id!r} is not a UUID", reason="FIELD_INVALID", domain=DOMAIN, field="erasure_id"
+            raise field_error(
+                "erasure_id", "FIELD_INVALID", f"erasure_id {erasure_id!r} is not a UUID", domain=DOMAIN
             ) from None
-        erasure = await self.store.get(eid, company)
-        if erasure is None:
-            raise NotFound(
-                f"erasure {erasure_id} not found",
-                reason="ERASURE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"erasure_id": erasure_id},
-            )
-        return erasure
+        # No seat named: an erasure is the company's, and the message names no owner.
+        return require_found(await self.store.get(eid, company), "erasure", erasure_id, domain=DOMAIN)
 
     async def list(self, company: str, size: int, token: str) -> tuple[list[Erasure], str]:
         size = page_size(size, default=50, maximum=200, domain=DOMAIN)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from libs.common.bounds import at_most_chars, at_most_items
 from libs.common.clock import Clock
-from libs.common.errors import FieldViolation, InvalidArgument, NotFound
+from libs.common.errors import FieldViolation, InvalidArgument, field_error
 from libs.common.events import EventSink
-from libs.common.request_rules import time_page
+from libs.common.not_found import require_found
+from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_time_cursor,
     page_size,
@@ -46,7 +48,6 @@ _SUBJECT_ID = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
 
 # Refusals past a bound (libs.common.bounds): what the bound is of, in this service's words.
 _TOO_MANY_ITEMS = "{field} has {count} items; a profile keeps at most {limit}"
-_TOO_MANY_SUBJECTS = "at most {limit} subjects per call, got {count}"
 
 SubjectRef = tuple[str, str, str]
 """A subject as the caller sent it: (handle, external_id, platform)."""
@@ -67,18 +68,12 @@ def source_for(given: ObservationSource | None, subject: Subject, turn_id: str |
     )
 
 
+@dataclass(eq=False)
 class ProfileService:
-    def __init__(
-        self,
-        store: ProfileStore,
-        clock: Clock,
-        events: EventSink,
-        limits: Limits | None = None,
-    ):
-        self.store = store
-        self.clock = clock
-        self.events = events
-        self.limits = limits or Limits()
+    store: ProfileStore
+    clock: Clock
+    events: EventSink
+    limits: Limits = field(default_factory=Limits)
 
     # ---------------------------------------------------------------- checks
 
@@ -90,12 +85,12 @@ class ProfileService:
             return None
         require_text(value, field, domain=DOMAIN, max_chars=self.limits.max_subject_chars)
         if not _SUBJECT_ID.match(value):
-            raise InvalidArgument(
+            raise field_error(
+                field,
+                "FIELD_INVALID",
                 f"{field} {value!r} must not contain whitespace or control characters",
-                reason="FIELD_INVALID",
                 domain=DOMAIN,
-                field=field,
-                metadata={"value": value},
+                value=value,
             )
         return value
 
@@ -106,12 +101,12 @@ class ProfileService:
         platform = platform_in.lower()
         require_text(platform, f"{prefix}.platform", domain=DOMAIN)
         if not _PLATFORM.match(platform):
-            raise InvalidArgument(
+            raise field_error(
+                f"{prefix}.platform",
+                "FIELD_INVALID",
                 f"{prefix}.platform {platform_in!r} is not a platform name (letters, digits, . _ -, at most 64)",
-                reason="FIELD_INVALID",
                 domain=DOMAIN,
-                field=f"{prefix}.platform",
-                metadata={"value": platform_in[:100]},
+                value=platform_in[:100],
             )
         handle = self._subject_id(handle_in, f"{prefix}.handle")
         external_id = self._subject_id(external_in, f"{prefix}.external_id")
@@ -156,12 +151,13 @@ class ProfileService:
         # A seat never profiles itself, on any platform.
         if subject.key.casefold() == observer.casefold():
             field = "subject.handle" if subject.handle else "subject.external_id"
-            raise InvalidArgument(
+            raise field_error(
+                field,
+                "SELF_PROFILE",
                 f"seat {observer} cannot profile itself",
-                reason="SELF_PROFILE",
                 domain=DOMAIN,
-                field=field,
-                metadata={"observer": observer, "platform": subject.platform},
+                observer=observer,
+                platform=subject.platform,
             )
         style = at_most_chars(
             communication_style.strip(), "communication_style", self.limits.max_style_chars, domain=DOMAIN
@@ -238,21 +234,15 @@ class ProfileService:
         try:
             pid = uuid.UUID(profile_id)
         except ValueError:
-            raise InvalidArgument(
+            raise field_error(
+                "profile_id",
+                "FIELD_INVALID",
                 f"profile_id {profile_id!r} is not a UUID",
-                reason="FIELD_INVALID",
                 domain=DOMAIN,
-                field="profile_id",
-                metadata={"value": profile_id[:100]},
+                value=profile_id[:100],
             ) from None
-        profile = await self.store.get(company, observer, pid)
-        if profile is None:
-            raise NotFound(
-                f"profile {profile_id} not found for observer {observer}",
-                reason="PROFILE_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"profile_id": profile_id, "observer": observer},
-            )
+        found = await self.store.get(company, observer, pid)
+        profile = require_found(found, "profile", profile_id, seat=observer, scope="observer", domain=DOMAIN)
         observations = await self.store.observations(company, observer, pid, self.limits.max_provenance_observations)
         return profile, observations, trace_entries(profile, observations)
 
@@ -261,7 +251,7 @@ class ProfileService:
         profile (or named twice) is absent (or answered once)."""
         company, observer = self._scope(company, observer)
         cap = self.limits.max_subjects_per_get
-        at_most_items(subject_refs, cap, "subjects", _TOO_MANY_SUBJECTS, domain=DOMAIN, reason="TOO_MANY_SUBJECTS")
+        at_most(subject_refs, cap, "subjects", domain=DOMAIN, reason="TOO_MANY_SUBJECTS")
         subjects = [self._subject(ref, f"subjects[{i}]") for i, ref in enumerate(subject_refs)]
         if not subjects:
             return []

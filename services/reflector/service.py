@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Generic
 
@@ -11,8 +12,9 @@ from typing_extensions import TypeVar
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
 from libs.common.clock import Clock
-from libs.common.errors import InvalidArgument, NotFound
+from libs.common.errors import field_error
 from libs.common.events import EventSink
+from libs.common.not_found import require_found
 from libs.common.validation import (
     decode_time_cursor,
     encode_time_cursor,
@@ -41,46 +43,43 @@ def _check_turn(turn: pb.TurnCompleted) -> None:
     require_text(turn.turn_id, "turn.turn_id", domain=DOMAIN, max_chars=200)
     require_text(turn.role, "turn.role", domain=DOMAIN, max_chars=200)
     if turn.outcome == pb.TURN_OUTCOME_UNSPECIFIED or turn.outcome not in pb.TurnOutcome.values():
-        raise InvalidArgument(
+        raise field_error(
+            "turn.outcome",
+            "FIELD_REQUIRED",
             "turn.outcome must be DONE, FAILED, SELF_ITERATE or SKIPPED",
-            reason="FIELD_REQUIRED",
             domain=DOMAIN,
-            field="turn.outcome",
         )
     # The turn's episode needs both times (spec: every episode row carries started_at, ended_at and
     # duration_ms): a turn without them is refused here, naming the field, rather than accepted
     # and then silently left without an episode.
     for name in ("start_time", "end_time"):
         if not turn.HasField(name):
-            raise InvalidArgument(
+            raise field_error(
+                f"turn.{name}",
+                "FIELD_REQUIRED",
                 f"turn.{name} is required: the turn's episode records when it started and ended",
-                reason="FIELD_REQUIRED",
                 domain=DOMAIN,
-                field=f"turn.{name}",
             )
     if turn.HasField("start_time") and turn.HasField("end_time"):
         if turn.end_time.ToDatetime() < turn.start_time.ToDatetime():
-            raise InvalidArgument(
-                "turn.end_time is before turn.start_time",
-                reason="FIELD_INVALID",
-                domain=DOMAIN,
-                field="turn.end_time",
+            raise field_error(
+                "turn.end_time", "FIELD_INVALID", "turn.end_time is before turn.start_time", domain=DOMAIN
             )
     for i, item in enumerate(turn.interactions):
         if not item.sender.platform or not (item.sender.handle or item.sender.external_id):
-            raise InvalidArgument(
+            raise field_error(
+                f"turn.interactions[{i}].sender",
+                "FIELD_REQUIRED",
                 "an interaction's sender needs a platform and a handle or an external id",
-                reason="FIELD_REQUIRED",
                 domain=DOMAIN,
-                field=f"turn.interactions[{i}].sender",
             )
     if turn.work_item and not _WORK_ITEM.match(turn.work_item):
-        raise InvalidArgument(
+        raise field_error(
+            "turn.work_item",
+            "FIELD_INVALID",
             f"turn.work_item {turn.work_item!r} is not a backend-qualified ref (native:<id> or jira:<id>)",
-            reason="FIELD_INVALID",
             domain=DOMAIN,
-            field="turn.work_item",
-            metadata={"value": turn.work_item[:200]},
+            value=turn.work_item[:200],
         )
     for i, skill in enumerate(turn.offered_skills):
         require_text(skill.id, f"turn.offered_skills[{i}].id", domain=DOMAIN)
@@ -89,12 +88,13 @@ def _check_turn(turn: pb.TurnCompleted) -> None:
     # each body; only their sum needs this.
     asked = sum(len(i.body) + 1 for i in turn.interactions) if turn.interactions else len(turn.ask)
     if asked > MAX_ASKED_CHARS:
-        raise InvalidArgument(
+        raise field_error(
+            "turn.interactions" if turn.interactions else "turn.ask",
+            "FIELD_TOO_LONG",
             f"the turn's inbound text is {asked} characters in all; the limit is {MAX_ASKED_CHARS}",
-            reason="FIELD_TOO_LONG",
             domain=DOMAIN,
-            field="turn.interactions" if turn.interactions else "turn.ask",
-            metadata={"limit": MAX_ASKED_CHARS, "length": asked},
+            limit=MAX_ASKED_CHARS,
+            length=asked,
         )
 
 
@@ -102,21 +102,14 @@ S = TypeVar("S", bound=ReflectionStore, default=PostgresReflectionStore)
 """The store: the servicer's erasure calls reach the Postgres one's pool; the use cases only the port."""
 
 
+@dataclass(eq=False)
 class ReflectorService(Generic[S]):
-    def __init__(
-        self,
-        queue: ReflectionQueue,
-        store: S,
-        clock: Clock,
-        events: EventSink,
-        harness: Harness | None = None,
-    ):
-        self.queue = queue
-        self.store = store
-        self.clock = clock
-        self.events = events
-        self.harness = harness
-        """The worker harness of this process (``drain()`` reflects what is queued now)."""
+    queue: ReflectionQueue
+    store: S
+    clock: Clock
+    events: EventSink
+    harness: Harness | None = None
+    """The worker harness of this process (``drain()`` reflects what is queued now)."""
 
     async def submit(self, turn: pb.TurnCompleted) -> tuple[bool, str]:
         """Queue the turn durably; returns (queued by this call, current state). A run id is the
@@ -155,14 +148,8 @@ class ReflectorService(Generic[S]):
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         require_text(turn_id, "turn_id", domain=DOMAIN)
         record = await self.store.get(company, seat, turn_id)
-        if record is None:
-            raise NotFound(
-                f"no reflection of turn {turn_id} for seat {seat}",
-                reason="REFLECTION_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"turn_id": turn_id, "seat": seat},
-            )
-        return record
+        message = f"no reflection of turn {turn_id} for seat {seat}"
+        return require_found(record, "reflection", turn_id, seat=seat, id_key="turn_id", message=message, domain=DOMAIN)
 
     async def list(self, company: str, seat: str, size: int, token: str) -> tuple[list[ReflectionRecord], str, int]:
         company, seat = seat_ref(company, seat, domain=DOMAIN)

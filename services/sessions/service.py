@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence, Sized
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from libs.common import telemetry
 from libs.common.auth import current_principal
+from libs.common.bounds import at_most_chars, at_most_items
 from libs.common.clock import Clock
 from libs.common.config import Settings
-from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from libs.common.errors import FailedPrecondition, NotFound, field_error
 from libs.common.events import EventSink
+from libs.common.not_found import not_found_error
+from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
     decode_time_cursor,
-    encode_time_cursor,
     page_size,
     require_ident,
     require_text,
@@ -60,12 +62,7 @@ __all__ = ["AppendResult", "PlanResult", "SessionService", "not_found"]
 
 def not_found(session_id: str) -> NotFound:
     """The one answer for a session that does not exist and for one the caller does not own."""
-    return NotFound(
-        f"session {session_id} not found",
-        reason="SESSION_NOT_FOUND",
-        domain=DOMAIN,
-        metadata={"session_id": session_id},
-    )
+    return not_found_error("session", session_id, domain=DOMAIN)
 
 
 @dataclass(frozen=True)
@@ -94,29 +91,14 @@ class Digest:
     interrupted: int
 
 
-def _at_most(items: Sized, limit: int, field: str, reason: str, rule: str) -> None:
-    """``reason`` when ``field`` holds more than ``limit`` items (``rule`` says the limit in words)."""
-    if len(items) > limit:
-        raise InvalidArgument(
-            f"{rule}, got {len(items)}",
-            reason=reason,
-            domain=DOMAIN,
-            field=field,
-            metadata={"limit": limit, "count": len(items)},
-        )
+def _finish_time(check: LearningCheck) -> datetime:
+    """Where the away digest resumes: it lists finished checks only, so each has a finish time."""
+    assert check.finish_time is not None
+    return check.finish_time
 
 
-def _no_longer(value: str, limit: int, field: str) -> None:
-    """FIELD_TOO_LONG past ``limit`` characters (an empty value passes: where one is required, the
-    caller says so)."""
-    if len(value) > limit:
-        raise InvalidArgument(
-            f"{field} is {len(value)} characters; the limit is {limit}",
-            reason="FIELD_TOO_LONG",
-            domain=DOMAIN,
-            field=field,
-            metadata={"limit": limit, "length": len(value)},
-        )
+# A plan past its bound, in this service's words (libs.common.bounds).
+_TOO_MANY_STEPS = "a plan has at most {limit} steps, got {count}"
 
 
 @dataclass(eq=False)
@@ -154,23 +136,21 @@ class SessionService:
         return session
 
     def _validate_events(self, events: Sequence[Event]) -> None:
-        _at_most(
-            events, MAX_EVENTS_PER_CALL, "events", "TOO_MANY_EVENTS", f"at most {MAX_EVENTS_PER_CALL} events per call"
-        )
+        at_most(events, MAX_EVENTS_PER_CALL, "events", domain=DOMAIN, reason="TOO_MANY_EVENTS")
         for i, e in enumerate(events):
             where = f"events[{i}]"
             require_text(e.event_id, f"{where}.event_id", domain=DOMAIN, max_chars=MAX_ID_CHARS)
-            _no_longer(e.text, MAX_EVENT_TEXT_CHARS, f"{where}.text")
+            at_most_chars(e.text, f"{where}.text", MAX_EVENT_TEXT_CHARS, domain=DOMAIN)
             for name in ("turn_id", "tool_name", "source"):
-                _no_longer(getattr(e, name), MAX_ID_CHARS, f"{where}.{name}")
+                at_most_chars(getattr(e, name), f"{where}.{name}", MAX_ID_CHARS, domain=DOMAIN)
             if e.kind is EventKind.TURN_END:
                 require_text(e.turn_id, f"{where}.turn_id", domain=DOMAIN)
                 if e.turn_outcome is TurnOutcome.UNSPECIFIED:
-                    raise InvalidArgument(
+                    raise field_error(
+                        f"{where}.turn_outcome",
+                        "FIELD_REQUIRED",
                         f"{where}.turn_outcome is required on a turn end",
-                        reason="FIELD_REQUIRED",
                         domain=DOMAIN,
-                        field=f"{where}.turn_outcome",
                     )
 
     # ---------------------------------------------------------------- queueing a check
@@ -231,11 +211,11 @@ class SessionService:
         create = None
         if existing is None:
             if not seat:
-                raise InvalidArgument(
+                raise field_error(
+                    "seat",
+                    "FIELD_REQUIRED",
                     "seat is required on a session's first append (the agent seat its learning goes to)",
-                    reason="FIELD_REQUIRED",
                     domain=DOMAIN,
-                    field="seat",
                 )
             create = Session(
                 company=company,
@@ -304,14 +284,14 @@ class SessionService:
 
     def _validate_plan(self, revision: int, steps: Sequence[PlanStep]) -> list[PlanStep]:
         if revision <= 0:
-            raise InvalidArgument(
+            raise field_error(
+                "revision",
+                "FIELD_REQUIRED" if revision == 0 else "FIELD_INVALID",
                 f"revision must be a positive number, got {revision}",
-                reason="FIELD_REQUIRED" if revision == 0 else "FIELD_INVALID",
                 domain=DOMAIN,
-                field="revision",
-                metadata={"value": revision},
+                value=revision,
             )
-        _at_most(steps, MAX_PLAN_STEPS, "steps", "TOO_MANY_STEPS", f"a plan has at most {MAX_PLAN_STEPS} steps")
+        at_most_items(steps, MAX_PLAN_STEPS, "steps", _TOO_MANY_STEPS, domain=DOMAIN, reason="TOO_MANY_STEPS")
         ids: set[str] = set()
         out = []
         for i, step in enumerate(steps):
@@ -319,12 +299,12 @@ class SessionService:
             require_text(step.id, f"{where}.id", domain=DOMAIN, max_chars=MAX_ID_CHARS)
             require_text(step.title, f"{where}.title", domain=DOMAIN, max_chars=MAX_STEP_TITLE_CHARS)
             if step.id in ids:
-                raise InvalidArgument(
+                raise field_error(
+                    f"{where}.id",
+                    "DUPLICATE_STEP_ID",
                     f"{where}.id {step.id!r} repeats an earlier step's id",
-                    reason="DUPLICATE_STEP_ID",
                     domain=DOMAIN,
-                    field=f"{where}.id",
-                    metadata={"step_id": step.id},
+                    step_id=step.id,
                 )
             ids.add(step.id)
             out.append(step)
@@ -343,12 +323,13 @@ class SessionService:
                 if revision == latest and await tx.plan(latest) == clean:
                     return PlanResult(revision, (), False, None, already_saved=True)
                 # A stale write is refused and triggers nothing.
-                raise FailedPrecondition(
+                raise FailedPrecondition.of_field(
+                    "revision",
+                    "STALE_PLAN_REVISION",
                     f"revision {revision} is stale: session {session_id} is at plan revision {latest}",
-                    reason="STALE_PLAN_REVISION",
                     domain=DOMAIN,
-                    field="revision",
-                    metadata={"revision": revision, "current_revision": latest},
+                    revision=revision,
+                    current_revision=latest,
                 )
             previous = await tx.plan(latest) or []
             await tx.insert_plan(revision, clean, now)
@@ -397,11 +378,7 @@ class SessionService:
         scope = {"company": session.company, "session": session.session_id}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
         checks = await self.store.checks_page(session.company, session.session_id, after, size + 1)
-        next_token = ""
-        if len(checks) > size:
-            checks = checks[:size]
-            next_token = encode_time_cursor(checks[-1].create_time, checks[-1].id, scope)
-        return checks, next_token
+        return time_page(checks, size, scope, lambda c: c.create_time, lambda c: c.id)
 
     async def list_sessions(
         self, company: str, seat: str, user: str, query: str, size: int, token: str
@@ -417,27 +394,18 @@ class SessionService:
         scope = {"company": company, "seat": seat_or_none, "user": owner, "query": query}
         after = decode_time_cursor(token, scope, domain=DOMAIN)
         rows = await self.store.sessions_page(SessionFilter(company, seat_or_none, owner, query), after, size + 1)
-        next_token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            next_token = encode_time_cursor(rows[-1].update_time, rows[-1].session.session_id, scope)
-        return rows, next_token
+        return time_page(rows, size, scope, lambda s: s.update_time, lambda s: s.session.session_id)
 
     async def away_digest(self, company: str, user: str, since: datetime | None, size: int, token: str) -> Digest:
         company = self._ident(company, "company")
         user = self._ident(user, "user")
         if since is None:
-            raise InvalidArgument("since_time is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="since_time")
+            raise field_error("since_time", "FIELD_REQUIRED", "since_time is required", domain=DOMAIN)
         size = self._page_size(size)
         scope = {"company": company, "user": user, "since": since.isoformat()}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
-        checks = await self.store.away_page(company, user, since, after, size + 1)
-        next_token = ""
-        if len(checks) > size:
-            checks = checks[:size]
-            last = checks[-1]
-            assert last.finish_time is not None
-            next_token = encode_time_cursor(last.finish_time, last.id, scope)
+        rows = await self.store.away_page(company, user, since, after, size + 1)
+        checks, next_token = time_page(rows, size, scope, _finish_time, lambda c: c.id)
         counts = await self.store.away_counts(company, user, since)
         return Digest(
             checks,

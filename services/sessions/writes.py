@@ -51,8 +51,8 @@ from libs.common.auxmodel.answers import InvalidOutput
 from libs.common.clients import Clients
 from libs.common.clock import Clock
 from libs.common.config import Settings, workspace_container
-from libs.common.errors import InvalidArgument, NotFound
-from libs.common.validation import require_ident, require_text
+from libs.common.not_found import require_found
+from libs.common.validation import require_ident, require_page_id
 from services.sessions import judge
 from services.sessions.domain import (
     DOMAIN,
@@ -529,19 +529,11 @@ async def lesson_provenance(
     """(workspace, title, sources) of the workspace lesson filed as the page: every session, check
     and events that taught it, oldest first. A page no check of the company wrote is NOT_FOUND."""
     company = require_ident(company, "company", domain=DOMAIN)
-    page_id = require_text(page_id, "page_id", domain=DOMAIN, max_chars=200).strip()
-    if any(ch.isspace() or not ch.isprintable() for ch in page_id):
-        raise InvalidArgument(
-            f"page_id {page_id!r} is not a page id", reason="FIELD_INVALID", domain=DOMAIN, field="page_id"
-        )
+    page_id = require_page_id(page_id, domain=DOMAIN)
+    message = f"no workspace lesson of company {company} is filed as page {page_id}"
     row = await store.lesson_by_page(company, page_id)
-    if row is None:
-        raise NotFound(
-            f"no workspace lesson of company {company} is filed as page {page_id}",
-            reason="LESSON_NOT_FOUND",
-            domain=DOMAIN,
-            metadata={"page_id": page_id, "company": company},
-        )
-    workspace, title, sources = row
+    workspace, title, sources = require_found(
+        row, "lesson", page_id, seat=company, scope="company", id_key="page_id", message=message, domain=DOMAIN
+    )
     kept = json.loads(sources) if isinstance(sources, str) else list(sources)
     return workspace, title, [_source_to_pb(s) for s in kept]

@@ -31,9 +31,11 @@ from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.clock import Clock
 from libs.common.config import SkillProposalsConfig
 from libs.common.embeddings import Embedder
-from libs.common.errors import AlreadyExists, FailedPrecondition, NotFound
+from libs.common.errors import AlreadyExists, FailedPrecondition
 from libs.common.events import EventSink
-from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
+from libs.common.not_found import require_found
+from libs.common.request_rules import time_page
+from libs.common.validation import decode_time_cursor, page_size
 from services.skills.domain import (
     DOMAIN,
     DuplicateCheck,
@@ -266,14 +268,8 @@ class ProposalService:
     async def get(self, company: str, seat: str, proposal_id: str) -> SkillProposal:
         pid = uuid.UUID(proposal_id)  # a UUID: the contract's
         found = await self.store.get(company, seat, pid)
-        if found is None:
-            raise NotFound(
-                f"seat {seat} has no skill proposal {proposal_id}",
-                reason="PROPOSAL_NOT_FOUND",
-                domain=DOMAIN,
-                metadata={"proposal_id": proposal_id, "seat": seat},
-            )
-        return found
+        message = f"seat {seat} has no skill proposal {proposal_id}"
+        return require_found(found, "proposal", proposal_id, seat=seat, message=message, domain=DOMAIN)
 
     async def approve(
         self, company: str, seat: str, proposal_id: str, reviewer: str, reason: str
@@ -369,11 +365,7 @@ class ProposalService:
         scope = {"company": company, "seat": seat, "state": str(state) if state else None}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
         found = await self.store.page(company, seat, state, after, size + 1)
-        next_token = ""
-        if len(found) > size:
-            found = found[:size]
-            next_token = encode_time_cursor(found[-1].create_time, found[-1].id, scope)
-        return found, next_token
+        return time_page(found, size, scope, lambda p: p.create_time, lambda p: p.id)
 
 
 async def _within(embedder: Embedder, texts: list[str]) -> list[np.ndarray | None]:

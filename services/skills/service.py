@@ -16,16 +16,18 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from agentlearn.common.v1.provenance_pb2 import Provenance
+from libs.common.bounds import at_most_chars
 from libs.common.clock import Clock
 from libs.common.config import SkillCuratorConfig, SkillRefinementConfig, SkillSynthesisConfig
 from libs.common.errors import (
     AlreadyExists,
     FailedPrecondition,
-    InvalidArgument,
     NotFound,
     ResourceExhausted,
+    field_error,
 )
 from libs.common.events import EventSink
+from libs.common.request_rules import key_page
 from libs.common.validation import decode_cursor, encode_page_token, page_size
 from services.skills.domain import (
     DOMAIN,
@@ -57,6 +59,9 @@ __all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult", "not
 T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
+
+# A body past its bound, in this service's words (libs.common.bounds).
+_BODY_TOO_LONG = "{field} is {length} characters; a skill body holds at most {limit}"
 
 STAMP_TIMEOUT_SECONDS = 2.0
 """A telemetry stamp (use count, offer clock) waits at most this long for its row: a turn start
@@ -222,14 +227,15 @@ class SkillService:
         the raw text), a summary and body not blank, and the body cap (config). The stripped name."""
         name = name.strip()
         if not name:
-            raise InvalidArgument("name is required", reason="FIELD_REQUIRED", domain=DOMAIN, field="name")
+            raise field_error("name", "FIELD_REQUIRED", "name is required", domain=DOMAIN)
         if len(name) > NAME_MAX_CHARS or any(not ch.isprintable() for ch in name):
-            raise InvalidArgument(
+            raise field_error(
+                "name",
+                "FIELD_INVALID",
                 f"name must be one printable line of at most {NAME_MAX_CHARS} characters",
-                reason="FIELD_INVALID",
                 domain=DOMAIN,
-                field="name",
-                metadata={"limit": NAME_MAX_CHARS, "length": len(name)},
+                limit=NAME_MAX_CHARS,
+                length=len(name),
             )
         not_blank(summary, "summary")
         not_blank(body, "body")
@@ -247,30 +253,21 @@ class SkillService:
             )
         if verdict.gate is Gate.DUPLICATE and verdict.duplicate is not None:
             dup, sim = verdict.duplicate
-            raise AlreadyExists(
+            raise AlreadyExists.of_field(
+                "tool_sequence",
+                "SKILL_DUPLICATE_TOOL_SET",
                 f"the tool set duplicates skill {dup.name!r} (Jaccard {sim:.2f} >= {verdict.threshold})",
-                reason="SKILL_DUPLICATE_TOOL_SET",
                 domain=DOMAIN,
-                field="tool_sequence",
-                metadata={
-                    "duplicate_skill_name": dup.name,
-                    "duplicate_skill_id": dup.id,
-                    "similarity": f"{sim:.4f}",
-                    "threshold": verdict.threshold,
-                },
+                duplicate_skill_name=dup.name,
+                duplicate_skill_id=dup.id,
+                similarity=f"{sim:.4f}",
+                threshold=verdict.threshold,
             )
 
     def _body_fits(self, body: str, field: str = "body") -> None:
+        # Refused, never truncated: a clip lands mid-step and reads as the whole procedure.
         limit = self.refinement.max_body_chars
-        if len(body) > limit:
-            # Refused, never truncated: a clip lands mid-step and reads as the whole procedure.
-            raise InvalidArgument(
-                f"{field} is {len(body)} characters; a skill body holds at most {limit}",
-                reason="SKILL_BODY_TOO_LONG",
-                domain=DOMAIN,
-                field=field,
-                metadata={"limit": limit, "length": len(body)},
-            )
+        at_most_chars(body, field, limit, domain=DOMAIN, reason="SKILL_BODY_TOO_LONG", message=_BODY_TOO_LONG)
 
     # ---------------------------------------------------------------- reads
 
@@ -280,12 +277,9 @@ class SkillService:
         size = page_size(size, default=50, maximum=200, domain=DOMAIN)
         scope = {"company": company, "seat": seat, "archived": include_archived}
         after = decode_cursor(token, scope, lambda c: _typed(c["name"], str), domain=DOMAIN)
-        skills = await self.store.page(company, seat, include_archived, after, size + 1)
+        rows = await self.store.page(company, seat, include_archived, after, size + 1)
         total = await self.store.count(company, seat, include_archived)
-        next_token = ""
-        if len(skills) > size:
-            skills = skills[:size]
-            next_token = encode_page_token({"name": skills[-1].name}, scope)
+        skills, next_token = key_page(rows, size, lambda last: encode_page_token({"name": last.name}, scope))
         return skills, next_token, total
 
     async def get(self, key: SkillKey) -> Skill:
@@ -346,12 +340,13 @@ class SkillService:
         # Each list's own limit and the ids' form are the contract's; the limit on both together
         # spans two fields, which the contract checker does not evaluate.
         if len(skill_ids) + len(skill_names) > MAX_IDS_PER_CALL:
-            raise InvalidArgument(
+            raise field_error(
+                "skill_ids",
+                "TOO_MANY_IDS",
                 f"at most {MAX_IDS_PER_CALL} skills per call, got {len(skill_ids) + len(skill_names)}",
-                reason="TOO_MANY_IDS",
                 domain=DOMAIN,
-                field="skill_ids",
-                metadata={"limit": MAX_IDS_PER_CALL, "count": len(skill_ids) + len(skill_names)},
+                limit=MAX_IDS_PER_CALL,
+                count=len(skill_ids) + len(skill_names),
             )
         ids = sorted({uuid.UUID(v) for v in skill_ids})
         names = sorted({n.strip() for n in skill_names if n.strip()})
@@ -582,12 +577,9 @@ class SkillService:
         size = page_size(size, default=20, maximum=100, domain=DOMAIN)
         scope = {"skill": str(skill.id)}
         before = decode_cursor(token, scope, lambda c: _typed(c["v"], int), domain=DOMAIN)
-        versions = await self.store.versions_page(skill.id, before, size + 1)
+        rows = await self.store.versions_page(skill.id, before, size + 1)
         total = await self.store.versions_count(skill.id)
-        next_token = ""
-        if len(versions) > size:
-            versions = versions[:size]
-            next_token = encode_page_token({"v": versions[-1].version}, scope)
+        versions, next_token = key_page(rows, size, lambda last: encode_page_token({"v": last.version}, scope))
         return versions, next_token, total
 
     async def rollback(self, key: SkillKey, version: int, request_id: str = "") -> Skill:
@@ -698,7 +690,7 @@ def not_blank(value: str, field: str) -> None:
     text; a summary, body or observation of spaces teaches nothing, so the use case refuses it as
     the field being absent."""
     if not value.strip():
-        raise InvalidArgument(f"{field} is required", reason="FIELD_REQUIRED", domain=DOMAIN, field=field)
+        raise field_error(field, "FIELD_REQUIRED", f"{field} is required", domain=DOMAIN)
 
 
 def _stored_cluster_size(trigger: SkillTrigger, cluster_size: int, turns: Sequence[str]) -> int:
@@ -707,27 +699,24 @@ def _stored_cluster_size(trigger: SkillTrigger, cluster_size: int, turns: Sequen
     single = trigger is SkillTrigger.SINGLE
     if cluster_size not in (0, 1) if single else cluster_size < 2:
         rule = "one turn; cluster_size must be 0 or 1, got" if single else "at least two turns; cluster_size is"
-        raise InvalidArgument(
+        raise field_error(
+            "cluster_size",
+            "FIELD_INVALID",
             f"a {trigger.name} skill comes from {rule} {cluster_size}",
-            reason="FIELD_INVALID",
             domain=DOMAIN,
-            field="cluster_size",
-            metadata={"value": cluster_size},
+            value=cluster_size,
         )
     if single and len(turns) != 1:
-        raise InvalidArgument(
+        raise field_error(
+            "source_turn_ids",
+            "FIELD_INVALID",
             f"a SINGLE skill names exactly one source turn, got {len(turns)}",
-            reason="FIELD_INVALID",
             domain=DOMAIN,
-            field="source_turn_ids",
-            metadata={"count": len(turns)},
+            count=len(turns),
         )
     if not single and not turns:
-        raise InvalidArgument(
-            "a CLUSTERED skill names its source turns",
-            reason="FIELD_REQUIRED",
-            domain=DOMAIN,
-            field="source_turn_ids",
+        raise field_error(
+            "source_turn_ids", "FIELD_REQUIRED", "a CLUSTERED skill names its source turns", domain=DOMAIN
         )
     return 1 if single else cluster_size
 

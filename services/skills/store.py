@@ -284,12 +284,13 @@ class SeatTx:
 def name_taken_error(seat: str, name: str) -> AlreadyExists:
     """The refusal of a name the seat's catalogue already has: the use case's check under the
     seat's lock and the unique index behind it refuse alike."""
-    return AlreadyExists(
+    return AlreadyExists.of_field(
+        "name",
+        "SKILL_NAME_TAKEN",
         f"seat {seat} already has a skill named {name!r}",
-        reason="SKILL_NAME_TAKEN",
         domain=DOMAIN,
-        field="name",
-        metadata={"name": name, "seat": seat},
+        name=name,
+        seat=seat,
     )
 
 

@@ -10,12 +10,12 @@ from typing import Any, TypeVar
 
 from libs.common.auth import current_principal
 from libs.common.clock import Clock
-from libs.common.errors import InvalidArgument
+from libs.common.errors import field_error
+from libs.common.request_rules import key_page, time_page
 from libs.common.validation import (
     decode_cursor,
     decode_time_cursor,
     encode_page_token,
-    encode_time_cursor,
     page_size,
     require_ident,
 )
@@ -76,20 +76,22 @@ class TelemetryService:
             except OverflowError:  # an end in the first days of year 1: nothing lies before it
                 start = datetime.min.replace(tzinfo=end.tzinfo)
         if end <= start:
-            raise InvalidArgument(
+            raise field_error(
+                "end_time",
+                "RANGE_INVALID",
                 "end_time must be after start_time",
-                reason="RANGE_INVALID",
                 domain=DOMAIN,
-                field="end_time",
-                metadata={"start_time": start.isoformat(), "end_time": end.isoformat()},
+                start_time=start.isoformat(),
+                end_time=end.isoformat(),
             )
         if end - start > MAX_RANGE:
-            raise InvalidArgument(
+            raise field_error(
+                "start_time",
+                "RANGE_TOO_LONG",
                 f"the window is {(end - start).days} days; at most {MAX_RANGE.days}",
-                reason="RANGE_TOO_LONG",
                 domain=DOMAIN,
-                field="start_time",
-                metadata={"limit_days": MAX_RANGE.days, "days": (end - start).days},
+                limit_days=MAX_RANGE.days,
+                days=(end - start).days,
             )
         return Window(start, end)
 
@@ -154,11 +156,8 @@ class TelemetryService:
         after = decode_cursor(token, scope, read, domain=DOMAIN)
         rows = await self.store.seats(company, query, only, window.start, window.end, after, size + 1)
         total = await self.store.seat_count(company, query, only)
-        next_token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            next_token = encode_page_token({"seat": rows[-1].seat}, scope)
-        return rows, next_token, total
+        seats, next_token = key_page(rows, size, lambda last: encode_page_token({"seat": last.seat}, scope))
+        return seats, next_token, total
 
     async def events(
         self,
@@ -173,9 +172,7 @@ class TelemetryService:
     ) -> tuple[list[Event], str]:
         company, seat_or_none = self._company(company), self._seat(seat)
         if start is not None and end is not None and end <= start:
-            raise InvalidArgument(
-                "end_time must be after start_time", reason="RANGE_INVALID", domain=DOMAIN, field="end_time"
-            )
+            raise field_error("end_time", "RANGE_INVALID", "end_time must be after start_time", domain=DOMAIN)
         size = page_size(size, default=EVENTS_PAGE_DEFAULT, maximum=EVENTS_PAGE_MAX, domain=DOMAIN)
         kinds = sorted(set(kinds))
         scope = {
@@ -188,8 +185,4 @@ class TelemetryService:
         }
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=int)
         rows = await self.store.events(company, seat_or_none, kinds, turn_id or None, start, end, after, size + 1)
-        next_token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            next_token = encode_time_cursor(rows[-1].time, rows[-1].id, scope)
-        return rows, next_token
+        return time_page(rows, size, scope, lambda e: e.time, lambda e: e.id)
