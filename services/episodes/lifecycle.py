@@ -287,11 +287,10 @@ def register_rules(rules: OfflineRules) -> None:
 
 
 @dataclass
-class LifecycleReport(SeatPassReport):
-    ran: bool = True
-    reason: str | None = None
-    seats_checked: int = 0
-    seats_due: int = 0
+class SeatCounts:
+    """What one seat's pass did, counted (added into the pass's report, and announced as the seat's
+    ``compaction_completed``)."""
+
     non_terminal_dropped: int = 0
     tool_free_dropped: int = 0
     consolidated_dropped: int = 0
@@ -303,32 +302,26 @@ class LifecycleReport(SeatPassReport):
     exemplars_kept: int = 0
     compaction_failed: int = 0
     """Clusters left raw: the summary did not answer, or not with the JSON asked for."""
+    compacted_evicted: int = 0
+
+
+@dataclass
+class LifecycleReport(SeatCounts, SeatPassReport):
+    """The pass: every seat's counts summed, and what only the pass counts."""
+
+    ran: bool = True
+    reason: str | None = None
+    seats_checked: int = 0
+    seats_due: int = 0
     compaction_conflicts: int = 0
     """Clusters left raw because a member changed while the summary was being written."""
     seats_without_model: int = 0
     """Seats over the threshold whose role has no auxiliary chain: dropped, not compacted."""
     condensed: int = 0
     condense_failed: int = 0
-    compacted_evicted: int = 0
     exemplars_evicted: int = 0
     retention_deleted: int = 0
     """Episodes past their company's retention (privacy.retention.episode_max_age_days)."""
-
-
-@dataclass
-class _SeatCounts:
-    """One seat's share of the report's counts, by the report's names (added to it, and announced
-    as the seat's ``compaction_completed``)."""
-
-    non_terminal_dropped: int = 0
-    tool_free_dropped: int = 0
-    consolidated_dropped: int = 0
-    clusters_compacted: int = 0
-    episodes_compacted: int = 0
-    episodes_deleted: int = 0
-    exemplars_kept: int = 0
-    compaction_failed: int = 0
-    compacted_evicted: int = 0
 
 
 class EpisodeLifecycle:
@@ -374,7 +367,7 @@ class EpisodeLifecycle:
         return report
 
     async def _seat(self, company: str, seat: str, now: datetime, report: LifecycleReport) -> None:
-        counts = _SeatCounts()
+        counts = SeatCounts()
         try:
             await self._seat_steps(company, seat, now, counts, report)
         finally:
@@ -387,7 +380,7 @@ class EpisodeLifecycle:
         await self.events.emit("compaction_completed", company=company, seat=seat, **payload)
 
     async def _seat_steps(
-        self, company: str, seat: str, now: datetime, counts: _SeatCounts, report: LifecycleReport
+        self, company: str, seat: str, now: datetime, counts: SeatCounts, report: LifecycleReport
     ) -> None:
         cfg = self.config
 
@@ -424,7 +417,7 @@ class EpisodeLifecycle:
         role: str | None,
         before: datetime,
         now: datetime,
-        counts: _SeatCounts,
+        counts: SeatCounts,
         report: LifecycleReport,
     ) -> None:
         cfg = self.config
@@ -492,7 +485,7 @@ class EpisodeLifecycle:
         rewrites: Mapping[str, str],
         before: datetime,
         now: datetime,
-        counts: _SeatCounts,
+        counts: SeatCounts,
         report: LifecycleReport,
     ) -> None:
         members = [_member(e, rewrites) for e in cluster]
