@@ -24,6 +24,7 @@ from libs.common.config import Settings
 from libs.common.embeddings import EmbeddingUnavailable, Vector
 from libs.common.events import PostgresEventLog
 from libs.common.fill import RequestLedger
+from libs.common.vector_passes import vector_row_passes
 from libs.common.vectorindex import IndexUnavailable, collection_name
 from services.knowledge.backends import UnconfiguredBackend
 from services.knowledge.bootstrap import build_backend
@@ -43,7 +44,7 @@ from services.knowledge.domain import (
 )
 from services.knowledge.native import NativePages
 from services.knowledge.native_search import NativeBackend
-from services.knowledge.passes import knowledge_pass_specs, rebuild_index
+from services.knowledge.passes import PAGES, rebuild_index
 from services.knowledge.scope import access_of
 from services.knowledge.service import KnowledgeService
 from services.prefetch.knowledge_block import render_search_result
@@ -544,8 +545,8 @@ async def test_the_fill_embeds_pages_stored_without_a_vector_and_rebuild_restore
         events=PostgresEventLog(kb.pool, kb.service.pages.clock),
         fill_requests=RequestLedger(),
     )
-    [spec] = knowledge_pass_specs(kb.service.pages, infra)
-    assert spec.name == "knowledge-fill"
+    [spec, orphans] = vector_row_passes("knowledge", PAGES, kb.service.pages.index, infra)
+    assert spec.name == "knowledge-fill" and orphans.name == "knowledge-orphans"
     report = await spec.run()
     assert report["fill"].filled == 1
     assert await kb.titles(query) == ["Expense policy"]

@@ -21,7 +21,7 @@ from libs.common.vectorindex import IndexPoint, VectorIndex
 if TYPE_CHECKING:
     from libs.common.infra import Infra
 
-__all__ = ["VectorRowService"]
+__all__ = ["VectorRowService", "VectorRowWriter"]
 
 
 class IndexedStore(Protocol):
@@ -40,13 +40,40 @@ class EmbedBudget(Protocol):
 S = TypeVar("S", bound=IndexedStore)
 C = TypeVar("C", bound=EmbedBudget)
 T = TypeVar("T")
+W = TypeVar("W", bound=IndexedStore, covariant=True)
+"""A writer's store, covariant: a writer over a store's deployment type serves as one over its port."""
 
 
-class VectorRowService(Generic[S, C]):
-    """The dependencies of a vector-row service, as arguments (no patching)."""
+class VectorRowWriter(Generic[W]):
+    """What writes a row with its vector (a note, an episode, a knowledge page): its store,
+    embedder, index and clock, as arguments (no patching), and the two steps of the write: embed the
+    row's text within the budget, index the stored row's point."""
 
     collection_base: ClassVar[str]
     """The family of the rows' index collections (``collection_name(base, dims)``)."""
+
+    def __init__(
+        self, store: W, embedder: Embedder | None, index: VectorIndex, clock: Clock, embed_budget_seconds: float
+    ):
+        self.store = store
+        self.embedder = embedder
+        self.index = index
+        self.clock = clock
+        self.embed_budget_seconds = embed_budget_seconds
+        """How long a write (or a query) waits for its embedding before it goes on without one."""
+
+    async def embed_row(self, text: str) -> InlineEmbedding:
+        """A written row's vector within the budget (none, with the reason, past it)."""
+        return await vector_path.embed_inline(self.embedder, text, self.embed_budget_seconds)
+
+    async def index_row(self, point: IndexPoint, what: str) -> bool:
+        """Index a stored row's point now and mark it indexed (the fill pass retries a failure)."""
+        return await vector_path.index_row(self.index, self.collection_base, point, self.store.set_indexed, what)
+
+
+class VectorRowService(VectorRowWriter[S], Generic[S, C]):
+    """The dependencies of a seat's vector-row service (a writer with its config, events and
+    relevance floors), as arguments (no patching)."""
 
     def __init__(
         self,
@@ -58,12 +85,9 @@ class VectorRowService(Generic[S, C]):
         events: EventSink,
         relevance: RelevanceConfig | None = None,
     ):
+        super().__init__(store, embedder, index, clock, config.embed_budget_seconds)
         self.relevance = relevance or RelevanceConfig()
         """The floor per embedding model below which a vector hit is not related (``learning.relevance``)."""
-        self.store = store
-        self.embedder = embedder
-        self.index = index
-        self.clock = clock
         self.config = config
         self.events = events
 
@@ -80,19 +104,11 @@ class VectorRowService(Generic[S, C]):
             relevance=infra.settings.learning.relevance,
         )
 
-    async def embed_row(self, text: str) -> InlineEmbedding:
-        """A written row's vector within the config's budget (none, with the reason, past it)."""
-        return await vector_path.embed_inline(self.embedder, text, self.config.embed_budget_seconds)
-
-    async def index_row(self, point: IndexPoint, what: str) -> bool:
-        """Index a stored row's point now and mark it indexed (the fill pass retries a failure)."""
-        return await vector_path.index_row(self.index, self.collection_base, point, self.store.set_indexed, what)
-
     async def embed_query(self, query: str, provided: Vector | None) -> QueryEmbedding:
         """The caller's query vector when it sent one, else ``query`` embedded within the budget."""
         if provided is not None:
             return QueryEmbedding.provided(provided)
-        return await vector_path.embed_query(self.embedder, query, self.config.embed_budget_seconds)
+        return await vector_path.embed_query(self.embedder, query, self.embed_budget_seconds)
 
     async def seat_half(
         self,

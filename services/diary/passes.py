@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from libs.common import vector_rows
 from libs.common.config import PrivacyConfig
+from libs.common.pass_report import emit_report
 from libs.common.vector_rows import VectorRows
 from services.diary import erasure
 from services.diary.domain import COLLECTION_BASE
@@ -49,13 +50,7 @@ async def sweep(service: DiaryService, privacy: PrivacyConfig | None = None) -> 
         report.evicted_over_cap += len(gone)
         await vector_rows.drop_points(service.index, COLLECTION_BASE, gone, "swept notes")
         await service.events.emit("diary_evicted_over_cap", company=company, seat=seat, evicted=len(gone), cap=cap)
-    await service.events.emit(
-        "diary_sweep_completed",
-        expired_deleted=report.expired_deleted,
-        evicted_over_cap=report.evicted_over_cap,
-        seats_over_cap=report.seats_over_cap,
-        retention_deleted=report.retention_deleted,
-    )
+    await emit_report(service.events, "diary_sweep_completed", report)
     return report
 
 

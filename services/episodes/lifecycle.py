@@ -42,7 +42,7 @@ import string
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ from libs.common.auxmodel import (
 )
 from libs.common.config import EpisodeLifecycleConfig
 from libs.common.events import EventSink
+from libs.common.pass_report import SeatPassReport, add_counts, emit_report
 from services.episodes.domain import Episode, EpisodeKind, TurnOutcome, tool_set
 from services.episodes.service import EpisodeService, drop_points
 from services.episodes.store import Fold
@@ -286,11 +287,10 @@ def register_rules(rules: OfflineRules) -> None:
 
 
 @dataclass
-class LifecycleReport:
-    ran: bool = True
-    reason: str | None = None
-    seats_checked: int = 0
-    seats_due: int = 0
+class SeatCounts:
+    """What one seat's pass did, counted (added into the pass's report, and announced as the seat's
+    ``compaction_completed``)."""
+
     non_terminal_dropped: int = 0
     tool_free_dropped: int = 0
     consolidated_dropped: int = 0
@@ -302,33 +302,26 @@ class LifecycleReport:
     exemplars_kept: int = 0
     compaction_failed: int = 0
     """Clusters left raw: the summary did not answer, or not with the JSON asked for."""
+    compacted_evicted: int = 0
+
+
+@dataclass
+class LifecycleReport(SeatCounts, SeatPassReport):
+    """The pass: every seat's counts summed, and what only the pass counts."""
+
+    ran: bool = True
+    reason: str | None = None
+    seats_checked: int = 0
+    seats_due: int = 0
     compaction_conflicts: int = 0
     """Clusters left raw because a member changed while the summary was being written."""
     seats_without_model: int = 0
     """Seats over the threshold whose role has no auxiliary chain: dropped, not compacted."""
     condensed: int = 0
     condense_failed: int = 0
-    compacted_evicted: int = 0
     exemplars_evicted: int = 0
-    seats_failed: int = 0
-    """Seats whose pass raised (logged with the seat); the pass went on with the next seat."""
-    failures: dict[str, int] = field(default_factory=dict)
-    """The failed seats by exception type."""
     retention_deleted: int = 0
     """Episodes past their company's retention (privacy.retention.episode_max_age_days)."""
-
-
-@dataclass
-class _SeatCounts:
-    non_terminal: int = 0
-    tool_free: int = 0
-    consolidated: int = 0
-    clusters: int = 0
-    compacted: int = 0
-    deleted: int = 0
-    exemplars: int = 0
-    failed: int = 0
-    evicted: int = 0
 
 
 class EpisodeLifecycle:
@@ -344,7 +337,7 @@ class EpisodeLifecycle:
         if not self.aux.configured_anywhere():
             report.ran, report.reason = False, "no_auxiliary_model"
             _log.warning("episode lifecycle: no auxiliary model is configured anywhere; the pass does not run")
-            await self.events.emit("episode_lifecycle_pass", **asdict(report))
+            await emit_report(self.events, "episode_lifecycle_pass", report)
             return report
         now = self.service.clock.now()
         self._rewrites = asyncio.Semaphore(max(1, self.config.rewrite_concurrency))
@@ -364,50 +357,30 @@ class EpisodeLifecycle:
                         # One seat's fault (a row the store refuses, a statement that fails) must not
                         # stop every other seat's lifecycle: logged with the seat, counted, and on.
                         _log.exception("episode lifecycle: %s/%s failed; next seat", company, seat)
-                        report.seats_failed += 1
-                        kind = type(err).__name__
-                        report.failures[kind] = report.failures.get(kind, 0) + 1
+                        report.seat_failed(type(err).__name__)
                 if len(seats) < SEATS_PER_READ:
                     break
                 after = seats[-1]
         finally:
             # Always announced, even when the seat listing itself failed, with what was done.
-            await self.events.emit("episode_lifecycle_pass", **asdict(report))
+            await emit_report(self.events, "episode_lifecycle_pass", report)
         return report
 
     async def _seat(self, company: str, seat: str, now: datetime, report: LifecycleReport) -> None:
-        counts = _SeatCounts()
+        counts = SeatCounts()
         try:
             await self._seat_steps(company, seat, now, counts, report)
         finally:
             # What was done is reported even when a later step failed: a drop is irrecoverable.
-            report.non_terminal_dropped += counts.non_terminal
-            report.tool_free_dropped += counts.tool_free
-            report.consolidated_dropped += counts.consolidated
-            report.clusters_compacted += counts.clusters
-            report.episodes_compacted += counts.compacted
-            report.episodes_deleted += counts.deleted
-            report.exemplars_kept += counts.exemplars
-            report.compaction_failed += counts.failed
-            report.compacted_evicted += counts.evicted
+            add_counts(report, counts)
         # The spec's CompactionCompleted folds the tool-free drops into non_terminal_dropped; only
         # episode_lifecycle_pass reports them alone.
-        await self.events.emit(
-            "compaction_completed",
-            company=company,
-            seat=seat,
-            non_terminal_dropped=counts.non_terminal + counts.tool_free,
-            consolidated_dropped=counts.consolidated,
-            clusters_compacted=counts.clusters,
-            episodes_compacted=counts.compacted,
-            episodes_deleted=counts.deleted,
-            exemplars_kept=counts.exemplars,
-            compaction_failed=counts.failed,
-            compacted_evicted=counts.evicted,
-        )
+        payload = asdict(counts)
+        payload["non_terminal_dropped"] += payload.pop("tool_free_dropped")
+        await self.events.emit("compaction_completed", company=company, seat=seat, **payload)
 
     async def _seat_steps(
-        self, company: str, seat: str, now: datetime, counts: _SeatCounts, report: LifecycleReport
+        self, company: str, seat: str, now: datetime, counts: SeatCounts, report: LifecycleReport
     ) -> None:
         cfg = self.config
 
@@ -415,11 +388,11 @@ class EpisodeLifecycle:
             return now - timedelta(days=days)
 
         gone = await self.store.drop("non_terminal", company, seat, ago(cfg.non_terminal_max_age_days))
-        counts.non_terminal = len(gone)
+        counts.non_terminal_dropped = len(gone)
         tool_free = await self.store.drop("tool_free", company, seat, ago(cfg.tool_free_max_age_days))
-        counts.tool_free = len(tool_free)
+        counts.tool_free_dropped = len(tool_free)
         consolidated = await self.store.drop("consolidated", company, seat, ago(cfg.consolidated_grace_days))
-        counts.consolidated = len(consolidated)
+        counts.consolidated_dropped = len(consolidated)
         await drop_points(self.service.index, [*gone, *tool_free, *consolidated])
 
         role = await self.store.seat_role(company, seat)
@@ -431,7 +404,7 @@ class EpisodeLifecycle:
 
         if cfg.compacted_max_age_days > 0:
             evicted, exemplars = await self.store.evict_compacted(company, seat, ago(cfg.compacted_max_age_days))
-            counts.evicted = evicted
+            counts.compacted_evicted = evicted
             report.exemplars_evicted += len(exemplars)
             await drop_points(self.service.index, exemplars)
 
@@ -444,7 +417,7 @@ class EpisodeLifecycle:
         role: str | None,
         before: datetime,
         now: datetime,
-        counts: _SeatCounts,
+        counts: SeatCounts,
         report: LifecycleReport,
     ) -> None:
         cfg = self.config
@@ -512,13 +485,13 @@ class EpisodeLifecycle:
         rewrites: Mapping[str, str],
         before: datetime,
         now: datetime,
-        counts: _SeatCounts,
+        counts: SeatCounts,
         report: LifecycleReport,
     ) -> None:
         members = [_member(e, rewrites) for e in cluster]
         summary, why, model = await self._summarise(company, seat, role, members)
         if summary is None:
-            counts.failed += 1
+            counts.compaction_failed += 1
             _log.warning("compaction of %d episodes of %s/%s left raw: %s", len(cluster), company, seat, why)
             await self.events.emit("compaction_failed", company=company, seat=seat, members=len(cluster), reason=why)
             return
@@ -538,10 +511,10 @@ class EpisodeLifecycle:
             report.compaction_conflicts += 1
             return
         await drop_points(self.service.index, deleted)
-        counts.clusters += 1
-        counts.compacted += len(cluster)
-        counts.deleted += len(deleted)
-        counts.exemplars += len(exemplars)
+        counts.clusters_compacted += 1
+        counts.episodes_compacted += len(cluster)
+        counts.episodes_deleted += len(deleted)
+        counts.exemplars_kept += len(exemplars)
 
     async def _summarise(
         self, company: str, seat: str, role: str | None, members: list[dict[str, Any]]

@@ -11,13 +11,12 @@ from pathlib import Path
 from libs.common.component import Component
 from libs.common.config import Settings
 from libs.common.db import Migrations
-from libs.common.erasure import sweep_orphans
 from libs.common.infra import Infra
 from libs.common.passrunner import PassSpec
+from libs.common.vector_passes import vector_row_passes
 from services.knowledge import passes, promotion
 from services.knowledge.backends import KnowledgeBackend, RoutedBackend, UnconfiguredBackend
 from services.knowledge.confluence import ConfluenceBackend, ConfluenceClient
-from services.knowledge.domain import COLLECTION_BASE
 from services.knowledge.legacy import legacy_registration
 from services.knowledge.native import NativePages
 from services.knowledge.native_search import NativeBackend
@@ -60,13 +59,9 @@ def pass_specs(service: KnowledgeService, infra: Infra) -> list[PassSpec]:
     distiller = promotion.Distiller(infra.aux)
     drafts = PostgresDraftProvenance(infra.pool)  # issue 17: where each draft came from
     return [
-        *passes.knowledge_pass_specs(service.pages, infra),
-        # Issue 17: points whose page is gone leave the index (docs/privacy.md).
-        PassSpec(
-            "knowledge-orphans",
-            lambda: sweep_orphans(infra.pool, service.pages.index, COLLECTION_BASE, "knowledge_pages"),
-            infra.settings.privacy.orphan_sweep_interval_seconds,
-        ),
+        # ``knowledge-fill`` and (issue 17: points whose page is gone leave the index,
+        # docs/privacy.md) ``knowledge-orphans``.
+        *vector_row_passes("knowledge", passes.PAGES, service.pages.index, infra),
         PassSpec(
             "skill-promotion",
             lambda: promotion.promote(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from typing import Generic
 
 import numpy as np
 from typing_extensions import TypeVar
@@ -21,7 +20,7 @@ from libs.common.clock import Clock
 from libs.common.embeddings import Embedder
 from libs.common.errors import InvalidArgument
 from libs.common.validation import require_ident, require_text
-from libs.common.vector_path import embed_inline, index_row
+from libs.common.vector_service import VectorRowWriter
 from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.knowledge.domain import COLLECTION_BASE, DOMAIN, Limits, Page, embedding_text
 from services.knowledge.ports import PageStore, PageWrite
@@ -63,7 +62,9 @@ def check_title(value: str, field: str, limits: Limits) -> str:
     return value
 
 
-class NativePages(Generic[S]):
+class NativePages(VectorRowWriter[S]):
+    collection_base = COLLECTION_BASE
+
     def __init__(
         self,
         store: S,
@@ -73,12 +74,8 @@ class NativePages(Generic[S]):
         limits: Limits | None = None,
         embed_budget_seconds: float = EMBED_BUDGET_SECONDS,
     ):
-        self.store = store
-        self.embedder = embedder
-        self.index = index
-        self.clock = clock
+        super().__init__(store, embedder, index, clock, embed_budget_seconds)
         self.limits = limits or Limits()
-        self.embed_budget_seconds = embed_budget_seconds
 
     def _title(self, value: str, field: str) -> str:
         return check_title(value, field, self.limits)
@@ -117,9 +114,8 @@ class NativePages(Generic[S]):
             stored = await self.store.stored_vector(earlier.uuid)
             if stored is not None:
                 return stored, None
-        embedded = await embed_inline(self.embedder, embedding_text(title, body), self.embed_budget_seconds)
+        embedded = await self.embed_row(embedding_text(title, body))
         return embedded.values, embedded.skipped_reason
 
     async def _index(self, page: Page, vector: np.ndarray, model: str) -> None:
-        point = index_point(page.uuid, page.company, page.container, vector, model)
-        await index_row(self.index, COLLECTION_BASE, point, self.store.set_indexed, "page")
+        await self.index_row(index_point(page.uuid, page.company, page.container, vector, model), "page")

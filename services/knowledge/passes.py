@@ -2,27 +2,20 @@
 
 A page stored without a vector (the inline embed failed or timed out, or no embedder was wired
 when it was written) is embedded by the shared vector fill (``libs.common.fill``), its container
-standing where the diary has a seat. ``knowledge_pass_specs`` is what the knowledge bootstrap adds
-to its component (``knowledge-fill``, beside ``skill-promotion`` of ``promotion.py``), and
-``rebuild_index`` restores the ``knowledge_pages`` collections from the vectors Postgres keeps,
-without one embedding call. All are idempotent.
+standing where the diary has a seat: ``PAGES`` is the table ``libs.common.vector_passes`` runs
+the fill and orphan passes over (``knowledge-fill``, ``knowledge-orphans``, beside
+``skill-promotion`` of ``promotion.py``), and ``rebuild_index`` restores the ``knowledge_pages``
+collections from the vectors Postgres keeps, without one embedding call. All are idempotent.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from libs.common import vector_rows
-from libs.common.fill import build_fill
-from libs.common.passrunner import PassSpec
 from libs.common.vector_rows import VectorRows
 from services.knowledge.domain import COLLECTION_BASE, embedding_text
 from services.knowledge.native import NativePages, index_point
 
-if TYPE_CHECKING:
-    from libs.common.infra import Infra
-
-__all__ = ["PAGES", "fill_source", "index_pending", "knowledge_pass_specs", "rebuild_index"]
+__all__ = ["PAGES", "index_pending", "rebuild_index"]
 
 
 PAGES = VectorRows(
@@ -50,20 +43,3 @@ async def index_pending(service: NativePages, batch: int = 1000) -> int:
 async def rebuild_index(service: NativePages, batch: int = 1000) -> int:
     """Restore the index from the vectors Postgres keeps: no embedding call at all."""
     return await vector_rows.rebuild_index(PAGES, service.store.pool, service.index, service.clock, batch)
-
-
-def fill_source(service: NativePages) -> vector_rows.TableFillSource:
-    """The pages as the shared vector fill sees them."""
-    return vector_rows.TableFillSource(PAGES, service.store.pool, service.index)
-
-
-def knowledge_pass_specs(service: NativePages, infra: Infra) -> list[PassSpec]:
-    """``knowledge-fill``: index what waits for the index, then embed what has no vector."""
-    filler = build_fill(infra, [fill_source(service)])
-
-    async def run_fill() -> object:
-        indexed = await index_pending(service)
-        report = await filler.run_minute() if filler else None
-        return {"indexed": indexed, "fill": report}
-
-    return [PassSpec("knowledge-fill", run_fill, infra.settings.learning.fill.interval_seconds)]

@@ -39,8 +39,8 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,6 +60,7 @@ from libs.common.clock import Clock
 from libs.common.clustering import ToolCluster, greedy_groups, tool_set
 from libs.common.config import Settings
 from libs.common.events import EventSink
+from libs.common.pass_report import SeatPassReport, emit_report
 from libs.common.prompt_files import PromptFiles, cluster_fields, render_run
 from services.knowledge.backends import BackendUnavailable, PromotionWriter
 from services.knowledge.domain import DraftOrigin, PromotionDraft
@@ -327,9 +328,8 @@ def page_body(unit: str, summary: str, body: str, cluster: RunCluster, represent
 
 
 @dataclass
-class PromotionReport:
+class PromotionReport(SeatPassReport):
     seats: int = 0
-    seats_failed: int = 0
     units: int = 0
     units_without_container: int = 0
     units_converged: int = 0
@@ -339,7 +339,6 @@ class PromotionReport:
     """Converging clusters whose draft (or published page) was already there: quiet."""
     dropped: int = 0
     write_failures: int = 0
-    failures: dict[str, int] = field(default_factory=dict)
 
 
 async def promote(
@@ -357,10 +356,6 @@ async def promote(
     are recorded."""
     synthesis = settings.learning.skill_synthesis
     report = PromotionReport()
-
-    def fail(kind: str) -> None:
-        report.failures[kind] = report.failures.get(kind, 0) + 1
-
     try:
         units: dict[tuple[str, str], list[Run]] = {}
         async for company, seat in episodes.seats():
@@ -371,8 +366,7 @@ async def promote(
                 )
             except grpc.aio.AioRpcError as err:
                 _log.warning("promotion: runs of %s/%s unreadable: %s", company, seat, err.code())
-                report.seats_failed += 1
-                fail(f"episodes:{err.code().name}")
+                report.seat_failed(f"episodes:{err.code().name}")
                 continue
             turns = [t for t in turns if t.tool_sequence]
             if not turns:
@@ -385,25 +379,13 @@ async def promote(
         for (company, unit), runs in sorted(units.items()):
             report.units += 1
             try:
-                await _one_unit(
-                    settings, writer, distiller, events, company, unit, runs, report, fail, provenance, clock
-                )
+                await _one_unit(settings, writer, distiller, events, company, unit, runs, report, provenance, clock)
             except Exception as err:  # one unit's fault must not cost the others their promotion
                 _log.exception("promotion for unit %s of %s failed; next unit", unit, company)
-                fail(f"unit:{type(err).__name__}")
+                report.fail(f"unit:{type(err).__name__}")
     finally:
-        await events.emit(
-            "skill_promotion_completed",
-            seats=report.seats,
-            units=report.units,
-            units_without_container=report.units_without_container,
-            units_converged=report.units_converged,
-            promoted=report.promoted,
-            already_drafted=report.already_drafted,
-            dropped=report.dropped,
-            write_failures=report.write_failures,
-            failures=report.failures,
-        )
+        # Every count of the report but seats_failed, which the event has never carried.
+        await emit_report(events, "skill_promotion_completed", report, leave_out=("seats_failed",))
     return report
 
 
@@ -416,7 +398,6 @@ async def _one_unit(
     unit: str,
     runs: list[Run],
     report: PromotionReport,
-    fail: Callable[[str], None],
     provenance: DraftProvenanceRecorder | None = None,
     clock: Clock | None = None,
 ) -> None:
@@ -447,7 +428,7 @@ async def _one_unit(
             existing = await writer.existing_draft(company, container, title)
         except BackendUnavailable as err:
             report.write_failures += 1
-            fail(f"existing:{err.reason}")
+            report.fail(f"existing:{err.reason}")
             _log.warning("promotion: drafts of %s/%s unreadable: %s", company, container, err.detail)
             return
         if existing is not None:
@@ -462,7 +443,7 @@ async def _one_unit(
             if outcome == "dropped":
                 report.dropped += 1
             else:
-                fail(outcome)
+                report.fail(outcome)
             _log.info("promotion: unit %s of %s: nothing drafted (%s)", unit, company, outcome)
             return
         summary, body = page
@@ -481,7 +462,7 @@ async def _one_unit(
         except Exception as err:  # PromotionRefused, BackendUnavailable, a store fault: all the same here
             # Nothing is announced; the next tick retries.
             report.write_failures += 1
-            fail(f"write:{type(err).__name__}")
+            report.fail(f"write:{type(err).__name__}")
             _log.warning("promotion: draft %r for %s/%s not written: %s", title, company, container, err)
             return
         if not result.created:
@@ -507,7 +488,7 @@ async def _one_unit(
                     )
                 )
             except Exception as err:  # the draft is written: a lost record is reported, not fatal
-                fail(f"provenance:{type(err).__name__}")
+                report.fail(f"provenance:{type(err).__name__}")
                 _log.warning("promotion: provenance of draft %s not recorded: %s", result.page_id, err)
         await events.emit(
             "skill_promoted",

@@ -10,8 +10,7 @@ its turns are stamped consolidated).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 
 import grpc
@@ -20,6 +19,7 @@ from agentlearn.common.v1.erasure_pb2 import ErasureSubject
 from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.config import SkillSynthesisConfig
 from libs.common.errors import AgentLearnError
+from libs.common.pass_report import SeatPassReport, emit_report
 from services.skills.domain import SkillState, SkillTrigger, best_match, greedy_clusters
 from services.skills.drafting import ClusterDrafter
 from services.skills.episodes import EpisodeReader
@@ -69,12 +69,12 @@ async def curate(service: SkillService) -> CuratorReport:
     report.staled = await service.store.curate(
         SkillState.ACTIVE, SkillState.STALE, "skill_staled", now - timedelta(days=stale_days), now, CURATOR_BATCH
     )
-    await service.events.emit("skill_curator_completed", **asdict(report))
+    await emit_report(service.events, "skill_curator_completed", report)
     return report
 
 
 @dataclass
-class SynthesisReport:
+class SynthesisReport(SeatPassReport):
     seats: int = 0
     seats_with_clusters: int = 0
     drafted: int = 0
@@ -85,9 +85,6 @@ class SynthesisReport:
     catalogue_full: int = 0
     seats_without_model: int = 0
     """Seats whose role's auxiliary chain names no provider: nothing drafted, nothing charged."""
-    seats_failed: int = 0
-    """Seats whose pass raised (logged with the seat, kind in ``failures``); the pass went on."""
-    failures: dict[str, int] = field(default_factory=dict)
 
 
 REFUSED_MOVE_ON = frozenset({"SKILL_NAME_TAKEN", "SKILL_DUPLICATE_TOOL_SET"})
@@ -102,30 +99,22 @@ async def synthesize_clustered(
     qualifying cluster it has not already learned. One seat's failure is logged, counted and
     passed over; the completion event is always emitted."""
     report = SynthesisReport()
-
-    def fail(kind: str) -> None:
-        report.failures[kind] = report.failures.get(kind, 0) + 1
-
     try:
         async for company, seat in episodes.seats():
             report.seats += 1
             try:
-                await _one_seat(service, episodes, drafter, cfg, company, seat, report, fail)
+                await _one_seat(service, episodes, drafter, cfg, company, seat, report)
             except grpc.aio.AioRpcError as err:
                 # One seat's unreadable rows must not stop every other seat's synthesis.
                 _log.warning("clustered synthesis for %s/%s: episodes call failed: %s", company, seat, err.code())
-                report.seats_failed += 1
-                fail(f"episodes:{err.code().name}")
+                report.seat_failed(f"episodes:{err.code().name}")
             except Exception as err:
                 # Nor must any other fault confined to one seat (a draft the store cannot hold, ...).
                 _log.exception("clustered synthesis for %s/%s failed; next seat", company, seat)
-                report.seats_failed += 1
-                fail(f"seat:{type(err).__name__}")
+                report.seat_failed(f"seat:{type(err).__name__}")
     finally:
         # Every count of the report but seats_with_clusters, which the event has never carried.
-        counts = asdict(report)
-        del counts["seats_with_clusters"]
-        await service.events.emit("skill_synthesis_completed", **counts)
+        await emit_report(service.events, "skill_synthesis_completed", report, leave_out=("seats_with_clusters",))
     return report
 
 
@@ -137,7 +126,6 @@ async def _one_seat(
     company: str,
     seat: str,
     report: SynthesisReport,
-    fail: Callable[[str], None],
 ) -> None:
     turns = await episodes.recent_settled(company, seat, cfg.min_tool_calls, cfg.episode_fetch_limit)
     # The seat's role as of its newest turn: whose llm_auxiliary chain drafts (and is charged).
@@ -184,7 +172,7 @@ async def _one_seat(
                 report.seats_without_model += 1
                 _log.info("%s/%s (role %r): no auxiliary chain; nothing drafted", company, seat, role)
             else:
-                fail(outcome)
+                report.fail(outcome)
             return
         turn_ids = [m.turn_id for m in cluster.members]
         subjects = sorted({s for m in cluster.members for s in m.subjects})
@@ -226,5 +214,5 @@ async def _one_seat(
         except grpc.aio.AioRpcError as err:
             # The skill stands; next pass its cluster is a duplicate of it, so nothing is redrafted.
             _log.warning("%s/%s: source turns of %s not stamped: %s", company, seat, skill.name, err.code())
-            fail(f"consolidate:{err.code().name}")
+            report.fail(f"consolidate:{err.code().name}")
         return
