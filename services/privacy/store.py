@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from libs.common.db import PooledStore
 from libs.common.erasure import Kind, Report, Target
 from services.privacy.domain import Erasure, ErasureState
 
@@ -92,16 +91,7 @@ def _erasure(row: asyncpg.Record) -> Erasure:
     )
 
 
-class PostgresErasureStore:
-    def __init__(self, pool: asyncpg.Pool):
-        self.pool = pool
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        """One transaction on a pooled connection: the handle the queue writes into too."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            yield conn
-
+class PostgresErasureStore(PooledStore):
     async def insert(
         self, conn: asyncpg.Connection, erasure: Erasure, target: Target, request_id: str | None
     ) -> uuid.UUID | None:
