@@ -30,7 +30,7 @@ from libs.common import telemetry
 from libs.common.clock import Clock
 from libs.common.config import SessionsConfig
 from libs.common.events import EventSink
-from libs.common.jobs import Job, JobQueue, JobState, drain_claimed, listen, serve
+from libs.common.jobs import ClaimingWorker, Job, JobQueue, JobState, listen, serve
 from libs.common.metrics import LEARNING_CHECKS
 from services.sessions.checks import CheckRunner
 from services.sessions.domain import JOB_KIND, CheckOutcome, CheckState, LearningCheck
@@ -49,7 +49,13 @@ RECONCILE_LIMIT = 500
 
 
 @dataclass(eq=False)
-class LearningWorker:
+class LearningWorker(ClaimingWorker):
+    """Runs the claimed learning checks; ``drain`` runs every check claimable now, and a lapsed
+    claim is never taken again (it is reported interrupted)."""
+
+    kind = JOB_KIND
+    reclaim_lapsed = False
+    when_lost = "it is reported interrupted"
     store: PostgresSessionStore
     queue: JobQueue
     runner: CheckRunner
@@ -58,9 +64,6 @@ class LearningWorker:
     events: EventSink
     worker_id: str
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
-
-    def wake(self) -> None:
-        self._wake.set()
 
     # ------------------------------------------------------------------ interrupted checks
 
@@ -174,19 +177,6 @@ class LearningWorker:
             LEARNING_CHECKS.add(1, {"agentlearn.trigger": str(check.trigger), "agentlearn.outcome": str(check.outcome)})
 
     # ------------------------------------------------------------------ the loop
-
-    async def drain(self) -> int:
-        """Run every check claimable now; returns how many were taken."""
-        return await drain_claimed(
-            self.queue,
-            JOB_KIND,
-            self.worker_id,
-            self.clock,
-            self.config.claim_lease_seconds,
-            self.process,
-            reclaim_lapsed=False,
-            when_lost="it is reported interrupted",
-        )
 
     async def run_forever(self, dsn: str) -> None:
         """Woken by NOTIFY, polling as the backstop, ``concurrency`` checks at a time; sweeps for
