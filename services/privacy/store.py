@@ -13,6 +13,7 @@ import asyncpg
 
 from libs.common.db import PooledStore
 from libs.common.erasure import Kind, Report, Target
+from libs.common.rows import RowReader
 from services.privacy.domain import Erasure, ErasureState
 
 __all__ = ["PostgresErasureStore", "target_from_json", "target_to_json"]
@@ -69,26 +70,17 @@ def _reports(value: Any) -> dict[str, Report]:
     return {owner: Report.from_json(json.dumps(r)) for owner, r in data.items()}
 
 
-def _erasure(row: asyncpg.Record) -> Erasure:
-    return Erasure(
-        id=row["id"],
-        company=row["company"],
-        kind=Kind(row["kind"]),
-        seat=row["seat"],
-        subject_digest=row["subject_digest"],
-        requested_by=row["requested_by"],
-        state=ErasureState(row["state"]),
-        create_time=row["create_time"],
-        target=target_from_json(row["target"]) if row["target"] is not None else None,
-        collected=row["collected"],
-        reports=_reports(row["reports"]),
-        residues=_reports(row["residues"]),
-        verified=row["verified"],
-        reason=row["reason"],
-        finish_time=row["finish_time"],
-        round=row["round"],
-        pending_checks=list(row["pending_checks"]),
-    )
+_erasure = RowReader(
+    Erasure,
+    {
+        "kind": Kind,
+        "state": ErasureState,
+        "target": lambda value: target_from_json(value) if value is not None else None,
+        "reports": _reports,
+        "residues": _reports,
+        "pending_checks": list,
+    },
+)
 
 
 class PostgresErasureStore(PooledStore):
