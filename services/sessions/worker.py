@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from opentelemetry import context as otel_context
 
 from libs.common import telemetry
+from libs.common.attributes import agentlearn_attributes
 from libs.common.clock import Clock
 from libs.common.config import SessionsConfig
 from libs.common.events import EventSink
@@ -46,6 +47,11 @@ INTERRUPTED_REASON = (
     "its own: use Check recent work to review the session again"
 )
 RECONCILE_LIMIT = 500
+
+
+def _count_check(check: LearningCheck) -> None:
+    """One finished check in ``LEARNING_CHECKS``, by its trigger and outcome."""
+    LEARNING_CHECKS.add(1, agentlearn_attributes(trigger=str(check.trigger), outcome=str(check.outcome)))
 
 
 @dataclass(eq=False)
@@ -103,11 +109,7 @@ class LearningWorker(ClaimingWorker):
         try:
             with _tracer.start_as_current_span(
                 "learning check",
-                attributes={
-                    "agentlearn.company": job.company,
-                    "agentlearn.seat": job.seat,
-                    "agentlearn.job_key": job.key,
-                },
+                attributes=agentlearn_attributes(company=job.company, seat=job.seat, job_key=job.key),
             ):
                 return await self._process(job)
         finally:
@@ -155,7 +157,7 @@ class LearningWorker(ClaimingWorker):
             await self.store.annotate_interrupted(check)
             return CheckState.INTERRUPTED
         assert check.outcome is not None
-        LEARNING_CHECKS.add(1, {"agentlearn.trigger": str(check.trigger), "agentlearn.outcome": str(check.outcome)})
+        _count_check(check)
         await self.events.emit(
             "learning_check_completed",
             **check.event_fields(),
@@ -174,7 +176,7 @@ class LearningWorker(ClaimingWorker):
                 check.reason = f"{reason}; not replayed: use Check recent work to review the session again"
                 await self.store.finish_check(conn, check, now)
         if held and check is not None:
-            LEARNING_CHECKS.add(1, {"agentlearn.trigger": str(check.trigger), "agentlearn.outcome": str(check.outcome)})
+            _count_check(check)
 
     # ------------------------------------------------------------------ the loop
 
