@@ -37,9 +37,8 @@ import asyncpg
 from libs.common.clock import Clock
 
 __all__ = [
-    "NOTIFY_CHANNEL", "SQL", "ClaimManyQueue", "ClaimQueue", "ClaimingWorker", "EnqueueQueue", "Job", "JobQueue",
-    "JobState",
-    "NewJob", "PendingQueue", "RenewQueue", "SettleQueue",
+    "NOTIFY_CHANNEL", "SQL", "ClaimLeaseConfig", "ClaimManyQueue", "ClaimQueue", "ClaimingWorker", "EnqueueQueue",
+    "Job", "JobQueue", "JobState", "NewJob", "PendingQueue", "RenewQueue", "SettleQueue",
     "drain_claimed", "keep_claim", "listen", "run_claimed", "serve",
 ]  # fmt: skip
 
