@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from google.protobuf.internal.extension_dict import _ExtensionFieldDescriptor
 
 from libs.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from libs.common.rows import RowReader
 
 __all__ = [
     "ANONYMOUS",
@@ -182,19 +183,8 @@ TOKEN_SQL = {
 }
 
 
-def _token_record(row: Any) -> TokenRecord:
-    return TokenRecord(
-        id=str(row["id"]),
-        company=row["company"],
-        seat=row["seat"],
-        user=row["user_handle"],
-        scopes=tuple(row["scopes"]),
-        name=row["name"],
-        create_time=row["create_time"],
-        expire_time=row["expire_time"],
-        revoke_time=row["revoke_time"],
-        last_used_time=row["last_used_time"],
-    )
+# ``user`` is the column ``user_handle`` (``user`` is reserved in SQL).
+_token_record = RowReader(TokenRecord, {"id": str, "scopes": tuple}, computed={"user": lambda row: row["user_handle"]})
 
 
 class TokenStore:

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from pgvector.asyncpg import register_vector
 __all__ = [
     "COMMON_MIGRATIONS",
     "Migrations",
+    "PooledStore",
     "as_array",
     "configure_pool_reset",
     "configure_sql_spans",
@@ -330,3 +331,18 @@ def as_array(value: object) -> np.ndarray:
     if hasattr(value, "to_numpy"):
         value = value.to_numpy()
     return np.asarray(value, dtype=np.float32)
+
+
+class PooledStore:
+    """A store on the pool whose multi-statement writes share one transaction: ``transaction()``
+    yields a pooled connection inside it, the handle the caller passes to the store and to the
+    queue alike (a row and its job commit together)."""
+
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """One transaction on a pooled connection: every write made through it commits together."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn

@@ -30,15 +30,15 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, NotRequired, Protocol, TypedDict, Unpack
+from typing import Any, ClassVar, NotRequired, Protocol, TypedDict, Unpack
 
 import asyncpg
 
 from libs.common.clock import Clock
 
 __all__ = [
-    "NOTIFY_CHANNEL", "SQL", "ClaimManyQueue", "ClaimQueue", "EnqueueQueue", "Job", "JobQueue", "JobState",
-    "NewJob", "PendingQueue", "RenewQueue", "SettleQueue",
+    "NOTIFY_CHANNEL", "SQL", "ClaimLeaseConfig", "ClaimManyQueue", "ClaimQueue", "ClaimingWorker", "EnqueueQueue",
+    "Job", "JobQueue", "JobState", "NewJob", "PendingQueue", "RenewQueue", "SettleQueue",
     "drain_claimed", "keep_claim", "listen", "run_claimed", "serve",
 ]  # fmt: skip
 
@@ -378,6 +378,49 @@ async def drain_claimed(
         taken += 1
         await run_claimed(queue, job, worker, clock, lease_seconds, process, when_lost=when_lost)
     return taken
+
+
+class ClaimLeaseConfig(Protocol):
+    """The knobs of a worker that claims jobs one at a time (a family's config section)."""
+
+    @property
+    def claim_lease_seconds(self) -> float: ...
+
+
+class ClaimingWorker:
+    """A worker that runs its family's jobs one at a time, each under its renewed claim: the
+    family states its rule as class attributes (``kind``; ``reclaim_lapsed`` and ``when_lost``: what
+    becomes of a lapsed or lost claim) and its ``process``; ``drain`` is the same for every family.
+    A mixin for a dataclass whose fields hold the parts named below."""
+
+    kind: ClassVar[str]
+    reclaim_lapsed: ClassVar[bool]
+    when_lost: ClassVar[str]
+    queue: ClaimQueue
+    config: ClaimLeaseConfig
+    clock: Clock
+    worker_id: str
+    _wake: asyncio.Event
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def process(self, job: Job) -> Any:
+        """Run one claimed job (the family's work)."""
+        raise NotImplementedError
+
+    async def drain(self) -> int:
+        """Run every job of ``kind`` claimable now, one at a time; returns how many were taken."""
+        return await drain_claimed(
+            self.queue,
+            self.kind,
+            self.worker_id,
+            self.clock,
+            self.config.claim_lease_seconds,
+            self.process,
+            reclaim_lapsed=self.reclaim_lapsed,
+            when_lost=self.when_lost,
+        )
 
 
 async def serve(drain: Callable[[], Awaitable[int]], wake: asyncio.Event, poll_seconds: float, what: str) -> None:

@@ -28,6 +28,7 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
+from libs.common.attributes import agentlearn_attributes
 from libs.common.budgets import window_start
 from libs.common.embeddings import EmbeddingError, embed_query
 from libs.common.errors import InvalidArgument, ResourceExhausted
@@ -120,12 +121,12 @@ class TurnContextBuilder:
         who = Who(start.company, start.seat, start.role, start.turn_id)
         with _tracer.start_as_current_span(
             "prefetch",
-            attributes={
-                "agentlearn.company": start.company,
-                "agentlearn.seat": start.seat,
-                "agentlearn.turn_id": start.turn_id,
-                "agentlearn.trigger_requires_recon": start.requires_recon,
-            },
+            attributes=agentlearn_attributes(
+                company=start.company,
+                seat=start.seat,
+                turn_id=start.turn_id,
+                trigger_requires_recon=start.requires_recon,
+            ),
         ):
             return await self._frozen_or_built(start, who)
 
@@ -290,7 +291,7 @@ class TurnContextBuilder:
             "prefetch_summary", company=start.company, seat=start.seat, turn_id=start.turn_id, **summary.payload()
         )
         for b in blocks:
-            PREFETCH_BLOCKS.add(1, {"agentlearn.block": str(b.kind), "agentlearn.hit": b.hit})
+            PREFETCH_BLOCKS.add(1, agentlearn_attributes(block=str(b.kind), hit=b.hit))
         return TurnContext(blocks, summary)
 
     async def _guard(self, kind: BlockKind, make: Callable[[], Awaitable[Block]]) -> Block:

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from libs.common.erasure import Report, Target
-from libs.common.jobs import Job
+from libs.common.jobs import ClaimQueue, EnqueueQueue, SettleQueue
 from services.privacy.domain import Erasure
 
 __all__ = ["ErasureQueue", "ErasureStore", "Owners", "Tx"]
@@ -85,32 +85,7 @@ class ErasureStore(Protocol):
         ...
 
 
-class ErasureQueue(Protocol):
-    """The erasure jobs' queue (``libs.common.jobs.JobQueue``, kind ``erasure``). Every move of a
-    claimed job is fenced by the claim: False when it is no longer held."""
-
-    async def enqueue(
-        self,
-        conn: Tx,
-        *,
-        kind: str,
-        key: str,
-        company: str,
-        seat: str,
-        payload: bytes,
-        trace_carrier: dict[str, str],
-        now: datetime,
-        run_after: datetime | None = None,
-    ) -> int | None: ...
-
-    async def claim(
-        self, kind: str, worker: str, now: datetime, lease_seconds: float, *, reclaim_lapsed: bool = True
-    ) -> Job | None: ...
-
-    async def renew(self, job: Job, worker: str, now: datetime, lease_seconds: float) -> bool: ...
-
-    async def finish(self, conn: Tx, job: Job, worker: str, now: datetime) -> bool: ...
-
-    async def retry(self, conn: Tx, job: Job, worker: str, until: datetime, reason: str) -> bool: ...
-
-    async def dead_letter(self, conn: Tx, job: Job, worker: str, now: datetime, reason: str) -> bool: ...
+class ErasureQueue(EnqueueQueue, ClaimQueue, SettleQueue, Protocol):
+    """The erasure jobs' queue (``libs.common.jobs.JobQueue``, kind ``erasure``): queued with its
+    erasure's row, claimed and renewed by the worker, and every move of a claimed job fenced by the
+    claim (False when it is no longer held)."""

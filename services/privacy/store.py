@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from libs.common.db import PooledStore
 from libs.common.erasure import Kind, Report, Target
+from libs.common.rows import RowReader
 from services.privacy.domain import Erasure, ErasureState
 
 __all__ = ["PostgresErasureStore", "target_from_json", "target_to_json"]
@@ -70,38 +70,20 @@ def _reports(value: Any) -> dict[str, Report]:
     return {owner: Report.from_json(json.dumps(r)) for owner, r in data.items()}
 
 
-def _erasure(row: asyncpg.Record) -> Erasure:
-    return Erasure(
-        id=row["id"],
-        company=row["company"],
-        kind=Kind(row["kind"]),
-        seat=row["seat"],
-        subject_digest=row["subject_digest"],
-        requested_by=row["requested_by"],
-        state=ErasureState(row["state"]),
-        create_time=row["create_time"],
-        target=target_from_json(row["target"]) if row["target"] is not None else None,
-        collected=row["collected"],
-        reports=_reports(row["reports"]),
-        residues=_reports(row["residues"]),
-        verified=row["verified"],
-        reason=row["reason"],
-        finish_time=row["finish_time"],
-        round=row["round"],
-        pending_checks=list(row["pending_checks"]),
-    )
+_erasure = RowReader(
+    Erasure,
+    {
+        "kind": Kind,
+        "state": ErasureState,
+        "target": lambda value: target_from_json(value) if value is not None else None,
+        "reports": _reports,
+        "residues": _reports,
+        "pending_checks": list,
+    },
+)
 
 
-class PostgresErasureStore:
-    def __init__(self, pool: asyncpg.Pool):
-        self.pool = pool
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        """One transaction on a pooled connection: the handle the queue writes into too."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            yield conn
-
+class PostgresErasureStore(PooledStore):
     async def insert(
         self, conn: asyncpg.Connection, erasure: Erasure, target: Target, request_id: str | None
     ) -> uuid.UUID | None:

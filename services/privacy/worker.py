@@ -22,7 +22,7 @@ import grpc
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.events import EventSink
-from libs.common.jobs import Job, drain_claimed, listen, serve
+from libs.common.jobs import ClaimingWorker, Job, listen, serve
 from services.privacy.domain import JOB_KIND, Erasure, ErasureState
 from services.privacy.ports import ErasureQueue
 from services.privacy.service import PrivacyService, emit_erasure_event
@@ -33,8 +33,14 @@ _log = logging.getLogger(__name__)
 
 
 @dataclass
-class ErasureWorker:
-    """Runs the claimed erasure jobs through ``service`` (a dataclass: its parts are its fields)."""
+class ErasureWorker(ClaimingWorker):
+    """Runs the claimed erasure jobs through ``service`` (a dataclass: its parts are its fields).
+    ``drain`` runs every erasure claimable now, one at a time: a lapsed claim is taken again and the
+    erasure resumes."""
+
+    kind = JOB_KIND
+    reclaim_lapsed = True
+    when_lost = "its new holder resumes it"
 
     service: PrivacyService
     queue: ErasureQueue
@@ -43,9 +49,6 @@ class ErasureWorker:
     events: EventSink
     worker_id: str
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
-
-    def wake(self) -> None:
-        self._wake.set()
 
     async def process(self, job: Job) -> ErasureState | None:
         """Run one claimed erasure; the state it was left in (None: it went back to the queue)."""
@@ -106,20 +109,6 @@ class ErasureWorker:
         return erasure.state
 
     # ------------------------------------------------------------------ the loop
-
-    async def drain(self) -> int:
-        """Run every erasure claimable now, one at a time (a lapsed claim is taken again and the
-        erasure resumes); returns how many were taken."""
-        return await drain_claimed(
-            self.queue,
-            JOB_KIND,
-            self.worker_id,
-            self.clock,
-            self.config.claim_lease_seconds,
-            self.process,
-            reclaim_lapsed=True,
-            when_lost="its new holder resumes it",
-        )
 
     async def run_forever(self, dsn: str) -> None:
         async with asyncio.TaskGroup() as group:

@@ -119,17 +119,11 @@ def source_from_json(text: str | dict[str, Any] | None) -> ObservationSource:
     )
 
 
-def _observation(row: asyncpg.Record) -> ObservationRecord:
-    return ObservationRecord(
-        id=row["id"],
-        profile_id=row["profile_id"],
-        source=source_from_json(row["provenance"]),
-        communication_style=row["communication_style"],
-        past_decisions=tuple(row["past_decisions"]),
-        sensitivities=tuple(row["sensitivities"]),
-        topics=tuple(row["topics"]),
-        observe_time=row["observe_time"],
-    )
+_observation = RowReader(
+    ObservationRecord,
+    {"past_decisions": tuple, "sensitivities": tuple, "topics": tuple},
+    computed={"source": lambda row: source_from_json(row["provenance"])},
+)
 
 
 _profile = RowReader(

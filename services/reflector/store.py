@@ -13,14 +13,13 @@ caller's transaction, so the queue row moved beside it (its projection) rolls ba
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from libs.common.db import PooledStore
 from libs.common.events import Bookkeeping, write_bookkeeping
 from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, sources
 
@@ -142,16 +141,7 @@ def merge_outcome(workers: list[WorkerOutcome], outcome: WorkerOutcome) -> list[
     return [*workers, outcome]
 
 
-class PostgresReflectionStore:
-    def __init__(self, pool: asyncpg.Pool):
-        self.pool = pool
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        """One transaction on a pooled connection: the handle the harness passes to the queue too."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            yield conn
-
+class PostgresReflectionStore(PooledStore):
     async def write_bookkeeping(self, batch: Bookkeeping) -> None:
         await write_bookkeeping(self.pool, batch)
 
@@ -195,7 +185,7 @@ class PostgresReflectionStore:
     async def put_workers(self, company: str, seat: str, turn_id: str, outcomes: list[WorkerOutcome]) -> bool:
         """Record several workers' outcomes in one transaction (each as :func:`merge_outcome`: a
         final outcome already recorded is kept); False when nothing changed."""
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.transaction() as conn:
             raw = await conn.fetchval(SQL["workers_for_update"], company, seat, turn_id)
             if raw is None:
                 return False

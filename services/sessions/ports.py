@@ -16,6 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
+from libs.common.jobs import EnqueueQueue
 from services.sessions.domain import (
     Event,
     LearningCheck,
@@ -103,21 +104,6 @@ class SessionStore(Protocol):
         ...
 
 
-class CheckQueue(Protocol):
-    """Where a check's job goes (``libs.common.jobs.JobQueue``: kind ``learning``)."""
-
-    async def enqueue(
-        self,
-        conn: Any,
-        *,
-        kind: str,
-        key: str,
-        company: str,
-        seat: str,
-        payload: bytes,
-        trace_carrier: dict[str, str],
-        now: datetime,
-        run_after: datetime | None = None,
-    ) -> int | None:
-        """The job's id, in the caller's transaction ``conn``; None when ``key`` was queued before."""
-        ...
+class CheckQueue(EnqueueQueue, Protocol):
+    """Where a check's job goes (``libs.common.jobs.JobQueue``: kind ``learning``), in the caller's
+    transaction ``conn``; its id, or None when ``key`` was queued before."""

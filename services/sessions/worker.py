@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from opentelemetry import context as otel_context
 
 from libs.common import telemetry
+from libs.common.attributes import agentlearn_attributes
 from libs.common.clock import Clock
 from libs.common.config import SessionsConfig
 from libs.common.events import EventSink
-from libs.common.jobs import Job, JobQueue, JobState, drain_claimed, listen, serve
+from libs.common.jobs import ClaimingWorker, Job, JobQueue, JobState, listen, serve
 from libs.common.metrics import LEARNING_CHECKS
 from services.sessions.checks import CheckRunner
 from services.sessions.domain import JOB_KIND, CheckOutcome, CheckState, LearningCheck
@@ -48,8 +49,19 @@ INTERRUPTED_REASON = (
 RECONCILE_LIMIT = 500
 
 
+def _count_check(check: LearningCheck) -> None:
+    """One finished check in ``LEARNING_CHECKS``, by its trigger and outcome."""
+    LEARNING_CHECKS.add(1, agentlearn_attributes(trigger=str(check.trigger), outcome=str(check.outcome)))
+
+
 @dataclass(eq=False)
-class LearningWorker:
+class LearningWorker(ClaimingWorker):
+    """Runs the claimed learning checks; ``drain`` runs every check claimable now, and a lapsed
+    claim is never taken again (it is reported interrupted)."""
+
+    kind = JOB_KIND
+    reclaim_lapsed = False
+    when_lost = "it is reported interrupted"
     store: PostgresSessionStore
     queue: JobQueue
     runner: CheckRunner
@@ -58,9 +70,6 @@ class LearningWorker:
     events: EventSink
     worker_id: str
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
-
-    def wake(self) -> None:
-        self._wake.set()
 
     # ------------------------------------------------------------------ interrupted checks
 
@@ -100,11 +109,7 @@ class LearningWorker:
         try:
             with _tracer.start_as_current_span(
                 "learning check",
-                attributes={
-                    "agentlearn.company": job.company,
-                    "agentlearn.seat": job.seat,
-                    "agentlearn.job_key": job.key,
-                },
+                attributes=agentlearn_attributes(company=job.company, seat=job.seat, job_key=job.key),
             ):
                 return await self._process(job)
         finally:
@@ -152,7 +157,7 @@ class LearningWorker:
             await self.store.annotate_interrupted(check)
             return CheckState.INTERRUPTED
         assert check.outcome is not None
-        LEARNING_CHECKS.add(1, {"agentlearn.trigger": str(check.trigger), "agentlearn.outcome": str(check.outcome)})
+        _count_check(check)
         await self.events.emit(
             "learning_check_completed",
             **check.event_fields(),
@@ -171,22 +176,9 @@ class LearningWorker:
                 check.reason = f"{reason}; not replayed: use Check recent work to review the session again"
                 await self.store.finish_check(conn, check, now)
         if held and check is not None:
-            LEARNING_CHECKS.add(1, {"agentlearn.trigger": str(check.trigger), "agentlearn.outcome": str(check.outcome)})
+            _count_check(check)
 
     # ------------------------------------------------------------------ the loop
-
-    async def drain(self) -> int:
-        """Run every check claimable now; returns how many were taken."""
-        return await drain_claimed(
-            self.queue,
-            JOB_KIND,
-            self.worker_id,
-            self.clock,
-            self.config.claim_lease_seconds,
-            self.process,
-            reclaim_lapsed=False,
-            when_lost="it is reported interrupted",
-        )
 
     async def run_forever(self, dsn: str) -> None:
         """Woken by NOTIFY, polling as the backstop, ``concurrency`` checks at a time; sweeps for
