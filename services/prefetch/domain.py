@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from libs.common.text_fold import fold as normalise_hint  # a refresh hint as the ledger compares it
+
 __all__ = [
     "DOMAIN",
     "HEADINGS",
@@ -320,11 +322,6 @@ def chain_hash(unit_chain: tuple[str, ...] | list[str]) -> str:
     """The hash an onboarding marker is stamped with: the unit chain, in order, exactly."""
     basis = "\x1f".join(unit_chain)
     return hashlib.sha256(basis.encode()).hexdigest()[:32]
-
-
-def normalise_hint(hint: str) -> str:
-    """A refresh hint as the ledger compares it: case-folded, whitespace collapsed."""
-    return " ".join(hint.casefold().split())
 
 
 def hint_key(hint: str) -> str:
