@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from libs.common import senders
 from libs.common.text_fold import fold as normalise_hint  # a refresh hint as the ledger compares it
 
 __all__ = [
@@ -131,14 +132,8 @@ class TurnEmbedding(StrEnum):
     UNCONFIGURED = "unconfigured"
 
 
-@dataclass(frozen=True)
-class Sender:
+class Sender(senders.Sender):
     """A sender of the turn's trigger (a counterparty)."""
-
-    handle: str = ""
-    external_id: str = ""
-    platform: str = ""
-    display_name: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
