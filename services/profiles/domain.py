@@ -7,11 +7,12 @@ the same wherever it runs and is testable without a database.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+
+from libs.common.text_fold import fold as item_key  # what makes two items the same: case and whitespace do not
 
 __all__ = [
     "DOMAIN",
@@ -159,14 +160,6 @@ class Profile:
     create_time: datetime
     update_time: datetime
     last_turn_id: str | None
-
-
-_SPACE = re.compile(r"\s+")
-
-
-def item_key(item: str) -> str:
-    """What makes two items the same: case and whitespace do not."""
-    return _SPACE.sub(" ", item).strip().casefold()
 
 
 def merge_list(observed: Sequence[str], stored: Iterable[str], bound: int) -> tuple[str, ...]:
