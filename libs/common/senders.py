@@ -18,3 +18,8 @@ class Sender:
     external_id: str = ""
     platform: str = ""
     display_name: str = ""
+
+    @property
+    def name(self) -> str:
+        """How the sender is shown: the display name, else the handle, else the external id."""
+        return self.display_name or self.handle or self.external_id

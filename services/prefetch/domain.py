@@ -140,10 +140,6 @@ class Sender(senders.Sender):
         """What a profile is filed under: (platform lowercased, handle or else external id)."""
         return (self.platform.strip().lower(), (self.handle or self.external_id).strip())
 
-    @property
-    def name(self) -> str:
-        return self.display_name or self.handle or self.external_id
-
     def words(self) -> list[str]:
         """Every way the sender is named, for a filter judging "party to the task"."""
         return [w for w in (self.display_name, self.handle, self.external_id) if w]

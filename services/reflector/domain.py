@@ -210,10 +210,6 @@ class Sender(senders.Sender):
     def key(self) -> str:
         return f"{self.platform}/{self.handle or self.external_id}"
 
-    @property
-    def name(self) -> str:
-        return self.display_name or self.handle or self.external_id
-
     def is_seat(self, seat: str) -> bool:
         """The sender is the observing seat itself: its key (handle, else external id) names the
         seat, compared case-insensitively on any platform — the profiles service's own rule
