@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from agentlearn.common.v1 import turn_pb2
 from agentlearn.episodes.v1 import episode_service_pb2 as episodes_pb
 from agentlearn.reflector.v1 import reflector_service_pb2 as reflector_pb
 from agentlearn.sessions.v1 import session_service_pb2 as sessions_pb
+from libs.common.enum_maps import enum_to_pb
 
 __all__ = ["PROTO_VALUES", "Family", "TurnOutcome", "from_proto", "to_proto"]
 
@@ -39,45 +40,28 @@ class TurnOutcome(StrEnum):
 
 Family = Literal["common", "sessions", "reflector", "episodes"]
 
-_T = TurnOutcome
+
+def _by_name(pb_enum: Any) -> MappingProxyType[int, TurnOutcome]:
+    """``{number: outcome}`` for an enum whose values are named ``TURN_OUTCOME_<outcome>`` (AIP's
+    ENUM_VALUE_PREFIX): the members it carries, by the naming rule (libs.common.enum_maps)."""
+    carried = [o for o in TurnOutcome if f"TURN_OUTCOME_{o.name}" in pb_enum.keys()]
+    return MappingProxyType({v: o for o, v in enum_to_pb(carried, pb_enum, "TURN_OUTCOME").items()})
+
+
 PROTO_VALUES: MappingProxyType[str, MappingProxyType[int, TurnOutcome]] = MappingProxyType(
     {
-        "common": MappingProxyType(
-            {
-                turn_pb2.TURN_OUTCOME_UNSPECIFIED: _T.UNSPECIFIED,
-                turn_pb2.TURN_OUTCOME_DONE: _T.DONE,
-                turn_pb2.TURN_OUTCOME_FAILED: _T.FAILED,
-                turn_pb2.TURN_OUTCOME_SELF_ITERATE: _T.SELF_ITERATE,
-                turn_pb2.TURN_OUTCOME_SKIPPED: _T.SKIPPED,
-                turn_pb2.TURN_OUTCOME_CANCELLED: _T.CANCELLED,
-            }
-        ),
+        "common": _by_name(turn_pb2.TurnOutcome),
+        # The one enum not named like the others: SUCCEEDED is done.
         "sessions": MappingProxyType(
             {
-                sessions_pb.TURN_OUTCOME_UNSPECIFIED: _T.UNSPECIFIED,
-                sessions_pb.TURN_OUTCOME_SUCCEEDED: _T.DONE,
-                sessions_pb.TURN_OUTCOME_FAILED: _T.FAILED,
-                sessions_pb.TURN_OUTCOME_CANCELLED: _T.CANCELLED,
+                sessions_pb.TURN_OUTCOME_UNSPECIFIED: TurnOutcome.UNSPECIFIED,
+                sessions_pb.TURN_OUTCOME_SUCCEEDED: TurnOutcome.DONE,
+                sessions_pb.TURN_OUTCOME_FAILED: TurnOutcome.FAILED,
+                sessions_pb.TURN_OUTCOME_CANCELLED: TurnOutcome.CANCELLED,
             }
         ),
-        "reflector": MappingProxyType(
-            {
-                reflector_pb.TURN_OUTCOME_UNSPECIFIED: _T.UNSPECIFIED,
-                reflector_pb.TURN_OUTCOME_DONE: _T.DONE,
-                reflector_pb.TURN_OUTCOME_FAILED: _T.FAILED,
-                reflector_pb.TURN_OUTCOME_SELF_ITERATE: _T.SELF_ITERATE,
-                reflector_pb.TURN_OUTCOME_SKIPPED: _T.SKIPPED,
-            }
-        ),
-        "episodes": MappingProxyType(
-            {
-                episodes_pb.TURN_OUTCOME_UNSPECIFIED: _T.UNSPECIFIED,
-                episodes_pb.TURN_OUTCOME_DONE: _T.DONE,
-                episodes_pb.TURN_OUTCOME_FAILED: _T.FAILED,
-                episodes_pb.TURN_OUTCOME_SELF_ITERATE: _T.SELF_ITERATE,
-                episodes_pb.TURN_OUTCOME_SKIPPED: _T.SKIPPED,
-            }
-        ),
+        "reflector": _by_name(reflector_pb.TurnOutcome),
+        "episodes": _by_name(episodes_pb.TurnOutcome),
     }
 )
 """Per proto enum, its number → the outcome. Every number of every enum is here (tested)."""

@@ -8,11 +8,13 @@ from datetime import datetime
 from enum import StrEnum
 
 from libs.common.embeddings import Vector as QueryVector  # a query's vector and its model
+from libs.common.memory_tiers import MAX_TTL_DAYS
 from libs.common.vector_path import EmbeddingStatus, VectorSource
 
 __all__ = [
     "COLLECTION_BASE",
     "DOMAIN",
+    "MAX_TTL_DAYS",
     "Candidate",
     "Note",
     "NoteSource",
@@ -24,7 +26,6 @@ __all__ = [
 
 DOMAIN = "diary.agentlearn.dev"
 COLLECTION_BASE = "diary_notes"
-MAX_TTL_DAYS = 3650
 
 
 class NoteTier(StrEnum):

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from libs.common import senders
+from libs.common.text_fold import fold as normalise_hint  # a refresh hint as the ledger compares it
+
 __all__ = [
     "DOMAIN",
     "HEADINGS",
@@ -129,23 +132,13 @@ class TurnEmbedding(StrEnum):
     UNCONFIGURED = "unconfigured"
 
 
-@dataclass(frozen=True)
-class Sender:
+class Sender(senders.Sender):
     """A sender of the turn's trigger (a counterparty)."""
-
-    handle: str = ""
-    external_id: str = ""
-    platform: str = ""
-    display_name: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
         """What a profile is filed under: (platform lowercased, handle or else external id)."""
         return (self.platform.strip().lower(), (self.handle or self.external_id).strip())
-
-    @property
-    def name(self) -> str:
-        return self.display_name or self.handle or self.external_id
 
     def words(self) -> list[str]:
         """Every way the sender is named, for a filter judging "party to the task"."""
@@ -320,11 +313,6 @@ def chain_hash(unit_chain: tuple[str, ...] | list[str]) -> str:
     """The hash an onboarding marker is stamped with: the unit chain, in order, exactly."""
     basis = "\x1f".join(unit_chain)
     return hashlib.sha256(basis.encode()).hexdigest()[:32]
-
-
-def normalise_hint(hint: str) -> str:
-    """A refresh hint as the ledger compares it: case-folded, whitespace collapsed."""
-    return " ".join(hint.casefold().split())
 
 
 def hint_key(hint: str) -> str:

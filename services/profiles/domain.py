@@ -7,11 +7,12 @@ the same wherever it runs and is testable without a database.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+
+from libs.common.text_fold import fold as item_key  # what makes two items the same: case and whitespace do not
 
 __all__ = [
     "DOMAIN",
@@ -161,14 +162,6 @@ class Profile:
     last_turn_id: str | None
 
 
-_SPACE = re.compile(r"\s+")
-
-
-def item_key(item: str) -> str:
-    """What makes two items the same: case and whitespace do not."""
-    return _SPACE.sub(" ", item).strip().casefold()
-
-
 def merge_list(observed: Sequence[str], stored: Iterable[str], bound: int) -> tuple[str, ...]:
     """Newest first: the observed items (in the order given) ahead of the stored ones, each item
     once by :func:`item_key` (a re-observed item moves to the front in its newest spelling), cut
@@ -208,10 +201,9 @@ def empty(company: str, observer: str, subject: Subject, now: datetime) -> Profi
 def merge(profile: Profile, subject: Subject, obs: Observation, limits: Limits, now: datetime) -> Profile:
     """The stored profile with one more observation of ``subject`` merged into it."""
     lists = {f: merge_list(getattr(obs, f), getattr(profile, f), limits.bound(f)) for f in LIST_FIELDS}
-    return Profile(
-        id=profile.id,
-        company=profile.company,
-        observer=profile.observer,
+    # The row's id, owner, key and creation stay; the rest is the observation merged in.
+    return replace(
+        profile,
         # The row learns (or updates) whichever of the subject's handle and external id an
         # observation carries; its key never changes.
         subject=Subject(
@@ -219,13 +211,11 @@ def merge(profile: Profile, subject: Subject, obs: Observation, limits: Limits, 
             handle=profile.subject.handle or subject.handle,
             external_id=subject.external_id or profile.subject.external_id,
         ),
-        subject_key=profile.subject_key,
         communication_style=obs.communication_style or profile.communication_style,
         past_decisions=lists["past_decisions"],
         sensitivities=lists["sensitivities"],
         topics=lists["topics"],
         observation_count=profile.observation_count + 1,
-        create_time=profile.create_time,
         update_time=now,
         last_turn_id=obs.turn_id or profile.last_turn_id,
     )

@@ -7,6 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
+from libs.common import senders
 from libs.common.outcomes import TurnOutcome
 
 __all__ = [
@@ -202,20 +203,12 @@ class Gate(StrEnum):
     NO_ENGAGEMENT = "no_engagement"
 
 
-@dataclass(frozen=True)
-class Sender:
-    handle: str
-    external_id: str
-    platform: str
-    display_name: str = ""
+class Sender(senders.Sender):
+    """A sender of the turn's trigger, as the profiler groups and profiles them."""
 
     @property
     def key(self) -> str:
         return f"{self.platform}/{self.handle or self.external_id}"
-
-    @property
-    def name(self) -> str:
-        return self.display_name or self.handle or self.external_id
 
     def is_seat(self, seat: str) -> bool:
         """The sender is the observing seat itself: its key (handle, else external id) names the

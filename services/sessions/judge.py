@@ -12,9 +12,8 @@ Its offline rule is not the persist decider's: that one reads English first-pers
 fact was already found (and cited to the user's own message) by the review, so the rule keeps it
 as a LONG note unless the seat already has it (normalized text).
 
-This judge should move to a shared place (``libs/common/memory_judge.py``) so the reflector's
-PersistDecider and the learning checks call one function; services/reflector is another
-engineer's, so it stays here until then.
+How an answer's tier and time to live are read is shared with the PersistDecider
+(libs/common/memory_tiers.py); the prompt and the offline rule stay apart (above).
 """
 
 from __future__ import annotations
@@ -29,11 +28,11 @@ from typing import Any
 
 from libs.common.auxmodel import Prompt
 from libs.common.auxmodel.answers import InvalidOutput, parse_object
+from libs.common.memory_tiers import read_tier, read_ttl_days
 
 __all__ = ["PURPOSE", "Verdict", "build_prompt", "normalize", "offline_rule", "read_verdicts"]
 
 PURPOSE = "session_memory_judge"
-MAX_TTL_DAYS = 3650
 _PROMPTS = Path(__file__).resolve().parent / "prompts"
 _SYSTEM = (_PROMPTS / "memory_judge.system.md").read_text()
 _USER = Template((_PROMPTS / "memory_judge.user.md").read_text())
@@ -82,17 +81,8 @@ def read_verdicts(text: str, count: int) -> dict[int, Verdict]:
         ref = str(v.get("id", "")).strip().strip("[]")
         if not ref.startswith("F") or not ref[1:].isdigit() or not 1 <= int(ref[1:]) <= count:
             continue
-        tier = str(v.get("classification", "")).upper()
-        if tier not in {"LONG", "SHORT", "DOC", "NOOP"}:
-            raise InvalidOutput(f"classification {tier!r} is none of LONG, SHORT, DOC, NOOP")
-        ttl = 0
-        if tier == "SHORT":
-            try:
-                ttl = int(v.get("ttl_days") or 0)
-            except (TypeError, ValueError):
-                raise InvalidOutput(f"ttl_days {v.get('ttl_days')!r} is not a number") from None
-            if not 1 <= ttl <= MAX_TTL_DAYS:
-                raise InvalidOutput(f"a SHORT note needs ttl_days in 1..{MAX_TTL_DAYS}, got {ttl}")
+        tier = read_tier(v)
+        ttl = read_ttl_days(v, tier)
         content = v.get("content")
         out[int(ref[1:])] = Verdict(
             tier, content.strip() if isinstance(content, str) else "", ttl, str(v.get("reason") or "")

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.clustering import ToolCluster, greedy_groups, jaccard, tool_set
+from libs.common.text_fold import fold as normalized  # case and spacing do not make a name or body new
 
 __all__ = [
     "BERLOT_ATTWELL_THRESHOLD",
@@ -35,6 +36,7 @@ __all__ = [
     "best_match",
     "greedy_clusters",
     "jaccard",
+    "normalized",
     "practice_bullet",
     "remove_practice_bullets",
     "tool_set",
@@ -405,11 +407,6 @@ class ProposalMatch:
     similarity: float
     skill_id: uuid.UUID | None = None
     proposal_id: uuid.UUID | None = None
-
-
-def normalized(text: str) -> str:
-    """Case and spacing do not make a skill's name or body new."""
-    return " ".join(text.casefold().split())
 
 
 def describe_skill(name: str, summary: str) -> str:

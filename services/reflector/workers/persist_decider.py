@@ -19,6 +19,7 @@ from typing import Any
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.auxmodel import OfflineRules
+from libs.common.memory_tiers import MAX_TTL_DAYS, read_tier, read_ttl_days
 from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus, turn_fields
 from services.reflector.workers.base import (
     InvalidOutput,
@@ -33,7 +34,6 @@ __all__ = ["PURPOSE", "PersistDecider", "offline_rule", "register"]
 _log = logging.getLogger(__name__)
 PURPOSE = "persist_decider"
 _PROMPT = WorkerPrompt.load(PURPOSE)
-MAX_TTL_DAYS = 3650
 
 
 class PersistDecider:
@@ -67,10 +67,8 @@ class PersistDecider:
             notes="\n".join(f"- {n}" for n in notes) or "(none)",
             date=said,
         )
-        tier = str(answer.get("classification", "")).upper()
+        tier = read_tier(answer)
         content = str(answer.get("content") or "")
-        if tier not in {"LONG", "SHORT", "DOC", "NOOP"}:
-            raise InvalidOutput(f"classification {tier!r} is none of LONG, SHORT, DOC, NOOP")
         out = WorkerOutcome(self.name, WorkerStatus.NOTHING, detail=tier)
         ttl_until = None
         if tier == "NOOP":
@@ -92,14 +90,8 @@ class PersistDecider:
                 self.name, WorkerStatus.SKIPPED, gate="note_too_long", detail=f"{tier} note of {len(content)} chars"
             )
         else:
-            ttl = 0
+            ttl = read_ttl_days(answer, tier)
             if tier == "SHORT":
-                try:
-                    ttl = int(answer.get("ttl_days") or 0)
-                except (TypeError, ValueError):
-                    raise InvalidOutput(f"ttl_days {answer.get('ttl_days')!r} is not a number") from None
-                if not 1 <= ttl <= MAX_TTL_DAYS:
-                    raise InvalidOutput(f"a SHORT note needs ttl_days in 1..{MAX_TTL_DAYS}, got {ttl}")
                 ttl = self._days_left(turn, ctx, ttl)
             if ttl < 0:
                 # Situational state that stopped being true before the turn was reflected (a

@@ -1,0 +1,41 @@
+"""The memory judge's answer, read once (issue 13): the reflector's PersistDecider and the session
+learning checks' judge (services/sessions/judge.py) ask the same question — which diary tier does
+this fact belong in, and for how long — and read the model's classification and time to live by
+the same rules, so an answer one accepts the other does too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from libs.common.auxmodel.answers import InvalidOutput
+
+__all__ = ["MAX_TTL_DAYS", "TIERS", "read_tier", "read_ttl_days"]
+
+MAX_TTL_DAYS = 3650
+"""The longest time to live a SHORT diary note may ask for (the diary refuses a longer one)."""
+TIERS = frozenset({"LONG", "SHORT", "DOC", "NOOP"})
+"""LONG and SHORT are diary notes, DOC a recommendation for team documentation, NOOP nothing."""
+
+
+def read_tier(answer: Mapping[str, Any]) -> str:
+    """The answer's ``classification``, upper-cased; InvalidOutput when it is none of the tiers."""
+    tier = str(answer.get("classification", "")).upper()
+    if tier not in TIERS:
+        raise InvalidOutput(f"classification {tier!r} is none of LONG, SHORT, DOC, NOOP")
+    return tier
+
+
+def read_ttl_days(answer: Mapping[str, Any], tier: str) -> int:
+    """A SHORT answer's ``ttl_days`` (InvalidOutput unless a number in 1..MAX_TTL_DAYS); 0 for
+    every other tier, which keeps its note until it is removed."""
+    if tier != "SHORT":
+        return 0
+    try:
+        ttl = int(answer.get("ttl_days") or 0)
+    except (TypeError, ValueError):
+        raise InvalidOutput(f"ttl_days {answer.get('ttl_days')!r} is not a number") from None
+    if not 1 <= ttl <= MAX_TTL_DAYS:
+        raise InvalidOutput(f"a SHORT note needs ttl_days in 1..{MAX_TTL_DAYS}, got {ttl}")
+    return ttl
