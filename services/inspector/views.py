@@ -13,7 +13,7 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
@@ -129,6 +129,34 @@ def _ts(value: datetime) -> Timestamp:
 def _contains(needle: str, *haystack: str) -> bool:
     folded = needle.casefold()
     return any(folded in (h or "").casefold() for h in haystack)
+
+
+def _profile_texts(p: Any) -> Iterable[str]:
+    """What a search of the profiles tab reads: the subject's names and what was learned of them."""
+    return (
+        p.subject.handle,
+        p.subject.external_id,
+        p.subject.platform,
+        p.communication_style,
+        *p.topics,
+        *p.past_decisions,
+        *p.sensitivities,
+    )
+
+
+def _reflection_texts(r: Any) -> Iterable[str]:
+    """What a search of the reflections tab reads: the turn, its state, gate and reason, and each
+    worker's name, failure and writes."""
+    state = reflector.ReflectionState.Name(r.state).removeprefix("REFLECTION_STATE_").replace("_", " ")
+    return (
+        r.turn_id,
+        state,
+        r.gate,
+        r.reason,
+        *(w.worker for w in r.workers),
+        *(w.failure for w in r.workers),
+        *(x for w in r.workers for x in w.written),
+    )
 
 
 def _skills(count: int) -> str:
@@ -369,6 +397,36 @@ class Inspector:
         return self._seat_page(
             request, f"{tab}.html", tab, scope, page=page, q=q, filters={"q": q, choice: name}, **{choice: name}
         )
+
+    async def _matched_tab(
+        self,
+        request: Request,
+        tab: str,
+        call: Callable[[str, Any], Awaitable[Any]],
+        method: str,
+        request_type: Callable[..., Any],
+        texts: Callable[[Any], Iterable[str]],
+        owner: str = "seat",
+        search_page_size: int = 200,
+    ) -> Response:
+        """A seat tab (template ``<tab>.html``) listing the rows ``method`` answers in its repeated
+        field ``tab`` for the seat (the request field ``owner``); with a query, those one of whose
+        ``texts`` contains it (a search the service cannot run: :meth:`_listed` scans)."""
+        scope = self._seat_scope(request)
+        _, company, seat = scope
+        q = self._q(request)
+        fields: dict[str, Any] = {"company": company, owner: seat}
+        page = await self._listed(
+            call,
+            method,
+            request_type,
+            tab,
+            self._token(request),
+            (lambda row: _contains(q, *texts(row))) if q else None,
+            search_page_size=search_page_size,
+            **fields,
+        )
+        return self._seat_page(request, f"{tab}.html", tab, scope, page=page, q=q, filters={"q": q})
 
     @staticmethod
     async def _maybe(call: Awaitable[Any]) -> Any:
@@ -896,64 +954,26 @@ class Inspector:
     # ------------------------------------------------------------------------------ profiles, reflections, events
 
     async def profiles(self, request: Request) -> Response:
-        scope = self._seat_scope(request)
-        _, company, seat = scope
-        q, token = self._q(request), self._token(request)
-
-        def match(p: Any) -> bool:
-            return _contains(
-                q,
-                p.subject.handle,
-                p.subject.external_id,
-                p.subject.platform,
-                p.communication_style,
-                *p.topics,
-                *p.past_decisions,
-                *p.sensitivities,
-            )
-
-        page = await self._listed(
+        return await self._matched_tab(
+            request,
+            "profiles",
             self.rpc.profiles,
             "ListProfiles",
             profiles.ListProfilesRequest,
-            "profiles",
-            token,
-            match if q else None,
+            _profile_texts,
+            owner="observer",
             search_page_size=500,
-            company=company,
-            observer=seat,
         )
-        return self._seat_page(request, "profiles.html", "profiles", scope, page=page, q=q, filters={"q": q})
 
     async def reflections(self, request: Request) -> Response:
-        scope = self._seat_scope(request)
-        _, company, seat = scope
-        q, token = self._q(request), self._token(request)
-
-        def match(r: Any) -> bool:
-            state = reflector.ReflectionState.Name(r.state).removeprefix("REFLECTION_STATE_").replace("_", " ")
-            return _contains(
-                q,
-                r.turn_id,
-                state,
-                r.gate,
-                r.reason,
-                *(w.worker for w in r.workers),
-                *(w.failure for w in r.workers),
-                *(x for w in r.workers for x in w.written),
-            )
-
-        page = await self._listed(
+        return await self._matched_tab(
+            request,
+            "reflections",
             self.rpc.reflector,
             "ListReflections",
             reflector.ListReflectionsRequest,
-            "reflections",
-            token,
-            match if q else None,
-            company=company,
-            seat=seat,
+            _reflection_texts,
         )
-        return self._seat_page(request, "reflections.html", "reflections", scope, page=page, q=q, filters={"q": q})
 
     async def events(self, request: Request) -> Response:
         scope = self._seat_scope(request)
