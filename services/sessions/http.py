@@ -181,7 +181,8 @@ _SCALAR = {
     FieldDescriptor.TYPE_INT32: {"type": "integer"},
     FieldDescriptor.TYPE_INT64: {"type": "string", "description": "int64, as a JSON string"},
 }
-"""The JSON mapping of the scalar types our receipts use (an int64 is a string in proto JSON)."""
+"""The JSON mapping of the scalar types our receipts use (an int64 is a string in proto JSON); a
+field of another type fails the import, to be added here."""
 
 
 def _schema(message: Any) -> dict[str, Any]:  # a Descriptor: the stubs type DESCRIPTOR as Python|upb
