@@ -406,16 +406,22 @@ class Inspector:
         method: str,
         request_type: Callable[..., Any],
         texts: Callable[[Any], Iterable[str]],
+        *,
         owner: str = "seat",
         search_page_size: int = 200,
+        fields: Mapping[str, Any] | None = None,
+        filters: Mapping[str, str] | None = None,
+        **context: Any,
     ) -> Response:
         """A seat tab (template ``<tab>.html``) listing the rows ``method`` answers in its repeated
-        field ``tab`` for the seat (the request field ``owner``); with a query, those one of whose
-        ``texts`` contains it (a search the service cannot run: :meth:`_listed` scans)."""
+        field ``tab`` for the seat (the request field ``owner``) and the request's other ``fields``;
+        with a query, those one of whose ``texts`` contains it (a search the service cannot run:
+        :meth:`_listed` scans). ``filters`` are the tab's other query parameters (the pager keeps
+        them), ``context`` what else its template shows."""
         scope = self._seat_scope(request)
         _, company, seat = scope
         q = self._q(request)
-        fields: dict[str, Any] = {"company": company, owner: seat}
+        listed: dict[str, Any] = {"company": company, owner: seat, **(fields or {})}
         page = await self._listed(
             call,
             method,
@@ -424,9 +430,11 @@ class Inspector:
             self._token(request),
             (lambda row: _contains(q, *texts(row))) if q else None,
             search_page_size=search_page_size,
-            **fields,
+            **listed,
         )
-        return self._seat_page(request, f"{tab}.html", tab, scope, page=page, q=q, filters={"q": q})
+        return self._seat_page(
+            request, f"{tab}.html", tab, scope, page=page, q=q, filters={"q": q, **(filters or {})}, **context
+        )
 
     @staticmethod
     async def _maybe(call: Awaitable[Any]) -> Any:
@@ -798,30 +806,17 @@ class Inspector:
     # ------------------------------------------------------------------------------ skills
 
     async def skills(self, request: Request) -> Response:
-        scope = self._seat_scope(request)
-        _, company, seat = scope
-        q, token = self._q(request), self._token(request)
         archived = request.query_params.get("archived") == "1"
-        page = await self._listed(
+        return await self._matched_tab(
+            request,
+            "skills",
             self.rpc.skills,
             "ListSkills",
             skills.ListSkillsRequest,
-            "skills",
-            token,
-            (lambda s: _contains(q, s.name, s.summary)) if q else None,
-            company=company,
-            seat=seat,
-            include_archived=archived,
-        )
-        return self._seat_page(
-            request,
-            "skills.html",
-            "skills",
-            scope,
-            page=page,
-            q=q,
+            lambda s: (s.name, s.summary),
+            fields={"include_archived": archived},
+            filters={"archived": "1" if archived else ""},
             archived=archived,
-            filters={"q": q, "archived": "1" if archived else ""},
         )
 
     async def _versions(self, company: str, seat: str, skill_id: str) -> list[Any]:
@@ -900,32 +895,18 @@ class Inspector:
     # ------------------------------------------------------------------------------ proposals
 
     async def proposals(self, request: Request) -> Response:
-        scope = self._seat_scope(request)
-        _, company, seat = scope
-        q, token = self._q(request), self._token(request)
         state_name = request.query_params.get("state", "pending")
-        state = PROPOSAL_STATES.get(state_name, skills.PROPOSAL_STATE_PENDING)
-        page = await self._listed(
+        return await self._matched_tab(
+            request,
+            "proposals",
             self.rpc.skills,
             "ListSkillProposals",
             skills.ListSkillProposalsRequest,
-            "proposals",
-            token,
-            (lambda p: _contains(q, p.name, p.summary, p.body)) if q else None,
-            company=company,
-            seat=seat,
-            state=state,
-        )
-        return self._seat_page(
-            request,
-            "proposals.html",
-            "proposals",
-            scope,
-            page=page,
-            q=q,
+            lambda p: (p.name, p.summary, p.body),
+            fields={"state": PROPOSAL_STATES.get(state_name, skills.PROPOSAL_STATE_PENDING)},
+            filters={"state": state_name},
             state=state_name if state_name in PROPOSAL_STATES else "pending",
             states=list(PROPOSAL_STATES),
-            filters={"q": q, "state": state_name},
         )
 
     async def decide(self, request: Request) -> Response:
