@@ -16,10 +16,11 @@ from typing import Any, Protocol
 
 import asyncpg
 
+from libs.common.clock import Clock
 from libs.common.erasure import Report, Target, report_to_proto, target_from_proto
 from libs.common.rpctypes import ServicerContext
 
-__all__ = ["ErasureCalls", "ErasureRpcs", "IndexedErasure", "PoolErasure", "indexed_erasure", "pool_erasure"]
+__all__ = ["Clocked", "ErasureCalls", "ErasureRpcs", "IndexedErasure", "PoolErasure", "indexed_erasure", "pool_erasure"]
 
 
 @dataclass(frozen=True)
@@ -53,21 +54,29 @@ class PoolErasure(Protocol):
     async def find(self, pool: asyncpg.Pool, target: Target, /) -> Report: ...
 
 
+class Clocked(Protocol):
+    """What holds a component's clock (its service, or its deps): read at each call, so a clock
+    set after wiring is the one an erasure stamps."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+
 def pool_erasure(
     module: PoolErasure,
     pool: Callable[[], asyncpg.Pool],
-    now: Callable[[], datetime],
+    clocked: Clocked,
     *,
     domain: str,
     pb: Any,
 ) -> ErasureCalls:
     """The calls of a component whose erasure reads and writes only its pool's tables. ``pool`` and
-    ``now`` are read at each call (the service's pool and clock, not the ones at wiring time); ``pb``
-    is the component's generated messages module."""
+    ``clocked.clock`` are read at each call (the service's pool and clock, not the ones at wiring
+    time); ``pb`` is the component's generated messages module."""
     return ErasureCalls.of(
         domain,
         pb,
-        erase=lambda target: module.erase(pool(), target, now()),
+        erase=lambda target: module.erase(pool(), target, clocked.clock.now()),
         find=lambda target: module.find(pool(), target),
     )
 

@@ -1,8 +1,8 @@
 """The google.rpc details a refusal carries (ErrorInfo, BadRequest), read off a failed call once.
 
 Every caller that explains another service's refusal (the inspector's error page, the MCP server's
-error text) read the status the same way: parse it, tolerate a malformed one, and pick out the two
-details our services send (docs/errors.md). Here once.
+error text, a prefetch builtin passing the refusal through) read the status the same way: parse it,
+tolerate a malformed one, and pick out the two details our services send (docs/errors.md). Here once.
 """
 
 from __future__ import annotations

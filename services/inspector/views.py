@@ -13,10 +13,10 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import quote
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -45,6 +45,7 @@ from services.inspector.security import Denied, SignInRequired, principal_of, re
 __all__ = ["PREFIX", "Inspector"]
 
 _log = logging.getLogger(__name__)
+V = TypeVar("V")
 
 PREFIX = "/inspector"
 STATIC = Mount(f"{PREFIX}/static", app=StaticFiles(directory=__file__.rsplit("/", 1)[0] + "/static"), name="static")
@@ -91,6 +92,9 @@ PROPOSAL_STATES = {
 }
 NOTE_TIERS = {"long": diary.NOTE_TIER_LONG, "short": diary.NOTE_TIER_SHORT}
 EPISODE_KINDS = {"raw": episodes.EPISODE_KIND_RAW, "compacted": episodes.EPISODE_KIND_COMPACTED}
+_Tier: TypeAlias = diary.NoteTier
+_Kind: TypeAlias = episodes.EpisodeKind
+"""The enums' types by names a method's annotation can read (in the class, ``diary`` and ``episodes`` are pages)."""
 SEAT_TABS = [
     ("overview", "Overview", ""),
     ("diary", "Diary", "diary"),
@@ -125,6 +129,34 @@ def _ts(value: datetime) -> Timestamp:
 def _contains(needle: str, *haystack: str) -> bool:
     folded = needle.casefold()
     return any(folded in (h or "").casefold() for h in haystack)
+
+
+def _profile_texts(p: Any) -> Iterable[str]:
+    """What a search of the profiles tab reads: the subject's names and what was learned of them."""
+    return (
+        p.subject.handle,
+        p.subject.external_id,
+        p.subject.platform,
+        p.communication_style,
+        *p.topics,
+        *p.past_decisions,
+        *p.sensitivities,
+    )
+
+
+def _reflection_texts(r: Any) -> Iterable[str]:
+    """What a search of the reflections tab reads: the turn, its state, gate and reason, and each
+    worker's name, failure and writes."""
+    state = reflector.ReflectionState.Name(r.state).removeprefix("REFLECTION_STATE_").replace("_", " ")
+    return (
+        r.turn_id,
+        state,
+        r.gate,
+        r.reason,
+        *(w.worker for w in r.workers),
+        *(w.failure for w in r.workers),
+        *(x for w in r.workers for x in w.written),
+    )
 
 
 def _skills(count: int) -> str:
@@ -340,6 +372,69 @@ class Inspector:
             return getattr(r, items), r.next_page_token
 
         return await scan(fetch, match, token, size, self.config.search_scan_pages if match else 1)
+
+    async def _searched_tab(
+        self,
+        request: Request,
+        tab: str,
+        choice: str,
+        choices: Mapping[str, V],
+        search: Callable[[str, str, str, V | None], Awaitable[Sequence[Any]]],
+        listed: Callable[[str, str, str, V | None], Awaitable[Page[Any]]],
+    ) -> Response:
+        """A seat tab (template ``<tab>.html``) that lists a service's rows, or with a query pages
+        the pool its search ranks, narrowed by the query parameter ``choice`` (one of ``choices``,
+        names of a proto enum's values; another or none is None: the request field left unset)."""
+        scope = self._seat_scope(request)
+        _, company, seat = scope
+        q, token = self._q(request), self._token(request)
+        name = request.query_params.get(choice, "")
+        value = choices.get(name)
+        if q:
+            page = offset_page(await search(company, seat, q, value), token, self.config.page_size)
+        else:
+            page = await listed(company, seat, token, value)
+        return self._seat_page(
+            request, f"{tab}.html", tab, scope, page=page, q=q, filters={"q": q, choice: name}, **{choice: name}
+        )
+
+    async def _matched_tab(
+        self,
+        request: Request,
+        tab: str,
+        call: Callable[[str, Any], Awaitable[Any]],
+        method: str,
+        request_type: Callable[..., Any],
+        texts: Callable[[Any], Iterable[str]],
+        *,
+        owner: str = "seat",
+        search_page_size: int = 200,
+        fields: Mapping[str, Any] | None = None,
+        filters: Mapping[str, str] | None = None,
+        **context: Any,
+    ) -> Response:
+        """A seat tab (template ``<tab>.html``) listing the rows ``method`` answers in its repeated
+        field ``tab`` for the seat (the request field ``owner``) and the request's other ``fields``;
+        with a query, those one of whose ``texts`` contains it (a search the service cannot run:
+        :meth:`_listed` scans). ``filters`` are the tab's other query parameters (the pager keeps
+        them), ``context`` what else its template shows."""
+        scope = self._seat_scope(request)
+        _, company, seat = scope
+        q = self._q(request)
+        listed: dict[str, Any] = {"company": company, owner: seat, **(fields or {})}
+        page = await self._listed(
+            call,
+            method,
+            request_type,
+            tab,
+            self._token(request),
+            (lambda row: _contains(q, *texts(row))) if q else None,
+            search_page_size=search_page_size,
+            **listed,
+        )
+        return self._seat_page(
+            request, f"{tab}.html", tab, scope, page=page, q=q, filters={"q": q, **(filters or {})}, **context
+        )
 
     @staticmethod
     async def _maybe(call: Awaitable[Any]) -> Any:
@@ -616,39 +711,26 @@ class Inspector:
     # ------------------------------------------------------------------------------ diary
 
     async def diary(self, request: Request) -> Response:
-        scope = self._seat_scope(request)
-        _, company, seat = scope
-        q, token = self._q(request), self._token(request)
-        tier_name = request.query_params.get("tier", "")
-        tier = NOTE_TIERS.get(tier_name, diary.NOTE_TIER_UNSPECIFIED)
-        if q:
-            resp = await self.rpc.diary(
-                "RecallNotes",
-                diary.RecallNotesRequest(
-                    company=company,
-                    seat=seat,
-                    query=q,
-                    vector_limit=SEARCH_POOL,
-                    recency_limit=0,
-                    lexical_limit=SEARCH_POOL,
-                    neighbour_limit=0,  # a search shows what matches, not the notes written beside it
-                ),
-            )
-            pool = [c.note for c in resp.candidates if not tier or c.note.tier == tier]
-            page = offset_page(pool, token, self.config.page_size)
-        else:
-            page = await self._listed(
-                self.rpc.diary,
-                "ListNotes",
-                diary.ListNotesRequest,
-                "notes",
-                token,
+        return await self._searched_tab(request, "diary", "tier", NOTE_TIERS, self._recall_notes, self._list_notes)
+
+    async def _recall_notes(self, company: str, seat: str, q: str, tier: _Tier | None) -> list[Any]:
+        resp = await self.rpc.diary(
+            "RecallNotes",
+            diary.RecallNotesRequest(
                 company=company,
                 seat=seat,
-                tier=tier,
-            )
-        return self._seat_page(
-            request, "diary.html", "diary", scope, page=page, q=q, tier=tier_name, filters={"q": q, "tier": tier_name}
+                query=q,
+                vector_limit=SEARCH_POOL,
+                recency_limit=0,
+                lexical_limit=SEARCH_POOL,
+                neighbour_limit=0,  # a search shows what matches, not the notes written beside it
+            ),
+        )
+        return [c.note for c in resp.candidates if not tier or c.note.tier == tier]
+
+    async def _list_notes(self, company: str, seat: str, token: str, tier: _Tier | None) -> Page[Any]:
+        return await self._listed(
+            self.rpc.diary, "ListNotes", diary.ListNotesRequest, "notes", token, company=company, seat=seat, tier=tier
         )
 
     async def delete_note(self, request: Request) -> Response:
@@ -665,39 +747,30 @@ class Inspector:
     # ------------------------------------------------------------------------------ episodes
 
     async def episodes(self, request: Request) -> Response:
-        scope = self._seat_scope(request)
-        _, company, seat = scope
-        q, token = self._q(request), self._token(request)
-        kind_name = request.query_params.get("kind", "")
-        kind = EPISODE_KINDS.get(kind_name, episodes.EPISODE_KIND_UNSPECIFIED)
-        if q:
-            resp = await self.rpc.episodes(
-                "SearchEpisodes",
-                episodes.SearchEpisodesRequest(
-                    company=company, seat=seat, query=q, limit=SEARCH_POOL, lexical_limit=SEARCH_POOL
-                ),
-            )
-            page = offset_page([h.episode for h in resp.hits], token, self.config.page_size)
-        else:
-            page = await self._listed(
-                self.rpc.episodes,
-                "ListEpisodes",
-                episodes.ListEpisodesRequest,
-                "episodes",
-                token,
-                company=company,
-                seat=seat,
-                filter=episodes.EpisodeFilter(kind=kind),
-            )
-        return self._seat_page(
-            request,
-            "episodes.html",
+        return await self._searched_tab(
+            request, "episodes", "kind", EPISODE_KINDS, self._search_episodes, self._list_episodes
+        )
+
+    async def _search_episodes(self, company: str, seat: str, q: str, kind: _Kind | None) -> list[Any]:
+        """The raw turns a search ranks (it never returns compacted rows, so ``kind`` narrows nothing)."""
+        resp = await self.rpc.episodes(
+            "SearchEpisodes",
+            episodes.SearchEpisodesRequest(
+                company=company, seat=seat, query=q, limit=SEARCH_POOL, lexical_limit=SEARCH_POOL
+            ),
+        )
+        return [h.episode for h in resp.hits]
+
+    async def _list_episodes(self, company: str, seat: str, token: str, kind: _Kind | None) -> Page[Any]:
+        return await self._listed(
+            self.rpc.episodes,
+            "ListEpisodes",
+            episodes.ListEpisodesRequest,
             "episodes",
-            scope,
-            page=page,
-            q=q,
-            kind=kind_name,
-            filters={"q": q, "kind": kind_name},
+            token,
+            company=company,
+            seat=seat,
+            filter=episodes.EpisodeFilter(kind=kind),
         )
 
     async def episode(self, request: Request) -> Response:
@@ -733,30 +806,17 @@ class Inspector:
     # ------------------------------------------------------------------------------ skills
 
     async def skills(self, request: Request) -> Response:
-        scope = self._seat_scope(request)
-        _, company, seat = scope
-        q, token = self._q(request), self._token(request)
         archived = request.query_params.get("archived") == "1"
-        page = await self._listed(
+        return await self._matched_tab(
+            request,
+            "skills",
             self.rpc.skills,
             "ListSkills",
             skills.ListSkillsRequest,
-            "skills",
-            token,
-            (lambda s: _contains(q, s.name, s.summary)) if q else None,
-            company=company,
-            seat=seat,
-            include_archived=archived,
-        )
-        return self._seat_page(
-            request,
-            "skills.html",
-            "skills",
-            scope,
-            page=page,
-            q=q,
+            lambda s: (s.name, s.summary),
+            fields={"include_archived": archived},
+            filters={"archived": "1" if archived else ""},
             archived=archived,
-            filters={"q": q, "archived": "1" if archived else ""},
         )
 
     async def _versions(self, company: str, seat: str, skill_id: str) -> list[Any]:
@@ -835,32 +895,18 @@ class Inspector:
     # ------------------------------------------------------------------------------ proposals
 
     async def proposals(self, request: Request) -> Response:
-        scope = self._seat_scope(request)
-        _, company, seat = scope
-        q, token = self._q(request), self._token(request)
         state_name = request.query_params.get("state", "pending")
-        state = PROPOSAL_STATES.get(state_name, skills.PROPOSAL_STATE_PENDING)
-        page = await self._listed(
+        return await self._matched_tab(
+            request,
+            "proposals",
             self.rpc.skills,
             "ListSkillProposals",
             skills.ListSkillProposalsRequest,
-            "proposals",
-            token,
-            (lambda p: _contains(q, p.name, p.summary, p.body)) if q else None,
-            company=company,
-            seat=seat,
-            state=state,
-        )
-        return self._seat_page(
-            request,
-            "proposals.html",
-            "proposals",
-            scope,
-            page=page,
-            q=q,
+            lambda p: (p.name, p.summary, p.body),
+            fields={"state": PROPOSAL_STATES.get(state_name, skills.PROPOSAL_STATE_PENDING)},
+            filters={"state": state_name},
             state=state_name if state_name in PROPOSAL_STATES else "pending",
             states=list(PROPOSAL_STATES),
-            filters={"q": q, "state": state_name},
         )
 
     async def decide(self, request: Request) -> Response:
@@ -889,64 +935,26 @@ class Inspector:
     # ------------------------------------------------------------------------------ profiles, reflections, events
 
     async def profiles(self, request: Request) -> Response:
-        scope = self._seat_scope(request)
-        _, company, seat = scope
-        q, token = self._q(request), self._token(request)
-
-        def match(p: Any) -> bool:
-            return _contains(
-                q,
-                p.subject.handle,
-                p.subject.external_id,
-                p.subject.platform,
-                p.communication_style,
-                *p.topics,
-                *p.past_decisions,
-                *p.sensitivities,
-            )
-
-        page = await self._listed(
+        return await self._matched_tab(
+            request,
+            "profiles",
             self.rpc.profiles,
             "ListProfiles",
             profiles.ListProfilesRequest,
-            "profiles",
-            token,
-            match if q else None,
+            _profile_texts,
+            owner="observer",
             search_page_size=500,
-            company=company,
-            observer=seat,
         )
-        return self._seat_page(request, "profiles.html", "profiles", scope, page=page, q=q, filters={"q": q})
 
     async def reflections(self, request: Request) -> Response:
-        scope = self._seat_scope(request)
-        _, company, seat = scope
-        q, token = self._q(request), self._token(request)
-
-        def match(r: Any) -> bool:
-            state = reflector.ReflectionState.Name(r.state).removeprefix("REFLECTION_STATE_").replace("_", " ")
-            return _contains(
-                q,
-                r.turn_id,
-                state,
-                r.gate,
-                r.reason,
-                *(w.worker for w in r.workers),
-                *(w.failure for w in r.workers),
-                *(x for w in r.workers for x in w.written),
-            )
-
-        page = await self._listed(
+        return await self._matched_tab(
+            request,
+            "reflections",
             self.rpc.reflector,
             "ListReflections",
             reflector.ListReflectionsRequest,
-            "reflections",
-            token,
-            match if q else None,
-            company=company,
-            seat=seat,
+            _reflection_texts,
         )
-        return self._seat_page(request, "reflections.html", "reflections", scope, page=page, q=q, filters={"q": q})
 
     async def events(self, request: Request) -> Response:
         scope = self._seat_scope(request)

@@ -25,15 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = ["main", "parse_args"]
 
-_ENV = {
-    "address": "AGENTLEARN_ADDRESS",
-    "token": "AGENTLEARN_TOKEN",
-    "company": "AGENTLEARN_COMPANY",
-    "seat": "AGENTLEARN_SEAT",
-    "role": "AGENTLEARN_ROLE",
-    "unit_chain": "AGENTLEARN_UNIT_CHAIN",
-    "tls_ca": "AGENTLEARN_TLS_CA",
-}
+
+def _env(flag: str) -> str:
+    """The environment variable a flag defaults to: ``unit_chain`` reads ``AGENTLEARN_UNIT_CHAIN``."""
+    return f"AGENTLEARN_{flag.upper()}"
 
 
 def parse_args(argv: list[str], env: dict[str, str] | None = None) -> argparse.Namespace:
@@ -45,27 +40,27 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> argparse.N
     )
     p.add_argument(
         "--address",
-        default=env.get(_ENV["address"], "127.0.0.1:50051"),
+        default=env.get(_env("address"), "127.0.0.1:50051"),
         help="agentlearn's gRPC address (AGENTLEARN_ADDRESS; default %(default)s)",
     )
     p.add_argument(
         "--token",
-        default=env.get(_ENV["token"], ""),
+        default=env.get(_env("token"), ""),
         help="bearer token for agentlearn "
         "(AGENTLEARN_TOKEN; not needed in local mode). Over HTTP a client's own Authorization header wins",
     )
-    p.add_argument("--company", default=env.get(_ENV["company"], ""), help="the company (AGENTLEARN_COMPANY)")
-    p.add_argument("--seat", default=env.get(_ENV["seat"], ""), help="the seat whose memory this is (AGENTLEARN_SEAT)")
-    p.add_argument("--role", default=env.get(_ENV["role"], ""), help="the seat's role (AGENTLEARN_ROLE)")
+    p.add_argument("--company", default=env.get(_env("company"), ""), help="the company (AGENTLEARN_COMPANY)")
+    p.add_argument("--seat", default=env.get(_env("seat"), ""), help="the seat whose memory this is (AGENTLEARN_SEAT)")
+    p.add_argument("--role", default=env.get(_env("role"), ""), help="the seat's role (AGENTLEARN_ROLE)")
     p.add_argument(
         "--unit-chain",
-        default=env.get(_ENV["unit_chain"], ""),
+        default=env.get(_env("unit_chain"), ""),
         help="the seat's units from its own up, comma-separated (AGENTLEARN_UNIT_CHAIN; for onboarding)",
     )
     p.add_argument("--tls", action="store_true", help="reach agentlearn over TLS with the system's roots")
     p.add_argument(
         "--tls-ca",
-        default=env.get(_ENV["tls_ca"], ""),
+        default=env.get(_env("tls_ca"), ""),
         help="reach agentlearn over TLS trusting this CA bundle (AGENTLEARN_TLS_CA)",
     )
     p.add_argument("--turn-id", default="", help="the run id tool calls belong to until a context read starts another")
@@ -77,7 +72,7 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> argparse.N
     args = p.parse_args(argv)
     missing = [f"--{n}" for n in ("company", "seat", "role") if not getattr(args, n).strip()]
     if missing:
-        p.error(f"{', '.join(missing)} required (or {', '.join(_ENV[m[2:]] for m in missing)})")
+        p.error(f"{', '.join(missing)} required (or {', '.join(_env(m[2:]) for m in missing)})")
     return args
 
 

@@ -8,11 +8,10 @@ BadRequest field) reaches the engine exactly as the diary sent it.
 from __future__ import annotations
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from libs.common.embeddings import EmbeddingError
 from libs.common.errors import AgentLearnError, FieldViolation
+from libs.common.status_details import status_details
 from libs.common.vectorindex import IndexUnavailable
 from services.prefetch.domain import DOMAIN
 
@@ -53,18 +52,8 @@ def passthrough(service: str, err: grpc.aio.AioRpcError) -> AgentLearnError:
     """The downstream status as our error root, keeping its code, reason, domain, metadata and
     field violations. A status with no ErrorInfo (the service was not reached at all) is reported
     under our domain as ``<SERVICE>_<CODE>``."""
-    info, bad = None, None
-    try:
-        status = rpc_status.from_call(err)  # type: ignore[arg-type]  # the stub says grpc.Call; AioRpcError has the methods it reads
-    except ValueError:
-        status = None
-    for detail in status.details if status is not None else []:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
+    said = status_details(err)
+    info, bad = said.info, said.bad
     code = err.code()
     if info is not None:
         exc = AgentLearnError(

@@ -93,7 +93,7 @@ class PrefetchServicer(ErasureRpcs, pb_grpc.PrefetchServiceServicer):
         self._deps = deps
         self._builder = builder
         self._erasure_calls = pool_erasure(
-            _erasure, lambda: _erasure.pool_of(deps.store), lambda: deps.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
+            _erasure, lambda: _erasure.pool_of(deps.store), deps, domain=_ERASURE_DOMAIN, pb=pb
         )
 
     async def BuildTurnContext(

@@ -71,9 +71,7 @@ class ProfileServicer(ErasureRpcs, pb_grpc.ProfileServiceServicer):
     def __init__(self, service: ProfileService, pool: asyncpg.Pool):
         self._service = service
         # The erasure reads and writes the tables directly (libs.common.erasure), beside the port.
-        self._erasure_calls = pool_erasure(
-            _erasure, lambda: pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
-        )
+        self._erasure_calls = pool_erasure(_erasure, lambda: pool, service, domain=_ERASURE_DOMAIN, pb=pb)
 
     async def UpsertProfile(
         self, request: pb.UpsertProfileRequest, context: ServicerContext

@@ -45,9 +45,7 @@ def reflection_to_pb(r: ReflectionRecord) -> pb.Reflection:
 class ReflectorServicer(ErasureRpcs, pb_grpc.ReflectorServiceServicer):
     def __init__(self, service: ReflectorService):
         self._service = service
-        self._erasure_calls = pool_erasure(
-            _erasure, lambda: service.store.pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
-        )
+        self._erasure_calls = pool_erasure(_erasure, lambda: service.store.pool, service, domain=_ERASURE_DOMAIN, pb=pb)
 
     async def SubmitTurn(self, request: pb.SubmitTurnRequest, context: ServicerContext) -> pb.SubmitTurnResponse:
         if not request.HasField("turn"):

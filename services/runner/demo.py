@@ -117,6 +117,22 @@ def life(company: str, start: datetime) -> list[rpb.TurnCompleted]:
         tools=["jira_get_issue", "github_search"],
     )
     flaky = ["checkout", "login", "search", "profile", "invoice", "export"]
+    between: dict[int, dict[str, Any]] = {  # the messages that come in after the i-th fix
+        2: {
+            "label": "Message from Bob: Slack message",
+            "who": "bob",
+            "says": ["Heads up: I'm on vacation until the 20th, Dan covers payments meanwhile."],
+            "did": "Acknowledged; noted Dan as the payments contact.",
+            "tools": ["slack_reply"],
+        },
+        3: {
+            "label": "Message from Dan: Slack message",
+            "who": "dan",
+            "says": ["- can you check the refund job?\n- it timed out twice last night\nthanks!"],
+            "did": "Raised the refund job's timeout and added a retry; Dan confirmed.",
+            "tools": ["k8s_logs", "github_search", "github_create_pr"],
+        },
+    }
     for i, name in enumerate(flaky):
         add(
             label="Task assigned: flaky test",
@@ -124,22 +140,8 @@ def life(company: str, start: datetime) -> list[rpb.TurnCompleted]:
             did=f"Opened a PR that stabilises the {name} test (fixture race); CI green.",
             tools=FIX_TOOLS,
         )
-        if i == 2:
-            add(
-                label="Message from Bob: Slack message",
-                who="bob",
-                says=["Heads up: I'm on vacation until the 20th, Dan covers payments meanwhile."],
-                did="Acknowledged; noted Dan as the payments contact.",
-                tools=["slack_reply"],
-            )
-        if i == 3:
-            add(
-                label="Message from Dan: Slack message",
-                who="dan",
-                says=["- can you check the refund job?\n- it timed out twice last night\nthanks!"],
-                did="Raised the refund job's timeout and added a retry; Dan confirmed.",
-                tools=["k8s_logs", "github_search", "github_create_pr"],
-            )
+        if i in between:
+            add(**between[i])
     add(
         label="Message from Carla: Jira comment",
         who="carla",

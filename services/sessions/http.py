@@ -20,6 +20,7 @@ from typing import Any
 
 import asyncpg
 from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -174,25 +175,39 @@ def routes(service: SessionService) -> list[Route]:
 
 # ------------------------------------------------------------------------------ the OpenAPI document
 
-_ENUMS = {
-    "trigger": [n for n in pb.CheckTrigger.keys() if not n.endswith("UNSPECIFIED")],
-    "state": [n for n in pb.CheckState.keys() if not n.endswith("UNSPECIFIED")],
-    "outcome": list(pb.CheckOutcome.keys()),
-    "kind": [n for n in pb.OutputKind.keys() if not n.endswith("UNSPECIFIED")],
-    "disposition": [n for n in pb.OutputDisposition.keys() if not n.endswith("UNSPECIFIED")],
-    "failure": [n for n in pb.FailureKind.keys() if not n.endswith("UNSPECIFIED")],
+_SCALAR = {
+    FieldDescriptor.TYPE_STRING: {"type": "string"},
+    FieldDescriptor.TYPE_BOOL: {"type": "boolean"},
+    FieldDescriptor.TYPE_INT32: {"type": "integer"},
+    FieldDescriptor.TYPE_INT64: {"type": "string", "description": "int64, as a JSON string"},
 }
+"""The JSON mapping of the scalar types our receipts use (an int64 is a string in proto JSON); a
+field of another type fails the import, to be added here."""
 
 
-def _counts(message: Any) -> dict[str, Any]:
+def _schema(message: Any) -> dict[str, Any]:  # a Descriptor: the stubs type DESCRIPTOR as Python|upb
+    """The JSON schema of ``message`` as ``json_format.MessageToDict`` prints it (proto field names):
+    an object naming only its fields, an enum by the names of its values but UNSPECIFIED (an unset
+    enum is left out), a Timestamp as an RFC 3339 string."""
     return {
         "type": "object",
-        "properties": {f.name: {"type": "integer"} for f in message.DESCRIPTOR.fields},
+        "properties": {f.name: _field_schema(f) for f in message.fields},
         "additionalProperties": False,
     }
 
 
-_ID_LIST = {"type": "array", "items": {"type": "string"}}
+def _field_schema(field: FieldDescriptor) -> dict[str, Any]:
+    if field.message_type is not None and field.message_type.full_name == "google.protobuf.Timestamp":
+        one: dict[str, Any] = {"type": "string", "format": "date-time"}
+    elif field.message_type is not None:
+        one = _schema(field.message_type)
+    elif field.enum_type is not None:
+        one = {"type": "string", "enum": [v.name for v in field.enum_type.values if v.number != 0]}
+    else:
+        one = _SCALAR[field.type]
+    return {"type": "array", "items": one} if field.is_repeated else one
+
+
 _PARAMS = [
     {"name": "session_id", "in": "path", "required": True, "schema": {"type": "string"}},
     {
@@ -238,64 +253,9 @@ OPENAPI: dict[str, Any] = {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         "schemas": {
             "LearningCheck": {
-                "type": "object",
+                **_schema(pb.LearningCheck.DESCRIPTOR),
                 "description": "The receipt of one learning check (agentlearn.sessions.v1.LearningCheck in JSON: "
                 "enums by name, fields not set left out).",
-                "properties": {
-                    "check_id": {"type": "string"},
-                    "company": {"type": "string"},
-                    "session_id": {"type": "string"},
-                    "user": {"type": "string"},
-                    "workspace": {"type": "string"},
-                    "seat": {"type": "string"},
-                    "trigger": {"type": "string", "enum": _ENUMS["trigger"]},
-                    "plan_revision": {"type": "string", "description": "int64, as a JSON string"},
-                    "turn_id": {"type": "string"},
-                    "trigger_event_id": {"type": "string"},
-                    "state": {"type": "string", "enum": _ENUMS["state"]},
-                    "outcome": {"type": "string", "enum": _ENUMS["outcome"]},
-                    "reason": {"type": "string"},
-                    "outputs": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "kind": {"type": "string", "enum": _ENUMS["kind"]},
-                                "id": {"type": "string"},
-                                "disposition": {"type": "string", "enum": _ENUMS["disposition"]},
-                                "evidence_ids": _ID_LIST,
-                            },
-                        },
-                    },
-                    "dropped": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "kind": {"type": "string", "enum": _ENUMS["kind"]},
-                                "reason": {"type": "string"},
-                                "evidence_ids": _ID_LIST,
-                            },
-                        },
-                    },
-                    "partial_failures": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "kind": {"type": "string", "enum": _ENUMS["kind"]},
-                                "failure": {"type": "string", "enum": _ENUMS["failure"]},
-                                "output_id": {"type": "string"},
-                                "detail": {"type": "string"},
-                            },
-                        },
-                    },
-                    "counts": _counts(pb.LearningCounts),
-                    "evidence": _counts(pb.EvidenceSummary),
-                    "create_time": {"type": "string", "format": "date-time"},
-                    "start_time": {"type": "string", "format": "date-time"},
-                    "finish_time": {"type": "string", "format": "date-time"},
-                },
                 "required": ["check_id", "session_id", "trigger", "state"],
             },
             "Error": {

@@ -145,9 +145,7 @@ class SessionServicer(ErasureRpcs, pb_grpc.SessionServiceServicer):
     def __init__(self, service: SessionService, pool: asyncpg.Pool):
         self._service = service
         # erasure reads and deletes the service's tables directly
-        self._erasure_calls = pool_erasure(
-            _erasure, lambda: pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
-        )
+        self._erasure_calls = pool_erasure(_erasure, lambda: pool, service, domain=_ERASURE_DOMAIN, pb=pb)
 
     async def AppendSessionEvents(
         self, request: pb.AppendSessionEventsRequest, context: ServicerContext

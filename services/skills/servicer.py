@@ -144,9 +144,7 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         self._service = service
         self._proposals = proposals
         self._pool = pool
-        self._erasure_calls = pool_erasure(
-            _erasure, lambda: pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
-        )
+        self._erasure_calls = pool_erasure(_erasure, lambda: pool, service, domain=_ERASURE_DOMAIN, pb=pb)
 
     def _now(self) -> datetime:
         return self._service.clock.now()

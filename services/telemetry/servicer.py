@@ -86,9 +86,7 @@ def _by_day(
 class TelemetryServicer(ErasureRpcs, pb_grpc.TelemetryServiceServicer):
     def __init__(self, service: TelemetryService):
         self._service = service
-        self._erasure_calls = pool_erasure(
-            _erasure, lambda: service.store.pool, lambda: service.clock.now(), domain=_ERASURE_DOMAIN, pb=pb
-        )
+        self._erasure_calls = pool_erasure(_erasure, lambda: service.store.pool, service, domain=_ERASURE_DOMAIN, pb=pb)
 
     async def GetPrefetchHitRates(
         self, request: pb.GetPrefetchHitRatesRequest, context: ServicerContext
