@@ -315,6 +315,8 @@ def calls_in_code(package: str) -> set[str]:
         text = path.read_text()
         found |= {channels.get(n, n) for n in re.findall(r"clients\.(\w+)", text)}  # also self._clients.<name>
         found |= set(re.findall(r'\.channel\(\s*"(\w+)"', text))
+        # The inspector's Gateway declares the services it calls as ``<name> = _Service()``.
+        found |= set(re.findall(r"^\s+(\w+) = _Service\(\)", text, re.M))
     return {n for n in found if n in CONTRACT_SERVICES and n != package}
 
 

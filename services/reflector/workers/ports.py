@@ -112,27 +112,27 @@ def _forward(
 
 
 class GrpcDiary(_OverClients):
-    recall_notes = _forward(lambda c: c.diary.RecallNotes)
-    write_note = _forward(lambda c: c.diary.WriteNote)
+    recall_notes = _forward(lambda clients: clients.diary.RecallNotes)
+    write_note = _forward(lambda clients: clients.diary.WriteNote)
 
 
 class GrpcEpisodes(_OverClients):
-    record_episode = _forward(lambda c: c.episodes.RecordEpisode)
-    mark_consolidated = _forward(lambda c: c.episodes.MarkEpisodesConsolidated)
+    record_episode = _forward(lambda clients: clients.episodes.RecordEpisode)
+    mark_consolidated = _forward(lambda clients: clients.episodes.MarkEpisodesConsolidated)
 
 
 class GrpcSkills(_OverClients):
-    list_skills = _forward(lambda c: c.skills.ListSkills)
-    get_skill = _forward(lambda c: c.skills.GetSkill)
-    check_candidate = _forward(lambda c: c.skills.CheckSkillCandidate)
-    create_skill = _forward(lambda c: c.skills.CreateSkill)
-    append_observation = _forward(lambda c: c.skills.AppendSkillObservation)
-    mark_used = _forward(lambda c: c.skills.MarkSkillsUsed)
+    list_skills = _forward(lambda clients: clients.skills.ListSkills)
+    get_skill = _forward(lambda clients: clients.skills.GetSkill)
+    check_candidate = _forward(lambda clients: clients.skills.CheckSkillCandidate)
+    create_skill = _forward(lambda clients: clients.skills.CreateSkill)
+    append_observation = _forward(lambda clients: clients.skills.AppendSkillObservation)
+    mark_used = _forward(lambda clients: clients.skills.MarkSkillsUsed)
 
 
 class GrpcProfiles(_OverClients):
-    upsert_profile = _forward(lambda c: c.profiles.UpsertProfile)
-    get_profiles = _forward(lambda c: c.profiles.GetProfiles)
+    upsert_profile = _forward(lambda clients: clients.profiles.UpsertProfile)
+    get_profiles = _forward(lambda clients: clients.profiles.GetProfiles)
 
 
 def grpc_ports(clients: Clients) -> WorkerPorts:
