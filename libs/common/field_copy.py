@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from enum import Enum
+from functools import cache
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
@@ -28,7 +29,18 @@ T = TypeVar("T")
 E = TypeVar("E", bound=Enum)
 
 
+_AS_IS = frozenset({str, int, float, bool, bytes})
+
+
+@cache
+def _names(names: str) -> tuple[str, ...]:
+    """A conversion's field list, split once per call site's string (these run per row on read paths)."""
+    return tuple(names.split())
+
+
 def _pb_value(value: Any) -> Any:
+    if type(value) in _AS_IS:
+        return value
     if isinstance(value, datetime):
         return timestamp(value)
     if isinstance(value, uuid.UUID):
@@ -42,9 +54,9 @@ def to_pb(cls: type[M], source: object, names: str, /, **given: Any) -> M:
     """A ``cls`` message whose fields ``names`` (space-separated) are ``source``'s same-named
     attributes and whose other fields are ``given``; both converted to the message's types (a
     datetime to a Timestamp, a UUID to its string, a sequence to a list), None leaving a field unset."""
-    values = {name: getattr(source, name) for name in names.split()}
-    values.update(given)
-    return cls(**{k: _pb_value(v) for k, v in values.items() if v is not None})
+    fields = {name: _pb_value(value) for name in _names(names) if (value := getattr(source, name)) is not None}
+    fields.update((name, _pb_value(value)) for name, value in given.items() if value is not None)
+    return cls(**fields)
 
 
 def _domain_value(msg: Message, name: str) -> Any:
@@ -61,7 +73,7 @@ def from_pb(cls: Callable[..., T], msg: Message, names: str, /, **given: Any) ->
     """A ``cls`` whose arguments ``names`` (space-separated) are ``msg``'s same-named fields and
     whose others are ``given``: a repeated field as a tuple, a Timestamp as an aware datetime (None
     when unset), a scalar as it is."""
-    values = {name: _domain_value(msg, name) for name in names.split()}
+    values = {name: _domain_value(msg, name) for name in _names(names)}
     values.update(given)
     return cls(**values)
 
