@@ -267,7 +267,9 @@ class TurnContextBuilder:
                 self._guard(BlockKind.PERSONAL_MEMORY, lambda: self._personal_memory(start, who, embedding))
             )
             skills = tg.create_task(self._guard(BlockKind.SKILLS, lambda: self._skills(start)))
-            know = tg.create_task(self._guard(BlockKind.RELEVANT_KNOWLEDGE, lambda: self._knowledge(start, who)))
+            know = tg.create_task(
+                self._guard(BlockKind.RELEVANT_KNOWLEDGE, lambda: self._knowledge(start, who, embedding))
+            )
             parties = tg.create_task(self._guard_many(BlockKind.COUNTERPARTY, lambda: self._counterparties(start)))
             onboarding = tg.create_task(self._guard(BlockKind.ONBOARDING, lambda: self._onboarding(start)))
         blocks = (
@@ -510,8 +512,16 @@ class TurnContextBuilder:
 
     # ------------------------------------------------------------------ ## Relevant knowledge
 
-    async def _knowledge(self, start: TurnStart, who: Who) -> Block:
-        return await knowledge_block.relevant_knowledge(self.deps, start, who)
+    async def _knowledge(self, start: TurnStart, who: Who, embedding: asyncio.Task[Embedded] | None) -> Block:
+        if embedding is None:  # gated: no search runs
+            return await knowledge_block.relevant_knowledge(self.deps, start, who)
+
+        async def turn_vector() -> embedding_pb2.Embedding | None:
+            # The ask's one vector of the turn, or none (failed, unconfigured): the knowledge
+            # service then embeds its query itself, as it does for search_knowledge.
+            return (await embedding)[0]
+
+        return await knowledge_block.relevant_knowledge(self.deps, start, who, turn_vector)
 
     # ------------------------------------------------------------------ counterparties
 
