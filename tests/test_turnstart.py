@@ -54,3 +54,36 @@ async def test_search_pages_ranks_by_a_given_vector_of_its_model_and_embeds_the_
     )
     assert env.embedder.texts == ["zzqx"]  # not of the pages' model: the query is embedded itself
     assert "Holiday rota" not in [h.title for h in missed.hits]
+
+
+# ------------------------------------------------------------------------------------ claim + marker
+
+
+async def _claim_reads_the_marker_with_it(store) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    t0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+    assert await store.claim_context_reading_marker("acme", "agent-1", "run-1", t0) == (True, None)
+    await store.mark_onboarded("acme", "agent-1", "hash-1", ["platform"], t0)
+    # A second caller of the same run does not build, and still reads the marker.
+    assert await store.claim_context_reading_marker("acme", "agent-1", "run-1", t0) == (False, "hash-1")
+    assert await store.claim_context_reading_marker("acme", "agent-1", "run-2", t0) == (True, "hash-1")
+    assert await store.claim_context_reading_marker("acme", "agent-2", "run-1", t0) == (True, None)
+    assert not await store.claim_context("acme", "agent-1", "run-2", t0)  # the claim is the same claim
+
+
+async def test_the_fake_store_claims_and_reads_the_marker_in_one_call() -> None:
+    from tests.unit.fakes.prefetch import FakePrefetchStore
+
+    await _claim_reads_the_marker_with_it(FakePrefetchStore())
+
+
+async def test_the_postgres_store_claims_and_reads_the_marker_in_one_statement(dsn: str) -> None:
+    from libs.common.db import connect_pool
+    from services.prefetch.store import PostgresPrefetchStore
+
+    pool = await connect_pool(dsn)
+    try:
+        await _claim_reads_the_marker_with_it(PostgresPrefetchStore(pool))
+    finally:
+        await pool.close()

@@ -180,11 +180,13 @@ async def relevant_knowledge(
     return block
 
 
-async def onboarding_block(deps: Deps, start: TurnStart) -> Block:
+async def onboarding_block(deps: Deps, start: TurnStart, marker: tuple[str | None] | None = None) -> Block:
     """``## First-turn onboarding``: the unit chain's Onboarding pages until the seat marks this
-    chain onboarded."""
+    chain onboarded. ``marker``: the seat's marker already read with the run's claim (one-tuple of
+    the value), else it is read here."""
     block = Block(BlockKind.ONBOARDING)
-    if await deps.store.marker(start.company, start.seat) == chain_hash(start.unit_chain):
+    seen = (await deps.store.marker(start.company, start.seat),) if marker is None else marker
+    if seen[0] == chain_hash(start.unit_chain):
         return block
     reader = Reader(start.company, start.seat, start.role)
     outcome = await deps.searcher.onboarding_pages(

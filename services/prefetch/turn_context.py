@@ -146,14 +146,15 @@ class TurnContextBuilder:
         store, key = self.deps.store, (start.company, start.seat, start.turn_id)
         # The first call of a run (nearly every call) claims at once: one statement, not a read
         # then a claim. A claimed build that the budget parks gives its claim back.
-        if await store.claim_context(*key, self.deps.clock.now()):
+        claimed, marker = await store.claim_context_reading_marker(*key, self.deps.clock.now())
+        if claimed:
             try:
                 await self._park_if_spent(start)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(store.release_context(*key))
                 raise
-            return await self._build_and_freeze(start, who, key)
+            return await self._build_and_freeze(start, who, key, (marker,))
         frozen = await store.frozen_context(*key)
         if frozen is not None and frozen.state == "built" and frozen.context is not None:
             return TurnContext.from_json(frozen.context)
@@ -175,7 +176,9 @@ class TurnContextBuilder:
             await asyncio.sleep(0.1)
         return await self._build_and_freeze(start, who, key)
 
-    async def _build_and_freeze(self, start: TurnStart, who: Who, key: tuple[str, str, str]) -> TurnContext:
+    async def _build_and_freeze(
+        self, start: TurnStart, who: Who, key: tuple[str, str, str], marker: tuple[str | None] | None = None
+    ) -> TurnContext:
         """Build the claimed run's context and freeze it (the claim is released if the build fails)."""
         store = self.deps.store
         # The turn's bookkeeping (the auxiliary calls' charges and auxiliary_spend events, the
@@ -185,7 +188,7 @@ class TurnContextBuilder:
         # their services — every one of them before the turn is answered, as before.
         with bookkeeping() as batch:
             try:
-                context = await self._build(start, who)
+                context = await self._build(start, who, marker)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(store.release_context(*key))
@@ -256,7 +259,7 @@ class TurnContextBuilder:
             },
         )
 
-    async def _build(self, start: TurnStart, who: Who) -> TurnContext:
+    async def _build(self, start: TurnStart, who: Who, marker: tuple[str | None] | None = None) -> TurnContext:
         gated = start.gated
         async with asyncio.TaskGroup() as tg:
             embedding: asyncio.Task[Embedded] | None = None if gated else tg.create_task(self._embed(start.ask))
@@ -271,7 +274,7 @@ class TurnContextBuilder:
                 self._guard(BlockKind.RELEVANT_KNOWLEDGE, lambda: self._knowledge(start, who, embedding))
             )
             parties = tg.create_task(self._guard_many(BlockKind.COUNTERPARTY, lambda: self._counterparties(start)))
-            onboarding = tg.create_task(self._guard(BlockKind.ONBOARDING, lambda: self._onboarding(start)))
+            onboarding = tg.create_task(self._guard(BlockKind.ONBOARDING, lambda: self._onboarding(start, marker)))
         blocks = (
             prior.result(),
             mem.result(),
@@ -562,8 +565,8 @@ class TurnContextBuilder:
 
     # ------------------------------------------------------------------ ## First-turn onboarding
 
-    async def _onboarding(self, start: TurnStart) -> Block:
-        return await knowledge_block.onboarding_block(self.deps, start)
+    async def _onboarding(self, start: TurnStart, marker: tuple[str | None] | None) -> Block:
+        return await knowledge_block.onboarding_block(self.deps, start, marker)
 
 
 # ------------------------------------------------------------------------------------ shared
