@@ -1,7 +1,9 @@
 """BuildTurnContext: the turn-start blocks, in order, and the prefetch_summary.
 
 The ask is embedded ONCE (``learning.prefetch.embed_budget_seconds``) and the vector handed to the
-diary's and the episodes' reads as ``query_embedding``. The independent blocks run concurrently,
+diary's and the episodes' reads and to the knowledge search as ``query_embedding``: a turn start runs
+the embedding model once (the knowledge service embeds its keyword query itself only when the turn
+has no vector). The independent blocks run concurrently,
 each read under its own deadline; a source that cannot be read degrades its block and never fails
 the turn (the block's ``source_error`` and the summary say so).
 
