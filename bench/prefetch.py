@@ -34,11 +34,13 @@ import argparse
 import asyncio
 import contextlib
 import random
+import re
 import sys
 import time
 import uuid
 import warnings
 from datetime import timedelta
+from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
@@ -311,6 +313,125 @@ def print_ab(title: str, res: dict[str, dict[str, list[float]]]) -> None:
     )
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads: the model's too)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def trees_ab(args: argparse.Namespace) -> int:
+    """``--trees this DIR ...``: one prefetch server per tree (each the all-in-one of
+    ``bench/experiments/profile_load.py serve-prefetch`` run from that tree's code: its own embedded
+    PostgreSQL and index, the same seeded fleet of ``--seats`` x 500/500/20 and the 40 pages, tracing
+    on as ./run up), then rich BuildTurnContext calls alternated call by call between the servers, the
+    order rotating, so every tree sees the same load. Per tree: p50 / p99 / mean wall ms and the
+    server's CPU per call (/proc; its PostgreSQL is another process, not counted), with the ratio to
+    the first tree. Only these in-run ratios mean anything on a shared machine."""
+    import subprocess
+
+    names = [t.rstrip("/").rsplit("/", 1)[-1] for t in args.trees]
+    here = Path(__file__).resolve().parents[1]
+    roots = [here if t == "this" else Path(t).resolve() for t in args.trees]
+    print(f"uptime at start: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    load = Path("/proc/loadavg").read_text().strip()
+    lat, cpu = asyncio.run(_trees_calls(args, names, roots))
+    print(f"load average at start {load}, at the end {Path('/proc/loadavg').read_text().strip()}")
+    print(
+        f"BuildTurnContext, rich trigger, {args.seats} seats x (500 notes, 500 episodes, 20 skills, 1 profile), "
+        f"40 pages; {len(lat[0])} calls per tree alternated call by call (order rotating), tracing on"
+    )
+    header = [
+        "tree",
+        "calls",
+        "p50 ms",
+        "p99 ms",
+        "mean ms",
+        "CPU ms/call",
+        "CPU p50",
+        f"vs {names[0]} p50/p99/mean/CPU",
+    ]
+    rows = []
+    m0, c0 = sum(lat[0]) / len(lat[0]), sum(cpu[0]) / len(cpu[0])
+    for k, name in enumerate(names):
+        mean, cmean = sum(lat[k]) / len(lat[k]), sum(cpu[k]) / len(cpu[k])
+        ratio = ""
+        if k:
+            ratio = (
+                f"x{pct(lat[k], 50) / pct(lat[0], 50):.2f} / x{pct(lat[k], 99) / pct(lat[0], 99):.2f} / "
+                f"x{mean / m0:.2f} / x{cmean / c0:.2f}"
+            )
+        rows.append([name, str(len(lat[k])), f"{pct(lat[k], 50):.1f}", f"{pct(lat[k], 99):.1f}", f"{mean:.1f}",
+                     f"{cmean:.1f}", f"{pct(cpu[k], 50):.1f}", ratio])  # fmt: skip
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    return 0
+
+
+async def _trees_calls(
+    args: argparse.Namespace, names: list[str], roots: list[Path]
+) -> tuple[list[list[float]], list[list[float]]]:
+    import os
+
+    import grpc
+
+    procs: list[asyncio.subprocess.Process] = []
+    channels, stubs = [], []
+    lat: list[list[float]] = [[] for _ in roots]
+    cpu: list[list[float]] = [[] for _ in roots]
+    try:
+        for root in roots:
+            env = {**os.environ, "PYTHONPATH": f"{root}:{root / 'libs' / 'common' / 'gen'}"}
+            argv = [str(root / "bench" / "experiments" / "profile_load.py"), "serve-prefetch"]
+            argv += ["--seats", str(args.seats), "--tracing", "on"]
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable, *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env
+                )
+            )
+        for k, proc in enumerate(procs):
+            assert proc.stdout is not None
+            while True:
+                line = (await asyncio.wait_for(proc.stdout.readline(), 3600)).decode()
+                if not line:
+                    raise RuntimeError(f"the server of {names[k]} exited before it was ready")
+                log(f"[{names[k]}] {line.strip()}")
+                if m := re.match(r"PORT (\d+)", line):
+                    channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{m.group(1)}"))
+                    stubs.append(pb_grpc.PrefetchServiceStub(channels[-1]))
+                    break
+        prng = random.Random(5)
+        plan = [
+            (prng.randrange(args.seats), ASKS[i % len(ASKS)].format(t=prng.choice(TOPICS)))
+            for i in range(args.ab_queries + 20)
+        ]
+        for i, (s, ask) in enumerate(plan):
+            for n in range(len(stubs)):
+                k = (i + n) % len(stubs)
+                pid = procs[k].pid
+                c0, t0 = _cpu_seconds(pid), time.perf_counter()
+                await stubs[k].BuildTurnContext(ab_request(i, s, ask, "trees"))
+                wall, used = (time.perf_counter() - t0) * 1000, (_cpu_seconds(pid) - c0) * 1000
+                if i >= 20:  # the first 20 of each warm it up
+                    lat[k].append(wall)
+                    cpu[k].append(used)
+    finally:
+        for ch in channels:
+            await ch.close()
+        for proc in procs:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        for proc in procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 120)
+            except TimeoutError:
+                proc.terminate()
+                await proc.wait()
+    return lat, cpu
+
+
 async def main(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     rng = np.random.default_rng(11)
@@ -472,6 +593,15 @@ if __name__ == "__main__":
     ap.add_argument("--ab-queries", type=int, default=100, help="calls of each variant in an A/B")
     ap.add_argument("--tracing", action="store_true", help="install the TracerProvider as ./run up does")
     ap.add_argument(
+        "--trees",
+        nargs="+",
+        default=None,
+        metavar="TREE",
+        help="A/B of checkouts instead of the timed phases: 'this' and other trees (e.g. /tmp/base-068), one "
+        "server each loaded alike at --seats, --ab-queries rich calls alternated between them",
+    )
+    ap.add_argument(
         "--census", type=int, default=0, help="count the spans (every SQL statement one) of N rich calls at --seats"
     )
-    sys.exit(asyncio.run(main(ap.parse_args())))
+    parsed = ap.parse_args()
+    sys.exit(trees_ab(parsed) if parsed.trees else asyncio.run(main(parsed)))

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from libs.common.config import WORKSPACE_CONTAINER_PREFIX
+from libs.common.embeddings import Vector
 from services.knowledge.domain import (
     Access,
     KnowledgeHit,
@@ -86,8 +87,10 @@ class KnowledgeBackend(PromotionWriter, Protocol):
         """No I/O: could a search with this access return anything?"""
         ...
 
-    async def search(self, access: Access, query: str, limit: int) -> SearchOutcome:
-        """Best effort, never raises; drafts excluded. Scoped to ``access``."""
+    async def search(self, access: Access, query: str, limit: int, *, vector: Vector | None = None) -> SearchOutcome:
+        """Best effort, never raises; drafts excluded. Scoped to ``access``. ``vector``: one the
+        caller already has for this search (a backend that ranks by meaning may use it rather than
+        embed ``query`` again; one of another model is ignored)."""
         ...
 
     async def get_page(self, access: Access, page_id: str) -> Page | None:
@@ -113,7 +116,7 @@ class UnconfiguredBackend:
     def can_search(self, access: Access) -> bool:
         return False
 
-    async def search(self, access: Access, query: str, limit: int) -> SearchOutcome:
+    async def search(self, access: Access, query: str, limit: int, *, vector: Vector | None = None) -> SearchOutcome:
         return SearchOutcome.did_not_run(UnsearchedReason.UNCONFIGURED, "no knowledge backend is configured")
 
     async def get_page(self, access: Access, page_id: str) -> Page | None:
@@ -168,16 +171,17 @@ class RoutedBackend:
         primary, native = self._split(access)
         return self.primary.can_search(primary) or (bool(native.containers) and self.native.can_search(native))
 
-    async def search(self, access: Access, query: str, limit: int) -> SearchOutcome:
+    async def search(self, access: Access, query: str, limit: int, *, vector: Vector | None = None) -> SearchOutcome:
         primary, native = self._split(access)
         ask_primary = self.primary.can_search(primary)
         ask_native = bool(native.containers)
         if not ask_native:
-            return await self.primary.search(primary, query, limit)
+            return await self.primary.search(primary, query, limit, vector=vector)
         if not ask_primary:
-            return await self.native.search(native, query, limit)
+            return await self.native.search(native, query, limit, vector=vector)
         first, second = await asyncio.gather(
-            self.primary.search(primary, query, limit), self.native.search(native, query, limit)
+            self.primary.search(primary, query, limit, vector=vector),
+            self.native.search(native, query, limit, vector=vector),
         )
         if not first.ran:
             return first

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import grpc
 
+from agentlearn.common.v1 import embedding_pb2
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
 from services.knowledge.domain import Page, ReadContext, Reader, SearchOutcome, UnsearchedReason
@@ -44,8 +45,18 @@ class Searcher(Protocol):
         """Whether a search by ``reader`` could return anything (no I/O on the service's side)."""
         ...
 
-    async def search(self, reader: Reader, query: str, limit: int, context: ReadContext) -> SearchOutcome:
-        """Best effort, never raises: the outcome says whether the search ran."""
+    async def search(
+        self,
+        reader: Reader,
+        query: str,
+        limit: int,
+        context: ReadContext,
+        *,
+        vector: embedding_pb2.Embedding | None = None,
+    ) -> SearchOutcome:
+        """Best effort, never raises: the outcome says whether the search ran. ``vector``: one the
+        caller already has (the turn's ask): the native backend ranks by it rather than embed the
+        query again, when it is of its model."""
         ...
 
     async def onboarding_pages(self, reader: Reader, unit_chain: Sequence[str], context: ReadContext) -> SearchOutcome:
@@ -88,10 +99,20 @@ class GrpcKnowledgeClient:
             return True
         return resp.can_search
 
-    async def search(self, reader: Reader, query: str, limit: int, context: ReadContext) -> SearchOutcome:
+    async def search(
+        self,
+        reader: Reader,
+        query: str,
+        limit: int,
+        context: ReadContext,
+        *,
+        vector: embedding_pb2.Embedding | None = None,
+    ) -> SearchOutcome:
         request = pb.SearchPagesRequest(
             reader=reader_to_pb(reader), query=query, limit=limit, context=context_to_pb(context)
         )
+        if vector is not None:
+            request.query_embedding.CopyFrom(vector)
         try:
             resp = await self._stub().SearchPages(request, timeout=self.timeout)
         except (grpc.aio.AioRpcError, TimeoutError) as err:

@@ -43,6 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 from libs.common.config import Settings
+from libs.common.embeddings import Vector
 from services.knowledge.backends import BackendUnavailable, PromotionRefused
 from services.knowledge.domain import (
     AUTO_DRAFTED_PARENT,
@@ -424,7 +425,8 @@ class ConfluenceBackend:
 
     # ------------------------------------------------------------------ search
 
-    async def search(self, access: Access, query: str, limit: int) -> SearchOutcome:
+    async def search(self, access: Access, query: str, limit: int, *, vector: Vector | None = None) -> SearchOutcome:
+        del vector  # Confluence's CQL search ranks by words only
         cred = self._credential(access)
         if cred is None:
             return SearchOutcome.did_not_run(

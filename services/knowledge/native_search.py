@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from libs.common.config import Settings
-from libs.common.embeddings import Embedder
-from libs.common.vector_path import EmbeddingStatus, embed_query, vector_half
+from libs.common.embeddings import Embedder, Vector
+from libs.common.vector_path import EmbeddingStatus, QueryEmbedding, embed_query, vector_half
 from libs.common.vectorindex import VectorIndex
 from services.knowledge.backends import BackendUnavailable
 from services.knowledge.domain import (
@@ -128,7 +128,7 @@ class NativeBackend:
     def can_search(self, access: Access) -> bool:
         return bool(access.containers) or access.operator
 
-    async def search(self, access: Access, query: str, limit: int) -> SearchOutcome:
+    async def search(self, access: Access, query: str, limit: int, *, vector: Vector | None = None) -> SearchOutcome:
         company, containers = access.reader.company, list(access.containers)
         if not containers:
             return SearchOutcome.did_not_run(UnsearchedReason.SCOPED_TO_NOTHING)
@@ -137,7 +137,7 @@ class NativeBackend:
         try:
             async with asyncio.TaskGroup() as tg:
                 lexical = tg.create_task(self.store.lexical(company, containers, query, limit))
-                vector = tg.create_task(self._vector_half(company, containers, query, limit))
+                by_meaning = tg.create_task(self._vector_half(company, containers, query, limit, vector))
         except Exception as err:  # best effort by contract: the search did not run
             cause = err.exceptions[0] if isinstance(err, ExceptionGroup) else err
             if isinstance(cause, StoreUnavailable):
@@ -145,7 +145,7 @@ class NativeBackend:
             else:
                 _log.error("native knowledge search for %s failed", company, exc_info=cause)
             return SearchOutcome.did_not_run(UnsearchedReason.UNREACHABLE, "the native pages could not be read")
-        return SearchOutcome(ServedMode.NATIVE, None, self._fuse(lexical.result(), vector.result(), limit))
+        return SearchOutcome(ServedMode.NATIVE, None, self._fuse(lexical.result(), by_meaning.result(), limit))
 
     def _fuse(
         self, lexical: list[tuple[Page, float, str]], vector: list[tuple[Page, float, str]], limit: int
@@ -175,11 +175,24 @@ class NativeBackend:
             for f in ordered[:limit]
         )
 
+    def _usable(self, vector: Vector | None) -> Vector | None:
+        """The caller's vector when this backend's pages are of its model and width, else None."""
+        if vector is None or self.embedder is None or vector.model != self.embedder.model:
+            return None
+        dims = self.embedder.dimensions
+        return vector if dims is None or dims == vector.dimensions else None
+
     async def _vector_half(
-        self, company: str, containers: list[str], query: str, limit: int
+        self, company: str, containers: list[str], query: str, limit: int, vector: Vector | None = None
     ) -> list[tuple[Page, float, str]]:
-        budget = self.settings.learning.prefetch.embed_budget_seconds
-        embedded = await embed_query(self.embedder, query, budget)
+        # The caller's vector (the turn's ask, embedded once a turn) spares a second model run;
+        # one of another model or width is not comparable with the pages' and the query is embedded.
+        given = self._usable(vector)
+        if given is not None:
+            embedded = QueryEmbedding.provided(given)
+        else:
+            budget = self.settings.learning.prefetch.embed_budget_seconds
+            embedded = await embed_query(self.embedder, query, budget)
         if embedded.vector is None:
             if embedded.status is EmbeddingStatus.FAILED:
                 _log.warning("knowledge query not embedded, lexical half only: %s", embedded.reason)

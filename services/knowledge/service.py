@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from libs.common.auth import current_principal
 from libs.common.config import Settings
+from libs.common.embeddings import Vector
 from libs.common.errors import FailedPrecondition, NotFound, PermissionDenied, Unavailable, field_error
 from libs.common.events import EventSink
 from libs.common.not_found import not_found_error, require_found
@@ -292,8 +293,12 @@ class KnowledgeService:
         await self._read(reader, context, pages)
         return PageListing(pages, next_cursor)
 
-    async def search(self, reader: Reader, query: str, limit: int, context: ReadContext) -> SearchOutcome:
-        """Best effort: never raises past the request's own checks."""
+    async def search(
+        self, reader: Reader, query: str, limit: int, context: ReadContext, *, vector: Vector | None = None
+    ) -> SearchOutcome:
+        """Best effort: never raises past the request's own checks. ``vector``: the caller's vector for
+        this search (the turn's ask, embedded once a turn), used by the native vector half in place of
+        embedding ``query`` when it is of the backend's model."""
         reader = self.reader(reader)
         require_text(query, "query", domain=DOMAIN, max_chars=4000)
         if limit < 0:
@@ -304,12 +309,12 @@ class KnowledgeService:
         limit = max(1, min(limit, self.limits.search_results))
         access = self.access(reader)
         if self.backend.mode is None:
-            return await self.backend.search(access, query, limit)
+            return await self.backend.search(access, query, limit, vector=vector)
         if not self.backend.can_search(access):
             return SearchOutcome.did_not_run(UnsearchedReason.SCOPED_TO_NOTHING)
         try:
             async with asyncio.timeout(self.settings.knowledge.search_timeout_seconds):
-                outcome = await self.backend.search(access, query, limit)
+                outcome = await self.backend.search(access, query, limit, vector=vector)
         except TimeoutError:
             _log.warning("knowledge search for %s passed its deadline", reader)
             return SearchOutcome.did_not_run(UnsearchedReason.UNREACHABLE, "the search did not finish in time")

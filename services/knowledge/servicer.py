@@ -12,7 +12,7 @@ from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.erasure_rpcs import ErasureRpcs, indexed_erasure
 from libs.common.field_copy import from_pb, to_pb
 from libs.common.grpcserver import Registration
-from libs.common.protoconv import timestamp
+from libs.common.protoconv import query_vector, timestamp
 from libs.common.rpctypes import ServicerContext
 from libs.common.validation import decode_page_token, encode_page_token, page_size
 from services.knowledge import erasure as _erasure
@@ -204,6 +204,7 @@ class KnowledgeServicer(ErasureRpcs, pb_grpc.KnowledgeServiceServicer):
             request.query,
             request.limit,
             context_from_pb(request.context, ReadSource.SEARCH_PAGES),
+            vector=query_vector(request.query_embedding, domain=DOMAIN),
         )
         return outcome_to_pb(outcome)
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from agentlearn.common.v1 import embedding_pb2
 from libs.common.auxmodel import AuxiliaryModel, AuxiliaryUnavailable, NoAuxiliaryModel, Prompt
 from services.knowledge.domain import (
     KnowledgeHit,
@@ -95,11 +96,22 @@ async def write_query(aux: AuxiliaryModel, who: Who, ask: str, timeout: float) -
     return query or None
 
 
-async def search(deps: Deps, reader: Reader, query: str, limit: int, context: ReadContext) -> SearchOutcome:
+async def search(
+    deps: Deps,
+    reader: Reader,
+    query: str,
+    limit: int,
+    context: ReadContext,
+    *,
+    vector: embedding_pb2.Embedding | None = None,
+) -> SearchOutcome:
     """The seam's outcome, trimmed to ``limit``. The seam never raises by contract; a searcher that
     does anyway (a bug) is a search that did not run, never a failed turn."""
     try:
-        outcome = await deps.searcher.search(reader, query, limit, context)
+        if vector is None:
+            outcome = await deps.searcher.search(reader, query, limit, context)
+        else:
+            outcome = await deps.searcher.search(reader, query, limit, context, vector=vector)
     except Exception:
         _log.exception("knowledge search for %s raised", reader)
         return SearchOutcome.did_not_run(UnsearchedReason.UNREACHABLE, "the search raised")
@@ -131,8 +143,17 @@ def render_block(outcome: SearchOutcome | None, *, gated: bool) -> str:
     return f"{heading}\n{hints.KNOWLEDGE_INTRO}\n{render_hits(outcome.hits)}"
 
 
-async def relevant_knowledge(deps: Deps, start: TurnStart, who: Who) -> Block:
-    """``## Relevant knowledge`` of one turn: query, search, render; degrades, never fails the turn."""
+async def relevant_knowledge(
+    deps: Deps,
+    start: TurnStart,
+    who: Who,
+    turn_vector: Callable[[], Awaitable[embedding_pb2.Embedding | None]] | None = None,
+) -> Block:
+    """``## Relevant knowledge`` of one turn: query, search, render; degrades, never fails the turn.
+
+    ``turn_vector``: the turn's ask vector (embedded once a turn, shared with the memory and episode
+    searches), handed to the search so that its vector half ranks by it and the turn start runs the
+    model once; None (no embedder, or the embed failed) lets the knowledge service embed the query."""
     block = Block(BlockKind.RELEVANT_KNOWLEDGE)
     reader = Reader(start.company, start.seat, start.role)
     if not await deps.searcher.can_search(reader):
@@ -145,7 +166,8 @@ async def relevant_knowledge(deps: Deps, start: TurnStart, who: Who) -> Block:
     if query is None:
         return block  # nothing to search with: show nothing rather than a guess
     context = ReadContext(ReadSource.RELEVANT_KNOWLEDGE, start.turn_id)
-    outcome = await search(deps, reader, query, prefetch.knowledge_results, context)
+    vector = None if turn_vector is None else await turn_vector()
+    outcome = await search(deps, reader, query, prefetch.knowledge_results, context, vector=vector)
     if not outcome.ran:
         if outcome.unsearched in _SOURCE_ERROR:
             block.source_error = _SOURCE_ERROR[outcome.unsearched]
@@ -158,11 +180,13 @@ async def relevant_knowledge(deps: Deps, start: TurnStart, who: Who) -> Block:
     return block
 
 
-async def onboarding_block(deps: Deps, start: TurnStart) -> Block:
+async def onboarding_block(deps: Deps, start: TurnStart, marker: tuple[str | None] | None = None) -> Block:
     """``## First-turn onboarding``: the unit chain's Onboarding pages until the seat marks this
-    chain onboarded."""
+    chain onboarded. ``marker``: the seat's marker already read with the run's claim (one-tuple of
+    the value), else it is read here."""
     block = Block(BlockKind.ONBOARDING)
-    if await deps.store.marker(start.company, start.seat) == chain_hash(start.unit_chain):
+    seen = (await deps.store.marker(start.company, start.seat),) if marker is None else marker
+    if seen[0] == chain_hash(start.unit_chain):
         return block
     reader = Reader(start.company, start.seat, start.role)
     outcome = await deps.searcher.onboarding_pages(

@@ -71,6 +71,12 @@ class PrefetchStore(Protocol):
         """True for the first call of the run: it builds the context."""
         ...
 
+    async def claim_context_reading_marker(
+        self, company: str, seat: str, turn_id: str, now: datetime
+    ) -> tuple[bool, str | None]:
+        """:meth:`claim_context`, and the seat's onboarding marker (:meth:`marker`) read with it."""
+        ...
+
     async def frozen_context(self, company: str, seat: str, turn_id: str) -> FrozenContext | None: ...
 
     async def take_over_context(

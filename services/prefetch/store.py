@@ -60,6 +60,15 @@ SQL = {
         INSERT INTO turn_contexts (company, seat, turn_id, state, claim_time, create_time)
         VALUES ($1, $2, $3, 'building', $4, $4)
         ON CONFLICT (company, seat, turn_id) DO NOTHING RETURNING 1""",
+    # The claim and the seat's onboarding marker in one round trip (the first call of a run, nearly
+    # every call, then needs no second statement for the onboarding block).
+    "context_claim_marker": """
+        WITH claim AS (
+            INSERT INTO turn_contexts (company, seat, turn_id, state, claim_time, create_time)
+            VALUES ($1, $2, $3, 'building', $4, $4)
+            ON CONFLICT (company, seat, turn_id) DO NOTHING RETURNING 1)
+        SELECT EXISTS (SELECT 1 FROM claim) AS claimed,
+               (SELECT chain_hash FROM agent_onboarding_markers WHERE company = $1 AND seat = $2) AS marker""",
     "context_get": """
         SELECT state, context, claim_time FROM turn_contexts WHERE company = $1 AND seat = $2 AND turn_id = $3""",
     # A claim older than $4 is a build that died with its process: the caller takes it over.
@@ -190,6 +199,14 @@ class PostgresPrefetchStore:
     async def claim_context(self, company: str, seat: str, turn_id: str, now: datetime) -> bool:
         """True when this call is the first for the run and now builds its context."""
         return await self._pool.fetchval(SQL["context_claim"], company, seat, turn_id, now) is not None
+
+    async def claim_context_reading_marker(
+        self, company: str, seat: str, turn_id: str, now: datetime
+    ) -> tuple[bool, str | None]:
+        """:meth:`claim_context` and :meth:`marker` in one statement."""
+        row = await self._pool.fetchrow(SQL["context_claim_marker"], company, seat, turn_id, now)
+        assert row is not None
+        return bool(row["claimed"]), row["marker"]
 
     async def frozen_context(self, company: str, seat: str, turn_id: str) -> FrozenContext | None:
         row = await self._pool.fetchrow(SQL["context_get"], company, seat, turn_id)

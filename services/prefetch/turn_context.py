@@ -1,7 +1,9 @@
 """BuildTurnContext: the turn-start blocks, in order, and the prefetch_summary.
 
 The ask is embedded ONCE (``learning.prefetch.embed_budget_seconds``) and the vector handed to the
-diary's and the episodes' reads as ``query_embedding``. The independent blocks run concurrently,
+diary's and the episodes' reads and to the knowledge search as ``query_embedding``: a turn start runs
+the embedding model once (the knowledge service embeds its keyword query itself only when the turn
+has no vector). The independent blocks run concurrently,
 each read under its own deadline; a source that cannot be read degrades its block and never fails
 the turn (the block's ``source_error`` and the summary say so).
 
@@ -146,14 +148,15 @@ class TurnContextBuilder:
         store, key = self.deps.store, (start.company, start.seat, start.turn_id)
         # The first call of a run (nearly every call) claims at once: one statement, not a read
         # then a claim. A claimed build that the budget parks gives its claim back.
-        if await store.claim_context(*key, self.deps.clock.now()):
+        claimed, marker = await store.claim_context_reading_marker(*key, self.deps.clock.now())
+        if claimed:
             try:
                 await self._park_if_spent(start)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(store.release_context(*key))
                 raise
-            return await self._build_and_freeze(start, who, key)
+            return await self._build_and_freeze(start, who, key, (marker,))
         frozen = await store.frozen_context(*key)
         if frozen is not None and frozen.state == "built" and frozen.context is not None:
             return TurnContext.from_json(frozen.context)
@@ -175,7 +178,9 @@ class TurnContextBuilder:
             await asyncio.sleep(0.1)
         return await self._build_and_freeze(start, who, key)
 
-    async def _build_and_freeze(self, start: TurnStart, who: Who, key: tuple[str, str, str]) -> TurnContext:
+    async def _build_and_freeze(
+        self, start: TurnStart, who: Who, key: tuple[str, str, str], marker: tuple[str | None] | None = None
+    ) -> TurnContext:
         """Build the claimed run's context and freeze it (the claim is released if the build fails)."""
         store = self.deps.store
         # The turn's bookkeeping (the auxiliary calls' charges and auxiliary_spend events, the
@@ -185,7 +190,7 @@ class TurnContextBuilder:
         # their services — every one of them before the turn is answered, as before.
         with bookkeeping() as batch:
             try:
-                context = await self._build(start, who)
+                context = await self._build(start, who, marker)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(store.release_context(*key))
@@ -256,7 +261,7 @@ class TurnContextBuilder:
             },
         )
 
-    async def _build(self, start: TurnStart, who: Who) -> TurnContext:
+    async def _build(self, start: TurnStart, who: Who, marker: tuple[str | None] | None = None) -> TurnContext:
         gated = start.gated
         async with asyncio.TaskGroup() as tg:
             embedding: asyncio.Task[Embedded] | None = None if gated else tg.create_task(self._embed(start.ask))
@@ -267,9 +272,11 @@ class TurnContextBuilder:
                 self._guard(BlockKind.PERSONAL_MEMORY, lambda: self._personal_memory(start, who, embedding))
             )
             skills = tg.create_task(self._guard(BlockKind.SKILLS, lambda: self._skills(start)))
-            know = tg.create_task(self._guard(BlockKind.RELEVANT_KNOWLEDGE, lambda: self._knowledge(start, who)))
+            know = tg.create_task(
+                self._guard(BlockKind.RELEVANT_KNOWLEDGE, lambda: self._knowledge(start, who, embedding))
+            )
             parties = tg.create_task(self._guard_many(BlockKind.COUNTERPARTY, lambda: self._counterparties(start)))
-            onboarding = tg.create_task(self._guard(BlockKind.ONBOARDING, lambda: self._onboarding(start)))
+            onboarding = tg.create_task(self._guard(BlockKind.ONBOARDING, lambda: self._onboarding(start, marker)))
         blocks = (
             prior.result(),
             mem.result(),
@@ -510,8 +517,16 @@ class TurnContextBuilder:
 
     # ------------------------------------------------------------------ ## Relevant knowledge
 
-    async def _knowledge(self, start: TurnStart, who: Who) -> Block:
-        return await knowledge_block.relevant_knowledge(self.deps, start, who)
+    async def _knowledge(self, start: TurnStart, who: Who, embedding: asyncio.Task[Embedded] | None) -> Block:
+        if embedding is None:  # gated: no search runs
+            return await knowledge_block.relevant_knowledge(self.deps, start, who)
+
+        async def turn_vector() -> embedding_pb2.Embedding | None:
+            # The ask's one vector of the turn, or none (failed, unconfigured): the knowledge
+            # service then embeds its query itself, as it does for search_knowledge.
+            return (await embedding)[0]
+
+        return await knowledge_block.relevant_knowledge(self.deps, start, who, turn_vector)
 
     # ------------------------------------------------------------------ counterparties
 
@@ -552,8 +567,8 @@ class TurnContextBuilder:
 
     # ------------------------------------------------------------------ ## First-turn onboarding
 
-    async def _onboarding(self, start: TurnStart) -> Block:
-        return await knowledge_block.onboarding_block(self.deps, start)
+    async def _onboarding(self, start: TurnStart, marker: tuple[str | None] | None) -> Block:
+        return await knowledge_block.onboarding_block(self.deps, start, marker)
 
 
 # ------------------------------------------------------------------------------------ shared

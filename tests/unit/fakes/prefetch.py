@@ -127,6 +127,11 @@ class FakePrefetchStore:
         self.context_times[key] = now
         return True
 
+    async def claim_context_reading_marker(
+        self, company: str, seat: str, turn_id: str, now: datetime
+    ) -> tuple[bool, str | None]:
+        return await self.claim_context(company, seat, turn_id, now), await self.marker(company, seat)
+
     async def frozen_context(self, company: str, seat: str, turn_id: str) -> FrozenContext | None:
         return copy.deepcopy(self.contexts.get((company, seat, turn_id)))
 
