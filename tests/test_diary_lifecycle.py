@@ -15,6 +15,7 @@ from libs.common.vectorindex import collection_name
 from services.diary import passes
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
+from tests.support.scripted_openai import openai_provider
 
 
 @pytest.fixture
@@ -228,16 +229,7 @@ async def test_rebuild_index_restores_every_vector_without_one_embedding_call(
 ):
     from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
 
-    settings = make_settings(
-        providers={
-            "embeddings": {
-                "kind": "openai",
-                "base_url": scripted_openai.base_url,
-                "api_key": "k",
-                "model": "scripted-embed",
-            }
-        }
-    )
+    settings = make_settings(providers={"embeddings": openai_provider(scripted_openai, "scripted-embed")})
     embedder = OpenAICompatibleEmbedder(settings.providers.embeddings)
     first = QdrantEdgeIndex(tmp_path / "idx-a")
     async with open_app(settings, dsn, names=["diary"], clock=clock, embedder=embedder, index=first) as app:
