@@ -213,17 +213,10 @@ async def test_a_change_of_model_width_limits_or_endpoint_releases_every_held_no
 async def test_a_long_row_goes_a_request_at_a_time_across_minutes_and_resumes_where_it_stopped(fill, scripted_openai):
     words = " ".join(f"w{i:03d}" for i in range(380))  # 1,899 bytes
     [row] = await fill.write("a", words)
-    settings = fill.settings(company_bytes_per_minute=1500, max_input_tokens=100)  # 300-byte pieces
-    first = await fill.minute(settings)
-    sent_first = [p for body in inputs(scripted_openai) for p in body]
-    assert first.ended_by == "bytes" and first.filled == 0 and first.continued == 1
-    assert sum(len(p) for p in sent_first) <= 1500
-    [cont] = fill.events_of("memory_fill_input_continued")
+    settings, sent_first, cont = await fill.first_minute_of_a_long_row()
     assert cont["payload"]["row"] == row and cont["payload"]["pieces_in"] == len(sent_first)
     total = cont["payload"]["pieces_total"]
-    scripted_openai.clear()
-    second = await fill.minute(settings)
-    sent_second = [p for body in inputs(scripted_openai) for p in body]
+    second, sent_second = await fill.next_minute(settings)
     assert len(sent_first) + len(sent_second) == total  # nothing sent twice
     assert " ".join(sent_first + sent_second) == words
     assert second.filled == 1 and row in fill.filled()

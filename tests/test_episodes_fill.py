@@ -131,17 +131,10 @@ async def test_a_compacted_row_is_never_offered_to_the_fill(fill, scripted_opena
 async def test_a_long_row_goes_a_request_at_a_time_across_minutes_and_resumes_where_it_stopped(fill, scripted_openai):
     ask = " ".join(f"w{i:03d}" for i in range(380))  # 1,899 bytes, plus the label and the account
     [row] = await fill.record("ana", ("Long ask", ask, "Done"))
-    settings = fill.settings(company_bytes_per_minute=1500, max_input_tokens=100)  # 300-byte pieces
-    first = await fill.minute(settings)
-    sent_first = [p for body in inputs(scripted_openai) for p in body]
-    assert first.ended_by == "bytes" and first.filled == 0 and first.continued == 1
-    assert sum(len(p) for p in sent_first) <= 1500
-    [cont] = fill.events_of("memory_fill_input_continued")
+    settings, sent_first, cont = await fill.first_minute_of_a_long_row()
     assert cont["payload"]["row"] == row and cont["payload"]["source"] == "episodes"
     assert cont["payload"]["pieces_in"] == len(sent_first)
-    scripted_openai.clear()
-    second = await fill.minute(settings)
-    sent_second = [p for body in inputs(scripted_openai) for p in body]
+    second, sent_second = await fill.next_minute(settings)
     pieces = sent_first + sent_second
     assert len(pieces) == cont["payload"]["pieces_total"]  # nothing sent twice
     assert " ".join(pieces).split() == f"Long ask\n{ask}\nDone".split()

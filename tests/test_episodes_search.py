@@ -17,6 +17,7 @@ from libs.common.vectorindex import collection_name
 from services.episodes import passes
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
+from tests.support.rebuild import rebuilt_index
 from tests.support.scripted_openai import openai_provider
 from tests.support.turns import raw_episode
 
@@ -236,27 +237,19 @@ async def test_a_vector_of_another_model_is_never_a_match(
 async def test_rebuild_restores_every_raw_vector_without_one_embedding_call(
     make_settings, dsn, clock, scripted_openai, tmp_path
 ):
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
-
-    settings = make_settings(providers={"embeddings": openai_provider(scripted_openai, "scripted-embed")})
-    embedder = OpenAICompatibleEmbedder(settings.providers.embeddings)
-    first = QdrantEdgeIndex(tmp_path / "a")
-    async with open_app(settings, dsn, names=["episodes"], clock=clock, embedder=embedder, index=first) as app:
+    async def record_all(app):  # type: ignore[no-untyped-def]
         stub = pb_grpc.EpisodeServiceStub(app.channel)
         await Turns(stub, clock).all()
-        before = await search(stub, TURNS[3][1], lexical_limit=0)
-    await first.close()
-    scripted_openai.clear()
-    second = QdrantEdgeIndex(tmp_path / "b")
-    async with open_app(settings, dsn, names=["episodes"], clock=clock, embedder=embedder, index=second) as app:
-        assert await app.components["episodes"].rebuild_index() == len(TURNS)
-        assert scripted_openai.received("embeddings") == []
+        return await search(stub, TURNS[3][1], lexical_limit=0)
+
+    settings = make_settings(providers={"embeddings": openai_provider(scripted_openai, "scripted-embed")})
+    async with rebuilt_index(settings, dsn, clock, scripted_openai, tmp_path, "episodes", record_all) as rebuilt:
+        app, second, restored, before = rebuilt
+        assert restored == len(TURNS)
         assert await second.count(collection_name("episodes", 64)) == len(TURNS)
         after = await search(pb_grpc.EpisodeServiceStub(app.channel), TURNS[3][1], lexical_limit=0)
         assert after.vector_source == embedding_pb2.VECTOR_SOURCE_INDEX
         assert [h.episode.id for h in after.hits] == [h.episode.id for h in before.hits]
-    await second.close()
-    await embedder.close()
 
 
 async def test_rows_written_while_the_index_was_down_are_indexed_by_the_fill_pass(

@@ -70,6 +70,24 @@ class FillMinutes:
         assert first.ended_by == "bytes" and first.refused_held == 0
         return settings
 
+    async def first_minute_of_a_long_row(self):  # type: ignore[no-untyped-def]
+        """Pieces of 100 tokens (300 bytes), 1500 bytes a minute: the one row, longer than that,
+        goes partly in its first minute and is continued, not filled. The settings, the pieces
+        sent, and the row's ``memory_fill_input_continued`` event."""
+        settings = self.settings(company_bytes_per_minute=1500, max_input_tokens=100)
+        first = await self.minute(settings)
+        sent = [p for body in inputs(self.server) for p in body]
+        assert first.ended_by == "bytes" and first.filled == 0 and first.continued == 1
+        assert sum(len(p) for p in sent) <= 1500
+        [cont] = self.events_of("memory_fill_input_continued")
+        return settings, sent, cont
+
+    async def next_minute(self, settings):  # type: ignore[no-untyped-def]
+        """Another minute, the endpoint's record cleared first: its report and the pieces sent."""
+        self.server.clear()
+        report = await self.minute(settings)
+        return report, [p for body in inputs(self.server) for p in body]
+
     def events_of(self, kind: str) -> list[dict[str, Any]]:
         """The events of ``kind`` read back after the last minute, oldest first."""
         return [e for e in self.events if e["kind"] == kind]
