@@ -4,20 +4,18 @@ compatible server, and a clock that moves only when told."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
-import uuid
 import warnings
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from libs.common.clock import ManualClock
 from libs.common.config import Settings, load_settings
 from libs.common.db import COMMON_MIGRATIONS, migrate
 from services.runner.registry import SERVICES
+from tests.support.databases import admin_execute, scratch_database, with_db
 from tests.support.scripted_openai import ScriptedOpenAI
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
@@ -44,10 +42,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _with_db(uri: str, name: str) -> str:
-    return re.sub(r"/[^/?]*\?", f"/{name}?", uri, count=1)
-
-
 @pytest.fixture(scope="session")
 def pg_uri() -> str:
     """The session's embedded server. Its data directory lives outside pytest's temporary tree: a
@@ -65,48 +59,23 @@ def pg_uri() -> str:
 
 @pytest.fixture(scope="session")
 async def template_db(pg_uri: str) -> str:
-    admin = await asyncpg.connect(pg_uri)
-    try:
-        await admin.execute("DROP DATABASE IF EXISTS agentlearn_tmpl")
-        await admin.execute("CREATE DATABASE agentlearn_tmpl")
-    finally:
-        await admin.close()
-    await migrate(_with_db(pg_uri, "agentlearn_tmpl"), [COMMON_MIGRATIONS, *[m.MIGRATIONS for m in SERVICES.values()]])
+    await admin_execute(pg_uri, "DROP DATABASE IF EXISTS agentlearn_tmpl", "CREATE DATABASE agentlearn_tmpl")
+    await migrate(with_db(pg_uri, "agentlearn_tmpl"), [COMMON_MIGRATIONS, *[m.MIGRATIONS for m in SERVICES.values()]])
     return "agentlearn_tmpl"
 
 
 @pytest.fixture
 async def dsn(pg_uri: str, template_db: str) -> str:
     """A fresh, migrated database for this test alone."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(pg_uri)
-    try:
-        await admin.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
-    finally:
-        await admin.close()
-    yield _with_db(pg_uri, name)
-    admin = await asyncpg.connect(pg_uri)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    finally:
-        await admin.close()
+    async with scratch_database(pg_uri, "t", template_db) as fresh:
+        yield fresh
 
 
 @pytest.fixture
 async def empty_dsn(pg_uri: str) -> str:
     """A fresh database with nothing in it (migration tests)."""
-    name = f"e_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(pg_uri)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-    finally:
-        await admin.close()
-    yield _with_db(pg_uri, name)
-    admin = await asyncpg.connect(pg_uri)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    finally:
-        await admin.close()
+    async with scratch_database(pg_uri, "e") as fresh:
+        yield fresh
 
 
 @pytest.fixture(scope="session")
@@ -130,6 +99,14 @@ def scripted_openai():
     server.stop()
 
 
+async def _close_quietly(index) -> None:  # type: ignore[no-untyped-def]
+    """Closes a test's index; one a test already closed (or broke on purpose) is no error."""
+    try:
+        await index.close()
+    except Exception:
+        pass
+
+
 @pytest.fixture(params=["edge", "local"])
 async def vector_index(request: pytest.FixtureRequest, tmp_path: Path):
     """Both adapters of the vector-index port: Qdrant's embedded engine and qdrant-client local mode."""
@@ -142,10 +119,7 @@ async def vector_index(request: pytest.FixtureRequest, tmp_path: Path):
 
         index = QdrantClientIndex.local()
     yield index
-    try:
-        await index.close()
-    except Exception:
-        pass
+    await _close_quietly(index)
 
 
 @pytest.fixture
@@ -164,7 +138,17 @@ async def edge_index(tmp_path: Path):
 
     index = QdrantEdgeIndex(tmp_path / "edge-single")
     yield index
-    try:
-        await index.close()
-    except Exception:
-        pass
+    await _close_quietly(index)
+
+
+@pytest.fixture
+async def diary(make_settings, dsn, clock, local_embedder, vector_index):
+    """The diary alone, default settings, on the local model and each index adapter: (app, stub).
+    A test module that needs other settings defines its own ``diary``."""
+    from agentlearn.diary.v1 import diary_service_pb2_grpc
+    from tests.support.app import open_app
+
+    async with open_app(
+        make_settings(), dsn, names=["diary"], clock=clock, embedder=local_embedder, index=vector_index
+    ) as app:
+        yield app, diary_service_pb2_grpc.DiaryServiceStub(app.channel)

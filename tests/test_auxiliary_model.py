@@ -18,27 +18,15 @@ from libs.common.auxmodel import (
 from libs.common.budgets import window_start
 from libs.common.events import read_events
 from libs.common.infra import open_infra
-from tests.support.scripted_openai import Reply
+from tests.support.scripted_openai import Reply, openai_provider
 
 
 def chain_settings(make_settings, server, secondary_timeout=0.5, **extra):  # type: ignore[no-untyped-def]
     return make_settings(
         providers={
             "llm": {
-                "primary": {
-                    "kind": "openai",
-                    "base_url": server.base_url,
-                    "api_key": "k",
-                    "model": "big",
-                    "timeout_seconds": 0.5,
-                },
-                "secondary": {
-                    "kind": "openai",
-                    "base_url": server.base_url,
-                    "api_key": "k",
-                    "model": "small",
-                    "timeout_seconds": secondary_timeout,
-                },
+                "primary": openai_provider(server, "big", timeout_seconds=0.5),
+                "secondary": openai_provider(server, "small", timeout_seconds=secondary_timeout),
                 "offline": {"kind": "offline"},
             },
             "auxiliary_chain": ["primary", "secondary", "offline"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -19,7 +20,7 @@ from libs.common.clock import SystemClock
 from tests.support.app import App, open_app
 from tests.test_prefetch_support import default_settings
 
-__all__ = ["offer_skill", "reflected_episode", "serving"]
+__all__ = ["example_output", "offer_skill", "reflected_episode", "serving"]
 
 
 @contextlib.asynccontextmanager
@@ -34,6 +35,24 @@ async def serving(make_settings, dsn, embedder, index, **kw) -> AsyncIterator[Ap
             workers.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await workers
+
+
+async def example_output(process: asyncio.subprocess.Process, skill: sk_pb.Skill) -> str:
+    """What a lifecycle example printed, once it exited cleanly and its last line (a JSON summary)
+    says what every example does: the skill offered, the turn queued, the note it wrote refreshed,
+    and the refusal of a bad tool call read off its rich status."""
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()
+    text = out.decode()
+    summary = json.loads(text.strip().splitlines()[-1])
+    assert summary["offered_skills"] == [skill.id] and summary["queued"] is True
+    assert summary["refresh_note_ids"] == [summary["note_id"]]
+    assert summary["refusal"] == {
+        "code": "INVALID_ARGUMENT",
+        "reason": "TOOL_ARGUMENTS_INVALID",
+        "fields": ["arguments_json.content"],
+    }
+    return text
 
 
 async def offer_skill(app: App, seat: str = "ana") -> sk_pb.Skill:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import ast
 import re
 from importlib.metadata import PackageNotFoundError, distribution, packages_distributions
-from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.sources import ROOT, our_sources
 
 
 def _norm(name: str) -> str:
@@ -26,15 +25,12 @@ def _locked(name: str) -> set[str]:
 
 def _imported_distributions() -> set[str]:
     modules: set[str] = set()
-    for root in ("libs", "services"):
-        for path in (ROOT / root).rglob("*.py"):
-            if "gen" in path.relative_to(ROOT).parts:
-                continue
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Import):
-                    modules |= {a.name.split(".")[0] for a in node.names}
-                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    modules.add(node.module.split(".")[0])
+    for path in our_sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules.add(node.module.split(".")[0])
     by_module = packages_distributions()
     return {d for m in modules for d in by_module.get(m, [])}
 

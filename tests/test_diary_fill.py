@@ -9,35 +9,20 @@ import pytest
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
-from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
-from libs.common.events import read_events
 from tests.support.app import open_app
+from tests.support.fill import FillMinutes, inputs, refusing
 from tests.support.scripted_openai import Reply
 
 
-class Fill:
+class Fill(FillMinutes):
     """Writes notes with no embedder (so they have no vector), then runs minutes of the fill."""
 
-    def __init__(self, make_settings, dsn, clock, server, vector_index):  # type: ignore[no-untyped-def]
-        self.make_settings, self.dsn, self.clock, self.server, self.index = (
-            make_settings,
-            dsn,
-            clock,
-            server,
-            vector_index,
-        )
+    ROWS_SQL = (
+        "SELECT id, content, embedding_model, embedding_dims, indexed, fill_held_until, fill_alone FROM agent_diary"
+    )
 
     def settings(self, model: str = "scripted-embed", dims: int | None = None, **fill):  # type: ignore[no-untyped-def]
-        emb = {
-            "kind": "openai",
-            "base_url": self.server.base_url,
-            "api_key": "k",
-            "model": model,
-            "timeout_seconds": 0.5,
-            "max_input_tokens": fill.pop("max_input_tokens", 256),
-        }
-        if dims:
-            emb["dimensions"] = dims
+        emb = self.embeddings(model, dims, fill)
         return self.make_settings(providers={"embeddings": emb}, learning={"fill": fill})
 
     async def write(self, seat: str, *contents: str, company: str = "acme") -> list[str]:
@@ -56,38 +41,13 @@ class Fill:
         return ids
 
     async def minute(self, settings=None, **fill):  # type: ignore[no-untyped-def]
-        settings = settings or self.settings(**fill)
-        embedder = OpenAICompatibleEmbedder(settings.providers.embeddings)
-        try:
-            async with open_app(
-                settings, self.dsn, names=["diary"], clock=self.clock, embedder=embedder, index=self.index
-            ) as app:
-                self.app = app
-                result = await app.passes()["diary-fill"].run()
-                self.rows = {
-                    str(r["id"]): r
-                    for r in await app.infra.pool.fetch(
-                        "SELECT id, content, embedding_model, embedding_dims, indexed, fill_held_until, fill_alone "
-                        "FROM agent_diary"
-                    )
-                }
-                self.events = await read_events(app.infra.pool)
-        finally:
-            await embedder.close()
-        self.clock.advance(seconds=61)  # the next call is the next minute
-        return result["fill"]
-
-    def filled(self) -> set[str]:
-        return {i for i, r in self.rows.items() if r["embedding_model"]}
+        results = await self.run_passes(settings or self.settings(**fill), ["diary"], {"diary": "diary-fill"})
+        return results["diary"]["fill"]
 
 
 @pytest.fixture
 def fill(make_settings, dsn, clock, scripted_openai, vector_index):
     return Fill(make_settings, dsn, clock, scripted_openai, vector_index)
-
-
-def inputs(server) -> list[list[str]]:  # type: ignore[no-untyped-def]
-    return [body["input"] for body in server.received("embeddings")]
 
 
 async def test_notes_without_a_vector_are_filled_indexed_and_found(fill, scripted_openai):
@@ -146,15 +106,11 @@ async def test_a_provider_failure_ends_the_minute_for_every_seat(fill, scripted_
     assert report.filled == 2 and len(fill.filled()) == 2
 
 
-def _refuse(word: str):  # type: ignore[no-untyped-def]
-    return lambda body: Reply(status=400) if any(word in t for t in body["input"]) else None
-
-
 async def test_a_refused_batch_is_halved_to_the_one_note_which_is_held_an_hour_then_offered_alone(
     fill, scripted_openai
 ):
     ids = await fill.write("a", "ok zero", "ok one", "POISON two", "ok three")
-    scripted_openai.rule("embeddings", _refuse("POISON"))
+    scripted_openai.rule("embeddings", refusing("POISON"))
     report = await fill.minute()
     assert inputs(scripted_openai) == [
         ["ok zero", "ok one", "POISON two", "ok three"],  # refused: the minute's first answer...
@@ -169,7 +125,7 @@ async def test_a_refused_batch_is_halved_to_the_one_note_which_is_held_an_hour_t
     assert poison["fill_alone"] and poison["fill_held_until"] == fill.clock.now() - timedelta(seconds=61) + timedelta(
         hours=1
     )
-    assert [e["payload"]["row"] for e in fill.events if e["kind"] == "memory_fill_input_refused"] == [ids[2]]
+    assert [e["payload"]["row"] for e in fill.events_of("memory_fill_input_refused")] == [ids[2]]
     # Within the hour nothing is sent for it.
     scripted_openai.clear()
     await fill.minute()
@@ -216,7 +172,7 @@ async def test_a_vector_with_no_direction_costs_only_its_note(fill, scripted_ope
     assert (report.requests, report.filled, report.unusable_held) == (1, 2, 1)
     held = fill.rows[ids[1]]
     assert held["embedding_model"] is None and held["fill_held_until"] is not None and not held["fill_alone"]
-    [event] = [e for e in fill.events if e["kind"] == "memory_fill_vector_unusable"]
+    [event] = fill.events_of("memory_fill_vector_unusable")
     assert event["payload"]["row"] == ids[1] and event["payload"]["bytes"] == len("ZERO two")
     # After the hour it goes again with its neighbours, in one request.
     scripted_openai.rule("embeddings", None)
@@ -241,7 +197,7 @@ async def test_notes_of_a_model_the_company_left_are_filled_again(fill, scripted
 
 async def test_a_change_of_model_width_limits_or_endpoint_releases_every_held_note(fill, scripted_openai):
     ids = await fill.write("a", "ok one", "POISON two")
-    scripted_openai.rule("embeddings", _refuse("POISON"))
+    scripted_openai.rule("embeddings", refusing("POISON"))
     await fill.minute()
     assert fill.rows[ids[1]]["fill_held_until"] is not None
     scripted_openai.rule("embeddings", None)
@@ -257,17 +213,10 @@ async def test_a_change_of_model_width_limits_or_endpoint_releases_every_held_no
 async def test_a_long_row_goes_a_request_at_a_time_across_minutes_and_resumes_where_it_stopped(fill, scripted_openai):
     words = " ".join(f"w{i:03d}" for i in range(380))  # 1,899 bytes
     [row] = await fill.write("a", words)
-    settings = fill.settings(company_bytes_per_minute=1500, max_input_tokens=100)  # 300-byte pieces
-    first = await fill.minute(settings)
-    sent_first = [p for body in inputs(scripted_openai) for p in body]
-    assert first.ended_by == "bytes" and first.filled == 0 and first.continued == 1
-    assert sum(len(p) for p in sent_first) <= 1500
-    [cont] = [e for e in fill.events if e["kind"] == "memory_fill_input_continued"]
+    settings, sent_first, cont = await fill.first_minute_of_a_long_row()
     assert cont["payload"]["row"] == row and cont["payload"]["pieces_in"] == len(sent_first)
     total = cont["payload"]["pieces_total"]
-    scripted_openai.clear()
-    second = await fill.minute(settings)
-    sent_second = [p for body in inputs(scripted_openai) for p in body]
+    second, sent_second = await fill.next_minute(settings)
     assert len(sent_first) + len(sent_second) == total  # nothing sent twice
     assert " ".join(sent_first + sent_second) == words
     assert second.filled == 1 and row in fill.filled()
@@ -277,16 +226,13 @@ async def test_a_refused_piece_holds_the_row_and_the_retry_resumes_at_that_piece
     words = " ".join(f"w{i:03d}" for i in range(380))
     poisoned = words.replace("w200", "POISON")
     [row] = await fill.write("a", poisoned)
-    settings = fill.settings(company_bytes_per_minute=1500, max_input_tokens=100)
-    scripted_openai.rule("embeddings", _refuse("POISON"))
-    first = await fill.minute(settings)
-    # The refused chunk spent the minute's bytes before the piece could be found...
-    assert first.ended_by == "bytes" and first.refused_held == 0
+    # The refused chunk spends the first minute's bytes before the piece can be found...
+    settings = await fill.first_minute_refusing("POISON")
     # ...so the row's pieces now go one per request, and the next minute finds it.
     report = await fill.minute(settings)
     assert report.refused_held == 1
     assert all(len(body) == 1 for body in inputs(scripted_openai)[2:])
-    kept = [e["payload"]["pieces_in"] for e in fill.events if e["kind"] == "memory_fill_input_continued"]
+    kept = [e["payload"]["pieces_in"] for e in fill.events_of("memory_fill_input_continued")]
     assert kept  # the pieces before the refused one are kept
     scripted_openai.rule("embeddings", None)
     fill.clock.advance(hours=1)

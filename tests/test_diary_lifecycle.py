@@ -10,11 +10,12 @@ import pytest
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
-from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
 from libs.common.vectorindex import collection_name
 from services.diary import passes
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
+from tests.support.rebuild import rebuilt_index
+from tests.support.scripted_openai import openai_provider
 
 
 @pytest.fixture
@@ -226,43 +227,22 @@ async def test_sweep_cap_ignores_short_notes_and_other_seats(diary, clock):
 async def test_rebuild_index_restores_every_vector_without_one_embedding_call(
     make_settings, dsn, clock, scripted_openai, tmp_path
 ):
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+    recall = pb.RecallNotesRequest(company="acme", seat="ana", query="fact number 3", recency_limit=0, lexical_limit=0)
 
-    settings = make_settings(
-        providers={
-            "embeddings": {
-                "kind": "openai",
-                "base_url": scripted_openai.base_url,
-                "api_key": "k",
-                "model": "scripted-embed",
-            }
-        }
-    )
-    embedder = OpenAICompatibleEmbedder(settings.providers.embeddings)
-    first = QdrantEdgeIndex(tmp_path / "idx-a")
-    async with open_app(settings, dsn, names=["diary"], clock=clock, embedder=embedder, index=first) as app:
+    async def write_twelve(app):  # type: ignore[no-untyped-def]
         stub = pb_grpc.DiaryServiceStub(app.channel)
         ids = [(await write(stub, f"fact number {i}", clock=clock)).id for i in range(12)]
-        before = await stub.RecallNotes(
-            pb.RecallNotesRequest(company="acme", seat="ana", query="fact number 3", recency_limit=0, lexical_limit=0)
-        )
-    await first.close()
-    scripted_openai.clear()
-    # A brand-new, empty index: rebuild it from Postgres alone.
-    second = QdrantEdgeIndex(tmp_path / "idx-b")
-    async with open_app(settings, dsn, names=["diary"], clock=clock, embedder=embedder, index=second) as app:
-        restored = await app.components["diary"].rebuild_index()
+        return ids, await stub.RecallNotes(recall)
+
+    settings = make_settings(providers={"embeddings": openai_provider(scripted_openai, "scripted-embed")})
+    async with rebuilt_index(settings, dsn, clock, scripted_openai, tmp_path, "diary", write_twelve) as rebuilt:
+        app, second, restored, (ids, before) = rebuilt
         assert restored == 12
-        assert scripted_openai.received("embeddings") == []  # not one embedding call
         assert await second.count(collection_name("diary_notes", 64)) == 12
-        stub = pb_grpc.DiaryServiceStub(app.channel)
-        after = await stub.RecallNotes(
-            pb.RecallNotesRequest(company="acme", seat="ana", query="fact number 3", recency_limit=0, lexical_limit=0)
-        )
+        after = await pb_grpc.DiaryServiceStub(app.channel).RecallNotes(recall)
         assert after.vector_source == before.vector_source
         assert [c.note.id for c in after.candidates] == [c.note.id for c in before.candidates]
         assert set(ids) == {c.note.id for c in after.candidates}
-    await embedder.close()
 
 
 async def test_notes_written_while_the_index_was_down_are_indexed_by_the_fill_pass(

@@ -16,6 +16,7 @@ from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
+from tests.support.scripted_openai import openai_provider
 
 FACTS = [
     "Bob prefers weekly status digests over daily pings",
@@ -24,14 +25,6 @@ FACTS = [
     "The security channel must be tagged before merging auth changes",
     "Carla is on vacation until the end of the month",
 ]
-
-
-@pytest.fixture
-async def diary(make_settings, dsn, clock, local_embedder, vector_index):
-    async with open_app(
-        make_settings(), dsn, names=["diary"], clock=clock, embedder=local_embedder, index=vector_index
-    ) as app:
-        yield app, pb_grpc.DiaryServiceStub(app.channel)
 
 
 async def write(stub, content, *, seat="ana", tier=pb.NOTE_TIER_LONG, ttl=0, clock=None):  # type: ignore[no-untyped-def]
@@ -173,16 +166,7 @@ async def test_a_vector_of_another_model_is_never_a_match(
             await write(stub, f, clock=clock)
     # Same database and index, another embedder of the same width.
     scripted_openai.dims = 384
-    settings = make_settings(
-        providers={
-            "embeddings": {
-                "kind": "openai",
-                "base_url": scripted_openai.base_url,
-                "api_key": "k",
-                "model": "other-model",
-            }
-        }
-    )
+    settings = make_settings(providers={"embeddings": openai_provider(scripted_openai, "other-model")})
     other = OpenAICompatibleEmbedder(settings.providers.embeddings)
     async with open_app(settings, dsn, names=["diary"], clock=clock, embedder=other, index=vector_index) as app:
         stub = pb_grpc.DiaryServiceStub(app.channel)

@@ -11,15 +11,7 @@ from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
-from tests.support.scripted_openai import Reply
-
-
-@pytest.fixture
-async def diary(make_settings, dsn, clock, local_embedder, vector_index):
-    async with open_app(
-        make_settings(), dsn, names=["diary"], clock=clock, embedder=local_embedder, index=vector_index
-    ) as app:
-        yield app, pb_grpc.DiaryServiceStub(app.channel)
+from tests.support.scripted_openai import Reply, openai_provider
 
 
 def write(stub, content, tier=pb.NOTE_TIER_LONG, ttl=0, seat="ana", company="acme"):  # type: ignore[no-untyped-def]
@@ -103,14 +95,7 @@ async def test_short_note_expires_after_its_ttl(diary):
 async def remote_diary(make_settings, dsn, clock, scripted_openai, vector_index):
     """A diary whose embedder is an OpenAI-compatible endpoint we script."""
     settings = make_settings(
-        providers={
-            "embeddings": {
-                "kind": "openai",
-                "base_url": scripted_openai.base_url,
-                "api_key": "k",
-                "model": "scripted-embed",
-            }
-        },
+        providers={"embeddings": openai_provider(scripted_openai, "scripted-embed")},
         learning={"diary": {"embed_budget_seconds": 0.5}},
     )
     embedder = OpenAICompatibleEmbedder(settings.providers.embeddings)

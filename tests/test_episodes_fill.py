@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
@@ -18,39 +17,29 @@ from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from libs.common.embeddings import pool
 from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
-from libs.common.events import read_events
 from services.episodes.domain import vector_text
 from tests.support.app import open_app
+from tests.support.fill import FillMinutes, inputs
 from tests.support.scripted_openai import Reply, hash_vector
-
-
-def ts(dt) -> Timestamp:  # type: ignore[no-untyped-def]
-    out = Timestamp()
-    out.FromDatetime(dt)
-    return out
-
+from tests.support.turns import raw_episode
 
 PASS = {"diary": "diary-fill", "episodes": "episode-fill"}
 
 
-class Fill:
+class Fill(FillMinutes):
     """Records turns with no embedder (so they have no vector), then runs minutes of the fill."""
 
+    ROWS_SQL = (
+        "SELECT id, kind, label, ask, what_it_did, embedding, embedding_model, embedding_dims, "
+        "indexed, fill_held_until FROM episodes"
+    )
+
     def __init__(self, make_settings, dsn, clock, server, index):  # type: ignore[no-untyped-def]
-        self.make_settings, self.dsn, self.clock, self.server, self.index = make_settings, dsn, clock, server, index
+        super().__init__(make_settings, dsn, clock, server, index)
         self.n = 0
 
     def settings(self, model: str = "scripted-embed", dims: int | None = None, **fill):  # type: ignore[no-untyped-def]
-        emb = {
-            "kind": "openai",
-            "base_url": self.server.base_url,
-            "api_key": "k",
-            "model": model,
-            "timeout_seconds": 0.5,
-            "max_input_tokens": fill.pop("max_input_tokens", 256),
-        }
-        if dims:
-            emb["dimensions"] = dims
+        emb = self.embeddings(model, dims, fill)
         return self.make_settings(
             providers={"embeddings": emb},
             learning={"fill": fill, "episode_lifecycle": {"max_raw_episodes_per_agent": 3}},
@@ -73,18 +62,7 @@ class Fill:
                 self.clock.advance(seconds=1)
                 end = self.clock.now() - timedelta(days=days_ago)
                 resp = await stub.RecordEpisode(
-                    pb.RecordEpisodeRequest(
-                        company="acme",
-                        seat=seat,
-                        turn_id=f"run-{self.n}",
-                        label=label,
-                        ask=ask,
-                        what_it_did=what,
-                        outcome=pb.TURN_OUTCOME_DONE,
-                        tool_sequence=["jira.search"],
-                        start_time=ts(end - timedelta(minutes=1)),
-                        end_time=ts(end),
-                    )
+                    raw_episode(seat, f"run-{self.n}", end, label, ask, what, ["jira.search"])
                 )
                 assert resp.episode.embedding_model == "" and resp.embedding_skipped_reason == "unconfigured"
                 ids.append(resp.episode.id)
@@ -98,38 +76,13 @@ class Fill:
             return await app.passes()["episode-lifecycle"].run()
 
     async def minute(self, settings=None, names=("episodes",), **fill):  # type: ignore[no-untyped-def]
-        settings = settings or self.settings(**fill)
-        embedder = OpenAICompatibleEmbedder(settings.providers.embeddings)
-        try:
-            async with open_app(
-                settings, self.dsn, names=list(names), clock=self.clock, embedder=embedder, index=self.index
-            ) as app:
-                self.app = app
-                results = {n: await app.passes()[PASS[n]].run() for n in names}
-                self.rows = {
-                    str(r["id"]): r
-                    for r in await app.infra.pool.fetch(
-                        "SELECT id, kind, label, ask, what_it_did, embedding, embedding_model, embedding_dims, "
-                        "indexed, fill_held_until FROM episodes"
-                    )
-                }
-                self.events = await read_events(app.infra.pool)
-        finally:
-            await embedder.close()
-        self.clock.advance(seconds=61)  # the next call is the next minute
+        results = await self.run_passes(settings or self.settings(**fill), list(names), PASS)
         return results["episodes"]["fill"] if list(names) == ["episodes"] else results
-
-    def filled(self) -> set[str]:
-        return {i for i, r in self.rows.items() if r["embedding_model"]}
 
 
 @pytest.fixture
 def fill(make_settings, dsn, clock, scripted_openai, vector_index):
     return Fill(make_settings, dsn, clock, scripted_openai, vector_index)
-
-
-def inputs(server) -> list[list[str]]:  # type: ignore[no-untyped-def]
-    return [body["input"] for body in server.received("embeddings")]
 
 
 async def test_rows_without_a_vector_are_filled_from_their_one_text_indexed_and_found(fill, scripted_openai):
@@ -178,17 +131,10 @@ async def test_a_compacted_row_is_never_offered_to_the_fill(fill, scripted_opena
 async def test_a_long_row_goes_a_request_at_a_time_across_minutes_and_resumes_where_it_stopped(fill, scripted_openai):
     ask = " ".join(f"w{i:03d}" for i in range(380))  # 1,899 bytes, plus the label and the account
     [row] = await fill.record("ana", ("Long ask", ask, "Done"))
-    settings = fill.settings(company_bytes_per_minute=1500, max_input_tokens=100)  # 300-byte pieces
-    first = await fill.minute(settings)
-    sent_first = [p for body in inputs(scripted_openai) for p in body]
-    assert first.ended_by == "bytes" and first.filled == 0 and first.continued == 1
-    assert sum(len(p) for p in sent_first) <= 1500
-    [cont] = [e for e in fill.events if e["kind"] == "memory_fill_input_continued"]
+    settings, sent_first, cont = await fill.first_minute_of_a_long_row()
     assert cont["payload"]["row"] == row and cont["payload"]["source"] == "episodes"
     assert cont["payload"]["pieces_in"] == len(sent_first)
-    scripted_openai.clear()
-    second = await fill.minute(settings)
-    sent_second = [p for body in inputs(scripted_openai) for p in body]
+    second, sent_second = await fill.next_minute(settings)
     pieces = sent_first + sent_second
     assert len(pieces) == cont["payload"]["pieces_total"]  # nothing sent twice
     assert " ".join(pieces).split() == f"Long ask\n{ask}\nDone".split()
@@ -218,23 +164,16 @@ async def test_a_failure_not_about_the_row_ends_the_minute_where_it_falls_and_th
     assert " ".join(pieces).split() == f"Long ask\n{ask}\nDone".split()
 
 
-def _refuse(word: str):  # type: ignore[no-untyped-def]
-    return lambda body: Reply(status=400) if any(word in t for t in body["input"]) else None
-
-
 async def test_a_refused_piece_holds_the_row_and_its_retry_resumes_at_that_piece(fill, scripted_openai):
     ask = " ".join(f"w{i:03d}" for i in range(380)).replace("w200", "POISON")
     [row] = await fill.record("ana", ("Long ask", ask, "Done"))
     [other] = await fill.record("bob", ("Short", "", "ok"))
-    settings = fill.settings(company_bytes_per_minute=1500, max_input_tokens=100)
-    scripted_openai.rule("embeddings", _refuse("POISON"))
-    first = await fill.minute(settings)
-    assert first.ended_by == "bytes" and first.refused_held == 0
+    settings = await fill.first_minute_refusing("POISON")
     second = await fill.minute(settings)
     assert second.refused_held == 1
     assert fill.rows[row]["fill_held_until"] is not None
     assert other in fill.filled()  # the seat behind it is filled meanwhile
-    kept = [e["payload"]["pieces_in"] for e in fill.events if e["kind"] == "memory_fill_input_continued"]
+    kept = [e["payload"]["pieces_in"] for e in fill.events_of("memory_fill_input_continued")]
     assert kept
     scripted_openai.rule("embeddings", None)
     scripted_openai.clear()

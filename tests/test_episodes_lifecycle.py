@@ -17,7 +17,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
@@ -27,15 +26,10 @@ from services.episodes.lifecycle import greedy_clusters, jaccard
 from services.episodes.store import SQL
 from tests.support.app import open_app
 from tests.support.scripted_openai import Reply
+from tests.support.turns import raw_episode
 
 GATE = 5
 DONE, FAILED, SELF_ITERATE = pb.TURN_OUTCOME_DONE, pb.TURN_OUTCOME_FAILED, pb.TURN_OUTCOME_SELF_ITERATE
-
-
-def ts(dt: datetime) -> Timestamp:
-    out = Timestamp()
-    out.FromDatetime(dt)
-    return out
 
 
 class Seats:
@@ -63,21 +57,20 @@ class Seats:
         turn_id = f"run-{next(self._ids):04d}"
         end = self.clock.now() - timedelta(days=days_ago)
         await self.stub.RecordEpisode(
-            pb.RecordEpisodeRequest(
-                company="acme",
-                seat=seat,
-                turn_id=turn_id,
-                label=label,
-                ask=ask,
-                what_it_did=what,
-                outcome=outcome,
-                tool_sequence=list(tools),
+            raw_episode(
+                seat,
+                turn_id,
+                end,
+                label,
+                ask,
+                what,
+                tools,
+                outcome,
+                minutes=3,
                 tools_called=list(tools),
                 role=role,
                 subjects=list(subjects),
                 conversation_id=conversation,
-                start_time=ts(end - timedelta(minutes=3)),
-                end_time=ts(end),
             )
         )
         return turn_id

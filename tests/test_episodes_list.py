@@ -7,20 +7,14 @@ from datetime import timedelta
 
 import grpc
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
+from tests.support.turns import ts
 
 DOMAIN = "episodes.agentlearn.dev"
-
-
-def ts(dt) -> Timestamp:  # type: ignore[no-untyped-def]
-    out = Timestamp()
-    out.FromDatetime(dt)
-    return out
 
 
 class Turns:

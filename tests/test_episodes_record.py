@@ -9,7 +9,6 @@ from datetime import timedelta
 import grpc
 import numpy as np
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
@@ -18,15 +17,10 @@ from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
 from libs.common.events import read_events
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
-from tests.support.scripted_openai import Reply, hash_vector
+from tests.support.scripted_openai import Reply, hash_vector, openai_provider
+from tests.support.turns import ts
 
 DOMAIN = "episodes.agentlearn.dev"
-
-
-def ts(dt) -> Timestamp:  # type: ignore[no-untyped-def]
-    out = Timestamp()
-    out.FromDatetime(dt)
-    return out
 
 
 def turn(clock, turn_id: str, *, seat: str = "ana", days_ago: float = 0, **fields) -> pb.RecordEpisodeRequest:  # type: ignore[no-untyped-def]
@@ -84,13 +78,9 @@ async def remote(make_settings, dsn, clock, scripted_openai, vector_index, reque
     or what the test passes indirectly (priced at three bytes a token)."""
     settings = make_settings(
         providers={
-            "embeddings": {
-                "kind": "openai",
-                "base_url": scripted_openai.base_url,
-                "api_key": "k",
-                "model": "scripted-embed",
-                "max_input_tokens": getattr(request, "param", 256),
-            }
+            "embeddings": openai_provider(
+                scripted_openai, "scripted-embed", max_input_tokens=getattr(request, "param", 256)
+            )
         },
         learning={"episodes": {"embed_budget_seconds": 0.5}},
     )

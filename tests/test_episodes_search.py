@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import grpc
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
@@ -18,6 +17,9 @@ from libs.common.vectorindex import collection_name
 from services.episodes import passes
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
+from tests.support.rebuild import rebuilt_index
+from tests.support.scripted_openai import openai_provider
+from tests.support.turns import raw_episode
 
 TURNS = [
     ("Message from Ana: Slack message", "Rotate the staging database credentials", "Rotated them in the vault"),
@@ -26,12 +28,6 @@ TURNS = [
     ("Message from Carla: Jira ticket", "Ticket POC-518: the billing export times out", "Added an index"),
     ("Message from Dan: email", "Plan the offsite dinner for the platform team", "Booked a restaurant"),
 ]
-
-
-def ts(dt) -> Timestamp:  # type: ignore[no-untyped-def]
-    out = Timestamp()
-    out.FromDatetime(dt)
-    return out
 
 
 class Turns:
@@ -44,20 +40,7 @@ class Turns:
         self.n += 1
         self.clock.advance(seconds=1)
         end = self.clock.now() - timedelta(days=days_ago)
-        resp = await self.stub.RecordEpisode(
-            pb.RecordEpisodeRequest(
-                company="acme",
-                seat=seat,
-                turn_id=f"run-{self.n}",
-                label=label,
-                ask=ask,
-                what_it_did=what,
-                outcome=outcome,
-                tool_sequence=list(tools),
-                start_time=ts(end - timedelta(minutes=1)),
-                end_time=ts(end),
-            )
-        )
+        resp = await self.stub.RecordEpisode(raw_episode(seat, f"run-{self.n}", end, label, ask, what, tools, outcome))
         return resp.episode
 
     async def all(self, seat="ana"):  # type: ignore[no-untyped-def]
@@ -243,11 +226,7 @@ async def test_a_vector_of_another_model_is_never_a_match(
     ) as app:
         await Turns(pb_grpc.EpisodeServiceStub(app.channel), clock).all()
     scripted_openai.dims = 384
-    settings = make_settings(
-        providers={
-            "embeddings": {"kind": "openai", "base_url": scripted_openai.base_url, "api_key": "k", "model": "other"}
-        }
-    )
+    settings = make_settings(providers={"embeddings": openai_provider(scripted_openai, "other")})
     other = OpenAICompatibleEmbedder(settings.providers.embeddings)
     async with open_app(settings, dsn, names=["episodes"], clock=clock, embedder=other, index=vector_index) as app:
         resp = await search(pb_grpc.EpisodeServiceStub(app.channel), "nightly build", lexical_limit=0)
@@ -258,36 +237,19 @@ async def test_a_vector_of_another_model_is_never_a_match(
 async def test_rebuild_restores_every_raw_vector_without_one_embedding_call(
     make_settings, dsn, clock, scripted_openai, tmp_path
 ):
-    from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
-
-    settings = make_settings(
-        providers={
-            "embeddings": {
-                "kind": "openai",
-                "base_url": scripted_openai.base_url,
-                "api_key": "k",
-                "model": "scripted-embed",
-            }
-        }
-    )
-    embedder = OpenAICompatibleEmbedder(settings.providers.embeddings)
-    first = QdrantEdgeIndex(tmp_path / "a")
-    async with open_app(settings, dsn, names=["episodes"], clock=clock, embedder=embedder, index=first) as app:
+    async def record_all(app):  # type: ignore[no-untyped-def]
         stub = pb_grpc.EpisodeServiceStub(app.channel)
         await Turns(stub, clock).all()
-        before = await search(stub, TURNS[3][1], lexical_limit=0)
-    await first.close()
-    scripted_openai.clear()
-    second = QdrantEdgeIndex(tmp_path / "b")
-    async with open_app(settings, dsn, names=["episodes"], clock=clock, embedder=embedder, index=second) as app:
-        assert await app.components["episodes"].rebuild_index() == len(TURNS)
-        assert scripted_openai.received("embeddings") == []
+        return await search(stub, TURNS[3][1], lexical_limit=0)
+
+    settings = make_settings(providers={"embeddings": openai_provider(scripted_openai, "scripted-embed")})
+    async with rebuilt_index(settings, dsn, clock, scripted_openai, tmp_path, "episodes", record_all) as rebuilt:
+        app, second, restored, before = rebuilt
+        assert restored == len(TURNS)
         assert await second.count(collection_name("episodes", 64)) == len(TURNS)
         after = await search(pb_grpc.EpisodeServiceStub(app.channel), TURNS[3][1], lexical_limit=0)
         assert after.vector_source == embedding_pb2.VECTOR_SOURCE_INDEX
         assert [h.episode.id for h in after.hits] == [h.episode.id for h in before.hits]
-    await second.close()
-    await embedder.close()
 
 
 async def test_rows_written_while_the_index_was_down_are_indexed_by_the_fill_pass(

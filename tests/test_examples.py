@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.test_clients_support import offer_skill, reflected_episode, serving
+from tests.test_clients_support import example_output, offer_skill, reflected_episode, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = ROOT / "examples" / "node"
@@ -51,17 +50,7 @@ async def test_the_node_example_lives_a_turn(node_modules, make_settings, dsn, l
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await asyncio.wait_for(process.communicate(), 120)
-        assert process.returncode == 0, err.decode()
-        text = out.decode()
-        summary = json.loads(text.strip().splitlines()[-1])
-        assert summary["offered_skills"] == [skill.id] and summary["queued"] is True
-        assert summary["refresh_note_ids"] == [summary["note_id"]]
-        assert summary["refusal"] == {
-            "code": "INVALID_ARGUMENT",
-            "reason": "TOOL_ARGUMENTS_INVALID",
-            "fields": ["arguments_json.content"],
-        }
+        text = await example_output(process, skill)
         assert "prod-deploy-approval" in text and "tools: refresh_memory, query_episodes" in text
 
         episode = await reflected_episode(app, "node-turn-1")

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import signal
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -17,15 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _env() -> dict[str, str]:
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AGENTLEARN_", "DATABASE_URL", "QDRANT_URL", "OPENAI_"))
-    }
+from tests.support.runner import start
 
 
 @pytest.fixture
@@ -38,26 +28,7 @@ def data_dir():
 
 
 async def _up(data: Path) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.runner",
-        "up",
-        "--port",
-        "0",
-        "--http-port",
-        "0",
-        "--data-dir",
-        str(data),
-        cwd=ROOT,
-        env=_env(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    async with asyncio.timeout(90):
-        line = (await proc.stdout.readline()).decode()
-    assert line.startswith("agentlearn ready on"), line
-    return proc
+    return (await start("up", "--port", "0", "--data-dir", str(data), ready="agentlearn ready on")).proc
 
 
 def _postmaster(data: Path) -> int:

@@ -5,10 +5,8 @@ other tests), stopped mid-burst and started again; the all-in-one is a real proc
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,9 +20,9 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from libs.common.db import COMMON_MIGRATIONS, migrate
 from services.runner.registry import SERVICES
+from tests.support.runner import clean_env, start
 from tests.support.turns import message, turn
 
-ROOT = Path(__file__).resolve().parents[1]
 TURNS = 60
 
 
@@ -73,16 +71,9 @@ async def test_turns_accepted_before_a_postgres_restart_are_reflected_once_after
             }
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEARN_", "OPENAI_", "QDRANT_"))}
-    env["DATABASE_URL"] = dsn
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.runner",
+    running = await start(
         "up",
         "--port",
-        "0",
-        "--http-port",
         "0",
         "--config",
         str(config),
@@ -90,19 +81,14 @@ async def test_turns_accepted_before_a_postgres_restart_are_reflected_once_after
         str(tmp_path / "data"),
         "--log-level",
         "WARNING",
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+        env=clean_env({"DATABASE_URL": dsn}),
+        ready="agentlearn ready on",
     )
+    proc = running.proc
     conn: asyncpg.Connection | None = None
     try:
-        async with asyncio.timeout(90):
-            line = (await proc.stdout.readline()).decode()
-        assert line.startswith("agentlearn ready on"), line
-        port = int(line.split()[3].rsplit(":", 1)[1])
         clock = SystemClock()
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc.aio.insecure_channel(running.address) as channel:
             stub = pb_grpc.ReflectorServiceStub(channel)
             for i in range(TURNS):
                 # Words of its own per turn: the offline decider takes a fact sharing most content words

@@ -7,11 +7,12 @@ each comparison is the same ServiceChannels with in-process calls turned off."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
@@ -22,23 +23,16 @@ from libs.common.clients import Clients
 from libs.common.config import ServiceAddresses
 from libs.common.grpcserver import Registration, create_server
 from tests.support.app import open_app
+from tests.support.grpc_errors import error_info
 from tests.test_prefetch_support import default_settings, open_env
 
 
 def _refusal(err: grpc.aio.AioRpcError) -> tuple:
     """Everything a caller can read of a refusal."""
-    status = rpc_status.from_call(err)
-    info, fields = None, []
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields = [(v.field, v.description) for v in bad.field_violations]
+    code, info, bad = error_info(err)
+    fields = [(v.field, v.description) for v in bad.field_violations] if bad is not None else []
     assert info is not None, "every refusal carries an ErrorInfo"
-    return err.code(), err.details(), info.reason, info.domain, dict(info.metadata), fields
+    return code, err.details(), info.reason, info.domain, dict(info.metadata), fields
 
 
 async def _both_ways(channels: ServiceChannels, call) -> tuple[tuple, tuple]:  # type: ignore[no-untyped-def]
@@ -124,60 +118,60 @@ class RecordingProfiles(prof_grpc.ProfileServiceServicer):
         return prof_pb.GetProfilesResponse()
 
 
-async def test_the_callee_sees_the_callers_identity_and_deadline_and_is_cancelled_at_it():
+@contextlib.asynccontextmanager
+async def _recording_profiles(**server: Any) -> AsyncIterator[tuple[RecordingProfiles, ServiceChannels]]:
+    """A recording profiles service on loopback (``server``: create_server's options), reached
+    through the channels of a prefetch that serves it locally (in-process unless turned off)."""
     servicer = RecordingProfiles()
     reg = Registration(
         "agentlearn.profiles.v1.ProfileService", prof_grpc.add_ProfileServiceServicer_to_server, servicer
     )
-    server, port, _ = await create_server([reg], "127.0.0.1:0")
+    grpc_server, port, _ = await create_server([reg], "127.0.0.1:0", **server)
     channels = ServiceChannels(ServiceAddresses(), internal_secret="s3cret", caller="agentlearn-prefetch")
     try:
-        # create_server's local authenticator knows no secret: both ways the callee sees LOCAL
         channels.serve_locally(["profiles"], f"127.0.0.1:{port}")
-        request = prof_pb.GetProfilesRequest(
-            company="acme", observer="ana", subjects=[prof_pb.Subject(handle="bob", platform="slack")]
-        )
-        for in_process in (True, False):
-            channels.in_process = in_process
-            await Clients(channels, 5).profiles.GetProfiles(request, timeout=5)
+        yield servicer, channels
+    finally:
+        await channels.close()
+        await grpc_server.stop(None)
+
+
+PROFILES_REQUEST = prof_pb.GetProfilesRequest(
+    company="acme", observer="ana", subjects=[prof_pb.Subject(handle="bob", platform="slack")]
+)
+
+
+async def _call_both_ways(channels: ServiceChannels) -> None:
+    """PROFILES_REQUEST in-process, then over the wire."""
+    for in_process in (True, False):
+        channels.in_process = in_process
+        await Clients(channels, 5).profiles.GetProfiles(PROFILES_REQUEST, timeout=5)
+
+
+async def test_the_callee_sees_the_callers_identity_and_deadline_and_is_cancelled_at_it():
+    # create_server's local authenticator knows no secret: both ways the callee sees LOCAL
+    async with _recording_profiles() as (servicer, channels):
+        await _call_both_ways(channels)
         assert servicer.seen[0] == servicer.seen[1] == ("local", None, True)
 
         # the deadline: DEADLINE_EXCEEDED for the caller, the callee cancelled
         servicer.delay = 30
         channels.in_process = True
         with pytest.raises(grpc.aio.AioRpcError) as exc:
-            await Clients(channels, 5).profiles.GetProfiles(request, timeout=0.3)
+            await Clients(channels, 5).profiles.GetProfiles(PROFILES_REQUEST, timeout=0.3)
         assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         async with asyncio.timeout(5):
             await servicer.cancelled.wait()
-    finally:
-        await channels.close()
-        await server.stop(None)
 
 
 async def test_the_callee_sees_the_calling_service_in_tokens_mode():
     from libs.common.auth import Authenticator
     from libs.common.clock import SystemClock
 
-    servicer = RecordingProfiles()
-    reg = Registration(
-        "agentlearn.profiles.v1.ProfileService", prof_grpc.add_ProfileServiceServicer_to_server, servicer
-    )
     auth = Authenticator(None, SystemClock(), mode="tokens", internal_secret="s3cret")
-    server, port, _ = await create_server([reg], "127.0.0.1:0", authenticator=auth)
-    channels = ServiceChannels(ServiceAddresses(), internal_secret="s3cret", caller="agentlearn-prefetch")
-    try:
-        channels.serve_locally(["profiles"], f"127.0.0.1:{port}")
-        request = prof_pb.GetProfilesRequest(
-            company="acme", observer="ana", subjects=[prof_pb.Subject(handle="bob", platform="slack")]
-        )
-        for in_process in (True, False):
-            channels.in_process = in_process
-            await Clients(channels, 5).profiles.GetProfiles(request, timeout=5)
+    async with _recording_profiles(authenticator=auth) as (servicer, channels):
+        await _call_both_ways(channels)
         assert servicer.seen[0] == servicer.seen[1] == ("service", "agentlearn-prefetch", True)
-    finally:
-        await channels.close()
-        await server.stop(None)
 
 
 def _established(port: int) -> int:

@@ -42,6 +42,7 @@ from services.runner.registry import SERVICES
 from tests.support.app import App, open_app
 from tests.support.sessions import result, user, verification
 from tests.support.turns import message, turn
+from tests.support.turns import ts as _ts
 
 __all__ = ["NOW", "Inspector", "Seeded", "csrf_of", "inspector_settings", "open_inspector", "seed"]
 
@@ -150,14 +151,6 @@ async def open_inspector(
         finally:
             await channel.close()
             await server.stop()
-
-
-def _ts(value: datetime) -> Any:
-    from google.protobuf.timestamp_pb2 import Timestamp
-
-    out = Timestamp()
-    out.FromDatetime(value)
-    return out
 
 
 async def seed(env: Inspector) -> Seeded:
@@ -418,38 +411,24 @@ async def seed(env: Inspector) -> Seeded:
 async def seeded_env(pg_uri: str, template_db: str, root, embedder, *, auth_mode: str = "tokens", **settings: Any):  # type: ignore[no-untyped-def]
     """A fresh database, every service, the HTTP app and the seeded company, for a whole test
     module (seeding is the slow part; the module's tests act on different rows)."""
-    import uuid
-
-    import asyncpg
-
     from libs.common.config import load_settings
     from libs.common.vectorindex.qdrant_edge_index import QdrantEdgeIndex
+    from tests.support.databases import scratch_database
 
-    name = f"i_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(pg_uri)
-    try:
-        await admin.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
-    finally:
-        await admin.close()
-    dsn = re.sub(r"/[^/?]*\?", f"/{name}?", pg_uri, count=1)
-    index = QdrantEdgeIndex(root / "edge")
-    overrides = {
-        "data_dir": str(root / "data"),
-        "companies": {"acme": {"roles": {"swe": {}}}, "globex": {"roles": {"swe": {}}}},
-        "learning": {"episode_lifecycle": {"max_raw_episodes_per_agent": 5, "compaction_min_cluster_size": 3}},
-        **settings,
-    }
-    clock = ManualClock(NOW)
-    try:
-        async with open_inspector(
-            load_settings(None, overrides, env={}), dsn, clock, embedder=embedder, index=index, auth_mode=auth_mode
-        ) as env:
-            seeded = await seed(env)
-            yield env, seeded
-    finally:
-        await index.close()
-        admin = await asyncpg.connect(pg_uri)
+    async with scratch_database(pg_uri, "i", template_db) as dsn:
+        index = QdrantEdgeIndex(root / "edge")
+        overrides = {
+            "data_dir": str(root / "data"),
+            "companies": {"acme": {"roles": {"swe": {}}}, "globex": {"roles": {"swe": {}}}},
+            "learning": {"episode_lifecycle": {"max_raw_episodes_per_agent": 5, "compaction_min_cluster_size": 3}},
+            **settings,
+        }
+        clock = ManualClock(NOW)
         try:
-            await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            async with open_inspector(
+                load_settings(None, overrides, env={}), dsn, clock, embedder=embedder, index=index, auth_mode=auth_mode
+            ) as env:
+                seeded = await seed(env)
+                yield env, seeded
         finally:
-            await admin.close()
+            await index.close()

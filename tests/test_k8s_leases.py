@@ -27,6 +27,7 @@ from libs.common.config import LeaseConfig
 from libs.common.infra import open_infra
 from libs.common.k8s_leases import IN_CLUSTER_API, KubernetesLeaseClaimer, format_microtime, parse_microtime
 from libs.common.passrunner import PassSpec, run_pass
+from tests.support.loopback_http import LoopbackHTTP, send_json
 
 NS = "agentlearn"
 PREFIX = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
@@ -41,7 +42,7 @@ class Fault:
     """Only a request of this method takes the fault; None: the next request of any method."""
 
 
-class ScriptedKubeAPI:
+class ScriptedKubeAPI(LoopbackHTTP):
     """Just enough of kube-apiserver's Lease endpoints, with its concurrency semantics."""
 
     def __init__(self) -> None:
@@ -143,14 +144,7 @@ class ScriptedKubeAPI:
                 else:
                     status, obj = owner.handle(method, self.path, body)
                     payload = json.dumps(obj).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                send_json(self, status, payload)
 
             def do_GET(self) -> None:
                 self._serve("GET")
@@ -161,16 +155,8 @@ class ScriptedKubeAPI:
             def do_PUT(self) -> None:
                 self._serve("PUT")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.serve_in_background(Handler)
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
 
 @pytest.fixture

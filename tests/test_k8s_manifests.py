@@ -576,9 +576,8 @@ def model_endpoint() -> Endpoint:
 # ------------------------------------------------------------------ schema and layout
 
 
-@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
-def test_every_manifest_validates_strictly_offline(version: str) -> None:
-    files = [str(p) for p in BASE_FILES]
+def assert_validates(version: str, *files: str) -> None:
+    """``files`` pass kubernetes-validate --strict against Kubernetes ``version``, offline."""
     out = subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", version, *files],
         capture_output=True,
@@ -586,6 +585,19 @@ def test_every_manifest_validates_strictly_offline(version: str) -> None:
         timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def validate(docs: list[dict[str, Any]], tmp_path: Path, versions: list[str] = KUBERNETES_VERSIONS) -> None:
+    """Built documents written to one file and validated strictly against every version."""
+    out = tmp_path / "built.yaml"
+    out.write_text(yaml.safe_dump_all(docs))
+    for version in versions:
+        assert_validates(version, str(out))
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_manifest_validates_strictly_offline(version: str) -> None:
+    assert_validates(version, *[str(p) for p in BASE_FILES])
 
 
 def test_the_kustomization_applies_every_manifest_in_one_namespace() -> None:
@@ -1104,16 +1116,7 @@ def test_the_role_grants_only_get_create_update_on_the_pass_leases() -> None:
 def test_the_public_tls_overlay_mounts_the_certificate_and_probes_without_tls(tmp_path: Path) -> None:
     built = kustomize(OPTIONAL / "public-tls")
     assert kustomization(OPTIONAL / "public-tls")["resources"] == ["../../k8s/base"]
-    out = tmp_path / "public-tls.yaml"
-    out.write_text(yaml.safe_dump_all(built))
-    for version in KUBERNETES_VERSIONS:
-        result = subprocess.run(
-            [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", version, str(out)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+    validate(built, tmp_path)
     deployments = of_kind("Deployment", built)
     assert set(deployments) == set(DEPLOYMENTS)
     for name, deployment in deployments.items():
@@ -1162,13 +1165,7 @@ def test_the_cert_manager_certificate_names_every_service() -> None:
 
 def test_the_token_job_reads_only_the_database(tmp_path: Path) -> None:
     path = OPTIONAL / "token-job.yaml"
-    result = subprocess.run(
-        [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", KUBERNETES_VERSIONS[0], str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_validates(KUBERNETES_VERSIONS[0], str(path))
     (job,) = _load(path)
     spec = pod_spec(job)
     (container,) = spec["containers"]

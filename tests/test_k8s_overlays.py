@@ -57,6 +57,7 @@ from tests.test_k8s_manifests import (
     reachable,
     secrets_mounted,
     selects,
+    validate,
 )
 
 OVERLAYS = {"dev": K8S / "overlays" / "dev", "production": K8S / "overlays" / "production"}
@@ -74,19 +75,6 @@ KUBECTL = str(Path(sys.executable).with_name("kubectl"))
 
 def key(doc: dict) -> tuple[str, str]:
     return (doc["kind"], doc["metadata"]["name"])
-
-
-def validate(docs: list[dict[str, Any]], tmp_path: Path, versions: list[str] = KUBERNETES_VERSIONS) -> None:
-    out = tmp_path / "built.yaml"
-    out.write_text(yaml.safe_dump_all(docs))
-    for version in versions:
-        result = subprocess.run(
-            [sys.executable, "-m", "kubernetes_validate", "--strict", "--quiet", "-k", version, str(out)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
 
 
 def every_pod(docs: list[dict[str, Any]]) -> list[tuple[str, dict]]:

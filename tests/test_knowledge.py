@@ -49,6 +49,7 @@ from services.knowledge.scope import access_of
 from services.knowledge.service import KnowledgeService
 from services.prefetch.knowledge_block import render_search_result
 from tests.support.app import open_app
+from tests.support.embedders import DelegatingEmbedder
 from tests.support.grpc_errors import error_info
 
 DOMAIN = "knowledge.agentlearn.dev"
@@ -68,24 +69,13 @@ def _settings(make_settings) -> Settings:
     )
 
 
-class CountingEmbedder:
+class CountingEmbedder(DelegatingEmbedder):
     """The real local model behind a switch: counts calls, and fails on demand."""
 
     def __init__(self, inner):  # type: ignore[no-untyped-def]
-        self._inner = inner
-        self.model = inner.model
+        super().__init__(inner)
         self.calls = 0
         self.fail = False
-
-    @property
-    def dimensions(self) -> int | None:
-        return self._inner.dimensions
-
-    def split(self, text: str) -> list[str]:
-        return self._inner.split(text)
-
-    async def split_async(self, text: str) -> list[str]:
-        return await self._inner.split_async(text)
 
     async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
         if self.fail:
@@ -141,13 +131,15 @@ class KB:
     stub: pb_grpc.KnowledgeServiceStub
     legacy: legacy_grpc.KnowledgeServiceStub
 
-    async def put(self, container: str, title: str, body: str, parents=(), company: str = "acme") -> str:  # type: ignore[no-untyped-def]
-        resp = await self.stub.UpsertPage(
+    async def upsert(self, container: str, title: str, body: str, parents=(), company: str = "acme"):  # type: ignore[no-untyped-def]
+        return await self.stub.UpsertPage(
             pb.UpsertPageRequest(
                 company=company, container=container, title=title, body=body, parent_titles=list(parents)
             )
         )
-        return resp.page.id
+
+    async def put(self, container: str, title: str, body: str, parents=(), company: str = "acme") -> str:  # type: ignore[no-untyped-def]
+        return (await self.upsert(container, title, body, parents, company)).page.id
 
     def access(self, role: str = "sre", company: str = "acme", seat: str = "") -> Access:
         return access_of(self.settings, Reader(company, seat, role))
@@ -198,15 +190,7 @@ def operator(page_id: str, company: str = "acme") -> pb.GetPageRequest:
 
 
 async def test_upsert_creates_then_replaces_by_container_and_title(kb: KB):
-    first = await kb.stub.UpsertPage(
-        pb.UpsertPageRequest(
-            company="acme",
-            container="ops",
-            title="Deploy runbook",
-            body="Ship with make ship.",
-            parent_titles=["Runbooks"],
-        )
-    )
+    first = await kb.upsert("ops", "Deploy runbook", "Ship with make ship.", parents=["Runbooks"])
     assert first.created
     page = first.page
     assert (page.company, page.container, page.title, page.body) == (
@@ -311,15 +295,7 @@ async def test_a_page_is_stored_without_a_vector_when_the_embed_fails_and_is_sti
 async def test_moving_a_page_between_parents_re_embeds_nothing(kb: KB):
     await kb.put("ops", "Rollback", "Redeploy the previous build.", parents=[AUTO_DRAFTED_PARENT])
     calls = kb.embedder.calls
-    resp = await kb.stub.UpsertPage(
-        pb.UpsertPageRequest(
-            company="acme",
-            container="ops",
-            title="Rollback",
-            body="Redeploy the previous build.",
-            parent_titles=["Runbooks"],
-        )
-    )
+    resp = await kb.upsert("ops", "Rollback", "Redeploy the previous build.", parents=["Runbooks"])
     assert kb.embedder.calls == calls
     assert resp.page.embedding_model == kb.embedder.model
     await kb.stub.UpsertPage(

@@ -4,8 +4,6 @@ ends with the same indexes a fresh database gets; the knowledge service reads th
 
 from __future__ import annotations
 
-import re
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from agentlearn.knowledge.v1 import knowledge_service_pb2_grpc as pb_grpc
 from libs.common.db import COMMON_MIGRATIONS, Migrations, migrate
 from services.runner.registry import SERVICES
 from tests.support.app import open_app
+from tests.support.databases import scratch_database
 
 LEGACY = Migrations("prefetch", Path(__file__).parent / "support" / "legacy_prefetch_migrations")
 """The prefetch's migrations as they shipped, when 0002/0003 created knowledge_pages."""
@@ -57,11 +56,7 @@ async def test_a_database_the_prefetch_migrated_keeps_its_pages(empty_dsn, pg_ur
         await conn.close()
 
     # The same indexes as a fresh database.
-    name = f"f_{uuid.uuid4().hex[:12]}"
-    fresh = re.sub(r"/[^/?]*\?", f"/{name}?", pg_uri, count=1)
-    admin = await asyncpg.connect(pg_uri)
-    await admin.execute(f"CREATE DATABASE {name}")
-    try:
+    async with scratch_database(pg_uri, "f") as fresh:
         await migrate(fresh, [COMMON_MIGRATIONS, *[s.MIGRATIONS for s in SERVICES.values()]])
         fconn = await asyncpg.connect(fresh)
         try:
@@ -74,9 +69,6 @@ async def test_a_database_the_prefetch_migrated_keeps_its_pages(empty_dsn, pg_ur
             )
         finally:
             await fconn.close()
-    finally:
-        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await admin.close()
 
     # The knowledge service reads the old page.
     async with open_app(

@@ -13,9 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import grpc
-import numpy as np
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as diary_grpc
@@ -31,18 +29,15 @@ from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as skill_grpc
 from libs.common.events import read_events
 from tests.support.app import App, open_app
+from tests.support.embedders import DelegatingEmbedder
 from tests.support.grpc_errors import error_info
+from tests.support.scripted_openai import openai_provider
+from tests.support.turns import ts
 
 __all__ = ["SERVICES", "CountingEmbedder", "Env", "llm_settings", "open_env", "purpose_of", "refused"]
 
 SERVICES = ["diary", "episodes", "skills", "profiles", "knowledge", "prefetch"]
 ROLES = {"swe": {"knowledge_containers": ["eng"], "unit": "platform"}, "intern": {}}
-
-
-def ts(dt) -> Timestamp:  # type: ignore[no-untyped-def]
-    out = Timestamp()
-    out.FromDatetime(dt)
-    return out
 
 
 async def refused(call) -> tuple:  # type: ignore[no-untyped-def]
@@ -51,27 +46,13 @@ async def refused(call) -> tuple:  # type: ignore[no-untyped-def]
     return error_info(exc.value)
 
 
-class CountingEmbedder:
+class CountingEmbedder(DelegatingEmbedder):
     """An embedder that records every text it is asked to embed (and can be told to fail)."""
 
     def __init__(self, inner: Any, fail: Exception | None = None):
-        self._inner = inner
-        self.model = inner.model
+        super().__init__(inner)
         self.texts: list[str] = []
         self.fail = fail
-
-    @property
-    def dimensions(self) -> int | None:
-        return self._inner.dimensions
-
-    def split(self, text: str) -> list[str]:
-        return self._inner.split(text)
-
-    async def split_async(self, text: str) -> list[str]:
-        return await self._inner.split_async(text)
-
-    async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
-        return await self._inner.embed_pieces(pieces)
 
     async def embed(self, texts: Sequence[str]) -> list[Any]:
         self.texts.extend(texts)
@@ -83,15 +64,7 @@ class CountingEmbedder:
 def llm_settings(make_settings, server, *, timeout: float = 10.0, **extra):  # type: ignore[no-untyped-def]
     """Settings whose only auxiliary provider is the scripted OpenAI-compatible server."""
     providers = {
-        "llm": {
-            "scripted": {
-                "kind": "openai",
-                "base_url": server.base_url,
-                "api_key": "k",
-                "model": "small",
-                "timeout_seconds": timeout,
-            }
-        },
+        "llm": {"scripted": openai_provider(server, "small", timeout_seconds=timeout)},
         "auxiliary_chain": ["scripted"],
     }
     extra.setdefault("companies", {"acme": {"roles": ROLES}})

@@ -102,6 +102,43 @@ class Env:
         got = await self.privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id))
         return got.erasure
 
+    async def write_note(self, seat: str, content: str, turn_id: str = "", subjects: tuple[str, ...] = ()) -> str:
+        """A long-tier lesson of ``seat``'s, from the persist decider; with ``subjects``, a provenance
+        naming ``turn_id`` and those people (on slack). Its id."""
+        from agentlearn.common.v1 import provenance_pb2
+
+        provenance = (
+            provenance_pb2.Provenance(
+                turn_ids=[turn_id], subjects=[er.ErasureSubject(handle=p, platform="slack") for p in subjects]
+            )
+            if subjects
+            else None
+        )
+        resp = await self.diary.WriteNote(
+            d_pb.WriteNoteRequest(
+                company="acme",
+                seat=seat,
+                content=content,
+                tier=d_pb.NOTE_TIER_LONG,
+                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+                turn_id=turn_id,
+                provenance=provenance,
+            )
+        )
+        return resp.note.id
+
+
+def _carla_target(erasure_id: str) -> er.ErasureTarget:
+    """The erasure target of Carla (slack handle ``carla``, named "Carla Moreno") that an owner's
+    FindRows verifies against."""
+    return er.ErasureTarget(
+        erasure_id=erasure_id,
+        company="acme",
+        kind=er.ERASURE_KIND_SUBJECT,
+        subject=er.ErasureSubject(handle="carla", platform="slack"),
+        names=["Carla Moreno"],
+    )
+
 
 @pytest.fixture
 async def env(make_settings, dsn, clock, local_embedder, edge_index):
@@ -389,7 +426,6 @@ async def test_erase_company_leaves_nothing_of_it_and_the_audit_names_no_one(env
 
 
 async def test_provenance_follows_a_note_back_to_the_turn_and_message_that_taught_it(env, clock):
-    from agentlearn.common.v1 import provenance_pb2
 
     runs = await env.seed(clock)
     notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana", page_size=500))).notes
@@ -433,20 +469,7 @@ async def test_provenance_follows_a_note_back_to_the_turn_and_message_that_taugh
     # A note that neither names her nor carries a run id of hers, but rests on her messages (its
     # provenance says so), is erased with her; one resting on Dave's is kept.
     async def write(content: str, person: str) -> str:
-        resp = await env.diary.WriteNote(
-            d_pb.WriteNoteRequest(
-                company="acme",
-                seat="ben",
-                content=content,
-                tier=d_pb.NOTE_TIER_LONG,
-                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
-                turn_id=f"external-{person}",
-                provenance=provenance_pb2.Provenance(
-                    turn_ids=[f"external-{person}"], subjects=[er.ErasureSubject(handle=person, platform="slack")]
-                ),
-            )
-        )
-        return resp.note.id
+        return await env.write_note("ben", content, f"external-{person}", (person,))
 
     hers = await write("Prefers terse replies in threads.", "carla")
     his = await write("Prefers long replies with context.", "dave")
@@ -726,24 +749,9 @@ async def test_an_erasure_overlapping_her_running_reflection_erases_what_it_wrot
 async def test_a_shared_note_that_does_not_name_her_loses_her_as_a_source_and_keeps_its_text(env, dsn):
     """A lesson resting on Carla and Dave (its provenance names both): kept, without her in its
     provenance; one that names her is deleted whatever else it rests on."""
-    from agentlearn.common.v1 import provenance_pb2
 
     async def write(content: str, turn_id: str) -> str:
-        resp = await env.diary.WriteNote(
-            d_pb.WriteNoteRequest(
-                company="acme",
-                seat="ana",
-                content=content,
-                tier=d_pb.NOTE_TIER_LONG,
-                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
-                turn_id=turn_id,
-                provenance=provenance_pb2.Provenance(
-                    turn_ids=[turn_id],
-                    subjects=[er.ErasureSubject(handle=p, platform="slack") for p in ("carla", "dave")],
-                ),
-            )
-        )
-        return resp.note.id
+        return await env.write_note("ana", content, turn_id, ("carla", "dave"))
 
     shared = await write("Weekly digests go out on Mondays.", "session-check-1")
     named = await write("Weekly digests go to Carla Moreno first.", "session-check-2")
@@ -765,31 +773,11 @@ async def test_the_verification_finds_her_in_the_index_by_her_names(env, dsn):
     """The diary's FindRows also searches its vector index with her names embedded: a near point
     whose note (re-read from Postgres) names her is reported as an index finding; a near point of a
     note that does not name her is not."""
-    from agentlearn.common.v1 import erasure_pb2
-
-    async def write(content: str) -> str:
-        resp = await env.diary.WriteNote(
-            d_pb.WriteNoteRequest(
-                company="acme",
-                seat="ana",
-                content=content,
-                tier=d_pb.NOTE_TIER_LONG,
-                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
-            )
-        )
-        return resp.note.id
-
-    hers = await write("Carla Moreno prefers the kafka lag summary as a CSV file.")
-    other = await write("Dave prefers the kafka lag summary as a PDF file.")
+    hers = await env.write_note("ana", "Carla Moreno prefers the kafka lag summary as a CSV file.")
+    other = await env.write_note("ana", "Dave prefers the kafka lag summary as a PDF file.")
     dims = await _count(dsn, "SELECT max(embedding_dims) FROM agent_diary")
     assert dims  # both notes were embedded and indexed
-    target = erasure_pb2.ErasureTarget(
-        erasure_id="00000000-0000-0000-0000-000000000042",
-        company="acme",
-        kind=er.ERASURE_KIND_SUBJECT,
-        subject=er.ErasureSubject(handle="carla", platform="slack"),
-        names=["Carla Moreno"],
-    )
+    target = _carla_target("00000000-0000-0000-0000-000000000042")
     found = (await env.diary.FindRows(d_pb.FindRowsRequest(target=target))).report
     tables = {t.table: t for t in found.tables}
     assert set(tables["agent_diary"].ids) == {hers}
@@ -802,22 +790,8 @@ async def test_a_frozen_turn_context_holding_her_lesson_is_dropped_even_when_it_
     derived only from Carla need not name her, so no text match finds it in Ben's frozen context:
     her erasure drops the company's frozen contexts made up to it, and the redelivered turn start
     is rebuilt from stores without her lesson."""
-    from agentlearn.common.v1 import provenance_pb2
-
     lesson = "The staging cluster is rebuilt every Thursday night."
-    await env.diary.WriteNote(
-        d_pb.WriteNoteRequest(
-            company="acme",
-            seat="ben",
-            content=lesson,
-            tier=d_pb.NOTE_TIER_LONG,
-            source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
-            turn_id="run-carla-1",
-            provenance=provenance_pb2.Provenance(
-                turn_ids=["run-carla-1"], subjects=[er.ErasureSubject(handle="carla", platform="slack")]
-            ),
-        )
-    )
+    await env.write_note("ben", lesson, "run-carla-1", ("carla",))
 
     async def start() -> str:
         resp = await env.prefetch.BuildTurnContext(
@@ -851,13 +825,7 @@ async def test_the_knowledge_verification_finds_her_in_its_index_by_her_names(en
     )
     dims = await _count(dsn, "SELECT max(embedding_dims) FROM knowledge_pages")
     assert dims  # both pages were embedded and indexed
-    target = er.ErasureTarget(
-        erasure_id="00000000-0000-0000-0000-000000000043",
-        company="acme",
-        kind=er.ERASURE_KIND_SUBJECT,
-        subject=er.ErasureSubject(handle="carla", platform="slack"),
-        names=["Carla Moreno"],
-    )
+    target = _carla_target("00000000-0000-0000-0000-000000000043")
     found = (await env.knowledge.FindRows(kn_pb.FindRowsRequest(target=target))).report
     tables = {t.table: t for t in found.tables}
     assert set(tables["knowledge_pages"].ids) == {hers.page.id}

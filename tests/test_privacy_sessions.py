@@ -10,56 +10,28 @@ import json
 from agentlearn.common.v1 import erasure_pb2 as er
 from agentlearn.privacy.v1 import privacy_service_pb2 as pv
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
-from tests.support.scripted_openai import Reply
-from tests.support.sessions import SERVICES, chat_answer, is_review, open_sessions, result, user, verification
+from tests.support.sessions import SERVICES, open_sessions
+from tests.test_sessions_writes import _check, _review, _settings
 
 SHARED = "Run make migrate before the payments tests: the test database needs the current schema."
 HERS = "Pin the billing fixtures to the 2026 price list before running the billing suite."
 ROLES = {"swe": {"workspaces": ["payments"]}}
 
 
-def _review(body: dict) -> Reply | None:
-    """Each session's review: the shared lesson, and hers only where the billing suite ran."""
-    if not is_review(body):
-        return Reply(status=500)  # the offline rule answers instead
-    prompt = body["messages"][-1]["content"]
-    lines = prompt.splitlines()
-    verify = next(ln[1 : ln.index("]")] for ln in lines if ln.startswith("[") and "(verification" in ln)
-    lessons = [SHARED] + ([HERS] if "billing" in prompt else [])
-    answer = {"project_lessons": [{"lesson": t, "evidence": [verify]} for t in lessons], "personal_facts": []}
-    return Reply(body=chat_answer(json.dumps(answer)))
-
-
-async def _session(env, session: str, owner: str, said: str) -> None:  # type: ignore[no-untyped-def]
-    t = env.app.infra.clock.now()
-    await env.append(
-        session,
-        user(f"{session}-u", said, t),
-        result(f"{session}-r", "make", "make migrate: applied 3 migrations", t),
-        verification(f"{session}-v", "pytest", "42 passed", t),
-        user=owner,
-        workspace="payments",
-    )
-    await env.manual(session, user=owner)
-    assert await env.drain() == 1
+def _lessons(prompt: str) -> list[str]:
+    """Each session's lessons: the shared one, and hers only where the billing suite ran."""
+    return [SHARED] + ([HERS] if "billing" in prompt else [])
 
 
 async def test_erase_subject_removes_their_sessions_and_the_lessons_only_they_taught(
     make_settings, dsn, local_embedder, edge_index, clock, scripted_openai
 ):
-    scripted_openai.rule("chat", _review)
-    providers = {
-        "llm": {
-            "scripted": {"kind": "openai", "base_url": scripted_openai.base_url, "api_key": "k", "model": "small"},
-            "offline": {"kind": "offline"},
-        },
-        "auxiliary_chain": ["scripted", "offline"],
-    }
-    settings = make_settings(providers=providers, companies={"acme": {"roles": ROLES}})
+    scripted_openai.rule("chat", _review(lessons=_lessons))
+    settings = _settings(make_settings, scripted_openai, companies={"acme": {"roles": ROLES}})
     names = [*SERVICES, "episodes", "profiles", "reflector", "telemetry", "privacy"]
     async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index, names=names) as env:
-        await _session(env, "s-1", "carla", "The billing tests keep failing on CI.")
-        await _session(env, "s-2", "dave", "The payments tests keep failing on CI.")
+        await _check(env, "s-1", user_name="carla", said="The billing tests keep failing on CI.")
+        await _check(env, "s-2", user_name="dave", said="The payments tests keep failing on CI.")
         pool = env.app.infra.pool
         lessons = {r["body"].split("\n")[0]: r for r in await pool.fetch("SELECT * FROM workspace_lessons")}
         shared = next(r for body, r in lessons.items() if SHARED in body)

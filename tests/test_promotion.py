@@ -13,7 +13,6 @@ import logging
 from datetime import timedelta
 
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.episodes.v1 import episode_service_pb2 as epb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as epb_grpc
@@ -25,6 +24,8 @@ from services.knowledge.promotion import Run, cluster_runs, draft_title
 from services.skills.domain import Turn
 from tests.support.app import App, open_app
 from tests.support.scripted_confluence import Reply, ScriptedConfluence
+from tests.support.scripted_openai import openai_provider
+from tests.support.turns import ts as _ts
 
 RUN = ["jira_get", "vault_read", "vault_write", "deploy", "slack_post"]
 NEAR = ["jira_get", "vault_read", "vault_write", "deploy", "slack_post", "pagerduty_ack"]  # Jaccard 5/6
@@ -53,12 +54,6 @@ def settings(make_settings, **extra):  # type: ignore[no-untyped-def]
         },
         **extra,
     )
-
-
-def _ts(value) -> Timestamp:  # type: ignore[no-untyped-def]
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
 
 
 class Env:
@@ -198,7 +193,7 @@ async def test_the_distillation_is_one_background_call_for_the_representatives_s
     scripted_openai.chat_handler = lambda body: answers.pop(0)
     providers = {
         "embeddings": {"kind": "none"},
-        "llm": {"scripted": {"kind": "openai", "base_url": scripted_openai.base_url, "api_key": "k", "model": "m"}},
+        "llm": {"scripted": openai_provider(scripted_openai, "m")},
         "auxiliary_chain": ["scripted"],
     }
     async with open_app(settings(make_settings, providers=providers), dsn, names=NAMES, clock=clock) as app:

@@ -19,6 +19,7 @@ from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 from libs.common.events import read_events
 from tests.support.app import open_app
+from tests.support.scripted_openai import openai_provider
 from tests.support.turns import message, turn
 
 ALL = ["diary", "episodes", "skills", "profiles", "reflector"]
@@ -378,9 +379,7 @@ async def test_synthesis_needs_min_tool_calls_and_a_settled_turn(env_for, clock)
 
 def scripted(server):  # type: ignore[no-untyped-def]
     return {
-        "llm": {
-            "m": {"kind": "openai", "base_url": server.base_url, "api_key": "k", "model": "m", "timeout_seconds": 1.0}
-        },
+        "llm": {"m": openai_provider(server, "m", timeout_seconds=1.0)},
         "auxiliary_chain": ["m"],
     }
 

@@ -37,12 +37,17 @@ def _labels(prompt: str) -> list[str]:
     return [m.group("label") for m in _ITEM.finditer(prompt)]
 
 
+def _silent_sessions(make_settings, dsn, edge_index, clock, scripted_openai):  # type: ignore[no-untyped-def]
+    """The sessions service whose review model finds nothing to learn in any prompt."""
+    scripted_openai.chat_handler = lambda body: "{}"
+    settings = make_settings(providers=scripted_llm(scripted_openai))
+    return open_sessions(settings, dsn, clock=clock, embedder=None, index=edge_index)
+
+
 async def test_only_the_newest_records_of_each_kind_at_or_before_the_trigger(
     make_settings, dsn, edge_index, clock, scripted_openai
 ):
-    scripted_openai.chat_handler = lambda body: "{}"
-    settings = make_settings(providers=scripted_llm(scripted_openai))
-    async with open_sessions(settings, dsn, clock=clock, embedder=None, index=edge_index) as env:
+    async with _silent_sessions(make_settings, dsn, edge_index, clock, scripted_openai) as env:
         t = clock.now()
         chat = [
             (user if i % 2 == 0 else assistant)(f"c{i}", f"chat-{i:02d}", t + timedelta(seconds=i)) for i in range(20)
@@ -78,9 +83,7 @@ async def test_only_the_newest_records_of_each_kind_at_or_before_the_trigger(
 async def test_claims_are_labelled_apart_from_results_and_user_messages(
     make_settings, dsn, edge_index, clock, scripted_openai
 ):
-    scripted_openai.chat_handler = lambda body: "{}"
-    settings = make_settings(providers=scripted_llm(scripted_openai))
-    async with open_sessions(settings, dsn, clock=clock, embedder=None, index=edge_index) as env:
+    async with _silent_sessions(make_settings, dsn, edge_index, clock, scripted_openai) as env:
         t = clock.now()
         await env.append(
             "s1",
@@ -114,9 +117,7 @@ async def test_claims_are_labelled_apart_from_results_and_user_messages(
 async def test_excerpts_are_capped_and_the_budget_keeps_the_newest(
     make_settings, dsn, edge_index, clock, scripted_openai
 ):
-    scripted_openai.chat_handler = lambda body: "{}"
-    settings = make_settings(providers=scripted_llm(scripted_openai))
-    async with open_sessions(settings, dsn, clock=clock, embedder=None, index=edge_index) as env:
+    async with _silent_sessions(make_settings, dsn, edge_index, clock, scripted_openai) as env:
         t = clock.now()
         huge = "H" * 10_000
         many = [result(f"r{i}", "bash", f"out-{i:02d} " + "x" * 2000, t + timedelta(seconds=i)) for i in range(30)]

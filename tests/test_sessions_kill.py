@@ -23,7 +23,7 @@ from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
 from tests.support.runner import clean_env, start
-from tests.support.scripted_openai import Reply
+from tests.support.scripted_openai import Reply, openai_provider
 from tests.support.sessions import chat_answer, is_review, prompt_text, result, user, verification, wait_for
 
 pytestmark = pytest.mark.slow
@@ -71,15 +71,7 @@ async def test_sigkill_mid_check_reports_it_interrupted_and_completes_the_queued
                     "services": {"diary": address, "skills": address, "prefetch": address},
                     "providers": {
                         "embeddings": {"kind": "none"},
-                        "llm": {
-                            "scripted": {
-                                "kind": "openai",
-                                "base_url": scripted_openai.base_url,
-                                "api_key": "k",
-                                "model": "small",
-                                "timeout_seconds": 120,
-                            }
-                        },
+                        "llm": {"scripted": openai_provider(scripted_openai, "small", timeout_seconds=120)},
                         "auxiliary_chain": ["scripted"],
                     },
                     "sessions": {"poll_interval_seconds": 0.5, "claim_lease_seconds": 2.0, "concurrency": 1},

@@ -232,38 +232,49 @@ async def test_distill_skill_proposes_through_the_same_path(skills):
     assert "distill_skill" in [t.name for t in offered.tools]
 
 
+def _review_proposing_the_candidate(body: dict) -> str:
+    """The scripted learning review: proposes CANDIDATE resting on every event it was shown."""
+    if not is_review(body):
+        return '{"verdicts": []}'
+    lines = body["messages"][-1]["content"].splitlines()
+    refs = [ln[1 : ln.index("]")] for ln in lines if ln.startswith("[E")]
+    return json.dumps(
+        {"skill_candidate": {**{k: v for k, v in CANDIDATE.items() if k != "tool_sequence"}, "evidence": refs}}
+    )
+
+
+async def _append_a_verified_run(env, session: str, t) -> None:  # type: ignore[no-untyped-def]
+    """Two results and a passing verification in ``session``: what the review proposes from."""
+    await env.append(
+        session,
+        result(f"{session}-a", "make", "migrated", t),
+        result(f"{session}-b", "git", "committed", t),
+        verification(f"{session}-v", "pytest", "passed", t),
+    )
+
+
+async def _check_now(env, session: str):  # type: ignore[no-untyped-def]
+    """A manual learning check of ``session``, drained; the one check it made."""
+    await env.manual(session)
+    await env.drain()
+    (check,) = await env.checks(session)
+    return check
+
+
 async def test_a_session_checks_candidate_is_suppressed_once_a_person_rejected_it(
     make_settings, dsn, edge_index, clock, scripted_openai
 ):
-    def review(body: dict) -> str:
-        if not is_review(body):
-            return '{"verdicts": []}'
-        lines = body["messages"][-1]["content"].splitlines()
-        refs = [ln[1 : ln.index("]")] for ln in lines if ln.startswith("[E")]
-        return json.dumps(
-            {"skill_candidate": {**{k: v for k, v in CANDIDATE.items() if k != "tool_sequence"}, "evidence": refs}}
-        )
-
-    scripted_openai.chat_handler = review
+    scripted_openai.chat_handler = _review_proposing_the_candidate
     settings = make_settings(providers=scripted_llm(scripted_openai))
     async with open_sessions(settings, dsn, clock=clock, embedder=None, index=edge_index) as env:
         stub = sgrpc.SkillServiceStub(env.app.channel)
         t = clock.now()
         for session in ("s1", "s2"):
-            await env.append(
-                session,
-                result(f"{session}-a", "make", "migrated", t),
-                result(f"{session}-b", "git", "committed", t),
-                verification(f"{session}-v", "pytest", "passed", t),
-            )
-        await env.manual("s1")
-        await env.drain()
-        (first,) = await env.checks("s1")
+            await _append_a_verified_run(env, session, t)
+        first = await _check_now(env, "s1")
         (out,) = first.outputs
         await stub.RejectSkillProposal(spb.RejectSkillProposalRequest(company="acme", seat="ana", proposal_id=out.id))
-        await env.manual("s2")
-        await env.drain()
-        (second,) = await env.checks("s2")
+        second = await _check_now(env, "s2")
         live = await stub.ListSkills(spb.ListSkillsRequest(company="acme", seat="ana"))
     assert out.kind == pb.OUTPUT_KIND_SKILL_PROPOSAL and first.counts.proposals_created == 1
     (dropped,) = second.dropped
@@ -278,29 +289,13 @@ async def test_a_session_checks_proposal_records_what_proposed_it_and_the_approv
     """Issue 17: a proposal from a learning check records the session owner it rests on, the
     review's model and prompt version; approving it gives the live skill that provenance."""
 
-    def review(body: dict) -> str:
-        if not is_review(body):
-            return '{"verdicts": []}'
-        lines = body["messages"][-1]["content"].splitlines()
-        refs = [ln[1 : ln.index("]")] for ln in lines if ln.startswith("[E")]
-        return json.dumps(
-            {"skill_candidate": {**{k: v for k, v in CANDIDATE.items() if k != "tool_sequence"}, "evidence": refs}}
-        )
-
-    scripted_openai.chat_handler = review
+    scripted_openai.chat_handler = _review_proposing_the_candidate
     settings = make_settings(providers=scripted_llm(scripted_openai))
     async with open_sessions(settings, dsn, clock=clock, embedder=None, index=edge_index) as env:
         stub = sgrpc.SkillServiceStub(env.app.channel)
         t = clock.now()
-        await env.append(
-            "s1",
-            result("s1-a", "make", "migrated", t),
-            result("s1-b", "git", "committed", t),
-            verification("s1-v", "pytest", "passed", t),
-        )
-        await env.manual("s1")
-        await env.drain()
-        (check,) = await env.checks("s1")
+        await _append_a_verified_run(env, "s1", t)
+        check = await _check_now(env, "s1")
         (out,) = check.outputs
         listed = await stub.ListSkillProposals(spb.ListSkillProposalsRequest(company="acme", seat="ana"))
         (proposal,) = listed.proposals

@@ -13,7 +13,7 @@ from agentlearn.diary.v1 import diary_service_pb2_grpc as dgrpc
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as ppb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pgrpc
 from agentlearn.sessions.v1 import session_service_pb2 as pb
-from tests.support.scripted_openai import Reply
+from tests.support.scripted_openai import Reply, openai_provider
 from tests.support.sessions import chat_answer, is_review, open_sessions, prompt_text, result, user, verification
 
 LESSON = "Run make migrate before the payments tests: the test database needs the current schema."
@@ -28,7 +28,7 @@ def _settings(make_settings, server, **extra):  # type: ignore[no-untyped-def]
     """The scripted model answers the review; every other purpose falls back to the offline rules."""
     providers = {
         "llm": {
-            "scripted": {"kind": "openai", "base_url": server.base_url, "api_key": "k", "model": "small"},
+            "scripted": openai_provider(server, "small"),
             "offline": {"kind": "offline"},
         },
         "auxiliary_chain": ["scripted", "offline"],
@@ -38,7 +38,8 @@ def _settings(make_settings, server, **extra):  # type: ignore[no-untyped-def]
 
 
 def _review(lessons=(), facts=()):  # type: ignore[no-untyped-def]
-    """The review: each lesson cites the verification, each fact the first user message."""
+    """The review: each lesson cites the verification, each fact the first user message.
+    ``lessons`` may be a function of the prompt (the lessons of that session)."""
 
     def rule(body: dict) -> Reply | None:
         if not is_review(body):
@@ -48,7 +49,9 @@ def _review(lessons=(), facts=()):  # type: ignore[no-untyped-def]
         verify = next(ln[1 : ln.index("]")] for ln in lines if ln.startswith("[") and "(verification" in ln)
         said = next(ln[1 : ln.index("]")] for ln in lines if ln.startswith("[") and "(user_message" in ln)
         answer = {
-            "project_lessons": [{"lesson": text, "evidence": [verify]} for text in lessons],
+            "project_lessons": [
+                {"lesson": text, "evidence": [verify]} for text in (lessons(prompt) if callable(lessons) else lessons)
+            ],
             "personal_facts": [{"fact": text, "evidence": [said]} for text in facts],
         }
         return Reply(body=chat_answer(json.dumps(answer)))
@@ -56,11 +59,13 @@ def _review(lessons=(), facts=()):  # type: ignore[no-untyped-def]
     return rule
 
 
-async def _check(env, session, *, user_name="dana", workspace="payments"):  # type: ignore[no-untyped-def]
+async def _check(
+    env, session, *, user_name="dana", workspace="payments", said="The payments tests keep failing on CI."
+):  # type: ignore[no-untyped-def]
     t = env.app.infra.clock.now()
     await env.append(
         session,
-        user(f"{session}-u", "The payments tests keep failing on CI.", t),
+        user(f"{session}-u", said, t),
         result(f"{session}-r", "make", "make migrate: applied 3 migrations", t),
         verification(f"{session}-v", "pytest", "42 passed", t),
         user=user_name,

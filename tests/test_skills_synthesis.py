@@ -9,7 +9,6 @@ import json
 from datetime import timedelta
 
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.episodes.v1 import episode_service_pb2 as epb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as epb_grpc
@@ -17,7 +16,8 @@ from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from tests.support.app import open_app
-from tests.support.scripted_openai import Reply
+from tests.support.scripted_openai import Reply, openai_provider
+from tests.support.turns import ts as _ts
 
 X = {  # five settled turns of one shape; x4 is the member most like all the others
     "x1": ["a", "b", "c", "d", "e", "i"],
@@ -29,12 +29,6 @@ X = {  # five settled turns of one shape; x4 is the member most like all the oth
 Y = ["p", "q", "r", "s", "t"]
 Z = ["jira_get", "jira_comment", "slack_post", "github_pr", "github_merge"]
 REPRESENTATIVE_MARK = "The representative run (a run that actually happened):\n"
-
-
-def _ts(value) -> Timestamp:  # type: ignore[no-untyped-def]
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
 
 
 async def record(  # type: ignore[no-untyped-def]
@@ -80,12 +74,7 @@ def scripted_settings(make_settings, scripted_openai, *, extra=None, **synthesis
         providers={
             "embeddings": {"kind": "none"},
             "llm": {
-                "scripted": {
-                    "kind": "openai",
-                    "base_url": scripted_openai.base_url,
-                    "api_key": "k",
-                    "model": "scripted-chat",
-                },
+                "scripted": openai_provider(scripted_openai, "scripted-chat"),
                 "offline": {"kind": "offline"},
             },
             "auxiliary_chain": ["scripted"],
@@ -131,6 +120,22 @@ async def consolidated(estub, turn_id, seat="ana") -> str:  # type: ignore[no-un
 async def catalogue(sstub, seat="ana"):  # type: ignore[no-untyped-def]
     resp = await sstub.ListSkills(pb.ListSkillsRequest(company="acme", seat=seat, view=pb.SKILL_VIEW_FULL))
     return list(resp.skills)
+
+
+async def create_unrelated_skill(sstub, name: str) -> None:  # type: ignore[no-untyped-def]
+    """A live skill of ana's named ``name`` whose tool sequence no recorded turn shares."""
+    await sstub.CreateSkill(
+        pb.CreateSkillRequest(
+            company="acme",
+            seat="ana",
+            name=name,
+            summary="s",
+            body="b",
+            tool_sequence=["unrelated"],
+            trigger=pb.SKILL_TRIGGER_SINGLE,
+            source_turn_ids=["r"],
+        )
+    )
 
 
 async def test_the_largest_cluster_is_drafted_from_its_representative_run_and_its_turns_stamped(
@@ -266,18 +271,7 @@ async def test_a_full_catalogue_asks_no_model(make_settings, dsn, clock, scripte
         estub, sstub = stubs(app)
         for i in range(3):
             await record(estub, clock, f"z{i}", Z)
-        await sstub.CreateSkill(
-            pb.CreateSkillRequest(
-                company="acme",
-                seat="ana",
-                name="only",
-                summary="s",
-                body="b",
-                tool_sequence=["unrelated"],
-                trigger=pb.SKILL_TRIGGER_SINGLE,
-                source_turn_ids=["r"],
-            )
-        )
+        await create_unrelated_skill(sstub, "only")
         report = await synthesize(app)
         assert (report.catalogue_full, report.drafted) == (1, 0)
         assert scripted_openai.received("chat") == []
@@ -362,18 +356,7 @@ async def test_a_draft_refused_for_a_name_the_seat_has_moves_on_to_the_next_clus
         await record(estub, clock, turn_id, tools)
     for i in range(3):
         await record(estub, clock, f"z{i}", Z)
-    await sstub.CreateSkill(
-        pb.CreateSkillRequest(
-            company="acme",
-            seat="ana",
-            name="taken",
-            summary="s",
-            body="b",
-            tool_sequence=["unrelated"],
-            trigger=pb.SKILL_TRIGGER_SINGLE,
-            source_turn_ids=["r"],
-        )
-    )
+    await create_unrelated_skill(sstub, "taken")
 
     def handler(body: dict) -> str:
         if representative_of(body) == X["x4"]:

@@ -6,11 +6,8 @@ every store write — exported over OTLP to a collector (here, an in-memory one 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
-import sys
-from pathlib import Path
 
 import grpc
 import pytest
@@ -25,10 +22,10 @@ from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 from libs.common.clock import SystemClock
 from services.runner.registry import SERVICES
 from tests.support.otlp_collector import OtlpCollector
+from tests.support.runner import clean_env, start
 from tests.support.turns import message, turn
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _free_port() -> int:
@@ -53,32 +50,26 @@ async def test_a_turn_is_one_trace_across_every_service_process(tmp_path):
             }
         )
     )
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEARN_", "DATABASE_URL", "QDRANT_", "OPENAI_"))
-    }
-    env["OTEL_BSP_SCHEDULE_DELAY"] = "100"  # export within a tenth of a second
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.runner",
-        "up",
-        "--split",
-        "--config",
-        str(config),
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--log-level",
-        "WARNING",
-        cwd=ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        start_new_session=True,
-    )
     try:
-        async with asyncio.timeout(180):
-            line = (await proc.stdout.readline()).decode()
-        assert line.startswith("agentlearn ready (split)"), line
+        running = await start(
+            "up",
+            "--split",
+            "--config",
+            str(config),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--log-level",
+            "WARNING",
+            env=clean_env({"OTEL_BSP_SCHEDULE_DELAY": "100"}),  # export within a tenth of a second
+            ready="agentlearn ready (split)",
+            timeout=180,
+            start_new_session=True,
+        )
+    except BaseException:
+        await collector.stop()
+        raise
+    proc, line = running.proc, running.line
+    try:
         for name, port in ports.items():
             assert f"{name}=127.0.0.1:{port}" in line  # each service in its own process and port
 

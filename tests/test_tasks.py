@@ -9,9 +9,9 @@ This scans the tree's syntax, so a new bare call fails here before it loses work
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.sources import ROOT, our_sources
+
 SPAWNERS = {"create_task", "ensure_future"}
 
 
@@ -43,19 +43,10 @@ def discarded_spawns(source: str) -> list[int]:
     return out
 
 
-def _sources() -> list[Path]:
-    out = []
-    for root in ("libs", "services"):
-        for path in sorted((ROOT / root).rglob("*.py")):
-            if "gen" not in path.relative_to(ROOT).parts:
-                out.append(path)
-    return out
-
-
 def test_no_background_task_is_started_without_a_reference_kept() -> None:
     bad = [
         f"{path.relative_to(ROOT).as_posix()}:{line}"
-        for path in _sources()
+        for path in our_sources()
         for line in discarded_spawns(path.read_text())
     ]
     assert not bad, "a task whose reference is discarded can be collected mid-flight:\n" + "\n".join(bad)

@@ -5,9 +5,11 @@ RPC metrics in the Prometheus exposition, and JSON logs that carry the trace and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -58,23 +60,34 @@ def test_json_logs_carry_the_trace_and_span_ids():
     assert "trace_id" not in outside
 
 
+@contextlib.asynccontextmanager
+async def _serving_diary(tmp_path, collector: OtlpHttpCollector, variables: dict[str, str]) -> AsyncIterator[str]:  # type: ignore[no-untyped-def]
+    """``serve diary`` in a clean environment plus ``variables``, exporting within 0.2 s: its
+    address. At the end the process is stopped, then the collector."""
+    env = {**_env(), **variables, "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    # Its stderr is the test's (pytest shows it on a failure).
+    running = await start("serve", "diary", "--port", "0", "--data-dir", str(tmp_path / "d"), env=env, stderr=None)
+    try:
+        yield running.address
+    finally:
+        running.proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await running.proc.wait()
+        collector.stop()
+
+
 @pytest.mark.slow
 async def test_a_service_exports_over_otlp_http_under_the_standard_service_name(tmp_path):
     """``./run serve diary`` with only the standard variables set: spans arrive at an OTLP/HTTP
     collector named by OTEL_SERVICE_NAME, with OTEL_RESOURCE_ATTRIBUTES on the resource."""
     collector = OtlpHttpCollector().start()
-    env = {
-        **_env(),
+    variables = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_SERVICE_NAME": "memory-diary",
-        "OTEL_BSP_SCHEDULE_DELAY": "200",
     }
-    # Its stderr is the test's (pytest shows it on a failure).
-    running = await start("serve", "diary", "--port", "0", "--data-dir", str(tmp_path / "d"), env=env, stderr=None)
-    proc, port = running.proc, running.port
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with _serving_diary(tmp_path, collector, variables) as address:
+        async with grpc.aio.insecure_channel(address) as channel:
             await pb_grpc.DiaryServiceStub(channel).WriteNote(
                 pb.WriteNoteRequest(company="acme", seat="ana", content="Bob prefers digests", tier=pb.NOTE_TIER_LONG)
             )
@@ -86,11 +99,6 @@ async def test_a_service_exports_over_otlp_http_under_the_standard_service_name(
         assert "/v1/traces" in collector.paths
         rpc = next(s for s in spans if s.name.endswith("WriteNote"))
         assert rpc.attributes.get("rpc.system") == "grpc"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            await proc.wait()
-        collector.stop()
 
 
 @pytest.mark.slow
@@ -98,28 +106,18 @@ async def test_a_configured_service_name_is_not_doubled(tmp_path):
     """The Kubernetes manifests name each pod (agentlearn-diary); serve used to append the service
     again (agentlearn-diary-diary)."""
     collector = OtlpHttpCollector().start()
-    env = {
-        **_env(),
+    variables = {
         "AGENTLEARN_TELEMETRY__SERVICE_NAME": "agentlearn-diary",
         "AGENTLEARN_TELEMETRY__OTLP_ENDPOINT": collector.endpoint,
         "AGENTLEARN_TELEMETRY__OTLP_PROTOCOL": "http/protobuf",
-        "OTEL_BSP_SCHEDULE_DELAY": "200",
     }
-    # Its stderr is the test's (pytest shows it on a failure).
-    running = await start("serve", "diary", "--port", "0", "--data-dir", str(tmp_path / "d"), env=env, stderr=None)
-    proc, port = running.proc, running.port
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with _serving_diary(tmp_path, collector, variables) as address:
+        async with grpc.aio.insecure_channel(address) as channel:
             await pb_grpc.DiaryServiceStub(channel).ListNotes(pb.ListNotesRequest(company="acme", seat="ana"))
         async with asyncio.timeout(30):
             while not collector.spans():
                 await asyncio.sleep(0.2)
         assert {s.service for s in collector.spans()} == {"agentlearn-diary"}
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            await proc.wait()
-        collector.stop()
 
 
 async def test_rpc_durations_and_codes_reach_the_prometheus_exposition(make_settings, dsn, clock, edge_index):

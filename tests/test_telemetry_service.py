@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 from google.protobuf import json_format
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as diary_grpc
@@ -25,16 +24,11 @@ from libs.common.clock import ManualClock
 from libs.common.events import read_events
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
+from tests.support.turns import ts
 
 START = datetime(2026, 3, 10, 9, 0, tzinfo=UTC)
 NOW = START + timedelta(days=3)
 """Where each test leaves the clock once it has written its events: an unset end_time is now."""
-
-
-def ts(dt: datetime) -> Timestamp:
-    out = Timestamp()
-    out.FromDatetime(dt)
-    return out
 
 
 def summary(*blocks: tuple[str, bool]) -> dict:
@@ -74,33 +68,19 @@ async def test_hit_rates_count_turns_and_hits_per_block_per_utc_day_for_the_seat
     day1, day2 = START, datetime(2026, 3, 11, tzinfo=UTC)  # day2: midnight UTC
     # A summary whose blocks another version wrote differently reads as no blocks, never an error.
     await emit_at(app, clock, day1, "prefetch_summary", company="acme", seat="ana", blocks="skills")
-    await emit_at(
-        app,
-        clock,
+
+    async def anas(when: datetime, *blocks: tuple[str, bool]) -> None:
+        await emit_at(app, clock, when, "prefetch_summary", company="acme", seat="ana", **summary(*blocks))
+
+    await anas(
         day1 + timedelta(hours=1),
-        "prefetch_summary",
-        company="acme",
-        seat="ana",
-        **summary(("skills", True), ("personal_memory", False), ("counterparty", True), ("counterparty", False)),
+        ("skills", True),
+        ("personal_memory", False),
+        ("counterparty", True),
+        ("counterparty", False),
     )
-    await emit_at(
-        app,
-        clock,
-        day1 + timedelta(hours=2),
-        "prefetch_summary",
-        company="acme",
-        seat="ana",
-        **summary(("skills", False), ("personal_memory", True)),
-    )
-    await emit_at(
-        app,
-        clock,
-        day2 + timedelta(hours=23, minutes=59),
-        "prefetch_summary",
-        company="acme",
-        seat="ana",
-        **summary(("skills", True)),
-    )
+    await anas(day1 + timedelta(hours=2), ("skills", False), ("personal_memory", True))
+    await anas(day2 + timedelta(hours=23, minutes=59), ("skills", True))
     # Another seat, another company, another kind: not ana's.
     await emit_at(app, clock, day1, "prefetch_summary", company="acme", seat="bo", **summary(("skills", True)))
     await emit_at(app, clock, day1, "prefetch_summary", company="globex", seat="ana", **summary(("skills", True)))
@@ -135,67 +115,27 @@ async def test_hit_rates_count_turns_and_hits_per_block_per_utc_day_for_the_seat
 
 async def test_auxiliary_spend_sums_tokens_per_purpose_per_day_most_tokens_first(app, clock, stub):
     spend = {"stage": "post_turn", "provider": "p", "model": "m"}
-    await emit_at(
-        app,
-        clock,
-        START,
-        "auxiliary_spend",
-        company="acme",
-        seat="ana",
-        purpose="persist_decider",
-        prompt_tokens=100,
-        completion_tokens=20,
-        **spend,
-    )
-    await emit_at(
-        app,
-        clock,
-        START + timedelta(hours=1),
-        "auxiliary_spend",
-        company="acme",
-        seat="ana",
-        purpose="persist_decider",
-        prompt_tokens=50,
-        completion_tokens=5,
-        **spend,
-    )
-    await emit_at(
-        app,
-        clock,
-        START + timedelta(days=1),
-        "auxiliary_spend",
-        company="acme",
-        seat="ana",
-        purpose="session_review",
-        prompt_tokens=900,
-        completion_tokens=300,
-        **spend,
-    )
-    # A payload another version wrote differently reads as no tokens, never as an error.
-    await emit_at(
-        app,
-        clock,
-        START + timedelta(days=1),
-        "auxiliary_spend",
-        company="acme",
-        seat="ana",
-        purpose="session_review",
-        prompt_tokens="many",
-        completion_tokens=None,
-        **spend,
-    )
-    await emit_at(
-        app,
-        clock,
-        START,
-        "auxiliary_spend",
-        company="acme",
-        seat="bo",
-        purpose="persist_decider",
-        prompt_tokens=7,
-        completion_tokens=7,
-        **spend,
-    )
+    calls: list[tuple[datetime, str, str, object, object]] = [
+        (START, "ana", "persist_decider", 100, 20),
+        (START + timedelta(hours=1), "ana", "persist_decider", 50, 5),
+        (START + timedelta(days=1), "ana", "session_review", 900, 300),
+        # A payload another version wrote differently reads as no tokens, never as an error.
+        (START + timedelta(days=1), "ana", "session_review", "many", None),
+        (START, "bo", "persist_decider", 7, 7),
+    ]
+    for when, seat, purpose, prompt_tokens, completion_tokens in calls:
+        await emit_at(
+            app,
+            clock,
+            when,
+            "auxiliary_spend",
+            company="acme",
+            seat=seat,
+            purpose=purpose,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            **spend,
+        )
     clock.set(NOW)
 
     resp = await stub.GetAuxiliarySpend(

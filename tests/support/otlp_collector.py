@@ -11,6 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from tests.support.loopback_http import LoopbackHTTP
+
 __all__ = ["CollectedSpan", "OtlpCollector", "OtlpHttpCollector"]
 
 
@@ -86,7 +88,7 @@ class OtlpCollector:
             await self._server.stop(None)
 
 
-class OtlpHttpCollector:
+class OtlpHttpCollector(LoopbackHTTP):
     """OTLP over HTTP/protobuf: ``POST /v1/traces`` with an ExportTraceServiceRequest body."""
 
     def __init__(self) -> None:
@@ -116,8 +118,7 @@ class OtlpHttpCollector:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.serve_in_background(Handler)
         return self
 
     @property
@@ -128,8 +129,3 @@ class OtlpHttpCollector:
     def spans(self) -> list[CollectedSpan]:
         with self._lock:
             return list(self._spans)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()

@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+from tests.support.loopback_http import LoopbackHTTP, send_json
+
 __all__ = ["CqlError", "Reply", "ScriptedConfluence", "parse_cql"]
 
 
@@ -203,7 +205,7 @@ class Recorded:
     status: int = 0
 
 
-class ScriptedConfluence:
+class ScriptedConfluence(LoopbackHTTP):
     def __init__(self, *, max_limit: int = 25, context: str = "/wiki"):
         self.max_limit = max_limit
         self.context = context
@@ -286,16 +288,7 @@ class ScriptedConfluence:
                     reply = owner._answer(method, path, params, body, rec)
                 rec.status = reply.status
                 payload = json.dumps(reply.body if reply.body is not None else {"statusCode": reply.status}).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    for k, v in reply.headers.items():
-                        self.send_header(k, v)
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                send_json(self, reply.status, payload, reply.headers)
 
             def do_GET(self) -> None:
                 self._serve("GET")
@@ -303,15 +296,8 @@ class ScriptedConfluence:
             def do_POST(self) -> None:
                 self._serve("POST")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.serve_in_background(Handler)
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
 
     # -------------------------------------------------------------- the REST API
 

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Reply", "ScriptedOpenAI", "hash_vector"]
+from tests.support.loopback_http import LoopbackHTTP, send_json
+
+__all__ = ["Reply", "ScriptedOpenAI", "hash_vector", "openai_provider"]
 
 
 def hash_vector(text: str, dims: int) -> list[float]:
@@ -28,6 +30,12 @@ def hash_vector(text: str, dims: int) -> list[float]:
     seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
     vec = np.random.default_rng(seed).normal(size=dims)
     return (vec / np.linalg.norm(vec)).tolist()
+
+
+def openai_provider(server: Any, model: str, **extra: Any) -> dict[str, Any]:
+    """A provider entry of kind ``openai`` (an embeddings provider or an auxiliary model) pointed at
+    the scripted ``server``; ``extra`` adds or overrides its fields (``timeout_seconds``, ...)."""
+    return {"kind": "openai", "base_url": server.base_url, "api_key": "k", "model": model, **extra}
 
 
 @dataclass
@@ -52,7 +60,7 @@ class _Script:
     rule: Callable[[dict], Reply | None] | None = None
 
 
-class ScriptedOpenAI:
+class ScriptedOpenAI(LoopbackHTTP):
     def __init__(self, *, dims: int = 64, model: str = "scripted-embed"):
         self.dims = dims
         self.model = model
@@ -128,24 +136,10 @@ class ScriptedOpenAI:
                     payload = owner._embeddings(body, reply)
                 else:
                     payload = owner._chat(body)
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a scripted timeout)
+                send_json(self, reply.status, payload)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.serve_in_background(Handler)
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
 
     def _embeddings(self, body: dict, reply: Reply) -> bytes:
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]

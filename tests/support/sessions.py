@@ -14,6 +14,7 @@ from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
 from libs.common.protoconv import timestamp
 from tests.support.app import App, open_app
 from tests.support.grpc_errors import error_info
+from tests.support.scripted_openai import openai_provider
 
 __all__ = [
     "SessionEnv",
@@ -40,15 +41,7 @@ def scripted_llm(server, *, timeout: float = 10.0) -> dict:  # type: ignore[no-u
     """``providers`` whose only auxiliary model is the scripted OpenAI-compatible server (no offline
     fallback, so a failure of the server is the check's model error)."""
     return {
-        "llm": {
-            "scripted": {
-                "kind": "openai",
-                "base_url": server.base_url,
-                "api_key": "k",
-                "model": "small",
-                "timeout_seconds": timeout,
-            }
-        },
+        "llm": {"scripted": openai_provider(server, "small", timeout_seconds=timeout)},
         "auxiliary_chain": ["scripted"],
         "embeddings": {"kind": "none"},
     }

@@ -1,4 +1,4 @@
-"""Building TurnCompleted events for tests and benchmarks."""
+"""Building TurnCompleted events (and raw episodes) for tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -6,15 +6,47 @@ from datetime import datetime, timedelta
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 
-__all__ = ["message", "turn"]
+__all__ = ["message", "raw_episode", "ts", "turn"]
 
 
-def _ts(value: datetime) -> Timestamp:
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
+def ts(value: datetime) -> Timestamp:
+    """``value`` as a protobuf Timestamp."""
+    out = Timestamp()
+    out.FromDatetime(value)
+    return out
+
+
+def raw_episode(  # type: ignore[no-untyped-def]
+    seat: str,
+    turn_id: str,
+    end: datetime,
+    label: str,
+    ask: str,
+    what: str,
+    tools,
+    outcome=ep_pb.TURN_OUTCOME_DONE,
+    *,
+    minutes: int = 1,
+    **fields,
+) -> ep_pb.RecordEpisodeRequest:
+    """A RecordEpisode request of acme's ``seat``: a turn that ran the ``minutes`` up to ``end``,
+    with any other ``fields`` of the request."""
+    return ep_pb.RecordEpisodeRequest(
+        company="acme",
+        seat=seat,
+        turn_id=turn_id,
+        label=label,
+        ask=ask,
+        what_it_did=what,
+        outcome=outcome,
+        tool_sequence=list(tools),
+        start_time=ts(end - timedelta(minutes=minutes)),
+        end_time=ts(end),
+        **fields,
+    )
 
 
 def message(sender: str, body: str, platform: str = "slack", **kw) -> pb.InboundInteraction:  # type: ignore[no-untyped-def]
@@ -64,7 +96,7 @@ def turn(
         interactions=messages or [],
         self_persisted=self_persisted,
         trigger_kind=trigger,
-        start_time=_ts(now - timedelta(minutes=minutes)),
-        end_time=_ts(now),
+        start_time=ts(now - timedelta(minutes=minutes)),
+        end_time=ts(now),
         conversation_id=f"conv-{seat}",
     )

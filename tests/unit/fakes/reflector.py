@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import grpc
 from google.protobuf.message import Message
@@ -30,6 +29,7 @@ from services.reflector.domain import Interaction, OfferedSkill, Sender, Trigger
 from services.reflector.workers import persist_decider, refiner, synthesizer
 from services.reflector.workers.base import WorkerContext
 from services.reflector.workers.ports import WorkerPorts
+from tests.unit.fakes.events import RecordedEvents as FakeEvents
 
 
 @dataclass(frozen=True)
@@ -255,25 +255,6 @@ class FakeProfiles:
     async def get_profiles(self, request: pr_pb.GetProfilesRequest) -> pr_pb.GetProfilesResponse:
         self.calls.append(request)
         return pr_pb.GetProfilesResponse()
-
-
-@dataclass
-class FakeEvents:
-    emitted: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-
-    async def emit(
-        self,
-        kind: str,
-        *,
-        company: str | None = None,
-        seat: str | None = None,
-        turn_id: str | None = None,
-        **payload: Any,
-    ) -> None:
-        self.emitted.append((kind, {"company": company, "seat": seat, "turn_id": turn_id, **payload}))
-
-    def kinds(self) -> list[str]:
-        return [k for k, _ in self.emitted]
 
 
 @dataclass

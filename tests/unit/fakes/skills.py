@@ -16,7 +16,6 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 
@@ -46,6 +45,7 @@ from services.skills.ports import Moved, Tx
 from services.skills.proposals import ProposalService
 from services.skills.service import SkillService
 from services.skills.store import StampFailed, name_taken_error
+from tests.unit.fakes.events import RecordedEvents as FakeEvents
 
 __all__ = ["TOOLS", "FakeEvents", "FakeProposalStore", "FakeSkillStore", "Skills", "make"]
 
@@ -66,27 +66,6 @@ class _Row:
     version_provenance: Provenance = field(default_factory=Provenance)
     versions: list[_Version] = field(default_factory=list)  # oldest first
     bullets: list[tuple[int, str, Provenance]] = field(default_factory=list)
-
-
-class FakeEvents:
-    """An event sink that keeps what was emitted, in order."""
-
-    def __init__(self) -> None:
-        self.emitted: list[tuple[str, dict[str, Any]]] = []
-
-    async def emit(
-        self,
-        kind: str,
-        *,
-        company: str | None = None,
-        seat: str | None = None,
-        turn_id: str | None = None,
-        **payload: Any,
-    ) -> None:
-        self.emitted.append((kind, {"company": company, "seat": seat, "turn_id": turn_id, **payload}))
-
-    def kinds(self) -> list[str]:
-        return [k for k, _ in self.emitted]
 
 
 class _SeatTx:
