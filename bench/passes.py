@@ -1,6 +1,6 @@
 """A pass's whole process life (a CronJob pod's): wall time, CPU and peak RSS of the real command.
 
-    ./run bench passes [--runs 7] [--passes diary-fill,episode-fill] [--compare DIR]
+    ./run bench passes [--runs 7] [--passes diary-fill,episode-fill] [--compare DIR] [--bytecode]
 
 Setup. An embedded PostgreSQL in a temporary directory with every service's migrations applied and
 no rows (what a CronJob pod meets on a quiet minute: the database is there, there is nothing to
@@ -13,6 +13,12 @@ infrastructure, the lease, the pass, the exit. Wall time is measured around the 
 <commit>`` with its ``libs/common/gen`` stubs generated), interleaved run by run with this one, and
 prints the ratios: on a shared machine only a ratio measured within one run means anything.
 Medians are printed; the machine's load average is printed beside them.
+
+``--bytecode`` measures as the image runs: with every imported module's bytecode compiled ahead
+(the Dockerfile compiles it at build time; this sandbox exports ``PYTHONDONTWRITEBYTECODE=1``, so
+without it the repository's own modules are compiled from source on every start). Each variant
+gets its own ``PYTHONPYCACHEPREFIX`` in the scratch directory, filled by its warm-up run (which
+writes the bytecode of everything it imports: the standard library, the venv, the checkout).
 """
 
 from __future__ import annotations
@@ -45,12 +51,18 @@ async def _migrated(root: Path):  # type: ignore[no-untyped-def]
     return server, dsn
 
 
-def run_once(checkout: Path, name: str, dsn: str, data_dir: Path) -> tuple[float, float, float, int]:
-    """(wall s, CPU s, peak RSS MB, exit code) of one pass process."""
+def run_once(
+    checkout: Path, name: str, dsn: str, data_dir: Path, pycache: Path | None = None
+) -> tuple[float, float, float, int]:
+    """(wall s, CPU s, peak RSS MB, exit code) of one pass process; with ``pycache``, bytecode is
+    read from (and, the first time, written to) that prefix."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLEARN_", "DATABASE_URL", "OPENAI_"))}
     env["DATABASE_URL"] = dsn
     env["PYTHONPATH"] = str(checkout)  # ahead of the venv's path entry for this worktree
     env.setdefault("GRPC_VERBOSITY", "NONE")
+    if pycache is not None:
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.runner", "pass", name, "--data-dir", str(data_dir)],
@@ -74,6 +86,7 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--passes", default="diary-fill", help="comma-separated pass names")
     p.add_argument("--compare", type=Path, help="another checkout to run interleaved with this one")
+    p.add_argument("--bytecode", action="store_true", help="bytecode compiled ahead, as in the image")
     args = p.parse_args()
     variants = {"this": ROOT}
     if args.compare:
@@ -82,14 +95,16 @@ def main() -> int:
         root = Path(tmp)
         server, dsn = asyncio.run(_migrated(root))
         try:
-            print(f"database: embedded, migrated, empty; runs {args.runs}; load at start {_load()}")
+            mode = "bytecode compiled ahead (as the image)" if args.bytecode else "bytecode as this environment has it"
+            print(f"database: embedded, migrated, empty; runs {args.runs}; {mode}; load at start {_load()}")
+            pycache = {v: (root / f"pyc-{v}" if args.bytecode else None) for v in variants}
             for name in args.passes.split(","):
                 results: dict[str, list[tuple[float, float, float, int]]] = {v: [] for v in variants}
-                for v, checkout in variants.items():  # a warm-up each (page cache), not counted
-                    run_once(checkout, name, dsn, root / f"data-{v}")
+                for v, checkout in variants.items():  # a warm-up each (page cache, bytecode), not counted
+                    run_once(checkout, name, dsn, root / f"data-{v}", pycache[v])
                 for _ in range(args.runs):
                     for v, checkout in variants.items():
-                        results[v].append(run_once(checkout, name, dsn, root / f"data-{v}"))
+                        results[v].append(run_once(checkout, name, dsn, root / f"data-{v}", pycache[v]))
                 medians = {}
                 for v, rows in results.items():
                     codes = sorted({r[3] for r in rows})

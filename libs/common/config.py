@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -1113,6 +1112,8 @@ def load_settings(
     data: dict[str, Any] = {}
     source = "the configuration"
     if path:
+        import yaml  # only a process given a config file parses YAML (a pass pod reads its environment)
+
         source = str(path)
         try:
             text = Path(path).read_text()

@@ -25,21 +25,24 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import grpc
-from opentelemetry import metrics, propagate, trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry import metrics, trace
 
 from libs.common.config import TelemetryConfig
+from libs.common.db import configure_sql_spans
 
-if TYPE_CHECKING:  # imported where used: a pass that neither serves gRPC nor exports metrics never pays for them
+if TYPE_CHECKING:
+    # The SDK (and psutil, through its resources), the propagators (read from the package entry
+    # points) and gRPC are imported where used: a one-shot pass that exports nothing never loads
+    # them here (configure_export_only).
+    import grpc
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
-from libs.common.db import configure_sql_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 __all__ = [
     "client_interceptors",
+    "configure_export_only",
     "configure_logging",
     "configure_metrics",
     "configure_tracing",
@@ -80,26 +83,56 @@ def export_settings(
 def _resource(config: TelemetryConfig, env: Mapping[str, str]) -> Resource:
     # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the config's name only
     # fills in where neither says it (passing it unconditionally used to override them).
+    from opentelemetry.sdk.resources import Resource
+
     named = bool(env.get("OTEL_SERVICE_NAME")) or "service.name=" in env.get("OTEL_RESOURCE_ATTRIBUTES", "")
     return Resource.create({} if named else {"service.name": config.service_name})
 
 
 def configure_tracing(config: TelemetryConfig, *, extra_processors: list[SpanProcessor] | None = None) -> None:
     """Install the process's tracer provider once; later calls only add processors."""
+    provider = _tracer_provider(config)
+    for processor in extra_processors or []:
+        provider.add_span_processor(processor)
+    configure_sql_spans(config.sql_spans, config.sql_span_slow_ms)
+    configure_metrics(config)
+
+
+def _tracer_provider(config: TelemetryConfig) -> TracerProvider:
     global _provider
-    env = os.environ
     if _provider is None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        env = os.environ
         # The sampler comes from OTEL_TRACES_SAMPLER / _ARG when set (the SDK reads them).
         _provider = TracerProvider(resource=_resource(config, env))
         endpoint, protocol = export_settings(config, "traces", env)
-        if endpoint != "" and not _env_true(env, "OTEL_SDK_DISABLED"):
+        if _exports(endpoint, env):
             _provider.add_span_processor(BatchSpanProcessor(_span_exporter(protocol, endpoint)))
             _log.info("exporting spans over OTLP (%s) to %s", protocol, endpoint or "the OTEL_* endpoint")
         trace.set_tracer_provider(_provider)
-    for processor in extra_processors or []:
-        _provider.add_span_processor(processor)
+    return _provider
+
+
+def _exports(endpoint: str | None, env: Mapping[str, str]) -> bool:
+    """Whether :func:`export_settings`' answer turns OTLP export on."""
+    return endpoint != "" and not _env_true(env, "OTEL_SDK_DISABLED")
+
+
+def configure_export_only(config: TelemetryConfig) -> None:
+    """Telemetry of a process that serves nothing (``./run pass``, a CronJob pod's whole life): its
+    spans and metrics can only leave it by OTLP (no ``/metrics`` port, no caller to continue a
+    trace from), so a provider is installed only for a signal that is exported; without one the
+    API's no-op tracer and meter record nothing, and the SDK, its resource detection and the
+    Prometheus reader are never imported. With export configured this is
+    :func:`configure_tracing` minus the Prometheus reader nobody could scrape."""
+    env = os.environ
     configure_sql_spans(config.sql_spans, config.sql_span_slow_ms)
-    configure_metrics(config)
+    if _exports(export_settings(config, "traces", env)[0], env):
+        _tracer_provider(config)
+    if _exports(export_settings(config, "metrics", env)[0], env):
+        configure_metrics(config, prometheus=False)
 
 
 def _span_exporter(protocol: str, endpoint: str | None) -> Any:
@@ -120,21 +153,27 @@ def _http_path(endpoint: str | None, signal: str) -> str | None:
     return endpoint.rstrip("/") + f"/v1/{signal}"
 
 
-def configure_metrics(config: TelemetryConfig, *, extra_readers: list[MetricReader] | None = None) -> None:
-    """Install the process's meter provider once: Prometheus always (``/metrics``), OTLP when the
-    standard variables or the config say so. Later calls are no-ops (a provider cannot take
-    readers after it is installed; tests read through Prometheus)."""
+def configure_metrics(
+    config: TelemetryConfig, *, extra_readers: list[MetricReader] | None = None, prometheus: bool = True
+) -> None:
+    """Install the process's meter provider once: Prometheus (``/metrics``) unless ``prometheus``
+    is false (a process that serves no HTTP), OTLP when the standard variables or the config say
+    so. Later calls are no-ops (a provider cannot take readers after it is installed; tests read
+    through Prometheus)."""
     global _meter_provider
     if _meter_provider is not None:
         return
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
     env = os.environ
-    readers: list[MetricReader] = [PrometheusMetricReader(), *(extra_readers or [])]
+    readers: list[MetricReader] = [*(extra_readers or [])]
+    if prometheus:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+        readers.insert(0, PrometheusMetricReader())
     endpoint, protocol = export_settings(config, "metrics", env)
-    if endpoint != "" and not _env_true(env, "OTEL_SDK_DISABLED"):
+    if _exports(endpoint, env):
         if protocol.startswith("http"):
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
 
@@ -166,6 +205,8 @@ def client_interceptors() -> list[Any]:
 
 def inject_context() -> dict[str, str]:
     """The current trace context as a carrier, to store beside a queued job."""
+    from opentelemetry import propagate
+
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier
@@ -173,6 +214,8 @@ def inject_context() -> dict[str, str]:
 
 def restore_context(carrier: dict[str, str] | None) -> Any:
     """A context continuing the trace stored with a job (or the current one when none was)."""
+    from opentelemetry import propagate
+
     return propagate.extract(carrier or {})
 
 

@@ -169,10 +169,13 @@ def opened(infra: Infra) -> str:
 def _settled(*, collect: bool = True) -> None:
     """Start-up is over: what exists now lives as long as the process, so the cyclic GC stops
     walking it (a collection's cost is a tail latency on a server; docs/perf/analysis.md §4 #10).
-    A long-lived process first collects start-up's garbage; a one-shot pass does not bother."""
+    A long-lived process first collects start-up's garbage; a one-shot pass does not bother. A
+    pass process starts with the collector off (``services.runner.__main__``): it is on again from
+    here, for the pass's own work."""
     if collect:
         gc.collect()
     gc.freeze()
+    gc.enable()
 
 
 PUBLIC_HTTP_PATHS = ("/metrics", "/healthz", "/api/openapi.json")
@@ -415,7 +418,8 @@ async def one_pass(settings: Settings, name: str) -> int:
     if name not in PASSES:
         print(f"unknown pass {name!r}; known: {', '.join(sorted(PASSES))}", file=sys.stderr)
         return 2
-    telemetry.configure_tracing(settings.telemetry)
+    # A pass serves no /metrics and continues no caller's trace: its telemetry leaves only by OTLP.
+    telemetry.configure_export_only(settings.telemetry)
     async with contextlib.AsyncExitStack() as stack:
         infra, components = await _open(settings, stack, _pass_services(settings, [name]), warm=False)
         specs = {p.name: p for c in components for p in c.passes}
