@@ -44,6 +44,6 @@ def test_the_vendored_google_rpc_protos_are_the_runtimes_own():
     from google.rpc import status_pb2
 
     runtime = Path(status_pb2.__file__).parent
-    vendored = ROOT / "clients" / "googleapis" / "google" / "rpc"
+    vendored = ROOT / "clients" / "vendor" / "googleapis" / "google" / "rpc"
     for name in ("status.proto", "error_details.proto", "code.proto"):
         assert (vendored / name).read_text() == (runtime / name).read_text(), name

@@ -17,7 +17,7 @@ const protobuf = require('protobufjs');
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const PROTOS = path.join(ROOT, 'protos');
-const GOOGLEAPIS = path.join(ROOT, 'clients', 'googleapis');
+const GOOGLEAPIS = path.join(ROOT, 'clients', 'vendor', 'googleapis');
 
 function flags(argv) {
   const out = {

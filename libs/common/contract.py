@@ -123,7 +123,7 @@ class _FieldPlan:
     required: bool = False
     ignore_zero: bool = False
     ignore_always: bool = False
-    value_checks: list[_Check] = field(default_factory=list)  # the value (singular) or each item
+    value_checks: list[_Check] = field(default_factory=list)  # the value or each item (a string's: then _nul)
     list_checks: list[_Check] = field(default_factory=list)  # the list as a whole (repeated)
 
     @property
@@ -195,6 +195,8 @@ def _compile(descriptor: Descriptor, plan: _MessagePlan) -> None:
         opts = fd.GetOptions()
         if opts.HasExtension(_FIELD_RULES):
             _compile_field(fp, opts.Extensions[_FIELD_RULES], f"{descriptor.full_name}.{fd.name}")
+        if fp.is_string:
+            fp.value_checks.append(_nul)  # last: a string's own rules first, then no NUL in it
         if fp.needs_walk:
             plan.fields.append(fp)
 
@@ -497,7 +499,7 @@ def _size_check(reason: str, limit: int, message: str) -> _Check:
 
 
 def _zero(value: Any) -> bool:
-    return not value  # "", 0, False, 0.0, b"" (messages are judged by presence, not here)
+    return not value  # "", 0, False, 0.0, b"", an empty list (messages are judged by presence, not here)
 
 
 def _timestamp(ts: Any, path: str) -> list[Violation]:
@@ -538,30 +540,7 @@ def _walk(msg: Any, plan: _MessagePlan, prefix: str) -> Iterator[Violation]:
         if fp.ignore_always:
             continue
         path = f"{prefix}{fp.name}"
-        if fp.repeated:
-            items = getattr(msg, fp.name)
-            if not items:
-                if fp.required:
-                    yield from _v(path, "FIELD_REQUIRED", f"{path} is required")
-                    continue
-                if fp.ignore_zero:
-                    continue
-            for check in fp.list_checks:
-                yield from check(items, path)
-            sub = plan_of(fp.message) if fp.message is not None else None
-            for i, item in enumerate(items):
-                ipath = f"{path}[{i}]"
-                if sub is not None:
-                    if fp.timestamp:
-                        yield from _timestamp(item, ipath)
-                    yield from _walk(item, sub, f"{ipath}.")
-                    continue
-                for check in fp.value_checks:
-                    yield from check(item, ipath)
-                if fp.is_string:
-                    yield from _nul(item, ipath)
-            continue
-        if fp.message is not None:
+        if fp.message is not None and not fp.repeated:
             if not msg.HasField(fp.name):
                 if fp.required:
                     yield from _v(path, "FIELD_REQUIRED", f"{path} is required")
@@ -576,16 +555,28 @@ def _walk(msg: Any, plan: _MessagePlan, prefix: str) -> Iterator[Violation]:
             if fp.required:
                 yield from _v(path, "FIELD_REQUIRED", f"{path} is required")
             continue
-        if _zero(value):
+        if _zero(value):  # one rule for a zero scalar and an empty list (never presence-tracked)
             if fp.required and not fp.presence:
                 yield from _v(path, "FIELD_REQUIRED", f"{path} is required")
                 continue
             if fp.ignore_zero:
                 continue
-        for check in fp.value_checks:
+        if not fp.repeated:
+            for check in fp.value_checks:
+                yield from check(value, path)
+            continue
+        for check in fp.list_checks:
             yield from check(value, path)
-        if fp.is_string:
-            yield from _nul(value, path)
+        sub = plan_of(fp.message) if fp.message is not None else None
+        for i, item in enumerate(value):
+            ipath = f"{path}[{i}]"
+            if sub is not None:
+                if fp.timestamp:
+                    yield from _timestamp(item, ipath)
+                yield from _walk(item, sub, f"{ipath}.")
+                continue
+            for check in fp.value_checks:
+                yield from check(item, ipath)
 
 
 def _set(msg: Message, fd: FieldDescriptor) -> bool:
