@@ -118,3 +118,28 @@ async def test_the_coalescer_answers_each_caller_and_survives_a_cancelled_one():
     assert isinstance(results[3], ValueError)
     assert isinstance(results[4], asyncio.CancelledError)
     assert results[5] == 50
+
+
+async def test_notes_that_wait_together_go_in_one_statement_with_their_vectors(dsn):
+    pool = await connect_pool(dsn, max_size=2)
+    try:
+        store = PostgresNoteStore(pool, insert_statements=1)
+        alone: list[uuid.UUID] = []
+        one = store._insert_one
+
+        async def counted(note: Note, vector: np.ndarray | None, request_id: str | None) -> Note | None:
+            alone.append(note.id)
+            return await one(note, vector, request_id)
+
+        store._insert_one = counted  # type: ignore[method-assign]  # counts the single-row path
+        notes = [_note("a", f"n {i}") for i in range(6)]
+        vecs = [np.arange(4, dtype=np.float32) + i for i in range(6)]
+        stored = await asyncio.gather(*(store.insert(n, v) for n, v in zip(notes, vecs, strict=True)))
+        assert [s.id if s else None for s in stored] == [n.id for n in notes]
+        assert alone == [notes[0].id]  # the first ran alone; the five that waited went in one statement
+        rows = {r["id"]: r for r in await pool.fetch("SELECT id, embedding, embedding_dims FROM agent_diary")}
+        for n, v in zip(notes, vecs, strict=True):
+            assert rows[n.id]["embedding_dims"] == 4
+            np.testing.assert_array_equal(rows[n.id]["embedding"].to_numpy(), v)
+    finally:
+        await pool.close()

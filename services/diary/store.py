@@ -12,6 +12,7 @@ from datetime import datetime
 
 import asyncpg
 import numpy as np
+from pgvector import Vector
 
 from libs.common.rows import RowReader
 from libs.common.vector_service import Coalescer
@@ -250,6 +251,8 @@ class PostgresNoteStore:
         if len(items) == 1:
             return [await self._insert_one(*items[0])]
         columns = list(zip(*(_insert_params(*item) for item in items), strict=True))
+        # A vector as one element: asyncpg would read a bare ndarray as a nested array of floats.
+        columns[9] = tuple(None if v is None else Vector(v) for v in columns[9])
         try:
             rows = await self.pool.fetch(SQL["insert_many"], *(list(c) for c in columns))
         except Exception:
