@@ -6,7 +6,10 @@ written row within the budget, index it, embed a query, search one seat's rows).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, Self, TypeVar
 
@@ -16,12 +19,76 @@ from libs.common.config import RelevanceConfig
 from libs.common.embeddings import Embedder, Vector
 from libs.common.events import EventSink
 from libs.common.vector_path import InlineEmbedding, QueryEmbedding, RowReads, VectorHalf
-from libs.common.vectorindex import IndexPoint, VectorIndex
+from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, collection_name
 
 if TYPE_CHECKING:
     from libs.common.infra import Infra
 
-__all__ = ["VectorRowService", "VectorRowWriter"]
+__all__ = ["Coalescer", "VectorRowService", "VectorRowWriter"]
+
+_log = logging.getLogger(__name__)
+
+Item = TypeVar("Item")
+R = TypeVar("R")
+
+
+class Coalescer(Generic[Item, R]):
+    """Concurrent callers' items run together: an item submitted while ``max_running`` batches are
+    in flight waits and goes with every other item that waited, in one call of ``run`` (up to
+    ``max_batch`` items); an item submitted when a slot is free runs at once (no waiting window).
+    ``run`` answers every item in order, a result or the exception that item's caller gets; if it
+    raises, every caller of the batch gets that exception. A batch runs in its own task: a caller
+    that goes away (cancelled) does not take the others' items, nor its own, out of it."""
+
+    def __init__(
+        self,
+        run: Callable[[list[Item]], Awaitable[Sequence[R | Exception]]],
+        *,
+        max_batch: int = 64,
+        max_running: int = 1,
+    ):
+        self._run = run
+        self._max_batch = max(1, max_batch)
+        self._max_running = max(1, max_running)
+        self._waiting: list[tuple[Item, asyncio.Future[R]]] = []
+        self._running = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, item: Item) -> R:
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, future))
+        self._kick()
+        return await future
+
+    def _kick(self) -> None:
+        while self._waiting and self._running < self._max_running:
+            take, self._waiting = self._waiting[: self._max_batch], self._waiting[self._max_batch :]
+            self._running += 1
+            task = asyncio.get_running_loop().create_task(self._flush(take))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, take: list[tuple[Item, asyncio.Future[R]]]) -> None:
+        try:
+            results = await self._run([item for item, _ in take])
+        except BaseException as exc:
+            failure = exc if isinstance(exc, Exception) else RuntimeError(f"batch stopped: {exc!r}")
+            for _, future in take:
+                if not future.done():
+                    future.set_exception(failure)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for (_, future), result in zip(take, results, strict=True):
+                if future.done():
+                    continue
+                if isinstance(result, Exception):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+        finally:
+            self._running -= 1
+            self._kick()
 
 
 class IndexedStore(Protocol):
@@ -61,6 +128,7 @@ class VectorRowWriter(Generic[W]):
         self.clock = clock
         self.embed_budget_seconds = embed_budget_seconds
         """How long a write (or a query) waits for its embedding before it goes on without one."""
+        self._index_batcher: Coalescer[tuple[IndexPoint, str], bool] = Coalescer(self._index_batch, max_batch=256)
 
     async def embed_row(self, text: str) -> InlineEmbedding:
         """A written row's vector within the budget (none, with the reason, past it)."""
@@ -69,6 +137,36 @@ class VectorRowWriter(Generic[W]):
     async def index_row(self, point: IndexPoint, what: str) -> bool:
         """Index a stored row's point now and mark it indexed (the fill pass retries a failure)."""
         return await vector_path.index_row(self.index, self.collection_base, point, self.store.set_indexed, what)
+
+    async def index_rows_together(self, point: IndexPoint, what: str) -> bool:
+        """:meth:`index_row`, with the points of concurrent writes upserted together (one index
+        call per width) and marked indexed in one statement: same outcome for each row — True once
+        its point is in the index and the row is marked; False (the row keeps ``indexed = false``,
+        the index pass puts it in later) when the index cannot be reached; the store's error when
+        the mark fails."""
+        return await self._index_batcher.submit((point, what))
+
+    async def _index_batch(self, items: list[tuple[IndexPoint, str]]) -> list[bool | Exception]:
+        by_dims: dict[int, list[int]] = defaultdict(list)
+        for k, (point, _) in enumerate(items):
+            by_dims[int(point.vector.shape[0])].append(k)
+        done = [False] * len(items)
+        for dims, ks in by_dims.items():
+            try:
+                await self.index.upsert(collection_name(self.collection_base, dims), [items[k][0] for k in ks])
+            except IndexUnavailable as err:
+                for k in ks:
+                    _log.warning("%s %s stored but not indexed: %s", items[k][1], items[k][0].id, err)
+                continue
+            for k in ks:
+                done[k] = True
+        marked = [items[k][0].id for k in range(len(items)) if done[k]]
+        if marked:
+            try:
+                await self.store.set_indexed(marked)
+            except Exception as exc:  # every marked row's caller learns it, as with one row alone
+                return [exc if d else False for d in done]
+        return list(done)
 
 
 class VectorRowService(VectorRowWriter[S], Generic[S, C]):

@@ -178,7 +178,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
             point = index_point(
                 stored.id, stored.company, stored.seat, vector, stored.embedding_model or "", stored.expire_time
             )
-            await self.index_row(point, "note")
+            await self.index_rows_together(point, "note")
         return stored, embedded.skipped_reason, True
 
     # ---------------------------------------------------------------- recall

@@ -12,8 +12,10 @@ from datetime import datetime
 
 import asyncpg
 import numpy as np
+from pgvector import Vector
 
 from libs.common.rows import RowReader
+from libs.common.vector_service import Coalescer
 from services.diary.domain import Note, NoteSource, NoteTier
 from services.diary.ports import NoteListing
 
@@ -49,6 +51,16 @@ SQL = {
         INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
                                  embedding, embedding_model, embedding_dims, request_id)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+        ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
+        RETURNING {_COLUMNS}""",
+    # Concurrent writers' notes in one statement (PostgresNoteStore.insert gathers them): the
+    # columns of "insert" as arrays, one element per note. A note whose request_id conflicts (with a
+    # stored note, or an earlier one of the same statement) is not returned, as with "insert".
+    "insert_many": f"""
+        INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
+                                 embedding, embedding_model, embedding_dims, request_id)
+        SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                             $8::timestamptz[], $9::timestamptz[], $10::vector[], $11::text[], $12::int[], $13::text[])
         ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
         RETURNING {_COLUMNS}""",
     "by_request": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND request_id = $3",
@@ -173,33 +185,86 @@ def _listing_params(listing: NoteListing) -> tuple[str, str, datetime, str | Non
     return listing.company, listing.seat, listing.now, str(listing.tier) if listing.tier else None
 
 
+_Insert = tuple[Note, np.ndarray | None, str | None]
+
+
+def _insert_params(
+    note: Note, vector: np.ndarray | None, request_id: str | None
+) -> tuple[
+    uuid.UUID,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str | None,
+    datetime,
+    datetime | None,
+    np.ndarray | None,
+    str | None,
+    int | None,
+    str | None,
+]:
+    """$1..$13 of "insert" for one note (an element of each array of "insert_many")."""
+    return (
+        note.id,
+        note.company,
+        note.seat,
+        note.content,
+        str(note.tier),
+        str(note.source),
+        note.turn_id,
+        note.create_time,
+        note.expire_time,
+        None if vector is None else vector.astype(np.float32),
+        note.embedding_model if vector is not None else None,
+        int(vector.shape[0]) if vector is not None else None,
+        request_id,
+    )
+
+
 class PostgresNoteStore:
-    def __init__(self, pool: asyncpg.Pool):
+    def __init__(self, pool: asyncpg.Pool, *, insert_batch: int = 64, insert_statements: int = 2):
         self.pool = pool
+        # Concurrent writes go to PostgreSQL together: one statement and one commit for what waited
+        # while up to ``insert_statements`` inserts were in flight (issue 14: WriteNote at 16 writers).
+        self._inserts: Coalescer[_Insert, Note | None] = Coalescer(
+            self._insert_batch, max_batch=insert_batch, max_running=insert_statements
+        )
 
     async def by_request(self, company: str, seat: str, request_id: str) -> Note | None:
         row = await self.pool.fetchrow(SQL["by_request"], company, seat, request_id)
         return _note(row) if row else None
 
     async def insert(self, note: Note, vector: np.ndarray | None, request_id: str | None = None) -> Note | None:
-        """The stored note, or ``None`` when ``request_id`` was already used (see ``by_request``)."""
-        row = await self.pool.fetchrow(
-            SQL["insert"],
-            note.id,
-            note.company,
-            note.seat,
-            note.content,
-            str(note.tier),
-            str(note.source),
-            note.turn_id,
-            note.create_time,
-            note.expire_time,
-            None if vector is None else vector.astype(np.float32),
-            note.embedding_model if vector is not None else None,
-            int(vector.shape[0]) if vector is not None else None,
-            request_id,
-        )
+        """The stored note, or ``None`` when ``request_id`` was already used (see ``by_request``).
+        Concurrent calls share one statement; each still gets its own note, ``None`` or error."""
+        return await self._inserts.submit((note, vector, request_id))
+
+    async def _insert_one(self, note: Note, vector: np.ndarray | None, request_id: str | None) -> Note | None:
+        row = await self.pool.fetchrow(SQL["insert"], *_insert_params(note, vector, request_id))
         return _note(row) if row else None
+
+    async def _insert_batch(self, items: list[_Insert]) -> list[Note | Exception | None]:
+        """One statement for the notes that waited together. When it fails (nothing of it was
+        stored), each note is tried alone, so one note's fault is its own writer's answer only."""
+        if len(items) == 1:
+            return [await self._insert_one(*items[0])]
+        columns = list(zip(*(_insert_params(*item) for item in items), strict=True))
+        # A vector as one element: asyncpg would read a bare ndarray as a nested array of floats.
+        columns[9] = tuple(None if v is None else Vector(v) for v in columns[9])
+        try:
+            rows = await self.pool.fetch(SQL["insert_many"], *(list(c) for c in columns))
+        except Exception:
+            out: list[Note | Exception | None] = []
+            for item in items:
+                try:
+                    out.append(await self._insert_one(*item))
+                except Exception as exc:
+                    out.append(exc)
+            return out
+        stored = {r["id"]: _note(r) for r in rows}
+        return [stored.get(note.id) for note, _, _ in items]
 
     async def get(self, company: str, seat: str, note_id: uuid.UUID, now: datetime) -> Note | None:
         row = await self.pool.fetchrow(SQL["get"], company, seat, now, note_id)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from libs.common.embeddings._cache import QueryCache
-from libs.common.embeddings._port import EmbeddingError, EmbeddingUnavailable, OwnThreads, Vector, embed_texts
+from libs.common.embeddings._port import EmbeddingError, EmbeddingUnavailable, OwnThreads, Vector, embed_texts, pool
 from libs.common.embeddings._split import split_between_words
 from libs.common.metrics import EMBED_BATCH, EMBED_DURATION
 
@@ -284,7 +284,23 @@ class LocalMiniLMEmbedder(OwnThreads):
             if not self._closed:
                 self._dispatch()
 
+    def _one_piece(self, text: str) -> bool:
+        """Whether ``text`` is surely a single piece of the model's input, told without tokenising
+        it: an ASCII text has at most one word piece per character (lower-casing and accent
+        stripping leave ASCII as it is, and every word piece, or a word's [UNK], covers at least
+        one character), so up to ``max_input_tokens - 2`` characters fit beside [CLS] and [SEP]."""
+        return len(text) <= self._max_tokens - 2 and text.isascii()
+
     async def embed(self, texts: Sequence[str]) -> list[Vector | None]:
+        if all(self._one_piece(t) for t in texts):
+            # What a note or a question usually is: no split (a tokenising pass and a trip to a
+            # worker thread and back, per text), the same vector (``split`` returns such a text whole).
+            raw = await self.embed_pieces(list(texts))
+            out: list[Vector | None] = []
+            for text, vec in zip(texts, raw, strict=True):
+                pooled = pool([vec], [len(text)])
+                out.append(None if pooled is None else Vector(pooled, self.model))
+            return out
         return await embed_texts(self, texts, self.offload)
 
     async def close(self) -> None:
