@@ -678,10 +678,10 @@ async def profile_reflector(args: argparse.Namespace) -> None:
                 from libs.common.config import load_settings
 
                 exporters = tracing_on(load_settings(None, {}, env={}))
-            infra, components, channel = await rb._app(Path(tmp), args.workers, stack)
+            infra, components, channel, skills = await rb._app(Path(tmp), args.workers, stack)
             stub = pb_grpc.ReflectorServiceStub(channel)
             seats = [f"seat-{s}" for s in range(20)]
-            skills = {s: await rb._seed_skill(channel, s) for s in seats}
+            assert set(skills) == set(seats)
             harness = components["reflector"].service.harness
 
             async def submit(n: int, first: int) -> None:

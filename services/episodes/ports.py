@@ -39,6 +39,12 @@ class EpisodeStore(Protocol):
 
     async def get_by_work_key(self, company: str, seat: str, work_key: str) -> Episode | None: ...
 
+    async def prior(
+        self, company: str, seat: str, turn_id: str, work_key: str | None
+    ) -> tuple[Episode | None, Episode | None]:
+        """(``get_by_turn``, ``get_by_work_key`` when ``work_key`` is set), in one read."""
+        ...
+
     async def alias_run(self, company: str, seat: str, turn_id: str, episode_id: uuid.UUID, now: datetime) -> None:
         """File another run id under a row (a redelivery of work already recorded)."""
         ...

@@ -210,13 +210,13 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         self._validate(rec)
         tool_sequence = _names(rec.tool_sequence, "tool_sequence")
         tools_called = _names(rec.tools_called, "tools_called")
-        existing = await self.store.get_by_turn(company, seat, rec.turn_id)
+        # The run id's row and the work key's, in one read (a new turn's record is this read, the
+        # embed, the insert and the index mark).
+        existing, same_work = await self.store.prior(company, seat, rec.turn_id, rec.work_key or None)
         if existing is not None:
             return Recorded(existing, False, collapsed=existing.turn_id != rec.turn_id)
-        if rec.work_key:
-            same_work = await self.store.get_by_work_key(company, seat, rec.work_key)
-            if same_work is not None:
-                return await self._collapse(company, seat, rec, same_work)
+        if same_work is not None:
+            return await self._collapse(company, seat, rec, same_work)
         assert rec.start_time is not None and rec.end_time is not None and rec.outcome is not None
         text = vector_text(rec.label, rec.ask, rec.what_it_did)
         embedded = await self.embed_row(text)

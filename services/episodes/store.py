@@ -58,6 +58,14 @@ SQL = {
             SELECT episode_id FROM episode_runs r WHERE r.company = $1 AND r.seat = $2 AND r.turn_id = $3))
         ORDER BY turn_id = $3 DESC LIMIT 1""",
     "get_by_work_key": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND work_key = $3",
+    # What a new record collides with, in one read: the run id's own row, the row it was filed
+    # under, the row of its work key ($4, NULL: none).
+    "prior": f"""
+        SELECT {_COLUMNS}, id = (
+            SELECT episode_id FROM episode_runs r WHERE r.company = $1 AND r.seat = $2 AND r.turn_id = $3) AS aliased
+        FROM episodes
+        WHERE {_SEAT} AND (turn_id = $3 OR work_key = $4::text OR id = (
+            SELECT episode_id FROM episode_runs r WHERE r.company = $1 AND r.seat = $2 AND r.turn_id = $3))""",
     "alias_run": """
         INSERT INTO episode_runs (company, seat, turn_id, episode_id, record_time) VALUES ($1, $2, $3, $4, $5)
         ON CONFLICT (company, seat, turn_id) DO NOTHING""",
@@ -273,6 +281,17 @@ class PostgresEpisodeStore:
     async def get_by_work_key(self, company: str, seat: str, work_key: str) -> Episode | None:
         row = await self.pool.fetchrow(SQL["get_by_work_key"], company, seat, work_key)
         return episode_of(row) if row else None
+
+    async def prior(
+        self, company: str, seat: str, turn_id: str, work_key: str | None
+    ) -> tuple[Episode | None, Episode | None]:
+        """(the row of this run id — its own, else the one it was filed under —, the row of this work
+        key), in one statement."""
+        rows = await self.pool.fetch(SQL["prior"], company, seat, turn_id, work_key or None)
+        eps = [(episode_of(r), bool(r["aliased"])) for r in rows]
+        run = next((e for e, _ in eps if e.turn_id == turn_id), None) or next((e for e, a in eps if a), None)
+        work = next((e for e, _ in eps if work_key and e.work_key == work_key), None)
+        return run, work
 
     async def alias_run(self, company: str, seat: str, turn_id: str, episode_id: uuid.UUID, now: datetime) -> None:
         """File another run id under a row: the run's work was recorded already (a redelivery)."""

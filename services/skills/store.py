@@ -98,21 +98,31 @@ SQL = {
                state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5 ELSE s.state_change_time END
           FROM prior WHERE s.id = prior.id
         RETURNING s.id, s.name, prior.state AS prior_state, s.state""",
-    "claim_use_request": """
-        INSERT INTO skill_use_requests (company, seat, request_id, create_time) VALUES ($1, $2, $3, $4)
-        ON CONFLICT DO NOTHING RETURNING 1""",
-    # Uses without loading (the reflector's SkillUse worker): the count, the clock, and revival.
+    # Uses without loading (the reflector's SkillUse worker): the count, the clock, and revival;
+    # with a request id ($5) the key is claimed in the same statement and the uses are made only
+    # if this statement claimed it. One row per skill moved, plus a row of NULLs when none moved;
+    # ``applied`` false: the request was applied before.
     "mark_used": """
-        WITH prior AS (
+        WITH claim AS (
+            INSERT INTO skill_use_requests (company, seat, request_id, create_time)
+            SELECT $1, $2, $5::text, $4 WHERE $5::text IS NOT NULL
+            ON CONFLICT DO NOTHING RETURNING 1),
+        prior AS (
             SELECT id, state FROM synthesized_skills
             WHERE company = $1 AND seat = $2 AND id = ANY($3::uuid[]) AND state <> 'archived'
-            ORDER BY id FOR UPDATE)
-        UPDATE synthesized_skills s
-           SET use_count = s.use_count + 1, last_used_time = $4, unused_since = greatest(s.unused_since, $4),
-               state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
-               state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $4 ELSE s.state_change_time END
-          FROM prior WHERE s.id = prior.id
-        RETURNING s.id, s.name, prior.state AS prior_state, s.state""",
+              AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM claim))
+            ORDER BY id FOR UPDATE),
+        moved AS (
+            UPDATE synthesized_skills s
+               SET use_count = s.use_count + 1, last_used_time = $4, unused_since = greatest(s.unused_since, $4),
+                   state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
+                   state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $4
+                                            ELSE s.state_change_time END
+              FROM prior WHERE s.id = prior.id
+            RETURNING s.id, s.name, prior.state AS prior_state, s.state)
+        SELECT ($5::text IS NULL OR EXISTS (SELECT 1 FROM claim)) AS applied,
+               moved.id, moved.name, moved.prior_state, moved.state
+        FROM (SELECT 1) AS one LEFT JOIN moved ON true""",
     "archive_version": """
         INSERT INTO synthesized_skill_versions (skill_id, version, body, change, reason, restored_from_version,
                                                 request_id, create_time, supersede_time, provenance)
@@ -379,13 +389,15 @@ class PostgresSkillStore:
         self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, request_id: str | None
     ) -> list[tuple[uuid.UUID, str, SkillState, SkillState]] | None:
         """Record a use of each named live skill; None when ``request_id`` was applied before. The
-        key is recorded in the same transaction as the uses."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            if request_id is not None:
-                if await conn.fetchval(SQL["claim_use_request"], company, seat, request_id, now) is None:
-                    return None
-            rows = await conn.fetch(SQL["mark_used"], company, seat, list(ids), now)
-        return [(r["id"], r["name"], SkillState(r["prior_state"]), SkillState(r["state"])) for r in rows]
+        key is recorded by the same statement as the uses (one round trip, one commit)."""
+        rows = await self.pool.fetch(SQL["mark_used"], company, seat, list(ids), now, request_id)
+        if not rows or not rows[0]["applied"]:
+            return None
+        return [
+            (r["id"], r["name"], SkillState(r["prior_state"]), SkillState(r["state"]))
+            for r in rows
+            if r["id"] is not None
+        ]
 
     # -------------------------------------------------------------- versions
 

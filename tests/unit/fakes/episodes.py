@@ -84,6 +84,12 @@ class MemoryEpisodeStore:
     async def get(self, company: str, seat: str, episode_id: uuid.UUID) -> Episode | None:
         return next((r.episode for r in self._seat(company, seat) if r.episode.id == episode_id), None)
 
+    async def prior(
+        self, company: str, seat: str, turn_id: str, work_key: str | None
+    ) -> tuple[Episode | None, Episode | None]:
+        work = await self.get_by_work_key(company, seat, work_key) if work_key else None
+        return await self.get_by_turn(company, seat, turn_id), work
+
     async def get_by_turn(self, company: str, seat: str, turn_id: str) -> Episode | None:
         own = next((r.episode for r in self._seat(company, seat) if r.episode.turn_id == turn_id), None)
         if own is not None:
