@@ -131,3 +131,31 @@ def test_environment_values_reach_nested_and_list_knobs():
     )
     assert s.providers.auxiliary_chain == ["offline"]
     assert s.server.port == 6100
+
+
+def test_top_level_keys_match_in_any_case_and_sections_exactly(tmp_path):
+    """Settings is a plain pydantic model (issue 14): the file keeps what pydantic-settings' init
+    source did with it — a top-level key in another case names its knob (the first one given wins),
+    a key inside a section must be spelt as documented, and an unknown key is still refused."""
+    config = tmp_path / "agentlearn.yaml"
+    config.write_text("Data_Dir: /srv/al\nSERVER:\n  port: 6200\n")
+    s = load_settings(config, env={})
+    assert (str(s.data_dir), s.server.port) == ("/srv/al", 6200)
+    assert str(load_settings(None, {"DATA_DIR": "first", "data_dir": "second"}, env={}).data_dir) == "first"
+    with pytest.raises(ConfigError, match=r"server\.Port: Extra inputs are not permitted"):
+        load_settings(None, {"server": {"Port": 1}}, env={})
+    with pytest.raises(ConfigError, match=r"_env_file: Extra inputs are not permitted"):
+        load_settings(None, {"_env_file": ".env"}, env={})
+
+
+def test_the_configuration_never_imports_pydantic_settings():
+    """The process start-up pays for neither pydantic-settings nor python-dotenv (issue 14)."""
+    import ast
+    import subprocess
+    import sys
+
+    probe = "import sys, libs.common.config; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    imported = set(ast.literal_eval(out.stdout))
+    assert "pydantic" in imported  # the probe sees the imports
+    assert not imported & {"pydantic_settings", "dotenv"}

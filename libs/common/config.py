@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
     "AuthConfig",
@@ -893,16 +892,20 @@ class LeaseConfig(_Section):
     """API server URL; unset means in-cluster."""
 
 
-class Settings(BaseSettings):
-    """The whole configuration. Construct with :func:`load_settings`."""
+class Settings(BaseModel):
+    """The whole configuration. Construct with :func:`load_settings`.
 
-    model_config = SettingsConfigDict(
-        env_prefix="AGENTLEARN_",
-        env_nested_delimiter="__",
-        extra="forbid",
-        frozen=True,
-        use_attribute_docstrings=True,
-    )
+    A plain model: :func:`load_settings` layers the YAML file, the environment and the overrides
+    itself (so an explicit override beats the shell, and an explicit ``env`` replaces
+    ``os.environ``) and the model only ever sees the merged result. Top-level keys match
+    case-insensitively (``Data_Dir:`` is ``data_dir``), as they did when this was a
+    pydantic-settings ``BaseSettings`` reading only its init arguments; sections below them are
+    matched exactly.
+    """
+
+    # validate_default as BaseSettings had it: the defaults below go through the same checks as a
+    # configured value.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True)
 
     database_url: SecretStr | None = None
     """PostgreSQL with pgvector; unset starts the embedded server under ``data_dir``."""
@@ -952,6 +955,26 @@ class Settings(BaseSettings):
     services_local_for_passes: bool = True
     """``./run pass`` serves the sibling services a pass calls from its own process; a CronJob in a
     cluster sets this false and reaches them at ``services.<name>``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _top_level_keys_ignore_case(cls, data: Any) -> Any:
+        # What pydantic-settings' init source did with case_sensitive=False: a key naming a field in
+        # another case is that field, the first such key given wins, anything else is left for
+        # extra="forbid" to refuse.
+        if not isinstance(data, dict) or all(key in cls.model_fields for key in data):
+            return data
+        out: dict[Any, Any] = {}
+        taken: set[str] = set()
+        for key, value in data.items():
+            name = key.lower() if isinstance(key, str) else key
+            if name in cls.model_fields:
+                if name not in taken:
+                    taken.add(name)
+                    out[name] = value
+            else:
+                out[key] = value
+        return out
 
     @model_validator(mode="after")
     def _chains_name_providers(self) -> Settings:
@@ -1005,20 +1028,6 @@ class Settings(BaseSettings):
             return own.default_workspace
         return self.sessions.default_workspace
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # load_settings layers the YAML file, the environment and the overrides itself (so an
-        # explicit override beats the shell, and an explicit ``env`` replaces ``os.environ``); the
-        # model only ever sees the merged result.
-        return (init_settings,)
-
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
@@ -1069,7 +1078,7 @@ _ENV_PREFIX = "AGENTLEARN_"
 
 def _agentlearn_env(env: dict[str, str]) -> dict[str, Any]:
     """``AGENTLEARN_<SECTION>__<KNOB>`` variables as a nested mapping (keys case-insensitive; a
-    value that reads as a JSON list or object is parsed, as pydantic-settings does for complex
+    value that reads as a JSON list or object is parsed, as pydantic-settings did for complex
     fields)."""
     out: dict[str, Any] = {}
     for key, value in env.items():
