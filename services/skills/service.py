@@ -278,8 +278,12 @@ class SkillService:
         scope = {"company": company, "seat": seat, "archived": include_archived}
         after = decode_cursor(token, scope, lambda c: _typed(c["name"], str), domain=DOMAIN)
         rows = await self.store.page(company, seat, include_archived, after, size + 1)
-        total = await self.store.count(company, seat, include_archived)
         skills, next_token = key_page(rows, size, lambda last: encode_page_token({"name": last.name}, scope))
+        if not token and not next_token:
+            # The first page is the whole catalogue (the usual case: a turn start's menu and the
+            # refiner read ≤ 50 skills in one page of 200), so it is its own count: no second statement.
+            return skills, next_token, len(skills)
+        total = await self.store.count(company, seat, include_archived)
         return skills, next_token, total
 
     async def get(self, key: SkillKey) -> Skill:

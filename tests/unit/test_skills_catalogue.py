@@ -168,3 +168,25 @@ async def test_a_summary_or_body_of_spaces_is_missing():
             )  # fmt: skip
         assert (err.value.reason, err.value.violations[0].field) == ("FIELD_REQUIRED", field)
     assert not s.store.rows
+
+
+async def test_a_first_page_that_holds_the_whole_catalogue_is_its_own_total():
+    s = make()
+    for name, tool in (("c", "t3"), ("a", "t1"), ("b", "t2")):
+        await s.create(name, tools=[tool])
+    await s.service.archive(s.key("b"))
+    counted: list[bool] = []
+    count = s.store.count
+
+    async def counting(company: str, seat: str, include_archived: bool) -> int:
+        counted.append(include_archived)
+        return await count(company, seat, include_archived)
+
+    s.store.count = counting  # type: ignore[method-assign]  # record the fake's count calls
+    page, token, total = await s.service.list_skills("acme", "ana", 50, "", False)
+    assert ([k.name for k in page], token, total, counted) == (["a", "c"], "", 2, [])
+    page, token, total = await s.service.list_skills("acme", "ana", 50, "", True)
+    assert (len(page), total, counted) == (3, 3, [])
+    # A page that is not the whole catalogue still asks the store for the total.
+    page, token, total = await s.service.list_skills("acme", "ana", 2, "", True)
+    assert (len(page), bool(token), total, counted) == (2, True, 3, [True])
