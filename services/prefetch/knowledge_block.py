@@ -108,10 +108,7 @@ async def search(
     """The seam's outcome, trimmed to ``limit``. The seam never raises by contract; a searcher that
     does anyway (a bug) is a search that did not run, never a failed turn."""
     try:
-        if vector is None:
-            outcome = await deps.searcher.search(reader, query, limit, context)
-        else:
-            outcome = await deps.searcher.search(reader, query, limit, context, vector=vector)
+        outcome = await deps.searcher.search(reader, query, limit, context, vector=vector)
     except Exception:
         _log.exception("knowledge search for %s raised", reader)
         return SearchOutcome.did_not_run(UnsearchedReason.UNREACHABLE, "the search raised")
