@@ -14,8 +14,8 @@ import pytest
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from libs.common.coalescer import Coalescer
 from libs.common.db import connect_pool
-from libs.common.vector_service import Coalescer
 from services.diary.domain import Note, NoteSource, NoteTier
 from services.diary.store import PostgresNoteStore
 from tests.support.app import open_app

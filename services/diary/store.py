@@ -14,8 +14,8 @@ import asyncpg
 import numpy as np
 from pgvector import Vector
 
+from libs.common.coalescer import Coalescer
 from libs.common.rows import RowReader
-from libs.common.vector_service import Coalescer
 from services.diary.domain import Note, NoteSource, NoteTier
 from services.diary.ports import NoteListing
 
