@@ -188,23 +188,7 @@ def _listing_params(listing: NoteListing) -> tuple[str, str, datetime, str | Non
 _Insert = tuple[Note, np.ndarray | None, str | None]
 
 
-def _insert_params(
-    note: Note, vector: np.ndarray | None, request_id: str | None
-) -> tuple[
-    uuid.UUID,
-    str,
-    str,
-    str,
-    str,
-    str,
-    str | None,
-    datetime,
-    datetime | None,
-    np.ndarray | None,
-    str | None,
-    int | None,
-    str | None,
-]:
+def _insert_params(note: Note, vector: np.ndarray | None, request_id: str | None) -> tuple[object, ...]:
     """$1..$13 of "insert" for one note (an element of each array of "insert_many")."""
     return (
         note.id,
