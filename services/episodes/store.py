@@ -61,11 +61,10 @@ SQL = {
     # What a new record collides with, in one read: the run id's own row, the row it was filed
     # under, the row of its work key ($4, NULL: none).
     "prior": f"""
-        SELECT {_COLUMNS}, id = (
-            SELECT episode_id FROM episode_runs r WHERE r.company = $1 AND r.seat = $2 AND r.turn_id = $3) AS aliased
+        WITH filed AS (SELECT episode_id FROM episode_runs r WHERE r.company = $1 AND r.seat = $2 AND r.turn_id = $3)
+        SELECT {_COLUMNS}, id IN (SELECT episode_id FROM filed) AS aliased
         FROM episodes
-        WHERE {_SEAT} AND (turn_id = $3 OR work_key = $4::text OR id = (
-            SELECT episode_id FROM episode_runs r WHERE r.company = $1 AND r.seat = $2 AND r.turn_id = $3))""",
+        WHERE {_SEAT} AND (turn_id = $3 OR work_key = $4::text OR id IN (SELECT episode_id FROM filed))""",
     "alias_run": """
         INSERT INTO episode_runs (company, seat, turn_id, episode_id, record_time) VALUES ($1, $2, $3, $4, $5)
         ON CONFLICT (company, seat, turn_id) DO NOTHING""",
