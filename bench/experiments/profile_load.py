@@ -48,7 +48,9 @@ import tempfile
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -76,6 +78,23 @@ def prefetch_requests(pf, seats: int, tag: str):  # type: ignore[no-untyped-def]
             ask=pf.ASKS[i % len(pf.ASKS)].format(t=prng.choice(pf.TOPICS)),
             senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
             unit_chain=["platform", "engineering"],
+        )  # fmt: skip
+
+    return request
+
+
+def note_requests() -> Callable[[], Any]:
+    """``request()``: the next WriteNote of a diary load: a LoCoMo turn as the text, a random seat
+    of 100 (one seeded generator per load, shared by every caller of that load)."""
+    from agentlearn.diary.v1 import diary_service_pb2 as pb
+
+    texts = turn_texts(json.loads(LOCOMO.read_text()))
+    rng = random.Random(7)
+
+    def request() -> pb.WriteNoteRequest:
+        return pb.WriteNoteRequest(
+            company="bench-write", seat=f"w-{rng.randrange(100):03d}", content=rng.choice(texts),
+            tier=pb.NOTE_TIER_LONG, source=pb.NOTE_SOURCE_OPERATOR,
         )  # fmt: skip
 
     return request
@@ -573,22 +592,15 @@ async def writenote_ab(args: argparse.Namespace) -> None:
     on a 1-thread, no-spin session. ``--writers`` concurrent WriteNote callers drive one server for
     a window, then the other, alternating; notes/s per window, CPU per note, notes left without a
     vector (the 2 s inline budget)."""
-    from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
-    texts = turn_texts(json.loads(LOCOMO.read_text()))  # noqa: ASYNC240 (setup, before any load)
+    note = note_requests()  # reads the texts (blocking): setup, before any load
     servers = [ServerProc("diary", args), ServerProc("diary", args, onnx_threads=1, batch=4)]
-    rng = random.Random(7)
     skipped = [0, 0]
 
     def caller(k: int):  # type: ignore[no-untyped-def]
         async def call(i: int) -> None:
-            resp = await stubs[k].WriteNote(
-                pb.WriteNoteRequest(
-                    company="bench-write", seat=f"w-{rng.randrange(100):03d}", content=rng.choice(texts),
-                    tier=pb.NOTE_TIER_LONG, source=pb.NOTE_SOURCE_OPERATOR,
-                )
-            )  # fmt: skip
+            resp = await stubs[k].WriteNote(note())
             skipped[k] += bool(resp.embedding_skipped_reason)
 
         return call
@@ -626,21 +638,13 @@ async def writenote_ab(args: argparse.Namespace) -> None:
 
 
 async def profile_diary(args: argparse.Namespace) -> None:
-    from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
-    texts = turn_texts(json.loads(LOCOMO.read_text()))  # noqa: ASYNC240 (setup, before any load)
+    note = note_requests()  # reads the texts (blocking): setup, before any load
     srv = ServerProc("diary", args)
-    rng = random.Random(7)
 
     def call(i: int, metadata=None):  # type: ignore[no-untyped-def]
-        return stub.WriteNote(
-            pb.WriteNoteRequest(
-                company="bench-write", seat=f"w-{rng.randrange(100):03d}", content=rng.choice(texts),
-                tier=pb.NOTE_TIER_LONG, source=pb.NOTE_SOURCE_OPERATOR,
-            ),
-            metadata=metadata,
-        )  # fmt: skip
+        return stub.WriteNote(note(), metadata=metadata)
 
     async with served([srv], pb_grpc.DiaryServiceStub) as (stub,):
         await drive(call, 4, 3)  # warm-up
