@@ -477,6 +477,12 @@ def report(out: Path, lines: list[str]) -> None:
     print(text)
 
 
+def ab_report(out: Path, scenario: str, names: list[str], figures: Callable[[int], str], ratios: str) -> None:
+    """The report of a two-server A/B: the scenario, one line of ``figures(k)`` per server (the
+    product first, then the variant) under its name, and the variant's figures over the product's."""
+    report(out, [scenario, *(f"{names[k]}: {figures(k)}" for k in (0, 1)), f"variant / product: {ratios}"])
+
+
 # ------------------------------------------------------------------------------------ scenarios
 
 
@@ -570,20 +576,18 @@ async def onnx_ab(args: argparse.Namespace) -> None:
             "as the product",
             {"onnx1": "1 intra-op thread, spin-wait off", "gc-freeze": "gc.freeze() after loading"}[args.variant],
         ]
-        lines = [
+        ab_report(
+            args.out,
             f"scenario: BuildTurnContext rich, {args.seats} seats, two servers, calls alternated ({args.ab} each); "
             f"tracing {args.tracing}; load at the end {loadavg()}",
-        ]
-        for k in (0, 1):
-            lines.append(
-                f"{names[k]}: p50 {pct(lat[k], 50):.1f} ms, p99 {pct(lat[k], 99):.1f} ms, mean "
+            names,
+            lambda k: (
+                f"p50 {pct(lat[k], 50):.1f} ms, p99 {pct(lat[k], 99):.1f} ms, mean "
                 f"{statistics.fmean(lat[k]):.1f} ms; server CPU {cpu[k]:.1f} ms per call"
-            )
-        lines.append(
-            f"variant / product: p50 {pct(lat[1], 50) / pct(lat[0], 50):.3f}, "
-            f"p99 {pct(lat[1], 99) / pct(lat[0], 99):.3f}, CPU {cpu[1] / cpu[0]:.3f}"
+            ),
+            f"p50 {pct(lat[1], 50) / pct(lat[0], 50):.3f}, "
+            f"p99 {pct(lat[1], 99) / pct(lat[0], 99):.3f}, CPU {cpu[1] / cpu[0]:.3f}",
         )
-        report(args.out, lines)
 
 
 async def writenote_ab(args: argparse.Namespace) -> None:
@@ -620,21 +624,19 @@ async def writenote_ab(args: argparse.Namespace) -> None:
                 rates[k].append(len(lat) / wall)
                 notes[k] += len(lat)
         names = ["product embedder (runs of <= 32, default ONNX session)", "runs of <= 4, 1 thread, no spin-wait"]
-        lines = [
+        ab_report(
+            args.out,
             f"scenario: WriteNote, {args.writers} writers, two diary servers, {args.windows} windows of "
-            f"{args.seconds:.0f} s each, alternating; tracing {args.tracing}; load at the end {loadavg()}"
-        ]
-        for k in (0, 1):
-            lines.append(
-                f"{names[k]}: notes/s per window {', '.join(f'{r:.1f}' for r in rates[k])} (median "
+            f"{args.seconds:.0f} s each, alternating; tracing {args.tracing}; load at the end {loadavg()}",
+            names,
+            lambda k: (
+                f"notes/s per window {', '.join(f'{r:.1f}' for r in rates[k])} (median "
                 f"{statistics.median(rates[k]):.1f}); server CPU {1000 * cpu[k] / notes[k]:.1f} ms per note; "
                 f"{skipped[k]} of {notes[k]} notes stored without a vector"
-            )
-        lines.append(
-            f"variant / product: notes/s {statistics.median(rates[1]) / statistics.median(rates[0]):.2f}x, "
-            f"CPU per note {(cpu[1] / notes[1]) / (cpu[0] / notes[0]):.2f}x"
+            ),
+            f"notes/s {statistics.median(rates[1]) / statistics.median(rates[0]):.2f}x, "
+            f"CPU per note {(cpu[1] / notes[1]) / (cpu[0] / notes[0]):.2f}x",
         )
-        report(args.out, lines)
 
 
 async def profile_diary(args: argparse.Namespace) -> None:
