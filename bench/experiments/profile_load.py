@@ -48,7 +48,9 @@ import tempfile
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -76,6 +78,23 @@ def prefetch_requests(pf, seats: int, tag: str):  # type: ignore[no-untyped-def]
             ask=pf.ASKS[i % len(pf.ASKS)].format(t=prng.choice(pf.TOPICS)),
             senders=[pb.Counterparty(handle="bob", platform="slack", display_name="Bob")],
             unit_chain=["platform", "engineering"],
+        )  # fmt: skip
+
+    return request
+
+
+def note_requests() -> Callable[[], Any]:
+    """``request()``: the next WriteNote of a diary load: a LoCoMo turn as the text, a random seat
+    of 100 (one seeded generator per load, shared by every caller of that load)."""
+    from agentlearn.diary.v1 import diary_service_pb2 as pb
+
+    texts = turn_texts(json.loads(LOCOMO.read_text()))
+    rng = random.Random(7)
+
+    def request() -> pb.WriteNoteRequest:
+        return pb.WriteNoteRequest(
+            company="bench-write", seat=f"w-{rng.randrange(100):03d}", content=rng.choice(texts),
+            tier=pb.NOTE_TIER_LONG, source=pb.NOTE_SOURCE_OPERATOR,
         )  # fmt: skip
 
     return request
@@ -458,6 +477,12 @@ def report(out: Path, lines: list[str]) -> None:
     print(text)
 
 
+def ab_report(out: Path, scenario: str, names: list[str], figures: Callable[[int], str], ratios: str) -> None:
+    """The report of a two-server A/B: the scenario, one line of ``figures(k)`` per server (the
+    product first, then the variant) under its name, and the variant's figures over the product's."""
+    report(out, [scenario, *(f"{names[k]}: {figures(k)}" for k in (0, 1)), f"variant / product: {ratios}"])
+
+
 # ------------------------------------------------------------------------------------ scenarios
 
 
@@ -551,20 +576,18 @@ async def onnx_ab(args: argparse.Namespace) -> None:
             "as the product",
             {"onnx1": "1 intra-op thread, spin-wait off", "gc-freeze": "gc.freeze() after loading"}[args.variant],
         ]
-        lines = [
+        ab_report(
+            args.out,
             f"scenario: BuildTurnContext rich, {args.seats} seats, two servers, calls alternated ({args.ab} each); "
             f"tracing {args.tracing}; load at the end {loadavg()}",
-        ]
-        for k in (0, 1):
-            lines.append(
-                f"{names[k]}: p50 {pct(lat[k], 50):.1f} ms, p99 {pct(lat[k], 99):.1f} ms, mean "
+            names,
+            lambda k: (
+                f"p50 {pct(lat[k], 50):.1f} ms, p99 {pct(lat[k], 99):.1f} ms, mean "
                 f"{statistics.fmean(lat[k]):.1f} ms; server CPU {cpu[k]:.1f} ms per call"
-            )
-        lines.append(
-            f"variant / product: p50 {pct(lat[1], 50) / pct(lat[0], 50):.3f}, "
-            f"p99 {pct(lat[1], 99) / pct(lat[0], 99):.3f}, CPU {cpu[1] / cpu[0]:.3f}"
+            ),
+            f"p50 {pct(lat[1], 50) / pct(lat[0], 50):.3f}, "
+            f"p99 {pct(lat[1], 99) / pct(lat[0], 99):.3f}, CPU {cpu[1] / cpu[0]:.3f}",
         )
-        report(args.out, lines)
 
 
 async def writenote_ab(args: argparse.Namespace) -> None:
@@ -573,22 +596,15 @@ async def writenote_ab(args: argparse.Namespace) -> None:
     on a 1-thread, no-spin session. ``--writers`` concurrent WriteNote callers drive one server for
     a window, then the other, alternating; notes/s per window, CPU per note, notes left without a
     vector (the 2 s inline budget)."""
-    from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
-    texts = turn_texts(json.loads(LOCOMO.read_text()))  # noqa: ASYNC240 (setup, before any load)
+    note = note_requests()  # reads the texts (blocking): setup, before any load
     servers = [ServerProc("diary", args), ServerProc("diary", args, onnx_threads=1, batch=4)]
-    rng = random.Random(7)
     skipped = [0, 0]
 
     def caller(k: int):  # type: ignore[no-untyped-def]
         async def call(i: int) -> None:
-            resp = await stubs[k].WriteNote(
-                pb.WriteNoteRequest(
-                    company="bench-write", seat=f"w-{rng.randrange(100):03d}", content=rng.choice(texts),
-                    tier=pb.NOTE_TIER_LONG, source=pb.NOTE_SOURCE_OPERATOR,
-                )
-            )  # fmt: skip
+            resp = await stubs[k].WriteNote(note())
             skipped[k] += bool(resp.embedding_skipped_reason)
 
         return call
@@ -608,39 +624,29 @@ async def writenote_ab(args: argparse.Namespace) -> None:
                 rates[k].append(len(lat) / wall)
                 notes[k] += len(lat)
         names = ["product embedder (runs of <= 32, default ONNX session)", "runs of <= 4, 1 thread, no spin-wait"]
-        lines = [
+        ab_report(
+            args.out,
             f"scenario: WriteNote, {args.writers} writers, two diary servers, {args.windows} windows of "
-            f"{args.seconds:.0f} s each, alternating; tracing {args.tracing}; load at the end {loadavg()}"
-        ]
-        for k in (0, 1):
-            lines.append(
-                f"{names[k]}: notes/s per window {', '.join(f'{r:.1f}' for r in rates[k])} (median "
+            f"{args.seconds:.0f} s each, alternating; tracing {args.tracing}; load at the end {loadavg()}",
+            names,
+            lambda k: (
+                f"notes/s per window {', '.join(f'{r:.1f}' for r in rates[k])} (median "
                 f"{statistics.median(rates[k]):.1f}); server CPU {1000 * cpu[k] / notes[k]:.1f} ms per note; "
                 f"{skipped[k]} of {notes[k]} notes stored without a vector"
-            )
-        lines.append(
-            f"variant / product: notes/s {statistics.median(rates[1]) / statistics.median(rates[0]):.2f}x, "
-            f"CPU per note {(cpu[1] / notes[1]) / (cpu[0] / notes[0]):.2f}x"
+            ),
+            f"notes/s {statistics.median(rates[1]) / statistics.median(rates[0]):.2f}x, "
+            f"CPU per note {(cpu[1] / notes[1]) / (cpu[0] / notes[0]):.2f}x",
         )
-        report(args.out, lines)
 
 
 async def profile_diary(args: argparse.Namespace) -> None:
-    from agentlearn.diary.v1 import diary_service_pb2 as pb
     from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 
-    texts = turn_texts(json.loads(LOCOMO.read_text()))  # noqa: ASYNC240 (setup, before any load)
+    note = note_requests()  # reads the texts (blocking): setup, before any load
     srv = ServerProc("diary", args)
-    rng = random.Random(7)
 
     def call(i: int, metadata=None):  # type: ignore[no-untyped-def]
-        return stub.WriteNote(
-            pb.WriteNoteRequest(
-                company="bench-write", seat=f"w-{rng.randrange(100):03d}", content=rng.choice(texts),
-                tier=pb.NOTE_TIER_LONG, source=pb.NOTE_SOURCE_OPERATOR,
-            ),
-            metadata=metadata,
-        )  # fmt: skip
+        return stub.WriteNote(note(), metadata=metadata)
 
     async with served([srv], pb_grpc.DiaryServiceStub) as (stub,):
         await drive(call, 4, 3)  # warm-up
