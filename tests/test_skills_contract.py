@@ -17,15 +17,15 @@ from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
 
 SEAT = {"company": "acme", "seat": "ana"}
-DRAFT: dict[str, Any] = {
+TEXT: dict[str, Any] = {
     **SEAT,
     "name": "open-pr",
     "summary": "s",
     "body": "b\n",
     "tool_sequence": ["jira_get_issue", "github_create_pr"],
-    "trigger": pb.SKILL_TRIGGER_SINGLE,
-    "source_turn_ids": ["run-1"],
 }
+"""What a skill and a proposal are both drafted from (CreateSkill's and ProposeSkill's shared fields)."""
+DRAFT: dict[str, Any] = {**TEXT, "trigger": pb.SKILL_TRIGGER_SINGLE, "source_turn_ids": ["run-1"]}
 ONE_ID = "00000000-0000-0000-0000-000000000001"
 
 # Every request that names one skill takes exactly one of skill_id and skill_name.
@@ -168,14 +168,7 @@ async def test_other_limits_are_the_contracts(skills, call, field, reason):
     assert bad.field_violations[0].field == field
 
 
-PROPOSAL: dict[str, Any] = {
-    **SEAT,
-    "name": "open-pr",
-    "summary": "s",
-    "body": "b\n",
-    "tool_sequence": ["jira_get_issue", "github_create_pr"],
-    "origin": pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
-}
+PROPOSAL: dict[str, Any] = {**TEXT, "origin": pb.PROPOSAL_ORIGIN_DISTILL_SKILL}
 
 
 @pytest.mark.parametrize(
