@@ -15,6 +15,7 @@ from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pgrpc
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2 as spb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sgrpc
+from tests.support.create_skill_rpc import create_skill
 from tests.support.sessions import info, is_review, open_sessions, result, scripted_llm, verification
 
 CANDIDATE = {
@@ -93,17 +94,8 @@ async def test_an_approval_the_create_gates_refuse_leaves_the_proposal_pending(s
     _, stub = skills
     made = (await _propose(stub)).proposal
     # Meanwhile a skill with the same tool set is drafted another way.
-    await stub.CreateSkill(
-        spb.CreateSkillRequest(
-            company="acme",
-            seat="ana",
-            name="other",
-            summary="something else",
-            body="# other",
-            tool_sequence=["pytest", "git", "make"],
-            trigger=spb.SKILL_TRIGGER_SINGLE,
-            source_turn_ids=["t9"],
-        )
+    await create_skill(
+        stub, "other", ["pytest", "git", "make"], summary="something else", body="# other", source_turn_ids=["t9"]
     )
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.ApproveSkillProposal(

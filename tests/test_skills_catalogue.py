@@ -15,6 +15,7 @@ from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from services.skills import passes
 from tests.support.app import open_app
+from tests.support.create_skill_rpc import create_skill
 from tests.support.grpc_errors import error_info
 
 TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "github_create_pr"]
@@ -30,17 +31,11 @@ def body_of(name: str) -> str:
     return f"---\nname: {name}\ndescription: does {name}\n---\n# {name}\n\n## Steps\n\n1. Do it.\n"
 
 
-async def create(stub, name, tools=TOOLS, *, seat="ana", company="acme", clock=None, **kw):  # type: ignore[no-untyped-def]
+async def create(stub, name, tools=TOOLS, *, clock=None, **kw):  # type: ignore[no-untyped-def]
     if clock is not None:
         clock.advance(seconds=1)
-    kw.setdefault("trigger", pb.SKILL_TRIGGER_SINGLE)
-    kw.setdefault("source_turn_ids", [f"run-{name}"])
-    kw.setdefault("summary", f"Use for {name}")
     kw.setdefault("body", body_of(name))
-    resp = await stub.CreateSkill(
-        pb.CreateSkillRequest(company=company, seat=seat, name=name, tool_sequence=list(tools), **kw)
-    )
-    return resp.skill
+    return await create_skill(stub, name, tools, **kw)
 
 
 async def refused(call):  # type: ignore[no-untyped-def]

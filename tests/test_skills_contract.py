@@ -17,15 +17,15 @@ from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
 
 SEAT = {"company": "acme", "seat": "ana"}
-DRAFT: dict[str, Any] = {
+TEXT: dict[str, Any] = {
     **SEAT,
     "name": "open-pr",
     "summary": "s",
     "body": "b\n",
     "tool_sequence": ["jira_get_issue", "github_create_pr"],
-    "trigger": pb.SKILL_TRIGGER_SINGLE,
-    "source_turn_ids": ["run-1"],
 }
+"""What a skill and a proposal are both drafted from (CreateSkill's and ProposeSkill's shared fields)."""
+DRAFT: dict[str, Any] = {**TEXT, "trigger": pb.SKILL_TRIGGER_SINGLE, "source_turn_ids": ["run-1"]}
 ONE_ID = "00000000-0000-0000-0000-000000000001"
 
 # Every request that names one skill takes exactly one of skill_id and skill_name.
@@ -50,10 +50,14 @@ async def skills(make_settings, dsn, clock):  # type: ignore[no-untyped-def]
         yield app, pb_grpc.SkillServiceStub(app.channel)
 
 
-async def refused(call):  # type: ignore[no-untyped-def]
+async def invalid(call) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """A call refused as every call in this file is: INVALID_ARGUMENT from the skills service. The
+    reason and the field it names."""
     with pytest.raises(grpc.aio.AioRpcError) as exc:
         await call
-    return error_info(exc.value)
+    code, info, bad = error_info(exc.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.domain == "skills.agentlearn.dev"
+    return info.reason, bad.field_violations[0].field
 
 
 @pytest.mark.parametrize(("rpc", "request_type", "rest"), NAMES_ONE_SKILL)
@@ -61,10 +65,8 @@ async def refused(call):  # type: ignore[no-untyped-def]
 async def test_a_request_naming_one_skill_takes_exactly_one_of_id_and_name(skills, rpc, request_type, rest, naming):
     app, stub = skills
     await stub.CreateSkill(pb.CreateSkillRequest(**DRAFT))
-    code, info, bad = await refused(getattr(stub, rpc)(request_type(**SEAT, **rest, **naming)))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT
-    assert info.reason == "ONE_OF_REQUIRED" and info.domain == "skills.agentlearn.dev"
-    assert bad.field_violations[0].field == "skill_id"
+    refusal = await invalid(getattr(stub, rpc)(request_type(**SEAT, **rest, **naming)))
+    assert refusal == ("ONE_OF_REQUIRED", "skill_id")
     # Nothing moved: the skill is as created (no use, no version, no state change).
     row = await app.infra.pool.fetchrow("SELECT version, use_count, state, pinned FROM synthesized_skills")
     assert tuple(row) == (1, 0, "active", False)
@@ -87,9 +89,7 @@ async def test_a_request_naming_one_skill_takes_exactly_one_of_id_and_name(skill
 )  # fmt: skip
 async def test_create_limits_are_the_contracts(skills, overrides, field, reason):
     app, stub = skills
-    code, info, bad = await refused(stub.CreateSkill(pb.CreateSkillRequest(**{**DRAFT, **overrides})))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == reason
-    assert bad.field_violations[0].field == field
+    assert await invalid(stub.CreateSkill(pb.CreateSkillRequest(**{**DRAFT, **overrides}))) == (reason, field)
     assert await app.infra.pool.fetchval("SELECT count(*) FROM synthesized_skills") == 0
 
 
@@ -104,28 +104,20 @@ async def test_create_limits_are_the_contracts(skills, overrides, field, reason)
 )
 async def test_the_candidate_check_limits_are_the_contracts(skills, tools, field, reason):
     _, stub = skills
-    code, info, bad = await refused(stub.CheckSkillCandidate(pb.CheckSkillCandidateRequest(**SEAT, tool_set=tools)))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == reason
-    assert bad.field_violations[0].field == field
+    refusal = await invalid(stub.CheckSkillCandidate(pb.CheckSkillCandidateRequest(**SEAT, tool_set=tools)))
+    assert refusal == (reason, field)
 
 
 async def test_marking_uses_checks_ids_in_the_contract(skills):
     app, stub = skills
     skill = (await stub.CreateSkill(pb.CreateSkillRequest(**DRAFT))).skill
-    code, info, bad = await refused(
-        stub.MarkSkillsUsed(pb.MarkSkillsUsedRequest(**SEAT, skill_ids=[skill.id, "nope"], request_id="k"))
-    )
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "FIELD_INVALID"
-    assert bad.field_violations[0].field == "skill_ids[1]"
-    code, info, bad = await refused(
-        stub.MarkSkillsUsed(pb.MarkSkillsUsedRequest(**SEAT, skill_ids=[ONE_ID] * 501, request_id="k"))
-    )
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "TOO_MANY_IDS"
-    assert bad.field_violations[0].field == "skill_ids"
-    code, info, bad = await refused(
-        stub.MarkSkillsUsed(pb.MarkSkillsUsedRequest(**SEAT, skill_ids=[skill.id], request_id="k" * 201))
-    )
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and bad.field_violations[0].field == "request_id"
+    for ids, request_id, reason, field in (
+        ([skill.id, "nope"], "k", "FIELD_INVALID", "skill_ids[1]"),
+        ([ONE_ID] * 501, "k", "TOO_MANY_IDS", "skill_ids"),
+        ([skill.id], "k" * 201, "FIELD_TOO_LONG", "request_id"),
+    ):
+        request = pb.MarkSkillsUsedRequest(**SEAT, skill_ids=ids, request_id=request_id)
+        assert await invalid(stub.MarkSkillsUsed(request)) == (reason, field)
     # None of the refused calls counted a use.
     assert await app.infra.pool.fetchval("SELECT use_count FROM synthesized_skills") == 0
 
@@ -134,13 +126,8 @@ async def test_offers_over_the_limit_on_both_lists_together_are_refused_by_the_u
     """The one offer rule across two fields stays in the use case: each list is within its own
     limit, together they are not."""
     _, stub = skills
-    code, info, bad = await refused(
-        stub.MarkSkillsOffered(
-            pb.MarkSkillsOfferedRequest(**SEAT, skill_ids=[ONE_ID] * 300, skill_names=[f"s{i}" for i in range(300)])
-        )
-    )
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "TOO_MANY_IDS"
-    assert bad.field_violations[0].field == "skill_ids"
+    request = pb.MarkSkillsOfferedRequest(**SEAT, skill_ids=[ONE_ID] * 300, skill_names=[f"s{i}" for i in range(300)])
+    assert await invalid(stub.MarkSkillsOffered(request)) == ("TOO_MANY_IDS", "skill_ids")
 
 
 @pytest.mark.parametrize(
@@ -163,19 +150,10 @@ async def test_offers_over_the_limit_on_both_lists_together_are_refused_by_the_u
 async def test_other_limits_are_the_contracts(skills, call, field, reason):
     _, stub = skills
     await stub.CreateSkill(pb.CreateSkillRequest(**DRAFT))
-    code, info, bad = await refused(call(stub))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == reason
-    assert bad.field_violations[0].field == field
+    assert await invalid(call(stub)) == (reason, field)
 
 
-PROPOSAL: dict[str, Any] = {
-    **SEAT,
-    "name": "open-pr",
-    "summary": "s",
-    "body": "b\n",
-    "tool_sequence": ["jira_get_issue", "github_create_pr"],
-    "origin": pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
-}
+PROPOSAL: dict[str, Any] = {**TEXT, "origin": pb.PROPOSAL_ORIGIN_DISTILL_SKILL}
 
 
 @pytest.mark.parametrize(
@@ -198,9 +176,7 @@ PROPOSAL: dict[str, Any] = {
 )  # fmt: skip
 async def test_proposal_limits_are_the_contracts(skills, overrides, field, reason):
     app, stub = skills
-    code, info, bad = await refused(stub.ProposeSkill(pb.ProposeSkillRequest(**{**PROPOSAL, **overrides})))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == reason
-    assert bad.field_violations[0].field == field
+    assert await invalid(stub.ProposeSkill(pb.ProposeSkillRequest(**{**PROPOSAL, **overrides}))) == (reason, field)
     assert await app.infra.pool.fetchval("SELECT count(*) FROM skill_proposals") == 0
 
 
@@ -215,7 +191,5 @@ async def test_decisions_are_checked_by_the_contract(skills, rpc):
         ({"proposal_id": pid, "reviewer": "r" * 201}, "reviewer", "FIELD_TOO_LONG"),
         ({"proposal_id": pid, "reason": "r" * 1001}, "reason", "FIELD_TOO_LONG"),
     ):
-        code, info, bad = await refused(getattr(stub, rpc)(request_type(**SEAT, **kwargs)))
-        assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == reason
-        assert bad.field_violations[0].field == field
+        assert await invalid(getattr(stub, rpc)(request_type(**SEAT, **kwargs))) == (reason, field)
     assert await app.infra.pool.fetchval("SELECT state FROM skill_proposals") == "pending"

@@ -15,6 +15,7 @@ from libs.common.events import read_events
 from libs.common.passrunner import run_pass
 from services.skills import passes
 from tests.support.app import open_app
+from tests.support.create_skill_rpc import create_skill
 from tests.support.grpc_errors import error_info
 
 
@@ -25,20 +26,7 @@ async def skills(make_settings, dsn, clock):
 
 
 async def create(stub, name, *, seat="ana"):  # type: ignore[no-untyped-def]
-    return (
-        await stub.CreateSkill(
-            pb.CreateSkillRequest(
-                company="acme",
-                seat=seat,
-                name=name,
-                summary=f"use {name}",
-                body=f"# {name}\n",
-                tool_sequence=[f"{name}_tool"],
-                trigger=pb.SKILL_TRIGGER_SINGLE,
-                source_turn_ids=[f"run-{name}"],
-            )
-        )
-    ).skill
+    return await create_skill(stub, name, [f"{name}_tool"], seat=seat)
 
 
 async def states(app) -> dict[str, str]:  # type: ignore[no-untyped-def]

@@ -11,10 +11,12 @@ from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from tests.support.app import open_app
+from tests.support.create_skill_rpc import create_skill
 from tests.support.grpc_errors import error_info
 
 BODY = "---\nname: open-pr\n---\n# Open a PR\n\n## Steps\n\n1. Branch.\n2. Push.\n3. Open the PR.\n"
 HEADING = "## What practice added"
+TOOLS = ["git_branch", "git_push", "github_create_pr"]
 
 
 async def open_skills(make_settings, dsn, clock, **refinement):  # type: ignore[no-untyped-def]
@@ -33,20 +35,9 @@ async def skills(make_settings, dsn, clock):
 
 
 async def create(stub, name="open-pr", body=BODY, seat="ana"):  # type: ignore[no-untyped-def]
-    return (
-        await stub.CreateSkill(
-            pb.CreateSkillRequest(
-                company="acme",
-                seat=seat,
-                name=name,
-                summary="Open a pull request",
-                body=body,
-                tool_sequence=["git_branch", "git_push", "github_create_pr"],
-                trigger=pb.SKILL_TRIGGER_SINGLE,
-                source_turn_ids=["run-1"],
-            )
-        )
-    ).skill
+    return await create_skill(
+        stub, name, TOOLS, seat=seat, summary="Open a pull request", body=body, source_turn_ids=["run-1"]
+    )
 
 
 def refine(stub, body, *, name="open-pr", reason="", seat="ana", **kw):  # type: ignore[no-untyped-def]

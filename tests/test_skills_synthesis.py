@@ -16,6 +16,7 @@ from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from tests.support.app import open_app
+from tests.support.create_skill_rpc import create_skill
 from tests.support.scripted_openai import Reply, openai_provider
 from tests.support.turns import ts as _ts
 
@@ -124,18 +125,7 @@ async def catalogue(sstub, seat="ana"):  # type: ignore[no-untyped-def]
 
 async def create_unrelated_skill(sstub, name: str) -> None:  # type: ignore[no-untyped-def]
     """A live skill of ana's named ``name`` whose tool sequence no recorded turn shares."""
-    await sstub.CreateSkill(
-        pb.CreateSkillRequest(
-            company="acme",
-            seat="ana",
-            name=name,
-            summary="s",
-            body="b",
-            tool_sequence=["unrelated"],
-            trigger=pb.SKILL_TRIGGER_SINGLE,
-            source_turn_ids=["r"],
-        )
-    )
+    await create_skill(sstub, name, ["unrelated"], summary="s", body="b", source_turn_ids=["r"])
 
 
 async def test_the_largest_cluster_is_drafted_from_its_representative_run_and_its_turns_stamped(
@@ -205,18 +195,7 @@ async def test_one_draft_per_seat_per_pass_and_a_learned_cluster_is_skipped_not_
         await record(estub, clock, f"z{i}", Z)
         await record(estub, clock, f"bob-z{i}", Z, seat="bob")
     # The seat already learned Y's procedure (inline, from another turn).
-    await sstub.CreateSkill(
-        pb.CreateSkillRequest(
-            company="acme",
-            seat="ana",
-            name="the-y-thing",
-            summary="s",
-            body="b",
-            tool_sequence=list(reversed(Y)),
-            trigger=pb.SKILL_TRIGGER_SINGLE,
-            source_turn_ids=["earlier"],
-        )
-    )
+    await create_skill(sstub, "the-y-thing", list(reversed(Y)), summary="s", body="b", source_turn_ids=["earlier"])
 
     first = await synthesize(app)
     assert (first.seats, first.drafted) == (2, 2)  # one draft for each seat

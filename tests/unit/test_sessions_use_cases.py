@@ -22,14 +22,14 @@ from services.sessions.domain import (
 )
 from services.sessions.service import SessionService
 from tests.unit.fakes.reflector import FakeEvents
-from tests.unit.fakes.sessions import FakeCheckQueue, FakeSessionStore
+from tests.unit.fakes.sessions import FakeSessionStore
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
 
 def _service() -> tuple[SessionService, FakeSessionStore, FakeEvents, ManualClock]:
     store, events, clock = FakeSessionStore(), FakeEvents(), ManualClock(T0)
-    return SessionService(store, FakeCheckQueue(), Settings(), clock, events), store, events, clock
+    return SessionService(store, store.queue, Settings(), clock, events), store, events, clock
 
 
 def _msg(event_id: str, text: str = "hello") -> Event:
@@ -88,8 +88,8 @@ async def test_a_substantial_successful_turn_queues_one_check_and_its_job() -> N
     [check] = result.queued
     assert check.trigger is CheckTrigger.SUBSTANTIAL_TURN and check.turn_id == "t1"
     assert check.trigger_event_id == "t1-end" and check.state is CheckState.QUEUED
-    [job] = store.state.jobs
-    assert (job["kind"], job["key"]) == ("learning", f"turn:sess-1:{check.trigger_seq}")
+    job = store.job().job
+    assert (job.kind, job.key) == ("learning", f"turn:sess-1:{check.trigger_seq}")
     assert events.kinds() == ["learning_check_queued"]
 
 
@@ -103,7 +103,7 @@ async def test_a_turn_short_of_the_rule_or_unsuccessful_queues_nothing(
 ) -> None:
     svc, store, events, _ = _service()
     result = await svc.append_events("acme", "sess-1", "ann", "", "agent-1", "", _turn("t1", tools, minutes, outcome))
-    assert result.queued == [] and store.state.jobs == [] and events.kinds() == []
+    assert result.queued == [] and store.queue.jobs == {} and events.kinds() == []
 
 
 async def test_a_long_turn_with_one_result_is_substantial_too() -> None:
@@ -134,7 +134,7 @@ async def test_plan_revisions_queue_steps_done_then_completion_and_refuse_a_stal
     assert stale.value.reason == "STALE_PLAN_REVISION"
     done = await svc.save_plan("acme", "sess-1", "ann", 2, _steps(StepStatus.DONE, StepStatus.DONE))
     assert done.check is not None and done.check.trigger is CheckTrigger.PLAN_COMPLETED and done.complete
-    assert [j["key"] for j in store.state.jobs] == ["plan:sess-1:1", "plan:sess-1:2"]
+    assert [j.job.key for j in store.queue.jobs.values()] == ["plan:sess-1:1", "plan:sess-1:2"]
 
 
 async def test_a_manual_check_while_one_is_active_returns_that_one() -> None:
@@ -147,7 +147,7 @@ async def test_a_manual_check_while_one_is_active_returns_that_one() -> None:
     store.finish(check.id, CheckState.COMPLETED, clock.advance(minutes=1))
     fresh, reused = await svc.check_recent_work("acme", "sess-1", "ann")
     assert fresh.id != check.id and not reused
-    assert len(store.state.jobs) == 2
+    assert len(store.queue.jobs) == 2
 
 
 async def test_checks_are_paged_newest_first_and_the_away_digest_counts_finished_ones() -> None:

@@ -1,6 +1,7 @@
 """An in-memory job queue (``libs.common.jobs.JobQueue``) and a fake database whose transaction
 covers the queue and a store's own state: a transaction that raises leaves neither moved, as one
-Postgres transaction would. The stores' fakes of the queue families (reflection, erasure) build on it.
+Postgres transaction would. The stores' fakes of the queue families (reflection, erasure, session
+learning checks) build on it.
 """
 
 from __future__ import annotations

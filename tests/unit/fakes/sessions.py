@@ -3,14 +3,14 @@
 ``FakeSessionStore`` keeps what the Postgres store keeps (sessions, events, plans, receipts) and
 behaves as its queries do where the use cases depend on it: a transaction that raises leaves
 nothing behind (a session created by a refused first append included), a job key is queued once,
-pages are newest first after a (time, id) cursor. ``FakeCheckQueue`` records the jobs, and only
-those enqueued inside a transaction that committed.
+pages are newest first after a (time, id) cursor. Its ``queue`` is the shared in-memory job queue
+(``fakes.jobs``), rolled back with the store's state, so a check's job is kept only when the
+receipt's transaction committed, as in Postgres.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,6 +29,7 @@ from services.sessions.domain import (
     SessionSummary,
     TurnWindow,
 )
+from tests.unit.fakes.jobs import FakeDb
 
 
 @dataclass
@@ -38,7 +39,6 @@ class _State:
     events: dict[tuple[str, str], list[Event]] = field(default_factory=dict)
     plans: dict[tuple[str, str, int], list[PlanStep]] = field(default_factory=dict)
     checks: list[LearningCheck] = field(default_factory=list)
-    jobs: list[dict[str, Any]] = field(default_factory=list)
 
 
 class FakeTx:
@@ -128,23 +128,27 @@ class FakeTx:
         return check
 
 
-class FakeSessionStore:
+class FakeSessionStore(FakeDb):
+    """The store and its check queue (``queue``, for the use cases' ``CheckQueue``) in one fake
+    database."""
+
+    state: _State
+
     def __init__(self) -> None:
+        super().__init__()
         self.state = _State()
 
     @contextlib.asynccontextmanager
     async def open_session(
         self, company: str, session_id: str, create: Session | None, now: datetime
     ) -> AsyncIterator[FakeTx | None]:
-        # A transaction: work on a copy, and keep it only when the block ends without raising.
-        work = copy.deepcopy(self.state)
-        key = (company, session_id)
-        if create is not None and key not in work.sessions:
-            work.sessions[key] = create
-            work.update_times[key] = now
-        session = work.sessions.get(key)
-        yield FakeTx(work, session) if session is not None else None
-        self.state = work
+        async with self.transaction():
+            key = (company, session_id)
+            if create is not None and key not in self.state.sessions:
+                self.state.sessions[key] = create
+                self.state.update_times[key] = now
+            session = self.state.sessions.get(key)
+            yield FakeTx(self.state, session) if session is not None else None
 
     async def get_session(self, company: str, session_id: str) -> Session | None:
         return self.state.sessions.get((company, session_id))
@@ -219,28 +223,3 @@ class FakeSessionStore:
         for c in self.state.checks:
             if c.id == check_id:
                 c.state, c.finish_time = state, now
-
-
-class FakeCheckQueue:
-    """Jobs as the queue would hold them (in the store's state: they commit with the receipt's
-    transaction); one per key, so a retried write queues nothing new."""
-
-    async def enqueue(
-        self,
-        conn: Any,
-        *,
-        kind: str,
-        key: str,
-        company: str,
-        seat: str,
-        payload: bytes,
-        trace_carrier: dict[str, str],
-        now: datetime,
-        run_after: datetime | None = None,
-    ) -> int | None:
-        assert isinstance(conn, FakeTx), "a check's job is enqueued in the receipt's transaction"
-        jobs = conn._state.jobs  # committed with the transaction, dropped with it
-        if any(j["company"] == company and j["key"] == key for j in jobs):
-            return None
-        jobs.append({"kind": kind, "key": key, "company": company, "seat": seat, "payload": payload})
-        return len(jobs)
