@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,15 +46,8 @@ from typing import Any, Protocol
 
 import grpc
 
-from libs.common.auxmodel import (
-    Attribution,
-    AttributionMissing,
-    AuxiliaryModel,
-    AuxiliaryUnavailable,
-    NoAuxiliaryModel,
-    Prompt,
-    Stage,
-)
+from libs.common.auxmodel import Attribution, AuxiliaryModel, Prompt, Stage
+from libs.common.auxmodel.background_call import background_completion, json_object
 from libs.common.clock import Clock
 from libs.common.clustering import ToolCluster, greedy_groups, tool_set
 from libs.common.config import Settings
@@ -261,16 +253,10 @@ def offline_rule(data: Mapping[str, Any]) -> str:
     return json.dumps({"summary": summary[:200], "body": "\n".join(lines) + "\n"})
 
 
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
-
-
 def parse_page(text: str) -> tuple[str, str] | None:
     """(summary, body), or None when the answer has no body (nothing is written)."""
-    try:
-        obj = json.loads(_FENCE.sub("", text.strip()))
-    except ValueError:
-        return None
-    if not isinstance(obj, dict):
+    obj = json_object(text)
+    if obj is None:
         return None
     body, summary = obj.get("body"), obj.get("summary")
     if not isinstance(body, str) or not body.strip():
@@ -297,17 +283,11 @@ class Distiller:
         self, company: str, seat: str, role: str, data: Mapping[str, Any]
     ) -> tuple[tuple[str, str] | None, str, str]:
         """As :meth:`distil`, with the model that answered ("" when none did)."""
-        try:
-            completion = await self._aux.complete(
-                Attribution(company, seat, Stage.BACKGROUND, PURPOSE, role=role or None), build_prompt(data)
-            )
-        except NoAuxiliaryModel:
-            return None, "no_auxiliary_model", ""
-        except AuxiliaryUnavailable as err:
-            return None, f"unavailable:{err.kind}", ""
-        except AttributionMissing:  # our bug, not the model's: say so loudly
-            _log.exception("skill promotion call without attribution")
-            return None, "attribution_missing", ""
+        completion, why = await background_completion(
+            self._aux, Attribution(company, seat, Stage.BACKGROUND, PURPOSE, role=role or None), build_prompt(data)
+        )
+        if completion is None:
+            return None, why, ""
         page = parse_page(completion.text)
         return (page, "distilled", completion.model) if page else (None, "dropped", completion.model)
 
