@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,6 +51,7 @@ from libs.common.clock import Clock
 from libs.common.clustering import ToolCluster, greedy_groups, tool_set
 from libs.common.config import Settings
 from libs.common.events import EventSink
+from libs.common.offline_draft import ClusterUsage
 from libs.common.pass_report import SeatPassReport, emit_report
 from libs.common.prompt_files import PromptFiles, cluster_fields, render_run
 from services.knowledge.backends import BackendUnavailable, PromotionWriter
@@ -229,26 +229,13 @@ def offline_rule(data: Mapping[str, Any]) -> str:
     """A deterministic page from the cluster alone: when the team uses it (the kinds of work and
     asks), the representative run's steps, and how often it ended done."""
     tools: list[str] = list(data["representative"])
-    labels = [label for label, _ in Counter(data.get("labels") or []).most_common(3)]
-    asks: list[str] = []
-    for m in data["members"]:
-        ask = m.get("asked") or ""
-        if ask and len(ask) <= QUOTE_CHARS and ask not in asks:
-            asks.append(ask)
-    kind = labels[0] if labels else "recurring work"
+    usage = ClusterUsage.of(data, QUOTE_CHARS)
     agents, size, done = int(data["distinct_agents"]), int(data["sibling_count"]), int(data["done_count"])
-    summary = f"How the {data['unit']} team handles {kind}: {' → '.join(_distinct_in_order(tools)[:4])}"
-    when = [f"- Work woken by: {label}" for label in labels] + [f"- Asked like: {a}" for a in asks[:3]]
+    summary = f"How the {data['unit']} team handles {usage.kind}: {' → '.join(_distinct_in_order(tools)[:4])}"
     lines = [
         f"{agents} agents of {data['unit']} ran this procedure independently ({size} runs, {done} done).",
         "",
-        "## When to use",
-        "",
-        *(when or ["- Work like the runs this was drafted from."]),
-        "",
-        "## Steps",
-        "",
-        *[f"{i}. Call `{tool}`." for i, tool in enumerate(tools, 1)],
+        *usage.sections(tools, "runs"),
     ]
     return json.dumps({"summary": summary[:200], "body": "\n".join(lines) + "\n"})
 

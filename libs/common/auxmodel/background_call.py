@@ -15,15 +15,7 @@ import logging
 import re
 from typing import Any
 
-from libs.common.auxmodel._seam import (
-    Attribution,
-    AttributionMissing,
-    AuxiliaryModel,
-    AuxiliaryUnavailable,
-    Completion,
-    NoAuxiliaryModel,
-    Prompt,
-)
+from libs.common.auxmodel import _seam
 
 __all__ = ["background_completion", "json_object"]
 
@@ -33,19 +25,19 @@ _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 
 
 async def background_completion(
-    aux: AuxiliaryModel, attribution: Attribution, prompt: Prompt
-) -> tuple[Completion | None, str]:
+    aux: _seam.AuxiliaryModel, attribution: _seam.Attribution, prompt: _seam.Prompt
+) -> tuple[_seam.Completion | None, str]:
     """``(completion, "")``, or ``(None, why)``: "no_auxiliary_model" (the role's chain names no
     provider: nothing asked, nothing charged), "unavailable:<kind>" (every provider failed; the
     last one's kind), "attribution_missing" (a bug on the caller's side, not the model's: logged
     loudly, with the purpose)."""
     try:
         return await aux.complete(attribution, prompt), ""
-    except NoAuxiliaryModel:
+    except _seam.NoAuxiliaryModel:
         return None, "no_auxiliary_model"
-    except AuxiliaryUnavailable as err:
+    except _seam.AuxiliaryUnavailable as err:
         return None, f"unavailable:{err.kind}"
-    except AttributionMissing:
+    except _seam.AttributionMissing:
         _log.exception("%s call without attribution", attribution.purpose)
         return None, "attribution_missing"
 
