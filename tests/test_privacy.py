@@ -65,6 +65,14 @@ class Env:
         self.harness = app.components["reflector"].service.harness
         self.worker = app.components["privacy"].service.worker
 
+    async def submit(self, clock, run: str, person: str, body: str, *, drain: bool = True, **fields) -> None:  # type: ignore[no-untyped-def]
+        """Submit ``run``: one message of ``person`` (the rest of the turn as ``turn`` makes it,
+        ``fields`` aside), reflected before this returns unless ``drain`` is False."""
+        t = turn(run, now=clock.now(), messages=[message(person, body)], **fields)
+        await self.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
+        if drain:
+            await self.harness.drain()
+
     async def seed(self, clock) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
         """Three people talking to two seats over many turns; the run ids of each person's."""
         runs: dict[str, list[str]] = {p: [] for p in PEOPLE}
@@ -74,16 +82,16 @@ class Env:
                 for person, full in PEOPLE.items():
                     n += 1
                     run = f"run-{n:03d}"  # an engine's opaque id: names nobody
-                    body = f"I prefer the {TOPICS[person][i]}."
-                    t = turn(
+                    await self.submit(
+                        clock,
                         run,
-                        now=clock.now(),
+                        person,
+                        f"I prefer the {TOPICS[person][i]}.",
+                        drain=False,
                         seat=seat,
-                        messages=[message(person, body)],
                         label=f"Message from {full.split()[0]}: Slack message",
                         what_it_did=f"Sent the weekly report number {i}.",
                     )
-                    await self.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
                     runs[person].append(run)
                     clock.advance(seconds=60)
         await self.harness.drain()
@@ -575,9 +583,7 @@ async def test_retention_per_company_is_enforced_by_the_existing_passes(
         env = Env(app)
 
         async def reflect(run: str, company: str, body: str) -> None:
-            t = turn(run, now=clock.now(), company=company, seat="ana", messages=[message("dave", body)])
-            await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
-            await env.harness.drain()
+            await env.submit(clock, run, "dave", body, company=company)
 
         await reflect("old-acme", "acme", "I prefer the database backups checked daily.")
         await reflect("old-globex", "globex", "I prefer the load tests on staging.")
@@ -655,15 +661,8 @@ async def test_erase_rpcs_need_admin_in_the_callers_own_company(make_settings, d
 async def test_a_turn_that_only_mentions_her_loses_her_name_not_what_else_it_taught(env, dsn, clock):
     """Dave's message names Carla: the rows that hold her name go (the episode, the turn's text), but
     Dave's lesson from that turn is not hers and stays."""
-    t = turn(
-        "run-mention",
-        now=clock.now(),
-        seat="ana",
-        messages=[message("dave", "I prefer the quarterly cost review slides. Carla Moreno agreed with that.")],
-        label="Message from Dave: Slack message",
-    )
-    await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
-    await env.harness.drain()
+    mention = "I prefer the quarterly cost review slides. Carla Moreno agreed with that."
+    await env.submit(clock, "run-mention", "dave", mention, label="Message from Dave: Slack message")
     notes = (await env.diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"))).notes
     [lesson] = [n for n in notes if n.turn_id == "run-mention"]
     assert "carla" not in lesson.content.lower() and "cost review" in lesson.content
@@ -691,20 +690,9 @@ async def test_an_erasure_overlapping_her_running_reflection_erases_what_it_wrot
     the claimed reflection while the erasure waits there, then lets the erasure go."""
     from libs.common.jobs import JobQueue
 
-    await env.reflector.SubmitTurn(
-        rf_pb.SubmitTurnRequest(
-            turn=turn("run-dave", now=clock.now(), seat="ana", messages=[message("dave", "I prefer the load tests.")])
-        )
-    )
-    await env.harness.drain()
-    held = turn(
-        "run-held",
-        now=clock.now(),
-        seat="ana",
-        messages=[message("carla", "I prefer the kafka lag summary as a CSV file.")],
-        label="Message from Carla: Slack message",
-    )
-    await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=held))
+    await env.submit(clock, "run-dave", "dave", "I prefer the load tests.")
+    held = "I prefer the kafka lag summary as a CSV file."
+    await env.submit(clock, "run-held", "carla", held, drain=False, label="Message from Carla: Slack message")
     queue = JobQueue(env.app.infra.pool)
     job = await queue.claim("reflection", "in-flight-reflector", clock.now(), 600)
     assert job is not None and job.key.endswith("run-held")

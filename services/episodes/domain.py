@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from libs.common.embeddings import Vector as QueryVector  # a query's vector and its model
+from libs.common.outcomes import TurnOutcome  # a row holds done, failed, self_iterate or skipped
 from libs.common.vector_path import EmbeddingStatus, VectorSource
 
 __all__ = [
@@ -46,13 +47,6 @@ SEATS_PAGE_DEFAULT, SEATS_PAGE_MAX = 500, 5000
 class EpisodeKind(StrEnum):
     RAW = "raw"
     COMPACTED = "compacted"
-
-
-class TurnOutcome(StrEnum):
-    DONE = "done"
-    FAILED = "failed"
-    SELF_ITERATE = "self_iterate"
-    SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,6 @@ __all__ = ["EpisodeServicer", "episode_to_pb"]
 
 _KIND_TO_PB = enum_to_pb(EpisodeKind, pb.EpisodeKind, "EPISODE_KIND")
 _KIND_FROM_PB = {v: k for k, v in _KIND_TO_PB.items()}
-_OUTCOMES = {outcomes.TurnOutcome(o.value): o for o in TurnOutcome}
-"""The common outcomes a row can hold (the episodes' enum has no UNSPECIFIED or CANCELLED)."""
 _HALF = {"vector": pb.SEARCH_HALF_VECTOR, "lexical": pb.SEARCH_HALF_LEXICAL}
 
 
@@ -50,16 +48,17 @@ def episode_to_pb(ep: Episode) -> pb.Episode:
 
 def _outcome_to_pb(outcome: TurnOutcome) -> pb.TurnOutcome:
     # The one table (libs.common.outcomes) holds this enum's numbers; the cast names their type.
-    return cast("pb.TurnOutcome", outcomes.to_proto("episodes", outcomes.TurnOutcome(outcome.value)))
+    return cast("pb.TurnOutcome", outcomes.to_proto("episodes", outcome))
 
 
 def _outcome_of(value: int) -> TurnOutcome | None:
     """The row's outcome a proto number stands for (through the one table of ``libs.common.outcomes``);
     ``None`` for UNSPECIFIED and for a number the enum lacks."""
     try:
-        return _OUTCOMES.get(outcomes.from_proto("episodes", value))
+        outcome = outcomes.from_proto("episodes", value)
     except ValueError:
         return None
+    return None if outcome is TurnOutcome.UNSPECIFIED else outcome
 
 
 def _outcome(value: pb.TurnOutcome, field: str) -> TurnOutcome | None:

@@ -66,15 +66,9 @@ class NativePages(VectorRowWriter[S]):
     collection_base = COLLECTION_BASE
 
     def __init__(
-        self,
-        store: S,
-        embedder: Embedder | None,
-        index: VectorIndex,
-        clock: Clock,
-        limits: Limits | None = None,
-        embed_budget_seconds: float = EMBED_BUDGET_SECONDS,
+        self, store: S, embedder: Embedder | None, index: VectorIndex, clock: Clock, limits: Limits | None = None
     ):
-        super().__init__(store, embedder, index, clock, embed_budget_seconds)
+        super().__init__(store, embedder, index, clock, EMBED_BUDGET_SECONDS)
         self.limits = limits or Limits()
 
     def _title(self, value: str, field: str) -> str:

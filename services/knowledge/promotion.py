@@ -37,8 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,19 +45,13 @@ from typing import Any, Protocol
 
 import grpc
 
-from libs.common.auxmodel import (
-    Attribution,
-    AttributionMissing,
-    AuxiliaryModel,
-    AuxiliaryUnavailable,
-    NoAuxiliaryModel,
-    Prompt,
-    Stage,
-)
+from libs.common.auxmodel import Attribution, AuxiliaryModel, Prompt, Stage
+from libs.common.auxmodel.background_call import background_completion, json_object
 from libs.common.clock import Clock
 from libs.common.clustering import ToolCluster, greedy_groups, tool_set
 from libs.common.config import Settings
 from libs.common.events import EventSink
+from libs.common.offline_draft import ClusterUsage
 from libs.common.pass_report import SeatPassReport, emit_report
 from libs.common.prompt_files import PromptFiles, cluster_fields, render_run
 from services.knowledge.backends import BackendUnavailable, PromotionWriter
@@ -237,40 +229,21 @@ def offline_rule(data: Mapping[str, Any]) -> str:
     """A deterministic page from the cluster alone: when the team uses it (the kinds of work and
     asks), the representative run's steps, and how often it ended done."""
     tools: list[str] = list(data["representative"])
-    labels = [label for label, _ in Counter(data.get("labels") or []).most_common(3)]
-    asks: list[str] = []
-    for m in data["members"]:
-        ask = m.get("asked") or ""
-        if ask and len(ask) <= QUOTE_CHARS and ask not in asks:
-            asks.append(ask)
-    kind = labels[0] if labels else "recurring work"
+    usage = ClusterUsage.of(data, QUOTE_CHARS)
     agents, size, done = int(data["distinct_agents"]), int(data["sibling_count"]), int(data["done_count"])
-    summary = f"How the {data['unit']} team handles {kind}: {' → '.join(_distinct_in_order(tools)[:4])}"
-    when = [f"- Work woken by: {label}" for label in labels] + [f"- Asked like: {a}" for a in asks[:3]]
+    summary = f"How the {data['unit']} team handles {usage.kind}: {' → '.join(_distinct_in_order(tools)[:4])}"
     lines = [
         f"{agents} agents of {data['unit']} ran this procedure independently ({size} runs, {done} done).",
         "",
-        "## When to use",
-        "",
-        *(when or ["- Work like the runs this was drafted from."]),
-        "",
-        "## Steps",
-        "",
-        *[f"{i}. Call `{tool}`." for i, tool in enumerate(tools, 1)],
+        *usage.sections(tools, "runs"),
     ]
     return json.dumps({"summary": summary[:200], "body": "\n".join(lines) + "\n"})
 
 
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
-
-
 def parse_page(text: str) -> tuple[str, str] | None:
     """(summary, body), or None when the answer has no body (nothing is written)."""
-    try:
-        obj = json.loads(_FENCE.sub("", text.strip()))
-    except ValueError:
-        return None
-    if not isinstance(obj, dict):
+    obj = json_object(text)
+    if obj is None:
         return None
     body, summary = obj.get("body"), obj.get("summary")
     if not isinstance(body, str) or not body.strip():
@@ -297,17 +270,11 @@ class Distiller:
         self, company: str, seat: str, role: str, data: Mapping[str, Any]
     ) -> tuple[tuple[str, str] | None, str, str]:
         """As :meth:`distil`, with the model that answered ("" when none did)."""
-        try:
-            completion = await self._aux.complete(
-                Attribution(company, seat, Stage.BACKGROUND, PURPOSE, role=role or None), build_prompt(data)
-            )
-        except NoAuxiliaryModel:
-            return None, "no_auxiliary_model", ""
-        except AuxiliaryUnavailable as err:
-            return None, f"unavailable:{err.kind}", ""
-        except AttributionMissing:  # our bug, not the model's: say so loudly
-            _log.exception("skill promotion call without attribution")
-            return None, "attribution_missing", ""
+        completion, why = await background_completion(
+            self._aux, Attribution(company, seat, Stage.BACKGROUND, PURPOSE, role=role or None), build_prompt(data)
+        )
+        if completion is None:
+            return None, why, ""
         page = parse_page(completion.text)
         return (page, "distilled", completion.model) if page else (None, "dropped", completion.model)
 
