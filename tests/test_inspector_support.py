@@ -57,13 +57,18 @@ DEPLOY_TOOLS = ["ci.run", "deploy.staging"]
 JIRA, SLACK = "Message from Bob: Jira ticket", "Message from Bob: Slack message"
 
 
+def _overrides(**extra: Any) -> dict[str, Any]:
+    """One role, the episode lifecycle's gate low enough that four old similar turns fold; ``extra``
+    over them."""
+    return {
+        "companies": {"acme": {"roles": {"swe": {}}}, "globex": {"roles": {"swe": {}}}},
+        "learning": {"episode_lifecycle": {"max_raw_episodes_per_agent": 5, "compaction_min_cluster_size": 3}},
+        **extra,
+    }
+
+
 def inspector_settings(make_settings, **extra):  # type: ignore[no-untyped-def]
-    """One role, the episode lifecycle's gate low enough that four old similar turns fold."""
-    extra.setdefault("companies", {"acme": {"roles": {"swe": {}}}, "globex": {"roles": {"swe": {}}}})
-    extra.setdefault(
-        "learning", {"episode_lifecycle": {"max_raw_episodes_per_agent": 5, "compaction_min_cluster_size": 3}}
-    )
-    return make_settings(**extra)
+    return make_settings(**_overrides(**extra))
 
 
 def csrf_of(html: str) -> str:
@@ -344,12 +349,7 @@ async def seeded_env(pg_uri: str, template_db: str, root, embedder, *, auth_mode
 
     async with scratch_database(pg_uri, "i", template_db) as dsn:
         index = QdrantEdgeIndex(root / "edge")
-        overrides = {
-            "data_dir": str(root / "data"),
-            "companies": {"acme": {"roles": {"swe": {}}}, "globex": {"roles": {"swe": {}}}},
-            "learning": {"episode_lifecycle": {"max_raw_episodes_per_agent": 5, "compaction_min_cluster_size": 3}},
-            **settings,
-        }
+        overrides = {"data_dir": str(root / "data"), **_overrides(**settings)}
         clock = ManualClock(NOW)
         try:
             async with open_inspector(
