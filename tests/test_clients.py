@@ -12,7 +12,6 @@ as the test asserts."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_clients_support import example_output, offer_skill, reflected_episode, serving
+from tests.test_clients_support import offer_skill, reflected_episode, run_example, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -83,18 +82,8 @@ def test_the_wheel_is_self_contained(installed, tmp_path):
 async def test_a_turn_lifecycle_with_the_installed_client(installed, make_settings, dsn, local_embedder, edge_index):
     async with serving(make_settings, dsn, local_embedder, edge_index) as app:
         skill = await offer_skill(app)
-        process = await asyncio.create_subprocess_exec(
-            installed,
-            str(ROOT / "examples" / "python" / "lifecycle.py"),
-            "--address",
-            f"127.0.0.1:{app.port}",
-            "--turn-id",
-            "py-turn-1",
-            cwd=installed.parent,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        text = await example_output(process, skill)
+        program = [str(installed), str(ROOT / "examples" / "python" / "lifecycle.py")]
+        text = await run_example(app, skill, program, "py-turn-1", installed.parent)
         assert "## Synthesized skills you've learned" in text and "prod-deploy-approval" in text
 
         episode = await reflected_episode(app, "py-turn-1")

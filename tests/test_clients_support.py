@@ -9,6 +9,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
@@ -18,9 +19,10 @@ from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import App, open_app
+from tests.support.skills import skill_request
 from tests.test_prefetch_support import default_settings
 
-__all__ = ["example_output", "offer_skill", "reflected_episode", "serving"]
+__all__ = ["offer_skill", "reflected_episode", "run_example", "serving"]
 
 
 @contextlib.asynccontextmanager
@@ -37,10 +39,21 @@ async def serving(make_settings, dsn, embedder, index, **kw) -> AsyncIterator[Ap
                 await workers
 
 
-async def example_output(process: asyncio.subprocess.Process, skill: sk_pb.Skill) -> str:
-    """What a lifecycle example printed, once it exited cleanly and its last line (a JSON summary)
-    says what every example does: the skill offered, the turn queued, the note it wrote refreshed,
-    and the refusal of a bad tool call read off its rich status."""
+async def run_example(app: App, skill: sk_pb.Skill, program: list[str], turn_id: str, cwd: Path) -> str:
+    """What a lifecycle example (``program``, run in ``cwd`` against ``app`` as turn ``turn_id``)
+    printed, once it exited cleanly and its last line (a JSON summary) says what every example does:
+    the skill offered, the turn queued, the note it wrote refreshed, and the refusal of a bad tool
+    call read off its rich status."""
+    process = await asyncio.create_subprocess_exec(
+        *program,
+        "--address",
+        f"127.0.0.1:{app.port}",
+        "--turn-id",
+        turn_id,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0, err.decode()
     text = out.decode()
@@ -57,17 +70,10 @@ async def example_output(process: asyncio.subprocess.Process, skill: sk_pb.Skill
 
 async def offer_skill(app: App, seat: str = "ana") -> sk_pb.Skill:
     """A skill in the seat's catalogue: the turn-start skills block offers it."""
+    name, summary = "prod-deploy-approval", "Get a prod deploy approved in #releases"
+    body, tools = "# prod-deploy-approval\n\n1. Ask Dana in #releases.\n", ["slack_post", "slack_read"]
     resp = await sk_grpc.SkillServiceStub(app.channel).CreateSkill(
-        sk_pb.CreateSkillRequest(
-            company="acme",
-            seat=seat,
-            name="prod-deploy-approval",
-            summary="Get a prod deploy approved in #releases",
-            body="# prod-deploy-approval\n\n1. Ask Dana in #releases.\n",
-            tool_sequence=["slack_post", "slack_read"],
-            trigger=sk_pb.SKILL_TRIGGER_SINGLE,
-            source_turn_ids=["seed"],
-        )
+        skill_request(seat, name, summary, body, tools, ["seed"])
     )
     return resp.skill
 

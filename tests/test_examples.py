@@ -7,7 +7,6 @@ as ./run does for buf)."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_clients_support import example_output, offer_skill, reflected_episode, serving
+from tests.test_clients_support import offer_skill, reflected_episode, run_example, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = ROOT / "examples" / "node"
@@ -39,18 +38,7 @@ def node_modules() -> Path:
 async def test_the_node_example_lives_a_turn(node_modules, make_settings, dsn, local_embedder, edge_index):
     async with serving(make_settings, dsn, local_embedder, edge_index) as app:
         skill = await offer_skill(app)
-        process = await asyncio.create_subprocess_exec(
-            "node",
-            "lifecycle.js",
-            "--address",
-            f"127.0.0.1:{app.port}",
-            "--turn-id",
-            "node-turn-1",
-            cwd=NODE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        text = await example_output(process, skill)
+        text = await run_example(app, skill, ["node", "lifecycle.js"], "node-turn-1", NODE)
         assert "prod-deploy-approval" in text and "tools: refresh_memory, query_episodes" in text
 
         episode = await reflected_episode(app, "node-turn-1")

@@ -20,7 +20,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from libs.common.db import COMMON_MIGRATIONS, migrate
 from services.runner.registry import SERVICES
-from tests.support.runner import clean_env, start
+from tests.support.runner import clean_env, start_with_config
 from tests.support.turns import message, turn
 
 TURNS = 60
@@ -71,16 +71,12 @@ async def test_turns_accepted_before_a_postgres_restart_are_reflected_once_after
             }
         )
     )
-    running = await start(
+    running = await start_with_config(
         "up",
         "--port",
         "0",
-        "--config",
-        str(config),
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--log-level",
-        "WARNING",
+        config=config,
+        data_dir=tmp_path / "data",
         env=clean_env({"DATABASE_URL": dsn}),
         ready="agentlearn ready on",
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 from pathlib import Path
 
 import asyncpg
@@ -20,7 +19,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
-from tests.support.runner import clean_env, start
+from tests.support.runner import clean_env, free_port, start_with_config
 from tests.support.turns import message, turn
 
 pytestmark = pytest.mark.slow
@@ -28,17 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DOWN_TURNS = 5
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def _serve(name: str, port: int, config: Path, dsn: str, data: Path) -> tuple[asyncio.subprocess.Process, int]:
-    running = await start(
-        "serve", name, "--port", str(port), "--config", str(config), "--data-dir", str(data),
-        "--log-level", "WARNING", env=clean_env({"DATABASE_URL": dsn}),
-    )  # fmt: skip
+    running = await start_with_config(
+        "serve", name, "--port", str(port), config=config, data_dir=data, env=clean_env({"DATABASE_URL": dsn})
+    )
     return running.proc, running.port
 
 
@@ -57,7 +49,7 @@ async def test_a_service_down_during_reflection_is_retried_and_lands_once(
     async with open_app(
         make_settings(), dsn, names=["episodes"], clock=clock, embedder=local_embedder, index=edge_index
     ) as app:
-        diary_port = _free_port()
+        diary_port = free_port()
         config = tmp_path / "faults.yaml"
         config.write_text(
             yaml.safe_dump(

@@ -41,8 +41,8 @@ from services.runner.cli import http_app
 from services.runner.registry import SERVICES
 from tests.support.app import App, open_app
 from tests.support.sessions import result, user, verification
-from tests.support.turns import message, turn
-from tests.support.turns import ts as _ts
+from tests.support.skills import skill_request
+from tests.support.turns import message, raw_episode, turn
 
 __all__ = ["NOW", "Inspector", "Seeded", "csrf_of", "inspector_settings", "open_inspector", "seed"]
 
@@ -53,15 +53,22 @@ BODY_V2 = (
 )
 BODY_V3 = BODY_V2 + "4. Announce in #releases.\n"
 SIMILAR = ["jira.search", "jira.update", "slack.post"]
+DEPLOY_TOOLS = ["ci.run", "deploy.staging"]
+JIRA, SLACK = "Message from Bob: Jira ticket", "Message from Bob: Slack message"
+
+
+def _overrides(**extra: Any) -> dict[str, Any]:
+    """One role, the episode lifecycle's gate low enough that four old similar turns fold; ``extra``
+    over them."""
+    return {
+        "companies": {"acme": {"roles": {"swe": {}}}, "globex": {"roles": {"swe": {}}}},
+        "learning": {"episode_lifecycle": {"max_raw_episodes_per_agent": 5, "compaction_min_cluster_size": 3}},
+        **extra,
+    }
 
 
 def inspector_settings(make_settings, **extra):  # type: ignore[no-untyped-def]
-    """One role, the episode lifecycle's gate low enough that four old similar turns fold."""
-    extra.setdefault("companies", {"acme": {"roles": {"swe": {}}}, "globex": {"roles": {"swe": {}}}})
-    extra.setdefault(
-        "learning", {"episode_lifecycle": {"max_raw_episodes_per_agent": 5, "compaction_min_cluster_size": 3}}
-    )
-    return make_settings(**extra)
+    return make_settings(**_overrides(**extra))
 
 
 def csrf_of(html: str) -> str:
@@ -189,44 +196,19 @@ async def seed(env: Inspector) -> Seeded:
 
     # Four old turns alike (they fold into one compacted row) and two recent ones.
     for i in range(4):
-        end = clock.now() - timedelta(days=40, hours=i)
-        await episodes.RecordEpisode(
-            ep_pb.RecordEpisodeRequest(
-                company="acme",
-                seat="ana",
-                turn_id=f"old-{i}",
-                label="Message from Bob: Jira ticket",
-                ask=f"Please update ticket OPS-{100 + i}",
-                what_it_did=f"Updated OPS-{100 + i} and told Bob.",
-                outcome=ep_pb.TURN_OUTCOME_DONE,
-                tool_sequence=SIMILAR,
-                tools_called=SIMILAR,
-                start_time=_ts(end - timedelta(minutes=5)),
-                end_time=_ts(end),
-            )
-        )
+        end, ticket = clock.now() - timedelta(days=40, hours=i), f"OPS-{100 + i}"
+        asked, did = f"Please update ticket {ticket}", f"Updated {ticket} and told Bob."
+        old = raw_episode("ana", f"old-{i}", end, JIRA, asked, did, SIMILAR, minutes=5, tools_called=SIMILAR)
+        await episodes.RecordEpisode(old)
     for i, (ask, did) in enumerate(
         [
             ("Why did the kafka consumer stall?", "Pinned the consumer group and reran CI."),
             ("Draft the release notes for 4.2", "Wrote the release notes from the merged PRs."),
         ]
     ):
-        end = clock.now() - timedelta(hours=2 - i)
-        await episodes.RecordEpisode(
-            ep_pb.RecordEpisodeRequest(
-                company="acme",
-                seat="ana",
-                turn_id=f"recent-{i}",
-                label="Message from Bob: Slack message",
-                ask=ask,
-                what_it_did=did,
-                outcome=ep_pb.TURN_OUTCOME_DONE,
-                tool_sequence=[f"tool.{i}"],
-                tools_called=[f"tool.{i}"],
-                start_time=_ts(end - timedelta(minutes=3)),
-                end_time=_ts(end),
-            )
-        )
+        end, tools = clock.now() - timedelta(hours=2 - i), [f"tool.{i}"]
+        recent = raw_episode("ana", f"recent-{i}", end, SLACK, ask, did, tools, minutes=3, tools_called=tools)
+        await episodes.RecordEpisode(recent)
     await env.app.passes()["episode-lifecycle"].run()
     listed = await episodes.ListEpisodes(
         ep_pb.ListEpisodesRequest(
@@ -237,15 +219,8 @@ async def seed(env: Inspector) -> Seeded:
     out.compacted_id, out.exemplars = compacted.id, list(compacted.exemplar_turn_ids)
 
     created = await skills.CreateSkill(
-        sk_pb.CreateSkillRequest(
-            company="acme",
-            seat="ana",
-            name="deploy-checklist",
-            summary="Ship a release to staging safely",
-            body=BODY_V1,
-            tool_sequence=["ci.run", "deploy.staging"],
-            trigger=sk_pb.SKILL_TRIGGER_SINGLE,
-            source_turn_ids=["recent-0"],
+        skill_request(
+            "ana", "deploy-checklist", "Ship a release to staging safely", BODY_V1, DEPLOY_TOOLS, ["recent-0"]
         )
     )
     out.skill_id = created.skill.id
@@ -254,18 +229,8 @@ async def seed(env: Inspector) -> Seeded:
         await skills.RefineSkill(
             sk_pb.RefineSkillRequest(company="acme", seat="ana", skill_id=out.skill_id, body=body, reason=reason)
         )
-    other = await skills.CreateSkill(
-        sk_pb.CreateSkillRequest(
-            company="acme",
-            seat="ana",
-            name="triage-tickets",
-            summary="Sort the morning's tickets",
-            body="# Triage\n\n1. Read.\n2. Label.\n",
-            tool_sequence=["jira.search", "jira.label"],
-            trigger=sk_pb.SKILL_TRIGGER_SINGLE,
-            source_turn_ids=["recent-1"],
-        )
-    )
+    triage = ("triage-tickets", "Sort the morning's tickets", "# Triage\n\n1. Read.\n2. Label.\n")
+    other = await skills.CreateSkill(skill_request("ana", *triage, ["jira.search", "jira.label"], ["recent-1"]))
     out.other_skill_id = other.skill.id
     await skills.UseSkill(sk_pb.UseSkillRequest(company="acme", seat="ana", skill_id=out.other_skill_id))
     proposed = await skills.ProposeSkill(
@@ -283,34 +248,11 @@ async def seed(env: Inspector) -> Seeded:
         )
     )
     out.proposal_id = proposed.proposal.id
-    end = clock.now() - timedelta(hours=1)
-    await episodes.RecordEpisode(
-        ep_pb.RecordEpisodeRequest(
-            company="acme",
-            seat="bo",
-            turn_id="bo-0",
-            label="Schedule: on-call handover",
-            ask="Hand over on-call",
-            what_it_did="Posted the handover.",
-            outcome=ep_pb.TURN_OUTCOME_DONE,
-            tool_sequence=["slack.post"],
-            tools_called=["slack.post"],
-            start_time=_ts(end - timedelta(minutes=2)),
-            end_time=_ts(end),
-        )
-    )
-    await skills.CreateSkill(
-        sk_pb.CreateSkillRequest(
-            company="acme",
-            seat="bo",
-            name="handover",
-            summary="Hand the on-call over",
-            body="# Handover\n\n1. Post.\n",
-            tool_sequence=["slack.post"],
-            trigger=sk_pb.SKILL_TRIGGER_SINGLE,
-            source_turn_ids=["bo-0"],
-        )
-    )
+    end, post = clock.now() - timedelta(hours=1), ["slack.post"]
+    handover_turn = ("Schedule: on-call handover", "Hand over on-call", "Posted the handover.")
+    await episodes.RecordEpisode(raw_episode("bo", "bo-0", end, *handover_turn, post, minutes=2, tools_called=post))
+    handover_skill = ("handover", "Hand the on-call over", "# Handover\n\n1. Post.\n")
+    await skills.CreateSkill(skill_request("bo", *handover_skill, post, ["bo-0"]))
 
     await profiles.UpsertProfile(
         prof_pb.UpsertProfileRequest(
@@ -391,18 +333,8 @@ async def seed(env: Inspector) -> Seeded:
         )
     )
     out.globex_note = gx.note.id
-    await skills.CreateSkill(
-        sk_pb.CreateSkillRequest(
-            company="globex",
-            seat="carl",
-            name="globex-secret-skill",
-            summary="GLOBEX-SECRET-SUMMARY",
-            body="# secret\n",
-            tool_sequence=["x.y"],
-            trigger=sk_pb.SKILL_TRIGGER_SINGLE,
-            source_turn_ids=["g-1"],
-        )
-    )
+    secret = ("globex-secret-skill", "GLOBEX-SECRET-SUMMARY", "# secret\n")
+    await skills.CreateSkill(skill_request("carl", *secret, ["x.y"], ["g-1"], company="globex"))
     clock.advance(minutes=1)  # the telemetry windows end at now, exclusive
     return out
 
@@ -417,12 +349,7 @@ async def seeded_env(pg_uri: str, template_db: str, root, embedder, *, auth_mode
 
     async with scratch_database(pg_uri, "i", template_db) as dsn:
         index = QdrantEdgeIndex(root / "edge")
-        overrides = {
-            "data_dir": str(root / "data"),
-            "companies": {"acme": {"roles": {"swe": {}}}, "globex": {"roles": {"swe": {}}}},
-            "learning": {"episode_lifecycle": {"max_raw_episodes_per_agent": 5, "compaction_min_cluster_size": 3}},
-            **settings,
-        }
+        overrides = {"data_dir": str(root / "data"), **_overrides(**settings)}
         clock = ManualClock(NOW)
         try:
             async with open_inspector(

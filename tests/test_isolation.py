@@ -41,6 +41,8 @@ from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as skill_grpc
 from libs.common.auth import INTERNAL_HEADER, SCOPES, required_scope
 from tests.support.app import open_app
+from tests.support.skills import skill_request
+from tests.support.turns import turn_fields
 
 COMPANIES = ("acme", "globex")
 SEATS = ("ana", "ben")
@@ -164,12 +166,6 @@ def _marker(company: str, seat: str) -> str:
     return f"zq{company}{seat}marker"
 
 
-def _ts(clock, minutes: int) -> Timestamp:  # type: ignore[no-untyped-def]
-    t = Timestamp()
-    t.FromDatetime(clock.now() - timedelta(minutes=minutes))
-    return t
-
-
 async def _seed(app, clock) -> dict[tuple[str, str], dict[str, Any]]:  # type: ignore[no-untyped-def]
     """Through the owners, as a service: each seat gets a note, an episode, a skill, a profile, a
     reflection and each company a page, all carrying the seat's (or company's) marker."""
@@ -196,40 +192,20 @@ async def _seed(app, clock) -> dict[tuple[str, str], dict[str, Any]]:  # type: i
             )
         ).note
         turn_id = f"run-{company}-{seat}"
-        episode = (
-            await episodes.RecordEpisode(
-                ep_pb.RecordEpisodeRequest(
-                    company=company,
-                    seat=seat,
-                    turn_id=turn_id,
-                    label="Task assigned: billing export",
-                    ask=f"Run the billing export digest {m}",
-                    what_it_did=f"Exported billing {m} and posted the digest",
-                    outcome=ep_pb.TURN_OUTCOME_DONE,
-                    tool_sequence=["billing.export", "slack.post"],
-                    tools_called=["billing.export", "slack.post"],
-                    conversation_id=f"conv-{m}",
-                    start_time=_ts(clock, 5),
-                    end_time=_ts(clock, 1),
-                ),
-                metadata=internal,
-            )
-        ).episode
-        skill = (
-            await skills.CreateSkill(
-                skill_pb.CreateSkillRequest(
-                    company=company,
-                    seat=seat,
-                    name=f"billing-digest-{seat}",
-                    summary=f"Export billing and post the digest {m}",
-                    body=f"# billing digest\n\n1. export {m}\n",
-                    tool_sequence=["billing.export", "slack.post"],
-                    trigger=skill_pb.SKILL_TRIGGER_SINGLE,
-                    source_turn_ids=[turn_id],
-                ),
-                metadata=internal,
-            )
-        ).skill
+        # The turn the episode records and the reflector is then told about (it skipped).
+        label, ask = "Task assigned: billing export", f"Run the billing export digest {m}"
+        tools, end = ["billing.export", "slack.post"], clock.now() - timedelta(minutes=1)  # ran the 4 minutes before
+        did = f"Exported billing {m} and posted the digest"
+        recorded = ep_pb.RecordEpisodeRequest(
+            **turn_fields(company, seat, turn_id, label, ask, did, ep_pb.TURN_OUTCOME_DONE, end, 4),
+            tool_sequence=tools,
+            tools_called=tools,
+            conversation_id=f"conv-{m}",
+        )
+        episode = (await episodes.RecordEpisode(recorded, metadata=internal)).episode
+        summary, body = f"Export billing and post the digest {m}", f"# billing digest\n\n1. export {m}\n"
+        learned = skill_request(seat, f"billing-digest-{seat}", summary, body, tools, [turn_id], company=company)
+        skill = (await skills.CreateSkill(learned, metadata=internal)).skill
         await profiles.UpsertProfile(
             prof_pb.UpsertProfileRequest(
                 company=company,
@@ -242,16 +218,10 @@ async def _seed(app, clock) -> dict[tuple[str, str], dict[str, Any]]:  # type: i
         await reflector.SubmitTurn(
             rf_pb.SubmitTurnRequest(
                 turn=rf_pb.TurnCompleted(
-                    company=company,
-                    seat=seat,
                     role="swe",
-                    turn_id=turn_id,
-                    label="Task assigned: billing export",
-                    ask=f"Run the billing export digest {m}",
-                    what_it_did="Exported billing",
-                    outcome=rf_pb.TURN_OUTCOME_SKIPPED,
-                    start_time=_ts(clock, 5),
-                    end_time=_ts(clock, 1),
+                    **turn_fields(
+                        company, seat, turn_id, label, ask, "Exported billing", rf_pb.TURN_OUTCOME_SKIPPED, end, 4
+                    ),
                 )
             ),
             metadata=internal,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-import sys
 
 import grpc
 
@@ -20,7 +19,7 @@ from libs.common.grpcserver import create_server
 from services.runner import cli
 from services.runner.registry import EMBEDDERS, PASSES, SERVICES, embedder_mode
 from tests.support.app import open_app
-from tests.support.runner import ROOT, clean_env
+from tests.support.runner import clean_env, run_once
 
 
 async def test_the_pass_table_names_every_pass_the_components_build_and_its_home(make_settings, dsn, edge_index):
@@ -37,15 +36,8 @@ def test_a_process_embeds_as_its_most_demanding_service():
     assert embedder_mode(["skills", "diary"]) == "warm"
 
 
-def _pass(args: list[str], dsn: str, data_dir: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "services.runner", "pass", *args, "--data-dir", data_dir],
-        cwd=ROOT,
-        env=clean_env({"DATABASE_URL": dsn}),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def _pass(args: list[str], dsn: str, data_dir: str) -> subprocess.CompletedProcess[str]:
+    return run_once("pass", *args, data_dir=data_dir, env=clean_env({"DATABASE_URL": dsn}))
 
 
 async def test_a_diary_fill_with_nothing_to_do_opens_the_diary_alone_and_never_loads_the_model(dsn, tmp_path):

@@ -10,7 +10,7 @@ import asyncio
 import subprocess
 import sys
 
-from tests.support.runner import ROOT, clean_env
+from tests.support.runner import ROOT, clean_env, run_once
 
 # Runs the real entry point (services/runner/__main__.py) and prints, from an exit hook (a pass
 # ends in quick_exit, which runs the exit hooks), the modules the process imported.
@@ -39,14 +39,8 @@ def _without_otel(extra: dict[str, str]) -> dict[str, str]:
 
 
 def _run_pass(dsn: str, data_dir: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", _PASS_WITH_MODULES, "pass", "diary-fill", "--data-dir", data_dir],
-        cwd=ROOT,
-        env=_without_otel({"DATABASE_URL": dsn}),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = _without_otel({"DATABASE_URL": dsn})
+    return run_once("pass", "diary-fill", data_dir=data_dir, env=env, entry=("-c", _PASS_WITH_MODULES))
 
 
 async def test_a_pass_that_exports_nothing_loads_no_telemetry_sdk_and_still_reports(dsn, tmp_path):

@@ -17,6 +17,7 @@ from agentlearn.common.v1 import provenance_pb2
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kpb
 from services.knowledge.promotion import PROMPT_VERSION
 from tests.support.app import open_app
+from tests.support.erasure_checks import subject_target
 from tests.support.grpc_errors import error_info
 from tests.test_promotion import NAMES, Env, converge, settings
 
@@ -52,13 +53,7 @@ async def test_erasing_a_person_whose_turn_a_draft_rests_on_removes_the_draft(en
 
     def target(erasure_id: str) -> er.ErasureTarget:
         # Someone who sent the message of run-3; the draft's text names no one.
-        return er.ErasureTarget(
-            erasure_id=erasure_id,
-            company="acme",
-            kind=er.ERASURE_KIND_SUBJECT,
-            subject=er.ErasureSubject(handle="zed", platform="slack"),
-            turn_ids=["run-3"],
-        )
+        return subject_target("zed", erasure_id, turn_ids=["run-3"])
 
     found = await env.knowledge.FindRows(kpb.FindRowsRequest(target=target("00000000-0000-0000-0000-00000000000a")))
     tables = {t.table: t for t in found.report.tables}

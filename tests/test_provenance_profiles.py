@@ -26,6 +26,7 @@ from services.profiles.domain import Limits
 from services.profiles.service import ProfileService
 from services.profiles.store import PostgresProfileStore
 from tests.support.app import open_app
+from tests.support.erasure_checks import subject_target
 from tests.support.grpc_errors import error_info
 from tests.support.turns import message, turn
 
@@ -130,14 +131,7 @@ async def test_erasing_a_person_removes_what_rests_on_them_from_another_persons_
     )  # fmt: skip
     privacy = pv_grpc.PrivacyServiceStub(app.channel)
     found = await stub.FindRows(
-        pr_pb.FindRowsRequest(
-            target=er.ErasureTarget(
-                erasure_id="00000000-0000-0000-0000-000000000001",
-                company="acme",
-                kind=er.ERASURE_KIND_SUBJECT,
-                subject=er.ErasureSubject(handle="carla", platform="slack"),
-            )
-        )
+        pr_pb.FindRowsRequest(target=subject_target("carla", "00000000-0000-0000-0000-000000000001"))
     )
     tables = {t.table: t for t in found.report.tables}
     assert tables["profile_observations"].count == 1 and tables["counterparty_profiles"].changed == 1

@@ -9,6 +9,10 @@ answered by a scripted OpenAI-compatible server over HTTP and the memory judge b
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
 import grpc
 import pytest
 
@@ -23,12 +27,23 @@ from tests.test_sessions_writes import LESSON, _check, _review, _settings
 pytestmark = pytest.mark.timeout(300)
 
 
-async def test_a_lesson_is_followed_back_to_every_session_check_and_event_that_taught_it(
-    make_settings, dsn, local_embedder, edge_index, clock, scripted_openai
-):
-    scripted_openai.rule("chat", _review(lessons=[LESSON]))
-    settings = _settings(make_settings, scripted_openai)
-    async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index) as env:
+@pytest.fixture
+def reviewed(make_settings, dsn, local_embedder, edge_index, clock, scripted_openai):  # type: ignore[no-untyped-def]
+    """``async with reviewed(review) as env``: the sessions service, its review answered by the
+    scripted model's ``review`` rule (each test scripts its own)."""
+
+    @contextlib.asynccontextmanager
+    async def open_reviewed(review: Any) -> AsyncIterator[Any]:
+        scripted_openai.rule("chat", review)
+        settings = _settings(make_settings, scripted_openai)
+        async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index) as env:
+            yield env
+
+    return open_reviewed
+
+
+async def test_a_lesson_is_followed_back_to_every_session_check_and_event_that_taught_it(reviewed):
+    async with reviewed(_review(lessons=[LESSON])) as env:
         first = await _check(env, "s1")
         second = await _check(env, "s2", user_name="eli")  # another person's session teaches it again
         resp = await env.stub.GetLessonProvenance(
@@ -48,13 +63,8 @@ async def test_a_lesson_is_followed_back_to_every_session_check_and_event_that_t
         assert source.writer == "session_check"
 
 
-async def test_a_personal_fact_names_its_session_check_events_model_and_prompt(
-    make_settings, dsn, local_embedder, edge_index, clock, scripted_openai
-):
-    fact = "Dana reviews pull requests only in the mornings."
-    scripted_openai.rule("chat", _review(facts=[fact]))
-    settings = _settings(make_settings, scripted_openai)
-    async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index) as env:
+async def test_a_personal_fact_names_its_session_check_events_model_and_prompt(reviewed):
+    async with reviewed(_review(facts=["Dana reviews pull requests only in the mornings."])) as env:
         check = await _check(env, "s1")
         (written,) = check.outputs
         prov = (
@@ -69,10 +79,8 @@ async def test_a_personal_fact_names_its_session_check_events_model_and_prompt(
     assert prov.model == "offline-rules" and prov.prompt_version == JUDGE_PROMPT_VERSION
 
 
-async def test_get_lesson_provenance_refusals(make_settings, dsn, local_embedder, edge_index, clock, scripted_openai):
-    scripted_openai.rule("chat", _review(lessons=[LESSON]))
-    settings = _settings(make_settings, scripted_openai)
-    async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index) as env:
+async def test_get_lesson_provenance_refusals(reviewed):
+    async with reviewed(_review(lessons=[LESSON])) as env:
         check = await _check(env, "s1")
 
         async def refused(company: str, page_id: str) -> tuple:  # type: ignore[type-arg]

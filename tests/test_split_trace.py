@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 
 import grpc
 import pytest
@@ -17,26 +16,20 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as diary_grpc
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
-from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 from libs.common.clock import SystemClock
 from services.runner.registry import SERVICES
 from tests.support.otlp_collector import OtlpCollector
-from tests.support.runner import clean_env, start
+from tests.support.runner import clean_env, free_port, start_with_config
+from tests.support.skills import skill_request
 from tests.support.turns import message, turn
 
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_a_turn_is_one_trace_across_every_service_process(tmp_path):
     collector = await OtlpCollector().start()
-    ports = {name: _free_port() for name in SERVICES}
+    ports = {name: free_port() for name in SERVICES}
     config = tmp_path / "split.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -51,15 +44,11 @@ async def test_a_turn_is_one_trace_across_every_service_process(tmp_path):
         )
     )
     try:
-        running = await start(
+        running = await start_with_config(
             "up",
             "--split",
-            "--config",
-            str(config),
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--log-level",
-            "WARNING",
+            config=config,
+            data_dir=tmp_path / "data",
             env=clean_env({"OTEL_BSP_SCHEDULE_DELAY": "100"}),  # export within a tenth of a second
             ready="agentlearn ready (split)",
             timeout=180,
@@ -75,20 +64,9 @@ async def test_a_turn_is_one_trace_across_every_service_process(tmp_path):
 
         now = SystemClock().now()
         async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['skills']}") as skills_channel:
-            skill = (
-                await sk_grpc.SkillServiceStub(skills_channel).CreateSkill(
-                    sk_pb.CreateSkillRequest(
-                        company="acme",
-                        seat="ana",
-                        name="triage",
-                        summary="triage a ticket",
-                        body="# Triage\n1. Read.\n",
-                        tool_sequence=["jira_get_issue", "github_search"],
-                        trigger=sk_pb.SKILL_TRIGGER_SINGLE,
-                        source_turn_ids=["seed"],
-                    )
-                )
-            ).skill
+            tools = ["jira_get_issue", "github_search"]
+            request = skill_request("ana", "triage", "triage a ticket", "# Triage\n1. Read.\n", tools, ["seed"])
+            skill = (await sk_grpc.SkillServiceStub(skills_channel).CreateSkill(request)).skill
         async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['reflector']}") as channel:
             stub = pb_grpc.ReflectorServiceStub(channel)
             t = turn(

@@ -1,13 +1,16 @@
 """The attacker's read of an erasure through every read RPC (issue 17's "done when"): shared by the
-erasure test that runs in one process and the one that SIGKILLs the privacy service mid-erasure."""
+erasure test that runs in one process and the one that SIGKILLs the privacy service mid-erasure;
+and the erasure target of one person, as the owners' FindRows and EraseRows take it."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 
 import grpc
 
+from agentlearn.common.v1 import erasure_pb2 as er
 from agentlearn.diary.v1 import diary_service_pb2 as d_pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as d_grpc
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
@@ -23,7 +26,22 @@ from agentlearn.profiles.v1 import profile_service_pb2_grpc as pr_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 
-__all__ = ["assert_forgotten", "export_seat", "read_everything"]
+__all__ = ["assert_forgotten", "export_seat", "read_everything", "subject_target"]
+
+
+def subject_target(
+    handle: str, erasure_id: str, *, names: Sequence[str] = (), turn_ids: Sequence[str] = ()
+) -> er.ErasureTarget:
+    """acme's erasure ``erasure_id`` of the person with the slack ``handle``, known by ``names``,
+    whose messages the ``turn_ids`` answered."""
+    return er.ErasureTarget(
+        erasure_id=erasure_id,
+        company="acme",
+        kind=er.ERASURE_KIND_SUBJECT,
+        subject=er.ErasureSubject(handle=handle, platform="slack"),
+        names=list(names),
+        turn_ids=list(turn_ids),
+    )
 
 
 async def export_seat(channel: grpc.aio.Channel, company: str, seat: str) -> list[dict]:

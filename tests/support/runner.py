@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROOT", "Running", "clean_env", "start"]
+__all__ = ["ROOT", "Running", "clean_env", "free_port", "run_once", "start", "start_with_config"]
 
 ROOT = Path(__file__).resolve().parents[2]
 _INHERITED = ("AGENTLEARN_", "DATABASE_URL", "QDRANT_", "OPENAI_")
@@ -27,6 +29,33 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED)}
     env.update(extra or {})
     return env
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (yet): one a process under test is told to bind."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_once(
+    *args: str,
+    data_dir: str | Path,
+    env: Mapping[str, str],
+    entry: Sequence[str] = ("-m", "services.runner"),
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m services.runner *args --data-dir DATA_DIR`` (a one-shot command: a pass, a
+    migration) run to its end, its output captured. ``entry``: how Python is told to run the runner
+    (``("-c", SCRIPT)`` for a script that wraps it)."""
+    return subprocess.run(
+        [sys.executable, *entry, *args, "--data-dir", str(data_dir)],
+        cwd=ROOT,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @dataclass
@@ -85,3 +114,8 @@ async def start(
         await proc.wait()
         raise AssertionError(f"{' '.join(argv)} did not get ready: {line!r}")
     return Running(proc, line)
+
+
+async def start_with_config(*args: str, config: Path, data_dir: Path, **kwargs: Any) -> Running:
+    """``start(*args)`` with its own config file and data directory, logging warnings only."""
+    return await start(*args, "--config", str(config), "--data-dir", str(data_dir), "--log-level", "WARNING", **kwargs)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 
-__all__ = ["message", "raw_episode", "ts", "turn"]
+__all__ = ["message", "raw_episode", "ts", "turn", "turn_fields"]
 
 
 def ts(value: datetime) -> Timestamp:
@@ -17,6 +18,33 @@ def ts(value: datetime) -> Timestamp:
     out = Timestamp()
     out.FromDatetime(value)
     return out
+
+
+def turn_fields(
+    company: str,
+    seat: str,
+    turn_id: str,
+    label: str,
+    ask: str,
+    what_it_did: str,
+    outcome: int,
+    end: datetime,
+    minutes: float,
+) -> dict[str, Any]:
+    """What a turn's TurnCompleted and the RecordEpisode request of it both say, under the same
+    field names: whose turn, what it was asked and did, how it ended, and the ``minutes`` it ran up
+    to ``end``."""
+    return {
+        "company": company,
+        "seat": seat,
+        "turn_id": turn_id,
+        "label": label,
+        "ask": ask,
+        "what_it_did": what_it_did,
+        "outcome": outcome,
+        "start_time": ts(end - timedelta(minutes=minutes)),
+        "end_time": ts(end),
+    }
 
 
 def raw_episode(  # type: ignore[no-untyped-def]
@@ -29,22 +57,15 @@ def raw_episode(  # type: ignore[no-untyped-def]
     tools,
     outcome=ep_pb.TURN_OUTCOME_DONE,
     *,
-    minutes: int = 1,
+    minutes: float = 1,
+    company: str = "acme",
     **fields,
 ) -> ep_pb.RecordEpisodeRequest:
-    """A RecordEpisode request of acme's ``seat``: a turn that ran the ``minutes`` up to ``end``,
-    with any other ``fields`` of the request."""
+    """A RecordEpisode request of ``company``'s ``seat``: a turn that ran the ``minutes`` up to
+    ``end``, with any other ``fields`` of the request."""
     return ep_pb.RecordEpisodeRequest(
-        company="acme",
-        seat=seat,
-        turn_id=turn_id,
-        label=label,
-        ask=ask,
-        what_it_did=what,
-        outcome=outcome,
+        **turn_fields(company, seat, turn_id, label, ask, what, outcome, end, minutes),
         tool_sequence=list(tools),
-        start_time=ts(end - timedelta(minutes=minutes)),
-        end_time=ts(end),
         **fields,
     )
 
@@ -80,15 +101,9 @@ def turn(
     tools = ["search_docs", "read_ticket"] if tools is None else tools
     final_round = tools[-1:] if final_round is None else final_round
     return pb.TurnCompleted(
-        turn_id=turn_id,
+        **turn_fields(company, seat, turn_id, label, ask, what_it_did, outcome, now, minutes),
         work_key=f"work-{turn_id}",
-        company=company,
-        seat=seat,
         role=role,
-        label=label,
-        ask=ask,
-        what_it_did=what_it_did,
-        outcome=outcome,
         review_outcome=review_outcome,
         tool_sequence=final_round,
         tools_called=tools,
@@ -96,7 +111,5 @@ def turn(
         interactions=messages or [],
         self_persisted=self_persisted,
         trigger_kind=trigger,
-        start_time=ts(now - timedelta(minutes=minutes)),
-        end_time=ts(now),
         conversation_id=f"conv-{seat}",
     )
