@@ -10,16 +10,14 @@ import pytest
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
-from tests.test_prefetch_support import CountingEmbedder, block, default_settings, open_env
+from tests.test_prefetch_support import block, counting_env
 
 ASK = "Can you send Bob the weekly billing export digest?"
 
 
 @pytest.fixture
 async def env(make_settings, dsn, clock, local_embedder, edge_index):
-    embedder = CountingEmbedder(local_embedder)
-    async with open_env(default_settings(make_settings), dsn, clock, embedder=embedder, index=edge_index) as e:
-        e.embedder = embedder
+    async with counting_env(make_settings, dsn, clock, local_embedder, edge_index) as e:
         yield e
 
 
