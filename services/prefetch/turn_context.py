@@ -145,7 +145,23 @@ class TurnContextBuilder:
         it; every later call for the same run — a self_iterate round, a retry, another replica — is
         answered with it, so no model is asked again and no note use is counted twice. A call that
         arrives while the first is still building waits for it rather than build a second one."""
-        store, key = self.deps.store, (start.company, start.seat, start.turn_id)
+        key = (start.company, start.seat, start.turn_id)
+        # The ask's one embed starts beside the claim rather than after it: the model runs in its
+        # own thread while the claim's commit is on its way, so the memory and episode searches
+        # (the critical path) get their vector a round trip sooner. It has no effect of its own
+        # (nothing is charged, written or emitted): a run answered from its frozen context or
+        # parked by the budget cancels it.
+        embedding = None if start.gated else asyncio.create_task(self._embed(start.ask))
+        try:
+            return await self._claimed_or_frozen(start, who, key, embedding)
+        finally:
+            if embedding is not None and not embedding.done():
+                embedding.cancel()
+
+    async def _claimed_or_frozen(
+        self, start: TurnStart, who: Who, key: tuple[str, str, str], embedding: asyncio.Task[Embedded] | None
+    ) -> TurnContext:
+        store = self.deps.store
         # The first call of a run (nearly every call) claims at once: one statement, not a read
         # then a claim. A claimed build that the budget parks gives its claim back.
         claimed, marker = await store.claim_context_reading_marker(*key, self.deps.clock.now())
@@ -156,7 +172,7 @@ class TurnContextBuilder:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(store.release_context(*key))
                 raise
-            return await self._build_and_freeze(start, who, key, (marker,))
+            return await self._build_and_freeze(start, who, key, embedding, (marker,))
         frozen = await store.frozen_context(*key)
         if frozen is not None and frozen.state == "built" and frozen.context is not None:
             return TurnContext.from_json(frozen.context)
@@ -176,10 +192,15 @@ class TurnContextBuilder:
                 _log.warning("turn context of %s/%s/%s: a build died mid-way; building it here", *key)
                 break
             await asyncio.sleep(0.1)
-        return await self._build_and_freeze(start, who, key)
+        return await self._build_and_freeze(start, who, key, embedding)
 
     async def _build_and_freeze(
-        self, start: TurnStart, who: Who, key: tuple[str, str, str], marker: tuple[str | None] | None = None
+        self,
+        start: TurnStart,
+        who: Who,
+        key: tuple[str, str, str],
+        embedding: asyncio.Task[Embedded] | None,
+        marker: tuple[str | None] | None = None,
     ) -> TurnContext:
         """Build the claimed run's context and freeze it (the claim is released if the build fails)."""
         store = self.deps.store
@@ -190,7 +211,7 @@ class TurnContextBuilder:
         # their services — every one of them before the turn is answered, as before.
         with bookkeeping() as batch:
             try:
-                context = await self._build(start, who, marker)
+                context = await self._build(start, who, embedding, marker)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(store.release_context(*key))
@@ -261,10 +282,16 @@ class TurnContextBuilder:
             },
         )
 
-    async def _build(self, start: TurnStart, who: Who, marker: tuple[str | None] | None = None) -> TurnContext:
-        gated = start.gated
+    async def _build(
+        self,
+        start: TurnStart,
+        who: Who,
+        embedding: asyncio.Task[Embedded] | None,
+        marker: tuple[str | None] | None = None,
+    ) -> TurnContext:
+        """The blocks side by side; ``embedding`` is the ask's one embed, already running (None
+        on a thin trigger: the gate embeds nothing)."""
         async with asyncio.TaskGroup() as tg:
-            embedding: asyncio.Task[Embedded] | None = None if gated else tg.create_task(self._embed(start.ask))
             prior = tg.create_task(
                 self._guard(BlockKind.SIMILAR_PRIOR_WORK, lambda: self._similar_prior_work(start, who, embedding))
             )
@@ -285,14 +312,15 @@ class TurnContextBuilder:
             *parties.result(),
             onboarding.result(),
         )
-        # Absent where no search asked for the vector (the gate embedded nothing).
-        turn_embedding = None if embedding is None else embedding.result()[1]
+        # Absent where no search asked for the vector (the gate embedded nothing). Done by now:
+        # the memory and episode blocks awaited it.
+        turn_embedding = None if embedding is None else (await embedding)[1]
         summary = Summary(
             blocks=blocks,
             knowledge_selection_count=know.result().selection_count,
             trigger_requires_recon=start.requires_recon,
             turn_embedding=turn_embedding,
-            gated=gated,
+            gated=start.gated,
         )
         await self.deps.events.emit(
             "prefetch_summary", company=start.company, seat=start.seat, turn_id=start.turn_id, **summary.payload()
