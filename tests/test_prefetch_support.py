@@ -34,7 +34,7 @@ from tests.support.grpc_errors import error_info
 from tests.support.scripted_openai import openai_provider
 from tests.support.turns import ts
 
-__all__ = ["SERVICES", "CountingEmbedder", "Env", "llm_settings", "open_env", "purpose_of", "refused"]
+__all__ = ["SERVICES", "CountingEmbedder", "Env", "counting_env", "llm_settings", "open_env", "purpose_of", "refused"]
 
 SERVICES = ["diary", "episodes", "skills", "profiles", "knowledge", "prefetch"]
 ROLES = {"swe": {"knowledge_containers": ["eng"], "unit": "platform"}, "intern": {}}
@@ -234,3 +234,13 @@ def block(resp: pb.BuildTurnContextResponse, kind: int) -> pb.RenderedBlock:
 async def open_env(settings, dsn, clock, *, embedder, index, names=None) -> AsyncIterator[Env]:  # type: ignore[no-untyped-def]
     async with open_app(settings, dsn, names=names or SERVICES, clock=clock, embedder=embedder, index=index) as app:
         yield Env(app, clock)
+
+
+@contextlib.asynccontextmanager
+async def counting_env(make_settings, dsn, clock, local_embedder, edge_index) -> AsyncIterator[Env]:  # type: ignore[no-untyped-def]
+    """:func:`open_env` with the default settings and a :class:`CountingEmbedder` over the local
+    model, as ``env.embedder``: the texts a turn start embeds are there to count."""
+    embedder = CountingEmbedder(local_embedder)
+    async with open_env(default_settings(make_settings), dsn, clock, embedder=embedder, index=edge_index) as e:
+        e.embedder = embedder
+        yield e

@@ -24,6 +24,7 @@ from tests.test_prefetch_support import (
     ROLES,
     CountingEmbedder,
     block,
+    counting_env,
     default_settings,
     llm_settings,
     open_env,
@@ -37,9 +38,7 @@ BOB = pb.Counterparty(handle="bob", platform="slack", display_name="Bob")
 
 @pytest.fixture
 async def env(make_settings, dsn, clock, local_embedder, edge_index):
-    embedder = CountingEmbedder(local_embedder)
-    async with open_env(default_settings(make_settings), dsn, clock, embedder=embedder, index=edge_index) as e:
-        e.embedder = embedder
+    async with counting_env(make_settings, dsn, clock, local_embedder, edge_index) as e:
         yield e
 
 

@@ -10,16 +10,15 @@ import pytest
 from agentlearn.common.v1 import embedding_pb2
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
-from tests.test_prefetch_support import CountingEmbedder, block, default_settings, open_env
+from services.prefetch.store import RunKey
+from tests.test_prefetch_support import block, counting_env
 
 ASK = "Can you send Bob the weekly billing export digest?"
 
 
 @pytest.fixture
 async def env(make_settings, dsn, clock, local_embedder, edge_index):
-    embedder = CountingEmbedder(local_embedder)
-    async with open_env(default_settings(make_settings), dsn, clock, embedder=embedder, index=edge_index) as e:
-        e.embedder = embedder
+    async with counting_env(make_settings, dsn, clock, local_embedder, edge_index) as e:
         yield e
 
 
@@ -63,13 +62,13 @@ async def _claim_reads_the_marker_with_it(store) -> None:  # type: ignore[no-unt
     from datetime import UTC, datetime
 
     t0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-    assert await store.claim_context_reading_marker("acme", "agent-1", "run-1", t0) == (True, None)
+    assert await store.claim_context_reading_marker(RunKey("acme", "agent-1", "run-1"), t0) == (True, None)
     await store.mark_onboarded("acme", "agent-1", "hash-1", ["platform"], t0)
     # A second caller of the same run does not build, and still reads the marker.
-    assert await store.claim_context_reading_marker("acme", "agent-1", "run-1", t0) == (False, "hash-1")
-    assert await store.claim_context_reading_marker("acme", "agent-1", "run-2", t0) == (True, "hash-1")
-    assert await store.claim_context_reading_marker("acme", "agent-2", "run-1", t0) == (True, None)
-    assert not await store.claim_context("acme", "agent-1", "run-2", t0)  # the claim is the same claim
+    assert await store.claim_context_reading_marker(RunKey("acme", "agent-1", "run-1"), t0) == (False, "hash-1")
+    assert await store.claim_context_reading_marker(RunKey("acme", "agent-1", "run-2"), t0) == (True, "hash-1")
+    assert await store.claim_context_reading_marker(RunKey("acme", "agent-2", "run-1"), t0) == (True, None)
+    assert not await store.claim_context(RunKey("acme", "agent-1", "run-2"), t0)  # the claim is the same claim
 
 
 async def test_the_fake_store_claims_and_reads_the_marker_in_one_call() -> None:

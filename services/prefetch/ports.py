@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from libs.common.events import Bookkeeping
-from services.prefetch.store import FrozenContext, LedgerEntry, Reservation
+from services.prefetch.store import FrozenContext, LedgerEntry, Reservation, RunKey
 
 __all__ = ["PrefetchStore"]
 
@@ -67,37 +67,27 @@ class PrefetchStore(Protocol):
 
     # ---- frozen turn contexts
 
-    async def claim_context(self, company: str, seat: str, turn_id: str, now: datetime) -> bool:
+    async def claim_context(self, run: RunKey, now: datetime) -> bool:
         """True for the first call of the run: it builds the context."""
         ...
 
-    async def claim_context_reading_marker(
-        self, company: str, seat: str, turn_id: str, now: datetime
-    ) -> tuple[bool, str | None]:
+    async def claim_context_reading_marker(self, run: RunKey, now: datetime) -> tuple[bool, str | None]:
         """:meth:`claim_context`, and the seat's onboarding marker (:meth:`marker`) read with it."""
         ...
 
-    async def frozen_context(self, company: str, seat: str, turn_id: str) -> FrozenContext | None: ...
+    async def frozen_context(self, run: RunKey) -> FrozenContext | None: ...
 
-    async def take_over_context(
-        self, company: str, seat: str, turn_id: str, stale_before: datetime, now: datetime
-    ) -> bool:
+    async def take_over_context(self, run: RunKey, stale_before: datetime, now: datetime) -> bool:
         """Take a build claimed before ``stale_before`` (its builder died); True if taken."""
         ...
 
     async def save_context(
-        self,
-        company: str,
-        seat: str,
-        turn_id: str,
-        context: dict[str, Any],
-        now: datetime,
-        bookkeeping: Bookkeeping | None = None,
+        self, run: RunKey, context: dict[str, Any], now: datetime, bookkeeping: Bookkeeping | None = None
     ) -> None:
         """Freeze the built context (with the request's bookkeeping, when given)."""
         ...
 
-    async def release_context(self, company: str, seat: str, turn_id: str) -> None:
+    async def release_context(self, run: RunKey) -> None:
         """Give a claim back (the build failed or was parked); a built context stays."""
         ...
 

@@ -13,13 +13,13 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import asyncpg
 
 from libs.common.events import Bookkeeping, write_bookkeeping
 
-__all__ = ["FrozenContext", "LedgerEntry", "PostgresPrefetchStore", "Reservation"]
+__all__ = ["FrozenContext", "LedgerEntry", "PostgresPrefetchStore", "Reservation", "RunKey"]
 
 _log = logging.getLogger(__name__)
 
@@ -109,6 +109,14 @@ class Reservation:
     entry: LedgerEntry | None = None
 
 
+class RunKey(NamedTuple):
+    """Which run a frozen turn context is of: one seat's run id."""
+
+    company: str
+    seat: str
+    turn_id: str
+
+
 @dataclass(frozen=True)
 class FrozenContext:
     """A run's turn context as stored: ``building`` (claimed by a call still building it) or
@@ -196,39 +204,29 @@ class PostgresPrefetchStore:
 
     # ------------------------------------------------------------------ frozen turn contexts
 
-    async def claim_context(self, company: str, seat: str, turn_id: str, now: datetime) -> bool:
+    async def claim_context(self, run: RunKey, now: datetime) -> bool:
         """True when this call is the first for the run and now builds its context."""
-        return await self._pool.fetchval(SQL["context_claim"], company, seat, turn_id, now) is not None
+        return await self._pool.fetchval(SQL["context_claim"], *run, now) is not None
 
-    async def claim_context_reading_marker(
-        self, company: str, seat: str, turn_id: str, now: datetime
-    ) -> tuple[bool, str | None]:
+    async def claim_context_reading_marker(self, run: RunKey, now: datetime) -> tuple[bool, str | None]:
         """:meth:`claim_context` and :meth:`marker` in one statement."""
-        row = await self._pool.fetchrow(SQL["context_claim_marker"], company, seat, turn_id, now)
+        row = await self._pool.fetchrow(SQL["context_claim_marker"], *run, now)
         assert row is not None
         return bool(row["claimed"]), row["marker"]
 
-    async def frozen_context(self, company: str, seat: str, turn_id: str) -> FrozenContext | None:
-        row = await self._pool.fetchrow(SQL["context_get"], company, seat, turn_id)
+    async def frozen_context(self, run: RunKey) -> FrozenContext | None:
+        row = await self._pool.fetchrow(SQL["context_get"], *run)
         if row is None:
             return None
         context = json.loads(row["context"]) if row["context"] is not None else None
         return FrozenContext(row["state"], context, row["claim_time"])
 
-    async def take_over_context(
-        self, company: str, seat: str, turn_id: str, stale_before: datetime, now: datetime
-    ) -> bool:
-        taken = await self._pool.fetchval(SQL["context_take_over"], company, seat, turn_id, stale_before, now)
+    async def take_over_context(self, run: RunKey, stale_before: datetime, now: datetime) -> bool:
+        taken = await self._pool.fetchval(SQL["context_take_over"], *run, stale_before, now)
         return taken is not None
 
     async def save_context(
-        self,
-        company: str,
-        seat: str,
-        turn_id: str,
-        context: dict[str, Any],
-        now: datetime,
-        bookkeeping: Bookkeeping | None = None,
+        self, run: RunKey, context: dict[str, Any], now: datetime, bookkeeping: Bookkeeping | None = None
     ) -> None:
         """Freeze the built context; with ``bookkeeping``, the request's events and token charges
         are written by the same statement (one round trip, one commit on the turn's path). Should
@@ -236,22 +234,20 @@ class PostgresPrefetchStore:
         best-effort."""
         saved = json.dumps(context)
         if not bookkeeping:
-            await self._pool.execute(SQL["context_save"], company, seat, turn_id, saved, now)
+            await self._pool.execute(SQL["context_save"], *run, saved, now)
             return
         ctes, args = bookkeeping.ctes(6)
         try:
             # One statement: the bookkeeping as common table expressions of the save (one commit).
-            await self._pool.execute(
-                f"WITH {', '.join(ctes)} {SQL['context_save']}", company, seat, turn_id, saved, now, *args
-            )
+            await self._pool.execute(f"WITH {', '.join(ctes)} {SQL['context_save']}", *run, saved, now, *args)
             return
         except Exception as err:
             _log.warning("turn context and its bookkeeping not written together (%s); writing them apart", err)
-        await self._pool.execute(SQL["context_save"], company, seat, turn_id, saved, now)
+        await self._pool.execute(SQL["context_save"], *run, saved, now)
         await write_bookkeeping(self._pool, bookkeeping)
 
-    async def release_context(self, company: str, seat: str, turn_id: str) -> None:
-        await self._pool.execute(SQL["context_release"], company, seat, turn_id)
+    async def release_context(self, run: RunKey) -> None:
+        await self._pool.execute(SQL["context_release"], *run)
 
     async def write_bookkeeping(self, batch: Bookkeeping) -> None:
         await write_bookkeeping(self._pool, batch)

@@ -55,6 +55,7 @@ from services.prefetch.domain import (
 )
 from services.prefetch.downstream_errors import rpc_failure
 from services.prefetch.past_turns import PastTurns
+from services.prefetch.store import RunKey
 
 __all__ = ["TurnContextBuilder", "distinct_senders"]
 
@@ -145,41 +146,62 @@ class TurnContextBuilder:
         it; every later call for the same run — a self_iterate round, a retry, another replica — is
         answered with it, so no model is asked again and no note use is counted twice. A call that
         arrives while the first is still building waits for it rather than build a second one."""
-        store, key = self.deps.store, (start.company, start.seat, start.turn_id)
+        key = RunKey(start.company, start.seat, start.turn_id)
+        # The ask's one embed starts beside the claim rather than after it: the model runs in its
+        # own thread while the claim's commit is on its way, so the memory and episode searches
+        # (the critical path) get their vector a round trip sooner. It has no effect of its own
+        # (nothing is charged, written or emitted): a run answered from its frozen context or
+        # parked by the budget cancels it.
+        embedding = None if start.gated else asyncio.create_task(self._embed(start.ask))
+        try:
+            return await self._claimed_or_frozen(start, who, key, embedding)
+        finally:
+            if embedding is not None and not embedding.done():
+                embedding.cancel()
+
+    async def _claimed_or_frozen(
+        self, start: TurnStart, who: Who, key: RunKey, embedding: asyncio.Task[Embedded] | None
+    ) -> TurnContext:
+        store = self.deps.store
         # The first call of a run (nearly every call) claims at once: one statement, not a read
         # then a claim. A claimed build that the budget parks gives its claim back.
-        claimed, marker = await store.claim_context_reading_marker(*key, self.deps.clock.now())
+        claimed, marker = await store.claim_context_reading_marker(key, self.deps.clock.now())
         if claimed:
             try:
                 await self._park_if_spent(start)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(store.release_context(*key))
+                    await asyncio.shield(store.release_context(key))
                 raise
-            return await self._build_and_freeze(start, who, key, (marker,))
-        frozen = await store.frozen_context(*key)
+            return await self._build_and_freeze(start, who, key, embedding, (marker,))
+        frozen = await store.frozen_context(key)
         if frozen is not None and frozen.state == "built" and frozen.context is not None:
             return TurnContext.from_json(frozen.context)
         await self._park_if_spent(start)
         loop = asyncio.get_running_loop()
         limit = self._claim_seconds()
         give_up = loop.time() + limit
-        while not await store.claim_context(*key, self.deps.clock.now()):
-            frozen = await store.frozen_context(*key)
+        while not await store.claim_context(key, self.deps.clock.now()):
+            frozen = await store.frozen_context(key)
             if frozen is None:
                 continue  # its builder gave up meanwhile: claim it again
             if frozen.state == "built" and frozen.context is not None:
                 return TurnContext.from_json(frozen.context)
             now = self.deps.clock.now()
             stale = (now - frozen.claim_time).total_seconds() > limit or loop.time() > give_up
-            if stale and await store.take_over_context(*key, frozen.claim_time + _EPSILON, now):
+            if stale and await store.take_over_context(key, frozen.claim_time + _EPSILON, now):
                 _log.warning("turn context of %s/%s/%s: a build died mid-way; building it here", *key)
                 break
             await asyncio.sleep(0.1)
-        return await self._build_and_freeze(start, who, key)
+        return await self._build_and_freeze(start, who, key, embedding)
 
     async def _build_and_freeze(
-        self, start: TurnStart, who: Who, key: tuple[str, str, str], marker: tuple[str | None] | None = None
+        self,
+        start: TurnStart,
+        who: Who,
+        key: RunKey,
+        embedding: asyncio.Task[Embedded] | None,
+        marker: tuple[str | None] | None = None,
     ) -> TurnContext:
         """Build the claimed run's context and freeze it (the claim is released if the build fails)."""
         store = self.deps.store
@@ -190,10 +212,10 @@ class TurnContextBuilder:
         # their services — every one of them before the turn is answered, as before.
         with bookkeeping() as batch:
             try:
-                context = await self._build(start, who, marker)
+                context = await self._build(start, who, embedding, marker)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(store.release_context(*key))
+                    await asyncio.shield(store.release_context(key))
                 # An auxiliary call is charged and reported whether or not its turn was built.
                 await asyncio.shield(self._settle_failed(batch))
                 raise
@@ -202,10 +224,10 @@ class TurnContextBuilder:
         self._prune_now_and_then(now)
         return context
 
-    async def _settle(self, key: tuple[str, str, str], context: TurnContext, now: Any, batch: Bookkeeping) -> None:
+    async def _settle(self, key: RunKey, context: TurnContext, now: Any, batch: Bookkeeping) -> None:
         """Freeze the context with the batch in one statement while the stamps started during the
         build finish on their services. Shielded: a caller going away does not lose them."""
-        saved = self.deps.store.save_context(*key, context.to_json(), now, batch)
+        saved = self.deps.store.save_context(key, context.to_json(), now, batch)
         results = await asyncio.gather(saved, *batch.followers, return_exceptions=True)
         _log_failed_followers(results[1:])
         if isinstance(results[0], BaseException):
@@ -261,10 +283,16 @@ class TurnContextBuilder:
             },
         )
 
-    async def _build(self, start: TurnStart, who: Who, marker: tuple[str | None] | None = None) -> TurnContext:
-        gated = start.gated
+    async def _build(
+        self,
+        start: TurnStart,
+        who: Who,
+        embedding: asyncio.Task[Embedded] | None,
+        marker: tuple[str | None] | None = None,
+    ) -> TurnContext:
+        """The blocks side by side; ``embedding`` is the ask's one embed, already running (None
+        on a thin trigger: the gate embeds nothing)."""
         async with asyncio.TaskGroup() as tg:
-            embedding: asyncio.Task[Embedded] | None = None if gated else tg.create_task(self._embed(start.ask))
             prior = tg.create_task(
                 self._guard(BlockKind.SIMILAR_PRIOR_WORK, lambda: self._similar_prior_work(start, who, embedding))
             )
@@ -285,14 +313,15 @@ class TurnContextBuilder:
             *parties.result(),
             onboarding.result(),
         )
-        # Absent where no search asked for the vector (the gate embedded nothing).
-        turn_embedding = None if embedding is None else embedding.result()[1]
+        # Absent where no search asked for the vector (the gate embedded nothing). Done by now:
+        # the memory and episode blocks awaited it.
+        turn_embedding = None if embedding is None else (await embedding)[1]
         summary = Summary(
             blocks=blocks,
             knowledge_selection_count=know.result().selection_count,
             trigger_requires_recon=start.requires_recon,
             turn_embedding=turn_embedding,
-            gated=gated,
+            gated=start.gated,
         )
         await self.deps.events.emit(
             "prefetch_summary", company=start.company, seat=start.seat, turn_id=start.turn_id, **summary.payload()

@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.prefetch.ports import PrefetchStore
-from services.prefetch.store import LedgerEntry
+from services.prefetch.store import LedgerEntry, RunKey
 from tests.unit.fakes.prefetch import FakePrefetchStore
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-RUN = ("acme", "agent-1", "run-1")
+RUN = RunKey("acme", "agent-1", "run-1")
 
 
 @pytest.fixture
@@ -25,41 +25,41 @@ def store() -> PrefetchStore:
 
 
 async def check_first_call_builds_later_calls_read_the_frozen_context(store: PrefetchStore) -> None:
-    assert await store.claim_context(*RUN, T0)
-    assert not await store.claim_context(*RUN, T0)  # a second caller does not build
-    building = await store.frozen_context(*RUN)
+    assert await store.claim_context(RUN, T0)
+    assert not await store.claim_context(RUN, T0)  # a second caller does not build
+    building = await store.frozen_context(RUN)
     assert building is not None and (building.state, building.context) == ("building", None)
-    await store.save_context(*RUN, {"blocks": ["a"]}, T0)
+    await store.save_context(RUN, {"blocks": ["a"]}, T0)
     for _ in range(2):  # a redelivery, a self_iterate round: the same context
-        assert not await store.claim_context(*RUN, T0 + timedelta(minutes=5))
-        frozen = await store.frozen_context(*RUN)
+        assert not await store.claim_context(RUN, T0 + timedelta(minutes=5))
+        frozen = await store.frozen_context(RUN)
         assert frozen is not None and (frozen.state, frozen.context) == ("built", {"blocks": ["a"]})
     # Another run of the same seat is its own.
-    assert await store.claim_context("acme", "agent-1", "run-2", T0)
+    assert await store.claim_context(RunKey("acme", "agent-1", "run-2"), T0)
 
 
 async def check_a_failed_build_gives_its_claim_back_and_a_built_one_stays(store: PrefetchStore) -> None:
-    assert await store.claim_context(*RUN, T0)
-    await store.release_context(*RUN)
-    assert await store.frozen_context(*RUN) is None
-    assert await store.claim_context(*RUN, T0)  # the next caller builds
-    await store.save_context(*RUN, {"v": 1}, T0)
-    await store.release_context(*RUN)  # a late release of a built context changes nothing
-    frozen = await store.frozen_context(*RUN)
+    assert await store.claim_context(RUN, T0)
+    await store.release_context(RUN)
+    assert await store.frozen_context(RUN) is None
+    assert await store.claim_context(RUN, T0)  # the next caller builds
+    await store.save_context(RUN, {"v": 1}, T0)
+    await store.release_context(RUN)  # a late release of a built context changes nothing
+    frozen = await store.frozen_context(RUN)
     assert frozen is not None and frozen.context == {"v": 1}
 
 
 async def check_a_dead_build_is_taken_over_only_once_stale(store: PrefetchStore) -> None:
-    assert await store.claim_context(*RUN, T0)
-    assert not await store.take_over_context(*RUN, T0, T0 + timedelta(seconds=1))  # not stale yet
+    assert await store.claim_context(RUN, T0)
+    assert not await store.take_over_context(RUN, T0, T0 + timedelta(seconds=1))  # not stale yet
     later = T0 + timedelta(minutes=2)
-    assert await store.take_over_context(*RUN, T0 + timedelta(microseconds=1), later)
+    assert await store.take_over_context(RUN, T0 + timedelta(microseconds=1), later)
     # The taker's claim is fresh: a second taker with the same stale mark loses.
-    assert not await store.take_over_context(*RUN, T0 + timedelta(microseconds=1), later)
-    frozen = await store.frozen_context(*RUN)
+    assert not await store.take_over_context(RUN, T0 + timedelta(microseconds=1), later)
+    frozen = await store.frozen_context(RUN)
     assert frozen is not None and frozen.claim_time == later
-    await store.save_context(*RUN, {"v": 2}, later)
-    assert not await store.take_over_context(*RUN, later + timedelta(hours=1), later)  # built: never taken
+    await store.save_context(RUN, {"v": 2}, later)
+    assert not await store.take_over_context(RUN, later + timedelta(hours=1), later)  # built: never taken
 
 
 async def check_the_ledger_caches_answers_refuses_at_the_cap_and_retries_failures(store: PrefetchStore) -> None:
@@ -105,11 +105,11 @@ async def check_a_seat_is_onboarded_once_per_unit_chain(store: PrefetchStore) ->
 async def check_old_contexts_are_pruned(store: PrefetchStore) -> None:
     for i in range(3):
         turn = f"run-{i}"
-        assert await store.claim_context("acme", "agent-1", turn, T0 + timedelta(hours=i))
-        await store.save_context("acme", "agent-1", turn, {"i": i}, T0 + timedelta(hours=i))
+        assert await store.claim_context(RunKey("acme", "agent-1", turn), T0 + timedelta(hours=i))
+        await store.save_context(RunKey("acme", "agent-1", turn), {"i": i}, T0 + timedelta(hours=i))
     assert await store.prune_contexts(T0 + timedelta(hours=1, minutes=30)) == 2
-    assert await store.frozen_context("acme", "agent-1", "run-0") is None
-    assert await store.frozen_context("acme", "agent-1", "run-2") is not None
+    assert await store.frozen_context(RunKey("acme", "agent-1", "run-0")) is None
+    assert await store.frozen_context(RunKey("acme", "agent-1", "run-2")) is not None
 
 
 CHECKS = [

@@ -16,6 +16,7 @@ from services.prefetch.bootstrap import register_rules
 from services.prefetch.deps import Deps
 from services.prefetch.domain import TurnStart
 from services.prefetch.past_turns import PastTurns
+from services.prefetch.store import RunKey
 from services.prefetch.turn_context import TurnContextBuilder
 from tests.unit.fakes.prefetch import DownstreamDown, FakePrefetchStore
 from tests.unit.fakes.reflector import FakeEvents
@@ -46,7 +47,7 @@ async def test_a_runs_context_is_built_once_and_redelivered_frozen() -> None:
     builder, store, down, events, clock = _builder()
     first = await builder.build(_start())
     assert _builds(events) == 1 and down.calls  # built: the services were asked (and were down)
-    frozen = await store.frozen_context("acme", "agent-1", "run-1")
+    frozen = await store.frozen_context(RunKey("acme", "agent-1", "run-1"))
     assert frozen is not None and frozen.state == "built" and frozen.context == first.to_json()
 
     asked = len(down.calls)
@@ -62,10 +63,10 @@ async def test_a_runs_context_is_built_once_and_redelivered_frozen() -> None:
 
 async def test_a_build_left_claimed_by_a_dead_builder_is_taken_over_once_stale() -> None:
     builder, store, _, events, clock = _builder()
-    assert await store.claim_context("acme", "agent-1", "run-1", T0)  # a builder that then died
+    assert await store.claim_context(RunKey("acme", "agent-1", "run-1"), T0)  # a builder that then died
     clock.advance(seconds=builder._claim_seconds() + 1)
     context = await builder.build(_start())
     assert _builds(events) == 1
-    frozen = await store.frozen_context("acme", "agent-1", "run-1")
+    frozen = await store.frozen_context(RunKey("acme", "agent-1", "run-1"))
     assert frozen is not None and frozen.state == "built" and frozen.context == context.to_json()
     assert frozen.claim_time == clock.now()  # the taker's claim

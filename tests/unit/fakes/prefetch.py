@@ -25,7 +25,7 @@ import grpc
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.events import Bookkeeping
 from libs.common.grpcserver import _Status, rpc_error
-from services.prefetch.store import FrozenContext, LedgerEntry, Reservation
+from services.prefetch.store import FrozenContext, LedgerEntry, Reservation, RunKey
 
 Run = tuple[str, str, str]
 
@@ -119,53 +119,39 @@ class FakePrefetchStore:
 
     # ---- frozen turn contexts
 
-    async def claim_context(self, company: str, seat: str, turn_id: str, now: datetime) -> bool:
-        key = (company, seat, turn_id)
-        if key in self.contexts:
+    async def claim_context(self, run: RunKey, now: datetime) -> bool:
+        if run in self.contexts:
             return False
-        self.contexts[key] = FrozenContext("building", None, now)
-        self.context_times[key] = now
+        self.contexts[run] = FrozenContext("building", None, now)
+        self.context_times[run] = now
         return True
 
-    async def claim_context_reading_marker(
-        self, company: str, seat: str, turn_id: str, now: datetime
-    ) -> tuple[bool, str | None]:
-        return await self.claim_context(company, seat, turn_id, now), await self.marker(company, seat)
+    async def claim_context_reading_marker(self, run: RunKey, now: datetime) -> tuple[bool, str | None]:
+        return await self.claim_context(run, now), await self.marker(run.company, run.seat)
 
-    async def frozen_context(self, company: str, seat: str, turn_id: str) -> FrozenContext | None:
-        return copy.deepcopy(self.contexts.get((company, seat, turn_id)))
+    async def frozen_context(self, run: RunKey) -> FrozenContext | None:
+        return copy.deepcopy(self.contexts.get(run))
 
-    async def take_over_context(
-        self, company: str, seat: str, turn_id: str, stale_before: datetime, now: datetime
-    ) -> bool:
-        key = (company, seat, turn_id)
-        frozen = self.contexts.get(key)
+    async def take_over_context(self, run: RunKey, stale_before: datetime, now: datetime) -> bool:
+        frozen = self.contexts.get(run)
         if frozen is None or frozen.state != "building" or not frozen.claim_time < stale_before:
             return False
-        self.contexts[key] = FrozenContext("building", None, now)
+        self.contexts[run] = FrozenContext("building", None, now)
         return True
 
     async def save_context(
-        self,
-        company: str,
-        seat: str,
-        turn_id: str,
-        context: dict[str, Any],
-        now: datetime,
-        bookkeeping: Bookkeeping | None = None,
+        self, run: RunKey, context: dict[str, Any], now: datetime, bookkeeping: Bookkeeping | None = None
     ) -> None:
-        key = (company, seat, turn_id)
-        if key in self.contexts:  # the statement updates the claimed row only
-            self.contexts[key] = FrozenContext("built", copy.deepcopy(context), self.contexts[key].claim_time)
-            self.context_times[key] = now
+        if run in self.contexts:  # the statement updates the claimed row only
+            self.contexts[run] = FrozenContext("built", copy.deepcopy(context), self.contexts[run].claim_time)
+            self.context_times[run] = now
         if bookkeeping is not None:
             await self.write_bookkeeping(bookkeeping)
 
-    async def release_context(self, company: str, seat: str, turn_id: str) -> None:
-        key = (company, seat, turn_id)
-        frozen = self.contexts.get(key)
+    async def release_context(self, run: RunKey) -> None:
+        frozen = self.contexts.get(run)
         if frozen is not None and frozen.state == "building":
-            del self.contexts[key]
+            del self.contexts[run]
 
     async def prune_contexts(self, before: datetime, limit: int = 500) -> int:
         old = sorted((t, k) for k, t in self.context_times.items() if t < before and k in self.contexts)[:limit]
