@@ -15,8 +15,8 @@ from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pgrpc
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2 as spb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sgrpc
-from tests.support.create_skill_rpc import create_skill
 from tests.support.sessions import info, is_review, open_sessions, result, scripted_llm, verification
+from tests.support.skills import create_skill
 
 CANDIDATE = {
     "name": "fix-payments-schema-test",

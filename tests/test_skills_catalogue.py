@@ -15,8 +15,8 @@ from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from services.skills import passes
 from tests.support.app import open_app
-from tests.support.create_skill_rpc import create_skill
 from tests.support.grpc_errors import error_info
+from tests.support.skills import create_skill
 
 TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "github_create_pr"]
 

@@ -15,8 +15,8 @@ from libs.common.events import read_events
 from libs.common.passrunner import run_pass
 from services.skills import passes
 from tests.support.app import open_app
-from tests.support.create_skill_rpc import create_skill
 from tests.support.grpc_errors import error_info
+from tests.support.skills import create_skill
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from tests.support.app import open_app
-from tests.support.create_skill_rpc import create_skill
 from tests.support.grpc_errors import error_info
+from tests.support.skills import create_skill
 
 BODY = "---\nname: open-pr\n---\n# Open a PR\n\n## Steps\n\n1. Branch.\n2. Push.\n3. Open the PR.\n"
 HEADING = "## What practice added"

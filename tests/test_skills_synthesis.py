@@ -16,8 +16,8 @@ from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from tests.support.app import open_app
-from tests.support.create_skill_rpc import create_skill
 from tests.support.scripted_openai import Reply, openai_provider
+from tests.support.skills import create_skill
 from tests.support.turns import ts as _ts
 
 X = {  # five settled turns of one shape; x4 is the member most like all the others

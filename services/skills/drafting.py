@@ -18,29 +18,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import re
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from libs.common.auxmodel import (
-    Attribution,
-    AttributionMissing,
-    AuxiliaryModel,
-    AuxiliaryUnavailable,
-    NoAuxiliaryModel,
-    Prompt,
-    Stage,
-)
+from libs.common.auxmodel import Attribution, AuxiliaryModel, Prompt, Stage
+from libs.common.auxmodel.background_call import background_completion, json_object
+from libs.common.offline_draft import ClusterUsage
 from libs.common.prompt_files import PromptFiles, cluster_fields, render_run
 from services.skills.domain import NAME_MAX_CHARS, Cluster, Turn
 
 __all__ = ["PURPOSE", "ClusterDrafter", "Draft", "cluster_data", "offline_rule", "parse_draft"]
-
-_log = logging.getLogger(__name__)
 
 PURPOSE = "skill_synthesis_clustered"
 PROMPTS = Path(__file__).parent / "prompts"
@@ -169,18 +159,11 @@ def offline_rule(data: Mapping[str, Any]) -> str:
     first, last = _slug(tools[0]), _slug(tools[-1])
     stem = first if first == last else f"{first}-to-{last}"
     name = f"{stem[: NAME_MAX_CHARS - 20]}-routine-{digest}"
-    labels = [label for label, _ in Counter(data.get("labels") or []).most_common(3)]
-    asks = []
-    for m in data["members"]:
-        # Quoted whole or not at all: a quote cut mid-sentence reads as the whole ask.
-        ask = m.get("asked") or ""
-        if ask and len(ask) <= QUOTE_CHARS and ask not in asks:
-            asks.append(ask)
+    usage = ClusterUsage.of(data, QUOTE_CHARS)
     size, done = int(data["cluster_size"]), int(data["done_count"])
-    kind = labels[0] if labels else "recurring work"
-    summary = f"Run {' → '.join(tools[:4])}{' → …' if len(tools) > 4 else ''} for {kind} (done {done} of {size} times)"
-    when = [f"- Work woken by: {label}" for label in labels] + [f"- Asked like: {a}" for a in asks[:3]]
-    steps = [f"{i}. Call `{tool}`." for i, tool in enumerate(tools, 1)]
+    summary = (
+        f"Run {' → '.join(tools[:4])}{' → …' if len(tools) > 4 else ''} for {usage.kind} (done {done} of {size} times)"
+    )
     failed = [m for m in data["members"] if m.get("outcome") == "failed"]
     body_lines = [
         "---",
@@ -192,13 +175,7 @@ def offline_rule(data: Mapping[str, Any]) -> str:
         "",
         f"A procedure this agent ran the same way in {size} settled turns ({done} done).",
         "",
-        "## When to use",
-        "",
-        *(when or ["- Work like the turns this was drafted from."]),
-        "",
-        "## Steps",
-        "",
-        *steps,
+        *usage.sections(tools, "turns"),
     ]
     if failed:
         body_lines += [
@@ -212,17 +189,12 @@ def offline_rule(data: Mapping[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------ parsing
 
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
-
 
 def parse_draft(text: str) -> Draft | None:
     """The draft, or None when the answer is not an object with a name, a summary and a body.
     A draft with a gap is dropped rather than written with it."""
-    try:
-        obj = json.loads(_FENCE.sub("", text.strip()))
-    except ValueError:
-        return None
-    if not isinstance(obj, dict):
+    obj = json_object(text)
+    if obj is None:
         return None
     name, summary, body = (obj.get(k) for k in ("name", "summary", "body"))
     if not (isinstance(name, str) and isinstance(summary, str) and isinstance(body, str)):
@@ -249,17 +221,11 @@ class ClusterDrafter:
         """(draft, outcome): outcome is "drafted", "dropped" (a gap or not JSON),
         "no_auxiliary_model" (the role's chain names no provider: nothing asked, nothing charged)
         or the failure."""
-        try:
-            completion = await self._aux.complete(
-                Attribution(company, seat, Stage.BACKGROUND, PURPOSE, role=role or None), build_prompt(data)
-            )
-        except NoAuxiliaryModel:
-            return None, "no_auxiliary_model"
-        except AuxiliaryUnavailable as err:
-            return None, f"unavailable:{err.kind}"
-        except AttributionMissing:  # a bug here, not the model's: say so loudly
-            _log.exception("clustered synthesis call without attribution")
-            return None, "attribution_missing"
+        completion, failure = await background_completion(
+            self._aux, Attribution(company, seat, Stage.BACKGROUND, PURPOSE, role=role or None), build_prompt(data)
+        )
+        if completion is None:
+            return None, failure
         draft = parse_draft(completion.text)
         if draft is None:
             return None, "dropped"
