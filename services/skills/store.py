@@ -123,21 +123,26 @@ SQL = {
         SELECT ($5::text IS NULL OR EXISTS (SELECT 1 FROM claim)) AS applied,
                moved.id, moved.name, moved.prior_state, moved.state
         FROM (SELECT 1) AS one LEFT JOIN moved ON true""",
-    "archive_version": """
-        INSERT INTO synthesized_skill_versions (skill_id, version, body, change, reason, restored_from_version,
-                                                request_id, create_time, supersede_time, provenance)
-        SELECT id, version, body, change, change_reason, restored_from_version, request_id, version_time, $2,
-               version_provenance
-        FROM synthesized_skills WHERE id = $1""",
-    "set_body": f"""
+    # A new version in one statement: the live body archived, the new one installed as version + 1,
+    # and the archived versions past the newest $9 dropped. Every part reads the statement's snapshot
+    # (the row as it was; the archive without the version archived now, whose number is above every
+    # archived one), so the trim keeps $9 - 1 of those and the archive is written only when $9 > 0.
+    "new_version": f"""
+        WITH archived AS (
+            INSERT INTO synthesized_skill_versions (skill_id, version, body, change, reason, restored_from_version,
+                                                    request_id, create_time, supersede_time, provenance)
+            SELECT id, version, body, change, change_reason, restored_from_version, request_id, version_time, $6,
+                   version_provenance
+            FROM synthesized_skills WHERE id = $1 AND $9::int > 0),
+        trimmed AS (
+            DELETE FROM synthesized_skill_versions WHERE id IN (
+                SELECT id FROM synthesized_skill_versions WHERE skill_id = $1
+                ORDER BY version DESC OFFSET greatest($9::int - 1, 0)))
         UPDATE synthesized_skills
            SET body = $2, version = version + 1, change = $3, change_reason = $4, restored_from_version = $5,
                version_time = $6, update_time = $6, request_id = $7, version_provenance = $8
          WHERE id = $1
         RETURNING {_COLUMNS}""",
-    "trim_versions": """
-        DELETE FROM synthesized_skill_versions WHERE id IN (
-            SELECT id FROM synthesized_skill_versions WHERE skill_id = $1 ORDER BY version DESC OFFSET $2)""",
     "request_seen": """
         SELECT EXISTS (SELECT 1 FROM synthesized_skills WHERE id = $1 AND request_id = $2)
             OR EXISTS (SELECT 1 FROM synthesized_skill_versions WHERE skill_id = $1 AND request_id = $2)""",
@@ -404,10 +409,10 @@ class PostgresSkillStore:
     @staticmethod
     async def new_version(conn: asyncpg.Connection, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
         """Archive the live body to the versions, install ``edit.body`` as version + 1, and drop the
-        oldest archived versions past ``keep``. Runs inside the caller's row-locked transaction."""
-        await conn.execute(SQL["archive_version"], skill.id, now)
+        oldest archived versions past ``keep``, in one statement. Runs inside the caller's row-locked
+        transaction."""
         row = await conn.fetchrow(
-            SQL["set_body"],
+            SQL["new_version"],
             skill.id,
             edit.body,
             str(edit.change),
@@ -416,8 +421,8 @@ class PostgresSkillStore:
             now,
             edit.request_id,
             provenance_json(edit.provenance),
+            keep,
         )
-        await conn.execute(SQL["trim_versions"], skill.id, keep)
         return _skill(row)
 
     @staticmethod
