@@ -191,12 +191,8 @@ class PostgresProfileStore:
         self.pool = pool
 
     async def observe(self, write: ObservationWrite) -> tuple[Profile, bool, bool]:
-        """Apply ``write.merge`` to the subject's profile under its row lock, creating the row on
-        the first observation. Returns (profile, created, changed). A ``request_id`` seen before
-        changes nothing: it is recorded in the same transaction as the merge, so a retry after a
-        crash either finds it (the merge committed) or applies the merge (it did not). The
-        observation and its source are recorded in that transaction too (in the statement that
-        writes the row), only when the merge changed the row."""
+        """One transaction under the subject's row lock: the request key claimed with the lock,
+        the observation recorded by the statement that writes the row."""
         recorded = _recorded(write)
         async with self.pool.acquire() as conn, conn.transaction():
             profile, created, changed = await self._observe(conn, write, recorded or _NOT_RECORDED)
