@@ -2,12 +2,12 @@
 
     python bench/experiments/reflector_writes.py [--calls 400] [--subjects 40]
 
-Calls each use case in this process (the service, no gRPC hop) one after the other on an embedded
-PostgreSQL, as a reflected turn's profiler and refiner do: ``--calls`` upserts spread over
-``--subjects`` subjects of 20 seats (first a create, then merges), and ``--calls`` observations
-appended to one seeded skill per seat. Prints, per use case, wall ms per call (p50, p90) and this
-process's CPU ms per call. An A/B runs it from each tree in turn (the other tree's modules first on
-``PYTHONPATH``), interleaved: the machine's load moves between runs.
+Calls each use case in this process (the service, no gRPC hop) one after the other, on the app
+``bench reflector`` builds (embedded PostgreSQL), as a reflected turn's profiler and refiner do:
+``--calls`` upserts spread over ``--subjects`` subjects of 20 seats (first a create, then merges),
+and ``--calls`` observations appended to the skill seeded for each seat. Prints, per use case,
+wall ms per call (p50, p90) and this process's CPU ms per call. An A/B runs it from each tree in
+turn (the other tree's modules first on ``PYTHONPATH``), interleaved: the machine's load moves between runs.
 """
 
 from __future__ import annotations
@@ -20,12 +20,9 @@ import time
 import uuid
 from pathlib import Path
 
-from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
-from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
-from bench.harness import open_app, quantile
+from bench.harness import quantile
+from bench.reflector import SEATS, _app
 from services.skills.domain import ObservationKind, SkillKey
-
-SEATS = [f"seat-{s}" for s in range(20)]
 
 
 def _line(name: str, walls: list[float], cpu_s: float) -> str:
@@ -41,24 +38,9 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-reflector-writes-") as tmp:
         async with contextlib.AsyncExitStack() as stack:
-            _, components, channel, _ = await open_app(Path(tmp), ["profiles", "skills"], {}, stack)
+            # The reflector benchmark's app (its services, one skill seeded a seat).
+            _, components, _, seeded = await _app(Path(tmp), 1, stack)
             profiles, skills = components["profiles"].service, components["skills"].service
-            stub = sk_grpc.SkillServiceStub(channel)
-            seeded = {}
-            for seat in SEATS:
-                resp = await stub.CreateSkill(
-                    sk_pb.CreateSkillRequest(
-                        company="acme",
-                        seat=seat,
-                        name="release-notes",
-                        summary="write release notes",
-                        body="# Release notes\n\n1. Collect merged PRs.\n",
-                        tool_sequence=["github_search", "docs_write"],
-                        trigger=sk_pb.SKILL_TRIGGER_SINGLE,
-                        source_turn_ids=["seed"],
-                    )
-                )
-                seeded[seat] = resp.skill.id
             print(f"{'use case':>24} {'calls':>6} {'p50 ms':>9} {'p90 ms':>9} {'CPU ms/call':>12}")
             walls: list[float] = []
             cpu0 = time.process_time()
@@ -84,7 +66,7 @@ async def main() -> None:
                 seat = SEATS[i % len(SEATS)]
                 t0 = time.perf_counter()
                 await skills.append_observation(
-                    SkillKey("acme", seat, id=uuid.UUID(seeded[seat])),
+                    SkillKey("acme", seat, id=uuid.UUID(seeded[seat][0])),
                     ObservationKind.OBSERVED,
                     f"Collected the merged PRs for release {i} first.",
                     f"run-{i:05d}",
