@@ -45,9 +45,11 @@ class ObservationWrite:
 class ProfileStore(Protocol):
     async def observe(self, write: ObservationWrite) -> tuple[Profile, bool, bool]:
         """Apply ``write.merge`` to the subject's profile atomically, creating it on the first
-        observation; returns (profile, created, changed). When the merge changes the profile and an
-        ``observation`` with its ``source`` is given, it is recorded in the same step (never for a
-        replay: a ``request_id`` seen before, or a merge that returns None); with
+        observation; returns (profile, created, changed). A ``request_id`` seen before changes
+        nothing: it is recorded in the same step as the merge, so a retry after a crash either finds
+        it (the merge committed) or applies the merge (it did not). When the merge changes the
+        profile and an ``observation`` with its ``source`` is given, it is recorded in the same step
+        (never for a replay: a ``request_id`` seen before, or a merge that returns None); with
         ``keep_observations``, the observations past that many newest are pruned
         (:func:`services.profiles.domain.prunable`) in that step too."""
         ...

@@ -35,38 +35,64 @@ _COLUMNS = """id, company, observer, platform, subject_key, subject_handle, subj
               communication_style, past_decisions, sensitivities, topics, observation_count,
               create_time, update_time, last_turn_id"""
 
+_RECORDED = """
+        recorded AS (
+            INSERT INTO profile_observations (id, profile_id, company, observer, turn_id, subjects, provenance,
+                                              communication_style, past_decisions, sensitivities, topics,
+                                              observe_time)
+            SELECT $1::uuid, w.id, w.company, w.observer, $2, $3, $4::jsonb, $5, $6, $7, $8, $9
+            FROM written w WHERE $1::uuid IS NOT NULL)"""
+"""The observation a write records (issue 17), beside the row it wrote (``written``)."""
+
 SQL = {
-    "claim_request": """
-        INSERT INTO profile_requests (company, observer, request_id, create_time) VALUES ($1, $2, $3, $4)
-        ON CONFLICT DO NOTHING RETURNING 1""",
+    # The request key claimed (when one is given, $5) and the subject's row locked, in one statement:
+    # ``fresh`` false when the key was claimed before (a concurrent claim of it is waited for); the
+    # row's columns NULL when there is no row (yet: a row a concurrent claimant created is not in
+    # this statement's snapshot, and "lock" reads it afterwards).
+    "claim_and_lock": f"""
+        WITH claim AS (
+            INSERT INTO profile_requests (company, observer, request_id, create_time)
+            SELECT $1, $2, $5::text, $6 WHERE $5::text IS NOT NULL
+            ON CONFLICT DO NOTHING RETURNING 1),
+        locked AS (
+            SELECT {_COLUMNS} FROM counterparty_profiles
+            WHERE company = $1 AND observer = $2 AND platform = $3 AND subject_key = $4
+            FOR UPDATE)
+        SELECT ($5::text IS NULL OR EXISTS (SELECT 1 FROM claim)) AS fresh, locked.*
+        FROM (SELECT 1) AS one LEFT JOIN locked ON true""",
     "lock": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
         WHERE company = $1 AND observer = $2 AND platform = $3 AND subject_key = $4
         FOR UPDATE""",
+    # A write (the row's first, "insert", or a merge into it, "update") and the observation it
+    # records, in one statement: $1..$9 are the observation (its id NULL: nothing recorded), the
+    # write's own parameters follow.
     "insert": f"""
-        INSERT INTO counterparty_profiles (
-            id, company, observer, platform, subject_key, subject_handle, subject_external_id,
-            communication_style, past_decisions, sensitivities, topics, observation_count,
-            create_time, update_time, last_turn_id)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-        ON CONFLICT (company, observer, platform, subject_key) DO NOTHING
-        RETURNING {_COLUMNS}""",
+        WITH written AS (
+            INSERT INTO counterparty_profiles (
+                id, company, observer, platform, subject_key, subject_handle, subject_external_id,
+                communication_style, past_decisions, sensitivities, topics, observation_count,
+                create_time, update_time, last_turn_id)
+            VALUES ($10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)
+            ON CONFLICT (company, observer, platform, subject_key) DO NOTHING
+            RETURNING {_COLUMNS}),
+        {_RECORDED}
+        SELECT * FROM written""",
     "update": f"""
-        UPDATE counterparty_profiles
-        SET subject_handle = $2, subject_external_id = $3, communication_style = $4, past_decisions = $5,
-            sensitivities = $6, topics = $7, observation_count = $8, update_time = $9, last_turn_id = $10
-        WHERE id = $1
-        RETURNING {_COLUMNS}""",
+        WITH written AS (
+            UPDATE counterparty_profiles
+            SET subject_handle = $11, subject_external_id = $12, communication_style = $13, past_decisions = $14,
+                sensitivities = $15, topics = $16, observation_count = $17, update_time = $18, last_turn_id = $19
+            WHERE id = $10
+            RETURNING {_COLUMNS}),
+        {_RECORDED}
+        SELECT * FROM written""",
     # The named subjects' profiles: pairs of (platform, subject key) unnested side by side.
     "get_many": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
         WHERE company = $1 AND observer = $2
           AND (platform, subject_key) IN (SELECT * FROM unnest($3::text[], $4::text[]))""",
     "get": f"SELECT {_COLUMNS} FROM counterparty_profiles WHERE id = $1 AND company = $2 AND observer = $3",
-    "record_observation": """
-        INSERT INTO profile_observations (id, profile_id, company, observer, turn_id, subjects, provenance,
-                                          communication_style, past_decisions, sensitivities, topics, observe_time)
-        VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12)""",
     "observations": """
         SELECT o.id, o.profile_id, o.provenance, o.communication_style, o.past_decisions, o.sensitivities, o.topics,
                o.observe_time
@@ -138,59 +164,66 @@ _profile = RowReader(
 """A profile from its row (the subject from its three columns; every other column named as its field)."""
 
 
+_NOT_RECORDED = (None,) * 9
+
+
+def _recorded(write: ObservationWrite) -> tuple[object, ...] | None:
+    """The parameters of the observation a write records (``_RECORDED``'s $1..$9), or None when it
+    names no observation and source (nothing is recorded)."""
+    observation, source = write.observation, write.source
+    if observation is None or source is None:
+        return None
+    return (
+        uuid.uuid4(),
+        observation.turn_id,
+        source.identifiers,
+        source_to_json(source),
+        observation.communication_style or "",
+        list(observation.past_decisions),
+        list(observation.sensitivities),
+        list(observation.topics),
+        write.now,
+    )
+
+
 class PostgresProfileStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
 
     async def observe(self, write: ObservationWrite) -> tuple[Profile, bool, bool]:
-        """Apply ``write.merge`` to the subject's profile under its row lock, creating the row on
-        the first observation. Returns (profile, created, changed). A ``request_id`` seen before
-        changes nothing: it is recorded in the same transaction as the merge, so a retry after a
-        crash either finds it (the merge committed) or applies the merge (it did not). The
-        observation and its source are recorded in that transaction too, only when the merge
-        changed the row."""
-        observation, source = write.observation, write.source
+        """One transaction under the subject's row lock: the request key claimed with the lock,
+        the observation recorded by the statement that writes the row."""
+        recorded = _recorded(write)
         async with self.pool.acquire() as conn, conn.transaction():
-            profile, created, changed = await self._observe(conn, write)
-            if changed and observation is not None and source is not None:
-                await conn.execute(
-                    SQL["record_observation"],
-                    uuid.uuid4(),
-                    profile.id,
-                    write.company,
-                    write.observer,
-                    observation.turn_id,
-                    source.identifiers,
-                    source_to_json(source),
-                    observation.communication_style or "",
-                    list(observation.past_decisions),
-                    list(observation.sensitivities),
-                    list(observation.topics),
-                    write.now,
-                )
-                if write.keep_observations is not None:
-                    older = [
-                        _observation(r)
-                        for r in await conn.fetch(SQL["older_observations"], profile.id, write.keep_observations)
-                    ]
-                    await conn.execute(SQL["prune_observations"], prunable(profile, older))
+            profile, created, changed = await self._observe(conn, write, recorded or _NOT_RECORDED)
+            keep = write.keep_observations
+            # A profile holds at most one recorded observation per merge counted: with no more
+            # merges than are kept, none is past the newest ``keep`` (nothing to read or prune).
+            if changed and recorded is not None and keep is not None and profile.observation_count > keep:
+                older = [_observation(r) for r in await conn.fetch(SQL["older_observations"], profile.id, keep)]
+                gone = prunable(profile, older)
+                if gone:
+                    await conn.execute(SQL["prune_observations"], gone)
             return profile, created, changed
 
-    async def _observe(self, conn: asyncpg.Connection, write: ObservationWrite) -> tuple[Profile, bool, bool]:
+    async def _observe(
+        self, conn: asyncpg.Connection, write: ObservationWrite, recorded: tuple[object, ...]
+    ) -> tuple[Profile, bool, bool]:
+        """The merge under the row lock; a row it writes records ``recorded`` (``_recorded``)."""
         key, company, observer, subject = write.key, write.company, write.observer, write.subject
         now, merge, request_id = write.now, write.merge, write.request_id
-        if request_id is not None:
-            fresh = await conn.fetchval(SQL["claim_request"], company, observer, request_id, now)
-            if fresh is None:  # applied before (a concurrent retry waits here for the first)
-                row = await conn.fetchrow(SQL["lock"], *key)
-                if row is not None:
-                    return _profile(row), False, False
-        row = await conn.fetchrow(SQL["lock"], *key)
+        found = await conn.fetchrow(SQL["claim_and_lock"], *key, request_id, now)
+        row = found if found["id"] is not None else None
+        if not found["fresh"]:  # applied before (a concurrent retry waits here for the first)
+            row = row or await conn.fetchrow(SQL["lock"], *key)
+            if row is not None:
+                return _profile(row), False, False
         if row is None:
             first = merge(empty(company, observer, subject, now))
             assert first is not None  # an empty profile has no turn to replay
             row = await conn.fetchrow(
                 SQL["insert"],
+                *recorded,
                 first.id,
                 company,
                 observer,
@@ -219,6 +252,7 @@ class PostgresProfileStore:
             return current, False, False
         row = await conn.fetchrow(
             SQL["update"],
+            *recorded,
             current.id,
             merged.subject.handle,
             merged.subject.external_id,

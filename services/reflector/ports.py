@@ -46,11 +46,15 @@ class ReflectionStore(Protocol):
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None: ...
 
     async def take(self, company: str, seat: str, turn_id: str) -> tuple[ReflectionRecord | None, bool]:
-        """RUNNING and one more attempt, unless the record is final: (the record as it was, moved)."""
+        """A worker takes the turn (its claim already holds the queue row): RUNNING and one more
+        attempt. Returns the record as it was and whether it moved: a final record does not (a
+        redelivery, the duplicate gate); no record, (None, False)."""
         ...
 
     async def put_workers(self, company: str, seat: str, turn_id: str, outcomes: list[WorkerOutcome]) -> bool:
-        """Merge outcomes in (a final one already recorded is kept); False when nothing changed."""
+        """Record several workers' outcomes together, each merged in as
+        :func:`~services.reflector.store.merge_outcome` (a final outcome already recorded is kept);
+        False when nothing changed."""
         ...
 
     async def close(
@@ -62,7 +66,9 @@ class ReflectionStore(Protocol):
         now: datetime,
         workers: list[WorkerOutcome] | None = None,
     ) -> bool:
-        """COMPLETED or GATED; False when there is no record (the queue row moves alone)."""
+        """COMPLETED or GATED: the turn's pass is over. ``workers``, when given, is the record's whole
+        list of outcomes (the caller holds the claim, inside the same transaction). False when there
+        is no record (the queue row moves alone)."""
         ...
 
     async def defer(self, tx: Tx, key: TurnKey, gate: str, until: datetime) -> bool: ...
@@ -74,11 +80,13 @@ class ReflectionStore(Protocol):
     async def dead_letter(
         self, tx: Tx, key: TurnKey, reason: str, workers: list[WorkerOutcome] | None, now: datetime
     ) -> bool:
-        """Given up; ``workers`` None keeps the outcomes recorded."""
+        """Given up; ``workers`` None keeps the outcomes recorded (a turn whose payload is unreadable
+        never ran one)."""
         ...
 
     async def requeued(self, tx: Tx, key: TurnKey) -> bool:
-        """A pass handed back on stopping: QUEUED again (a record still waiting stays as it is)."""
+        """A pass handed back when its process stops: QUEUED again. A record not yet taken (stopped
+        between the claim and the take) already waits where it is: nothing to move."""
         ...
 
     async def page(

@@ -155,9 +155,7 @@ class PostgresReflectionStore(PooledStore):
         return _record(row) if row else None
 
     async def take(self, company: str, seat: str, turn_id: str) -> tuple[ReflectionRecord | None, bool]:
-        """A worker takes the turn: RUNNING, one more attempt (the claim already holds the queue
-        row). Returns the record as it was before and whether it moved: a finished record does not
-        (a redelivery, the duplicate gate); no record, (None, False). One statement."""
+        """One statement (``SQL["take"]``)."""
         row = await self.pool.fetchrow(SQL["take"], company, seat, turn_id, sources(ReflectionState.RUNNING))
         if row is None:
             return None, False
@@ -183,8 +181,7 @@ class PostgresReflectionStore(PooledStore):
         raise IllegalTransition(key.turn_id, ReflectionState(current), target)
 
     async def put_workers(self, company: str, seat: str, turn_id: str, outcomes: list[WorkerOutcome]) -> bool:
-        """Record several workers' outcomes in one transaction (each as :func:`merge_outcome`: a
-        final outcome already recorded is kept); False when nothing changed."""
+        """One transaction, under the record's row lock."""
         async with self.transaction() as conn:
             raw = await conn.fetchval(SQL["workers_for_update"], company, seat, turn_id)
             if raw is None:
@@ -205,8 +202,6 @@ class PostgresReflectionStore(PooledStore):
         now: datetime,
         workers: list[WorkerOutcome] | None = None,
     ) -> bool:
-        """Completed or gated: the turn's pass is over. ``workers``, when given, is the record's
-        whole list of outcomes (the caller holds the claim, inside the same transaction)."""
         if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
             raise ValueError(f"close() ends a pass completed or gated, not {state}")
         if workers is None:
@@ -232,16 +227,12 @@ class PostgresReflectionStore(PooledStore):
     async def dead_letter(
         self, conn: asyncpg.Connection, key: TurnKey, reason: str, workers: list[WorkerOutcome] | None, now: datetime
     ) -> bool:
-        """Given up. ``workers`` None keeps the outcomes recorded (a turn whose payload is unreadable
-        never ran one)."""
         dead = ReflectionState.DEAD_LETTERED
         if workers is None:
             return await self._move(conn, dead, SQL["dead_letter_keep_workers"], key, reason, now)
         return await self._move(conn, dead, SQL["dead_letter"], key, reason, _dump(workers), now)
 
     async def requeued(self, conn: asyncpg.Connection, key: TurnKey) -> bool:
-        """A pass handed back when its process stops. A record not yet taken (stopped between the
-        claim and the take) already waits where it is: nothing to move."""
         status = await conn.execute(SQL["requeued"], *key, sources(ReflectionState.QUEUED))
         if not status.endswith(" 1"):
             current = await conn.fetchval(SQL["state"], *key)

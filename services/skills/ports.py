@@ -93,25 +93,31 @@ class SkillStore(Protocol):
     async def health(self, company: str, seat: str, now: datetime) -> LearningHealth: ...
 
     async def use(self, key: SkillKey, now: datetime, timeout: float) -> tuple[Skill, SkillState] | None:
-        """Raises ``store.StampFailed`` when the stamp cannot be written."""
+        """Record a use: the skill after it and its state before, or None when the seat has no live
+        skill under the key. Raises ``store.StampFailed`` when the stamp cannot be written."""
         ...
 
     async def offer(
         self, company: str, seat: str, ids: Sequence[uuid.UUID], names: Sequence[str], now: datetime, timeout: float
     ) -> list[Moved]:
-        """Raises ``store.StampFailed`` when the stamp cannot be written."""
+        """Move the clock of the named live skills: how each moved. Raises ``store.StampFailed``
+        when the stamp cannot be written."""
         ...
 
     async def mark_used(
         self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, request_id: str | None
-    ) -> list[Moved] | None: ...
+    ) -> list[Moved] | None:
+        """Record a use of each named live skill; None when ``request_id`` was applied before."""
+        ...
 
     async def new_version(self, conn: Tx, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
         """The live body archived, ``edit``'s installed as the next version, the kept versions
         trimmed to ``keep`` (inside ``skill_row``'s transaction)."""
         ...
 
-    async def request_seen(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> bool: ...
+    async def request_seen(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> bool:
+        """Whether a kept version of the skill was made by the call with this idempotency key."""
+        ...
 
     async def archived_body(self, conn: Tx, skill_id: uuid.UUID, version: int) -> tuple[str, Provenance] | None:
         """A kept version's body and where it came from."""
@@ -150,8 +156,8 @@ class ProposalStore(Protocol):
     async def insert(
         self, conn: Tx, proposal: SkillProposal, request_id: str | None, vector: np.ndarray | None, model: str | None
     ) -> SkillProposal | None:
-        """Inside the skills store's seat transaction (``conn`` is its ``SeatTx.conn``); None when
-        ``request_id`` was used before."""
+        """The stored proposal, inside the skills store's seat transaction (``conn`` is its
+        ``SeatTx.conn``); None when ``request_id`` was used before (see ``by_request``)."""
         ...
 
     async def decide(

@@ -123,21 +123,26 @@ SQL = {
         SELECT ($5::text IS NULL OR EXISTS (SELECT 1 FROM claim)) AS applied,
                moved.id, moved.name, moved.prior_state, moved.state
         FROM (SELECT 1) AS one LEFT JOIN moved ON true""",
-    "archive_version": """
-        INSERT INTO synthesized_skill_versions (skill_id, version, body, change, reason, restored_from_version,
-                                                request_id, create_time, supersede_time, provenance)
-        SELECT id, version, body, change, change_reason, restored_from_version, request_id, version_time, $2,
-               version_provenance
-        FROM synthesized_skills WHERE id = $1""",
-    "set_body": f"""
+    # A new version in one statement: the live body archived, the new one installed as version + 1,
+    # and the archived versions past the newest $9 dropped. Every part reads the statement's snapshot
+    # (the row as it was; the archive without the version archived now, whose number is above every
+    # archived one), so the trim keeps $9 - 1 of those and the archive is written only when $9 > 0.
+    "new_version": f"""
+        WITH archived AS (
+            INSERT INTO synthesized_skill_versions (skill_id, version, body, change, reason, restored_from_version,
+                                                    request_id, create_time, supersede_time, provenance)
+            SELECT id, version, body, change, change_reason, restored_from_version, request_id, version_time, $6,
+                   version_provenance
+            FROM synthesized_skills WHERE id = $1 AND $9::int > 0),
+        trimmed AS (
+            DELETE FROM synthesized_skill_versions WHERE id IN (
+                SELECT id FROM synthesized_skill_versions WHERE skill_id = $1
+                ORDER BY version DESC OFFSET greatest($9::int - 1, 0)))
         UPDATE synthesized_skills
            SET body = $2, version = version + 1, change = $3, change_reason = $4, restored_from_version = $5,
                version_time = $6, update_time = $6, request_id = $7, version_provenance = $8
          WHERE id = $1
         RETURNING {_COLUMNS}""",
-    "trim_versions": """
-        DELETE FROM synthesized_skill_versions WHERE id IN (
-            SELECT id FROM synthesized_skill_versions WHERE skill_id = $1 ORDER BY version DESC OFFSET $2)""",
     "request_seen": """
         SELECT EXISTS (SELECT 1 FROM synthesized_skills WHERE id = $1 AND request_id = $2)
             OR EXISTS (SELECT 1 FROM synthesized_skill_versions WHERE skill_id = $1 AND request_id = $2)""",
@@ -228,6 +233,13 @@ _HEALTH_COLUMNS: Conversions = {
     "stale_skills": int,
     "archived_skills": int,
 }
+
+
+def _moved(row: asyncpg.Record) -> tuple[uuid.UUID, str, SkillState, SkillState]:
+    """A stamp's effect on one skill (``ports.Moved``): its id, name, state before and after."""
+    return row["id"], row["name"], SkillState(row["prior_state"]), SkillState(row["state"])
+
+
 _READ_SKILL = RowReader(Skill, _SKILL_COLUMNS)
 _READ_VERSION = RowReader(SkillVersion, _VERSION_COLUMNS)
 _READ_HEALTH = RowReader(LearningHealth, _HEALTH_COLUMNS)
@@ -364,8 +376,6 @@ class PostgresSkillStore:
     # -------------------------------------------------------------- telemetry stamps
 
     async def use(self, key: SkillKey, now: datetime, timeout: float) -> tuple[Skill, SkillState] | None:
-        """Record a use; returns the skill after it and its state before, or None when the seat has
-        no live skill under the key. Raises :class:`StampFailed` when the row cannot be written."""
         try:
             # The timeout bounds the wait for a connection too: a turn start must not hang on it.
             async with self.pool.acquire(timeout=timeout) as conn:
@@ -377,37 +387,29 @@ class PostgresSkillStore:
     async def offer(
         self, company: str, seat: str, ids: Sequence[uuid.UUID], names: Sequence[str], now: datetime, timeout: float
     ) -> list[tuple[uuid.UUID, str, SkillState, SkillState]]:
-        """Move the clock of the named live skills: (id, name, state before, state after) of each."""
         try:
             async with self.pool.acquire(timeout=timeout) as conn:
                 rows = await conn.fetch(SQL["offer"], company, seat, list(ids), list(names), now, timeout=timeout)
         except _STAMP_ERRORS as err:
             raise StampFailed(f"{type(err).__name__}: {err}") from err
-        return [(r["id"], r["name"], SkillState(r["prior_state"]), SkillState(r["state"])) for r in rows]
+        return [_moved(r) for r in rows]
 
     async def mark_used(
         self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, request_id: str | None
     ) -> list[tuple[uuid.UUID, str, SkillState, SkillState]] | None:
-        """Record a use of each named live skill; None when ``request_id`` was applied before. The
-        key is recorded by the same statement as the uses (one round trip, one commit)."""
+        """The key is recorded by the same statement as the uses (one round trip, one commit)."""
         rows = await self.pool.fetch(SQL["mark_used"], company, seat, list(ids), now, request_id)
         if not rows or not rows[0]["applied"]:
             return None
-        return [
-            (r["id"], r["name"], SkillState(r["prior_state"]), SkillState(r["state"]))
-            for r in rows
-            if r["id"] is not None
-        ]
+        return [_moved(r) for r in rows if r["id"] is not None]
 
     # -------------------------------------------------------------- versions
 
     @staticmethod
     async def new_version(conn: asyncpg.Connection, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
-        """Archive the live body to the versions, install ``edit.body`` as version + 1, and drop the
-        oldest archived versions past ``keep``. Runs inside the caller's row-locked transaction."""
-        await conn.execute(SQL["archive_version"], skill.id, now)
+        """One statement (``SQL["new_version"]``)."""
         row = await conn.fetchrow(
-            SQL["set_body"],
+            SQL["new_version"],
             skill.id,
             edit.body,
             str(edit.change),
@@ -416,20 +418,18 @@ class PostgresSkillStore:
             now,
             edit.request_id,
             provenance_json(edit.provenance),
+            keep,
         )
-        await conn.execute(SQL["trim_versions"], skill.id, keep)
         return _skill(row)
 
     @staticmethod
     async def request_seen(conn: asyncpg.Connection, skill_id: uuid.UUID, request_id: str) -> bool:
-        """Whether a kept version of the skill was made by the call with this idempotency key."""
         return bool(await conn.fetchval(SQL["request_seen"], skill_id, request_id))
 
     @staticmethod
     async def archived_body(
         conn: asyncpg.Connection, skill_id: uuid.UUID, version: int
     ) -> tuple[str, Provenance] | None:
-        """A kept version's body and where it came from."""
         row = await conn.fetchrow(SQL["get_version"], skill_id, version)
         return (row["body"], provenance_from_json(row["provenance"])) if row else None
 
@@ -437,7 +437,6 @@ class PostgresSkillStore:
     async def add_bullet(
         conn: asyncpg.Connection, skill_id: uuid.UUID, version: int, bullet: str, provenance: Provenance, now: datetime
     ) -> None:
-        """Record where a practice bullet came from (in the transaction that appended it)."""
         await conn.execute(SQL["add_bullet"], uuid.uuid4(), skill_id, version, bullet, provenance_json(provenance), now)
 
     @staticmethod
@@ -537,7 +536,6 @@ class PostgresProposalStore:
     async def comparable(
         self, company: str, seat: str, conn: asyncpg.Connection | None = None
     ) -> list[tuple[SkillProposal, np.ndarray | None, str | None]]:
-        """The seat's pending and rejected proposals, each with its stored vector and its model."""
         rows = await (conn or self.pool).fetch(PROPOSAL_SQL["comparable"], company, seat)
         return [
             (_proposal(r), as_array(r["embedding"]) if r["embedding"] is not None else None, r["embedding_model"])
@@ -552,7 +550,6 @@ class PostgresProposalStore:
         vector: np.ndarray | None,
         model: str | None,
     ) -> SkillProposal | None:
-        """The stored proposal; None when ``request_id`` was used before (see ``by_request``)."""
         row = await conn.fetchrow(
             PROPOSAL_SQL["insert"],
             proposal.id,
@@ -578,7 +575,6 @@ class PostgresProposalStore:
     async def decide(
         self, company: str, seat: str, proposal_id: uuid.UUID, decision: ProposalDecision, now: datetime
     ) -> SkillProposal | None:
-        """Move a pending proposal to ``decision.state``; None when it was not pending."""
         by, why = decision.reviewer, decision.reason
         if decision.state is ProposalState.APPROVED:
             row = await self.pool.fetchrow(

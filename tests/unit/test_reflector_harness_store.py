@@ -13,6 +13,7 @@ import pytest
 
 from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, WorkerStatus
 from services.reflector.ports import ReflectionStore
+from services.reflector.store import ReflectionRecord
 from tests.unit.fakes.reflector_store import FakeReflectionDb
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -26,20 +27,24 @@ async def _queued(store: ReflectionStore, key: tuple[str, str, str] = KEY, at: d
 
 
 async def _state(store: ReflectionStore) -> ReflectionState:
+    return (await _record(store)).state
+
+
+async def _record(store: ReflectionStore, **expected: object) -> ReflectionRecord:
+    """KEY's record, which holds ``expected`` (its attributes by name)."""
     record = await store.get(*KEY)
     assert record is not None
-    return record.state
+    assert {name: getattr(record, name) for name in expected} == expected
+    return record
 
 
 async def check_a_record_is_queued_once_and_a_take_counts_an_attempt(store: ReflectionStore) -> None:
     await _queued(store)
     await _queued(store, at=T0 + timedelta(minutes=1))  # a second insert changes nothing
-    record = await store.get(*KEY)
-    assert record is not None and (record.state, record.attempts, record.submit_time) == (S.QUEUED, 0, T0)
+    await _record(store, state=S.QUEUED, attempts=0, submit_time=T0)
     before, taken = await store.take(*KEY)
     assert taken and before is not None and (before.state, before.attempts) == (S.QUEUED, 0)
-    after = await store.get(*KEY)
-    assert after is not None and (after.state, after.attempts) == (S.RUNNING, 1)
+    await _record(store, state=S.RUNNING, attempts=1)
     assert await store.take("acme", "agent-1", "nope") == (None, False)
 
 
@@ -77,32 +82,15 @@ async def check_retry_defer_and_dead_letter_keep_what_they_say(store: Reflection
     outcomes = [WorkerOutcome("a", WorkerStatus.WROTE), WorkerOutcome("b", WorkerStatus.RETRYING, failure="timeout: x")]
     async with store.transaction() as tx:
         assert await store.retrying(tx, KEY, "b: timeout: x", until, outcomes)
-    record = await store.get(*KEY)
-    assert record is not None and (record.state, record.reason, record.next_attempt_time) == (
-        S.RETRYING,
-        "b: timeout: x",
-        until,
-    )
-    assert record.workers == outcomes
+    await _record(store, state=S.RETRYING, reason="b: timeout: x", next_attempt_time=until, workers=outcomes)
     await store.take(*KEY)
     async with store.transaction() as tx:
         assert await store.defer(tx, KEY, "no_budget", until)
-    record = await store.get(*KEY)
-    assert record is not None and (record.state, record.gate, record.next_attempt_time) == (
-        S.DEFERRED,
-        "no_budget",
-        until,
-    )
+    await _record(store, state=S.DEFERRED, gate="no_budget", next_attempt_time=until)
     # Dead-lettered keeping the recorded outcomes (workers None).
     async with store.transaction() as tx:
         assert await store.dead_letter(tx, KEY, "gave up", None, T0)
-    record = await store.get(*KEY)
-    assert record is not None and (record.state, record.reason, record.workers) == (
-        S.DEAD_LETTERED,
-        "gave up",
-        outcomes,
-    )
-    assert record.next_attempt_time is None
+    await _record(store, state=S.DEAD_LETTERED, reason="gave up", workers=outcomes, next_attempt_time=None)
 
 
 async def check_a_final_outcome_is_recorded_once(store: ReflectionStore) -> None:
@@ -115,8 +103,8 @@ async def check_a_final_outcome_is_recorded_once(store: ReflectionStore) -> None
     assert not await store.put_workers(*KEY, [WorkerOutcome("a", WorkerStatus.NOTHING)])  # a stale late result
     assert not await store.put_workers(*KEY, [wrote])
     assert await store.put_workers(*KEY, [WorkerOutcome("b", WorkerStatus.SKIPPED, gate="g")])
-    record = await store.get(*KEY)
-    assert record is not None and [(w.worker, w.status) for w in record.workers] == [
+    record = await _record(store)
+    assert [(w.worker, w.status) for w in record.workers] == [
         ("a", WorkerStatus.WROTE),
         ("b", WorkerStatus.SKIPPED),
     ]

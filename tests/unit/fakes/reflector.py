@@ -22,6 +22,7 @@ from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from libs.common.auxmodel import AuxiliaryModel, OfflineRules, build_providers
 from libs.common.clock import Clock, ManualClock
 from libs.common.config import Settings
+from libs.common.field_copy import to_pb
 from libs.common.grpcserver import rpc_error
 from libs.common.outcomes import TurnOutcome
 from libs.common.protoconv import timestamp
@@ -64,15 +65,7 @@ class FakeDiary:
         self.calls.append(request)
         if request.request_id and request.request_id in self._by_request:
             return diary_pb.WriteNoteResponse(note=self._by_request[request.request_id], created=False)
-        note = diary_pb.Note(
-            id=str(uuid.uuid4()),
-            company=request.company,
-            seat=request.seat,
-            content=request.content,
-            tier=request.tier,
-            source=request.source,
-            turn_id=request.turn_id,
-        )
+        note = to_pb(diary_pb.Note, request, "company seat content tier source turn_id", id=str(uuid.uuid4()))
         if request.ttl_days:
             note.expire_time.CopyFrom(timestamp(self.clock.now() + timedelta(days=request.ttl_days)))
         self.notes.append(note)
@@ -94,16 +87,11 @@ class FakeEpisodes:
         for ep in self.episodes.values():
             if request.work_key and ep.company == request.company and ep.work_key == request.work_key:
                 return ep_pb.RecordEpisodeResponse(episode=ep, collapsed=True)
-        ep = ep_pb.Episode(
+        ep = to_pb(
+            ep_pb.Episode,
+            request,
+            "company seat turn_id label ask outcome tool_sequence work_key",
             id=str(uuid.uuid4()),
-            company=request.company,
-            seat=request.seat,
-            turn_id=request.turn_id,
-            label=request.label,
-            ask=request.ask,
-            outcome=request.outcome,
-            tool_sequence=request.tool_sequence,
-            work_key=request.work_key,
         )
         self.episodes[request.turn_id] = ep
         return ep_pb.RecordEpisodeResponse(episode=ep, created=True)
@@ -196,17 +184,11 @@ class FakeSkills:
             for s in self.skills.values()
         ):
             raise _status(grpc.StatusCode.ALREADY_EXISTS, f"a skill named {request.name} exists")
-        skill = sk_pb.Skill(
+        skill = to_pb(
+            sk_pb.Skill,
+            request,
+            "company seat name summary body tool_sequence trigger cluster_size source_turn_ids",
             id=str(uuid.uuid4()),
-            company=request.company,
-            seat=request.seat,
-            name=request.name,
-            summary=request.summary,
-            body=request.body,
-            tool_sequence=request.tool_sequence,
-            trigger=request.trigger,
-            cluster_size=request.cluster_size,
-            source_turn_ids=request.source_turn_ids,
             state=sk_pb.SKILL_STATE_ACTIVE,
             version=1,
         )
