@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
+import subprocess
+from pathlib import Path
 
 import grpc
 import pytest
@@ -17,6 +19,11 @@ from tests.support.runner import clean_env, free_port, run_once, start
 from tests.test_runner import _stop
 
 pytestmark = pytest.mark.slow
+
+
+def _token(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``./run token *args`` on the data directory ``data_dir`` (issue, list, revoke)."""
+    return run_once("token", *args, data_dir=data_dir, env=clean_env())
 
 
 def test_a_public_address_without_authentication_is_refused_in_one_line(tmp_path):
@@ -66,17 +73,7 @@ async def test_require_auth_serves_only_token_holders_and_tokens_come_from_the_c
     try:
         assert "auth=tokens" in ready
         issued = await asyncio.to_thread(
-            run_once,
-            "token",
-            "issue",
-            "--company",
-            "acme",
-            "--seat",
-            "ana",
-            "--scopes",
-            "memory:write",
-            data_dir=data,
-            env=clean_env(),
+            _token, data, "issue", "--company", "acme", "--seat", "ana", "--scopes", "memory:write"
         )
         assert issued.returncode == 0, issued.stderr[-2000:]
         token = issued.stdout.strip()
@@ -90,12 +87,10 @@ async def test_require_auth_serves_only_token_holders_and_tokens_come_from_the_c
             note = (await stub.WriteNote(request, metadata=(("authorization", f"Bearer {token}"),), timeout=10)).note
             assert note.content == "Bob prefers digests"
 
-            listed = await asyncio.to_thread(
-                run_once, "token", "list", "--company", "acme", data_dir=data, env=clean_env()
-            )
+            listed = await asyncio.to_thread(_token, data, "list", "--company", "acme")
             token_id = listed.stdout.split()[0]
             assert "live" in listed.stdout and token not in listed.stdout
-            revoked = await asyncio.to_thread(run_once, "token", "revoke", token_id, data_dir=data, env=clean_env())
+            revoked = await asyncio.to_thread(_token, data, "revoke", token_id)
             assert revoked.returncode == 0
             # Revocation takes effect within auth.cache_seconds (10 s by default): wait for it.
             async with asyncio.timeout(30):
@@ -218,17 +213,7 @@ async def test_split_mode_with_tokens_reflects_and_its_children_do_not_outlive_a
     try:
         assert "auth=tokens" in line, line
         issued = await asyncio.to_thread(
-            run_once,
-            "token",
-            "issue",
-            "--company",
-            "acme",
-            "--seat",
-            "ana",
-            "--scopes",
-            "reflect,memory:read",
-            data_dir=data,
-            env=clean_env(),
+            _token, data, "issue", "--company", "acme", "--seat", "ana", "--scopes", "reflect,memory:read"
         )
         token = issued.stdout.strip()
         md = (("authorization", f"Bearer {token}"),)
