@@ -204,7 +204,7 @@ WORKSPACE_ROLES = {
 }
 
 
-def reviewed_settings(make_settings, server, *, companies: dict | None = None, **extra: Any):  # type: ignore[no-untyped-def]
+def reviewed_settings(make_settings, server, *, companies: dict[str, Any] | None = None, **extra: Any):  # type: ignore[no-untyped-def]
     """The scripted model answers the review; every other purpose falls back to the offline rules.
     acme's roles are ``WORKSPACE_ROLES`` unless ``companies`` says otherwise."""
     providers = {
@@ -220,11 +220,11 @@ def reviewed_settings(make_settings, server, *, companies: dict | None = None, *
 
 def review_rule(
     lessons: Sequence[str] | Callable[[str], Sequence[str]] = (), facts: Sequence[str] = ()
-) -> Callable[[dict], Reply | None]:
+) -> Callable[[dict[str, Any]], Reply | None]:
     """The review: each lesson cites the verification, each fact the first user message.
     ``lessons`` may be a function of the prompt (the lessons of that session)."""
 
-    def rule(body: dict) -> Reply | None:
+    def rule(body: dict[str, Any]) -> Reply | None:
         if not is_review(body):
             return Reply(status=500)  # the offline rule answers instead
         prompt = body["messages"][-1]["content"]
@@ -244,7 +244,13 @@ def review_rule(
 
 @contextlib.asynccontextmanager
 async def open_reviewed(  # type: ignore[no-untyped-def]
-    make_settings, server, dsn: str, review: Callable[[dict], Reply | None], *, companies: dict | None = None, **kw: Any
+    make_settings,
+    server,
+    dsn: str,
+    review: Callable[[dict[str, Any]], Reply | None],
+    *,
+    companies: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> AsyncIterator[SessionEnv]:
     """``open_sessions`` with ``reviewed_settings``, the scripted ``server`` answering chat by ``review``."""
     server.rule("chat", review)
