@@ -152,3 +152,17 @@ async def diary(make_settings, dsn, clock, local_embedder, vector_index):
         make_settings(), dsn, names=["diary"], clock=clock, embedder=local_embedder, index=vector_index
     ) as app:
         yield app, diary_service_pb2_grpc.DiaryServiceStub(app.channel)
+
+
+@pytest.fixture
+def reviewed(make_settings, dsn, clock, edge_index, scripted_openai):  # type: ignore[no-untyped-def]
+    """``async with reviewed(review, **kw) as env``: the sessions service whose review the scripted
+    model answers by the rule ``review`` (each test scripts its own), every other purpose by the
+    offline rules; no embedder unless ``kw`` names one (tests/support/sessions.py ``open_reviewed``)."""
+    from tests.support.sessions import open_reviewed
+
+    def open_(review, **kw):  # type: ignore[no-untyped-def]
+        kw.setdefault("embedder", None)
+        return open_reviewed(make_settings, scripted_openai, dsn, review, clock=clock, index=edge_index, **kw)
+
+    return open_

@@ -42,7 +42,7 @@ from agentlearn.skills.v1 import skill_service_pb2_grpc as skill_grpc
 from libs.common.auth import INTERNAL_HEADER, SCOPES, required_scope
 from tests.support.app import open_app
 from tests.support.skills import skill_request
-from tests.support.turns import turn_fields
+from tests.support.turns import raw_episode, turn_fields
 
 COMPANIES = ("acme", "globex")
 SEATS = ("ana", "ben")
@@ -196,12 +196,10 @@ async def _seed(app, clock) -> dict[tuple[str, str], dict[str, Any]]:  # type: i
         label, ask = "Task assigned: billing export", f"Run the billing export digest {m}"
         tools, end = ["billing.export", "slack.post"], clock.now() - timedelta(minutes=1)  # ran the 4 minutes before
         did = f"Exported billing {m} and posted the digest"
-        recorded = ep_pb.RecordEpisodeRequest(
-            **turn_fields(company, seat, turn_id, label, ask, did, ep_pb.TURN_OUTCOME_DONE, end, 4),
-            tool_sequence=tools,
-            tools_called=tools,
-            conversation_id=f"conv-{m}",
-        )
+        recorded = raw_episode(
+            seat, turn_id, end, label, ask, did, tools, ep_pb.TURN_OUTCOME_DONE,
+            minutes=4, company=company, tools_called=tools, conversation_id=f"conv-{m}",
+        )  # fmt: skip
         episode = (await episodes.RecordEpisode(recorded, metadata=internal)).episode
         summary, body = f"Export billing and post the digest {m}", f"# billing digest\n\n1. export {m}\n"
         learned = skill_request(seat, f"billing-digest-{seat}", summary, body, tools, [turn_id], company=company)

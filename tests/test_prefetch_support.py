@@ -32,7 +32,8 @@ from tests.support.app import App, open_app
 from tests.support.embedders import DelegatingEmbedder
 from tests.support.grpc_errors import error_info
 from tests.support.scripted_openai import openai_provider
-from tests.support.turns import ts
+from tests.support.skills import create_skill
+from tests.support.turns import raw_episode
 
 __all__ = ["SERVICES", "CountingEmbedder", "Env", "counting_env", "llm_settings", "open_env", "purpose_of", "refused"]
 
@@ -157,39 +158,20 @@ class Env:
         self._turns += 1
         self.clock.advance(seconds=1)
         end = self.clock.now() - timedelta(days=days_ago)
-        resp = await self.episodes.RecordEpisode(
-            ep_pb.RecordEpisodeRequest(
-                company="acme",
-                seat=seat,
-                turn_id=f"run-{self._turns}-{uuid.uuid4().hex[:8]}",
-                label=label,
-                ask=ask,
-                what_it_did=what,
-                outcome=outcome,
-                tool_sequence=list(tools[-1:] if final_round is None else final_round),
-                tools_called=list(tools),
-                conversation_id=conversation,
-                start_time=ts(end - timedelta(minutes=2)),
-                end_time=ts(end),
-            )
-        )
-        return resp.episode
+        turn_id = f"run-{self._turns}-{uuid.uuid4().hex[:8]}"
+        last_round = tools[-1:] if final_round is None else final_round
+        request = raw_episode(
+            seat, turn_id, end, label, ask, what, last_round, outcome,
+            minutes=2, tools_called=list(tools), conversation_id=conversation,
+        )  # fmt: skip
+        return (await self.episodes.RecordEpisode(request)).episode
 
     async def skill(self, name: str, summary: str, *, seat: str = "ana", tools: Sequence[str] = ()) -> skill_pb.Skill:
         self.clock.advance(seconds=1)
-        resp = await self.skills.CreateSkill(
-            skill_pb.CreateSkillRequest(
-                company="acme",
-                seat=seat,
-                name=name,
-                summary=summary,
-                body=f"# {name}\n\n1. {summary}\n",
-                tool_sequence=list(tools) or [f"{name}.tool"],
-                trigger=skill_pb.SKILL_TRIGGER_SINGLE,
-                source_turn_ids=[f"run-{name}"],
-            )
+        body = f"# {name}\n\n1. {summary}\n"
+        return await create_skill(
+            self.skills, name, list(tools) or [f"{name}.tool"], seat=seat, summary=summary, body=body
         )
-        return resp.skill
 
     async def profile(self, handle: str = "bob", *, observer: str = "ana", **fields: Any) -> prof_pb.Profile:
         fields.setdefault("communication_style", "Terse; wants bullet points.")

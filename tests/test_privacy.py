@@ -32,7 +32,8 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 from tests.support.app import open_app
-from tests.support.erasure_checks import assert_forgotten
+from tests.support.erasure_checks import assert_forgotten, subject_target
+from tests.support.skills import skill_request
 from tests.support.turns import message, turn
 
 pytestmark = pytest.mark.timeout(300)
@@ -136,18 +137,6 @@ class Env:
         return resp.note.id
 
 
-def _carla_target(erasure_id: str) -> er.ErasureTarget:
-    """The erasure target of Carla (slack handle ``carla``, named "Carla Moreno") that an owner's
-    FindRows verifies against."""
-    return er.ErasureTarget(
-        erasure_id=erasure_id,
-        company="acme",
-        kind=er.ERASURE_KIND_SUBJECT,
-        subject=er.ErasureSubject(handle="carla", platform="slack"),
-        names=["Carla Moreno"],
-    )
-
-
 @pytest.fixture
 async def env(make_settings, dsn, clock, local_embedder, edge_index):
     # The seats' role reads the "team" pages (the knowledge reads below see them).
@@ -233,18 +222,9 @@ async def test_erase_subject_removes_every_row_of_theirs_and_keeps_the_others(en
 
 
 async def _skill(env, name: str, seat: str, runs: list[str], body: str, tools: list[str]) -> sk_pb.Skill:  # type: ignore[no-untyped-def]
+    trigger = sk_pb.SKILL_TRIGGER_CLUSTERED if len(runs) > 1 else sk_pb.SKILL_TRIGGER_SINGLE
     resp = await env.skills.CreateSkill(
-        sk_pb.CreateSkillRequest(
-            company="acme",
-            seat=seat,
-            name=name,
-            summary=f"use for {name}",
-            body=body,
-            tool_sequence=tools,
-            trigger=sk_pb.SKILL_TRIGGER_CLUSTERED if len(runs) > 1 else sk_pb.SKILL_TRIGGER_SINGLE,
-            cluster_size=len(runs),
-            source_turn_ids=runs,
-        )
+        skill_request(seat, name, f"use for {name}", body, tools, runs, trigger=trigger, cluster_size=len(runs))
     )
     return resp.skill
 
@@ -765,7 +745,7 @@ async def test_the_verification_finds_her_in_the_index_by_her_names(env, dsn):
     other = await env.write_note("ana", "Dave prefers the kafka lag summary as a PDF file.")
     dims = await _count(dsn, "SELECT max(embedding_dims) FROM agent_diary")
     assert dims  # both notes were embedded and indexed
-    target = _carla_target("00000000-0000-0000-0000-000000000042")
+    target = subject_target("carla", "00000000-0000-0000-0000-000000000042", names=["Carla Moreno"])
     found = (await env.diary.FindRows(d_pb.FindRowsRequest(target=target))).report
     tables = {t.table: t for t in found.tables}
     assert set(tables["agent_diary"].ids) == {hers}
@@ -813,7 +793,7 @@ async def test_the_knowledge_verification_finds_her_in_its_index_by_her_names(en
     )
     dims = await _count(dsn, "SELECT max(embedding_dims) FROM knowledge_pages")
     assert dims  # both pages were embedded and indexed
-    target = _carla_target("00000000-0000-0000-0000-000000000043")
+    target = subject_target("carla", "00000000-0000-0000-0000-000000000043", names=["Carla Moreno"])
     found = (await env.knowledge.FindRows(kn_pb.FindRowsRequest(target=target))).report
     tables = {t.table: t for t in found.tables}
     assert set(tables["knowledge_pages"].ids) == {hers.page.id}

@@ -11,10 +11,10 @@ import uuid
 
 import pytest
 
-from agentlearn.common.v1 import erasure_pb2 as er
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from services.episodes.lifecycle import COMPACTION_PROMPT_VERSION
 from tests.support.app import open_app
+from tests.support.erasure_checks import subject_target
 from tests.test_episodes_lifecycle import GATE, Seats
 
 pytestmark = pytest.mark.timeout(120)
@@ -28,17 +28,6 @@ async def seats(make_settings, dsn, clock, edge_index):
     settings = make_settings(learning={"episode_lifecycle": {"max_raw_episodes_per_agent": GATE}})
     async with open_app(settings, dsn, names=["episodes"], clock=clock, index=edge_index) as app:
         yield Seats(app, clock)
-
-
-def _target(handle: str, names: list[str], turns: list[str]) -> er.ErasureTarget:
-    return er.ErasureTarget(
-        erasure_id=str(uuid.uuid4()),
-        company="acme",
-        kind=er.ERASURE_KIND_SUBJECT,
-        subject=er.ErasureSubject(handle=handle, platform="slack"),
-        names=names,
-        turn_ids=turns,
-    )
 
 
 async def test_a_compacted_episode_is_rederived_without_her_and_one_of_hers_alone_is_deleted(seats):
@@ -70,7 +59,7 @@ async def test_a_compacted_episode_is_rederived_without_her_and_one_of_hers_alon
     assert prov.writer == "episode_lifecycle"
 
     carla_runs = [*sorted(hers), carla]
-    target = _target("carla", ["Carla Moreno"], carla_runs)
+    target = subject_target("carla", str(uuid.uuid4()), names=["Carla Moreno"], turn_ids=carla_runs)
     report = (await seats.stub.EraseRows(pb.EraseRowsRequest(target=target))).report
     tables = {t.table: t for t in report.tables}
     assert list(tables["episodes:rederived"].ids) == [str(shared["id"])]

@@ -21,7 +21,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
 from tests.support.erasure_checks import assert_forgotten
-from tests.support.runner import clean_env, start
+from tests.support.runner import Running, clean_env, start_with_config
 from tests.support.turns import message, turn
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -87,12 +87,11 @@ async def test_sigkill_mid_erasure_resumes_to_the_same_receipt(
         expected = await _expected(conn)
         assert all(expected.values())
 
-        async def serve():  # type: ignore[no-untyped-def]
-            running = await start(
-                "serve", "privacy", "--port", "0", "--config", str(config), "--data-dir", str(tmp_path / "data"),
-                "--log-level", "WARNING", env=clean_env({"DATABASE_URL": dsn}),
+        async def serve() -> Running:
+            return await start_with_config(
+                "serve", "privacy", "--port", "0", config=config, data_dir=tmp_path / "data",
+                env=clean_env({"DATABASE_URL": dsn}),
             )  # fmt: skip
-            return running
 
         running = await serve()
         try:

@@ -10,8 +10,7 @@ import json
 from agentlearn.common.v1 import erasure_pb2 as er
 from agentlearn.privacy.v1 import privacy_service_pb2 as pv
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
-from tests.support.sessions import SERVICES, open_sessions
-from tests.test_sessions_writes import _check, _review, _settings
+from tests.support.sessions import SERVICES, review_rule, run_check
 
 SHARED = "Run make migrate before the payments tests: the test database needs the current schema."
 HERS = "Pin the billing fixtures to the 2026 price list before running the billing suite."
@@ -23,15 +22,14 @@ def _lessons(prompt: str) -> list[str]:
     return [SHARED] + ([HERS] if "billing" in prompt else [])
 
 
-async def test_erase_subject_removes_their_sessions_and_the_lessons_only_they_taught(
-    make_settings, dsn, local_embedder, edge_index, clock, scripted_openai
-):
-    scripted_openai.rule("chat", _review(lessons=_lessons))
-    settings = _settings(make_settings, scripted_openai, companies={"acme": {"roles": ROLES}})
+async def test_erase_subject_removes_their_sessions_and_the_lessons_only_they_taught(reviewed, local_embedder):
     names = [*SERVICES, "episodes", "profiles", "reflector", "telemetry", "privacy"]
-    async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index, names=names) as env:
-        await _check(env, "s-1", user_name="carla", said="The billing tests keep failing on CI.")
-        await _check(env, "s-2", user_name="dave", said="The payments tests keep failing on CI.")
+    companies = {"acme": {"roles": ROLES}}
+    async with reviewed(
+        review_rule(lessons=_lessons), companies=companies, embedder=local_embedder, names=names
+    ) as env:
+        await run_check(env, "s-1", user_name="carla", said="The billing tests keep failing on CI.")
+        await run_check(env, "s-2", user_name="dave", said="The payments tests keep failing on CI.")
         pool = env.app.infra.pool
         lessons = {r["body"].split("\n")[0]: r for r in await pool.fetch("SELECT * FROM workspace_lessons")}
         shared = next(r for body, r in lessons.items() if SHARED in body)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
 
 import pytest
 
@@ -25,7 +24,7 @@ from services.skills.domain import Turn
 from tests.support.app import App, open_app
 from tests.support.scripted_confluence import Reply, ScriptedConfluence
 from tests.support.scripted_openai import openai_provider
-from tests.support.turns import ts as _ts
+from tests.support.turns import raw_episode
 
 RUN = ["jira_get", "vault_read", "vault_write", "deploy", "slack_post"]
 NEAR = ["jira_get", "vault_read", "vault_write", "deploy", "slack_post", "pagerduty_ack"]  # Jaccard 5/6
@@ -67,23 +66,13 @@ class Env:
         self._n += 1
         self.clock.advance(minutes=1)
         end = self.clock.now()
-        await self.episodes.RecordEpisode(
-            epb.RecordEpisodeRequest(
-                company="acme",
-                seat=seat,
-                role=role,
-                turn_id=f"run-{self._n}",
-                label="Jira issue assigned",
-                ask=f"rotate the api keys of service {self._n}",
-                what_it_did="Rotated and redeployed.",
-                outcome=outcome,
-                tool_sequence=list(tools),
-                tools_called=list(tools),
-                subjects=[f"lead-of-{seat}"],  # who asked: a draft from the run rests on them
-                start_time=_ts(end - timedelta(seconds=30)),
-                end_time=_ts(end),
-            )
-        )
+        ask = f"rotate the api keys of service {self._n}"
+        request = raw_episode(
+            seat, f"run-{self._n}", end, "Jira issue assigned", ask, "Rotated and redeployed.", tools, outcome,
+            minutes=0.5, role=role, tools_called=list(tools),
+            subjects=[f"lead-of-{seat}"],  # who asked: a draft from the run rests on them
+        )  # fmt: skip
+        await self.episodes.RecordEpisode(request)
 
     async def promote(self):  # type: ignore[no-untyped-def]
         return await self.app.passes()["skill-promotion"].run()

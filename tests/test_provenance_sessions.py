@@ -9,10 +9,6 @@ answered by a scripted OpenAI-compatible server over HTTP and the memory judge b
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
-
 import grpc
 import pytest
 
@@ -21,31 +17,15 @@ from agentlearn.diary.v1 import diary_service_pb2_grpc as dgrpc
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from services.sessions.writes import JUDGE_PROMPT_VERSION, REVIEW_PROMPT_VERSION
 from tests.support.grpc_errors import error_info
-from tests.support.sessions import open_sessions
-from tests.test_sessions_writes import LESSON, _check, _review, _settings
+from tests.support.sessions import LESSON, review_rule, run_check
 
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture
-def reviewed(make_settings, dsn, local_embedder, edge_index, clock, scripted_openai):  # type: ignore[no-untyped-def]
-    """``async with reviewed(review) as env``: the sessions service, its review answered by the
-    scripted model's ``review`` rule (each test scripts its own)."""
-
-    @contextlib.asynccontextmanager
-    async def open_reviewed(review: Any) -> AsyncIterator[Any]:
-        scripted_openai.rule("chat", review)
-        settings = _settings(make_settings, scripted_openai)
-        async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index) as env:
-            yield env
-
-    return open_reviewed
-
-
-async def test_a_lesson_is_followed_back_to_every_session_check_and_event_that_taught_it(reviewed):
-    async with reviewed(_review(lessons=[LESSON])) as env:
-        first = await _check(env, "s1")
-        second = await _check(env, "s2", user_name="eli")  # another person's session teaches it again
+async def test_a_lesson_is_followed_back_to_every_session_check_and_event_that_taught_it(reviewed, local_embedder):
+    async with reviewed(review_rule(lessons=[LESSON]), embedder=local_embedder) as env:
+        first = await run_check(env, "s1")
+        second = await run_check(env, "s2", user_name="eli")  # another person's session teaches it again
         resp = await env.stub.GetLessonProvenance(
             pb.GetLessonProvenanceRequest(company="acme", page_id=first.outputs[0].id)
         )
@@ -63,9 +43,11 @@ async def test_a_lesson_is_followed_back_to_every_session_check_and_event_that_t
         assert source.writer == "session_check"
 
 
-async def test_a_personal_fact_names_its_session_check_events_model_and_prompt(reviewed):
-    async with reviewed(_review(facts=["Dana reviews pull requests only in the mornings."])) as env:
-        check = await _check(env, "s1")
+async def test_a_personal_fact_names_its_session_check_events_model_and_prompt(reviewed, local_embedder):
+    async with reviewed(
+        review_rule(facts=["Dana reviews pull requests only in the mornings."]), embedder=local_embedder
+    ) as env:
+        check = await run_check(env, "s1")
         (written,) = check.outputs
         prov = (
             await dgrpc.DiaryServiceStub(env.app.channel).GetNoteProvenance(
@@ -79,9 +61,9 @@ async def test_a_personal_fact_names_its_session_check_events_model_and_prompt(r
     assert prov.model == "offline-rules" and prov.prompt_version == JUDGE_PROMPT_VERSION
 
 
-async def test_get_lesson_provenance_refusals(reviewed):
-    async with reviewed(_review(lessons=[LESSON])) as env:
-        check = await _check(env, "s1")
+async def test_get_lesson_provenance_refusals(reviewed, local_embedder):
+    async with reviewed(review_rule(lessons=[LESSON]), embedder=local_embedder) as env:
+        check = await run_check(env, "s1")
 
         async def refused(company: str, page_id: str) -> tuple:  # type: ignore[type-arg]
             with pytest.raises(grpc.aio.AioRpcError) as err:

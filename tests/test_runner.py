@@ -15,14 +15,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
-from tests.support.runner import ROOT, clean_env, start
+from tests.support.runner import ROOT, clean_env, run_once, start
 
 pytestmark = pytest.mark.slow
 GRPCURL = Path(sys.executable).parent / "grpcurl"
-
-
-def _env() -> dict[str, str]:
-    return clean_env()
 
 
 async def _start(data_dir: Path) -> tuple[asyncio.subprocess.Process, int]:
@@ -34,17 +30,6 @@ async def _stop(proc: asyncio.subprocess.Process) -> int:
     proc.send_signal(signal.SIGTERM)
     async with asyncio.timeout(30):
         return await proc.wait()
-
-
-def _cli(*args: str, data_dir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "services.runner", *args, "--data-dir", str(data_dir)],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 async def test_up_serves_reflection_health_and_keeps_data_across_restarts(tmp_path):
@@ -90,11 +75,11 @@ async def test_up_serves_reflection_health_and_keeps_data_across_restarts(tmp_pa
     finally:
         assert await _stop(proc) == 0
 
-    swept = await asyncio.to_thread(_cli, "pass", "diary-sweep", data_dir=data)
+    swept = await asyncio.to_thread(run_once, "pass", "diary-sweep", data_dir=data, env=clean_env())
     assert swept.returncode == 0 and "pass diary-sweep:" in swept.stdout, swept.stderr[-2000:]
-    unknown = await asyncio.to_thread(_cli, "pass", "no-such-pass", data_dir=data)
+    unknown = await asyncio.to_thread(run_once, "pass", "no-such-pass", data_dir=data, env=clean_env())
     assert unknown.returncode == 2 and "diary-fill" in unknown.stderr
-    rebuilt = await asyncio.to_thread(_cli, "rebuild-index", data_dir=data)
+    rebuilt = await asyncio.to_thread(run_once, "rebuild-index", data_dir=data, env=clean_env())
     assert rebuilt.returncode == 0 and "diary: 1 vectors restored from Postgres" in rebuilt.stdout
 
 
@@ -109,7 +94,7 @@ async def test_a_pass_worker_ticks_its_passes_under_their_leases_and_stops_on_si
     data = tmp_path / "data"
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"learning": {"fill": {"interval_seconds": 1}}}))
-    migrated = await asyncio.to_thread(_cli, "migrate", data_dir=data)
+    migrated = await asyncio.to_thread(run_once, "migrate", data_dir=data, env=clean_env())
     assert migrated.returncode == 0, migrated.stderr[-2000:]
     running = await start(
         "passes",

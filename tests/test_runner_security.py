@@ -8,32 +8,37 @@ import asyncio
 import signal
 import socket
 import subprocess
-import sys
+from pathlib import Path
 
 import grpc
 import pytest
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
-from tests.support.runner import start
-from tests.test_runner import ROOT, _cli, _env, _stop
+from tests.support.runner import clean_env, free_port, run_once, start
+from tests.test_runner import _stop
 
 pytestmark = pytest.mark.slow
 
 
-def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "services.runner", *args],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def _token(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``./run token *args`` on the data directory ``data_dir`` (issue, list, revoke)."""
+    return run_once("token", *args, data_dir=data_dir, env=clean_env())
 
 
 def test_a_public_address_without_authentication_is_refused_in_one_line(tmp_path):
-    done = _run("up", "--host", "0.0.0.0", "--port", "0", "--http-port", "0", "--data-dir", str(tmp_path / "d"))
+    done = run_once(
+        "up",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+        "--http-port",
+        "0",
+        data_dir=tmp_path / "d",
+        env=clean_env(),
+        timeout=60,
+    )
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines == [lines[-1]] and lines[-1].startswith("agentlearn: refusing to serve on 0.0.0.0"), done.stderr
@@ -46,7 +51,9 @@ def test_a_taken_port_is_refused_before_anything_starts(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = _run("up", "--port", str(port), "--http-port", "0", "--data-dir", str(tmp_path / "d"))
+        done = run_once(
+            "up", "--port", str(port), "--http-port", "0", data_dir=tmp_path / "d", env=clean_env(), timeout=60
+        )
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"cannot bind 127.0.0.1:{port}" in lines[0], done.stderr
@@ -66,7 +73,7 @@ async def test_require_auth_serves_only_token_holders_and_tokens_come_from_the_c
     try:
         assert "auth=tokens" in ready
         issued = await asyncio.to_thread(
-            _cli, "token", "issue", "--company", "acme", "--seat", "ana", "--scopes", "memory:write", data_dir=data
+            _token, data, "issue", "--company", "acme", "--seat", "ana", "--scopes", "memory:write"
         )
         assert issued.returncode == 0, issued.stderr[-2000:]
         token = issued.stdout.strip()
@@ -80,10 +87,10 @@ async def test_require_auth_serves_only_token_holders_and_tokens_come_from_the_c
             note = (await stub.WriteNote(request, metadata=(("authorization", f"Bearer {token}"),), timeout=10)).note
             assert note.content == "Bob prefers digests"
 
-            listed = await asyncio.to_thread(_cli, "token", "list", "--company", "acme", data_dir=data)
+            listed = await asyncio.to_thread(_token, data, "list", "--company", "acme")
             token_id = listed.stdout.split()[0]
             assert "live" in listed.stdout and token not in listed.stdout
-            revoked = await asyncio.to_thread(_cli, "token", "revoke", token_id, data_dir=data)
+            revoked = await asyncio.to_thread(_token, data, "revoke", token_id)
             assert revoked.returncode == 0
             # Revocation takes effect within auth.cache_seconds (10 s by default): wait for it.
             async with asyncio.timeout(30):
@@ -185,11 +192,6 @@ async def test_split_mode_with_tokens_reflects_and_its_children_do_not_outlive_a
     from services.runner.registry import SERVICES
     from tests.support.turns import message, turn
 
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
     ports = {name: free_port() for name in SERVICES}
     config = tmp_path / "split.yaml"
     config.write_text(
@@ -211,16 +213,7 @@ async def test_split_mode_with_tokens_reflects_and_its_children_do_not_outlive_a
     try:
         assert "auth=tokens" in line, line
         issued = await asyncio.to_thread(
-            _cli,
-            "token",
-            "issue",
-            "--company",
-            "acme",
-            "--seat",
-            "ana",
-            "--scopes",
-            "reflect,memory:read",
-            data_dir=data,
+            _token, data, "issue", "--company", "acme", "--seat", "ana", "--scopes", "reflect,memory:read"
         )
         token = issued.stdout.strip()
         md = (("authorization", f"Bearer {token}"),)
@@ -262,9 +255,9 @@ def test_a_postgres_that_cannot_start_is_one_line_with_its_own_reason(tmp_path):
     """Issue 15: the server's real cause first (here: a data directory of another major version),
     not a traceback of pg_ctl's argv and a dump of its log."""
     data = tmp_path / "d"
-    assert _run("migrate", "--data-dir", str(data), timeout=120).returncode == 0
+    assert run_once("migrate", data_dir=data, env=clean_env()).returncode == 0
     (data / "postgres" / "PG_VERSION").write_text("99\n")
-    done = _run("migrate", "--data-dir", str(data), timeout=120)
+    done = run_once("migrate", data_dir=data, env=clean_env())
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, done.stderr[-3000:]
@@ -275,6 +268,6 @@ def test_a_missing_or_broken_config_file_is_one_line(tmp_path):
     broken = tmp_path / "broken.yaml"
     broken.write_text("server:\n  port: [\n")
     for path in (tmp_path / "missing.yaml", broken):
-        done = _run("up", "--config", str(path), "--data-dir", str(tmp_path / "d"))
+        done = run_once("up", "--config", str(path), data_dir=tmp_path / "d", env=clean_env(), timeout=60)
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert done.returncode == 2 and len(lines) == 1 and str(path) in lines[0], done.stderr[-2000:]

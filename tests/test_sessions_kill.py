@@ -22,21 +22,19 @@ from agentlearn.sessions.v1 import session_service_pb2 as pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
 from libs.common.clock import SystemClock
 from tests.support.app import open_app
-from tests.support.runner import clean_env, start
+from tests.support.runner import clean_env, start_with_config
 from tests.support.scripted_openai import Reply, openai_provider
 from tests.support.sessions import chat_answer, is_review, prompt_text, result, user, verification, wait_for
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
 SESSIONS = ["k1", "k2", "k3", "k4"]
 _CHECK_ID = re.compile(r"Learning check ([0-9a-f-]{36})")
 
 
 async def _start(config: Path, dsn: str, data: Path) -> tuple[asyncio.subprocess.Process, int, str]:
-    running = await start(
-        "serve", "sessions", "--port", "0", "--config", str(config), "--data-dir", str(data),
-        "--log-level", "WARNING", env=clean_env({"DATABASE_URL": dsn}),
-    )  # fmt: skip
+    running = await start_with_config(
+        "serve", "sessions", "--port", "0", config=config, data_dir=data, env=clean_env({"DATABASE_URL": dsn})
+    )
     return running.proc, running.port, running.http
 
 

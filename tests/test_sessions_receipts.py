@@ -8,7 +8,6 @@ walks the same path."""
 from __future__ import annotations
 
 import json
-import socket
 import uuid
 from datetime import timedelta
 
@@ -21,6 +20,7 @@ from agentlearn.skills.v1 import skill_service_pb2_grpc as sgrpc
 from libs.common.events import read_events
 from libs.common.protoconv import timestamp
 from services.sessions.domain import JOB_KIND
+from tests.support.runner import free_port
 from tests.support.scripted_openai import Reply
 from tests.support.sessions import (
     assistant,
@@ -135,16 +135,10 @@ async def test_nothing_recorded_is_missing_evidence_and_no_model_is_asked(llm, d
     assert scripted_openai.received("chat") == []
 
 
-def _dead_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
-
-
 async def test_writes_that_fail_are_reported_whole_or_partial(llm, dsn, edge_index, clock, scripted_openai):
     scripted_openai.chat_handler = lambda body: "{}"
     # The knowledge service is down; the diary is up.
-    settings = llm(services={"knowledge": _dead_address()})
+    settings = llm(services={"knowledge": f"127.0.0.1:{free_port()}"})
     async with open_sessions(
         settings, dsn, clock=clock, embedder=None, index=edge_index, names=["diary", "skills", "sessions"]
     ) as env:

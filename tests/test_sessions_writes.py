@@ -13,76 +13,21 @@ from agentlearn.diary.v1 import diary_service_pb2_grpc as dgrpc
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as ppb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pgrpc
 from agentlearn.sessions.v1 import session_service_pb2 as pb
-from tests.support.scripted_openai import Reply, openai_provider
-from tests.support.sessions import chat_answer, is_review, open_sessions, prompt_text, result, user, verification
-
-LESSON = "Run make migrate before the payments tests: the test database needs the current schema."
-ROLES = {
-    "swe": {"workspaces": ["payments"]},
-    "sre": {"workspaces": ["payments"], "knowledge_containers": ["ops"]},
-    "writer": {"knowledge_containers": ["docs"]},
-}
-
-
-def _settings(make_settings, server, **extra):  # type: ignore[no-untyped-def]
-    """The scripted model answers the review; every other purpose falls back to the offline rules."""
-    providers = {
-        "llm": {
-            "scripted": openai_provider(server, "small"),
-            "offline": {"kind": "offline"},
-        },
-        "auxiliary_chain": ["scripted", "offline"],
-    }
-    companies = extra.pop("companies", {"acme": {"roles": ROLES}})
-    return make_settings(providers=providers, companies=companies, **extra)
+from tests.support.scripted_openai import Reply
+from tests.support.sessions import (
+    LESSON,
+    WORKSPACE_ROLES,
+    chat_answer,
+    is_review,
+    prompt_text,
+    review_rule,
+    run_check,
+)
 
 
-def _review(lessons=(), facts=()):  # type: ignore[no-untyped-def]
-    """The review: each lesson cites the verification, each fact the first user message.
-    ``lessons`` may be a function of the prompt (the lessons of that session)."""
-
-    def rule(body: dict) -> Reply | None:
-        if not is_review(body):
-            return Reply(status=500)  # the offline rule answers instead
-        prompt = body["messages"][-1]["content"]
-        lines = prompt.splitlines()
-        verify = next(ln[1 : ln.index("]")] for ln in lines if ln.startswith("[") and "(verification" in ln)
-        said = next(ln[1 : ln.index("]")] for ln in lines if ln.startswith("[") and "(user_message" in ln)
-        answer = {
-            "project_lessons": [
-                {"lesson": text, "evidence": [verify]} for text in (lessons(prompt) if callable(lessons) else lessons)
-            ],
-            "personal_facts": [{"fact": text, "evidence": [said]} for text in facts],
-        }
-        return Reply(body=chat_answer(json.dumps(answer)))
-
-    return rule
-
-
-async def _check(
-    env, session, *, user_name="dana", workspace="payments", said="The payments tests keep failing on CI."
-):  # type: ignore[no-untyped-def]
-    t = env.app.infra.clock.now()
-    await env.append(
-        session,
-        user(f"{session}-u", said, t),
-        result(f"{session}-r", "make", "make migrate: applied 3 migrations", t),
-        verification(f"{session}-v", "pytest", "42 passed", t),
-        user=user_name,
-        workspace=workspace,
-    )
-    await env.manual(session, user=user_name)
-    assert await env.drain() == 1
-    return (await env.checks(session, user=user_name))[0]
-
-
-async def test_a_lesson_is_an_indexed_workspace_note_every_seat_of_the_workspace_finds(
-    make_settings, dsn, local_embedder, edge_index, clock, scripted_openai
-):
-    scripted_openai.rule("chat", _review(lessons=[LESSON]))
-    settings = _settings(make_settings, scripted_openai)
-    async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index) as env:
-        check = await _check(env, "s1")
+async def test_a_lesson_is_an_indexed_workspace_note_every_seat_of_the_workspace_finds(reviewed, local_embedder):
+    async with reviewed(review_rule(lessons=[LESSON]), embedder=local_embedder) as env:
+        check = await run_check(env, "s1")
         builtins = pgrpc.BuiltinServiceStub(env.app.channel)
         prefetch = pgrpc.PrefetchServiceStub(env.app.channel)
         # Another seat whose role lists the workspace finds the lesson; a role that does not, does not.
@@ -115,19 +60,17 @@ async def test_a_lesson_is_an_indexed_workspace_note_every_seat_of_the_workspace
 
 
 async def test_identical_normalized_content_reuses_its_note_and_keeps_every_source(
-    make_settings, dsn, local_embedder, edge_index, clock, scripted_openai
+    reviewed, local_embedder, scripted_openai
 ):
-    settings = _settings(make_settings, scripted_openai)
-    async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index) as env:
-        scripted_openai.rule("chat", _review(lessons=[LESSON]))
-        first = await _check(env, "s1")
+    async with reviewed(review_rule(lessons=[LESSON]), embedder=local_embedder) as env:
+        first = await run_check(env, "s1")
         scripted_openai.rule(
             "chat",
-            _review(
+            review_rule(
                 lessons=["  run MAKE migrate before the payments tests — the test database needs the current schema!  "]
             ),
         )
-        second = await _check(env, "s2")
+        second = await run_check(env, "s2")
         pages = await env.app.infra.pool.fetchval(
             "SELECT count(*) FROM knowledge_pages WHERE container = 'workspace:payments'"
         )
@@ -141,13 +84,9 @@ async def test_identical_normalized_content_reuses_its_note_and_keeps_every_sour
     assert LESSON in body  # the page keeps the text it was first written with
 
 
-async def test_personal_facts_go_to_the_session_seats_diary_through_the_judge_and_dedup(
-    make_settings, dsn, local_embedder, edge_index, clock, scripted_openai
-):
+async def test_personal_facts_go_to_the_session_seats_diary_through_the_judge_and_dedup(reviewed, local_embedder):
     fact = "Dana reviews pull requests only in the mornings."
-    scripted_openai.rule("chat", _review(facts=[fact]))
-    settings = _settings(make_settings, scripted_openai)
-    async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index) as env:
+    async with reviewed(review_rule(facts=[fact]), embedder=local_embedder) as env:
         diary = dgrpc.DiaryServiceStub(env.app.channel)
         known = await diary.WriteNote(
             dpb.WriteNoteRequest(
@@ -157,10 +96,10 @@ async def test_personal_facts_go_to_the_session_seats_diary_through_the_judge_an
                 tier=dpb.NOTE_TIER_LONG,
             )
         )
-        near = await _check(env, "s1")
+        near = await run_check(env, "s1")
         # Another seat's diary has no such note: the fact is written there.
         env.seat = "bo"
-        fresh = await _check(env, "s2")
+        fresh = await run_check(env, "s2")
         notes = await diary.ListNotes(dpb.ListNotesRequest(company="acme", seat="bo"))
         ana = await diary.ListNotes(dpb.ListNotesRequest(company="acme", seat="ana"))
     (reused,) = near.outputs
@@ -173,42 +112,37 @@ async def test_personal_facts_go_to_the_session_seats_diary_through_the_judge_an
     assert note.embedding_model == local_embedder.model and note.turn_id == "session:s2"
 
 
-async def test_the_judge_sees_the_seats_recent_notes(make_settings, dsn, edge_index, clock, scripted_openai):
+async def test_the_judge_sees_the_seats_recent_notes(reviewed, scripted_openai):
     def rule(body: dict) -> Reply | None:
         if is_review(body):
-            return _review(facts=["Dana reviews pull requests only in the mornings."])(body)
+            return review_rule(facts=["Dana reviews pull requests only in the mornings."])(body)
         return Reply(body=chat_answer(json.dumps({"verdicts": [{"id": "F1", "classification": "NOOP"}]})))
 
-    scripted_openai.rule("chat", rule)
-    settings = _settings(make_settings, scripted_openai)
-    async with open_sessions(settings, dsn, clock=clock, embedder=None, index=edge_index) as env:
+    async with reviewed(rule) as env:
         await dgrpc.DiaryServiceStub(env.app.channel).WriteNote(
             dpb.WriteNoteRequest(
                 company="acme", seat="ana", content="Dana is on call this week.", tier=dpb.NOTE_TIER_LONG
             )
         )
-        check = await _check(env, "s1")
+        check = await run_check(env, "s1")
     judged = [prompt_text(b) for b in scripted_openai.received("chat") if not is_review(b)]
     assert len(judged) == 1 and "Dana is on call this week." in judged[0]
     assert check.outcome == pb.CHECK_OUTCOME_COMPLETED_EMPTY
     assert check.dropped[0].reason.startswith("the memory judge classified it NOOP")
 
 
-async def test_extraction_cadence_off_for_a_user_or_a_company_writes_no_personal_memory(
-    make_settings, dsn, edge_index, clock, scripted_openai
-):
-    scripted_openai.rule("chat", _review(lessons=[LESSON], facts=["Dana reviews pull requests only in the mornings."]))
+async def test_extraction_cadence_off_for_a_user_or_a_company_writes_no_personal_memory(reviewed):
     companies = {
-        "acme": {"roles": ROLES, "users": {"dana": {"memory": {"extraction_cadence": "off"}}}},
+        "acme": {"roles": WORKSPACE_ROLES, "users": {"dana": {"memory": {"extraction_cadence": "off"}}}},
         # YAML reads a bare `off` as false: the knob still means the word.
-        "globex": {"roles": ROLES, "memory": {"extraction_cadence": False}},
+        "globex": {"roles": WORKSPACE_ROLES, "memory": {"extraction_cadence": False}},
     }
-    settings = _settings(make_settings, scripted_openai, companies=companies)
-    async with open_sessions(settings, dsn, clock=clock, embedder=None, index=edge_index) as env:
-        off_user = await _check(env, "s1")
-        on_user = await _check(env, "s2", user_name="erin")
+    review = review_rule(lessons=[LESSON], facts=["Dana reviews pull requests only in the mornings."])
+    async with reviewed(review, companies=companies) as env:
+        off_user = await run_check(env, "s1")
+        on_user = await run_check(env, "s2", user_name="erin")
         env.company = "globex"
-        off_company = await _check(env, "s3", user_name="erin")
+        off_company = await run_check(env, "s3", user_name="erin")
         notes = await env.app.infra.pool.fetchval("SELECT count(*) FROM agent_diary")
     for check in (off_user, off_company):
         assert (

@@ -17,6 +17,8 @@ from agentlearn.common.v1.provenance_pb2 import Provenance
 from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from tests.support.app import open_app
+from tests.support.erasure_checks import subject_target
+from tests.support.skills import skill_request
 
 SEAT = {"company": "acme", "seat": "ana"}
 CARLA = ErasureSubject(handle="carla", platform="slack")
@@ -31,15 +33,15 @@ async def skills(make_settings, dsn, clock):  # type: ignore[no-untyped-def]
 
 
 async def create(stub, turns: list[str], subjects: list[ErasureSubject], body: str = BASE) -> pb.Skill:  # type: ignore[no-untyped-def]
-    req = pb.CreateSkillRequest(
-        **SEAT,
-        name="open-pr",
-        summary="Open a PR for an issue",
-        body=body,
-        tool_sequence=["jira_get_issue", "github_create_pr"],
+    req = skill_request(
+        "ana",
+        "open-pr",
+        "Open a PR for an issue",
+        body,
+        ["jira_get_issue", "github_create_pr"],
+        turns,
         trigger=pb.SKILL_TRIGGER_CLUSTERED if len(turns) > 1 else pb.SKILL_TRIGGER_SINGLE,
         cluster_size=len(turns) if len(turns) > 1 else 1,
-        source_turn_ids=turns,
         provenance=Provenance(subjects=subjects, model="draft-model", prompt_version="p1", writer="synthesizer"),
     )
     return (await stub.CreateSkill(req)).skill
@@ -58,14 +60,7 @@ async def observe(stub, text: str, turns: list[str], subjects: list[ErasureSubje
 
 
 async def erase_carla(stub, turns: list[str], erasure_id: str | None = None) -> erasure_pb2.ErasureReport:  # type: ignore[no-untyped-def]
-    target = erasure_pb2.ErasureTarget(
-        erasure_id=erasure_id or str(uuid.uuid4()),
-        company="acme",
-        kind=erasure_pb2.ERASURE_KIND_SUBJECT,
-        subject=CARLA,
-        names=["Carla"],
-        turn_ids=turns,
-    )
+    target = subject_target("carla", erasure_id or str(uuid.uuid4()), names=["Carla"], turn_ids=turns)
     return (await stub.EraseRows(pb.EraseRowsRequest(target=target))).report
 
 
@@ -198,10 +193,9 @@ async def test_after_the_erasure_nothing_of_theirs_is_found_and_a_skill_from_the
         "sess-c", "chk-1", ["ev-1"])  # fmt: skip
     assert got.provenance.writer == "skill_proposal:session_check"
 
-    target = erasure_pb2.ErasureTarget(
-        erasure_id=str(uuid.uuid4()), company="acme", kind=erasure_pb2.ERASURE_KIND_SUBJECT, subject=CARLA,
-        names=["Carla"], turn_ids=["r-c1", "r-c2", "r-c3"], session_ids=["sess-c"],
-    )  # fmt: skip
+    target = subject_target(
+        "carla", str(uuid.uuid4()), names=["Carla"], turn_ids=["r-c1", "r-c2", "r-c3"], session_ids=["sess-c"]
+    )
     found = (await stub.FindRows(pb.FindRowsRequest(target=target))).report
     assert tables(found)["synthesized_skills"] == (1, 1) and tables(found)["skill_proposals"] == (1, 0)
     erased = (await stub.EraseRows(pb.EraseRowsRequest(target=target))).report

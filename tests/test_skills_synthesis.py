@@ -6,7 +6,6 @@ the offline rule when there is none."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 
 import pytest
 
@@ -18,7 +17,7 @@ from libs.common.events import read_events
 from tests.support.app import open_app
 from tests.support.scripted_openai import Reply, openai_provider
 from tests.support.skills import create_skill
-from tests.support.turns import ts as _ts
+from tests.support.turns import raw_episode
 
 X = {  # five settled turns of one shape; x4 is the member most like all the others
     "x1": ["a", "b", "c", "d", "e", "i"],
@@ -49,23 +48,14 @@ async def record(  # type: ignore[no-untyped-def]
     default the last call — the two lists an engine reports are not the same list."""
     clock.advance(minutes=1)
     end = clock.now()
-    await estub.RecordEpisode(
-        epb.RecordEpisodeRequest(
-            company="acme",
-            seat=seat,
-            role=role,
-            turn_id=turn_id,
-            label="Message from Ana: Slack message",
-            ask=f"please handle {turn_id}" if ask is None else ask,
-            what_it_did=f"handled {turn_id}",
-            outcome=outcome,
-            tool_sequence=tools[-1:] if final_round is None else final_round,
-            tools_called=calls if calls is not None else tools,
-            subjects=[f"asker-of-{turn_id}"],
-            start_time=_ts(end - timedelta(seconds=30)),
-            end_time=_ts(end),
-        )
-    )
+    label, what = "Message from Ana: Slack message", f"handled {turn_id}"
+    ask = f"please handle {turn_id}" if ask is None else ask
+    last_round = tools[-1:] if final_round is None else final_round
+    request = raw_episode(
+        seat, turn_id, end, label, ask, what, last_round, outcome, minutes=0.5,
+        role=role, tools_called=calls if calls is not None else tools, subjects=[f"asker-of-{turn_id}"],
+    )  # fmt: skip
+    await estub.RecordEpisode(request)
 
 
 def scripted_settings(make_settings, scripted_openai, *, extra=None, **synthesis):  # type: ignore[no-untyped-def]

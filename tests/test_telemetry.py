@@ -20,8 +20,7 @@ from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.config import TelemetryConfig
 from libs.common.telemetry import JsonFormatter, export_settings
 from tests.support.otlp_collector import OtlpHttpCollector
-from tests.support.runner import start
-from tests.test_runner import _env
+from tests.support.runner import clean_env, start
 
 CONFIG = TelemetryConfig()
 
@@ -64,7 +63,7 @@ def test_json_logs_carry_the_trace_and_span_ids():
 async def _serving_diary(tmp_path, collector: OtlpHttpCollector, variables: dict[str, str]) -> AsyncIterator[str]:  # type: ignore[no-untyped-def]
     """``serve diary`` in a clean environment plus ``variables``, exporting within 0.2 s: its
     address. At the end the process is stopped, then the collector."""
-    env = {**_env(), **variables, "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    env = {**clean_env(), **variables, "OTEL_BSP_SCHEDULE_DELAY": "200"}
     # Its stderr is the test's (pytest shows it on a failure).
     running = await start("serve", "diary", "--port", "0", "--data-dir", str(tmp_path / "d"), env=env, stderr=None)
     try:

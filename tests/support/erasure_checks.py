@@ -30,10 +30,15 @@ __all__ = ["assert_forgotten", "export_seat", "read_everything", "subject_target
 
 
 def subject_target(
-    handle: str, erasure_id: str, *, names: Sequence[str] = (), turn_ids: Sequence[str] = ()
+    handle: str,
+    erasure_id: str,
+    *,
+    names: Sequence[str] = (),
+    turn_ids: Sequence[str] = (),
+    session_ids: Sequence[str] = (),
 ) -> er.ErasureTarget:
     """acme's erasure ``erasure_id`` of the person with the slack ``handle``, known by ``names``,
-    whose messages the ``turn_ids`` answered."""
+    whose messages the ``turn_ids`` answered and who spoke in the sessions ``session_ids``."""
     return er.ErasureTarget(
         erasure_id=erasure_id,
         company="acme",
@@ -41,6 +46,7 @@ def subject_target(
         subject=er.ErasureSubject(handle=handle, platform="slack"),
         names=list(names),
         turn_ids=list(turn_ids),
+        session_ids=list(session_ids),
     )
 
 

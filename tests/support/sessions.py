@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,17 +15,23 @@ from agentlearn.sessions.v1 import session_service_pb2_grpc as pb_grpc
 from libs.common.protoconv import timestamp
 from tests.support.app import App, open_app
 from tests.support.grpc_errors import error_info
-from tests.support.scripted_openai import openai_provider
+from tests.support.scripted_openai import Reply, openai_provider
 
 __all__ = [
+    "LESSON",
+    "WORKSPACE_ROLES",
     "SessionEnv",
     "assistant",
     "chat_answer",
     "info",
     "is_review",
+    "open_reviewed",
     "open_sessions",
     "prompt_text",
     "result",
+    "review_rule",
+    "reviewed_settings",
+    "run_check",
     "scripted_llm",
     "step",
     "tool_request",
@@ -187,3 +194,89 @@ async def open_sessions(settings, dsn: str, **kw: Any) -> AsyncIterator[SessionE
     kw.setdefault("names", SERVICES)
     async with open_app(settings, dsn, **kw) as app:
         yield SessionEnv(app, pb_grpc.SessionServiceStub(app.channel))
+
+
+LESSON = "Run make migrate before the payments tests: the test database needs the current schema."
+WORKSPACE_ROLES = {
+    "swe": {"workspaces": ["payments"]},
+    "sre": {"workspaces": ["payments"], "knowledge_containers": ["ops"]},
+    "writer": {"knowledge_containers": ["docs"]},
+}
+
+
+def reviewed_settings(make_settings, server, *, companies: dict[str, Any] | None = None, **extra: Any):  # type: ignore[no-untyped-def]
+    """The scripted model answers the review; every other purpose falls back to the offline rules.
+    acme's roles are ``WORKSPACE_ROLES`` unless ``companies`` says otherwise."""
+    providers = {
+        "llm": {
+            "scripted": openai_provider(server, "small"),
+            "offline": {"kind": "offline"},
+        },
+        "auxiliary_chain": ["scripted", "offline"],
+    }
+    companies = companies if companies is not None else {"acme": {"roles": WORKSPACE_ROLES}}
+    return make_settings(providers=providers, companies=companies, **extra)
+
+
+def review_rule(
+    lessons: Sequence[str] | Callable[[str], Sequence[str]] = (), facts: Sequence[str] = ()
+) -> Callable[[dict[str, Any]], Reply | None]:
+    """The review: each lesson cites the verification, each fact the first user message.
+    ``lessons`` may be a function of the prompt (the lessons of that session)."""
+
+    def rule(body: dict[str, Any]) -> Reply | None:
+        if not is_review(body):
+            return Reply(status=500)  # the offline rule answers instead
+        prompt = body["messages"][-1]["content"]
+        lines = prompt.splitlines()
+        verify = next(ln[1 : ln.index("]")] for ln in lines if ln.startswith("[") and "(verification" in ln)
+        said = next(ln[1 : ln.index("]")] for ln in lines if ln.startswith("[") and "(user_message" in ln)
+        answer = {
+            "project_lessons": [
+                {"lesson": text, "evidence": [verify]} for text in (lessons(prompt) if callable(lessons) else lessons)
+            ],
+            "personal_facts": [{"fact": text, "evidence": [said]} for text in facts],
+        }
+        return Reply(body=chat_answer(json.dumps(answer)))
+
+    return rule
+
+
+@contextlib.asynccontextmanager
+async def open_reviewed(  # type: ignore[no-untyped-def]
+    make_settings,
+    server,
+    dsn: str,
+    review: Callable[[dict[str, Any]], Reply | None],
+    *,
+    companies: dict[str, Any] | None = None,
+    **kw: Any,
+) -> AsyncIterator[SessionEnv]:
+    """``open_sessions`` with ``reviewed_settings``, the scripted ``server`` answering chat by ``review``."""
+    server.rule("chat", review)
+    async with open_sessions(reviewed_settings(make_settings, server, companies=companies), dsn, **kw) as env:
+        yield env
+
+
+async def run_check(
+    env: SessionEnv,
+    session: str,
+    *,
+    user_name: str = "dana",
+    workspace: str = "payments",
+    said: str = "The payments tests keep failing on CI.",
+) -> pb.LearningCheck:
+    """One manual learning check of ``session`` (a user message, a tool result and a passing
+    verification), run to its end; the check as listed."""
+    t = env.app.infra.clock.now()
+    await env.append(
+        session,
+        user(f"{session}-u", said, t),
+        result(f"{session}-r", "make", "make migrate: applied 3 migrations", t),
+        verification(f"{session}-v", "pytest", "42 passed", t),
+        user=user_name,
+        workspace=workspace,
+    )
+    await env.manual(session, user=user_name)
+    assert await env.drain() == 1
+    return (await env.checks(session, user=user_name))[0]
