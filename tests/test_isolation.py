@@ -197,9 +197,19 @@ async def _seed(app, clock) -> dict[tuple[str, str], dict[str, Any]]:  # type: i
         tools, end = ["billing.export", "slack.post"], clock.now() - timedelta(minutes=1)  # ran the 4 minutes before
         did = f"Exported billing {m} and posted the digest"
         recorded = raw_episode(
-            seat, turn_id, end, label, ask, did, tools, ep_pb.TURN_OUTCOME_DONE,
-            minutes=4, company=company, tools_called=tools, conversation_id=f"conv-{m}",
-        )  # fmt: skip
+            seat,
+            turn_id,
+            end,
+            label,
+            ask,
+            did,
+            tools,
+            ep_pb.TURN_OUTCOME_DONE,
+            minutes=4,
+            company=company,
+            tools_called=tools,
+            conversation_id=f"conv-{m}",
+        )
         episode = (await episodes.RecordEpisode(recorded, metadata=internal)).episode
         summary, body = f"Export billing and post the digest {m}", f"# billing digest\n\n1. export {m}\n"
         learned = skill_request(seat, f"billing-digest-{seat}", summary, body, tools, [turn_id], company=company)

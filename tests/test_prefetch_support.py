@@ -161,9 +161,18 @@ class Env:
         turn_id = f"run-{self._turns}-{uuid.uuid4().hex[:8]}"
         last_round = tools[-1:] if final_round is None else final_round
         request = raw_episode(
-            seat, turn_id, end, label, ask, what, last_round, outcome,
-            minutes=2, tools_called=list(tools), conversation_id=conversation,
-        )  # fmt: skip
+            seat,
+            turn_id,
+            end,
+            label,
+            ask,
+            what,
+            last_round,
+            outcome,
+            minutes=2,
+            tools_called=list(tools),
+            conversation_id=conversation,
+        )
         return (await self.episodes.RecordEpisode(request)).episode
 
     async def skill(self, name: str, summary: str, *, seat: str = "ana", tools: Sequence[str] = ()) -> skill_pb.Skill:

@@ -68,10 +68,19 @@ class Env:
         end = self.clock.now()
         ask = f"rotate the api keys of service {self._n}"
         request = raw_episode(
-            seat, f"run-{self._n}", end, "Jira issue assigned", ask, "Rotated and redeployed.", tools, outcome,
-            minutes=0.5, role=role, tools_called=list(tools),
+            seat,
+            f"run-{self._n}",
+            end,
+            "Jira issue assigned",
+            ask,
+            "Rotated and redeployed.",
+            tools,
+            outcome,
+            minutes=0.5,
+            role=role,
+            tools_called=list(tools),
             subjects=[f"lead-of-{seat}"],  # who asked: a draft from the run rests on them
-        )  # fmt: skip
+        )
         await self.episodes.RecordEpisode(request)
 
     async def promote(self):  # type: ignore[no-untyped-def]
