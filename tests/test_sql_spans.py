@@ -69,3 +69,8 @@ def test_a_statement_is_named_by_its_main_statement_past_its_ctes():
         "db select s"
     )
     assert _span_name("  insert into events values (1)")[0] == "db insert events"
+    # A SELECT that reads back what its CTEs wrote is named by the first write: the table it changed.
+    written = "WITH w AS (UPDATE profiles SET n = n + 1 WHERE id = $1 RETURNING id), "
+    recorded = "o AS (INSERT INTO observations (p) SELECT id FROM w) SELECT * FROM w"
+    assert _span_name(written + recorded)[:3] == ("db update profiles", "UPDATE", "profiles")
+    assert _span_name("WITH r AS (SELECT 1 AS a) SELECT a FROM r")[0] == "db select r"

@@ -126,10 +126,19 @@ def _main_statement(query: str) -> int:
     return 0
 
 
+_WRITING_CTE = re.compile(r"\bAS\s*\(\s*(INSERT|UPDATE|DELETE)\b", re.I)
+
+
 def _span_name(query: str) -> tuple[str, str, str]:
     start = _main_statement(query)
     found = _VERB.match(query, start)
     verb = found.group(1).upper() if found else "SQL"
+    if start and verb == "SELECT":
+        # A SELECT over data-modifying CTEs (a write that returns what it wrote) is named by its
+        # first write, not by the CTE it reads back: the span says which table the statement changed.
+        writing = _WRITING_CTE.search(query, 0, start)
+        if writing is not None:
+            verb, start = writing.group(1).upper(), writing.start(1)
     table = _TABLE.search(query, start)
     name = table.group(1) if table else ""
     return f"db {verb.lower()} {name}".strip(), verb, name
