@@ -388,6 +388,18 @@ class SkillProposal:
             return f"session:{self.session_id}"
         return f"proposal:{self.id}"
 
+    def as_draft(self) -> SkillDraft:
+        """What its approval writes: a SINGLE skill from its source, with its text and tools."""
+        return SkillDraft(
+            name=self.name,
+            summary=self.summary,
+            body=self.body,
+            tool_sequence=self.tool_sequence,
+            trigger=SkillTrigger.SINGLE,
+            cluster_size=1,
+            source_turn_ids=(self.source_ref,),
+        )
+
 
 @dataclass(frozen=True)
 class ProposalDecision:

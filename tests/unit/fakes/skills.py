@@ -411,17 +411,18 @@ class Skills:
 
     async def create(self, name: str = "open-pr", tools: list[str] | None = None, **kw: object) -> Skill:
         self.clock.advance(seconds=1)
-        return await self.service.create(
-            "acme",
-            str(kw.pop("seat", "ana")),
+        draft = SkillDraft(
             name=name,
             summary=f"Use for {name}",
             body=str(kw.pop("body", f"# {name}\n\n1. Do it.\n")),
-            tool_sequence=tools if tools is not None else TOOLS,
+            tool_sequence=tuple(tools if tools is not None else TOOLS),
             trigger=SkillTrigger.SINGLE,
             cluster_size=1,
-            source_turn_ids=[f"run-{name}"],
-            archived_are_learned=bool(kw.pop("archived_are_learned", True)),
+            source_turn_ids=(f"run-{name}",),
+        )
+        seat = str(kw.pop("seat", "ana"))
+        return await self.service.create(
+            "acme", seat, draft, archived_are_learned=bool(kw.pop("archived_are_learned", True))
         )
 
 
