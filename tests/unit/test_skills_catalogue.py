@@ -159,7 +159,7 @@ async def test_list_pages_by_name_and_health_counts_every_state():
 async def test_a_summary_or_body_of_spaces_is_missing():
     s = make()
     for field, kw in (("summary", {"summary": "   "}), ("body", {"body": " \n "})):
-        draft = replace(SkillDraft("n", "s", "b", ("t",), SkillTrigger.SINGLE, 1, ("r1",)), **kw)
+        draft = replace(SkillDraft.single("n", "s", "b", ["t"], "r1"), **kw)
         with pytest.raises(InvalidArgument) as err:
             await s.service.create("acme", "ana", draft)
         assert (err.value.reason, err.value.violations[0].field) == ("FIELD_REQUIRED", field)
