@@ -99,8 +99,8 @@ _BULLET_PREFIX = {
 @dataclass(frozen=True)
 class SkillDraft:
     """What a new skill is written from, whichever path drafted it (CreateSkill, an approved
-    proposal, the clustered pass): the store's insert takes it, and a :class:`Skill` is one as the
-    catalogue keeps it."""
+    proposal, the clustered pass): ``SkillService.create`` and the store's insert take it, and a
+    :class:`Skill` is one as the catalogue keeps it."""
 
     name: str
     summary: str
@@ -109,6 +109,16 @@ class SkillDraft:
     trigger: SkillTrigger
     cluster_size: int
     source_turn_ids: tuple[str, ...]
+
+    @staticmethod
+    def single(name: str, summary: str, body: str, tools: Sequence[str], source: str) -> SkillDraft:
+        """A draft from one source (a turn, a session, a proposal): a cluster of one."""
+        return SkillDraft(name, summary, body, tuple(tools), SkillTrigger.SINGLE, 1, (source,))
+
+    @staticmethod
+    def clustered(name: str, summary: str, body: str, tools: Sequence[str], sources: Sequence[str]) -> SkillDraft:
+        """A draft from a cluster of turns: its size is how many they are."""
+        return SkillDraft(name, summary, body, tuple(tools), SkillTrigger.CLUSTERED, len(sources), tuple(sources))
 
 
 @dataclass(frozen=True)
@@ -387,6 +397,10 @@ class SkillProposal:
         if self.session_id:
             return f"session:{self.session_id}"
         return f"proposal:{self.id}"
+
+    def as_draft(self) -> SkillDraft:
+        """What its approval writes: a SINGLE skill from its source, with its text and tools."""
+        return SkillDraft.single(self.name, self.summary, self.body, self.tool_sequence, self.source_ref)
 
 
 @dataclass(frozen=True)

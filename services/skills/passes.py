@@ -20,7 +20,7 @@ from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.config import SkillSynthesisConfig
 from libs.common.errors import AgentLearnError
 from libs.common.pass_report import SeatPassReport, emit_report
-from services.skills.domain import SkillState, SkillTrigger, best_match, greedy_clusters
+from services.skills.domain import SkillDraft, SkillState, best_match, greedy_clusters
 from services.skills.drafting import ClusterDrafter
 from services.skills.episodes import EpisodeReader
 from services.skills.service import SkillService
@@ -180,13 +180,7 @@ async def _one_seat(
             skill = await service.create(
                 company,
                 seat,
-                name=draft.name,
-                summary=draft.summary,
-                body=draft.body,
-                tool_sequence=representative.run,
-                trigger=SkillTrigger.CLUSTERED,
-                cluster_size=cluster.size,
-                source_turn_ids=turn_ids,
+                SkillDraft.clustered(draft.name, draft.summary, draft.body, representative.run, turn_ids),
                 archived_are_learned=True,
                 provenance=Provenance(
                     turn_ids=turn_ids,

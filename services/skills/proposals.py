@@ -47,7 +47,6 @@ from services.skills.domain import (
     Skill,
     SkillKey,
     SkillProposal,
-    SkillTrigger,
     describe_skill,
     jaccard,
     normalized,
@@ -286,18 +285,10 @@ class ProposalService:
             )
         if proposal.state is ProposalState.APPROVED and proposal.skill_id is not None:
             return proposal, await self.skills.get(SkillKey(proposal.company, proposal.seat, id=proposal.skill_id))
+        draft = proposal.as_draft()
         try:
             skill = await self.skills.create(
-                proposal.company,
-                proposal.seat,
-                name=proposal.name,
-                summary=proposal.summary,
-                body=proposal.body,
-                tool_sequence=proposal.tool_sequence,
-                trigger=SkillTrigger.SINGLE,
-                cluster_size=1,
-                source_turn_ids=[proposal.source_ref],
-                provenance=_approved_provenance(proposal),
+                proposal.company, proposal.seat, draft, provenance=_approved_provenance(proposal)
             )
         except AlreadyExists as err:
             # An approval that created the skill and stopped before marking the proposal: the skill
@@ -305,7 +296,7 @@ class ProposalService:
             if err.reason != "SKILL_NAME_TAKEN":
                 raise
             existing = await self.skills.store.get(SkillKey(proposal.company, proposal.seat, name=proposal.name))
-            if existing is None or existing.body != proposal.body or existing.source_turn_ids != (proposal.source_ref,):
+            if existing is None or existing.body != draft.body or existing.source_turn_ids != draft.source_turn_ids:
                 raise
             skill = existing
         approval = ProposalDecision(ProposalState.APPROVED, reviewer, reason, skill.id)

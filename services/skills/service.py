@@ -12,7 +12,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from agentlearn.common.v1.provenance_pb2 import Provenance
@@ -169,18 +169,12 @@ class SkillService:
         self,
         company: str,
         seat: str,
+        draft: SkillDraft,
         *,
-        name: str,
-        summary: str,
-        body: str,
-        tool_sequence: Sequence[str],
-        trigger: SkillTrigger,
-        cluster_size: int,
-        source_turn_ids: Sequence[str],
         archived_are_learned: bool = False,
         provenance: Provenance | None = None,
     ) -> Skill:
-        """Store a draft after re-checking the gates under the seat's lock. ``archived_are_learned``:
+        """Store ``draft`` after re-checking the gates under the seat's lock. ``archived_are_learned``:
         the duplicate check reads archived skills too — the synthesis paths' rule (CreateSkill,
         CheckSkillCandidate, the clustered pass); an approved proposal keeps its own check, against
         the live skills.
@@ -189,11 +183,12 @@ class SkillService:
         the lengths and the enum. What stays here: the name's rules, measured after stripping (the
         contract sees the raw text), the trigger/cluster_size/source_turn_ids agreement (a rule
         across fields, which the contract checker does not evaluate), the body cap (config) and
-        the gates (state)."""
-        name = self.checked_draft(name, summary, body)
-        tools = list(tool_sequence)
-        turns = list(source_turn_ids)
-        cluster_size = _stored_cluster_size(trigger, cluster_size, turns)
+        the gates (state). The draft is stored with its name stripped and its cluster size as
+        :func:`_stored_cluster_size` settles it."""
+        name = self.checked_draft(draft.name, draft.summary, draft.body)
+        turns = draft.source_turn_ids
+        cluster_size = _stored_cluster_size(draft.trigger, draft.cluster_size, turns)
+        draft = replace(draft, name=name, cluster_size=cluster_size)
         now = self.clock.now()
         async with self.store.seat(company, seat) as tx:
             if await tx.name_taken(name):
@@ -204,19 +199,18 @@ class SkillService:
                 if learned is not None
                 else await tx.live_skills()
             )
-            verdict = self.gate_verdict(live, tool_set(tools), learned)
+            verdict = self.gate_verdict(live, tool_set(draft.tool_sequence), learned)
             self._raise_for_gate(verdict, seat)
-            draft = SkillDraft(name, summary, body, tuple(tools), trigger, cluster_size, tuple(turns))
-            skill = await tx.insert(draft, _sourced(provenance, turns, f"synthesis:{trigger}"), now)
+            skill = await tx.insert(draft, _sourced(provenance, turns, f"synthesis:{draft.trigger}"), now)
         await self._emit_skill(
             "skill_synthesized",
             skill,
             # A clustered draft came from a group: naming any single member would explain none of
             # the others, so it carries no turn id.
-            turns[0] if trigger is SkillTrigger.SINGLE else None,
-            trigger=str(trigger),
+            turns[0] if draft.trigger is SkillTrigger.SINGLE else None,
+            trigger=str(draft.trigger),
             cluster_size=cluster_size,
-            tool_count=len(tool_set(tools)),
+            tool_count=len(tool_set(draft.tool_sequence)),
         )
         return skill
 

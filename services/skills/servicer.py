@@ -28,6 +28,7 @@ from services.skills.domain import (
     ProposalState,
     Skill,
     SkillChange,
+    SkillDraft,
     SkillKey,
     SkillProposal,
     SkillState,
@@ -126,7 +127,7 @@ def _drafted(request: pb.CreateSkillRequest | pb.ProposeSkillRequest) -> dict[st
         "name": request.name,
         "summary": request.summary,
         "body": request.body,
-        "tool_sequence": list(request.tool_sequence),
+        "tool_sequence": tuple(request.tool_sequence),
     }
 
 
@@ -170,15 +171,14 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         return resp
 
     async def CreateSkill(self, request: pb.CreateSkillRequest, context: ServicerContext) -> pb.CreateSkillResponse:
-        skill = await self._service.create(
-            request.company,
-            request.seat,
+        draft = SkillDraft(
             **_drafted(request),
             trigger=_TRIGGER_FROM_PB[request.trigger],  # required and defined: the contract's
             cluster_size=request.cluster_size,
-            source_turn_ids=list(request.source_turn_ids),
-            archived_are_learned=True,
-            provenance=_provenance(request),
+            source_turn_ids=tuple(request.source_turn_ids),
+        )
+        skill = await self._service.create(
+            request.company, request.seat, draft, archived_are_learned=True, provenance=_provenance(request)
         )
         return pb.CreateSkillResponse(skill=skill_to_pb(skill, self._now()))
 

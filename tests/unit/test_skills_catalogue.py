@@ -4,11 +4,13 @@ tests/test_skills_catalogue.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from libs.common.config import SkillSynthesisConfig
 from libs.common.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted
-from services.skills.domain import Gate, SkillState, SkillTrigger
+from services.skills.domain import Gate, SkillDraft, SkillState, SkillTrigger
 from tests.unit.fakes.skills import TOOLS, make
 
 
@@ -61,10 +63,7 @@ async def test_a_single_skill_names_one_turn_and_a_clustered_one_at_least_two():
     s = make()
 
     async def draft(trigger: SkillTrigger, size: int, turns: list[str]) -> object:
-        return await s.service.create(
-            "acme", "ana", name="n", summary="s", body="b", tool_sequence=["t"], trigger=trigger,
-            cluster_size=size, source_turn_ids=turns,
-        )  # fmt: skip
+        return await s.service.create("acme", "ana", SkillDraft("n", "s", "b", ("t",), trigger, size, tuple(turns)))
 
     for trigger, size, turns, field in (
         (SkillTrigger.SINGLE, 3, ["r1"], "cluster_size"),
@@ -160,12 +159,9 @@ async def test_list_pages_by_name_and_health_counts_every_state():
 async def test_a_summary_or_body_of_spaces_is_missing():
     s = make()
     for field, kw in (("summary", {"summary": "   "}), ("body", {"body": " \n "})):
-        draft = {"name": "n", "summary": "s", "body": "b", **kw}
+        draft = replace(SkillDraft.single("n", "s", "b", ["t"], "r1"), **kw)
         with pytest.raises(InvalidArgument) as err:
-            await s.service.create(
-                "acme", "ana", **draft, tool_sequence=["t"], trigger=SkillTrigger.SINGLE, cluster_size=1,
-                source_turn_ids=["r1"],
-            )  # fmt: skip
+            await s.service.create("acme", "ana", draft)
         assert (err.value.reason, err.value.violations[0].field) == ("FIELD_REQUIRED", field)
     assert not s.store.rows
 

@@ -38,7 +38,6 @@ from services.skills.domain import (
     SkillKey,
     SkillProposal,
     SkillState,
-    SkillTrigger,
     SkillVersion,
 )
 from services.skills.ports import Moved, Tx
@@ -411,16 +410,12 @@ class Skills:
 
     async def create(self, name: str = "open-pr", tools: list[str] | None = None, **kw: object) -> Skill:
         self.clock.advance(seconds=1)
+        body = str(kw.pop("body", f"# {name}\n\n1. Do it.\n"))
+        draft = SkillDraft.single(name, f"Use for {name}", body, tools if tools is not None else TOOLS, f"run-{name}")
         return await self.service.create(
             "acme",
             str(kw.pop("seat", "ana")),
-            name=name,
-            summary=f"Use for {name}",
-            body=str(kw.pop("body", f"# {name}\n\n1. Do it.\n")),
-            tool_sequence=tools if tools is not None else TOOLS,
-            trigger=SkillTrigger.SINGLE,
-            cluster_size=1,
-            source_turn_ids=[f"run-{name}"],
+            draft,
             archived_are_learned=bool(kw.pop("archived_are_learned", True)),
         )
 
