@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from libs.common.budgets import BudgetRoom
 from libs.common.config import BudgetConfig
 from libs.common.events import Bookkeeping
-from libs.common.jobs import ClaimManyQueue, EnqueueQueue, PendingQueue, SettleQueue
+from libs.common.jobs import ClaimManyQueue, EnqueueQueue, Job, PendingQueue, SettleQueue
 from services.reflector.domain import ReflectionState, TurnKey, WorkerOutcome
 from services.reflector.store import ReflectionRecord
 
@@ -69,6 +69,23 @@ class ReflectionStore(Protocol):
         """COMPLETED or GATED: the turn's pass is over. ``workers``, when given, is the record's whole
         list of outcomes (the caller holds the claim, inside the same transaction). False when there
         is no record (the queue row moves alone)."""
+        ...
+
+    async def finish_and_close(
+        self,
+        job: Job,
+        worker: str,
+        key: TurnKey,
+        state: ReflectionState,
+        gate: str | None,
+        now: datetime,
+        workers: list[WorkerOutcome] | None = None,
+    ) -> bool:
+        """The claimed ``job`` finished (``SettleQueue.finish``) and its record closed (:meth:`close`),
+        committed together on their own: both move or neither does. False when the claim is no
+        longer held (nothing moved); a close the state machine refuses raises
+        :class:`~services.reflector.domain.IllegalTransition` with nothing moved; no record, the job
+        finishes alone."""
         ...
 
     async def defer(self, tx: Tx, key: TurnKey, gate: str, until: datetime) -> bool: ...

@@ -21,6 +21,7 @@ import asyncpg
 
 from libs.common.db import PooledStore
 from libs.common.events import Bookkeeping, write_bookkeeping
+from libs.common.jobs import FINISHED, HELD_FOR_UPDATE, Job
 from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, sources
 
 __all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord", "merge_outcome", "merge_outcomes"]
@@ -91,6 +92,22 @@ SQL = {
         UPDATE reflections SET state = $4, gate = $5, complete_time = $6, reason = NULL, next_attempt_time = NULL,
                workers = $7::jsonb
         WHERE {_TURN} AND state = ANY($8::text[])""",
+    # The claim's job finished ($1–$4, as ``libs.common.jobs``' finish) and the record closed ($5–$7
+    # its key; $10 its whole list of outcomes, NULL keeps them) in one statement, both or neither:
+    # nothing moves when the claim is no longer held, nor when the record's guard refuses the move
+    # ($11; the caller raises). No record (erased, past retention): the job moves alone. The claim is
+    # locked before the record, in the order the two-statement transaction took them.
+    "finish_and_close": f"""
+        WITH held AS ({HELD_FOR_UPDATE}),
+        old AS (SELECT state FROM reflections WHERE company = $5 AND seat = $6 AND turn_id = $7 FOR UPDATE),
+        allowed AS (SELECT 1 FROM held WHERE NOT EXISTS (SELECT 1 FROM old WHERE NOT old.state = ANY($11::text[]))),
+        finished AS (UPDATE background_jobs j SET {FINISHED} FROM allowed WHERE j.id = $1 RETURNING 1),
+        closed AS (
+            UPDATE reflections r SET state = $8, gate = $9, complete_time = $4, reason = NULL, next_attempt_time = NULL,
+                   workers = coalesce($10::jsonb, r.workers)
+            FROM allowed WHERE r.company = $5 AND r.seat = $6 AND r.turn_id = $7 RETURNING 1)
+        SELECT EXISTS (SELECT 1 FROM held) AS held, (SELECT state FROM old) AS state,
+               EXISTS (SELECT 1 FROM finished) AS finished, EXISTS (SELECT 1 FROM closed) AS closed""",
     "defer": f"""
         UPDATE reflections SET state = 'deferred', gate = $4, next_attempt_time = $5
         WHERE {_TURN} AND state = ANY($6::text[])""",
@@ -139,6 +156,12 @@ def merge_outcome(workers: list[WorkerOutcome], outcome: WorkerOutcome) -> list[
                 return None
             return [*workers[:i], outcome, *workers[i + 1 :]]
     return [*workers, outcome]
+
+
+def _closing(state: ReflectionState) -> None:
+    """A close ends a pass completed or gated; any other state is the caller's mistake."""
+    if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
+        raise ValueError(f"close() ends a pass completed or gated, not {state}")
 
 
 class PostgresReflectionStore(PooledStore):
@@ -202,11 +225,35 @@ class PostgresReflectionStore(PooledStore):
         now: datetime,
         workers: list[WorkerOutcome] | None = None,
     ) -> bool:
-        if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
-            raise ValueError(f"close() ends a pass completed or gated, not {state}")
+        _closing(state)
         if workers is None:
             return await self._move(conn, state, SQL["close"], key, str(state), gate, now)
         return await self._move(conn, state, SQL["close_with_workers"], key, str(state), gate, now, _dump(workers))
+
+    async def finish_and_close(
+        self,
+        job: Job,
+        worker: str,
+        key: TurnKey,
+        state: ReflectionState,
+        gate: str | None,
+        now: datetime,
+        workers: list[WorkerOutcome] | None = None,
+    ) -> bool:
+        """One statement (``SQL["finish_and_close"]``), its own commit."""
+        _closing(state)
+        dumped = None if workers is None else _dump(workers)
+        row = await self.pool.fetchrow(
+            SQL["finish_and_close"],
+            *(job.id, worker, job.attempts, now),
+            *key,
+            *(str(state), gate, dumped, sources(state)),
+        )
+        if not row["held"]:
+            return False
+        if row["state"] is not None and not row["closed"]:
+            raise IllegalTransition(key.turn_id, ReflectionState(row["state"]), state)
+        return True
 
     async def defer(self, conn: asyncpg.Connection, key: TurnKey, gate: str, until: datetime) -> bool:
         return await self._move(conn, ReflectionState.DEFERRED, SQL["defer"], key, gate, until)

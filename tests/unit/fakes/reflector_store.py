@@ -22,6 +22,7 @@ from datetime import datetime
 from libs.common.budgets import BudgetRoom
 from libs.common.config import BudgetConfig
 from libs.common.events import Bookkeeping
+from libs.common.jobs import Job
 from services.reflector.domain import (
     TRANSITIONS,
     ReflectionState,
@@ -128,6 +129,23 @@ class FakeReflectionStore:
         record.gate, record.complete_time, record.reason, record.next_attempt_time = gate, now, None, None
         if workers is not None:
             record.workers = list(workers)
+        return True
+
+    async def finish_and_close(
+        self,
+        job: Job,
+        worker: str,
+        key: TurnKey,
+        state: ReflectionState,
+        gate: str | None,
+        now: datetime,
+        workers: list[WorkerOutcome] | None = None,
+    ) -> bool:
+        """The queue's finish and :meth:`close` in one transaction, as the one statement moves both."""
+        async with self._db.transaction() as tx:
+            if not await self._db.queue.finish(tx, job, worker, now):
+                return False
+            await self.close(tx, key, state, gate, now, workers)
         return True
 
     async def defer(self, tx: object, key: TurnKey, gate: str, until: datetime) -> bool:
