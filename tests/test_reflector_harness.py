@@ -823,30 +823,17 @@ async def test_the_queue_row_moves_with_the_record_through_every_pass(env_for, c
         assert await _out_of_step(pool) == []
 
 
-async def test_an_illegal_move_is_refused_and_the_queue_row_moved_beside_it_rolls_back(env_for, clock):
+async def test_a_finished_record_is_not_taken_again_and_moving_it_is_refused(env_for, clock):
     async with env_for() as env:
         pool = env.app.infra.pool
         await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
         queue, store = JobQueue(pool), PostgresReflectionStore(pool)
         [job] = await queue.claim_many("reflection", "w-1", clock.now(), 30, 5)
-        # Claimed but never taken: the record is QUEUED, and QUEUED -> COMPLETED is not a move.
-        with pytest.raises(IllegalTransition) as exc:
-            async with pool.acquire() as conn, conn.transaction():
-                assert await queue.finish(conn, job, "w-1", clock.now())
-                await store.close(
-                    conn, TurnKey("acme", "ana", "run-1"), ReflectionState.COMPLETED, None, clock.now(), []
-                )
-        assert (exc.value.current, exc.value.target) == (ReflectionState.QUEUED, ReflectionState.COMPLETED)
-        assert await pool.fetchval("SELECT state FROM background_jobs") == "running"  # rolled back
-        assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_QUEUED
-        # The same move after the take is allowed, and both rows move.
-        record, taken = await store.take("acme", "ana", "run-1")
+        key = TurnKey("acme", "ana", "run-1")
+        # Taken and finished (both rows move).
+        record, taken = await store.take(*key)
         assert record is not None and record.state == ReflectionState.QUEUED and taken
-        async with pool.acquire() as conn, conn.transaction():
-            assert await queue.finish(conn, job, "w-1", clock.now())
-            assert await store.close(
-                conn, TurnKey("acme", "ana", "run-1"), ReflectionState.COMPLETED, None, clock.now(), []
-            )
+        assert await store.finish_and_close(job, "w-1", key, ReflectionState.COMPLETED, None, clock.now(), [])
         assert await _out_of_step(pool) == []
         # A finished record is not taken again (the duplicate gate), and moving it is refused.
         record, taken = await store.take("acme", "ana", "run-1")

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import asyncpg
 
 from libs.common.db import PooledStore
 from libs.common.events import Bookkeeping, write_bookkeeping
-from libs.common.jobs import FINISHED, HELD_FOR_UPDATE, Job
+from libs.common.jobs import FINISHED, HELD_FOR_UPDATE, Job, NewJob, enqueue_args, enqueue_sql
 from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, sources
 
 __all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord", "merge_outcome", "merge_outcomes"]
@@ -66,9 +66,13 @@ _COLUMNS = (
 _TURN = "company = $1 AND seat = $2 AND turn_id = $3"
 
 SQL = {
-    "insert_queued": """
-        INSERT INTO reflections (company, seat, turn_id, state, submit_time) VALUES ($1, $2, $3, 'queued', $4)
-        ON CONFLICT (company, seat, turn_id) DO NOTHING""",
+    # The turn's job queued (``libs.common.jobs``' enqueue, $1–$9) and, only when this statement
+    # queued it, its record QUEUED ($10 the run id), in one statement.
+    "queue_turn": enqueue_sql(""",
+        recorded AS (
+            INSERT INTO reflections (company, seat, turn_id, state, submit_time)
+            SELECT $3, $4, $10, 'queued', $8 FROM queued
+            ON CONFLICT (company, seat, turn_id) DO NOTHING)"""),
     "get": f"SELECT {_COLUMNS} FROM reflections WHERE {_TURN}",
     # A worker takes the turn (each take counts an attempt): the record as it was, and whether it
     # moved. A finished record does not move (the duplicate gate), in the same statement.
@@ -84,14 +88,6 @@ SQL = {
     "workers_for_update": f"SELECT workers FROM reflections WHERE {_TURN} FOR UPDATE",
     "set_workers": f"UPDATE reflections SET workers = $4::jsonb WHERE {_TURN}",
     # Every move below is guarded by the states it is allowed from (the last parameter).
-    "close": f"""
-        UPDATE reflections SET state = $4, gate = $5, complete_time = $6, reason = NULL, next_attempt_time = NULL
-        WHERE {_TURN} AND state = ANY($7::text[])""",
-    # Completed with the pass's outcomes, in one statement.
-    "close_with_workers": f"""
-        UPDATE reflections SET state = $4, gate = $5, complete_time = $6, reason = NULL, next_attempt_time = NULL,
-               workers = $7::jsonb
-        WHERE {_TURN} AND state = ANY($8::text[])""",
     # The claim's job finished ($1–$4, as ``libs.common.jobs``' finish) and the record closed ($5–$7
     # its key; $10 its whole list of outcomes, NULL keeps them) in one statement, both or neither:
     # nothing moves when the claim is no longer held, nor when the record's guard refuses the move
@@ -158,20 +154,13 @@ def merge_outcome(workers: list[WorkerOutcome], outcome: WorkerOutcome) -> list[
     return [*workers, outcome]
 
 
-def _closing(state: ReflectionState) -> None:
-    """A close ends a pass completed or gated; any other state is the caller's mistake."""
-    if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
-        raise ValueError(f"close() ends a pass completed or gated, not {state}")
-
-
 class PostgresReflectionStore(PooledStore):
     async def write_bookkeeping(self, batch: Bookkeeping) -> None:
         await write_bookkeeping(self.pool, batch)
 
-    async def insert_queued(
-        self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, now: datetime
-    ) -> None:
-        await conn.execute(SQL["insert_queued"], company, seat, turn_id, now)
+    async def queue_turn(self, turn_id: str, **job: Unpack[NewJob]) -> bool:
+        """One statement (``SQL["queue_turn"]``), its own commit."""
+        return await self.pool.fetchval(SQL["queue_turn"], *enqueue_args(job), turn_id) is not None
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None:
         row = await self.pool.fetchrow(SQL["get"], company, seat, turn_id)
@@ -216,20 +205,6 @@ class PostgresReflectionStore(PooledStore):
             await conn.execute(SQL["set_workers"], company, seat, turn_id, _dump(merged))
             return True
 
-    async def close(
-        self,
-        conn: asyncpg.Connection,
-        key: TurnKey,
-        state: ReflectionState,
-        gate: str | None,
-        now: datetime,
-        workers: list[WorkerOutcome] | None = None,
-    ) -> bool:
-        _closing(state)
-        if workers is None:
-            return await self._move(conn, state, SQL["close"], key, str(state), gate, now)
-        return await self._move(conn, state, SQL["close_with_workers"], key, str(state), gate, now, _dump(workers))
-
     async def finish_and_close(
         self,
         job: Job,
@@ -241,7 +216,8 @@ class PostgresReflectionStore(PooledStore):
         workers: list[WorkerOutcome] | None = None,
     ) -> bool:
         """One statement (``SQL["finish_and_close"]``), its own commit."""
-        _closing(state)
+        if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
+            raise ValueError(f"a close ends a pass completed or gated, not {state}")
         dumped = None if workers is None else _dump(workers)
         row = await self.pool.fetchrow(
             SQL["finish_and_close"],
