@@ -17,7 +17,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from libs.common.jobs import JobQueue
-from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey
+from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, WorkerStatus
 from services.reflector.store import PostgresReflectionStore
 from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
@@ -823,30 +823,17 @@ async def test_the_queue_row_moves_with_the_record_through_every_pass(env_for, c
         assert await _out_of_step(pool) == []
 
 
-async def test_an_illegal_move_is_refused_and_the_queue_row_moved_beside_it_rolls_back(env_for, clock):
+async def test_a_finished_record_is_not_taken_again_and_moving_it_is_refused(env_for, clock):
     async with env_for() as env:
         pool = env.app.infra.pool
         await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS))
         queue, store = JobQueue(pool), PostgresReflectionStore(pool)
         [job] = await queue.claim_many("reflection", "w-1", clock.now(), 30, 5)
-        # Claimed but never taken: the record is QUEUED, and QUEUED -> COMPLETED is not a move.
-        with pytest.raises(IllegalTransition) as exc:
-            async with pool.acquire() as conn, conn.transaction():
-                assert await queue.finish(conn, job, "w-1", clock.now())
-                await store.close(
-                    conn, TurnKey("acme", "ana", "run-1"), ReflectionState.COMPLETED, None, clock.now(), []
-                )
-        assert (exc.value.current, exc.value.target) == (ReflectionState.QUEUED, ReflectionState.COMPLETED)
-        assert await pool.fetchval("SELECT state FROM background_jobs") == "running"  # rolled back
-        assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_QUEUED
-        # The same move after the take is allowed, and both rows move.
-        record, taken = await store.take("acme", "ana", "run-1")
+        key = TurnKey("acme", "ana", "run-1")
+        # Taken and finished (both rows move).
+        record, taken = await store.take(*key)
         assert record is not None and record.state == ReflectionState.QUEUED and taken
-        async with pool.acquire() as conn, conn.transaction():
-            assert await queue.finish(conn, job, "w-1", clock.now())
-            assert await store.close(
-                conn, TurnKey("acme", "ana", "run-1"), ReflectionState.COMPLETED, None, clock.now(), []
-            )
+        assert await store.finish_and_close(job, "w-1", key, ReflectionState.COMPLETED, None, clock.now(), [])
         assert await _out_of_step(pool) == []
         # A finished record is not taken again (the duplicate gate), and moving it is refused.
         record, taken = await store.take("acme", "ana", "run-1")
@@ -855,6 +842,42 @@ async def test_an_illegal_move_is_refused_and_the_queue_row_moved_beside_it_roll
             async with pool.acquire() as conn, conn.transaction():
                 await store.retrying(conn, TurnKey("acme", "ana", "run-1"), "late", clock.now())
         assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_COMPLETED
+
+
+async def test_the_job_finishes_and_the_record_closes_in_one_statement_both_or_neither(env_for, clock):
+    """``finish_and_close`` (the harness's end of a pass): a refused close moves neither row, a
+    stale claim moves nothing, and a record that is gone lets the job finish alone."""
+    async with env_for() as env:
+        pool = env.app.infra.pool
+        for run in ("run-1", "run-2"):
+            await env.submit(turn(run, now=clock.now(), messages=BOB_PREFERS))
+        queue, store = JobQueue(pool), PostgresReflectionStore(pool)
+        jobs = {j.key.split("/")[1]: j for j in await queue.claim_many("reflection", "w-1", clock.now(), 30, 5)}
+        key, outcomes = TurnKey("acme", "ana", "run-1"), [WorkerOutcome("persist_decider", WorkerStatus.WROTE)]
+        job_state = "SELECT state FROM background_jobs WHERE id = $1"
+        # Claimed but never taken: QUEUED -> COMPLETED is not a move, and the job stays with it.
+        with pytest.raises(IllegalTransition) as exc:
+            await store.finish_and_close(jobs["run-1"], "w-1", key, ReflectionState.COMPLETED, None, clock.now())
+        assert (exc.value.current, exc.value.target) == (ReflectionState.QUEUED, ReflectionState.COMPLETED)
+        assert await pool.fetchval(job_state, jobs["run-1"].id) == "running"
+        await store.take(*key)
+        # Another holder's claim (a stale one) moves nothing.
+        assert not await store.finish_and_close(jobs["run-1"], "w-2", key, ReflectionState.COMPLETED, None, clock.now())
+        assert (await env.reflection("run-1")).state == pb.REFLECTION_STATE_RUNNING
+        # The holder's: both move, with the pass's outcomes.
+        assert await store.finish_and_close(
+            jobs["run-1"], "w-1", key, ReflectionState.COMPLETED, None, clock.now(), outcomes
+        )
+        assert await pool.fetchval(job_state, jobs["run-1"].id) == "done"
+        r = await env.reflection("run-1")
+        assert r.state == pb.REFLECTION_STATE_COMPLETED and env.worker(r, "persist_decider").status
+        # Done once: the same claim cannot finish it again.
+        assert not await store.finish_and_close(jobs["run-1"], "w-1", key, ReflectionState.GATED, "x", clock.now())
+        # A record that is gone: the job finishes alone.
+        await pool.execute("DELETE FROM reflections WHERE turn_id = 'run-2'")
+        gone = TurnKey("acme", "ana", "run-2")
+        assert await store.finish_and_close(jobs["run-2"], "w-1", gone, ReflectionState.GATED, "no_role", clock.now())
+        assert await pool.fetchval(job_state, jobs["run-2"].id) == "done"
 
 
 async def test_an_unreadable_turn_is_dead_lettered_on_its_record_too(env_for, clock):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from libs.common.db import connect_pool
+from libs.common.jobs import JobQueue
 from services.reflector.store import PostgresReflectionStore
 from tests.unit.test_reflector_harness_store import CHECKS
 
@@ -15,6 +16,6 @@ from tests.unit.test_reflector_harness_store import CHECKS
 async def test_the_postgres_store_keeps_the_promises(check, dsn: str) -> None:  # type: ignore[no-untyped-def]
     pool = await connect_pool(dsn)
     try:
-        await check(PostgresReflectionStore(pool))
+        await check(PostgresReflectionStore(pool), JobQueue(pool))
     finally:
         await pool.close()

@@ -37,9 +37,9 @@ import asyncpg
 from libs.common.clock import Clock
 
 __all__ = [
-    "NOTIFY_CHANNEL", "SQL", "ClaimLeaseConfig", "ClaimManyQueue", "ClaimQueue", "ClaimingWorker", "EnqueueQueue",
-    "Job", "JobQueue", "JobState", "NewJob", "PendingQueue", "RenewQueue", "SettleQueue",
-    "drain_claimed", "keep_claim", "listen", "run_claimed", "serve",
+    "FINISHED", "HELD_FOR_UPDATE", "NOTIFY_CHANNEL", "SQL", "ClaimLeaseConfig", "ClaimManyQueue", "ClaimQueue",
+    "ClaimingWorker", "EnqueueQueue", "Job", "JobQueue", "JobState", "NewJob", "PendingQueue", "RenewQueue",
+    "SettleQueue", "drain_claimed", "enqueue_args", "enqueue_sql", "keep_claim", "listen", "run_claimed", "serve",
 ]  # fmt: skip
 
 _log = logging.getLogger(__name__)
@@ -92,16 +92,45 @@ class NewJob(TypedDict):
 _JOB = "id, kind, key, company, seat, payload, trace_carrier, attempts, create_time"
 # Every transition of a claim: still held by this worker, under this very claim.
 _HELD = "id = $1 AND locked_by = $2 AND attempts = $3 AND state = 'running'"
+FINISHED = "state = 'done', finish_time = $4, locked_by = NULL, locked_until = NULL"
+"""A finish's changes (``SQL["finish"]``; $4 the time)."""
+HELD_FOR_UPDATE = f"SELECT id FROM background_jobs WHERE {_HELD} FOR UPDATE"
+"""The claim ($1 id, $2 holder, $3 attempts), locked, when still held: with ``FINISHED``, what a
+family whose own record moves with its job composes into one statement that moves both (the
+reflector's ``finish_and_close``): one round trip and one commit instead of a transaction's four."""
 
-SQL = {
-    # The row and its wake-up in one round trip: the NOTIFY is sent (at commit) only when a row
-    # was inserted.
-    "enqueue": """
+
+def enqueue_sql(beside: str = "") -> str:
+    """The enqueue statement (parameters: :func:`enqueue_args`): the row and its wake-up in one round
+    trip, the NOTIFY sent (at commit) only when a row was inserted. ``beside``: further common table
+    expressions (each starting with a comma) that read ``queued`` (the job's id; no row when it was
+    queued before) to write a family's own row with its job in the same statement."""
+    return f"""
         WITH queued AS (
             INSERT INTO background_jobs (kind, key, company, seat, payload, trace_carrier, run_after, create_time)
             VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8)
-            ON CONFLICT (kind, company, key) DO NOTHING RETURNING id)
-        SELECT id, pg_notify($9, $1) FROM queued""",
+            ON CONFLICT (kind, company, key) DO NOTHING RETURNING id){beside}
+        SELECT id, pg_notify($9, $1) FROM queued"""
+
+
+def enqueue_args(job: NewJob, channel: str = NOTIFY_CHANNEL) -> list[Any]:
+    """:func:`enqueue_sql`'s parameters $1–$9 for ``job``, woken on ``channel``."""
+    now = job["now"]
+    return [
+        job["kind"],
+        job["key"],
+        job["company"],
+        job["seat"],
+        job["payload"],
+        json.dumps(job["trace_carrier"]),
+        job.get("run_after") or now,
+        now,
+        channel,
+    ]
+
+
+SQL = {
+    "enqueue": enqueue_sql(),
     "get": f"""
         SELECT {_JOB}, state, reason FROM background_jobs WHERE kind = $1 AND company = $2 AND key = $3""",
     "claim": f"""
@@ -127,9 +156,7 @@ SQL = {
         FROM picked WHERE j.id = picked.id
         RETURNING {", ".join("j." + c for c in _JOB.split(", "))}, picked.run_after AS picked_after""",
     "renew": f"UPDATE background_jobs SET locked_until = $4 WHERE {_HELD}",
-    "finish": f"""
-        UPDATE background_jobs SET state = 'done', finish_time = $4, locked_by = NULL, locked_until = NULL
-        WHERE {_HELD}""",
+    "finish": f"UPDATE background_jobs SET {FINISHED} WHERE {_HELD}",
     "defer": f"""
         UPDATE background_jobs SET state = 'queued', run_after = $4, attempts = attempts - 1,
                locked_by = NULL, locked_until = NULL
@@ -178,19 +205,7 @@ class JobQueue:
     async def enqueue(self, conn: asyncpg.Connection, **job: Unpack[NewJob]) -> int | None:
         """Queue a job inside the caller's transaction (it lands, and wakes the workers, only if
         that commits); its id, or None when ``(kind, company, key)`` is already queued or ran."""
-        now = job["now"]
-        job_id: int | None = await conn.fetchval(
-            SQL["enqueue"],
-            job["kind"],
-            job["key"],
-            job["company"],
-            job["seat"],
-            job["payload"],
-            json.dumps(job["trace_carrier"]),
-            job.get("run_after") or now,
-            now,
-            self._channel,
-        )
+        job_id: int | None = await conn.fetchval(SQL["enqueue"], *enqueue_args(job, self._channel))
         return job_id
 
     async def get(self, kind: str, company: str, key: str) -> tuple[Job, JobState, str | None] | None:

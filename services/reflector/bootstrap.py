@@ -64,7 +64,7 @@ def component(infra: Infra) -> Component:
     harness = Harness(
         infra.settings, queue, store, build_workers(infra), ctx, infra.budget, infra.events, holder_identity()
     )
-    service = ReflectorService(queue, store, infra.clock, infra.events, harness)
+    service = ReflectorService(store, infra.clock, infra.events, harness)
     return Component(
         name=NAME,
         registrations=[Registration.of(ReflectorServicer(service))],

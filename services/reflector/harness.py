@@ -365,14 +365,12 @@ class Harness:
         workers: list[WorkerOutcome] | None = None,
     ) -> None:
         """Close the record (with ``workers``, its whole list of outcomes, when the pass ran any) and
-        finish the job, in one transaction fenced by the claim."""
+        finish the job, together and fenced by the claim (one statement: ``finish_and_close``)."""
         now = self._clock.now()
-        async with self._store.transaction() as conn:
-            if not await self._queue.finish(conn, job, self._worker_id, now):
-                # Our claim lapsed and another worker took the turn; it completes the record.
-                _log.warning("lost the claim on %s before finishing; leaving it to its new holder", turn.turn_id)
-                return
-            await self._store.close(conn, turn.key, state, gate, now, workers)
+        if not await self._store.finish_and_close(job, self._worker_id, turn.key, state, gate, now, workers):
+            # Our claim lapsed and another worker took the turn; it completes the record.
+            _log.warning("lost the claim on %s before finishing; leaving it to its new holder", turn.turn_id)
+            return
         await self._events.emit(
             "reflection_completed",
             **turn_fields(turn),

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from libs.common.budgets import BudgetRoom
 from libs.common.config import BudgetConfig
 from libs.common.events import Bookkeeping
-from libs.common.jobs import ClaimManyQueue, EnqueueQueue, PendingQueue, SettleQueue
+from libs.common.jobs import ClaimManyQueue, Job, NewJob, PendingQueue, SettleQueue
 from services.reflector.domain import ReflectionState, TurnKey, WorkerOutcome
 from services.reflector.store import ReflectionRecord
 
@@ -39,8 +39,10 @@ class ReflectionStore(Protocol):
         """One transaction: every move made through its handle commits together, or none does."""
         ...
 
-    async def insert_queued(self, tx: Tx, company: str, seat: str, turn_id: str, now: datetime) -> None:
-        """A new record, QUEUED (nothing when it exists)."""
+    async def queue_turn(self, turn_id: str, **job: Unpack[NewJob]) -> bool:
+        """The turn's ``job`` queued and its record (run id ``turn_id``, the job's company and seat)
+        QUEUED, committed together on their own; False when the job was queued before (nothing is
+        written: the duplicate gate)."""
         ...
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None: ...
@@ -57,18 +59,22 @@ class ReflectionStore(Protocol):
         False when nothing changed."""
         ...
 
-    async def close(
+    async def finish_and_close(
         self,
-        tx: Tx,
+        job: Job,
+        worker: str,
         key: TurnKey,
         state: ReflectionState,
         gate: str | None,
         now: datetime,
         workers: list[WorkerOutcome] | None = None,
     ) -> bool:
-        """COMPLETED or GATED: the turn's pass is over. ``workers``, when given, is the record's whole
-        list of outcomes (the caller holds the claim, inside the same transaction). False when there
-        is no record (the queue row moves alone)."""
+        """The turn's pass is over: the claimed ``job`` finished (``SettleQueue.finish``) and its record
+        closed COMPLETED or GATED (``workers``, when given, its whole list of outcomes), committed
+        together on their own: both move or neither does. False when the claim is no longer held
+        (nothing moved); a close the state machine refuses raises
+        :class:`~services.reflector.domain.IllegalTransition` with nothing moved; no record (erased or
+        past retention), the job finishes alone."""
         ...
 
     async def defer(self, tx: Tx, key: TurnKey, gate: str, until: datetime) -> bool: ...
@@ -102,9 +108,10 @@ class ReflectionStore(Protocol):
         ...
 
 
-class ReflectionQueue(EnqueueQueue, ClaimManyQueue, SettleQueue, PendingQueue, Protocol):
+class ReflectionQueue(ClaimManyQueue, SettleQueue, PendingQueue, Protocol):
     """The reflection jobs' queue (``libs.common.jobs.JobQueue``, kind ``reflection``): the queue's
-    operations as libs.common.jobs states them, those the harness and the service use."""
+    operations as libs.common.jobs states them, those the harness uses (a turn is queued with its
+    record by the store: ``ReflectionStore.queue_turn``)."""
 
 
 class Budget(Protocol):

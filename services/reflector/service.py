@@ -23,7 +23,7 @@ from libs.common.validation import (
     seat_ref,
 )
 from services.reflector.domain import DOMAIN, JOB_KIND, ReflectionState, job_key, turn_fields
-from services.reflector.ports import ReflectionQueue, ReflectionStore
+from services.reflector.ports import ReflectionStore
 from services.reflector.store import PostgresReflectionStore, ReflectionRecord
 
 if TYPE_CHECKING:  # only for the annotation: the harness module loads its workers
@@ -104,7 +104,6 @@ S = TypeVar("S", bound=ReflectionStore, default=PostgresReflectionStore)
 
 @dataclass(eq=False)
 class ReflectorService(Generic[S]):
-    queue: ReflectionQueue
     store: S
     clock: Clock
     events: EventSink
@@ -116,20 +115,16 @@ class ReflectorService(Generic[S]):
         seat's own: another seat reporting the same run id queues its own reflection."""
         _check_turn(turn)
         now: datetime = self.clock.now()
-        async with self.store.transaction() as conn:
-            job_id = await self.queue.enqueue(
-                conn,
-                kind=JOB_KIND,
-                key=job_key(turn.seat, turn.turn_id),
-                company=turn.company,
-                seat=turn.seat,
-                payload=turn.SerializeToString(),
-                trace_carrier=telemetry.inject_context(),
-                now=now,
-            )
-            queued = job_id is not None
-            if queued:
-                await self.store.insert_queued(conn, turn.company, turn.seat, turn.turn_id, now)
+        queued = await self.store.queue_turn(
+            turn.turn_id,
+            kind=JOB_KIND,
+            key=job_key(turn.seat, turn.turn_id),
+            company=turn.company,
+            seat=turn.seat,
+            payload=turn.SerializeToString(),
+            trace_carrier=telemetry.inject_context(),
+            now=now,
+        )
         if queued:
             await self.events.emit(
                 "turn_completed",

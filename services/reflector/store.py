@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import asyncpg
 
 from libs.common.db import PooledStore
 from libs.common.events import Bookkeeping, write_bookkeeping
+from libs.common.jobs import FINISHED, HELD_FOR_UPDATE, Job, NewJob, enqueue_args, enqueue_sql
 from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, sources
 
 __all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord", "merge_outcome", "merge_outcomes"]
@@ -65,9 +66,13 @@ _COLUMNS = (
 _TURN = "company = $1 AND seat = $2 AND turn_id = $3"
 
 SQL = {
-    "insert_queued": """
-        INSERT INTO reflections (company, seat, turn_id, state, submit_time) VALUES ($1, $2, $3, 'queued', $4)
-        ON CONFLICT (company, seat, turn_id) DO NOTHING""",
+    # The turn's job queued (``libs.common.jobs``' enqueue, $1–$9) and, only when this statement
+    # queued it, its record QUEUED ($10 the run id), in one statement.
+    "queue_turn": enqueue_sql(""",
+        recorded AS (
+            INSERT INTO reflections (company, seat, turn_id, state, submit_time)
+            SELECT $3, $4, $10, 'queued', $8 FROM queued
+            ON CONFLICT (company, seat, turn_id) DO NOTHING)"""),
     "get": f"SELECT {_COLUMNS} FROM reflections WHERE {_TURN}",
     # A worker takes the turn (each take counts an attempt): the record as it was, and whether it
     # moved. A finished record does not move (the duplicate gate), in the same statement.
@@ -83,14 +88,22 @@ SQL = {
     "workers_for_update": f"SELECT workers FROM reflections WHERE {_TURN} FOR UPDATE",
     "set_workers": f"UPDATE reflections SET workers = $4::jsonb WHERE {_TURN}",
     # Every move below is guarded by the states it is allowed from (the last parameter).
-    "close": f"""
-        UPDATE reflections SET state = $4, gate = $5, complete_time = $6, reason = NULL, next_attempt_time = NULL
-        WHERE {_TURN} AND state = ANY($7::text[])""",
-    # Completed with the pass's outcomes, in one statement.
-    "close_with_workers": f"""
-        UPDATE reflections SET state = $4, gate = $5, complete_time = $6, reason = NULL, next_attempt_time = NULL,
-               workers = $7::jsonb
-        WHERE {_TURN} AND state = ANY($8::text[])""",
+    # The claim's job finished ($1–$4, as ``libs.common.jobs``' finish) and the record closed ($5–$7
+    # its key; $10 its whole list of outcomes, NULL keeps them) in one statement, both or neither:
+    # nothing moves when the claim is no longer held, nor when the record's guard refuses the move
+    # ($11; the caller raises). No record (erased, past retention): the job moves alone. The claim is
+    # locked before the record, in the order the two-statement transaction took them.
+    "finish_and_close": f"""
+        WITH held AS ({HELD_FOR_UPDATE}),
+        old AS (SELECT state FROM reflections WHERE company = $5 AND seat = $6 AND turn_id = $7 FOR UPDATE),
+        allowed AS (SELECT 1 FROM held WHERE NOT EXISTS (SELECT 1 FROM old WHERE NOT old.state = ANY($11::text[]))),
+        finished AS (UPDATE background_jobs j SET {FINISHED} FROM allowed WHERE j.id = $1 RETURNING 1),
+        closed AS (
+            UPDATE reflections r SET state = $8, gate = $9, complete_time = $4, reason = NULL, next_attempt_time = NULL,
+                   workers = coalesce($10::jsonb, r.workers)
+            FROM allowed WHERE r.company = $5 AND r.seat = $6 AND r.turn_id = $7 RETURNING 1)
+        SELECT EXISTS (SELECT 1 FROM held) AS held, (SELECT state FROM old) AS state,
+               EXISTS (SELECT 1 FROM finished) AS finished, EXISTS (SELECT 1 FROM closed) AS closed""",
     "defer": f"""
         UPDATE reflections SET state = 'deferred', gate = $4, next_attempt_time = $5
         WHERE {_TURN} AND state = ANY($6::text[])""",
@@ -145,10 +158,9 @@ class PostgresReflectionStore(PooledStore):
     async def write_bookkeeping(self, batch: Bookkeeping) -> None:
         await write_bookkeeping(self.pool, batch)
 
-    async def insert_queued(
-        self, conn: asyncpg.Connection, company: str, seat: str, turn_id: str, now: datetime
-    ) -> None:
-        await conn.execute(SQL["insert_queued"], company, seat, turn_id, now)
+    async def queue_turn(self, turn_id: str, **job: Unpack[NewJob]) -> bool:
+        """One statement (``SQL["queue_turn"]``), its own commit."""
+        return await self.pool.fetchval(SQL["queue_turn"], *enqueue_args(job), turn_id) is not None
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None:
         row = await self.pool.fetchrow(SQL["get"], company, seat, turn_id)
@@ -193,20 +205,31 @@ class PostgresReflectionStore(PooledStore):
             await conn.execute(SQL["set_workers"], company, seat, turn_id, _dump(merged))
             return True
 
-    async def close(
+    async def finish_and_close(
         self,
-        conn: asyncpg.Connection,
+        job: Job,
+        worker: str,
         key: TurnKey,
         state: ReflectionState,
         gate: str | None,
         now: datetime,
         workers: list[WorkerOutcome] | None = None,
     ) -> bool:
+        """One statement (``SQL["finish_and_close"]``), its own commit."""
         if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
-            raise ValueError(f"close() ends a pass completed or gated, not {state}")
-        if workers is None:
-            return await self._move(conn, state, SQL["close"], key, str(state), gate, now)
-        return await self._move(conn, state, SQL["close_with_workers"], key, str(state), gate, now, _dump(workers))
+            raise ValueError(f"a close ends a pass completed or gated, not {state}")
+        dumped = None if workers is None else _dump(workers)
+        row = await self.pool.fetchrow(
+            SQL["finish_and_close"],
+            *(job.id, worker, job.attempts, now),
+            *key,
+            *(str(state), gate, dumped, sources(state)),
+        )
+        if not row["held"]:
+            return False
+        if row["state"] is not None and not row["closed"]:
+            raise IllegalTransition(key.turn_id, ReflectionState(row["state"]), state)
+        return True
 
     async def defer(self, conn: asyncpg.Connection, key: TurnKey, gate: str, until: datetime) -> bool:
         return await self._move(conn, ReflectionState.DEFERRED, SQL["defer"], key, gate, until)

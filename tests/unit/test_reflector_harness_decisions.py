@@ -89,7 +89,7 @@ def _rig(workers: list[ScriptedWorker], settings: Settings | None = None, budget
     db = FakeReflectionDb()
     budget = budget or FakeBudget()
     harness = Harness(settings, db.queue, db.store, workers, fakes.ctx, budget, fakes.events, "holder-1")
-    service = ReflectorService(db.queue, db.store, fakes.clock, fakes.events, harness)
+    service = ReflectorService(db.store, fakes.clock, fakes.events, harness)
     return Rig(harness, service, db, fakes.events, budget)
 
 
@@ -271,12 +271,10 @@ async def test_backoff_doubles_up_to_its_ceiling_and_the_last_attempt_dead_lette
 async def test_an_unreadable_payload_is_dead_lettered_without_a_run() -> None:
     worker = ScriptedWorker("persist_decider")
     rig = _rig([worker])
-    async with rig.db.store.transaction() as tx:
-        await rig.db.queue.enqueue(
-            tx, kind=JOB_KIND, key="agent-1/run-1", company="acme", seat="agent-1",
-            payload=b"\xff\xff not a turn", trace_carrier={}, now=T0,
-        )  # fmt: skip
-        await rig.db.store.insert_queued(tx, *KEY, T0)
+    await rig.db.store.queue_turn(
+        "run-1", kind=JOB_KIND, key="agent-1/run-1", company="acme", seat="agent-1",
+        payload=b"\xff\xff not a turn", trace_carrier={}, now=T0,
+    )  # fmt: skip
     await rig.harness.drain()
     assert rig.record().state is ReflectionState.DEAD_LETTERED and rig.record().reason.startswith("unreadable")
     assert rig.job().state == JobState.DEAD and worker.runs == 0

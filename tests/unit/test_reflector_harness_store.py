@@ -11,8 +11,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, WorkerStatus
-from services.reflector.ports import ReflectionStore
+from libs.common.jobs import Job
+from services.reflector.domain import (
+    JOB_KIND,
+    IllegalTransition,
+    ReflectionState,
+    TurnKey,
+    WorkerOutcome,
+    WorkerStatus,
+    job_key,
+)
+from services.reflector.ports import ReflectionQueue, ReflectionStore
 from services.reflector.store import ReflectionRecord
 from tests.unit.fakes.reflector_store import FakeReflectionDb
 
@@ -21,9 +30,18 @@ KEY = TurnKey("acme", "agent-1", "run-1")
 S = ReflectionState
 
 
-async def _queued(store: ReflectionStore, key: tuple[str, str, str] = KEY, at: datetime = T0) -> None:
-    async with store.transaction() as tx:
-        await store.insert_queued(tx, *key, at)
+async def _queued(store: ReflectionStore, key: tuple[str, str, str] = KEY, at: datetime = T0) -> bool:
+    company, seat, turn_id = key
+    return await store.queue_turn(
+        turn_id, kind=JOB_KIND, key=job_key(seat, turn_id), company=company, seat=seat, payload=b"",
+        trace_carrier={}, now=at,
+    )  # fmt: skip
+
+
+async def _claimed(queue: ReflectionQueue) -> Job:
+    """The one job due, claimed by worker ``w``."""
+    [job] = await queue.claim_many(JOB_KIND, "w", T0, 30, 1)
+    return job
 
 
 async def _state(store: ReflectionStore) -> ReflectionState:
@@ -38,9 +56,11 @@ async def _record(store: ReflectionStore, **expected: object) -> ReflectionRecor
     return record
 
 
-async def check_a_record_is_queued_once_and_a_take_counts_an_attempt(store: ReflectionStore) -> None:
-    await _queued(store)
-    await _queued(store, at=T0 + timedelta(minutes=1))  # a second insert changes nothing
+async def check_a_record_is_queued_once_and_a_take_counts_an_attempt(
+    store: ReflectionStore, queue: ReflectionQueue
+) -> None:
+    assert await _queued(store)
+    assert not await _queued(store, at=T0 + timedelta(minutes=1))  # a second one changes nothing
     await _record(store, state=S.QUEUED, attempts=0, submit_time=T0)
     before, taken = await store.take(*KEY)
     assert taken and before is not None and (before.state, before.attempts) == (S.QUEUED, 0)
@@ -48,34 +68,39 @@ async def check_a_record_is_queued_once_and_a_take_counts_an_attempt(store: Refl
     assert await store.take("acme", "agent-1", "nope") == (None, False)
 
 
-async def check_a_final_record_is_not_taken_again(store: ReflectionStore) -> None:
+async def check_a_final_record_is_not_taken_again(store: ReflectionStore, queue: ReflectionQueue) -> None:
     await _queued(store)
     await store.take(*KEY)
-    async with store.transaction() as tx:
-        assert await store.close(tx, KEY, S.COMPLETED, None, T0, [WorkerOutcome("w", WorkerStatus.WROTE)])
+    job = await _claimed(queue)
+    assert await store.finish_and_close(job, "w", KEY, S.COMPLETED, None, T0, [WorkerOutcome("w", WorkerStatus.WROTE)])
+    assert not await store.finish_and_close(job, "w", KEY, S.COMPLETED, None, T0)  # finished: no longer held
     record, taken = await store.take(*KEY)
     assert not taken and record is not None and (record.state, record.attempts) == (S.COMPLETED, 1)
     assert await _state(store) is S.COMPLETED
 
 
-async def check_a_refused_move_raises_and_rolls_back_its_transaction(store: ReflectionStore) -> None:
+async def check_a_refused_move_raises_and_rolls_back_its_transaction(
+    store: ReflectionStore, queue: ReflectionQueue
+) -> None:
     await _queued(store)
-    with pytest.raises(IllegalTransition):  # never taken: it cannot be closed
-        async with store.transaction() as tx:
-            await store.close(tx, KEY, S.GATED, "no_role", T0)
+    job = await _claimed(queue)
+    with pytest.raises(IllegalTransition):  # never taken: it cannot be closed, and its job stays claimed
+        await store.finish_and_close(job, "w", KEY, S.GATED, "no_role", T0)
     assert await _state(store) is S.QUEUED
+    assert not await store.finish_and_close(job, "w-2", KEY, S.GATED, "no_role", T0)  # not the holder
     await store.take(*KEY)
     with pytest.raises(IllegalTransition):
         async with store.transaction() as tx:
             assert await store.retrying(tx, KEY, "rpc_unavailable: x", T0 + timedelta(seconds=10))
-            await store.close(tx, KEY, S.COMPLETED, None, T0)  # RETRYING -> COMPLETED is refused
+            await store.defer(tx, KEY, "no_budget", T0)  # RETRYING -> DEFERRED is refused
     assert await _state(store) is S.RUNNING  # the retrying move went with it
     with pytest.raises(ValueError):
-        async with store.transaction() as tx:
-            await store.close(tx, KEY, S.DEFERRED, None, T0)  # close() ends a pass, it does not defer
+        await store.finish_and_close(job, "w", KEY, S.DEFERRED, None, T0)  # a close ends a pass, it does not defer
+    assert await store.finish_and_close(job, "w", KEY, S.GATED, "no_role", T0)  # the job was held throughout
+    await _record(store, state=S.GATED, gate="no_role")
 
 
-async def check_retry_defer_and_dead_letter_keep_what_they_say(store: ReflectionStore) -> None:
+async def check_retry_defer_and_dead_letter_keep_what_they_say(store: ReflectionStore, queue: ReflectionQueue) -> None:
     await _queued(store)
     await store.take(*KEY)
     until = T0 + timedelta(seconds=10)
@@ -93,7 +118,7 @@ async def check_retry_defer_and_dead_letter_keep_what_they_say(store: Reflection
     await _record(store, state=S.DEAD_LETTERED, reason="gave up", workers=outcomes, next_attempt_time=None)
 
 
-async def check_a_final_outcome_is_recorded_once(store: ReflectionStore) -> None:
+async def check_a_final_outcome_is_recorded_once(store: ReflectionStore, queue: ReflectionQueue) -> None:
     await _queued(store)
     await store.take(*KEY)
     retry = WorkerOutcome("a", WorkerStatus.RETRYING, failure="rpc_unavailable: down")
@@ -111,7 +136,9 @@ async def check_a_final_outcome_is_recorded_once(store: ReflectionStore) -> None
     assert not await store.put_workers("acme", "agent-1", "gone", [wrote])
 
 
-async def check_a_handed_back_pass_waits_again_and_a_waiting_one_stays(store: ReflectionStore) -> None:
+async def check_a_handed_back_pass_waits_again_and_a_waiting_one_stays(
+    store: ReflectionStore, queue: ReflectionQueue
+) -> None:
     await _queued(store)
     async with store.transaction() as tx:
         assert not await store.requeued(tx, KEY)  # not taken yet: it already waits
@@ -121,10 +148,13 @@ async def check_a_handed_back_pass_waits_again_and_a_waiting_one_stays(store: Re
     assert await _state(store) is S.QUEUED
 
 
-async def check_a_move_of_a_record_that_is_gone_moves_nothing(store: ReflectionStore) -> None:
+async def check_a_move_of_a_record_that_is_gone_moves_nothing(store: ReflectionStore, queue: ReflectionQueue) -> None:
     gone = TurnKey("acme", "agent-1", "erased")
+    await _queued(store)
+    # A claimed job whose record is gone (erased, past retention) finishes alone.
+    assert await store.finish_and_close(await _claimed(queue), "w", gone, S.COMPLETED, None, T0)
+    await _record(store, state=S.QUEUED)
     async with store.transaction() as tx:
-        assert not await store.close(tx, gone, S.COMPLETED, None, T0)
         assert not await store.retrying(tx, gone, "r", T0)
         assert not await store.defer(tx, gone, "no_budget", T0)
         assert not await store.dead_letter(tx, gone, "r", None, T0)
@@ -132,7 +162,7 @@ async def check_a_move_of_a_record_that_is_gone_moves_nothing(store: ReflectionS
     assert await store.get(*gone) is None
 
 
-async def check_records_page_newest_first(store: ReflectionStore) -> None:
+async def check_records_page_newest_first(store: ReflectionStore, queue: ReflectionQueue) -> None:
     for i in range(3):
         await _queued(store, ("acme", "agent-1", f"run-{i}"), T0 + timedelta(minutes=i))
     await _queued(store, ("acme", "agent-2", "run-9"), T0)
@@ -159,4 +189,5 @@ CHECKS = [
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
 async def test_the_fake_store_keeps_the_promises(check) -> None:  # type: ignore[no-untyped-def]
-    await check(FakeReflectionDb().store)
+    db = FakeReflectionDb()
+    await check(db.store, db.queue)

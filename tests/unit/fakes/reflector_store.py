@@ -18,10 +18,12 @@ import contextlib
 import copy
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Unpack
 
 from libs.common.budgets import BudgetRoom
 from libs.common.config import BudgetConfig
 from libs.common.events import Bookkeeping
+from libs.common.jobs import Job, NewJob
 from services.reflector.domain import (
     TRANSITIONS,
     ReflectionState,
@@ -68,11 +70,17 @@ class FakeReflectionStore:
     def transaction(self) -> contextlib.AbstractAsyncContextManager[FakeDb]:
         return self._db.transaction()
 
-    async def insert_queued(self, tx: object, company: str, seat: str, turn_id: str, now: datetime) -> None:
-        self.records.setdefault(
-            (company, seat, turn_id),
-            ReflectionRecord(company, seat, turn_id, ReflectionState.QUEUED, None, submit_time=now),
-        )
+    async def queue_turn(self, turn_id: str, **job: Unpack[NewJob]) -> bool:
+        """The queue's enqueue and the record QUEUED in one transaction, as the one statement."""
+        async with self._db.transaction() as tx:
+            if await self._db.queue.enqueue(tx, **job) is None:
+                return False
+            company, seat, now = job["company"], job["seat"], job["now"]
+            self.records.setdefault(
+                (company, seat, turn_id),
+                ReflectionRecord(company, seat, turn_id, ReflectionState.QUEUED, None, submit_time=now),
+            )
+        return True
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None:
         self._maybe_fail("get")
@@ -110,24 +118,28 @@ class FakeReflectionStore:
         record.state = target
         return record
 
-    async def close(
+    async def finish_and_close(
         self,
-        tx: object,
+        job: Job,
+        worker: str,
         key: TurnKey,
         state: ReflectionState,
         gate: str | None,
         now: datetime,
         workers: list[WorkerOutcome] | None = None,
     ) -> bool:
-        self._maybe_fail("close")
+        """The queue's finish and the record's close in one transaction, as the one statement moves both."""
         if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
-            raise ValueError(f"close() ends a pass completed or gated, not {state}")
-        record = self._move(key, state)
-        if record is None:
-            return False
-        record.gate, record.complete_time, record.reason, record.next_attempt_time = gate, now, None, None
-        if workers is not None:
-            record.workers = list(workers)
+            raise ValueError(f"a close ends a pass completed or gated, not {state}")
+        async with self._db.transaction() as tx:
+            self._maybe_fail("close")  # the statement fails: nothing moves
+            if not await self._db.queue.finish(tx, job, worker, now):
+                return False
+            record = self._move(key, state)
+            if record is not None:
+                record.gate, record.complete_time, record.reason, record.next_attempt_time = gate, now, None, None
+                if workers is not None:
+                    record.workers = list(workers)
         return True
 
     async def defer(self, tx: object, key: TurnKey, gate: str, until: datetime) -> bool:
