@@ -72,7 +72,12 @@ class SkillStore(Protocol):
 
     def seat(self, company: str, seat: str) -> AbstractAsyncContextManager[SeatTx]: ...
 
-    def skill_row(self, key: SkillKey) -> AbstractAsyncContextManager[tuple[Tx, Skill | None]]: ...
+    def skill_row(
+        self, key: SkillKey, request_id: str | None = None
+    ) -> AbstractAsyncContextManager[tuple[Tx, Skill | None, bool]]:
+        """One skill's row lock (None: no such skill), and whether the call with idempotency key
+        ``request_id`` made a kept version of it (False without one): a redelivery changes nothing."""
+        ...
 
     async def get(self, key: SkillKey) -> Skill | None: ...
 
@@ -110,23 +115,17 @@ class SkillStore(Protocol):
         """Record a use of each named live skill; None when ``request_id`` was applied before."""
         ...
 
-    async def new_version(self, conn: Tx, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
+    async def new_version(
+        self, conn: Tx, skill: Skill, edit: SkillEdit, now: datetime, keep: int, bullet: str | None = None
+    ) -> Skill:
         """The live body archived, ``edit``'s installed as the next version, the kept versions
-        trimmed to ``keep`` (inside ``skill_row``'s transaction)."""
-        ...
-
-    async def request_seen(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> bool:
-        """Whether a kept version of the skill was made by the call with this idempotency key."""
+        trimmed to ``keep`` (inside ``skill_row``'s transaction). ``bullet``: the practice bullet
+        the edit appends, whose record (where it came from: ``edit``'s provenance) is written with
+        it, so an erasure can take one person's bullets out of the body without a model."""
         ...
 
     async def archived_body(self, conn: Tx, skill_id: uuid.UUID, version: int) -> tuple[str, Provenance] | None:
         """A kept version's body and where it came from."""
-        ...
-
-    async def add_bullet(
-        self, conn: Tx, skill_id: uuid.UUID, version: int, bullet: str, provenance: Provenance, now: datetime
-    ) -> None:
-        """Record where a practice bullet came from (in the transaction that appended it)."""
         ...
 
     async def set_pinned(self, conn: Tx, skill_id: uuid.UUID, pinned: bool, now: datetime) -> Skill: ...

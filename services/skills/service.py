@@ -119,13 +119,14 @@ class SkillService:
         )
 
     @asynccontextmanager
-    async def _locked(self, key: SkillKey) -> AsyncIterator[tuple[Tx, Skill]]:
-        """The skill's row lock (``store.skill_row``) for a change to one skill; a skill the key
-        does not name is NOT_FOUND before anything is changed."""
-        async with self.store.skill_row(key) as (conn, skill):
+    async def _locked(self, key: SkillKey, request_id: str | None = None) -> AsyncIterator[tuple[Tx, Skill, bool]]:
+        """The skill's row lock (``store.skill_row``) for a change to one skill, and whether the call
+        with ``request_id`` made a kept version already; a skill the key does not name is NOT_FOUND
+        before anything is changed."""
+        async with self.store.skill_row(key, request_id) as (conn, skill, seen):
             if skill is None:
                 raise self._not_found(key)
-            yield conn, skill
+            yield conn, skill, seen
 
     @staticmethod
     def _archived(skill: Skill, action: str) -> FailedPrecondition:
@@ -473,10 +474,10 @@ class SkillService:
         not_blank(body, "body")
         self._body_fits(body)  # config: learning.skill_refinement.max_body_chars
         now = self.clock.now()
-        async with self._locked(key) as (conn, skill):
+        async with self._locked(key, rid) as (conn, skill, seen):
             if skill.state is SkillState.ARCHIVED:
                 raise self._archived(skill, "refining it")
-            if rid is not None and await self.store.request_seen(conn, skill.id, rid):
+            if seen:
                 return skill  # a retry of a refinement already made
             prov = _sourced(provenance, [turn_id] if turn_id else [], "refine_skill")
             edit = SkillEdit(body, SkillChange.REFINED, reason, prov, request_id=rid)
@@ -526,8 +527,8 @@ class SkillService:
         bullet = practice_bullet(kind, observation)
         prov = _sourced(provenance, [turn_id] if turn_id else [], "refiner")
         now = self.clock.now()
-        async with self._locked(key) as (conn, skill):
-            if rid is not None and await self.store.request_seen(conn, skill.id, rid):
+        async with self._locked(key, rid) as (conn, skill, seen):
+            if seen:
                 return ObservationResult(skill, None)  # a redelivery of a bullet already appended
             if skill.state is SkillState.ARCHIVED:
                 # The refiner reads the live catalogue; a skill archived meanwhile is not resurrected.
@@ -540,10 +541,9 @@ class SkillService:
                 else:
                     skipped = None
                     edit = SkillEdit(body, SkillChange.OBSERVATION_APPENDED, bullet, prov, request_id=rid)
-                    result = await self.store.new_version(conn, skill, edit, now, cfg.max_versions_kept)
-                    # The bullet's own record: an erasure takes one person's bullets out of the
-                    # body by these, without a model.
-                    await self.store.add_bullet(conn, skill.id, result.version, bullet, prov, now)
+                    # With the bullet's own record: an erasure takes one person's bullets out of
+                    # the body by these, without a model.
+                    result = await self.store.new_version(conn, skill, edit, now, cfg.max_versions_kept, bullet)
         if skipped is not None:
             _log.info(
                 "observation for skill %s of %s/%s skipped: %s", result.name, result.company, result.seat, skipped
@@ -585,8 +585,8 @@ class SkillService:
         ``request_id`` of a rollback the kept versions hold writes nothing and returns the skill."""
         rid = request_id or None  # version required and not negative: the contract's
         now = self.clock.now()
-        async with self._locked(key) as (conn, skill):
-            if rid is not None and await self.store.request_seen(conn, skill.id, rid):
+        async with self._locked(key, rid) as (conn, skill, seen):
+            if seen:
                 return skill  # a retry of a rollback already made
             if version == skill.version:
                 raise FailedPrecondition(
@@ -622,7 +622,7 @@ class SkillService:
 
     async def set_pinned(self, key: SkillKey, pinned: bool) -> Skill:
         now = self.clock.now()
-        async with self._locked(key) as (conn, skill):
+        async with self._locked(key) as (conn, skill, _):
             if skill.pinned == pinned:
                 return skill
             updated = await self.store.set_pinned(conn, skill.id, pinned, now)
@@ -635,7 +635,7 @@ class SkillService:
 
     async def archive(self, key: SkillKey) -> Skill:
         now = self.clock.now()
-        async with self._locked(key) as (conn, skill):
+        async with self._locked(key) as (conn, skill, _):
             if skill.state is SkillState.ARCHIVED:
                 return skill
             updated = await self.store.set_state(conn, skill.id, SkillState.ARCHIVED, now, reset_clock=False)

@@ -75,6 +75,17 @@ SQL = {
                WHERE company = $1 AND seat = $2 ORDER BY create_time, name""",
     "get": f"SELECT {_COLUMNS} FROM synthesized_skills WHERE {_KEY}",
     "get_for_update": f"SELECT {_COLUMNS} FROM synthesized_skills WHERE {_KEY} FOR UPDATE",
+    # The row lock and whether the call with idempotency key $5 made a kept version (``request_seen``),
+    # in one statement. The check reads the statement's snapshot; ``settled`` is false when the row
+    # moved while the statement waited for its lock (the live version is not the snapshot's), and
+    # the caller then checks again under the lock.
+    "get_for_update_seen": f"""
+        SELECT {_S_COLUMNS},
+               (s.request_id = $5) IS TRUE
+               OR EXISTS (SELECT 1 FROM synthesized_skill_versions v WHERE v.skill_id = s.id AND v.request_id = $5)
+               AS seen,
+               s.version = (SELECT version FROM synthesized_skills WHERE id = s.id) AS settled
+        FROM synthesized_skills s WHERE {_KEY} FOR UPDATE""",
     # A use: the body, the count, the clock, and a stale (unpinned) skill revived, in one statement.
     "use": f"""
         WITH prior AS (
@@ -127,8 +138,13 @@ SQL = {
     # and the archived versions past the newest $9 dropped. Every part reads the statement's snapshot
     # (the row as it was; the archive without the version archived now, whose number is above every
     # archived one), so the trim keeps $9 - 1 of those and the archive is written only when $9 > 0.
+    # An observation's bullet ($11, id $10) is recorded with the version that appends it.
     "new_version": f"""
-        WITH archived AS (
+        WITH bullet AS (
+            INSERT INTO skill_practice_bullets (id, skill_id, version, bullet, provenance, create_time)
+            SELECT $10, id, version + 1, $11::text, $8, $6
+            FROM synthesized_skills WHERE id = $1 AND $11::text IS NOT NULL),
+        archived AS (
             INSERT INTO synthesized_skill_versions (skill_id, version, body, change, reason, restored_from_version,
                                                     request_id, create_time, supersede_time, provenance)
             SELECT id, version, body, change, change_reason, restored_from_version, request_id, version_time, $6,
@@ -148,9 +164,6 @@ SQL = {
             OR EXISTS (SELECT 1 FROM synthesized_skill_versions WHERE skill_id = $1 AND request_id = $2)""",
     "get_version": """
         SELECT version, body, provenance FROM synthesized_skill_versions WHERE skill_id = $1 AND version = $2""",
-    "add_bullet": """
-        INSERT INTO skill_practice_bullets (id, skill_id, version, bullet, provenance, create_time)
-        VALUES ($1, $2, $3, $4, $5, $6)""",
     "versions_page": """
         SELECT * FROM (
             SELECT id AS skill_id, version, body, change, change_reason AS reason, restored_from_version,
@@ -330,11 +343,22 @@ class PostgresSkillStore:
             yield SeatTx(conn, company, seat)
 
     @contextlib.asynccontextmanager
-    async def skill_row(self, key: SkillKey) -> AsyncIterator[tuple[asyncpg.Connection, Skill | None]]:
-        """A transaction holding one skill's row lock (None when the seat has no such skill)."""
+    async def skill_row(
+        self, key: SkillKey, request_id: str | None = None
+    ) -> AsyncIterator[tuple[asyncpg.Connection, Skill | None, bool]]:
+        """A transaction holding one skill's row lock (None when the seat has no such skill), and
+        whether ``request_id`` made a kept version (checked by the lock's statement)."""
         async with self.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(SQL["get_for_update"], *key.args())
-            yield conn, (_skill(row) if row else None)
+            if request_id is None:
+                row = await conn.fetchrow(SQL["get_for_update"], *key.args())
+                yield conn, (_skill(row) if row else None), False
+                return
+            row = await conn.fetchrow(SQL["get_for_update_seen"], *key.args(), request_id)
+            if row is None:
+                yield conn, None, False
+                return
+            seen = row["seen"] if row["settled"] else await self.request_seen(conn, row["id"], request_id)
+            yield conn, _skill(row), bool(seen)
 
     # -------------------------------------------------------------- reads
 
@@ -406,8 +430,10 @@ class PostgresSkillStore:
     # -------------------------------------------------------------- versions
 
     @staticmethod
-    async def new_version(conn: asyncpg.Connection, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
-        """One statement (``SQL["new_version"]``)."""
+    async def new_version(
+        conn: asyncpg.Connection, skill: Skill, edit: SkillEdit, now: datetime, keep: int, bullet: str | None = None
+    ) -> Skill:
+        """One statement (``SQL["new_version"]``), the bullet's record included."""
         row = await conn.fetchrow(
             SQL["new_version"],
             skill.id,
@@ -419,6 +445,8 @@ class PostgresSkillStore:
             edit.request_id,
             provenance_json(edit.provenance),
             keep,
+            uuid.uuid4(),
+            bullet,
         )
         return _skill(row)
 
@@ -432,12 +460,6 @@ class PostgresSkillStore:
     ) -> tuple[str, Provenance] | None:
         row = await conn.fetchrow(SQL["get_version"], skill_id, version)
         return (row["body"], provenance_from_json(row["provenance"])) if row else None
-
-    @staticmethod
-    async def add_bullet(
-        conn: asyncpg.Connection, skill_id: uuid.UUID, version: int, bullet: str, provenance: Provenance, now: datetime
-    ) -> None:
-        await conn.execute(SQL["add_bullet"], uuid.uuid4(), skill_id, version, bullet, provenance_json(provenance), now)
 
     @staticmethod
     async def set_pinned(conn: asyncpg.Connection, skill_id: uuid.UUID, pinned: bool, now: datetime) -> Skill:

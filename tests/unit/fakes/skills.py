@@ -141,8 +141,11 @@ class FakeSkillStore:
         yield _SeatTx(self, company, seat)
 
     @contextlib.asynccontextmanager
-    async def skill_row(self, key: SkillKey) -> AsyncIterator[tuple[Tx, Skill | None]]:
-        yield None, await self.get(key)
+    async def skill_row(
+        self, key: SkillKey, request_id: str | None = None
+    ) -> AsyncIterator[tuple[Tx, Skill | None, bool]]:
+        skill = await self.get(key)
+        yield None, skill, skill is not None and request_id is not None and self._request_seen(skill.id, request_id)
 
     async def get(self, key: SkillKey) -> Skill | None:
         for s in self._seat(key.company, key.seat):
@@ -258,8 +261,12 @@ class FakeSkillStore:
             moved.append((s.id, s.name, before, after.state))
         return moved
 
-    async def new_version(self, conn: Tx, skill: Skill, edit: SkillEdit, now: datetime, keep: int) -> Skill:
+    async def new_version(
+        self, conn: Tx, skill: Skill, edit: SkillEdit, now: datetime, keep: int, bullet: str | None = None
+    ) -> Skill:
         row = self.rows[skill.id]
+        if bullet is not None:
+            row.bullets.append((skill.version + 1, bullet, edit.provenance))
         s = row.skill
         archived = SkillVersion(
             s.id, s.version, s.body, s.change, s.change_reason, s.restored_from_version, row.version_time, now, False
@@ -280,18 +287,13 @@ class FakeSkillStore:
             )
         )
 
-    async def request_seen(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> bool:
+    def _request_seen(self, skill_id: uuid.UUID, request_id: str) -> bool:
         row = self.rows[skill_id]
         return row.request_id == request_id or any(v.request_id == request_id for v in row.versions)
 
     async def archived_body(self, conn: Tx, skill_id: uuid.UUID, version: int) -> tuple[str, Provenance] | None:
         kept = (v for v in self.rows[skill_id].versions if v.version.version == version)
         return next(((v.version.body, v.provenance) for v in kept), None)
-
-    async def add_bullet(
-        self, conn: Tx, skill_id: uuid.UUID, version: int, bullet: str, provenance: Provenance, now: datetime
-    ) -> None:
-        self.rows[skill_id].bullets.append((version, bullet, provenance))
 
     async def set_pinned(self, conn: Tx, skill_id: uuid.UUID, pinned: bool, now: datetime) -> Skill:
         return self._put(dataclasses.replace(self.rows[skill_id].skill, pinned=pinned, update_time=now))
