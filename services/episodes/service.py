@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,7 +34,7 @@ from libs.common.validation import (
     seat_ref,
 )
 from libs.common.vector_path import VectorHalf
-from libs.common.vector_service import VectorRowService
+from libs.common.vector_service import AfterSearchReads, VectorRowService
 from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.episodes.domain import (
     COLLECTION_BASE,
@@ -131,32 +131,22 @@ def _names(values: Sequence[str], field: str) -> tuple[str, ...]:
 
 
 @dataclass
-class _SeatReads:
+class _SeatReads(AfterSearchReads[Episode, SearchReads]):
     """The vector half's reads of one seat's raw rows (of one outcome, when given) for one query
-    vector. The re-read of the index hits also reads the lexical half and counts the rows the
-    query's model cannot reach (one round trip for the three; when no hit is re-read, the count
-    reads the lexical half instead): ``read`` holds that answer for the search."""
+    vector; the read after the index search also brings the lexical half (``after.lexical``)."""
 
     store: EpisodeStore
     rows: RawRows
     vector: QueryVector
     query: str
     lexical_limit: int
-    read: SearchReads | None = None
 
     async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Episode, float]]:
         return await self.store.exact(self.rows, vector, model, limit)
 
-    async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Episode]:
-        return (await self._read(ids)).hits
-
-    async def unreachable(self, vector: QueryVector) -> int:
-        return (self.read or await self._read(())).unreachable
-
-    async def _read(self, ids: Sequence[uuid.UUID]) -> SearchReads:
+    async def read_after_search(self, ids: Sequence[uuid.UUID]) -> SearchReads:
         v = self.vector
-        self.read = await self.store.search_reads(self.rows, v.values, v.model, ids, self.query, self.lexical_limit)
-        return self.read
+        return await self.store.search_reads(self.rows, v.values, v.model, ids, self.query, self.lexical_limit)
 
 
 class EpisodeService(VectorRowService[S, EpisodesConfig]):
@@ -362,7 +352,7 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             hit.similarity = sim
         if lexical_query:
             # Read with the vector half's rows when there is a query vector, else alone.
-            lexical = reads.read.lexical if reads and reads.read else await self.store.lexical(raw, query, k_lex)
+            lexical = reads.after.lexical if reads and reads.after else await self.store.lexical(raw, query, k_lex)
             for ep, rank, lexical_sim in lexical:
                 # A word in common is not relatedness: a lexical hit whose meaning can be compared
                 # (its vector is of the query's model) is held to the same floor. One the fill has
