@@ -275,3 +275,81 @@ async def test_rows_written_while_the_index_was_down_are_indexed_by_the_fill_pas
         assert resp.vector_source == embedding_pb2.VECTOR_SOURCE_INDEX
         assert {h.episode.id for h in resp.hits} == {p.id for p in pending}
     await back.close()
+
+
+# The three statements a search ran after its index search before they were one (main 6abc384):
+# the oracle the one statement is held to.
+_SEPARATE = {
+    "hydrate": "SELECT id FROM episodes WHERE company = $1 AND seat = $2 AND kind = 'raw' AND id = ANY($3)",
+    "lexical": """
+        WITH q AS (
+            SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq
+            FROM unnest(tsvector_to_array(to_tsvector('english', $4))) AS lexeme)
+        SELECT e.id, ts_rank(e.tsv, q.tsq, 1) AS rank,
+               CASE WHEN $6::vector IS NOT NULL AND e.embedding IS NOT NULL AND e.embedding_model = $7
+                         AND e.embedding_dims = $8
+                    THEN 1 - (e.embedding <=> $6::vector) END AS similarity
+        FROM episodes e, q
+        WHERE e.company = $1 AND e.seat = $2 AND e.kind = 'raw' AND ($5::text IS NULL OR e.outcome = $5)
+          AND e.tsv @@ q.tsq
+        ORDER BY rank DESC, e.end_time DESC, e.id DESC LIMIT $3""",
+    "unreachable": """
+        SELECT count(*) FROM episodes
+        WHERE company = $1 AND seat = $2 AND kind = 'raw'
+          AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $3 OR embedding_dims IS DISTINCT FROM $4)
+          AND ($5::text IS NULL OR outcome = $5)""",
+}
+
+
+async def test_the_one_statement_reads_answer_exactly_as_the_separate_ones(episodes, local_embedder):
+    """The store's read after the index search (the hits' re-read, the lexical half, the unreachable
+    count in one statement) returns what the three statements it replaced returned, the lexical
+    half's order included, with the seat, kind, outcome and model rules of each."""
+    import uuid
+
+    import numpy as np
+
+    from services.episodes.domain import TurnOutcome
+    from services.episodes.ports import RawRows
+    from services.episodes.store import PostgresEpisodeStore
+
+    app, _, turns = episodes
+    rows = await turns.all()
+    theirs = await turns.all(seat="bob")
+    failed = await turns.add(
+        "Message from Ana: Slack message", "Rotate the staging keys", outcome=pb.TURN_OUTCOME_FAILED
+    )
+    no_vector = await turns.add("Message from Ana: email", "Rotate the database password again")
+    pool = app.infra.pool
+    await pool.execute(
+        "UPDATE episodes SET embedding = NULL, embedding_model = NULL, embedding_dims = NULL WHERE id = $1::uuid",
+        no_vector.id,
+    )
+    store = PostgresEpisodeStore(pool)
+    [vec] = await local_embedder.embed(["rotate the staging database credentials"])
+    want = [uuid.UUID(e.id) for e in (*rows.values(), failed, no_vector, *theirs.values())] + [uuid.uuid4()]
+    for outcome in (None, TurnOutcome.DONE, TurnOutcome.FAILED):
+        raw = RawRows("acme", "ana", outcome)
+        o = str(outcome) if outcome else None
+        for model, values in ((vec.model, vec.values), ("bogus-model", vec.values), (vec.model, np.ones(7))):
+            dims = int(values.shape[0])
+            for ids, query, k in ((want, "rotate database credentials", 3), ([], "staging nightly", 50), (want, "", 0)):
+                got = await store.search_reads(raw, values, model, ids, query, k)
+                hydrated = await pool.fetch(_SEPARATE["hydrate"], "acme", "ana", ids)
+                lexical = await pool.fetch(
+                    _SEPARATE["lexical"], "acme", "ana", k, query, o, values.astype(np.float32), model, dims
+                )
+                unreachable = await pool.fetchval(_SEPARATE["unreachable"], "acme", "ana", model, dims, o)
+                assert set(got.hits) == {r["id"] for r in hydrated} and all(e.id == i for i, e in got.hits.items())
+                assert [(e.id, r, s) for e, r, s in got.lexical] == [
+                    (
+                        r["id"],
+                        pytest.approx(r["rank"]),
+                        None if r["similarity"] is None else pytest.approx(r["similarity"]),
+                    )
+                    for r in lexical
+                ]
+                assert got.unreachable == unreachable
+    mine = await store.search_reads(RawRows("acme", "ana"), vec.values, vec.model, want, "x", 5)
+    assert set(mine.hits) == {uuid.UUID(e.id) for e in (*rows.values(), failed, no_vector)}
+    assert mine.unreachable == 1  # the row without a vector; the other seat's are not counted

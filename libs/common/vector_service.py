@@ -1,16 +1,20 @@
 """What the use cases of a seat's vector rows (diary notes, raw episodes) are built from, once: the
 same dependencies (store, embedder, index, clock, config, events, the relevance floors), wired the
-same way from the shared infrastructure, and the same steps of the vector path over them (embed a
-written row within the budget, index it, embed a query, search one seat's rows).
+same way from the shared infrastructure, the same steps of the vector path over them (embed a
+written row within the budget, index it, embed a query, search one seat's rows), and the same way
+of reading a search's rows once the index has answered (:class:`AfterSearchReads`: one statement).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar
+
+import numpy as np
 
 from libs.common import vector_path
 from libs.common.clock import Clock
@@ -24,9 +28,13 @@ from libs.common.vectorindex import IndexPoint, IndexUnavailable, VectorIndex, c
 if TYPE_CHECKING:
     from libs.common.infra import Infra
 
-__all__ = ["VectorRowService", "VectorRowWriter"]
+__all__ = ["AfterSearchReads", "SearchedRows", "VectorRowService", "VectorRowWriter"]
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
 
 class IndexedStore(Protocol):
     async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None:
@@ -41,9 +49,23 @@ class EmbedBudget(Protocol):
         ...
 
 
+class SearchedRows(Protocol[T_co]):
+    """What a search reads of its table once the index has answered, in one statement."""
+
+    @property
+    def hits(self) -> Mapping[uuid.UUID, T_co]:
+        """The index hits' rows still live and in scope (a stale point's id is simply absent)."""
+        ...
+
+    @property
+    def unreachable(self) -> int:
+        """Live rows of the scope with no vector of the query's model and width."""
+        ...
+
+
 S = TypeVar("S", bound=IndexedStore)
 C = TypeVar("C", bound=EmbedBudget)
-T = TypeVar("T")
+R = TypeVar("R", bound=SearchedRows[Any])
 W = TypeVar("W", bound=IndexedStore, covariant=True)
 """A writer's store, covariant: a writer over a store's deployment type serves as one over its port."""
 
@@ -171,3 +193,31 @@ class VectorRowService(VectorRowWriter[S], Generic[S, C]):
             floor=self.relevance.floor,
             unreachable=unreachable,
         )
+
+
+class AfterSearchReads(ABC, Generic[T, R]):
+    """One request's :class:`~libs.common.vector_path.RowReads` whose re-read of the index hits is
+    one statement that also counts the rows the query's model cannot reach (and reads whatever else
+    the search needs then: the episodes' lexical half), so the vector half costs one round trip
+    after the index search. When no hit is re-read (none ranked, or the exact scan answered), the
+    count asks the same statement with no ids. ``after`` holds its answer for the rest of the
+    request."""
+
+    after: R | None = None
+
+    @abstractmethod
+    async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[T, float]]:
+        """The exact scan (:meth:`~libs.common.vector_path.RowReads.exact`)."""
+
+    @abstractmethod
+    async def read_after_search(self, ids: Sequence[uuid.UUID]) -> R:
+        """The one statement: the rows of ``ids``, the unreachable count, and the rest."""
+
+    async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, T]:
+        self.after = await self.read_after_search(ids)
+        return self.after.hits
+
+    async def unreachable(self, vector: Vector) -> int:
+        if self.after is None:
+            self.after = await self.read_after_search(())
+        return self.after.unreachable

@@ -10,13 +10,13 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from services.diary.domain import Note, NoteTier
 
-__all__ = ["NoteListing", "NoteStore"]
+__all__ = ["NoteListing", "NoteStore", "VectorReads"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,14 @@ class NoteListing:
     seat: str
     now: datetime
     tier: NoteTier | None = None
+
+
+class VectorReads(NamedTuple):
+    """The vector half's read after the index search: the hits' live notes and the count of live
+    notes the query's model cannot reach."""
+
+    hits: dict[uuid.UUID, Note]
+    unreachable: int
 
 
 class NoteStore(Protocol):
@@ -61,7 +69,7 @@ class NoteStore(Protocol):
 
     async def hydrate_unreachable(
         self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, model: str, dims: int
-    ) -> tuple[dict[uuid.UUID, Note], int]:
+    ) -> VectorReads:
         """``hydrate`` and ``unreachable_by_vector`` at once (one round trip where the store can)."""
         ...
 

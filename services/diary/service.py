@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -30,7 +30,7 @@ from libs.common.validation import (
     seat_ref,
 )
 from libs.common.vector_path import QueryEmbedding, VectorHalf
-from libs.common.vector_service import VectorRowService
+from libs.common.vector_service import AfterSearchReads, VectorRowService
 from libs.common.vectorindex import NO_EXPIRY, IndexPoint, IndexUnavailable, collection_name
 from services.diary.domain import (
     COLLECTION_BASE,
@@ -44,7 +44,7 @@ from services.diary.domain import (
     Recall,
     fused_scores,
 )
-from services.diary.ports import NoteListing, NoteStore
+from services.diary.ports import NoteListing, NoteStore, VectorReads
 from services.diary.store import PostgresNoteStore
 
 __all__ = ["DiaryService", "index_point"]
@@ -73,32 +73,22 @@ def index_point(
 
 
 @dataclass
-class _SeatReads:
-    """The vector half's reads of one seat's live notes at ``now`` for one query vector. The re-read
-    of the index hits also counts the notes the query's model cannot reach (one round trip for
-    both; ``unreachable`` then answers from it)."""
+class _SeatReads(AfterSearchReads[Note, VectorReads]):
+    """The vector half's reads of one seat's live notes at ``now`` for one query vector."""
 
     store: NoteStore
     company: str
     seat: str
     now: datetime
     vector: QueryVector
-    counted: int | None = None
 
     async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Note, float]]:
         return await self.store.exact(self.company, self.seat, self.now, vector, model, limit)
 
-    async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Note]:
-        rows, self.counted = await self.store.hydrate_unreachable(
-            self.company, self.seat, ids, self.now, self.vector.model, int(self.vector.values.shape[0])
-        )
-        return rows
-
-    async def unreachable(self, vector: QueryVector) -> int:
-        if self.counted is not None:
-            return self.counted
-        return await self.store.unreachable_by_vector(
-            self.company, self.seat, self.now, vector.model, int(vector.values.shape[0])
+    async def read_after_search(self, ids: Sequence[uuid.UUID]) -> VectorReads:
+        v = self.vector
+        return await self.store.hydrate_unreachable(
+            self.company, self.seat, ids, self.now, v.model, int(v.values.shape[0])
         )
 
 

@@ -17,7 +17,7 @@ from pgvector import Vector
 from libs.common.coalescer import Coalescer
 from libs.common.rows import RowReader
 from services.diary.domain import Note, NoteSource, NoteTier
-from services.diary.ports import NoteListing
+from services.diary.ports import NoteListing, VectorReads
 
 __all__ = ["PostgresNoteStore"]
 
@@ -275,11 +275,11 @@ class PostgresNoteStore:
 
     async def hydrate_unreachable(
         self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, model: str, dims: int
-    ) -> tuple[dict[uuid.UUID, Note], int]:
+    ) -> VectorReads:
         """``hydrate(ids)`` and ``unreachable_by_vector(model, dims)`` in one statement."""
         rows = await self.pool.fetch(SQL["hydrate_unreachable"], company, seat, now, list(ids), model, dims)
         unreachable = int(rows[0]["unreachable"]) if rows else 0
-        return {r["id"]: _note(r) for r in rows if r["id"] is not None}, unreachable
+        return VectorReads({r["id"]: _note(r) for r in rows if r["id"] is not None}, unreachable)
 
     async def neighbours(
         self, company: str, seat: str, now: datetime, anchors: Sequence[Note], radius: int = 1

@@ -18,7 +18,7 @@ import numpy as np
 
 from services.episodes.domain import Episode, EpisodeFilter, TurnOutcome
 
-__all__ = ["EpisodeStore", "RawRows"]
+__all__ = ["EpisodeStore", "RawRows", "SearchReads"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,19 @@ class RawRows:
     company: str
     seat: str
     outcome: TurnOutcome | None = None
+
+
+@dataclass(frozen=True)
+class SearchReads:
+    """What a search reads of the table once its index search has answered (one read): the vector
+    half's hits re-read, the lexical half, and the count of rows the query's model cannot reach."""
+
+    hits: dict[uuid.UUID, Episode]
+    """The raw rows of the index hits' ids (a stale point's id is simply absent)."""
+    lexical: list[tuple[Episode, float, float | None]]
+    """As :meth:`EpisodeStore.lexical`, each hit's cosine to the query vector where comparable."""
+    unreachable: int
+    """Rows with no vector of the query's model and width."""
 
 
 class EpisodeStore(Protocol):
@@ -59,23 +72,21 @@ class EpisodeStore(Protocol):
         """The row of this run id, or of the row it was collapsed into."""
         ...
 
-    async def hydrate_raw(self, company: str, seat: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Episode]:
-        """The raw rows of these ids (a stale index point's id is simply absent)."""
+    async def lexical(self, rows: RawRows, query: str, limit: int) -> list[tuple[Episode, float, float | None]]:
+        """``rows`` sharing words with ``query``, best first: (row, rank, None) — the search with no
+        query vector (with one, :meth:`search_reads` reads the lexical half)."""
         ...
 
-    async def lexical(
-        self, rows: RawRows, query: str, limit: int, vector: np.ndarray | None = None, model: str | None = None
-    ) -> list[tuple[Episode, float, float | None]]:
-        """``rows`` sharing words with ``query``: (row, rank, cosine to ``vector`` when the row has
-        a vector of ``model``, else None)."""
+    async def search_reads(
+        self, rows: RawRows, vector: np.ndarray, model: str, ids: Sequence[uuid.UUID], query: str, lexical_limit: int
+    ) -> SearchReads:
+        """In one read: the raw rows of ``ids``; the top ``lexical_limit`` of ``rows`` sharing words
+        with ``query``, each with its cosine to ``vector`` when its vector is of ``model`` and the
+        same width (else None); ``rows`` with no vector of ``model`` and that width."""
         ...
 
     async def exact(self, rows: RawRows, vector: np.ndarray, model: str, limit: int) -> list[tuple[Episode, float]]:
         """The exact scan: ``rows`` with a vector of ``model`` by cosine, best first."""
-        ...
-
-    async def unreachable_by_vector(self, rows: RawRows, model: str, dims: int) -> int:
-        """``rows`` with no vector of ``model`` and width ``dims``."""
         ...
 
     async def count(self, company: str, seat: str, f: EpisodeFilter) -> int: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,7 +34,7 @@ from libs.common.validation import (
     seat_ref,
 )
 from libs.common.vector_path import VectorHalf
-from libs.common.vector_service import VectorRowService
+from libs.common.vector_service import AfterSearchReads, VectorRowService
 from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.episodes.domain import (
     COLLECTION_BASE,
@@ -56,7 +56,7 @@ from services.episodes.domain import (
     label_names_run_id,
     vector_text,
 )
-from services.episodes.ports import EpisodeStore, RawRows
+from services.episodes.ports import EpisodeStore, RawRows, SearchReads
 from services.episodes.store import Dropped, PostgresEpisodeStore
 
 __all__ = ["EpisodeService", "Recorded", "TurnRecord", "drop_points", "index_point"]
@@ -130,21 +130,23 @@ def _names(values: Sequence[str], field: str) -> tuple[str, ...]:
     return tuple(values)
 
 
-@dataclass(frozen=True)
-class _SeatReads:
-    """The vector half's reads of one seat's raw rows (of one outcome, when given)."""
+@dataclass
+class _SeatReads(AfterSearchReads[Episode, SearchReads]):
+    """The vector half's reads of one seat's raw rows (of one outcome, when given) for one query
+    vector; the read after the index search also brings the lexical half (``after.lexical``)."""
 
     store: EpisodeStore
     rows: RawRows
+    vector: QueryVector
+    query: str
+    lexical_limit: int
 
     async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[Episode, float]]:
         return await self.store.exact(self.rows, vector, model, limit)
 
-    async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, Episode]:
-        return await self.store.hydrate_raw(self.rows.company, self.rows.seat, ids)
-
-    async def unreachable(self, vector: QueryVector) -> int:
-        return await self.store.unreachable_by_vector(self.rows, vector.model, int(vector.values.shape[0]))
+    async def read_after_search(self, ids: Sequence[uuid.UUID]) -> SearchReads:
+        v = self.vector
+        return await self.store.search_reads(self.rows, v.values, v.model, ids, self.query, self.lexical_limit)
 
 
 class EpisodeService(VectorRowService[S, EpisodesConfig]):
@@ -321,37 +323,36 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         raw = RawRows(company, seat, outcome)
 
         embedded = await self.embed_query(query, query_vector)
-        vector = embedded.vector
         labels = {"kind": str(EpisodeKind.RAW)}
         if outcome is not None:
             labels["outcome"] = str(outcome)
-        # The relevance floor of the query's model: a hit below it is not related (its top-K place
-        # is only the least unlike of unrelated rows), so it is not a hit at all — the seat is not
-        # shown an unrelated turn as similar, and an empty answer can say "this is new work".
-        reads = _SeatReads(self.store, raw)
-        half: VectorHalf[Episode] = await self.seat_half(
-            embedded,
-            reads,
-            company=company,
-            seat=seat,
-            now=self.clock.now().timestamp(),
-            limit=k_vec,
-            labels=labels,
-            unreachable=reads.unreachable,
-        )
+        lexical_query = query if k_lex and query.strip() else ""
+        half: VectorHalf[Episode] = VectorHalf(embedded.status)
+        reads = None
+        if embedded.vector is not None:
+            reads = _SeatReads(self.store, raw, embedded.vector, lexical_query, k_lex if lexical_query else 0)
+            # The relevance floor of the query's model: a hit below it is not related (its top-K
+            # place is only the least unlike of unrelated rows), so it is not a hit at all — the
+            # seat is not shown an unrelated turn as similar, and an empty answer can say "this is
+            # new work".
+            half = await self.seat_half(
+                embedded,
+                reads,
+                company=company,
+                seat=seat,
+                now=self.clock.now().timestamp(),
+                limit=k_vec,
+                labels=labels,
+                unreachable=reads.unreachable,
+            )
         floor = half.floor
         for ep, sim in half.hits:
             hit = hits.setdefault(ep.id, Hit(ep))
             hit.found_by.add("vector")
             hit.similarity = sim
-        if k_lex and query.strip():
-            lexical = await self.store.lexical(
-                raw,
-                query,
-                k_lex,
-                vector.values if vector is not None else None,
-                vector.model if vector is not None else None,
-            )
+        if lexical_query:
+            # Read with the vector half's rows when there is a query vector, else alone.
+            lexical = reads.after.lexical if reads and reads.after else await self.store.lexical(raw, query, k_lex)
             for ep, rank, lexical_sim in lexical:
                 # A word in common is not relatedness: a lexical hit whose meaning can be compared
                 # (its vector is of the query's model) is held to the same floor. One the fill has

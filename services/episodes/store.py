@@ -19,7 +19,7 @@ import numpy as np
 
 from libs.common.rows import RowReader
 from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, TurnOutcome
-from services.episodes.ports import RawRows
+from services.episodes.ports import RawRows, SearchReads
 
 __all__ = ["SQL", "Dropped", "PostgresEpisodeStore"]
 
@@ -35,6 +35,25 @@ _FILTER = """($3::text IS NULL OR kind = $3) AND (cardinality($4::text[]) = 0 OR
              AND (NOT $7::boolean OR exemplar_of IS NULL)"""
 # Rows the vector half cannot reach: no vector of the query's model and width.
 _UNREACHABLE = "(embedding IS NULL OR embedding_model IS DISTINCT FROM $3 OR embedding_dims IS DISTINCT FROM $4)"
+# The parameters of a search's reads (SQL["lexical"], SQL["search_reads"]): $1 company, $2 seat,
+# $3 the query vector's model, $4 its width, $5 the outcome (NULL: every outcome), $6 the query
+# vector (NULL: none), $7 the query, $8 the lexical K, $9 the index hits' ids.
+# The lexical half (the diary's): the query's own English lexemes OR-ed together, ranked by cover
+# density, length-normalised; raw rows only. With a query vector each hit also says how similar it
+# is in meaning, where its own vector is of the query's model and width (NULL otherwise): the
+# relevance floor applies to it as to a vector hit.
+_LEXICAL_CTES = f"""q AS (
+            SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq
+            FROM unnest(tsvector_to_array(to_tsvector('english', $7::text))) AS lexeme),
+        lex AS (
+            SELECT {_COLUMNS}, ts_rank(e.tsv, q.tsq, 1) AS rank,
+                   CASE WHEN $6::vector IS NOT NULL AND e.embedding IS NOT NULL AND e.embedding_model = $3::text
+                             AND e.embedding_dims = $4::int
+                        THEN 1 - (e.embedding <=> $6::vector) END AS similarity
+            FROM episodes e, q
+            WHERE e.company = $1 AND e.seat = $2 AND e.kind = 'raw' AND ($5::text IS NULL OR e.outcome = $5)
+              AND e.tsv @@ q.tsq
+            ORDER BY rank DESC, e.end_time DESC, e.id DESC LIMIT $8)"""
 # A row a fold may take: old enough, settled, called a tool, not a summary's exemplar, not absorbed
 # by a skill ($3 is the compaction horizon).
 _FOLDABLE = """kind = 'raw' AND end_time < $3 AND exemplar_of IS NULL AND consolidated_into_skill_id IS NULL
@@ -68,23 +87,25 @@ SQL = {
     "alias_run": """
         INSERT INTO episode_runs (company, seat, turn_id, episode_id, record_time) VALUES ($1, $2, $3, $4, $5)
         ON CONFLICT (company, seat, turn_id) DO NOTHING""",
-    "hydrate_raw": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND kind = 'raw' AND id = ANY($3)",
-    # The lexical half (the diary's): the query's own English lexemes OR-ed together, ranked by
-    # cover density, length-normalised; raw rows only. With a query vector ($6, of model $7 and
-    # width $8) each hit also says how similar it is in meaning, where its own vector is of that
-    # model (NULL otherwise): the relevance floor applies to it as to a vector hit.
-    "lexical": f"""
-        WITH q AS (
-            SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq
-            FROM unnest(tsvector_to_array(to_tsvector('english', $4))) AS lexeme)
-        SELECT {_COLUMNS}, ts_rank(e.tsv, q.tsq, 1) AS rank,
-               CASE WHEN $6::vector IS NOT NULL AND e.embedding IS NOT NULL AND e.embedding_model = $7
-                         AND e.embedding_dims = $8
-                    THEN 1 - (e.embedding <=> $6::vector) END AS similarity
-        FROM episodes e, q
-        WHERE e.company = $1 AND e.seat = $2 AND e.kind = 'raw' AND ($5::text IS NULL OR e.outcome = $5)
-          AND e.tsv @@ q.tsq
-        ORDER BY rank DESC, e.end_time DESC, e.id DESC LIMIT $3""",
+    # The lexical half (the standalone statement: a search with no query vector).
+    "lexical": f"WITH {_LEXICAL_CTES} SELECT * FROM lex",
+    # A search's reads after the index search, in one statement (one round trip instead of three):
+    # the vector half's re-read of its hits ($9, raw rows only: a stale point's id is simply
+    # absent), the lexical half (above; $8 = 0 reads none) and the count of the rows the query's
+    # model cannot reach. The count is on every row; the LEFT JOIN keeps one row (with a NULL id)
+    # when there is neither a hit nor a lexical match. Ordered here, so the lexical rows come back
+    # in the lexical statement's order.
+    "search_reads": f"""
+        WITH {_LEXICAL_CTES}
+        SELECT u.unreachable, x.* FROM (
+            SELECT count(*) AS unreachable FROM episodes
+            WHERE {_SEAT} AND kind = 'raw' AND {_UNREACHABLE} AND ($5::text IS NULL OR outcome = $5)) AS u
+        LEFT JOIN LATERAL (
+            SELECT 'vector' AS half, {_COLUMNS}, 0::float4 AS rank, NULL::float8 AS similarity
+            FROM episodes WHERE {_SEAT} AND kind = 'raw' AND id = ANY($9::uuid[])
+            UNION ALL
+            SELECT 'lexical' AS half, lex.* FROM lex) AS x ON true
+        ORDER BY x.half, x.rank DESC, x.end_time DESC, x.id DESC""",
     # The exact per-seat scan that answers when the index cannot: raw rows of the query's model.
     "exact": f"""
         SELECT {_COLUMNS}, 1 - (embedding <=> $4) AS similarity
@@ -92,9 +113,6 @@ SQL = {
         WHERE {_SEAT} AND kind = 'raw' AND embedding IS NOT NULL AND embedding_model = $5 AND embedding_dims = $6
           AND ($7::text IS NULL OR outcome = $7)
         ORDER BY embedding <=> $4 LIMIT $3""",
-    "unreachable": f"""
-        SELECT count(*) FROM episodes
-        WHERE {_SEAT} AND kind = 'raw' AND {_UNREACHABLE} AND ($5::text IS NULL OR outcome = $5)""",
     "count": f"SELECT count(*) FROM episodes WHERE {_SEAT} AND {_FILTER}",
     "page": f"""
         SELECT {_COLUMNS} FROM episodes
@@ -312,30 +330,37 @@ class PostgresEpisodeStore:
         row = await self.pool.fetchrow(SQL["get_by_turn"], company, seat, turn_id)
         return episode_of(row) if row else None
 
-    async def hydrate_raw(self, company: str, seat: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Episode]:
-        rows = await self.pool.fetch(SQL["hydrate_raw"], company, seat, list(ids))
-        return {r["id"]: episode_of(r) for r in rows}
-
-    async def lexical(
-        self, rows: RawRows, query: str, limit: int, vector: np.ndarray | None = None, model: str | None = None
-    ) -> list[tuple[Episode, float, float | None]]:
-        """Lexical hits: (row, rank, cosine similarity to ``vector`` where the row has a vector of
-        ``model`` and its width, else None)."""
+    async def lexical(self, rows: RawRows, query: str, limit: int) -> list[tuple[Episode, float, float | None]]:
+        """The lexical half alone (no query vector: each hit's similarity is None)."""
         found = await self.pool.fetch(
-            SQL["lexical"],
+            SQL["lexical"], rows.company, rows.seat, None, None, _outcome_arg(rows), None, query, limit
+        )
+        return [(episode_of(r), float(r["rank"]), None) for r in found]
+
+    async def search_reads(
+        self, rows: RawRows, vector: np.ndarray, model: str, ids: Sequence[uuid.UUID], query: str, lexical_limit: int
+    ) -> SearchReads:
+        found = await self.pool.fetch(
+            SQL["search_reads"],
             rows.company,
             rows.seat,
-            limit,
-            query,
-            _outcome_arg(rows),
-            None if vector is None else vector.astype(np.float32),
             model,
-            None if vector is None else int(vector.shape[0]),
+            int(vector.shape[0]),
+            _outcome_arg(rows),
+            vector.astype(np.float32),
+            query,
+            lexical_limit,
+            list(ids),
         )
-        return [
-            (episode_of(r), float(r["rank"]), None if r["similarity"] is None else float(r["similarity"]))
-            for r in found
-        ]
+        hits: dict[uuid.UUID, Episode] = {}
+        lexical: list[tuple[Episode, float, float | None]] = []
+        for r in found:
+            if r["half"] == "vector":
+                hits[r["id"]] = episode_of(r)
+            elif r["half"] == "lexical":
+                similarity = r["similarity"]
+                lexical.append((episode_of(r), float(r["rank"]), None if similarity is None else float(similarity)))
+        return SearchReads(hits, lexical, int(found[0]["unreachable"]) if found else 0)
 
     async def exact(self, rows: RawRows, vector: np.ndarray, model: str, limit: int) -> list[tuple[Episode, float]]:
         found = await self.pool.fetch(
@@ -349,11 +374,6 @@ class PostgresEpisodeStore:
             _outcome_arg(rows),
         )
         return [(episode_of(r), float(r["similarity"])) for r in found]
-
-    async def unreachable_by_vector(self, rows: RawRows, model: str, dims: int) -> int:
-        return int(
-            await self.pool.fetchval(SQL["unreachable"], rows.company, rows.seat, model, dims, _outcome_arg(rows))
-        )
 
     async def count(self, company: str, seat: str, f: EpisodeFilter) -> int:
         return int(await self.pool.fetchval(SQL["count"], company, seat, *_filter_args(f)))

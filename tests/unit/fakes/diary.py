@@ -15,7 +15,7 @@ from datetime import datetime
 import numpy as np
 
 from services.diary.domain import Note
-from services.diary.ports import NoteListing
+from services.diary.ports import NoteListing, VectorReads
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
 __all__ = ["MemoryNoteStore"]
@@ -92,9 +92,10 @@ class MemoryNoteStore:
 
     async def hydrate_unreachable(
         self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, model: str, dims: int
-    ) -> tuple[dict[uuid.UUID, Note], int]:
-        return await self.hydrate(company, seat, ids, now), await self.unreachable_by_vector(
-            company, seat, now, model, dims
+    ) -> VectorReads:
+        return VectorReads(
+            await self.hydrate(company, seat, ids, now),
+            await self.unreachable_by_vector(company, seat, now, model, dims),
         )
 
     async def neighbours(

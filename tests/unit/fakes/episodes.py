@@ -15,7 +15,7 @@ from datetime import datetime
 import numpy as np
 
 from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind
-from services.episodes.ports import RawRows
+from services.episodes.ports import RawRows, SearchReads
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
 __all__ = ["MemoryEpisodeStore"]
@@ -97,10 +97,6 @@ class MemoryEpisodeStore:
         aliased = self.runs.get((company, seat, turn_id))
         return await self.get(company, seat, aliased) if aliased else None
 
-    async def hydrate_raw(self, company: str, seat: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Episode]:
-        wanted = set(ids)
-        return {r.episode.id: r.episode for r in self._seat(company, seat, raw=True) if r.episode.id in wanted}
-
     def _of(self, rows: RawRows) -> list[_Row]:
         return [
             r
@@ -108,8 +104,28 @@ class MemoryEpisodeStore:
             if rows.outcome is None or r.episode.outcome is rows.outcome
         ]
 
-    async def lexical(
-        self, rows: RawRows, query: str, limit: int, vector: np.ndarray | None = None, model: str | None = None
+    async def lexical(self, rows: RawRows, query: str, limit: int) -> list[tuple[Episode, float, float | None]]:
+        return self._lexical(rows, query, limit, None, None)
+
+    async def search_reads(
+        self, rows: RawRows, vector: np.ndarray, model: str, ids: Sequence[uuid.UUID], query: str, lexical_limit: int
+    ) -> SearchReads:
+        wanted = set(ids)
+        of = self._of(rows)
+        return SearchReads(
+            hits={
+                r.episode.id: r.episode for r in self._seat(rows.company, rows.seat, raw=True) if r.episode.id in wanted
+            },
+            lexical=self._lexical(rows, query, lexical_limit, vector, model),
+            unreachable=sum(
+                1
+                for r in of
+                if r.vector is None or r.episode.embedding_model != model or r.episode.embedding_dims != vector.shape[0]
+            ),
+        )
+
+    def _lexical(
+        self, rows: RawRows, query: str, limit: int, vector: np.ndarray | None, model: str | None
     ) -> list[tuple[Episode, float, float | None]]:
         ranked = idf_ranked(self._of(rows), lambda r: r.episode.text, query)
         ranked.sort(key=lambda p: (-p[1], -p[0].episode.end_time.timestamp()))
@@ -129,13 +145,6 @@ class MemoryEpisodeStore:
         ]
         scored.sort(key=lambda p: -p[1])
         return scored[:limit]
-
-    async def unreachable_by_vector(self, rows: RawRows, model: str, dims: int) -> int:
-        return sum(
-            1
-            for r in self._of(rows)
-            if r.vector is None or r.episode.embedding_model != model or r.episode.embedding_dims != dims
-        )
 
     def _filtered(self, company: str, seat: str, f: EpisodeFilter) -> list[Episode]:
         return [
