@@ -57,8 +57,6 @@ def test_only_pending_modules_are_relaxed() -> None:
     ours = {m for m in relaxed if m.startswith(("libs.", "services."))}
     assert ours == relaxed, f"only our modules are relaxed: {sorted(relaxed - ours)}"
     outside = sorted(
-        m
-        for m in ours
-        if not (_pending(m.replace(".", "/") + ".py") or _pending(m.replace(".", "/") + "/__init__.py"))
+        m for m in ours if not (_pending(m.replace(".", "/") + ".py") or _pending(m.replace(".", "/") + "/__init__.py"))
     )
     assert not outside, f"relaxed in pyproject.toml but not pending another change: {outside}"
