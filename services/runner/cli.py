@@ -166,15 +166,26 @@ def opened(infra: Infra) -> str:
     return f"embedder={state} imported(onnxruntime,openai)={imported}"
 
 
+# The young generation's collection threshold once start-up is over (Python's default is 700).
+# After the freeze a collection walks only what requests made; a request's objects mostly die by
+# reference count within it, so a young collection every 700 container allocations (dozens a turn
+# start) mostly walks objects about to go anyway. A larger young generation collects the same
+# cycles a few times a turn start rather than dozens (docs/perf/after.md, wip/loop wave 10).
+GC_YOUNG_THRESHOLD = 10_000
+
+
 def _settled(*, collect: bool = True) -> None:
     """Start-up is over: what exists now lives as long as the process, so the cyclic GC stops
-    walking it (a collection's cost is a tail latency on a server; docs/perf/analysis.md §4 #10).
-    A long-lived process first collects start-up's garbage; a one-shot pass does not bother. A
-    pass process starts with the collector off (``services.runner.__main__``): it is on again from
-    here, for the pass's own work."""
+    walking it (a collection's cost is a tail latency on a server; docs/perf/analysis.md §4 #10),
+    and collects the young generation less often (:data:`GC_YOUNG_THRESHOLD`). A long-lived
+    process first collects start-up's garbage; a one-shot pass does not bother. A pass process
+    starts with the collector off (``services.runner.__main__``): it is on again from here, for
+    the pass's own work."""
     if collect:
         gc.collect()
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
     gc.enable()
 
 
