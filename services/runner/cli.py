@@ -167,10 +167,11 @@ def opened(infra: Infra) -> str:
 
 
 # The young generation's collection threshold once start-up is over (Python's default is 700).
-# After the freeze a collection walks only what requests made; a request's objects mostly die by
-# reference count within it, so a young collection every 700 container allocations (dozens a turn
-# start) mostly walks objects about to go anyway. A larger young generation collects the same
-# cycles a few times a turn start rather than dozens (docs/perf/after.md, wip/loop wave 10).
+# After the freeze a collection walks only what requests made. At 700 a turn start paid about one
+# young collection, every tenth an older one too (~2 ms of CPU a call, measured with gc.callbacks);
+# at 10,000 one young collection every ~25 calls finds the same cycles (~0.5 ms a call); the cost
+# is at most that many more container objects alive a little longer (docs/perf/after.md, wip/loop
+# wave 10).
 GC_YOUNG_THRESHOLD = 10_000
 
 
