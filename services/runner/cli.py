@@ -166,15 +166,27 @@ def opened(infra: Infra) -> str:
     return f"embedder={state} imported(onnxruntime,openai)={imported}"
 
 
+# The young generation's collection threshold once start-up is over (Python's default is 700).
+# After the freeze a collection walks only what requests made. At 700 a turn start paid about one
+# young collection, every tenth an older one too (~2 ms of CPU a call, measured with gc.callbacks);
+# at 10,000 one young collection every ~25 calls finds the same cycles (~0.5 ms a call); the cost
+# is at most that many more container objects alive a little longer (docs/perf/after.md, wip/loop
+# wave 10).
+GC_YOUNG_THRESHOLD = 10_000
+
+
 def _settled(*, collect: bool = True) -> None:
     """Start-up is over: what exists now lives as long as the process, so the cyclic GC stops
-    walking it (a collection's cost is a tail latency on a server; docs/perf/analysis.md §4 #10).
-    A long-lived process first collects start-up's garbage; a one-shot pass does not bother. A
-    pass process starts with the collector off (``services.runner.__main__``): it is on again from
-    here, for the pass's own work."""
+    walking it (a collection's cost is a tail latency on a server; docs/perf/analysis.md §4 #10),
+    and collects the young generation less often (:data:`GC_YOUNG_THRESHOLD`). A long-lived
+    process first collects start-up's garbage; a one-shot pass does not bother. A pass process
+    starts with the collector off (``services.runner.__main__``): it is on again from here, for
+    the pass's own work."""
     if collect:
         gc.collect()
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
     gc.enable()
 
 
