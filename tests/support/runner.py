@@ -107,8 +107,11 @@ async def start(
         **kwargs,
     )
     assert proc.stdout is not None
-    async with asyncio.timeout(timeout):
-        line = (await proc.stdout.readline()).decode()
+    try:
+        async with asyncio.timeout(timeout):
+            line = (await proc.stdout.readline()).decode()
+    except TimeoutError:
+        line = f"(no ready line within {timeout:g} s)"  # the process is stopped below, not left running
     if not line.startswith(ready):
         proc.kill()
         await proc.wait()
