@@ -331,6 +331,20 @@ async def serve_loop(port: int, exporters: list) -> None:  # type: ignore[type-a
         elif line.startswith("census"):
             n = int(line.split()[1])
             print("JSON " + json.dumps(span_census(exporters[0], n) if exporters else {}), flush=True)
+        elif line == "cprofile start":
+            # cProfile on the event loop's thread only (the model's and the index's threads are
+            # counted apart by their CPU): exact call counts and self time of the loop's Python.
+            import cProfile
+
+            profiler = cProfile.Profile()
+            loop_cpu = time.thread_time()
+            profiler.enable()
+            print("OK", flush=True)
+        elif line.startswith("cprofile stop"):
+            profiler.disable()
+            loop_cpu = time.thread_time() - loop_cpu
+            profiler.dump_stats(line.split(maxsplit=2)[2])
+            print("JSON " + json.dumps({"loop_thread_cpu_s": loop_cpu}), flush=True)
 
 
 def onnx_session(threads: int, *, spinning: bool):  # type: ignore[no-untyped-def]
@@ -436,6 +450,22 @@ def ab_line(on: list[float], off: list[float]) -> str:
 
 def loadavg() -> str:
     return Path("/proc/loadavg").read_text().strip()
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float, float]]:
+    """{thread id: (its name, user seconds, system seconds)} of a process's threads."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # the thread ended
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        name = "event loop (main thread)" if int(task.name) == pid else re.sub(r"[-_]?\d+$", "", name)
+        out[int(task.name)] = (name, int(fields[11]) / tick, int(fields[12]) / tick)
+    return out
 
 
 def cpu_seconds(pid: int) -> float:
@@ -546,6 +576,43 @@ async def profile_prefetch(args: argparse.Namespace) -> None:
                 *closing_lines("BuildTurnContext", lag_line, census, ab),
             ],
         )
+
+
+async def cprofile_prefetch(args: argparse.Namespace) -> None:
+    """BuildTurnContext under cProfile (the server's event-loop thread): ``--calls`` calls from
+    one caller after 30 warm-ups; writes ``<out>.pstats`` and prints the top functions by self time
+    and by call count per request, the loop thread's CPU a call and the whole process's."""
+    import pstats
+
+    from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
+
+    pf = bench_module("prefetch")
+    srv = ServerProc("prefetch", args)
+    request = prefetch_requests(pf, args.seats, "c")
+    async with served([srv], pb_grpc.PrefetchServiceStub) as (stub,):
+        for i in range(30):
+            await stub.BuildTurnContext(request(-1 - i))
+        assert srv.proc is not None
+        cpu0, threads0 = cpu_seconds(srv.proc.pid), thread_cpu(srv.proc.pid)
+        for i in range(args.calls):  # unprofiled: the process's CPU a call, and each thread's
+            await stub.BuildTurnContext(request(i))
+        cpu_ms = (cpu_seconds(srv.proc.pid) - cpu0) * 1000 / args.calls
+        threads1 = thread_cpu(srv.proc.pid)
+        per_thread: Counter[str] = Counter()
+        for tid, (name, user, system) in threads1.items():
+            before = threads0.get(tid, (name, 0.0, 0.0))
+            per_thread[f"{name} user"] += (user - before[1]) * 1000 / args.calls
+            per_thread[f"{name} system"] += (system - before[2]) * 1000 / args.calls
+        shares = ", ".join(f"{k} {v:.1f}" for k, v in per_thread.most_common() if v >= 0.05)
+        print(f"unprofiled CPU a call by thread (ms): {shares}")
+        await srv.ask("cprofile start")
+        for i in range(args.calls):
+            await stub.BuildTurnContext(request(10**6 + i))
+        loop = await srv.ask(f"cprofile stop {args.out.with_suffix('.pstats')}")
+    print(f"unprofiled: server process CPU {cpu_ms:.1f} ms a call (all threads); profiled: {loop}")
+    stats = pstats.Stats(str(args.out.with_suffix(".pstats")))
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("ncalls").print_stats(30)
 
 
 async def onnx_ab(args: argparse.Namespace) -> None:
@@ -752,7 +819,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "scenario",
-        choices=["prefetch", "diary", "reflector", "onnx-ab", "writenote-ab", "serve-prefetch", "serve-diary"],
+        choices=[
+            "prefetch",
+            "diary",
+            "reflector",
+            "onnx-ab",
+            "writenote-ab",
+            "prefetch-cprofile",
+            "serve-prefetch",
+            "serve-diary",
+        ],
     )
     ap.add_argument("--onnx-threads", type=int, default=0, help="serve-*: replace the ONNX session")
     ap.add_argument("--gc-freeze", action="store_true", help="serve-prefetch: gc.freeze() after loading")
@@ -762,6 +838,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="output stem: <out>.svg and <out>.txt")
     ap.add_argument("--tracing", choices=["on", "off"], default="on")
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--calls", type=int, default=200, help="prefetch-cprofile: calls profiled")
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     ap.add_argument("--no-native", dest="native", action="store_false")
     ap.add_argument("--seats", type=int, default=100)
@@ -783,6 +860,7 @@ def main() -> int:
         "reflector": profile_reflector,
         "onnx-ab": onnx_ab,
         "writenote-ab": writenote_ab,
+        "prefetch-cprofile": cprofile_prefetch,
     }[args.scenario]
     asyncio.run(run(args))
     return 0
