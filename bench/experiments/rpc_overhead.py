@@ -29,7 +29,7 @@ in isolation (measurement only, issue 14).
 Reports microseconds per call: the fastest of 10 windows (the least disturbed by the other work on
 a shared machine) and their median.
 
-    .venv/bin/python bench/experiments/rpc_overhead.py --ab /tmp/base-tree [--rounds 5]
+    .venv/bin/python bench/experiments/rpc_overhead.py --ab /tmp/base-tree [--rounds 5] [--in-process]
 
 A/B: runs the whole measurement in a fresh process per tree — this script's own code, importing
 ``libs``/``services``/``agentlearn`` from the tree measured (``--tree``) — alternating the trees'
@@ -176,6 +176,27 @@ async def parts(calls: int) -> list[tuple[str, tuple[float, float]]]:
     ]  # fmt: skip
 
 
+async def in_process_only(calls: int) -> list[tuple[str, tuple[float, float]]]:
+    """``--in-process``: the in-process rows and their parts alone, and a control row whose code
+    is the same in every tree (its ratio in an A/B is the noise)."""
+    from libs.common import telemetry
+    from libs.common.config import TelemetryConfig
+
+    out = await parts(calls)
+    local = await InProcess().start()
+    out.append(await local.row("in-process call, no provider [CPU]", calls))
+    telemetry.configure_metrics(TelemetryConfig())
+    out.append(await local.row("in-process call, MeterProvider installed [CPU]", calls))
+    telemetry.configure_tracing(TelemetryConfig())
+    out.append(await local.row("in-process call, TracerProvider installed (./run up) [CPU]", calls))
+    await local.stop()
+    blob = prof_pb.GetProfilesRequest(company="acme", observer="seat-1", subjects=[REQ.subjects[0]] * 50)
+    data = blob.SerializeToString()
+    out.append(("control (same code both trees): parse a 50-subject GetProfilesRequest [CPU]",
+                sync_us(lambda: prof_pb.GetProfilesRequest.FromString(data), calls, CPU)))  # fmt: skip
+    return out
+
+
 async def hops(calls: int) -> list[tuple[str, tuple[float, float]]]:
     from libs.common.channels import ServiceChannels
     from libs.common.config import ServiceAddresses
@@ -289,16 +310,16 @@ def _load() -> str:
     return f"load {Path('/proc/loadavg').read_text().split()[:3]} (2 shared cores)"
 
 
-def ab(base: Path, rounds: int, calls: int) -> int:
+def ab(base: Path, rounds: int, calls: int, extra: list[str]) -> int:
     """Both trees, ``rounds`` fresh processes each, interleaved (the order alternates)."""
     trees = {"base": base.resolve(), "this": TREE}
     runs: dict[str, list[dict[str, list[float]]]] = {"base": [], "this": []}
     print(_load())
-    print(f"base {trees['base']}\nthis {trees['this']}\nrounds {rounds}, calls {calls}", flush=True)
+    print(f"base {trees['base']}\nthis {trees['this']}\nrounds {rounds}, calls {calls} {' '.join(extra)}", flush=True)
     for r in range(rounds):
         for name in ("base", "this") if r % 2 == 0 else ("this", "base"):
             done = subprocess.run(
-                [sys.executable, __file__, "--tree", str(trees[name]), "--calls", str(calls), "--json"],
+                [sys.executable, __file__, "--tree", str(trees[name]), "--calls", str(calls), "--json", *extra],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -322,20 +343,27 @@ async def main() -> int:
     ap.add_argument("--json", action="store_true", help="also print the rows as one JSON line (for --ab)")
     ap.add_argument("--ab", type=Path, metavar="BASE_TREE", help="A/B this tree against BASE_TREE, interleaved")
     ap.add_argument("--rounds", type=int, default=5, help="--ab: processes per tree")
+    ap.add_argument("--in-process", action="store_true", help="only the in-process rows (and a control row)")
     a = ap.parse_args()
     if a.ab is not None:
-        return ab(a.ab, a.rounds, a.calls)
+        return ab(a.ab, a.rounds, a.calls, ["--in-process"] if a.in_process else [])
     print(_load())
+    if a.in_process:
+        return _report(await in_process_only(a.calls), a.json)
     rows = spans(a.calls)
     rows = [(f"{n} [no provider]", v) for n, v in rows[:1]] + rows[1:]
     rows += await parts(a.calls)
     rows += await hops(a.calls)  # installs the MeterProvider, then the TracerProvider, part-way
     rows += [(f"{n} [TracerProvider]", v) for n, v in spans(a.calls)[:1]]
     rows += protos(a.calls)
+    return _report(rows, a.json)
+
+
+def _report(rows: list[tuple[str, tuple[float, float]]], as_json: bool) -> int:
     print(f"{'min us':>10} {'median us':>10}")
     for name, (lo, med) in rows:
         print(f"{lo:10.1f} {med:10.1f}  {name}")
-    if a.json:
+    if as_json:
         print("JSON " + json.dumps(dict(rows)))
     return 0
 
