@@ -848,7 +848,7 @@ class LocalServer:
 
     What does not change from call to call (the handler, span name and attributes, metric
     attributes) is worked out once per method (:class:`_MethodPlan`): an in-process call is the
-    all-in-one's inner loop (a turn start makes a dozen)."""
+    all-in-one's inner loop (a turn start makes several, each paying this fixed cost)."""
 
     handlers: dict[str, MethodHandler]
     generic: list[Any]
