@@ -243,3 +243,62 @@ def test_an_expression_the_checker_does_not_understand_fails_loudly():
     ok = _custom_message("this >= 3 && this <= 5")
     assert [v.reason for v in violations(ok(v=7))] == ["SOME_REASON"]
     assert violations(ok(v=4)) == []
+
+
+def _counting_enumerate(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """The sizes of the lists the walk goes through item by item (its per-item loops are the only
+    ``enumerate`` calls in the module; a module global shadows the builtin)."""
+    walked: list[int] = []
+
+    def counting(items, start=0):  # type: ignore[no-untyped-def]
+        walked.append(len(items))
+        return enumerate(items, start)
+
+    monkeypatch.setattr(contract, "enumerate", counting, raising=False)
+    return walked
+
+
+def test_a_repeated_scalar_without_item_rules_is_not_walked_item_by_item(monkeypatch):
+    """An embedding's floats carry a rule on the list (max_items) and none on an item: the list is
+    checked, its 384 items are not visited, and the request passes or fails as it always did."""
+    from agentlearn.common.v1 import embedding_pb2
+
+    walked = _counting_enumerate(monkeypatch)
+    vector = embedding_pb2.Embedding(values=[0.25] * 384, model="m", dimensions=384)
+    req = diary.RecallNotesRequest(company="c", seat="s", query="q", query_embedding=vector)
+    assert violations(req) == []
+    assert walked == []
+    too_long = embedding_pb2.Embedding(values=[0.25] * 16_385, model="m\x00", dimensions=-1)
+    found = violations(diary.RecallNotesRequest(company="c", seat="s", query="q", query_embedding=too_long))
+    assert [(v.field, v.reason, v.limit, v.facts) for v in found] == [
+        ("query_embedding.values", "TOO_MANY_ITEMS", "16384", (("count", "16385"),)),
+        ("query_embedding.model", "FIELD_INVALID", "", ()),
+        ("query_embedding.dimensions", "FIELD_INVALID", "0..16384", (("value", "-1"),)),
+    ]
+    assert walked == []
+
+
+def test_a_repeated_scalar_with_item_rules_is_still_checked_item_by_item(monkeypatch):
+    walked = _counting_enumerate(monkeypatch)
+    flt = episodes.EpisodeFilter(outcomes=[1, 0, 42])
+    found = violations(episodes.ListEpisodesRequest(company="c", seat="s", filter=flt))
+    assert [(v.field, v.reason) for v in found] == [
+        ("filter.outcomes[1]", "FIELD_INVALID"),
+        ("filter.outcomes[2]", "FIELD_INVALID"),
+    ]
+    assert walked == [3]
+    # A string list has its items walked even without an item rule: no NUL in any of them.
+    walked.clear()
+    found = violations(prefetch.GetGuidanceRequest(company="c", registered_tools=["ok", "bad\x00"]))
+    assert [(v.field, v.reason) for v in found] == [("registered_tools[1]", "FIELD_INVALID")]
+    assert walked == [2]
+
+
+def test_a_walk_stops_at_the_cap_inside_nested_lists():
+    """The cap holds across nesting: the first MAX_COLLECTED violations, in field order."""
+    bad = [reflector.InboundInteraction(sender=reflector.Sender(platform="slack"), body="\x00")] * 500
+    turn = reflector.TurnCompleted(turn_id="r1", company="c", seat="s", role="eng", outcome=1, interactions=bad)
+    found = violations(reflector.SubmitTurnRequest(turn=turn))
+    assert len(found) == contract.MAX_COLLECTED
+    assert found[0].field == "turn.interactions[0].body"
+    assert found[-1].field == f"turn.interactions[{contract.MAX_COLLECTED - 1}].body"

@@ -272,6 +272,11 @@ SERVICE_HEADER = "x-agentlearn-service"
 """The calling service's name, beside the secret (for traces and logs)."""
 
 
+_MAX_SERVICES = 256
+"""Service principals an authenticator keeps (only a caller holding the secret or a verified
+certificate names one, but a cache is bounded whoever fills it)."""
+
+
 class Authenticator:
     """Turns a call's credentials into a :class:`Principal`.
 
@@ -297,6 +302,9 @@ class Authenticator:
         self._clock = clock
         self._ttl = cache_seconds
         self._internal = internal_secret
+        self._internal_bytes = internal_secret.encode() if internal_secret else b""
+        self._services: dict[str, Principal] = {}
+        """The principal of each calling service (immutable): one object per service, not per call."""
         self._cache: OrderedDict[str, tuple[TokenRecord | None, float]] = OrderedDict()
         self._cache_size = cache_size
 
@@ -318,11 +326,19 @@ class Authenticator:
         if peer_names:
             # Only the internal listener asks for (and verifies) client certificates: a verified
             # peer name is another agentlearn service.
-            return Principal(kind="service", service=peer_names[0])
+            return self._service_principal(peer_names[0])
         secret = metadata.get(INTERNAL_HEADER)
-        if secret and self._internal and hmac.compare_digest(secret.encode(), self._internal.encode()):
-            return Principal(kind="service", service=metadata.get(SERVICE_HEADER) or "internal")
+        if secret and self._internal and hmac.compare_digest(secret.encode(), self._internal_bytes):
+            return self._service_principal(metadata.get(SERVICE_HEADER) or "internal")
         return None
+
+    def _service_principal(self, service: str) -> Principal:
+        principal = self._services.get(service)
+        if principal is None:
+            principal = Principal(kind="service", service=service)
+            if len(self._services) < _MAX_SERVICES:  # the deployment's services: a handful
+                self._services[service] = principal
+        return principal
 
     async def authenticate(self, metadata: Mapping[str, str], peer_names: Sequence[str] = ()) -> Principal:
         """The principal of a call, or Unauthenticated."""
@@ -413,6 +429,8 @@ def required_scope(method: str) -> str:
 def authorize(principal: Principal, method: str, request: Any) -> None:
     """Refuse a call its principal may not make: the RPC's scope, then every identity the request
     names. Runs before the handler reads anything, so a refusal says nothing about rows."""
+    if principal.trusted:
+        return  # allows() every scope and check() passes every identity: nothing to walk
     scope = required_scope(method)
     if not principal.allows(scope):
         raise PermissionDenied(

@@ -26,7 +26,7 @@ import grpc
 from libs.common import telemetry
 from libs.common.auth import INTERNAL_HEADER, SERVICE_HEADER
 from libs.common.config import ServiceAddresses
-from libs.common.grpcserver import local_server
+from libs.common.grpcserver import local_port, local_server, local_server_on
 
 __all__ = ["IdentityInterceptor", "InProcessChannel", "ServiceChannels"]
 
@@ -91,6 +91,11 @@ CHANNEL_OPTIONS = [
 _RETRY = SERVICE_CONFIG["methodConfig"][0]["retryPolicy"]
 _RETRYABLE = frozenset(grpc.StatusCode[c] for c in _RETRY["retryableStatusCodes"])
 _THROTTLE: dict[str, float] = SERVICE_CONFIG["retryThrottling"]
+# The retry policy as numbers, read once (not out of the JSON-shaped config on every call).
+_MAX_ATTEMPTS = int(_RETRY["maxAttempts"])
+_INITIAL_BACKOFF = float(_RETRY["initialBackoff"].rstrip("s"))
+_MAX_BACKOFF = float(_RETRY["maxBackoff"].rstrip("s"))
+_BACKOFF_MULTIPLIER = _RETRY["backoffMultiplier"]
 
 
 class _Throttle:
@@ -143,6 +148,7 @@ class InProcessChannel:
 
     def __init__(self, target: str, identity: Sequence[tuple[str, str]], wire: Callable[[], grpc.aio.Channel]):
         self._target = target
+        self._port = local_port(target)  # parsed once; the server on it is looked up per call
         self._identity = tuple(identity)
         self._wire = wire
         self._throttle = _Throttle()
@@ -171,31 +177,25 @@ class InProcessChannel:
     async def call(
         self, method: str, request: Any, timeout: float | None, metadata: Any, wire_args: tuple[Any, ...]
     ) -> Any:
-        local = local_server(self._target)
+        local = local_server_on(self._port)
         if local is None:  # stopped (or never started here): the address is all there is
             return await self._wire().unary_unary(*wire_args)(request, timeout=timeout, metadata=metadata)
-        extra = tuple((k.lower(), v) for k, v in (metadata or ()))
-        sent = (*extra, *self._identity)
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        backoff = float(_RETRY["initialBackoff"].rstrip("s"))
+        sent = (*((k.lower(), v) for k, v in metadata), *self._identity) if metadata else self._identity
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        backoff = _INITIAL_BACKOFF
         try:
             async with asyncio.timeout_at(deadline):
-                for attempt in range(1, int(_RETRY["maxAttempts"]) + 1):
+                for attempt in range(1, _MAX_ATTEMPTS + 1):
                     try:
                         response = await local.call(method, request, sent, deadline)
                     except grpc.aio.AioRpcError as err:
-                        if (
-                            err.code() not in _RETRYABLE
-                            or attempt == _RETRY["maxAttempts"]
-                            or not self._throttle.failed()
-                        ):
+                        if err.code() not in _RETRYABLE or attempt == _MAX_ATTEMPTS or not self._throttle.failed():
                             raise
                     else:
                         self._throttle.succeeded()
                         return response
                     await asyncio.sleep(random.uniform(0, backoff))  # gRPC's jittered backoff
-                    backoff = min(backoff * _RETRY["backoffMultiplier"], float(_RETRY["maxBackoff"].rstrip("s")))
+                    backoff = min(backoff * _BACKOFF_MULTIPLIER, _MAX_BACKOFF)
         except TimeoutError:
             # The caller's own deadline, as the wire reports it (never retried: it spans every attempt).
             raise grpc.aio.AioRpcError(

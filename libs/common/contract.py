@@ -33,9 +33,8 @@ fits in the caller's metadata limit.
 
 from __future__ import annotations
 
-import itertools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -125,6 +124,7 @@ class _FieldPlan:
     ignore_always: bool = False
     value_checks: list[_Check] = field(default_factory=list)  # the value or each item (a string's: then _nul)
     list_checks: list[_Check] = field(default_factory=list)  # the list as a whole (repeated)
+    sub: _MessagePlan | None = None  # the plan of ``message``, once a walk has looked it up
 
     @property
     def needs_walk(self) -> bool:
@@ -527,56 +527,77 @@ def _nul(value: str, path: str) -> list[Violation]:
     return _v(path, "FIELD_INVALID", f"{path} contains a NUL character (U+0000), which text fields cannot hold")
 
 
-def _walk(msg: Any, plan: _MessagePlan, prefix: str) -> Iterator[Violation]:
+def _walk(msg: Any, plan: _MessagePlan, prefix: str, out: list[Violation]) -> None:
+    """Append the violations of ``msg`` to ``out`` in field order, stopping once it holds
+    :data:`MAX_COLLECTED` (a list, not a generator: a check's list is added as it is, with no
+    generator frame per field and item)."""
     for rule in plan.oneofs:
         present = [n for n in rule.fields if _set(msg, msg.DESCRIPTOR.fields_by_name[n])]
         names = " and ".join(rule.fields)
         first = f"{prefix}{rule.fields[0]}"
         if len(present) > 1:
-            yield from _v(first, "ONE_OF_REQUIRED", f"name exactly one of {names}, not several")
+            out += _v(first, "ONE_OF_REQUIRED", f"name exactly one of {names}, not several")
         elif rule.required and not present:
-            yield from _v(first, "ONE_OF_REQUIRED", f"name exactly one of {names}")
+            out += _v(first, "ONE_OF_REQUIRED", f"name exactly one of {names}")
     for fp in plan.fields:
+        if len(out) >= MAX_COLLECTED:
+            return
         if fp.ignore_always:
             continue
         path = f"{prefix}{fp.name}"
         if fp.message is not None and not fp.repeated:
             if not msg.HasField(fp.name):
                 if fp.required:
-                    yield from _v(path, "FIELD_REQUIRED", f"{path} is required")
+                    out += _v(path, "FIELD_REQUIRED", f"{path} is required")
                 continue
             value = getattr(msg, fp.name)
             if fp.timestamp:
-                yield from _timestamp(value, path)
-            yield from _walk(value, plan_of(fp.message), f"{path}.")
+                out += _timestamp(value, path)
+            _walk(value, fp.sub or _sub_plan(fp), f"{path}.", out)
             continue
         value = getattr(msg, fp.name)
         if fp.presence and not msg.HasField(fp.name):
             if fp.required:
-                yield from _v(path, "FIELD_REQUIRED", f"{path} is required")
+                out += _v(path, "FIELD_REQUIRED", f"{path} is required")
             continue
         if _zero(value):  # one rule for a zero scalar and an empty list (never presence-tracked)
             if fp.required and not fp.presence:
-                yield from _v(path, "FIELD_REQUIRED", f"{path} is required")
+                out += _v(path, "FIELD_REQUIRED", f"{path} is required")
                 continue
             if fp.ignore_zero:
                 continue
         if not fp.repeated:
             for check in fp.value_checks:
-                yield from check(value, path)
+                out += check(value, path)
             continue
         for check in fp.list_checks:
-            yield from check(value, path)
-        sub = plan_of(fp.message) if fp.message is not None else None
+            out += check(value, path)
+        if fp.message is None:
+            if not fp.value_checks:
+                continue  # no rule on an item (an embedding's floats): nothing to walk per item
+            for i, item in enumerate(value):
+                if len(out) >= MAX_COLLECTED:
+                    return
+                ipath = f"{path}[{i}]"
+                for check in fp.value_checks:
+                    out += check(item, ipath)
+            continue
+        sub = fp.sub or _sub_plan(fp)
         for i, item in enumerate(value):
+            if len(out) >= MAX_COLLECTED:
+                return
             ipath = f"{path}[{i}]"
-            if sub is not None:
-                if fp.timestamp:
-                    yield from _timestamp(item, ipath)
-                yield from _walk(item, sub, f"{ipath}.")
-                continue
-            for check in fp.value_checks:
-                yield from check(item, ipath)
+            if fp.timestamp:
+                out += _timestamp(item, ipath)
+            _walk(item, sub, f"{ipath}.", out)
+
+
+def _sub_plan(fp: _FieldPlan) -> _MessagePlan:
+    """The plan of a message field's type, kept on the field's plan after the first walk (compiled
+    lazily, as a type may contain itself)."""
+    assert fp.message is not None
+    fp.sub = plan_of(fp.message)
+    return fp.sub
 
 
 def _set(msg: Message, fd: FieldDescriptor) -> bool:
@@ -595,7 +616,9 @@ than one of 100."""
 def violations(msg: Any) -> list[Violation]:
     """The rules ``msg`` breaks, in field order (nested fields at their parent's place), at most
     :data:`MAX_COLLECTED` of them."""
-    return list(itertools.islice(_walk(msg, plan_of(msg.DESCRIPTOR), ""), MAX_COLLECTED))
+    found: list[Violation] = []
+    _walk(msg, plan_of(msg.DESCRIPTOR), "", found)
+    return found[:MAX_COLLECTED]
 
 
 def refusal(found: list[Violation], *, domain: str) -> InvalidArgument:

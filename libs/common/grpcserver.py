@@ -13,7 +13,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias, cast
 
 import asyncpg
@@ -147,22 +147,24 @@ def _internal_status() -> grpc.Status:
 _IDENTITY = ("company", "seat", "turn_id", "observer")
 
 
-def _label_span(request: Any) -> None:
+def _label_span(request: Any, span: trace.Span | None = None) -> None:
     """Name the tenant, seat and turn on the RPC's span (``agentlearn.company``, ``agentlearn.seat``,
-    ``agentlearn.turn_id``, ``agentlearn.observer``): a turn's trace is searchable by them."""
-    span = trace.get_current_span()
+    ``agentlearn.turn_id``, ``agentlearn.observer``): a turn's trace is searchable by them. ``span``:
+    the current one, when the caller holds it already."""
+    if span is None:
+        span = trace.get_current_span()
     if not span.is_recording():
         return
-    for field in _IDENTITY:
-        value = getattr(request, field, None)
+    for name in _IDENTITY:
+        value = getattr(request, name, None)
         if isinstance(value, str) and value:
-            span.set_attribute(f"agentlearn.{field}", value)
+            span.set_attribute(f"agentlearn.{name}", value)
     turn = getattr(request, "turn", None)
     if turn is not None and hasattr(turn, "turn_id"):
-        for field in ("company", "seat", "turn_id"):
-            value = getattr(turn, field, "")
+        for name in ("company", "seat", "turn_id"):
+            value = getattr(turn, name, "")
             if value:
-                span.set_attribute(f"agentlearn.{field}", value)
+                span.set_attribute(f"agentlearn.{name}", value)
 
 
 # A store that cannot be reached is the service's trouble, not the caller's: UNAVAILABLE (retryable).
@@ -794,6 +796,46 @@ def rpc_error(status: Any) -> grpc.aio.AioRpcError:
     )
 
 
+_INPROC = "inproc"
+_STATUS_NAMES = tuple(code.name for code in grpc.StatusCode)  # OK among them
+
+
+@dataclass(frozen=True, slots=True)
+class _MethodPlan:
+    """What an in-process call of one method needs that no call changes, worked out at its first
+    call: its behaviour, its ErrorInfo domain, its span's name and attributes, and the
+    ``rpc.server.duration`` attributes of each status code (the dicts are shared by every call of
+    the method, so nothing mutates them: the SDK may keep a reference to a metric's)."""
+
+    inner: AioUnary
+    domain: str
+    labels: dict[str, str]
+    span_name: str
+    span_attributes: dict[str, str]
+    metric_attributes: dict[str, dict[str, str]]
+
+    @classmethod
+    def of(cls, method: str, inner: AioUnary) -> _MethodPlan:
+        labels = _rpc_labels(method)
+        return cls(
+            inner,
+            _domain(method),
+            labels,
+            method.lstrip("/"),
+            {**labels, "network.transport": _INPROC},
+            {code: _metric_attributes(labels, code) for code in _STATUS_NAMES},
+        )
+
+    def metric_attributes_of(self, code: str) -> dict[str, str]:
+        """``rpc.server.duration``'s attributes for a call ending with ``code`` (a StatusCode name)."""
+        attributes = self.metric_attributes.get(code)
+        return attributes if attributes is not None else _metric_attributes(self.labels, code)
+
+
+def _metric_attributes(labels: dict[str, str], code: str) -> dict[str, str]:
+    return {**labels, "rpc.grpc.status_code": code, "network.transport": _INPROC}
+
+
 @dataclass
 class LocalServer:
     """The servicers one started server of this process mounts, served in-process: a call is
@@ -802,12 +844,17 @@ class LocalServer:
     service, checked against its contract, run under one internal span, and its failure turned into
     the status the wire would carry — every step the server's interceptors take, without
     serialisation, HTTP/2 or a client/server span pair. ``rpc.server.duration`` records it with
-    ``network.transport=inproc``; the server's CallTracker (wire calls) never sees it."""
+    ``network.transport=inproc``; the server's CallTracker (wire calls) never sees it.
+
+    What does not change from call to call (the handler, span name and attributes, metric
+    attributes) is worked out once per method (:class:`_MethodPlan`): an in-process call is the
+    all-in-one's inner loop (a turn start makes several, each paying this fixed cost)."""
 
     handlers: dict[str, MethodHandler]
     generic: list[Any]
     authenticator: Authenticator
     shedder: LoadShedder | None
+    _plans: dict[str, _MethodPlan] = field(default_factory=dict, init=False, repr=False)
 
     def handler(self, method: str) -> MethodHandler | None:
         handler = self.handlers.get(method)
@@ -819,23 +866,33 @@ class LocalServer:
                     break
         return handler
 
+    def plan(self, method: str) -> _MethodPlan | None:
+        """The method's plan (None: no unary method of that name is served here)."""
+        plan = self._plans.get(method)
+        if plan is None:
+            handler = self.handler(method)
+            inner = None if handler is None else aio_unary(handler)
+            if inner is None:
+                return None  # not kept: a generic handler is asked again, as before plans
+            plan = self._plans[method] = _MethodPlan.of(method, inner)
+        return plan
+
     async def call(
         self, method: str, request: Any, metadata: Sequence[tuple[str, str | bytes]], deadline: float | None
     ) -> Any:
         """The response, or the AioRpcError a wire call would raise."""
-        handler = self.handler(method)
-        inner = None if handler is None else aio_unary(handler)
-        if inner is None:
+        plan = self._plans.get(method) or self.plan(method)
+        if plan is None:
             raise rpc_error(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!"))
-        labels = _rpc_labels(method)
-        domain = _domain(method)
+        domain = plan.domain
         started = time.perf_counter()
         status: Any = None
         shed_company: str | None = None
         token = None
-        with _tracer.start_as_current_span(
-            method.lstrip("/"), kind=trace.SpanKind.INTERNAL, attributes={**labels, "network.transport": "inproc"}
-        ) as span:
+        # start_span + use_span is what start_as_current_span does (SDK and no-op tracer alike),
+        # without its two generator context managers.
+        span = _tracer.start_span(plan.span_name, kind=trace.SpanKind.INTERNAL, attributes=plan.span_attributes)
+        with trace.use_span(span, end_on_exit=True):
             try:
                 try:
                     principal = await self.authenticator.authenticate(
@@ -846,7 +903,8 @@ class LocalServer:
                     err.domain = domain if err.domain == "agentlearn.dev" else err.domain
                     raise _LocalAbort(status_of(err)) from None
                 token = use_principal(principal)
-                if span.is_recording():
+                recording = span.is_recording()
+                if recording:
                     span.set_attribute("agentlearn.principal", principal.kind)
                 if principal.kind != "service" and self.shedder is not None:
                     company = _company_of(request)
@@ -854,10 +912,11 @@ class LocalServer:
                     if refusal is not None:
                         raise _LocalAbort(refusal)
                     shed_company = company
-                _label_span(request)
+                if recording:
+                    _label_span(request, span)
                 check_request(request, domain=domain)
                 # LocalContext is the part of a servicer context our handlers and interceptors use.
-                return await inner(request, cast(ServicerContext, LocalContext(metadata, deadline)))
+                return await plan.inner(request, cast(ServicerContext, LocalContext(metadata, deadline)))
             except _LocalAbort as abort:
                 status = abort.status
             except asyncio.CancelledError:
@@ -873,10 +932,7 @@ class LocalServer:
                 code = status.code.name if status is not None else "OK"
                 if span.is_recording():
                     span.set_attribute("rpc.grpc.status_code", code)
-                RPC_DURATION.record(
-                    (time.perf_counter() - started) * 1000,
-                    {**labels, "rpc.grpc.status_code": code, "network.transport": "inproc"},
-                )
+                RPC_DURATION.record((time.perf_counter() - started) * 1000, plan.metric_attributes_of(code))
         raise rpc_error(status)
 
 
@@ -911,9 +967,21 @@ def _register_local(bound: BoundServer, registrations: Sequence[Registration]) -
     watcher.add_done_callback(_WATCHERS.discard)
 
 
-def local_server(address: str) -> LocalServer | None:
-    """The server of this process bound on ``address``'s port and still serving, if any."""
+def local_port(address: str) -> int | None:
+    """``address``'s port when it is one plain host:port (a resolver target such as
+    ``ipv4:a:1,b:2`` is the wire's: None)."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or "," in address or (":" in host and not host.startswith("[")):
-        return None  # not one plain host:port (a resolver target such as ipv4:a:1,b:2 is the wire's)
-    return _LOCAL_SERVERS.get(int(port))
+        return None
+    return int(port)
+
+
+def local_server(address: str) -> LocalServer | None:
+    """The server of this process bound on ``address``'s port and still serving, if any."""
+    port = local_port(address)
+    return None if port is None else _LOCAL_SERVERS.get(port)
+
+
+def local_server_on(port: int | None) -> LocalServer | None:
+    """The server of this process bound on ``port`` (:func:`local_port`) and still serving, if any."""
+    return None if port is None else _LOCAL_SERVERS.get(port)

@@ -33,20 +33,20 @@ __all__ = [
 
 
 class _Lazy:
-    """An instrument created on first use, so it binds to the provider installed by then (the
-    module is imported before ``configure_metrics`` runs)."""
+    """An instrument created on first use, then kept: created before ``configure_metrics`` installs
+    the provider, it is the API's proxy instrument, which the API binds to the provider once one is
+    installed (a provider is installed at most once a process), so looking the provider up again
+    on every recording (an environment read while none is installed) bought nothing."""
 
     def __init__(self, factory: Callable[[metrics.Meter], Any]):
         self._factory = factory
         self._instrument: Any = None
-        self._provider: Any = None
 
     def _get(self) -> Any:
-        provider = metrics.get_meter_provider()
-        if self._instrument is None or provider is not self._provider:
-            self._provider = provider
-            self._instrument = self._factory(metrics.get_meter("agentlearn"))
-        return self._instrument
+        instrument = self._instrument
+        if instrument is None:
+            instrument = self._instrument = self._factory(metrics.get_meter("agentlearn"))
+        return instrument
 
     def add(self, amount: float, attributes: dict[str, Any] | None = None) -> None:
         self._get().add(amount, attributes=attributes)
