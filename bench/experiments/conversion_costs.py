@@ -1,14 +1,14 @@
 """What the proto<->Python conversions of a turn start's read paths cost, in one tree against
 another (measurement only, wave 12).
 
-    .venv/bin/python bench/experiments/conversion_costs.py --base /tmp/base-w12-convert [--rounds 9]
+    .venv/bin/python bench/experiments/conversion_costs.py --base /tmp/base-w12-convert [--pairs 41]
 
-Each measurement runs in a child process whose import roots are one tree (``PYTHONPATH=<tree>:
+Each tree runs in a child process of its own whose import roots are that tree (``PYTHONPATH=<tree>:
 <tree>/libs/common/gen``, ahead of the venv's own .pth), so each tree's own ``field_copy``,
-``protoconv``, ``RowReader`` and servicers are what is timed; the parent alternates the trees
-round by round (base, this, base, this, ...) so the machine's drift falls on both alike. A child
-takes the median of 7 windows per measurement; the table is the median over rounds and the ratio
-base/this (> 1: this tree is faster).
+``protoconv``, ``RowReader`` and servicers are what is timed. The parent asks the two children for
+one timed window at a time, alternating them window by window (ABBA), so the machine's drift (it is
+shared) falls on both alike; the table gives each tree's median window, the ratio of the medians
+and the median of the paired windows' ratios (> 1: this tree is faster).
 
 1. ``note_to_pb``: one diary Note (aware datetimes, UUID id) through ``services.diary.servicer``.
 2. A RecallNotes response of 114 candidates: ``DiaryServicer.RecallNotes`` itself, over a stand-in
@@ -43,19 +43,14 @@ def _window(fn: Callable[[], Any], number: int) -> float:
     return (time.perf_counter() - start) / number
 
 
-def _median_of_windows(fn: Callable[[], Any], number: int, windows: int = 7) -> float:
-    fn()  # compiled conversions are compiled on the first call: not part of a call's cost
-    return statistics.median(_window(fn, number) for _ in range(windows))
-
-
-def child() -> dict[str, Any]:
-    """The measurements, in whichever tree this process imports from."""
+def child() -> dict[str, tuple[Callable[[], Any], int, float]]:
+    """The measurements, in whichever tree this process imports from: each a call, the calls a
+    window makes, and its unit (per second)."""
     import uuid
     from datetime import UTC, datetime, timedelta
 
     from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
     from agentlearn.episodes.v1 import episode_service_pb2 as episodes_pb
-    from libs.common import field_copy
     from libs.common.field_copy import from_pb
     from libs.common.vector_path import EmbeddingStatus, VectorSource
     from services.diary import store as diary_store
@@ -193,67 +188,98 @@ def child() -> dict[str, Any]:
         restored_from_version=None,
     )
 
-    timings = {
-        "note_to_pb_us": _median_of_windows(lambda: note_to_pb(notes[1]), 5000) * 1e6,
-        "recall_response_114_ms": _median_of_windows(recall_response, 40) * 1e3,
-        "from_pb_turn_record_us": _median_of_windows(
-            lambda: from_pb(TurnRecord, record, record_names, outcome=TurnOutcome.DONE), 5000
-        )
-        * 1e6,
-        "row_reader_note_us": _median_of_windows(lambda: diary_store._note(row), 10000) * 1e6,
-        "episode_to_pb_us": _median_of_windows(lambda: episode_to_pb(episode), 3000) * 1e6,
-        "skill_to_pb_us": _median_of_windows(lambda: skill_to_pb(skill, now), 3000) * 1e6,
-        "from_candidate_114_ms": _median_of_windows(
-            lambda: [MemoryNote.from_candidate(c) for c in response.candidates], 40
-        )
-        * 1e3,
+    return {
+        "note_to_pb_us": (lambda: note_to_pb(notes[1]), 2000, 1e6),
+        "recall_response_114_ms": (recall_response, 20, 1e3),
+        "from_pb_turn_record_us": (
+            lambda: from_pb(TurnRecord, record, record_names, outcome=TurnOutcome.DONE),
+            2000,
+            1e6,
+        ),
+        "row_reader_note_us": (lambda: diary_store._note(row), 5000, 1e6),
+        "episode_to_pb_us": (lambda: episode_to_pb(episode), 1000, 1e6),
+        "skill_to_pb_us": (lambda: skill_to_pb(skill, now), 1000, 1e6),
+        "from_candidate_114_ms": (lambda: [MemoryNote.from_candidate(c) for c in response.candidates], 20, 1e3),
     }
-    return {"field_copy": field_copy.__file__, "timings": timings}
 
 
-def _run_child(tree: Path) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'libs' / 'common' / 'gen'}")
-    out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child"],
-        env=env,
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    got: dict[str, Any] = json.loads(out.splitlines()[-1])
-    if not got["field_copy"].startswith(str(tree)):
-        raise SystemExit(f"the child for {tree} imported {got['field_copy']}")
-    return got
+def serve() -> None:
+    """The child's loop: told a measurement's name on stdin, it answers one window's time per call
+    (in the measurement's unit) on stdout; told nothing, it names the field_copy it imported."""
+    from libs.common import field_copy
+
+    measurements = child()
+    for fn, _, _ in measurements.values():
+        fn()  # compiled conversions are compiled on the first call: not part of a call's cost
+    print(json.dumps({"field_copy": field_copy.__file__, "names": list(measurements)}), flush=True)
+    for line in sys.stdin:
+        fn, number, unit = measurements[line.strip()]
+        print(_window(fn, number) * unit, flush=True)
+
+
+class _Child:
+    def __init__(self, tree: Path):
+        env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{tree / 'libs' / 'common' / 'gen'}")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child"],
+            env=env,
+            cwd=tree,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        hello = json.loads(self.stdout.readline())
+        if not hello["field_copy"].startswith(str(tree)):
+            raise SystemExit(f"the child for {tree} imported {hello['field_copy']}")
+        self.names: list[str] = hello["names"]
+
+    def window(self, name: str) -> float:
+        self.stdin.write(name + "\n")
+        self.stdin.flush()
+        return float(self.stdout.readline())
+
+    def close(self) -> None:
+        self.stdin.close()
+        self.proc.wait(timeout=30)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=Path, help="the tree to compare with (built as the preamble says)")
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--json", type=Path, help="write every round's figures here")
+    parser.add_argument("--pairs", type=int, default=41, help="windows of each tree per measurement")
+    parser.add_argument("--json", type=Path, help="write every window's figures here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child()))
+        serve()
         return
     if args.base is None:
         parser.error("--base is required")
     trees = {"base": args.base.resolve(), "this": THIS}
-    rounds: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
-    for i in range(args.rounds):
-        order = ("base", "this") if i % 2 == 0 else ("this", "base")
-        for name in order:
-            rounds[name].append(_run_child(trees[name])["timings"])
-        print(f"round {i + 1}/{args.rounds} done", file=sys.stderr)
+    children = {name: _Child(tree) for name, tree in trees.items()}
+    windows: dict[str, dict[str, list[float]]] = {}
+    try:
+        for key in children["base"].names:
+            got: dict[str, list[float]] = {"base": [], "this": []}
+            for i in range(args.pairs):
+                for name in ("base", "this") if i % 2 == 0 else ("this", "base"):
+                    got[name].append(children[name].window(key))
+            windows[key] = got
+            print(f"{key} done", file=sys.stderr)
+    finally:
+        for c in children.values():
+            c.close()
     if args.json:
-        args.json.write_text(json.dumps({"trees": {k: str(v) for k, v in trees.items()}, "rounds": rounds}, indent=1))
-    print(f"base: {trees['base']}\nthis: {trees['this']}\nrounds: {args.rounds} (alternating), 7 windows each\n")
-    print(f"{'measurement':<26} {'base':>10} {'this':>10} {'base/this':>10}")
-    for key in rounds["base"][0]:
-        base = statistics.median(r[key] for r in rounds["base"])
-        this = statistics.median(r[key] for r in rounds["this"])
-        print(f"{key:<26} {base:>10.2f} {this:>10.2f} {base / this:>9.2f}x")
+        args.json.write_text(json.dumps({"trees": {k: str(v) for k, v in trees.items()}, "windows": windows}, indent=1))
+    print(f"base: {trees['base']}\nthis: {trees['this']}")
+    print(f"{args.pairs} windows of each tree per measurement, alternated window by window (ABBA)\n")
+    print(f"{'measurement':<26} {'base':>10} {'this':>10} {'base/this':>10} {'pair ratio':>11}")
+    for key, got in windows.items():
+        base, this = statistics.median(got["base"]), statistics.median(got["this"])
+        pairs = statistics.median(b / t for b, t in zip(got["base"], got["this"], strict=True))
+        print(f"{key:<26} {base:>10.2f} {this:>10.2f} {base / this:>9.2f}x {pairs:>10.2f}x")
 
 
 if __name__ == "__main__":
