@@ -118,6 +118,7 @@ def _compile_to_pb(
         "_pb_value": _pb_value,
         "_ts": timestamp_fields,
         "_datetime": datetime,
+        "_UUID": uuid.UUID,
         "str": str,
         "int": int,
         "float": float,
@@ -154,12 +155,16 @@ def _value_code(field: Any, read: str) -> str:  # a FieldDescriptor, or None
         return f"(v if (v := {read}).__class__ is tuple else _pb_value(v))"
     if field.message_type is not None:
         if field.message_type.full_name == _TIMESTAMP:
-            return f"(_ts(v) if (v := {read}).__class__ is _datetime else _pb_value(v))"
+            return f"(_ts(v) if (v := {read}).__class__ is _datetime else None if v is None else _pb_value(v))"
         return f"_pb_value({read})"
     expected = _SCALAR_TYPES.get(field.cpp_type)
     if expected is None:  # an enum: a member of the domain's enum has been mapped by the caller
-        return f"(v if (v := {read}).__class__ is int else _pb_value(v))"
-    return f"(v if (v := {read}).__class__ is {expected} else _pb_value(v))"
+        return f"(v if (v := {read}).__class__ is int or v is None else _pb_value(v))"
+    if expected == "str":  # an id is often a UUID: its string, as the rules make it
+        return (
+            f"(v if (v := {read}).__class__ is str or v is None else str(v) if v.__class__ is _UUID else _pb_value(v))"
+        )
+    return f"(v if (v := {read}).__class__ is {expected} or v is None else _pb_value(v))"
 
 
 def from_pb(cls: Callable[..., T], msg: Message, names: str, /, **given: Any) -> T:

@@ -33,9 +33,12 @@ def timestamp_fields(value: datetime) -> dict[str, int]:
     start converts ~235; ``FromDatetime`` goes through ``utctimetuple`` and ``calendar.timegm``).
     Anything else (naive, an offset with microseconds, a subclass, a date at the range's edge) goes
     through ``FromDatetime`` itself, so the answer, or the error, is the same."""
-    if value.__class__ is datetime and 1 < value.year < 9999:
-        offset = value.utcoffset()
-        if offset is not None and not offset.microseconds:
+    if value.__class__ is datetime:
+        # UTC (what the database and the clock give) cannot spill past the range; another offset
+        # can only at the range's first and last year, left to FromDatetime.
+        if value.tzinfo is UTC or (
+            1 < value.year < 9999 and (offset := value.utcoffset()) is not None and not offset.microseconds
+        ):
             delta = value - _EPOCH
             return {"seconds": delta.days * 86400 + delta.seconds, "nanos": value.microsecond * 1000}
     ts = Timestamp()
