@@ -4,11 +4,13 @@ an undefined tier never reaches ``_TIER_FROM_PB`` (ListNotes tier 99 once listed
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure_rpcs import ErasureRpcs, indexed_erasure
-from libs.common.field_copy import to_pb
+from libs.common.field_copy import pb_fields
 from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
 from libs.common.search_answer import hit_fields, search_path_fields
@@ -32,7 +34,12 @@ _HALF = {
 
 
 def note_to_pb(note: Note) -> pb.Note:
-    return to_pb(
+    return pb.Note(**_note_fields(note))
+
+
+def _note_fields(note: Note) -> dict[str, Any]:
+    """A note's message as its fields, for a response to build in place (a recall nests ~114)."""
+    return pb_fields(
         pb.Note,
         note,
         "id company seat content turn_id create_time expire_time use_count last_used_time embedding_model",
@@ -62,7 +69,7 @@ class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
             await _erasure.record_provenance(
                 self._service.store.pool, note.id, request.provenance, self._service.clock.now()
             )
-        return pb.WriteNoteResponse(note=note_to_pb(note), embedding_skipped_reason=skipped or "", created=created)
+        return pb.WriteNoteResponse(note=_note_fields(note), embedding_skipped_reason=skipped or "", created=created)
 
     async def RecallNotes(self, request: pb.RecallNotesRequest, context: ServicerContext) -> pb.RecallNotesResponse:
         recall = await self._service.recall(
@@ -76,7 +83,9 @@ class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
             request.neighbour_limit if request.HasField("neighbour_limit") else None,
         )
         return pb.RecallNotesResponse(
-            candidates=[pb.RecallCandidate(note=note_to_pb(c.note), **hit_fields(c, _HALF)) for c in recall.candidates],
+            candidates=[
+                pb.RecallCandidate(note=_note_fields(c.note), **hit_fields(c, _HALF)) for c in recall.candidates
+            ],
             **search_path_fields(recall),
         )
 
@@ -88,13 +97,13 @@ class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
 
     async def GetNote(self, request: pb.GetNoteRequest, context: ServicerContext) -> pb.GetNoteResponse:
         note = await self._service.get(request.company, request.seat, request.note_id)
-        return pb.GetNoteResponse(note=note_to_pb(note))
+        return pb.GetNoteResponse(note=_note_fields(note))
 
     async def ListNotes(self, request: pb.ListNotesRequest, context: ServicerContext) -> pb.ListNotesResponse:
         notes, token, total = await self._service.list_notes(
             request.company, request.seat, request.page_size, request.page_token, _TIER_FROM_PB.get(request.tier)
         )
-        return pb.ListNotesResponse(notes=[note_to_pb(n) for n in notes], next_page_token=token, total_size=total)
+        return pb.ListNotesResponse(notes=[_note_fields(n) for n in notes], next_page_token=token, total_size=total)
 
     async def DeleteNote(self, request: pb.DeleteNoteRequest, context: ServicerContext) -> pb.DeleteNoteResponse:
         await self._service.delete(request.company, request.seat, request.note_id)

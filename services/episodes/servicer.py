@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
@@ -10,7 +10,7 @@ from libs.common import outcomes
 from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure_rpcs import ErasureCalls, ErasureRpcs
 from libs.common.errors import InvalidArgument
-from libs.common.field_copy import from_pb, to_pb
+from libs.common.field_copy import from_pb, pb_fields
 from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
 from libs.common.search_answer import hit_fields, search_path_fields
@@ -33,7 +33,12 @@ _HALF = {"vector": pb.SEARCH_HALF_VECTOR, "lexical": pb.SEARCH_HALF_LEXICAL}
 
 
 def episode_to_pb(ep: Episode) -> pb.Episode:
-    return to_pb(
+    return pb.Episode(**_episode_fields(ep))
+
+
+def _episode_fields(ep: Episode) -> dict[str, Any]:
+    """An episode's message as its fields, for a response to build in place (a search nests many)."""
+    return pb_fields(
         pb.Episode,
         ep,
         "id company seat turn_id work_item label ask what_it_did review_outcome tool_sequence tools_called"
@@ -126,7 +131,7 @@ class EpisodeServicer(ErasureRpcs, pb_grpc.EpisodeServiceServicer):
         )
         done = await self._service.record(rec)
         return pb.RecordEpisodeResponse(
-            episode=episode_to_pb(done.episode),
+            episode=_episode_fields(done.episode),
             created=done.created,
             embedding_skipped_reason=done.skipped or "",
             collapsed=done.collapsed,
@@ -145,7 +150,7 @@ class EpisodeServicer(ErasureRpcs, pb_grpc.EpisodeServiceServicer):
             query_vector(request.query_embedding, domain=DOMAIN) if request.HasField("query_embedding") else None,
         )
         return pb.SearchEpisodesResponse(
-            hits=[pb.EpisodeHit(episode=episode_to_pb(h.episode), **hit_fields(h, _HALF)) for h in search.hits],
+            hits=[pb.EpisodeHit(episode=_episode_fields(h.episode), **hit_fields(h, _HALF)) for h in search.hits],
             **search_path_fields(search),
         )
 
@@ -154,12 +159,12 @@ class EpisodeServicer(ErasureRpcs, pb_grpc.EpisodeServiceServicer):
             request.company, request.seat, request.page_size, request.page_token, _filter(request.filter)
         )
         return pb.ListEpisodesResponse(
-            episodes=[episode_to_pb(e) for e in rows], next_page_token=token, total_size=total
+            episodes=[_episode_fields(e) for e in rows], next_page_token=token, total_size=total
         )
 
     async def GetEpisode(self, request: pb.GetEpisodeRequest, context: ServicerContext) -> pb.GetEpisodeResponse:
         ep = await self._service.get(request.company, request.seat, request.episode_id, request.turn_id)
-        return pb.GetEpisodeResponse(episode=episode_to_pb(ep))
+        return pb.GetEpisodeResponse(episode=_episode_fields(ep))
 
     async def MarkEpisodesConsolidated(
         self, request: pb.MarkEpisodesConsolidatedRequest, context: ServicerContext

@@ -62,9 +62,15 @@ class MemoryNote:
     def from_candidate(cls, cand: diary_pb.RecallCandidate) -> MemoryNote:
         """A note of RecallNotes' pool with what the pool knows of it (its similarity to the query,
         its lexical rank, the halves that found it). Built in one go: a turn start converts the
-        whole pool (~150 candidates)."""
+        whole pool (~150 candidates): the note's fields are read straight into the constructor, not
+        gathered in a dict first (what :func:`_note_fields` gives, spelt out)."""
+        note = cand.note
         return cls(
-            **_note_fields(cand.note),
+            id=note.id,
+            content=note.content,
+            tier="short" if note.tier == diary_pb.NOTE_TIER_SHORT else "long",
+            create_time=_iso(note.create_time.seconds, note.create_time.nanos) if note.HasField("create_time") else "",
+            expire_time=_iso(note.expire_time.seconds, note.expire_time.nanos) if note.HasField("expire_time") else "",
             similarity=float(cand.similarity),
             lexical_rank=float(cand.lexical_rank),
             found_by=_found_by(tuple(cand.found_by)),

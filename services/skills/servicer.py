@@ -12,7 +12,7 @@ from agentlearn.skills.v1 import skill_service_pb2 as pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as pb_grpc
 from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure_rpcs import ErasureRpcs, pool_erasure
-from libs.common.field_copy import to_pb
+from libs.common.field_copy import pb_fields
 from libs.common.rpctypes import ServicerContext
 from services.skills import erasure as _erasure
 from services.skills.domain import (
@@ -51,7 +51,13 @@ _SKIP = enum_to_pb(ObservationSkip, pb.ObservationSkipReason, "OBSERVATION_SKIP_
 
 
 def skill_to_pb(skill: Skill, now: datetime, *, full: bool = True) -> pb.Skill:
-    return to_pb(
+    return pb.Skill(**_skill_fields(skill, now, full=full))
+
+
+def _skill_fields(skill: Skill, now: datetime, *, full: bool = True) -> dict[str, Any]:
+    """A skill's message as its fields: a response builds it in place rather than copying one built
+    before (the same for the versions, proposals and matches below)."""
+    return pb_fields(
         pb.Skill,
         skill,
         "id company seat name summary tool_sequence cluster_size source_turn_ids pinned version use_count"
@@ -65,8 +71,8 @@ def skill_to_pb(skill: Skill, now: datetime, *, full: bool = True) -> pb.Skill:
     )
 
 
-def _version_to_pb(v: SkillVersion) -> pb.SkillVersion:
-    return to_pb(
+def _version_fields(v: SkillVersion) -> dict[str, Any]:
+    return pb_fields(
         pb.SkillVersion,
         v,
         "skill_id version body reason restored_from_version create_time supersede_time current",
@@ -74,8 +80,8 @@ def _version_to_pb(v: SkillVersion) -> pb.SkillVersion:
     )
 
 
-def _health_to_pb(h: LearningHealth) -> pb.LearningHealth:
-    return to_pb(
+def _health_fields(h: LearningHealth) -> dict[str, Any]:
+    return pb_fields(
         pb.LearningHealth,
         h,
         "company seat total_skills skills_used_at_least_once total_skill_uses avg_uses_per_skill avg_skill_age_days"
@@ -92,20 +98,20 @@ _DISPOSITION = enum_to_pb(ProposalDisposition, pb.ProposalDisposition, "PROPOSAL
 _CHECK = enum_to_pb(DuplicateCheck, pb.DuplicateCheck, "DUPLICATE_CHECK")
 
 
-def proposal_to_pb(p: SkillProposal) -> pb.SkillProposal:
-    return to_pb(
+def _proposal_fields(p: SkillProposal) -> dict[str, Any]:
+    return pb_fields(
         pb.SkillProposal,
         p,
         "id company seat name summary body tool_sequence create_time decide_time decided_by decision_reason skill_id"
         " provenance",
         origin=_ORIGIN[p.origin],
-        source=to_pb(pb.ProposalSource, p, "session_id check_id evidence_ids turn_id"),
+        source=pb_fields(pb.ProposalSource, p, "session_id check_id evidence_ids turn_id"),
         state=_P_STATE[p.state],
     )
 
 
-def _match_to_pb(m: ProposalMatch) -> pb.ProposalMatch:
-    return to_pb(pb.ProposalMatch, m, "skill_id proposal_id name similarity", check=_CHECK[m.check])
+def _match_fields(m: ProposalMatch) -> dict[str, Any]:
+    return pb_fields(pb.ProposalMatch, m, "skill_id proposal_id name similarity", check=_CHECK[m.check])
 
 
 class _NamesOneSkill(Protocol):
@@ -157,18 +163,17 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         self, request: pb.CheckSkillCandidateRequest, context: ServicerContext
     ) -> pb.CheckSkillCandidateResponse:
         verdict = await self._service.check_candidate(request.company, request.seat, list(request.tool_set))
-        resp = pb.CheckSkillCandidateResponse(
+        duplicate = None
+        if verdict.duplicate is not None:  # built in place by the response, not built and copied in
+            dup, sim = verdict.duplicate
+            duplicate = {"id": str(dup.id), "name": dup.name, "similarity": sim, "state": _STATE[dup.state]}
+        return pb.CheckSkillCandidateResponse(
             gate=_GATE[verdict.gate],
             live_skill_count=verdict.live_count,
             max_skills=verdict.max_skills,
             duplicate_threshold=verdict.threshold,
+            duplicate=duplicate,
         )
-        if verdict.duplicate is not None:
-            dup, sim = verdict.duplicate
-            resp.duplicate.CopyFrom(
-                pb.SkillMatch(id=str(dup.id), name=dup.name, similarity=sim, state=_STATE[dup.state])
-            )
-        return resp
 
     async def CreateSkill(self, request: pb.CreateSkillRequest, context: ServicerContext) -> pb.CreateSkillResponse:
         draft = SkillDraft(
@@ -180,7 +185,7 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         skill = await self._service.create(
             request.company, request.seat, draft, archived_are_learned=True, provenance=_provenance(request)
         )
-        return pb.CreateSkillResponse(skill=skill_to_pb(skill, self._now()))
+        return pb.CreateSkillResponse(skill=_skill_fields(skill, self._now()))
 
     async def ListSkills(self, request: pb.ListSkillsRequest, context: ServicerContext) -> pb.ListSkillsResponse:
         skills, token, total = await self._service.list_skills(
@@ -188,17 +193,17 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         )
         now, full = self._now(), request.view == pb.SKILL_VIEW_FULL
         return pb.ListSkillsResponse(
-            skills=[skill_to_pb(s, now, full=full) for s in skills], next_page_token=token, total_size=total
+            skills=[_skill_fields(s, now, full=full) for s in skills], next_page_token=token, total_size=total
         )
 
     async def GetSkill(self, request: pb.GetSkillRequest, context: ServicerContext) -> pb.GetSkillResponse:
         skill = await self._service.get(self._key(request))
-        return pb.GetSkillResponse(skill=skill_to_pb(skill, self._now()))
+        return pb.GetSkillResponse(skill=_skill_fields(skill, self._now()))
 
     async def UseSkill(self, request: pb.UseSkillRequest, context: ServicerContext) -> pb.UseSkillResponse:
         result = await self._service.use(self._key(request), request.turn_id)
         return pb.UseSkillResponse(
-            skill=skill_to_pb(result.skill, self._now()),
+            skill=_skill_fields(result.skill, self._now()),
             revived=result.revived,
             telemetry_write_failed=result.telemetry_write_failed,
         )
@@ -233,7 +238,7 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
             request.request_id,
             _provenance(request),
         )
-        return pb.RefineSkillResponse(skill=skill_to_pb(skill, self._now()))
+        return pb.RefineSkillResponse(skill=_skill_fields(skill, self._now()))
 
     async def AppendSkillObservation(
         self, request: pb.AppendSkillObservationRequest, context: ServicerContext
@@ -247,7 +252,7 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
             _provenance(request),
         )
         return pb.AppendSkillObservationResponse(
-            skill=skill_to_pb(result.skill, self._now()),
+            skill=_skill_fields(result.skill, self._now()),
             skipped=result.skipped_reason is not None,
             skip_reason=(
                 _SKIP[result.skipped_reason]
@@ -263,37 +268,37 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
             self._key(request), request.page_size, request.page_token
         )
         return pb.ListSkillVersionsResponse(
-            versions=[_version_to_pb(v) for v in versions], next_page_token=token, total_size=total
+            versions=[_version_fields(v) for v in versions], next_page_token=token, total_size=total
         )
 
     async def RollbackSkill(
         self, request: pb.RollbackSkillRequest, context: ServicerContext
     ) -> pb.RollbackSkillResponse:
         skill = await self._service.rollback(self._key(request), request.version, request.request_id)
-        return pb.RollbackSkillResponse(skill=skill_to_pb(skill, self._now()))
+        return pb.RollbackSkillResponse(skill=_skill_fields(skill, self._now()))
 
     async def PinSkill(self, request: pb.PinSkillRequest, context: ServicerContext) -> pb.PinSkillResponse:
         skill = await self._service.set_pinned(self._key(request), True)
-        return pb.PinSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
+        return pb.PinSkillResponse(skill=_skill_fields(skill, self._now(), full=False))
 
     async def UnpinSkill(self, request: pb.UnpinSkillRequest, context: ServicerContext) -> pb.UnpinSkillResponse:
         skill = await self._service.set_pinned(self._key(request), False)
-        return pb.UnpinSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
+        return pb.UnpinSkillResponse(skill=_skill_fields(skill, self._now(), full=False))
 
     async def ArchiveSkill(self, request: pb.ArchiveSkillRequest, context: ServicerContext) -> pb.ArchiveSkillResponse:
         skill = await self._service.archive(self._key(request))
-        return pb.ArchiveSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
+        return pb.ArchiveSkillResponse(skill=_skill_fields(skill, self._now(), full=False))
 
     async def RestoreSkill(self, request: pb.RestoreSkillRequest, context: ServicerContext) -> pb.RestoreSkillResponse:
         skill = await self._service.restore(self._key(request))
-        return pb.RestoreSkillResponse(skill=skill_to_pb(skill, self._now(), full=False))
+        return pb.RestoreSkillResponse(skill=_skill_fields(skill, self._now(), full=False))
 
     async def GetLearningHealth(
         self, request: pb.GetLearningHealthRequest, context: ServicerContext
     ) -> pb.GetLearningHealthResponse:
         health = await self._service.health(request.company, request.seat)
         return pb.GetLearningHealthResponse(
-            health=_health_to_pb(health),
+            health=_health_fields(health),
             berlot_attwell_threshold=BERLOT_ATTWELL_THRESHOLD,
             below_berlot_attwell_threshold=health.below_threshold,
         )
@@ -320,8 +325,8 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         )
         return pb.ProposeSkillResponse(
             disposition=_DISPOSITION[result.disposition],
-            proposal=proposal_to_pb(result.proposal) if result.proposal else None,
-            match=_match_to_pb(result.match) if result.match else None,
+            proposal=_proposal_fields(result.proposal) if result.proposal else None,
+            match=_match_fields(result.match) if result.match else None,
             checks_run=[_CHECK[c] for c in result.checks_run],
         )
 
@@ -331,7 +336,7 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         found, token = await self._props().list(
             request.company, request.seat, _P_STATE_FROM_PB.get(request.state), request.page_size, request.page_token
         )
-        return pb.ListSkillProposalsResponse(proposals=[proposal_to_pb(p) for p in found], next_page_token=token)
+        return pb.ListSkillProposalsResponse(proposals=[_proposal_fields(p) for p in found], next_page_token=token)
 
     async def ApproveSkillProposal(
         self, request: pb.ApproveSkillProposalRequest, context: ServicerContext
@@ -339,7 +344,9 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         proposal, skill = await self._props().approve(
             request.company, request.seat, request.proposal_id, request.reviewer, request.reason
         )
-        return pb.ApproveSkillProposalResponse(proposal=proposal_to_pb(proposal), skill=skill_to_pb(skill, self._now()))
+        return pb.ApproveSkillProposalResponse(
+            proposal=_proposal_fields(proposal), skill=_skill_fields(skill, self._now())
+        )
 
     async def RejectSkillProposal(
         self, request: pb.RejectSkillProposalRequest, context: ServicerContext
@@ -347,7 +354,7 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         proposal = await self._props().reject(
             request.company, request.seat, request.proposal_id, request.reviewer, request.reason
         )
-        return pb.RejectSkillProposalResponse(proposal=proposal_to_pb(proposal))
+        return pb.RejectSkillProposalResponse(proposal=_proposal_fields(proposal))
 
     # ------------------------------------------------------------------ erasure (issue 17)
 
