@@ -179,6 +179,14 @@ class Bookkeeping:
         rows (and its announcements, for :meth:`withdraw`) and takes new ones again."""
         self.closed = False
 
+    def abandon(self) -> None:
+        """The statement that took the batch has an outcome unknown here (the connection lost, the
+        caller cancelled, after the server may have committed): its rows are dropped, so they are
+        written at most once, as :func:`write_bookkeeping` writes (it never retries either)."""
+        self.events.clear()
+        self.charges.clear()
+        self.closed = False
+
     def ctes(self, first: int) -> tuple[list[str], list[Any]]:
         """The rows held as common table expressions for the writer's statement, their parameters
         numbered from ``$first``. Closes the batch: a row recorded later is written alone."""

@@ -203,8 +203,8 @@ class PostgresReflectionStore(PooledStore):
         """Run ``sql``, a write with its bookkeeping (``held_events``): (True, its row). (False, None)
         when PostgreSQL refused it (rolled back, nothing written): the batch is open again and the
         caller runs its write alone, the bookkeeping following on its own as before (best-effort:
-        ``write_bookkeeping``, ``EventLog.emit``). A lost connection raises, as the write alone would
-        (the batch open again for its best-effort writer)."""
+        ``write_bookkeeping``, ``EventLog.emit``). A lost connection (or a cancellation) raises, as the
+        write alone would; whether the rows went in is unknown, so they are dropped: at most once."""
         try:
             return True, await self.pool.fetchrow(sql, *args)
         except asyncpg.PostgresError as err:
@@ -212,7 +212,7 @@ class PostgresReflectionStore(PooledStore):
             _log.warning("a reflection write and its bookkeeping not written together (%s); writing them apart", err)
             return False, None
         except BaseException:
-            batch.reopen()
+            batch.abandon()
             raise
 
     async def _move(
