@@ -13,7 +13,7 @@ and skills over gRPC). After a warm-up of 40 turns, two phases, each with ``--tu
 2. profiled: the same with cProfile on the event-loop thread only, timed by that thread's CPU clock
    (``time.thread_time``: waiting on a socket or on the model's threads costs nothing here; the
    model's threads are in phase 1), printing the top functions by own and by cumulative CPU, in ms
-   per turn, and the calls per turn.
+   per turn, and the calls per turn (cProfile counts each resumption of a coroutine as a call).
 
 To profile another tree (an A/B), put its root and its stubs first on PYTHONPATH and run this file
 from there with this tree's interpreter, e.g. from the base tree (W: this worktree):
