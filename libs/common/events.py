@@ -28,6 +28,7 @@ __all__ = [
     "PostgresEventLog",
     "bookkeeping",
     "current_bookkeeping",
+    "held_events",
     "write_bookkeeping",
 ]
 
@@ -65,16 +66,45 @@ _INSERT_EVENT = """INSERT INTO events (time, kind, company, seat, turn_id, trace
 # statement as its main query, or ``SELECT 1``): one round trip and one commit for all of it. The
 # placeholders ({}) are the positions of the array parameters. Charges are summed per key first (an
 # upsert may not touch a row twice) and sorted, so two requests charging the same company take its
-# row's lock in the same order and cannot deadlock.
+# row's lock in the same order and cannot deadlock. ``{when}``: nothing, or a WHERE clause that
+# writes the rows only with the statement's own write (``held_events``).
 _EVENTS_CTE = """bookkeeping_events AS (
     INSERT INTO events (time, kind, company, seat, turn_id, trace_id, payload)
     SELECT t, k, c, s, tu, tr, p::jsonb
     FROM unnest(${}::timestamptz[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[])
-         AS u(t, k, c, s, tu, tr, p))"""
+         AS u(t, k, c, s, tu, tr, p){when})"""
 _CHARGES_CTE = """bookkeeping_charges AS (
     INSERT INTO token_spend (company, seat, window_start, tokens)
-    SELECT * FROM unnest(${}::text[], ${}::text[], ${}::timestamptz[], ${}::bigint[])
+    SELECT * FROM unnest(${}::text[], ${}::text[], ${}::timestamptz[], ${}::bigint[]) AS u(c, s, w, n){when}
     ON CONFLICT (company, seat, window_start) DO UPDATE SET tokens = token_spend.tokens + EXCLUDED.tokens)"""
+
+
+def _ctes(
+    events: list[_EventRow], charges: dict[tuple[str, str, datetime], int], first: int, when: str
+) -> tuple[list[str], list[Any]]:
+    ctes: list[str] = []
+    args: list[Any] = []
+    if events:
+        ctes.append(_EVENTS_CTE.format(*range(first, first + 7), when=when))
+        args += [list(column) for column in zip(*events, strict=True)]
+    if charges:
+        keys = sorted(charges)
+        at = first + len(args)
+        ctes.append(_CHARGES_CTE.format(*range(at, at + 4), when=when))
+        args += [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], [charges[k] for k in keys]]
+    return ctes, args
+
+
+def _row(
+    kind: str, at: datetime, company: str | None, seat: str | None, turn_id: str | None, payload: dict[str, Any]
+) -> _EventRow:
+    return (at, kind, company, seat, turn_id, _trace_id(), json.dumps(payload, default=str))
+
+
+def _on_span(kind: str, payload: dict[str, Any]) -> None:
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(kind, {k: str(v) for k, v in payload.items() if v is not None})
 
 
 class Bookkeeping:
@@ -92,6 +122,9 @@ class Bookkeeping:
         self.followers: list[asyncio.Future[Any]] = []
         """Writes the request started and let run beside it (a use stamped on another service):
         its writer waits for them with the batch, so they land before the request answers."""
+        self.announced: list[tuple[_EventRow, dict[str, Any]]] = []
+        """Events announcing the write this batch is about to ride on (:meth:`announce`): written by
+        that write's statement only when it moves (:func:`held_events`), never alone."""
 
     def follow(self, write: asyncio.Future[Any]) -> None:
         self.followers.append(write)
@@ -104,27 +137,79 @@ class Bookkeeping:
         for key in ((company, seat, window_start), (company, "", window_start)):
             self.charges[key] = self.charges.get(key, 0) + tokens
 
+    def announce(
+        self,
+        kind: str,
+        at: datetime,
+        *,
+        company: str | None = None,
+        seat: str | None = None,
+        turn_id: str | None = None,
+        **payload: Any,
+    ) -> None:
+        """Hold an event that announces the write the batch rides on next (a turn queued, a pass
+        closed): that write's statement inserts it only if the write moves (:func:`held_events`), so
+        it is written exactly when the write is, with no statement of its own. One the write does not
+        take (an in-memory store, a combined statement that failed) is left for :meth:`withdraw`."""
+        self.announced.append((_row(kind, at, company, seat, turn_id, payload), payload))
+
+    def withdraw(self) -> bool:
+        """Drop the announcements still held; True if there were any: the write did not carry them,
+        so the announcer emits them itself (``EventLog.emit``, best-effort) if the write moved."""
+        pending = bool(self.announced)
+        self.announced.clear()
+        return pending
+
+    def settle(self, written: bool) -> None:
+        """After the statement that took the batch (:func:`held_events`): ``written``, every row held
+        went in with the write (the announcements also become events on the span); else nothing did
+        (the write did not move): the batch opens again and keeps its rows for its own writer, and
+        the announcements are dropped (what they announce did not happen)."""
+        if written:
+            for row, payload in self.announced:
+                _on_span(row[1], payload)
+            self.events.clear()
+            self.charges.clear()
+        else:
+            self.closed = False
+        self.announced.clear()
+
+    def reopen(self) -> None:
+        """The statement that took the batch failed: nothing in it was written; the batch keeps its
+        rows (and its announcements, for :meth:`withdraw`) and takes new ones again."""
+        self.closed = False
+
+    def abandon(self) -> None:
+        """The statement that took the batch has an outcome unknown here (the connection lost, the
+        caller cancelled, after the server may have committed): its rows are dropped, so they are
+        written at most once, as :func:`write_bookkeeping` writes (it never retries either)."""
+        self.events.clear()
+        self.charges.clear()
+        self.closed = False
+
     def ctes(self, first: int) -> tuple[list[str], list[Any]]:
         """The rows held as common table expressions for the writer's statement, their parameters
         numbered from ``$first``. Closes the batch: a row recorded later is written alone."""
         self.closed = True
-        ctes: list[str] = []
-        args: list[Any] = []
-        if self.events:
-            ctes.append(_EVENTS_CTE.format(*range(first, first + 7)))
-            args += [list(column) for column in zip(*self.events, strict=True)]
-        if self.charges:
-            keys = sorted(self.charges)
-            at = first + len(args)
-            ctes.append(_CHARGES_CTE.format(*range(at, at + 4)))
-            args += [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], [self.charges[k] for k in keys]]
-        return ctes, args
+        return _ctes(self.events, self.charges, first, "")
 
     async def write(self, conn: asyncpg.Connection | asyncpg.Pool) -> None:
         """Write every row held in one statement (its own transaction, or the caller's)."""
         ctes, args = self.ctes(1)
         if ctes:
             await conn.execute(_BOOKKEEPING_ALONE.format(ctes=", ".join(ctes)), *args)
+
+
+def held_events(batch: Bookkeeping, first: int, when: str) -> tuple[str, list[Any]]:
+    """``batch``'s rows — its held events and charges and its announcements — as common table
+    expressions (joined, each led by a comma) for a writer's statement, each row inserted only
+    ``when`` (an SQL condition on the statement's own expressions: "the write moved"); their
+    parameters numbered from ``$first``. One statement and one commit for the write and its
+    bookkeeping; a write that does not move writes none of it. Closes the batch; the writer then
+    calls :meth:`Bookkeeping.settle` (or :meth:`Bookkeeping.reopen` should the statement fail)."""
+    batch.closed = True
+    ctes, args = _ctes(batch.events + [row for row, _ in batch.announced], batch.charges, first, f" WHERE {when}")
+    return "".join(f",\n    {cte}" for cte in ctes), args
 
 
 async def write_bookkeeping(pool: asyncpg.Pool, batch: Bookkeeping) -> None:
@@ -171,10 +256,8 @@ class PostgresEventLog:
     ) -> _EventRow:
         """The event as the request's span records it (an event on the span) and as its row is
         inserted, whether now (:meth:`emit_strict`) or with the request's bookkeeping."""
-        span = trace.get_current_span()
-        if span.is_recording():
-            span.add_event(kind, {k: str(v) for k, v in payload.items() if v is not None})
-        return (self._clock.now(), kind, company, seat, turn_id, _trace_id(), json.dumps(payload, default=str))
+        _on_span(kind, payload)
+        return _row(kind, self._clock.now(), company, seat, turn_id, payload)
 
     async def emit_strict(
         self,

@@ -111,7 +111,8 @@ def label_names_run_id(label: str, turn_id: str) -> bool:
     A scheduled turn's label names its schedule and never the fire's run id, which differs on
     every fire: led by the id, two fires of one schedule are unalike to every similarity search.
     """
-    if not turn_id:
+    if not turn_id or turn_id not in label:
+        # No occurrence at all (nearly every label): no pattern to build and run.
         return False
     pattern = r"(?<![A-Za-z0-9])" + re.escape(turn_id) + r"(?![A-Za-z0-9])"
     return re.search(pattern, label) is not None

@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -41,7 +42,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
 from libs.common.budgets import window_start
 from libs.common.config import Settings
-from libs.common.events import EventSink, bookkeeping
+from libs.common.events import EventSink, bookkeeping, current_bookkeeping
 from libs.common.jobs import Job, keep_claim, listen
 from libs.common.metrics import QUEUE_DEPTH, QUEUE_LAG, WORKER_OUTCOMES
 from services.reflector.convert import turn_from_pb
@@ -365,20 +366,33 @@ class Harness:
         workers: list[WorkerOutcome] | None = None,
     ) -> None:
         """Close the record (with ``workers``, its whole list of outcomes, when the pass ran any) and
-        finish the job, together and fenced by the claim (one statement: ``finish_and_close``)."""
+        finish the job, together and fenced by the claim (one statement: ``finish_and_close``).
+
+        ``reflection_completed`` is announced to the pass's bookkeeping batch first: the Postgres
+        store writes it, with the pass's other held rows, in that same statement and only if the job
+        finished (no statement of its own; a stale claim writes none). A store that did not carry
+        it (an in-memory one, a combined statement refused) leaves it to be emitted here, as before."""
         now = self._clock.now()
-        if not await self._store.finish_and_close(job, self._worker_id, turn.key, state, gate, now, workers):
+        completed: dict[str, Any] = {
+            **turn_fields(turn),
+            "state": state,
+            "gate": str(gate) if gate else None,
+            "workers": {o.worker: str(o.status) for o in outcomes},
+            "failures": {o.worker: o.failure for o in outcomes if o.failure},
+        }
+        batch = current_bookkeeping()
+        if batch is not None:
+            batch.announce("reflection_completed", now, **completed)
+        try:
+            finished = await self._store.finish_and_close(job, self._worker_id, turn.key, state, gate, now, workers)
+        finally:
+            unwritten = batch.withdraw() if batch is not None else True
+        if not finished:
             # Our claim lapsed and another worker took the turn; it completes the record.
             _log.warning("lost the claim on %s before finishing; leaving it to its new holder", turn.turn_id)
             return
-        await self._events.emit(
-            "reflection_completed",
-            **turn_fields(turn),
-            state=state,
-            gate=str(gate) if gate else None,
-            workers={o.worker: str(o.status) for o in outcomes},
-            failures={o.worker: o.failure for o in outcomes if o.failure},
-        )
+        if unwritten:
+            await self._events.emit("reflection_completed", **completed)
 
     # ------------------------------------------------------------------ the loop
 

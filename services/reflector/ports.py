@@ -42,7 +42,9 @@ class ReflectionStore(Protocol):
     async def queue_turn(self, turn_id: str, **job: Unpack[NewJob]) -> bool:
         """The turn's ``job`` queued and its record (run id ``turn_id``, the job's company and seat)
         QUEUED, committed together on their own; False when the job was queued before (nothing is
-        written: the duplicate gate)."""
+        written: the duplicate gate). A store may write the current bookkeeping batch's announced
+        events (``libs.common.events.Bookkeeping.announce``) in the same commit, only if the job was
+        queued; those it did not write are left in the batch for the caller to emit."""
         ...
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None: ...
@@ -74,7 +76,9 @@ class ReflectionStore(Protocol):
         together on their own: both move or neither does. False when the claim is no longer held
         (nothing moved); a close the state machine refuses raises
         :class:`~services.reflector.domain.IllegalTransition` with nothing moved; no record (erased or
-        past retention), the job finishes alone."""
+        past retention), the job finishes alone. A store may write the current bookkeeping batch (its
+        held rows and announced events) in the same commit, only if the job finished; else the held
+        rows stay in the batch and the announcements are dropped."""
         ...
 
     async def defer(self, tx: Tx, key: TurnKey, gate: str, until: datetime) -> bool: ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from typing_extensions import TypeVar
 
@@ -13,7 +13,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
 from libs.common.clock import Clock
 from libs.common.errors import field_error
-from libs.common.events import EventSink
+from libs.common.events import EventSink, bookkeeping
 from libs.common.not_found import require_found
 from libs.common.validation import (
     decode_time_cursor,
@@ -115,26 +115,35 @@ class ReflectorService(Generic[S]):
         seat's own: another seat reporting the same run id queues its own reflection."""
         _check_turn(turn)
         now: datetime = self.clock.now()
-        queued = await self.store.queue_turn(
-            turn.turn_id,
-            kind=JOB_KIND,
-            key=job_key(turn.seat, turn.turn_id),
-            company=turn.company,
-            seat=turn.seat,
-            payload=turn.SerializeToString(),
-            trace_carrier=telemetry.inject_context(),
-            now=now,
-        )
+        completed: dict[str, Any] = {
+            **turn_fields(turn),
+            "role": turn.role,
+            "outcome": pb.TurnOutcome.Name(turn.outcome),
+            "label": turn.label,
+            "tool_calls": len(turn.tools_called),
+            "interactions": len(turn.interactions),
+        }
+        # ``turn_completed`` announces the queueing: the Postgres store writes it in the statement
+        # that queues the turn, only if that statement queued it (no statement of its own). A store
+        # that did not carry it leaves it to be emitted here, as before.
+        with bookkeeping() as batch:
+            batch.announce("turn_completed", now, **completed)
+            try:
+                queued = await self.store.queue_turn(
+                    turn.turn_id,
+                    kind=JOB_KIND,
+                    key=job_key(turn.seat, turn.turn_id),
+                    company=turn.company,
+                    seat=turn.seat,
+                    payload=turn.SerializeToString(),
+                    trace_carrier=telemetry.inject_context(),
+                    now=now,
+                )
+            finally:
+                unwritten = batch.withdraw()
         if queued:
-            await self.events.emit(
-                "turn_completed",
-                **turn_fields(turn),
-                role=turn.role,
-                outcome=pb.TurnOutcome.Name(turn.outcome),
-                label=turn.label,
-                tool_calls=len(turn.tools_called),
-                interactions=len(turn.interactions),
-            )
+            if unwritten:
+                await self.events.emit("turn_completed", **completed)
             return True, ReflectionState.QUEUED  # this call queued it: no need to read it back
         record = await self.store.get(turn.company, turn.seat, turn.turn_id)
         return False, record.state if record else ReflectionState.QUEUED

@@ -13,6 +13,7 @@ caller's transaction, so the queue row moved beside it (its projection) rolls ba
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Unpack
@@ -20,11 +21,13 @@ from typing import Any, Unpack
 import asyncpg
 
 from libs.common.db import PooledStore
-from libs.common.events import Bookkeeping, write_bookkeeping
+from libs.common.events import Bookkeeping, current_bookkeeping, held_events, write_bookkeeping
 from libs.common.jobs import FINISHED, HELD_FOR_UPDATE, Job, NewJob, enqueue_args, enqueue_sql
 from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, sources
 
 __all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord", "merge_outcome", "merge_outcomes"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,14 +68,33 @@ _COLUMNS = (
 )
 _TURN = "company = $1 AND seat = $2 AND turn_id = $3"
 
-SQL = {
-    # The turn's job queued (``libs.common.jobs``' enqueue, $1–$9) and, only when this statement
-    # queued it, its record QUEUED ($10 the run id), in one statement.
-    "queue_turn": enqueue_sql(""",
+_RECORDED = """,
         recorded AS (
             INSERT INTO reflections (company, seat, turn_id, state, submit_time)
             SELECT $3, $4, $10, 'queued', $8 FROM queued
-            ON CONFLICT (company, seat, turn_id) DO NOTHING)"""),
+            ON CONFLICT (company, seat, turn_id) DO NOTHING)"""
+
+
+def _finish_and_close(beside: str = "") -> str:
+    """``SQL["finish_and_close"]``; ``beside``: further common table expressions (each led by a
+    comma) that read ``finished`` (a row when the job finished, the record closed with it)."""
+    return f"""
+        WITH held AS ({HELD_FOR_UPDATE}),
+        old AS (SELECT state FROM reflections WHERE company = $5 AND seat = $6 AND turn_id = $7 FOR UPDATE),
+        allowed AS (SELECT 1 FROM held WHERE NOT EXISTS (SELECT 1 FROM old WHERE NOT old.state = ANY($11::text[]))),
+        finished AS (UPDATE background_jobs j SET {FINISHED} FROM allowed WHERE j.id = $1 RETURNING 1),
+        closed AS (
+            UPDATE reflections r SET state = $8, gate = $9, complete_time = $4, reason = NULL, next_attempt_time = NULL,
+                   workers = coalesce($10::jsonb, r.workers)
+            FROM allowed WHERE r.company = $5 AND r.seat = $6 AND r.turn_id = $7 RETURNING 1){beside}
+        SELECT EXISTS (SELECT 1 FROM held) AS held, (SELECT state FROM old) AS state,
+               EXISTS (SELECT 1 FROM finished) AS finished, EXISTS (SELECT 1 FROM closed) AS closed"""
+
+
+SQL = {
+    # The turn's job queued (``libs.common.jobs``' enqueue, $1–$9) and, only when this statement
+    # queued it, its record QUEUED ($10 the run id), in one statement.
+    "queue_turn": enqueue_sql(_RECORDED),
     "get": f"SELECT {_COLUMNS} FROM reflections WHERE {_TURN}",
     # A worker takes the turn (each take counts an attempt): the record as it was, and whether it
     # moved. A finished record does not move (the duplicate gate), in the same statement.
@@ -92,18 +114,9 @@ SQL = {
     # its key; $10 its whole list of outcomes, NULL keeps them) in one statement, both or neither:
     # nothing moves when the claim is no longer held, nor when the record's guard refuses the move
     # ($11; the caller raises). No record (erased, past retention): the job moves alone. The claim is
-    # locked before the record, in the order the two-statement transaction took them.
-    "finish_and_close": f"""
-        WITH held AS ({HELD_FOR_UPDATE}),
-        old AS (SELECT state FROM reflections WHERE company = $5 AND seat = $6 AND turn_id = $7 FOR UPDATE),
-        allowed AS (SELECT 1 FROM held WHERE NOT EXISTS (SELECT 1 FROM old WHERE NOT old.state = ANY($11::text[]))),
-        finished AS (UPDATE background_jobs j SET {FINISHED} FROM allowed WHERE j.id = $1 RETURNING 1),
-        closed AS (
-            UPDATE reflections r SET state = $8, gate = $9, complete_time = $4, reason = NULL, next_attempt_time = NULL,
-                   workers = coalesce($10::jsonb, r.workers)
-            FROM allowed WHERE r.company = $5 AND r.seat = $6 AND r.turn_id = $7 RETURNING 1)
-        SELECT EXISTS (SELECT 1 FROM held) AS held, (SELECT state FROM old) AS state,
-               EXISTS (SELECT 1 FROM finished) AS finished, EXISTS (SELECT 1 FROM closed) AS closed""",
+    # locked before the record, in the order the two-statement transaction took them. With the pass's
+    # bookkeeping (``_finish_and_close(held_events(...))``), its rows go in only if the job finished.
+    "finish_and_close": _finish_and_close(),
     "defer": f"""
         UPDATE reflections SET state = 'deferred', gate = $4, next_attempt_time = $5
         WHERE {_TURN} AND state = ANY($6::text[])""",
@@ -159,8 +172,19 @@ class PostgresReflectionStore(PooledStore):
         await write_bookkeeping(self.pool, batch)
 
     async def queue_turn(self, turn_id: str, **job: Unpack[NewJob]) -> bool:
-        """One statement (``SQL["queue_turn"]``), its own commit."""
-        return await self.pool.fetchval(SQL["queue_turn"], *enqueue_args(job), turn_id) is not None
+        """One statement (``SQL["queue_turn"]``), its own commit. Under a bookkeeping batch that
+        announces the queueing (the service's ``turn_completed``: ``Bookkeeping.announce``), the same
+        statement writes the batch's rows, only if the turn was queued (:meth:`_with_bookkeeping`)."""
+        args = [*enqueue_args(job), turn_id]
+        batch = current_bookkeeping()
+        if batch is None or not batch.announced:
+            return await self.pool.fetchval(SQL["queue_turn"], *args) is not None
+        beside, held = held_events(batch, len(args) + 1, "EXISTS (SELECT 1 FROM queued)")
+        combined, row = await self._with_bookkeeping(batch, enqueue_sql(_RECORDED + beside), [*args, *held])
+        if not combined:
+            return await self.pool.fetchval(SQL["queue_turn"], *args) is not None
+        batch.settle(row is not None)
+        return row is not None
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None:
         row = await self.pool.fetchrow(SQL["get"], company, seat, turn_id)
@@ -172,6 +196,24 @@ class PostgresReflectionStore(PooledStore):
         if row is None:
             return None, False
         return _record(row), bool(row["taken"])
+
+    async def _with_bookkeeping(
+        self, batch: Bookkeeping, sql: str, args: list[Any]
+    ) -> tuple[bool, asyncpg.Record | None]:
+        """Run ``sql``, a write with its bookkeeping (``held_events``): (True, its row). (False, None)
+        when PostgreSQL refused it (rolled back, nothing written): the batch is open again and the
+        caller runs its write alone, the bookkeeping following on its own as before (best-effort:
+        ``write_bookkeeping``, ``EventLog.emit``). A lost connection (or a cancellation) raises, as the
+        write alone would; whether the rows went in is unknown, so they are dropped: at most once."""
+        try:
+            return True, await self.pool.fetchrow(sql, *args)
+        except asyncpg.PostgresError as err:
+            batch.reopen()
+            _log.warning("a reflection write and its bookkeeping not written together (%s); writing them apart", err)
+            return False, None
+        except BaseException:
+            batch.abandon()
+            raise
 
     async def _move(
         self, conn: asyncpg.Connection, target: ReflectionState, sql: str, key: TurnKey, *params: Any
@@ -215,16 +257,27 @@ class PostgresReflectionStore(PooledStore):
         now: datetime,
         workers: list[WorkerOutcome] | None = None,
     ) -> bool:
-        """One statement (``SQL["finish_and_close"]``), its own commit."""
+        """One statement (``SQL["finish_and_close"]``), its own commit. Under the pass's bookkeeping
+        batch, the same statement writes the batch's rows, only if the job finished; else (a stale
+        claim, a refused close) they stay held for their own writer, and what was announced (the
+        pass's ``reflection_completed``) is dropped."""
         if state not in (ReflectionState.COMPLETED, ReflectionState.GATED):
             raise ValueError(f"a close ends a pass completed or gated, not {state}")
         dumped = None if workers is None else _dump(workers)
-        row = await self.pool.fetchrow(
-            SQL["finish_and_close"],
-            *(job.id, worker, job.attempts, now),
-            *key,
-            *(str(state), gate, dumped, sources(state)),
-        )
+        args = [job.id, worker, job.attempts, now, *key, str(state), gate, dumped, sources(state)]
+        batch = current_bookkeeping()
+        row = None
+        if batch is not None and (batch.announced or len(batch)):
+            # The pass's bookkeeping (its held events and charges, the announced reflection_completed)
+            # rides on this statement, written only if the job finished: one commit for all of it.
+            beside, held = held_events(batch, len(args) + 1, "EXISTS (SELECT 1 FROM finished)")
+            combined, row = await self._with_bookkeeping(batch, _finish_and_close(beside), [*args, *held])
+            if combined:
+                assert row is not None
+                batch.settle(bool(row["finished"]))
+        if row is None:
+            row = await self.pool.fetchrow(SQL["finish_and_close"], *args)
+        assert row is not None
         if not row["held"]:
             return False
         if row["state"] is not None and not row["closed"]:
