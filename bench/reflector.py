@@ -16,7 +16,9 @@ diary, episodes, profiles and skills over gRPC. Two measurements:
    separate process (as an engine would: a submitter sharing the reflector's event loop slows down
    with it and never offers the rate), while the background worker loop (woken by LISTEN/NOTIFY)
    runs; lag = completion time - the time the submitter sent the turn. The rate the submitter
-   actually achieved is printed beside it.
+   actually achieved is printed beside it. Under the table, per rate: the lag p99 of the turns sent a
+   second or more after the first (a fresh app's first turns queue behind its warm-up, which is the
+   whole p99 at a low rate) and the five slowest turns with when they were sent.
 
 ``--census N`` first reflects N turns with every SQL statement a span (``telemetry.sql_spans:
 all``, an in-memory span recorder) and prints what one turn does, by owner (the service whose RPC
@@ -62,6 +64,9 @@ DETAIL: dict[str, dict[str, float]] = {}
 LAG_COSTS: dict[float, tuple[float, float, float, float]] = {}
 """Per lag run: the submit rate achieved, turns reflected per second over the run, commits and CPU ms
 per turn (SubmitTurn's share included)."""
+LAG_WORST: dict[float, tuple[list[tuple[float, float, str]], float]] = {}
+"""Per lag run: its slowest turns (lag s, seconds after the first send, turn id) and the lag p99 of the
+turns sent a second or more after the first (a fresh app's first turns queue behind its warm-up)."""
 PORTS: list[int] = []
 """The port of the last server ``_app`` started (the submitter process calls it)."""
 TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
@@ -340,6 +345,13 @@ async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
             lags = [(r["complete_time"] - sent[f"{r['seat']}/{r['turn_id']}"]).total_seconds() for r in rows]
             span = (max(r["complete_time"] for r in rows) - min(sent.values())).total_seconds()
             LAG_COSTS[rate] = (submitted["rate"], n / span, commits / n, cpu_s * 1000 / n)
+            first = min(sent.values())
+            timed = sorted(
+                ((r["complete_time"] - sent[k]).total_seconds(), (sent[k] - first).total_seconds(), r["turn_id"])
+                for r in rows
+                for k in [f"{r['seat']}/{r['turn_id']}"]
+            )
+            LAG_WORST[rate] = (timed[-5:][::-1], pct([lag for lag, after, _ in timed if after >= 1.0], 0.99))
             _sizes(f"lag, {rate:g}/s", infra.embedder)
             return lags
 
@@ -407,6 +419,11 @@ async def main() -> None:
             f"{rate:>7.1f} {sent_rate:>7.1f} {len(lags):>6} {statistics.median(lags) * 1000:>11.0f} "
             f"{pct(lags, 0.99) * 1000:>11.0f} {max(lags) * 1000:>9.0f} {done_rate:>7.1f} {commits:>13.1f} "
             f"{cpu_ms:>12.1f}"
+        )
+    for rate, (worst, p99_after) in LAG_WORST.items():
+        print(
+            f"  {rate:g}/s: lag p99 of the turns sent 1 s or more after the first {p99_after * 1000:.0f} ms; slowest "
+            + ", ".join(f"{lag * 1000:.0f} ms (sent at {after:.1f} s)" for lag, after, _ in worst)
         )
     print("\nembedder: model runs by texts a run; dispatched jobs by callers a job (texts of several turns)")
     for label, (sizes, callers) in RUN_SIZES.items():
