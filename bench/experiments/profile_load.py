@@ -56,6 +56,7 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from bench.harness import script as bench_module  # noqa: E402
+from bench.harness import thread_cpu  # noqa: E402
 from bench.harness.locomo import turn_texts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -450,22 +451,6 @@ def ab_line(on: list[float], off: list[float]) -> str:
 
 def loadavg() -> str:
     return Path("/proc/loadavg").read_text().strip()
-
-
-def thread_cpu(pid: int) -> dict[int, tuple[str, float, float]]:
-    """{thread id: (its name, user seconds, system seconds)} of a process's threads."""
-    out = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            stat = (task / "stat").read_text()
-        except FileNotFoundError:  # the thread ended
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat.rsplit(")", 1)[1].split()
-        name = "event loop (main thread)" if int(task.name) == pid else re.sub(r"[-_]?\d+$", "", name)
-        out[int(task.name)] = (name, int(fields[11]) / tick, int(fields[12]) / tick)
-    return out
 
 
 def cpu_seconds(pid: int) -> float:

@@ -39,23 +39,12 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from bench.harness import script as bench_module  # noqa: E402
+from bench.harness import thread_cpu as harness_thread_cpu  # noqa: E402
 
 
 def thread_cpu() -> dict[int, tuple[str, float]]:
     """{thread id: (its name, user + system CPU seconds)} of this process's threads."""
-    out = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    pid = os.getpid()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            stat = (task / "stat").read_text()
-        except FileNotFoundError:  # the thread ended
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat.rsplit(")", 1)[1].split()
-        name = "event loop (main thread)" if int(task.name) == pid else re.sub(r"[-_:]?\d+$", "", name)
-        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
-    return out
+    return {tid: (name, user + system) for tid, (name, user, system) in harness_thread_cpu(os.getpid()).items()}
 
 
 def by_thread(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], n: int) -> dict[str, float]:

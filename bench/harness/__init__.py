@@ -11,6 +11,8 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -33,6 +35,7 @@ __all__ = [
     "script",
     "serve_loopback",
     "table",
+    "thread_cpu",
 ]
 
 
@@ -200,3 +203,21 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
 
     return "\n".join([fmt(cells[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells[1:]])
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float, float]]:
+    """{thread id: (its name, user seconds, system seconds)} of a process's threads, from
+    ``/proc/<pid>/task/*/stat``; the main thread is named the event loop, and a pool's numbered
+    threads share their pool's name."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # the thread ended
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        name = "event loop (main thread)" if int(task.name) == pid else re.sub(r"[-_:]?\d+$", "", name)
+        out[int(task.name)] = (name, int(fields[11]) / tick, int(fields[12]) / tick)
+    return out
