@@ -881,7 +881,7 @@ class LocalServer:
         self, method: str, request: Any, metadata: Sequence[tuple[str, str | bytes]], deadline: float | None
     ) -> Any:
         """The response, or the AioRpcError a wire call would raise."""
-        plan = self._plans.get(method) or self.plan(method)
+        plan = self.plan(method)
         if plan is None:
             raise rpc_error(_Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!"))
         domain = plan.domain
@@ -978,8 +978,7 @@ def local_port(address: str) -> int | None:
 
 def local_server(address: str) -> LocalServer | None:
     """The server of this process bound on ``address``'s port and still serving, if any."""
-    port = local_port(address)
-    return None if port is None else _LOCAL_SERVERS.get(port)
+    return local_server_on(local_port(address))
 
 
 def local_server_on(port: int | None) -> LocalServer | None:
