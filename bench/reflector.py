@@ -67,6 +67,8 @@ per turn (SubmitTurn's share included)."""
 LAG_WORST: dict[float, tuple[list[tuple[float, float, str]], float]] = {}
 """Per lag run: its slowest turns (lag s, seconds after the first send, turn id) and the lag p99 of the
 turns sent a second or more after the first (a fresh app's first turns queue behind its warm-up)."""
+TIMELINE: dict[float, list[tuple[float, float, str]]] = {}
+"""Per lag run: every turn's send and completion (Unix seconds) and its id, for ``--lag-timeline``."""
 PORTS: list[int] = []
 """The port of the last server ``_app`` started (the submitter process calls it)."""
 TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
@@ -352,8 +354,24 @@ async def lag(rate: float, seconds: float, concurrency: int) -> list[float]:
                 for k in [f"{r['seat']}/{r['turn_id']}"]
             )
             LAG_WORST[rate] = (timed[-5:][::-1], pct([lag for lag, after, _ in timed if after >= 1.0], 0.99))
+            TIMELINE[rate] = sorted(
+                (submitted["sent"][k], r["complete_time"].timestamp(), r["turn_id"])
+                for r in rows
+                for k in [f"{r['seat']}/{r['turn_id']}"]
+            )
             _sizes(f"lag, {rate:g}/s", infra.embedder)
             return lags
+
+
+def _write_timeline(path: Path) -> None:
+    """``--lag-timeline``: every lag run's turns, one JSON object a line."""
+    path.write_text(
+        "".join(
+            json.dumps({"rate": rate, "sent": sent_s, "done": done_s, "turn": turn_id}) + "\n"
+            for rate, turns in TIMELINE.items()
+            for sent_s, done_s, turn_id in turns
+        )
+    )
 
 
 async def main() -> None:
@@ -365,6 +383,12 @@ async def main() -> None:
     parser.add_argument("--lag-concurrency", type=int, default=16, help="turns reflected at once in the lag runs")
     parser.add_argument("--census", type=int, default=0, help="first, what N turns do, by owner (every SQL a span)")
     parser.add_argument("--census-only", action="store_true", help="only the census")
+    parser.add_argument(
+        "--lag-timeline",
+        default="",
+        help="write every lag run's turns (rate, sent and completed as Unix seconds, turn id) to this JSON-lines "
+        "file, to line a stall up with system counters sampled meanwhile",
+    )
     parser.add_argument(
         "--experiment-no-pool-reset",
         action="store_true",
@@ -425,6 +449,8 @@ async def main() -> None:
             f"  {rate:g}/s: lag p99 of the turns sent 1 s or more after the first {p99_after * 1000:.0f} ms; slowest "
             + ", ".join(f"{lag * 1000:.0f} ms (sent at {after:.1f} s)" for lag, after, _ in worst)
         )
+    if args.lag_timeline:
+        _write_timeline(Path(args.lag_timeline))
     print("\nembedder: model runs by texts a run; dispatched jobs by callers a job (texts of several turns)")
     for label, (sizes, callers) in RUN_SIZES.items():
         n = sum(sizes.values())
