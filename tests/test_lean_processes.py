@@ -16,6 +16,7 @@ from agentlearn.profiles.v1 import profile_service_pb2_grpc as ppb_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as spb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as spb_grpc
 from libs.common.grpcserver import create_server
+from libs.common.vectorindex import collection_name
 from services.runner import cli
 from services.runner.registry import EMBEDDERS, PASSES, SERVICES, embedder_mode
 from tests.support.app import open_app
@@ -25,7 +26,15 @@ from tests.support.runner import clean_env, run_once
 async def test_the_pass_table_names_every_pass_the_components_build_and_its_home(make_settings, dsn, edge_index):
     async with open_app(make_settings(), dsn, embedder=None, index=edge_index) as app:
         built = {p.name: name for name, c in app.components.items() for p in c.passes}
+        # The collection families a server opens at start are the ones its services write.
+        declared = {name: c.vector_collections for name, c in app.components.items() if c.vector_collections}
+        written = {
+            "diary": [app.components["diary"].service.collection_base],
+            "episodes": [app.components["episodes"].service.collection_base],
+            "knowledge": [app.components["knowledge"].service.pages.collection_base],
+        }
     assert {name: home.service for name, home in PASSES.items()} == built
+    assert declared == written
     assert all(set(home.calls) <= set(SERVICES) for home in PASSES.values())
     assert set(EMBEDDERS) >= set(SERVICES)  # every service says what it does with the model
 
@@ -81,3 +90,5 @@ async def test_a_profiles_and_skills_server_never_loads_the_model(make_settings,
     async with contextlib.AsyncExitStack() as stack:
         infra, _ = await cli._open(settings, stack, ["diary"], warm=True)
         assert infra.embedder.loaded  # a diary server warms it: its first write must not pay the load
+        # ...and opens its collection: nothing written yet, the index already holds it.
+        assert await infra.index.collections() == [collection_name("diary_notes", infra.embedder.dimensions)]

@@ -101,6 +101,23 @@ async def test_unknown_collection_reads_empty_and_reset_empties(vector_index):
     assert await vector_index.count(COLL) == 0 and await search(vector_index, vec(1)) == []
 
 
+async def test_prepare_opens_an_empty_collection_and_never_empties_one(vector_index):
+    assert COLL not in await vector_index.collections()
+    await vector_index.prepare(COLL, 8)
+    assert COLL in await vector_index.collections()
+    assert await vector_index.count(COLL) == 0 and await search(vector_index, vec(1)) == []
+    p = point(vec(1, 0))
+    await vector_index.upsert(COLL, [p])
+    await vector_index.prepare(COLL, 8)  # a second start: opens what is there, keeps its points
+    assert [h.id for h in await search(vector_index, vec(1, 0))] == [p.id]
+
+
+async def test_prepare_on_a_closed_index_reports_unavailable(vector_index):
+    await vector_index.close()
+    with pytest.raises(IndexUnavailable):
+        await vector_index.prepare(COLL, 8)
+
+
 async def test_a_closed_index_reports_unavailable(vector_index):
     await vector_index.upsert(COLL, [point(vec(1))])
     await vector_index.close()
@@ -118,6 +135,12 @@ async def test_edge_shards_persist_across_reopen(tmp_path):
     again = QdrantEdgeIndex(tmp_path / "e")
     assert [h.id for h in await search(again, vec(1, 2))] == [p.id]
     await again.close()
+    # Opened at start (a restarted server) rather than on first use: the same points.
+    started = QdrantEdgeIndex(tmp_path / "e")
+    await started.prepare(COLL, 8)
+    assert await started.count(COLL) == 1
+    assert [h.id for h in await search(started, vec(1, 2))] == [p.id]
+    await started.close()
 
 
 async def test_client_local_mode_persists_under_a_path(tmp_path):

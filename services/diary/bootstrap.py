@@ -12,6 +12,7 @@ from libs.common.infra import Infra
 from libs.common.passrunner import PassSpec
 from libs.common.vector_passes import vector_row_passes
 from services.diary import passes
+from services.diary.domain import COLLECTION_BASE
 from services.diary.service import DiaryService
 from services.diary.servicer import DiaryServicer
 from services.diary.store import PostgresNoteStore
@@ -45,4 +46,5 @@ def component(infra: Infra) -> Component:
         service=service,
         passes=pass_specs(service, infra),
         rebuild_index=lambda: passes.rebuild_index(service),
+        vector_collections=[COLLECTION_BASE],
     )

@@ -12,6 +12,7 @@ from libs.common.infra import Infra
 from libs.common.passrunner import PassSpec
 from libs.common.vector_passes import vector_row_passes
 from services.episodes import erasure, passes
+from services.episodes.domain import COLLECTION_BASE
 from services.episodes.lifecycle import COMPACTION_PROMPT_VERSION, EpisodeLifecycle, register_rules
 from services.episodes.service import EpisodeService
 from services.episodes.servicer import EpisodeServicer
@@ -64,4 +65,5 @@ def component(infra: Infra) -> Component:
         service=service,
         passes=pass_specs(service, infra),
         rebuild_index=lambda: passes.rebuild_index(service),
+        vector_collections=[COLLECTION_BASE],
     )

@@ -17,6 +17,7 @@ from libs.common.vector_passes import vector_row_passes
 from services.knowledge import passes, promotion
 from services.knowledge.backends import KnowledgeBackend, RoutedBackend, UnconfiguredBackend
 from services.knowledge.confluence import ConfluenceBackend, ConfluenceClient
+from services.knowledge.domain import COLLECTION_BASE
 from services.knowledge.legacy import legacy_registration
 from services.knowledge.native import NativePages
 from services.knowledge.native_search import NativeBackend
@@ -83,4 +84,5 @@ def component(infra: Infra) -> Component:
         service=service,
         passes=pass_specs(service, infra),
         rebuild_index=lambda: passes.rebuild_index(service.pages),
+        vector_collections=[COLLECTION_BASE],
     )

@@ -142,13 +142,20 @@ async def _open(
     """Open the infrastructure and components of ``names`` only (their bootstraps, their
     migrations). The embedding model is loaded at start only where a service embeds inline and
     ``warm`` (a server: its first write must not pay the load); otherwise it loads on the first
-    embed, and a process none of whose services embeds builds no embedder at all."""
+    embed, and a process none of whose services embeds builds no embedder at all. A server (``warm``)
+    also opens its services' vector collections before it serves (``prepare_collections``)."""
     mode = embedder_mode(names)
     infra = await open_infra(settings, stack, migrations_of(names), embeds=mode != "none")
     load = getattr(infra.embedder, "load", None)
     if load is not None and warm and mode == "warm":
         await asyncio.to_thread(load)
     components = [SERVICES[n].component(infra) for n in names]
+    # A remote embedder that has not said its width yet (``dimensions`` None) leaves the
+    # collections to their first write.
+    if warm and infra.embedder is not None and infra.embedder.dimensions is not None:
+        from libs.common.component import prepare_collections
+
+        await prepare_collections(components, infra.index, infra.embedder.dimensions)
     _log.info("opened %s: %s", ",".join(names), opened(infra))
     return infra, components
 

@@ -89,6 +89,12 @@ class VectorIndex(ABC):
     async def upsert(self, collection: str, points: Sequence[IndexPoint]) -> None: ...
 
     @abstractmethod
+    async def prepare(self, collection: str, dimensions: int) -> None:
+        """Open ``collection`` now, creating it (vectors of ``dimensions``) if it does not exist, so
+        that a server's first writes and searches do not pay for it (an embedded collection is
+        created on its first write and loaded from disk on its first use otherwise)."""
+
+    @abstractmethod
     async def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None: ...
 
     async def search(

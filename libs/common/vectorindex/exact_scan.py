@@ -42,6 +42,10 @@ class ExactScanIndex(VectorIndex):
             vec = np.asarray(p.vector, dtype=np.float32)
             stored[p.id] = IndexPoint(p.id, vec, p.company, p.seat, p.model, p.expire_at, dict(p.labels))
 
+    async def prepare(self, collection: str, dimensions: int) -> None:
+        self._check()
+        self._collections.setdefault(collection, {})
+
     async def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None:
         self._check()
         stored = self._collections.get(collection, {})

@@ -95,6 +95,9 @@ class QdrantClientIndex(VectorIndex):
             )
         )
 
+    async def prepare(self, collection: str, dimensions: int) -> None:
+        await self._ensure(collection, dimensions)
+
     async def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None:
         if not ids or not await self._exists(collection):
             return

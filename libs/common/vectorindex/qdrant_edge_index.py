@@ -104,6 +104,9 @@ class QdrantEdgeIndex(VectorIndex):
 
         await self._run(work)
 
+    async def prepare(self, collection: str, dimensions: int) -> None:
+        await self._run(lambda: self._open(collection, dimensions))
+
     async def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None:
         if not ids:
             return
