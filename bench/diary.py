@@ -103,6 +103,9 @@ async def serve(dsn: str, edge: str, data_dir: str) -> None:
         service = bootstrap.build(infra)
         server, port, _health = await create_server([bootstrap.registration(service)], "127.0.0.1:0")
         stack.push_async_callback(server.stop, None)
+        from services.runner.cli import _settled
+
+        _settled()  # as a started ./run up server: start-up's heap frozen, young collections rarer
         print(f"PORT {port}", flush=True)
         await asyncio.to_thread(sys.stdin.read)  # the client closes our stdin to stop us
 

@@ -276,6 +276,8 @@ async def serve_prefetch(args: argparse.Namespace) -> None:
 
             gc.collect()
             gc.freeze()  # everything built so far leaves the collector's generations (scratch server only)
+        else:
+            _settled_if_any()
         await serve_loop(port, exporters)
 
 
@@ -308,7 +310,18 @@ async def serve_diary(args: argparse.Namespace) -> None:
         service = bootstrap.build(infra)
         grpc_server, port, _ = await create_server([bootstrap.registration(service)], "127.0.0.1:0")
         stack.push_async_callback(grpc_server.stop, None)
+        _settled_if_any()
         await serve_loop(port, exporters)
+
+
+def _settled_if_any() -> None:
+    """What a started ./run up server does (``services.runner.cli._settled``: start-up's heap frozen,
+    young collections rarer), in a tree that has it: a tree from before wave 10 serves without."""
+    try:
+        from services.runner.cli import _settled
+    except ImportError:
+        return
+    _settled()
 
 
 async def serve_loop(port: int, exporters: list) -> None:  # type: ignore[type-arg]

@@ -120,13 +120,17 @@ async def serve_loopback(
 ) -> tuple[Any, int]:
     """A gRPC server of ``registrations`` on a free loopback port and a channel to it, both closed
     with ``stack``; with ``channels`` (``infra.channels``), the ``names`` services' calls to one
-    another go to that port."""
+    another go to that port. Once it serves, the process settles as a started ``./run up`` server
+    does (``services.runner.cli._settled``: what exists is frozen out of the cyclic GC, the young
+    generation collected less often), so a benchmark measures the server's own garbage collection."""
     import grpc
 
     from libs.common.grpcserver import create_server
+    from services.runner.cli import _settled
 
     server, port, _ = await create_server(list(registrations), "127.0.0.1:0")
     stack.push_async_callback(server.stop, None)
+    _settled()
     if channels is not None:
         channels.serve_locally(list(names), f"127.0.0.1:{port}")
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
