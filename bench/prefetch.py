@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import random
 import re
 import sys
@@ -244,24 +245,44 @@ def ab_request(i: int, s: int, ask: str, tag: str) -> pb.BuildTurnContextRequest
 
 
 async def time_ab(
-    stub, seats: list[int], asks: list[str], variants: dict, tag: str
+    stub, seats: list[int], asks: list[str], variants: dict, tag: str, block: int = 1
 ) -> dict[str, dict[str, list[float]]]:  # type: ignore[no-untyped-def]
-    """Rich-trigger calls alternating between the variants one call at a time (A, B, A, B, ...), so
-    both see the same load; per call its wall time and the CPU time of this process (server and
-    caller are one process here: the caller's share is the same in every variant)."""
+    """Rich-trigger calls alternating between the variants ``block`` calls at a time (A, B, A, B, ...
+    one call each by default), so both see the same load; per call its wall time and the CPU time of
+    this process (server and caller are one process here: the caller's share is the same in every
+    variant). A variant that returns an awaitable (a server setting) is awaited before the call."""
     out: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in variants}
     names = list(variants)
+
+    async def switch(name: str) -> None:
+        applied = variants[name]()
+        if inspect.isawaitable(applied):
+            await applied
+
     for i in range(2 * len(names)):  # warm-up of each variant
-        variants[names[i % len(names)]]()
+        await switch(names[i % len(names)])
         await stub.BuildTurnContext(ab_request(-i - 1, seats[i % len(seats)], asks[i % len(asks)], tag))
     for i, (s, ask) in enumerate(zip(seats, asks, strict=True)):
-        name = names[i % len(names)]
-        variants[name]()
+        name = names[(i // block) % len(names)]
+        if i % block == 0:
+            await switch(name)
         c0, t0 = time.process_time(), time.perf_counter()
         await stub.BuildTurnContext(ab_request(i, s, ask, tag))
         out[name]["wall"].append((time.perf_counter() - t0) * 1000)
         out[name]["cpu"].append((time.process_time() - c0) * 1000)
     return out
+
+
+AB_BLOCK = {"commitwait": 25}
+"""Calls in a row per variant, where a variant cannot switch between two calls (default 1)."""
+
+
+async def _synchronous_commit(pool, value: str) -> None:  # type: ignore[no-untyped-def]
+    """This scratch server's ``synchronous_commit``, reloaded; the pause lets every backend take the
+    reload before the next block of calls (a backend reads it between statements)."""
+    await pool.execute(f"ALTER SYSTEM SET synchronous_commit = {value}")
+    await pool.execute("SELECT pg_reload_conf()")
+    await asyncio.sleep(0.1)
 
 
 async def span_census(stub, settings, seats: list[int], asks: list[str]) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -297,9 +318,10 @@ async def span_census(stub, settings, seats: list[int], asks: list[str]) -> dict
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def print_ab(title: str, res: dict[str, dict[str, list[float]]]) -> None:
+def print_ab(title: str, res: dict[str, dict[str, list[float]]], block: int = 1) -> None:
     (a, ra), (b, rb) = list(res.items())[:2]
-    print(f"\nA/B {title} (alternated call by call, {len(ra['wall'])} calls each)")
+    every = "call by call" if block == 1 else f"every {block} calls"
+    print(f"\nA/B {title} (alternated {every}, {len(ra['wall'])} calls each)")
     for name, r in res.items():
         print(
             f"  {name:<22} p50 {pct(r['wall'], 50):7.1f} ms  p99 {pct(r['wall'], 99):7.1f} ms  "
@@ -525,9 +547,19 @@ async def main(args: argparse.Namespace) -> int:
                         "pool reset: after session state only": lambda: db.configure_pool_reset(False),
                         "pool reset: every release": lambda: db.configure_pool_reset(True),
                     }
+                elif what == "commitwait":
+                    # Blocks of 25 calls: a reloaded setting reaches the pool's backends between
+                    # their statements, not at a known instant.
+                    variants = {
+                        "commits wait for the WAL flush (as deployed)": lambda: _synchronous_commit(infra.pool, "on"),
+                        "commits do not wait (synchronous_commit off)": lambda: _synchronous_commit(infra.pool, "off"),
+                    }
                 else:
-                    raise SystemExit(f"unknown --ab {what!r}: inprocess, sqlspans, poolreset")
-                ab_results[what] = await time_ab(stub, ab_seats, ab_asks, variants, tag=f"ab-{what}")
+                    raise SystemExit(f"unknown --ab {what!r}: inprocess, sqlspans, poolreset, commitwait")
+                block = AB_BLOCK.get(what, 1)
+                ab_results[what] = await time_ab(stub, ab_seats, ab_asks, variants, tag=f"ab-{what}", block=block)
+                if what == "commitwait":
+                    await _synchronous_commit(infra.pool, "on")
                 infra.channels.in_process = True
                 db_reset_default()
             counts = {
@@ -573,7 +605,8 @@ async def main(args: argparse.Namespace) -> int:
         for name, n in census.items():
             print(f"  {n:6.2f}  {name}")
     for what, res in ab_results.items():
-        print_ab(f"{what}, rich trigger, {args.seats} seats" + (", tracing on" if args.tracing else ""), res)
+        title = f"{what}, rich trigger, {args.seats} seats" + (", tracing on" if args.tracing else "")
+        print_ab(title, res, AB_BLOCK.get(what, 1))
     print(f"\ntotal bench time {total:.0f}s")
     return 0
 
@@ -587,8 +620,9 @@ if __name__ == "__main__":
         default="",
         help="A/B after the timed phases, alternated call by call at --seats: inprocess (the hops in-process "
         "vs over loopback gRPC), sqlspans (SQL spans of slow statements only vs every one; use with --tracing), "
-        "poolreset (asyncpg's reset statement only after session state vs on every release); "
-        "comma-separated",
+        "poolreset (asyncpg's reset statement only after session state vs on every release), commitwait "
+        "(commits waiting for the WAL flush vs synchronous_commit off: what the disk's flushes cost a turn "
+        "start; blocks of 25 calls); comma-separated",
     )
     ap.add_argument("--ab-queries", type=int, default=100, help="calls of each variant in an A/B")
     ap.add_argument("--tracing", action="store_true", help="install the TracerProvider as ./run up does")

@@ -3,7 +3,7 @@ and ends, in ms from the start of the turn start's own ``prefetch`` span (median
 every SQL statement a span. What is on the critical path, and what waits for what.
 
     PYTHONPATH=<tree>:<tree>/libs/common/gen .venv/bin/python bench/experiments/turnstart_timeline.py \
-        [--seats 10] [--calls 60]
+        [--seats 10] [--calls 60] [--probe] [--slowest N]
 
 Loaded as ``bench prefetch`` loads (its own loader and knowledge pages, the local MiniLM as the
 bench builds it, the offline auxiliary provider), one caller, in one process; run it with another
@@ -87,7 +87,7 @@ async def main(args: argparse.Namespace) -> None:
             for i, (s, ask) in enumerate(plan[10:]):
                 await stub.BuildTurnContext(pf.ab_request(i, s, ask, "timeline"))
             spans = exporter.get_finished_spans()
-    print_timeline(spans, args.calls)
+    print_timeline(spans, args.calls, args.slowest)
 
 
 PROBES = [
@@ -139,23 +139,27 @@ def probe() -> None:
                     setattr(mod, name, getattr(owner, name))
 
 
-def print_timeline(spans, calls: int) -> None:  # type: ignore[no-untyped-def]
+def print_timeline(spans, calls: int, slowest: int = 0) -> None:  # type: ignore[no-untyped-def]
     by_trace = defaultdict(list)
     for s in spans:
         by_trace[s.context.trace_id].append(s)
     rows: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    calls_seen: list[tuple[float, dict[str, tuple[float, float]]]] = []  # (the call's ms, its spans)
     for trace_spans in by_trace.values():
         roots = [s for s in trace_spans if s.name == "prefetch"]
         if not roots:
             continue
         t0 = roots[0].start_time
         seen: dict[str, int] = defaultdict(int)
+        one: dict[str, tuple[float, float]] = {}
         for s in sorted(trace_spans, key=lambda s: s.start_time):
             name = "sql " + s.name[3:] if s.name.startswith("db ") else s.name
             seen[name] += 1
             if seen[name] > 1:
                 name = f"{name} #{seen[name]}"
             rows[name].append(((s.start_time - t0) / 1e6, (s.end_time - t0) / 1e6))
+            one[name] = rows[name][-1]
+        calls_seen.append(((roots[0].end_time - t0) / 1e6, one))
     print(f"rich BuildTurnContext, {calls} calls, one caller; ms from the start of the 'prefetch' span (medians)")
     print(f"{'span':<64} {'n/call':>6} {'start':>7} {'end':>7} {'dur':>7}")
     order = sorted(rows.items(), key=lambda kv: statistics.median(a for a, _ in kv[1]))
@@ -164,6 +168,13 @@ def print_timeline(spans, calls: int) -> None:  # type: ignore[no-untyped-def]
         end = statistics.median(b for _, b in vals)
         dur = statistics.median(b - a for a, b in vals)
         print(f"{name[:64]:<64} {len(vals) / calls:6.2f} {start:7.2f} {end:7.2f} {dur:7.2f}")
+    if slowest:
+        typical = {name: statistics.median(b - a for a, b in vals) for name, vals in rows.items()}
+        total = statistics.median(ms for ms, _ in calls_seen)
+        print(f"\nthe {slowest} slowest calls (median call {total:.1f} ms): the spans longest past their median")
+        for ms, one in sorted(calls_seen, key=lambda c: c[0], reverse=True)[:slowest]:
+            excess = sorted(((b - a - typical[n], n, a, b) for n, (a, b) in one.items()), reverse=True)[:6]
+            print(f"  {ms:7.1f} ms: " + "; ".join(f"{n[:40]} +{x:.1f} ({a:.1f}-{b:.1f})" for x, n, a, b in excess))
 
 
 if __name__ == "__main__":
@@ -171,5 +182,6 @@ if __name__ == "__main__":
     ap.add_argument("--seats", type=int, default=10)
     ap.add_argument("--calls", type=int, default=60)
     ap.add_argument("--probe", action="store_true", help="spans around the turn start's own steps (PROBES)")
+    ap.add_argument("--slowest", type=int, default=0, help="then the N slowest calls: which spans ran long")
     asyncio.run(main(ap.parse_args()))
     sys.exit(0)

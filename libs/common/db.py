@@ -33,6 +33,7 @@ __all__ = [
     "connect_pool",
     "migrate",
     "pending_migrations",
+    "unflushed",
 ]
 
 _log = logging.getLogger(__name__)
@@ -210,7 +211,8 @@ class _SlowSpan:
 
 
 _SESSION_STATE = re.compile(
-    r"\bpg_(?:try_)?advisory_lock(?:_shared)?\b|\bset_config\b|(?:^|;)\s*(?:SET|RESET|LISTEN|DECLARE|CREATE\s+TEMP)",
+    r"\bpg_(?:try_)?advisory_lock(?:_shared)?\b|\bset_config\b"
+    r"|(?:^|;)\s*(?:SET(?!\s+LOCAL\b)|RESET|LISTEN|DECLARE|CREATE\s+TEMP)",
     re.IGNORECASE,
 )
 _SESSION_CACHE: dict[str, bool] = {}
@@ -218,8 +220,10 @@ _SESSION_CACHE: dict[str, bool] = {}
 
 def _changes_session(query: str) -> bool:
     """Whether ``query`` may leave state in the session past its statement: a session advisory
-    lock, a setting, a LISTEN, a cursor, a temporary table. Conservative (``SET LOCAL`` counts);
-    remembered per query text, which is a handful of named statements."""
+    lock, a setting, a LISTEN, a cursor, a temporary table. Conservative (``set_config`` counts
+    whatever its third argument); a ``SET LOCAL`` does not, as it ends with its transaction, which
+    asyncpg rolls back on release if it is still open. Remembered per query text, which is a
+    handful of named statements."""
     found = _SESSION_CACHE.get(query)
     if found is None:
         found = bool(_SESSION_STATE.search(query))
@@ -293,6 +297,29 @@ class TracedConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg is 
     async def fetchval(self, query: str, *args: Any, **kwargs: Any) -> Any:
         with self._traced(query):
             return await super().fetchval(query, *args, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def unflushed(pool: asyncpg.Pool, timeout: float | None = None) -> AsyncIterator[asyncpg.Connection]:
+    """A pooled connection in a transaction whose COMMIT does not wait for the WAL to reach the disk
+    (``SET LOCAL synchronous_commit = off``: this transaction only, PgBouncer-safe). For the records
+    a turn start keeps of what it served (the run's claim, the frozen context and its bookkeeping,
+    note uses — best-effort or a cache by the spec): the write is visible at once and ordered as
+    any other, so it is durable as soon as any later commit is flushed, and lost only if PostgreSQL
+    itself stops within the WAL writer's next flush (``wal_writer_delay``, 200 ms by default) —
+    never when our process is killed. What it buys: the disk's flush latency, whose half-second
+    freezes were a turn start's p99 on this machine (docs/benchmarks.md, wave 13), is off the path.
+    Two round trips more than an autocommitted statement (the BEGIN and the COMMIT). ``timeout``
+    bounds the wait for a connection and each of those two statements, as asyncpg's own does."""
+    async with pool.acquire(timeout=timeout) as conn:
+        await conn.execute("BEGIN; SET LOCAL synchronous_commit = off", timeout=timeout)
+        try:
+            yield conn
+        except BaseException:
+            with contextlib.suppress(Exception):  # a broken connection: asyncpg discards it on release
+                await conn.execute("ROLLBACK")
+            raise
+        await conn.execute("COMMIT", timeout=timeout)
 
 
 async def pending_migrations(

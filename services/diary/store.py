@@ -15,6 +15,7 @@ import numpy as np
 from pgvector import Vector
 
 from libs.common.coalescer import Coalescer
+from libs.common.db import unflushed
 from libs.common.rows import RowReader
 from services.diary.domain import Note, NoteSource, NoteTier
 from services.diary.ports import NoteListing, VectorReads
@@ -310,7 +311,10 @@ class PostgresNoteStore:
         return int(await self.pool.fetchval(SQL["unreachable"], company, seat, now, model, dims))
 
     async def mark_used(self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime) -> int:
-        status = await self.pool.execute(SQL["mark_used"], company, seat, list(ids), now)
+        # A use is best-effort telemetry by the spec and is written on a turn start's path: its
+        # commit does not wait for the disk (``unflushed``).
+        async with unflushed(self.pool) as conn:
+            status = await conn.execute(SQL["mark_used"], company, seat, list(ids), now)
         return int(status.split()[-1])
 
     async def count(self, listing: NoteListing) -> int:

@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 import asyncpg
 
+from libs.common.db import unflushed
 from libs.common.events import Bookkeeping, write_bookkeeping
 
 __all__ = ["FrozenContext", "LedgerEntry", "PostgresPrefetchStore", "Reservation", "RunKey"]
@@ -204,13 +205,18 @@ class PostgresPrefetchStore:
 
     # ------------------------------------------------------------------ frozen turn contexts
 
+    # The run's claim and its frozen context are a turn start's own records (a duplicate call and
+    # a self_iterate round read them): their commits do not wait for the disk (``unflushed``).
+
     async def claim_context(self, run: RunKey, now: datetime) -> bool:
         """True when this call is the first for the run and now builds its context."""
-        return await self._pool.fetchval(SQL["context_claim"], *run, now) is not None
+        async with unflushed(self._pool) as conn:
+            return await conn.fetchval(SQL["context_claim"], *run, now) is not None
 
     async def claim_context_reading_marker(self, run: RunKey, now: datetime) -> tuple[bool, str | None]:
         """:meth:`claim_context` and :meth:`marker` in one statement."""
-        row = await self._pool.fetchrow(SQL["context_claim_marker"], *run, now)
+        async with unflushed(self._pool) as conn:
+            row = await conn.fetchrow(SQL["context_claim_marker"], *run, now)
         assert row is not None
         return bool(row["claimed"]), row["marker"]
 
@@ -234,12 +240,14 @@ class PostgresPrefetchStore:
         best-effort."""
         saved = json.dumps(context)
         if not bookkeeping:
-            await self._pool.execute(SQL["context_save"], *run, saved, now)
+            async with unflushed(self._pool) as conn:
+                await conn.execute(SQL["context_save"], *run, saved, now)
             return
         ctes, args = bookkeeping.ctes(6)
         try:
             # One statement: the bookkeeping as common table expressions of the save (one commit).
-            await self._pool.execute(f"WITH {', '.join(ctes)} {SQL['context_save']}", *run, saved, now, *args)
+            async with unflushed(self._pool) as conn:
+                await conn.execute(f"WITH {', '.join(ctes)} {SQL['context_save']}", *run, saved, now, *args)
             return
         except Exception as err:
             _log.warning("turn context and its bookkeeping not written together (%s); writing them apart", err)

@@ -20,7 +20,7 @@ import asyncpg
 import numpy as np
 
 from agentlearn.common.v1.provenance_pb2 import Provenance
-from libs.common.db import as_array
+from libs.common.db import as_array, unflushed
 from libs.common.erasure import provenance_from_json, provenance_json
 from libs.common.errors import AlreadyExists
 from libs.common.rows import Conversions, RowReader
@@ -412,7 +412,9 @@ class PostgresSkillStore:
         self, company: str, seat: str, ids: Sequence[uuid.UUID], names: Sequence[str], now: datetime, timeout: float
     ) -> list[tuple[uuid.UUID, str, SkillState, SkillState]]:
         try:
-            async with self.pool.acquire(timeout=timeout) as conn:
+            # Being offered is telemetry by the spec, stamped on a turn start's path: its commit does
+            # not wait for the disk (``unflushed``).
+            async with unflushed(self.pool, timeout) as conn:
                 rows = await conn.fetch(SQL["offer"], company, seat, list(ids), list(names), now, timeout=timeout)
         except _STAMP_ERRORS as err:
             raise StampFailed(f"{type(err).__name__}: {err}") from err
