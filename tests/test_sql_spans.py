@@ -74,3 +74,6 @@ def test_a_statement_is_named_by_its_main_statement_past_its_ctes():
     recorded = "o AS (INSERT INTO observations (p) SELECT id FROM w) SELECT * FROM w"
     assert _span_name(written + recorded)[:3] == ("db update profiles", "UPDATE", "profiles")
     assert _span_name("WITH r AS (SELECT 1 AS a) SELECT a FROM r")[0] == "db select r"
+    # A transaction's own statements (asyncpg's, or ``unflushed``'s) say what they are.
+    assert _span_name("BEGIN; SET LOCAL synchronous_commit = off")[:2] == ("db begin", "BEGIN")
+    assert _span_name("COMMIT")[0] == "db commit" and _span_name("ROLLBACK;")[0] == "db rollback"

@@ -100,7 +100,9 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
 
 
-_VERB = re.compile(r"\s*(INSERT|UPDATE|DELETE|SELECT|COPY)\b", re.I)
+# A transaction's own statements are named too (``db begin``, ``db commit``): an ``unflushed`` write
+# and asyncpg's transactions show where their round trips go.
+_VERB = re.compile(r"\s*(INSERT|UPDATE|DELETE|SELECT|COPY|BEGIN|COMMIT|ROLLBACK)\b", re.I)
 _WITH = re.compile(r"^\s*WITH\b", re.I)
 _TABLE = re.compile(r"\b(?:INTO|UPDATE|FROM)\s+([a-z_][a-z0-9_]*)", re.I)
 _tracer = trace.get_tracer("agentlearn.db")
