@@ -166,3 +166,19 @@ def reviewed(make_settings, dsn, clock, edge_index, scripted_openai):  # type: i
         return open_reviewed(make_settings, scripted_openai, dsn, review, clock=clock, index=edge_index, **kw)
 
     return open_
+
+
+@pytest.fixture
+def spans():  # type: ignore[no-untyped-def]
+    """The process's tracer provider with an in-memory exporter (``spans.get_finished_spans()``);
+    the SQL span mode is put back to the default afterwards."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from libs.common import db, telemetry
+    from libs.common.config import TelemetryConfig
+
+    exporter = InMemorySpanExporter()
+    telemetry.configure_tracing(TelemetryConfig(), extra_processors=[SimpleSpanProcessor(exporter)])
+    yield exporter
+    db.configure_sql_spans(TelemetryConfig().sql_spans, TelemetryConfig().sql_span_slow_ms)

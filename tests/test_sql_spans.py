@@ -7,19 +7,10 @@ from __future__ import annotations
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from libs.common import db, telemetry
+from libs.common import db
 from libs.common.config import TelemetryConfig
-
-
-@pytest.fixture
-def spans():
-    exporter = InMemorySpanExporter()
-    telemetry.configure_tracing(TelemetryConfig(), extra_processors=[SimpleSpanProcessor(exporter)])
-    yield exporter
-    db.configure_sql_spans(TelemetryConfig().sql_spans, TelemetryConfig().sql_span_slow_ms)
 
 
 async def _run(dsn: str, exporter: InMemorySpanExporter) -> list:

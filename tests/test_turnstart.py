@@ -86,3 +86,37 @@ async def test_the_postgres_store_claims_and_reads_the_marker_in_one_statement(d
         await _claim_reads_the_marker_with_it(PostgresPrefetchStore(pool))
     finally:
         await pool.close()
+
+
+# ------------------------------------------------------------------------- what a turn start waits for
+
+
+async def test_a_turn_starts_own_writes_commit_without_waiting_for_the_wal_flush(env, spans):
+    """The run's claim, the note uses, the skill offers and the frozen context are each written in
+    a transaction whose BEGIN set ``synchronous_commit = off`` (``db.unflushed``): the disk's flush
+    is off the turn's path (docs/architecture.md, "What a turn start waits for")."""
+    from libs.common import db
+
+    await env.note("Bob prefers weekly digests of the billing export, sent on Mondays.")
+    await env.skill("billing-digest", "Send the weekly billing export digest to Bob", tools=["billing_export"])
+    db.configure_sql_spans("all")
+    spans.clear()
+    resp = await env.build(ASK)
+    assert block(resp, pb.BLOCK_PERSONAL_MEMORY).selection_count == 1
+    sql = sorted((s for s in spans.get_finished_spans() if s.name.startswith("db ")), key=lambda s: s.start_time)
+    writes = [s for s in sql if s.attributes["db.operation.name"] in ("INSERT", "UPDATE", "DELETE")]
+    assert {s.name for s in writes} >= {
+        "db insert turn_contexts",  # the claim
+        "db update agent_diary",  # the note's use
+        "db update turn_contexts",  # the frozen context
+    }, [s.name for s in writes]
+
+    for write in writes:
+        # Its neighbours among the statements of the same parent span: the BEGIN right before it and
+        # the COMMIT right after it.
+        mine = [s for s in sql if s.parent == write.parent]
+        i = mine.index(write)
+        before, after = (mine[i - 1] if i else None), (mine[i + 1] if i + 1 < len(mine) else None)
+        assert before is not None and before.name == "db begin", write.name
+        assert "synchronous_commit = off" in before.attributes["db.query.text"], write.name
+        assert after is not None and after.name == "db commit", write.name
