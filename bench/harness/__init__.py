@@ -155,10 +155,10 @@ async def open_app(
     infra = await open_infra(settings, stack, migrations_of(names), clock=SystemClock(), dsn=dsn)
     await asyncio.to_thread(infra.embedder.load)
     components = {n: SERVICES[n].component(infra) for n in names}
-    if infra.embedder is not None and infra.embedder.dimensions is not None:  # as the runner's server does
-        from libs.common.component import prepare_collections
+    from libs.common.component import prepare_collections  # as the runner's server does
 
-        await prepare_collections(list(components.values()), infra.index, infra.embedder.dimensions)
+    width = infra.embedder.dimensions if infra.embedder else None
+    await prepare_collections(list(components.values()), infra.index, width)
     registrations = [r for c in components.values() for r in c.registrations]
     channel, port = await serve_loopback(stack, registrations, infra.channels, names)
     return infra, components, channel, port

@@ -39,13 +39,17 @@ class Component:
     authentication middleware's 401; they see it as ANONYMOUS and must refuse it everything else."""
 
 
-async def prepare_collections(components: Sequence[Component], index: VectorIndex, dimensions: int) -> list[str]:
+async def prepare_collections(components: Sequence[Component], index: VectorIndex, dimensions: int | None) -> list[str]:
     """Open every collection ``components`` index their rows in, at start: a fresh embedded
     collection's files are made, or an existing one loaded, before the first turn rather than during
     it (the first writes of a new deployment waited 0.2-0.7 s for them; docs/benchmarks.md). An
     index that is down at start is logged and left to the first write, as any later write would be:
-    the rows are in PostgreSQL either way and the fill pass indexes them. Returns the names opened."""
+    the rows are in PostgreSQL either way and the fill pass indexes them. ``dimensions`` None (no
+    embedder, or a remote one that has not said its width yet) opens nothing. Returns the names
+    opened."""
     opened: list[str] = []
+    if dimensions is None:
+        return opened
     for name in sorted({collection_name(base, dimensions) for c in components for base in c.vector_collections}):
         try:
             await index.prepare(name, dimensions)

@@ -150,12 +150,10 @@ async def _open(
     if load is not None and warm and mode == "warm":
         await asyncio.to_thread(load)
     components = [SERVICES[n].component(infra) for n in names]
-    # A remote embedder that has not said its width yet (``dimensions`` None) leaves the
-    # collections to their first write.
-    if warm and infra.embedder is not None and infra.embedder.dimensions is not None:
+    if warm:
         from libs.common.component import prepare_collections
 
-        await prepare_collections(components, infra.index, infra.embedder.dimensions)
+        await prepare_collections(components, infra.index, infra.embedder.dimensions if infra.embedder else None)
     _log.info("opened %s: %s", ",".join(names), opened(infra))
     return infra, components
 

@@ -27,6 +27,8 @@ async def test_every_family_is_opened_once_at_the_embedders_width():
     assert opened == [collection_name("diary_notes", 384), collection_name("episodes", 384)]
     assert await index.collections() == opened
     assert await prepare_collections([_component("profiles")], index, 384) == []
+    # No width known (no embedder, or a remote one not yet asked): nothing opened, left to the first write.
+    assert await prepare_collections([_component("episodes", "episodes")], ExactScanIndex(), None) == []
 
 
 async def test_an_index_down_at_start_is_logged_and_does_not_stop_the_start(caplog: pytest.LogCaptureFixture):
