@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import libs.common.grpc_fork  # noqa: F401  (before gRPC: this process forks pg_ctl while serving it)
 from libs.common.clock import ManualClock
 from libs.common.config import Settings, load_settings
 from libs.common.db import COMMON_MIGRATIONS, migrate

@@ -11,6 +11,8 @@ import asyncio
 import os
 import warnings
 
+import libs.common.grpc_fork  # noqa: F401  (first: gRPC reads GRPC_ENABLE_FORK_SUPPORT on import)
+
 # gRPC's C core logs its own errors to stderr (a taken port is two lines of it before ours); our
 # logging says what matters. GRPC_VERBOSITY=ERROR (or DEBUG) brings it back.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,8 @@ class Running:
     proc: asyncio.subprocess.Process
     line: str
     """The ready line, e.g. ``agentlearn ready on 127.0.0.1:41234 services=... http=127.0.0.1:39001``."""
+    log: Any = None
+    """The anonymous file its stderr goes to when the caller did not ask for it (closed with the object)."""
 
     @property
     def port(self) -> int:
@@ -88,11 +91,16 @@ async def start(
     env: Mapping[str, str] | None = None,
     ready: str = "agentlearn ready",
     timeout: float = 90,
-    stderr: Any = asyncio.subprocess.DEVNULL,
+    stderr: Any = "log",
     **kwargs: Any,
 ) -> Running:
-    """Start ``python -m services.runner *args`` and wait for its ready line (``ready`` prefix)."""
+    """Start ``python -m services.runner *args`` and wait for its ready line (``ready`` prefix).
+
+    ``stderr`` as for ``create_subprocess_exec`` (``None``: this process's). Left out, it goes to
+    an anonymous file whose tail a start that never gets ready puts in its failure: a process that
+    dies at start says why (the flag-less ``''`` of issue 14's CI said nothing)."""
     argv = list(args)
+    log = tempfile.TemporaryFile() if stderr == "log" else None
     if args and args[0] in ("up", "serve", "passes") and "--http-port" not in argv:
         argv += ["--http-port", "0"]
     proc = await asyncio.create_subprocess_exec(
@@ -103,7 +111,7 @@ async def start(
         cwd=ROOT,
         env=dict(env) if env is not None else clean_env(),
         stdout=asyncio.subprocess.PIPE,
-        stderr=stderr,
+        stderr=log if log is not None else stderr,
         **kwargs,
     )
     assert proc.stdout is not None
@@ -115,8 +123,13 @@ async def start(
     if not line.startswith(ready):
         proc.kill()
         await proc.wait()
-        raise AssertionError(f"{' '.join(argv)} did not get ready: {line!r}")
-    return Running(proc, line)
+        said = ""
+        if log is not None:
+            log.seek(0)
+            said = "; its stderr ended:\n" + log.read().decode(errors="replace")[-4000:]
+            log.close()
+        raise AssertionError(f"{' '.join(argv)} did not get ready: {line!r}{said}")
+    return Running(proc, line, log)
 
 
 async def start_with_config(*args: str, config: Path, data_dir: Path, **kwargs: Any) -> Running:
