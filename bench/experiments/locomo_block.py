@@ -216,6 +216,66 @@ def overlap_then_fused(q: dict) -> list[dict]:  # type: ignore[type-arg]
     return [q["pool"][i] for _, _, i in sorted(scored)[:10]]
 
 
+def _words(text: str) -> set[str]:
+    from services.prefetch.text import content_words
+
+    return set(content_words(text))
+
+
+def mmr(q: dict, penalty: float = 0.5) -> list[dict]:  # type: ignore[type-arg]
+    """Fused order, each next note's score less ``penalty`` x its largest word overlap (Jaccard)
+    with a note already chosen: near-repeats give way to notes that add something."""
+    pool = q["pool"]
+    f = fused(pool)
+    words = [_words(c["content"]) for c in pool]
+    chosen: list[int] = []
+    left = [i for i in range(len(pool)) if f[i] >= 0.2]
+    while left and len(chosen) < 10:
+
+        def value(i: int) -> tuple[float, float]:
+            red = max((len(words[i] & words[j]) / (len(words[i] | words[j]) or 1) for j in chosen), default=0.0)
+            return (f[i] - penalty * red, pool[i]["t"])
+
+        best = max(left, key=value)
+        chosen.append(best)
+        left.remove(best)
+    return [pool[i] for i in chosen]
+
+
+def coverage(q: dict, weight: float = 0.5) -> list[dict]:  # type: ignore[type-arg]
+    """Greedy: each next note maximises its fused score plus ``weight`` x the share of the
+    question's words it names that no chosen note names yet (a question about two things wants a
+    note on each)."""
+    pool = q["pool"]
+    f = fused(pool)
+    asked = _words(q["q"])
+    words = [_words(c["content"]) & asked for c in pool]
+    covered: set[str] = set()
+    chosen: list[int] = []
+    left = [i for i in range(len(pool)) if f[i] >= 0.2]
+    while left and len(chosen) < 10:
+        best = max(left, key=lambda i: (f[i] + weight * len(words[i] - covered) / (len(asked) or 1), pool[i]["t"]))
+        chosen.append(best)
+        covered |= words[best]
+        left.remove(best)
+    return [pool[i] for i in chosen]
+
+
+def smoothed(q: dict, share: float = 0.5, gap: float | None = 1.0) -> list[dict]:  # type: ignore[type-arg]
+    """Fused score plus ``share`` x the best fused score of the notes just before and after it in
+    the pool's time order (a fact is stated, qualified and dated across adjacent turns)."""
+    pool = q["pool"]
+    f = fused(pool)
+    by_time = sorted(range(len(pool)), key=lambda i: pool[i]["t"])
+    g = dict(f)
+    for k, i in enumerate(by_time):
+        near = [by_time[j] for j in (k - 1, k + 1) if 0 <= j < len(by_time)]
+        near = [j for j in near if gap is None or abs(pool[j]["t"] - pool[i]["t"]) <= gap]
+        g[i] = f[i] + share * max((f[j] for j in near), default=0.0)
+    order = sorted((i for i in range(len(pool)) if f[i] >= 0.2), key=lambda i: (-g[i], -pool[i]["t"]))
+    return [pool[i] for i in order[:10]]
+
+
 def score(questions: list[dict], pick) -> tuple[float, float, float]:  # type: ignore[no-untyped-def,type-arg]
     hit = items = 0
     fracs, sizes = [], []
@@ -256,6 +316,10 @@ def main() -> int:
     ]
     rows += [(f"fused scores, floor {f}", lambda q, f=f: by_fused(q, f)) for f in (0.2, 0.3, 0.4, 0.5)]
     rows += [("found by both halves first, then fused", both_then_fused)]
+    rows += [("fused, floor 0.2, MMR (word Jaccard x0.5)", mmr)]
+    rows += [("fused, floor 0.2, + question-word coverage x0.5", coverage)]
+    rows += [("fused, floor 0.2, + 0.5 x adjacent note's fused", smoothed)]
+    rows += [("  the same, adjacent in the pool at any gap", lambda q: smoothed(q, 0.5, None))]
     rows += [(f"fused, vector weight {w} (sensitivity)", lambda q, w=w: by_fused_w(q, w)) for w in (0.3, 0.4, 0.6, 0.7)]
     print(f"{'selection (at most 10 notes)':<52} {'micro %':>8} {'macro %':>8} {'mean shown':>10}")
     for name, pick in rows:
