@@ -5,6 +5,7 @@ and its own fault."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import UTC, datetime
 
@@ -16,7 +17,7 @@ from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.coalescer import Coalescer
 from libs.common.db import connect_pool
-from services.diary.domain import Note, NoteSource, NoteTier
+from services.diary.domain import Note, NoteProvenance, NoteSource, NoteTier
 from services.diary.store import PostgresNoteStore
 from tests.support.app import open_app
 
@@ -127,9 +128,11 @@ async def test_notes_that_wait_together_go_in_one_statement_with_their_vectors(d
         alone: list[uuid.UUID] = []
         one = store._insert_one
 
-        async def counted(note: Note, vector: np.ndarray | None, request_id: str | None) -> Note | None:
+        async def counted(
+            note: Note, vector: np.ndarray | None, request_id: str | None, provenance: NoteProvenance | None
+        ) -> Note | None:
             alone.append(note.id)
-            return await one(note, vector, request_id)
+            return await one(note, vector, request_id, provenance)
 
         store._insert_one = counted  # type: ignore[method-assign]  # counts the single-row path
         notes = [_note("a", f"n {i}") for i in range(6)]
@@ -143,3 +146,74 @@ async def test_notes_that_wait_together_go_in_one_statement_with_their_vectors(d
             np.testing.assert_array_equal(rows[n.id]["embedding"].to_numpy(), v)
     finally:
         await pool.close()
+
+
+def _kept(subjects: list[str], turn: str) -> NoteProvenance:
+    return NoteProvenance(subjects, json.dumps({"turn_ids": [turn], "subjects": [{"handle": h} for h in subjects]}))
+
+
+async def test_each_note_is_stored_with_its_own_provenance_alone_or_in_a_batch(dsn):
+    pool = await connect_pool(dsn, max_size=2)
+    try:
+        store = PostgresNoteStore(pool, insert_statements=1)
+        notes = [_note("a", f"n {i}") for i in range(6)]
+        # Subjects of different lengths (none, one, three), one note without provenance, and a
+        # second note under a taken key: the first runs alone, the rest wait and go together.
+        kept = [
+            _kept([], "t0"),
+            _kept(["carla"], "t1"),
+            None,
+            _kept(["ana", "ben", "carla"], "t3"),
+            _kept(["dave"], "t4"),
+        ]
+        dup = _note("a", "dup")
+        stored = await asyncio.gather(
+            *(store.insert(n, None, f"k{i}", k) for i, (n, k) in enumerate(zip(notes[:5], kept, strict=True))),
+            store.insert(dup, None, "k1", _kept(["eve"], "t9")),
+        )
+        assert [s.id if s else None for s in stored] == [n.id for n in notes[:5]] + [None]
+        rows = {
+            r["note_id"]: r for r in await pool.fetch("SELECT note_id, seat, subjects, provenance FROM note_provenance")
+        }
+        assert set(rows) == {notes[i].id for i in (0, 1, 3, 4)}  # none for the note without, none for the dup
+        for i in (0, 1, 3, 4):
+            row = rows[notes[i].id]
+            assert row["seat"] == "a" and list(row["subjects"]) == kept[i].subjects  # type: ignore[union-attr]
+            assert json.loads(row["provenance"])["turn_ids"] == [f"t{i}"]
+    finally:
+        await pool.close()
+
+
+async def test_a_note_whose_provenance_cannot_be_kept_is_not_stored_either(dsn):
+    """The note and its provenance are one statement: a fault in the second leaves neither (it used
+    to be a second commit, which a crash between the two skipped)."""
+    pool = await connect_pool(dsn, max_size=2)
+    try:
+        store = PostgresNoteStore(pool, insert_statements=1)
+        with pytest.raises(asyncpg.InvalidTextRepresentationError):
+            await store.insert(_note("a", "lonely"), None, None, NoteProvenance(["carla"], "{not json"))
+        assert await pool.fetchval("SELECT count(*) FROM agent_diary") == 0
+    finally:
+        await pool.close()
+
+
+async def test_a_retried_write_keeps_the_provenance_an_earlier_server_did_not(diary):
+    from agentlearn.common.v1 import erasure_pb2, provenance_pb2
+
+    app, stub = diary
+    prov = provenance_pb2.Provenance(turn_ids=["t1"], subjects=[erasure_pb2.ErasureSubject(handle="carla")])
+    req = pb.WriteNoteRequest(
+        company="acme", seat="ana", content="Carla wants CSV", tier=pb.NOTE_TIER_LONG, request_id="r1", provenance=prov
+    )
+    first = await stub.WriteNote(req)
+    assert first.created
+    kept = await app.infra.pool.fetchrow(
+        "SELECT subjects FROM note_provenance WHERE note_id = $1", uuid.UUID(first.note.id)
+    )
+    assert list(kept["subjects"]) == ["carla"]
+    # A note stored by a server that kept provenance in a second statement, killed between the two.
+    await app.infra.pool.execute("DELETE FROM note_provenance")
+    again = await stub.WriteNote(req)
+    assert not again.created and again.note.id == first.note.id
+    got = await stub.GetNoteProvenance(pb.GetNoteProvenanceRequest(company="acme", seat="ana", note_id=first.note.id))
+    assert [s.handle for s in got.provenance.subjects] == ["carla"] and list(got.provenance.turn_ids) == ["t1"]

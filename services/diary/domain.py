@@ -41,6 +41,15 @@ class NoteSource(StrEnum):
 
 
 @dataclass(frozen=True)
+class NoteProvenance:
+    """Where a note came from, as ``note_provenance`` keeps it (issue 17): the identifiers of the
+    people it names (what an erasure by subject matches) and the whole provenance as JSON."""
+
+    subjects: list[str]
+    json: str
+
+
+@dataclass(frozen=True)
 class Note:
     id: uuid.UUID
     company: str

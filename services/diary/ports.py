@@ -14,7 +14,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from services.diary.domain import Note, NoteTier
+from services.diary.domain import Note, NoteProvenance, NoteTier
 
 __all__ = ["NoteListing", "NoteStore", "VectorReads"]
 
@@ -43,8 +43,15 @@ class NoteStore(Protocol):
         """The note an earlier write with this idempotency key stored."""
         ...
 
-    async def insert(self, note: Note, vector: np.ndarray | None, request_id: str | None = None) -> Note | None:
-        """The stored note, or ``None`` when ``request_id`` was already used."""
+    async def insert(
+        self,
+        note: Note,
+        vector: np.ndarray | None,
+        request_id: str | None = None,
+        provenance: NoteProvenance | None = None,
+    ) -> Note | None:
+        """The stored note, or ``None`` when ``request_id`` was already used. ``provenance`` is
+        kept with the note, in the same transaction (a note is never stored without it)."""
         ...
 
     async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None: ...

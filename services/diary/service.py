@@ -38,6 +38,7 @@ from services.diary.domain import (
     MAX_TTL_DAYS,
     Candidate,
     Note,
+    NoteProvenance,
     NoteSource,
     NoteTier,
     QueryVector,
@@ -107,9 +108,11 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         source: NoteSource,
         turn_id: str | None,
         request_id: str | None = None,
+        provenance: NoteProvenance | None = None,
     ) -> tuple[Note, str | None, bool]:
-        """Store a note verbatim; returns it, why it has no vector (when it has none), and whether
-        this call created it (false: ``request_id`` named a note already written)."""
+        """Store a note verbatim, with its ``provenance`` in the same commit; returns it, why it has
+        no vector (when it has none), and whether this call created it (false: ``request_id`` named
+        a note already written, whose provenance this call does not touch)."""
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         if request_id:
             require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)
@@ -159,7 +162,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
             expire_time=expire_time,
             embedding_model=embedded.model,
         )
-        stored = await self.store.insert(note, vector, request_id or None)
+        stored = await self.store.insert(note, vector, request_id or None, provenance)
         if stored is None:  # a concurrent retry with the same key won the insert
             earlier = await self.store.by_request(company, seat, request_id or "")
             assert earlier is not None

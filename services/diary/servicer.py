@@ -9,13 +9,14 @@ from typing import Any
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.enum_maps import enum_to_pb
+from libs.common.erasure import provenance_json, provenance_subjects
 from libs.common.erasure_rpcs import ErasureRpcs, indexed_erasure
 from libs.common.field_copy import pb_fields
 from libs.common.protoconv import query_vector
 from libs.common.rpctypes import ServicerContext
 from libs.common.search_answer import hit_fields, search_path_fields
 from services.diary import erasure as _erasure
-from services.diary.domain import DOMAIN, Note, NoteSource, NoteTier
+from services.diary.domain import DOMAIN, Note, NoteProvenance, NoteSource, NoteTier
 from services.diary.domain import DOMAIN as _ERASURE_DOMAIN
 from services.diary.service import DiaryService
 
@@ -55,6 +56,9 @@ class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
         self._erasure_calls = indexed_erasure(_erasure, lambda: service, domain=_ERASURE_DOMAIN, pb=pb)
 
     async def WriteNote(self, request: pb.WriteNoteRequest, context: ServicerContext) -> pb.WriteNoteResponse:
+        kept = None
+        if request.HasField("provenance"):  # issue 17: where it came from, committed with it
+            kept = NoteProvenance(provenance_subjects(request.provenance), provenance_json(request.provenance))
         note, skipped, created = await self._service.write_note(
             request.company,
             request.seat,
@@ -64,8 +68,11 @@ class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
             _SOURCE_FROM_PB.get(request.source, NoteSource.UNSPECIFIED),
             request.turn_id,
             request.request_id or None,
+            kept,
         )
-        if request.HasField("provenance"):  # issue 17: where it came from, kept beside it
+        if kept is not None and not created:
+            # A retried write: the note an earlier call stored. An earlier server kept its
+            # provenance in a second statement that a crash could have missed; keep it now (once).
             await _erasure.record_provenance(
                 self._service.store.pool, note.id, request.provenance, self._service.clock.now()
             )

@@ -6,6 +6,7 @@ SHORT note never takes a slot in any half of the pool, swept or not.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -17,7 +18,7 @@ from pgvector import Vector
 from libs.common.coalescer import Coalescer
 from libs.common.db import unflushed
 from libs.common.rows import RowReader
-from services.diary.domain import Note, NoteSource, NoteTier
+from services.diary.domain import Note, NoteProvenance, NoteSource, NoteTier
 from services.diary.ports import NoteListing, VectorReads
 
 __all__ = ["PostgresNoteStore"]
@@ -48,22 +49,47 @@ _LEXICAL_TOP = """WITH q AS (
             ORDER BY rank DESC, ct DESC LIMIT $4)"""
 
 SQL = {
+    # The note and its provenance (issue 17) in one statement, so one commit: a note is never
+    # stored without the provenance it was written with ($14 subjects, $15 the JSON; NULL: none).
+    # The provenance row's foreign key is checked at the statement's end, when the note is there.
     "insert": f"""
-        INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
-                                 embedding, embedding_model, embedding_dims, request_id)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-        ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
-        RETURNING {_COLUMNS}""",
+        WITH ins AS (
+            INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
+                                     embedding, embedding_model, embedding_dims, request_id)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+            ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
+            RETURNING {_COLUMNS}),
+        kept AS (
+            INSERT INTO note_provenance (note_id, company, seat, subjects, provenance, record_time)
+            SELECT id, company, seat, $14::text[], $15::jsonb, create_time FROM ins WHERE $15::jsonb IS NOT NULL
+            ON CONFLICT (note_id) DO NOTHING)
+        SELECT {_COLUMNS} FROM ins""",
     # Concurrent writers' notes in one statement (PostgresNoteStore.insert gathers them): the
     # columns of "insert" as arrays, one element per note. A note whose request_id conflicts (with a
     # stored note, or an earlier one of the same statement) is not returned, as with "insert".
+    # The provenances likewise: $14 each note's subjects as a JSON array (the arrays differ in
+    # length, which one text[][] cannot hold), $15 the JSON (NULL: none).
     "insert_many": f"""
-        INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
-                                 embedding, embedding_model, embedding_dims, request_id)
-        SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                             $8::timestamptz[], $9::timestamptz[], $10::vector[], $11::text[], $12::int[], $13::text[])
-        ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
-        RETURNING {_COLUMNS}""",
+        WITH given AS (
+            SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                                 $8::timestamptz[], $9::timestamptz[], $10::vector[], $11::text[], $12::int[],
+                                 $13::text[], $14::jsonb[], $15::jsonb[])
+                AS g(id, company, seat, content, tier, source, turn_id, create_time, expire_time,
+                     embedding, embedding_model, embedding_dims, request_id, subjects, provenance)),
+        ins AS (
+            INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
+                                     embedding, embedding_model, embedding_dims, request_id)
+            SELECT id, company, seat, content, tier, source, turn_id, create_time, expire_time,
+                   embedding, embedding_model, embedding_dims, request_id FROM given
+            ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
+            RETURNING {_COLUMNS}),
+        kept AS (
+            INSERT INTO note_provenance (note_id, company, seat, subjects, provenance, record_time)
+            SELECT ins.id, ins.company, ins.seat, ARRAY(SELECT jsonb_array_elements_text(g.subjects)), g.provenance,
+                   ins.create_time
+            FROM ins JOIN given g ON g.id = ins.id WHERE g.provenance IS NOT NULL
+            ON CONFLICT (note_id) DO NOTHING)
+        SELECT {_COLUMNS} FROM ins""",
     "by_request": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND request_id = $3",
     "get": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = $4",
     "hydrate": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = ANY($4)",
@@ -186,11 +212,14 @@ def _listing_params(listing: NoteListing) -> tuple[str, str, datetime, str | Non
     return listing.company, listing.seat, listing.now, str(listing.tier) if listing.tier else None
 
 
-_Insert = tuple[Note, np.ndarray | None, str | None]
+_Insert = tuple[Note, np.ndarray | None, str | None, NoteProvenance | None]
 
 
-def _insert_params(note: Note, vector: np.ndarray | None, request_id: str | None) -> tuple[object, ...]:
-    """$1..$13 of "insert" for one note (an element of each array of "insert_many")."""
+def _insert_params(
+    note: Note, vector: np.ndarray | None, request_id: str | None, provenance: NoteProvenance | None
+) -> tuple[object, ...]:
+    """$1..$15 of "insert" for one note (an element of each array of "insert_many", where $14 is
+    the subjects as a JSON array)."""
     return (
         note.id,
         note.company,
@@ -205,6 +234,8 @@ def _insert_params(note: Note, vector: np.ndarray | None, request_id: str | None
         note.embedding_model if vector is not None else None,
         int(vector.shape[0]) if vector is not None else None,
         request_id,
+        None if provenance is None else provenance.subjects,
+        None if provenance is None else provenance.json,
     )
 
 
@@ -221,13 +252,22 @@ class PostgresNoteStore:
         row = await self.pool.fetchrow(SQL["by_request"], company, seat, request_id)
         return _note(row) if row else None
 
-    async def insert(self, note: Note, vector: np.ndarray | None, request_id: str | None = None) -> Note | None:
-        """The stored note, or ``None`` when ``request_id`` was already used (see ``by_request``).
-        Concurrent calls share one statement; each still gets its own note, ``None`` or error."""
-        return await self._inserts.submit((note, vector, request_id))
+    async def insert(
+        self,
+        note: Note,
+        vector: np.ndarray | None,
+        request_id: str | None = None,
+        provenance: NoteProvenance | None = None,
+    ) -> Note | None:
+        """The stored note, or ``None`` when ``request_id`` was already used (see ``by_request``);
+        ``provenance`` is committed with it. Concurrent calls share one statement; each still gets
+        its own note, ``None`` or error."""
+        return await self._inserts.submit((note, vector, request_id, provenance))
 
-    async def _insert_one(self, note: Note, vector: np.ndarray | None, request_id: str | None) -> Note | None:
-        row = await self.pool.fetchrow(SQL["insert"], *_insert_params(note, vector, request_id))
+    async def _insert_one(
+        self, note: Note, vector: np.ndarray | None, request_id: str | None, provenance: NoteProvenance | None
+    ) -> Note | None:
+        row = await self.pool.fetchrow(SQL["insert"], *_insert_params(note, vector, request_id, provenance))
         return _note(row) if row else None
 
     async def _insert_batch(self, items: list[_Insert]) -> list[Note | Exception | None]:
@@ -238,6 +278,7 @@ class PostgresNoteStore:
         columns = list(zip(*(_insert_params(*item) for item in items), strict=True))
         # A vector as one element: asyncpg would read a bare ndarray as a nested array of floats.
         columns[9] = tuple(None if v is None else Vector(v) for v in columns[9])
+        columns[13] = tuple(None if s is None else json.dumps(s) for s in columns[13])
         try:
             rows = await self.pool.fetch(SQL["insert_many"], *(list(c) for c in columns))
         except Exception:
@@ -249,7 +290,7 @@ class PostgresNoteStore:
                     out.append(exc)
             return out
         stored = {r["id"]: _note(r) for r in rows}
-        return [stored.get(note.id) for note, _, _ in items]
+        return [stored.get(note.id) for note, *_ in items]
 
     async def get(self, company: str, seat: str, note_id: uuid.UUID, now: datetime) -> Note | None:
         row = await self.pool.fetchrow(SQL["get"], company, seat, now, note_id)

@@ -14,7 +14,7 @@ from datetime import datetime
 
 import numpy as np
 
-from services.diary.domain import Note
+from services.diary.domain import Note, NoteProvenance
 from services.diary.ports import NoteListing, VectorReads
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
@@ -27,6 +27,7 @@ class _Row:
     vector: np.ndarray | None
     request_id: str | None
     indexed: bool = False
+    provenance: NoteProvenance | None = None
 
 
 class MemoryNoteStore:
@@ -51,7 +52,13 @@ class MemoryNoteStore:
     async def by_request(self, company: str, seat: str, request_id: str) -> Note | None:
         return next((r.note for r in self._seat(company, seat) if r.request_id == request_id), None)
 
-    async def insert(self, note: Note, vector: np.ndarray | None, request_id: str | None = None) -> Note | None:
+    async def insert(
+        self,
+        note: Note,
+        vector: np.ndarray | None,
+        request_id: str | None = None,
+        provenance: NoteProvenance | None = None,
+    ) -> Note | None:
         if request_id and await self.by_request(note.company, note.seat, request_id) is not None:
             return None
         stored = dataclasses.replace(
@@ -59,7 +66,9 @@ class MemoryNoteStore:
             embedding_model=note.embedding_model if vector is not None else None,
             embedding_dims=int(vector.shape[0]) if vector is not None else None,
         )
-        self.rows[note.id] = _Row(stored, None if vector is None else vector.astype(np.float32), request_id)
+        self.rows[note.id] = _Row(
+            stored, None if vector is None else vector.astype(np.float32), request_id, provenance=provenance
+        )
         return stored
 
     async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None:
