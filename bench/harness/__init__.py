@@ -22,6 +22,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+# Before anything imports gRPC: a script run without ./run (which exports it) starts its embedded
+# PostgreSQL as root by a fork that gRPC's fork handlers could abort (libs/common/grpc_fork).
+import libs.common.grpc_fork  # noqa: F401  (before any gRPC import; the standard library above imports none)
+
 __all__ = [
     "Millis",
     "command_line",
