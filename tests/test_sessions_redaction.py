@@ -172,3 +172,28 @@ async def test_no_secret_reaches_the_review_and_redaction_comes_before_the_cap(
         assert marker in sent
     assert check.evidence.redactions == 5 and check.evidence.truncated_excerpts == 1
     assert check.outcome == pb.CHECK_OUTCOME_COMPLETED_EMPTY
+
+
+@pytest.mark.parametrize(
+    "text,secret,kept",
+    [
+        ('{"password": "correct horse battery staple"}', "horse", '{"password": "[REDACTED:secret]"}'),
+        ('{"client_secret": "abc def"}', "abc def", '{"client_secret": "[REDACTED:secret]"}'),
+        ('password="my pass phrase" user=bob', "pass phrase", 'password="[REDACTED:secret]" user=bob'),
+        ("api_key: 'sk live abc'", "sk live", "api_key: '[REDACTED:secret]'"),
+        ('--password "correct horse battery staple" -h db', "horse", '--password "[REDACTED:secret]" -h db'),
+        ('{"token": "a\\"b c", "n": 1}', "b c", '{"token": "[REDACTED:secret]", "n": 1}'),
+        # An excerpt cut inside the value: the rest of its line is the value.
+        ('password="correct horse batt\nnext line', "horse", 'password="[REDACTED:secret]\nnext line'),
+    ],
+)
+def test_a_quoted_secret_is_redacted_whole_spaces_and_all(text, secret, kept):
+    """A quoted value runs to its closing quote: stopping at the first space (or needing four
+    characters before it) left the rest of a passphrase, or all of a short one, in the excerpt."""
+    out = redact(text)
+    assert secret not in out.text and out.text == kept and out.count == 1
+
+
+def test_an_empty_quoted_value_is_not_a_secret_and_does_not_swallow_the_line():
+    text = '{"password": "", "user": "bob"}'
+    assert redact(text).text == text

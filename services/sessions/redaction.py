@@ -39,6 +39,23 @@ def _keep_prefix(name: str) -> Callable[[re.Match[str]], str]:
     return lambda m: m.group("prefix") + marker(name)
 
 
+def _value(unquoted: str) -> str:
+    """The value of a ``key = value`` or ``--flag value``: quoted, everything up to its closing quote
+    (spaces included: ``"correct horse battery staple"`` is one secret), or to the end of the line
+    when the quote never closes there (an excerpt cut mid-value); unquoted, ``unquoted``. A value
+    that is already a marker is left alone."""
+    return (
+        r"(?:(?P<q>[\"'])(?!\[REDACTED:)(?:\\.|(?!(?P=q))[^\\\n])+(?P=q)"
+        r"|(?P<u>[\"'])(?!\[REDACTED:)(?:\\.|(?!(?P=u))[^\\\n])+$"
+        rf"|(?!\[REDACTED:){unquoted})"
+    )
+
+
+def _keep_prefix_and_quotes(name: str) -> Callable[[re.Match[str]], str]:
+    """Keep group ``prefix`` and the value's quotes (so JSON stays JSON), replace the value."""
+    return lambda m: m.group("prefix") + (m.group("q") or m.group("u") or "") + marker(name) + (m.group("q") or "")
+
+
 _SECRET_KEYS = (
     r"password|passwd|passphrase|secret|secret[_-]?key|api[_-]?key|apikey|access[_-]?key|access[_-]?token|"
     r"auth[_-]?token|refresh[_-]?token|private[_-]?key|token|credentials?"
@@ -92,16 +109,17 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "secret",
         re.compile(
-            rf"""(?P<prefix>\b[\w.-]*?(?:{_SECRET_KEYS})(?:[_-]?id)?["']?\s*(?:=|:)\s*["']?)(?!\[REDACTED:)[^\s"',;}}]{{4,}}""",
-            re.I,
+            rf"""(?P<prefix>\b[\w.-]*?(?:{_SECRET_KEYS})(?:[_-]?id)?["']?\s*(?:=|:)\s*)"""
+            + _value(r"""[^\s"',;}]{4,}"""),
+            re.I | re.M,
         ),
-        _keep_prefix("secret"),
+        _keep_prefix_and_quotes("secret"),
     ),
     # --password value, --api-key value (a flag and its value separated by a space).
     Rule(
         "secret_flag",
-        re.compile(rf"""(?P<prefix>--(?:{_SECRET_KEYS})\s+["']?)(?!\[REDACTED:)(?!-)[^\s"']{{4,}}""", re.I),
-        _keep_prefix("secret"),
+        re.compile(rf"""(?P<prefix>--(?:{_SECRET_KEYS})\s+)""" + _value(r"""(?!-)[^\s"']{4,}"""), re.I | re.M),
+        _keep_prefix_and_quotes("secret"),
     ),
 )
 
