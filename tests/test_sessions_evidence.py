@@ -161,3 +161,17 @@ def test_the_plan_evidence_is_placed_first_within_the_budget():
     assert ev.items[0].ref == "P1" and ev.items[0].source_id == "plan:3:a" and ev.items[0].label == "plan_claim"
     assert [i.ref for i in ev.items[1:]] == ["E3", "E4", "E5"]  # the newest that fit, oldest first
     assert ev.total_chars <= 3000 and ev.omitted_records == 2 and ev.truncated_excerpts == 1
+
+
+def test_once_a_record_is_left_out_every_older_one_is_too():
+    """The budget omits the oldest records: a short old record must not be kept where a newer one
+    that did not fit was dropped (the evidence would read as if nothing happened in between)."""
+    config = EvidenceConfig(total_chars=2500, excerpt_chars=2400)
+    events = [
+        _event(1, EventKind.TOOL_RESULT, "old and short"),
+        _event(2, EventKind.TOOL_RESULT, "m" * 2400),
+        _event(3, EventKind.TOOL_RESULT, "n" * 2340),
+    ]
+    ev = assemble([], [], events, {"execution": 3}, 0, [], [], config)
+    assert [i.ref for i in ev.items] == ["E3"]
+    assert ev.omitted_records == 2

@@ -149,11 +149,18 @@ def assemble(
         budget -= len(item.text)
         kept.append(item)
         out.plan_steps += 1
+    full = False
     for event in events:  # newest first: what the budget leaves out is the oldest
+        if full:
+            # Once a record is left out, every older one is too: a short old record must not
+            # stand in the evidence where a newer one that did not fit was dropped.
+            out.omitted_records += 1
+            continue
         text, cut, redactions = prepare(event.text)
         if len(text) > budget:
             if budget < _MIN_CUT:
                 out.omitted_records += 1
+                full = True
                 continue
             text, _ = cap(text, budget)
             cut = True
