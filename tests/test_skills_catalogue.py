@@ -415,6 +415,9 @@ async def test_revival_is_part_of_the_use_write_not_a_separate_one(skills, clock
     assert failed["payload"]["write"] == "skill_used" and failed["payload"]["skill_names"] == ["open-pr"]
     assert "no_uses" in failed["payload"]["error"]
     assert await read_events(app.infra.pool, "skill_revived") == []
+    # The resolution is still published: the counter and the event are separate writes.
+    [used] = await read_events(app.infra.pool, "skill_used")
+    assert used["payload"]["source_kind"] == "synthesized" and used["turn_id"] == "run-3"
 
 
 # ----------------------------------------------------------------------------------------- offers

@@ -312,6 +312,10 @@ class SkillService:
             await self._telemetry_failed(
                 skill.company, skill.seat, turn_id, "skill_used", failed, [str(skill.id)], [skill.name]
             )
+            # The resolution happened (the body is answered), so its skill_used event is published
+            # all the same: the counter and the event are separate best-effort writes (spec,
+            # "Best-effort rule"), and losing the one must not take the other with it.
+            await self._emit_skill("skill_used", skill, turn_id, source_kind="synthesized", version=skill.version)
             return UseResult(skill, revived=False, telemetry_write_failed=True)
         skill, prior = used
         revived = prior is SkillState.STALE and skill.state is SkillState.ACTIVE

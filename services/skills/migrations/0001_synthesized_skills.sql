@@ -14,7 +14,7 @@ CREATE TABLE synthesized_skills (
     state                 text NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'stale', 'archived')),
     pinned                boolean NOT NULL DEFAULT false,
     version               int NOT NULL DEFAULT 1,
-    use_count             bigint NOT NULL DEFAULT 0,  -- UseSkill loads only; offers are not uses
+    use_count             bigint NOT NULL DEFAULT 0,  -- UseSkill loads + the skill_use worker's offered skills
     last_used_at          timestamptz,
     last_offered_at       timestamptz,
     -- The staleness clock the curator reads: the latest of creation, use, offer and restore.
