@@ -22,7 +22,15 @@ class Turns:
         self.stub, self.clock, self.n = stub, clock, 0
 
     async def add(  # type: ignore[no-untyped-def]
-        self, *, seat="ana", company="acme", outcome=pb.TURN_OUTCOME_DONE, calls=1, conversation="", days_ago=0.0
+        self,
+        *,
+        seat="ana",
+        company="acme",
+        outcome=pb.TURN_OUTCOME_DONE,
+        calls=1,
+        conversation="",
+        days_ago=0.0,
+        final_round=(),
     ):
         self.n += 1
         end = self.clock.now() - timedelta(days=days_ago, seconds=1000 - self.n)  # later adds end later
@@ -34,6 +42,7 @@ class Turns:
                 label=f"turn {self.n}",
                 outcome=outcome,
                 tools_called=["tool"] * calls,
+                tool_sequence=list(final_round),
                 conversation_id=conversation,
                 start_time=ts(end - timedelta(minutes=1)),
                 end_time=ts(end),
@@ -100,6 +109,19 @@ async def test_filters_by_outcome_tool_calls_and_conversation(episodes):
     assert [e.id for e in seen] == [failed6.id, done5.id] and totals == {2}
     seen, _ = await pages(stub, 5, filter=pb.EpisodeFilter(conversation_id="C1/17.1"))
     assert [e.id for e in seen] == [t.id for t in reversed(thread)]
+
+
+async def test_min_tool_calls_counts_the_final_round_when_no_calls_were_reported(episodes):
+    """A turn reported with its final round only (no tools_called) has that round as its run of
+    tools, as the synthesizer's own gate counts it: the clustered pass, which lists its evidence by
+    min_tool_calls, must see the same turns the single-turn path does."""
+    _, stub, turns = episodes
+    five = ["jira_search", "git_diff", "run_tests", "git_push", "open_pr"]
+    only_final = await turns.add(calls=0, final_round=five)
+    await turns.add(calls=0, final_round=five[:2])
+    both = await turns.add(calls=5, final_round=five[-1:])  # tools_called wins over its final round
+    seen, _ = await pages(stub, 5, filter=pb.EpisodeFilter(min_tool_calls=5))
+    assert {e.id for e in seen} == {only_final.id, both.id}
 
 
 async def test_both_kinds_are_listed_and_the_kind_filter_separates_them(episodes):

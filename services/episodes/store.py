@@ -30,8 +30,11 @@ _COLUMNS = """id, company, seat, role, kind, turn_id, work_item, label, ask, wha
               embedding_dims, work_key"""
 _SEAT = "company = $1 AND seat = $2"
 # A listing's filter: $3 kind, $4 outcomes, $5 min tool calls, $6 conversation, $7 exclude exemplars.
+# The tool calls counted are the turn's run of tools: tools_called, or its final round
+# (tool_sequence) when the engine reported no calls — the synthesizer gate's own count.
 _FILTER = """($3::text IS NULL OR kind = $3) AND (cardinality($4::text[]) = 0 OR outcome = ANY($4::text[]))
-             AND cardinality(tools_called) >= $5 AND ($6::text IS NULL OR conversation_id = $6)
+             AND cardinality(CASE WHEN cardinality(tools_called) > 0 THEN tools_called ELSE tool_sequence END) >= $5
+             AND ($6::text IS NULL OR conversation_id = $6)
              AND (NOT $7::boolean OR exemplar_of IS NULL)"""
 # Rows the vector half cannot reach: no vector of the query's model and width.
 _UNREACHABLE = "(embedding IS NULL OR embedding_model IS DISTINCT FROM $3 OR embedding_dims IS DISTINCT FROM $4)"

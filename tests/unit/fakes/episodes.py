@@ -152,7 +152,7 @@ class MemoryEpisodeStore:
             for r in self._seat(company, seat)
             if (f.kind is None or r.episode.kind is f.kind)
             and (not f.outcomes or r.episode.outcome in f.outcomes)
-            and len(r.episode.tools_called) >= f.min_tool_calls
+            and len(r.episode.tools_called or r.episode.tool_sequence) >= f.min_tool_calls
             and (f.conversation_id is None or r.episode.conversation_id == f.conversation_id)
             and not (f.exclude_exemplars and r.episode.exemplar_of is not None)
         ]
