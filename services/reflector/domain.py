@@ -15,6 +15,7 @@ __all__ = [
     "JOB_KIND",
     "ORDERED_WORKERS",
     "RETRYABLE_FAILURES",
+    "ROUND_SUFFIX",
     "TRANSITIONS",
     "Gate",
     "IllegalTransition",
@@ -30,6 +31,8 @@ __all__ = [
     "check_transition",
     "failure_kind_of",
     "job_key",
+    "reflection_id",
+    "run_id_of",
     "sources",
     "turn_fields",
     "turn_id_of",
@@ -43,6 +46,27 @@ def job_key(seat: str, turn_id: str) -> str:
     """The queue key of a turn: a run id is one seat's (two seats may report the same run id).
     The seat is escaped so the first ``/`` always ends it (the key is unambiguous)."""
     return seat.replace("%", "%25").replace("/", "%2F") + "/" + turn_id
+
+
+ROUND_SUFFIX = "#self_iterate"
+"""What files a self_iterate round's reflection apart from its run's: the engine reports a round
+sent back for more work (self_iterate) and, later, the settled turn, under the same run id (the
+turn-start context is frozen per run id, and a round reuses it). Keyed by the run id alone, the
+settled report found the round's reflection and was dropped as a redelivery, so a turn that
+self-iterated was never reflected as settled: no note, no skill, no refinement. A run id that
+itself ends so is refused (it would name another run's round)."""
+
+
+def reflection_id(turn_id: str, self_iterate: bool) -> str:
+    """The key of a report's reflection: the run id, or the run id and :data:`ROUND_SUFFIX` for a
+    self_iterate round (every round of a run is one reflection: the first; the later rounds of the
+    same run are its redeliveries)."""
+    return turn_id + ROUND_SUFFIX if self_iterate else turn_id
+
+
+def run_id_of(reflection_key: str) -> str:
+    """The run id a reflection's key (:func:`reflection_id`) belongs to."""
+    return reflection_key.removesuffix(ROUND_SUFFIX)
 
 
 def turn_id_of(key: str) -> str:
@@ -281,7 +305,9 @@ class Turn:
 
     @property
     def key(self) -> TurnKey:
-        return TurnKey(self.company, self.seat, self.turn_id)
+        """The key of this report's reflection (a self_iterate round's is its own:
+        :func:`reflection_id`); the workers' writes still name the run id."""
+        return TurnKey(self.company, self.seat, reflection_id(self.turn_id, self.outcome is TurnOutcome.SELF_ITERATE))
 
     def write_key(self, worker: str, *parts: str) -> str:
         """The idempotency key of a worker's write: per unit of WORK when the turn names one, so a

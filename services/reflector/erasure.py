@@ -19,7 +19,7 @@ import asyncpg
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common.config import PrivacyConfig
 from libs.common.erasure import Kind, Report, Target, delete_keyed, retention_cutoffs, run_once, scope_rows
-from services.reflector.domain import JOB_KIND, turn_id_of
+from services.reflector.domain import JOB_KIND, ROUND_SUFFIX, run_id_of, turn_id_of
 
 __all__ = ["OWNER", "erase", "find", "prune_retention"]
 
@@ -79,7 +79,7 @@ async def _subject_jobs(conn: asyncpg.Connection | asyncpg.Pool, target: Target)
             return found
         for row in rows:
             after = row["id"]
-            if turn_id_of(row["key"]) in named:
+            if run_id_of(turn_id_of(row["key"])) in named:
                 found.append((row, True))
                 continue
             try:
@@ -99,9 +99,12 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tupl
         records = await scope_rows(conn, target, "reflections", "seat, turn_id")
         return jobs, [(r["seat"], r["turn_id"]) for r in records], []
     found = await _subject_jobs(conn, target)
-    theirs = sorted({turn_id_of(j["key"]) for j, carried in found if carried})
+    # Run ids (a self_iterate round's reflection is its run's: domain.reflection_id); the records are
+    # the runs' and their rounds'.
+    theirs = sorted({run_id_of(turn_id_of(j["key"])) for j, carried in found if carried})
     turns = sorted(set(target.turn_ids) | set(theirs))
-    records = await conn.fetch(SQL["records_subject"], target.company, turns, target.sql_pattern())
+    keys = [*turns, *(t + ROUND_SUFFIX for t in turns)]
+    records = await conn.fetch(SQL["records_subject"], target.company, keys, target.sql_pattern())
     return [j for j, _ in found], [(r["seat"], r["turn_id"]) for r in records], theirs
 
 

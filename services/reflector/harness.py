@@ -186,7 +186,7 @@ class Harness:
                 # is taken again. Nothing it wrote is written twice.
                 _log.exception("reflection of %s failed (attempt %s)", turn.turn_id, job.attempts)
                 with contextlib.suppress(Exception):
-                    record = await self._store.get(turn.company, turn.seat, turn.turn_id)
+                    record = await self._store.get(*turn.key)
                     workers = record.workers if record else []
                     return await self._retry_or_dead_letter(job, turn, workers, failure_text(exc))
                 raise
@@ -197,7 +197,7 @@ class Harness:
         now = self._clock.now()
         # The take: RUNNING and one more attempt, in one statement that also reads the record as it
         # was (its outcomes so far, its attempts). A finished record is not taken.
-        record, taken = await self._store.take(turn.company, turn.seat, turn.turn_id)
+        record, taken = await self._store.take(*turn.key)
         if record is not None and not taken:
             # Gate 5: reflected already (a redelivery): never a second pass; the queue row follows
             # the record's final state.
@@ -269,7 +269,7 @@ class Harness:
                 new = [o for name, o in done.items() if name not in saved]
                 if pending and new:
                     try:
-                        await self._store.put_workers(turn.company, turn.seat, turn.turn_id, new)
+                        await self._store.put_workers(*turn.key, new)
                         saved.update(o.worker for o in new)
                     except Exception as exc:  # the pass's own record at its end is what counts
                         _log.warning("could not checkpoint the workers of %s (%s)", turn.turn_id, exc)

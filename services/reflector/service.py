@@ -22,7 +22,15 @@ from libs.common.validation import (
     require_text,
     seat_ref,
 )
-from services.reflector.domain import DOMAIN, JOB_KIND, ReflectionState, job_key, turn_fields
+from services.reflector.domain import (
+    DOMAIN,
+    JOB_KIND,
+    ROUND_SUFFIX,
+    ReflectionState,
+    job_key,
+    reflection_id,
+    turn_fields,
+)
 from services.reflector.ports import ReflectionStore
 from services.reflector.store import PostgresReflectionStore, ReflectionRecord
 
@@ -41,6 +49,14 @@ MAX_ASKED_CHARS = 100_000
 def _check_turn(turn: pb.TurnCompleted) -> None:
     seat_ref(turn.company, turn.seat, domain=DOMAIN)
     require_text(turn.turn_id, "turn.turn_id", domain=DOMAIN, max_chars=200)
+    if turn.turn_id.endswith(ROUND_SUFFIX):
+        raise field_error(
+            "turn.turn_id",
+            "FIELD_INVALID",
+            f"turn.turn_id must not end in {ROUND_SUFFIX!r}: that names a run's self_iterate round",
+            domain=DOMAIN,
+            value=turn.turn_id,
+        )
     require_text(turn.role, "turn.role", domain=DOMAIN, max_chars=200)
     if turn.outcome == pb.TURN_OUTCOME_UNSPECIFIED or turn.outcome not in pb.TurnOutcome.values():
         raise field_error(
@@ -126,13 +142,15 @@ class ReflectorService(Generic[S]):
         # ``turn_completed`` announces the queueing: the Postgres store writes it in the statement
         # that queues the turn, only if that statement queued it (no statement of its own). A store
         # that did not carry it leaves it to be emitted here, as before.
+        # A self_iterate round is reflected apart from its run's settled report (domain.reflection_id).
+        rid = reflection_id(turn.turn_id, turn.outcome == pb.TURN_OUTCOME_SELF_ITERATE)
         with bookkeeping() as batch:
             batch.announce("turn_completed", now, **completed)
             try:
                 queued = await self.store.queue_turn(
-                    turn.turn_id,
+                    rid,
                     kind=JOB_KIND,
-                    key=job_key(turn.seat, turn.turn_id),
+                    key=job_key(turn.seat, rid),
                     company=turn.company,
                     seat=turn.seat,
                     payload=turn.SerializeToString(),
@@ -145,13 +163,16 @@ class ReflectorService(Generic[S]):
             if unwritten:
                 await self.events.emit("turn_completed", **completed)
             return True, ReflectionState.QUEUED  # this call queued it: no need to read it back
-        record = await self.store.get(turn.company, turn.seat, turn.turn_id)
+        record = await self.store.get(turn.company, turn.seat, rid)
         return False, record.state if record else ReflectionState.QUEUED
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         require_text(turn_id, "turn_id", domain=DOMAIN)
         record = await self.store.get(company, seat, turn_id)
+        if record is None and not turn_id.endswith(ROUND_SUFFIX):
+            # A run that has only self-iterated so far: its round's reflection answers for it.
+            record = await self.store.get(company, seat, turn_id + ROUND_SUFFIX)
         message = f"no reflection of turn {turn_id} for seat {seat}"
         return require_found(record, "reflection", turn_id, seat=seat, id_key="turn_id", message=message, domain=DOMAIN)
 
