@@ -50,7 +50,7 @@ from services.prefetch.downstream_errors import passthrough
 from services.prefetch.knowledge_block import render_search_result, search
 from services.prefetch.past_turns import PastTurns
 from services.prefetch.store import LedgerEntry
-from services.prefetch.turn_context import distinct_senders, mark_used
+from services.prefetch.turn_context import mark_used
 
 __all__ = [
     "Builtins",
@@ -228,7 +228,7 @@ class Builtins:
                 self.deps.aux,
                 who.attribution(memory.FILTER_PURPOSE),
                 hint,
-                distinct_senders(senders),
+                senders,
                 pool,
                 REFRESH_LIMIT.maximum,
                 self.deps.settings.learning.prefetch.aux_timeout_seconds,

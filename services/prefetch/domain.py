@@ -84,7 +84,8 @@ HINT_MAX_CHARS = 4000
 QUERY_MAX_CHARS = 4000
 """A query_episodes / search_knowledge query longer than this is refused."""
 MAX_SENDERS = 50
-"""Distinct senders read for counterparty blocks (ProfileService.GetProfiles takes 50)."""
+"""Distinct senders read for counterparty blocks (ProfileService.GetProfiles takes 50), and told to
+the memory filter."""
 
 
 class BlockKind(StrEnum):
