@@ -510,7 +510,9 @@ class Builtins:
         seat_ref(company, seat, domain=DOMAIN)
         require_text(role, "role", domain=DOMAIN, max_chars=200)
         require_text(query, "query", domain=DOMAIN, max_chars=QUERY_MAX_CHARS)
-        limit = _limit(limit, "limit", SEARCH_KNOWLEDGE_LIMIT)
+        # Omitted: the configured knowledge_results, the default the tool's schema shows.
+        configured = SEARCH_KNOWLEDGE_LIMIT.configured(self.deps.settings.learning.prefetch.knowledge_results)
+        limit = _limit(limit, "limit", configured)
         # The same seam, scope, auto-draft exclusion and credential as the turn-start block; the
         # knowledge service records the knowledge_read.
         outcome = await search(
