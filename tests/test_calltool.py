@@ -63,6 +63,16 @@ async def test_a_note_written_through_calltool_is_found_by_refresh_memory_throug
     assert "Dana approves prod deploys in #releases." in found.text
 
 
+async def test_refresh_memory_through_calltool_is_told_a_sender_named_by_handle_alone(env):
+    # As at turn start: a handle alone names a party to the task, and a note about them bears on it.
+    note_id = await env.note("Dana gets anxious about production incidents; reassure her first.")
+    hint = {"context_hint": "The release train is late again"}
+    named = await call(env, "refresh_memory", hint, senders=[pb.Counterparty(handle="dana")])
+    assert json.loads(named.result_json)["note_ids"] == [note_id] and "Dana gets anxious" in named.text
+    unnamed = await call(env, "refresh_memory", hint, turn_id="run-2")
+    assert json.loads(unnamed.result_json).get("note_ids", []) == [] and "Dana" not in unnamed.text
+
+
 async def test_the_other_tools_run_through_calltool_with_real_answers(env):
     await env.turn("Task assigned: flaky test", "Fix the flaky checkout test", "Stabilised the fixture.")
     episodes = await call(env, "query_episodes", {"query": "flaky checkout test", "limit": 3})

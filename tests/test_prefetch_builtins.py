@@ -5,6 +5,8 @@ delegation of ListTools / GetGuidance. Real services over gRPC."""
 
 from __future__ import annotations
 
+import json
+
 import grpc
 import pytest
 
@@ -116,6 +118,24 @@ async def test_search_knowledge_says_in_words_what_happened(env):
 
     scoped = await search(env, "billing", role="intern")
     assert scoped.status == pb.SEARCH_STATUS_SCOPED_TO_NOTHING and "scoped to nothing" in scoped.text
+
+
+async def test_an_omitted_limit_is_the_configured_knowledge_results_the_schema_shows(
+    make_settings, dsn, clock, local_embedder, edge_index
+):
+    settings = default_settings(make_settings, learning={"prefetch": {"knowledge_results": 3}})
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        for n in range(6):
+            await env.page("eng", f"Billing export runbook part {n}", f"Step {n} of the weekly billing export.")
+        tools = await env.prefetch.ListTools(pb.ListToolsRequest(company="acme", role="swe"))
+        [tool] = [t for t in tools.tools if t.name == "search_knowledge"]
+        assert json.loads(tool.parameters_json)["properties"]["limit"]["default"] == 3
+        omitted = await search(env, "billing export runbook")
+        assert omitted.status == pb.SEARCH_STATUS_SEARCHED and len(omitted.hits) == 3
+        more = await env.builtins.SearchKnowledge(
+            pb.SearchKnowledgeRequest(company="acme", seat="ana", role="swe", query="billing export runbook", limit=5)
+        )
+        assert len(more.hits) == 5  # a limit the model gives is still honoured, up to the maximum
 
 
 async def test_a_deployment_with_knowledge_off_says_it_is_not_configured(

@@ -113,6 +113,18 @@ def test_a_note_naming_a_sender_is_lifted_even_when_recency_alone_found_it():
     assert chosen("Deploy the billing service", notes, senders=[("Bob", "bob")]) == ["n4", "n2", "n3"]
 
 
+def test_the_filter_is_told_every_distinct_named_sender_a_handle_alone_included():
+    from services.prefetch.domain import Sender
+    from services.prefetch.memory import party_senders
+
+    dana, bob = Sender(handle="dana"), Sender(handle="bob", platform="slack", display_name="Bob")
+    senders = [dana, bob, Sender(handle="bob", platform="SLACK"), Sender(), Sender(display_name="Eve"), dana]
+    assert party_senders(senders) == [dana, bob, Sender(display_name="Eve")]
+    assert chosen("The release train is late", [cand("n1", "Dana runs the release train.")]) == []
+    told = [s.words() for s in party_senders([dana])]
+    assert chosen("The release train is late", [cand("n1", "Dana runs the release train.")], senders=told) == ["n1"]
+
+
 # ------------------------------------------------------------------------------------ end to end
 
 ASK = "How do I get reimbursed for my travel expenses?"

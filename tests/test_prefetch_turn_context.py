@@ -246,6 +246,19 @@ async def test_a_note_about_a_sender_is_selected_whatever_its_topic(env):
     assert list(block(resp, pb.BLOCK_PERSONAL_MEMORY).ids) == [note]
 
 
+async def test_a_sender_named_by_handle_alone_lifts_a_note_about_them(env):
+    # The contract takes a sender as a handle alone: no platform, so no counterparty profile, but
+    # still a party to the task the memory filter must be told about.
+    note = await env.note("Dana gets anxious about production incidents; reassure her first.")
+    resp = await env.build("The release train is late again", senders=[pb.Counterparty(handle="dana")])
+    memory = block(resp, pb.BLOCK_PERSONAL_MEMORY)
+    assert memory.markdown.startswith("## Personal memory") and list(memory.ids) == [note]
+    assert "Dana gets anxious about production incidents" in memory.markdown
+    assert not [b for b in resp.blocks if b.block == pb.BLOCK_COUNTERPARTY]
+    unnamed = block(await env.build("The release train is late again"), pb.BLOCK_PERSONAL_MEMORY)
+    assert list(unnamed.ids) == [] and "Dana" not in unnamed.markdown  # the sender is what selected it
+
+
 # ------------------------------------------------------------------------------------ skills
 
 

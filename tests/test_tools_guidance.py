@@ -101,7 +101,17 @@ def test_search_knowledge_is_withdrawn_when_the_role_can_search_nothing(make_set
 TRIGGERS = {
     "reflect-and-persist": ["reflect_and_persist"],
     "refine-skill": ["refine_skill"],
-    "retrieval-research": ["query_episodes", "refresh_memory", "search_knowledge", "confluence_search"],
+    "retrieval-research": [
+        "query_episodes",
+        "refresh_memory",
+        "search_knowledge",
+        "confluence_search",
+        # The Atlassian MCP server is a trigger of its own (spec), page search or not.
+        "atlassian_get_user",
+        "confluence_get_page",
+        "jira_search",
+        "mcp__atlassian__jira_get_issue",
+    ],
     "observed-directives": ["mattermost_post_message"],
     "getting-unstuck": [
         "mattermost_post_message",
@@ -156,14 +166,14 @@ def test_blocks_come_in_a_stable_order_with_every_trigger_named():
 
 
 def test_near_miss_tool_names_do_not_trigger():
-    assert guidance_blocks(["reflect_and_persist_v2", "my_refine_skill", "confluence_search_user"]) == [
-        {
-            "name": "getting-unstuck",
-            "markdown": guidance_blocks(["confluence_search_user"])[0]["markdown"],
-            "triggered_by": ["confluence_search_user"],
-        }
-    ]
+    assert guidance_blocks(["reflect_and_persist_v2", "my_refine_skill"]) == []
     assert guidance_blocks(["mattermost_add_reaction", "slack_post_message"]) == []
+    # confluence_search_user is an Atlassian server tool (both server-triggered blocks), but it
+    # searches people, not pages: no knowledge line names it.
+    blocks = {b["name"]: b for b in guidance_blocks(["reflect_and_persist_v2", "confluence_search_user"])}
+    assert list(blocks) == ["retrieval-research", "getting-unstuck"]
+    assert all(b["triggered_by"] == ["confluence_search_user"] for b in blocks.values())
+    assert "- `" not in blocks["retrieval-research"]["markdown"]
 
 
 def _research(tools: list[str]) -> dict | None:
@@ -195,9 +205,32 @@ def test_retrieval_research_names_the_knowledge_backends_page_search_tools_in_on
     lines = [line for line in block["markdown"].splitlines() if line.startswith("- `")]
     assert len(lines) == 1
     assert lines[0].startswith("- `mcp__atlassian__confluence_search`, `search_knowledge`:")
-    assert "confluence_get_page" not in block["markdown"]
-    assert block["triggered_by"] == ["mcp__atlassian__confluence_search", "search_knowledge"]
-    assert _research(["confluence_get_page", "reflect_and_persist"]) is None
+    assert "confluence_get_page" not in block["markdown"]  # a fetch, not a page search
+    assert block["triggered_by"] == ["mcp__atlassian__confluence_search", "search_knowledge", "confluence_get_page"]
+    assert _research(["reflect_and_persist", "web_search"]) is None
+
+
+def test_retrieval_research_fires_on_the_atlassian_mcp_server_and_names_only_its_page_search():
+    # Spec: the trigger is any_of query_episodes / the atlassian MCP server / refresh_memory; the
+    # knowledge line names the backend's page-search tools the role has (confluence_search), never
+    # the server's fetch or Jira tools.
+    atlassian = ["mcp__atlassian__confluence_get_page", "mcp__atlassian__jira_get_issue"]
+    block = _research([*atlassian, "mcp__atlassian__confluence_search", "web_search"])
+    assert block is not None
+    lines = [line for line in block["markdown"].splitlines() if line.startswith("- `")]
+    assert len(lines) == 1 and lines[0].startswith("- `mcp__atlassian__confluence_search`: search the team")
+    assert block["triggered_by"] == [*atlassian, "mcp__atlassian__confluence_search"]
+
+    # The server without a page-search tool: the shared rule still applies, with no knowledge line.
+    fetch_only = _research(atlassian)
+    assert fetch_only is not None and fetch_only["triggered_by"] == atlassian
+    assert fetch_only["markdown"].count("even when a block already had") == 1
+    assert not [line for line in fetch_only["markdown"].splitlines() if line.startswith("- `")]
+    with_memory = _research([*atlassian, "refresh_memory"])
+    assert with_memory is not None
+    assert [line.split("`")[1] for line in with_memory["markdown"].splitlines() if line.startswith("- `")] == [
+        "refresh_memory"
+    ]
 
 
 def test_registered_tools_are_deduplicated():

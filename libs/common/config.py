@@ -444,7 +444,8 @@ class PrefetchConfig(_Section):
     skills_char_budget: int = 4000
     """Characters of the skills menu; a skill whose line does not fit is not offered."""
     knowledge_results: int = 5
-    """Pages the ``## Relevant knowledge`` block renders."""
+    """Pages the ``## Relevant knowledge`` block renders, and ``search_knowledge`` returns when the
+    model gives no ``limit`` (its schema's default; at most 20, the tool's maximum)."""
     frozen_context_hours: int = 24
     """BuildTurnContext is frozen per run id (spec: "Frozen at turn start"): the rendered context of
     (company, seat, turn_id) is kept this long after it was built, so every later call for the run —

@@ -50,7 +50,7 @@ from services.prefetch.downstream_errors import passthrough
 from services.prefetch.knowledge_block import render_search_result, search
 from services.prefetch.past_turns import PastTurns
 from services.prefetch.store import LedgerEntry
-from services.prefetch.turn_context import distinct_senders, mark_used
+from services.prefetch.turn_context import mark_used
 
 __all__ = [
     "Builtins",
@@ -228,7 +228,7 @@ class Builtins:
                 self.deps.aux,
                 who.attribution(memory.FILTER_PURPOSE),
                 hint,
-                distinct_senders(senders),
+                senders,
                 pool,
                 REFRESH_LIMIT.maximum,
                 self.deps.settings.learning.prefetch.aux_timeout_seconds,
@@ -510,7 +510,9 @@ class Builtins:
         seat_ref(company, seat, domain=DOMAIN)
         require_text(role, "role", domain=DOMAIN, max_chars=200)
         require_text(query, "query", domain=DOMAIN, max_chars=QUERY_MAX_CHARS)
-        limit = _limit(limit, "limit", SEARCH_KNOWLEDGE_LIMIT)
+        # Omitted: the configured knowledge_results, the default the tool's schema shows.
+        configured = SEARCH_KNOWLEDGE_LIMIT.configured(self.deps.settings.learning.prefetch.knowledge_results)
+        limit = _limit(limit, "limit", configured)
         # The same seam, scope, auto-draft exclusion and credential as the turn-start block; the
         # knowledge service records the knowledge_read.
         outcome = await search(

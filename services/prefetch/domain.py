@@ -61,9 +61,14 @@ class Limit:
     default: int
     maximum: int
 
-    def schema(self, noun: str, default: int | None = None) -> dict[str, Any]:
-        """The argument's JSON schema; ``default`` overrides the one shown (a configured one)."""
-        shown = self.default if default is None else default
+    def configured(self, default: int) -> Limit:
+        """This limit with a configured default (kept within 1..``maximum``): what both the schema
+        and the check are built from when a knob sets the default."""
+        return Limit(default=max(1, min(default, self.maximum)), maximum=self.maximum)
+
+    def schema(self, noun: str) -> dict[str, Any]:
+        """The argument's JSON schema (a configured default: build it from :meth:`configured`)."""
+        shown = self.default
         return {
             "type": "integer",
             "minimum": 1,
@@ -78,13 +83,15 @@ REFRESH_LIMIT = Limit(default=10, maximum=50)
 QUERY_EPISODES_LIMIT = Limit(default=5, maximum=20)
 """query_episodes' ``limit``."""
 SEARCH_KNOWLEDGE_LIMIT = Limit(default=5, maximum=20)
-"""search_knowledge's ``limit`` (its schema shows the configured default)."""
+"""search_knowledge's ``limit``; its default is ``learning.prefetch.knowledge_results``
+(``SEARCH_KNOWLEDGE_LIMIT.configured(...)``), in the schema and when the model omits it."""
 HINT_MAX_CHARS = 4000
 """A refresh hint longer than this is refused (it is the model's account of the task, not the task)."""
 QUERY_MAX_CHARS = 4000
 """A query_episodes / search_knowledge query longer than this is refused."""
 MAX_SENDERS = 50
-"""Distinct senders read for counterparty blocks (ProfileService.GetProfiles takes 50)."""
+"""Distinct senders read for counterparty blocks (ProfileService.GetProfiles takes 50), and told to
+the memory filter."""
 
 
 class BlockKind(StrEnum):

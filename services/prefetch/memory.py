@@ -2,7 +2,8 @@
 
 Both read paths run through :func:`select_notes`: the turn-start ``## Personal memory`` block (the
 turn's ask) and ``refresh_memory`` (the model's own hint). The filter is told who triggered the
-turn, chooses note ids from the pool, and an id it invents is ignored. A use is a selection, never
+turn (:func:`party_senders`, applied by :func:`select_notes` itself so both paths tell it the same),
+chooses note ids from the pool, and an id it invents is ignored. A use is a selection, never
 a candidate: only the notes the filter chose (and the seat was shown) are marked used.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
@@ -19,7 +20,7 @@ from typing import Any, TypedDict
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.auxmodel import AuxiliaryModel, AuxiliaryUnavailable, NoAuxiliaryModel, Prompt
 from services.prefetch import hints
-from services.prefetch.domain import HEADINGS, BlockKind, Sender
+from services.prefetch.domain import HEADINGS, MAX_SENDERS, BlockKind, Sender
 from services.prefetch.text import InvalidOutput, content_words, parse_object, prompt
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "FilterFailed",
     "MemoryNote",
     "memory_filter_rule",
+    "party_senders",
     "render_block",
     "render_notes",
     "select_notes",
@@ -155,6 +157,22 @@ def _describe(notes: Sequence[MemoryNote]) -> tuple[str, dict[str, MemoryNote]]:
     return "\n".join(lines), by_short
 
 
+def party_senders(senders: Iterable[Sender]) -> list[Sender]:
+    """Who the filter is told triggered the turn: every distinct sender that names someone, in the
+    order given, at most :data:`MAX_SENDERS`. A handle alone is a sender (the contract takes one):
+    with no platform it has no counterparty profile, but it is still a party to the task, and the
+    filter's per-subject rule has nothing else to judge that by. Distinct by platform and identity
+    as a profile is filed (:attr:`Sender.key`; a sender with neither handle nor external id by its
+    display name), so one person sent twice is told once; a sender naming no one is dropped."""
+    seen: dict[tuple[str, str], Sender] = {}
+    for s in senders:
+        platform, ident = s.key
+        ident = ident or s.display_name.strip()
+        if ident:
+            seen.setdefault((platform, ident), s)
+    return list(seen.values())[:MAX_SENDERS]
+
+
 async def select_notes(
     aux: AuxiliaryModel,
     attribution: Any,
@@ -165,9 +183,11 @@ async def select_notes(
     timeout: float,
 ) -> list[MemoryNote]:
     """The filter's choice from ``notes`` for ``query`` (in the filter's order, at most
-    ``max_selected``). An empty pool asks nothing. Raises :class:`FilterFailed`."""
+    ``max_selected``), told of ``senders`` as the engine sent them (:func:`party_senders` picks
+    whom). An empty pool asks nothing. Raises :class:`FilterFailed`."""
     if not notes:
         return []
+    senders = party_senders(senders)
     listing, by_short = _describe(notes)
     who = ", ".join(f"{s.name} ({s.platform})" if s.platform else s.name for s in senders) or "(no sender named)"
     request = Prompt(

@@ -217,7 +217,7 @@ def tool_schemas(settings: Settings, company: str, role: str, can_search: bool) 
             )
         )
     if can_search:
-        default = learning.prefetch.knowledge_results
+        limit = SEARCH_KNOWLEDGE_LIMIT.configured(learning.prefetch.knowledge_results)
         tools.append(
             _tool(
                 "search_knowledge",
@@ -233,7 +233,7 @@ def tool_schemas(settings: Settings, company: str, role: str, can_search: bool) 
                             "description": "Keywords: the system, service, procedure or team names, not a "
                             "sentence; or a page's exact title.",
                         },
-                        "limit": SEARCH_KNOWLEDGE_LIMIT.schema("Pages", default),
+                        "limit": limit.schema("Pages"),
                     },
                     ["query"],
                 ),

@@ -90,8 +90,9 @@ Embedded = tuple[embedding_pb2.Embedding | None, TurnEmbedding]
 
 
 def distinct_senders(senders: tuple[Sender, ...]) -> list[Sender]:
-    """One entry per (platform, handle-or-external-id), in order; a sender naming no platform or no
-    identity is not a counterparty that can have a profile."""
+    """The counterparties whose profiles are looked up: one entry per (platform, handle-or-external-id),
+    in order; a sender naming no platform or no identity is not a counterparty that can have a
+    profile. The memory filter is told more (a handle alone too): :func:`memory.party_senders`."""
     seen: dict[tuple[str, str], Sender] = {}
     for s in senders:
         platform, ident = s.key
@@ -452,7 +453,7 @@ class TurnContextBuilder:
                 self.deps.aux,
                 who.attribution(memory.FILTER_PURPOSE),
                 start.ask,
-                distinct_senders(start.senders),
+                start.senders,
                 pool,
                 MEMORY_BLOCK_NOTES,
                 self.deps.settings.learning.prefetch.aux_timeout_seconds,

@@ -9,8 +9,12 @@ as ``(atlassian|confluence_|jira_).*`` is one entry).
 ``retrieval-research`` is assembled instead of returned verbatim: its body is the one shared
 preamble (re-query after recon, even when the block had entries) and its front matter lists one
 terse ``line`` per re-query tool family (``query_episodes``, the knowledge backend's page-search
-tools, ``refresh_memory``); only the lines whose tools are registered are appended, each naming the
-registered tools it is about, and the block is returned when at least one line is.
+tools: ``search_knowledge`` and the Atlassian MCP server's ``confluence_search``, ``refresh_memory``);
+only the lines whose tools are registered are appended, each naming the registered tools it is
+about. A block with lines is returned when at least one line is, or when one of its own
+``triggers`` is registered (retrieval-research's: any tool of the Atlassian MCP server, which the
+spec lists beside the re-query tools, so a role with that server and no page search still gets
+the shared rule).
 
 **The Tool Skills registry** (spec: "This scaffolding is sourced from the Tool Skills registry —
 knowledge-base pages operators can edit at runtime"): the pages of the container
@@ -201,9 +205,8 @@ def select_guidance(
                 if present:
                     rendered.append(line.text.replace("{tools}", ", ".join(f"`{t}`" for t in present)))
                     hits.update(present)
-            if not rendered:
-                continue
-            markdown = f"{markdown}\n\n" + "\n".join(rendered)
+            if rendered:
+                markdown = f"{markdown}\n\n" + "\n".join(rendered)
         if not hits:
             continue
         out.append(
