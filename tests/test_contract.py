@@ -302,3 +302,15 @@ def test_a_walk_stops_at_the_cap_inside_nested_lists():
     assert len(found) == contract.MAX_COLLECTED
     assert found[0].field == "turn.interactions[0].body"
     assert found[-1].field == f"turn.interactions[{contract.MAX_COLLECTED - 1}].body"
+
+
+def test_a_string_bound_is_read_from_the_contract():
+    """A caller fitting a text to another service's field reads the bound the proto states."""
+    from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
+    from agentlearn.prefetch.v1 import prefetch_service_pb2 as prefetch_pb
+    from libs.common.contract import ContractError, string_max_len
+
+    assert string_max_len(diary_pb.RecallNotesRequest, "query") == 8000
+    assert string_max_len(prefetch_pb.BuildTurnContextRequest, "ask") == 100_000
+    with pytest.raises(ContractError):
+        string_max_len(diary_pb.RecallNotesRequest, "vector_limit")

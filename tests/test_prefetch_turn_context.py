@@ -552,3 +552,32 @@ async def test_a_seat_with_no_budget_room_has_its_turn_parked_and_no_prefetch_ru
         assert await env.build(ASK, turn_id="run-1") == before  # frozen before the ceiling
         clock.advance(hours=24)
         assert (await env.build(ASK, turn_id="run-2")).summary.line
+
+
+async def test_an_ask_longer_than_a_search_query_is_read_whole_not_refused(
+    make_settings, dsn, clock, local_embedder, edge_index
+):
+    """A long task description is an ask like any other (spec: the ask is embedded "whole: an ask
+    longer than the embedding model's input ... is split between words and its pieces' vectors
+    pooled"): the turn start answers, its vector is of the whole ask, and the searches' text query
+    is the ask's beginning, cut between words to what their contracts take."""
+    from services.prefetch.turn_context import SEARCH_QUERY_CHARS, search_query
+    from tests.test_prefetch_support import CountingEmbedder, default_settings, open_env
+
+    settings = default_settings(make_settings, learning={"prefetch": {"embed_budget_seconds": 60}})
+    embedder = CountingEmbedder(local_embedder)
+    async with open_env(settings, dsn, clock, embedder=embedder, index=edge_index) as env:
+        env.embedder = embedder
+        ids = await seed_everything(env)
+        filler = " ".join(f"step{i} of the quarterly migration checklist" for i in range(400))
+        ask = f"{ASK} {filler}"
+        assert len(ask) > SEARCH_QUERY_CHARS
+        resp = await env.build(ask, senders=[BOB])
+        assert resp.summary.turn_embedding == pb.TURN_EMBEDDING_EMBEDDED
+        assert ask in embedder.texts  # embedded whole, once
+        memory = block(resp, pb.BLOCK_PERSONAL_MEMORY)
+        assert ids["digest"] in memory.ids
+        # Every search ran (none refused the query): no block names a source it could not read.
+        assert [b.source_error for b in resp.summary.blocks if b.source_error] == []
+    query = search_query(ask)
+    assert len(query) <= SEARCH_QUERY_CHARS and ask.startswith(query) and ask[len(query)] == " "

@@ -52,6 +52,7 @@ __all__ = [
     "echo",
     "plan_of",
     "refusal",
+    "string_max_len",
     "violations",
 ]
 
@@ -147,6 +148,19 @@ class _MessagePlan:
 
 
 _PLANS: dict[str, _MessagePlan] = {}
+
+
+def string_max_len(message: type[Message], field: str) -> int:
+    """A string field's ``max_len`` as its contract states it, so a caller that must fit a text to
+    another service's field (a search query cut from a longer ask) reads the bound from the
+    contract rather than copying the number. Raises :class:`ContractError` when the field states
+    none."""
+    descriptor = cast("Descriptor", message.DESCRIPTOR)
+    fd = descriptor.fields_by_name[field]
+    rules = fd.GetOptions().Extensions[_FIELD_RULES] if fd.GetOptions().HasExtension(_FIELD_RULES) else None
+    if rules is None or not rules.string.HasField("max_len"):
+        raise ContractError(f"{descriptor.full_name}.{field} states no string max_len")
+    return int(rules.string.max_len)
 
 
 def plan_of(descriptor: Descriptor) -> _MessagePlan:

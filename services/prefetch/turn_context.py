@@ -32,6 +32,7 @@ from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from libs.common.attributes import agentlearn_attributes
 from libs.common.budgets import window_start
+from libs.common.contract import string_max_len
 from libs.common.embeddings import EmbeddingError, embed_query
 from libs.common.errors import InvalidArgument, ResourceExhausted
 from libs.common.events import Bookkeeping, bookkeeping, current_bookkeeping
@@ -87,6 +88,25 @@ _EPSILON = timedelta(microseconds=1)
 """A claim is taken over only if it is still the one read (compare-and-set on its time)."""
 
 Embedded = tuple[embedding_pb2.Embedding | None, TurnEmbedding]
+
+
+SEARCH_QUERY_CHARS = min(
+    string_max_len(diary_pb.RecallNotesRequest, "query"),
+    string_max_len(ep_pb.SearchEpisodesRequest, "query"),
+)
+"""The longest query the diary's and the episodes' searches take (their contracts' bound)."""
+
+
+def search_query(ask: str) -> str:
+    """The ask as the memory and episode searches' text query: whole when it fits their contracts,
+    else its beginning cut between words. The ask's vector is of the whole ask (embedded whole,
+    pieces pooled: spec); only what their lexical halves match is bounded — a long task description
+    leads with what it is about."""
+    if len(ask) <= SEARCH_QUERY_CHARS:
+        return ask
+    head = ask[:SEARCH_QUERY_CHARS]
+    cut = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:cut].rstrip() if cut > 0 else head
 
 
 def distinct_senders(senders: tuple[Sender, ...]) -> list[Sender]:
@@ -391,7 +411,7 @@ class TurnContextBuilder:
         learning = self.deps.settings.learning
         limit = learning.episodes.similar_prior_work_limit
         request = ep_pb.SearchEpisodesRequest(
-            company=start.company, seat=start.seat, query=start.ask, limit=limit, lexical_limit=limit
+            company=start.company, seat=start.seat, query=search_query(start.ask), limit=limit, lexical_limit=limit
         )
         if vector is not None:
             request.query_embedding.CopyFrom(vector)
@@ -437,7 +457,7 @@ class TurnContextBuilder:
             block.markdown = memory.render_block([], has_notes=bool(resp.candidates))
             return block
         vector, _status = await embedding
-        request = diary_pb.RecallNotesRequest(company=start.company, seat=start.seat, query=start.ask)
+        request = diary_pb.RecallNotesRequest(company=start.company, seat=start.seat, query=search_query(start.ask))
         if vector is not None:
             request.query_embedding.CopyFrom(vector)
         else:
