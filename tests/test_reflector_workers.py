@@ -259,6 +259,58 @@ async def test_a_passing_failure_for_one_sender_retries_only_the_senders_not_yet
         assert [about(b) for b in scripted_openai.received("chat")] == ["The person: Dan (slack)"]
 
 
+async def test_each_senders_pass_is_shown_that_senders_messages_alone(env_for, clock, scripted_openai):
+    """Spec (Profiler): one observation pass per distinct sender, whose provenance names that sender
+    alone — so the pass is shown no other sender's words: what Carol said must not reach Bob's pass,
+    where a fact from it would land in Bob's profile and erasing Carol would miss it. Nor the seat's
+    own messages, nor, in a turn several people wrote in, the agent's account (which restates what
+    each asked). The label (what kind of event woke the turn) is shown to every pass; the account
+    only when the sender is the turn's one counterparty."""
+    scripted_openai.chat_handler = lambda body: json.dumps({"noop": True})
+
+    def prompts() -> dict[str, str]:
+        users = [b["messages"][1]["content"] for b in scripted_openai.received("chat")]
+        return {u.split("\n", 1)[0]: u for u in users}
+
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}, providers=scripted(scripted_openai)) as env:
+        msgs = [
+            message("bob", "Keep status updates to three bullets."),
+            message("carol", "I'm on leave next week, hand the kafka fix to Bob."),
+            message("ana", "Noted: Carol is away, Bob takes kafka."),  # the seat itself
+        ]
+        await env.reflect(
+            turn(
+                "run-1",
+                now=clock.now(),
+                messages=msgs,
+                label="Messages in #team: Slack thread",
+                what_it_did="Reassigned the kafka fix while Carol is on leave.",
+            )
+        )
+        got = prompts()
+        assert sorted(got) == ["The person: Bob (slack)", "The person: Carol (slack)"]
+        bob, carol = got["The person: Bob (slack)"], got["The person: Carol (slack)"]
+        assert "Keep status updates to three bullets." in bob
+        assert "I'm on leave next week" not in bob and "Carol is away" not in bob  # not Carol's words, nor the seat's
+        assert "I'm on leave next week, hand the kafka fix to Bob." in carol
+        assert "three bullets" not in carol and "Carol is away" not in carol
+        for prompt in (bob, carol):
+            assert "Woken by: Messages in #team: Slack thread" in prompt
+            assert "Reassigned the kafka fix" not in prompt  # several people: the account restates them
+
+        scripted_openai.clear()
+        await env.reflect(
+            turn(
+                "run-2",
+                now=clock.now(),
+                messages=[message("bob", "Approved, go ahead.")],
+                what_it_did="Merged the kafka fix.",
+            )
+        )
+        [alone] = prompts().values()
+        assert "Approved, go ahead." in alone and "What it did: Merged the kafka fix." in alone
+
+
 @pytest.mark.parametrize("trigger", [pb.TRIGGER_KIND_AGENT_ASK, pb.TRIGGER_KIND_SCHEDULE, pb.TRIGGER_KIND_SANDBOX])
 async def test_internal_triggers_are_not_profiled(env_for, clock, trigger):
     async with env_for() as env:
