@@ -150,6 +150,28 @@ async def test_a_self_iterate_round_is_recorded_but_not_persisted(env_for, clock
         assert env.worker(r, "persist_decider").gate == "unsettled"
 
 
+async def test_a_turn_that_called_reflect_and_persist_is_self_persisted_without_the_flag(env_for, clock):
+    """Spec: the post-turn decider is skipped "when the turn already self-persisted in-flight (the
+    executor called reflect_and_persist)". Either signal says so — the flag, or the call among the
+    turn's tools (every call, or the final round's when no calls were reported) — and is reported
+    alike; the call alone used to run the decider, which could note the same fact a second time."""
+    said = [message("bob", "I prefer weekly digests over daily pings.")]
+    async with env_for(learning={"reflection": {"workers": ["persist_decider"]}}) as env:
+        flagged = await env.reflect(turn("run-1", now=clock.now(), messages=said, self_persisted=True))
+        called = await env.reflect(
+            turn("run-2", now=clock.now(), messages=said, tools=["search_docs", "reflect_and_persist", "send_message"])
+        )
+        last_round = await env.reflect(
+            turn("run-3", now=clock.now(), messages=said, tools=[], final_round=["reflect_and_persist"])
+        )
+        want = env.worker(flagged, "persist_decider")
+        assert want.status == pb.WORKER_STATUS_SKIPPED and want.gate == "self_persisted"
+        for r in (called, last_round):
+            w = env.worker(r, "persist_decider")
+            assert (w.status, w.gate, w.detail, list(w.written)) == (want.status, want.gate, want.detail, [])
+        assert await env.app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 0
+
+
 # ------------------------------------------------------------------------------ profiler
 
 

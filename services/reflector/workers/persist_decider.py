@@ -1,7 +1,8 @@
 """PersistDecider: after a settled turn, decide what (if anything) the seat's diary should keep.
 
 Only on settled turns (done or failed: a self_iterate round is incomplete work); skipped when the
-turn already self-persisted through reflect_and_persist. Shown the seat's recent notes and told not
+turn already self-persisted through reflect_and_persist (the turn's flag says so, or the call is
+among its tools). Shown the seat's recent notes and told not
 to repeat one. LONG and SHORT are written through DiaryService.WriteNote with an idempotency key,
 DOC is logged as a recommendation, NOOP writes nothing. A note over 2,000 characters is skipped and
 logged: there is nobody here to ask to tighten it.
@@ -29,11 +30,21 @@ from services.reflector.workers.base import (
 )
 from services.reflector.workers.provenance import provenance_of
 
-__all__ = ["PURPOSE", "PersistDecider", "offline_rule", "register"]
+__all__ = ["PURPOSE", "PersistDecider", "offline_rule", "register", "self_persisted"]
 
 _log = logging.getLogger(__name__)
 PURPOSE = "persist_decider"
 _PROMPT = WorkerPrompt.load(PURPOSE)
+_IN_FLIGHT = "reflect_and_persist"
+"""The builtin through which the executor persists a note itself, mid-turn."""
+
+
+def self_persisted(turn: Turn) -> bool:
+    """The turn already wrote to the diary in flight (spec: "the executor called
+    reflect_and_persist"): the engine's flag, or the call among the turn's tools — every call, or
+    the final round's. Either signal is enough: an engine that reports the call but not the flag
+    must not get the same fact noted twice."""
+    return turn.self_persisted or _IN_FLIGHT in turn.tools_called or _IN_FLIGHT in turn.tool_sequence
 
 
 class PersistDecider:
@@ -42,7 +53,7 @@ class PersistDecider:
     def gate(self, turn: Turn) -> str | None:
         if not turn.outcome.settled:
             return "unsettled"
-        if turn.self_persisted:
+        if self_persisted(turn):
             return "self_persisted"
         return None
 
