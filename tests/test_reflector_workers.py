@@ -172,6 +172,37 @@ async def test_a_turn_that_called_reflect_and_persist_is_self_persisted_without_
         assert await env.app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 0
 
 
+async def test_an_answer_that_names_no_tier_defaults_to_noop(env_for, clock, scripted_openai):
+    """Spec: the decision "Defaults to NOOP". An answer that is a JSON object but names none of the
+    four tiers — no classification at all, or one outside them — persists nothing and is recorded as
+    NOOP, not as a failure. An answer that is no JSON object is still `invalid_output`: that is a
+    broken model or endpoint rather than a decision, and calling it NOOP would hide it (the other
+    workers draw the same line: an object without a decision is nothing, no object is a failure)."""
+    answers = [
+        {},
+        {"classification": "MAYBE", "content": "Bob prefers weekly digests."},
+        {"content": "Bob prefers weekly digests.", "reason": "stated"},
+    ]
+    said = [message("bob", "I prefer weekly digests over daily pings.")]
+    async with env_for(
+        learning={"reflection": {"workers": ["persist_decider"]}}, providers=scripted(scripted_openai)
+    ) as env:
+        for n, answer in enumerate(answers):
+            scripted_openai.chat_handler = lambda body, answer=answer: json.dumps(answer)
+            r = await env.reflect(turn(f"run-{n}", now=clock.now(), messages=said))
+            w = env.worker(r, "persist_decider")
+            assert (w.status, w.detail, w.failure, list(w.written)) == (pb.WORKER_STATUS_NOTHING, "NOOP", "", [])
+            assert r.state == pb.REFLECTION_STATE_COMPLETED
+        assert await env.app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 0
+        decided = await read_events(env.app.infra.pool, "persist_decider_completed")
+        assert [(e["payload"]["classification"], e["payload"]["written"]) for e in decided] == [("NOOP", False)] * 3
+
+        scripted_openai.chat_handler = lambda body: "LONG: Bob prefers weekly digests."
+        r = await env.reflect(turn("run-unparseable", now=clock.now(), messages=said))
+        w = env.worker(r, "persist_decider")
+        assert w.status == pb.WORKER_STATUS_FAILED and w.failure.startswith("invalid_output")
+
+
 # ------------------------------------------------------------------------------ profiler
 
 
