@@ -150,6 +150,59 @@ async def test_a_self_iterate_round_is_recorded_but_not_persisted(env_for, clock
         assert env.worker(r, "persist_decider").gate == "unsettled"
 
 
+async def test_a_turn_that_called_reflect_and_persist_is_self_persisted_without_the_flag(env_for, clock):
+    """Spec: the post-turn decider is skipped "when the turn already self-persisted in-flight (the
+    executor called reflect_and_persist)". Either signal says so — the flag, or the call among the
+    turn's tools (every call, or the final round's when no calls were reported) — and is reported
+    alike; the call alone used to run the decider, which could note the same fact a second time."""
+    said = [message("bob", "I prefer weekly digests over daily pings.")]
+    async with env_for(learning={"reflection": {"workers": ["persist_decider"]}}) as env:
+        flagged = await env.reflect(turn("run-1", now=clock.now(), messages=said, self_persisted=True))
+        called = await env.reflect(
+            turn("run-2", now=clock.now(), messages=said, tools=["search_docs", "reflect_and_persist", "send_message"])
+        )
+        last_round = await env.reflect(
+            turn("run-3", now=clock.now(), messages=said, tools=[], final_round=["reflect_and_persist"])
+        )
+        want = env.worker(flagged, "persist_decider")
+        assert want.status == pb.WORKER_STATUS_SKIPPED and want.gate == "self_persisted"
+        for r in (called, last_round):
+            w = env.worker(r, "persist_decider")
+            assert (w.status, w.gate, w.detail, list(w.written)) == (want.status, want.gate, want.detail, [])
+        assert await env.app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 0
+
+
+async def test_an_answer_that_names_no_tier_defaults_to_noop(env_for, clock, scripted_openai):
+    """Spec: the decision "Defaults to NOOP". An answer that is a JSON object but names none of the
+    four tiers — no classification at all, or one outside them — persists nothing and is recorded as
+    NOOP, not as a failure. An answer that is no JSON object is still `invalid_output`: that is a
+    broken model or endpoint rather than a decision, and calling it NOOP would hide it (the other
+    workers draw the same line: an object without a decision is nothing, no object is a failure)."""
+    answers = [
+        {},
+        {"classification": "MAYBE", "content": "Bob prefers weekly digests."},
+        {"content": "Bob prefers weekly digests.", "reason": "stated"},
+    ]
+    said = [message("bob", "I prefer weekly digests over daily pings.")]
+    async with env_for(
+        learning={"reflection": {"workers": ["persist_decider"]}}, providers=scripted(scripted_openai)
+    ) as env:
+        for n, answer in enumerate(answers):
+            scripted_openai.chat_handler = lambda body, answer=answer: json.dumps(answer)
+            r = await env.reflect(turn(f"run-{n}", now=clock.now(), messages=said))
+            w = env.worker(r, "persist_decider")
+            assert (w.status, w.detail, w.failure, list(w.written)) == (pb.WORKER_STATUS_NOTHING, "NOOP", "", [])
+            assert r.state == pb.REFLECTION_STATE_COMPLETED
+        assert await env.app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 0
+        decided = await read_events(env.app.infra.pool, "persist_decider_completed")
+        assert [(e["payload"]["classification"], e["payload"]["written"]) for e in decided] == [("NOOP", False)] * 3
+
+        scripted_openai.chat_handler = lambda body: "LONG: Bob prefers weekly digests."
+        r = await env.reflect(turn("run-unparseable", now=clock.now(), messages=said))
+        w = env.worker(r, "persist_decider")
+        assert w.status == pb.WORKER_STATUS_FAILED and w.failure.startswith("invalid_output")
+
+
 # ------------------------------------------------------------------------------ profiler
 
 
@@ -257,6 +310,58 @@ async def test_a_passing_failure_for_one_sender_retries_only_the_senders_not_yet
         assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla", "profile:slack/dan"]
         # Only dan was asked about again: bob's and carla's profiles already carry this turn.
         assert [about(b) for b in scripted_openai.received("chat")] == ["The person: Dan (slack)"]
+
+
+async def test_each_senders_pass_is_shown_that_senders_messages_alone(env_for, clock, scripted_openai):
+    """Spec (Profiler): one observation pass per distinct sender, whose provenance names that sender
+    alone — so the pass is shown no other sender's words: what Carol said must not reach Bob's pass,
+    where a fact from it would land in Bob's profile and erasing Carol would miss it. Nor the seat's
+    own messages, nor, in a turn several people wrote in, the agent's account (which restates what
+    each asked). The label (what kind of event woke the turn) is shown to every pass; the account
+    only when the sender is the turn's one counterparty."""
+    scripted_openai.chat_handler = lambda body: json.dumps({"noop": True})
+
+    def prompts() -> dict[str, str]:
+        users = [b["messages"][1]["content"] for b in scripted_openai.received("chat")]
+        return {u.split("\n", 1)[0]: u for u in users}
+
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}, providers=scripted(scripted_openai)) as env:
+        msgs = [
+            message("bob", "Keep status updates to three bullets."),
+            message("carol", "I'm on leave next week, hand the kafka fix to Bob."),
+            message("ana", "Noted: Carol is away, Bob takes kafka."),  # the seat itself
+        ]
+        await env.reflect(
+            turn(
+                "run-1",
+                now=clock.now(),
+                messages=msgs,
+                label="Messages in #team: Slack thread",
+                what_it_did="Reassigned the kafka fix while Carol is on leave.",
+            )
+        )
+        got = prompts()
+        assert sorted(got) == ["The person: Bob (slack)", "The person: Carol (slack)"]
+        bob, carol = got["The person: Bob (slack)"], got["The person: Carol (slack)"]
+        assert "Keep status updates to three bullets." in bob
+        assert "I'm on leave next week" not in bob and "Carol is away" not in bob  # not Carol's words, nor the seat's
+        assert "I'm on leave next week, hand the kafka fix to Bob." in carol
+        assert "three bullets" not in carol and "Carol is away" not in carol
+        for prompt in (bob, carol):
+            assert "Woken by: Messages in #team: Slack thread" in prompt
+            assert "Reassigned the kafka fix" not in prompt  # several people: the account restates them
+
+        scripted_openai.clear()
+        await env.reflect(
+            turn(
+                "run-2",
+                now=clock.now(),
+                messages=[message("bob", "Approved, go ahead.")],
+                what_it_did="Merged the kafka fix.",
+            )
+        )
+        [alone] = prompts().values()
+        assert "Approved, go ahead." in alone and "What it did: Merged the kafka fix." in alone
 
 
 @pytest.mark.parametrize("trigger", [pb.TRIGGER_KIND_AGENT_ASK, pb.TRIGGER_KIND_SCHEDULE, pb.TRIGGER_KIND_SANDBOX])

@@ -76,3 +76,12 @@ def test_the_gates_close_on_unsettled_and_self_persisted_turns() -> None:
     assert decider.gate(make_turn(said="x", outcome=TurnOutcome.SELF_ITERATE)) == "unsettled"
     assert decider.gate(make_turn(said="x", self_persisted=True)) == "self_persisted"
     assert decider.gate(make_turn(said="x", outcome=TurnOutcome.FAILED)) is None
+
+
+def test_a_call_to_reflect_and_persist_closes_the_gate_as_the_flag_does() -> None:
+    """Spec: skipped "when the turn already self-persisted in-flight (the executor called
+    reflect_and_persist)" — the call is the signal as much as the flag."""
+    decider = PersistDecider()
+    said = "I prefer weekly digests over daily pings."
+    assert decider.gate(make_turn(said=said, tools=("search_docs", "reflect_and_persist", "reply"))) == "self_persisted"
+    assert decider.gate(make_turn(said=said, tools=("search_docs", "reply"))) is None

@@ -112,7 +112,9 @@ class WorkerPrompt:
     ) -> tuple[dict[str, Any], Completion]:
         """One JSON-answer call attributed to ``turn``. The user template's ``$turn`` is the turn
         described (:func:`describe_turn`, with ``senders``), its other fields ``fields`` (a missing
-        one raises: a template and its worker disagreeing is a bug). Returns the answer as an
+        one raises: a template and its worker disagreeing is a bug). A template may leave ``$turn``
+        out: the profiler's does, since the turn described whole shows every sender's messages to
+        a pass about one of them. Returns the answer as an
         object (:class:`InvalidOutput` when it is not one) and the completion, whose model a
         write's provenance names."""
         prompt = Prompt(

@@ -1,10 +1,11 @@
 """PersistDecider: after a settled turn, decide what (if anything) the seat's diary should keep.
 
 Only on settled turns (done or failed: a self_iterate round is incomplete work); skipped when the
-turn already self-persisted through reflect_and_persist. Shown the seat's recent notes and told not
-to repeat one. LONG and SHORT are written through DiaryService.WriteNote with an idempotency key,
-DOC is logged as a recommendation, NOOP writes nothing. A note over 2,000 characters is skipped and
-logged: there is nobody here to ask to tighten it.
+turn already self-persisted through reflect_and_persist (the turn's flag says so, or the call is
+among its tools). Shown the seat's recent notes and told not to repeat one. LONG and SHORT are
+written through DiaryService.WriteNote with an idempotency key, DOC is logged as a recommendation,
+NOOP writes nothing — and the decision defaults to NOOP: an answer that names no tier is one. A
+note over 2,000 characters is skipped and logged: there is nobody here to ask to tighten it.
 """
 
 from __future__ import annotations
@@ -29,11 +30,21 @@ from services.reflector.workers.base import (
 )
 from services.reflector.workers.provenance import provenance_of
 
-__all__ = ["PURPOSE", "PersistDecider", "offline_rule", "register"]
+__all__ = ["PURPOSE", "PersistDecider", "offline_rule", "register", "self_persisted"]
 
 _log = logging.getLogger(__name__)
 PURPOSE = "persist_decider"
 _PROMPT = WorkerPrompt.load(PURPOSE)
+_IN_FLIGHT = "reflect_and_persist"
+"""The builtin through which the executor persists a note itself, mid-turn."""
+
+
+def self_persisted(turn: Turn) -> bool:
+    """The turn already wrote to the diary in flight (spec: "the executor called
+    reflect_and_persist"): the engine's flag, or the call among the turn's tools — every call, or
+    the final round's. Either signal is enough: an engine that reports the call but not the flag
+    must not get the same fact noted twice."""
+    return turn.self_persisted or _IN_FLIGHT in turn.tools_called or _IN_FLIGHT in turn.tool_sequence
 
 
 class PersistDecider:
@@ -42,7 +53,7 @@ class PersistDecider:
     def gate(self, turn: Turn) -> str | None:
         if not turn.outcome.settled:
             return "unsettled"
-        if turn.self_persisted:
+        if self_persisted(turn):
             return "self_persisted"
         return None
 
@@ -67,7 +78,7 @@ class PersistDecider:
             notes="\n".join(f"- {n}" for n in notes) or "(none)",
             date=said,
         )
-        tier = read_tier(answer)
+        tier = self._tier(answer, turn)
         content = str(answer.get("content") or "")
         out = WorkerOutcome(self.name, WorkerStatus.NOTHING, detail=tier)
         ttl_until = None
@@ -120,6 +131,22 @@ class PersistDecider:
             out = WorkerOutcome(self.name, WorkerStatus.WROTE, written=[f"note:{resp.note.id} {tier}"], detail=tier)
         await self._completed(turn, ctx, tier, ttl_until, out.status is WorkerStatus.WROTE)
         return out
+
+    @staticmethod
+    def _tier(answer: Mapping[str, Any], turn: Turn) -> str:
+        """The answer's tier, read by the rules the session judge reads it by (``read_tier``), and
+        NOOP when it names none of the four (spec: the decision "Defaults to NOOP"): an answer with
+        no classification, or one outside the tiers, asks for nothing to be persisted, so nothing
+        is, and the worker is done rather than failed. An answer that is no JSON object never gets
+        here — it is ``invalid_output``, as for every worker: a broken model or endpoint, not a
+        decision, which NOOP would hide. A tier that is named but not filled in (a LONG note with no
+        content, a SHORT one with no days) is ``invalid_output`` too: the model did decide to keep
+        something, and nothing can be kept from what it wrote."""
+        try:
+            return read_tier(answer)
+        except InvalidOutput as exc:
+            _log.warning("persist decider answer for %s/%s names no tier, NOOP: %s", turn.company, turn.seat, exc)
+            return "NOOP"
 
     @staticmethod
     def _days_left(turn: Turn, ctx: WorkerContext, ttl_days: int) -> int:

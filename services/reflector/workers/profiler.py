@@ -38,7 +38,7 @@ from services.reflector.workers.base import (
     failure_text,
 )
 
-__all__ = ["PURPOSE", "Profiler", "offline_rule", "register", "subjects_of"]
+__all__ = ["PURPOSE", "Profiler", "context_of", "offline_rule", "register", "subjects_of"]
 
 _log = logging.getLogger(__name__)
 PURPOSE = "profiler"
@@ -55,6 +55,25 @@ def subjects_of(turn: Turn) -> list[tuple[Sender, list[Interaction]]]:
             continue
         groups.setdefault(item.sender.key, (item.sender, []))[1].append(item)
     return list(groups.values())
+
+
+def context_of(turn: Turn, sender: Sender) -> str:
+    """The turn around one sender's messages, as that sender's pass is shown it. The pass rests on
+    that sender's messages alone (its provenance names them only, so erasing another sender must
+    find nothing of theirs in this profile); the context is what is no other person's words:
+
+    - what woke the turn (its label: what kind of event it was, never what was said);
+    - what the agent did (its own account), only when ``sender`` wrote every message of the turn
+      that is not the seat's (a sender too anonymous to profile counts as another person). The
+      account of a turn several people wrote in restates what each of them asked ("reassigned the
+      fix while Carol is on leave"), so there it is left out.
+
+    Never what the turn was asked (describe_turn's "Asked": every sender's messages, the seat's own
+    included — the seat's messages quote and answer the others)."""
+    lines = [f"Woken by: {turn.label or '(no label)'}"]
+    if all(i.sender.key == sender.key for i in turn.interactions if not i.sender.is_seat(turn.seat)):
+        lines.append(f"What it did: {turn.what_it_did or '(no account)'}")
+    return "\n".join(lines)
 
 
 def _strings(value: Any, field: str) -> list[str]:
@@ -111,7 +130,9 @@ class Profiler:
         return WorkerOutcome(self.name, status, failure=failure[:500], written=written)
 
     async def _observe(self, turn: Turn, ctx: WorkerContext, sender: Sender, messages: list[Interaction]) -> bool:
-        """One sender's observation pass; True when a profile was written."""
+        """One sender's observation pass, shown that sender's messages and the turn's
+        :func:`context_of` — never the turn described whole (its template has no ``$turn``); True
+        when a profile was written."""
         answer, completion = await _PROMPT.ask(
             ctx,
             turn,
@@ -120,6 +141,7 @@ class Profiler:
             sender=sender.name,
             platform=sender.platform,
             messages="\n".join(f"- {m.body}" for m in messages),
+            context=context_of(turn, sender),
         )
         if answer.get("noop") is True:
             return False
@@ -137,7 +159,7 @@ class Profiler:
             turn_id=turn.turn_id,
             request_id=turn.write_key(self.name, sender.key),
             # Issue 17: this observation rests on this sender's messages alone (the pass is shown
-            # no one else's), so it names them only.
+            # no one else's: context_of), so it names them only.
             provenance=provenance_pb2.Provenance(
                 turn_ids=[turn.turn_id],
                 work_key=turn.work_key,
