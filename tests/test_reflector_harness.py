@@ -700,6 +700,21 @@ async def test_a_turn_asked_more_than_its_episode_can_hold_is_refused_at_submit(
         assert await env.app.infra.pool.fetchval("SELECT count(*) FROM reflections") == 0
 
 
+async def test_one_long_message_is_a_turn_like_any_other(env_for, clock):
+    """A single message may be as long as the turn's whole asked text (a pasted log, a long issue):
+    it was refused past 32,000 characters though the episode holds 100,000, and the whole turn was
+    lost to learning with it."""
+    async with env_for(
+        names=("diary", "episodes", "reflector"), learning={"reflection": {"workers": ["episodist"]}}
+    ) as env:
+        body = ("the deploy log says " + "step ok; " * 5_000)[:45_000]
+        resp = await env.submit(turn("long-1", now=clock.now(), messages=[message("bob", body)], tools=["read_log"]))
+        assert resp.queued
+        assert await env.harness.drain() == 1
+        row = await env.app.infra.pool.fetchrow("SELECT ask FROM episodes WHERE turn_id = 'long-1'")
+        assert row is not None and row["ask"] == body
+
+
 # ------------------------------------------------------------------------------ side by side
 
 NOOP_FOR_ANY_WORKER = json.dumps({"classification": "NOOP", "reason": "nothing durable", "noop": True})
