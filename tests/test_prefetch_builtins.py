@@ -14,7 +14,7 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from services.knowledge.client import GrpcKnowledgeClient
 from services.prefetch.domain import chain_hash
-from tests.test_prefetch_support import default_settings, open_env, refused
+from tests.test_prefetch_support import ROLES, default_settings, open_env, refused
 
 
 @pytest.fixture
@@ -185,3 +185,22 @@ async def test_list_tools_and_guidance_delegate_to_the_catalogue(env):
         pb.GetGuidanceRequest(company="acme", role="swe", registered_tools=["refresh_memory", "query_episodes"])
     )
     assert "retrieval-research" in [b.name for b in guidance.blocks]
+
+
+async def test_list_tools_for_a_seat_offers_search_knowledge_when_the_seat_can_search(
+    make_settings, dsn, clock, local_embedder, edge_index
+):
+    """A seat whose own containers make search possible (its role has none) is told at turn start
+    to call search_knowledge; the tool list for that seat must then offer it. Without a seat the
+    list is the role's, as before."""
+    companies = {"acme": {"roles": ROLES, "knowledge": {"seat_containers": {"ana": ["ana-notes"]}}}}
+    settings = default_settings(make_settings, companies=companies)
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+
+        async def names(**kw: str) -> list[str]:
+            listed = await env.prefetch.ListTools(pb.ListToolsRequest(company="acme", role="intern", **kw))
+            return [t.name for t in listed.tools]
+
+        assert "search_knowledge" not in await names()
+        assert "search_knowledge" in await names(seat="ana")
+        assert "search_knowledge" not in await names(seat="bob")

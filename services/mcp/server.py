@@ -112,7 +112,9 @@ def build_server(seat: Seat) -> Server[Any]:
             raise MCPError(code, describe_rpc_error(err)) from None
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
-        listed = await rpc(ctx, prefetch.ListTools, pb.ListToolsRequest(company=seat.company, role=seat.role))
+        listed = await rpc(
+            ctx, prefetch.ListTools, pb.ListToolsRequest(company=seat.company, role=seat.role, seat=seat.seat)
+        )
         return types.ListToolsResult(
             tools=[
                 types.Tool(name=t.name, description=t.description, input_schema=json.loads(t.parameters_json))
@@ -187,7 +189,9 @@ def build_server(seat: Seat) -> Server[Any]:
     async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> Any:
         uri = str(params.uri)
         if uri == GUIDANCE_URI:
-            tools = await rpc(ctx, prefetch.ListTools, pb.ListToolsRequest(company=seat.company, role=seat.role))
+            tools = await rpc(
+                ctx, prefetch.ListTools, pb.ListToolsRequest(company=seat.company, role=seat.role, seat=seat.seat)
+            )
             guidance = await rpc(
                 ctx,
                 prefetch.GetGuidance,

@@ -110,7 +110,9 @@ class PrefetchServicer(ErasureRpcs, pb_grpc.PrefetchServiceServicer):
     async def ListTools(self, request: pb.ListToolsRequest, context: ServicerContext) -> pb.ListToolsResponse:
         from services.prefetch.tools import tool_schemas
 
-        can = await self._deps.searcher.can_search(Reader(request.company, "", request.role))
+        # The seat's own credential or containers count when the engine names it (turn start and
+        # CallTool ask for the seat; the tool list must offer what their hints point at).
+        can = await self._deps.searcher.can_search(Reader(request.company, request.seat, request.role))
         tools = tool_schemas(self._deps.settings, request.company, request.role, can)
         return pb.ListToolsResponse(tools=[_tool_to_pb(t) for t in tools])
 

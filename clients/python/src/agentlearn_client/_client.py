@@ -228,7 +228,7 @@ class AgentLearn:
     async def tools(self, role: str | None = None) -> list[dict[str, Any]]:
         """The builtins for the role as OpenAI-style function tools (hand them to the model)."""
         listed = await self.prefetch.ListTools(
-            prefetch_pb.ListToolsRequest(company=self.company, role=role or self.role), **self._kw()
+            prefetch_pb.ListToolsRequest(company=self.company, role=role or self.role, seat=self.seat), **self._kw()
         )
         return [json.loads(t.openai_tool_json) for t in listed.tools]
 
