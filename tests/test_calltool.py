@@ -198,3 +198,18 @@ async def test_a_writing_tool_needs_its_own_scope(make_settings, dsn, clock, loc
         assert json.loads(wrote.result_json)["note_id"]
         code, info, _ = await refused(tool(writer, "refresh_memory", {"context_hint": "deploys"}, seat="bo"))
         assert code.name == "PERMISSION_DENIED" and info.reason == "CREDENTIAL_SCOPE_MISMATCH"
+
+
+async def test_a_typed_request_that_breaks_its_contract_is_refused_before_the_tool_runs(env):
+    """The typed request built from the arguments is checked against its own contract, as the edge
+    checks every request: a NUL in the hint reached Postgres (INTERNAL) after the turn's refresh was
+    already counted; a NUL in a search query came back OK with the knowledge service's refusal in
+    words."""
+    await env.note("Dana approves prod deploys in #releases.")
+    for tool, argument in (("refresh_memory", "context_hint"), ("search_knowledge", "query")):
+        code, info, bad = await refused(call(env, tool, {argument: "prod deploys\u0000x"}))
+        assert code.name == "INVALID_ARGUMENT" and info.reason == "FIELD_INVALID"
+        assert [v.field for v in bad.field_violations] == [f"arguments_json.{argument}"]
+    # No refresh was spent on the refused call: the first one that runs is the turn's first.
+    found = await call(env, "refresh_memory", {"context_hint": "who approves prod deploys"})
+    assert json.loads(found.result_json)["refreshes_spent"] == 1

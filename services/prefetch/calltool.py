@@ -35,6 +35,7 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from libs.common.auth import current_principal, required_scope
+from libs.common.contract import check_request
 from libs.common.errors import AgentLearnError, FieldViolation, InvalidArgument, NotFound, PermissionDenied, field_error
 from libs.common.rpctypes import ServicerContext
 from libs.common.validation import require_ident, require_text
@@ -113,6 +114,10 @@ async def call_tool(
     handler = getattr(servicer, method.name)
     token = _request_id.set(request.request_id)
     try:
+        # The typed request's own contract, as the edge checks every request (the handler is called
+        # here, not through the server): a NUL in a hint reached Postgres as INTERNAL, a refresh
+        # already spent. A refusal names the argument the caller wrote (renamed below).
+        check_request(typed, domain=DOMAIN)
         answer = await handler(typed, context)
     except AgentLearnError as err:
         _rename_fields(err, set(parameters.get("properties", {})))
