@@ -15,9 +15,12 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as diary_grpc
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as pb_grpc
-from libs.common.embeddings import pool
+from libs.common.embeddings import Vector, pool
 from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
+from libs.common.fill import FillRow
+from libs.common.vector_rows import TableFillSource
 from services.episodes.domain import vector_text
+from services.episodes.passes import RAW_EPISODES
 from tests.support.app import open_app
 from tests.support.fill import FillMinutes, inputs
 from tests.support.scripted_openai import Reply, hash_vector
@@ -249,3 +252,40 @@ async def test_rows_of_a_model_the_company_left_are_filled_again(fill, scripted_
     assert set(ids) == fill.filled()
     scripted_openai.clear()
     assert (await fill.minute(fill.settings(model="new-model", dims=32))).requests == 0
+
+
+async def test_a_vector_filled_from_a_text_superseded_meanwhile_is_not_stored(make_settings, dsn, clock, vector_index):
+    """A self_iterate row is rewritten when its turn's settled record supersedes it: a vector the
+    fill embedded from the round's text before that is not stored on the settled row (whose text
+    the fill embeds next); the guard is the row's one text exactly, whitespace-only parts left out
+    as ``vector_text`` leaves them."""
+    async with open_app(
+        make_settings(), dsn, names=["episodes"], clock=clock, embedder=None, index=vector_index
+    ) as app:
+        stub = pb_grpc.EpisodeServiceStub(app.channel)
+        source = TableFillSource(RAW_EPISODES, app.infra.pool, vector_index)
+        vector = Vector(np.full(4, 0.5, dtype=np.float32), "m")
+
+        async def pending() -> FillRow:
+            [row] = await source.pending("acme", "ana", "m", 4, "fp", clock.now(), 10)
+            return row
+
+        def record(outcome: int, what: str, ask: str = "Fix CI") -> pb.RecordEpisodeRequest:
+            return raw_episode("ana", "run-1", clock.now(), "Ops ping", ask, what, ["ci.logs"], outcome)
+
+        await stub.RecordEpisode(record(pb.TURN_OUTCOME_SELF_ITERATE, "Round 1: read the logs"))
+        read = await pending()
+        assert read.text == "Ops ping\nFix CI\nRound 1: read the logs"
+        settled = await stub.RecordEpisode(record(pb.TURN_OUTCOME_DONE, "Fixed the flaky step", ask="\u00a0\u3000 "))
+        assert settled.created and settled.episode.outcome == pb.TURN_OUTCOME_DONE
+        await source.store_vector(read, vector)  # embedded from the round's text: not the row's any more
+        stored = "SELECT embedding_model FROM episodes WHERE id = $1::uuid"
+        assert await app.infra.pool.fetchval(stored, settled.episode.id) is None
+        read = await pending()
+        assert (
+            read.text
+            == vector_text("Ops ping", "\u00a0\u3000 ", "Fixed the flaky step")
+            == ("Ops ping\nFixed the flaky step")
+        )
+        await source.store_vector(read, vector)
+        assert await app.infra.pool.fetchval(stored, settled.episode.id) == "m"

@@ -4,6 +4,7 @@ inline as ONE text (label, ask, what it did) under a two-second budget, stored w
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import grpc
@@ -278,3 +279,195 @@ async def test_get_names_exactly_one_valid_key(episodes, kwargs, field, reason):
     code, info, bad = error_info(exc.value)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == reason
     assert bad.field_violations[0].field == field
+
+
+# ---- a self_iterate round is a mid-state: the turn's settled record supersedes it
+
+ASKED = "Why does the nightly billing export fail for EUR invoices?"
+ROUND_TOOLS = ["logs.search", "logs.read", "db.query", "db.query", "code.search", "review.request"]
+SETTLED_TOOLS = ["code.edit", "tests.run", "export.rerun"]
+SETTLED_ACCOUNT = "Patched the currency rounding in the exporter, ran the tests and re-ran the export: it succeeded."
+
+
+def rounds(clock, *run_ids: str, work_key: str = "slack:C1/1700.1") -> list[pb.RecordEpisodeRequest]:  # type: ignore[no-untyped-def]
+    """The records an engine sends for one turn: a self_iterate round per run id but the last (six
+    tool calls each, the review sending it back), then the settled one (done, other tools), each
+    round starting where the one before ended."""
+    start = clock.now() - timedelta(minutes=10 * len(run_ids))
+    out = []
+    for i, run_id in enumerate(run_ids):
+        settled = i == len(run_ids) - 1
+        tools = SETTLED_TOOLS if settled else ROUND_TOOLS
+        out.append(
+            turn(
+                clock,
+                run_id,
+                ask=ASKED,
+                what_it_did=SETTLED_ACCOUNT if settled else f"Round {i + 1}: read the export logs; review wants a fix.",
+                outcome=pb.TURN_OUTCOME_DONE if settled else pb.TURN_OUTCOME_SELF_ITERATE,
+                review_outcome="approved" if settled else "needs_work",
+                tool_sequence=tools[-2:],
+                tools_called=tools,
+                work_key=work_key,
+                role="swe" if i == 0 else "",  # the settled record leaves the role out: the row keeps it
+                start_time=ts(start + timedelta(minutes=10 * i)),
+                end_time=ts(start + timedelta(minutes=10 * i + 8)),
+            )
+        )
+    return out
+
+
+async def _the_settled_row(app, stub, first: pb.Episode, settled: pb.RecordEpisodeResponse, *run_ids: str):  # type: ignore[no-untyped-def]
+    """The one row of the seat is the first round's, settled by the last record, found by every run
+    id, listed as evidence for clustered synthesis, and found by the settled text's vector."""
+    ep = settled.episode
+    assert (settled.created, settled.collapsed) == (True, False)
+    assert ep.id == first.id and ep.turn_id == first.turn_id and ep.work_key == first.work_key
+    assert ep.outcome == pb.TURN_OUTCOME_DONE and ep.review_outcome == "approved"
+    assert list(ep.tools_called) == SETTLED_TOOLS and list(ep.tool_sequence) == SETTLED_TOOLS[-2:]
+    assert ep.what_it_did == SETTLED_ACCOUNT and ep.role == "swe"
+    assert ep.start_time == first.start_time  # the work began with its first round
+    assert ep.duration_ms == (ep.end_time.ToDatetime() - ep.start_time.ToDatetime()).total_seconds() * 1000
+    assert (ep.embedding_model, ep.embedding_dimensions) == ("all-MiniLM-L6-v2", 384)
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM episodes WHERE seat = 'ana'") == 1
+    for run_id in run_ids:
+        got = await stub.GetEpisode(pb.GetEpisodeRequest(company="acme", seat="ana", turn_id=run_id))
+        assert got.episode == ep
+    evidence = await stub.ListEpisodes(
+        pb.ListEpisodesRequest(
+            company="acme",
+            seat="ana",
+            filter=pb.EpisodeFilter(
+                kind=pb.EPISODE_KIND_RAW, outcomes=[pb.TURN_OUTCOME_DONE, pb.TURN_OUTCOME_FAILED], min_tool_calls=3
+            ),
+        )
+    )
+    assert [e.id for e in evidence.episodes] == [ep.id]
+    found = await stub.SearchEpisodes(
+        pb.SearchEpisodesRequest(
+            company="acme",
+            seat="ana",
+            query="\n".join((ep.label, ASKED, SETTLED_ACCOUNT)),
+            outcome_filter=pb.TURN_OUTCOME_DONE,  # the index point says the new outcome too
+            lexical_limit=0,
+        )
+    )
+    [hit] = found.hits
+    assert hit.episode.id == ep.id and list(hit.found_by) == [pb.SEARCH_HALF_VECTOR] and hit.similarity > 0.99
+    row = await app.infra.pool.fetchrow("SELECT indexed, fill_held_until FROM episodes WHERE id = $1::uuid", ep.id)
+    assert row["indexed"] is True and row["fill_held_until"] is None
+    return ep
+
+
+async def test_the_settled_record_of_a_self_iterate_run_supersedes_its_row(episodes, clock):
+    """The usual case: the settled round reuses the run id (the turn-start context is frozen per
+    run id). The row stays the turn's one row and takes the settled record's account."""
+    app, stub = episodes
+    mid_state, settled = rounds(clock, "run-1", "run-1")
+    first = await stub.RecordEpisode(mid_state)
+    assert first.created and first.episode.outcome == pb.TURN_OUTCOME_SELF_ITERATE
+    await _the_settled_row(app, stub, first.episode, await stub.RecordEpisode(settled), "run-1")
+    events = await read_events(app.infra.pool, "episode_written")
+    assert [(e["payload"]["outcome"], e["payload"]["superseded"]) for e in events] == [
+        ("self_iterate", False),
+        ("done", True),
+    ]
+
+
+async def test_a_settled_run_of_the_same_work_supersedes_the_self_iterate_row(episodes, clock):
+    """The settled round under another run id, the same work key: not collapsed into the mid-state
+    but settling it, its run id filed under the row."""
+    app, stub = episodes
+    mid_state, settled = rounds(clock, "run-1", "run-2")
+    first = await stub.RecordEpisode(mid_state)
+    await _the_settled_row(app, stub, first.episode, await stub.RecordEpisode(settled), "run-1", "run-2")
+    marked = await stub.MarkEpisodesConsolidated(
+        pb.MarkEpisodesConsolidatedRequest(company="acme", seat="ana", turn_ids=["run-2"], skill_id="s-1")
+    )
+    assert marked.marked_count == 1
+
+
+async def test_a_later_self_iterate_record_never_changes_a_settled_row(episodes, clock):
+    """Once settled (here by superseding its round), a row is the turn's: a self_iterate record of
+    the run seen late is a repeat, one of another run of the work is collapsed, and a second settled
+    record changes nothing either."""
+    app, stub = episodes
+    mid_state, settled = rounds(clock, "run-1", "run-1")
+    late_round = pb.RecordEpisodeRequest()
+    late_round.CopyFrom(mid_state)
+    late_round.what_it_did = "A round the reflector saw late."
+    await stub.RecordEpisode(mid_state)
+    done = (await stub.RecordEpisode(settled)).episode
+    assert done.outcome == pb.TURN_OUTCOME_DONE
+    for run_id, collapsed in (("run-1", False), ("run-2", True)):
+        late_round.turn_id = run_id
+        again = await stub.RecordEpisode(late_round)
+        assert (again.created, again.collapsed) == (False, collapsed) and again.episode == done
+    settled.what_it_did = "Another account of the same run."
+    assert (await stub.RecordEpisode(settled)).episode == done
+    got = await stub.GetEpisode(pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="run-1"))
+    assert got.episode == done and got.episode.what_it_did == SETTLED_ACCOUNT
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM episodes") == 1
+    assert len(await read_events(app.infra.pool, "episode_written")) == 2
+
+
+async def test_two_self_iterate_rounds_then_the_settled_one_are_one_done_row(episodes, clock):
+    """A second self_iterate round changes nothing (as a repeat, or collapsed under another run id);
+    the settled record then supersedes the first round's row, whichever run id it comes under."""
+    app, stub = episodes
+    for run_ids in (("run-1", "run-1", "run-1"), ("run-1", "run-2", "run-2")):
+        await app.infra.pool.execute("TRUNCATE episodes CASCADE")
+        first_round, second_round, settled = rounds(clock, *run_ids)
+        first = await stub.RecordEpisode(first_round)
+        second = await stub.RecordEpisode(second_round)
+        assert not second.created and second.episode == first.episode
+        assert second.collapsed == (run_ids[1] != run_ids[0])
+        await _the_settled_row(app, stub, first.episode, await stub.RecordEpisode(settled), *sorted(set(run_ids)))
+
+
+async def test_concurrent_settled_records_of_one_work_settle_it_once(episodes, clock):
+    """Two settled records of the same self_iterate work at once (a redone reflection, a
+    redelivery): one supersedes the row, the other answers it (collapsed under its run id); one row,
+    one settled account, no update lost to the other."""
+    app, stub = episodes
+    mid_state, settled = rounds(clock, "run-1", "run-2")
+    other = pb.RecordEpisodeRequest()
+    other.CopyFrom(settled)
+    other.turn_id, other.what_it_did = "run-3", "A concurrent account of the same work."
+    first = await stub.RecordEpisode(mid_state)
+    a, b = await asyncio.gather(stub.RecordEpisode(settled), stub.RecordEpisode(other))
+    assert sorted((r.created, r.collapsed) for r in (a, b)) == [(False, True), (True, False)]
+    winner = a if a.created else b
+    assert winner.episode.id == first.episode.id and winner.episode.outcome == pb.TURN_OUTCOME_DONE
+    assert (a if b.created else b).episode == winner.episode
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM episodes") == 1
+    for run_id in ("run-1", "run-2", "run-3"):
+        got = await stub.GetEpisode(pb.GetEpisodeRequest(company="acme", seat="ana", turn_id=run_id))
+        assert got.episode == winner.episode
+    # The first records of a work racing each other: whichever lands first, the row ends settled.
+    await app.infra.pool.execute("TRUNCATE episodes CASCADE")
+    mid_state, settled = rounds(clock, "run-4", "run-5", work_key="slack:C1/1700.2")
+    await asyncio.gather(stub.RecordEpisode(mid_state), stub.RecordEpisode(settled))
+    [row] = await app.infra.pool.fetch("SELECT outcome, what_it_did FROM episodes")
+    assert (row["outcome"], row["what_it_did"]) == ("done", SETTLED_ACCOUNT)
+
+
+async def test_a_superseding_record_without_a_vector_drops_the_stale_point_for_the_fill(remote, clock):
+    """The embedder down when the settled record arrives: the row is settled all the same, with no
+    vector (the fill embeds its new text later), and the mid-state's point — of its old text — is
+    no longer in the index."""
+    app, stub, server = remote
+    mid_state, settled = rounds(clock, "run-1", "run-1")
+    first = await stub.RecordEpisode(mid_state)
+    assert first.episode.embedding_model == "scripted-embed"
+    server.push("embeddings", Reply(status=503))
+    resp = await stub.RecordEpisode(settled)
+    assert (resp.created, resp.embedding_skipped_reason) == (True, "unavailable")
+    assert resp.episode.outcome == pb.TURN_OUTCOME_DONE and resp.episode.embedding_model == ""
+    row = await app.infra.pool.fetchrow("SELECT embedding, indexed FROM episodes WHERE id = $1::uuid", first.episode.id)
+    assert row["embedding"] is None and row["indexed"] is False
+    old_text = "\n".join((first.episode.label, ASKED, first.episode.what_it_did))
+    found = await stub.SearchEpisodes(
+        pb.SearchEpisodesRequest(company="acme", seat="ana", query=old_text, lexical_limit=0)
+    )
+    assert list(found.hits) == [] and found.unreachable_by_vector_count == 1

@@ -18,7 +18,7 @@ import numpy as np
 
 from services.episodes.domain import Episode, EpisodeFilter, TurnOutcome
 
-__all__ = ["EpisodeStore", "RawRows", "SearchReads"]
+__all__ = ["EpisodeStore", "RawRows", "SearchReads", "Superseded"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,16 @@ class SearchReads:
     """Rows with no vector of the query's model and width."""
 
 
+@dataclass(frozen=True)
+class Superseded:
+    """A self_iterate row settled by a later record of its run or work (:meth:`EpisodeStore.supersede`)."""
+
+    episode: Episode
+    """The row as it now stands (its id, run id and work key unchanged)."""
+    previous_dims: int | None
+    """The width of the vector the row had before, if any: that point is of the old text."""
+
+
 class EpisodeStore(Protocol):
     async def insert_raw(self, ep: Episode, vector: np.ndarray | None, now: datetime) -> Episode | None:
         """The stored row, or ``None`` when a row of the same run id or work key won the insert."""
@@ -60,6 +70,16 @@ class EpisodeStore(Protocol):
 
     async def alias_run(self, company: str, seat: str, turn_id: str, episode_id: uuid.UUID, now: datetime) -> None:
         """File another run id under a row (a redelivery of work already recorded)."""
+        ...
+
+    async def supersede(
+        self, row_id: uuid.UUID, ep: Episode, vector: np.ndarray | None, now: datetime
+    ) -> Superseded | None:
+        """Settle the seat's self_iterate row ``row_id`` with ``ep``, a settled record of its run or
+        work (the outcome, end, texts, tools and the rest of the record; the earlier start; the
+        vector, or none; its id and keys kept), and file ``ep.turn_id`` under it when it is another
+        run's, at once; ``None`` when the row is no longer a self_iterate row (another record
+        settled it first, or it is gone)."""
         ...
 
     async def mark_consolidated(

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
@@ -33,7 +33,7 @@ from libs.common.validation import (
     require_text,
     seat_ref,
 )
-from libs.common.vector_path import VectorHalf
+from libs.common.vector_path import InlineEmbedding, VectorHalf
 from libs.common.vector_service import AfterSearchReads, VectorRowService
 from libs.common.vectorindex import IndexPoint, VectorIndex
 from services.episodes.domain import (
@@ -63,6 +63,11 @@ __all__ = ["EpisodeService", "Recorded", "TurnRecord", "drop_points", "index_poi
 
 _log = logging.getLogger(__name__)
 
+_RECORD_ATTEMPTS = 3
+"""How many times a record reads and decides, losing its write to concurrent records in between: an
+insert lost to the work's self_iterate round, then that row's supersede lost to another settled
+record, then the answer (that record's row). A fourth is a row deleted meanwhile too: an error."""
+
 S = TypeVar("S", bound=EpisodeStore, default=PostgresEpisodeStore)
 """The store: the port for the use cases; its deployment type for the lifecycle and the passes,
 which reach further into it (``service.store.pool``, ``drop``, ``fold``)."""
@@ -90,7 +95,7 @@ async def drop_points(index: VectorIndex, gone: Sequence[Dropped]) -> None:
 
 @dataclass(frozen=True)
 class TurnRecord:
-    """What RecordEpisode is told about one settled turn."""
+    """What RecordEpisode is told about one turn: settled, or one self_iterate round of it."""
 
     company: str
     seat: str
@@ -114,8 +119,10 @@ class TurnRecord:
 
 @dataclass(frozen=True)
 class Recorded:
-    """What RecordEpisode did: the row, whether this call created it, why it has no vector, and
-    whether the run was collapsed into a row of the same work recorded under another run id."""
+    """What RecordEpisode did: the row, whether this call wrote it (inserted it, or settled a
+    self_iterate row of its run or work with it: ``created``, same id as that row), why it has no
+    vector, and whether the run was collapsed into a settled row of the same work recorded under
+    another run id (nothing written)."""
 
     episode: Episode
     created: bool
@@ -207,21 +214,50 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         trigger, which runs again under a new run id, is collapsed into the row its work already
         has (spec gate 5: "what collapses THAT is the episode row's own work-key index"), so the
         same work is one turn to every read, profile and compaction. The first execution's row
-        stands; the redelivery's run id is filed under it."""
+        stands; the redelivery's run id is filed under it.
+
+        Except over a mid-state: a self_iterate row is work the agent itself judged incomplete, and
+        the turn emits another turn_completed when it settles (spec, 6. Refiner), mostly under the
+        same run id and always under the same work key. The first record of that run or work whose
+        outcome is not self_iterate supersedes the row (:meth:`_write`): same id, the settled
+        record's account and a vector of its text — so the turn reaches the clustered synthesis and
+        outlives the 14-day drop of mid-states. A settled row is never changed by a later record."""
         company, seat = seat_ref(rec.company, rec.seat, domain=DOMAIN)
         self._validate(rec)
-        tool_sequence = _names(rec.tool_sequence, "tool_sequence")
-        tools_called = _names(rec.tools_called, "tools_called")
-        # The run id's row and the work key's, in one read (a new turn's record is this read, the
-        # embed, the insert and the index mark).
-        existing, same_work = await self.store.prior(company, seat, rec.turn_id, rec.work_key or None)
-        if existing is not None:
-            return Recorded(existing, False, collapsed=existing.turn_id != rec.turn_id)
-        if same_work is not None:
-            return await self._collapse(company, seat, rec, same_work)
+        rec = replace(
+            rec,
+            tool_sequence=_names(rec.tool_sequence, "tool_sequence"),
+            tools_called=_names(rec.tools_called, "tools_called"),
+        )
+        settles = rec.outcome is not TurnOutcome.SELF_ITERATE
+        embedded: InlineEmbedding | None = None  # embedded once, however many times the race is lost
+        for _ in range(_RECORD_ATTEMPTS):
+            # The run id's row and the work key's, in one read (a new turn's record is this read, the
+            # embed, the insert and the index mark).
+            existing, same_work = await self.store.prior(company, seat, rec.turn_id, rec.work_key or None)
+            prior = existing if existing is not None else same_work
+            if prior is not None and not (settles and prior.outcome is TurnOutcome.SELF_ITERATE):
+                if existing is not None:
+                    return Recorded(existing, False, collapsed=existing.turn_id != rec.turn_id)
+                return await self._collapse(company, seat, rec, prior)
+            if embedded is None:
+                embedded = await self.embed_row(vector_text(rec.label, rec.ask, rec.what_it_did))
+            written = await self._write(company, seat, rec, embedded, prior)
+            if written is not None:
+                return written
+            # A concurrent record won: the insert (a row of this run id or work key now exists) or
+            # the supersede (the mid-state was settled, or dropped, meanwhile). Decide again
+            # against what it left: the same run's row is the record, the same work's collapses
+            # this run into it, a mid-state is superseded, nothing is inserted.
+        raise RuntimeError(f"episode of {rec.turn_id}: lost the write to concurrent records {_RECORD_ATTEMPTS} times")
+
+    async def _write(
+        self, company: str, seat: str, rec: TurnRecord, embedded: InlineEmbedding, mid_state: Episode | None
+    ) -> Recorded | None:
+        """Write the record: insert its row, or supersede ``mid_state`` (the self_iterate row of
+        its run or work) with it; then index the vector and announce the row, the same either way.
+        ``None`` when a concurrent record won the write."""
         assert rec.start_time is not None and rec.end_time is not None and rec.outcome is not None
-        text = vector_text(rec.label, rec.ask, rec.what_it_did)
-        embedded = await self.embed_row(text)
         vector, skipped = embedded.values, embedded.skipped_reason
         episode = Episode(
             id=uuid.uuid4(),
@@ -238,8 +274,8 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             ask=rec.ask,
             what_it_did=rec.what_it_did,
             review_outcome=rec.review_outcome,
-            tool_sequence=tool_sequence,
-            tools_called=tools_called,
+            tool_sequence=tuple(rec.tool_sequence),
+            tools_called=tuple(rec.tools_called),
             skills_used=tuple(rec.skills_used),
             subjects=tuple(rec.subjects),
             conversation_id=rec.conversation_id or None,
@@ -247,24 +283,38 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             embedding_model=embedded.model,
             work_key=rec.work_key or None,
         )
-        stored = await self.store.insert_raw(episode, vector, self.clock.now())
-        if stored is None:
-            # A concurrent call won the insert: for the same run id, that row is the record; for
-            # the same work under another run id, this run is collapsed into it.
-            winner = await self.store.get_by_turn(company, seat, rec.turn_id)
-            if winner is not None:
-                return Recorded(winner, False)
-            same_work = await self.store.get_by_work_key(company, seat, rec.work_key) if rec.work_key else None
-            if same_work is None:  # deleted between the two reads: nothing to collapse into
-                raise RuntimeError(f"episode of {rec.turn_id} neither inserted nor found")
-            return await self._collapse(company, seat, rec, same_work)
+        stale_dims: int | None = None
+        if mid_state is None:
+            stored = await self.store.insert_raw(episode, vector, self.clock.now())
+            if stored is None:
+                return None
+        else:
+            superseded = await self.store.supersede(mid_state.id, episode, vector, self.clock.now())
+            if superseded is None:
+                return None
+            stored = superseded.episode
+            # The mid-state's point is of its old text: overwritten below when the new vector has
+            # its width, else dropped (the fill embeds the new text and indexes it).
+            if superseded.previous_dims and (vector is None or int(vector.shape[0]) != superseded.previous_dims):
+                stale_dims = superseded.previous_dims
+            _log.info(
+                "episode %s of %s/%s (run %s) settled %s by run %s",
+                stored.id,
+                company,
+                seat,
+                stored.turn_id,
+                stored.outcome,
+                rec.turn_id,
+            )
         if vector is not None:
             point = index_point(
                 stored.id, stored.company, stored.seat, str(stored.outcome), vector, stored.embedding_model or ""
             )
             await self.index_row(point, "episode")
-        # The spec's episode_written: one per row the turn's record wrote (a repeat or a collapsed
-        # redelivery writes none).
+        if stale_dims is not None:
+            await drop_points(self.index, [Dropped(stored.id, stale_dims)])
+        # The spec's episode_written: one per row the turn's record wrote, a mid-state's settling
+        # included (a repeat or a collapsed redelivery writes none).
         await self.events.emit(
             "episode_written",
             company=company,
@@ -276,6 +326,7 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             work_key=rec.work_key or None,
             embedding_model=stored.embedding_model,
             embedding_skipped_reason=skipped,
+            superseded=mid_state is not None,
         )
         return Recorded(stored, True, skipped)
 

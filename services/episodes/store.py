@@ -19,7 +19,7 @@ import numpy as np
 
 from libs.common.rows import RowReader
 from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, TurnOutcome
-from services.episodes.ports import RawRows, SearchReads
+from services.episodes.ports import RawRows, SearchReads, Superseded
 
 __all__ = ["SQL", "Dropped", "PostgresEpisodeStore"]
 
@@ -90,6 +90,38 @@ SQL = {
     "alias_run": """
         INSERT INTO episode_runs (company, seat, turn_id, episode_id, record_time) VALUES ($1, $2, $3, $4, $5)
         ON CONFLICT (company, seat, turn_id) DO NOTHING""",
+    # A settled record superseding its work's self_iterate row (a mid-state): the row is locked
+    # while it still is one, and read for the width of the vector it had (that point goes stale).
+    "lock_mid_state": f"""
+        SELECT embedding_dims FROM episodes
+        WHERE {_SEAT} AND id = $3 AND kind = 'raw' AND outcome = 'self_iterate' FOR UPDATE""",
+    # Field by field ($3 the row, $4.. the settled record):
+    # - kept: id, turn_id and work_key (the keys the row is found by; a settled run id of its own is
+    #   filed under it in episode_runs), record_time (when the work was first recorded), the
+    #   lifecycle's and skills' stamps (a mid-state row is never folded nor drafted from);
+    # - start_time: the earlier of the two (the work began with its first round; a round's record
+    #   may carry its own start only), and duration_ms recomputed from it;
+    # - taken whole: outcome, end_time, label, ask, what_it_did, review_outcome, tool_sequence,
+    #   tools_called, skills_used, subjects: the settled record is the turn's final account, and
+    #   each round's record is a whole one, not a delta (its empty list says the end had none);
+    # - role, work_item, conversation_id: the settled record's, or the row's where the record
+    #   leaves it empty (they say where the turn sits, which a record not repeating it does not
+    #   unsay);
+    # - the vector: the settled text's (as an insert stores it), or none for the fill; not indexed
+    #   yet; the fill's hold-backs cleared (they were about the old text).
+    # Guarded on the mid-state as well as locked, so a settled row is never changed.
+    "supersede": f"""
+        UPDATE episodes SET
+            outcome = $4, label = $5, ask = $6, what_it_did = $7, review_outcome = $8, tool_sequence = $9,
+            tools_called = $10, skills_used = $11, subjects = $12,
+            role = coalesce($13, role), work_item = coalesce($14, work_item),
+            conversation_id = coalesce($15, conversation_id),
+            start_time = least(start_time, $16), end_time = $17,
+            duration_ms = floor(extract(epoch FROM $17 - least(start_time, $16)) * 1000)::bigint,
+            embedding = $18, embedding_model = $19, embedding_dims = $20, indexed = false,
+            fill_held_until = NULL, fill_held_fingerprint = NULL, fill_alone = false
+        WHERE {_SEAT} AND id = $3 AND kind = 'raw' AND outcome = 'self_iterate'
+        RETURNING {_COLUMNS}""",
     # The lexical half (the standalone statement: a search with no query vector).
     "lexical": f"WITH {_LEXICAL_CTES} SELECT * FROM lex",
     # A search's reads after the index search, in one statement (one round trip instead of three):
@@ -316,6 +348,47 @@ class PostgresEpisodeStore:
     async def alias_run(self, company: str, seat: str, turn_id: str, episode_id: uuid.UUID, now: datetime) -> None:
         """File another run id under a row: the run's work was recorded already (a redelivery)."""
         await self.pool.execute(SQL["alias_run"], company, seat, turn_id, episode_id, now)
+
+    async def supersede(
+        self, row_id: uuid.UUID, ep: Episode, vector: np.ndarray | None, now: datetime
+    ) -> Superseded | None:
+        """Settle the self_iterate row ``row_id`` with the record ``ep`` (SQL["supersede"] says which
+        fields it takes), filing ``ep.turn_id`` under it when it is another run's, in one
+        transaction; ``None`` when the row is no longer a mid-state (a concurrent record settled
+        it, or it was deleted)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            before = await conn.fetchrow(SQL["lock_mid_state"], ep.company, ep.seat, row_id)
+            if before is None:
+                return None
+            row = await conn.fetchrow(
+                SQL["supersede"],
+                ep.company,
+                ep.seat,
+                row_id,
+                str(ep.outcome),
+                ep.label,
+                ep.ask,
+                ep.what_it_did,
+                ep.review_outcome,
+                list(ep.tool_sequence),
+                list(ep.tools_called),
+                list(ep.skills_used),
+                list(ep.subjects),
+                ep.role or None,
+                ep.work_item or None,
+                ep.conversation_id or None,
+                ep.start_time,
+                ep.end_time,
+                None if vector is None else vector.astype(np.float32),
+                ep.embedding_model if vector is not None else None,
+                int(vector.shape[0]) if vector is not None else None,
+            )
+            if row is None:  # cannot happen under the lock; kept as the guard's answer
+                return None
+            settled = episode_of(row)
+            if ep.turn_id and settled.turn_id != ep.turn_id:
+                await conn.execute(SQL["alias_run"], ep.company, ep.seat, ep.turn_id, settled.id, now)
+        return Superseded(settled, before["embedding_dims"])
 
     async def mark_consolidated(
         self, company: str, seat: str, turn_ids: Sequence[str], skill_id: str, now: datetime

@@ -103,6 +103,53 @@ async def test_a_redelivery_of_the_same_work_is_collapsed_into_the_first_row():
     assert found.id == first.episode.id and len(e.store.rows) == 1
 
 
+async def test_the_settled_record_of_a_self_iterate_round_supersedes_its_row():
+    """The same run id, then another run of the same work: the round's row is settled in place (its
+    id and first run id kept, the settled account, tools and vector taken), announced once more;
+    later records change nothing."""
+    for settled_run in ("run-1", "run-2"):
+        e = episodes()
+        rounds = {"work_key": "ci:42", "role": "swe"}
+        mid = await e.record(
+            "fix the flaky CI step",
+            TurnOutcome.SELF_ITERATE,
+            turn_id="run-1",
+            **rounds,
+            tools_called=("ci.logs",) * 6,
+            what_it_did="read the logs",
+        )
+        settled = await e.record(
+            "fix the flaky CI step",
+            TurnOutcome.DONE,
+            turn_id=settled_run,
+            work_key="ci:42",
+            tools_called=("ci.edit", "ci.run"),
+            what_it_did="pinned the runner image",
+        )
+        ep = settled.episode
+        assert (settled.created, settled.collapsed, ep.id, ep.turn_id) == (True, False, mid.episode.id, "run-1")
+        assert ep.outcome is TurnOutcome.DONE and ep.tools_called == ("ci.edit", "ci.run") and ep.role == "swe"
+        assert ep.start_time == mid.episode.start_time and len(e.store.rows) == 1 and e.store.indexed(ep.id)
+        assert (await e.service.get("acme", "ana", "", settled_run)).id == ep.id
+        [hit] = (await e.search(ep.text, outcome=TurnOutcome.DONE, lexical_limit=0)).hits
+        assert hit.episode.id == ep.id and hit.similarity > 0.99
+        assert [w["outcome"] for w in e.events.of("episode_written")] == ["self_iterate", "done"]
+        for late in (TurnOutcome.SELF_ITERATE, TurnOutcome.FAILED):
+            again = await e.record("fix the flaky CI step", late, turn_id="run-1", work_key="ci:42")
+            assert not again.created and again.episode == ep
+
+
+async def test_a_settled_record_without_a_vector_drops_the_rounds_point():
+    e = episodes()
+    mid = await e.record("rotate the signing certificate", TurnOutcome.SELF_ITERATE, turn_id="run-1")
+    assert await e.index.count(COLL) == 1
+    e.embedder.failure = EmbeddingRateLimited("429")
+    settled = await e.record("rotate the signing certificate", turn_id="run-1", what_it_did="rotated it")
+    assert (settled.created, settled.skipped, settled.episode.id) == (True, "rate_limited", mid.episode.id)
+    assert settled.episode.embedding_model is None and not e.store.indexed(mid.episode.id)
+    assert await e.index.count(COLL) == 0
+
+
 async def test_index_down_at_record_keeps_the_vector_and_search_scans_exactly():
     e = episodes()
     e.index.available = False

@@ -1,7 +1,8 @@
 """The episodes store port (``services.episodes.ports.EpisodeStore``) in memory, for the unit tier.
 
 One row per run id and one per work key (an insert that would break either is refused, as the
-table's unique indexes refuse it); a collapsed run id is filed under its row. Search reads see raw
+table's unique indexes refuse it); a collapsed run id is filed under its row, and so is a settled
+record's run id when it supersedes a self_iterate row of another run. Search reads see raw
 rows only, as every search query of the Postgres store says ``kind = 'raw'``.
 """
 
@@ -14,8 +15,8 @@ from datetime import datetime
 
 import numpy as np
 
-from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind
-from services.episodes.ports import RawRows, SearchReads
+from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, TurnOutcome
+from services.episodes.ports import RawRows, SearchReads, Superseded
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
 __all__ = ["MemoryEpisodeStore"]
@@ -67,6 +68,47 @@ class MemoryEpisodeStore:
 
     async def alias_run(self, company: str, seat: str, turn_id: str, episode_id: uuid.UUID, now: datetime) -> None:
         self.runs.setdefault((company, seat, turn_id), episode_id)
+
+    async def supersede(
+        self, row_id: uuid.UUID, ep: Episode, vector: np.ndarray | None, now: datetime
+    ) -> Superseded | None:
+        """As ``SQL["supersede"]``: only a raw self_iterate row of the seat; its id and keys kept,
+        the earlier start, the record's account, its role, work item and conversation where given."""
+        r = self.rows.get(row_id)
+        if (
+            r is None
+            or (r.episode.company, r.episode.seat) != (ep.company, ep.seat)
+            or r.episode.kind is not EpisodeKind.RAW
+            or r.episode.outcome is not TurnOutcome.SELF_ITERATE
+        ):
+            return None
+        old = r.episode
+        start = min(old.start_time, ep.start_time)
+        r.episode = dataclasses.replace(
+            old,
+            outcome=ep.outcome,
+            label=ep.label,
+            ask=ep.ask,
+            what_it_did=ep.what_it_did,
+            review_outcome=ep.review_outcome,
+            tool_sequence=ep.tool_sequence,
+            tools_called=ep.tools_called,
+            skills_used=ep.skills_used,
+            subjects=ep.subjects,
+            role=ep.role or old.role,
+            work_item=ep.work_item or old.work_item,
+            conversation_id=ep.conversation_id or old.conversation_id,
+            start_time=start,
+            end_time=ep.end_time,
+            duration_ms=int((ep.end_time - start).total_seconds() * 1000),
+            embedding_model=ep.embedding_model if vector is not None else None,
+            embedding_dims=int(vector.shape[0]) if vector is not None else None,
+        )
+        r.vector = None if vector is None else vector.astype(np.float32)
+        r.indexed = False
+        if ep.turn_id and old.turn_id != ep.turn_id:
+            await self.alias_run(ep.company, ep.seat, ep.turn_id, row_id, now)
+        return Superseded(r.episode, old.embedding_dims)
 
     async def mark_consolidated(
         self, company: str, seat: str, turn_ids: Sequence[str], skill_id: str, now: datetime
