@@ -63,3 +63,21 @@ async def test_a_run_id_that_names_a_round_is_refused(env_for, clock):  # noqa: 
         assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "FIELD_INVALID"
         assert bad.field_violations[0].field == "turn.turn_id"
         assert await env.app.infra.pool.fetchval("SELECT count(*) FROM background_jobs") == 0
+
+
+async def test_the_runs_episode_ends_settled_after_its_rounds(env_for, clock):  # noqa: F811
+    """End to end: the round's reflection records a self_iterate episode, the settled report's
+    supersedes it — one row for the run, settled, as clustered synthesis and retention expect."""
+    episodist = {"reflection": {"workers": ["episodist"]}}
+    async with env_for(names=("diary", "episodes", "reflector"), learning=episodist) as env:
+        tools = ["jira_search", "git_diff", "run_tests"]
+        await env.submit(
+            turn("run-1", now=clock.now(), messages=BOB_PREFERS, tools=tools, outcome=pb.TURN_OUTCOME_SELF_ITERATE)
+        )
+        assert await env.harness.drain() == 1
+        rows = await env.app.infra.pool.fetch("SELECT outcome FROM episodes WHERE seat = 'ana'")
+        assert [r["outcome"] for r in rows] == ["self_iterate"]
+        await env.submit(turn("run-1", now=clock.now(), messages=BOB_PREFERS, tools=[*tools, "open_pr"]))
+        assert await env.harness.drain() == 1
+        rows = await env.app.infra.pool.fetch("SELECT outcome, tools_called FROM episodes WHERE seat = 'ana'")
+        assert [(r["outcome"], list(r["tools_called"])) for r in rows] == [("done", [*tools, "open_pr"])]
