@@ -3,7 +3,7 @@ MarkEpisodesConsolidated — the reads the skills service's clustered synthesis 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -182,6 +182,35 @@ async def test_a_page_token_only_continues_its_own_listing(episodes):
 
 
 # ------------------------------------------------------------------------------------------- seats
+
+
+@pytest.mark.parametrize(
+    "ends",
+    [
+        # The last day a Timestamp may hold: every token these pages issue is accepted back.
+        [datetime(9999, 12, 31, 0, 0, second, tzinfo=UTC) for second in range(3)],
+        [datetime(9999, 12, 31, 23, 59, 59, 999_997 + micro, tzinfo=UTC) for micro in range(3)],
+        # And the first.
+        [datetime(1, 1, 1, 0, 0, second, tzinfo=UTC) for second in range(3)],
+    ],
+    ids=["last-day", "last-microseconds", "first-day"],
+)
+async def test_pages_continue_through_episodes_at_the_edges_of_the_timestamp_range(episodes, ends):
+    _, stub, _ = episodes
+    for i, end in enumerate(ends):
+        await stub.RecordEpisode(
+            pb.RecordEpisodeRequest(
+                company="acme",
+                seat="ana",
+                turn_id=f"edge-{i}",
+                label=f"edge {i}",
+                outcome=pb.TURN_OUTCOME_DONE,
+                start_time=ts(end),
+                end_time=ts(end),
+            )
+        )
+    seen, _ = await pages(stub, 1)
+    assert [e.turn_id for e in seen] == ["edge-2", "edge-1", "edge-0"]
 
 
 async def test_seats_with_raw_rows_page_by_company_then_seat(episodes):

@@ -170,6 +170,24 @@ async def test_reading_needs_inspect_and_a_change_needs_its_write_scope(env):
     assert [p.id for p in pending.proposals] == [seeded.proposal_id]
 
 
+async def test_a_rollback_to_a_version_no_skill_can_have_asks_for_a_version_and_changes_nothing(env):
+    inspector, seeded = env
+    before = await inspector.skills.GetSkill(
+        sk_pb.GetSkillRequest(company="acme", seat="ana", skill_id=seeded.other_skill_id)
+    )
+    async with inspector.signed_in(await inspector.token("acme", "inspect", "memory:write")) as client:
+        csrf = csrf_of((await client.get(f"{SEAT}skills/{seeded.other_skill_id}")).text)
+        url = f"{SEAT}skills/{seeded.other_skill_id}/rollback"
+        # Past int32 (the proto's type) either way, not a number, none, and below the first version.
+        for version in ("3000000000", "-3000000000", "2147483648", "two", "", "0", "-1"):
+            refused = await client.post(url, data={"csrf": csrf, "version": version})
+            assert refused.status_code == 400 and "Choose a version" in refused.text, (version, refused.status_code)
+    after = await inspector.skills.GetSkill(
+        sk_pb.GetSkillRequest(company="acme", seat="ana", skill_id=seeded.other_skill_id)
+    )
+    assert after.skill.version == before.skill.version
+
+
 async def test_a_form_without_its_token_or_from_another_site_is_refused(env):
     inspector, seeded = env
     note = seeded.notes["staging"]

@@ -282,6 +282,46 @@ async def test_a_body_past_the_limit_is_refused_not_trimmed(kb: KB):
     assert (err.value.reason, err.value.metadata["limit"]) == ("FIELD_TOO_LONG", "100")
 
 
+def _distinct_words(chars: int) -> str:
+    """Distinct five-letter words, ``chars`` characters at most: within the body's limit, more
+    lexemes and positions than a tsvector holds (1 MiB)."""
+    import itertools
+    import string
+
+    words, n = [], 0
+    for letters in itertools.product(string.ascii_lowercase, repeat=5):
+        if n + 6 > chars:
+            break
+        words.append("".join(letters))
+        n += 6
+    return " ".join(words)
+
+
+async def test_a_body_too_large_for_the_full_text_index_is_the_callers_mistake_and_stores_nothing(kb: KB):
+    kb.embedder.fail = True  # the refusal is Postgres's; the embed of ~1 MB would only slow the test
+    body = _distinct_words(999_000)
+    assert len(body) <= Limits().body_chars
+
+    def refused(err: grpc.aio.AioRpcError) -> None:
+        code, info, bad = error_info(err)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+        assert (info.reason, info.domain, bad.field_violations[0].field) == ("BODY_TOO_LARGE", DOMAIN, "body")
+        assert "full-text index" in err.details() and int(info.metadata["limit_bytes"]) > 0
+
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await kb.stub.UpsertPage(pb.UpsertPageRequest(company="acme", container="ops", title="Big", body=body))
+    refused(err.value)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await kb.legacy.UpsertPage(legacy_pb.UpsertPageRequest(company="acme", container="ops", title="Big", body=body))
+    refused(err.value)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await kb.stub.WritePromotionDraft(
+            pb.WritePromotionDraftRequest(company="acme", unit="platform", container_key="ops", title="Big", body=body)
+        )
+    refused(err.value)
+    assert await kb.pool.fetchval("SELECT count(*) FROM knowledge_pages") == 0
+
+
 async def test_a_page_is_stored_without_a_vector_when_the_embed_fails_and_is_still_found_by_words(kb: KB):
     kb.embedder.fail = True
     resp = await kb.stub.UpsertPage(

@@ -2,8 +2,8 @@
 stdio and over streamable HTTP, against a real agentlearn on a loopback port: the tools are what
 ListTools offers, a note written by reflect_and_persist is found by refresh_memory and is in the
 turn-context resource and the turn_start prompt, a refusal is a tool result the model can read,
-tool calls are charged to the turn whose context was read (or the one ``_meta`` names), and a
-token's scopes hold through the MCP server."""
+tool calls are charged to the turn whose context was read (or the one ``_meta`` names; a read that
+was refused starts no turn), and a token's scopes hold through the MCP server."""
 
 from __future__ import annotations
 
@@ -137,6 +137,31 @@ async def test_tool_calls_are_charged_to_the_turn_whose_context_was_read(env):
         assert [await spent("billing export"), await spent("deploys")] == [1, 2]  # turn-a, a fresh run
         assert await spent("holidays", turn="turn-b") == 1  # the turn _meta names
         assert await spent("holidays") == 3  # back on turn-a
+
+
+async def test_a_context_read_that_is_refused_starts_no_turn(env):
+    async with stdio(env.app.port, "--turn-id", "turn-start") as client:
+
+        async def spent(hint: str) -> int:
+            answer = await client.call_tool("refresh_memory", {"context_hint": hint})
+            assert not answer.is_error, answer.content
+            return answer.structured_content["refreshes_spent"]
+
+        await client.read_resource("agentlearn://turn-context/turn-a?ask=billing")
+        assert await spent("billing export") == 1  # turn-a
+        # A turn id BuildTurnContext refuses (none, past 200 characters): the read fails and the
+        # turn stays turn-a, so the next call without _meta is not refused on an id never sent.
+        for uri, hint, count in (
+            ("agentlearn://turn-context/?ask=x", "deploys", 2),
+            (f"agentlearn://turn-context/{'t' * 300}?ask=x", "holidays", 3),
+        ):
+            with pytest.raises(Exception, match="INVALID_ARGUMENT"):
+                await client.read_resource(uri)
+            assert await spent(hint) == count  # still turn-a
+        with pytest.raises(Exception, match="INVALID_ARGUMENT"):
+            await client.get_prompt("turn_start", {"ask": "x", "turn_id": "t" * 300})
+        capped = await client.call_tool("refresh_memory", {"context_hint": "oncall"})
+        assert capped.is_error and capped.content[0].text.startswith("RESOURCE_EXHAUSTED")  # turn-a's 3 are spent
 
 
 async def test_a_tokens_scopes_hold_through_the_mcp_server(make_settings, dsn, clock, local_embedder, edge_index):

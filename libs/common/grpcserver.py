@@ -34,6 +34,7 @@ from libs.common.contract import MAX_REPORTED, check_request
 from libs.common.errors import AgentLearnError, FieldViolation, Unavailable
 from libs.common.metrics import RPC_DURATION
 from libs.common.rpctypes import ServicerContext
+from libs.common.status_details import passthrough
 
 __all__ = [
     "AuthInterceptor",
@@ -224,8 +225,13 @@ def _bounded(err: AgentLearnError) -> AgentLearnError:
 
 def failure_status(err: Exception, method: str, domain: str) -> grpc.Status:
     """The status a handler's exception answers with: a store that cannot be reached is
-    UNAVAILABLE (retryable), our error root its own rich status (cut to size), anything else
-    INTERNAL and logged with its traceback (call it inside the ``except`` block)."""
+    UNAVAILABLE (retryable), our error root its own rich status (cut to size), another service's
+    refusal that escaped the handler that service's own status (its code, ErrorInfo and BadRequest:
+    ``status_details.passthrough``), anything else INTERNAL and logged with its traceback (call it
+    inside the ``except`` block)."""
+    if isinstance(err, grpc.aio.AioRpcError):
+        _log.warning("%s: a downstream call failed: %s %s", method, err.code().name, err.details())
+        err = passthrough(err, domain=domain)
     if isinstance(err, _STORE_DOWN):
         _log.warning("%s: store unavailable: %s", method, err)
         return status_of(
@@ -279,7 +285,10 @@ class ErrorInterceptor(_WrappingInterceptor):
     Every request is checked against its contract first (``libs.common.contract``: the protos'
     buf.validate rules, every violated field reported at once, NUL characters and out-of-range
     timestamps anywhere); the error root maps onto rich statuses; an unexpected exception is
-    INTERNAL and logged, never the caller's mistake.
+    INTERNAL and logged, never the caller's mistake. A server-streaming call (ExportSeat) is held
+    to the same: its request checked before its handler runs (so before any message or any
+    downstream call), and whatever its handler raises mid-stream mapped by ``failure_status`` as a
+    unary call's would be (the messages already sent stay sent; the status ends the stream).
     """
 
     def wrap_unary(self, method: str, inner: AioUnary) -> AioUnary:
@@ -290,6 +299,22 @@ class ErrorInterceptor(_WrappingInterceptor):
             try:
                 check_request(request, domain=domain)
                 return await inner(request, context)
+            except (grpc.aio.AbortError, asyncio.CancelledError):
+                raise
+            except Exception as err:
+                await context.abort_with_status(failure_status(err, method, domain))
+
+        return guarded
+
+    def wrap_stream(self, method: str, inner: AioUnaryStream) -> AioUnaryStream:
+        domain = _domain(method)
+
+        async def guarded(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
+            _label_span(request)
+            try:
+                check_request(request, domain=domain)
+                async for item in inner(request, context):
+                    yield item
             except (grpc.aio.AbortError, asyncio.CancelledError):
                 raise
             except Exception as err:

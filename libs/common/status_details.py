@@ -1,8 +1,9 @@
 """The google.rpc details a refusal carries (ErrorInfo, BadRequest), read off a failed call once.
 
 Every caller that explains another service's refusal (the inspector's error page, the MCP server's
-error text, a prefetch builtin passing the refusal through) read the status the same way: parse it,
-tolerate a malformed one, and pick out the two details our services send (docs/errors.md). Here once.
+error text, a prefetch builtin or any handler passing the refusal through) read the status the same
+way: parse it, tolerate a malformed one, and pick out the two details our services send
+(docs/errors.md). Here once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-__all__ = ["StatusDetails", "status_details"]
+from libs.common.errors import AgentLearnError, FieldViolation
+
+__all__ = ["StatusDetails", "passthrough", "status_details"]
 
 
 @dataclass(frozen=True)
@@ -45,3 +48,32 @@ def status_details(err: grpc.aio.AioRpcError) -> StatusDetails:
             bad = error_details_pb2.BadRequest()
             detail.Unpack(bad)
     return StatusDetails(info, bad)
+
+
+def passthrough(err: grpc.aio.AioRpcError, *, domain: str, service: str = "") -> AgentLearnError:
+    """A downstream refusal as our error root, so it reaches our caller as the downstream sent it:
+    its code, ErrorInfo reason, domain and metadata, and its BadRequest field violations. A status
+    with no ErrorInfo (the service was not reached at all, or its deadline passed) is reported under
+    ``domain`` as ``<SERVICE>_<CODE>`` (``DOWNSTREAM_<CODE>`` when ``service`` is not named), its
+    code kept."""
+    said = status_details(err)
+    info, bad = said.info, said.bad
+    code = err.code()
+    if info is not None:
+        exc = AgentLearnError(
+            err.details() or code.name,
+            reason=info.reason,
+            domain=info.domain,
+            metadata=dict(info.metadata),
+            violations=[FieldViolation(v.field, v.description) for v in bad.field_violations] if bad else None,
+        )
+    else:
+        label = service or "downstream"
+        exc = AgentLearnError(
+            f"the {label} service did not answer: {code.name} {err.details() or ''}".strip(),
+            reason=f"{label.upper()}_{code.name}",
+            domain=domain,
+            metadata={"service": service, "code": code.name} if service else {"code": code.name},
+        )
+    exc.code = code  # the instance mirrors the downstream code (the class default is INTERNAL)
+    return exc

@@ -135,7 +135,6 @@ def page_size(value: int, *, default: int = 50, maximum: int = 500, domain: str)
 _KEY_NAME = "page_token"
 _MAC_BYTES = 16
 _INT64 = 2**63
-_FIRST, _LAST = datetime(1, 1, 2, tzinfo=UTC), datetime(9999, 12, 30, tzinfo=UTC)
 
 # Named queries of the deployment-keys table (libs/common/migrations/0003_deployment_keys.sql).
 SQL_INSERT_KEY = """
@@ -251,17 +250,17 @@ def decode_cursor(token: str, scope: dict[str, Any], read: Callable[[dict[str, A
 
 
 def _cursor_time(text: Any) -> datetime:
-    """A cursor's time as an aware UTC datetime PostgreSQL can compare (years 1..9999 with a day of
-    room, so no offset overflows a datetime on its way to the driver)."""
+    """A cursor's time as an aware UTC datetime PostgreSQL can compare: any instant of years
+    1..9999 UTC, the range the contract lets a Timestamp hold (``libs.common.contract``), so a
+    cursor minted from any stored time comes back (an episode ending 9999-12-31 pages on). A time
+    whose offset takes it outside those years fails its conversion to UTC here (OverflowError),
+    before it reaches the driver."""
     if not isinstance(text, str):
         raise TypeError("time")
     value = datetime.fromisoformat(text)
     if value.tzinfo is None:
         raise ValueError("naive time")
-    value = value.astimezone(UTC)
-    if not _FIRST <= value <= _LAST:
-        raise ValueError("time out of range")
-    return value
+    return value.astimezone(UTC)
 
 
 def decode_time_cursor(
@@ -278,5 +277,9 @@ def decode_time_cursor(
 
 
 def encode_time_cursor(time: datetime, ident: object, scope: dict[str, Any]) -> str:
-    """The page token that resumes a newest-first listing after (time, id)."""
+    """The page token that resumes a newest-first listing after (time, id). A naive ``time`` is
+    UTC: every stored time is, and asyncpg reads the two instants it takes for its infinity
+    sentinels (0001-01-01T00:00:00 and 9999-12-31T23:59:59.999999 UTC) back as naive datetimes."""
+    if time.tzinfo is None:
+        time = time.replace(tzinfo=UTC)
     return encode_page_token({"t": time.isoformat(), "id": str(ident)}, scope)

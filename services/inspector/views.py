@@ -77,6 +77,7 @@ SIGN_IN_ERRORS = {
     "CREDENTIAL_UNVERIFIABLE": "The server is still starting; try again in a moment.",
     "missing": "Paste a token to sign in.",
 }
+_INT32_MAX = 2**31 - 1
 SKILL_ACTIONS = {
     "rollback": ("RollbackSkill", skills.RollbackSkillRequest, "rolled_back"),
     "pin": ("PinSkill", skills.PinSkillRequest, "pinned"),
@@ -885,9 +886,14 @@ class Inspector:
         fields: dict[str, Any] = {"company": company, "seat": seat, "skill_id": skill_id}
         if action == "rollback":
             try:
-                fields["version"] = int(form.get("version", ""))
+                version = int(form.get("version", ""))
             except ValueError:
-                raise Denied(400, "Choose a version", "Rolling back needs the version to bring forward.") from None
+                version = 0
+            # Versions count from 1 in the proto's int32: anything else is no version a skill keeps
+            # (past int32 the request message itself would refuse it, as a 500).
+            if not 1 <= version <= _INT32_MAX:
+                raise Denied(400, "Choose a version", "Rolling back needs the version to bring forward.")
+            fields["version"] = version
             fields["request_id"] = form.get("request_id", "")[:200]
         await self.rpc.skills(method, message(**fields))
         return self._back(f"{PREFIX}/c/{seg(company)}/s/{seg(seat)}/skills/{skill_id}", done)

@@ -268,9 +268,11 @@ class NativeBackend:
         existing = await self.existing_draft(draft.company, draft.container_key, draft.title)
         if existing is not None:
             return existing
-        if await self.store.by_title(draft.company, draft.container_key, AUTO_DRAFTED_PARENT) is None:
-            await self.pages.upsert_page(draft.company, draft.container_key, AUTO_DRAFTED_PARENT, PARENT_BODY, [])
+        # The draft first, its parent after: a draft refused (a body too large for the full-text
+        # index) leaves no parent behind, and a draft names its parent by title, hidden either way.
         page, created, _ = await self.pages.upsert_page(
             draft.company, draft.container_key, draft.title, draft.body, [AUTO_DRAFTED_PARENT]
         )
+        if await self.store.by_title(draft.company, draft.container_key, AUTO_DRAFTED_PARENT) is None:
+            await self.pages.upsert_page(draft.company, draft.container_key, AUTO_DRAFTED_PARENT, PARENT_BODY, [])
         return PromotionResult(page_id=page.id, page_title=page.title, created=created, backend=ServedMode.NATIVE)

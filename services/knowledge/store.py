@@ -19,10 +19,12 @@ import asyncpg
 import numpy as np
 
 from libs.common.db import as_array
+from libs.common.errors import InvalidArgument
 from libs.common.rows import Conversions, RowReader
 from services.knowledge.domain import (
     AUTO_DRAFT_TITLE_PREFIX,
     AUTO_DRAFTED_PARENT,
+    DOMAIN,
     ONBOARDING_PARENT,
     DraftOrigin,
     Page,
@@ -31,11 +33,35 @@ from services.knowledge.domain import (
 )
 from services.knowledge.ports import PageWrite
 
-__all__ = ["SQL", "PostgresDraftProvenance", "PostgresPageStore", "StoreUnavailable"]
+__all__ = ["SQL", "PostgresDraftProvenance", "PostgresPageStore", "StoreUnavailable", "body_too_large_error"]
 
 
 class StoreUnavailable(Exception):
     """The pages could not be read (connection refused, pool closed, query timed out)."""
+
+
+TSVECTOR_MAX_BYTES = 1_048_575
+"""PostgreSQL's bound on one tsvector (its lexemes and their positions), which the generated
+``tsv`` column must fit: a body within ``Limits.body_chars`` of many distinct words can pass it."""
+
+_TSVECTOR_TOO_LONG = re.compile(r"too long for tsvector \((\d+) bytes, max (\d+) bytes\)")
+
+
+def body_too_large_error(message: str) -> InvalidArgument:
+    """The refusal of a body whose words do not fit the page's full-text index: Postgres's
+    ``string is too long for tsvector (N bytes, max M bytes)``, said as the caller's ``body``."""
+    sizes = _TSVECTOR_TOO_LONG.search(message)
+    size, limit = (int(sizes[1]), int(sizes[2])) if sizes else (None, TSVECTOR_MAX_BYTES)
+    measured = f" ({size:,} bytes)" if size is not None else ""
+    return InvalidArgument.of_field(
+        "body",
+        "BODY_TOO_LARGE",
+        f"body has too many distinct words for the full-text index: its words and their positions"
+        f"{measured} pass the index's limit of {limit:,} bytes; split the page into smaller pages",
+        domain=DOMAIN,
+        limit_bytes=limit,
+        **({"size_bytes": size} if size is not None else {}),
+    )
 
 
 def _literal(text: str) -> str:
@@ -188,20 +214,28 @@ class PostgresPageStore:
         return None if value is None else as_array(value)
 
     async def upsert(self, write: PageWrite) -> tuple[Page, bool]:
+        """Raises :func:`body_too_large_error` (nothing stored) when the body's words do not fit
+        the generated full-text column: only Postgres knows the tsvector's size, so it is caught
+        here rather than guessed from the body."""
         vector = write.vector
-        row = await self.pool.fetchrow(
-            SQL["upsert"],
-            write.page_id,
-            write.company,
-            write.container,
-            write.title,
-            write.body,
-            list(write.parent_titles),
-            write.now,
-            None if vector is None else vector.astype(np.float32),
-            write.model if vector is not None else None,
-            int(vector.shape[0]) if vector is not None else None,
-        )
+        try:
+            row = await self.pool.fetchrow(
+                SQL["upsert"],
+                write.page_id,
+                write.company,
+                write.container,
+                write.title,
+                write.body,
+                list(write.parent_titles),
+                write.now,
+                None if vector is None else vector.astype(np.float32),
+                write.model if vector is not None else None,
+                int(vector.shape[0]) if vector is not None else None,
+            )
+        except asyncpg.ProgramLimitExceededError as err:
+            if "tsvector" not in str(err):
+                raise
+            raise body_too_large_error(str(err)) from None
         assert row is not None
         return _page(row), bool(row["created"])
 

@@ -67,7 +67,7 @@ class Seat:
     unit_chain: Sequence[str] = ()
     timeout: float = 60.0
     turn_id: str = field(default_factory=lambda: f"mcp-{uuid.uuid4().hex[:16]}")
-    """The current turn: set at start, moved by every context read."""
+    """The current turn: set at start, moved by every context read that succeeds."""
 
     def metadata(self, ctx: ServerRequestContext[Any, Any] | None = None) -> tuple[tuple[str, str], ...]:
         """The bearer token: the MCP HTTP request's own ``Authorization`` header when it has one (each
@@ -146,7 +146,6 @@ def build_server(seat: Seat) -> Server[Any]:
         )
 
     async def context_markdown(ctx: ServerRequestContext[Any, Any] | None, turn_id: str, ask: str) -> str:
-        seat.turn_id = turn_id  # reading a turn's context starts that turn
         built = await rpc(
             ctx,
             prefetch.BuildTurnContext,
@@ -159,6 +158,10 @@ def build_server(seat: Seat) -> Server[Any]:
                 unit_chain=list(seat.unit_chain),
             ),
         )
+        # Reading a turn's context starts that turn, once it is read: a read refused (no turn id,
+        # one past its limit) or unanswered leaves the current turn as it was, so later tool calls
+        # without _meta are never refused on a turn id the client did not send.
+        seat.turn_id = turn_id
         return built.markdown or f"(No learned context for this task yet. {built.summary.line})"
 
     async def list_resource_templates(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:

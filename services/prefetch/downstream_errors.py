@@ -10,8 +10,8 @@ from __future__ import annotations
 import grpc
 
 from libs.common.embeddings import EmbeddingError
-from libs.common.errors import AgentLearnError, FieldViolation
-from libs.common.status_details import status_details
+from libs.common.errors import AgentLearnError
+from libs.common.status_details import passthrough as _passthrough
 from libs.common.vectorindex import IndexUnavailable
 from services.prefetch.domain import DOMAIN
 
@@ -50,25 +50,6 @@ def rpc_failure(service: str, err: BaseException) -> str:
 
 def passthrough(service: str, err: grpc.aio.AioRpcError) -> AgentLearnError:
     """The downstream status as our error root, keeping its code, reason, domain, metadata and
-    field violations. A status with no ErrorInfo (the service was not reached at all) is reported
-    under our domain as ``<SERVICE>_<CODE>``."""
-    said = status_details(err)
-    info, bad = said.info, said.bad
-    code = err.code()
-    if info is not None:
-        exc = AgentLearnError(
-            err.details() or code.name,
-            reason=info.reason,
-            domain=info.domain,
-            metadata=dict(info.metadata),
-            violations=[FieldViolation(v.field, v.description) for v in bad.field_violations] if bad else None,
-        )
-    else:
-        exc = AgentLearnError(
-            f"the {service} service did not answer: {code.name} {err.details() or ''}".strip(),
-            reason=f"{service.upper()}_{code.name}",
-            domain=DOMAIN,
-            metadata={"service": service, "code": code.name},
-        )
-    exc.code = code  # the instance mirrors the downstream code (the class default is INTERNAL)
-    return exc
+    field violations (:func:`libs.common.status_details.passthrough`). A status with no ErrorInfo
+    (the service was not reached at all) is reported under our domain as ``<SERVICE>_<CODE>``."""
+    return _passthrough(err, domain=DOMAIN, service=service)

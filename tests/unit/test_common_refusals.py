@@ -10,7 +10,13 @@ import pytest
 from libs.common.errors import AlreadyExists, FailedPrecondition, FieldViolation, InvalidArgument, NotFound, field_error
 from libs.common.not_found import not_found_error, require_found
 from libs.common.request_rules import key_page, time_page
-from libs.common.validation import decode_page_token, decode_time_cursor, encode_page_token, require_page_id
+from libs.common.validation import (
+    decode_page_token,
+    decode_time_cursor,
+    encode_page_token,
+    encode_time_cursor,
+    require_page_id,
+)
 
 
 def test_of_field_names_the_field_under_the_status_it_is_called_on() -> None:
@@ -60,6 +66,16 @@ def test_time_page_resumes_after_the_last_rows_time_and_id() -> None:
     assert page == rows[:2]
     assert decode_time_cursor(token, {"s": 1}, domain="d.test") == rows[1]
     assert time_page(rows, 3, {"s": 1}, lambda r: r[0], lambda r: r[1]) == (rows, "")
+
+
+def test_a_time_cursor_comes_back_for_every_instant_a_timestamp_may_hold() -> None:
+    scope = {"s": 1}
+    first, last = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
+    for time in (first, datetime(1, 1, 1, 0, 0, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC), last):
+        assert decode_time_cursor(encode_time_cursor(time, "r", scope), scope, domain="d.test") == (time, "r")
+    # asyncpg reads those two instants back naive: their cursors are UTC too.
+    for naive, aware in ((datetime.min, first), (datetime.max, last)):
+        assert decode_time_cursor(encode_time_cursor(naive, "r", scope), scope, domain="d.test") == (aware, "r")
 
 
 def test_require_page_id_strips_and_refuses_white_space_inside() -> None:
