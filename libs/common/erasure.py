@@ -11,7 +11,10 @@ on every repeat (a delete of a missing point is a no-op); the orphan sweep remov
 that was down kept.
 
 A person is matched by their identifiers (handle, external id) and the names the request gives, as
-whole words, case-insensitively: "Ana" matches "ask Ana." but not "banana".
+whole words, case-insensitively: "Ana" matches "ask Ana." but not "banana". Identifiers are compared
+the way their owners file them: a platform case-insensitively everywhere (the profiles store it
+lowercased, the reflector keeps the engine's spelling: :func:`platform_key` on both sides), a handle
+or an external id exactly (no owner folds their case: "Carla" and "carla" are two profiles).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ __all__ = [
     "delete_keyed",
     "delete_scope",
     "drop_points",
+    "platform_key",
     "provenance_from_json",
     "provenance_json",
     "provenance_row",
@@ -107,6 +111,13 @@ def _are_escape(term: str) -> str:
     return "".join(c if c.isalnum() else "\\" + c for c in term)
 
 
+def platform_key(platform: str) -> str:
+    """A platform as an erasure compares it: stripped and casefolded. The profiles file a platform
+    lowercased (their names are ASCII, so ``lower`` there is this), while a turn's senders keep the
+    engine's spelling ("Slack"): both sides are compared through this, never as given."""
+    return platform.strip().casefold()
+
+
 @dataclass(frozen=True)
 class Target:
     erasure_id: uuid.UUID
@@ -120,6 +131,11 @@ class Target:
     turn_ids: tuple[str, ...] = ()
     session_ids: tuple[str, ...] = ()
     page_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Normalised once, wherever the target is built (the request, an owner's RPC, the stored
+        # erasure): every owner then compares ``platform`` as ``platform_key`` of its own column.
+        object.__setattr__(self, "platform", platform_key(self.platform))
 
     @property
     def identifiers(self) -> list[str]:
