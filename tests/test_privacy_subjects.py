@@ -80,3 +80,48 @@ async def test_her_profile_goes_whatever_the_case_of_the_platform_the_request_na
     assert await _rows(dsn, "SELECT id, platform FROM counterparty_profiles") == []
     for word in ("carla", EXTERNAL, "euros"):
         assert await _mentions(dsn, word) == {}, word
+
+
+async def test_erased_by_her_external_id_on_a_platform_her_turns_spelt_otherwise(env, dsn, clock):
+    """Her turns came in as {carla, U07XK9Q2, "Slack"}; the request names her user id on "slack".
+    The reflector compared the platform as spelt, collected none of her turns, and her message
+    stayed word for word in the job payload, the episode and the diary while the erasure reported
+    SUCCEEDED. A turn of hers still queued (no episode yet: only the reflector knows it is hers) is
+    not reflected after the erasure. Her handle, which the request did not name, is hers too:
+    nothing keeps it either."""
+    await _submit(env, clock, "run-a1", _from_carla("I prefer the billing export in euros."))
+    await env.submit(clock, "run-d1", "dave", "I prefer the database backups checked daily.")
+    await _submit(env, clock, "run-a2", _from_carla("I prefer the oncall rota in a spreadsheet."), drain=False)
+    before = await _mentions(dsn, "euros")
+    assert {"background_jobs", "episodes", "agent_diary"} <= set(before), before
+    assert await _mentions(dsn, "carla") and await _mentions(dsn, EXTERNAL)
+
+    erasure = await _erase(env, er.ErasureSubject(external_id=EXTERNAL, platform="slack"))
+    await env.harness.drain()  # whatever is still queued runs now
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    reports = {r.owner: r for r in erasure.reports}
+    assert {"run-a1", "run-a2"} <= set(reports["reflector"].turn_ids)
+    for word in ("euros", "spreadsheet", "carla", EXTERNAL):
+        assert await _mentions(dsn, word) == {}, word
+    assert await _rows(dsn, "SELECT id FROM counterparty_profiles WHERE subject_handle = 'carla'") == []
+    assert {"agent_diary", "episodes", "counterparty_profiles"} <= set(await _mentions(dsn, "dave"))
+
+
+async def test_an_episode_names_both_her_identifiers_and_goes_when_her_turn_was_pruned(env, dsn, clock):
+    """The episodist recorded a sender's handle OR external id: once the reflection prune had taken
+    the turn's payload (the only other place her user id sat), an erasure naming her user id did not
+    find the episode holding what she asked."""
+
+    await _submit(env, clock, "run-c1", _from_carla("I prefer the billing export in euros."))
+    [episode] = await _rows(dsn, "SELECT subjects FROM episodes WHERE turn_id = 'run-c1'")
+    assert sorted(episode["subjects"]) == sorted(["carla", EXTERNAL])  # every identifier the engine sent
+    clock.advance(days=31)
+    assert await env.app.passes()["reflection-prune"].run() == 2  # its record and its job
+    clock.advance(seconds=60)
+
+    erasure = await _erase(env, er.ErasureSubject(external_id=EXTERNAL, platform="slack"))
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    assert await _rows(dsn, "SELECT id FROM episodes") == []
+    assert "run-c1" in {t for r in erasure.reports if r.owner == "episodes" for t in r.turn_ids}

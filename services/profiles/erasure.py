@@ -8,6 +8,7 @@ erasure deletes the profiles it observed and the profiles of it; a company's, al
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -33,7 +34,7 @@ SQL = {
     # (ASCII names only, so ``lower`` is the same fold), compared folded all the same. Handles and
     # external ids are filed as given, so they are compared exactly.
     "subject": """
-        SELECT id FROM counterparty_profiles
+        SELECT id, subject_handle, subject_external_id FROM counterparty_profiles
         WHERE company = $1 AND ($3 = '' OR lower(platform) = $3)
           AND (subject_handle = ANY($2::text[]) OR subject_external_id = ANY($2::text[])
                OR subject_key = ANY($2::text[]))""",
@@ -88,13 +89,22 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
         plan.gone = [r["id"] for r in await conn.fetch(SQL[Kind.COMPANY], target.company)]
         return plan
     pattern = target.sql_pattern()
-    plan.gone = [r["id"] for r in await conn.fetch(SQL["subject"], target.company, target.identifiers, target.platform)]
+    hers = list(await conn.fetch(SQL["subject"], target.company, target.identifiers, target.platform))
+    plan.gone = [r["id"] for r in hers]
+    # Her profile pairs her identifiers (filed under the handle, it remembers the external id): the
+    # one the request did not name is hers too, never "another person". Her observations elsewhere
+    # and the idempotency keys (``...:profiler:<platform>/<handle or external id>``) are matched by
+    # every identifier of hers, so a request naming her external id alone still takes the keys
+    # filed under her handle.
+    paired = sorted({x for r in hers for x in (r["subject_handle"], r["subject_external_id"]) if x})
+    ids = sorted({*target.identifiers, *paired})
+    keys = dataclasses.replace(target, names=(*target.names, *paired)).sql_pattern()
     plan.changed = {r["id"] for r in await conn.fetch(SQL["naming"], target.company, pattern, plan.gone)}
-    for r in await conn.fetch(SQL["resting"], target.company, target.identifiers, pattern, plan.gone):
+    for r in await conn.fetch(SQL["resting"], target.company, ids, pattern, plan.gone):
         plan.observations[r["profile_id"]].append(r["id"])
         plan.changed.add(r["profile_id"])
     plan.keys = [
-        (r["request_id"], r["observer"]) for r in await conn.fetch(SQL["requests_subject"], target.company, pattern)
+        (r["request_id"], r["observer"]) for r in await conn.fetch(SQL["requests_subject"], target.company, keys)
     ]
     return plan
 

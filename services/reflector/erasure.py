@@ -18,7 +18,16 @@ import asyncpg
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common.config import PrivacyConfig
-from libs.common.erasure import Kind, Report, Target, delete_keyed, retention_cutoffs, run_once, scope_rows
+from libs.common.erasure import (
+    Kind,
+    Report,
+    Target,
+    delete_keyed,
+    platform_key,
+    retention_cutoffs,
+    run_once,
+    scope_rows,
+)
 from services.reflector.domain import JOB_KIND, ROUND_SUFFIX, run_id_of, turn_id_of
 
 __all__ = ["OWNER", "erase", "find", "prune_retention"]
@@ -47,12 +56,14 @@ SQL = {
 
 
 def _carries(turn: pb.TurnCompleted, target: Target) -> bool:
-    """The turn carried the person's messages (they are a sender)."""
+    """The turn carried the person's messages (they are a sender): a sender whose handle or
+    external id is one of theirs, on their platform. The payload keeps the engine's spelling of the
+    platform ("Slack"), the target a folded one: compared through ``platform_key``."""
     ident = set(target.identifiers)
     for inter in turn.interactions:
         sender = inter.sender
         if (sender.handle in ident or sender.external_id in ident) and (
-            not target.platform or not sender.platform or sender.platform == target.platform
+            not target.platform or not sender.platform or platform_key(sender.platform) == target.platform
         ):
             return True
     return False
