@@ -11,6 +11,8 @@ privacy service's erasure worker.
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 import pytest
 
@@ -125,3 +127,44 @@ async def test_an_episode_names_both_her_identifiers_and_goes_when_her_turn_was_
     assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
     assert await _rows(dsn, "SELECT id FROM episodes") == []
     assert "run-c1" in {t for r in erasure.reports if r.owner == "episodes" for t in r.turn_ids}
+
+
+async def _note(env: Env, content: str, turn_id: str, *people: er.ErasureSubject) -> str:
+    """A long-tier lesson of ana's from the persist decider, resting on ``people``' messages in
+    ``turn_id`` (a turn the erasure does not collect: its payload and episode are gone)."""
+    from agentlearn.common.v1 import provenance_pb2
+    from agentlearn.diary.v1 import diary_service_pb2 as d_pb
+
+    resp = await env.diary.WriteNote(
+        d_pb.WriteNoteRequest(
+            company="acme",
+            seat="ana",
+            content=content,
+            tier=d_pb.NOTE_TIER_LONG,
+            source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+            turn_id=turn_id,
+            provenance=provenance_pb2.Provenance(turn_ids=[turn_id], subjects=list(people)),
+        )
+    )
+    return resp.note.id
+
+
+async def test_a_note_resting_on_her_alone_is_deleted_whichever_identifier_the_request_names(env, dsn):
+    """Its provenance names her by handle and user id; the request by handle. Her user id was taken
+    for another person, the note kept as "shared" with its text, and her user id left in its
+    provenance. A note resting on her and Dave keeps its text and loses every identifier of hers."""
+    carla = er.ErasureSubject(handle="carla", external_id=EXTERNAL, platform="Slack")
+    dave = er.ErasureSubject(handle="dave", external_id="U0DAVE01", platform="slack")
+    alone = await _note(env, "The billing export goes out in euros.", "run-old-1", carla)
+    shared = await _note(env, "Weekly digests go out on Mondays.", "run-old-2", carla, dave)
+
+    erasure = await _erase(env, er.ErasureSubject(handle="carla", platform="slack"))
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    diary = {t.table: t for r in erasure.reports if r.owner == "diary" for t in r.tables}
+    assert list(diary["agent_diary"].ids) == [alone]
+    assert list(diary["note_provenance"].ids) == [shared] and diary["note_provenance"].changed == 1
+    notes = await _rows(dsn, "SELECT d.id, p.subjects FROM agent_diary d JOIN note_provenance p ON p.note_id = d.id")
+    assert notes == [{"id": uuid.UUID(shared), "subjects": ["U0DAVE01", "dave"]}]
+    for word in ("carla", EXTERNAL, "euros"):
+        assert await _mentions(dsn, word) == {}, word
