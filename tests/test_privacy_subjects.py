@@ -168,3 +168,71 @@ async def test_a_note_resting_on_her_alone_is_deleted_whichever_identifier_the_r
     assert notes == [{"id": uuid.UUID(shared), "subjects": ["U0DAVE01", "dave"]}]
     for word in ("carla", EXTERNAL, "euros"):
         assert await _mentions(dsn, word) == {}, word
+
+
+async def test_a_promotion_draft_naming_her_among_its_people_is_erased(env, dsn, clock):
+    """Drafts were matched by run id only: one whose runs were not collected as hers (past
+    retention) but whose record names her among the people they answered stayed, and a Confluence
+    draft's record kept {"handle": "carla"} (GetDraftProvenance returned it)."""
+    import json
+
+    import grpc
+
+    from agentlearn.common.v1 import provenance_pb2
+    from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb
+    from libs.common.erasure import provenance_json
+
+    await _submit(env, clock, "run-c1", _from_carla("Please rotate the keys."))
+    people = [er.ErasureSubject(handle=h) for h in ("carla", EXTERNAL, "dave")]  # as the episodes name them
+    native = await env.knowledge.WritePromotionDraft(
+        kn_pb.WritePromotionDraftRequest(
+            company="acme",
+            unit="platform",
+            container_key="team",
+            title="Team routine: rotate keys (0001)",
+            body="1. Rotate the keys.\n",
+            sources=[kn_pb.DraftSource(seat="ana", turn_id="run-x1"), kn_pb.DraftSource(seat="ben", turn_id="run-x2")],
+            provenance=provenance_pb2.Provenance(model="m-1", subjects=people),
+        )
+    )
+    assert native.created
+
+    async def confluence(page_id: str, title: str, sources: list[tuple[str, str]]) -> None:
+        prov = provenance_pb2.Provenance(turn_ids=[t for _, t in sources], subjects=people, writer="skill_promotion")
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(
+                """INSERT INTO draft_provenance (company, page_id, backend, container, title, unit, seats, turn_ids,
+                                                 sources, provenance, record_time)
+                   VALUES ('acme', $1, 'confluence', 'team', $2, 'platform', $3, $4, $5::jsonb, $6::jsonb, now())""",
+                page_id,
+                title,
+                sorted({s for s, _ in sources}),
+                [t for _, t in sources],
+                json.dumps([{"seat": s, "turn_id": t} for s, t in sources]),
+                provenance_json(prov),
+            )
+        finally:
+            await conn.close()
+
+    # The page is the customer's; the record is ours. One rests on her run and Dave's, one on hers
+    # alone, one on Dave's with a title naming her.
+    await confluence("CONF-1", "Team routine: key rotation (0002)", [("ana", "run-c1"), ("ben", "run-d9")])
+    await confluence("CONF-2", "Team routine: key audit (0003)", [("ana", "run-c1")])
+    await confluence("CONF-3", "Team routine: ask Carla (0004)", [("ben", "run-d9")])
+
+    erasure = await _erase(env, er.ErasureSubject(handle="carla", platform="slack"), ("Carla Moreno",))
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    knowledge = {t.table: t for r in erasure.reports if r.owner == "knowledge" for t in r.tables}
+    assert sorted(knowledge["draft_provenance"].ids) == sorted(["CONF-1", "CONF-2", "CONF-3", native.page_id])
+    assert knowledge["draft_provenance"].changed == 1 and knowledge["knowledge_pages"].ids == [native.page_id]
+    for page_id in (native.page_id, "CONF-2", "CONF-3"):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await env.knowledge.GetDraftProvenance(kn_pb.GetDraftProvenanceRequest(company="acme", page_id=page_id))
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND, page_id
+    kept = await env.knowledge.GetDraftProvenance(kn_pb.GetDraftProvenanceRequest(company="acme", page_id="CONF-1"))
+    assert [(s.seat, s.turn_id) for s in kept.sources] == [("ben", "run-d9")]
+    assert list(kept.provenance.turn_ids) == ["run-d9"] and not kept.provenance.subjects
+    for word in ("carla", EXTERNAL):
+        assert await _mentions(dsn, word) == {}, word
