@@ -236,3 +236,27 @@ async def test_a_promotion_draft_naming_her_among_its_people_is_erased(env, dsn,
     assert list(kept.provenance.turn_ids) == ["run-d9"] and not kept.provenance.subjects
     for word in ("carla", EXTERNAL):
         assert await _mentions(dsn, word) == {}, word
+
+
+async def test_a_turn_of_hers_redelivered_after_the_erasure_is_not_reflected_again(env, dsn, clock):
+    """Her turn was still queued when the erasure ran: its job was deleted, and the job row is the
+    only duplicate gate, so the engine's retry of SubmitTurn queued the whole turn again and
+    everything of hers was derived anew after a SUCCEEDED erasure."""
+    message = _from_carla("I prefer the billing export in euros.")
+    await env.submit(clock, "run-d1", "dave", "I prefer the database backups checked daily.")
+    await _submit(env, clock, "run-r1", message, drain=False)
+
+    erasure = await _erase(env, er.ErasureSubject(handle="carla", platform="slack"))
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    # The engine did not hear back and sends the same turn again.
+    again = await env.reflector.SubmitTurn(
+        rf_pb.SubmitTurnRequest(turn=turn("run-r1", now=clock.now(), messages=[message]))
+    )
+    await env.harness.drain()
+
+    assert not again.queued
+    for word in ("euros", "carla", EXTERNAL):
+        assert await _mentions(dsn, word) == {}, word
+    [job] = await _rows(dsn, "SELECT state, length(payload) AS size FROM background_jobs WHERE key LIKE '%run-r1'")
+    assert job == {"state": "done", "size": 0}
+    assert "agent_diary" in await _mentions(dsn, "dave")  # Dave's turn was reflected

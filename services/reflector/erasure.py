@@ -5,8 +5,11 @@ workers' outcomes) and its job in the shared queue (kind ``reflection``), whose 
 serialized ``TurnCompleted`` — the person's messages, verbatim. A person's turns are found by
 reading those payloads (a sender with their handle or external id, or text that names them):
 that is the collection pass the coordinator starts from. Erasing them deletes the records and
-keeps no copy of the text: a finished job keeps its row (it is the durable "reflected once" gate)
-with an empty payload; a job not yet run is deleted, so it never writes anything derived from them.
+keeps no copy of the text: every job of theirs keeps its row (it is the durable "reflected once"
+gate) with an empty payload, and one not yet run is closed as finished, so it never writes
+anything derived from them and a redelivery of the turn (the engine retrying SubmitTurn) is
+refused as a duplicate instead of being reflected again. A seat's or a company's erasure deletes
+the rows.
 """
 
 from __future__ import annotations
@@ -50,8 +53,17 @@ SQL = {
     "jobs_past": f"""
         DELETE FROM background_jobs
         WHERE kind = '{JOB_KIND}' AND company = $1 AND state IN ('done', 'dead', 'interrupted') AND create_time < $2""",
-    # A finished job keeps its row (the duplicate gate) and loses the turn's text.
-    "empty_jobs": "UPDATE background_jobs SET payload = ''::bytea WHERE id = ANY($1::bigint[])",
+    # A job of her turn keeps its row (the duplicate gate: a redelivered SubmitTurn of the same run
+    # finds it and queues nothing) and loses the turn's text. One not run yet is closed as finished
+    # ($2: the erasure's time), so no worker claims it; a worker holding it loses its claim (its
+    # finish is guarded by the claim) and what it already wrote is the next round's.
+    "empty_jobs": """
+        UPDATE background_jobs
+        SET payload = ''::bytea, state = CASE WHEN state IN ('queued', 'running') THEN 'done' ELSE state END,
+            finish_time = coalesce(finish_time, $2), reason = CASE WHEN state IN ('queued', 'running')
+                THEN 'erased before it was reflected' ELSE reason END,
+            locked_by = NULL, locked_until = NULL
+        WHERE id = ANY($1::bigint[])""",
 }
 
 
@@ -136,11 +148,13 @@ async def find(pool: asyncpg.Pool, target: Target) -> Report:
 async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
         jobs, records, theirs = await _plan(conn, target)
-        whole = target.kind is not Kind.SUBJECT
-        finished = [j["id"] for j in jobs if j["state"] in ("done", "dead", "interrupted") and not whole]
-        dropped = [j["id"] for j in jobs if j["id"] not in set(finished)]
-        await conn.execute(SQL["empty_jobs"], finished)
-        await conn.execute(SQL["delete_jobs"], dropped)
+        if target.kind is Kind.SUBJECT:
+            # Every job of hers stays as an emptied, finished row: deleting a queued one let an
+            # engine's retry of SubmitTurn queue the whole turn again, and everything of hers was
+            # derived anew after an erasure that had succeeded.
+            await conn.execute(SQL["empty_jobs"], [j["id"] for j in jobs], now)
+        else:  # a seat's or a company's: the rows go (the seat, the company, is gone)
+            await conn.execute(SQL["delete_jobs"], [j["id"] for j in jobs])
         await delete_keyed(conn, "reflections", target.company, records)
         return _report(target, jobs, records, theirs)
 
