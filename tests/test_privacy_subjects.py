@@ -260,3 +260,41 @@ async def test_a_turn_of_hers_redelivered_after_the_erasure_is_not_reflected_aga
     [job] = await _rows(dsn, "SELECT state, length(payload) AS size FROM background_jobs WHERE key LIKE '%run-r1'")
     assert job == {"state": "done", "size": 0}
     assert "agent_diary" in await _mentions(dsn, "dave")  # Dave's turn was reflected
+
+
+async def test_a_request_naming_her_handle_also_erases_the_user_id_her_turns_came_under(env, dsn, clock):
+    """Rows derived from the episodes name people by bare strings (a skill's or a draft's
+    provenance: her handle and her user id side by side, unpaired). The collection pass now learns
+    her user id from the senders and profiles that pair it with the handle the request names, and
+    every owner is asked about both: a skill resting on her turn and Dave's keeps Dave alone."""
+    from agentlearn.common.v1 import provenance_pb2
+    from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
+    from tests.support.skills import skill_request
+
+    await _submit(env, clock, "run-c1", _from_carla("I prefer the billing export in euros."))
+    await env.submit(clock, "run-d1", "dave", "I prefer the database backups checked daily.")
+    runs = ["run-c1", "run-d1"]
+    people = [er.ErasureSubject(handle=h) for h in ("carla", EXTERNAL, "dave")]  # as the skills pass writes them
+    provenance = provenance_pb2.Provenance(turn_ids=runs, subjects=people, writer="skill_synthesis:clustered")
+    request = skill_request(
+        "ana", "weekly-export", "use for exports", "# Export\n\n1. Export.\n", ["sql_query", "csv_export"], runs,
+        trigger=sk_pb.SKILL_TRIGGER_CLUSTERED, cluster_size=2, provenance=provenance,
+    )  # fmt: skip
+    skill = (await env.skills.CreateSkill(request)).skill
+
+    erasure = await _erase(env, er.ErasureSubject(handle="carla", platform="slack"))
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    prov = (
+        await env.skills.GetSkillProvenance(
+            sk_pb.GetSkillProvenanceRequest(company="acme", seat="ana", skill_id=skill.id)
+        )
+    ).provenance
+    assert [s.handle for s in prov.subjects] == ["dave"] and list(prov.turn_ids) == ["run-d1"]
+    stored = await _rows(dsn, "SELECT provenance::text AS p FROM synthesized_skills")
+    assert len(stored) == 1 and EXTERNAL not in stored[0]["p"] and "carla" not in stored[0]["p"]
+    for word in ("carla", EXTERNAL, "euros"):
+        assert await _mentions(dsn, word) == {}, word
+    # The audit keeps no identifier of hers, the one the collection found included.
+    audit = await _rows(dsn, "SELECT coalesce(target::text, '') || reports::text || residues::text AS t FROM erasures")
+    assert audit and all(EXTERNAL not in a["t"] and "carla" not in a["t"] for a in audit)

@@ -131,6 +131,10 @@ class Target:
     turn_ids: tuple[str, ...] = ()
     session_ids: tuple[str, ...] = ()
     page_ids: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    """The person's other identifiers, found by the collection pass recorded together with the
+    handle or external id the request named (a sender's handle beside its external id on the
+    platform): the same person, matched as ``handle`` and ``external_id`` are."""
 
     def __post_init__(self) -> None:
         # Normalised once, wherever the target is built (the request, an owner's RPC, the stored
@@ -139,8 +143,9 @@ class Target:
 
     @property
     def identifiers(self) -> list[str]:
-        """The person's handle and external id (what structured columns hold)."""
-        return [x for x in (self.handle, self.external_id) if x]
+        """The person's handle, external id and aliases (what structured columns hold): every one
+        of them is this person, never another one."""
+        return list(dict.fromkeys(x for x in (self.handle, self.external_id, *self.aliases) if x))
 
     @property
     def terms(self) -> list[str]:
@@ -188,6 +193,10 @@ class Report:
     """Vector points to remove, by collection (kept in the owner's record so a repeat removes them
     again)."""
     index_points_pending: int = 0
+    aliases: set[str] = field(default_factory=set)
+    """Identifiers of the person this owner keeps recorded with one the target names (collection
+    pass). Answered over the RPC only: never in ``to_json`` (the owner's record, the audit's
+    receipt and residues name no person)."""
 
     def add(self, table: str, ids: Iterable[object], *, changed: bool = False) -> None:
         named = [str(i) for i in ids]
@@ -282,6 +291,7 @@ def target_from_proto(msg: erasure_pb2.ErasureTarget, *, domain: str) -> Target:
         turn_ids=tuple(dict.fromkeys(msg.turn_ids)),
         session_ids=tuple(dict.fromkeys(msg.session_ids)),
         page_ids=tuple(dict.fromkeys(msg.page_ids)),
+        aliases=tuple(dict.fromkeys(msg.aliases)) if kind is Kind.SUBJECT else (),
     )
 
 
@@ -298,6 +308,7 @@ def target_to_proto(target: Target) -> erasure_pb2.ErasureTarget:
         turn_ids=list(target.turn_ids),
         session_ids=list(target.session_ids),
         page_ids=list(target.page_ids),
+        aliases=list(target.aliases),
     )
 
 
@@ -312,6 +323,7 @@ def report_to_proto(report: Report) -> erasure_pb2.ErasureReport:
         session_ids=sorted(report.session_ids),
         page_ids=sorted(report.page_ids),
         index_points_pending=report.index_points_pending,
+        aliases=sorted(report.aliases),
     )
 
 
@@ -323,6 +335,7 @@ def report_from_proto(msg: erasure_pb2.ErasureReport) -> Report:
         session_ids=set(msg.session_ids),
         page_ids=set(msg.page_ids),
         index_points_pending=msg.index_points_pending,
+        aliases=set(msg.aliases),
     )
 
 

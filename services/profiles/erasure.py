@@ -3,8 +3,10 @@ of the person is deleted (on the named platform, or every platform), with its ob
 person's profile loses what rests on the erased person, found through the recorded provenance of
 its observations (exact: an observation derived from their messages names them), and what names
 them in text: the observations resting on or naming them are deleted, and an entry goes when one
-of those observations stated it and no remaining observation does, or when it names them. A seat's
-erasure deletes the profiles it observed and the profiles of it; a company's, all of them."""
+of those observations stated it and no remaining observation does, or when it names them. A
+profile of theirs pairs their handle with their external id: the other one is theirs too, and the
+collection pass is told it (``Report.aliases``) so every owner matches it. A seat's erasure deletes
+the profiles it observed and the profiles of it; a company's, all of them."""
 
 from __future__ import annotations
 
@@ -73,6 +75,8 @@ class _Plan:
         """Observations deleted, by the profile they were merged into."""
         self.keys: list[tuple[str, str]] = []
         """Idempotency keys naming the person: (request id, observer)."""
+        self.aliases: set[str] = set()
+        """Her identifiers her profiles pair with the ones the target names (collection pass)."""
 
 
 def _digests(keys: list[tuple[str, str]]) -> list[str]:
@@ -97,6 +101,7 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
     # every identifier of hers, so a request naming her external id alone still takes the keys
     # filed under her handle.
     paired = sorted({x for r in hers for x in (r["subject_handle"], r["subject_external_id"]) if x})
+    plan.aliases = set(paired) - set(target.identifiers)
     ids = sorted({*target.identifiers, *paired})
     keys = dataclasses.replace(target, names=(*target.names, *paired)).sql_pattern()
     plan.changed = {r["id"] for r in await conn.fetch(SQL["naming"], target.company, pattern, plan.gone)}
@@ -120,6 +125,7 @@ def _report(plan: _Plan, *, finding: bool) -> Report:
         report.add("profile_observations", sorted(observations, key=str))
     if plan.keys:
         report.add("profile_requests", _digests(plan.keys))
+    report.aliases.update(plan.aliases)
     return report
 
 
