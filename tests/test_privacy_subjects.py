@@ -298,3 +298,33 @@ async def test_a_request_naming_her_handle_also_erases_the_user_id_her_turns_cam
     # The audit keeps no identifier of hers, the one the collection found included.
     audit = await _rows(dsn, "SELECT coalesce(target::text, '') || reports::text || residues::text AS t FROM erasures")
     assert audit and all(EXTERNAL not in a["t"] and "carla" not in a["t"] for a in audit)
+
+
+async def test_the_caches_holding_her_words_are_emptied_by_the_erasure(make_settings, dsn, clock, edge_index):
+    """The query-vector cache (4,096 queries, no expiry: the prefetch embeds a turn's ask word for
+    word) and the prefetch's content words of note texts outlived her erasure in memory. Every
+    owner's EraseRows now empties this process's caches of text."""
+    from agentlearn.diary.v1 import diary_service_pb2 as d_pb
+    from agentlearn.prefetch.v1 import prefetch_service_pb2 as pf_pb
+    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
+    from services.prefetch.text import _content_words
+
+    embedder = LocalMiniLMEmbedder(query_cache_entries=64)  # as a deployment runs it (4,096 by default)
+    embedder.load()
+    settings = make_settings(companies={"acme": {"roles": {"swe": {"knowledge_containers": ["team"]}}}})
+    async with open_app(settings, dsn, names=NAMES, clock=clock, embedder=embedder, index=edge_index) as app:
+        env = Env(app)
+        await _submit(env, clock, "run-q1", _from_carla("I prefer the billing export in euros."))
+        ask = "Carla asked for the billing export in euros again"
+        await env.diary.RecallNotes(d_pb.RecallNotesRequest(company="acme", seat="ana", query=ask))
+        await env.prefetch.BuildTurnContext(
+            pf_pb.BuildTurnContextRequest(company="acme", seat="ana", role="swe", turn_id="run-q2", ask=ask)
+        )
+        assert embedder.query_cache is not None and len(embedder.query_cache) > 0
+        assert _content_words.cache_info().currsize > 0
+
+        erasure = await _erase(env, er.ErasureSubject(handle="carla", platform="slack"), ("Carla",))
+
+        assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+        assert len(embedder.query_cache) == 0
+        assert _content_words.cache_info().currsize == 0
