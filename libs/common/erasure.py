@@ -14,7 +14,10 @@ A person is matched by their identifiers (handle, external id) and the names the
 whole words, case-insensitively: "Ana" matches "ask Ana." but not "banana". Identifiers are compared
 the way their owners file them: a platform case-insensitively everywhere (the profiles store it
 lowercased, the reflector keeps the engine's spelling: :func:`platform_key` on both sides), a handle
-or an external id exactly (no owner folds their case: "Carla" and "carla" are two profiles).
+or an external id exactly (no owner folds their case: "Carla" and "carla" are two profiles). A
+handle and an external id recorded together for one sender are one person: the coordinator's
+collection pass finds the ones the request did not name (``Target.aliases``) and every owner
+matches them as its own.
 """
 
 from __future__ import annotations
