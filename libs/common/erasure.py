@@ -11,7 +11,13 @@ on every repeat (a delete of a missing point is a no-op); the orphan sweep remov
 that was down kept.
 
 A person is matched by their identifiers (handle, external id) and the names the request gives, as
-whole words, case-insensitively: "Ana" matches "ask Ana." but not "banana".
+whole words, case-insensitively: "Ana" matches "ask Ana." but not "banana". Identifiers are compared
+the way their owners file them: a platform case-insensitively everywhere (the profiles store it
+lowercased, the reflector keeps the engine's spelling: :func:`platform_key` on both sides), a handle
+or an external id exactly (no owner folds their case: "Carla" and "carla" are two profiles). A
+handle and an external id recorded together for one sender are one person: the coordinator's
+collection pass finds the ones the request did not name (``Target.aliases``) and every owner
+matches them as its own.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ __all__ = [
     "delete_keyed",
     "delete_scope",
     "drop_points",
+    "platform_key",
     "provenance_from_json",
     "provenance_json",
     "provenance_row",
@@ -107,6 +114,13 @@ def _are_escape(term: str) -> str:
     return "".join(c if c.isalnum() else "\\" + c for c in term)
 
 
+def platform_key(platform: str) -> str:
+    """A platform as an erasure compares it: stripped and casefolded. The profiles file a platform
+    lowercased (their names are ASCII, so ``lower`` there is this), while a turn's senders keep the
+    engine's spelling ("Slack"): both sides are compared through this, never as given."""
+    return platform.strip().casefold()
+
+
 @dataclass(frozen=True)
 class Target:
     erasure_id: uuid.UUID
@@ -120,11 +134,21 @@ class Target:
     turn_ids: tuple[str, ...] = ()
     session_ids: tuple[str, ...] = ()
     page_ids: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    """The person's other identifiers, found by the collection pass recorded together with the
+    handle or external id the request named (a sender's handle beside its external id on the
+    platform): the same person, matched as ``handle`` and ``external_id`` are."""
+
+    def __post_init__(self) -> None:
+        # Normalised once, wherever the target is built (the request, an owner's RPC, the stored
+        # erasure): every owner then compares ``platform`` as ``platform_key`` of its own column.
+        object.__setattr__(self, "platform", platform_key(self.platform))
 
     @property
     def identifiers(self) -> list[str]:
-        """The person's handle and external id (what structured columns hold)."""
-        return [x for x in (self.handle, self.external_id) if x]
+        """The person's handle, external id and aliases (what structured columns hold): every one
+        of them is this person, never another one."""
+        return list(dict.fromkeys(x for x in (self.handle, self.external_id, *self.aliases) if x))
 
     @property
     def terms(self) -> list[str]:
@@ -172,6 +196,10 @@ class Report:
     """Vector points to remove, by collection (kept in the owner's record so a repeat removes them
     again)."""
     index_points_pending: int = 0
+    aliases: set[str] = field(default_factory=set)
+    """Identifiers of the person this owner keeps recorded with one the target names (collection
+    pass). Answered over the RPC only: never in ``to_json`` (the owner's record, the audit's
+    receipt and residues name no person)."""
 
     def add(self, table: str, ids: Iterable[object], *, changed: bool = False) -> None:
         named = [str(i) for i in ids]
@@ -266,6 +294,7 @@ def target_from_proto(msg: erasure_pb2.ErasureTarget, *, domain: str) -> Target:
         turn_ids=tuple(dict.fromkeys(msg.turn_ids)),
         session_ids=tuple(dict.fromkeys(msg.session_ids)),
         page_ids=tuple(dict.fromkeys(msg.page_ids)),
+        aliases=tuple(dict.fromkeys(msg.aliases)) if kind is Kind.SUBJECT else (),
     )
 
 
@@ -282,6 +311,7 @@ def target_to_proto(target: Target) -> erasure_pb2.ErasureTarget:
         turn_ids=list(target.turn_ids),
         session_ids=list(target.session_ids),
         page_ids=list(target.page_ids),
+        aliases=list(target.aliases),
     )
 
 
@@ -296,6 +326,7 @@ def report_to_proto(report: Report) -> erasure_pb2.ErasureReport:
         session_ids=sorted(report.session_ids),
         page_ids=sorted(report.page_ids),
         index_points_pending=report.index_points_pending,
+        aliases=sorted(report.aliases),
     )
 
 
@@ -307,6 +338,7 @@ def report_from_proto(msg: erasure_pb2.ErasureReport) -> Report:
         session_ids=set(msg.session_ids),
         page_ids=set(msg.page_ids),
         index_points_pending=msg.index_points_pending,
+        aliases=set(msg.aliases),
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
+from libs.common import text_caches
 from libs.common.clock import Clock
 from libs.common.erasure import Report, Target, report_to_proto, target_from_proto
 from libs.common.rpctypes import ServicerContext
@@ -112,6 +113,9 @@ class ErasureRpcs:
     async def EraseRows(self, request: Any, context: ServicerContext) -> Any:
         calls = self._erasure_calls
         report = await calls.erase(target_from_proto(request.target, domain=calls.domain))
+        # This process's in-memory caches of people's text (query vectors, note words) are emptied
+        # once the rows are gone, so nothing of the erased text outlives the erasure in them.
+        text_caches.clear_all()
         return calls.erase_response(report=report_to_proto(report))
 
     async def FindRows(self, request: Any, context: ServicerContext) -> Any:

@@ -4,9 +4,11 @@ deleted with their vectors and their fill pieces.
 
 A note resting on several people (a shared lesson: its provenance names others too) that does not
 name the person and was not written from a turn or session of theirs keeps its text and loses them
-as a source (their identifiers and run ids leave its provenance): a note is one short sentence
-with no quotation, so text that does not name them carries no words of theirs, only a lesson the
-others taught as well. Re-deriving it by a model would write the same sentence from the same
+as a source (their provenance entries, with every identifier in them, and their run ids leave its
+provenance); one resting on them alone is deleted, whichever of their identifiers the request names
+(a provenance entry holds a sender's handle and external id together: one person). A note is one
+short sentence with no quotation, so text that does not name them carries no words of theirs, only
+a lesson the others taught as well. Re-deriving it by a model would write the same sentence from the same
 remaining sources; its vector (of the unchanged text) stays as it is."""
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from datetime import datetime
 
 import asyncpg
 
-from agentlearn.common.v1 import provenance_pb2
+from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from libs.common.config import PrivacyConfig
 from libs.common.embeddings import Embedder
 from libs.common.erasure import (
@@ -41,22 +43,20 @@ __all__ = ["OWNER", "erase", "find", "provenance", "prune_retention", "record_pr
 OWNER = "diary"
 
 SQL = {
-    # ``shared``: a note resting on several people (its provenance names others too) that neither
-    # names her in its text, nor was written from a turn or session of hers: it keeps its text and
-    # loses her as a source. Every other note found is deleted.
+    # ``theirs``: a note written from a turn or session of hers, or naming her in its text: deleted
+    # whatever else it rests on. Whether another person's messages taught it too is read from the
+    # provenance's subjects (``_shared``), never from the flat ``subjects`` column: that holds a
+    # person's handle and external id side by side, and her own second identifier is not another
+    # person.
     Kind.SUBJECT: """
         SELECT d.id, d.embedding_dims, p.provenance,
-               (NOT coalesce(d.turn_id = ANY($2::text[]), false) AND NOT d.content ~* $3
-                AND NOT coalesce(p.provenance->>'session_id' = ANY($5::text[]), false)
-                AND EXISTS (SELECT 1 FROM unnest(coalesce(p.subjects, '{}')) s WHERE s <> ALL($4::text[])))
-               AS shared
+               (coalesce(d.turn_id = ANY($2::text[]), false) OR d.content ~* $3
+                OR coalesce(p.provenance->>'session_id' = ANY($5::text[]), false)) AS theirs
         FROM agent_diary d LEFT JOIN note_provenance p ON p.note_id = d.id AND p.company = $1
         WHERE d.company = $1 AND (d.turn_id = ANY($2::text[]) OR d.content ~* $3 OR p.subjects && $4::text[]
                OR p.provenance->>'session_id' = ANY($5::text[]))""",
-    "unsource": """
-        UPDATE note_provenance SET subjects = ARRAY(SELECT s FROM unnest(subjects) s WHERE s <> ALL($2::text[])),
-                                   provenance = $3::jsonb
-        WHERE note_id = $1""",
+    # The flat column is rebuilt from the provenance left (every identifier of each remaining person).
+    "unsource": "UPDATE note_provenance SET subjects = $2, provenance = $3::jsonb WHERE note_id = $1",
     "past_retention": """
         DELETE FROM agent_diary WHERE company = $1 AND create_time < $2 RETURNING id, embedding_dims""",
     "record": """
@@ -84,22 +84,33 @@ async def _rows(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list
     return await scope_rows(conn, target, "agent_diary", "id, embedding_dims")
 
 
-def _shared(row: asyncpg.Record) -> bool:
-    return bool(row.get("shared"))
+def _hers(subject: erasure_pb2.ErasureSubject, target: Target) -> bool:
+    """A provenance subject is the person when its handle or its external id is one of theirs (a
+    note names a person by either, on any platform): the entry's other identifier is theirs too."""
+    ident = set(target.identifiers)
+    return subject.handle in ident or subject.external_id in ident
 
 
-def _without(provenance: str | None, target: Target) -> str:
-    """The provenance without the person: their identifiers leave ``subjects``, their run ids leave
-    ``turn_ids``."""
+def _shared(row: asyncpg.Record, target: Target) -> bool:
+    """Kept without her: a note a subject erasure found that is not ``theirs`` and whose provenance
+    names another person too. A note resting on her alone (every subject hers) is deleted."""
+    if target.kind is not Kind.SUBJECT or row["theirs"]:
+        return False
+    return any(not _hers(s, target) for s in provenance_from_json(row["provenance"]).subjects)
+
+
+def _without(provenance: str | None, target: Target) -> provenance_pb2.Provenance:
+    """The provenance without the person: their entries (with every identifier in them) leave
+    ``subjects``, their run ids leave ``turn_ids``."""
     msg = provenance_from_json(provenance)
-    ident, turns = set(target.identifiers), set(target.turn_ids)
-    kept = [s for s in msg.subjects if s.handle not in ident and s.external_id not in ident]
+    turns = set(target.turn_ids)
+    kept = [s for s in msg.subjects if not _hers(s, target)]
     del msg.subjects[:]
     msg.subjects.extend(kept)
     runs = [t for t in msg.turn_ids if t not in turns]
     del msg.turn_ids[:]
     msg.turn_ids.extend(runs)
-    return provenance_json(msg)
+    return msg
 
 
 async def find(
@@ -109,9 +120,9 @@ async def find(
     notes or near the person's names whose notes name them (``verify_index``)."""
     report = Report(OWNER)
     rows = await _rows(pool, target)
-    if gone := [r["id"] for r in rows if not _shared(r)]:
+    if gone := [r["id"] for r in rows if not _shared(r, target)]:
         report.add("agent_diary", gone)
-    if shared := [r["id"] for r in rows if _shared(r)]:
+    if shared := [r["id"] for r in rows if _shared(r, target)]:
         report.add("note_provenance", shared, changed=True)
     await verify_index(pool, index, embedder, OWNER, COLLECTION_BASE, "agent_diary", "content", target, report)
     return report
@@ -121,10 +132,11 @@ async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, n
     async def work(conn: asyncpg.Connection) -> Report:
         report = Report(OWNER)
         rows = await _rows(conn, target)
-        await delete_indexed(conn, report, "agent_diary", COLLECTION_BASE, [r for r in rows if not _shared(r)])
-        shared = [r for r in rows if _shared(r)]
+        await delete_indexed(conn, report, "agent_diary", COLLECTION_BASE, [r for r in rows if not _shared(r, target)])
+        shared = [r for r in rows if _shared(r, target)]
         for row in shared:
-            await conn.execute(SQL["unsource"], row["id"], target.identifiers, _without(row["provenance"], target))
+            left = _without(row["provenance"], target)
+            await conn.execute(SQL["unsource"], row["id"], provenance_subjects(left), provenance_json(left))
         if shared:
             report.add("note_provenance", [r["id"] for r in shared], changed=True)
         return report

@@ -7,8 +7,12 @@ Promotion drafts are found through their recorded provenance too (``draft_proven
 exact where text matching is not: a draft distilled from runs that include one of the person's
 turns (or, for a seat, one of the seat's runs) may quote what was asked without naming anyone, so
 a native draft resting on them is deleted with its record (deleting is always correct: the pass
-drafts it again if the team converges again). Confluence pages are the customer's own system and
-are not touched: the record of such a draft loses the person's (or seat's) runs."""
+drafts it again if the team converges again). A draft whose record names the person among the
+people its runs answered (``provenance.subjects``), or in its title, is theirs the same way, even
+when none of its runs was collected as theirs (their reflection and episodes past retention).
+Confluence pages are the customer's own system and are not touched: the record of such a draft
+loses the person's (or seat's) runs and its list of people; a record resting on them alone, or
+whose title names them, is deleted."""
 
 from __future__ import annotations
 
@@ -36,10 +40,15 @@ SQL = {
     "company": "SELECT id, embedding_dims FROM knowledge_pages WHERE company = $1",
     "delete": "DELETE FROM knowledge_pages WHERE id = ANY($1::uuid[])",
     "pieces": "DELETE FROM fill_pieces WHERE row_id = ANY($1::uuid[])",
-    # Drafts resting on the person's runs (or the seat's), and the records of pages going anyway.
+    # Drafts resting on the person's runs (or the seat's), naming them among the people the runs
+    # answered ($5: their identifiers, an entry's handle or external id) or in the title ($6: their
+    # whole-word pattern), and the records of pages going anyway.
     "drafts": """
-        SELECT page_id, backend, sources, provenance FROM draft_provenance
-        WHERE company = $1 AND (turn_ids && $2::text[] OR seats && $3::text[] OR page_id = ANY($4::text[]))""",
+        SELECT page_id, backend, sources, provenance, title ~* $6 AS named FROM draft_provenance
+        WHERE company = $1 AND (turn_ids && $2::text[] OR seats && $3::text[] OR page_id = ANY($4::text[])
+               OR title ~* $6
+               OR EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(provenance->'subjects', '[]'::jsonb)) s
+                          WHERE s->>'handle' = ANY($5::text[]) OR s->>'external_id' = ANY($5::text[])))""",
     "drafts_company": "SELECT page_id, backend, sources, provenance FROM draft_provenance WHERE company = $1",
     "delete_drafts": "DELETE FROM draft_provenance WHERE company = $1 AND page_id = ANY($2::text[])",
     "scrub_draft": """
@@ -78,16 +87,18 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
         plan = _Plan(list(await conn.fetch(SQL["company"], target.company)))
         plan.drafts_gone = [r["page_id"] for r in await conn.fetch(SQL["drafts_company"], target.company)]
         return plan
+    pattern = target.sql_pattern()  # "a^" (nothing) for a seat
     if target.kind is Kind.SUBJECT:
-        pages = list(await conn.fetch(SQL["subject"], target.company, _uuids(target.page_ids), target.sql_pattern()))
+        pages = list(await conn.fetch(SQL["subject"], target.company, _uuids(target.page_ids), pattern))
         turns, seats = list(target.turn_ids), []
     else:  # a seat: the lessons its sessions taught alone (named by the sessions owner), its drafts
-        pages = list(await conn.fetch(SQL["subject"], target.company, _uuids(target.page_ids), "a^"))
+        pages = list(await conn.fetch(SQL["subject"], target.company, _uuids(target.page_ids), pattern))
         turns, seats = [], [target.seat]
     plan = _Plan(pages)
     going = [str(r["id"]) for r in pages]
     native: list[str] = []
-    for row in await conn.fetch(SQL["drafts"], target.company, turns, seats, going):
+    drafts = await conn.fetch(SQL["drafts"], target.company, turns, seats, going, target.identifiers, pattern)
+    for row in drafts:
         if row["backend"] == "native" or row["page_id"] in going:
             plan.drafts_gone.append(row["page_id"])
             native.append(row["page_id"])
@@ -95,8 +106,18 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
         sources = [
             s for s in _json(row["sources"]) if s.get("turn_id") not in set(turns) and s.get("seat") not in set(seats)
         ]
+        if row["named"] or not sources:
+            # A record whose title names them, or resting on them (their runs, the seat's) alone: the
+            # record goes (the page is the customer's and stays).
+            plan.drafts_gone.append(row["page_id"])
+            continue
         provenance = dict(_json(row["provenance"]))
         provenance["turn_ids"] = [s["turn_id"] for s in sources]
+        # The people the runs answered are kept as the episodes name them: bare handles and external
+        # ids, a person's two side by side and unpaired, so which of them were theirs cannot be told
+        # from the record. The list goes whole; the remaining runs still lead to their people
+        # through their episodes (GetEpisodeProvenance).
+        provenance.pop("subjects", None)
         plan.drafts_scrubbed.append((row["page_id"], sources, provenance))
     extra = [u for u in _uuids(native) if str(u) not in going]
     if extra:

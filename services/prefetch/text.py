@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from string import Template
 
+from libs.common import text_caches
 from libs.common.auxmodel.answers import InvalidOutput, parse_object
 
 __all__ = ["InvalidOutput", "content_words", "parse_object", "prompt"]
@@ -52,6 +53,8 @@ def content_words(text: str, *, stem: bool = True) -> list[str]:
 def _content_words(text: str, stem: bool) -> tuple[str, ...]:
     # Remembered by text: the offline filter re-reads the same notes of a seat turn after turn
     # (a pool of ~150), and the regex and stemming were its largest Python cost (analysis §2.1).
+    # The cache holds note text (and asks): every erasure this process serves empties it
+    # (``libs.common.text_caches``, registered below).
     seen: dict[str, None] = {}
     for raw in _WORD.findall(text.casefold()):
         word = raw.strip(".-_")
@@ -59,3 +62,6 @@ def _content_words(text: str, stem: bool) -> tuple[str, ...]:
             continue
         seen.setdefault(_stem(word) if stem else word, None)
     return tuple(seen)
+
+
+text_caches.register(_content_words.cache_clear)

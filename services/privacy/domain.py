@@ -26,8 +26,10 @@ DOMAIN = "privacy.agentlearn.dev"
 JOB_KIND = "erasure"
 """The erasure's kind in the shared durable queue (libs/common/jobs.py)."""
 
-COLLECTORS = ("episodes", "reflector", "sessions")
-"""The owners that know which run ids and sessions carried a person (asked first)."""
+COLLECTORS = ("episodes", "reflector", "sessions", "profiles")
+"""The owners that know which run ids and sessions carried a person, or which other identifiers
+are theirs (the reflector's senders and the profiles pair a handle with its external id), asked
+first."""
 ERASE_ORDER = (
     "sessions", "knowledge", "diary", "episodes", "profiles", "skills", "reflector", "prefetch", "telemetry",
 )  # fmt: skip

@@ -4,8 +4,8 @@ the owners, read its receipt and the audit.
 An erasure runs as a job of kind ``erasure`` in the shared durable queue. Running it is resumable
 at every step, because each step's outcome is recorded before the next starts:
 
-1. collect (a person only): the owners that know which run ids and sessions carried the person
-   report them; the target with them is recorded;
+1. collect (a person only): the owners that know which run ids and sessions carried the person,
+   or which other identifiers are theirs, report them; the target with them is recorded;
 2. erase: each owner, in ``ERASE_ORDER``, erases its own rows in its own transaction and records
    its report under the erasure id (a repeat returns that report); the coordinator records it too;
 3. verify: every owner is asked what it still holds of the target, in its tables and in its vector
@@ -26,6 +26,7 @@ import dataclasses
 import json
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,25 @@ def requested_by() -> str:
     if p.kind == "service":
         return f"service:{p.service}"
     return p.kind
+
+
+def _widened(target: Target, found: Iterable[Report]) -> Target:
+    """The target with what the owners found of the person: their run ids, their sessions, and
+    their other identifiers (aliases: a handle the request did not name beside the external id it
+    did). One hop: an alias's own pairs are not followed (a handle and an external id per platform
+    are the pairs the owners keep)."""
+    turns, sessions, aliases = set(target.turn_ids), set(target.session_ids), set(target.aliases)
+    for report in found:
+        turns |= report.turn_ids
+        sessions |= report.session_ids
+        aliases |= report.aliases
+    aliases -= {target.handle, target.external_id, ""}
+    return dataclasses.replace(
+        target,
+        turn_ids=tuple(sorted(turns)),
+        session_ids=tuple(sorted(sessions)),
+        aliases=tuple(sorted(aliases)),
+    )
 
 
 def _rows_left(report: Report) -> bool:
@@ -163,12 +183,8 @@ class PrivacyService:
         await self.store.mark_running(erasure.id)
         target = erasure.target
         if target.kind is Kind.SUBJECT and not erasure.collected:
-            turns, sessions = set(target.turn_ids), set(target.session_ids)
-            for owner in COLLECTORS:
-                found = await self.owners.find(owner, target)
-                turns |= found.turn_ids
-                sessions |= found.session_ids
-            target = dataclasses.replace(target, turn_ids=tuple(sorted(turns)), session_ids=tuple(sorted(sessions)))
+            found = [await self.owners.find(owner, target) for owner in COLLECTORS]
+            target = _widened(target, found)
             await self.store.set_collected(erasure.id, target)
         while True:
             target = await self._erase_round(erasure, target)
@@ -178,11 +194,7 @@ class PrivacyService:
                 break  # nothing left in the tables (index checks are retried, never re-erased)
             # Rows written after the erase step (a reflection of the person's turn that was running,
             # a turn submitted meanwhile): another round, with the run ids they name.
-            turns, sessions = set(target.turn_ids), set(target.session_ids)
-            for report in residues.values():
-                turns |= report.turn_ids
-                sessions |= report.session_ids
-            target = dataclasses.replace(target, turn_ids=tuple(sorted(turns)), session_ids=tuple(sorted(sessions)))
+            target = _widened(target, residues.values())
             erasure.round += 1
             _log.info("erasure %s found %s after its erase step; round %d", erasure.id, sorted(residues), erasure.round)
             await self.store.next_round(erasure.id, target, erasure.round)

@@ -60,8 +60,8 @@ def target_from_json(text: str | dict[str, Any]) -> Target:
     data = json.loads(text) if isinstance(text, str) else dict(text)
     data["erasure_id"] = uuid.UUID(data["erasure_id"])
     data["kind"] = Kind(data["kind"])
-    for key in ("names", "turn_ids", "session_ids", "page_ids"):
-        data[key] = tuple(data[key])
+    for key in ("names", "turn_ids", "session_ids", "page_ids", "aliases"):
+        data[key] = tuple(data.get(key, ()))  # an erasure stored before aliases were kept has none
     return Target(**data)
 
 

@@ -3,11 +3,14 @@ of the person is deleted (on the named platform, or every platform), with its ob
 person's profile loses what rests on the erased person, found through the recorded provenance of
 its observations (exact: an observation derived from their messages names them), and what names
 them in text: the observations resting on or naming them are deleted, and an entry goes when one
-of those observations stated it and no remaining observation does, or when it names them. A seat's
-erasure deletes the profiles it observed and the profiles of it; a company's, all of them."""
+of those observations stated it and no remaining observation does, or when it names them. A
+profile of theirs pairs their handle with their external id: the other one is theirs too, and the
+collection pass is told it (``Report.aliases``) so every owner matches it. A seat's erasure deletes
+the profiles it observed and the profiles of it; a company's, all of them."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -29,9 +32,12 @@ _TEXT = (
 )
 _ENTRIES = "communication_style, past_decisions, sensitivities, topics"
 SQL = {
+    # $3 is the target's platform, casefolded (``platform_key``); the column is filed lowercased
+    # (ASCII names only, so ``lower`` is the same fold), compared folded all the same. Handles and
+    # external ids are filed as given, so they are compared exactly.
     "subject": """
-        SELECT id FROM counterparty_profiles
-        WHERE company = $1 AND ($3 = '' OR platform = $3)
+        SELECT id, subject_handle, subject_external_id FROM counterparty_profiles
+        WHERE company = $1 AND ($3 = '' OR lower(platform) = $3)
           AND (subject_handle = ANY($2::text[]) OR subject_external_id = ANY($2::text[])
                OR subject_key = ANY($2::text[]))""",
     "naming": f"""
@@ -69,6 +75,8 @@ class _Plan:
         """Observations deleted, by the profile they were merged into."""
         self.keys: list[tuple[str, str]] = []
         """Idempotency keys naming the person: (request id, observer)."""
+        self.aliases: set[str] = set()
+        """Her identifiers her profiles pair with the ones the target names (collection pass)."""
 
 
 def _digests(keys: list[tuple[str, str]]) -> list[str]:
@@ -85,13 +93,23 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
         plan.gone = [r["id"] for r in await conn.fetch(SQL[Kind.COMPANY], target.company)]
         return plan
     pattern = target.sql_pattern()
-    plan.gone = [r["id"] for r in await conn.fetch(SQL["subject"], target.company, target.identifiers, target.platform)]
+    hers = list(await conn.fetch(SQL["subject"], target.company, target.identifiers, target.platform))
+    plan.gone = [r["id"] for r in hers]
+    # Her profile pairs her identifiers (filed under the handle, it remembers the external id): the
+    # one the request did not name is hers too, never "another person". Her observations elsewhere
+    # and the idempotency keys (``...:profiler:<platform>/<handle or external id>``) are matched by
+    # every identifier of hers, so a request naming her external id alone still takes the keys
+    # filed under her handle.
+    paired = sorted({x for r in hers for x in (r["subject_handle"], r["subject_external_id"]) if x})
+    plan.aliases = set(paired) - set(target.identifiers)
+    ids = sorted({*target.identifiers, *paired})
+    keys = dataclasses.replace(target, names=(*target.names, *paired)).sql_pattern()
     plan.changed = {r["id"] for r in await conn.fetch(SQL["naming"], target.company, pattern, plan.gone)}
-    for r in await conn.fetch(SQL["resting"], target.company, target.identifiers, pattern, plan.gone):
+    for r in await conn.fetch(SQL["resting"], target.company, ids, pattern, plan.gone):
         plan.observations[r["profile_id"]].append(r["id"])
         plan.changed.add(r["profile_id"])
     plan.keys = [
-        (r["request_id"], r["observer"]) for r in await conn.fetch(SQL["requests_subject"], target.company, pattern)
+        (r["request_id"], r["observer"]) for r in await conn.fetch(SQL["requests_subject"], target.company, keys)
     ]
     return plan
 
@@ -107,6 +125,7 @@ def _report(plan: _Plan, *, finding: bool) -> Report:
         report.add("profile_observations", sorted(observations, key=str))
     if plan.keys:
         report.add("profile_requests", _digests(plan.keys))
+    report.aliases.update(plan.aliases)
     return report
 
 

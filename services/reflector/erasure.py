@@ -5,12 +5,16 @@ workers' outcomes) and its job in the shared queue (kind ``reflection``), whose 
 serialized ``TurnCompleted`` — the person's messages, verbatim. A person's turns are found by
 reading those payloads (a sender with their handle or external id, or text that names them):
 that is the collection pass the coordinator starts from. Erasing them deletes the records and
-keeps no copy of the text: a finished job keeps its row (it is the durable "reflected once" gate)
-with an empty payload; a job not yet run is deleted, so it never writes anything derived from them.
+keeps no copy of the text: every job of theirs keeps its row (it is the durable "reflected once"
+gate) with an empty payload, and one not yet run is closed as finished, so it never writes
+anything derived from them and a redelivery of the turn (the engine retrying SubmitTurn) is
+refused as a duplicate instead of being reflected again. A seat's or a company's erasure deletes
+the rows.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +22,16 @@ import asyncpg
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common.config import PrivacyConfig
-from libs.common.erasure import Kind, Report, Target, delete_keyed, retention_cutoffs, run_once, scope_rows
+from libs.common.erasure import (
+    Kind,
+    Report,
+    Target,
+    delete_keyed,
+    platform_key,
+    retention_cutoffs,
+    run_once,
+    scope_rows,
+)
 from services.reflector.domain import JOB_KIND, ROUND_SUFFIX, run_id_of, turn_id_of
 
 __all__ = ["OWNER", "erase", "find", "prune_retention"]
@@ -41,21 +54,34 @@ SQL = {
     "jobs_past": f"""
         DELETE FROM background_jobs
         WHERE kind = '{JOB_KIND}' AND company = $1 AND state IN ('done', 'dead', 'interrupted') AND create_time < $2""",
-    # A finished job keeps its row (the duplicate gate) and loses the turn's text.
-    "empty_jobs": "UPDATE background_jobs SET payload = ''::bytea WHERE id = ANY($1::bigint[])",
+    # A job of her turn keeps its row (the duplicate gate: a redelivered SubmitTurn of the same run
+    # finds it and queues nothing) and loses the turn's text. One not run yet is closed as finished
+    # ($2: the erasure's time), so no worker claims it; a worker holding it loses its claim (its
+    # finish is guarded by the claim) and what it already wrote is the next round's.
+    "empty_jobs": """
+        UPDATE background_jobs
+        SET payload = ''::bytea, state = CASE WHEN state IN ('queued', 'running') THEN 'done' ELSE state END,
+            finish_time = coalesce(finish_time, $2), reason = CASE WHEN state IN ('queued', 'running')
+                THEN 'erased before it was reflected' ELSE reason END,
+            locked_by = NULL, locked_until = NULL
+        WHERE id = ANY($1::bigint[])""",
 }
 
 
-def _carries(turn: pb.TurnCompleted, target: Target) -> bool:
-    """The turn carried the person's messages (they are a sender)."""
+def _her_identifiers(turn: pb.TurnCompleted, target: Target) -> set[str]:
+    """Every identifier of the turn's senders that are the person: a sender whose handle or
+    external id is one of theirs, on their platform (the payload keeps the engine's spelling of the
+    platform, "Slack", the target a folded one: compared through ``platform_key``). Such a sender's
+    other identifier is theirs too. Empty: the turn did not carry their messages."""
     ident = set(target.identifiers)
+    found: set[str] = set()
     for inter in turn.interactions:
         sender = inter.sender
         if (sender.handle in ident or sender.external_id in ident) and (
-            not target.platform or not sender.platform or sender.platform == target.platform
+            not target.platform or not sender.platform or platform_key(sender.platform) == target.platform
         ):
-            return True
-    return False
+            found |= {x for x in (sender.handle, sender.external_id) if x}
+    return found
 
 
 def _names(turn: pb.TurnCompleted, target: Target) -> bool:
@@ -66,72 +92,92 @@ def _names(turn: pb.TurnCompleted, target: Target) -> bool:
     return target.names_text(*texts)
 
 
-async def _subject_jobs(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> list[tuple[asyncpg.Record, bool]]:
-    """The jobs whose turn carried the person or names them, each with whether it carried them (its
-    run id is theirs) — a turn that only names them keeps no copy of their name, but what else it
-    taught is not theirs."""
-    found: list[tuple[asyncpg.Record, bool]] = []
+@dataclass
+class _Found:
+    jobs: list[Any] = field(default_factory=list)
+    """The jobs whose turn carried the person or names them."""
+    records: list[tuple[str, str]] = field(default_factory=list)
+    """Reflection records to erase: (seat, turn id)."""
+    theirs: list[str] = field(default_factory=list)
+    """Run ids whose turn carried the person."""
+    aliases: set[str] = field(default_factory=set)
+    """Identifiers the person's messages came under that the target does not name."""
+
+
+async def _subject_jobs(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Found:
+    """The jobs whose turn carried the person or names them; the run ids that carried them (a turn
+    that only names them keeps no copy of their name, but what else it taught is not theirs); the
+    other identifiers they sent under."""
+    out = _Found()
+    theirs: set[str] = set()
     named = set(target.turn_ids)
     after = 0
     while True:
         rows = await conn.fetch(SQL["jobs"], target.company, after, BATCH)
         if not rows:
-            return found
+            out.theirs = sorted(theirs)
+            out.aliases -= set(target.identifiers)
+            return out
         for row in rows:
             after = row["id"]
-            if run_id_of(turn_id_of(row["key"])) in named:
-                found.append((row, True))
-                continue
+            run = run_id_of(turn_id_of(row["key"]))
             try:
                 turn = pb.TurnCompleted.FromString(bytes(row["payload"]))
             except Exception:  # an unreadable payload is no evidence either way
-                continue
-            if _carries(turn, target):
-                found.append((row, True))
-            elif _names(turn, target):
-                found.append((row, False))
+                turn = None
+            hers = _her_identifiers(turn, target) if turn is not None else set()
+            out.aliases |= hers
+            if run in named or hers:
+                out.jobs.append(row)
+                theirs.add(run)
+            elif turn is not None and _names(turn, target):
+                out.jobs.append(row)
 
 
-async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> tuple[list[Any], list[Any], list[Any]]:
-    """(jobs, records) to erase, and the run ids that carried the person."""
+async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Found:
+    """The jobs and records to erase, the run ids that carried the person, their aliases."""
     if target.kind is not Kind.SUBJECT:  # a seat's or a company's: every one of the seat (the company)
         jobs = await scope_rows(conn, target, "background_jobs", "id, key, state", also=_OF_KIND)
         records = await scope_rows(conn, target, "reflections", "seat, turn_id")
-        return jobs, [(r["seat"], r["turn_id"]) for r in records], []
+        return _Found(jobs=jobs, records=[(r["seat"], r["turn_id"]) for r in records])
     found = await _subject_jobs(conn, target)
     # Run ids (a self_iterate round's reflection is its run's: domain.reflection_id); the records are
     # the runs' and their rounds'.
-    theirs = sorted({run_id_of(turn_id_of(j["key"])) for j, carried in found if carried})
-    turns = sorted(set(target.turn_ids) | set(theirs))
+    turns = sorted(set(target.turn_ids) | set(found.theirs))
     keys = [*turns, *(t + ROUND_SUFFIX for t in turns)]
     records = await conn.fetch(SQL["records_subject"], target.company, keys, target.sql_pattern())
-    return [j for j, _ in found], [(r["seat"], r["turn_id"]) for r in records], theirs
+    found.records = [(r["seat"], r["turn_id"]) for r in records]
+    return found
 
 
-def _report(target: Target, jobs: list[Any], records: list[Any], theirs: list[Any]) -> Report:
+def _report(found: _Found) -> Report:
     report = Report(OWNER)
-    if jobs:
-        report.add("background_jobs:reflection", [j["key"] for j in jobs])
-    if records:
-        report.add("reflections", [f"{seat}/{turn}" for seat, turn in records])
-    report.turn_ids.update(theirs)
+    if found.jobs:
+        report.add("background_jobs:reflection", [j["key"] for j in found.jobs])
+    if found.records:
+        report.add("reflections", [f"{seat}/{turn}" for seat, turn in found.records])
+    report.turn_ids.update(found.theirs)
+    report.aliases.update(found.aliases)
     return report
 
 
 async def find(pool: asyncpg.Pool, target: Target) -> Report:
-    return _report(target, *await _plan(pool, target))
+    return _report(await _plan(pool, target))
 
 
 async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
     async def work(conn: asyncpg.Connection) -> Report:
-        jobs, records, theirs = await _plan(conn, target)
-        whole = target.kind is not Kind.SUBJECT
-        finished = [j["id"] for j in jobs if j["state"] in ("done", "dead", "interrupted") and not whole]
-        dropped = [j["id"] for j in jobs if j["id"] not in set(finished)]
-        await conn.execute(SQL["empty_jobs"], finished)
-        await conn.execute(SQL["delete_jobs"], dropped)
-        await delete_keyed(conn, "reflections", target.company, records)
-        return _report(target, jobs, records, theirs)
+        found = await _plan(conn, target)
+        ids = [j["id"] for j in found.jobs]
+        if target.kind is Kind.SUBJECT:
+            # Every job of hers stays as an emptied, finished row: deleting a queued one let an
+            # engine's retry of SubmitTurn queue the whole turn again, and everything of hers was
+            # derived anew after an erasure that had succeeded.
+            await conn.execute(SQL["empty_jobs"], ids, now)
+        else:  # a seat's or a company's: the rows go (the seat, the company, is gone)
+            await conn.execute(SQL["delete_jobs"], ids)
+        await delete_keyed(conn, "reflections", target.company, found.records)
+        return _report(found)
 
     return await run_once(pool, OWNER, target, now, work)
 

@@ -4,37 +4,56 @@ A query vector is a function of (model, text), and asks repeat (a seat's recall 
 trigger, the prefetch and a builtin on the same ask), so a repeated query skips the model run —
 the largest part of a server-embedded RecallNotes. Only queries go through it: a note's text is
 embedded once, and caching writes would only evict the queries. Touched on the event loop only.
+
+A query is often what a person asked, word for word (the prefetch embeds a turn's ask whole), so
+the cache keeps a digest of the text, never the text, and is emptied by every erasure this process
+serves (``libs.common.text_caches``): a vector derived from an erased person's words does not
+outlive the erasure here.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 
 import numpy as np
 
+from libs.common import text_caches
+
 __all__ = ["QueryCache"]
 
 
+def _key(model: str, text: str) -> tuple[str, bytes]:
+    return model, hashlib.sha256(text.encode()).digest()
+
+
 class QueryCache:
-    """An LRU of unit vectors keyed by (model, text), bounded by entries; 0 entries is off."""
+    """An LRU of unit vectors keyed by (model, a digest of the text), bounded by entries; 0 entries
+    is off."""
 
     def __init__(self, entries: int):
         self.entries = max(0, entries)
-        self._store: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._store: OrderedDict[tuple[str, bytes], np.ndarray] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        text_caches.track(self)
 
     def __len__(self) -> int:
         return len(self._store)
 
+    def clear(self) -> None:
+        """Forget every query (an erasure: ``text_caches.clear_all``)."""
+        self._store.clear()
+
     def get(self, model: str, text: str) -> np.ndarray | None:
         if not self.entries:
             return None
-        vec = self._store.get((model, text))
+        key = _key(model, text)
+        vec = self._store.get(key)
         if vec is None:
             self.misses += 1
             return None
-        self._store.move_to_end((model, text))
+        self._store.move_to_end(key)
         self.hits += 1
         return vec
 
@@ -45,8 +64,9 @@ class QueryCache:
             return values
         kept = np.array(values, dtype=np.float32, copy=True)
         kept.setflags(write=False)
-        self._store[(model, text)] = kept
-        self._store.move_to_end((model, text))
+        key = _key(model, text)
+        self._store[key] = kept
+        self._store.move_to_end(key)
         while len(self._store) > self.entries:
             self._store.popitem(last=False)
         return kept

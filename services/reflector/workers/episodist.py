@@ -31,6 +31,13 @@ def _label(turn: Turn) -> str:
     return label or f"({turn.trigger} turn)"
 
 
+def _subjects(turn: Turn) -> list[str]:
+    """The senders' identifiers, every one the engine gave: a sender's handle AND external id when
+    both came (as the diary's and the profiles' provenance record them). With only one, an erasure
+    naming the person by the other would not find the row once the turn's own payload is gone."""
+    return sorted({x for i in turn.interactions for x in (i.sender.handle, i.sender.external_id) if x})
+
+
 class Episodist:
     name = "episodist"
 
@@ -58,7 +65,7 @@ class Episodist:
             conversation_id=turn.conversation_id,
             start_time=timestamp(turn.start_time),
             end_time=timestamp(turn.end_time),
-            subjects=sorted({i.sender.handle or i.sender.external_id for i in turn.interactions} - {""}),
+            subjects=_subjects(turn),
             role=turn.role,
             work_key=turn.work_key,
         )
