@@ -83,8 +83,9 @@ class EmbeddingsConfig(_Section):
     batch_max_texts: int = Field(default=32, ge=1, le=1024)
     """``local``: at most this many texts in one model run, however short."""
     query_cache_entries: int = Field(default=4096, ge=0, le=1_000_000)
-    """Query vectors kept per process (an LRU keyed by model and text; 1.5 KiB each at 384
-    dimensions): a repeated search query — RecallNotes' or SearchEpisodes' server-side embed, the
+    """Query vectors kept per process (an LRU keyed by model and a digest of the text, emptied by
+    every erasure the process serves: docs/privacy.md; 1.5 KiB each at 384 dimensions): a repeated
+    search query — RecallNotes' or SearchEpisodes' server-side embed, the
     prefetch's ask — skips the model. 0 turns the cache off. Stored rows' texts never enter it."""
 
     def fingerprint(self) -> str:
