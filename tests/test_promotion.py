@@ -1,7 +1,8 @@
 """Cross-agent promotion (spec: "Cross-agent promotion is the third path") over the real episodes,
 skills and knowledge services: distinct seats of one unit converging on a tool run yield ONE draft
 page under the unit's Auto-Drafted Skills parent, hidden from every seat's search, announced once
-with skill_promoted, never a skill row; one seat repeating itself is not a convergence; units do
+with skill_promoted, never a skill row, and still one page when the cluster's representative moves
+on a later tick; one seat repeating itself is not a convergence; units do
 not pool; a unit with no container is soft-skipped naming the key to set; a write failure announces
 nothing and the next tick retries; the distillation is one attributed background call (a scripted
 model, and the offline rule)."""
@@ -149,6 +150,29 @@ async def test_converging_seats_make_one_hidden_draft_announced_once_and_never_a
     again = await env.promote()
     assert (again.promoted, again.already_drafted) == (0, 1)
     assert len(await env.events("skill_promoted")) == 1 and len(await env.pages()) == 2
+    assert len(await env.events("auxiliary_spend")) == calls
+
+
+async def test_a_converging_cluster_whose_representative_moves_is_still_one_page(env):
+    # Tick 1: three seats ran RUN and one ran NEAR as well; RUN is the medoid and titles the draft.
+    for seat in ("ana", "bo", "cy"):
+        await env.run(seat, RUN)
+    await env.run("ana", NEAR)
+    first = await env.promote()
+    assert first.promoted == 1
+    [(_, _, _), (_, title, _)] = await env.pages()
+    # Tick 2: more seats run NEAR. Still one cluster (7 runs, 4 seats), but its medoid is now a
+    # NEAR run, whose tool set names another title: the convergence is the one already drafted.
+    for seat in ("bo", "cy", "dee"):
+        await env.run(seat, NEAR)
+    runs = [Run(s, Turn(turn_id=s, tool_sequence=tuple(t))) for s, t in [("a", RUN)] * 3 + [("b", NEAR)] * 4]
+    [cluster] = cluster_runs(runs, 0.6)
+    assert draft_title(cluster.representative()) != title  # the premise: the representative moved
+    calls = len(await env.events("auxiliary_spend"))
+    again = await env.promote()
+    assert (again.units_converged, again.promoted, again.already_drafted) == (1, 0, 1)
+    assert [t for _, t, _ in await env.pages()] == [AUTO_DRAFTED_PARENT, title]
+    assert len(await env.events("skill_promoted")) == 1
     assert len(await env.events("auxiliary_spend")) == calls
 
 

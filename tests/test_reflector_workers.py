@@ -454,6 +454,27 @@ async def test_a_stamp_that_waits_for_its_episode_is_retried_with_the_episodist(
         assert got.episode.consolidated_into_skill_id == skill.id
 
 
+async def test_a_stamp_retried_after_its_skill_filled_the_catalogue_still_stamps_the_episode(env_for, clock):
+    """The same retry when the first attempt's skill took the seat's last slot: the retry's gate is
+    CATALOGUE_FULL (the cap is checked first), and it still finds its own skill (the gate names the
+    duplicate under the cap too) and stamps the episode, drafting nothing again."""
+    learning = {"reflection": {"workers": ["synthesizer", "episodist"]}, "skill_synthesis": {"max_skills_per_agent": 1}}
+    async with env_for(learning=learning) as env:
+        r = await env.reflect(turn("run-1", now=clock.now(), tools=FIVE_TOOLS, ask="Fix the flaky checkout test"))
+        assert env.worker(r, "synthesizer").status == pb.WORKER_STATUS_RETRYING
+        clock.advance(seconds=60)
+        await env.harness.drain()
+        r = (
+            await env.stub.GetReflection(pb.GetReflectionRequest(company="acme", seat="ana", turn_id="run-1"))
+        ).reflection
+        w = env.worker(r, "synthesizer")
+        assert (r.state, w.status) == (pb.REFLECTION_STATE_COMPLETED, pb.WORKER_STATUS_WROTE)
+        assert "episode stamped" in w.written
+        [skill] = (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+        got = await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="run-1"))
+        assert got.episode.consolidated_into_skill_id == skill.id
+
+
 async def test_an_archived_skill_is_learned_and_not_drafted_again(env_for, clock, scripted_openai):
     """Single-turn synthesis checks archived skills as the clustered pass does: a turn of an archived
     skill's procedure closes the gate before any model call (it used to be re-created under a new

@@ -202,11 +202,13 @@ async def test_a_full_catalogue_closes_the_cap_gate_first(make_settings, dsn, cl
         stub = pb_grpc.SkillServiceStub(app.channel)
         first = await create(stub, "one", ["a"])
         await create(stub, "two", ["b"])
-        # A duplicate of "one" into a full catalogue: the cap is what is reported.
+        # A duplicate of "one" into a full catalogue: the cap is what is reported, and the
+        # duplicate is named beside it (a retried draft finds its own skill by it).
         check = await stub.CheckSkillCandidate(
             pb.CheckSkillCandidateRequest(company="acme", seat="ana", tool_set=["a"])
         )
         assert check.gate == pb.CANDIDATE_GATE_CATALOGUE_FULL
+        assert (check.duplicate.id, check.duplicate.similarity) == (first.id, 1.0)
         assert check.live_skill_count == 2 and check.max_skills == 2
         code, info, _ = await refused(create(stub, "three", ["c"]))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and info.reason == "SKILL_CATALOGUE_FULL"

@@ -207,6 +207,46 @@ async def test_one_draft_per_seat_per_pass_and_a_learned_cluster_is_skipped_not_
     assert len(scripted_openai.received("chat")) == 3  # nothing left to draft: no call
 
 
+REFUSE_STAMPS = """
+CREATE FUNCTION refuse_stamp() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN RAISE EXCEPTION 'stamp refused for the test'; END $$;
+CREATE TRIGGER refuse_stamp BEFORE UPDATE OF consolidated_into_skill_id ON episodes
+  FOR EACH ROW EXECUTE FUNCTION refuse_stamp();
+"""
+
+
+@pytest.mark.parametrize("cap", [50, 1], ids=["room-left", "draft-filled-the-catalogue"])
+async def test_a_stamp_that_failed_is_made_by_the_next_pass_without_drafting_again(
+    make_settings, dsn, clock, scripted_openai, cap
+):
+    """The pass drafts from X, and stamping X's turns fails (the episodes store refuses the write):
+    the skill stands, unstamped. The next pass stamps the turns the skill was drafted from — when
+    its cluster is the skill's duplicate, and when that skill took the seat's last slot too — and
+    drafts nothing. Turns of the same shape the skill was not drafted from stay unstamped."""
+    scripted_openai.chat_handler = draft_from_prompt
+    settings = scripted_settings(make_settings, scripted_openai, max_skills_per_agent=cap)
+    async with open_app(settings, dsn, names=["episodes", "skills"], clock=clock) as app:
+        estub, sstub = stubs(app)
+        for turn_id, tools in X.items():
+            await record(estub, clock, turn_id, tools)
+        await app.infra.pool.execute(REFUSE_STAMPS)
+        first = await synthesize(app)
+        assert first.drafted == 1 and [k for k in first.failures if k.startswith("consolidate:")]
+        [skill] = await catalogue(sstub)
+        assert await consolidated(estub, "x1") == ""
+        await app.infra.pool.execute("DROP TRIGGER refuse_stamp ON episodes")
+
+        await record(estub, clock, "x-later", X["x4"])  # the same shape, after the draft
+        second = await synthesize(app)
+        for turn_id in X:
+            assert await consolidated(estub, turn_id) == skill.id
+        assert (second.drafted, second.restamped, second.failures) == (0, 5, {})
+        assert await consolidated(estub, "x-later") == ""
+        assert len(scripted_openai.received("chat")) == 1 and len(await catalogue(sstub)) == 1
+        [_, done] = await read_events(app.infra.pool, "skill_synthesis_completed")
+        assert done["payload"]["restamped"] == 5
+
+
 async def test_a_draft_without_a_name_summary_or_body_is_dropped(app, clock, scripted_openai):
     estub, sstub = stubs(app)
     for turn_id, tools in X.items():

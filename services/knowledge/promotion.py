@@ -16,9 +16,11 @@ procedure four seats arrived at is something the team has, which makes it docume
   by its distinct seats, not its size — one seat repeating itself is a habit, not a team practice.
   The representative is the medoid: a run that actually happened.
 - **One draft per unit per pass**, the cluster with the most seats first. Its title is derived
-  from the representative's tool set, so the writer (``PromotionWriter``: native pages or
-  Confluence) keys on it: a cluster already drafted — or published by a lead, under that title —
-  is found before any model call and the pass stays quiet about it; the next cluster is tried.
+  from the representative's tool set, and the writer (``PromotionWriter``: native pages or
+  Confluence) keys on it. The representative moves as a cluster converges, so a cluster is
+  looked up under the title of every tool set its members ran: one already drafted — or published
+  by a lead — is found before any model call and the pass stays quiet about it; the next cluster
+  is tried.
 - **The distillation** is one auxiliary call (stage background, purpose ``skill_promotion``),
   attributed to the representative's seat and role, with an offline rule so the pass runs with no
   model.
@@ -55,7 +57,7 @@ from libs.common.offline_draft import ClusterUsage
 from libs.common.pass_report import SeatPassReport, emit_report
 from libs.common.prompt_files import PromptFiles, cluster_fields, render_run
 from services.knowledge.backends import BackendUnavailable, PromotionWriter
-from services.knowledge.domain import DraftOrigin, PromotionDraft
+from services.knowledge.domain import DraftOrigin, PromotionDraft, PromotionResult
 from services.knowledge.scope import unit_container
 from services.skills.domain import Turn
 from services.skills.episodes import EpisodeReader
@@ -70,8 +72,11 @@ __all__ = [
     "RunCluster",
     "cluster_runs",
     "draft_title",
+    "drafted",
+    "known_titles",
     "offline_rule",
     "promote",
+    "title_of",
 ]
 
 _log = logging.getLogger(__name__)
@@ -160,15 +165,52 @@ def _distinct_in_order(tools: Sequence[str]) -> list[str]:
 
 def draft_title(representative: Run) -> str:
     """The draft's title, a function of the representative's tool SET alone (sorted names, a digest
-    of the whole set), so every tick that finds the same convergence names the same page — the
-    writer's dedup key — whichever member is its representative this time. Never the
-    ``[Auto-draft]`` prefix: the parent chain hides a draft, and a lead who publishes it by moving
-    it keeps a title that does not hide it."""
-    tools = sorted(tool_set(representative.tools))
+    of the whole set): the writer's dedup key, the same for every member that ran that set, in any
+    order. The representative itself may move between ticks; :func:`known_titles` is how a tick
+    finds the page an earlier representative titled. Never the ``[Auto-draft]`` prefix: the parent
+    chain hides a draft, and a lead who publishes it by moving it keeps a title that does not hide
+    it."""
+    return title_of(tool_set(representative.tools))
+
+
+def title_of(tools_run: frozenset[str]) -> str:
+    """The title of a draft whose representative ran this tool set."""
+    tools = sorted(tools_run)
     names = [t if len(t) <= TOOL_NAME_CHARS else t[: TOOL_NAME_CHARS - 1] + "…" for t in tools[:4]]
     digest = hashlib.sha1("\x1f".join(tools).encode()).hexdigest()[:8]
     more = f" +{len(tools) - 4} more" if len(tools) > 4 else ""
     return f"Team routine: {', '.join(names)}{more} ({digest})"
+
+
+def known_titles(cluster: RunCluster, representative: Run) -> list[str]:
+    """The titles this convergence may already be filed under: the representative's first, then
+    that of every other tool set a member ran, the most-run first (ties: the newest run's).
+
+    A draft is titled by the representative of the cluster it came from, and that medoid moves as
+    the cluster converges: new runs of a neighbouring set make another member the most central,
+    with another tool set and another title. A run of the drafted set still in the cluster is the
+    drafted convergence's own evidence, so any member's set names a page this cluster would be a
+    second copy of. Only runs that happened name a title, as only they title drafts."""
+    counts: dict[frozenset[str], int] = {}
+    for m in cluster.members:  # newest first: a tie keeps the newer run's place
+        key = tool_set(m.tools)
+        counts[key] = counts.get(key, 0) + 1
+    first = tool_set(representative.tools)
+    ordered = sorted(counts, key=lambda k: (k != first, -counts[k]))
+    return list(dict.fromkeys(title_of(k) for k in ordered))
+
+
+async def drafted(
+    writer: PromotionWriter, company: str, container: str, cluster: RunCluster, representative: Run
+) -> PromotionResult | None:
+    """The page this convergence was already filed as (a draft, or a page a lead published under
+    its title), or None. Asks the writer, which keys on the title, one title at a time
+    (:func:`known_titles`); the first found answers. Raises :class:`BackendUnavailable`."""
+    for title in known_titles(cluster, representative):
+        found = await writer.existing_draft(company, container, title)
+        if found is not None:
+            return found
+    return None
 
 
 # ------------------------------------------------------------------------------ the distillation
@@ -392,7 +434,7 @@ async def _one_unit(
         representative = cluster.representative()
         title = draft_title(representative)
         try:
-            existing = await writer.existing_draft(company, container, title)
+            existing = await drafted(writer, company, container, cluster, representative)
         except BackendUnavailable as err:
             report.write_failures += 1
             report.fail(f"existing:{err.reason}")

@@ -3,13 +3,15 @@
 Each is a one-shot function; ``services.runner`` wraps it in a lease claim (``skill-curator``,
 ``skill-synthesis``), the all-in-one ticks it on its cadence, and a Kubernetes CronJob runs it as
 ``./run pass <name>``. Both are idempotent: the curator's transitions are conditional on the state
-they leave, and a cluster a pass already drafted from is the new skill's duplicate next time (and
-its turns are stamped consolidated).
+they leave, and the turns a pass drafted a skill from are stamped consolidated — by the pass that
+drafted it, or, when that stamp failed, by the next pass, which finds them among the skill's
+``source_turn_ids`` — so they are never evidence twice.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -20,7 +22,15 @@ from agentlearn.common.v1.provenance_pb2 import Provenance
 from libs.common.config import SkillSynthesisConfig
 from libs.common.errors import AgentLearnError
 from libs.common.pass_report import SeatPassReport, emit_report
-from services.skills.domain import SkillDraft, SkillState, best_match, greedy_clusters
+from services.skills.domain import (
+    Skill,
+    SkillDraft,
+    SkillState,
+    SkillTrigger,
+    Turn,
+    best_match,
+    greedy_clusters,
+)
 from services.skills.drafting import ClusterDrafter
 from services.skills.episodes import EpisodeReader
 from services.skills.service import SkillService
@@ -85,6 +95,9 @@ class SynthesisReport(SeatPassReport):
     catalogue_full: int = 0
     seats_without_model: int = 0
     """Seats whose role's auxiliary chain names no provider: nothing drafted, nothing charged."""
+    restamped: int = 0
+    """Turns stamped with the clustered skill drafted from them on an earlier pass whose own stamp
+    failed (counted as the episodes service stamped them)."""
 
 
 REFUSED_MOVE_ON = frozenset({"SKILL_NAME_TAKEN", "SKILL_DUPLICATE_TOOL_SET"})
@@ -133,18 +146,21 @@ async def _one_seat(
     # A turn a skill was already drafted from is not evidence twice; a turn with no tools has no
     # run to compare.
     turns = [t for t in turns if t.run and not t.consolidated_into_skill_id]
-    clusters = [c for c in greedy_clusters(turns, cfg.cluster_jaccard_threshold) if c.size >= cfg.cluster_min_size]
-    if not clusters:
-        return
-    report.seats_with_clusters += 1
-    live = await service.store.live_skills(company, seat)
-    if len(live) >= cfg.max_skills_per_agent:
-        report.catalogue_full += 1
+    if not turns:
         return
     # What the seat has learned is every skill it has, archived ones included: restoring an
     # archived skill is an operator's edit, not a re-synthesis (and a redraft would collide with
     # its name for ever).
     learned = await service.store.all_skills(company, seat)
+    turns = await _restamp(episodes, company, seat, turns, learned, report)
+    clusters = [c for c in greedy_clusters(turns, cfg.cluster_jaccard_threshold) if c.size >= cfg.cluster_min_size]
+    if not clusters:
+        return
+    report.seats_with_clusters += 1
+    live = [s for s in learned if s.live]
+    if len(live) >= cfg.max_skills_per_agent:
+        report.catalogue_full += 1
+        return
     for cluster in clusters:  # largest first
         representative = cluster.representative()
         match = best_match(representative.run, learned)
@@ -206,7 +222,55 @@ async def _one_seat(
         try:
             await episodes.mark_consolidated(company, seat, turn_ids, str(skill.id))
         except grpc.aio.AioRpcError as err:
-            # The skill stands; next pass its cluster is a duplicate of it, so nothing is redrafted.
+            # The skill stands; the next pass finds these turns among its source_turn_ids and
+            # stamps them (``_restamp``), so nothing is redrafted and they are not evidence again.
             _log.warning("%s/%s: source turns of %s not stamped: %s", company, seat, skill.name, err.code())
             report.fail(f"consolidate:{err.code().name}")
         return
+
+
+async def _restamp(
+    episodes: EpisodeReader,
+    company: str,
+    seat: str,
+    turns: list[Turn],
+    learned: Sequence[Skill],
+    report: SynthesisReport,
+) -> list[Turn]:
+    """Stamp the unstamped ``turns`` a clustered skill of the seat (in any state) was drafted from,
+    and return the others, the pass's evidence.
+
+    Such a turn is one whose stamp failed on the pass that drafted the skill (spec: "When the
+    synthesizer drafts a skill from a cluster of episodes it stamps consolidated_into_skill_id on
+    each source row"). Left alone it was stamped by nothing: its cluster is the skill's duplicate
+    and is skipped, and with the catalogue full the pass stops before looking at clusters at all.
+    Only a skill's own source turns are stamped: a turn that merely resembles a skill was not
+    consolidated into it, and a stamp lets the episode lifecycle delete it after the grace, where
+    it would otherwise be kept raw or folded into a summary. A single-turn skill's source is the
+    reflector's synthesizer's to stamp (it retries its own). A stamp that fails again is logged and
+    counted; the turns are still kept out of the evidence, and the next pass tries again."""
+    source: dict[str, Skill] = {}
+    for skill in learned:
+        if skill.trigger is SkillTrigger.CLUSTERED:
+            for turn_id in skill.source_turn_ids:
+                source.setdefault(turn_id, skill)
+    unstamped: dict[str, tuple[Skill, list[str]]] = {}
+    for turn in turns:
+        if turn.turn_id in source:
+            skill = source[turn.turn_id]
+            unstamped.setdefault(str(skill.id), (skill, []))[1].append(turn.turn_id)
+    for skill, turn_ids in unstamped.values():
+        try:
+            report.restamped += await episodes.mark_consolidated(company, seat, turn_ids, str(skill.id))
+        except grpc.aio.AioRpcError as err:
+            _log.warning("%s/%s: source turns of %s still not stamped: %s", company, seat, skill.name, err.code())
+            report.fail(f"consolidate:{err.code().name}")
+            continue
+        _log.info(
+            "%s/%s: %d source turns of %s stamped (its pass's stamp had failed)",
+            company,
+            seat,
+            len(turn_ids),
+            skill.name,
+        )
+    return [t for t in turns if t.turn_id not in source]

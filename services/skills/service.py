@@ -144,14 +144,21 @@ class SkillService:
     ) -> CandidateVerdict:
         """The cap on live skills first, then the tool-SET duplicate check against ``learned`` (every
         skill the seat has, archived ones included, where the caller read them) or else the live
-        ones."""
+        ones.
+
+        A full catalogue still names the duplicate when there is one: the cap decides the verdict,
+        but a caller retrying its own draft needs to know which skill it is. The single-turn
+        synthesizer whose first attempt drafted the skill that took the last slot, then stopped
+        before stamping its episode, finds that skill only this way (spec: "it stamps
+        consolidated_into_skill_id on each source row")."""
         cap = self.synthesis.max_skills_per_agent
         threshold = self.synthesis.duplicate_jaccard_threshold
-        if len(live) >= cap:
-            return CandidateVerdict(Gate.CATALOGUE_FULL, len(live), cap, threshold)
         match = best_match(tools, live if learned is None else learned)
-        if match is not None and match[1] >= threshold:
-            return CandidateVerdict(Gate.DUPLICATE, len(live), cap, threshold, match)
+        duplicate = match if match is not None and match[1] >= threshold else None
+        if len(live) >= cap:
+            return CandidateVerdict(Gate.CATALOGUE_FULL, len(live), cap, threshold, duplicate)
+        if duplicate is not None:
+            return CandidateVerdict(Gate.DUPLICATE, len(live), cap, threshold, duplicate)
         return CandidateVerdict(Gate.OPEN, len(live), cap, threshold)
 
     async def check_candidate(self, company: str, seat: str, tools: Sequence[str]) -> CandidateVerdict:

@@ -1,6 +1,7 @@
 """The synthesizer, the refiner and skill use on fake skills and episodes ports: the gates that
 close before any model call, the offline provider's draft, the stamp of the source episode, and a
-redo that finds its own earlier draft instead of drafting twice."""
+redo that finds its own earlier draft instead of drafting twice (also when that draft filled the
+catalogue)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,21 @@ async def test_a_draft_waiting_for_its_episode_is_retried_and_the_redo_stamps_it
     out = await Synthesizer(min_tool_calls=3).run(turn, h.ctx)  # the retry (not the first pass)
     assert out.status is WorkerStatus.WROTE and "episode stamped" in out.written
     assert len(_creates(h)) == 1 and len(h.skills.skills) == 1
+
+
+async def test_a_redo_whose_own_draft_filled_the_catalogue_stamps_it() -> None:
+    # The first attempt's skill took the last slot: the retry's gate is CATALOGUE_FULL, and the
+    # duplicate it names is that skill, so the redo stamps the episode rather than skip it.
+    turn = make_turn(said="Please triage the open tickets", tools=TOOLS)
+    h = worker_harness(turn.end_time)
+    h.skills.max_skills = 1
+    with pytest.raises(EpisodePending):
+        await Synthesizer(min_tool_calls=3).run(turn, h.ctx)
+    await Episodist().run(turn, h.ctx)
+    out = await Synthesizer(min_tool_calls=3).run(turn, h.ctx)
+    assert out.status is WorkerStatus.WROTE and "episode stamped" in out.written
+    [skill] = h.skills.skills.values()
+    assert h.episodes.episodes["run-1"].consolidated_into_skill_id == skill.id and len(_creates(h)) == 1
 
 
 async def test_a_draft_whose_name_another_turn_took_is_dropped_not_stamped() -> None:

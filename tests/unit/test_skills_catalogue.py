@@ -49,6 +49,18 @@ async def test_the_gates_refuse_a_taken_name_a_duplicate_tool_set_and_a_full_cat
     assert len(s.store.rows) == 2
 
 
+async def test_a_full_catalogue_is_the_verdict_and_still_names_the_duplicate():
+    # The cap decides; the duplicate is named beside it, so a synthesizer retrying the draft that
+    # took the last slot can find its own skill and stamp its episode.
+    s = make(synthesis=SkillSynthesisConfig(max_skills_per_agent=1))
+    mine = await s.create("open-pr")
+    verdict = await s.service.check_candidate("acme", "ana", list(reversed(TOOLS)))
+    assert verdict.gate is Gate.CATALOGUE_FULL and verdict.duplicate is not None
+    assert verdict.duplicate[0].id == mine.id and verdict.duplicate[1] == 1.0
+    other = await s.service.check_candidate("acme", "ana", ["slack_post"])
+    assert other.gate is Gate.CATALOGUE_FULL and other.duplicate is None
+
+
 async def test_an_archived_skill_is_learned_for_the_duplicate_check_but_not_for_the_cap():
     s = make(synthesis=SkillSynthesisConfig(max_skills_per_agent=1))
     await s.create("open-pr")

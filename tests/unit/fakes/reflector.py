@@ -111,9 +111,10 @@ class FakeEpisodes:
 
 @dataclass
 class FakeSkills:
-    """A seat's catalogue. The candidate gate answers DUPLICATE for a live skill with the same tool
-    set (the service's Jaccard at its threshold of 1.0, the strictest case) and CATALOGUE_FULL at
-    ``max_skills`` live skills."""
+    """A seat's catalogue. The candidate gate answers as the service does, the cap first:
+    CATALOGUE_FULL at ``max_skills`` live skills, else DUPLICATE for a skill (archived included)
+    with the same tool set (the service's Jaccard at its threshold of 1.0, the strictest case); the
+    duplicate is named under either verdict."""
 
     max_skills: int = 50
     skills: dict[str, sk_pb.Skill] = field(default_factory=dict)
@@ -172,7 +173,7 @@ class FakeSkills:
             if set(s.tool_sequence) == set(request.tool_set):
                 out.gate = sk_pb.CANDIDATE_GATE_DUPLICATE
                 out.duplicate.CopyFrom(sk_pb.SkillMatch(id=s.id, name=s.name, similarity=1.0, state=s.state))
-                return out
+                break
         if len(live) >= self.max_skills:
             out.gate = sk_pb.CANDIDATE_GATE_CATALOGUE_FULL
         return out
