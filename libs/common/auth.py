@@ -102,6 +102,19 @@ class Principal:
                 reason="CREDENTIAL_SCOPE_MISMATCH",
             )
 
+    def require_company_wide(self, what: str) -> None:
+        """Refuse a read of every seat's or user's rows of the company (an operator's knowledge read,
+        a draft's or a lesson's provenance, the company's seats) to a token bound to one seat or
+        user: such a token sees its own seat's or user's rows only. ``what`` names the read."""
+        if self.trusted or (self.seat is None and self.user is None):
+            return
+        bound = f"seat {self.seat}" if self.seat is not None else f"user {self.user}"
+        raise PermissionDenied(
+            f"the credential is bound to {bound}: {what} needs a credential bound to the company alone",
+            reason="COMPANY_WIDE_CREDENTIAL_REQUIRED",
+            metadata={k: v for k, v in (("bound_seat", self.seat), ("bound_user", self.user)) if v is not None},
+        )
+
 
 LOCAL = Principal(kind="local")
 """The principal of every call in local mode."""
