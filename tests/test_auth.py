@@ -23,6 +23,8 @@ from agentlearn.prefetch.v1 import prefetch_service_pb2 as pf_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pf_grpc
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
+from agentlearn.sessions.v1 import session_service_pb2 as ss_pb
+from agentlearn.sessions.v1 import session_service_pb2_grpc as ss_grpc
 from libs.common.auth import INTERNAL_HEADER, SCOPES, SERVICE_HEADER, Authenticator, TokenStore, digest_of
 from libs.common.grpcserver import Listener, bind_server, start_server
 from tests.support.app import open_app
@@ -208,6 +210,20 @@ async def test_listing_seats_answers_only_for_the_callers_company(app):
         episodes.ListEpisodeSeats(ep_pb.ListEpisodeSeatsRequest(company="acme"), metadata=bearer(engine))
     )
     assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "SCOPE_MISSING")
+
+
+async def test_a_lessons_provenance_needs_a_token_bound_to_the_company_alone(app):
+    """GetLessonProvenance names every session (of every user) that taught a workspace lesson: a
+    token bound to a seat or a user is refused before anything is read."""
+    sessions = ss_grpc.SessionServiceStub(app.channel)
+    request = ss_pb.GetLessonProvenanceRequest(company="acme", page_id=str(uuid.uuid4()))
+    for bound in ({"seat": "ana"}, {"user": "carla"}):
+        token = await issue(app, scopes=("inspect",), **bound)
+        code, info, _ = await refused(sessions.GetLessonProvenance(request, metadata=bearer(token)))
+        assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "COMPANY_WIDE_CREDENTIAL_REQUIRED")
+    company_wide = await issue(app, scopes=("inspect",))
+    code, _, _ = await refused(sessions.GetLessonProvenance(request, metadata=bearer(company_wide)))
+    assert code == grpc.StatusCode.NOT_FOUND  # no such lesson: read, and said so
 
 
 def test_every_rpc_declares_a_known_scope():
