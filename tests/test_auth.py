@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -23,11 +23,14 @@ from agentlearn.prefetch.v1 import prefetch_service_pb2 as pf_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pf_grpc
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
+from agentlearn.sessions.v1 import session_service_pb2 as ss_pb
+from agentlearn.sessions.v1 import session_service_pb2_grpc as ss_grpc
 from libs.common.auth import INTERNAL_HEADER, SCOPES, SERVICE_HEADER, Authenticator, TokenStore, digest_of
 from libs.common.grpcserver import Listener, bind_server, start_server
 from tests.support.app import open_app
 from tests.support.certs import Authority
 from tests.support.grpc_errors import error_info
+from tests.support.turns import raw_episode
 
 
 @pytest.fixture
@@ -175,8 +178,29 @@ async def test_the_scope_an_rpc_declares_is_required_and_admin_implies_all(app):
 
 async def test_listing_seats_answers_only_for_the_callers_company(app):
     episodes = ep_grpc.EpisodeServiceStub(app.channel)
+    internal = ((INTERNAL_HEADER, app.infra.internal_secret),)
+    for company, seat in (("acme", "ana"), ("acme", "bo"), ("globex", "zed")):
+        await episodes.RecordEpisode(
+            raw_episode(
+                seat, f"t-{seat}", datetime.now(UTC), "deploy", "ship it", "shipped", ["ci.run"], company=company
+            ),
+            metadata=internal,
+        )
     inspector = await issue(app, scopes=("inspect",))
-    await episodes.ListEpisodeSeats(ep_pb.ListEpisodeSeatsRequest(company="acme"), metadata=bearer(inspector))
+    named = await episodes.ListEpisodeSeats(ep_pb.ListEpisodeSeatsRequest(company="acme"), metadata=bearer(inspector))
+    # Naming no company is naming its own (proto3 sends no empty field, so the edge sees none named).
+    unnamed = await episodes.ListEpisodeSeats(ep_pb.ListEpisodeSeatsRequest(), metadata=bearer(inspector))
+    for resp in (named, unnamed):
+        assert [(s.company, s.seat) for s in resp.seats] == [("acme", "ana"), ("acme", "bo")]
+    every = await episodes.ListEpisodeSeats(ep_pb.ListEpisodeSeatsRequest(), metadata=internal)
+    assert ("globex", "zed") in [(s.company, s.seat) for s in every.seats]  # the services' own passes
+    # A token bound to one seat (or user) does not enumerate its company's seats.
+    for bound in ({"seat": "ana"}, {"user": "carla"}):
+        narrow = await issue(app, scopes=("inspect",), **bound)
+        for request in (ep_pb.ListEpisodeSeatsRequest(), ep_pb.ListEpisodeSeatsRequest(company="acme")):
+            code, info, _ = await refused(episodes.ListEpisodeSeats(request, metadata=bearer(narrow)))
+            assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "COMPANY_WIDE_CREDENTIAL_REQUIRED")
+            assert info.metadata[f"bound_{next(iter(bound))}"] == next(iter(bound.values()))
     code, _, _ = await refused(
         episodes.ListEpisodeSeats(ep_pb.ListEpisodeSeatsRequest(company="globex"), metadata=bearer(inspector))
     )
@@ -186,6 +210,20 @@ async def test_listing_seats_answers_only_for_the_callers_company(app):
         episodes.ListEpisodeSeats(ep_pb.ListEpisodeSeatsRequest(company="acme"), metadata=bearer(engine))
     )
     assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "SCOPE_MISSING")
+
+
+async def test_a_lessons_provenance_needs_a_token_bound_to_the_company_alone(app):
+    """GetLessonProvenance names every session (of every user) that taught a workspace lesson: a
+    token bound to a seat or a user is refused before anything is read."""
+    sessions = ss_grpc.SessionServiceStub(app.channel)
+    request = ss_pb.GetLessonProvenanceRequest(company="acme", page_id=str(uuid.uuid4()))
+    for bound in ({"seat": "ana"}, {"user": "carla"}):
+        token = await issue(app, scopes=("inspect",), **bound)
+        code, info, _ = await refused(sessions.GetLessonProvenance(request, metadata=bearer(token)))
+        assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "COMPANY_WIDE_CREDENTIAL_REQUIRED")
+    company_wide = await issue(app, scopes=("inspect",))
+    code, _, _ = await refused(sessions.GetLessonProvenance(request, metadata=bearer(company_wide)))
+    assert code == grpc.StatusCode.NOT_FOUND  # no such lesson: read, and said so
 
 
 def test_every_rpc_declares_a_known_scope():

@@ -15,10 +15,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
+from agentlearn.sessions.v1 import session_service_pb2 as ss_pb
+from agentlearn.sessions.v1 import session_service_pb2_grpc as ss_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.telemetry.v1 import telemetry_service_pb2 as tm_pb
 from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc as tm_grpc
 from libs.common.clock import ManualClock
+from tests.support.sessions import result, verification
 from tests.test_inspector_support import NOW, csrf_of, inspector_settings, open_inspector, seeded_env
 
 PAGE_SIZE = 2
@@ -333,6 +336,70 @@ async def test_local_mode_opens_without_a_token_says_so_on_every_page_and_still_
             url = f"{SEAT}diary/{written.note.id}/delete"
             assert (await client.post(url, data={})).status_code == 403
             assert (await client.post(url, data={"csrf": csrf_of(diary.text)})).status_code == 303
+        assert not await note_exists(inspector, "acme", "ana", written.note.id)
+
+
+async def test_local_mode_answers_only_loopback_names_and_takes_no_change_from_another_site(
+    make_settings, dsn, local_embedder, edge_index
+):
+    """Local mode trusts this machine, not a web page its browser opens. DNS rebinding (the page's
+    own name now resolving to 127.0.0.1, so the browser sends ``Host: attacker.example``) gets
+    nothing; a cross-site POST (a form needs no preflight) changes nothing, on the inspector and
+    the sessions API alike; the machine's own clients keep working by any loopback name."""
+    clock = ManualClock(NOW)
+    async with open_inspector(
+        inspector_settings(make_settings), dsn, clock, embedder=local_embedder, index=edge_index, auth_mode="local"
+    ) as inspector:
+        written = await inspector.diary.WriteNote(
+            diary_pb.WriteNoteRequest(company="acme", seat="ana", content="A note.", tier=diary_pb.NOTE_TIER_LONG)
+        )
+        sessions = inspector.stub(ss_grpc.SessionServiceStub)
+        t = clock.now()
+        await sessions.AppendSessionEvents(
+            ss_pb.AppendSessionEventsRequest(
+                company="acme",
+                session_id="s1",
+                user="dana",
+                seat="ana",
+                role="swe",
+                events=[result("r1", "make", "build ok", t), verification("v1", "pytest", "42 passed", t)],
+            )
+        )
+        port = inspector.base_url.rsplit(":", 1)[1]
+        learning = "/api/sessions/s1/learning?company=acme&user=dana"
+        async with inspector.client() as client:
+            diary = await client.get(SEAT + "diary")
+            csrf = csrf_of(diary.text)
+            delete = f"{SEAT}diary/{written.note.id}/delete"
+            rebound = {"host": f"attacker.example:{port}"}
+            for path in ("/inspector/", SEAT + "diary", learning, "/metrics"):
+                refused = await client.get(path, headers=rebound)
+                assert refused.status_code == 421, path
+                assert refused.json()["error"]["reason"] == "HOST_NOT_LOOPBACK" and "A note." not in refused.text
+            refused = await client.post(
+                delete, data={"csrf": csrf}, headers={**rebound, "origin": f"http://{rebound['host']}"}
+            )
+            assert refused.status_code == 421
+            for origin in ("https://evil.example", "null", f"http://attacker.example:{port}"):
+                form = await client.post(delete, data={"csrf": csrf}, headers={"origin": origin})
+                assert form.status_code == 403, origin
+                post = await client.post(learning, headers={"origin": origin})
+                assert (post.status_code, post.json()["error"]["reason"]) == (403, "ORIGIN_NOT_LOOPBACK"), origin
+            assert await note_exists(inspector, "acme", "ana", written.note.id)
+            checks = await sessions.ListLearningChecks(
+                ss_pb.ListLearningChecksRequest(company="acme", session_id="s1", user="dana")
+            )
+            assert list(checks.checks) == []
+
+            # The machine's own: a program without Origin, and a page by any loopback name.
+            queued = await client.post(learning)
+            assert queued.status_code == 202, queued.text
+            for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost"):
+                assert (await client.get(SEAT + "diary", headers={"host": host})).status_code == 200, host
+            done = await client.post(
+                delete, data={"csrf": csrf}, headers={"host": f"localhost:{port}", "origin": f"http://localhost:{port}"}
+            )
+            assert done.status_code == 303, done.text
         assert not await note_exists(inspector, "acme", "ana", written.note.id)
 
 

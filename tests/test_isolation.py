@@ -4,7 +4,8 @@ contract, with and without tokens.
 Part one is generic — every RPC a server mounts, discovered from the descriptors, so a new RPC is
 covered the day it ships: no token is UNAUTHENTICATED; a token of another company, or bound to
 another seat or user, is PERMISSION_DENIED, identical whether or not the rows exist; the right
-token is never refused for its identity.
+token is never refused for its identity (for an RPC that reads every seat's or user's rows of the
+company, the right token is one bound to the company alone).
 
 Part two is about data: each seat's rows carry a marker word of their own; a seat-bound token asks,
 in a shuffled order (the seed is printed), for every id, run id, name and query of the other seats
@@ -47,6 +48,13 @@ from tests.support.turns import raw_episode, turn_fields
 COMPANIES = ("acme", "globex")
 SEATS = ("ana", "ben")
 IDENTITY = ("company", "seat", "observer", "user")
+COMPANY_WIDE = {
+    "agentlearn.episodes.v1.EpisodeService.ListEpisodeSeats",
+    "agentlearn.knowledge.v1.KnowledgeService.GetDraftProvenance",
+    "agentlearn.prefetch.v1.KnowledgeService.GetPage",  # the deprecated alias: an operator's read
+    "agentlearn.sessions.v1.SessionService.GetLessonProvenance",
+}
+"""RPCs that read every seat's or user's rows of the company: a token bound to one is refused."""
 
 
 @pytest.fixture
@@ -119,6 +127,7 @@ async def test_every_rpc_refuses_strangers_and_other_tenants_before_reading(app)
     every_scope = [s for s in SCOPES if s != "admin"]
     acme_ana, _ = await app.infra.tokens.issue("acme", every_scope, seat="ana", user="ann")
     acme_ana_admin, _ = await app.infra.tokens.issue("acme", ["admin"], seat="ana", user="ann")
+    acme, _ = await app.infra.tokens.issue("acme", every_scope)
     own = {"company": "acme", "seat": "ana", "user": "ann"}
     strangers = [
         {"company": "globex", "seat": "ana", "user": "ann"},  # another company
@@ -147,6 +156,19 @@ async def test_every_rpc_refuses_strangers_and_other_tenants_before_reading(app)
             if required_scope(f"/{method.containing_service.full_name}/{method.name}") == "admin"
             else acme_ana
         )
+        if method.full_name in COMPANY_WIDE:
+            # Every seat's or user's rows: refused to a token bound to one, served to the company's.
+            request = _request(method, own)
+            if "page_id" in method.input_type.fields_by_name:
+                request.page_id = str(uuid.uuid4())  # a valid request: refused for the token alone
+            code = await _call(app, method, request, _bearer(own_token))
+            assert code == grpc.StatusCode.PERMISSION_DENIED, (method.full_name, code)
+            assert await _call(app, method, request, _bearer(acme)) not in (
+                grpc.StatusCode.UNAUTHENTICATED,
+                grpc.StatusCode.PERMISSION_DENIED,
+                grpc.StatusCode.INTERNAL,
+            ), method.full_name
+            own_token = acme
         code = await _call(app, method, _request(method, own), _bearer(own_token))
         assert code not in (
             grpc.StatusCode.UNAUTHENTICATED,

@@ -161,6 +161,61 @@ async def test_an_operators_read_needs_the_inspect_scope(tokens_app):
     assert aliased.page.title == "Deploy draft"
 
 
+async def test_a_token_bound_to_a_seat_reads_no_operator_view_and_no_drafts_provenance(tokens_app):
+    """Inspect and memory:read on a token bound to seat bob: its own seat's read as ever, but naming
+    no seat and no role (an operator's read: every page, drafts included) and a draft's provenance
+    (the runs of every seat it was promoted from) are refused, naming the binding."""
+    app = tokens_app
+    internal = ((INTERNAL_HEADER, app.infra.internal_secret),)
+    stub = pb_grpc.KnowledgeServiceStub(app.channel)
+    legacy = legacy_grpc.KnowledgeServiceStub(app.channel)
+    draft = await put(stub, "ops", "Deploy draft", parents=[AUTO_DRAFTED_PARENT], metadata=internal)
+    page = await put(stub, "ops", "Deploy runbook", metadata=internal)
+    promoted = await stub.WritePromotionDraft(
+        pb.WritePromotionDraftRequest(
+            company="acme",
+            unit="platform",
+            container_key="ops",
+            title="Team routine: deploys",
+            body="1. Freeze merges.",
+            sources=[pb.DraftSource(seat="ana", turn_id="run-1"), pb.DraftSource(seat="cy", turn_id="run-2")],
+        ),
+        metadata=internal,
+    )
+    seat_token, _ = await app.infra.tokens.issue("acme", ["memory:read", "inspect"], seat="bob")
+    user_token, _ = await app.infra.tokens.issue("acme", ["memory:read", "inspect"], user="carla")
+    company_token, _ = await app.infra.tokens.issue("acme", ["memory:read", "inspect"])
+    as_seat = (("authorization", f"Bearer {seat_token}"),)
+
+    ok = await stub.GetPage(pb.GetPageRequest(reader=reader("bob", "sre"), page_id=page), metadata=as_seat)
+    assert ok.page.title == "Deploy runbook"
+    for bound, token in (("bound_seat", seat_token), ("bound_user", user_token)):
+        metadata = (("authorization", f"Bearer {token}"),)
+        for call in (
+            stub.ListPages(
+                pb.ListPagesRequest(reader=reader(), include_drafts=True, view=pb.PAGE_VIEW_FULL), metadata=metadata
+            ),
+            stub.GetPage(pb.GetPageRequest(reader=reader(), page_id=draft), metadata=metadata),
+            legacy.GetPage(legacy_pb.GetPageRequest(company="acme", page_id=draft), metadata=metadata),
+            stub.GetDraftProvenance(
+                pb.GetDraftProvenanceRequest(company="acme", page_id=promoted.page_id), metadata=metadata
+            ),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            code, info, _ = error_info(err.value)
+            assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "COMPANY_WIDE_CREDENTIAL_REQUIRED")
+            assert info.metadata[bound] in ("bob", "carla") and "bound to" in err.value.details()
+    # A token bound to the company alone keeps the operator's view.
+    as_company = (("authorization", f"Bearer {company_token}"),)
+    listed = await stub.ListPages(pb.ListPagesRequest(reader=reader(), include_drafts=True), metadata=as_company)
+    assert "Deploy draft" in [p.title for p in listed.pages]
+    origin = await stub.GetDraftProvenance(
+        pb.GetDraftProvenanceRequest(company="acme", page_id=promoted.page_id), metadata=as_company
+    )
+    assert list(origin.seats) == ["ana", "cy"]
+
+
 async def test_list_pages_by_container_and_parent_title_paged(app):
     stub = pb_grpc.KnowledgeServiceStub(app.channel)
     for i in range(5):

@@ -42,7 +42,7 @@ def stdio(port: int, *extra: str) -> Client:
 
 
 @contextlib.asynccontextmanager
-async def http_server(port: int) -> AsyncIterator[str]:
+async def http_server(port: int, *extra: str) -> AsyncIterator[str]:
     """``python -m services.mcp --transport http --port 0`` as a subprocess; yields its URL."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -55,6 +55,7 @@ async def http_server(port: int) -> AsyncIterator[str]:
         "--address",
         f"127.0.0.1:{port}",
         *SEAT,
+        *extra,
         cwd=str(ROOT),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
@@ -183,3 +184,77 @@ async def test_a_tokens_scopes_hold_through_the_mcp_server(make_settings, dsn, c
         async with stdio(app.port) as anonymous:
             with pytest.raises(Exception, match="UNAUTHENTICATED"):
                 await anonymous.list_tools()
+
+
+async def refused_to_start(port: int, *extra: str) -> str:
+    """What ``python -m services.mcp --transport http --port 0 *extra`` said when it exited 2 without
+    serving (fails, and stops it, when it serves)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.mcp",
+        "--transport",
+        "http",
+        "--port",
+        "0",
+        "--address",
+        f"127.0.0.1:{port}",
+        *SEAT,
+        *extra,
+        cwd=str(ROOT),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    said: list[str] = []
+    try:
+        async with asyncio.timeout(90):
+            while line := (await process.stderr.readline()).decode():
+                said.append(line)
+                assert "serving MCP" not in line, f"it served: {''.join(said)}"
+            assert await process.wait() == 2, "".join(said)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await process.wait()
+    return "".join(said)
+
+
+async def test_http_on_a_public_address_in_front_of_local_mode_refuses_to_start(env):
+    """agentlearn in local mode trusts a call with no token: an MCP server on 0.0.0.0 in front of it
+    would hand the seat's memory to anyone who reaches its port."""
+    said = await refused_to_start(env.app.port, "--host", "0.0.0.0")
+    assert "refusing to serve 0.0.0.0" in said and "answers calls that carry no token" in said
+    assert "--require-auth" in said
+    said = await refused_to_start(env.app.port, "--host", "0.0.0.0", "--token", "agl_x")
+    assert "refusing to serve 0.0.0.0" in said and "token would act for anyone" in said
+
+
+async def test_http_on_a_public_address_serves_each_client_as_its_own_token(
+    make_settings, dsn, clock, local_embedder, edge_index
+):
+    """In front of an agentlearn that requires tokens, a public MCP server forwards each client's own
+    Authorization; a client without one is refused by agentlearn, never served as the server."""
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+    async with open_app(
+        default_settings(make_settings),
+        dsn,
+        names=SERVICES,
+        clock=clock,
+        embedder=local_embedder,
+        index=edge_index,
+        auth_mode="tokens",
+    ) as app:
+        reader, _ = await app.infra.tokens.issue("acme", ["memory:read"], seat="ana")
+        async with http_server(app.port, "--host", "0.0.0.0") as url:
+            local = url.replace("://0.0.0.0:", "://127.0.0.1:")
+            async with (
+                create_mcp_http_client(headers={"authorization": f"Bearer {reader}"}) as own,
+                Client(streamable_http_client(local, http_client=own), read_timeout_seconds=60) as client,
+            ):
+                assert "refresh_memory" in {t.name for t in (await client.list_tools()).tools}
+            async with Client(local, read_timeout_seconds=60) as anonymous:
+                with pytest.raises(Exception, match="UNAUTHENTICATED"):
+                    await anonymous.list_tools()

@@ -21,6 +21,7 @@ import contextvars
 import functools
 import hashlib
 import hmac
+import ipaddress
 import secrets
 import time
 import uuid
@@ -29,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
 
 from google.protobuf import descriptor_pool
 
@@ -45,6 +47,7 @@ __all__ = [
     "SCOPES",
     "Principal",
     "current_principal",
+    "is_loopback",
     "use_principal",
 ]
 
@@ -101,6 +104,19 @@ class Principal:
                 "the credential does not grant access to this company, seat or user",
                 reason="CREDENTIAL_SCOPE_MISMATCH",
             )
+
+    def require_company_wide(self, what: str) -> None:
+        """Refuse a read of every seat's or user's rows of the company (an operator's knowledge read,
+        a draft's or a lesson's provenance, the company's seats) to a token bound to one seat or
+        user: such a token sees its own seat's or user's rows only. ``what`` names the read."""
+        if self.trusted or (self.seat is None and self.user is None):
+            return
+        bound = f"seat {self.seat}" if self.seat is not None else f"user {self.user}"
+        raise PermissionDenied(
+            f"the credential is bound to {bound}: {what} needs a credential bound to the company alone",
+            reason="COMPANY_WIDE_CREDENTIAL_REQUIRED",
+            metadata={k: v for k, v in (("bound_seat", self.seat), ("bound_user", self.user)) if v is not None},
+        )
 
 
 LOCAL = Principal(kind="local")
@@ -476,6 +492,39 @@ TOKEN_COOKIE = "agentlearn_token"
 an Authorization header."""
 
 
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (``127.0.0.1``, ``::1``, bracketed or not): a name only
+    this machine reaches, which a web page elsewhere cannot point at this server."""
+    host = host.strip().lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _loopback_authority(authority: str) -> bool:
+    """A ``Host`` header (``name[:port]``, ``[v6][:port]``) naming a loopback host, any port."""
+    try:
+        host = urlsplit(f"//{authority}").hostname
+    except ValueError:
+        return False
+    return host is not None and is_loopback(host)
+
+
+def _loopback_origin(origin: str) -> bool:
+    """An ``Origin`` header of a page served from a loopback host (``http://localhost:3000``)."""
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and parts.hostname is not None and is_loopback(parts.hostname)
+
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 class HttpAuthMiddleware:
     """ASGI middleware: authenticates every HTTP request as the gRPC interceptor does and puts the
     principal in ``scope["state"]["principal"]`` (Starlette's ``request.state.principal``) and in
@@ -486,7 +535,15 @@ class HttpAuthMiddleware:
     Paths in ``optional`` (exact, or a prefix when they end in ``*``) belong to routes that answer
     a request without a valid credential themselves (a browser is sent to a sign-in page, not
     shown a JSON 401): a missing or refused credential runs as ANONYMOUS, with the refusal's reason
-    in ``scope["state"]["auth_error"]``; a valid one runs as its principal, as anywhere."""
+    in ``scope["state"]["auth_error"]``; a valid one runs as its principal, as anywhere.
+
+    Local mode trusts this machine, not every web page its browser opens: a page on another site
+    can send the browser here (a form POST needs no preflight) or, by DNS rebinding, make its own
+    name resolve to 127.0.0.1 and read the answers. So in local mode a request whose ``Host`` is
+    not a loopback name (``localhost``, ``127.0.0.1``, ``[::1]``, any port) is 421 and a
+    state-changing one (not GET, HEAD or OPTIONS) whose ``Origin`` is not a loopback page is 403,
+    every path included, before anything runs. A client that sends no ``Origin`` (curl, a script,
+    any program) is not a browser tab and is served."""
 
     def __init__(
         self,
@@ -515,9 +572,40 @@ class HttpAuthMiddleware:
                     headers["authorization"] = f"Bearer {value}"
         return headers
 
+    async def _refused_locally(self, scope: Mapping[str, Any], send: Any) -> bool:
+        """Local mode: answer (and say True) a request from a browser tab another site drives."""
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        host = headers.get("host", "")
+        if not _loopback_authority(host):
+            await _json_error(
+                send,
+                421,
+                "PERMISSION_DENIED",
+                "HOST_NOT_LOOPBACK",
+                f"local mode answers only requests addressed to localhost, 127.0.0.1 or [::1], not {host!r} "
+                "(a web page of another site can point its own name at this machine); open "
+                "http://127.0.0.1:<port>/ or run with --require-auth",
+                {},
+            )
+            return True
+        origin = headers.get("origin")
+        if scope.get("method", "GET") not in _SAFE_METHODS and origin is not None and not _loopback_origin(origin):
+            await _json_error(
+                send,
+                403,
+                "PERMISSION_DENIED",
+                "ORIGIN_NOT_LOOPBACK",
+                f"local mode takes no changes from a page of another site (Origin {origin!r})",
+                {},
+            )
+            return True
+        return False
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self.authenticator.local and await self._refused_locally(scope, send):
             return
         path = scope.get("path", "")
         if any(path == p or (p.endswith("/") and path.startswith(p)) for p in self.public):

@@ -18,6 +18,7 @@ import numpy as np
 from typing_extensions import TypeVar
 
 from libs.common import vector_rows
+from libs.common.auth import current_principal
 from libs.common.config import EpisodesConfig
 from libs.common.errors import field_error
 from libs.common.not_found import require_found
@@ -475,6 +476,13 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         )
 
     async def list_seats(self, company: str, size: int, token: str) -> tuple[list[tuple[str, str]], str]:
+        """Seats with raw rows. No company is every company for the services' own passes; a token
+        names its own by naming none (the edge refused any other), and one bound to a seat or a
+        user may not enumerate the company's seats at all."""
+        principal = current_principal()
+        principal.require_company_wide("listing the company's seats")
+        if not company and principal.company is not None:
+            company = principal.company
         if company:
             require_ident(company, "company", domain=DOMAIN)
         size = page_size(size, default=SEATS_PAGE_DEFAULT, maximum=SEATS_PAGE_MAX, domain=DOMAIN)

@@ -5,7 +5,8 @@ was read, and write pages and promotion drafts.
   never reads a page outside its containers nor one of the Auto-Drafted Skills subtree: such a
   page is NOT_FOUND to it, exactly as a page that does not exist. A reader naming neither seat nor
   role is an operator (the inspector, an admin tool): every page of the company, drafts included,
-  and it needs the ``inspect`` scope (``admin`` and the services' own calls have it).
+  and it needs the ``inspect`` scope (``admin`` and the services' own calls have it) and a
+  credential bound to no seat or user.
 - **Search** is best effort: the outcome says whether it ran (``SearchOutcome``), never raises, and
   a search past ``knowledge.search_timeout_seconds`` did not run.
 - **knowledge_read**: every read that reached pages — GetPage, ListPages, SearchPages, the
@@ -105,8 +106,10 @@ class KnowledgeService:
         return access_of(self.settings, reader, confluence=self.confluence)
 
     def _operator_access(self, reader: Reader) -> Access:
-        """An operator's read: every page, drafts included, only with the inspect scope."""
-        if not current_principal().allows("inspect"):
+        """An operator's read: every page, drafts included, only with the inspect scope and a
+        credential bound to the company alone (a token bound to a seat reads as that seat)."""
+        principal = current_principal()
+        if not principal.allows("inspect"):
             raise PermissionDenied(
                 "reading as an operator (no seat, no role) needs the inspect scope; a seat names itself and "
                 "its role and reads what they may",
@@ -114,6 +117,7 @@ class KnowledgeService:
                 domain=DOMAIN,
                 metadata={"scope": "inspect"},
             )
+        principal.require_company_wide("reading as an operator (no seat, no role)")
         return Access(reader, ())
 
     def can_search(self, reader: Reader) -> tuple[bool, Access]:
@@ -155,7 +159,9 @@ class KnowledgeService:
     async def draft_provenance(self, company: str, page_id: str) -> DraftOrigin:
         """Where a promotion draft came from (issue 17): its unit, the runs (seat, run id) of the
         converging cluster, the distillation's model and prompt version. A page no promotion of
-        the company filed is NOT_FOUND (another company's included)."""
+        the company filed is NOT_FOUND (another company's included). The runs are every seat's:
+        a token bound to one seat or user is refused."""
+        current_principal().require_company_wide("a promotion draft's provenance")
         company = require_ident(company, "company", domain=DOMAIN)
         page_id = require_page_id(page_id, domain=DOMAIN)
         origin = await PostgresDraftProvenance(self.pages.store.pool).get(company, page_id)

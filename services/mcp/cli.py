@@ -4,12 +4,18 @@
     ./run mcp --transport http --port 8765 --company acme ...       # streamable HTTP on /mcp
 
 Over stdio, stdout is the protocol: everything this process says goes to stderr.
+
+Over HTTP on an address other than loopback, whoever reaches the port is a client, so the server
+lends nothing: it refuses to start with a ``--token`` (every client would act with it), and it
+refuses to start in front of an agentlearn that answers a call carrying no token (local mode),
+which would trust whoever reaches the port. It starts only when a call with no credential is
+refused UNAUTHENTICATED: each client then acts as its own ``Authorization: Bearer``, and one that
+sends none is refused by agentlearn.
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import socket
 import sys
@@ -18,6 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
+from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
+from libs.common.auth import is_loopback
 from services.mcp.server import Seat, build_server
 
 if TYPE_CHECKING:
@@ -47,7 +56,8 @@ def parse_args(argv: list[str], env: dict[str, str] | None = None) -> argparse.N
         "--token",
         default=env.get(_env("token"), ""),
         help="bearer token for agentlearn "
-        "(AGENTLEARN_TOKEN; not needed in local mode). Over HTTP a client's own Authorization header wins",
+        "(AGENTLEARN_TOKEN; not needed in local mode). Over HTTP a client's own Authorization header wins; "
+        "refused with --transport http on a non-loopback --host",
     )
     p.add_argument("--company", default=env.get(_env("company"), ""), help="the company (AGENTLEARN_COMPANY)")
     p.add_argument("--seat", default=env.get(_env("seat"), ""), help="the seat whose memory this is (AGENTLEARN_SEAT)")
@@ -83,28 +93,51 @@ def _channel(args: argparse.Namespace) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(args.address)
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _say(text: str) -> None:
     print(f"agentlearn-mcp: {text}", file=sys.stderr, flush=True)
 
 
+_NOT_ANSWERED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED)
+"""Codes of a probe that learned nothing about agentlearn's authentication."""
+
+
+async def _open_to_anyone(channel: grpc.aio.Channel, args: argparse.Namespace) -> str | None:
+    """Why serving ``args.host`` would let whoever reaches it use agentlearn, or None: agentlearn
+    must refuse a call that carries no credential (ListTools of this seat, sent without one)."""
+    request = pb.ListToolsRequest(company=args.company.strip(), role=args.role.strip(), seat=args.seat.strip())
+    try:
+        await pb_grpc.PrefetchServiceStub(channel).ListTools(request, timeout=args.timeout, wait_for_ready=True)
+    except grpc.aio.AioRpcError as err:
+        if err.code() == grpc.StatusCode.UNAUTHENTICATED:
+            return None
+        if err.code() in _NOT_ANSWERED:
+            return (
+                f"refusing to serve {args.host}: cannot confirm that agentlearn at {args.address} requires tokens "
+                f"({err.code().name}: {err.details()}); start it first, with --require-auth"
+            )
+    return (
+        f"refusing to serve {args.host}: agentlearn at {args.address} answers calls that carry no token "
+        f"(local mode), so anyone who reaches this port would read and write {args.company}/{args.seat}'s memory. "
+        "Bind loopback (--host 127.0.0.1), or run agentlearn with --require-auth so each MCP client sends "
+        "its own 'Authorization: Bearer'."
+    )
+
+
 async def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if args.transport == "http" and args.token and not _loopback(args.host):
+    public = args.transport == "http" and not is_loopback(args.host)
+    if public and args.token:
         _say(
             f"refusing to serve {args.host}: this server's token would act for anyone who reaches the port. "
-            "Bind loopback, or start without --token so each MCP client sends its own 'Authorization: Bearer'."
+            "Bind loopback, or start without --token in front of an agentlearn that requires tokens "
+            "(--require-auth), so each MCP client sends its own 'Authorization: Bearer'."
         )
         return 2
     channel = _channel(args)
+    if public and (refusal := await _open_to_anyone(channel, args)) is not None:
+        await channel.close()
+        _say(refusal)
+        return 2
     seat = Seat(
         channel=channel,
         company=args.company.strip(),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from libs.common import telemetry
-from libs.common.auth import Authenticator
+from libs.common.auth import Authenticator, is_loopback
 from libs.common.config import ConfigError, Settings, TelemetryConfig, load_settings
 from libs.common.db import COMMON_MIGRATIONS, migrate
 from libs.common.embedded_pg import EmbeddedPostgresFailed
@@ -481,9 +481,7 @@ async def pass_worker(settings: Settings, names: list[str]) -> int:
         specs = {p.name: p for c in components for p in c.passes}
         if settings.services_local_for_passes:
             await _serve_siblings(infra, stack, components, names)
-        authenticator = security.authenticator(
-            settings, "local" if security.is_loopback(settings.server.host) else "tokens"
-        )
+        authenticator = security.authenticator(settings, "local" if is_loopback(settings.server.host) else "tokens")
         authenticator.attach_store(infra.tokens)
         http = await start_http(http_app([], authenticator), settings.server.host, 0, sock=http_socket)
         holder = holder_identity()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import secrets
 import sys
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from pathlib import Path
 import asyncpg
 from pydantic import SecretStr
 
-from libs.common.auth import SCOPES, Authenticator, TokenRecord, TokenStore
+from libs.common.auth import SCOPES, Authenticator, TokenRecord, TokenStore, is_loopback
 from libs.common.clock import SystemClock
 from libs.common.config import Settings
 from libs.common.db import COMMON_MIGRATIONS, migrate
@@ -36,15 +35,6 @@ __all__ = ["StartRefused", "add_token_parser", "auth_mode", "listeners", "run_to
 
 class StartRefused(Exception):
     """A one-line reason the server will not start."""
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def auth_mode(settings: Settings) -> str:

@@ -39,6 +39,7 @@ from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kb_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
+from libs.common.auth import current_principal
 from libs.common.auxmodel import (
     Attribution,
     AttributionMissing,
@@ -527,7 +528,9 @@ async def lesson_provenance(
     store: SessionStore, company: str, page_id: str
 ) -> tuple[str, str, list[provenance_pb2.Provenance]]:
     """(workspace, title, sources) of the workspace lesson filed as the page: every session, check
-    and events that taught it, oldest first. A page no check of the company wrote is NOT_FOUND."""
+    and events that taught it, oldest first. A page no check of the company wrote is NOT_FOUND.
+    The sessions are every user's: a token bound to one seat or user is refused."""
+    current_principal().require_company_wide("a workspace lesson's provenance")
     company = require_ident(company, "company", domain=DOMAIN)
     page_id = require_page_id(page_id, domain=DOMAIN)
     message = f"no workspace lesson of company {company} is filed as page {page_id}"
