@@ -425,6 +425,28 @@ class LoadShedder(_WrappingInterceptor):
 
         return admitted
 
+    def wrap_stream(self, method: str, inner: AioUnaryStream) -> AioUnaryStream:
+        """A stream (ExportSeat: a whole seat read out) counts as a call for as long as it streams,
+        as a unary call does; it was never counted nor shed."""
+        domain = _domain(method)
+
+        async def admitted(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
+            if current_principal().kind == "service":
+                async for item in stream_of(inner, request, context):
+                    yield item
+                return
+            company = _company_of(request)
+            refusal = self.admit(company, domain)
+            if refusal is not None:
+                await context.abort_with_status(refusal)
+            try:
+                async for item in stream_of(inner, request, context):
+                    yield item
+            finally:
+                self.release(company)
+
+        return admitted
+
 
 class Health(HealthServicer):
     """The stock async health servicer, plus ``List`` (every service's status), which the stock one
