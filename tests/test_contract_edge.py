@@ -4,6 +4,7 @@ the caller's metadata; page tokens are signed by one deployment-wide key; health
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -154,6 +155,17 @@ async def test_health_list_answers_every_service(app):
     assert resp.statuses[""].status == health_pb2.HealthCheckResponse.SERVING
     assert resp.statuses["agentlearn.diary.v1.DiaryService"].status == health_pb2.HealthCheckResponse.SERVING
     assert "agentlearn.prefetch.v1.PrefetchService" in resp.statuses
+
+
+async def test_health_watch_streams_the_status_through_every_interceptor(app):
+    """Watch is the stock servicer's: a coroutine that writes its answers rather than yielding
+    them. Every stream wrapper (errors, auth, call tracking) iterated it, and Watch answered UNKNOWN;
+    an orchestrator or a client library that watches health must get the status."""
+    health = health_pb2_grpc.HealthStub(app.channel)
+    call = health.Watch(health_pb2.HealthCheckRequest(service="agentlearn.diary.v1.DiaryService"))
+    first = await asyncio.wait_for(call.read(), timeout=10)
+    assert first.status == health_pb2.HealthCheckResponse.SERVING
+    call.cancel()
 
 
 # ------------------------------------------------------------------------------ page tokens

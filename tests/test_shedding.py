@@ -15,6 +15,8 @@ from grpc_status import rpc_status
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
+from agentlearn.privacy.v1 import privacy_service_pb2 as privacy_pb
+from agentlearn.privacy.v1 import privacy_service_pb2_grpc as privacy_grpc
 from libs.common.config import ServerConfig
 from libs.common.grpcserver import Registration, create_server
 
@@ -122,3 +124,55 @@ async def test_a_burst_is_refused_at_once_not_queued_until_its_deadline(held):
     servicer.release.set()
     served = await asyncio.gather(*pending)
     assert [r.note.id for r in served] == [NOTE] * 4
+
+
+class _HeldExport(privacy_grpc.PrivacyServiceServicer):
+    """ExportSeat streams one line, then parks until released, counting who is inside."""
+
+    def __init__(self) -> None:
+        self.held = _Held()
+
+    async def ExportSeat(self, request, context):  # type: ignore[no-untyped-def]
+        yield privacy_pb.ExportSeatResponse(lines=["{}"])
+        async with self.held.changed:
+            self.held.inside += 1
+            self.held.changed.notify_all()
+        await self.held.release.wait()
+
+
+_add_privacy = privacy_grpc.add_PrivacyServiceServicer_to_server
+
+
+async def test_a_stream_counts_as_a_call_while_it_streams():
+    """ExportSeat (a whole seat read out) holds its company's room for as long as it streams: it
+    was never counted, so a company could run any number of exports beside its limit of calls."""
+    servicer = _HeldExport()
+    server, port, _ = await create_server(
+        [
+            Registration(
+                "agentlearn.privacy.v1.PrivacyService", privacy_grpc.add_PrivacyServiceServicer_to_server, servicer
+            )
+        ],
+        "127.0.0.1:0",
+        ServerConfig(max_concurrent_rpcs=4, max_concurrent_rpcs_per_company=2),
+    )
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    stub = privacy_grpc.PrivacyServiceStub(channel)
+
+    async def export(company: str) -> list:  # type: ignore[type-arg]
+        return [r async for r in stub.ExportSeat(privacy_pb.ExportSeatRequest(company=company, seat="ana"), timeout=60)]
+
+    try:
+        running = [asyncio.ensure_future(export("busy")) for _ in range(2)]
+        await servicer.held.wait_inside(2)
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await export("busy")
+        assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _shed(exc.value)[0] == "COMPANY_OVERLOADED"
+        servicer.held.release.set()
+        assert [len(lines) for lines in await asyncio.gather(*running)] == [1, 1]
+        assert len(await export("busy")) == 1  # room again once they are done
+    finally:
+        servicer.held.release.set()
+        await channel.close()
+        await server.stop(None)

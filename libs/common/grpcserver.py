@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import sys
 import time
@@ -245,6 +246,19 @@ def failure_status(err: Exception, method: str, domain: str) -> grpc.Status:
     return _internal_status()
 
 
+async def stream_of(inner: AioUnaryStream, request: Any, context: ServicerContext) -> AsyncIterator[Any]:
+    """The messages of a server-streaming handler, whichever way it streams: an async generator
+    yields them; a coroutine handler writes them itself (``context.write``) and returns None — the
+    stock health servicer's Watch does, and every wrapper that iterated it turned Watch into
+    UNKNOWN ("'async for' requires an object with __aiter__")."""
+    result: Any = inner(request, context)
+    if inspect.isawaitable(result):
+        await result
+        return
+    async for item in result:
+        yield item
+
+
 class _WrappingInterceptor(grpc.aio.ServerInterceptor):
     """An interceptor that wraps each method's behaviour (the methods it ``passes`` answer as they
     are): the one place a handler is looked up, told unary from server-streaming, and rebuilt with
@@ -313,7 +327,7 @@ class ErrorInterceptor(_WrappingInterceptor):
             _label_span(request)
             try:
                 check_request(request, domain=domain)
-                async for item in inner(request, context):
+                async for item in stream_of(inner, request, context):
                     yield item
             except (grpc.aio.AbortError, asyncio.CancelledError):
                 raise
@@ -411,6 +425,28 @@ class LoadShedder(_WrappingInterceptor):
 
         return admitted
 
+    def wrap_stream(self, method: str, inner: AioUnaryStream) -> AioUnaryStream:
+        """A stream (ExportSeat: a whole seat read out) counts as a call for as long as it streams,
+        as a unary call does; it was never counted nor shed."""
+        domain = _domain(method)
+
+        async def admitted(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
+            if current_principal().kind == "service":
+                async for item in stream_of(inner, request, context):
+                    yield item
+                return
+            company = _company_of(request)
+            refusal = self.admit(company, domain)
+            if refusal is not None:
+                await context.abort_with_status(refusal)
+            try:
+                async for item in stream_of(inner, request, context):
+                    yield item
+            finally:
+                self.release(company)
+
+        return admitted
+
 
 class Health(HealthServicer):
     """The stock async health servicer, plus ``List`` (every service's status), which the stock one
@@ -467,7 +503,7 @@ class AuthInterceptor(_WrappingInterceptor):
     def wrap_stream(self, method: str, inner: AioUnaryStream) -> AioUnaryStream:
         async def stream(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
             await self._admit(method, request, context)
-            async for item in inner(request, context):
+            async for item in stream_of(inner, request, context):
                 yield item
 
         return stream
@@ -578,7 +614,7 @@ class CallTracker(grpc.aio.ServerInterceptor):
         async def stream(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
             started = time.perf_counter()
             try:
-                async for item in inner_stream(request, context):
+                async for item in stream_of(inner_stream, request, context):
                     yield item
             finally:
                 self._exit()
