@@ -319,28 +319,16 @@ class SkillService:
             await self._telemetry_failed(
                 skill.company, skill.seat, turn_id, "skill_used", failed, [str(skill.id)], [skill.name]
             )
-            # The resolution happened (the body is answered), so its skill_used event is published
-            # all the same: the counter and the event are separate best-effort writes (spec,
-            # "Best-effort rule"), and losing the one must not take the other with it.
-            await self._emit_skill("skill_used", skill, turn_id, source_kind="synthesized", version=skill.version)
-            return UseResult(skill, revived=False, telemetry_write_failed=True)
-        skill, prior = used
-        revived = prior is SkillState.STALE and skill.state is SkillState.ACTIVE
-        await self._emit_skill(
-            "skill_used",
-            skill,
-            turn_id,
-            source_kind="synthesized",
-            version=skill.version,
-        )
+            revived = False
+        else:
+            skill, prior = used
+            revived = prior is SkillState.STALE and skill.state is SkillState.ACTIVE
+        # The resolution happened (the body is answered), so skill_used is published whether or not
+        # the counter was written: they are separate best-effort writes (spec, "Best-effort rule").
+        await self._emit_skill("skill_used", skill, turn_id, source_kind="synthesized", version=skill.version)
         if revived:
-            await self._emit_skill(
-                "skill_revived",
-                skill,
-                turn_id,
-                cause="used",
-            )
-        return UseResult(skill, revived=revived, telemetry_write_failed=False)
+            await self._emit_skill("skill_revived", skill, turn_id, cause="used")
+        return UseResult(skill, revived=revived, telemetry_write_failed=failed is not None)
 
     async def mark_offered(
         self, company: str, seat: str, skill_ids: Sequence[str], skill_names: Sequence[str], turn_id: str | None
