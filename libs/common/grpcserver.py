@@ -406,44 +406,44 @@ class LoadShedder(_WrappingInterceptor):
 
     passes = _NEVER_SHED
 
+    async def _count_in(self, domain: str, request: Any, context: ServicerContext) -> str | None:
+        """Count a call in and say under which company (release it with :meth:`release`), or abort
+        it with the refusal. ``None``: not counted — a call one service makes for its own caller,
+        whose call was admitted (or refused) already; refusing its inner reads would only degrade
+        what it builds. Plain calls rather than a context manager: this runs on every RPC."""
+        if current_principal().kind == "service":
+            return None
+        company = _company_of(request)
+        refusal = self.admit(company, domain)
+        if refusal is not None:
+            await context.abort_with_status(refusal)
+        return company
+
     def wrap_unary(self, method: str, inner: AioUnary) -> AioUnary:
         domain = _domain(method)
 
         async def admitted(request: Any, context: ServicerContext) -> Any:
-            if current_principal().kind == "service":
-                # A call one service makes for its own caller: that caller's call was admitted (or
-                # refused) already, and refusing its inner reads would only degrade what it builds.
-                return await inner(request, context)
-            company = _company_of(request)
-            refusal = self.admit(company, domain)
-            if refusal is not None:
-                await context.abort_with_status(refusal)
+            company = await self._count_in(domain, request, context)
             try:
                 return await inner(request, context)
             finally:
-                self.release(company)
+                if company is not None:
+                    self.release(company)
 
         return admitted
 
     def wrap_stream(self, method: str, inner: AioUnaryStream) -> AioUnaryStream:
-        """A stream (ExportSeat: a whole seat read out) counts as a call for as long as it streams,
-        as a unary call does; it was never counted nor shed."""
+        """A stream (ExportSeat: a whole seat read out) counts as a call for as long as it streams."""
         domain = _domain(method)
 
         async def admitted(request: Any, context: ServicerContext) -> AsyncIterator[Any]:
-            if current_principal().kind == "service":
-                async for item in stream_of(inner, request, context):
-                    yield item
-                return
-            company = _company_of(request)
-            refusal = self.admit(company, domain)
-            if refusal is not None:
-                await context.abort_with_status(refusal)
+            company = await self._count_in(domain, request, context)
             try:
                 async for item in stream_of(inner, request, context):
                     yield item
             finally:
-                self.release(company)
+                if company is not None:
+                    self.release(company)
 
         return admitted
 
