@@ -29,6 +29,8 @@ _COLUMNS = """id, company, seat, role, kind, turn_id, work_item, label, ask, wha
               notable_patterns, exemplar_turn_ids, exemplar_of, consolidated_into_skill_id, embedding_model,
               embedding_dims, work_key"""
 _SEAT = "company = $1 AND seat = $2"
+_E_COLUMNS = ", ".join("e." + c.strip() for c in _COLUMNS.split(","))
+"""The columns of alias ``e`` (a statement whose FROM names another table with some of them)."""
 # A listing's filter: $3 kind, $4 outcomes, $5 min tool calls, $6 conversation, $7 exclude exemplars.
 # The tool calls counted are the turn's run of tools: tools_called, or its final round
 # (tool_sequence) when the engine reported no calls — the synthesizer gate's own count.
@@ -90,11 +92,6 @@ SQL = {
     "alias_run": """
         INSERT INTO episode_runs (company, seat, turn_id, episode_id, record_time) VALUES ($1, $2, $3, $4, $5)
         ON CONFLICT (company, seat, turn_id) DO NOTHING""",
-    # A settled record superseding its work's self_iterate row (a mid-state): the row is locked
-    # while it still is one, and read for the width of the vector it had (that point goes stale).
-    "lock_mid_state": f"""
-        SELECT embedding_dims FROM episodes
-        WHERE {_SEAT} AND id = $3 AND kind = 'raw' AND outcome = 'self_iterate' FOR UPDATE""",
     # Field by field ($3 the row, $4.. the settled record):
     # - kept: id, turn_id and work_key (the keys the row is found by; a settled run id of its own is
     #   filed under it in episode_runs), record_time (when the work was first recorded), the
@@ -109,9 +106,14 @@ SQL = {
     #   unsay);
     # - the vector: the settled text's (as an insert stores it), or none for the fill; not indexed
     #   yet; the fill's hold-backs cleared (they were about the old text).
-    # Guarded on the mid-state as well as locked, so a settled row is never changed.
+    # One statement: the row is locked while it still is a mid-state (a concurrent supersede waits,
+    # then finds it settled and changes nothing: no row back), and the width of the vector it had
+    # comes back beside the new row (that point is of the old text).
     "supersede": f"""
-        UPDATE episodes SET
+        WITH old AS (
+            SELECT id, embedding_dims FROM episodes
+            WHERE {_SEAT} AND id = $3 AND kind = 'raw' AND outcome = 'self_iterate' FOR UPDATE)
+        UPDATE episodes e SET
             outcome = $4, label = $5, ask = $6, what_it_did = $7, review_outcome = $8, tool_sequence = $9,
             tools_called = $10, skills_used = $11, subjects = $12,
             role = coalesce($13, role), work_item = coalesce($14, work_item),
@@ -120,8 +122,8 @@ SQL = {
             duration_ms = floor(extract(epoch FROM $17 - least(start_time, $16)) * 1000)::bigint,
             embedding = $18, embedding_model = $19, embedding_dims = $20, indexed = false,
             fill_held_until = NULL, fill_held_fingerprint = NULL, fill_alone = false
-        WHERE {_SEAT} AND id = $3 AND kind = 'raw' AND outcome = 'self_iterate'
-        RETURNING {_COLUMNS}""",
+        FROM old WHERE e.id = old.id
+        RETURNING {_E_COLUMNS}, old.embedding_dims AS previous_dims""",
     # The lexical half (the standalone statement: a search with no query vector).
     "lexical": f"WITH {_LEXICAL_CTES} SELECT * FROM lex",
     # A search's reads after the index search, in one statement (one round trip instead of three):
@@ -357,9 +359,6 @@ class PostgresEpisodeStore:
         transaction; ``None`` when the row is no longer a mid-state (a concurrent record settled
         it, or it was deleted)."""
         async with self.pool.acquire() as conn, conn.transaction():
-            before = await conn.fetchrow(SQL["lock_mid_state"], ep.company, ep.seat, row_id)
-            if before is None:
-                return None
             row = await conn.fetchrow(
                 SQL["supersede"],
                 ep.company,
@@ -383,12 +382,12 @@ class PostgresEpisodeStore:
                 ep.embedding_model if vector is not None else None,
                 int(vector.shape[0]) if vector is not None else None,
             )
-            if row is None:  # cannot happen under the lock; kept as the guard's answer
+            if row is None:  # no longer a mid-state: another record settled it, or it is gone
                 return None
             settled = episode_of(row)
             if ep.turn_id and settled.turn_id != ep.turn_id:
                 await conn.execute(SQL["alias_run"], ep.company, ep.seat, ep.turn_id, settled.id, now)
-        return Superseded(settled, before["embedding_dims"])
+        return Superseded(settled, row["previous_dims"])
 
     async def mark_consolidated(
         self, company: str, seat: str, turn_ids: Sequence[str], skill_id: str, now: datetime
