@@ -3,6 +3,7 @@ output parsing, and the failure kinds a reflection records."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,11 @@ class WorkerPrompt:
     user: Template
     version: str
 
+    @functools.cached_property
+    def describes_turn(self) -> bool:
+        """The user template shows the turn described (``$turn``)."""
+        return "turn" in self.user.get_identifiers()
+
     @classmethod
     def load(cls, purpose: str) -> WorkerPrompt:
         system = prompt_file(purpose).template
@@ -117,10 +123,13 @@ class WorkerPrompt:
         a pass about one of them. Returns the answer as an
         object (:class:`InvalidOutput` when it is not one) and the completion, whose model a
         write's provenance names."""
+        # The turn is described only for a template that shows it (the whole turn's text, every
+        # sender's messages: built for each of a profiler's passes, it was thrown away).
+        described = {"turn": describe_turn(turn, senders=senders)} if self.describes_turn else {}
         prompt = Prompt(
             purpose=self.purpose,
             system=self.system,
-            user=self.user.substitute(fields, turn=describe_turn(turn, senders=senders)),
+            user=self.user.substitute(fields, **described),
             data=data,
             max_tokens=max_tokens,
             json_output=True,
