@@ -767,6 +767,11 @@ class PrivacyConfig(_Section):
     """Claims of one erasure before it is reported failed (an owner that keeps failing)."""
     retry_seconds: float = 30.0
     """Wait before an erasure an owner failed is tried again."""
+    cache_poll_seconds: float = Field(default=5.0, gt=0)
+    """How often a serving process reads the count of erasures to empty its caches of people's
+    text (query vectors, note words) when an erasure another replica ran moved it: the backstop of
+    the LISTEN notice it hears at once (issue 17: nothing of an erased person's text outlives the
+    erasure in memory), which a lost connection or PgBouncer in transaction mode does not carry."""
     orphan_sweep_interval_seconds: float = 3600.0
     """The all-in-one's cadence of the orphan sweeps (``diary-orphans``, ``episode-orphans``,
     ``knowledge-orphans``): index points whose row is gone from PostgreSQL are removed."""

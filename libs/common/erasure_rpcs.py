@@ -113,9 +113,10 @@ class ErasureRpcs:
     async def EraseRows(self, request: Any, context: ServicerContext) -> Any:
         calls = self._erasure_calls
         report = await calls.erase(target_from_proto(request.target, domain=calls.domain))
-        # This process's in-memory caches of people's text (query vectors, note words) are emptied
-        # once the rows are gone, so nothing of the erased text outlives the erasure in them.
-        text_caches.clear_all()
+        # The in-memory caches of people's text (query vectors, note words) are emptied once the
+        # rows are gone, this process's and every other replica's (told through PostgreSQL), so
+        # nothing of the erased text outlives the erasure in them.
+        await text_caches.clear_everywhere()
         return calls.erase_response(report=report_to_proto(report))
 
     async def FindRows(self, request: Any, context: ServicerContext) -> Any:

@@ -458,7 +458,7 @@ async def serve(drain: Callable[[], Awaitable[int]], wake: asyncio.Event, poll_s
 async def listen(
     dsn: str,
     kinds: Iterable[str],
-    on_wake: Callable[[], None],
+    on_wake: Callable[[], object],
     *,
     channel: str = NOTIFY_CHANNEL,
     reconnect_seconds: float = 2.0,

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from libs.common import telemetry
+from libs.common import telemetry, text_caches
 from libs.common.auth import Authenticator, is_loopback
 from libs.common.config import ConfigError, Settings, TelemetryConfig, load_settings
 from libs.common.db import COMMON_MIGRATIONS, migrate
@@ -289,6 +289,11 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
             if p.enabled and settings.run_passes_in_process
         ]
         tasks += [asyncio.create_task(bg(), name=f"{c.name}-background") for c in components for bg in c.background]
+        # An erasure another replica ran empties this process's caches of people's text too.
+        text_caches.announce_through(infra.pool)
+        stack.callback(text_caches.announce_through, None)
+        follow = text_caches.follow(infra.listen_dsn, infra.pool, settings.privacy.cache_poll_seconds)
+        tasks.append(asyncio.create_task(follow, name="text-caches"))
         for task in tasks:
             task.add_done_callback(log_failure)
         _settled()
