@@ -384,7 +384,7 @@ async def test_local_mode_answers_only_loopback_names_and_takes_no_change_from_a
                 form = await client.post(delete, data={"csrf": csrf}, headers={"origin": origin})
                 assert form.status_code == 403, origin
                 post = await client.post(learning, headers={"origin": origin})
-                assert (post.status_code, post.json()["error"]["reason"]) == (403, "ORIGIN_NOT_LOOPBACK"), origin
+                assert (post.status_code, post.json()["error"]["reason"]) == (403, "ORIGIN_NOT_SAME"), origin
             assert await note_exists(inspector, "acme", "ana", written.note.id)
             checks = await sessions.ListLearningChecks(
                 ss_pb.ListLearningChecksRequest(company="acme", session_id="s1", user="dana")
@@ -399,6 +399,68 @@ async def test_local_mode_answers_only_loopback_names_and_takes_no_change_from_a
             done = await client.post(
                 delete, data={"csrf": csrf}, headers={"host": f"localhost:{port}", "origin": f"http://localhost:{port}"}
             )
+            assert done.status_code == 303, done.text
+        assert not await note_exists(inspector, "acme", "ana", written.note.id)
+
+
+async def test_local_mode_takes_no_change_from_a_page_on_another_loopback_port(
+    make_settings, dsn, local_embedder, edge_index
+):
+    """A page on this machine but at another origin (a dev server or a notebook on another port, the
+    same port by another loopback name, https) is another site to the browser and to local mode: its
+    POST is refused before the route runs, on the sessions API and the inspector alike, while a page
+    of this very origin, a program without ``Origin`` and a GET from anywhere local are served."""
+    clock = ManualClock(NOW)
+    async with open_inspector(
+        inspector_settings(make_settings), dsn, clock, embedder=local_embedder, index=edge_index, auth_mode="local"
+    ) as inspector:
+        written = await inspector.diary.WriteNote(
+            diary_pb.WriteNoteRequest(company="acme", seat="ana", content="A note.", tier=diary_pb.NOTE_TIER_LONG)
+        )
+        sessions = inspector.stub(ss_grpc.SessionServiceStub)
+        t = clock.now()
+        await sessions.AppendSessionEvents(
+            ss_pb.AppendSessionEventsRequest(
+                company="acme",
+                session_id="s1",
+                user="dana",
+                seat="ana",
+                role="swe",
+                events=[result("r1", "make", "build ok", t), verification("v1", "pytest", "42 passed", t)],
+            )
+        )
+        port = int(inspector.base_url.rsplit(":", 1)[1])
+        other = 3000 if port != 3000 else 3001
+        assert inspector.base_url == f"http://127.0.0.1:{port}"  # the Host every request below carries
+        learning = "/api/sessions/s1/learning?company=acme&user=dana"
+        delete = f"{SEAT}diary/{written.note.id}/delete"
+        async with inspector.client() as client:
+            csrf = csrf_of((await client.get(SEAT + "diary")).text)
+            for origin in (
+                f"http://127.0.0.1:{other}",
+                f"http://localhost:{other}",
+                f"http://localhost:{port}",
+                f"http://[::1]:{port}",
+                f"https://127.0.0.1:{port}",
+            ):
+                post = await client.post(learning, headers={"origin": origin})
+                assert (post.status_code, post.json()["error"]["reason"]) == (403, "ORIGIN_NOT_SAME"), origin
+                form = await client.post(delete, data={"csrf": csrf}, headers={"origin": origin})
+                assert (form.status_code, form.json()["error"]["reason"]) == (403, "ORIGIN_NOT_SAME"), origin
+                read = await client.get(learning, headers={"origin": origin})
+                assert read.status_code == 200 and read.json()["checks"] == [], origin
+                assert (await client.get(SEAT + "diary", headers={"origin": origin})).status_code == 200, origin
+            assert await note_exists(inspector, "acme", "ana", written.note.id)
+            checks = await sessions.ListLearningChecks(
+                ss_pb.ListLearningChecksRequest(company="acme", session_id="s1", user="dana")
+            )
+            assert list(checks.checks) == []
+
+            same = await client.post(learning, headers={"origin": f"http://127.0.0.1:{port}"})
+            assert same.status_code == 202 and same.json()["reused"] is False, same.text
+            again = await client.post(learning)  # no Origin: a program, served
+            assert again.status_code == 200 and again.json()["reused"] is True, again.text
+            done = await client.post(delete, data={"csrf": csrf}, headers={"origin": f"http://127.0.0.1:{port}"})
             assert done.status_code == 303, done.text
         assert not await note_exists(inspector, "acme", "ana", written.note.id)
 

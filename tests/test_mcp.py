@@ -123,6 +123,48 @@ async def test_mcp_over_streamable_http_with_the_sdks_client(env):
         await a_life(client)
 
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
+async def initialize(url: str, **headers: str) -> int:
+    """The status of one raw ``initialize`` POST to ``url`` with ``headers`` added."""
+    import httpx
+
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    async with httpx.AsyncClient(timeout=60) as http:
+        return (await http.post(url, json=INITIALIZE, headers={**accept, **headers})).status_code
+
+
+async def test_http_on_loopback_answers_only_its_own_host_and_origin(env):
+    """Bound to a loopback address the SDK does not know (127.0.0.2), a page that rebinds its own
+    name to it (``Host: attacker.example``), or any page of another origin, is refused before the
+    MCP session starts; on 127.0.0.1 a page on another local port is another origin too. The
+    server's own URL, with or without its own Origin, is served."""
+    async with http_server(env.app.port, "--host", "127.0.0.2") as url:
+        authority = url.split("/")[2]
+        port = authority.rsplit(":", 1)[1]
+        assert authority == f"127.0.0.2:{port}"
+        for host in (f"attacker.example:{port}", f"localhost:{port}", f"127.0.0.1:{port}", "127.0.0.2"):
+            assert await initialize(url, host=host) == 421, host
+        for origin in (f"http://attacker.example:{port}", "http://127.0.0.2:3000", f"http://localhost:{port}", "null"):
+            assert await initialize(url, origin=origin) == 403, origin
+        assert await initialize(url) == 200
+        assert await initialize(url, origin=f"http://{authority}") == 200
+        async with Client(url, read_timeout_seconds=60) as client:
+            assert "refresh_memory" in {t.name for t in (await client.list_tools()).tools}
+    async with http_server(env.app.port) as url:
+        port = url.split("/")[2].rsplit(":", 1)[1]
+        assert await initialize(url, origin="http://localhost:3000") == 403
+        assert await initialize(url, host=f"attacker.example:{port}") == 421
+        for name in ("127.0.0.1", "localhost"):
+            assert await initialize(url, host=f"{name}:{port}", origin=f"http://{name}:{port}") == 200, name
+
+
 async def test_tool_calls_are_charged_to_the_turn_whose_context_was_read(env):
     async with stdio(env.app.port, "--turn-id", "turn-start") as client:
 

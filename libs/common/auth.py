@@ -48,6 +48,7 @@ __all__ = [
     "Principal",
     "current_principal",
     "is_loopback",
+    "same_origin",
     "use_principal",
 ]
 
@@ -513,13 +514,30 @@ def _loopback_authority(authority: str) -> bool:
     return host is not None and is_loopback(host)
 
 
-def _loopback_origin(origin: str) -> bool:
-    """An ``Origin`` header of a page served from a loopback host (``http://localhost:3000``)."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def same_origin(origin: str, host: str, scheme: str | None = None) -> bool:
+    """Whether a page of ``origin`` (an ``Origin`` header) is the site a request addressed to ``host``
+    (its ``Host`` header) over ``scheme`` belongs to: the scheme, the host name (case aside) and the
+    port (80 or 443 when unsaid) are all equal. Names count as spelled, as a browser counts them:
+    ``localhost``, ``127.0.0.1`` and ``[::1]`` are three origins, and every port is another one (a
+    notebook or a dev server on this machine is another site). The opaque ``null`` and anything
+    unparsable are never the same. ``scheme`` None takes the page's own: for a server that may not
+    know the scheme the browser used (a TLS proxy uvicorn does not trust)."""
     try:
-        parts = urlsplit(origin)
+        page = urlsplit(origin)
+        here = urlsplit(f"//{host}")
+        page_port, here_port = page.port, here.port
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and parts.hostname is not None and is_loopback(parts.hostname)
+    scheme = page.scheme if scheme is None else scheme
+    if page.scheme not in _DEFAULT_PORTS or scheme not in _DEFAULT_PORTS:
+        return False
+    if page.hostname is None or here.hostname is None or page.username is not None or here.username is not None:
+        return False
+    mine = (scheme, here.hostname, here_port or _DEFAULT_PORTS[scheme])
+    return (page.scheme, page.hostname, page_port or _DEFAULT_PORTS[page.scheme]) == mine
 
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -541,9 +559,10 @@ class HttpAuthMiddleware:
     can send the browser here (a form POST needs no preflight) or, by DNS rebinding, make its own
     name resolve to 127.0.0.1 and read the answers. So in local mode a request whose ``Host`` is
     not a loopback name (``localhost``, ``127.0.0.1``, ``[::1]``, any port) is 421 and a
-    state-changing one (not GET, HEAD or OPTIONS) whose ``Origin`` is not a loopback page is 403,
-    every path included, before anything runs. A client that sends no ``Origin`` (curl, a script,
-    any program) is not a browser tab and is served."""
+    state-changing one (not GET, HEAD or OPTIONS) whose ``Origin`` is not this server's own origin
+    (:func:`same_origin`) is 403, every path included, before anything runs: a page on another
+    loopback port (a dev server, a notebook) is another site too. A client that sends no
+    ``Origin`` (curl, a script, any program) is not a browser tab and is served."""
 
     def __init__(
         self,
@@ -589,13 +608,16 @@ class HttpAuthMiddleware:
             )
             return True
         origin = headers.get("origin")
-        if scope.get("method", "GET") not in _SAFE_METHODS and origin is not None and not _loopback_origin(origin):
+        scheme = str(scope.get("scheme", "http"))
+        unsafe = scope.get("method", "GET") not in _SAFE_METHODS
+        if unsafe and origin is not None and not same_origin(origin, host, scheme):
             await _json_error(
                 send,
                 403,
                 "PERMISSION_DENIED",
-                "ORIGIN_NOT_LOOPBACK",
-                f"local mode takes no changes from a page of another site (Origin {origin!r})",
+                "ORIGIN_NOT_SAME",
+                f"local mode takes changes only from its own pages ({scheme}://{host}), not from a page of "
+                f"another site or of another port on this machine (Origin {origin!r})",
                 {},
             )
             return True

@@ -11,6 +11,14 @@ refuses to start in front of an agentlearn that answers a call carrying no token
 which would trust whoever reaches the port. It starts only when a call with no credential is
 refused UNAUTHENTICATED: each client then acts as its own ``Authorization: Bearer``, and one that
 sends none is refused by agentlearn.
+
+Over HTTP on a loopback address, whoever reaches the port is this machine, and a web page its
+browser opens must not be: a page that rebinds its own name to the bound address would send
+``Host: attacker.example``, a page on another local port an ``Origin`` of its own. So the server
+answers only a ``Host`` that names the bound address (or ``localhost``, when that is 127.0.0.1 or
+::1) with the bound port, and only an ``Origin`` of that same http origin (or none). The SDK turns
+such checks on by itself only for ``--host`` spelled 127.0.0.1, localhost or ::1, and then lets
+any loopback name and port through; here they hold for every loopback address (127.0.0.2 too).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from services.mcp.server import Seat, build_server
 
 if TYPE_CHECKING:
     from mcp.server import Server
+    from mcp.server.transport_security import TransportSecuritySettings
 
 __all__ = ["main", "parse_args"]
 
@@ -165,10 +174,30 @@ async def main(argv: list[str]) -> int:
     return 0
 
 
+def _loopback_security(host: str, bound: str, port: int) -> TransportSecuritySettings | None:
+    """The SDK's Host/Origin (DNS rebinding) checks for a server bound to loopback address ``bound``
+    (``host`` as the flag spelled it) on ``port``: this origin's names only. None off loopback,
+    where each client brings its own token (see the module's docstring) and the SDK checks neither."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if not is_loopback(host):
+        return None
+    names = {host.strip("[]").lower(), bound}
+    if bound in ("127.0.0.1", "::1"):
+        names.add("localhost")  # a browser reaches 127.0.0.1 and ::1 as localhost too
+    authorities = sorted(f"[{n}]" if ":" in n else n for n in names)
+    hosts = [f"{a}:{port}" for a in authorities] + (authorities if port == 80 else [])
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        # The server speaks plain HTTP, so its pages' origin is http:// (the port unsaid when 80).
+        allowed_origins=[f"http://{h}" for h in hosts],
+    )
+
+
 async def _serve_http(server: Server[Any], args: argparse.Namespace, who: str) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(streamable_http_path=args.path, host=args.host)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -178,7 +207,13 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace, who: str) -
         _say(f"cannot bind {args.host}:{args.port}: {err.strerror}")
         raise SystemExit(2) from None
     sock.listen(128)
-    port = sock.getsockname()[1]
+    bound, port = sock.getsockname()[:2]
+    # Built once the port is known (``--port 0``): the checks name it.
+    app = server.streamable_http_app(
+        streamable_http_path=args.path,
+        host=args.host,
+        transport_security=_loopback_security(args.host, bound, port),
+    )
     host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
     # The socket already queues connections, so the line is true as soon as it is printed.
     _say(f"serving MCP (streamable HTTP) on http://{host}:{port}{args.path} for {who}")
