@@ -7,6 +7,7 @@ and searchable. Every change is checked through gRPC, never through the page tha
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import grpc
 import pytest
@@ -339,6 +340,27 @@ async def test_local_mode_opens_without_a_token_says_so_on_every_page_and_still_
         assert not await note_exists(inspector, "acme", "ana", written.note.id)
 
 
+async def _a_note_and_a_session(inspector: Any, clock: ManualClock) -> tuple[Any, Any]:
+    """What a cross-site request would change: ana's note, and session s1's work (a learning check
+    could be queued for it). The written note's answer and a SessionService stub."""
+    written = await inspector.diary.WriteNote(
+        diary_pb.WriteNoteRequest(company="acme", seat="ana", content="A note.", tier=diary_pb.NOTE_TIER_LONG)
+    )
+    sessions = inspector.stub(ss_grpc.SessionServiceStub)
+    t = clock.now()
+    await sessions.AppendSessionEvents(
+        ss_pb.AppendSessionEventsRequest(
+            company="acme",
+            session_id="s1",
+            user="dana",
+            seat="ana",
+            role="swe",
+            events=[result("r1", "make", "build ok", t), verification("v1", "pytest", "42 passed", t)],
+        )
+    )
+    return written, sessions
+
+
 async def test_local_mode_answers_only_loopback_names_and_takes_no_change_from_another_site(
     make_settings, dsn, local_embedder, edge_index
 ):
@@ -350,21 +372,7 @@ async def test_local_mode_answers_only_loopback_names_and_takes_no_change_from_a
     async with open_inspector(
         inspector_settings(make_settings), dsn, clock, embedder=local_embedder, index=edge_index, auth_mode="local"
     ) as inspector:
-        written = await inspector.diary.WriteNote(
-            diary_pb.WriteNoteRequest(company="acme", seat="ana", content="A note.", tier=diary_pb.NOTE_TIER_LONG)
-        )
-        sessions = inspector.stub(ss_grpc.SessionServiceStub)
-        t = clock.now()
-        await sessions.AppendSessionEvents(
-            ss_pb.AppendSessionEventsRequest(
-                company="acme",
-                session_id="s1",
-                user="dana",
-                seat="ana",
-                role="swe",
-                events=[result("r1", "make", "build ok", t), verification("v1", "pytest", "42 passed", t)],
-            )
-        )
+        written, sessions = await _a_note_and_a_session(inspector, clock)
         port = inspector.base_url.rsplit(":", 1)[1]
         learning = "/api/sessions/s1/learning?company=acme&user=dana"
         async with inspector.client() as client:
@@ -414,21 +422,7 @@ async def test_local_mode_takes_no_change_from_a_page_on_another_loopback_port(
     async with open_inspector(
         inspector_settings(make_settings), dsn, clock, embedder=local_embedder, index=edge_index, auth_mode="local"
     ) as inspector:
-        written = await inspector.diary.WriteNote(
-            diary_pb.WriteNoteRequest(company="acme", seat="ana", content="A note.", tier=diary_pb.NOTE_TIER_LONG)
-        )
-        sessions = inspector.stub(ss_grpc.SessionServiceStub)
-        t = clock.now()
-        await sessions.AppendSessionEvents(
-            ss_pb.AppendSessionEventsRequest(
-                company="acme",
-                session_id="s1",
-                user="dana",
-                seat="ana",
-                role="swe",
-                events=[result("r1", "make", "build ok", t), verification("v1", "pytest", "42 passed", t)],
-            )
-        )
+        written, sessions = await _a_note_and_a_session(inspector, clock)
         port = int(inspector.base_url.rsplit(":", 1)[1])
         other = 3000 if port != 3000 else 3001
         assert inspector.base_url == f"http://127.0.0.1:{port}"  # the Host every request below carries
