@@ -29,10 +29,13 @@ from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
 from agentlearn.profiles.v1 import profile_service_pb2_grpc as pr_grpc
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
+from agentlearn.sessions.v1 import session_service_pb2 as ss_pb
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
+from agentlearn.telemetry.v1 import telemetry_service_pb2 as tm_pb
 from tests.support.app import open_app
 from tests.support.erasure_checks import assert_forgotten, subject_target
+from tests.support.grpc_errors import error_info
 from tests.support.skills import skill_request
 from tests.support.turns import message, turn
 
@@ -624,7 +627,8 @@ async def test_erase_rpcs_need_admin_in_the_callers_own_company(make_settings, d
                 bad, metadata=(("authorization", f"Bearer {token}"),)
             )
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        # The owners' erase RPCs are admin too: a memory token cannot erase a diary.
+        # The owners' erase RPCs declare admin too: a memory token cannot erase a diary (nor can an
+        # admin token: only the privacy service calls them, the next test).
         from agentlearn.common.v1 import erasure_pb2
 
         target = erasure_pb2.ErasureTarget(
@@ -636,6 +640,168 @@ async def test_erase_rpcs_need_admin_in_the_callers_own_company(make_settings, d
                 d_pb.EraseRowsRequest(target=target), metadata=(("authorization", f"Bearer {token}"),)
             )
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+OWNER_MESSAGES = {
+    "diary": d_pb, "episodes": ep_pb, "knowledge": kn_pb, "prefetch": pf_pb, "profiles": pr_pb,
+    "reflector": rf_pb, "sessions": ss_pb, "skills": sk_pb, "telemetry": tm_pb,
+}  # fmt: skip
+"""Every owner of rows the privacy service asks, and its generated messages."""
+
+
+async def test_an_admin_token_cannot_erase_or_find_an_owners_rows_only_the_privacy_service_can(
+    make_settings, dsn, clock, local_embedder, edge_index
+):
+    """Issue 17's guarantee: an erasure is requested through the privacy service, which records who
+    asked and verifies. An admin token calling an owner's EraseRows or FindRows itself would skip
+    both: every owner refuses it before reading anything (PERMISSION_DENIED,
+    SERVICE_CREDENTIAL_REQUIRED, pointing at the privacy RPCs) and her note stays. The privacy
+    service's erasure of the same person, asked with that token, still reaches every owner (as a
+    service, with auth on) and succeeds, verified."""
+    from services.privacy.domain import ERASE_ORDER
+
+    assert set(OWNER_MESSAGES) == set(ERASE_ORDER)
+    async with open_app(
+        make_settings(), dsn, names=NAMES, clock=clock, embedder=local_embedder, index=edge_index, auth_mode="tokens"
+    ) as app:
+        token, _ = await app.infra.tokens.issue("acme", ["admin"])
+        admin = (("authorization", f"Bearer {token}"),)
+        diary = d_grpc.DiaryServiceStub(app.channel)
+        written = await diary.WriteNote(
+            d_pb.WriteNoteRequest(
+                company="acme",
+                seat="ana",
+                content="Carla Moreno prefers the kafka lag summary as a CSV file.",
+                tier=d_pb.NOTE_TIER_LONG,
+                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+            ),
+            metadata=admin,
+        )
+        target = subject_target("carla", "00000000-0000-0000-0000-0000000000a1", names=["Carla Moreno"])
+
+        for owner, pb in OWNER_MESSAGES.items():
+            [service] = [s for s in pb.DESCRIPTOR.services_by_name.values() if "EraseRows" in s.methods_by_name]
+            for rpc in ("EraseRows", "FindRows"):
+                call = app.channel.unary_unary(
+                    f"/{service.full_name}/{rpc}",
+                    request_serializer=lambda m: m.SerializeToString(),
+                    response_deserializer=getattr(pb, f"{rpc}Response").FromString,
+                )
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call(getattr(pb, f"{rpc}Request")(target=target), metadata=admin)
+                code, info, _ = error_info(err.value)
+                assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "SERVICE_CREDENTIAL_REQUIRED"), (
+                    owner,
+                    rpc,
+                    err.value.details(),
+                )
+                assert "PrivacyService EraseSubject" in (err.value.details() or ""), (owner, rpc)
+        # Nothing was erased nor recorded as erased: her note is there, no owner kept an erasure.
+        notes = (await diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"), metadata=admin)).notes
+        assert [n.id for n in notes] == [written.note.id]
+        for owner in OWNER_MESSAGES:
+            assert await _count(dsn, f"SELECT count(*) FROM {owner}_erasures") == 0, owner
+
+        privacy = pv_grpc.PrivacyServiceStub(app.channel)
+        resp = await privacy.EraseSubject(
+            pv.EraseSubjectRequest(
+                company="acme", subject=er.ErasureSubject(handle="carla", platform="slack"), names=["Carla Moreno"]
+            ),
+            metadata=admin,
+        )
+        await app.components["privacy"].service.worker.drain()
+        got = (
+            await privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id), metadata=admin)
+        ).erasure
+        assert got.state == pv.ERASURE_STATE_SUCCEEDED and got.verified, got.reason
+        assert {r.owner for r in got.reports} == set(OWNER_MESSAGES)
+        erased = {t.table: t for r in got.reports if r.owner == "diary" for t in r.tables}
+        assert list(erased["agent_diary"].ids) == [written.note.id]
+        notes = (await diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"), metadata=admin)).notes
+        assert list(notes) == []
+
+
+@pytest.mark.slow
+async def test_the_privacy_service_in_its_own_process_erases_through_owners_that_require_tokens(
+    make_settings, dsn, clock, local_embedder, edge_index, tmp_path
+):
+    """Split mode with auth on: the owners take bearer tokens only, the privacy service runs in its
+    own process (``serve privacy --require-auth``) and reaches them as a service with the
+    deployment's internal secret. An admin token asks it for the erasure, and it succeeds, verified;
+    the same token on an owner's EraseRows is refused."""
+    import yaml
+
+    from tests.support.runner import clean_env, start_with_config
+
+    owners = list(OWNER_MESSAGES)
+    secret = "split-mode-internal-secret"
+    settings = make_settings(auth={"internal_secret": secret})
+    async with open_app(
+        settings, dsn, names=owners, clock=clock, embedder=local_embedder, index=edge_index, auth_mode="tokens"
+    ) as app:
+        token, _ = await app.infra.tokens.issue("acme", ["admin"])
+        admin = (("authorization", f"Bearer {token}"),)
+        diary = d_grpc.DiaryServiceStub(app.channel)
+        written = await diary.WriteNote(
+            d_pb.WriteNoteRequest(
+                company="acme",
+                seat="ana",
+                content="Carla Moreno prefers the kafka lag summary as a CSV file.",
+                tier=d_pb.NOTE_TIER_LONG,
+                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+            ),
+            metadata=admin,
+        )
+        target = subject_target("carla", "00000000-0000-0000-0000-0000000000a2", names=["Carla Moreno"])
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await diary.EraseRows(d_pb.EraseRowsRequest(target=target), metadata=admin)
+        assert error_info(err.value)[1].reason == "SERVICE_CREDENTIAL_REQUIRED"
+
+        config = tmp_path / "privacy.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "services": dict.fromkeys(owners, f"127.0.0.1:{app.port}"),
+                    "providers": {"embeddings": {"kind": "none"}},
+                    "auth": {"mode": "tokens", "internal_secret": secret},
+                    "privacy": {"poll_interval_seconds": 0.3},
+                }
+            )
+        )
+        running = await start_with_config(
+            "serve", "privacy", "--port", "0", "--require-auth", config=config, data_dir=tmp_path / "data",
+            env=clean_env({"DATABASE_URL": dsn}),
+        )  # fmt: skip
+        try:
+            async with grpc.aio.insecure_channel(running.address) as channel:
+                privacy = pv_grpc.PrivacyServiceStub(channel)
+                resp = await privacy.EraseSubject(
+                    pv.EraseSubjectRequest(
+                        company="acme",
+                        subject=er.ErasureSubject(handle="carla", platform="slack"),
+                        names=["Carla Moreno"],
+                    ),
+                    metadata=admin,
+                )
+                erasure_id = resp.erasure.id
+                async with asyncio.timeout(120):
+                    while True:
+                        got = (
+                            await privacy.GetErasure(
+                                pv.GetErasureRequest(company="acme", erasure_id=erasure_id), metadata=admin
+                            )
+                        ).erasure
+                        if got.state in (pv.ERASURE_STATE_SUCCEEDED, pv.ERASURE_STATE_FAILED):
+                            break
+                        await asyncio.sleep(0.1)
+        finally:
+            await running.stop()
+        assert got.state == pv.ERASURE_STATE_SUCCEEDED and got.verified, got.reason
+        assert {r.owner for r in got.reports} == set(owners)
+        erased = {t.table: t for r in got.reports if r.owner == "diary" for t in r.tables}
+        assert list(erased["agent_diary"].ids) == [written.note.id]
+        notes = (await diary.ListNotes(d_pb.ListNotesRequest(company="acme", seat="ana"), metadata=admin)).notes
+        assert list(notes) == []
 
 
 async def test_a_turn_that_only_mentions_her_loses_her_name_not_what_else_it_taught(env, dsn, clock):

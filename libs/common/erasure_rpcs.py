@@ -5,6 +5,11 @@ Each servicer restated them: read the target (a bad one refused in the component
 run the component's erase or find pass, answer with the report. Only the passes differ; a servicer
 names them in :class:`ErasureCalls` and inherits :class:`ErasureRpcs` before its generated base
 (the generated methods answer UNIMPLEMENTED).
+
+Only the privacy service's erasure job may call them (a service credential), or anyone in local
+mode: an erasure is asked of the privacy service, which records who asked and verifies the owners
+erased. A token, ``admin`` included, could otherwise erase an owner's rows (or read which rows name
+a person) with no audit row and no verification, so each RPC refuses it before anything is read.
 """
 
 from __future__ import annotations
@@ -17,11 +22,40 @@ from typing import Any, Protocol
 import asyncpg
 
 from libs.common import text_caches
+from libs.common.auth import current_principal
 from libs.common.clock import Clock
 from libs.common.erasure import Report, Target, report_to_proto, target_from_proto
+from libs.common.errors import PermissionDenied
 from libs.common.rpctypes import ServicerContext
 
-__all__ = ["Clocked", "ErasureCalls", "ErasureRpcs", "IndexedErasure", "PoolErasure", "indexed_erasure", "pool_erasure"]
+__all__ = [
+    "Clocked",
+    "ErasureCalls",
+    "ErasureRpcs",
+    "IndexedErasure",
+    "PoolErasure",
+    "indexed_erasure",
+    "pool_erasure",
+    "require_service_credential",
+]
+
+PRIVACY_RPCS = "agentlearn.privacy.v1.PrivacyService EraseSubject, EraseSeat or EraseCompany"
+"""Where an erasure is requested instead (protos/agentlearn/privacy/v1/privacy_service.proto)."""
+
+
+def require_service_credential(rpc: str, domain: str) -> None:
+    """Refuse ``rpc`` to every caller but another service (the privacy service's erasure job) and
+    local mode. The proto's ``admin`` scope alone let an admin token through: the interceptor
+    passes it before the handler, so the check is here, once for every owner."""
+    if current_principal().trusted:
+        return
+    raise PermissionDenied(
+        f"{rpc} answers only the privacy service's erasure job (a service credential), never a token, "
+        f"admin included: request an erasure with {PRIVACY_RPCS}, which records who asked and verifies it",
+        reason="SERVICE_CREDENTIAL_REQUIRED",
+        domain=domain,
+        metadata={"rpc": rpc},
+    )
 
 
 @dataclass(frozen=True)
@@ -112,6 +146,7 @@ class ErasureRpcs:
 
     async def EraseRows(self, request: Any, context: ServicerContext) -> Any:
         calls = self._erasure_calls
+        require_service_credential("EraseRows", calls.domain)
         report = await calls.erase(target_from_proto(request.target, domain=calls.domain))
         # The in-memory caches of people's text (query vectors, note words) are emptied once the
         # rows are gone, this process's and every other replica's (told through PostgreSQL), so
@@ -121,5 +156,6 @@ class ErasureRpcs:
 
     async def FindRows(self, request: Any, context: ServicerContext) -> Any:
         calls = self._erasure_calls
+        require_service_credential("FindRows", calls.domain)
         report = await calls.find(target_from_proto(request.target, domain=calls.domain))
         return calls.find_response(report=report_to_proto(report))
