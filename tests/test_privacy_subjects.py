@@ -374,3 +374,27 @@ async def test_a_turn_of_hers_sent_again_after_the_erasure_is_answered_erased(en
     # Dave's own turn, untouched, answers what became of it.
     dave = await env.reflector.GetReflection(rf_pb.GetReflectionRequest(company="acme", seat="ana", turn_id="run-d1"))
     assert state(dave.reflection.state) == "REFLECTION_STATE_COMPLETED"
+
+
+async def test_an_episode_s_provenance_answers_each_identifier_in_its_own_field(env, clock):
+    """GetEpisodeProvenance answered every identifier the episodist recorded as a handle: Carla's
+    Slack user id came back as a second person with handle "U07XK9Q2", and a sender known only by
+    an external id as a handle too. Each sender is now one person, each identifier in its field,
+    on the platform the turn named."""
+    from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+
+    zed = rf_pb.Sender(external_id="U0ZED42", platform="Slack", display_name="Zed")
+    await _submit(
+        env,
+        clock,
+        "run-p1",
+        _from_carla("I prefer the billing export in euros."),
+        rf_pb.InboundInteraction(sender=zed, body="Same for me, please."),
+    )
+    got = await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="run-p1"))
+    request = ep_pb.GetEpisodeProvenanceRequest(company="acme", seat="ana", episode_id=got.episode.id)
+    prov = (await env.episodes.GetEpisodeProvenance(request)).provenance
+
+    people = sorted((s.handle, s.external_id, s.platform) for s in prov.subjects)
+    assert people == [("", "U0ZED42", "Slack"), ("carla", EXTERNAL, "Slack")]
+    assert list(prov.turn_ids) == ["run-p1"] and prov.writer == "episodist"
