@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 
+import grpc
 import pytest
 
+from agentlearn.common.v1 import erasure_pb2 as er
 from agentlearn.episodes.v1 import episode_service_pb2 as pb
 from services.episodes.lifecycle import COMPACTION_PROMPT_VERSION
 from tests.support.app import open_app
 from tests.support.erasure_checks import subject_target
+from tests.support.grpc_errors import error_info
+from tests.support.turns import raw_episode
 from tests.test_episodes_lifecycle import GATE, Seats
 
 pytestmark = pytest.mark.timeout(120)
@@ -87,3 +92,48 @@ async def test_a_compacted_episode_is_rederived_without_her_and_one_of_hers_alon
     assert not [t for t in found.tables if t.count or t.changed]
     again = (await seats.stub.EraseRows(pb.EraseRowsRequest(target=target))).report
     assert again == report
+
+
+async def test_an_episode_s_people_keep_each_identifier_in_its_own_field_raw_and_compacted(seats):
+    """RecordEpisode took a turn's people as bare strings only, and GetEpisodeProvenance answered
+    each as a handle (a Slack user id came back as a second person named "U07XK9Q2"). Its
+    ``senders`` name each person with each identifier in its field: a raw row answers them, a
+    compacted row the union of its members', and their identifiers are the row's subjects (what an
+    erasure finds it by) though the request named none. A sender with no identifier is refused."""
+    carla = er.ErasureSubject(handle="carla", external_id="U07XK9Q2", platform="slack")
+    zed = er.ErasureSubject(external_id="U0ZED42", platform="slack")
+    now = seats.clock.now()
+
+    def request(turn_id: str, days_ago: int, *people: er.ErasureSubject) -> pb.RecordEpisodeRequest:
+        end = now - timedelta(days=days_ago)
+        return raw_episode(
+            "ana", turn_id, end, "Weekly report request", "", "Sent it.", JIRA, tools_called=list(JIRA), senders=people
+        )
+
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await seats.stub.RecordEpisode(request("run-bad", 1, er.ErasureSubject(platform="slack")))
+    code, info, bad = error_info(exc.value)
+    assert (code, info.reason, bad.field_violations[0].field) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "FIELD_REQUIRED",
+        "senders[0]",
+    )
+
+    def people(prov) -> list[tuple[str, str, str]]:  # type: ignore[no-untyped-def]
+        return sorted((s.handle, s.external_id, s.platform) for s in prov.subjects)
+
+    async def provenance(episode_id: str):  # type: ignore[no-untyped-def]
+        req = pb.GetEpisodeProvenanceRequest(company="acme", seat="ana", episode_id=episode_id)
+        return (await seats.stub.GetEpisodeProvenance(req)).provenance
+
+    both = [("", "U0ZED42", "slack"), ("carla", "U07XK9Q2", "slack")]
+    raw = (await seats.stub.RecordEpisode(request("run-s1", 0, carla, zed))).episode
+    assert people(await provenance(raw.id)) == both
+    assert sorted(raw.subjects) == ["U07XK9Q2", "U0ZED42", "carla"]
+
+    await seats.due()
+    for i, who in enumerate(([carla], [zed], [carla, zed])):
+        await seats.stub.RecordEpisode(request(f"run-c{i}", 40 + i, *who))
+    await seats.run()
+    [compacted] = [r for r in await seats.compacted() if tuple(r["tool_sequence"]) == JIRA]
+    assert people(await provenance(str(compacted["id"]))) == both

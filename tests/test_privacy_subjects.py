@@ -20,7 +20,7 @@ from agentlearn.common.v1 import erasure_pb2 as er
 from agentlearn.privacy.v1 import privacy_service_pb2 as pv
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from tests.support.app import open_app
-from tests.support.turns import turn
+from tests.support.turns import message, turn
 from tests.test_privacy import NAMES, Env, _mentions
 
 pytestmark = pytest.mark.timeout(300)
@@ -328,3 +328,73 @@ async def test_the_caches_holding_her_words_are_emptied_by_the_erasure(make_sett
         assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
         assert len(embedder.query_cache) == 0
         assert _content_words.cache_info().currsize == 0
+
+
+async def test_a_turn_of_hers_sent_again_after_the_erasure_is_answered_erased(env, dsn, clock):
+    """After the erasure, SubmitTurn of a turn of hers again answered ``queued: false`` with
+    ``state: QUEUED`` (its record was gone, and a missing record was read as "still queued"):
+    nothing was queued and nothing would run. A queued turn of Dave's that only names her was closed
+    unreflected with its record left QUEUED for ever. Each now answers ERASED, from SubmitTurn and
+    from GetReflection alike: a turn reflected, one still queued, a self_iterate round (asked by its
+    run id, as GetReflection answers a run that has only self-iterated), and Dave's."""
+    mine = _from_carla("I prefer the billing export in euros.")
+    naming = message("dave", "Carla Moreno wants the rota moved to Fridays.")
+    round_ = turn("run-s1", now=clock.now(), messages=[mine], outcome=rf_pb.TURN_OUTCOME_SELF_ITERATE)
+    await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=round_))
+    await _submit(env, clock, "run-e1", mine)
+    await env.submit(clock, "run-d1", "dave", "I prefer the database backups checked daily.")
+    await _submit(env, clock, "run-e2", mine, drain=False)
+    await _submit(env, clock, "run-n1", naming, drain=False)
+    queued = await _rows(dsn, "SELECT turn_id FROM reflections WHERE state = 'queued' ORDER BY turn_id")
+    assert [r["turn_id"] for r in queued] == ["run-e2", "run-n1"]
+
+    erasure = await _erase(env, er.ErasureSubject(handle="carla", platform="slack"), names=("Carla Moreno",))
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+
+    def state(value: int) -> str:
+        return rf_pb.ReflectionState.Name(value)
+
+    again = {
+        "run-s1": round_,
+        "run-e1": turn("run-e1", now=clock.now(), messages=[mine]),
+        "run-e2": turn("run-e2", now=clock.now(), messages=[mine]),
+        "run-n1": turn("run-n1", now=clock.now(), messages=[naming]),
+    }
+    for run, t in again.items():
+        resp = await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
+        assert (resp.queued, state(resp.state)) == (False, "REFLECTION_STATE_ERASED"), run
+        got = await env.reflector.GetReflection(rf_pb.GetReflectionRequest(company="acme", seat="ana", turn_id=run))
+        assert state(got.reflection.state) == "REFLECTION_STATE_ERASED", run
+        # The round's reflection answers for a run that only self-iterated, under its own key.
+        key = run + "#self_iterate" if run == "run-s1" else run
+        assert (got.reflection.turn_id, got.reflection.seat, got.reflection.workers) == (key, "ana", []), run
+    await env.harness.drain()
+    for word in ("euros", "carla", EXTERNAL, "Fridays"):
+        assert await _mentions(dsn, word) == {}, word
+    # Dave's own turn, untouched, answers what became of it.
+    dave = await env.reflector.GetReflection(rf_pb.GetReflectionRequest(company="acme", seat="ana", turn_id="run-d1"))
+    assert state(dave.reflection.state) == "REFLECTION_STATE_COMPLETED"
+
+
+async def test_an_episode_s_provenance_answers_each_identifier_in_its_own_field(env, clock):
+    """GetEpisodeProvenance answered every identifier the episodist recorded as a handle: Carla's
+    Slack user id came back as a second person with handle "U07XK9Q2", and a sender known only by
+    an external id as a handle too. Each sender is now one person, each identifier in its field,
+    on the platform the turn named."""
+    from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+
+    zed = rf_pb.Sender(external_id="U0ZED42", platform="Slack", display_name="Zed")
+    await _submit(
+        env,
+        clock,
+        "run-p1",
+        _from_carla("I prefer the billing export in euros."),
+        rf_pb.InboundInteraction(sender=zed, body="Same for me, please."),
+    )
+    got = await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id="run-p1"))
+    request = ep_pb.GetEpisodeProvenanceRequest(company="acme", seat="ana", episode_id=got.episode.id)
+    prov = (await env.episodes.GetEpisodeProvenance(request)).provenance
+
+    people = sorted((s.handle, s.external_id, s.platform) for s in prov.subjects)
+    assert people == [("", "U0ZED42", "Slack"), ("carla", EXTERNAL, "Slack")]
+    assert list(prov.turn_ids) == ["run-p1"] and prov.writer == "episodist"

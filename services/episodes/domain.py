@@ -27,6 +27,7 @@ __all__ = [
     "Hit",
     "QueryVector",
     "Search",
+    "Sender",
     "TurnOutcome",
     "label_names_run_id",
     "tool_set",
@@ -47,6 +48,17 @@ SEATS_PAGE_DEFAULT, SEATS_PAGE_MAX = 500, 5000
 class EpisodeKind(StrEnum):
     RAW = "raw"
     COMPACTED = "compacted"
+
+
+@dataclass(frozen=True)
+class Sender:
+    """One person a raw row's turn carried, each identifier in its own field (RecordEpisode's
+    ``senders``): what the row's provenance answers. The row's ``subjects`` holds the same
+    identifiers flat, as an erasure finds the row by."""
+
+    handle: str = ""
+    external_id: str = ""
+    platform: str = ""
 
 
 @dataclass(frozen=True)

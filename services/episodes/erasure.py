@@ -75,8 +75,11 @@ SQL = {
     "past_retention": """
         DELETE FROM episodes WHERE company = $1 AND end_time < $2 RETURNING id, embedding_dims""",
     "provenance": """
-        SELECT kind, turn_id, work_key, subjects, subjects_involved, exemplar_turn_ids, compaction_model,
+        SELECT kind, turn_id, work_key, subjects, senders, subjects_involved, exemplar_turn_ids, compaction_model,
                compaction_prompt_version,
+               (SELECT coalesce(jsonb_agg(DISTINCT s), '[]')
+                FROM compaction_members m, jsonb_array_elements(m.senders) s
+                WHERE m.compacted_id = e.id) AS member_senders,
                ARRAY(SELECT r.turn_id FROM episode_runs r WHERE r.episode_id = e.id ORDER BY r.turn_id) AS runs,
                ARRAY(SELECT DISTINCT t FROM compaction_members m, unnest(m.runs) t
                      WHERE m.compacted_id = e.id ORDER BY t) AS member_runs,
@@ -265,23 +268,35 @@ async def _recorded(pool: asyncpg.Pool, target: Target) -> bool:
     return found is not None
 
 
+def _people(senders: list[dict[str, str]], identifiers: list[str]) -> list[erasure_pb2.ErasureSubject]:
+    """The row's people: each sender recorded with it (one person, each identifier in its own field),
+    then each identifier no sender names, as a handle (recorded flat, before senders were kept or
+    by a caller that named only ``subjects``: its kind is not known). Every identifier used to be
+    answered as a handle, an external id as a second person."""
+    people = [erasure_pb2.ErasureSubject(**s) for s in senders]
+    named = {x for s in senders for x in (s["handle"], s["external_id"]) if x}
+    return people + [erasure_pb2.ErasureSubject(handle=p) for p in identifiers if p not in named]
+
+
 async def provenance(pool: asyncpg.Pool, company: str, seat: str, episode_id: str) -> provenance_pb2.Provenance:
     """A raw row: its run id, the redeliveries collapsed into it, its work key and the people its
-    turn carried. A compacted row: the union of its members' (their run ids with redeliveries, the
-    people they carried) and the model and prompt version of the compaction; a row folded before
-    members were kept names its exemplars' run ids."""
+    turn carried (:func:`_people`). A compacted row: the union of its members' (their run ids with
+    redeliveries, the people they carried, and the people its summary named) and the model and
+    prompt version of the compaction; a row folded before members were kept names its exemplars'
+    run ids."""
     row = await provenance_row(pool, SQL["provenance"], "episode", episode_id, company, seat, domain=DOMAIN)
     raw = row["kind"] == "raw"
     if raw:
-        turns, people = [row["turn_id"], *row["runs"]], list(row["subjects"])
+        turns, people, senders = [row["turn_id"], *row["runs"]], list(row["subjects"]), row["senders"]
     elif row["member_runs"]:  # the union of its members' provenance
-        turns, people = list(row["member_runs"]), sorted(set(row["member_subjects"]) | set(row["subjects_involved"]))
+        turns, senders = list(row["member_runs"]), row["member_senders"]
+        people = sorted(set(row["member_subjects"]) | set(row["subjects_involved"]))
     else:  # folded before members were kept: its exemplars
-        turns, people = list(row["exemplar_turn_ids"]), list(row["subjects_involved"])
+        turns, people, senders = list(row["exemplar_turn_ids"]), list(row["subjects_involved"]), "[]"
     return provenance_pb2.Provenance(
         turn_ids=[t for t in turns if t],
         work_key=(row["work_key"] or "") if raw else "",
-        subjects=[erasure_pb2.ErasureSubject(handle=p) for p in people],
+        subjects=_people(json.loads(senders), people),
         model="" if raw else row["compaction_model"],
         prompt_version="" if raw else row["compaction_prompt_version"],
         writer="episodist" if raw else "episode_lifecycle",

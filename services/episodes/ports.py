@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from services.episodes.domain import Episode, EpisodeFilter, TurnOutcome
+from services.episodes.domain import Episode, EpisodeFilter, Sender, TurnOutcome
 
 __all__ = ["EpisodeStore", "RawRows", "SearchReads", "Superseded"]
 
@@ -56,8 +56,11 @@ class Superseded:
 
 
 class EpisodeStore(Protocol):
-    async def insert_raw(self, ep: Episode, vector: np.ndarray | None, now: datetime) -> Episode | None:
-        """The stored row, or ``None`` when a row of the same run id or work key won the insert."""
+    async def insert_raw(
+        self, ep: Episode, vector: np.ndarray | None, now: datetime, senders: Sequence[Sender] = ()
+    ) -> Episode | None:
+        """The stored row, or ``None`` when a row of the same run id or work key won the insert.
+        ``senders``: the row's people as its provenance answers them (kept beside the row)."""
         ...
 
     async def get_by_work_key(self, company: str, seat: str, work_key: str) -> Episode | None: ...
@@ -73,10 +76,10 @@ class EpisodeStore(Protocol):
         ...
 
     async def supersede(
-        self, row_id: uuid.UUID, ep: Episode, vector: np.ndarray | None, now: datetime
+        self, row_id: uuid.UUID, ep: Episode, vector: np.ndarray | None, now: datetime, senders: Sequence[Sender] = ()
     ) -> Superseded | None:
         """Settle the seat's self_iterate row ``row_id`` with ``ep``, a settled record of its run or
-        work (the outcome, end, texts, tools and the rest of the record; the earlier start; the
+        work (the outcome, end, texts, tools, ``senders`` and the rest of the record; the earlier start; the
         vector, or none; its id and keys kept), and file ``ep.turn_id`` under it when it is another
         run's, at once; ``None`` when the row is no longer a self_iterate row (another record
         settled it first, or it is gone)."""

@@ -53,6 +53,7 @@ from services.episodes.domain import (
     Hit,
     QueryVector,
     Search,
+    Sender,
     TurnOutcome,
     label_names_run_id,
     vector_text,
@@ -116,6 +117,8 @@ class TurnRecord:
     subjects: tuple[str, ...] = ()
     conversation_id: str = ""
     work_key: str = ""
+    senders: tuple[Sender, ...] = ()
+    """The same senders, one per person, each identifier in its field (the row's provenance)."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,12 @@ class Recorded:
     created: bool
     skipped: str | None = None
     collapsed: bool = False
+
+
+def _identifiers(senders: Sequence[Sender], known: Sequence[str]) -> list[str]:
+    """The senders' identifiers ``known`` does not hold yet, once each."""
+    ids = dict.fromkeys(x for s in senders for x in (s.handle, s.external_id) if x)
+    return [x for x in ids if x not in set(known)]
 
 
 def _names(values: Sequence[str], field: str) -> tuple[str, ...]:
@@ -209,6 +218,14 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
                 )
         if rec.role:
             require_ident(rec.role, "role", domain=DOMAIN)
+        for i, sender in enumerate(rec.senders):
+            if not (sender.handle or sender.external_id):
+                raise field_error(
+                    f"senders[{i}]",
+                    "FIELD_REQUIRED",
+                    f"senders[{i}] needs a handle or an external id",
+                    domain=DOMAIN,
+                )
 
     async def record(self, rec: TurnRecord) -> Recorded:
         """Store one raw row. Idempotent on the run id; and one row per work key: a redelivered
@@ -229,6 +246,9 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             rec,
             tool_sequence=_names(rec.tool_sequence, "tool_sequence"),
             tools_called=_names(rec.tools_called, "tools_called"),
+            # Every sender's identifiers are among the row's subjects, however the caller spelt
+            # them: an erasure finds the row by its subjects.
+            subjects=(*rec.subjects, *_identifiers(rec.senders, rec.subjects)),
         )
         settles = rec.outcome is not TurnOutcome.SELF_ITERATE
         embedded: InlineEmbedding | None = None  # embedded once, however many times the race is lost
@@ -286,11 +306,11 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
         )
         stale_dims: int | None = None
         if mid_state is None:
-            stored = await self.store.insert_raw(episode, vector, self.clock.now())
+            stored = await self.store.insert_raw(episode, vector, self.clock.now(), rec.senders)
             if stored is None:
                 return None
         else:
-            superseded = await self.store.supersede(mid_state.id, episode, vector, self.clock.now())
+            superseded = await self.store.supersede(mid_state.id, episode, vector, self.clock.now(), rec.senders)
             if superseded is None:
                 return None
             stored = superseded.episode

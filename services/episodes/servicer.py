@@ -20,6 +20,7 @@ from services.episodes.domain import (
     Episode,
     EpisodeFilter,
     EpisodeKind,
+    Sender,
     TurnOutcome,
 )
 from services.episodes.domain import DOMAIN as _ERASURE_DOMAIN
@@ -128,6 +129,7 @@ class EpisodeServicer(ErasureRpcs, pb_grpc.EpisodeServiceServicer):
             "company seat turn_id start_time end_time label ask what_it_did role work_item review_outcome"
             " tool_sequence tools_called skills_used subjects conversation_id work_key",
             outcome=_outcome(request.outcome, "outcome"),
+            senders=tuple(Sender(s.handle, s.external_id, s.platform) for s in request.senders),
         )
         done = await self._service.record(rec)
         return pb.RecordEpisodeResponse(

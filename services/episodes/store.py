@@ -18,10 +18,10 @@ import asyncpg
 import numpy as np
 
 from libs.common.rows import RowReader
-from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, TurnOutcome
+from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, Sender, TurnOutcome
 from services.episodes.ports import RawRows, SearchReads, Superseded
 
-__all__ = ["SQL", "Dropped", "PostgresEpisodeStore"]
+__all__ = ["SQL", "Dropped", "PostgresEpisodeStore", "senders_json"]
 
 _COLUMNS = """id, company, seat, role, kind, turn_id, work_item, label, ask, what_it_did, outcome, review_outcome,
               tool_sequence, tools_called, skills_used, subjects, conversation_id, start_time, end_time, duration_ms,
@@ -69,9 +69,9 @@ SQL = {
         INSERT INTO episodes (id, company, seat, role, kind, turn_id, work_item, label, ask, what_it_did, outcome,
                               review_outcome, tool_sequence, tools_called, skills_used, subjects, conversation_id,
                               start_time, end_time, duration_ms, record_time, embedding, embedding_model,
-                              embedding_dims, work_key)
+                              embedding_dims, work_key, senders)
         VALUES ($1, $2, $3, $4, 'raw', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-                $21, $22, $23, $24)
+                $21, $22, $23, $24, $25::jsonb)
         ON CONFLICT DO NOTHING
         RETURNING {_COLUMNS}""",
     "get": f"SELECT {_COLUMNS} FROM episodes WHERE {_SEAT} AND id = $3",
@@ -99,7 +99,7 @@ SQL = {
     # - start_time: the earlier of the two (the work began with its first round; a round's record
     #   may carry its own start only), and duration_ms recomputed from it;
     # - taken whole: outcome, end_time, label, ask, what_it_did, review_outcome, tool_sequence,
-    #   tools_called, skills_used, subjects: the settled record is the turn's final account, and
+    #   tools_called, skills_used, subjects, senders: the settled record is the turn's final account, and
     #   each round's record is a whole one, not a delta (its empty list says the end had none);
     # - role, work_item, conversation_id: the settled record's, or the row's where the record
     #   leaves it empty (they say where the turn sits, which a record not repeating it does not
@@ -115,7 +115,7 @@ SQL = {
             WHERE {_SEAT} AND id = $3 AND kind = 'raw' AND outcome = 'self_iterate' FOR UPDATE)
         UPDATE episodes e SET
             outcome = $4, label = $5, ask = $6, what_it_did = $7, review_outcome = $8, tool_sequence = $9,
-            tools_called = $10, skills_used = $11, subjects = $12,
+            tools_called = $10, skills_used = $11, subjects = $12, senders = $21::jsonb,
             role = coalesce($13, role), work_item = coalesce($14, work_item),
             conversation_id = coalesce($15, conversation_id),
             start_time = least(start_time, $16), end_time = $17,
@@ -213,13 +213,14 @@ SQL = {
                 $20, $21, $22, $23, $24, $25)""",
     "keep_exemplars": "UPDATE episodes SET exemplar_of = $2 WHERE id = ANY($1)",
     "compaction_by": "UPDATE episodes SET compaction_model = $2, compaction_prompt_version = $3 WHERE id = $1",
-    # A member's runs: its own run id and the redeliveries collapsed into it (read before it goes).
+    # A member's runs: its own run id and the redeliveries collapsed into it (read before it goes);
+    # its people, flat and as senders.
     "keep_member": """
-        INSERT INTO compaction_members (compacted_id, position, company, turn_id, runs, subjects, record)
+        INSERT INTO compaction_members (compacted_id, position, company, turn_id, runs, subjects, record, senders)
         SELECT $1, $2, $3, coalesce(e.turn_id, ''),
                ARRAY(SELECT t FROM unnest(ARRAY[e.turn_id]) t WHERE t IS NOT NULL)
                || ARRAY(SELECT r.turn_id FROM episode_runs r WHERE r.episode_id = e.id ORDER BY r.turn_id),
-               e.subjects, $5::jsonb
+               e.subjects, $5::jsonb, e.senders
         FROM episodes e WHERE e.id = $4""",
     "delete_ids": "DELETE FROM episodes WHERE id = ANY($1) RETURNING id, embedding_dims",
     "evict_compacted": f"""
@@ -252,6 +253,11 @@ episode_of = RowReader(
     },
 )
 """An episode from its row (every column is named as its field)."""
+
+
+def senders_json(senders: Sequence[Sender]) -> str:
+    """The ``senders`` column's JSON: one object per person, every field named (an empty one too)."""
+    return json.dumps([{"handle": s.handle, "external_id": s.external_id, "platform": s.platform} for s in senders])
 
 
 @dataclass(frozen=True)
@@ -301,7 +307,9 @@ class PostgresEpisodeStore:
 
     # ---------------------------------------------------------------- writes
 
-    async def insert_raw(self, ep: Episode, vector: np.ndarray | None, now: datetime) -> Episode | None:
+    async def insert_raw(
+        self, ep: Episode, vector: np.ndarray | None, now: datetime, senders: Sequence[Sender] = ()
+    ) -> Episode | None:
         """Insert a raw row; ``None`` when the seat already has a row for this run id or work key."""
         row = await self.pool.fetchrow(
             SQL["insert"],
@@ -329,6 +337,7 @@ class PostgresEpisodeStore:
             ep.embedding_model if vector is not None else None,
             int(vector.shape[0]) if vector is not None else None,
             ep.work_key or None,
+            senders_json(senders),
         )
         return episode_of(row) if row else None
 
@@ -352,7 +361,7 @@ class PostgresEpisodeStore:
         await self.pool.execute(SQL["alias_run"], company, seat, turn_id, episode_id, now)
 
     async def supersede(
-        self, row_id: uuid.UUID, ep: Episode, vector: np.ndarray | None, now: datetime
+        self, row_id: uuid.UUID, ep: Episode, vector: np.ndarray | None, now: datetime, senders: Sequence[Sender] = ()
     ) -> Superseded | None:
         """Settle the self_iterate row ``row_id`` with the record ``ep`` (SQL["supersede"] says which
         fields it takes), filing ``ep.turn_id`` under it when it is another run's, in one
@@ -381,6 +390,7 @@ class PostgresEpisodeStore:
                 None if vector is None else vector.astype(np.float32),
                 ep.embedding_model if vector is not None else None,
                 int(vector.shape[0]) if vector is not None else None,
+                senders_json(senders),
             )
             if row is None:  # no longer a mid-state: another record settled it, or it is gone
                 return None

@@ -125,6 +125,11 @@ class ReflectionState(StrEnum):
     COMPLETED = "completed"
     GATED = "gated"
     DEAD_LETTERED = "dead_lettered"
+    ERASED = "erased"
+    """No record's state: an erasure deletes the record and keeps the turn's job row, emptied, as
+    the duplicate gate (services/reflector/erasure.py). The service answers it for a turn whose
+    record is gone and whose job row is so emptied (SubmitTurn of it again, GetReflection of it),
+    where a missing record used to read as "still queued"."""
 
     @property
     def final(self) -> bool:
@@ -150,6 +155,7 @@ _JOB_STATE = {
     ReflectionState.COMPLETED: "done",
     ReflectionState.GATED: "done",
     ReflectionState.DEAD_LETTERED: "dead",
+    ReflectionState.ERASED: "done",
 }
 
 TRANSITIONS: dict[ReflectionState, frozenset[ReflectionState]] = {
@@ -182,6 +188,8 @@ TRANSITIONS: dict[ReflectionState, frozenset[ReflectionState]] = {
     # Run again only when an operator re-queues the dead letters once the cause is fixed
     # (docs/services/reflector.md): the queue row is re-queued, and its next take moves the record.
     ReflectionState.DEAD_LETTERED: frozenset({ReflectionState.RUNNING}),
+    # Reached by no move (the erasure deletes the record); nothing leaves it.
+    ReflectionState.ERASED: frozenset(),
 }
 """Every allowed move of a reflection, in one place: the store's statements only move a row whose
 state is one of :func:`sources` of the target, so an illegal move changes nothing (neither row)."""

@@ -6,9 +6,10 @@ serialized ``TurnCompleted`` — the person's messages, verbatim. A person's tur
 reading those payloads (a sender with their handle or external id, or text that names them):
 that is the collection pass the coordinator starts from. Erasing them deletes the records and
 keeps no copy of the text: every job of theirs keeps its row (it is the durable "reflected once"
-gate) with an empty payload, and one not yet run is closed as finished, so it never writes
-anything derived from them and a redelivery of the turn (the engine retrying SubmitTurn) is
-refused as a duplicate instead of being reflected again. A seat's or a company's erasure deletes
+gate) with an empty payload, and one not yet run is closed as finished (its record deleted with
+it), so it never writes anything derived from them and a redelivery of the turn (the engine
+retrying SubmitTurn) is refused as a duplicate instead of being reflected again: a job row so
+emptied with no record is what the service answers REFLECTION_STATE_ERASED for. A seat's or a company's erasure deletes
 the rows.
 """
 
@@ -49,6 +50,10 @@ SQL = {
     "records_subject": """
         SELECT seat, turn_id FROM reflections
         WHERE company = $1 AND (turn_id = ANY($2::text[]) OR coalesce(reason, '') || ' ' || workers::text ~* $3)""",
+    "records_of": """
+        SELECT r.seat, r.turn_id FROM reflections r JOIN unnest($2::text[], $3::text[]) AS g(seat, turn_id)
+            ON r.seat = g.seat AND r.turn_id = g.turn_id
+        WHERE r.company = $1""",
     "delete_jobs": "DELETE FROM background_jobs WHERE id = ANY($1::bigint[])",
     "records_past": "DELETE FROM reflections WHERE company = $1 AND submit_time < $2",
     "jobs_past": f"""
@@ -147,6 +152,14 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Fou
     keys = [*turns, *(t + ROUND_SUFFIX for t in turns)]
     records = await conn.fetch(SQL["records_subject"], target.company, keys, target.sql_pattern())
     found.records = [(r["seat"], r["turn_id"]) for r in records]
+    # A turn the erasure closes before it was reflected (one that only names them, not carrying
+    # their messages) loses its record too: left as it was, it said QUEUED (or RUNNING) for ever of
+    # a turn that will never run. Gone, the turn answers ERASED, as theirs do.
+    closed = sorted({(j["seat"], turn_id_of(j["key"])) for j in found.jobs if j["state"] in ("queued", "running")})
+    if closed:
+        seats, turn_ids = [list(c) for c in zip(*closed, strict=True)]
+        rows = await conn.fetch(SQL["records_of"], target.company, seats, turn_ids)
+        found.records += sorted({(r["seat"], r["turn_id"]) for r in rows} - set(found.records))
     return found
 
 

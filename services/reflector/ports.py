@@ -49,6 +49,12 @@ class ReflectionStore(Protocol):
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None: ...
 
+    async def erased(self, company: str, seat: str, turn_id: str) -> bool:
+        """The turn's reflection was erased: its job is kept with its payload emptied (the duplicate
+        gate an erasure leaves, ``services/reflector/erasure.py``). Asked only when there is no
+        record."""
+        ...
+
     async def take(self, company: str, seat: str, turn_id: str) -> tuple[ReflectionRecord | None, bool]:
         """A worker takes the turn (its claim already holds the queue row): RUNNING and one more
         attempt. Returns the record as it was and whether it moved: a final record does not (a

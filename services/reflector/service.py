@@ -163,16 +163,25 @@ class ReflectorService(Generic[S]):
             if unwritten:
                 await self.events.emit("turn_completed", **completed)
             return True, ReflectionState.QUEUED  # this call queued it: no need to read it back
-        record = await self.store.get(turn.company, turn.seat, rid)
+        record = await self._record(turn.company, turn.seat, rid)
         return False, record.state if record else ReflectionState.QUEUED
+
+    async def _record(self, company: str, seat: str, rid: str) -> ReflectionRecord | None:
+        """The reflection ``rid``'s record; for one an erasure removed (its job row kept, emptied:
+        the duplicate gate), an ERASED one naming only the turn — not a missing record, which
+        SubmitTurn read as still queued while nothing was queued or would run."""
+        record = await self.store.get(company, seat, rid)
+        if record is None and await self.store.erased(company, seat, rid):
+            return ReflectionRecord(company, seat, rid, ReflectionState.ERASED, gate=None)
+        return record
 
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         require_text(turn_id, "turn_id", domain=DOMAIN)
-        record = await self.store.get(company, seat, turn_id)
+        record = await self._record(company, seat, turn_id)
         if record is None and not turn_id.endswith(ROUND_SUFFIX):
             # A run that has only self-iterated so far: its round's reflection answers for it.
-            record = await self.store.get(company, seat, turn_id + ROUND_SUFFIX)
+            record = await self._record(company, seat, turn_id + ROUND_SUFFIX)
         message = f"no reflection of turn {turn_id} for seat {seat}"
         return require_found(record, "reflection", turn_id, seat=seat, id_key="turn_id", message=message, domain=DOMAIN)
 

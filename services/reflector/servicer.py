@@ -25,6 +25,7 @@ _STATE = {
     "deferred": pb.REFLECTION_STATE_DEFERRED,
     "retrying": pb.REFLECTION_STATE_RETRYING,
     "dead_lettered": pb.REFLECTION_STATE_DEAD_LETTERED,
+    "erased": pb.REFLECTION_STATE_ERASED,
 }
 _STATUS = enum_to_pb(WorkerStatus, pb.WorkerStatus, "WORKER_STATUS")
 

@@ -23,7 +23,15 @@ import asyncpg
 from libs.common.db import PooledStore
 from libs.common.events import Bookkeeping, current_bookkeeping, held_events, write_bookkeeping
 from libs.common.jobs import FINISHED, HELD_FOR_UPDATE, Job, NewJob, enqueue_args, enqueue_sql
-from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, sources
+from services.reflector.domain import (
+    JOB_KIND,
+    IllegalTransition,
+    ReflectionState,
+    TurnKey,
+    WorkerOutcome,
+    job_key,
+    sources,
+)
 
 __all__ = ["SQL", "PostgresReflectionStore", "ReflectionRecord", "merge_outcome", "merge_outcomes"]
 
@@ -140,6 +148,11 @@ SQL = {
         AND ($3::timestamptz IS NULL OR (submit_time, turn_id) < ($3, $4::text))
         ORDER BY submit_time DESC, turn_id DESC LIMIT $5""",
     "count": "SELECT count(*) FROM reflections WHERE company = $1 AND seat = $2",
+    # The turn's job row as an erasure leaves it: kept (the duplicate gate), its payload emptied. A
+    # queued turn's payload is its serialized TurnCompleted, never empty (a run id is required).
+    "erased": f"""
+        SELECT EXISTS (SELECT 1 FROM background_jobs
+                       WHERE kind = '{JOB_KIND}' AND company = $1 AND key = $2 AND length(payload) = 0)""",
 }
 
 
@@ -189,6 +202,10 @@ class PostgresReflectionStore(PooledStore):
     async def get(self, company: str, seat: str, turn_id: str) -> ReflectionRecord | None:
         row = await self.pool.fetchrow(SQL["get"], company, seat, turn_id)
         return _record(row) if row else None
+
+    async def erased(self, company: str, seat: str, turn_id: str) -> bool:
+        row = await self.pool.fetchval(SQL["erased"], company, job_key(seat, turn_id))
+        return bool(row)
 
     async def take(self, company: str, seat: str, turn_id: str) -> tuple[ReflectionRecord | None, bool]:
         """One statement (``SQL["take"]``)."""

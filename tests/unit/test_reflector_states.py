@@ -28,6 +28,7 @@ def test_every_state_has_its_moves_and_its_queue_projection():
         S.COMPLETED: "done",
         S.GATED: "done",
         S.DEAD_LETTERED: "dead",
+        S.ERASED: "done",
     }
 
 
@@ -52,6 +53,8 @@ def test_the_machine_s_shape():
     for end in (S.COMPLETED, S.GATED, S.DEFERRED, S.QUEUED):
         assert sources(end) == ["running"]
     assert S.COMPLETED.final and S.GATED.final and not S.DEAD_LETTERED.final
+    # ERASED is reached by no move (an erasure deletes the record) and left by none.
+    assert S.ERASED.final and sources(S.ERASED) == []
     assert [s for s in S if s.waiting] == [S.QUEUED, S.RETRYING, S.DEFERRED]
     with pytest.raises(IllegalTransition):
         check_transition("run-1", None, S.RUNNING)  # no record: nothing to move

@@ -7,7 +7,7 @@ import dataclasses
 
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from libs.common.outcomes import TurnOutcome
-from services.reflector.domain import WorkerStatus
+from services.reflector.domain import Interaction, Sender, WorkerStatus
 from services.reflector.workers.episodist import Episodist
 from tests.unit.fakes.reflector import make_turn, worker_harness
 
@@ -43,3 +43,27 @@ def test_a_turn_without_times_has_no_episode() -> None:
     turn = dataclasses.replace(make_turn(said="x"), start_time=None)
     assert Episodist().gate(turn) == "no_times"
     assert Episodist().gate(make_turn(said="x")) is None
+
+
+async def test_the_senders_go_as_people_each_identifier_in_its_field_and_a_refusable_one_only_as_subjects() -> None:
+    """RecordEpisode's ``senders`` (the episode's provenance) take ErasureSubject's contract, which
+    SubmitTurn's Sender does not: a one-letter handle, a platform with a space would have the whole
+    episode refused, so such a sender goes as ``subjects`` alone."""
+    base = make_turn(said="export it")
+    people = (
+        Sender("carla", "U07XK9Q2", "Slack"),
+        Sender("", "U0ZED42", "Slack"),
+        Sender("carla", "U07XK9Q2", "Slack"),  # she spoke twice: one person
+        Sender("x", "", "slack"),
+        Sender("dan", "", "ms teams"),
+    )
+    turn = dataclasses.replace(base, interactions=tuple(Interaction(p, "hi", base.end_time) for p in people))
+    h = worker_harness(turn.end_time)
+    await Episodist().run(turn, h.ctx)
+    [request] = h.episodes.calls
+    assert isinstance(request, ep_pb.RecordEpisodeRequest)
+    assert [(s.handle, s.external_id, s.platform) for s in request.senders] == [
+        ("carla", "U07XK9Q2", "Slack"),
+        ("", "U0ZED42", "Slack"),
+    ]
+    assert list(request.subjects) == ["U07XK9Q2", "U0ZED42", "carla", "dan", "x"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import cast
 
+from agentlearn.common.v1 import erasure_pb2
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from libs.common.contract import violations
 from libs.common.outcomes import TurnOutcome, to_proto
 from libs.common.protoconv import timestamp
 from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
@@ -38,6 +40,21 @@ def _subjects(turn: Turn) -> list[str]:
     return sorted({x for i in turn.interactions for x in (i.sender.handle, i.sender.external_id) if x})
 
 
+def _senders(turn: Turn) -> list[erasure_pb2.ErasureSubject]:
+    """The same senders one per person, each identifier in its own field, in the order they spoke:
+    what the episode's provenance answers (flat, ``subjects`` cannot say which identifier is a handle
+    and which an external id). A sender the contract of a person's name refuses (a one-letter
+    handle, a platform with a space: SubmitTurn's Sender allows them) is left out here rather than
+    fail the episode: its identifiers are still among ``subjects``, answered as handles."""
+    seen: dict[tuple[str, str, str], erasure_pb2.ErasureSubject] = {}
+    for inter in turn.interactions:
+        s = inter.sender
+        person = erasure_pb2.ErasureSubject(handle=s.handle, external_id=s.external_id, platform=s.platform)
+        if (s.handle or s.external_id) and not violations(person):
+            seen.setdefault((s.handle, s.external_id, s.platform), person)
+    return list(seen.values())
+
+
 class Episodist:
     name = "episodist"
 
@@ -66,6 +83,7 @@ class Episodist:
             start_time=timestamp(turn.start_time),
             end_time=timestamp(turn.end_time),
             subjects=_subjects(turn),
+            senders=_senders(turn),
             role=turn.role,
             work_key=turn.work_key,
         )

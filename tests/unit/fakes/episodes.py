@@ -15,7 +15,7 @@ from datetime import datetime
 
 import numpy as np
 
-from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, TurnOutcome
+from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, Sender, TurnOutcome
 from services.episodes.ports import RawRows, SearchReads, Superseded
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
@@ -51,7 +51,9 @@ class MemoryEpisodeStore:
         """A row gone (the lifecycle's drop, an erasure) with its point left behind."""
         del self.rows[episode_id]
 
-    async def insert_raw(self, ep: Episode, vector: np.ndarray | None, now: datetime) -> Episode | None:
+    async def insert_raw(
+        self, ep: Episode, vector: np.ndarray | None, now: datetime, senders: Sequence[Sender] = ()
+    ) -> Episode | None:
         for r in self._seat(ep.company, ep.seat):
             if r.episode.turn_id == ep.turn_id or (ep.work_key and r.episode.work_key == ep.work_key):
                 return None
@@ -70,7 +72,7 @@ class MemoryEpisodeStore:
         self.runs.setdefault((company, seat, turn_id), episode_id)
 
     async def supersede(
-        self, row_id: uuid.UUID, ep: Episode, vector: np.ndarray | None, now: datetime
+        self, row_id: uuid.UUID, ep: Episode, vector: np.ndarray | None, now: datetime, senders: Sequence[Sender] = ()
     ) -> Superseded | None:
         """As ``SQL["supersede"]``: only a raw self_iterate row of the seat; its id and keys kept,
         the earlier start, the record's account, its role, work item and conversation where given."""

@@ -30,6 +30,7 @@ from services.reflector.domain import (
     TurnKey,
     WorkerOutcome,
     check_transition,
+    job_key,
 )
 from services.reflector.store import ReflectionRecord, merge_outcomes
 from tests.unit.fakes.jobs import FakeDb
@@ -86,6 +87,12 @@ class FakeReflectionStore:
         self._maybe_fail("get")
         record = self.records.get((company, seat, turn_id))
         return copy.deepcopy(record)
+
+    async def erased(self, company: str, seat: str, turn_id: str) -> bool:
+        """Its job kept with an empty payload, as an erasure leaves it."""
+        key = job_key(seat, turn_id)
+        jobs = self._db.queue.jobs.values()
+        return any((j.job.company, j.job.key) == (company, key) and not j.job.payload for j in jobs)
 
     async def take(self, company: str, seat: str, turn_id: str) -> tuple[ReflectionRecord | None, bool]:
         self._maybe_fail("take")
