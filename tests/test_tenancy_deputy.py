@@ -1,0 +1,118 @@
+"""A field a request leaves empty never widens what a token reaches (docs/security.md, Tokens).
+
+The edge refuses a request that *names* another seat or user than the token is bound to; these are
+the requests that name none, where the service itself must narrow or refuse: a session of another
+seat, the away digest, the erasure audit and the erasures of a whole company or person, and every
+seat's telemetry. Real services on loopback with tokens on, real Postgres."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import grpc
+import pytest
+
+from agentlearn.sessions.v1 import session_service_pb2 as ss
+from libs.common.auth import INTERNAL_HEADER
+from tests.support.grpc_errors import error_info
+from tests.support.sessions import open_sessions, user
+from tests.support.turns import ts
+
+
+def _bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+async def _refused(call) -> tuple:  # type: ignore[no-untyped-def]
+    """(code, ErrorInfo reason, metadata) of a call that must fail."""
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call
+    code, info, _ = error_info(err.value)
+    return code, info.reason, dict(info.metadata)
+
+
+# ------------------------------------------------------------------------------------ sessions
+
+
+async def test_a_seat_bound_token_reaches_no_session_of_another_seat_by_leaving_seat_empty(
+    make_settings, dsn, edge_index, clock
+):
+    async with open_sessions(
+        make_settings(), dsn, clock=clock, embedder=None, index=edge_index, auth_mode="tokens"
+    ) as env:
+        internal = ((INTERNAL_HEADER, env.app.infra.internal_secret),)
+        t = clock.now()
+        for session_id, seat in (("s-ben", "ben"), ("s-ana", "ana")):
+            await env.stub.AppendSessionEvents(
+                ss.AppendSessionEventsRequest(
+                    company="acme",
+                    session_id=session_id,
+                    user="victor",
+                    seat=seat,
+                    events=[user(f"{session_id}-1", "I deploy on fridays", t)],
+                ),
+                metadata=internal,
+            )
+        ana, _ = await env.app.infra.tokens.issue("acme", ["chat"], seat="ana")
+        ana_victor, _ = await env.app.infra.tokens.issue("acme", ["chat"], seat="ana", user="victor")
+        not_found = (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND")
+        for token in (ana, ana_victor):
+            md = _bearer(token)
+            injected = user("injected", "injected by ana's token", t)
+            for seat in ("", "ana"):  # naming its own seat is no key to another's session either
+                append = ss.AppendSessionEventsRequest(
+                    company="acme", session_id="s-ben", user="victor", seat=seat, events=[injected]
+                )
+                assert (await _refused(env.stub.AppendSessionEvents(append, metadata=md)))[:2] == not_found
+            calls = [
+                env.stub.CheckRecentWork(
+                    ss.CheckRecentWorkRequest(company="acme", session_id="s-ben", user="victor"), metadata=md
+                ),
+                env.stub.ListLearningChecks(
+                    ss.ListLearningChecksRequest(company="acme", session_id="s-ben", user="victor"), metadata=md
+                ),
+                env.stub.SavePlan(
+                    ss.SavePlanRequest(company="acme", session_id="s-ben", user="victor", revision=1), metadata=md
+                ),
+            ]
+            for call in calls:
+                assert (await _refused(call))[:2] == not_found
+            # Its own seat's session is served.
+            mine = await env.stub.CheckRecentWork(
+                ss.CheckRecentWorkRequest(company="acme", session_id="s-ana", user="victor"), metadata=md
+            )
+            assert mine.check.seat == "ana"
+        # Nothing reached ben's session: no event, no check.
+        ben = await env.sessions.service.store.get_session("acme", "s-ben")
+        assert ben is not None and ben.last_seq == 1
+        checks = await env.stub.ListLearningChecks(
+            ss.ListLearningChecksRequest(company="acme", session_id="s-ben", user="victor"), metadata=internal
+        )
+        assert list(checks.checks) == []
+
+
+async def test_the_away_digest_of_a_seat_bound_token_holds_its_seat_only(make_settings, dsn, edge_index, clock):
+    async with open_sessions(
+        make_settings(), dsn, clock=clock, embedder=None, index=edge_index, auth_mode="tokens"
+    ) as env:
+        internal = ((INTERNAL_HEADER, env.app.infra.internal_secret),)
+        since = clock.now() - timedelta(minutes=1)
+        for session_id, seat in (("s-ben", "ben"), ("s-ana", "ana")):
+            # No work recorded: each check fails (missing evidence) without a model.
+            await env.stub.AppendSessionEvents(
+                ss.AppendSessionEventsRequest(company="acme", session_id=session_id, user="victor", seat=seat),
+                metadata=internal,
+            )
+            await env.stub.CheckRecentWork(
+                ss.CheckRecentWorkRequest(company="acme", session_id=session_id, user="victor"), metadata=internal
+            )
+        assert await env.drain() == 2
+        ask = ss.GetAwayDigestRequest(company="acme", user="victor", since_time=ts(since))
+        company, _ = await env.app.infra.tokens.issue("acme", ["chat"])
+        ana, _ = await env.app.infra.tokens.issue("acme", ["chat"], seat="ana")
+        everything = await env.stub.GetAwayDigest(ask, metadata=_bearer(company))
+        narrowed = await env.stub.GetAwayDigest(ask, metadata=_bearer(ana))
+    assert sorted(c.session_id for c in everything.checks) == ["s-ana", "s-ben"]
+    assert everything.failed_count == 2
+    assert [(c.session_id, c.seat) for c in narrowed.checks] == [("s-ana", "ana")]
+    assert narrowed.failed_count == 1
