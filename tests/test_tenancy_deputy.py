@@ -13,7 +13,10 @@ import grpc
 import pytest
 
 from agentlearn.sessions.v1 import session_service_pb2 as ss
+from agentlearn.telemetry.v1 import telemetry_service_pb2 as tm
+from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc as tm_grpc
 from libs.common.auth import INTERNAL_HEADER
+from tests.support.app import open_app
 from tests.support.grpc_errors import error_info
 from tests.support.sessions import open_sessions, user
 from tests.support.turns import ts
@@ -116,3 +119,35 @@ async def test_the_away_digest_of_a_seat_bound_token_holds_its_seat_only(make_se
     assert everything.failed_count == 2
     assert [(c.session_id, c.seat) for c in narrowed.checks] == [("s-ana", "ana")]
     assert narrowed.failed_count == 1
+
+
+# ----------------------------------------------------------------------------------- telemetry
+
+
+async def test_a_user_bound_token_reads_no_telemetry_of_every_seat(make_settings, dsn, clock, edge_index):
+    async with open_app(
+        make_settings(), dsn, names=["telemetry"], clock=clock, embedder=None, index=edge_index, auth_mode="tokens"
+    ) as app:
+        for seat in ("ana", "ben"):
+            await app.infra.events.emit_strict("prefetch_served", company="acme", seat=seat, turn_id=f"t-{seat}")
+        stub = tm_grpc.TelemetryServiceStub(app.channel)
+        carla, _ = await app.infra.tokens.issue("acme", ["inspect"], user="carla")
+        ana, _ = await app.infra.tokens.issue("acme", ["inspect"], seat="ana")
+        md = _bearer(carla)
+        refused = (grpc.StatusCode.PERMISSION_DENIED, "COMPANY_WIDE_CREDENTIAL_REQUIRED", {"bound_user": "carla"})
+        calls = [
+            stub.ListSeatActivity(tm.ListSeatActivityRequest(company="acme"), metadata=md),
+            stub.ListEvents(tm.ListEventsRequest(company="acme"), metadata=md),
+            stub.GetPrefetchHitRates(tm.GetPrefetchHitRatesRequest(company="acme"), metadata=md),
+            stub.GetAuxiliarySpend(tm.GetAuxiliarySpendRequest(company="acme"), metadata=md),
+        ]
+        for call in calls:
+            assert await _refused(call) == refused
+        # Naming a seat, it reads that seat (as it reads the seat's notes); a seat-bound token's
+        # empty seat is its own.
+        named = await stub.ListEvents(tm.ListEventsRequest(company="acme", seat="ana"), metadata=md)
+        own = await stub.ListEvents(tm.ListEventsRequest(company="acme"), metadata=_bearer(ana))
+        seats = await stub.ListSeatActivity(tm.ListSeatActivityRequest(company="acme"), metadata=_bearer(ana))
+    assert {e.seat for e in named.events} == {"ana"} and named.events
+    assert {e.seat for e in own.events} == {"ana"} and own.events
+    assert [s.seat for s in seats.seats] == ["ana"]
