@@ -12,6 +12,9 @@ from datetime import timedelta
 import grpc
 import pytest
 
+from agentlearn.common.v1 import erasure_pb2 as er
+from agentlearn.privacy.v1 import privacy_service_pb2 as pv
+from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
 from agentlearn.sessions.v1 import session_service_pb2 as ss
 from agentlearn.telemetry.v1 import telemetry_service_pb2 as tm
 from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc as tm_grpc
@@ -119,6 +122,57 @@ async def test_the_away_digest_of_a_seat_bound_token_holds_its_seat_only(make_se
     assert everything.failed_count == 2
     assert [(c.session_id, c.seat) for c in narrowed.checks] == [("s-ana", "ana")]
     assert narrowed.failed_count == 1
+
+
+# ------------------------------------------------------------------------------------- privacy
+
+
+async def test_erasing_a_company_or_a_person_and_reading_the_audit_need_a_company_wide_token(
+    make_settings, dsn, clock, edge_index
+):
+    async with open_app(
+        make_settings(), dsn, names=["privacy"], clock=clock, embedder=None, index=edge_index, auth_mode="tokens"
+    ) as app:
+        stub = pv_grpc.PrivacyServiceStub(app.channel)
+        tokens = app.infra.tokens
+        ana, _ = await tokens.issue("acme", ["admin"], seat="ana")
+        carla, _ = await tokens.issue("acme", ["admin"], user="carla")
+        acme, _ = await tokens.issue("acme", ["admin"])
+        dave = er.ErasureSubject(handle="dave", platform="slack")
+        company_wide = (grpc.StatusCode.PERMISSION_DENIED, "COMPANY_WIDE_CREDENTIAL_REQUIRED")
+        for token, bound in ((ana, {"bound_seat": "ana"}), (carla, {"bound_user": "carla"})):
+            md = _bearer(token)
+            assert await _refused(stub.EraseCompany(pv.EraseCompanyRequest(company="acme"), metadata=md)) == (
+                *company_wide,
+                bound,
+            )
+            refused = await _refused(
+                stub.EraseSubject(pv.EraseSubjectRequest(company="acme", subject=dave), metadata=md)
+            )
+            assert refused == (*company_wide, bound)
+        # A seat-bound token still erases its own seat; the company's token erases another and a person.
+        own = (await stub.EraseSeat(pv.EraseSeatRequest(company="acme", seat="ana"), metadata=_bearer(ana))).erasure
+        ben = (await stub.EraseSeat(pv.EraseSeatRequest(company="acme", seat="ben"), metadata=_bearer(acme))).erasure
+        person = (
+            await stub.EraseSubject(pv.EraseSubjectRequest(company="acme", subject=dave), metadata=_bearer(acme))
+        ).erasure
+        listed = await stub.ListErasures(pv.ListErasuresRequest(company="acme"), metadata=_bearer(acme))
+        assert {e.id for e in listed.erasures} == {own.id, ben.id, person.id}
+        # The seat-bound token reads its own seat's erasures only; another's is not there for it.
+        listed = await stub.ListErasures(pv.ListErasuresRequest(company="acme"), metadata=_bearer(ana))
+        assert [e.id for e in listed.erasures] == [own.id]
+        got = await stub.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=own.id), metadata=_bearer(ana))
+        assert got.erasure.seat == "ana"
+        for other in (ben.id, person.id):
+            request = pv.GetErasureRequest(company="acme", erasure_id=other)
+            code, reason, _ = await _refused(stub.GetErasure(request, metadata=_bearer(ana)))
+            assert (code, reason) == (grpc.StatusCode.NOT_FOUND, "ERASURE_NOT_FOUND")
+        # A token bound to a user alone has no seat to narrow the audit to: refused.
+        md = _bearer(carla)
+        list_all = stub.ListErasures(pv.ListErasuresRequest(company="acme"), metadata=md)
+        assert await _refused(list_all) == (*company_wide, {"bound_user": "carla"})
+        get_one = stub.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=person.id), metadata=md)
+        assert await _refused(get_one) == (*company_wide, {"bound_user": "carla"})
 
 
 # ----------------------------------------------------------------------------------- telemetry
