@@ -314,6 +314,39 @@ async def test_a_token_bound_to_a_seat_or_a_user_gets_no_company_wide_list(env):
             assert ("sess-ana-1" in listed) == bool(own), binding  # dana's session on ana, carla's none
 
 
+async def test_the_seat_search_runs_in_the_event_log_past_the_listing_cut(
+    make_settings, dsn, local_embedder, edge_index
+):
+    """``seats_scan_limit`` cuts the list the company page merges, never what a search finds: the
+    event log searches the handle itself (``ListSeatActivity.query``), and the episodes' seats are
+    matched as they are read."""
+    settings = inspector_settings(make_settings, inspector={"seats_scan_limit": 100})  # its least
+    clock = ManualClock(NOW)
+    async with open_inspector(
+        settings, dsn, clock, embedder=local_embedder, index=edge_index, auth_mode="local"
+    ) as inspector:
+        for seat in [f"s{i:03}" for i in range(100)] + ["zed"]:  # in the event log only; zed past the cut
+            await inspector.app.infra.events.emit_strict("prefetch_summary", company="acme", seat=seat)
+        await ep_grpc.EpisodeServiceStub(inspector.channel).RecordEpisode(  # in the episodes only
+            ep_pb.RecordEpisodeRequest(
+                company="acme",
+                seat="yan",
+                turn_id="t-1",
+                label="Message",
+                outcome=ep_pb.TURN_OUTCOME_DONE,
+                start_time=Timestamp(seconds=int(NOW.timestamp()) - 60),
+                end_time=Timestamp(seconds=int(NOW.timestamp())),
+            )
+        )
+        clock.advance(minutes=1)  # the window ends at now, exclusive
+        async with inspector.client() as client:
+            listed = await client.get("/inspector/c/acme/")
+            assert "s000" in seat_links(listed.text) and "more seats than the inspector lists" in listed.text
+            for q, seat in (("ZE", "zed"), ("yan", "yan")):
+                found = await client.get("/inspector/c/acme/", params={"q": q})
+                assert found.status_code == 200 and seat_links(found.text) == {seat}, q
+
+
 async def test_lists_are_paged_and_searchable(env):
     inspector, _ = env
     async with inspector.signed_in(await inspector.token("acme", "inspect")) as client:

@@ -526,7 +526,9 @@ class Inspector:
 
         The company's seats are every seat's rows, which the services list only to a token bound to
         the company alone; the inspector reads them as itself, so a token bound to a seat or a user
-        gets :meth:`_own_seats` instead."""
+        gets :meth:`_own_seats` instead. The event log searches ``q`` itself
+        (``ListSeatActivity.query``), so a seat with an event is found however many seats there are;
+        the episodes' seats (which have no search) are matched among the first ``seats_scan_limit``."""
         if not company_wide(principal):
             own, cut = await self._own_seats(company, principal)
             return [n for n in own if _contains(q, n)], {}, cut, False
@@ -541,7 +543,12 @@ class Inspector:
                 self.rpc.telemetry(
                     "ListSeatActivity",
                     telemetry.ListSeatActivityRequest(
-                        company=company, start_time=_ts(start), end_time=_ts(end), page_size=500, page_token=token
+                        company=company,
+                        query=q,
+                        start_time=_ts(start),
+                        end_time=_ts(end),
+                        page_size=500,
+                        page_token=token,
                     ),
                 )
             )
@@ -556,7 +563,8 @@ class Inspector:
                 break
         cut = bool(token)
         token = ""
-        while len(names) < limit:
+        read = 0  # the episodes' seats read, matching or not: a search reads no more than a listing
+        while len(names) < limit and read < limit:
             found = await self._maybe(
                 self.rpc.episodes(
                     "ListEpisodeSeats",
@@ -565,12 +573,13 @@ class Inspector:
             )
             if found is None:
                 break
-            names.update(s.seat for s in found.seats if s.company == company)
+            read += len(found.seats)
+            names.update(s.seat for s in found.seats if s.company == company and _contains(q, s.seat))
             token = found.next_page_token
             if not token:
                 break
-        cut = cut or bool(token)
-        return [n for n in sorted(names)[:limit] if _contains(q, n)], activity, cut, unread
+        cut = cut or bool(token) or len(names) > limit  # a page of the event log may overshoot the limit
+        return sorted(names)[:limit], activity, cut, unread
 
     async def _own_seats(self, company: str, principal: Principal) -> tuple[list[str], bool]:
         """The seats a token bound to a seat or a user may list, and True when more may exist than
