@@ -159,3 +159,47 @@ def test_the_configuration_never_imports_pydantic_settings():
     imported = set(ast.literal_eval(out.stdout))
     assert "pydantic" in imported  # the probe sees the imports
     assert not imported & {"pydantic_settings", "dotenv"}
+
+
+def test_the_clients_variables_are_not_configuration_but_a_typo_still_is():
+    """A shell set up for ``./run mcp`` or the examples (docs/integrating.md) runs ``./run`` too:
+    the variables agentlearn's clients read are skipped, and only those."""
+    clients = {
+        "AGENTLEARN_ADDRESS": "127.0.0.1:50051",
+        "AGENTLEARN_TOKEN": "abc",
+        "AGENTLEARN_COMPANY": "acme",
+        "AGENTLEARN_SEAT": "ada",
+        "AGENTLEARN_ROLE": "swe",
+        "AGENTLEARN_UNIT_CHAIN": "platform,eng",
+        "AGENTLEARN_TLS_CA": "/etc/ca.pem",
+        "AGENTLEARN_PROTOS": "/src/protos",
+    }
+    s = load_settings(None, env={**clients, "AGENTLEARN_SERVER__PORT": "6300"})
+    assert s.server.port == 6300
+    with pytest.raises(ConfigError, match=r"^the configuration: servr: Extra inputs are not permitted"):
+        load_settings(None, env={**clients, "AGENTLEARN_SERVR__PORT": "6300"})
+    with pytest.raises(ConfigError, match=r"tokn: Extra inputs are not permitted"):
+        load_settings(None, env={"AGENTLEARN_TOKN": "abc"})
+
+
+def test_every_variable_the_clients_read_is_skipped():
+    """The skipped set follows the clients: a name ``./run mcp``, examples/ or clients/ reads that is
+    not a knob (no ``__``) must not stop ``./run``."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    names: set[str] = set()
+    for directory in ("clients", "examples", "services/mcp"):
+        for path in (root / directory).rglob("*"):
+            if path.suffix in {".py", ".js", ".ts", ".toml"} and "node_modules" not in path.parts:
+                names |= set(re.findall(r"\bAGENTLEARN_[A-Z][A-Z_]*[A-Z]\b", path.read_text()))
+    # ``./run mcp`` builds its names from the flags: _env("unit_chain") -> AGENTLEARN_UNIT_CHAIN.
+    names |= {
+        f"AGENTLEARN_{flag.upper()}"
+        for flag in re.findall(r'_env\("(\w+)"\)', (root / "services/mcp/cli.py").read_text())
+    }
+    names = {n for n in names if "__" not in n and n != "AGENTLEARN_CONFIG"}
+    assert {"AGENTLEARN_ADDRESS", "AGENTLEARN_TOKEN", "AGENTLEARN_UNIT_CHAIN"} <= names  # the scan sees them
+    for name in sorted(names):
+        load_settings(None, env={name: "x"})  # refused: ConfigError naming the variable

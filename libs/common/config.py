@@ -1082,6 +1082,23 @@ def _conventional_env(env: dict[str, str]) -> dict[str, Any]:
 
 _ENV_PREFIX = "AGENTLEARN_"
 
+_CLIENT_ENV = frozenset(
+    {
+        "AGENTLEARN_ADDRESS",
+        "AGENTLEARN_TOKEN",
+        "AGENTLEARN_COMPANY",
+        "AGENTLEARN_SEAT",
+        "AGENTLEARN_ROLE",
+        "AGENTLEARN_UNIT_CHAIN",
+        "AGENTLEARN_TLS_CA",
+        "AGENTLEARN_PROTOS",
+    }
+)
+"""Variables agentlearn's own clients read (``./run mcp``, examples/, clients/python's build), not
+configuration: a shell set up for the MCP server (docs/integrating.md) must still run ``./run``.
+Only these are skipped; any other unknown ``AGENTLEARN_*`` name is still refused, so a typo of a
+knob fails at start instead of being ignored."""
+
 
 def _agentlearn_env(env: dict[str, str]) -> dict[str, Any]:
     """``AGENTLEARN_<SECTION>__<KNOB>`` variables as a nested mapping (keys case-insensitive; a
@@ -1089,7 +1106,8 @@ def _agentlearn_env(env: dict[str, str]) -> dict[str, Any]:
     fields)."""
     out: dict[str, Any] = {}
     for key, value in env.items():
-        if not key.upper().startswith(_ENV_PREFIX) or key.upper() == "AGENTLEARN_CONFIG":
+        upper = key.upper()
+        if not upper.startswith(_ENV_PREFIX) or upper == "AGENTLEARN_CONFIG" or upper in _CLIENT_ENV:
             continue
         path = [part.lower() for part in key[len(_ENV_PREFIX) :].split("__") if part]
         if not path:
