@@ -182,6 +182,27 @@ def test_the_clients_variables_are_not_configuration_but_a_typo_still_is():
         load_settings(None, env={"AGENTLEARN_TOKN": "abc"})
 
 
+def test_the_openai_endpoint_heads_the_configured_chain_instead_of_replacing_it(tmp_path):
+    """docs/deploy.md: the Secret's endpoint "goes at the head of the auxiliary chain"."""
+    openai = {"OPENAI_BASE_URL": "http://llm:8000/v1", "OPENAI_API_KEY": "sk-test"}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "providers:\n  llm:\n    vllm: {kind: openai, base_url: 'http://vllm:8000/v1', model: m}\n"
+        "    offline: {kind: offline, model: offline-rules}\n  auxiliary_chain: [vllm, offline]\n"
+    )
+    s = load_settings(cfg, env=openai)
+    assert s.providers.auxiliary_chain == ["openai", "vllm", "offline"]
+    assert s.providers.llm["vllm"].base_url == "http://vllm:8000/v1"  # the file's providers stay
+    # A chain already naming openai keeps one, at the head.
+    cfg.write_text("providers:\n  auxiliary_chain: [offline, openai]\n")
+    assert load_settings(cfg, env=openai).providers.auxiliary_chain == ["openai", "offline"]
+    # No configured chain: the endpoint with the offline rules behind it.
+    assert load_settings(None, env=openai).providers.auxiliary_chain == ["openai", "offline"]
+    # An AGENTLEARN_ chain is above both and says the chain exactly.
+    explicit = {**openai, "AGENTLEARN_PROVIDERS__AUXILIARY_CHAIN": '["offline"]'}
+    assert load_settings(cfg, env=explicit).providers.auxiliary_chain == ["offline"]
+
+
 def test_every_variable_the_clients_read_is_skipped():
     """The skipped set follows the clients: a name ``./run mcp``, examples/ or clients/ reads that is
     not a knob (no ``__``) must not stop ``./run``."""

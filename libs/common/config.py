@@ -1049,8 +1049,12 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 _CONVENTIONAL_NAMES = ("DATABASE_URL", "QDRANT_URL", "QDRANT_API_KEY")
 
 
-def _conventional_env(env: dict[str, str]) -> dict[str, Any]:
-    """The environment names operators already use, mapped onto the config tree."""
+def _conventional_env(env: dict[str, str], configured_chain: Any = None) -> dict[str, Any]:
+    """The environment names operators already use, mapped onto the config tree.
+
+    ``configured_chain`` is the file's ``providers.auxiliary_chain`` (None when it names none):
+    the OpenAI endpoint goes at its head rather than replacing it, since the merge that follows
+    replaces lists whole and would otherwise drop the operator's providers silently."""
     # Each of these names its top-level knob in lower case.
     out: dict[str, Any] = {name.lower(): env[name] for name in _CONVENTIONAL_NAMES if env.get(name)}
     base, key = env.get("OPENAI_BASE_URL"), env.get("OPENAI_API_KEY")
@@ -1067,8 +1071,13 @@ def _conventional_env(env: dict[str, str]) -> dict[str, Any]:
                 },
                 "offline": {"kind": "offline", "model": "offline-rules"},
             },
-            "auxiliary_chain": ["openai", "offline"],
         }
+        if configured_chain is None:
+            out["providers"]["auxiliary_chain"] = ["openai", "offline"]
+        elif isinstance(configured_chain, list):
+            rest = [name for name in configured_chain if name != "openai"]
+            out["providers"]["auxiliary_chain"] = ["openai", *dict.fromkeys(rest)]
+        # Anything else is left as the file gave it, for validation to name.
         if env.get("OPENAI_EMBEDDINGS_MODEL"):
             out["providers"]["embeddings"] = {
                 "kind": "openai",
@@ -1164,7 +1173,9 @@ def load_settings(
             raise ConfigError(f"{path}: the top level must be a mapping")
         data = loaded
         source = f"{path} (or the environment)"
-    data = _deep_merge(data, _conventional_env(env))
+    providers = data.get("providers")
+    configured_chain = providers.get("auxiliary_chain") if isinstance(providers, dict) else None
+    data = _deep_merge(data, _conventional_env(env, configured_chain))
     data = _deep_merge(data, _agentlearn_env(env))
     if overrides:
         data = _deep_merge(data, overrides)
