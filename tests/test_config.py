@@ -38,6 +38,9 @@ def test_every_spec_default_is_the_specs():
     assert (r.max_body_chars, r.max_versions_kept) == (20_000, 10)
     c = L.skill_curator
     assert (c.interval_hours, c.stale_after_days, c.archive_after_days) == (24, 30, 90)
+    # Cross-agent promotion has no off switch in the spec; only clustered synthesis is off by default.
+    p = L.promotion
+    assert (p.enabled, p.interval_hours, p.min_sibling_count, p.cluster_jaccard_threshold) == (True, 24, 3, 0.6)
     assert (L.prefetch.embed_budget_seconds, L.prefetch.aux_timeout_seconds) == (2.0, 30.0)
     assert s.server.port == 50051 and s.providers.embeddings.kind == "local"
     assert s.providers.auxiliary_chain == ["offline"]

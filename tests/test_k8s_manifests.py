@@ -1086,6 +1086,11 @@ def test_skill_synthesis_is_suspended_like_its_scheduler_switch(tmp_path: Path) 
     assert CRONJOBS["skill-synthesis"]["spec"]["suspend"] is (not enabled)
 
 
+def test_skill_promotion_is_suspended_like_its_switch(tmp_path: Path) -> None:
+    enabled = config_settings(tmp_path).learning.promotion.enabled
+    assert CRONJOBS["skill-promotion"]["spec"]["suspend"] is (not enabled)
+
+
 def test_the_role_grants_only_get_create_update_on_the_pass_leases() -> None:
     (role,) = of_kind("Role").values()
     verbs: set[str] = set()

@@ -424,10 +424,12 @@ class SkillCuratorConfig(_Section):
 
 
 class PromotionConfig(_Section):
-    enabled: bool = False
+    enabled: bool = True
     """Cross-agent promotion: a daily pass drafts a knowledge page under a unit's "Auto-Drafted
-    Skills" parent when its seats converge on one tool run. Off by default, like clustered
-    synthesis (an auxiliary call per converging unit per day)."""
+    Skills" parent when its seats converge on one tool run. On by default: the spec gives it no off
+    switch (only clustered synthesis is off by default), and a unit with no knowledge container is
+    soft-skipped, so an install with no units configured drafts nothing. False is the operator's
+    off switch (an auxiliary call per converging unit per day)."""
     interval_hours: int = 24
     """Daily."""
     min_sibling_count: int = 3
