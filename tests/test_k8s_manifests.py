@@ -1247,3 +1247,20 @@ def test_the_docs_call_table_is_the_one_the_policies_enforce() -> None:
             (caller,) = doc_names(row["from"])
             documented[caller] = set(doc_names(row["to"]))
     assert documented == {w: calls_here(w) for w in WORKLOAD_NAMES if calls_here(w)}
+
+
+def test_the_docs_cronjob_table_is_the_manifests() -> None:
+    rows = {doc_names(r["CronJob"])[0]: r for r in doc_table("| CronJob | schedule (UTC) |")}
+    assert set(rows) == set(CRONJOBS)
+    for name, row in rows.items():
+        spec = CRONJOBS[name]["spec"]
+        job = spec["jobTemplate"]["spec"]
+        (container,) = pod_spec(CRONJOBS[name])["containers"]
+        ttl = env_of(container)["AGENTLEARN_LEASES__TTL_SECONDS"]["value"]
+        schedule = row["schedule (UTC)"]
+        assert schedule.split("`")[1] == spec["schedule"], name
+        assert ("**suspended**" in schedule) is spec["suspend"], name
+        assert row["startingDeadlineSeconds"] == str(spec["startingDeadlineSeconds"]), name
+        assert row["activeDeadlineSeconds"] == str(job["activeDeadlineSeconds"]), name
+        assert row["Lease TTL"] == ttl, name
+        assert row["backoffLimit"] == str(job["backoffLimit"]), name
