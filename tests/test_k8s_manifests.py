@@ -661,6 +661,9 @@ def assert_locked_down(spec: dict) -> None:
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["runAsUser"] > 0
     assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    # No Service-link variables: a Service named agentlearn(-*) would inject AGENTLEARN_PORT and the
+    # like, which the config refuses as unknown knobs, and the pod would not start.
+    assert spec["enableServiceLinks"] is False
     volumes = {v["name"]: v for v in spec["volumes"]}
     for container in spec["containers"]:
         sc = container["securityContext"]
@@ -1177,6 +1180,7 @@ def test_the_token_job_reads_only_the_database(tmp_path: Path) -> None:
     assert container["args"][0] == "token"
     assert secrets_mounted(spec) == {"agentlearn-database"}
     assert spec["automountServiceAccountToken"] is False
+    assert spec["enableServiceLinks"] is False  # as assert_locked_down
     pod = Endpoint("token job", NAMESPACE, job["spec"]["template"]["metadata"]["labels"])
     assert reachable(pod, POSTGRES, 5432)
     assert not reachable(pod, ANYWHERE, 443) and not reachable(pod, QDRANT, 6333)
