@@ -3,6 +3,9 @@
 //
 //   cd examples/node && npm ci && node lifecycle.js --address 127.0.0.1:50051 --company acme --seat ana --role swe
 //
+// --address serves PrefetchService and BuiltinService; SubmitTurn goes to --reflector-address, the
+// same unless given (split or on Kubernetes the reflector is a service at an address of its own).
+//
 // The turn: BuildTurnContext at turn start (its markdown goes at the end of the system prompt and
 // the skills block's ids become offered_skills), ListTools for the model, each model tool call
 // forwarded with CallTool, a refusal decoded from its google.rpc.Status, SubmitTurn at the end.
@@ -29,6 +32,7 @@ function flags(argv) {
     'turn-id': `node-example-${Date.now()}`,
   };
   for (let i = 0; i < argv.length; i += 2) out[argv[i].replace(/^--/, '')] = argv[i + 1];
+  out['reflector-address'] = out['reflector-address'] || process.env.AGENTLEARN_REFLECTOR_ADDRESS || out.address;
   return out;
 }
 
@@ -113,7 +117,7 @@ async function main() {
   const credentials = grpc.credentials.createInsecure(); // createSsl(ca) for a TLS port
   const prefetch = new api.prefetch.v1.PrefetchService(args.address, credentials, options);
   const builtins = new api.prefetch.v1.BuiltinService(args.address, credentials, options);
-  const reflector = new api.reflector.v1.ReflectorService(args.address, credentials, options);
+  const reflector = new api.reflector.v1.ReflectorService(args['reflector-address'], credentials, options);
 
   const bob = { handle: 'bob', platform: 'slack', display_name: 'Bob' };
   const ask = 'Who approves prod deploys? I need one today.';

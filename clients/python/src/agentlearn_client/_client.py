@@ -141,6 +141,10 @@ class AgentLearn:
     loopback, which runs in local mode). ``tls=True`` uses the system roots, or pass
     ``root_certificates`` (PEM bytes). Every call has ``timeout`` seconds; UNAVAILABLE is retried
     by gRPC itself (``RETRY_SERVICE_CONFIG``).
+
+    ``address`` (or ``channel``) serves PrefetchService and BuiltinService; SubmitTurn goes to
+    ``reflector_address`` (or ``reflector_channel``), the same one unless given: in the split and
+    Kubernetes deployments the reflector is a service of its own, at an address of its own.
     """
 
     def __init__(
@@ -156,22 +160,35 @@ class AgentLearn:
         root_certificates: bytes | None = None,
         timeout: float = 60.0,
         channel: grpc.aio.Channel | None = None,
+        reflector_address: str | None = None,
+        reflector_channel: grpc.aio.Channel | None = None,
     ):
         self.company, self.seat, self.role = company, seat, role
         self.unit_chain = tuple(unit_chain)
         self.timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         options = [("grpc.service_config", json.dumps(RETRY_SERVICE_CONFIG)), ("grpc.enable_retries", 1)]
-        if channel is not None:
-            self._channel, self._owns_channel = channel, False
-        elif tls or root_certificates:
-            credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
-            self._channel, self._owns_channel = grpc.aio.secure_channel(address, credentials, options), True
+        self._owned: list[grpc.aio.Channel] = []
+
+        def open_channel(target: str) -> grpc.aio.Channel:
+            if tls or root_certificates:
+                credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+                opened = grpc.aio.secure_channel(target, credentials, options)
+            else:
+                opened = grpc.aio.insecure_channel(target, options)
+            self._owned.append(opened)
+            return opened
+
+        self._channel = channel if channel is not None else open_channel(address)
+        if reflector_channel is not None:
+            self._reflector_channel = reflector_channel
+        elif reflector_address is not None:
+            self._reflector_channel = open_channel(reflector_address)
         else:
-            self._channel, self._owns_channel = grpc.aio.insecure_channel(address, options), True
+            self._reflector_channel = self._channel
         self.prefetch = prefetch_grpc.PrefetchServiceStub(self._channel)
         self.builtins = prefetch_grpc.BuiltinServiceStub(self._channel)
-        self.reflector = reflector_grpc.ReflectorServiceStub(self._channel)
+        self.reflector = reflector_grpc.ReflectorServiceStub(self._reflector_channel)
         self._turns: dict[str, _Turn] = {}
 
     async def __aenter__(self) -> AgentLearn:
@@ -181,8 +198,8 @@ class AgentLearn:
         await self.close()
 
     async def close(self) -> None:
-        if self._owns_channel:
-            await self._channel.close()
+        for opened in self._owned:
+            await opened.close()
 
     def _kw(self) -> dict[str, Any]:
         return {"timeout": self.timeout, "metadata": self._metadata}
