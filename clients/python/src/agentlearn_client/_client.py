@@ -10,7 +10,9 @@
 What it remembers per turn (so ``turn_end`` can say it): the start time, the senders, the ask, the
 skill ids the turn-start skills block offered (they become ``offered_skills``), every builtin the
 turn called through ``call_tool`` (plus what the engine reports with ``record_tool_call``), and
-whether the turn persisted a note itself.
+whether the turn persisted a note itself. A turn is kept until ``turn_end`` submitted it for
+good: a failed submit can be sent again, and a self-iterated round's submit keeps it for the
+settling one.
 """
 
 from __future__ import annotations
@@ -219,9 +221,14 @@ class AgentLearn:
     ) -> TurnContext:
         """BuildTurnContext for a new turn. ``ask`` is what the turn was asked (each message's
         salient body); with ``messages`` and no ``ask``, their bodies joined. The skill ids of the
-        skills block are remembered as the turn's offered skills."""
+        skills block are remembered as the turn's offered skills.
+
+        Several ``senders`` need ``messages`` (each body with its own sender, as turn_end must
+        send them): refused here with ValueError, before the turn starts, not at its end."""
         messages = tuple(messages)
         senders = tuple(senders) or tuple(dict.fromkeys(m.sender for m in messages))
+        if len(senders) > 1 and not messages:
+            raise ValueError("several senders: pass messages= to turn_start so each body keeps its sender")
         ask = ask or "\n".join(m.body for m in messages)
         role = role or self.role
         started = datetime.now(UTC)
@@ -302,8 +309,12 @@ class AgentLearn:
     ) -> reflector_pb.SubmitTurnResponse:
         """SubmitTurn: the turn as the reflector needs it. ``tools_called`` defaults to every tool
         the turn called through this client (with record_tool_call); ``tool_sequence`` (the final
-        round's tools, in order) defaults to the same. Resubmitting a run id is a no-op."""
-        turn = self._turns.pop(turn_id)
+        round's tools, in order) defaults to the same. Resubmitting a run id is a no-op.
+
+        The turn is forgotten only once SubmitTurn succeeded with a settled outcome: after an error
+        (UNAVAILABLE past the retries, DEADLINE_EXCEEDED, a refusal) call turn_end again, and after
+        ``Outcome.SELF_ITERATE`` send the settling event with turn_end under the same ``turn_id``."""
+        turn = self._turns[turn_id]
         called = list(turn.tools_called if tools_called is None else tools_called)
         if turn.messages:
             interactions = [
@@ -312,12 +323,8 @@ class AgentLearn:
                 )
                 for m in turn.messages
             ]
-        elif len(turn.senders) == 1:
-            interactions = [reflector_pb.InboundInteraction(sender=_sender(turn.senders[0]), body=turn.ask)]
-        elif turn.senders:
-            raise ValueError("several senders: pass messages= to turn_start so each body keeps its sender")
-        else:
-            interactions = []
+        else:  # at most one sender: turn_start refused several without messages
+            interactions = [reflector_pb.InboundInteraction(sender=_sender(s), body=turn.ask) for s in turn.senders]
         completed = reflector_pb.TurnCompleted(
             turn_id=turn_id,
             work_key=work_key,
@@ -342,4 +349,7 @@ class AgentLearn:
         )
         if learning_enabled is not None:
             completed.learning_enabled = learning_enabled
-        return await self.reflector.SubmitTurn(reflector_pb.SubmitTurnRequest(turn=completed), **self._kw())
+        submitted = await self.reflector.SubmitTurn(reflector_pb.SubmitTurnRequest(turn=completed), **self._kw())
+        if int(outcome) != Outcome.SELF_ITERATE:
+            self._turns.pop(turn_id, None)
+        return submitted
