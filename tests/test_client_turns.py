@@ -1,8 +1,8 @@
 """The Python client's turn lifecycle (``clients/python``, imported from its source) against real
 services deployed split, as ``./run up --split`` and Kubernetes run them: the reflector on a port of
 its own, every other service on another. A turn is kept until it is submitted for good (a failed
-submit is sent again, a self-iterated round settles under its run id), and a misuse turn_end would
-refuse is refused at turn_start."""
+submit is sent again, a self-iterated round settles under its run id), a misuse turn_end would
+refuse is refused at turn_start, and a tool call carries the unit chain its turn started with."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
+from services.prefetch.domain import chain_hash
 from tests.support.runner import free_port
 from tests.test_clients_support import queued_reflection, serving_reflector, serving_without_reflector
 
@@ -107,3 +108,13 @@ async def test_several_senders_without_messages_are_refused_at_turn_start(
             await al.turn_start("two-1", "Bob and Carla: who approves prod deploys?", senders=[BOB, CARLA])
         with pytest.raises(KeyError):  # no turn was started
             al.record_tool_call("two-1", "slack_post")
+
+
+async def test_a_tool_call_stamps_the_unit_chain_its_turn_started_with(make_settings, dsn, local_embedder, edge_index):
+    async with (
+        serving_without_reflector(make_settings, dsn, local_embedder, edge_index) as front,
+        AgentLearn("", company="acme", seat="ana", role="swe", channel=front.channel) as al,
+    ):
+        await al.turn_start("chain-1", "What should I know on my first day?", unit_chain=["platform", "eng"])
+        marked = await al.call_tool("chain-1", "mark_onboarded", {})
+    assert marked.result["chain_hash"] == chain_hash(["platform", "eng"]) != chain_hash([])

@@ -10,9 +10,9 @@
 What it remembers per turn (so ``turn_end`` can say it): the start time, the senders, the ask, the
 skill ids the turn-start skills block offered (they become ``offered_skills``), every builtin the
 turn called through ``call_tool`` (plus what the engine reports with ``record_tool_call``), and
-whether the turn persisted a note itself. A turn is kept until ``turn_end`` submitted it for
-good: a failed submit can be sent again, and a self-iterated round's submit keeps it for the
-settling one.
+whether the turn persisted a note itself, and the unit chain it started with. A turn is kept
+until ``turn_end`` submitted it for good: a failed submit can be sent again, and a self-iterated
+round's submit keeps it for the settling one.
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ class _Turn:
     start_time: datetime
     messages: tuple[Message, ...]
     senders: tuple[Sender, ...]
+    unit_chain: tuple[str, ...]
     offered_skill_ids: tuple[str, ...] = ()
     tools_called: list[str] = field(default_factory=list)
     self_persisted: bool = False
@@ -229,6 +230,7 @@ class AgentLearn:
         senders = tuple(senders) or tuple(dict.fromkeys(m.sender for m in messages))
         if len(senders) > 1 and not messages:
             raise ValueError("several senders: pass messages= to turn_start so each body keeps its sender")
+        chain = tuple(self.unit_chain if unit_chain is None else unit_chain)
         ask = ask or "\n".join(m.body for m in messages)
         role = role or self.role
         started = datetime.now(UTC)
@@ -241,12 +243,12 @@ class AgentLearn:
                 ask=ask,
                 requires_recon=requires_recon,
                 senders=[_counterparty(s) for s in senders],
-                unit_chain=list(self.unit_chain if unit_chain is None else unit_chain),
+                unit_chain=list(chain),
             ),
             **self._kw(),
         )
         offered = tuple(i for b in response.blocks if b.block == prefetch_pb.BLOCK_SKILLS for i in b.ids)
-        self._turns[turn_id] = _Turn(ask, role, started, messages, senders, offered)
+        self._turns[turn_id] = _Turn(ask, role, started, messages, senders, chain, offered)
         return TurnContext(turn_id, response.markdown, offered, response.summary.line, response)
 
     async def tools(self, role: str | None = None) -> list[dict[str, Any]]:
@@ -275,7 +277,7 @@ class AgentLearn:
                 role=turn.role if turn else self.role,
                 turn_id=turn_id,
                 senders=[_counterparty(s) for s in (turn.senders if turn else ())],
-                unit_chain=list(self.unit_chain),
+                unit_chain=list(turn.unit_chain if turn else self.unit_chain),
                 request_id=request_id or uuid.uuid4().hex,
             ),
             **self._kw(),
