@@ -2,7 +2,8 @@
 services deployed split, as ``./run up --split`` and Kubernetes run them: the reflector on a port of
 its own, every other service on another. A turn is kept until it is submitted for good (a failed
 submit is sent again, a self-iterated round settles under its run id), a misuse turn_end would
-refuse is refused at turn_start, and a tool call carries the unit chain its turn started with."""
+refuse is refused at turn_start, a tool call carries the unit chain its turn started with, and
+gRPC retries only the calls a second run of cannot double a write."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agentlearn.prefetch.v1 import prefetch_service_pb2 as pf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
 from services.prefetch.domain import chain_hash
@@ -19,7 +21,7 @@ from tests.support.runner import free_port
 from tests.test_clients_support import queued_reflection, serving_reflector, serving_without_reflector
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python" / "src"))
-from agentlearn_client import AgentLearn, Outcome, Sender
+from agentlearn_client import RETRY_SERVICE_CONFIG, AgentLearn, Outcome, Sender
 
 BOB, CARLA = Sender(handle="bob", platform="slack"), Sender(handle="carla", platform="slack")
 
@@ -118,3 +120,32 @@ async def test_a_tool_call_stamps_the_unit_chain_its_turn_started_with(make_sett
         await al.turn_start("chain-1", "What should I know on my first day?", unit_chain=["platform", "eng"])
         marked = await al.call_tool("chain-1", "mark_onboarded", {})
     assert marked.result["chain_hash"] == chain_hash(["platform", "eng"]) != chain_hash([])
+
+
+def test_only_calls_that_cannot_double_a_write_are_retried():
+    [method_config] = RETRY_SERVICE_CONFIG["methodConfig"]
+    retried = {(n["service"].rsplit(".", 1)[1], n["method"]) for n in method_config["name"]}
+    assert retried == {
+        ("PrefetchService", "BuildTurnContext"),
+        ("PrefetchService", "ListTools"),
+        ("PrefetchService", "GetGuidance"),
+        ("BuiltinService", "CallTool"),
+        ("BuiltinService", "RefreshMemory"),
+        ("BuiltinService", "QueryEpisodes"),
+        ("BuiltinService", "SearchKnowledge"),
+        ("ReflectorService", "SubmitTurn"),
+        ("ReflectorService", "GetReflection"),
+        ("ReflectorService", "ListReflections"),
+    }
+    files = {
+        "PrefetchService": pf_pb.DESCRIPTOR,
+        "BuiltinService": pf_pb.DESCRIPTOR,
+        "ReflectorService": rf_pb.DESCRIPTOR,
+    }
+    for service, method in retried:  # every name is a method of the contract (a typo retries nothing)
+        assert method in files[service].services_by_name[service].methods_by_name
+    # The typed writes carry no idempotency key: a retry after a run that landed writes twice.
+    for unkeyed in (pf_pb.ReflectAndPersistRequest, pf_pb.RefineSkillRequest, pf_pb.UseSkillRequest):
+        assert "request_id" not in unkeyed.DESCRIPTOR.fields_by_name
+    assert "request_id" in pf_pb.CallToolRequest.DESCRIPTOR.fields_by_name
+    assert method_config["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]

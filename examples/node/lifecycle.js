@@ -72,15 +72,20 @@ function richError(err, statusRoot) {
   return out;
 }
 
-// gRPC's own retries, UNAVAILABLE only: every write here carries an idempotency key (CallTool's
-// request_id, SubmitTurn's run id), so a retried write happens once.
+// gRPC's own retries, UNAVAILABLE only, of the calls a second run of cannot double a write: the
+// reads, and the writes with an idempotency key (CallTool's request_id, SubmitTurn's run id;
+// BuildTurnContext and RefreshMemory by the run id). Not the typed writing builtins
+// (ReflectAndPersist, RefineSkill, UseSkill, ...): their requests carry no key.
+const PREFETCH = 'agentlearn.prefetch.v1.PrefetchService';
+const BUILTINS = 'agentlearn.prefetch.v1.BuiltinService';
+const REFLECTOR = 'agentlearn.reflector.v1.ReflectorService';
 const SERVICE_CONFIG = {
   methodConfig: [
     {
       name: [
-        { service: 'agentlearn.prefetch.v1.PrefetchService' },
-        { service: 'agentlearn.prefetch.v1.BuiltinService' },
-        { service: 'agentlearn.reflector.v1.ReflectorService' },
+        ...['BuildTurnContext', 'ListTools', 'GetGuidance'].map((method) => ({ service: PREFETCH, method })),
+        ...['CallTool', 'RefreshMemory', 'QueryEpisodes', 'SearchKnowledge'].map((method) => ({ service: BUILTINS, method })),
+        ...['SubmitTurn', 'GetReflection', 'ListReflections'].map((method) => ({ service: REFLECTOR, method })),
       ],
       retryPolicy: {
         maxAttempts: 4,

@@ -35,13 +35,23 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as reflector_grpc
 
 __all__ = ["RETRY_SERVICE_CONFIG", "AgentLearn", "Message", "Outcome", "Sender", "ToolResult", "TurnContext"]
 
+_PREFETCH, _BUILTINS = "agentlearn.prefetch.v1.PrefetchService", "agentlearn.prefetch.v1.BuiltinService"
+_REFLECTOR = "agentlearn.reflector.v1.ReflectorService"
+
 RETRY_SERVICE_CONFIG: dict[str, Any] = {
     "methodConfig": [
         {
             "name": [
-                {"service": "agentlearn.prefetch.v1.PrefetchService"},
-                {"service": "agentlearn.prefetch.v1.BuiltinService"},
-                {"service": "agentlearn.reflector.v1.ReflectorService"},
+                {"service": _PREFETCH, "method": "BuildTurnContext"},
+                {"service": _PREFETCH, "method": "ListTools"},
+                {"service": _PREFETCH, "method": "GetGuidance"},
+                {"service": _BUILTINS, "method": "CallTool"},
+                {"service": _BUILTINS, "method": "RefreshMemory"},
+                {"service": _BUILTINS, "method": "QueryEpisodes"},
+                {"service": _BUILTINS, "method": "SearchKnowledge"},
+                {"service": _REFLECTOR, "method": "SubmitTurn"},
+                {"service": _REFLECTOR, "method": "GetReflection"},
+                {"service": _REFLECTOR, "method": "ListReflections"},
             ],
             "retryPolicy": {
                 "maxAttempts": 4,
@@ -53,9 +63,16 @@ RETRY_SERVICE_CONFIG: dict[str, Any] = {
         }
     ]
 }
-"""gRPC's own retries: UNAVAILABLE only (the call did not run, or ran a write that carries its
-idempotency key: CallTool's request_id, SubmitTurn's run id). The same JSON works in every gRPC
-implementation's channel options."""
+"""gRPC's own retries: UNAVAILABLE only, and only of the calls a second run of cannot double a
+write. Reads: ListTools, GetGuidance, QueryEpisodes, SearchKnowledge, GetReflection,
+ListReflections. Keyed: BuildTurnContext and RefreshMemory (by the run id: the frozen context, the
+refresh ledger's answer to a repeated hint), SubmitTurn (its run id) and CallTool (its
+``request_id``, which ``call_tool`` always sets, keys the note and skill version a tool writes;
+use_skill's use count is not keyed, so a retried use_skill may count one use twice). Not retried:
+the typed writes, whose requests carry no key (ReflectAndPersist: a second note; RefineSkill: a
+second version; UseSkill: a second use counted; MarkOnboarded, DistillSkill); call the tools
+through CallTool to have them retried. The same JSON works in every gRPC implementation's channel
+options."""
 
 
 class Outcome(IntEnum):
@@ -143,7 +160,7 @@ class AgentLearn:
     ``token`` is sent as ``authorization: Bearer <token>`` (not needed against ``./run up`` on
     loopback, which runs in local mode). ``tls=True`` uses the system roots, or pass
     ``root_certificates`` (PEM bytes). Every call has ``timeout`` seconds; UNAVAILABLE is retried
-    by gRPC itself (``RETRY_SERVICE_CONFIG``).
+    by gRPC itself where that cannot double a write (``RETRY_SERVICE_CONFIG``).
 
     ``address`` (or ``channel``) serves PrefetchService and BuiltinService; SubmitTurn goes to
     ``reflector_address`` (or ``reflector_channel``), the same one unless given: in the split and
