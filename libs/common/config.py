@@ -314,7 +314,10 @@ class FillConfig(_Section):
     interval_seconds: int = 60
     """Once a minute."""
     requests_per_minute: int = 16
-    """Requests one runner may send a minute, refused ones included."""
+    """Requests the fills may send a minute, refused ones included (spec: "sixteen requests a
+    node"): one count in PostgreSQL (``fill_requests``) shared by every process on the database, so
+    the diary, episode and knowledge fills of separate pods share one minute and one provider's
+    "not now"."""
     company_bytes_per_minute: int = 1_000_000
     """Bytes of text a minute across the whole company: one ledger in Postgres shared by every
     runner and by both row families (notes and episodes)."""
