@@ -51,10 +51,12 @@ IDENTITY = ("company", "seat", "observer", "user")
 COMPANY_WIDE = {
     "agentlearn.episodes.v1.EpisodeService.ListEpisodeSeats",
     "agentlearn.knowledge.v1.KnowledgeService.GetDraftProvenance",
+    "agentlearn.privacy.v1.PrivacyService.EraseCompany",
+    "agentlearn.privacy.v1.PrivacyService.EraseSubject",
     "agentlearn.prefetch.v1.KnowledgeService.GetPage",  # the deprecated alias: an operator's read
     "agentlearn.sessions.v1.SessionService.GetLessonProvenance",
 }
-"""RPCs that read every seat's or user's rows of the company: a token bound to one is refused."""
+"""RPCs that reach every seat's or user's rows of the company: a token bound to one is refused."""
 
 
 @pytest.fixture
@@ -128,6 +130,7 @@ async def test_every_rpc_refuses_strangers_and_other_tenants_before_reading(app)
     acme_ana, _ = await app.infra.tokens.issue("acme", every_scope, seat="ana", user="ann")
     acme_ana_admin, _ = await app.infra.tokens.issue("acme", ["admin"], seat="ana", user="ann")
     acme, _ = await app.infra.tokens.issue("acme", every_scope)
+    acme_admin, _ = await app.infra.tokens.issue("acme", ["admin"])
     own = {"company": "acme", "seat": "ana", "user": "ann"}
     strangers = [
         {"company": "globex", "seat": "ana", "user": "ann"},  # another company
@@ -158,17 +161,20 @@ async def test_every_rpc_refuses_strangers_and_other_tenants_before_reading(app)
         )
         if method.full_name in COMPANY_WIDE:
             # Every seat's or user's rows: refused to a token bound to one, served to the company's.
+            company_token = acme_admin if own_token == acme_ana_admin else acme
             request = _request(method, own)
             if "page_id" in method.input_type.fields_by_name:
                 request.page_id = str(uuid.uuid4())  # a valid request: refused for the token alone
+            if method.full_name.endswith("PrivacyService.EraseSubject"):
+                request.subject.handle = "dave"
             code = await _call(app, method, request, _bearer(own_token))
             assert code == grpc.StatusCode.PERMISSION_DENIED, (method.full_name, code)
-            assert await _call(app, method, request, _bearer(acme)) not in (
+            assert await _call(app, method, request, _bearer(company_token)) not in (
                 grpc.StatusCode.UNAUTHENTICATED,
                 grpc.StatusCode.PERMISSION_DENIED,
                 grpc.StatusCode.INTERNAL,
             ), method.full_name
-            own_token = acme
+            own_token = company_token
         code = await _call(app, method, _request(method, own), _bearer(own_token))
         assert code not in (
             grpc.StatusCode.UNAUTHENTICATED,

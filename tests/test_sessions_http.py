@@ -30,6 +30,7 @@ GRANTS = {
     "mallory-chat": ("acme", "mallory", ["chat"]),
     "acme-inspect": ("acme", None, ["inspect"]),
     "globex-chat": ("globex", "dana", ["chat"]),
+    "dana-chat-at-ben": ("acme", "dana", ["chat"], "ben"),  # bound to seat ben too (the sessions are ana's)
 }
 HEADERS: dict[str, dict[str, str]] = {}
 
@@ -42,8 +43,8 @@ def _auth(name: str) -> dict[str, str]:
 async def api(make_settings, dsn, edge_index, clock):
     async with open_sessions(make_settings(), dsn, clock=clock, embedder=None, index=edge_index) as env:
         infra = env.app.infra
-        for name, (company, who, scopes) in GRANTS.items():
-            token, _ = await infra.tokens.issue(company, scopes, user=who)
+        for name, (company, who, scopes, *seat) in GRANTS.items():
+            token, _ = await infra.tokens.issue(company, scopes, user=who, seat=seat[0] if seat else None)
             HEADERS[name] = {"Authorization": f"Bearer {token}"}
         HEADERS["local"] = {INTERNAL_HEADER: infra.internal_secret}
         authenticator = Authenticator(
@@ -134,6 +135,17 @@ async def test_a_stranger_gets_the_same_404_as_for_a_session_that_does_not_exist
         assert theirs.text == none.text.replace("s0", "s1")
         _conforms(theirs.json(), LEARNING, method, 404)
     assert await env.checks("s1") == []  # the stranger's POST queued nothing
+
+
+async def test_a_token_bound_to_another_seat_gets_the_same_404_for_the_users_own_session(api, clock):
+    env, client = api
+    await _session(env, clock)  # dana's session with seat ana
+    for method in ("get", "post"):
+        theirs = await client.request(method.upper(), "/api/sessions/s1/learning", headers=_auth("dana-chat-at-ben"))
+        none = await client.request(method.upper(), "/api/sessions/s0/learning", headers=_auth("dana-chat-at-ben"))
+        assert theirs.status_code == none.status_code == 404
+        assert theirs.text == none.text.replace("s0", "s1")
+    assert await env.checks("s1") == []  # the POST queued nothing for seat ana
 
 
 async def test_who_may_call(api, clock):

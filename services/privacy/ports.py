@@ -57,8 +57,10 @@ class ErasureStore(Protocol):
 
     async def get(self, erasure_id: uuid.UUID, company: str | None = None) -> Erasure | None: ...
 
-    async def page(self, company: str, after: tuple[datetime, uuid.UUID] | None, limit: int) -> list[Erasure]:
-        """Newest first, after the cursor ``after`` (create time, id)."""
+    async def page(
+        self, company: str, after: tuple[datetime, uuid.UUID] | None, limit: int, *, seat: str | None = None
+    ) -> list[Erasure]:
+        """Newest first, after the cursor ``after`` (create time, id); of ``seat`` only, when named."""
         ...
 
     async def mark_running(self, erasure_id: uuid.UUID) -> None:

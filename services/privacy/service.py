@@ -51,7 +51,7 @@ from services.privacy.domain import (
 )
 from services.privacy.ports import ErasureQueue, ErasureStore, Owners
 
-__all__ = ["Owners", "PrivacyService", "emit_erasure_event", "requested_by"]
+__all__ = ["Owners", "PrivacyService", "emit_erasure_event", "readable_seat", "requested_by"]
 
 _log = logging.getLogger(__name__)
 
@@ -72,6 +72,18 @@ def requested_by() -> str:
     if p.kind == "service":
         return f"service:{p.service}"
     return p.kind
+
+
+def readable_seat(what: str) -> str | None:
+    """The seat whose erasures the caller may read: None for every one (a credential bound to the
+    company alone, a service, local mode), a seat-bound credential's own seat. A credential bound
+    to a user alone has no seat to narrow to and is refused: the audit is the company's, not one
+    user's. ``what`` names the read."""
+    principal = auth.current_principal()
+    if principal.seat is not None:
+        return principal.seat
+    principal.require_company_wide(what)
+    return None
 
 
 def _widened(target: Target, found: Iterable[Report]) -> Target:
@@ -114,13 +126,18 @@ class PrivacyService:
     # ------------------------------------------------------------------ requests
 
     async def request(self, target: Target, request_id: str | None) -> Erasure:
-        """Queue an erasure (once per ``request_id``); the erasure, as it stands."""
+        """Queue an erasure (once per ``request_id``); the erasure, as it stands. A person's or the
+        company's erasure reaches every seat and user: it needs a credential bound to the company
+        alone (for a seat's, the edge has refused a credential bound to another seat)."""
+        if target.kind is not Kind.SEAT:
+            what = "erasing the company" if target.kind is Kind.COMPANY else "erasing a person across the company"
+            auth.current_principal().require_company_wide(what)
         if target.kind is Kind.SUBJECT and not target.identifiers:
             raise field_error("subject", "SUBJECT_REQUIRED", "name the person's handle or external id", domain=DOMAIN)
         if request_id:
             known = await self.store.by_request(target.company, request_id)
             if known is not None:
-                return await self.get(target.company, str(known))
+                return await self._get(target.company, str(known), auth.current_principal().seat)
         now = self.clock.now()
         erasure = Erasure(
             id=target.erasure_id,
@@ -148,25 +165,35 @@ class PrivacyService:
         if created is None:  # a concurrent call with the same request id won
             assert request_id
             known = await self.store.by_request(target.company, request_id)
-            return await self.get(target.company, str(known))
+            return await self._get(target.company, str(known), auth.current_principal().seat)
         await emit_erasure_event(self.events, "erasure_requested", erasure, requested_by=erasure.requested_by)
         return erasure
 
     async def get(self, company: str, erasure_id: str) -> Erasure:
+        """The erasure (GetErasure): a seat-bound credential finds only its own seat's."""
+        return await self._get(company, erasure_id, readable_seat("reading the company's erasures"))
+
+    async def _get(self, company: str, erasure_id: str, seat: str | None) -> Erasure:
         try:
             eid = uuid.UUID(erasure_id)
         except ValueError:
             raise field_error(
                 "erasure_id", "FIELD_INVALID", f"erasure_id {erasure_id!r} is not a UUID", domain=DOMAIN
             ) from None
-        # No seat named: an erasure is the company's, and the message names no owner.
-        return require_found(await self.store.get(eid, company), "erasure", erasure_id, domain=DOMAIN)
+        # No seat named: an erasure is the company's, and the message names no owner. Of another
+        # seat than ``seat``: the same answer as for none.
+        found = await self.store.get(eid, company)
+        if found is not None and seat is not None and found.seat != seat:
+            found = None
+        return require_found(found, "erasure", erasure_id, domain=DOMAIN)
 
     async def list(self, company: str, size: int, token: str) -> tuple[list[Erasure], str]:
+        """The company's erasures, newest first; a seat-bound credential's: its seat's only."""
+        seat = readable_seat("listing the company's erasures")
         size = page_size(size, default=50, maximum=200, domain=DOMAIN)
-        scope = {"company": company, "list": "erasures"}
+        scope = {"company": company, "seat": seat, "list": "erasures"}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
-        rows = await self.store.page(company, after, size + 1)
+        rows = await self.store.page(company, after, size + 1, seat=seat)
         token_out = ""
         if len(rows) > size:
             rows = rows[:size]

@@ -35,6 +35,7 @@ SQL = {
     "page": f"""
         SELECT {_COLUMNS} FROM erasures
         WHERE company = $1 AND ($2::timestamptz IS NULL OR (create_time, id) < ($2, $3::uuid))
+          AND ($5::text IS NULL OR seat = $5)
         ORDER BY create_time DESC, id DESC LIMIT $4""",
     "running": "UPDATE erasures SET state = 'running' WHERE id = $1 AND state = 'queued'",
     "collected": "UPDATE erasures SET target = $2::jsonb, collected = true WHERE id = $1",
@@ -113,9 +114,11 @@ class PostgresErasureStore(PooledStore):
             row = await self.pool.fetchrow(SQL["get_company"], company, erasure_id)
         return _erasure(row) if row is not None else None
 
-    async def page(self, company: str, after: tuple[datetime, uuid.UUID] | None, limit: int) -> list[Erasure]:
+    async def page(
+        self, company: str, after: tuple[datetime, uuid.UUID] | None, limit: int, *, seat: str | None = None
+    ) -> list[Erasure]:
         rows = await self.pool.fetch(
-            SQL["page"], company, after[0] if after else None, after[1] if after else None, limit
+            SQL["page"], company, after[0] if after else None, after[1] if after else None, limit, seat
         )
         return [_erasure(r) for r in rows]
 

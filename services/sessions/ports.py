@@ -90,17 +90,26 @@ class SessionStore(Protocol):
     ) -> list[LearningCheck]: ...
 
     async def away_page(
-        self, company: str, owner: str, since: datetime, after: tuple[datetime, uuid.UUID] | None, limit: int
+        self,
+        company: str,
+        owner: str,
+        since: datetime,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+        *,
+        seat: str | None = None,
     ) -> list[LearningCheck]:
-        """The owner's checks finished since ``since``, newest first."""
+        """The owner's checks finished since ``since``, newest first (of ``seat`` only, when named)."""
         ...
 
     async def lesson_by_page(self, company: str, page_id: str) -> tuple[str, str, Any] | None:
         """(workspace, title, kept sources) of the workspace lesson filed as the page (issue 17)."""
         ...
 
-    async def away_counts(self, company: str, owner: str, since: datetime) -> dict[str, int]:
-        """Finished checks since ``since`` by state."""
+    async def away_counts(
+        self, company: str, owner: str, since: datetime, *, seat: str | None = None
+    ) -> dict[str, int]:
+        """Finished checks since ``since`` by state (of ``seat`` only, when named)."""
         ...
 
 

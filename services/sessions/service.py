@@ -122,16 +122,27 @@ class SessionService:
         return self._ident(company, "company"), self._ident(session_id, "session_id"), self._ident(user, "user")
 
     @staticmethod
-    def _owned(tx: SessionTx | None, session_id: str, user: str) -> SessionTx:
-        if tx is None or tx.session.owner != user:
+    def _reaches(session: Session | None, user: str) -> bool:
+        """``user`` owns the session and the caller's credential, when bound to a seat, is bound to
+        the session's: a request that leaves ``seat`` empty is not let into another seat's session
+        (the edge checks only the fields a request names)."""
+        if session is None or session.owner != user:
+            return False
+        bound = current_principal().seat
+        return bound is None or bound == session.seat
+
+    @classmethod
+    def _owned(cls, tx: SessionTx | None, session_id: str, user: str) -> SessionTx:
+        if tx is None or not cls._reaches(tx.session, user):
             raise not_found(session_id)
         return tx
 
     async def owned(self, company: str, session_id: str, user: str) -> Session:
-        """The session, when ``user`` owns it (else NOT_FOUND, the same as for none)."""
+        """The session, when ``user`` owns it and the credential reaches its seat (else NOT_FOUND,
+        the same as for none)."""
         company, session_id, user = self._ref(company, session_id, user)
         session = await self.store.get_session(company, session_id)
-        if session is None or session.owner != user:
+        if session is None or not self._reaches(session, user):
             raise not_found(session_id)
         return session
 
@@ -402,11 +413,13 @@ class SessionService:
         if since is None:
             raise field_error("since_time", "FIELD_REQUIRED", "since_time is required", domain=DOMAIN)
         size = self._page_size(size)
-        scope = {"company": company, "user": user, "since": since.isoformat()}
+        # A credential bound to a seat hears only of that seat's checks (the request names no seat).
+        seat = current_principal().seat or None
+        scope = {"company": company, "user": user, "seat": seat, "since": since.isoformat()}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
-        rows = await self.store.away_page(company, user, since, after, size + 1)
+        rows = await self.store.away_page(company, user, since, after, size + 1, seat=seat)
         checks, next_token = time_page(rows, size, scope, _finish_time, lambda c: c.id)
-        counts = await self.store.away_counts(company, user, since)
+        counts = await self.store.away_counts(company, user, since, seat=seat)
         return Digest(
             checks,
             next_token,

@@ -122,11 +122,12 @@ SQL = {
         WHERE company = $1 AND owner = $2 AND finish_time IS NOT NULL AND finish_time >= $3
           AND state IN ('completed', 'failed', 'interrupted')
           AND ($4::timestamptz IS NULL OR (finish_time, id) < ($4, $5::uuid))
+          AND ($7::text IS NULL OR seat = $7)
         ORDER BY finish_time DESC, id DESC LIMIT $6""",
     "away_counts": """
         SELECT state, count(*) FROM learning_checks
         WHERE company = $1 AND owner = $2 AND finish_time IS NOT NULL AND finish_time >= $3
-          AND state IN ('completed', 'failed', 'interrupted')
+          AND state IN ('completed', 'failed', 'interrupted') AND ($4::text IS NULL OR seat = $4)
         GROUP BY state""",
     "start_check": """
         UPDATE learning_checks SET state = 'running', start_time = $2
@@ -430,14 +431,23 @@ class PostgresSessionStore:
         return [_check(r) for r in rows]
 
     async def away_page(
-        self, company: str, owner: str, since: datetime, after: tuple[datetime, uuid.UUID] | None, limit: int
+        self,
+        company: str,
+        owner: str,
+        since: datetime,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+        *,
+        seat: str | None = None,
     ) -> list[LearningCheck]:
         t, i = after if after else (None, None)
-        rows = await self.pool.fetch(SQL["away_page"], company, owner, since, t, i, limit)
+        rows = await self.pool.fetch(SQL["away_page"], company, owner, since, t, i, limit, seat)
         return [_check(r) for r in rows]
 
-    async def away_counts(self, company: str, owner: str, since: datetime) -> dict[str, int]:
-        rows = await self.pool.fetch(SQL["away_counts"], company, owner, since)
+    async def away_counts(
+        self, company: str, owner: str, since: datetime, *, seat: str | None = None
+    ) -> dict[str, int]:
+        rows = await self.pool.fetch(SQL["away_counts"], company, owner, since, seat)
         return {r["state"]: int(r["count"]) for r in rows}
 
     async def start_check(self, check_id: uuid.UUID, now: datetime) -> bool:

@@ -43,6 +43,17 @@ __all__ = ["BlockTotal", "PurposeTotal", "TelemetryService"]  # the totals' type
 C = TypeVar("C", BlockTotal, PurposeTotal)
 
 
+def _own_seat(what: str) -> str | None:
+    """What a request naming no seat reads: a seat-bound credential's seat, or the whole company
+    (None). A credential bound to a user alone has no seat to narrow to, and telemetry rows name
+    seats, not users: it is refused, as for any read of every seat (it may name a seat)."""
+    principal = current_principal()
+    if principal.seat:
+        return principal.seat
+    principal.require_company_wide(what)
+    return None
+
+
 def _sum(a: C, b: C, key: str) -> C:
     """``a`` with each count (every field but the ``key``) added to ``b``'s."""
     return replace(a, **{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(a) if f.name != key})
@@ -104,7 +115,7 @@ class TelemetryService:
         """The seat asked for, or None for the whole company. A credential bound to one seat reads
         that seat only: asking for no seat is asking for its own (the edge has refused any other)."""
         if not seat:
-            return current_principal().seat or None
+            return _own_seat("reading every seat's telemetry")
         return require_ident(seat, "seat", domain=DOMAIN)
 
     # ---------------------------------------------------------------- aggregations
@@ -143,12 +154,7 @@ class TelemetryService:
         self, company: str, query: str, start: datetime | None, end: datetime | None, size: int, token: str
     ) -> tuple[list[SeatActivity], str, int]:
         company = self._company(company)
-        principal = current_principal()
-        only = principal.seat or None  # a seat-bound credential lists its own seat only
-        if only is None:
-            # Every seat of the company is a company-wide read: a user-bound credential has no seat
-            # to narrow it to, and is refused as ListEpisodeSeats refuses it.
-            principal.require_company_wide("listing the company's seats")
+        only = _own_seat("listing the company's seats")  # a seat-bound credential lists its own seat only
         window = self.window(start, end)
         size = page_size(size, default=SEATS_PAGE_DEFAULT, maximum=SEATS_PAGE_MAX, domain=DOMAIN)
         scope = {"company": company, "query": query, "only": only, "start": window.start.isoformat() if start else None}

@@ -84,9 +84,11 @@ class FakeErasureStore:
             return None
         return copy.deepcopy(row)
 
-    async def page(self, company: str, after: tuple[datetime, uuid.UUID] | None, limit: int) -> list[Erasure]:
+    async def page(
+        self, company: str, after: tuple[datetime, uuid.UUID] | None, limit: int, *, seat: str | None = None
+    ) -> list[Erasure]:
         rows = sorted(
-            (r for r in self._s.erasures.values() if r.company == company),
+            (r for r in self._s.erasures.values() if r.company == company and (seat is None or r.seat == seat)),
             key=lambda r: (r.create_time, r.id),
             reverse=True,
         )

@@ -190,29 +190,39 @@ class FakeSessionStore(FakeDb):
         ]
         return sorted(mine, key=lambda c: (c.create_time, c.id), reverse=True)[:limit]
 
-    def _away(self, company: str, owner: str, since: datetime) -> list[LearningCheck]:
+    def _away(self, company: str, owner: str, since: datetime, seat: str | None = None) -> list[LearningCheck]:
         return [
             c
             for c in self.state.checks
             if c.company == company
             and c.owner == owner
+            and (seat is None or c.seat == seat)
             and c.finish_time is not None
             and c.finish_time >= since
             and not c.state.active
         ]
 
     async def away_page(
-        self, company: str, owner: str, since: datetime, after: tuple[datetime, uuid.UUID] | None, limit: int
+        self,
+        company: str,
+        owner: str,
+        since: datetime,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+        *,
+        seat: str | None = None,
     ) -> list[LearningCheck]:
-        done = [c for c in self._away(company, owner, since) if after is None or (c.finish_time, c.id) < after]
+        done = [c for c in self._away(company, owner, since, seat) if after is None or (c.finish_time, c.id) < after]
         return sorted(done, key=lambda c: (c.finish_time, c.id), reverse=True)[:limit]
 
     async def lesson_by_page(self, company: str, page_id: str) -> tuple[str, str, Any] | None:
         return None  # lessons are written by the writer against Postgres; none in memory
 
-    async def away_counts(self, company: str, owner: str, since: datetime) -> dict[str, int]:
+    async def away_counts(
+        self, company: str, owner: str, since: datetime, *, seat: str | None = None
+    ) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for c in self._away(company, owner, since):
+        for c in self._away(company, owner, since, seat):
             counts[str(c.state)] = counts.get(str(c.state), 0) + 1
         return counts
 
