@@ -106,6 +106,33 @@ async def test_an_approval_the_create_gates_refuse_leaves_the_proposal_pending(s
     assert listed.proposals[0].state == spb.PROPOSAL_STATE_PENDING
 
 
+async def test_a_name_an_archived_skill_holds_is_refused_at_proposal_and_said_at_approval(skills):
+    """A name stays the seat's after archiving, so CreateSkill (approval's path) refuses it for ever:
+    a candidate under it is refused naming the field, not filed as a proposal no one can approve."""
+    env, stub = skills
+    archived = await create_skill(stub, CANDIDATE["name"], ["jira_search"], summary="old", body="# old")
+    await stub.ArchiveSkill(spb.ArchiveSkillRequest(company="acme", seat="ana", skill_id=archived.id))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _propose(stub, request_id="r-archived")
+    assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS and info(err.value).reason == "SKILL_NAME_TAKEN"
+    meta = info(err.value).metadata
+    assert (meta["field"], meta["state"], meta["skill_id"]) == ("name", "archived", archived.id)
+    assert await env.app.infra.pool.fetchval("SELECT count(*) FROM skill_proposals") == 0
+    # Renamed, it is filed. A skill taking its name afterwards (then archived) refuses the approval,
+    # saying which skill and in what state; the proposal stays pending for a person to reject.
+    made = (await _propose(stub, name="fix-payments-schema")).proposal
+    later = await create_skill(stub, "fix-payments-schema", ["psql"], summary="other", body="# other")
+    await stub.ArchiveSkill(spb.ArchiveSkillRequest(company="acme", seat="ana", skill_id=later.id))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.ApproveSkillProposal(
+            spb.ApproveSkillProposalRequest(company="acme", seat="ana", proposal_id=made.id)
+        )
+    assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS and info(err.value).reason == "SKILL_NAME_TAKEN"
+    assert (info(err.value).metadata["state"], info(err.value).metadata["skill_id"]) == ("archived", later.id)
+    listed = await stub.ListSkillProposals(spb.ListSkillProposalsRequest(company="acme", seat="ana"))
+    assert [(p.id, p.state) for p in listed.proposals] == [(made.id, spb.PROPOSAL_STATE_PENDING)]
+
+
 async def test_the_exact_and_semantic_checks_against_skills_and_pending_proposals(skills):
     _, stub = skills
     first = (await _propose(stub)).proposal

@@ -13,6 +13,10 @@ against, in this order: the seat's live skills (DUPLICATE_SKILL), its rejected p
 (DUPLICATE_PROPOSAL). The response names every check that ran, so a caller knows when the
 embedding check could not (no embedder, or the embed failed).
 
+A name is the seat's for good — unique across its skills, archived rows included — so a candidate
+named exactly like an archived skill is refused (ALREADY_EXISTS, SKILL_NAME_TAKEN, field ``name``)
+rather than filed: approval could never make it a skill under that name, and the proposer can rename.
+
 Approval goes through ``SkillService.create`` — its name, cap and tool-set gates included — so a
 proposal never becomes a skill any other way, and never without a person.
 """
@@ -47,6 +51,7 @@ from services.skills.domain import (
     Skill,
     SkillKey,
     SkillProposal,
+    SkillState,
     describe_skill,
     jaccard,
     normalized,
@@ -76,6 +81,22 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     if na == 0.0 or nb == 0.0 or a.shape != b.shape:
         return 0.0
     return float(np.dot(a, b) / (na * nb))
+
+
+def _name_held(seat: str, holder: Skill, consequence: str) -> AlreadyExists:
+    """SKILL_NAME_TAKEN naming the skill that holds the name and its state: an archived holder is
+    not in ListSkills' default page, so a bare "already has a skill named" would send the reader
+    looking for a skill they cannot see."""
+    return AlreadyExists.of_field(
+        "name",
+        "SKILL_NAME_TAKEN",
+        f"seat {seat} already has a skill named {holder.name!r} ({holder.state}, id {holder.id}): {consequence}",
+        domain=DOMAIN,
+        name=holder.name,
+        seat=seat,
+        skill_id=holder.id,
+        state=holder.state,
+    )
 
 
 def _approved_provenance(proposal: SkillProposal) -> Provenance:
@@ -176,9 +197,19 @@ class ProposalService:
 
         now = self.clock.now()
         async with self.skills.store.seat(company, seat) as tx:
-            live = await tx.live_skills()
+            learned = await tx.all_skills()
+            live = [s for s in learned if s.state is not SkillState.ARCHIVED]
             current = await self.store.comparable(company, seat, tx.conn)
             match = self._match(name, body, tools, live, current, sims)
+            holder = next((s for s in learned if s.name == name), None)
+            if holder is not None and (match is None or match[0] is not ProposalDisposition.DUPLICATE_SKILL):
+                # Archived (a live holder matched by name above): the name stays taken, so approval
+                # would refuse it for ever; the proposer can rename, an operator can restore.
+                raise _name_held(
+                    seat,
+                    holder,
+                    "a name stays taken after archiving; propose under another name, or restore it (RestoreSkill)",
+                )
             if match is not None:
                 disposition, found, proposal = match
                 return ProposalResult(disposition, proposal, found, tuple(checks))
@@ -296,8 +327,13 @@ class ProposalService:
             if err.reason != "SKILL_NAME_TAKEN":
                 raise
             existing = await self.skills.store.get(SkillKey(proposal.company, proposal.seat, name=proposal.name))
-            if existing is None or existing.body != draft.body or existing.source_turn_ids != draft.source_turn_ids:
+            if existing is None:
                 raise
+            if existing.body != draft.body or existing.source_turn_ids != draft.source_turn_ids:
+                # Another skill holds the name: one made after the proposal, or an archived one a
+                # proposal filed before propose checked archived names still meets. Say which, and
+                # its state: an archived one is not listed by default.
+                raise _name_held(seat, existing, "this proposal cannot be approved under that name; reject it") from err
             skill = existing
         approval = ProposalDecision(ProposalState.APPROVED, reviewer, reason, skill.id)
         decided = await self.store.decide(proposal.company, proposal.seat, proposal.id, approval, self.clock.now())
