@@ -89,6 +89,10 @@ SQL = {
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'queued', $15)
         ON CONFLICT (company, job_key) DO NOTHING
         RETURNING {_CHECK}""",
+    # A learning job whose key no receipt holds (the caller just took the key for a new receipt).
+    "drop_leftover_job": """
+        DELETE FROM background_jobs j WHERE j.kind = 'learning' AND j.company = $1 AND j.key = $2
+           AND NOT EXISTS (SELECT 1 FROM learning_checks c WHERE c.company = $1 AND c.job_key = $2 AND c.id <> $3)""",
     "active_check": f"""
         SELECT {_CHECK} FROM learning_checks
         WHERE company = $1 AND session_id = $2 AND state IN ('queued', 'running')
@@ -347,6 +351,10 @@ class SessionTx:
             now,
         )
         return _check(row) if row else None
+
+    async def drop_leftover_job(self, key: str, receipt: uuid.UUID) -> None:
+        """Delete the learning job of ``key`` unless a receipt other than ``receipt`` holds the key."""
+        await self.conn.execute(SQL["drop_leftover_job"], self.session.company, key, receipt)
 
 
 class PostgresSessionStore:
