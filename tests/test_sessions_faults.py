@@ -1,16 +1,83 @@
-"""Session learning under faults and after erasures: a session id used again after an erasure gets
-its checks run (the erased session's learning jobs go with it; a leftover job gives way rather
-than leave a receipt queued forever). Real Postgres, real gRPC, the scripted review."""
+"""Session learning under faults and after erasures: a fault after a lesson's page is written
+leaves the page recorded (who taught it, its id), so her erasure removes it and the next check of
+the lesson writes no second page; a session id used again after an erasure gets its checks run
+(the erased session's learning jobs go with it; a leftover job gives way rather than leave a
+receipt queued forever). Real Postgres, real gRPC, the real embedder, the scripted review."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import asyncpg
+
+from agentlearn.common.v1 import erasure_pb2 as er
 from agentlearn.privacy.v1 import privacy_service_pb2 as pv
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
 from agentlearn.sessions.v1 import session_service_pb2 as pb
-from tests.support.sessions import SERVICES, SessionEnv, review_rule, step, user
+from services.sessions.domain import OutputKind
+from services.sessions.writes import Writer
+from tests.support.sessions import SERVICES, SessionEnv, review_rule, run_check, step, user
 
 DONE, PENDING = pb.STEP_STATUS_DONE, pb.STEP_STATUS_PENDING
 PRIVACY = [*SERVICES, "episodes", "profiles", "reflector", "telemetry", "privacy"]
+HERS = "Pin the billing fixtures to the 2026 price list before running the billing suite."
+ROLES = {"swe": {"workspaces": ["payments"]}}
+
+
+async def _erase_carla(env: SessionEnv) -> pv.Erasure:
+    stub = pv_grpc.PrivacyServiceStub(env.app.channel)
+    resp = await stub.EraseSubject(
+        pv.EraseSubjectRequest(company="acme", subject=er.ErasureSubject(handle="carla", platform="slack"))
+    )
+    await env.app.components["privacy"].service.worker.drain()
+    return (await stub.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id))).erasure
+
+
+async def test_a_fault_after_the_lesson_page_is_written_leaves_it_recorded_reused_and_erasable(  # type: ignore[no-untyped-def]
+    reviewed, local_embedder, monkeypatch
+):
+    """Postgres drops (or the process dies) right after UpsertPage answered: the page is already
+    recorded with who taught it, the next check of the lesson writes that page again rather than a
+    second one, and her erasure removes it."""
+    fault = {"on": True}
+    answer = Writer._answer
+
+    async def dropped_after(self: Writer, call: Any, kind: OutputKind, service: str, out: Any) -> Any:
+        got = await answer(self, call, kind, service, out)
+        if kind is OutputKind.PROJECT_LESSON and got is not None and fault["on"]:
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+        return got
+
+    monkeypatch.setattr(Writer, "_answer", dropped_after)
+    lessons = [HERS]
+    async with reviewed(
+        review_rule(lessons=lambda _prompt: lessons),
+        companies={"acme": {"roles": ROLES}},
+        embedder=local_embedder,
+        names=PRIVACY,
+    ) as env:
+        pool = env.app.infra.pool
+        first = await run_check(env, "s-1", user_name="carla", said="The billing tests keep failing on CI.")
+        assert first.state == pb.CHECK_STATE_INTERRUPTED and not first.outputs, first.reason
+        (page,) = await pool.fetch("SELECT id FROM knowledge_pages")
+        (lesson,) = await pool.fetch("SELECT page_id, sources FROM workspace_lessons")
+        assert lesson["page_id"] == str(page["id"])
+        (source,) = json.loads(lesson["sources"])
+        assert (source["session_id"], source["subjects"]) == ("s-1", [{"handle": "carla"}])
+
+        # Her next check teaches the same lesson (another case): the same page, no second one.
+        fault["on"] = False
+        lessons[:] = [HERS.upper()]
+        again = await run_check(env, "s-2", user_name="carla", said="The billing tests fail again.")
+        assert again.state == pb.CHECK_STATE_COMPLETED, again.reason
+        assert [(o.kind, o.id) for o in again.outputs] == [(pb.OUTPUT_KIND_PROJECT_LESSON, str(page["id"]))]
+        assert await pool.fetchval("SELECT count(*) FROM knowledge_pages") == 1
+
+        erasure = await _erase_carla(env)
+        assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+        assert await pool.fetchval("SELECT count(*) FROM knowledge_pages") == 0
+        assert await pool.fetchval("SELECT count(*) FROM workspace_lessons") == 0
 
 
 async def _learning_jobs(env: SessionEnv) -> list[str]:

@@ -19,7 +19,7 @@ import asyncpg
 import numpy as np
 
 from libs.common.db import as_array
-from libs.common.errors import InvalidArgument
+from libs.common.errors import AlreadyExists, InvalidArgument
 from libs.common.rows import Conversions, RowReader
 from services.knowledge.domain import (
     AUTO_DRAFT_TITLE_PREFIX,
@@ -236,6 +236,17 @@ class PostgresPageStore:
             if "tsvector" not in str(err):
                 raise
             raise body_too_large_error(str(err)) from None
+        except asyncpg.UniqueViolationError as err:
+            if err.constraint_name != "knowledge_pages_pkey":
+                raise
+            # The id a caller asked for (UpsertPage's page_id) is another page's.
+            raise AlreadyExists.of_field(
+                "page_id",
+                "PAGE_ID_TAKEN",
+                f"page_id {write.page_id} is another page's",
+                domain=DOMAIN,
+                page_id=str(write.page_id),
+            ) from None
         assert row is not None
         return _page(row), bool(row["created"])
 

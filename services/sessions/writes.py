@@ -3,7 +3,9 @@
 - A project lesson becomes a knowledge page in the workspace's container (``workspace:<name>``,
   read by every role that lists the workspace), titled from its normalized content, so identical
   normalized content reuses its page; its sources (session, check, event ids) are kept in
-  ``workspace_lessons``. A page stored without a vector is a partial failure (not indexed).
+  ``workspace_lessons``, recorded (with the page id it reserves) before the page is written, so a
+  fault after the write leaves no page that neither a receipt nor an erasure finds. A page stored
+  without a vector is a partial failure (not indexed).
 - Personal facts go through the memory judge (``judge``), then the embedding-backed dedup (a
   note of the seat at least ``personal_fact_duplicate_similarity`` similar is reused), then
   ``DiaryService.WriteNote`` with an idempotency key of the normalized content. Nothing is written
@@ -28,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +70,7 @@ from services.sessions.domain import (
 )
 from services.sessions.ports import SessionStore
 from services.sessions.review import FactCandidate, LessonCandidate, SkillCandidate
-from services.sessions.store import PostgresSessionStore
+from services.sessions.store import LessonRecord, PostgresSessionStore
 
 __all__ = [
     "JUDGE_PROMPT_VERSION",
@@ -217,37 +220,46 @@ class Writer:
         digest = _hash(normalized)
         origin = origin or Origin()
         source = _check_source(check, evidence_ids, origin)
-        # Under the lesson's lock: the page of identical normalized content is found by its hash
-        # (and keeps the title and text it was first written with), so it is reused whatever the
-        # new copy's case, spacing or punctuation, even when two checks write it at once.
-        async with self.store.lesson_lock(check.company, check.workspace, digest) as tx:
-            known = await tx.known()
-            if known:
-                _, title, body = known
-            else:
-                title = lesson_title(cand.text, digest)
-                body = (
-                    f"{cand.text}\n\n---\nLearned in session {check.session_id} (learning check {check.id}) "
-                    f"from evidence {', '.join(evidence_ids)}."
-                )
-            resp = await self._answer(
-                self.clients.knowledge.UpsertPage(
-                    kb_pb.UpsertPageRequest(
-                        company=check.company,
-                        container=workspace_container(check.workspace),
-                        title=title,
-                        body=body,
-                    ),
-                    timeout=self._timeout,
+        # The lesson's record (its page id, title and body, and this check among its sources) is
+        # committed BEFORE the page is written: whatever point a fault stops this at (Postgres gone,
+        # the process killed after UpsertPage), the record names the page and the person who
+        # taught it, so an erasure of theirs deletes the page, and the next check of the lesson
+        # writes the same page (the recorded title and id) instead of a second one. The page of
+        # identical normalized content is found by its hash (it keeps the title and text it was
+        # first recorded with), so it is reused whatever the new copy's case, spacing or
+        # punctuation, even when two checks write it at once (one row; the knowledge keys pages by
+        # title).
+        first = LessonRecord(
+            str(uuid.uuid4()),
+            lesson_title(cand.text, digest),
+            f"{cand.text}\n\n---\nLearned in session {check.session_id} (learning check {check.id}) "
+            f"from evidence {', '.join(evidence_ids)}.",
+        )
+        record = await self.store.reserve_lesson(
+            check.company, check.workspace, digest, first, source, self.clock.now()
+        )
+        resp = await self._answer(
+            self.clients.knowledge.UpsertPage(
+                kb_pb.UpsertPageRequest(
+                    company=check.company,
+                    container=workspace_container(check.workspace),
+                    title=record.title,
+                    body=record.body,
+                    page_id=record.page_id,
                 ),
-                OutputKind.PROJECT_LESSON,
-                "knowledge",
-                out,
+                timeout=self._timeout,
+            ),
+            OutputKind.PROJECT_LESSON,
+            "knowledge",
+            out,
+        )
+        if resp is None:
+            return
+        page = resp.page
+        if page.id != record.page_id:  # the title's page existed before the record: it keeps its id
+            await self.store.settle_lesson(
+                check.company, check.workspace, digest, record.page_id, page.id, self.clock.now()
             )
-            if resp is None:
-                return
-            page = resp.page
-            await tx.record(page.id, title, body, source, self.clock.now())
         disposition = Disposition.WRITTEN if resp.created else Disposition.REUSED
         out.outputs.append(Output(OutputKind.PROJECT_LESSON, page.id, disposition, tuple(evidence_ids)))
         if not page.embedding_model:
