@@ -7,16 +7,22 @@ receipt queued forever). Real Postgres, real gRPC, the real embedder, the script
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
+import numpy as np
 
 from agentlearn.common.v1 import erasure_pb2 as er
+from agentlearn.diary.v1 import diary_service_pb2 as dpb
+from agentlearn.diary.v1 import diary_service_pb2_grpc as dgrpc
 from agentlearn.privacy.v1 import privacy_service_pb2 as pv
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
 from agentlearn.sessions.v1 import session_service_pb2 as pb
+from libs.common.embeddings import EmbeddingUnavailable
 from services.sessions.domain import OutputKind
 from services.sessions.writes import Writer
+from tests.support.embedders import DelegatingEmbedder
 from tests.support.sessions import SERVICES, SessionEnv, review_rule, run_check, step, user
 
 DONE, PENDING = pb.STEP_STATUS_DONE, pb.STEP_STATUS_PENDING
@@ -78,6 +84,53 @@ async def test_a_fault_after_the_lesson_page_is_written_leaves_it_recorded_reuse
         assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
         assert await pool.fetchval("SELECT count(*) FROM knowledge_pages") == 0
         assert await pool.fetchval("SELECT count(*) FROM workspace_lessons") == 0
+
+
+class SwitchedEmbedder(DelegatingEmbedder):
+    """The local model, switched off (unavailable) while ``down``."""
+
+    down = False
+
+    async def embed(self, texts: Sequence[str]) -> list[Any]:
+        if self.down:
+            raise EmbeddingUnavailable("switched off by the test")
+        vectors: list[Any] = await self._inner.embed(texts)
+        return vectors
+
+    async def embed_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
+        if self.down:
+            raise EmbeddingUnavailable("switched off by the test")
+        vectors: list[np.ndarray] = await self._inner.embed_pieces(pieces)
+        return vectors
+
+
+async def test_a_fact_the_dedup_could_not_compare_with_every_note_is_a_partial_failure(  # type: ignore[no-untyped-def]
+    reviewed, local_embedder
+):
+    """Embedding-backed dedup that could not run fully is not a silent WRITTEN: with the query's
+    embedding failed, or with an earlier note that has no vector yet, the paraphrase is written and
+    the receipt says it was not deduplicated."""
+    fact = "Dana reviews pull requests only in the mornings."
+    paraphrase = "Dana reviews pull requests only in the morning."
+    embedder = SwitchedEmbedder(local_embedder)
+    async with reviewed(review_rule(facts=[fact]), embedder=embedder) as env:
+        diary = dgrpc.DiaryServiceStub(env.app.channel)
+        embedder.down = True
+        for seat in ("ana", "bo"):
+            await diary.WriteNote(
+                dpb.WriteNoteRequest(company="acme", seat=seat, content=paraphrase, tier=dpb.NOTE_TIER_LONG)
+            )
+        failed = await run_check(env, "s1")  # the query cannot be embedded
+        embedder.down = False
+        env.seat = "bo"
+        unreachable = await run_check(env, "s2")  # the query is, bo's note has no vector
+    for check, why in ((failed, "did not run (the query's embedding: FAILED)"), (unreachable, "with 1 of the")):
+        (written,) = check.outputs
+        assert written.kind == pb.OUTPUT_KIND_PERSONAL_FACT
+        assert written.disposition == pb.OUTPUT_DISPOSITION_WRITTEN
+        (gap,) = [p for p in check.partial_failures if p.failure == pb.FAILURE_KIND_NOT_DEDUPLICATED]
+        assert gap.kind == pb.OUTPUT_KIND_PERSONAL_FACT and gap.output_id == written.id and why in gap.detail
+        assert check.outcome == pb.CHECK_OUTCOME_COMPLETED
 
 
 async def _learning_jobs(env: SessionEnv) -> list[str]:

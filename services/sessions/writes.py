@@ -7,7 +7,9 @@
   fault after the write leaves no page that neither a receipt nor an erasure finds. A page stored
   without a vector is a partial failure (not indexed).
 - Personal facts go through the memory judge (``judge``), then the embedding-backed dedup (a
-  note of the seat at least ``personal_fact_duplicate_similarity`` similar is reused), then
+  note of the seat at least ``personal_fact_duplicate_similarity`` similar is reused; a dedup that
+  could not compare with every note — the query not embedded, notes without a vector of the current
+  model — is the written note's ``NOT_DEDUPLICATED`` partial failure), then
   ``DiaryService.WriteNote`` with an idempotency key of the normalized content. Nothing is written
   when ``memory.extraction_cadence`` is off for the user or the company.
 - A skill candidate becomes a proposal through ``SkillService.ProposeSkill`` (the duplicate
@@ -38,7 +40,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from agentlearn.common.v1 import erasure_pb2, provenance_pb2
+from agentlearn.common.v1 import embedding_pb2, erasure_pb2, provenance_pb2
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kb_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
@@ -393,6 +395,7 @@ class Writer:
             best = max(near, key=lambda c: c.similarity)
             out.outputs.append(Output(OutputKind.PERSONAL_FACT, best.note.id, Disposition.REUSED, tuple(ids)))
             return
+        unchecked = _dedup_gap(similar)
         resp = await self._answer(
             diary.WriteNote(
                 diary_pb.WriteNoteRequest(
@@ -428,6 +431,12 @@ class Writer:
                 tuple(ids),
             )
         )
+        if unchecked and resp.created:
+            # Written anyway (a fact is not lost to an embedder's outage; an identical one is still
+            # caught by the idempotency key), but the receipt says the dedup did not fully run.
+            out.failures.append(
+                PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.NOT_DEDUPLICATED, unchecked, note.id)
+            )
         if not note.embedding_model:
             out.failures.append(
                 PartialFailure(
@@ -495,6 +504,24 @@ class Writer:
                 else f"duplicates the live skill {match.name} ({check_name} {match.similarity:.2f})"
             )
             out.dropped.append(Dropped(OutputKind.SKILL_PROPOSAL, what, ids))
+
+
+def _dedup_gap(similar: diary_pb.RecallNotesResponse) -> str:
+    """Why the embedding-backed duplicate check could not compare a fact with every note of the
+    seat (the diary reports it beside its candidates); empty when it could."""
+    status = similar.embedding_status
+    if status not in (embedding_pb2.EMBEDDING_STATUS_EMBEDDED, embedding_pb2.EMBEDDING_STATUS_PROVIDED):
+        name = embedding_pb2.EmbeddingStatus.Name(status).removeprefix("EMBEDDING_STATUS_")
+        return (
+            f"the duplicate check did not run (the query's embedding: {name}): the note was written without "
+            "being compared with the seat's notes, so it may repeat one of them"
+        )
+    if similar.unreachable_by_vector_count > 0:
+        return (
+            f"the duplicate check could not compare the note with {similar.unreachable_by_vector_count} of the "
+            "seat's notes (no vector of the current model yet): it may repeat one of them"
+        )
+    return ""
 
 
 # ------------------------------------------------------------------------------ lesson provenance
