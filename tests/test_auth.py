@@ -25,6 +25,8 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
 from agentlearn.sessions.v1 import session_service_pb2 as ss_pb
 from agentlearn.sessions.v1 import session_service_pb2_grpc as ss_grpc
+from agentlearn.telemetry.v1 import telemetry_service_pb2 as tm_pb
+from agentlearn.telemetry.v1 import telemetry_service_pb2_grpc as tm_grpc
 from libs.common.auth import INTERNAL_HEADER, SCOPES, SERVICE_HEADER, Authenticator, TokenStore, digest_of
 from libs.common.grpcserver import Listener, bind_server, start_server
 from tests.support.app import open_app
@@ -210,6 +212,26 @@ async def test_listing_seats_answers_only_for_the_callers_company(app):
         episodes.ListEpisodeSeats(ep_pb.ListEpisodeSeatsRequest(company="acme"), metadata=bearer(engine))
     )
     assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "SCOPE_MISSING")
+
+
+async def test_seat_activity_lists_a_seat_tokens_own_seat_and_refuses_a_user_token(app):
+    """ListSeatActivity lists every seat of the company: a token bound to a seat gets its own seat's
+    row, one bound to a user (no seat to narrow it to) is refused as ListEpisodeSeats refuses it."""
+    for seat in ("ana", "bo"):
+        await app.infra.events.emit_strict("turn_completed", company="acme", seat=seat)
+    telemetry = tm_grpc.TelemetryServiceStub(app.channel)
+    request = tm_pb.ListSeatActivityRequest(company="acme")
+    company_wide = await issue(app, scopes=("inspect",))
+    every = await telemetry.ListSeatActivity(request, metadata=bearer(company_wide))
+    assert [s.seat for s in every.seats] == ["ana", "bo"]
+    seat_bound = await issue(app, scopes=("inspect",), seat="ana")
+    own = await telemetry.ListSeatActivity(request, metadata=bearer(seat_bound))
+    assert [s.seat for s in own.seats] == ["ana"]
+    for scopes in (("inspect",), ("admin",)):
+        user_bound = await issue(app, scopes=scopes, user="carla")
+        code, info, _ = await refused(telemetry.ListSeatActivity(request, metadata=bearer(user_bound)))
+        assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, "COMPANY_WIDE_CREDENTIAL_REQUIRED")
+        assert info.metadata["bound_user"] == "carla"
 
 
 async def test_a_lessons_provenance_needs_a_token_bound_to_the_company_alone(app):

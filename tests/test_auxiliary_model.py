@@ -10,11 +10,14 @@ import pytest
 from libs.common.auxmodel import (
     Attribution,
     AttributionMissing,
+    AuxiliaryModel,
     AuxiliaryUnavailable,
+    Completion,
     NoAuxiliaryModel,
     Prompt,
     Stage,
 )
+from libs.common.auxmodel.openai_provider import OpenAICompatibleProvider
 from libs.common.budgets import window_start
 from libs.common.events import read_events
 from libs.common.infra import open_infra
@@ -86,7 +89,19 @@ async def test_the_first_provider_answers_and_the_call_is_charged_and_recorded(
         assert rows[0]["window_start"] == window_start(clock.now(), 24)
 
 
-@pytest.mark.parametrize("failure", [Reply(status=429), Reply(status=500), Reply(delay=1.5), Reply(status=401)])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Reply(status=429),
+        Reply(status=500),
+        Reply(delay=1.5),
+        Reply(status=401),
+        # A 200 that is no chat completion: a proxy's HTML page (a string to the client), a choice
+        # without a message. The server's bad answer, so the next provider is asked.
+        Reply(raw=b"<html>proxy login page</html>", content_type="text/html"),
+        Reply(body={"choices": [{"index": 0, "message": None}]}),
+    ],
+)
 async def test_a_failing_provider_falls_back_along_the_chain(make_settings, dsn, clock, scripted_openai, failure):
     scripted_openai.chat_handler = lambda body: "from " + body["model"]
     scripted_openai.push("chat", failure)
@@ -97,6 +112,32 @@ async def test_a_failing_provider_falls_back_along_the_chain(make_settings, dsn,
         assert done.text == "from small" and done.provider == "secondary"
         [event] = await read_events(infra.pool, "auxiliary_spend")
         assert event["payload"]["provider"] == "secondary"  # only the answered call is charged
+
+
+class _Buggy:
+    """A provider with a bug: it raises outside ``ProviderError``."""
+
+    name, model, timeout_seconds = "buggy", "none", 5.0
+
+    async def complete(self, prompt: Prompt) -> Completion:
+        raise KeyError("a bug in a provider")
+
+
+async def test_a_provider_that_raises_anything_else_is_its_failure_and_the_chain_goes_on(
+    make_settings, dsn, clock, scripted_openai, caplog
+):
+    scripted_openai.chat_handler = lambda body: "from " + body["model"]
+    settings = chain_settings(make_settings, scripted_openai, secondary_timeout=30.0)
+    secondary = OpenAICompatibleProvider(settings.providers.llm["secondary"], name="secondary")
+    aux = AuxiliaryModel(settings, {"primary": _Buggy(), "secondary": secondary}, None, None, clock)
+    done = await aux.complete(ATTR, PROMPT)
+    assert done.text == "from small" and done.provider == "secondary"
+    assert any(r.exc_info and isinstance(r.exc_info[1], KeyError) for r in caplog.records)  # with its traceback
+    scripted_openai.push("chat", Reply(status=503))
+    with pytest.raises(AuxiliaryUnavailable) as exc:
+        await aux.complete(ATTR, PROMPT)
+    assert exc.value.failures == [("primary", "error"), ("secondary", "server_error")]
+    await secondary.close()
 
 
 async def test_the_offline_rules_answer_when_every_model_fails(make_settings, dsn, clock, scripted_openai):

@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_clients_support import offer_skill, reflected_episode, run_example, serving
+from tests.test_clients_support import (
+    offer_skill,
+    queued_reflection,
+    reflected_episode,
+    run_example,
+    serving,
+    serving_reflector,
+    serving_without_reflector,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -92,3 +100,17 @@ async def test_a_turn_lifecycle_with_the_installed_client(installed, make_settin
     assert "Who approves prod deploys?" in episode.ask
     assert episode.start_time.ToDatetime() < episode.end_time.ToDatetime()
     assert episode.label == "Message from Bob: Slack message"
+
+
+async def test_the_installed_client_submits_to_the_reflector_of_a_split_deployment(
+    installed, make_settings, dsn, local_embedder, edge_index
+):
+    async with (
+        serving_without_reflector(make_settings, dsn, local_embedder, edge_index) as front,
+        serving_reflector(make_settings, dsn) as back,
+    ):
+        skill = await offer_skill(front)
+        program = [str(installed), str(ROOT / "examples" / "python" / "lifecycle.py")]
+        flags = ("--reflector-address", f"127.0.0.1:{back.port}")
+        await run_example(front, skill, program, "py-split-1", installed.parent, *flags)
+        assert await queued_reflection(back, "py-split-1")

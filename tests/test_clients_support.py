@@ -1,6 +1,7 @@
 """What the client and example tests share (no tests here): every service served for real on a
-loopback port with the reflector's workers running, a skill the seat can be offered, and waiting
-(with a deadline) for a submitted turn to be reflected into its episode."""
+loopback port with the reflector's workers running (or split: the reflector on a port of its own,
+as ``./run up --split`` and Kubernetes run it), a skill the seat can be offered, and waiting (with
+a deadline) for a submitted turn to be reflected into its episode."""
 
 from __future__ import annotations
 
@@ -18,11 +19,20 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as rf_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 from libs.common.clock import SystemClock
+from services.runner.registry import SERVICES
 from tests.support.app import App, open_app
 from tests.support.skills import skill_request
 from tests.test_prefetch_support import default_settings
 
-__all__ = ["offer_skill", "reflected_episode", "run_example", "serving"]
+__all__ = [
+    "offer_skill",
+    "queued_reflection",
+    "reflected_episode",
+    "run_example",
+    "serving",
+    "serving_reflector",
+    "serving_without_reflector",
+]
 
 
 @contextlib.asynccontextmanager
@@ -39,17 +49,45 @@ async def serving(make_settings, dsn, embedder, index, **kw) -> AsyncIterator[Ap
                 await workers
 
 
-async def run_example(app: App, skill: sk_pb.Skill, program: list[str], turn_id: str, cwd: Path) -> str:
-    """What a lifecycle example (``program``, run in ``cwd`` against ``app`` as turn ``turn_id``)
-    printed, once it exited cleanly and its last line (a JSON summary) says what every example does:
-    the skill offered, the turn queued, the note it wrote refreshed, and the refusal of a bad tool
-    call read off its rich status."""
+@contextlib.asynccontextmanager
+async def serving_without_reflector(make_settings, dsn, embedder, index) -> AsyncIterator[App]:  # type: ignore[no-untyped-def]
+    """Every service but the reflector, on one port (PrefetchService and BuiltinService among them):
+    the front of a split deployment."""
+    names = [n for n in SERVICES if n != "reflector"]
+    settings = default_settings(make_settings)
+    async with open_app(settings, dsn, names=names, clock=SystemClock(), embedder=embedder, index=index) as app:
+        yield app
+
+
+@contextlib.asynccontextmanager
+async def serving_reflector(make_settings, dsn, address: str = "127.0.0.1:0") -> AsyncIterator[App]:  # type: ignore[no-untyped-def]
+    """The reflector alone, on a port of its own (``address``); its workers do not run, so a
+    submitted turn stays queued."""
+    settings = default_settings(make_settings)
+    async with open_app(settings, dsn, names=["reflector"], clock=SystemClock(), address=address) as app:
+        yield app
+
+
+async def queued_reflection(app: App, turn_id: str, seat: str = "ana") -> bool:
+    """Whether ``turn_id`` is queued for reflection on ``app``'s reflector."""
+    got = await rf_grpc.ReflectorServiceStub(app.channel).GetReflection(
+        rf_pb.GetReflectionRequest(company="acme", seat=seat, turn_id=turn_id)
+    )
+    return got.reflection.state == rf_pb.REFLECTION_STATE_QUEUED
+
+
+async def run_example(app: App, skill: sk_pb.Skill, program: list[str], turn_id: str, cwd: Path, *flags: str) -> str:
+    """What a lifecycle example (``program``, run in ``cwd`` against ``app`` as turn ``turn_id``,
+    with ``flags`` added) printed, once it exited cleanly and its last line (a JSON summary) says
+    what every example does: the skill offered, the turn queued, the note it wrote refreshed, and
+    the refusal of a bad tool call read off its rich status."""
     process = await asyncio.create_subprocess_exec(
         *program,
         "--address",
         f"127.0.0.1:{app.port}",
         "--turn-id",
         turn_id,
+        *flags,
         cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

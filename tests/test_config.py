@@ -38,6 +38,9 @@ def test_every_spec_default_is_the_specs():
     assert (r.max_body_chars, r.max_versions_kept) == (20_000, 10)
     c = L.skill_curator
     assert (c.interval_hours, c.stale_after_days, c.archive_after_days) == (24, 30, 90)
+    # Cross-agent promotion has no off switch in the spec; only clustered synthesis is off by default.
+    p = L.promotion
+    assert (p.enabled, p.interval_hours, p.min_sibling_count, p.cluster_jaccard_threshold) == (True, 24, 3, 0.6)
     assert (L.prefetch.embed_budget_seconds, L.prefetch.aux_timeout_seconds) == (2.0, 30.0)
     assert s.server.port == 50051 and s.providers.embeddings.kind == "local"
     assert s.providers.auxiliary_chain == ["offline"]
@@ -159,3 +162,68 @@ def test_the_configuration_never_imports_pydantic_settings():
     imported = set(ast.literal_eval(out.stdout))
     assert "pydantic" in imported  # the probe sees the imports
     assert not imported & {"pydantic_settings", "dotenv"}
+
+
+def test_the_clients_variables_are_not_configuration_but_a_typo_still_is():
+    """A shell set up for ``./run mcp`` or the examples (docs/integrating.md) runs ``./run`` too:
+    the variables agentlearn's clients read are skipped, and only those."""
+    clients = {
+        "AGENTLEARN_ADDRESS": "127.0.0.1:50051",
+        "AGENTLEARN_TOKEN": "abc",
+        "AGENTLEARN_COMPANY": "acme",
+        "AGENTLEARN_SEAT": "ada",
+        "AGENTLEARN_ROLE": "swe",
+        "AGENTLEARN_UNIT_CHAIN": "platform,eng",
+        "AGENTLEARN_TLS_CA": "/etc/ca.pem",
+        "AGENTLEARN_PROTOS": "/src/protos",
+    }
+    s = load_settings(None, env={**clients, "AGENTLEARN_SERVER__PORT": "6300"})
+    assert s.server.port == 6300
+    with pytest.raises(ConfigError, match=r"^the configuration: servr: Extra inputs are not permitted"):
+        load_settings(None, env={**clients, "AGENTLEARN_SERVR__PORT": "6300"})
+    with pytest.raises(ConfigError, match=r"tokn: Extra inputs are not permitted"):
+        load_settings(None, env={"AGENTLEARN_TOKN": "abc"})
+
+
+def test_the_openai_endpoint_heads_the_configured_chain_instead_of_replacing_it(tmp_path):
+    """docs/deploy.md: the Secret's endpoint "goes at the head of the auxiliary chain"."""
+    openai = {"OPENAI_BASE_URL": "http://llm:8000/v1", "OPENAI_API_KEY": "sk-test"}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "providers:\n  llm:\n    vllm: {kind: openai, base_url: 'http://vllm:8000/v1', model: m}\n"
+        "    offline: {kind: offline, model: offline-rules}\n  auxiliary_chain: [vllm, offline]\n"
+    )
+    s = load_settings(cfg, env=openai)
+    assert s.providers.auxiliary_chain == ["openai", "vllm", "offline"]
+    assert s.providers.llm["vllm"].base_url == "http://vllm:8000/v1"  # the file's providers stay
+    # A chain already naming openai keeps one, at the head.
+    cfg.write_text("providers:\n  auxiliary_chain: [offline, openai]\n")
+    assert load_settings(cfg, env=openai).providers.auxiliary_chain == ["openai", "offline"]
+    # No configured chain: the endpoint with the offline rules behind it.
+    assert load_settings(None, env=openai).providers.auxiliary_chain == ["openai", "offline"]
+    # An AGENTLEARN_ chain is above both and says the chain exactly.
+    explicit = {**openai, "AGENTLEARN_PROVIDERS__AUXILIARY_CHAIN": '["offline"]'}
+    assert load_settings(cfg, env=explicit).providers.auxiliary_chain == ["offline"]
+
+
+def test_every_variable_the_clients_read_is_skipped():
+    """The skipped set follows the clients: a name ``./run mcp``, examples/ or clients/ reads that is
+    not a knob (no ``__``) must not stop ``./run``."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    names: set[str] = set()
+    for directory in ("clients", "examples", "services/mcp"):
+        for path in (root / directory).rglob("*"):
+            if path.suffix in {".py", ".js", ".ts", ".toml"} and "node_modules" not in path.parts:
+                names |= set(re.findall(r"\bAGENTLEARN_[A-Z][A-Z_]*[A-Z]\b", path.read_text()))
+    # ``./run mcp`` builds its names from the flags: _env("unit_chain") -> AGENTLEARN_UNIT_CHAIN.
+    names |= {
+        f"AGENTLEARN_{flag.upper()}"
+        for flag in re.findall(r'_env\("(\w+)"\)', (root / "services/mcp/cli.py").read_text())
+    }
+    names = {n for n in names if "__" not in n and n != "AGENTLEARN_CONFIG"}
+    assert {"AGENTLEARN_ADDRESS", "AGENTLEARN_TOKEN", "AGENTLEARN_UNIT_CHAIN"} <= names  # the scan sees them
+    for name in sorted(names):
+        load_settings(None, env={name: "x"})  # refused: ConfigError naming the variable

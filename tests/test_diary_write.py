@@ -10,6 +10,7 @@ from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
 from tests.support.app import open_app
+from tests.support.embedders import unloadable_local_embedder
 from tests.support.grpc_errors import error_info
 from tests.support.scripted_openai import Reply, openai_provider
 
@@ -113,6 +114,10 @@ async def remote_diary(make_settings, dsn, clock, scripted_openai, vector_index)
         (Reply(status=401), "configuration"),
         (Reply(vectors=lambda inputs: [[0.0] * 64 for _ in inputs]), "unusable_vector"),
         (Reply(vectors=lambda inputs: [[float("nan")] * 64 for _ in inputs]), "unusable_vector"),
+        # A proxy's page answered with 200 (the client hands it back as a string), an answer with
+        # no vectors in it: the server's bad answer, not an exception that refuses the write.
+        (Reply(raw=b"<html>captive portal</html>", content_type="text/html"), "unavailable"),
+        (Reply(body={"object": "list"}), "unavailable"),
     ],
 )
 async def test_a_note_without_a_vector_is_stored_never_refused(remote_diary, reply, reason):
@@ -123,6 +128,24 @@ async def test_a_note_without_a_vector_is_stored_never_refused(remote_diary, rep
     assert resp.note.embedding_model == ""
     row = await app.infra.pool.fetchrow("SELECT content, embedding FROM agent_diary WHERE id = $1::uuid", resp.note.id)
     assert row["content"] == "Ana's team ships on Thursdays" and row["embedding"] is None
+
+
+async def test_a_note_is_stored_without_a_vector_when_the_local_model_cannot_load(
+    make_settings, dsn, clock, edge_index, monkeypatch, tmp_path
+):
+    # A text the one-piece path takes, one with a non-ASCII character and one past the model's
+    # input: the last two are split first, which tokenises and so loads the model there.
+    texts = ["Ana's team ships on Thursdays", "The café team deploys on Fridays", "word " * 60]
+    embedder = unloadable_local_embedder(monkeypatch, tmp_path)
+    async with open_app(make_settings(), dsn, names=["diary"], clock=clock, embedder=embedder, index=edge_index) as app:
+        stub = pb_grpc.DiaryServiceStub(app.channel)
+        for text in texts:
+            resp = await write(stub, text)
+            assert (resp.embedding_skipped_reason, resp.note.embedding_model) == ("configuration", "")
+        rows = await app.infra.pool.fetch("SELECT content, embedding FROM agent_diary")
+        assert sorted(r["content"] for r in rows) == sorted(texts)
+        assert all(r["embedding"] is None for r in rows)
+    await embedder.close()
 
 
 async def test_the_remote_vector_is_tagged_with_its_model_and_width(remote_diary):

@@ -31,3 +31,16 @@ def test_security_page_lists_every_rpcs_scope_as_the_protos_declare():
     begin, end = "<!-- scope-table:begin -->\n", "\n<!-- scope-table:end -->"
     embedded = page[page.index(begin) + len(begin) : page.index(end)]
     assert embedded == scope_table(), "regenerate the table: .venv/bin/python -m libs.common.auth"
+
+
+def test_the_operations_page_lists_every_background_pass():
+    """docs/operations.md's "Background passes" table names every pass the runner knows, once."""
+    import re
+
+    from services.runner.registry import PASSES
+
+    page = (ROOT / "docs" / "operations.md").read_text()
+    section = page[page.index("## Background passes") :]
+    table = section[: section.index("\n\n", section.index("| pass |"))]
+    listed = [n for row in table.splitlines()[2:] for n in re.findall(r"`([a-z-]+)`", row.split("|")[1])]
+    assert sorted(listed) == sorted(PASSES)

@@ -9,15 +9,19 @@ import pytest
 from libs.common.config import EmbeddingsConfig
 from libs.common.embeddings import (
     EmbeddingConfigurationError,
+    EmbeddingError,
     EmbeddingRateLimited,
     EmbeddingRefused,
     EmbeddingTimeout,
     EmbeddingUnavailable,
+    embed_query,
+    embed_within,
     pool,
     split_between_words,
     usable,
 )
 from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
+from tests.support.embedders import DelegatingEmbedder, unloadable_local_embedder
 from tests.support.scripted_openai import Reply
 
 
@@ -110,6 +114,12 @@ async def test_remote_long_text_sends_all_its_pieces_in_one_request(remote):
         (Reply(status=400), EmbeddingRefused),
         (Reply(status=401), EmbeddingConfigurationError),
         (Reply(status=404), EmbeddingConfigurationError),
+        # A 200 whose body is no embeddings list is the server's bad answer, never another exception.
+        (Reply(raw=b"<html>captive portal</html>", content_type="text/html"), EmbeddingUnavailable),
+        (Reply(body={"object": "list"}), EmbeddingUnavailable),
+        (Reply(body={"data": [{"index": 0, "embedding": None}]}), EmbeddingUnavailable),
+        (Reply(body={"data": [{"index": 0, "embedding": [[1.0, 0.0]]}]}), EmbeddingUnavailable),
+        (Reply(body={"data": [{"index": 0, "embedding": [1.0, "x"]}]}), EmbeddingUnavailable),
     ],
 )
 async def test_remote_failures_map_onto_the_seams_kinds(remote, reply, error):
@@ -117,6 +127,44 @@ async def test_remote_failures_map_onto_the_seams_kinds(remote, reply, error):
     server.push("embeddings", reply)
     with pytest.raises(error):
         await embedder.embed(["x"])
+
+
+async def test_an_answer_that_does_not_index_each_input_once_is_unavailable(remote):
+    embedder, server = remote
+    server.push(
+        "embeddings", Reply(body={"data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]})
+    )
+    with pytest.raises(EmbeddingUnavailable):
+        await embedder.embed(["a", "b"])
+
+
+async def test_a_local_model_that_cannot_load_is_a_configuration_error_on_every_path(monkeypatch, tmp_path):
+    # The one-piece path (a model run), and a non-ASCII or long text, split (tokenised) first.
+    embedder = unloadable_local_embedder(monkeypatch, tmp_path)
+    for texts in (["short ascii"], ["the café team"], ["word " * 60]):
+        with pytest.raises(EmbeddingConfigurationError, match="could not be loaded"):
+            await embedder.embed(texts)
+    with pytest.raises(EmbeddingConfigurationError):
+        await embedder.split_async("the café team")
+    assert embedder.loaded is False
+    await embedder.close()
+
+
+class _Buggy(DelegatingEmbedder):
+    """An adapter with a bug: it raises outside the port's family."""
+
+    async def embed(self, texts):  # type: ignore[no-untyped-def]
+        raise KeyError("a bug in an adapter")
+
+
+async def test_an_adapters_bug_costs_the_vector_never_the_call(local_embedder, caplog):
+    buggy = _Buggy(local_embedder)
+    assert await embed_within(buggy, "a note", 2.0) == (None, "error")
+    assert await embed_within(buggy, "a query", 2.0, query=True) == (None, "error")
+    with pytest.raises(EmbeddingError, match="KeyError"):
+        await embed_query(buggy, "a query")
+    # Logged with its traceback: a bug must be findable, not only counted.
+    assert any(r.exc_info and isinstance(r.exc_info[1], KeyError) for r in caplog.records)
 
 
 async def test_remote_direction_less_vectors_are_none(remote):

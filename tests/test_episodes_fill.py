@@ -242,6 +242,37 @@ async def test_the_request_budget_is_the_processs_not_each_fills(fill, scripted_
     assert results["episodes"]["fill"].ended_by == "requests"
 
 
+async def test_the_request_budget_is_the_deployments_fill_pods_share_it(fill, scripted_openai):
+    """On Kubernetes each fill is a pod of its own: the episodes' fill, run by another process in
+    the minute the diary's spent the requests, sends nothing (it used to have a sixteen of its own:
+    three fill pods sent up to 48 a minute)."""
+    await fill.record("ana", ("episode one", "", ""), ("episode two", "", ""))
+    await _notes(fill, "note one", "note two")
+    settings = fill.settings(batch_size=1, requests_per_minute=2)
+    diary = await fill.minute(settings, names=("diary",))
+    assert diary["diary"]["fill"].requests == 2
+    fill.clock.advance(seconds=-61)  # the same minute, in another process
+    episodes = await fill.minute(settings)
+    assert (episodes.requests, episodes.ended_by) == (0, "requests")
+    assert len(scripted_openai.received("embeddings")) == 2
+    assert (await fill.minute(settings)).requests == 2  # the next minute
+
+
+async def test_a_provider_that_ends_the_minute_ends_it_for_the_fills_of_other_processes(fill, scripted_openai):
+    """The diary's fill pod met a rate limit: the episodes' fill pod, later in that minute, sends
+    nothing."""
+    await fill.record("ana", ("an episode", "", ""))
+    await _notes(fill, "a note")
+    scripted_openai.push("embeddings", Reply(status=429))
+    diary = await fill.minute(fill.settings(), names=("diary",))
+    assert diary["diary"]["fill"].ended_by == "rate_limited"
+    fill.clock.advance(seconds=-61)  # the same minute, in another process
+    episodes = await fill.minute(fill.settings())
+    assert (episodes.requests, episodes.ended_by) == (0, "rate_limited")
+    assert len(scripted_openai.received("embeddings")) == 1
+    assert (await fill.minute(fill.settings())).filled == 1  # the next minute
+
+
 async def test_rows_of_a_model_the_company_left_are_filled_again(fill, scripted_openai):
     ids = await fill.record("ana", ("one", "", ""), ("two", "", ""))
     await fill.minute()

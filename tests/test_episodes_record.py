@@ -17,6 +17,7 @@ from libs.common.embeddings import pool
 from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
 from libs.common.events import read_events
 from tests.support.app import open_app
+from tests.support.embedders import unloadable_local_embedder
 from tests.support.grpc_errors import error_info
 from tests.support.scripted_openai import Reply, hash_vector, openai_provider
 from tests.support.turns import ts
@@ -179,6 +180,9 @@ async def test_a_redelivered_trigger_is_collapsed_into_its_works_row(remote, clo
         (Reply(status=503), "unavailable"),
         (Reply(vectors=lambda inputs: [[0.0] * 64 for _ in inputs]), "unusable_vector"),
         (Reply(vectors=lambda inputs: [[float("nan")] * 64 for _ in inputs]), "unusable_vector"),
+        # A proxy's page answered with 200 (a string to the client), an answer with no vectors.
+        (Reply(raw=b"<html>captive portal</html>", content_type="text/html"), "unavailable"),
+        (Reply(body={"object": "list"}), "unavailable"),
     ],
 )
 async def test_a_turn_without_a_vector_is_stored_never_refused(remote, clock, reply, reason):
@@ -189,6 +193,22 @@ async def test_a_turn_without_a_vector_is_stored_never_refused(remote, clock, re
     assert resp.episode.embedding_model == "" and resp.episode.embedding_dimensions == 0
     row = await app.infra.pool.fetchrow("SELECT ask, embedding FROM episodes WHERE id = $1::uuid", resp.episode.id)
     assert row["ask"] == "Rotate the keys" and row["embedding"] is None
+
+
+async def test_a_turn_is_stored_without_a_vector_when_the_local_model_cannot_load(
+    make_settings, dsn, clock, edge_index, monkeypatch, tmp_path
+):
+    # Non-ASCII: the text is split first, which tokenises and so loads the model there.
+    embedder = unloadable_local_embedder(monkeypatch, tmp_path)
+    async with open_app(
+        make_settings(), dsn, names=["episodes"], clock=clock, embedder=embedder, index=edge_index
+    ) as app:
+        stub = pb_grpc.EpisodeServiceStub(app.channel)
+        resp = await stub.RecordEpisode(turn(clock, "r1", ask="Redeploy billing: the café team waits"))
+        assert resp.created and resp.embedding_skipped_reason == "configuration"
+        row = await app.infra.pool.fetchrow("SELECT ask, embedding FROM episodes WHERE id = $1::uuid", resp.episode.id)
+        assert row["ask"] == "Redeploy billing: the café team waits" and row["embedding"] is None
+    await embedder.close()
 
 
 async def test_a_scheduled_turns_label_names_its_schedule_never_the_fires_run_id(episodes, clock):

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_clients_support import offer_skill, reflected_episode, run_example, serving
+from tests.test_clients_support import (
+    offer_skill,
+    queued_reflection,
+    reflected_episode,
+    run_example,
+    serving,
+    serving_reflector,
+    serving_without_reflector,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = ROOT / "examples" / "node"
@@ -46,3 +54,16 @@ async def test_the_node_example_lives_a_turn(node_modules, make_settings, dsn, l
     assert list(episode.tools_called) == ["reflect_and_persist", "refresh_memory"]
     assert "Who approves prod deploys?" in episode.ask
     assert episode.start_time.ToDatetime() <= episode.end_time.ToDatetime()
+
+
+async def test_the_node_example_submits_to_the_reflector_of_a_split_deployment(
+    node_modules, make_settings, dsn, local_embedder, edge_index
+):
+    async with (
+        serving_without_reflector(make_settings, dsn, local_embedder, edge_index) as front,
+        serving_reflector(make_settings, dsn) as back,
+    ):
+        skill = await offer_skill(front)
+        flags = ("--reflector-address", f"127.0.0.1:{back.port}")
+        await run_example(front, skill, ["node", "lifecycle.js"], "node-split-1", NODE, *flags)
+        assert await queued_reflection(back, "node-split-1")

@@ -273,6 +273,80 @@ async def test_knowledge_drafts_wait_for_a_lead_on_their_own_page(env):
         assert refused.status_code == 403 and "Rotate on-call" not in refused.text
 
 
+def seat_links(html: str) -> set[str]:
+    """The seats a company page lists (its table's row headers)."""
+    return set(re.findall(r'<th scope="row"><a href="/inspector/c/acme/s/([^/"]+)/">', html))
+
+
+async def test_a_token_bound_to_a_seat_or_a_user_gets_no_company_wide_list(env):
+    """The services refuse every seat's or user's rows of the company to a token bound to a seat or
+    a user (COMPANY_WIDE_CREDENTIAL_REQUIRED); the inspector calls them as itself, so it applies the
+    rule: the drafts are 403 and the seat list is the token's own."""
+    inspector, _ = env
+    async with inspector.signed_in(await inspector.token("acme", "inspect")) as client:
+        seats = await client.get("/inspector/c/acme/")
+        assert seats.status_code == 200 and seat_links(seats.text) == {"ana", "bo"}
+        assert "bound to" not in text_of(seats.text) and 'href="/inspector/c/acme/drafts"' in seats.text
+        assert "Rotate on-call" in (await client.get("/inspector/c/acme/drafts")).text
+    bound = [
+        ({"user": "carla"}, "user carla", set()),  # no session of carla's: no seat
+        ({"user": "dana"}, "user dana", {"ana"}),  # dana's one session is on seat ana
+        ({"seat": "ana"}, "seat ana", {"ana"}),
+        ({"seat": "ana", "user": "dana"}, "seat ana", {"ana"}),
+    ]
+    for binding, named, own in bound:
+        for scope in ("inspect", "admin"):  # admin is every scope, never a wider company
+            async with inspector.signed_in(await inspector.token("acme", scope, **binding)) as client:
+                drafts = await client.get("/inspector/c/acme/drafts")
+                assert drafts.status_code == 403, (binding, scope)
+                assert "Rotate on-call" not in drafts.text and f"bound to {named}" in text_of(drafts.text)
+                searched = await client.get("/inspector/c/acme/drafts", params={"q": "on-call"})
+                assert searched.status_code == 403 and "Rotate on-call" not in searched.text
+                seats = await client.get("/inspector/c/acme/")
+                assert seats.status_code == 200, (binding, scope)
+                assert seat_links(seats.text) == own, (binding, scope)
+                assert f"This token is bound to {named}" in text_of(seats.text)
+                assert 'href="/inspector/c/acme/drafts"' not in seats.text  # no tab to a page it cannot read
+                found = await client.get("/inspector/c/acme/", params={"q": "b"})
+                assert seat_links(found.text) == set(), (binding, scope)  # bo is not searched either
+        async with inspector.signed_in(await inspector.token("acme", "inspect", **binding)) as client:
+            listed = text_of((await client.get("/inspector/c/acme/sessions")).text)
+            assert ("sess-ana-1" in listed) == bool(own), binding  # dana's session on ana, carla's none
+
+
+async def test_the_seat_search_runs_in_the_event_log_past_the_listing_cut(
+    make_settings, dsn, local_embedder, edge_index
+):
+    """``seats_scan_limit`` cuts the list the company page merges, never what a search finds: the
+    event log searches the handle itself (``ListSeatActivity.query``), and the episodes' seats are
+    matched as they are read."""
+    settings = inspector_settings(make_settings, inspector={"seats_scan_limit": 100})  # its least
+    clock = ManualClock(NOW)
+    async with open_inspector(
+        settings, dsn, clock, embedder=local_embedder, index=edge_index, auth_mode="local"
+    ) as inspector:
+        for seat in [f"s{i:03}" for i in range(100)] + ["zed"]:  # in the event log only; zed past the cut
+            await inspector.app.infra.events.emit_strict("prefetch_summary", company="acme", seat=seat)
+        await ep_grpc.EpisodeServiceStub(inspector.channel).RecordEpisode(  # in the episodes only
+            ep_pb.RecordEpisodeRequest(
+                company="acme",
+                seat="yan",
+                turn_id="t-1",
+                label="Message",
+                outcome=ep_pb.TURN_OUTCOME_DONE,
+                start_time=Timestamp(seconds=int(NOW.timestamp()) - 60),
+                end_time=Timestamp(seconds=int(NOW.timestamp())),
+            )
+        )
+        clock.advance(minutes=1)  # the window ends at now, exclusive
+        async with inspector.client() as client:
+            listed = await client.get("/inspector/c/acme/")
+            assert "s000" in seat_links(listed.text) and "more seats than the inspector lists" in listed.text
+            for q, seat in (("ZE", "zed"), ("yan", "yan")):
+                found = await client.get("/inspector/c/acme/", params={"q": q})
+                assert found.status_code == 200 and seat_links(found.text) == {seat}, q
+
+
 async def test_lists_are_paged_and_searchable(env):
     inspector, _ = env
     async with inspector.signed_in(await inspector.token("acme", "inspect")) as client:

@@ -661,6 +661,9 @@ def assert_locked_down(spec: dict) -> None:
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["runAsUser"] > 0
     assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    # No Service-link variables: a Service named agentlearn(-*) would inject AGENTLEARN_PORT and the
+    # like, which the config refuses as unknown knobs, and the pod would not start.
+    assert spec["enableServiceLinks"] is False
     volumes = {v["name"]: v for v in spec["volumes"]}
     for container in spec["containers"]:
         sc = container["securityContext"]
@@ -1086,6 +1089,11 @@ def test_skill_synthesis_is_suspended_like_its_scheduler_switch(tmp_path: Path) 
     assert CRONJOBS["skill-synthesis"]["spec"]["suspend"] is (not enabled)
 
 
+def test_skill_promotion_is_suspended_like_its_switch(tmp_path: Path) -> None:
+    enabled = config_settings(tmp_path).learning.promotion.enabled
+    assert CRONJOBS["skill-promotion"]["spec"]["suspend"] is (not enabled)
+
+
 def test_the_role_grants_only_get_create_update_on_the_pass_leases() -> None:
     (role,) = of_kind("Role").values()
     verbs: set[str] = set()
@@ -1172,8 +1180,91 @@ def test_the_token_job_reads_only_the_database(tmp_path: Path) -> None:
     assert container["args"][0] == "token"
     assert secrets_mounted(spec) == {"agentlearn-database"}
     assert spec["automountServiceAccountToken"] is False
+    assert spec["enableServiceLinks"] is False  # as assert_locked_down
     pod = Endpoint("token job", NAMESPACE, job["spec"]["template"]["metadata"]["labels"])
     assert reachable(pod, POSTGRES, 5432)
     assert not reachable(pod, ANYWHERE, 443) and not reachable(pod, QDRANT, 6333)
     for name in DEPLOYMENTS:
         assert not reachable(pod, endpoint_of(name), INTERNAL_PORT)
+
+
+# ------------------------------------------------------------------ docs/deploy.md's tables, read from the page
+
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+SECRET_COLUMNS = {
+    "database": "agentlearn-database",
+    "openai": "agentlearn-openai",
+    "qdrant": "agentlearn-qdrant",
+    "page-token key": "agentlearn-page-token-key",
+    "internal TLS": INTERNAL_TLS_SECRET,
+}
+
+
+def doc_table(header: str, page: Path = DEPLOY_DOC) -> list[dict[str, str]]:
+    """The rows of the Markdown table on ``page`` whose header row starts with ``header``, each as
+    {column: cell}."""
+    lines = page.read_text().splitlines()
+    (start,) = [i for i, line in enumerate(lines) if line.startswith(header)]
+    columns = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(columns, (c.strip() for c in line.strip("|").split("|")), strict=True)))
+    return rows
+
+
+def doc_names(cell: str) -> list[str]:
+    """``diary`` / `` `diary-fill`, `episode-fill` `` / `` `skill-synthesis` CronJob ``: the names."""
+    return [n.strip().strip("`").removesuffix(" CronJob").strip("`") for n in cell.split(",")]
+
+
+def test_the_docs_service_table_is_the_deployments_and_their_probes() -> None:
+    rows = doc_table("| service | Deployment")
+    documented = {row["service"]: row for row in rows}
+    assert set(documented) == set(DEPLOYMENTS)
+    for name, row in documented.items():
+        assert row["Deployment / Service / HPA / PDB / ServiceAccount"] == f"`{name}`"
+        (container,) = pod_spec(DEPLOYMENTS[name])["containers"]
+        probe = container["readinessProbe"]["grpc"]["service"]
+        assert row["readiness probe service"].split(" ", 1)[0] == (f"`{probe}`" if probe else '`""`'), name
+
+
+def test_the_docs_secrets_per_pod_table_is_what_each_pod_mounts() -> None:
+    documented: dict[str, set[str]] = {}
+    for row in doc_table("| workload | database |"):
+        if row["workload"].endswith(" Job"):
+            continue  # the migrate Job: tests/test_k8s_overlays.py
+        mounted = {secret for column, secret in SECRET_COLUMNS.items() if row[column] == "✓"}
+        for name in doc_names(row["workload"]):
+            documented[name] = mounted
+    assert set(documented) == set(WORKLOAD_NAMES)
+    for name in WORKLOAD_NAMES:
+        assert documented[name] == secrets_mounted(pod_spec(workload(name))), name
+
+
+def test_the_docs_call_table_is_the_one_the_policies_enforce() -> None:
+    """docs/deploy.md's "What may talk to what", its rows on the internal port: who calls whom."""
+    documented: dict[str, set[str]] = {}
+    for row in doc_table("| from | to | port | policy | why |"):
+        if row["port"] == str(INTERNAL_PORT):
+            (caller,) = doc_names(row["from"])
+            documented[caller] = set(doc_names(row["to"]))
+    assert documented == {w: calls_here(w) for w in WORKLOAD_NAMES if calls_here(w)}
+
+
+def test_the_docs_cronjob_table_is_the_manifests() -> None:
+    rows = {doc_names(r["CronJob"])[0]: r for r in doc_table("| CronJob | schedule (UTC) |")}
+    assert set(rows) == set(CRONJOBS)
+    for name, row in rows.items():
+        spec = CRONJOBS[name]["spec"]
+        job = spec["jobTemplate"]["spec"]
+        (container,) = pod_spec(CRONJOBS[name])["containers"]
+        ttl = env_of(container)["AGENTLEARN_LEASES__TTL_SECONDS"]["value"]
+        schedule = row["schedule (UTC)"]
+        assert schedule.split("`")[1] == spec["schedule"], name
+        assert ("**suspended**" in schedule) is spec["suspend"], name
+        assert row["startingDeadlineSeconds"] == str(spec["startingDeadlineSeconds"]), name
+        assert row["activeDeadlineSeconds"] == str(job["activeDeadlineSeconds"]), name
+        assert row["Lease TTL"] == ttl, name
+        assert row["backoffLimit"] == str(job["backoffLimit"]), name

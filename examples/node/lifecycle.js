@@ -3,6 +3,9 @@
 //
 //   cd examples/node && npm ci && node lifecycle.js --address 127.0.0.1:50051 --company acme --seat ana --role swe
 //
+// --address serves PrefetchService and BuiltinService; SubmitTurn goes to --reflector-address, the
+// same unless given (split or on Kubernetes the reflector is a service at an address of its own).
+//
 // The turn: BuildTurnContext at turn start (its markdown goes at the end of the system prompt and
 // the skills block's ids become offered_skills), ListTools for the model, each model tool call
 // forwarded with CallTool, a refusal decoded from its google.rpc.Status, SubmitTurn at the end.
@@ -29,6 +32,7 @@ function flags(argv) {
     'turn-id': `node-example-${Date.now()}`,
   };
   for (let i = 0; i < argv.length; i += 2) out[argv[i].replace(/^--/, '')] = argv[i + 1];
+  out['reflector-address'] = out['reflector-address'] || process.env.AGENTLEARN_REFLECTOR_ADDRESS || out.address;
   return out;
 }
 
@@ -68,15 +72,20 @@ function richError(err, statusRoot) {
   return out;
 }
 
-// gRPC's own retries, UNAVAILABLE only: every write here carries an idempotency key (CallTool's
-// request_id, SubmitTurn's run id), so a retried write happens once.
+// gRPC's own retries, UNAVAILABLE only, of the calls a second run of cannot double a write: the
+// reads, and the writes with an idempotency key (CallTool's request_id, SubmitTurn's run id;
+// BuildTurnContext and RefreshMemory by the run id). Not the typed writing builtins
+// (ReflectAndPersist, RefineSkill, UseSkill, ...): their requests carry no key.
+const PREFETCH = 'agentlearn.prefetch.v1.PrefetchService';
+const BUILTINS = 'agentlearn.prefetch.v1.BuiltinService';
+const REFLECTOR = 'agentlearn.reflector.v1.ReflectorService';
 const SERVICE_CONFIG = {
   methodConfig: [
     {
       name: [
-        { service: 'agentlearn.prefetch.v1.PrefetchService' },
-        { service: 'agentlearn.prefetch.v1.BuiltinService' },
-        { service: 'agentlearn.reflector.v1.ReflectorService' },
+        ...['BuildTurnContext', 'ListTools', 'GetGuidance'].map((method) => ({ service: PREFETCH, method })),
+        ...['CallTool', 'RefreshMemory', 'QueryEpisodes', 'SearchKnowledge'].map((method) => ({ service: BUILTINS, method })),
+        ...['SubmitTurn', 'GetReflection', 'ListReflections'].map((method) => ({ service: REFLECTOR, method })),
       ],
       retryPolicy: {
         maxAttempts: 4,
@@ -113,7 +122,7 @@ async function main() {
   const credentials = grpc.credentials.createInsecure(); // createSsl(ca) for a TLS port
   const prefetch = new api.prefetch.v1.PrefetchService(args.address, credentials, options);
   const builtins = new api.prefetch.v1.BuiltinService(args.address, credentials, options);
-  const reflector = new api.reflector.v1.ReflectorService(args.address, credentials, options);
+  const reflector = new api.reflector.v1.ReflectorService(args['reflector-address'], credentials, options);
 
   const bob = { handle: 'bob', platform: 'slack', display_name: 'Bob' };
   const ask = 'Who approves prod deploys? I need one today.';

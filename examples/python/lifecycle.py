@@ -2,6 +2,9 @@
 
     python examples/python/lifecycle.py --address 127.0.0.1:50051 --company acme --seat ana --role swe
 
+``--reflector-address`` (SubmitTurn's) defaults to ``--address``: split or on Kubernetes the
+reflector is a service at an address of its own.
+
 What an engine does each turn: the turn-start context into the system prompt, the builtin tools
 handed to the model and its tool calls forwarded with CallTool, and the finished turn submitted
 for reflection. The "model" here is scripted: it saves a fact, then re-reads its memory, then makes
@@ -24,6 +27,7 @@ from agentlearn_client import AgentLearn, Outcome, Sender, error_details
 async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--address", default=os.environ.get("AGENTLEARN_ADDRESS", "127.0.0.1:50051"))
+    p.add_argument("--reflector-address", default=os.environ.get("AGENTLEARN_REFLECTOR_ADDRESS"))
     p.add_argument("--token", default=os.environ.get("AGENTLEARN_TOKEN"))
     p.add_argument("--company", default="acme")
     p.add_argument("--seat", default="ana")
@@ -33,7 +37,14 @@ async def main() -> None:
     turn = args.turn_id
     bob = Sender(handle="bob", platform="slack", display_name="Bob")
 
-    async with AgentLearn(args.address, company=args.company, seat=args.seat, role=args.role, token=args.token) as al:
+    async with AgentLearn(
+        args.address,
+        company=args.company,
+        seat=args.seat,
+        role=args.role,
+        token=args.token,
+        reflector_address=args.reflector_address,
+    ) as al:
         # 1. Turn start: the learned context goes at the end of the system prompt.
         context = await al.turn_start(turn, "Who approves prod deploys? I need one today.", senders=[bob])
         print(context.summary_line)

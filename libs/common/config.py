@@ -314,7 +314,10 @@ class FillConfig(_Section):
     interval_seconds: int = 60
     """Once a minute."""
     requests_per_minute: int = 16
-    """Requests one runner may send a minute, refused ones included."""
+    """Requests the fills may send a minute, refused ones included (spec: "sixteen requests a
+    node"): one count in PostgreSQL (``fill_requests``) shared by every process on the database, so
+    the diary, episode and knowledge fills of separate pods share one minute and one provider's
+    "not now"."""
     company_bytes_per_minute: int = 1_000_000
     """Bytes of text a minute across the whole company: one ledger in Postgres shared by every
     runner and by both row families (notes and episodes)."""
@@ -424,10 +427,12 @@ class SkillCuratorConfig(_Section):
 
 
 class PromotionConfig(_Section):
-    enabled: bool = False
+    enabled: bool = True
     """Cross-agent promotion: a daily pass drafts a knowledge page under a unit's "Auto-Drafted
-    Skills" parent when its seats converge on one tool run. Off by default, like clustered
-    synthesis (an auxiliary call per converging unit per day)."""
+    Skills" parent when its seats converge on one tool run. On by default: the spec gives it no off
+    switch (only clustered synthesis is off by default), and a unit with no knowledge container is
+    soft-skipped, so an install with no units configured drafts nothing. False is the operator's
+    off switch (an auxiliary call per converging unit per day)."""
     interval_hours: int = 24
     """Daily."""
     min_sibling_count: int = 3
@@ -1049,8 +1054,12 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 _CONVENTIONAL_NAMES = ("DATABASE_URL", "QDRANT_URL", "QDRANT_API_KEY")
 
 
-def _conventional_env(env: dict[str, str]) -> dict[str, Any]:
-    """The environment names operators already use, mapped onto the config tree."""
+def _conventional_env(env: dict[str, str], configured_chain: Any = None) -> dict[str, Any]:
+    """The environment names operators already use, mapped onto the config tree.
+
+    ``configured_chain`` is the file's ``providers.auxiliary_chain`` (None when it names none):
+    the OpenAI endpoint goes at its head rather than replacing it, since the merge that follows
+    replaces lists whole and would otherwise drop the operator's providers silently."""
     # Each of these names its top-level knob in lower case.
     out: dict[str, Any] = {name.lower(): env[name] for name in _CONVENTIONAL_NAMES if env.get(name)}
     base, key = env.get("OPENAI_BASE_URL"), env.get("OPENAI_API_KEY")
@@ -1067,8 +1076,13 @@ def _conventional_env(env: dict[str, str]) -> dict[str, Any]:
                 },
                 "offline": {"kind": "offline", "model": "offline-rules"},
             },
-            "auxiliary_chain": ["openai", "offline"],
         }
+        if configured_chain is None:
+            out["providers"]["auxiliary_chain"] = ["openai", "offline"]
+        elif isinstance(configured_chain, list):
+            rest = [name for name in configured_chain if name != "openai"]
+            out["providers"]["auxiliary_chain"] = ["openai", *dict.fromkeys(rest)]
+        # Anything else is left as the file gave it, for validation to name.
         if env.get("OPENAI_EMBEDDINGS_MODEL"):
             out["providers"]["embeddings"] = {
                 "kind": "openai",
@@ -1082,6 +1096,24 @@ def _conventional_env(env: dict[str, str]) -> dict[str, Any]:
 
 _ENV_PREFIX = "AGENTLEARN_"
 
+_CLIENT_ENV = frozenset(
+    {
+        "AGENTLEARN_ADDRESS",
+        "AGENTLEARN_REFLECTOR_ADDRESS",
+        "AGENTLEARN_TOKEN",
+        "AGENTLEARN_COMPANY",
+        "AGENTLEARN_SEAT",
+        "AGENTLEARN_ROLE",
+        "AGENTLEARN_UNIT_CHAIN",
+        "AGENTLEARN_TLS_CA",
+        "AGENTLEARN_PROTOS",
+    }
+)
+"""Variables agentlearn's own clients read (``./run mcp``, examples/, clients/python's build), not
+configuration: a shell set up for the MCP server (docs/integrating.md) must still run ``./run``.
+Only these are skipped; any other unknown ``AGENTLEARN_*`` name is still refused, so a typo of a
+knob fails at start instead of being ignored."""
+
 
 def _agentlearn_env(env: dict[str, str]) -> dict[str, Any]:
     """``AGENTLEARN_<SECTION>__<KNOB>`` variables as a nested mapping (keys case-insensitive; a
@@ -1089,7 +1121,8 @@ def _agentlearn_env(env: dict[str, str]) -> dict[str, Any]:
     fields)."""
     out: dict[str, Any] = {}
     for key, value in env.items():
-        if not key.upper().startswith(_ENV_PREFIX) or key.upper() == "AGENTLEARN_CONFIG":
+        upper = key.upper()
+        if not upper.startswith(_ENV_PREFIX) or upper == "AGENTLEARN_CONFIG" or upper in _CLIENT_ENV:
             continue
         path = [part.lower() for part in key[len(_ENV_PREFIX) :].split("__") if part]
         if not path:
@@ -1146,7 +1179,9 @@ def load_settings(
             raise ConfigError(f"{path}: the top level must be a mapping")
         data = loaded
         source = f"{path} (or the environment)"
-    data = _deep_merge(data, _conventional_env(env))
+    providers = data.get("providers")
+    configured_chain = providers.get("auxiliary_chain") if isinstance(providers, dict) else None
+    data = _deep_merge(data, _conventional_env(env, configured_chain))
     data = _deep_merge(data, _agentlearn_env(env))
     if overrides:
         data = _deep_merge(data, overrides)

@@ -23,7 +23,12 @@ Precedence, highest first: the environment, the YAML file, the defaults below. A
 from the environment as `AGENTLEARN_<PATH>` with `__` between levels, e.g.
 `AGENTLEARN_LEARNING__DIARY__LONG_CAP_PER_SEAT=800`. The conventional names `DATABASE_URL`,
 `QDRANT_URL`, `QDRANT_API_KEY`, `OPENAI_BASE_URL` + `OPENAI_API_KEY` (+ `OPENAI_MODEL`,
-`OPENAI_EMBEDDINGS_MODEL`) are honoured too. Unknown knobs are refused at start, not ignored.
+`OPENAI_EMBEDDINGS_MODEL`) are honoured too; that endpoint (provider `openai`) goes at the head of
+the configured `providers.auxiliary_chain` (`["openai", "offline"]` when none is configured; an
+`AGENTLEARN_PROVIDERS__AUXILIARY_CHAIN` sets the chain exactly). Unknown knobs are refused at
+start, not ignored; the variables agentlearn's clients read (`AGENTLEARN_ADDRESS`, `AGENTLEARN_REFLECTOR_ADDRESS`,
+`AGENTLEARN_TOKEN`, `AGENTLEARN_COMPANY`, `AGENTLEARN_SEAT`, `AGENTLEARN_ROLE`,
+`AGENTLEARN_UNIT_CHAIN`, `AGENTLEARN_TLS_CA`, `AGENTLEARN_PROTOS`) are not knobs and are skipped.
 An example file: `config/agentlearn.example.yaml`.
 
 This page is generated from `libs/common/config.py` (`python -m libs.common.configdoc`); a test

@@ -6,14 +6,15 @@ One minute, as :meth:`VectorFill.run_minute` runs it:
 * It walks every company with rows to fill and, inside one, every seat in order starting at the
   seat where the previous minute ran out.
 * What it may send is bounded by what it sends, refused requests included: ``requests_per_minute``
-  requests for this process (every fill it runs shares them, on one :class:`RequestLedger`:
-  "sixteen requests a node"), and
+  requests for the deployment (every fill of every process on the database shares them, counted
+  in Postgres by :class:`PostgresRequestLedger`: "sixteen requests a node" — on Kubernetes the
+  diary, episode and knowledge fills are three pods), and
   ``company_bytes_per_minute`` bytes of text for the whole company, counted in a Postgres ledger
   every runner and row family shares. A budget that runs out ends the
   minute and the next starts at that seat.
 * A rate limit, a timeout, an unreachable endpoint, a refused key or an unknown model ends the
-  minute for every seat, not for one — and for every fill of the process (the ledger remembers it),
-  so the episodes' fill does not keep sending in a minute the diary's fill was told "not now".
+  minute for every seat, not for one — and for every fill (the request ledger remembers it), so
+  the episodes' fill does not keep sending in a minute the diary's fill was told "not now".
 * A refused batch is split in halves until the row it refuses is alone; that row is held back an
   hour, then offered again alone.
 * A vector with no direction costs only its row: held back an hour
@@ -64,6 +65,8 @@ __all__ = [
     "FillSource",
     "FillState",
     "FillStore",
+    "PostgresRequestLedger",
+    "RequestBudget",
     "RequestLedger",
     "VectorFill",
     "build_fill",
@@ -129,12 +132,34 @@ class FillReport:
     seats_done: list[str] = field(default_factory=list)
 
 
+class RequestBudget(Protocol):
+    """The fill's minute as every fill shares it: the requests sent (the node's sixteen, refused
+    ones included) and whether the provider ended the minute. A rate limit, a timeout, an
+    unreachable endpoint or a refused configuration "ends the minute for every seat rather than for
+    one" — so for every fill too: a fill that starts later in the same minute sends nothing.
+    :class:`PostgresRequestLedger` is the one a process uses (on ``Infra``): one count for every
+    process on the database, as the three fill pods of a Kubernetes deployment are;
+    :class:`RequestLedger` keeps the same rules in memory (tests)."""
+
+    async def ended(self, now: datetime) -> str | None:
+        """Why the minute of ``now`` was ended, if it was."""
+        ...
+
+    async def end(self, now: datetime, why: str) -> None:
+        """The provider ended the minute of ``now`` (``why``: rate_limited, timeout, ...); the first
+        reason given is kept."""
+        ...
+
+    async def take(self, now: datetime, limit: int, needed: int) -> str | None:
+        """Count one request in the minute of ``now`` if the minute was not ended and ``needed``
+        more (the request, and the probe that may have to follow it) fit under ``limit``. None
+        when counted; else why not: the reason the minute was ended, or ``requests``."""
+        ...
+
+
 class RequestLedger:
-    """The minute of one process, shared by every fill it runs (diary notes, episodes, pages): the
-    requests sent (a node's sixteen, refused ones included) and whether the provider ended the
-    minute. A rate limit, a timeout, an unreachable endpoint or a refused configuration "ends the
-    minute for every seat rather than for one" — so for every fill of the process too: a fill that
-    starts later in the same minute sends nothing. One per process: it lives on ``Infra``."""
+    """:class:`RequestBudget` in one process's memory: the rules of ``REQUEST_SQL`` (unit tests,
+    and a fill built with no ledger)."""
 
     def __init__(self) -> None:
         self._window: datetime | None = None
@@ -142,30 +167,76 @@ class RequestLedger:
         self._ended: str | None = None
 
     def _roll(self, now: datetime) -> None:
-        window = now.replace(second=0, microsecond=0)
+        window = _window(now)
         if window != self._window:
             self._window, self._sent, self._ended = window, 0, None
 
-    def end(self, now: datetime, why: str) -> None:
-        """The provider ended this minute (``why``: rate_limited, timeout, ...)."""
+    async def end(self, now: datetime, why: str) -> None:
         self._roll(now)
         self._ended = self._ended or why
 
-    def ended(self, now: datetime) -> str | None:
-        """Why this minute was ended, if it was."""
+    async def ended(self, now: datetime) -> str | None:
         self._roll(now)
         return self._ended
 
-    def available(self, now: datetime, limit: int) -> int:
+    async def take(self, now: datetime, limit: int, needed: int) -> str | None:
         self._roll(now)
-        return max(0, limit - self._sent)
-
-    def take(self, now: datetime, limit: int) -> bool:
-        self._roll(now)
-        if self._sent >= limit:
-            return False
+        if self._ended is not None:
+            return self._ended
+        if self._sent + needed > limit:
+            return "requests"
         self._sent += 1
-        return True
+        return None
+
+
+REQUEST_SQL = {
+    # Counted only if the minute was not ended and the request (and the probe it may need) fit:
+    # a row back means counted, as ``spend_bytes``. One statement a request.
+    "take": """INSERT INTO fill_requests AS f (window_start, sent) SELECT $1, 1 WHERE $3::int <= $2::int
+               ON CONFLICT (window_start) DO UPDATE SET sent = f.sent + 1
+               WHERE f.ended IS NULL AND f.sent + $3 <= $2
+               RETURNING sent""",
+    "end": """INSERT INTO fill_requests AS f (window_start, ended) VALUES ($1, $2)
+              ON CONFLICT (window_start) DO UPDATE SET ended = COALESCE(f.ended, EXCLUDED.ended)""",
+    "ended": "SELECT ended FROM fill_requests WHERE window_start = $1",
+    # Read once a fill's minute starts; the rows of minutes long gone go then too.
+    "ended_pruning": """WITH pruned AS (DELETE FROM fill_requests WHERE window_start < $2)
+                        SELECT ended FROM fill_requests WHERE window_start = $1""",
+}
+"""fill_requests: one row a minute, the requests every fill on the database sent in it and why the
+provider ended it, if it did."""
+
+_REQUESTS_KEPT = timedelta(hours=1)
+"""How long a minute's row outlives its minute: well past any clock skew between the processes
+that share it (a row pruned while a process whose clock lags still counts in it would give that
+process a fresh sixteen)."""
+
+
+class PostgresRequestLedger:
+    """:class:`RequestBudget` in Postgres (``fill_requests``): every process on the database shares
+    the minute's sixteen and its end — on Kubernetes the diary, episode and knowledge fills run in
+    three pods, and a count per process sent up to three times the sixteen, and a rate limit met by
+    one fill did not stop the other two. Keyed by each process's clock, as the byte budget is."""
+
+    def __init__(self, db: asyncpg.Pool):
+        self._db = db
+
+    async def ended(self, now: datetime) -> str | None:
+        window = _window(now)
+        why: str | None = await self._db.fetchval(REQUEST_SQL["ended_pruning"], window, window - _REQUESTS_KEPT)
+        return why
+
+    async def end(self, now: datetime, why: str) -> None:
+        await self._db.execute(REQUEST_SQL["end"], _window(now), why)
+
+    async def take(self, now: datetime, limit: int, needed: int) -> str | None:
+        window = _window(now)
+        if await self._db.fetchval(REQUEST_SQL["take"], window, limit, needed) is not None:
+            return None
+        # Not counted: the provider ended the minute, or the sixteen are spent (a second statement
+        # only then: once a fill's minute).
+        why: str | None = await self._db.fetchval(REQUEST_SQL["ended"], window)
+        return why or "requests"
 
 
 @dataclass(frozen=True)
@@ -332,7 +403,7 @@ class VectorFill:
         embeddings: EmbeddingsConfig,
         clock: Clock,
         events: EventSink,
-        requests: RequestLedger | None = None,
+        requests: RequestBudget | None = None,
     ):
         self._ledger = ledger
         self._sources = list(sources)
@@ -365,9 +436,9 @@ class VectorFill:
         if await self.paused_until() is not None:
             report.ended_by = "paused"
             return report
-        ended = self._requests.ended(self._clock.now())
+        ended = await self._requests.ended(self._clock.now())
         if ended is not None:
-            # Another fill of this process met the provider's "not now" this minute.
+            # Another fill (of any process on the database) met the provider's "not now" this minute.
             report.ended_by = ended
             return report
         minute = _Minute(report, self._embeddings.fingerprint())
@@ -376,7 +447,7 @@ class VectorFill:
             if stop is not None:
                 report.ended_by = stop.why
                 if stop.why not in _NOT_THE_PROVIDERS:
-                    self._requests.end(self._clock.now(), stop.why)
+                    await self._requests.end(self._clock.now(), stop.why)
                 break
         await self._record_backlog()
         return report
@@ -470,16 +541,13 @@ class VectorFill:
 
     async def _send(self, minute: _Minute, company: str, size: int, *, probe: bool = False) -> _Ended | None:
         """Charge one request of ``size`` bytes; the stop when a budget is spent (nothing charged)."""
-        now = self._clock.now()
-        ended = self._requests.ended(now)
-        if ended is not None:  # another fill of this process met the provider's "not now" meanwhile
-            return _Ended(ended)
         # While the first answer is pending, a request is sent only if the probe could follow it.
-        # The request budget is the process's (the ledger every fill shares), not this pass's.
+        # The request budget is the deployment's (the ledger every fill shares), not this pass's;
+        # a minute another fill met the provider's "not now" in meanwhile sends nothing more.
         needed = 1 if probe or not minute.first_answer else 2
-        if self._requests.available(now, self._config.requests_per_minute) < needed:
-            return _Ended("requests")
-        self._requests.take(now, self._config.requests_per_minute)
+        refused = await self._requests.take(self._clock.now(), self._config.requests_per_minute, needed)
+        if refused is not None:
+            return _Ended(refused)
         limit = self._config.company_bytes_per_minute
         if not await self._ledger.spend_bytes(company, _window(self._clock.now()), size, limit):
             return _Ended("bytes", company_only=True)

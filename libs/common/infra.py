@@ -28,7 +28,7 @@ from libs.common.db import COMMON_MIGRATIONS, Migrations, connect_pool, migrate,
 from libs.common.embedded_pg import start_embedded_postgres
 from libs.common.embeddings import Embedder, build_embedder
 from libs.common.events import PostgresEventLog
-from libs.common.fill import RequestLedger
+from libs.common.fill import PostgresRequestLedger, RequestBudget
 from libs.common.leases import LeaseClaimer, PostgresLeaseClaimer
 from libs.common.validation import load_page_token_key, use_page_token_key
 from libs.common.vectorindex import VectorIndex, build_vector_index
@@ -59,8 +59,9 @@ class Infra:
     aux: AuxiliaryModel
     channels: ServiceChannels
     """Clients of the other services (see ``libs.common.channels``)."""
-    fill_requests: RequestLedger
-    """The vector fill's per-minute request count of this process, shared by every fill it runs."""
+    fill_requests: RequestBudget
+    """The vector fill's per-minute request count and the provider's "not now", shared by every fill
+    of every process on the database (``fill_requests``)."""
     internal_secret: str
     """What this process's services present to each other (``auth.internal_secret``, or a random
     one for this process when unset)."""
@@ -154,7 +155,7 @@ async def open_infra(
         rules=rules,
         aux=aux,
         channels=channels,
-        fill_requests=RequestLedger(),
+        fill_requests=PostgresRequestLedger(pool),
         internal_secret=internal_secret,
         tokens=TokenStore(pool, clock),
         listen_dsn=(

@@ -7,6 +7,10 @@ these checks are the inspector's own and come first on every request:
   ``agentlearn_token`` cookie a browser got at sign-in, or local mode on loopback);
 - reading needs ``inspect`` (``admin`` implies it) and a company (and a seat, for a token bound to
   one) the token is bound to: another company's page is 403 before anything of it is read;
+- a read of every seat's or user's rows of the company (the knowledge drafts, the company's seats)
+  needs a token bound to the company alone, the rule the services apply
+  (``Principal.require_company_wide``): a token bound to a seat or a user is refused such a page,
+  or gets the list narrowed to its own seat's or user's rows;
 - a change needs its write scope: ``memory:write`` for notes and skills, ``admin`` for approving or
   rejecting skill proposals (the scopes those RPCs declare);
 - every form carries a per-session token (an HMAC keyed by the sign-in token itself, or by a random
@@ -34,9 +38,11 @@ __all__ = [
     "SignInRequired",
     "check_csrf",
     "clear_token_cookie",
+    "company_wide",
     "csrf_token",
     "ensure_csrf_cookie",
     "principal_of",
+    "require_company_wide",
     "require_reader",
     "require_scope",
     "set_token_cookie",
@@ -91,6 +97,32 @@ def require_reader(request: Request, company: str, seat: str | None = None) -> P
         # The same words whether the company or seat exists or not.
         raise Denied(403, "Not yours to see", "This token is bound to another company or seat.") from None
     return principal
+
+
+def require_company_wide(principal: Principal, what: str) -> None:
+    """Refuse, as a service would refuse the token itself (``Principal.require_company_wide``), a
+    read of every seat's or user's rows of the company to a token bound to one seat or user: the
+    pages call the services as the inspector, so the services never see the token. ``what`` names
+    the read ("Listing the knowledge drafts")."""
+    try:
+        principal.require_company_wide(what)
+    except PermissionDenied:
+        bound = f"seat {principal.seat}" if principal.seat is not None else f"user {principal.user}"
+        raise Denied(
+            403,
+            "Not yours to see",
+            f"This token is bound to {bound}: {what} needs a token bound to the company alone.",
+        ) from None
+
+
+def company_wide(principal: Principal) -> bool:
+    """Whether ``principal`` may read every seat's and user's rows of its company (by the same rule
+    as :func:`require_company_wide`); a list a page would otherwise show whole is narrowed when not."""
+    try:
+        principal.require_company_wide("")
+    except PermissionDenied:
+        return False
+    return True
 
 
 def require_scope(principal: Principal, scope: str, what: str) -> None:

@@ -3,6 +3,9 @@ the CLI could also make.
 
 Every handler first checks the signed-in principal (``security.require_reader``) for the company
 and seat in its path, then calls the services through the :class:`~services.inspector.rpc.Gateway`.
+Those calls run as the inspector, so a read of every seat's or user's rows of the company is checked
+here by the services' own rule (``security.require_company_wide``, ``security.company_wide``): a
+token bound to a seat or a user is refused it, or sees the list narrowed to its own rows.
 A read a page merely decorates with (a count, a chart) degrades to "unavailable" when its service
 does not answer; the page's own subject failing is the page's error, with the service's reason.
 """
@@ -40,7 +43,15 @@ from services.inspector.diff import diff_rows
 from services.inspector.paging import Page, offset_page, scan
 from services.inspector.render import environment, seg, unseg
 from services.inspector.rpc import Gateway, ServiceError
-from services.inspector.security import Denied, SignInRequired, principal_of, require_reader, require_scope
+from services.inspector.security import (
+    Denied,
+    SignInRequired,
+    company_wide,
+    principal_of,
+    require_company_wide,
+    require_reader,
+    require_scope,
+)
 
 __all__ = ["PREFIX", "Inspector"]
 
@@ -263,6 +274,7 @@ class Inspector:
             prefix=PREFIX,
             principal=principal,
             signed_in=principal.kind != "anonymous",
+            company_wide=company_wide(principal),
             local=principal.kind in ("local", "service"),
             csrf=security.csrf_token(request),
             flash=FLASH.get(done, ""),
@@ -503,12 +515,23 @@ class Inspector:
 
     # ------------------------------------------------------------------------------ company
 
-    async def _seat_names(self, company: str, principal: Principal) -> tuple[list[str], dict[str, Any], bool, bool]:
-        """Every seat of the company the event log or the episodes know, merged, with each one's
-        activity; True when the list was cut at ``seats_scan_limit``; True when the event log could
-        not be read (the episodes' seats are listed alone, without activity)."""
-        if principal.seat:
-            return [principal.seat], {}, False, False
+    async def _seat_names(
+        self, company: str, principal: Principal, q: str
+    ) -> tuple[list[str], dict[str, Any], bool, bool]:
+        """The seats the company page lists, those whose handle contains ``q`` (case ignored) when
+        it is given: every seat of the company the event log or the episodes know, merged, with each
+        one's activity; True when the list was cut (at ``seats_scan_limit``, or at the sessions a
+        user's list reads); True when the event log could not be read (the episodes' seats are
+        listed alone, without activity).
+
+        The company's seats are every seat's rows, which the services list only to a token bound to
+        the company alone; the inspector reads them as itself, so a token bound to a seat or a user
+        gets :meth:`_own_seats` instead. The event log searches ``q`` itself
+        (``ListSeatActivity.query``), so a seat with an event is found however many seats there are;
+        the episodes' seats (which have no search) are matched among the first ``seats_scan_limit``."""
+        if not company_wide(principal):
+            own, cut = await self._own_seats(company, principal)
+            return [n for n in own if _contains(q, n)], {}, cut, False
         start, end = self._window()
         activity: dict[str, Any] = {}
         names: set[str] = set()
@@ -520,7 +543,12 @@ class Inspector:
                 self.rpc.telemetry(
                     "ListSeatActivity",
                     telemetry.ListSeatActivityRequest(
-                        company=company, start_time=_ts(start), end_time=_ts(end), page_size=500, page_token=token
+                        company=company,
+                        query=q,
+                        start_time=_ts(start),
+                        end_time=_ts(end),
+                        page_size=500,
+                        page_token=token,
                     ),
                 )
             )
@@ -535,7 +563,8 @@ class Inspector:
                 break
         cut = bool(token)
         token = ""
-        while len(names) < limit:
+        read = 0  # the episodes' seats read, matching or not: a search reads no more than a listing
+        while len(names) < limit and read < limit:
             found = await self._maybe(
                 self.rpc.episodes(
                     "ListEpisodeSeats",
@@ -544,12 +573,35 @@ class Inspector:
             )
             if found is None:
                 break
-            names.update(s.seat for s in found.seats if s.company == company)
+            read += len(found.seats)
+            names.update(s.seat for s in found.seats if s.company == company and _contains(q, s.seat))
             token = found.next_page_token
             if not token:
                 break
-        cut = cut or bool(token)
+        cut = cut or bool(token) or len(names) > limit  # a page of the event log may overshoot the limit
         return sorted(names)[:limit], activity, cut, unread
+
+    async def _own_seats(self, company: str, principal: Principal) -> tuple[list[str], bool]:
+        """The seats a token bound to a seat or a user may list, and True when more may exist than
+        were read: a seat-bound token's own seat; a user-bound token's, the seats of that user's
+        sessions (what ``ListSessions`` shows the token itself), read up to ``search_scan_pages``
+        pages."""
+        if principal.seat:
+            return [principal.seat], False
+        if not principal.user:  # company_wide() said the token is bound to one or the other
+            raise Denied(403, "Not yours to see", "This token is bound to neither a seat nor a user.")
+        seats: set[str] = set()
+        token = ""
+        for _ in range(self.config.search_scan_pages):
+            resp = await self.rpc.sessions(
+                "ListSessions",
+                sessions.ListSessionsRequest(company=company, user=principal.user, page_size=100, page_token=token),
+            )
+            seats.update(s.seat for s in resp.sessions if s.seat)
+            token = resp.next_page_token
+            if not token:
+                break
+        return sorted(seats), bool(token)
 
     async def _seat_row(self, company: str, seat: str, activity: Any) -> SeatRow:
         health, notes, eps = await asyncio.gather(
@@ -569,13 +621,23 @@ class Inspector:
             eps.total_size if eps is not None else None,
         )
 
+    @staticmethod
+    def _narrowed(principal: Principal) -> str:
+        """What the company page says when it lists a bound token's own seats, not the company's."""
+        if company_wide(principal):
+            return ""
+        if principal.seat:
+            return f"This token is bound to seat {principal.seat}: it lists that seat only."
+        return (
+            f"This token is bound to user {principal.user}: it lists the seats of that user's sessions only "
+            "(every seat of the company needs a token bound to the company alone)."
+        )
+
     async def company(self, request: Request) -> Response:
         company = self._handle(request, "company")
         principal = require_reader(request, company)
         q = self._q(request)
-        names, activity, cut, unread = await self._seat_names(company, principal)
-        if q:
-            names = [n for n in names if _contains(q, n)]
+        names, activity, cut, unread = await self._seat_names(company, principal, q)
         page = offset_page(names, self._token(request), self.config.page_size)
         rows = await asyncio.gather(*(self._seat_row(company, n, activity.get(n)) for n in page.items))
         with_health = [(r.seat, r.health) for r in rows if r.health is not None]
@@ -615,6 +677,7 @@ class Inspector:
             page=page,
             q=q,
             cut=cut,
+            narrowed=self._narrowed(principal),
             telemetry_unread=unread,
             days=self.config.days,
             uses_chart=uses_chart,
@@ -1058,12 +1121,9 @@ class Inspector:
     async def drafts(self, request: Request) -> Response:
         company = self._handle(request, "company")
         principal = require_reader(request, company)
-        if principal.seat:
-            raise Denied(
-                403,
-                "Not yours to see",
-                "Knowledge drafts belong to the company's units; a token bound to one seat cannot list them.",
-            )
+        # An operator's knowledge read (no seat, no role): every unit's drafts, which the knowledge
+        # service refuses a token bound to a seat or a user; it is called as the inspector here.
+        require_company_wide(principal, "listing the company's knowledge drafts")
         q, token = self._q(request), self._token(request)
         container = request.query_params.get("container", "").strip()[:200]
         size = min(self.config.page_size, DRAFTS_PAGE_MAX)

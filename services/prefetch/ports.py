@@ -6,8 +6,8 @@ holds an in-memory one, so the unit tier runs the store-level decisions (a run's
 once and redelivered, a dead build taken over, the ledger's cached/refused/reserved answer, an
 onboarding marker per seat) with no Postgres.
 
-How each decision is made atomic (one statement, the run row's lock, an advisory lock across
-replicas) is the adapter's job; the port promises the outcome: two callers racing for one run's
+How each decision is made atomic (one statement, the run row's lock, a transaction-level advisory
+lock across replicas) is the adapter's job; the port promises the outcome: two callers racing for one run's
 claim, or for its last refresh slot, never both win.
 """
 

@@ -25,6 +25,8 @@ __all__ = ["FrozenContext", "LedgerEntry", "PostgresPrefetchStore", "Reservation
 _log = logging.getLogger(__name__)
 
 SQL = {
+    # Transaction-scoped (see ``one_at_a_time``): no session state, so PgBouncer-safe.
+    "one_at_a_time": "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
     "marker": "SELECT chain_hash FROM agent_onboarding_markers WHERE company = $1 AND seat = $2",
     "mark": """
         INSERT INTO agent_onboarding_markers (company, seat, chain_hash, unit_chain, marked_time)
@@ -138,13 +140,29 @@ class PostgresPrefetchStore:
 
     @contextlib.asynccontextmanager
     async def one_at_a_time(self, key: str) -> AsyncIterator[None]:
-        """Serialise work on ``key`` across every replica (a session advisory lock held meanwhile)."""
+        """Serialise work on ``key`` across every replica: a transaction-level advisory lock, in a
+        transaction kept open on one connection for the guarded section and rolled back after it.
+
+        Not a session lock taken and released by two statements: behind PgBouncer in transaction
+        mode those two may run on different server connections, so the unlock failed and the lock
+        stayed granted on a pooled server connection, and the run's next refresh waited out its
+        deadline. An open transaction pins its server connection, and the lock ends with it: on
+        the rollback, or when the process dies (its connection closes, the server aborts the
+        transaction), so nothing is left held either way. Nothing is written on this connection
+        (the guarded work uses its own), so the end is a rollback."""
         async with self._pool.acquire() as conn:
-            await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", key)
+            tx = conn.transaction()
+            await tx.start()
             try:
+                await conn.execute(SQL["one_at_a_time"], key)
                 yield
             finally:
-                await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
+                try:
+                    await tx.rollback()
+                except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as err:
+                    # The connection broke meanwhile: its transaction, and the lock, ended with it.
+                    # The guarded work is done; its answer is not lost over the release.
+                    _log.warning("one_at_a_time: the guard's transaction ended on its own: %s", err)
 
     # ------------------------------------------------------------------ onboarding markers
 

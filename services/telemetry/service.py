@@ -143,7 +143,12 @@ class TelemetryService:
         self, company: str, query: str, start: datetime | None, end: datetime | None, size: int, token: str
     ) -> tuple[list[SeatActivity], str, int]:
         company = self._company(company)
-        only = current_principal().seat or None  # a seat-bound credential lists its own seat only
+        principal = current_principal()
+        only = principal.seat or None  # a seat-bound credential lists its own seat only
+        if only is None:
+            # Every seat of the company is a company-wide read: a user-bound credential has no seat
+            # to narrow it to, and is refused as ListEpisodeSeats refuses it.
+            principal.require_company_wide("listing the company's seats")
         window = self.window(start, end)
         size = page_size(size, default=SEATS_PAGE_DEFAULT, maximum=SEATS_PAGE_MAX, domain=DOMAIN)
         scope = {"company": company, "query": query, "only": only, "start": window.start.isoformat() if start else None}

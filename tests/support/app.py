@@ -42,9 +42,11 @@ async def open_app(
     embedder: Any = None,
     index: VectorIndex | None = None,
     auth_mode: str = "local",
+    address: str = "127.0.0.1:0",
 ) -> AsyncIterator[App]:
-    """Every service of ``names`` on one loopback server. ``auth_mode="tokens"`` authenticates every
-    call as ``./run up --require-auth`` does (token cache off, so a revocation shows at once)."""
+    """Every service of ``names`` on one loopback server (``address``: a free port unless given).
+    ``auth_mode="tokens"`` authenticates every call as ``./run up --require-auth`` does (token cache
+    off, so a revocation shows at once)."""
     names = names or list(SERVICES)
     async with contextlib.AsyncExitStack() as stack:
         infra = await open_infra(
@@ -55,7 +57,7 @@ async def open_app(
             infra.tokens, infra.clock, mode=auth_mode, cache_seconds=0, internal_secret=infra.internal_secret
         )
         server, port, _health = await create_server(
-            [r for c in components.values() for r in c.registrations], "127.0.0.1:0", authenticator=authenticator
+            [r for c in components.values() for r in c.registrations], address, authenticator=authenticator
         )
         stack.push_async_callback(server.stop, None)
         infra.channels.serve_locally(names, f"127.0.0.1:{port}")

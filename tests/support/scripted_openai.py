@@ -46,6 +46,9 @@ class Reply:
     body: Any = None
     delay: float = 0.0
     raw: bytes | None = None
+    content_type: str = "application/json"
+    """The answer's content type: a proxy or captive portal in front of the endpoint answers 200
+    ``text/html``, which the openai client hands back as a string rather than parsing it."""
     vectors: Callable[[list[str]], list[list[float]]] | None = None
     """For embeddings: compute the vectors from the inputs (zero vectors, NaNs, ...)."""
     hold: threading.Event | None = None
@@ -136,7 +139,7 @@ class ScriptedOpenAI(LoopbackHTTP):
                     payload = owner._embeddings(body, reply)
                 else:
                     payload = owner._chat(body)
-                send_json(self, reply.status, payload)
+                send_json(self, reply.status, payload, content_type=reply.content_type)
 
         self.serve_in_background(Handler)
         return self

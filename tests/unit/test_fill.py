@@ -82,7 +82,7 @@ async def test_a_spent_request_budget_ends_the_minute_and_the_next_resumes_at_th
     assert report.seats_done == ["acme/ana"]
     assert r.ledger.states[("notes", "acme")].cursor_seat == "bo"
     assert r.ledger.states[("notes", "")].cursor_seat == "acme"
-    assert r.requests.ended(r.clock.now()) is None  # a budget is not the provider's "not now"
+    assert await r.requests.ended(r.clock.now()) is None  # a budget is not the provider's "not now"
 
     r.source.add("acme", "al", "al note")  # sorts before the cursor
     r.next_minute()
@@ -106,7 +106,7 @@ async def test_one_companys_spent_bytes_end_its_minute_only() -> None:
     assert r.source.vector(beta) is not None  # the other company went on
     assert (r.window_spent("acme"), r.window_spent("beta")) == (80, 40)
     assert r.ledger.states[("notes", "acme")].cursor_seat == "ana"
-    assert r.requests.ended(r.clock.now()) is None
+    assert await r.requests.ended(r.clock.now()) is None
 
     r.next_minute()
     report = await r.fill.run_minute()
@@ -153,7 +153,7 @@ async def test_a_refused_configuration_pauses_every_fill_until_the_provider_chan
     assert r.ledger.states[("*", "*")] == FillState(
         None, r.clock.now() + timedelta(seconds=HOUR), r.embeddings.fingerprint()
     )
-    assert r.requests.ended(r.clock.now()) == "configuration_refused"
+    assert await r.requests.ended(r.clock.now()) == "configuration_refused"
 
     r.embedder.fail(None)
     r.next_minute()

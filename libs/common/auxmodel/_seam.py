@@ -62,8 +62,9 @@ class Completion:
 
 
 class ProviderError(Exception):
-    """One provider did not answer. ``kind``: rate_limited, server_error, timeout, connection,
-    refused, configuration, no_rule."""
+    """One provider did not answer. ``kind``: rate_limited, server_error (a malformed answer too),
+    timeout, connection, refused, configuration, no_rule. A provider that raises anything else
+    is recorded in the chain's failures as ``error`` (a bug: final for a reflector worker)."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(f"{kind}: {message}")
@@ -174,6 +175,12 @@ class AuxiliaryModel:
             except ProviderError as err:
                 failures.append((name, err.kind))
                 _log.info("provider %s failed for %s: %s", name, attribution.purpose, err)
+                continue
+            except Exception:
+                # A provider's bug is that provider's failure: the chain goes on to the next one
+                # (DESIGN: the seam falls back along the chain), and the traceback is kept.
+                failures.append((name, "error"))
+                _log.exception("provider %s raised for %s", name, attribution.purpose)
                 continue
             await self._account(attribution, completion)
             return completion

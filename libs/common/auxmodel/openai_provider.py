@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import openai
 from openai.types.shared_params import ResponseFormatJSONObject
 
@@ -59,17 +61,36 @@ class OpenAICompatibleProvider:
             )
         except Exception as exc:
             raise ProviderError(_kind(exc), str(exc)) from exc
-        if not resp.choices:
-            raise ProviderError("server_error", "the endpoint answered no choices")
-        text = resp.choices[0].message.content or ""
-        usage = resp.usage
-        return Completion(
-            text=text,
-            provider=self.name,
-            model=resp.model or self.model,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-        )
+        return self._completion(resp)
+
+    def _completion(self, resp: Any) -> Completion:
+        """The answer as a :class:`Completion`, or the server's bad answer as ``server_error``: a
+        proxy's 200 HTML page (the client hands it back as a string), no choices, a choice without
+        a message or whose content is not text. Never another exception: the seam falls back along
+        the chain on a provider's failure, and a bug-shaped one would end the call instead."""
+        try:
+            choices = resp.choices
+            if not choices:
+                raise ProviderError("server_error", "the endpoint answered no choices")
+            text = choices[0].message.content or ""
+            if not isinstance(text, str):
+                raise TypeError(f"content is {type(text).__name__}, not text")
+            usage = resp.usage
+            model = resp.model or self.model
+            return Completion(
+                text=text,
+                provider=self.name,
+                model=model if isinstance(model, str) else self.model,
+                prompt_tokens=int(usage.prompt_tokens or 0) if usage else 0,
+                completion_tokens=int(usage.completion_tokens or 0) if usage else 0,
+            )
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise ProviderError(
+                "server_error",
+                f"the endpoint answered something that is not a chat completion ({type(exc).__name__}: {exc})",
+            ) from exc
 
     async def close(self) -> None:
         await self._client.close()

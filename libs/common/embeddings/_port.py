@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class EmbeddingRefused(EmbeddingError):
 
 
 class EmbeddingConfigurationError(EmbeddingError):
-    """A refused key, a model the endpoint does not serve, a width the store was not sized for."""
+    """A refused key, a model the endpoint does not serve, a width the store was not sized for, a
+    local model that cannot be loaded."""
 
     kind = "configuration"
 
@@ -173,13 +177,22 @@ async def embed_texts(embedder: Embedder, texts: Sequence[str], offload: Offload
 async def embed_query(embedder: Embedder, text: str) -> Vector | None:
     """One query text's vector, through the embedder's query-vector cache when it has one (a hit
     returns the very vector the first embed of (model, text) produced); otherwise :meth:`embed`.
-    Raises :class:`EmbeddingError` as :meth:`embed` does; a vector with no direction is not kept."""
+    Raises :class:`EmbeddingError` as :meth:`embed` does — any other exception of the embedder too
+    (kind ``error``, logged with its traceback): its callers read only the port's family, so an
+    adapter's bug costs a search its vector half, never the call. A vector with no direction is
+    not kept."""
     cache = getattr(embedder, "query_cache", None)
     if cache is not None:
         hit = cache.get(embedder.model, text)
         if hit is not None:
             return Vector(hit, embedder.model)
-    [vec] = await embedder.embed([text])
+    try:
+        [vec] = await embedder.embed([text])
+    except (EmbeddingError, TimeoutError):
+        raise
+    except Exception as exc:
+        _log.exception("embedder %s raised outside the port's errors", embedder.model)
+        raise EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}") from exc
     if vec is not None and cache is not None:
         vec = Vector(cache.put(embedder.model, text, vec.values), vec.model)
     return vec
@@ -190,7 +203,9 @@ async def embed_within(
 ) -> tuple[Vector | None, str | None]:
     """One text under a deadline (a write's or a turn's two seconds): its vector, or none and why —
     ``unconfigured``, ``timeout``, the provider error's kind, or ``unusable_vector`` (no direction).
-    ``query=True`` (a search's query, never a stored row's text) goes through the query cache."""
+    ``query=True`` (a search's query, never a stored row's text) goes through the query cache.
+    Never raises for the embedder: any other exception of it is none with ``error`` (logged with
+    its traceback), because a row whose vector cannot be had is stored without one, never refused."""
     if embedder is None:
         return None, "unconfigured"
     try:
@@ -203,6 +218,9 @@ async def embed_within(
         return None, "timeout"
     except EmbeddingError as err:
         return None, err.kind
+    except Exception:
+        _log.exception("embedder %s raised outside the port's errors", embedder.model)
+        return None, EmbeddingError.kind
     if vec is None:
         return None, "unusable_vector"
     return vec, None

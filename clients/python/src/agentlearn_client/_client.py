@@ -10,7 +10,9 @@
 What it remembers per turn (so ``turn_end`` can say it): the start time, the senders, the ask, the
 skill ids the turn-start skills block offered (they become ``offered_skills``), every builtin the
 turn called through ``call_tool`` (plus what the engine reports with ``record_tool_call``), and
-whether the turn persisted a note itself.
+whether the turn persisted a note itself, and the unit chain it started with. A turn is kept
+until ``turn_end`` submitted it for good: a failed submit can be sent again, and a self-iterated
+round's submit keeps it for the settling one.
 """
 
 from __future__ import annotations
@@ -33,13 +35,23 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as reflector_grpc
 
 __all__ = ["RETRY_SERVICE_CONFIG", "AgentLearn", "Message", "Outcome", "Sender", "ToolResult", "TurnContext"]
 
+_PREFETCH, _BUILTINS = "agentlearn.prefetch.v1.PrefetchService", "agentlearn.prefetch.v1.BuiltinService"
+_REFLECTOR = "agentlearn.reflector.v1.ReflectorService"
+
 RETRY_SERVICE_CONFIG: dict[str, Any] = {
     "methodConfig": [
         {
             "name": [
-                {"service": "agentlearn.prefetch.v1.PrefetchService"},
-                {"service": "agentlearn.prefetch.v1.BuiltinService"},
-                {"service": "agentlearn.reflector.v1.ReflectorService"},
+                {"service": _PREFETCH, "method": "BuildTurnContext"},
+                {"service": _PREFETCH, "method": "ListTools"},
+                {"service": _PREFETCH, "method": "GetGuidance"},
+                {"service": _BUILTINS, "method": "CallTool"},
+                {"service": _BUILTINS, "method": "RefreshMemory"},
+                {"service": _BUILTINS, "method": "QueryEpisodes"},
+                {"service": _BUILTINS, "method": "SearchKnowledge"},
+                {"service": _REFLECTOR, "method": "SubmitTurn"},
+                {"service": _REFLECTOR, "method": "GetReflection"},
+                {"service": _REFLECTOR, "method": "ListReflections"},
             ],
             "retryPolicy": {
                 "maxAttempts": 4,
@@ -51,9 +63,16 @@ RETRY_SERVICE_CONFIG: dict[str, Any] = {
         }
     ]
 }
-"""gRPC's own retries: UNAVAILABLE only (the call did not run, or ran a write that carries its
-idempotency key: CallTool's request_id, SubmitTurn's run id). The same JSON works in every gRPC
-implementation's channel options."""
+"""gRPC's own retries: UNAVAILABLE only, and only of the calls a second run of cannot double a
+write. Reads: ListTools, GetGuidance, QueryEpisodes, SearchKnowledge, GetReflection,
+ListReflections. Keyed: BuildTurnContext and RefreshMemory (by the run id: the frozen context, the
+refresh ledger's answer to a repeated hint), SubmitTurn (its run id) and CallTool (its
+``request_id``, which ``call_tool`` always sets, keys the note and skill version a tool writes;
+use_skill's use count is not keyed, so a retried use_skill may count one use twice). Not retried:
+the typed writes, whose requests carry no key (ReflectAndPersist: a second note; RefineSkill: a
+second version; UseSkill: a second use counted; MarkOnboarded, DistillSkill); call the tools
+through CallTool to have them retried. The same JSON works in every gRPC implementation's channel
+options."""
 
 
 class Outcome(IntEnum):
@@ -111,6 +130,7 @@ class _Turn:
     start_time: datetime
     messages: tuple[Message, ...]
     senders: tuple[Sender, ...]
+    unit_chain: tuple[str, ...]
     offered_skill_ids: tuple[str, ...] = ()
     tools_called: list[str] = field(default_factory=list)
     self_persisted: bool = False
@@ -140,7 +160,11 @@ class AgentLearn:
     ``token`` is sent as ``authorization: Bearer <token>`` (not needed against ``./run up`` on
     loopback, which runs in local mode). ``tls=True`` uses the system roots, or pass
     ``root_certificates`` (PEM bytes). Every call has ``timeout`` seconds; UNAVAILABLE is retried
-    by gRPC itself (``RETRY_SERVICE_CONFIG``).
+    by gRPC itself where that cannot double a write (``RETRY_SERVICE_CONFIG``).
+
+    ``address`` (or ``channel``) serves PrefetchService and BuiltinService; SubmitTurn goes to
+    ``reflector_address`` (or ``reflector_channel``), the same one unless given: in the split and
+    Kubernetes deployments the reflector is a service of its own, at an address of its own.
     """
 
     def __init__(
@@ -156,22 +180,35 @@ class AgentLearn:
         root_certificates: bytes | None = None,
         timeout: float = 60.0,
         channel: grpc.aio.Channel | None = None,
+        reflector_address: str | None = None,
+        reflector_channel: grpc.aio.Channel | None = None,
     ):
         self.company, self.seat, self.role = company, seat, role
         self.unit_chain = tuple(unit_chain)
         self.timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         options = [("grpc.service_config", json.dumps(RETRY_SERVICE_CONFIG)), ("grpc.enable_retries", 1)]
-        if channel is not None:
-            self._channel, self._owns_channel = channel, False
-        elif tls or root_certificates:
-            credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
-            self._channel, self._owns_channel = grpc.aio.secure_channel(address, credentials, options), True
+        self._owned: list[grpc.aio.Channel] = []
+
+        def open_channel(target: str) -> grpc.aio.Channel:
+            if tls or root_certificates:
+                credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+                opened = grpc.aio.secure_channel(target, credentials, options)
+            else:
+                opened = grpc.aio.insecure_channel(target, options)
+            self._owned.append(opened)
+            return opened
+
+        self._channel = channel if channel is not None else open_channel(address)
+        if reflector_channel is not None:
+            self._reflector_channel = reflector_channel
+        elif reflector_address is not None:
+            self._reflector_channel = open_channel(reflector_address)
         else:
-            self._channel, self._owns_channel = grpc.aio.insecure_channel(address, options), True
+            self._reflector_channel = self._channel
         self.prefetch = prefetch_grpc.PrefetchServiceStub(self._channel)
         self.builtins = prefetch_grpc.BuiltinServiceStub(self._channel)
-        self.reflector = reflector_grpc.ReflectorServiceStub(self._channel)
+        self.reflector = reflector_grpc.ReflectorServiceStub(self._reflector_channel)
         self._turns: dict[str, _Turn] = {}
 
     async def __aenter__(self) -> AgentLearn:
@@ -181,8 +218,8 @@ class AgentLearn:
         await self.close()
 
     async def close(self) -> None:
-        if self._owns_channel:
-            await self._channel.close()
+        for opened in self._owned:
+            await opened.close()
 
     def _kw(self) -> dict[str, Any]:
         return {"timeout": self.timeout, "metadata": self._metadata}
@@ -202,9 +239,15 @@ class AgentLearn:
     ) -> TurnContext:
         """BuildTurnContext for a new turn. ``ask`` is what the turn was asked (each message's
         salient body); with ``messages`` and no ``ask``, their bodies joined. The skill ids of the
-        skills block are remembered as the turn's offered skills."""
+        skills block are remembered as the turn's offered skills.
+
+        Several ``senders`` need ``messages`` (each body with its own sender, as turn_end must
+        send them): refused here with ValueError, before the turn starts, not at its end."""
         messages = tuple(messages)
         senders = tuple(senders) or tuple(dict.fromkeys(m.sender for m in messages))
+        if len(senders) > 1 and not messages:
+            raise ValueError("several senders: pass messages= to turn_start so each body keeps its sender")
+        chain = tuple(self.unit_chain if unit_chain is None else unit_chain)
         ask = ask or "\n".join(m.body for m in messages)
         role = role or self.role
         started = datetime.now(UTC)
@@ -217,12 +260,12 @@ class AgentLearn:
                 ask=ask,
                 requires_recon=requires_recon,
                 senders=[_counterparty(s) for s in senders],
-                unit_chain=list(self.unit_chain if unit_chain is None else unit_chain),
+                unit_chain=list(chain),
             ),
             **self._kw(),
         )
         offered = tuple(i for b in response.blocks if b.block == prefetch_pb.BLOCK_SKILLS for i in b.ids)
-        self._turns[turn_id] = _Turn(ask, role, started, messages, senders, offered)
+        self._turns[turn_id] = _Turn(ask, role, started, messages, senders, chain, offered)
         return TurnContext(turn_id, response.markdown, offered, response.summary.line, response)
 
     async def tools(self, role: str | None = None) -> list[dict[str, Any]]:
@@ -251,7 +294,7 @@ class AgentLearn:
                 role=turn.role if turn else self.role,
                 turn_id=turn_id,
                 senders=[_counterparty(s) for s in (turn.senders if turn else ())],
-                unit_chain=list(self.unit_chain),
+                unit_chain=list(turn.unit_chain if turn else self.unit_chain),
                 request_id=request_id or uuid.uuid4().hex,
             ),
             **self._kw(),
@@ -285,8 +328,12 @@ class AgentLearn:
     ) -> reflector_pb.SubmitTurnResponse:
         """SubmitTurn: the turn as the reflector needs it. ``tools_called`` defaults to every tool
         the turn called through this client (with record_tool_call); ``tool_sequence`` (the final
-        round's tools, in order) defaults to the same. Resubmitting a run id is a no-op."""
-        turn = self._turns.pop(turn_id)
+        round's tools, in order) defaults to the same. Resubmitting a run id is a no-op.
+
+        The turn is forgotten only once SubmitTurn succeeded with a settled outcome: after an error
+        (UNAVAILABLE past the retries, DEADLINE_EXCEEDED, a refusal) call turn_end again, and after
+        ``Outcome.SELF_ITERATE`` send the settling event with turn_end under the same ``turn_id``."""
+        turn = self._turns[turn_id]
         called = list(turn.tools_called if tools_called is None else tools_called)
         if turn.messages:
             interactions = [
@@ -295,12 +342,8 @@ class AgentLearn:
                 )
                 for m in turn.messages
             ]
-        elif len(turn.senders) == 1:
-            interactions = [reflector_pb.InboundInteraction(sender=_sender(turn.senders[0]), body=turn.ask)]
-        elif turn.senders:
-            raise ValueError("several senders: pass messages= to turn_start so each body keeps its sender")
-        else:
-            interactions = []
+        else:  # at most one sender: turn_start refused several without messages
+            interactions = [reflector_pb.InboundInteraction(sender=_sender(s), body=turn.ask) for s in turn.senders]
         completed = reflector_pb.TurnCompleted(
             turn_id=turn_id,
             work_key=work_key,
@@ -325,4 +368,7 @@ class AgentLearn:
         )
         if learning_enabled is not None:
             completed.learning_enabled = learning_enabled
-        return await self.reflector.SubmitTurn(reflector_pb.SubmitTurnRequest(turn=completed), **self._kw())
+        submitted = await self.reflector.SubmitTurn(reflector_pb.SubmitTurnRequest(turn=completed), **self._kw())
+        if int(outcome) != Outcome.SELF_ITERATE:
+            self._turns.pop(turn_id, None)
+        return submitted
