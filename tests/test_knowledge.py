@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import types
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -271,6 +272,37 @@ async def test_upsert_refusals_name_the_field(kb: KB, change, reason, field):  #
     assert (info.reason, info.domain) == (reason, DOMAIN)
     assert bad.field_violations[0].field == field
     assert await kb.pool.fetchval("SELECT count(*) FROM knowledge_pages") == 0
+
+
+async def test_upsert_gives_a_new_page_the_id_asked_for(kb: KB):
+    """A caller that records a page's id before writing it (a workspace lesson) asks for that id."""
+    wanted = str(uuid.uuid4())
+    first = await kb.stub.UpsertPage(
+        pb.UpsertPageRequest(company="acme", container="ops", title="Rollback", body="make rollback.", page_id=wanted)
+    )
+    assert first.created and first.page.id == wanted
+    # The title's page keeps its id whatever a later write asks for.
+    again = await kb.stub.UpsertPage(
+        pb.UpsertPageRequest(
+            company="acme", container="ops", title="Rollback", body="make undo.", page_id=str(uuid.uuid4())
+        )
+    )
+    assert not again.created and again.page.id == wanted and again.page.body == "make undo."
+    # Another page's id is refused, and nothing is written.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await kb.stub.UpsertPage(
+            pb.UpsertPageRequest(company="acme", container="ops", title="Other", body="x.", page_id=wanted)
+        )
+    code, info, bad = error_info(err.value)
+    assert code == grpc.StatusCode.ALREADY_EXISTS
+    assert (info.reason, info.domain, bad.field_violations[0].field) == ("PAGE_ID_TAKEN", DOMAIN, "page_id")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await kb.stub.UpsertPage(
+            pb.UpsertPageRequest(company="acme", container="ops", title="Other", body="x.", page_id="not-a-uuid")
+        )
+    code, info, bad = error_info(err.value)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and bad.field_violations[0].field == "page_id", info
+    assert await kb.pool.fetchval("SELECT count(*) FROM knowledge_pages") == 1
 
 
 async def test_a_body_past_the_limit_is_refused_not_trimmed(kb: KB):

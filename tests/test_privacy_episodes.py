@@ -19,8 +19,10 @@ from services.episodes.lifecycle import COMPACTION_PROMPT_VERSION
 from tests.support.app import open_app
 from tests.support.erasure_checks import subject_target
 from tests.support.grpc_errors import error_info
+from tests.support.scripted_openai import Reply
 from tests.support.turns import raw_episode
-from tests.test_episodes_lifecycle import GATE, Seats
+from tests.test_episodes_lifecycle import GATE, Chat, Seats
+from tests.test_episodes_lifecycle import scripted_llm as lifecycle_llm
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -137,3 +139,53 @@ async def test_an_episode_s_people_keep_each_identifier_in_its_own_field_raw_and
     await seats.run()
     [compacted] = [r for r in await seats.compacted() if tuple(r["tool_sequence"]) == JIRA]
     assert people(await provenance(str(compacted["id"]))) == both
+
+
+async def test_a_model_briefly_down_fails_the_erasure_for_a_retry_and_only_a_refusal_deletes_the_row(
+    make_settings, dsn, clock, edge_index, scripted_openai
+):
+    """A compacted row holds everyone else's summarised turns (their raw rows were folded away): a
+    chain only briefly down while one person's erasure re-derives it (rate limited, a server
+    error, a timeout) fails the owner's EraseRows as UNAVAILABLE, nothing erased, for the privacy
+    worker to retry; the retry re-derives it. Only a final refusal deletes the row."""
+    Chat(scripted_openai)
+    status = {"code": 0}
+    scripted_openai.rule("chat", lambda body: Reply(status=status["code"]) if status["code"] else None)
+    settings = make_settings(
+        learning={"episode_lifecycle": {"max_raw_episodes_per_agent": GATE}},
+        providers={"llm": lifecycle_llm(scripted_openai), "auxiliary_chain": ["scripted"]},
+    )
+    async with open_app(settings, dsn, names=["episodes"], clock=clock, index=edge_index) as app:
+        seats = Seats(app, clock)
+        await seats.due()
+        carla = await seats.add(40, JIRA, label="Weekly report request", subjects=["carla"])
+        erin = await seats.add(41, JIRA, label="Weekly report request", subjects=["erin"])
+        for i in range(2):
+            await seats.add(42 + i, JIRA, label="Weekly report request", subjects=["dave"])
+        await seats.run()
+        [shared] = await seats.compacted()
+        count_members = "SELECT count(*) FROM compaction_members WHERE compacted_id = $1"
+        members = await app.infra.pool.fetchval(count_members, shared["id"])
+
+        hers = subject_target("carla", str(uuid.uuid4()), turn_ids=[carla])
+        for code in (429, 503):
+            status["code"] = code
+            with pytest.raises(grpc.aio.AioRpcError) as exc:
+                await seats.stub.EraseRows(pb.EraseRowsRequest(target=hers))
+            got, info, _ = error_info(exc.value)
+            assert (got, info.reason) == (grpc.StatusCode.UNAVAILABLE, "SUMMARY_MODEL_UNAVAILABLE")
+            [kept] = await seats.compacted()
+            assert kept == shared  # nothing erased: the retry finds it whole
+            assert await app.infra.pool.fetchval(count_members, shared["id"]) == members
+
+        status["code"] = 0  # the model is back: the privacy worker's retry re-derives it
+        report = (await seats.stub.EraseRows(pb.EraseRowsRequest(target=hers))).report
+        assert [list(t.ids) for t in report.tables if t.table == "episodes:rederived"] == [[str(shared["id"])]]
+        [after] = await seats.compacted()
+        assert after["id"] == shared["id"] and after["count"] == 3
+
+        status["code"] = 400  # a refusal is final: that erasure deletes the row (deleting is always correct)
+        theirs = subject_target("erin", str(uuid.uuid4()), turn_ids=[erin])
+        report = (await seats.stub.EraseRows(pb.EraseRowsRequest(target=theirs))).report
+        assert str(shared["id"]) in {i for t in report.tables if t.table == "episodes" for i in t.ids}
+        assert await seats.compacted() == []

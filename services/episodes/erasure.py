@@ -7,10 +7,11 @@
   *re-derived*: the same summary that folded it (``EpisodeLifecycle.rederive``: the seat's
   auxiliary chain, the same prompt) is written again from the remaining members, the person's
   member records are deleted and the row's columns replaced in place (same id: its exemplars stay
-  anchored). No member left, the chain not answering, or a new text that still names them: the row
-  is deleted. A compacted row has no vector (it is never a search hit), so there is none to
-  replace. The model calls run before the owner's transaction; a plan that changed meanwhile
-  deletes the row instead.
+  anchored). No member left, a final refusal of the chain, or a new text that still names them: the
+  row is deleted. A chain only briefly down raises (``rederive``: ``UNAVAILABLE``) before anything
+  is erased, and the privacy worker retries the erasure. A compacted row has no vector (it is
+  never a search hit), so there is none to replace. The model calls run before the owner's
+  transaction; a plan that changed meanwhile deletes the row instead.
 - A compacted row folded before members were kept (no ``compaction_members``): its text is kept
   only when it does not name them; their identifiers leave ``subjects_involved`` and their run ids
   ``exemplar_turn_ids`` (the row is *changed*); otherwise it is deleted.
@@ -242,7 +243,7 @@ async def erase(
         rederived: list[uuid.UUID] = []
         for redo in plan.redo:
             done = ready.get((redo.id, redo.keep))
-            if done is None:  # no model, it did not answer, or the members changed since: deleted
+            if done is None:  # no model, a final refusal, or the members changed since: deleted
                 plan.gone.append({"id": redo.id, "turn_id": None, "embedding_dims": None})
                 continue
             row, model = done

@@ -57,9 +57,10 @@ from libs.common.auxmodel import (
     Stage,
 )
 from libs.common.config import EpisodeLifecycleConfig
+from libs.common.errors import Unavailable
 from libs.common.events import EventSink
 from libs.common.pass_report import SeatPassReport, add_counts, emit_report
-from services.episodes.domain import Episode, EpisodeKind, TurnOutcome, tool_set
+from services.episodes.domain import DOMAIN, Episode, EpisodeKind, TurnOutcome, tool_set
 from services.episodes.service import EpisodeService, drop_points
 from services.episodes.store import Fold
 
@@ -68,6 +69,7 @@ __all__ = [
     "COMPACTION_PURPOSE",
     "CONDENSED_LABEL",
     "CONDENSE_PURPOSE",
+    "PASSING_FAILURES",
     "EpisodeLifecycle",
     "LifecycleReport",
     "compaction_rule",
@@ -185,6 +187,19 @@ def _strings(value: Any) -> tuple[str, ...] | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(v.strip() for v in value if v.strip())
     return None
+
+
+PASSING_FAILURES = frozenset({"rate_limited", "timeout", "server_error", "connection"})
+"""Provider failure kinds that pass (``ProviderError``): the same call may answer a little later.
+The others (refused, configuration, no_rule) and a chain naming no model are final."""
+
+
+class _PassingFailure(Exception):
+    """The chain did not answer, and a provider's failure was a passing one (``kind``)."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
 
 
 def parse_summary(text: str) -> Summary | None:
@@ -517,11 +532,19 @@ class EpisodeLifecycle:
         counts.exemplars_kept += len(exemplars)
 
     async def _summarise(
-        self, company: str, seat: str, role: str | None, members: list[dict[str, Any]]
+        self,
+        company: str,
+        seat: str,
+        role: str | None,
+        members: list[dict[str, Any]],
+        *,
+        give_up_on_passing: bool = True,
     ) -> tuple[Summary | None, str, str]:
         """The seat's chain's summary of ``members`` (what ``_member`` renders of each): (the
         summary or None, why not, the model that answered). The one path a compacted row's text is
-        written by: folding a cluster, and re-deriving it when a member's person is erased."""
+        written by: folding a cluster, and re-deriving it when a member's person is erased.
+        ``give_up_on_passing`` False: a chain that failed passingly somewhere (``PASSING_FAILURES``)
+        raises :class:`_PassingFailure` instead of answering None."""
         prompt = Prompt(
             purpose=COMPACTION_PURPOSE,
             system=_COMPACTION_SYSTEM,
@@ -534,8 +557,13 @@ class EpisodeLifecycle:
             completion = await self.aux.complete(
                 Attribution(company, seat, Stage.BACKGROUND, COMPACTION_PURPOSE, role=role), prompt
             )
-        except (AuxiliaryUnavailable, NoAuxiliaryModel) as err:
-            return None, getattr(err, "kind", "no_auxiliary_model"), ""
+        except AuxiliaryUnavailable as err:
+            passing = [kind for _, kind in err.failures if kind in PASSING_FAILURES]
+            if passing and not give_up_on_passing:
+                raise _PassingFailure(passing[-1]) from err
+            return None, err.kind, ""
+        except NoAuxiliaryModel:
+            return None, "no_auxiliary_model", ""
         summary = parse_summary(completion.text)
         return summary, "invalid_json" if summary is None else "", completion.model
 
@@ -545,8 +573,30 @@ class EpisodeLifecycle:
         """A compacted row re-derived from ``records`` (its remaining members' ``compaction_members``
         records) by the summary that folded it, with ``exemplars`` (the run ids of the exemplars
         still kept): the new row's columns (its id is a placeholder) and the model; None when the
-        chain did not answer (the caller deletes the row instead: deleting is always correct)."""
-        summary, why, model = await self._summarise(company, seat, role, [dict(r["member"]) for r in records])
+        chain refused for good (no model, a refusal, an answer that is not the summary: the caller
+        deletes the row instead).
+
+        A chain only briefly down (a provider rate limited, timed out, erring or out of reach) is
+        no reason to delete: the row holds everyone else's summarised turns, whose raw rows were
+        folded away. That raises ``Unavailable`` (``SUMMARY_MODEL_UNAVAILABLE``), failing this
+        owner's ``EraseRows`` before anything is erased, so the privacy worker tries the erasure
+        again after ``privacy.retry_seconds`` (up to ``privacy.max_attempts``)."""
+        try:
+            summary, why, model = await self._summarise(
+                company, seat, role, [dict(r["member"]) for r in records], give_up_on_passing=False
+            )
+        except _PassingFailure as err:
+            kind = err.kind
+            _log.warning(
+                "re-deriving a compacted row of %s/%s failed (%s); the erasure is retried", company, seat, kind
+            )
+            raise Unavailable(
+                f"the summary model of seat {seat} did not answer ({kind}) re-deriving a compacted episode; "
+                "the erasure is retried rather than the row deleted",
+                reason="SUMMARY_MODEL_UNAVAILABLE",
+                domain=DOMAIN,
+                metadata={"seat": seat, "failure": kind},
+            ) from err
         if summary is None:
             _log.warning("re-deriving a compacted row of %s/%s failed (%s); it is deleted", company, seat, why)
             return None

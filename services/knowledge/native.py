@@ -62,6 +62,20 @@ def check_title(value: str, field: str, limits: Limits) -> str:
     return value
 
 
+def _requested_id(value: str) -> uuid.UUID:
+    """The id a caller asks a new page to get: a UUID (the native pages' ids), else FIELD_INVALID."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidArgument(
+            f"page_id {value[:100]!r} is not a UUID",
+            reason="FIELD_INVALID",
+            domain=DOMAIN,
+            field="page_id",
+            metadata={"value": value[:100]},
+        ) from None
+
+
 class NativePages(VectorRowWriter[S]):
     collection_base = COLLECTION_BASE
 
@@ -77,10 +91,13 @@ class NativePages(VectorRowWriter[S]):
     # ---------------------------------------------------------------- write
 
     async def upsert_page(
-        self, company: str, container: str, title: str, body: str, parent_titles: list[str]
+        self, company: str, container: str, title: str, body: str, parent_titles: list[str], *, page_id: str = ""
     ) -> tuple[Page, bool, str | None]:
         """Create or replace the page (by container and title). Returns it, whether this call
-        created it, and why it has no vector when it has none."""
+        created it, and why it has no vector when it has none. ``page_id``: the id a page this call
+        creates gets (a caller that recorded it first finds the page after a fault); a replaced
+        page keeps its own."""
+        new_id = _requested_id(page_id) if page_id else uuid.uuid4()
         company = require_ident(company, "company", domain=DOMAIN)
         container = require_ident(container, "container", domain=DOMAIN)
         title = self._title(title, "title")
@@ -90,7 +107,7 @@ class NativePages(VectorRowWriter[S]):
         vector, skipped = await self._vector_for(company, container, title, body)
         model = self.embedder.model if (vector is not None and self.embedder is not None) else None
         page, created = await self.store.upsert(
-            PageWrite(uuid.uuid4(), company, container, title, body, tuple(parents), self.clock.now(), vector, model)
+            PageWrite(new_id, company, container, title, body, tuple(parents), self.clock.now(), vector, model)
         )
         if vector is not None and model:
             await self._index(page, vector, model)

@@ -152,9 +152,9 @@ class KnowledgeService:
     # ------------------------------------------------------------------ writes
 
     async def upsert_page(
-        self, company: str, container: str, title: str, body: str, parent_titles: list[str]
+        self, company: str, container: str, title: str, body: str, parent_titles: list[str], *, page_id: str = ""
     ) -> tuple[Page, bool, str | None]:
-        return await self.pages.upsert_page(company, container, title, body, parent_titles)
+        return await self.pages.upsert_page(company, container, title, body, parent_titles, page_id=page_id)
 
     async def draft_provenance(self, company: str, page_id: str) -> DraftOrigin:
         """Where a promotion draft came from (issue 17): its unit, the runs (seat, run id) of the

@@ -143,10 +143,15 @@ def context_to_pb(context: ReadContext) -> pb.ReadContext:
 async def upsert_page(
     service: KnowledgeService, request: pb.UpsertPageRequest | legacy_pb.UpsertPageRequest
 ) -> tuple[Page, bool]:
-    """An UpsertPage of this proto or of the legacy one (the same fields): the page, and whether it
-    is new."""
+    """An UpsertPage of this proto or of the legacy one (the same fields, but ``page_id``, which the
+    legacy one lacks): the page, and whether it is new."""
     page, created, _skipped = await service.upsert_page(
-        request.company, request.container, request.title, request.body, list(request.parent_titles)
+        request.company,
+        request.container,
+        request.title,
+        request.body,
+        list(request.parent_titles),
+        page_id=request.page_id if isinstance(request, pb.UpsertPageRequest) else "",
     )
     return page, created
 

@@ -19,7 +19,7 @@ import asyncpg
 import numpy as np
 
 from libs.common.db import as_array
-from libs.common.errors import InvalidArgument
+from libs.common.errors import AlreadyExists, InvalidArgument
 from libs.common.rows import Conversions, RowReader
 from services.knowledge.domain import (
     AUTO_DRAFT_TITLE_PREFIX,
@@ -216,26 +216,45 @@ class PostgresPageStore:
     async def upsert(self, write: PageWrite) -> tuple[Page, bool]:
         """Raises :func:`body_too_large_error` (nothing stored) when the body's words do not fit
         the generated full-text column: only Postgres knows the tsvector's size, so it is caught
-        here rather than guessed from the body."""
+        here rather than guessed from the body; ``AlreadyExists`` (``PAGE_ID_TAKEN``) when the id a
+        caller asked for is another page's."""
         vector = write.vector
-        try:
-            row = await self.pool.fetchrow(
-                SQL["upsert"],
-                write.page_id,
-                write.company,
-                write.container,
-                write.title,
-                write.body,
-                list(write.parent_titles),
-                write.now,
-                None if vector is None else vector.astype(np.float32),
-                write.model if vector is not None else None,
-                int(vector.shape[0]) if vector is not None else None,
-            )
-        except asyncpg.ProgramLimitExceededError as err:
-            if "tsvector" not in str(err):
-                raise
-            raise body_too_large_error(str(err)) from None
+        args = (
+            write.page_id,
+            write.company,
+            write.container,
+            write.title,
+            write.body,
+            list(write.parent_titles),
+            write.now,
+            None if vector is None else vector.astype(np.float32),
+            write.model if vector is not None else None,
+            int(vector.shape[0]) if vector is not None else None,
+        )
+        for attempt in (1, 2):
+            try:
+                row = await self.pool.fetchrow(SQL["upsert"], *args)
+                break
+            except asyncpg.ProgramLimitExceededError as err:
+                if "tsvector" not in str(err):
+                    raise
+                raise body_too_large_error(str(err)) from None
+            except asyncpg.UniqueViolationError as err:
+                if err.constraint_name != "knowledge_pages_pkey":
+                    raise
+                # Two writers of one page asking for the same id (a workspace lesson written by two
+                # checks at once) race past the title's conflict check and meet on the id: the
+                # second, tried again, finds the first's page by its title and replaces it. An id
+                # still taken then is another page's.
+                if attempt == 1:
+                    continue
+                raise AlreadyExists.of_field(
+                    "page_id",
+                    "PAGE_ID_TAKEN",
+                    f"page_id {write.page_id} is another page's",
+                    domain=DOMAIN,
+                    page_id=str(write.page_id),
+                ) from None
         assert row is not None
         return _page(row), bool(row["created"])
 

@@ -147,6 +147,7 @@ class FailureKind(StrEnum):
     WRITE_FAILED = "write_failed"
     PERMISSION_REFUSED = "permission_refused"
     NOT_INDEXED = "not_indexed"
+    NOT_DEDUPLICATED = "not_deduplicated"
 
 
 # ------------------------------------------------------------------------------------- records

@@ -6,6 +6,13 @@ session that names them is deleted too. A workspace lesson rests on the sessions
 one taught only by the erased sessions (or naming the person) is deleted, and its knowledge page is
 reported for the knowledge owner to remove; one also taught by others loses those sources
 (changed). The collection pass reports the person's sessions and the run ids recorded in them.
+
+The erased sessions' learning jobs (``background_jobs`` of kind ``learning``) are deleted too,
+unlike the reflector's (whose emptied rows stay as the "reflected once" gate): a check's job key is
+``plan:<session>:<revision>``, ``turn:<session>:<seq>`` or ``manual:<session>:<uuid>``, and a
+session recreated under the same id starts its revisions and sequence again, so a kept row would
+refuse the new session's checks their jobs. Nothing is gated by the old rows: the session they
+belonged to is gone.
 """
 
 from __future__ import annotations
@@ -48,6 +55,12 @@ SQL = {
                                 OR (title || ' ' || body) ~* $3)""",
     "lessons_company": """
         SELECT workspace, content_hash, page_id, sources, true AS names FROM workspace_lessons WHERE company = $1""",
+    # A learning job's key is <trigger>:<session id>:<revision, seq or uuid>; a session id may hold
+    # ':' itself, so the id is what lies between the first ':' and the last one.
+    "jobs_of": """
+        SELECT key FROM background_jobs
+        WHERE kind = 'learning' AND company = $1 AND substring(key from '^[a-z]+:(.*):[^:]*$') = ANY($2::text[])""",
+    "delete_jobs": "DELETE FROM background_jobs WHERE kind = 'learning' AND company = $1 AND key = ANY($2::text[])",
     "delete_sessions": "DELETE FROM chat_sessions WHERE company = $1 AND session_id = ANY($2::text[])",
     "delete_checks": "DELETE FROM learning_checks WHERE id = ANY($1::uuid[])",
     "delete_lesson": "DELETE FROM workspace_lessons WHERE company = $1 AND workspace = $2 AND content_hash = $3",
@@ -63,6 +76,7 @@ class _Plan:
         self.events: list[tuple[str, int]] = []
         self.plans: list[tuple[str, int]] = []
         self.checks: list[Any] = []
+        self.jobs: list[str] = []
         self.lessons_gone: list[asyncpg.Record] = []
         self.lessons_changed: list[tuple[asyncpg.Record, list[Any]]] = []
 
@@ -79,6 +93,7 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
     every = sorted(set(plan.sessions) | set(target.session_ids))
     plan.turns = sorted({r["turn_id"] for r in await conn.fetch(SQL["turns_of"], c, every)})
     plan.turns += [f"session:{s}" for s in every]
+    plan.jobs = sorted(r["key"] for r in await conn.fetch(SQL["jobs_of"], c, every))
     pattern = target.sql_pattern() if target.kind is Kind.SUBJECT else "a^"
     if target.kind is Kind.SUBJECT:
         plan.events = [(r["session_id"], r["seq"]) for r in await conn.fetch(SQL["events_naming"], c, every, pattern)]
@@ -111,6 +126,8 @@ def _report(target: Target, plan: _Plan) -> Report:
         report.add("session_plans", [f"{s}/{r}" for s, r in plan.plans])
     if plan.checks:
         report.add("learning_checks", plan.checks)
+    if plan.jobs:
+        report.add("background_jobs:learning", plan.jobs)
     if plan.lessons_gone or plan.lessons_changed:
         report.add("workspace_lessons", [lesson["page_id"] for lesson in plan.lessons_gone])
         report.add("workspace_lessons", [lesson["page_id"] for lesson, _ in plan.lessons_changed], changed=True)
@@ -133,6 +150,7 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
         await delete_keyed(conn, "session_events", c, plan.events, ("session_id", "seq"), second_type="bigint")
         await delete_keyed(conn, "session_plans", c, plan.plans, ("session_id", "revision"), second_type="bigint")
         await conn.execute(SQL["delete_checks"], plan.checks)
+        await conn.execute(SQL["delete_jobs"], c, plan.jobs)
         for lesson in plan.lessons_gone:
             await conn.execute(SQL["delete_lesson"], c, lesson["workspace"], lesson["content_hash"])
         for lesson, rest in plan.lessons_changed:

@@ -68,6 +68,10 @@ class SessionTx(Protocol):
         """The receipt of a new check, queued; None when the job key was queued before."""
         ...
 
+    async def drop_leftover_job(self, key: str, receipt: uuid.UUID) -> None:
+        """Delete the learning job of ``key`` unless a receipt other than ``receipt`` holds the key."""
+        ...
+
 
 class SessionStore(Protocol):
     def open_session(

@@ -14,6 +14,7 @@ exists.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ from services.sessions.domain import (
 from services.sessions.ports import CheckQueue, SessionStore, SessionTx
 
 __all__ = ["AppendResult", "PlanResult", "SessionService", "not_found"]
+
+_log = logging.getLogger(__name__)
 
 
 def not_found(session_id: str) -> NotFound:
@@ -185,7 +188,19 @@ class SessionService:
         )
         if check is None:
             return None
-        await self.queue.enqueue(
+        if await self._enqueue(tx, job_key, check_id, now) is None:
+            # The key's job is a leftover no receipt holds (this receipt just took the key): one of
+            # a session erased before its jobs were deleted with it, whose id is in use again and
+            # whose revisions and sequence restarted. A receipt is never left without its job (it
+            # would stay queued and block Check recent work): the leftover gives way.
+            _log.warning("learning job %s of company %s was a leftover: replaced", job_key, tx.session.company)
+            await tx.drop_leftover_job(job_key, check_id)
+            if await self._enqueue(tx, job_key, check_id, now) is None:
+                raise RuntimeError(f"learning job {job_key} could not be queued for check {check_id}")
+        return check
+
+    async def _enqueue(self, tx: SessionTx, job_key: str, check_id: uuid.UUID, now: datetime) -> int | None:
+        return await self.queue.enqueue(
             tx.conn,
             kind=JOB_KIND,
             key=job_key,
@@ -195,7 +210,6 @@ class SessionService:
             trace_carrier=telemetry.inject_context(),
             now=now,
         )
-        return check
 
     # ---------------------------------------------------------------- append
 

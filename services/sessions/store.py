@@ -13,6 +13,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -45,9 +46,7 @@ from services.sessions.domain import (
     TurnWindow,
 )
 
-__all__ = ["SQL", "LessonTx", "PostgresSessionStore", "SessionTx"]
-
-_LESSON_LOCKS = 0x6C73736E  # "lssn": the advisory lock namespace of workspace lessons
+__all__ = ["SQL", "LessonRecord", "PostgresSessionStore", "SessionTx"]
 
 _SESSION = "company, session_id, owner, workspace, seat, role, last_seq, plan_revision, create_time"
 _EVENT = "seq, event_id, kind, text, event_time, turn_id, tool_name, source, status, turn_outcome, remember"
@@ -89,6 +88,10 @@ SQL = {
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'queued', $15)
         ON CONFLICT (company, job_key) DO NOTHING
         RETURNING {_CHECK}""",
+    # A learning job whose key no receipt holds (the caller just took the key for a new receipt).
+    "drop_leftover_job": """
+        DELETE FROM background_jobs j WHERE j.kind = 'learning' AND j.company = $1 AND j.key = $2
+           AND NOT EXISTS (SELECT 1 FROM learning_checks c WHERE c.company = $1 AND c.job_key = $2 AND c.id <> $3)""",
     "active_check": f"""
         SELECT {_CHECK} FROM learning_checks
         WHERE company = $1 AND session_id = $2 AND state IN ('queued', 'running')
@@ -161,22 +164,26 @@ SQL = {
     "count_of_kinds": """
         SELECT count(*) FROM session_events
         WHERE company = $1 AND session_id = $2 AND kind = ANY($3::text[]) AND seq <= $4""",
-    "lock_lesson": "SELECT pg_advisory_xact_lock($1, hashtext($2))",
-    "lesson": """
-        SELECT page_id, title, body FROM workspace_lessons
-        WHERE company = $1 AND workspace = $2 AND content_hash = $3""",
     "lesson_by_page": """
         SELECT workspace, title, sources FROM workspace_lessons WHERE company = $1 AND page_id = $2
         ORDER BY create_time LIMIT 1""",
-    "record_lesson": """
+    # The lesson's record, committed before its page is written (Writer.lesson): a new one with the
+    # page id it reserves, or the one recorded before (its page id, title and body stay) with this
+    # source added. One statement: two checks recording it at once land on one row.
+    "reserve_lesson": """
         INSERT INTO workspace_lessons (company, workspace, content_hash, page_id, title, body, sources, create_time,
                                        update_time)
         VALUES ($1, $2, $3, $4, $5, $6, jsonb_build_array($7::jsonb), $8, $8)
         ON CONFLICT (company, workspace, content_hash) DO UPDATE
-           SET page_id = EXCLUDED.page_id, update_time = EXCLUDED.update_time,
+           SET update_time = EXCLUDED.update_time,
                sources = CASE WHEN workspace_lessons.sources @> jsonb_build_array($7::jsonb)
                               THEN workspace_lessons.sources
-                              ELSE workspace_lessons.sources || jsonb_build_array($7::jsonb) END""",
+                              ELSE workspace_lessons.sources || jsonb_build_array($7::jsonb) END
+        RETURNING page_id, title, body""",
+    # The page the knowledge kept under the title has an id of its own (it existed before the record).
+    "settle_lesson": """
+        UPDATE workspace_lessons SET page_id = $5, update_time = $6
+         WHERE company = $1 AND workspace = $2 AND content_hash = $3 AND page_id = $4""",
 }
 
 
@@ -349,6 +356,10 @@ class SessionTx:
         )
         return _check(row) if row else None
 
+    async def drop_leftover_job(self, key: str, receipt: uuid.UUID) -> None:
+        """Delete the learning job of ``key`` unless a receipt other than ``receipt`` holds the key."""
+        await self.conn.execute(SQL["drop_leftover_job"], self.session.company, key, receipt)
+
 
 class PostgresSessionStore:
     def __init__(self, pool: asyncpg.Pool):
@@ -515,24 +526,46 @@ class PostgresSessionStore:
         row = await self.pool.fetchrow(SQL["lesson_by_page"], company, page_id)
         return (row["workspace"], row["title"], row["sources"]) if row is not None else None
 
-    @contextlib.asynccontextmanager
-    async def lesson_lock(self, company: str, workspace: str, content_hash: str) -> AsyncIterator[LessonTx]:
-        """A transaction holding the lock of one lesson's normalized content in one workspace: two
-        checks writing the same lesson at once land on one page."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(SQL["lock_lesson"], _LESSON_LOCKS, f"{company}/{workspace}/{content_hash}")
-            yield LessonTx(conn, company, workspace, content_hash)
+    async def reserve_lesson(
+        self,
+        company: str,
+        workspace: str,
+        content_hash: str,
+        new: LessonRecord,
+        source: Mapping[str, object],
+        now: datetime,
+    ) -> LessonRecord:
+        """The lesson's record with ``source`` among its sources, committed before its page is
+        written: the one recorded before (its page id, title and body), else ``new``. Whatever point
+        a fault then stops the write at, the record names the page (written or not) and who taught
+        it, so an erasure of the person finds both, and the next check of the lesson writes the same
+        page (same title, same id) rather than a second one."""
+        row = await self.pool.fetchrow(
+            SQL["reserve_lesson"],
+            company,
+            workspace,
+            content_hash,
+            new.page_id,
+            new.title,
+            new.body,
+            json.dumps(source),
+            now,
+        )
+        assert row is not None
+        return LessonRecord(row["page_id"], row["title"], row["body"])
+
+    async def settle_lesson(
+        self, company: str, workspace: str, content_hash: str, reserved: str, page_id: str, now: datetime
+    ) -> None:
+        """The record names ``page_id`` (the page the title had before) instead of the id it
+        reserved; a record erased meanwhile stays erased."""
+        await self.pool.execute(SQL["settle_lesson"], company, workspace, content_hash, reserved, page_id, now)
 
 
-class LessonTx:
-    def __init__(self, conn: asyncpg.Connection, company: str, workspace: str, content_hash: str):
-        self.conn = conn
-        self.key = (company, workspace, content_hash)
+@dataclass(frozen=True)
+class LessonRecord:
+    """A workspace lesson's page: its id (reserved before the page is written), title and body."""
 
-    async def known(self) -> tuple[str, str, str] | None:
-        """(page id, title, body) of the lesson's page when it was written before."""
-        row = await self.conn.fetchrow(SQL["lesson"], *self.key)
-        return (row["page_id"], row["title"], row["body"]) if row else None
-
-    async def record(self, page_id: str, title: str, body: str, source: Mapping[str, object], now: datetime) -> None:
-        await self.conn.execute(SQL["record_lesson"], *self.key, page_id, title, body, json.dumps(source), now)
+    page_id: str
+    title: str
+    body: str

@@ -3,9 +3,13 @@
 - A project lesson becomes a knowledge page in the workspace's container (``workspace:<name>``,
   read by every role that lists the workspace), titled from its normalized content, so identical
   normalized content reuses its page; its sources (session, check, event ids) are kept in
-  ``workspace_lessons``. A page stored without a vector is a partial failure (not indexed).
+  ``workspace_lessons``, recorded (with the page id it reserves) before the page is written, so a
+  fault after the write leaves no page that neither a receipt nor an erasure finds. A page stored
+  without a vector is a partial failure (not indexed).
 - Personal facts go through the memory judge (``judge``), then the embedding-backed dedup (a
-  note of the seat at least ``personal_fact_duplicate_similarity`` similar is reused), then
+  note of the seat at least ``personal_fact_duplicate_similarity`` similar is reused; a dedup that
+  could not compare with every note — the query not embedded, notes without a vector of the current
+  model — is the written note's ``NOT_DEDUPLICATED`` partial failure), then
   ``DiaryService.WriteNote`` with an idempotency key of the normalized content. Nothing is written
   when ``memory.extraction_cadence`` is off for the user or the company.
 - A skill candidate becomes a proposal through ``SkillService.ProposeSkill`` (the duplicate
@@ -28,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +40,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from agentlearn.common.v1 import erasure_pb2, provenance_pb2
+from agentlearn.common.v1 import embedding_pb2, erasure_pb2, provenance_pb2
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.knowledge.v1 import knowledge_service_pb2 as kb_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
@@ -67,7 +72,7 @@ from services.sessions.domain import (
 )
 from services.sessions.ports import SessionStore
 from services.sessions.review import FactCandidate, LessonCandidate, SkillCandidate
-from services.sessions.store import PostgresSessionStore
+from services.sessions.store import LessonRecord, PostgresSessionStore
 
 __all__ = [
     "JUDGE_PROMPT_VERSION",
@@ -217,37 +222,46 @@ class Writer:
         digest = _hash(normalized)
         origin = origin or Origin()
         source = _check_source(check, evidence_ids, origin)
-        # Under the lesson's lock: the page of identical normalized content is found by its hash
-        # (and keeps the title and text it was first written with), so it is reused whatever the
-        # new copy's case, spacing or punctuation, even when two checks write it at once.
-        async with self.store.lesson_lock(check.company, check.workspace, digest) as tx:
-            known = await tx.known()
-            if known:
-                _, title, body = known
-            else:
-                title = lesson_title(cand.text, digest)
-                body = (
-                    f"{cand.text}\n\n---\nLearned in session {check.session_id} (learning check {check.id}) "
-                    f"from evidence {', '.join(evidence_ids)}."
-                )
-            resp = await self._answer(
-                self.clients.knowledge.UpsertPage(
-                    kb_pb.UpsertPageRequest(
-                        company=check.company,
-                        container=workspace_container(check.workspace),
-                        title=title,
-                        body=body,
-                    ),
-                    timeout=self._timeout,
+        # The lesson's record (its page id, title and body, and this check among its sources) is
+        # committed BEFORE the page is written: whatever point a fault stops this at (Postgres gone,
+        # the process killed after UpsertPage), the record names the page and the person who
+        # taught it, so an erasure of theirs deletes the page, and the next check of the lesson
+        # writes the same page (the recorded title and id) instead of a second one. The page of
+        # identical normalized content is found by its hash (it keeps the title and text it was
+        # first recorded with), so it is reused whatever the new copy's case, spacing or
+        # punctuation, even when two checks write it at once (one row; the knowledge keys pages by
+        # title).
+        first = LessonRecord(
+            str(uuid.uuid4()),
+            lesson_title(cand.text, digest),
+            f"{cand.text}\n\n---\nLearned in session {check.session_id} (learning check {check.id}) "
+            f"from evidence {', '.join(evidence_ids)}.",
+        )
+        record = await self.store.reserve_lesson(
+            check.company, check.workspace, digest, first, source, self.clock.now()
+        )
+        resp = await self._answer(
+            self.clients.knowledge.UpsertPage(
+                kb_pb.UpsertPageRequest(
+                    company=check.company,
+                    container=workspace_container(check.workspace),
+                    title=record.title,
+                    body=record.body,
+                    page_id=record.page_id,
                 ),
-                OutputKind.PROJECT_LESSON,
-                "knowledge",
-                out,
+                timeout=self._timeout,
+            ),
+            OutputKind.PROJECT_LESSON,
+            "knowledge",
+            out,
+        )
+        if resp is None:
+            return
+        page = resp.page
+        if page.id != record.page_id:  # the title's page existed before the record: it keeps its id
+            await self.store.settle_lesson(
+                check.company, check.workspace, digest, record.page_id, page.id, self.clock.now()
             )
-            if resp is None:
-                return
-            page = resp.page
-            await tx.record(page.id, title, body, source, self.clock.now())
         disposition = Disposition.WRITTEN if resp.created else Disposition.REUSED
         out.outputs.append(Output(OutputKind.PROJECT_LESSON, page.id, disposition, tuple(evidence_ids)))
         if not page.embedding_model:
@@ -381,6 +395,7 @@ class Writer:
             best = max(near, key=lambda c: c.similarity)
             out.outputs.append(Output(OutputKind.PERSONAL_FACT, best.note.id, Disposition.REUSED, tuple(ids)))
             return
+        unchecked = _dedup_gap(similar)
         resp = await self._answer(
             diary.WriteNote(
                 diary_pb.WriteNoteRequest(
@@ -416,6 +431,12 @@ class Writer:
                 tuple(ids),
             )
         )
+        if unchecked and resp.created:
+            # Written anyway (a fact is not lost to an embedder's outage; an identical one is still
+            # caught by the idempotency key), but the receipt says the dedup did not fully run.
+            out.failures.append(
+                PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.NOT_DEDUPLICATED, unchecked, note.id)
+            )
         if not note.embedding_model:
             out.failures.append(
                 PartialFailure(
@@ -483,6 +504,24 @@ class Writer:
                 else f"duplicates the live skill {match.name} ({check_name} {match.similarity:.2f})"
             )
             out.dropped.append(Dropped(OutputKind.SKILL_PROPOSAL, what, ids))
+
+
+def _dedup_gap(similar: diary_pb.RecallNotesResponse) -> str:
+    """Why the embedding-backed duplicate check could not compare a fact with every note of the
+    seat (the diary reports it beside its candidates); empty when it could."""
+    status = similar.embedding_status
+    if status not in (embedding_pb2.EMBEDDING_STATUS_EMBEDDED, embedding_pb2.EMBEDDING_STATUS_PROVIDED):
+        name = embedding_pb2.EmbeddingStatus.Name(status).removeprefix("EMBEDDING_STATUS_")
+        return (
+            f"the duplicate check did not run (the query's embedding: {name}): the note was written without "
+            "being compared with the seat's notes, so it may repeat one of them"
+        )
+    if similar.unreachable_by_vector_count > 0:
+        return (
+            f"the duplicate check could not compare the note with {similar.unreachable_by_vector_count} of the "
+            "seat's notes (no vector of the current model yet): it may repeat one of them"
+        )
+    return ""
 
 
 # ------------------------------------------------------------------------------ lesson provenance

@@ -29,7 +29,7 @@ from services.sessions.domain import (
     SessionSummary,
     TurnWindow,
 )
-from tests.unit.fakes.jobs import FakeDb
+from tests.unit.fakes.jobs import FakeDb, FakeJobQueue
 
 
 @dataclass
@@ -44,9 +44,10 @@ class _State:
 class FakeTx:
     """One session's transaction on the fake store; ``conn`` is the transaction itself."""
 
-    def __init__(self, state: _State, session: Session):
+    def __init__(self, state: _State, session: Session, queue: FakeJobQueue):
         self._state = state
         self.session = session
+        self._queue = queue
 
     @property
     def conn(self) -> FakeTx:
@@ -127,6 +128,14 @@ class FakeTx:
         self._state.checks.append(check)
         return check
 
+    async def drop_leftover_job(self, key: str, receipt: uuid.UUID) -> None:
+        s = self.session
+        if any(c.company == s.company and c.job_key == key and c.id != receipt for c in self._state.checks):
+            return
+        for job_id, j in list(self._queue.jobs.items()):
+            if (j.job.kind, j.job.company, j.job.key) == ("learning", s.company, key):
+                del self._queue.jobs[job_id]
+
 
 class FakeSessionStore(FakeDb):
     """The store and its check queue (``queue``, for the use cases' ``CheckQueue``) in one fake
@@ -148,7 +157,7 @@ class FakeSessionStore(FakeDb):
                 self.state.sessions[key] = create
                 self.state.update_times[key] = now
             session = self.state.sessions.get(key)
-            yield FakeTx(self.state, session) if session is not None else None
+            yield FakeTx(self.state, session, self.queue) if session is not None else None
 
     async def get_session(self, company: str, session_id: str) -> Session | None:
         return self.state.sessions.get((company, session_id))
