@@ -85,8 +85,10 @@ class Env:
 
 
 @contextlib.asynccontextmanager
-async def open_env(settings, site, dsn, clock, index, names=("knowledge",)):  # type: ignore[no-untyped-def]
-    async with open_app(settings, dsn, names=list(names), clock=clock, embedder=None, index=index) as app:
+async def open_env(settings, site, dsn, clock, index, names=("knowledge",), auth_mode="local"):  # type: ignore[no-untyped-def]
+    async with open_app(
+        settings, dsn, names=list(names), clock=clock, embedder=None, index=index, auth_mode=auth_mode
+    ) as app:
         try:
             yield Env(app, site, pb_grpc.KnowledgeServiceStub(app.channel))
         finally:
@@ -286,6 +288,48 @@ async def test_an_unreachable_site_is_unreachable_not_empty(make_settings, dsn, 
     async with open_env(settings, site, dsn, clock, edge_index) as env:
         resp = await env.search("deploy")
     assert resp.unsearched_reason == pb.UNSEARCHED_REASON_UNREACHABLE and "could not be reached" in resp.detail
+
+
+async def test_an_operators_search_needs_the_inspect_scope_and_a_company_wide_credential(
+    make_settings, site, dsn, clock, edge_index
+):
+    """Naming no seat and no role is an operator's read, which on Confluence searches every space
+    as the org token: a token bound to a seat (or without inspect) is refused before Confluence
+    is asked — SearchPages, CanSearch and the onboarding read alike, as GetPage and ListPages."""
+    site.page("HR", "Salaries 2026", "Everyone's salaries.")
+    site.page("PLAT", "Onboarding", "Start here.")
+    async with open_env(settings_for(make_settings, site), site, dsn, clock, edge_index, auth_mode="tokens") as env:
+        tokens = env.app.infra.tokens
+        seat_read, _ = await tokens.issue("acme", ["memory:read"], seat="ana")
+        seat_inspect, _ = await tokens.issue("acme", ["memory:read", "inspect"], seat="ana")
+        inspector, _ = await tokens.issue("acme", ["memory:read", "inspect"])
+        operator = pb.Reader(company="acme")
+
+        def calls(token: str):  # type: ignore[no-untyped-def]
+            metadata = (("authorization", f"Bearer {token}"),)
+            return [
+                env.stub.SearchPages(pb.SearchPagesRequest(reader=operator, query="salaries"), metadata=metadata),
+                env.stub.CanSearch(pb.CanSearchRequest(reader=operator), metadata=metadata),
+                env.stub.ListOnboardingPages(
+                    pb.ListOnboardingPagesRequest(reader=operator, unit_chain=["platform"]), metadata=metadata
+                ),
+            ]
+
+        for token, reason in ((seat_read, "SCOPE_MISSING"), (seat_inspect, "COMPANY_WIDE_CREDENTIAL_REQUIRED")):
+            for call in calls(token):
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call
+                code, info, _ = error_info(err.value)
+                assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, reason)
+        assert site.received() == []  # Confluence was never asked
+        assert await read_events(env.app.infra.pool, "knowledge_read") == []
+
+        # A credential bound to the company alone, with inspect, keeps the operator's search.
+        found = await env.stub.SearchPages(
+            pb.SearchPagesRequest(reader=operator, query="salaries"),
+            metadata=(("authorization", f"Bearer {inspector}"),),
+        )
+        assert [h.title for h in found.hits] == ["Salaries 2026"]
 
 
 # ------------------------------------------------------------------------------------- reads
