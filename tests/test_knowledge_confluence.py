@@ -60,7 +60,10 @@ def settings_for(make_settings, site: ScriptedConfluence, **confluence):  # type
                     "unit_containers": {"platform": "PLAT"},
                 },
             },
-            "globex": {"roles": {"intern": {}}, "knowledge": {"seat_credentials": {"zed": "zed-token"}}},
+            "globex": {
+                "roles": {"intern": {}, "dev": {"workspaces": ["proj"]}},
+                "knowledge": {"seat_credentials": {"zed": "zed-token"}},
+            },
         },
     )
 
@@ -469,3 +472,20 @@ async def test_workspace_lessons_stay_native_and_are_searched_beside_confluence(
     env.site.push(Reply(500, {"message": "boom"}))
     resp = await env.search("migrate migration")
     assert resp.unsearched_reason == pb.UNSEARCHED_REASON_UNREACHABLE and not resp.hits
+
+
+async def test_a_seat_with_its_own_credential_and_only_workspaces_is_not_searched_unscoped(env):
+    """zed has a credential of its own and, as dev, only workspace:proj: no Confluence space at all.
+    Its search is the native lessons of the workspace, never an unscoped search of every space
+    zed's user can see (CanSearch says it is not unscoped; a page found so would be NOT_FOUND)."""
+    env.site.page("ZED", "Billing at globex", "Globex billing.")
+    await env.stub.UpsertPage(
+        pb.UpsertPageRequest(company="globex", container="workspace:proj", title="Lesson: billing", body="Billing.")
+    )
+    zed = pb.Reader(company="globex", seat="zed", role="dev")
+    can = await env.stub.CanSearch(pb.CanSearchRequest(reader=zed))
+    assert can.can_search and not can.unscoped and list(can.containers) == ["workspace:proj"]
+    resp = await env.search("billing", seat="zed", role="dev", company="globex")
+    assert resp.served_mode == pb.SERVED_MODE_NATIVE
+    assert [(h.container, h.title) for h in resp.hits] == [("workspace:proj", "Lesson: billing")]
+    assert env.searches() == []  # Confluence was not searched at all

@@ -160,21 +160,31 @@ class RoutedBackend:
         self.mode = primary.mode
 
     @staticmethod
-    def _split(access: Access) -> tuple[Access, Access]:
+    def _split(access: Access) -> tuple[Access | None, Access]:
+        """The reader's scope as Confluence's half (None: it has none) and the native half. A
+        reader whose containers are all ``workspace:`` ones has no space: its Confluence half is
+        None, not an empty list of spaces — which, for a seat with a credential of its own, would
+        read as "no container at all" and search every space its user can see."""
         spaces = tuple(c for c in access.containers if not _workspace(c))
         workspaces = tuple(c for c in access.containers if _workspace(c))
-        primary = Access(access.reader, spaces, access.own_credential)
+        primary = Access(access.reader, spaces, access.own_credential) if spaces or access.unscoped else None
         native = Access(access.reader, workspaces, False)
         return primary, native
 
     def can_search(self, access: Access) -> bool:
         primary, native = self._split(access)
-        return self.primary.can_search(primary) or (bool(native.containers) and self.native.can_search(native))
+        return (primary is not None and self.primary.can_search(primary)) or (
+            bool(native.containers) and self.native.can_search(native)
+        )
 
     async def search(self, access: Access, query: str, limit: int, *, vector: Vector | None = None) -> SearchOutcome:
         primary, native = self._split(access)
-        ask_primary = self.primary.can_search(primary)
         ask_native = bool(native.containers)
+        if primary is None:
+            if not ask_native:
+                return SearchOutcome.did_not_run(UnsearchedReason.SCOPED_TO_NOTHING)
+            return await self.native.search(native, query, limit, vector=vector)
+        ask_primary = self.primary.can_search(primary)
         if not ask_native:
             return await self.primary.search(primary, query, limit, vector=vector)
         if not ask_primary:
