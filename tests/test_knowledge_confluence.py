@@ -489,3 +489,36 @@ async def test_a_seat_with_its_own_credential_and_only_workspaces_is_not_searche
     assert resp.served_mode == pb.SERVED_MODE_NATIVE
     assert [(h.container, h.title) for h in resp.hits] == [("workspace:proj", "Lesson: billing")]
     assert env.searches() == []  # Confluence was not searched at all
+
+
+async def test_a_listing_of_spaces_and_workspaces_lists_both(env):
+    """ana (sre) reads ENG and OPS on Confluence and workspace:payments natively. A ListPages naming
+    no container lists Confluence's spaces first, then the workspace's lessons, paged across the
+    two by one page token; no workspace name is sent to Confluence as a space key."""
+    site = env.site
+    for space, title in (("ENG", "Deploy runbook"), ("ENG", "Release notes"), ("OPS", "Pager rota")):
+        site.page(space, title, "Text.")
+    for title in ("Lesson: migrate first", "Lesson: tag releases"):
+        await env.stub.UpsertPage(
+            pb.UpsertPageRequest(company="acme", container="workspace:payments", title=title, body="Do it.")
+        )
+    ana = pb.Reader(company="acme", seat="ana", role="sre")
+    pages, token, requests = [], "", 0
+    while True:
+        resp = await env.stub.ListPages(pb.ListPagesRequest(reader=ana, page_size=2, page_token=token))
+        requests += 1
+        assert len(resp.pages) <= 2
+        pages += [(p.container, p.title) for p in resp.pages]
+        token = resp.next_page_token
+        if not token:
+            break
+    assert pages == [
+        ("ENG", "Deploy runbook"),
+        ("OPS", "Pager rota"),
+        ("ENG", "Release notes"),
+        ("workspace:payments", "Lesson: migrate first"),
+        ("workspace:payments", "Lesson: tag releases"),
+    ]
+    assert requests == 3
+    listings = site.received("/rest/api/content/search")
+    assert {clause(r, "space").value for r in listings if clause(r, "parent") is None} == {("ENG", "OPS")}  # type: ignore[union-attr]
