@@ -60,7 +60,10 @@ def settings_for(make_settings, site: ScriptedConfluence, **confluence):  # type
                     "unit_containers": {"platform": "PLAT"},
                 },
             },
-            "globex": {"roles": {"intern": {}}, "knowledge": {"seat_credentials": {"zed": "zed-token"}}},
+            "globex": {
+                "roles": {"intern": {}, "dev": {"workspaces": ["proj"]}},
+                "knowledge": {"seat_credentials": {"zed": "zed-token"}},
+            },
         },
     )
 
@@ -85,8 +88,10 @@ class Env:
 
 
 @contextlib.asynccontextmanager
-async def open_env(settings, site, dsn, clock, index, names=("knowledge",)):  # type: ignore[no-untyped-def]
-    async with open_app(settings, dsn, names=list(names), clock=clock, embedder=None, index=index) as app:
+async def open_env(settings, site, dsn, clock, index, names=("knowledge",), auth_mode="local"):  # type: ignore[no-untyped-def]
+    async with open_app(
+        settings, dsn, names=list(names), clock=clock, embedder=None, index=index, auth_mode=auth_mode
+    ) as app:
         try:
             yield Env(app, site, pb_grpc.KnowledgeServiceStub(app.channel))
         finally:
@@ -288,6 +293,48 @@ async def test_an_unreachable_site_is_unreachable_not_empty(make_settings, dsn, 
     assert resp.unsearched_reason == pb.UNSEARCHED_REASON_UNREACHABLE and "could not be reached" in resp.detail
 
 
+async def test_an_operators_search_needs_the_inspect_scope_and_a_company_wide_credential(
+    make_settings, site, dsn, clock, edge_index
+):
+    """Naming no seat and no role is an operator's read, which on Confluence searches every space
+    as the org token: a token bound to a seat (or without inspect) is refused before Confluence
+    is asked — SearchPages, CanSearch and the onboarding read alike, as GetPage and ListPages."""
+    site.page("HR", "Salaries 2026", "Everyone's salaries.")
+    site.page("PLAT", "Onboarding", "Start here.")
+    async with open_env(settings_for(make_settings, site), site, dsn, clock, edge_index, auth_mode="tokens") as env:
+        tokens = env.app.infra.tokens
+        seat_read, _ = await tokens.issue("acme", ["memory:read"], seat="ana")
+        seat_inspect, _ = await tokens.issue("acme", ["memory:read", "inspect"], seat="ana")
+        inspector, _ = await tokens.issue("acme", ["memory:read", "inspect"])
+        operator = pb.Reader(company="acme")
+
+        def calls(token: str):  # type: ignore[no-untyped-def]
+            metadata = (("authorization", f"Bearer {token}"),)
+            return [
+                env.stub.SearchPages(pb.SearchPagesRequest(reader=operator, query="salaries"), metadata=metadata),
+                env.stub.CanSearch(pb.CanSearchRequest(reader=operator), metadata=metadata),
+                env.stub.ListOnboardingPages(
+                    pb.ListOnboardingPagesRequest(reader=operator, unit_chain=["platform"]), metadata=metadata
+                ),
+            ]
+
+        for token, reason in ((seat_read, "SCOPE_MISSING"), (seat_inspect, "COMPANY_WIDE_CREDENTIAL_REQUIRED")):
+            for call in calls(token):
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call
+                code, info, _ = error_info(err.value)
+                assert (code, info.reason) == (grpc.StatusCode.PERMISSION_DENIED, reason)
+        assert site.received() == []  # Confluence was never asked
+        assert await read_events(env.app.infra.pool, "knowledge_read") == []
+
+        # A credential bound to the company alone, with inspect, keeps the operator's search.
+        found = await env.stub.SearchPages(
+            pb.SearchPagesRequest(reader=operator, query="salaries"),
+            metadata=(("authorization", f"Bearer {inspector}"),),
+        )
+        assert [h.title for h in found.hits] == ["Salaries 2026"]
+
+
 # ------------------------------------------------------------------------------------- reads
 
 
@@ -425,3 +472,53 @@ async def test_workspace_lessons_stay_native_and_are_searched_beside_confluence(
     env.site.push(Reply(500, {"message": "boom"}))
     resp = await env.search("migrate migration")
     assert resp.unsearched_reason == pb.UNSEARCHED_REASON_UNREACHABLE and not resp.hits
+
+
+async def test_a_seat_with_its_own_credential_and_only_workspaces_is_not_searched_unscoped(env):
+    """zed has a credential of its own and, as dev, only workspace:proj: no Confluence space at all.
+    Its search is the native lessons of the workspace, never an unscoped search of every space
+    zed's user can see (CanSearch says it is not unscoped; a page found so would be NOT_FOUND)."""
+    env.site.page("ZED", "Billing at globex", "Globex billing.")
+    await env.stub.UpsertPage(
+        pb.UpsertPageRequest(company="globex", container="workspace:proj", title="Lesson: billing", body="Billing.")
+    )
+    zed = pb.Reader(company="globex", seat="zed", role="dev")
+    can = await env.stub.CanSearch(pb.CanSearchRequest(reader=zed))
+    assert can.can_search and not can.unscoped and list(can.containers) == ["workspace:proj"]
+    resp = await env.search("billing", seat="zed", role="dev", company="globex")
+    assert resp.served_mode == pb.SERVED_MODE_NATIVE
+    assert [(h.container, h.title) for h in resp.hits] == [("workspace:proj", "Lesson: billing")]
+    assert env.searches() == []  # Confluence was not searched at all
+
+
+async def test_a_listing_of_spaces_and_workspaces_lists_both(env):
+    """ana (sre) reads ENG and OPS on Confluence and workspace:payments natively. A ListPages naming
+    no container lists Confluence's spaces first, then the workspace's lessons, paged across the
+    two by one page token; no workspace name is sent to Confluence as a space key."""
+    site = env.site
+    for space, title in (("ENG", "Deploy runbook"), ("ENG", "Release notes"), ("OPS", "Pager rota")):
+        site.page(space, title, "Text.")
+    for title in ("Lesson: migrate first", "Lesson: tag releases"):
+        await env.stub.UpsertPage(
+            pb.UpsertPageRequest(company="acme", container="workspace:payments", title=title, body="Do it.")
+        )
+    ana = pb.Reader(company="acme", seat="ana", role="sre")
+    pages, token, requests = [], "", 0
+    while True:
+        resp = await env.stub.ListPages(pb.ListPagesRequest(reader=ana, page_size=2, page_token=token))
+        requests += 1
+        assert len(resp.pages) <= 2
+        pages += [(p.container, p.title) for p in resp.pages]
+        token = resp.next_page_token
+        if not token:
+            break
+    assert pages == [
+        ("ENG", "Deploy runbook"),
+        ("OPS", "Pager rota"),
+        ("ENG", "Release notes"),
+        ("workspace:payments", "Lesson: migrate first"),
+        ("workspace:payments", "Lesson: tag releases"),
+    ]
+    assert requests == 3
+    listings = site.received("/rest/api/content/search")
+    assert {clause(r, "space").value for r in listings if clause(r, "parent") is None} == {("ENG", "OPS")}  # type: ignore[union-attr]

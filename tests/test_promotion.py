@@ -176,6 +176,38 @@ async def test_a_converging_cluster_whose_representative_moves_is_still_one_page
     assert len(await env.events("auxiliary_spend")) == calls
 
 
+async def test_a_draft_a_lead_rejected_is_drafted_again_only_when_the_team_converges_again(env):
+    await converge(env)
+    assert (await env.promote()).promoted == 1
+    [event] = await env.events("skill_promoted")
+    # The lead rejects the draft: a delete (on native pages, the operator's SQL).
+    await env.app.infra.pool.execute("DELETE FROM knowledge_pages WHERE id = $1::uuid", event["payload"]["page_id"])
+    # An erasure takes a person's runs out of the record of a draft kept elsewhere and keeps the
+    # rest (erasure.py's scrub): the record still names the convergence without them.
+    await env.app.infra.pool.execute(
+        """UPDATE draft_provenance SET seats = array_remove(seats, 'ana'),
+               sources = (SELECT jsonb_agg(s) FROM jsonb_array_elements(sources) s WHERE s->>'seat' <> 'ana'),
+               turn_ids = ARRAY(SELECT s->>'turn_id' FROM jsonb_array_elements(sources) s WHERE s->>'seat' <> 'ana')"""
+    )
+    calls = len(await env.events("auxiliary_spend"))
+
+    # The same runs re-clustered the next day: no model call, no page, no announcement.
+    again = await env.promote()
+    assert (again.units_converged, again.promoted, again.rejected) == (1, 0, 1)
+    # One seat running it since is no convergence either.
+    await env.run("ana", RUN)
+    still = await env.promote()
+    assert (still.promoted, still.rejected) == (0, 1)
+    assert [t for _, t, _ in await env.pages()] == [AUTO_DRAFTED_PARENT]
+    assert len(await env.events("skill_promoted")) == 1 and len(await env.events("auxiliary_spend")) == calls
+
+    # Three seats converge on it again since: drafted again, announced again.
+    await converge(env, seats=("bo", "cy", "dee"))
+    back = await env.promote()
+    assert (back.promoted, back.rejected) == (1, 0)
+    assert len(await env.events("skill_promoted")) == 2 and len(await env.pages()) == 2
+
+
 async def test_one_seat_repeating_itself_is_not_a_team_convergence(env):
     for _ in range(6):
         await env.run("ana", RUN)

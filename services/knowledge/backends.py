@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from libs.common.config import WORKSPACE_CONTAINER_PREFIX
@@ -135,6 +136,11 @@ class UnconfiguredBackend:
         raise PromotionRefused("no knowledge backend is configured")
 
 
+_HALF = "half"
+_NATIVE_HALF = "native"
+"""A mixed listing's cursor where the native workspaces start (see ``RoutedBackend.list_pages``)."""
+
+
 def _workspace(container: str) -> bool:
     return container.startswith(WORKSPACE_CONTAINER_PREFIX)
 
@@ -160,21 +166,31 @@ class RoutedBackend:
         self.mode = primary.mode
 
     @staticmethod
-    def _split(access: Access) -> tuple[Access, Access]:
+    def _split(access: Access) -> tuple[Access | None, Access]:
+        """The reader's scope as Confluence's half (None: it has none) and the native half. A
+        reader whose containers are all ``workspace:`` ones has no space: its Confluence half is
+        None, not an empty list of spaces — which, for a seat with a credential of its own, would
+        read as "no container at all" and search every space its user can see."""
         spaces = tuple(c for c in access.containers if not _workspace(c))
         workspaces = tuple(c for c in access.containers if _workspace(c))
-        primary = Access(access.reader, spaces, access.own_credential)
+        primary = Access(access.reader, spaces, access.own_credential) if spaces or access.unscoped else None
         native = Access(access.reader, workspaces, False)
         return primary, native
 
     def can_search(self, access: Access) -> bool:
         primary, native = self._split(access)
-        return self.primary.can_search(primary) or (bool(native.containers) and self.native.can_search(native))
+        return (primary is not None and self.primary.can_search(primary)) or (
+            bool(native.containers) and self.native.can_search(native)
+        )
 
     async def search(self, access: Access, query: str, limit: int, *, vector: Vector | None = None) -> SearchOutcome:
         primary, native = self._split(access)
-        ask_primary = self.primary.can_search(primary)
         ask_native = bool(native.containers)
+        if primary is None:
+            if not ask_native:
+                return SearchOutcome.did_not_run(UnsearchedReason.SCOPED_TO_NOTHING)
+            return await self.native.search(native, query, limit, vector=vector)
+        ask_primary = self.primary.can_search(primary)
         if not ask_native:
             return await self.primary.search(primary, query, limit, vector=vector)
         if not ask_primary:
@@ -196,9 +212,32 @@ class RoutedBackend:
         return await self._for_id(page_id).get_page(access, page_id)
 
     async def list_pages(self, access: Access, query: PageQuery) -> PageListing:
-        if query.containers and all(_workspace(c) for c in query.containers):
+        """One backend's listing when the containers are all of it; a reader whose containers mix
+        spaces and ``workspace:`` ones lists Confluence's spaces first, then the native workspaces.
+        The cursor says which half it is in by its shape: Confluence's ``{"start"}``, the native
+        ``{"c", "t", "id"}`` (also what the service writes when it cuts a FULL page short), or
+        ``{"half": "native"}`` for the native half from its start. A page never mixes the halves
+        (the service's body budget applies to native pages alone), so the page on which
+        Confluence's spaces end may be short."""
+        if query.containers is None:
+            return await self.primary.list_pages(access, query)
+        spaces = tuple(c for c in query.containers if not _workspace(c))
+        workspaces = tuple(c for c in query.containers if _workspace(c))
+        if not spaces:
             return await self.native.list_pages(access, query)
-        return await self.primary.list_pages(access, query)
+        if not workspaces:
+            return await self.primary.list_pages(access, query)
+        cursor = query.cursor
+        if cursor is None or "start" in cursor:
+            listing = await self.primary.list_pages(access, replace(query, containers=spaces))
+            if listing.next_cursor is not None:
+                return listing
+            if listing.pages:
+                return PageListing(listing.pages, {_HALF: _NATIVE_HALF})
+            cursor = None  # no space had a page: the workspaces' first page answers
+        elif cursor.get(_HALF) == _NATIVE_HALF:
+            cursor = None
+        return await self.native.list_pages(access, replace(query, containers=workspaces, cursor=cursor))
 
     async def onboarding(self, access: Access, containers: Sequence[str], limit: int) -> SearchOutcome:
         return await self.primary.onboarding(access, containers, limit)

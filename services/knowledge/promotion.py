@@ -24,6 +24,11 @@ procedure four seats arrived at is something the team has, which makes it docume
 - **The distillation** is one auxiliary call (stage background, purpose ``skill_promotion``),
   attributed to the representative's seat and role, with an offline rule so the pass runs with no
   model.
+- **A rejected draft stays rejected**: a lead rejects a draft by deleting it. A cluster with no
+  page under any of its titles but an earlier filing (``draft_provenance``: under one of its
+  titles, or resting on its runs) is drafted again only when the team converged again since —
+  at least ``min_sibling_count`` distinct seats among the runs that filing did not rest on and
+  that ended after it — never from the same runs re-clustered the next day.
 - A unit with no container (``companies.<c>.knowledge.unit_containers.<unit>``) is soft-skipped and
   the log names the key to set. A write failure announces nothing; the next tick retries.
 - Success publishes ``skill_promoted`` (unit, container_key, page_id, page_title, sibling_count,
@@ -71,6 +76,7 @@ __all__ = [
     "Run",
     "RunCluster",
     "cluster_runs",
+    "converged_since",
     "draft_title",
     "drafted",
     "known_titles",
@@ -104,6 +110,35 @@ class DraftProvenanceRecorder(Protocol):
     """Where a written draft's provenance is kept (``store.PostgresDraftProvenance``)."""
 
     async def record(self, origin: DraftOrigin) -> None: ...
+
+    async def prior(
+        self, company: str, container: str, unit: str, titles: Sequence[str], run_ids: Sequence[str]
+    ) -> DraftOrigin | None:
+        """The newest filing of the unit in ``container`` under one of ``titles`` or resting on one
+        of ``run_ids``, its page there or not; None when there is none."""
+        ...
+
+
+def _ended(turn: Turn) -> datetime | None:
+    """When the run ended, as an aware time (the episodes' timestamps arrive naive, in UTC)."""
+    end = turn.end_time
+    return end.replace(tzinfo=UTC) if end is not None and end.tzinfo is None else end
+
+
+def converged_since(cluster: RunCluster, filing: DraftOrigin, min_seats: int) -> bool:
+    """Whether the team converged again since ``filing``: the cluster's runs the filing did not
+    rest on and that did not end before it was filed come from at least ``min_seats`` distinct
+    seats on their own. The same runs re-clustered tick after tick are not a new convergence (a
+    draft a lead rejected by deleting it is drafted again only if the team converges again), nor
+    is one seat's run since. Only the runs still in the cluster and the filing's own record are
+    read: an erased person's runs, gone from both, neither count nor are needed."""
+    filed = set(filing.sources)
+    fresh = {
+        m.seat
+        for m in cluster.members
+        if (m.seat, m.turn.turn_id) not in filed and ((end := _ended(m.turn)) is None or end > filing.record_time)
+    }
+    return len(fresh) >= min_seats
 
 
 def provenance_json(run_ids: Sequence[str], model: str, subjects: Sequence[str] = ()) -> str:
@@ -346,6 +381,9 @@ class PromotionReport(SeatPassReport):
     promoted: int = 0
     already_drafted: int = 0
     """Converging clusters whose draft (or published page) was already there: quiet."""
+    rejected: int = 0
+    """Converging clusters filed before whose page is gone (a lead rejected the draft by deleting
+    it) and that did not converge again since: quiet, no model call."""
     dropped: int = 0
     write_failures: int = 0
 
@@ -444,6 +482,24 @@ async def _one_unit(
             # Drafted on an earlier tick (or published by a lead): stay quiet, try the next one.
             report.already_drafted += 1
             continue
+        if provenance is not None:
+            # No page, but filed before: a lead rejected it (a delete), or published it under another
+            # title. Drafted again only when the team converged again since.
+            try:
+                filing = await provenance.prior(
+                    company,
+                    container,
+                    unit,
+                    known_titles(cluster, representative),
+                    [m.turn.turn_id for m in cluster.members],
+                )
+            except Exception as err:  # cannot tell whether a lead rejected it: draft nothing this tick
+                report.fail(f"prior:{type(err).__name__}")
+                _log.warning("promotion: earlier drafts of %s/%s unreadable: %s", company, container, err)
+                return
+            if filing is not None and not converged_since(cluster, filing, cfg.min_sibling_count):
+                report.rejected += 1
+                continue
         data = cluster_data(unit, cluster, representative)
         page, outcome, model = await distiller.distil_with_model(
             company, representative.seat, representative.turn.role, data

@@ -108,6 +108,19 @@ class KnowledgeService:
     def _operator_access(self, reader: Reader) -> Access:
         """An operator's read: every page, drafts included, only with the inspect scope and a
         credential bound to the company alone (a token bound to a seat reads as that seat)."""
+        self._require_operator()
+        return Access(reader, ())
+
+    def _checked_access(self, reader: Reader) -> Access:
+        """What ``reader`` may search (``access``), an operator's only past the operator's checks:
+        an operator's search is unscoped (on Confluence every space, as the org token), so a
+        search, a CanSearch and an onboarding read are refused to a caller that may not read as
+        one, exactly as GetPage and ListPages are."""
+        if reader.operator:
+            self._require_operator()
+        return self.access(reader)
+
+    def _require_operator(self) -> None:
         principal = current_principal()
         if not principal.allows("inspect"):
             raise PermissionDenied(
@@ -118,10 +131,9 @@ class KnowledgeService:
                 metadata={"scope": "inspect"},
             )
         principal.require_company_wide("reading as an operator (no seat, no role)")
-        return Access(reader, ())
 
     def can_search(self, reader: Reader) -> tuple[bool, Access]:
-        access = self.access(self.reader(reader))
+        access = self._checked_access(self.reader(reader))
         return self.backend.can_search(access), access
 
     # ------------------------------------------------------------------ knowledge_read
@@ -313,7 +325,7 @@ class KnowledgeService:
             )
         limit = limit or self.settings.learning.prefetch.knowledge_results
         limit = max(1, min(limit, self.limits.search_results))
-        access = self.access(reader)
+        access = self._checked_access(reader)
         if self.backend.mode is None:
             return await self.backend.search(access, query, limit, vector=vector)
         if not self.backend.can_search(access):
@@ -350,7 +362,7 @@ class KnowledgeService:
             if not unit.strip():
                 raise field_error(f"unit_chain[{i}]", "FIELD_REQUIRED", f"unit_chain[{i}] is empty", domain=DOMAIN)
         containers = self.unit_containers(reader.company, unit_chain)
-        access = self.access(reader)
+        access = self._checked_access(reader)
         try:
             async with asyncio.timeout(self.settings.knowledge.search_timeout_seconds):
                 outcome = await self.backend.onboarding(access, containers, self.limits.onboarding_results)

@@ -336,6 +336,12 @@ _DRAFT_SQL = {
     "get": """
         SELECT company, page_id, backend, container, title, unit, seats, turn_ids, sources, provenance, record_time
         FROM draft_provenance WHERE company = $1 AND page_id = $2""",
+    # The newest filing of a unit's convergence: under one of its titles, or resting on its runs.
+    "prior": """
+        SELECT company, page_id, backend, container, title, unit, seats, turn_ids, sources, provenance, record_time
+        FROM draft_provenance
+        WHERE company = $1 AND container = $2 AND unit = $3 AND (title = ANY($4::text[]) OR turn_ids && $5::text[])
+        ORDER BY record_time DESC, page_id LIMIT 1""",
 }
 
 
@@ -380,4 +386,13 @@ class PostgresDraftProvenance:
 
     async def get(self, company: str, page_id: str) -> DraftOrigin | None:
         row = await self.pool.fetchrow(_DRAFT_SQL["get"], company, page_id)
+        return None if row is None else _READ_DRAFT_ORIGIN(row)
+
+    async def prior(
+        self, company: str, container: str, unit: str, titles: Sequence[str], run_ids: Sequence[str]
+    ) -> DraftOrigin | None:
+        """The newest record of a draft the unit filed in ``container`` under one of ``titles`` or
+        resting on one of ``run_ids``, whether or not its page is still there (a lead rejects a
+        draft by deleting it; the record stays unless an erasure took it)."""
+        row = await self.pool.fetchrow(_DRAFT_SQL["prior"], company, container, unit, list(titles), list(run_ids))
         return None if row is None else _READ_DRAFT_ORIGIN(row)
