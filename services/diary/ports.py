@@ -16,7 +16,7 @@ import numpy as np
 
 from services.diary.domain import Note, NoteProvenance, NoteTier
 
-__all__ = ["NoteListing", "NoteStore", "VectorReads"]
+__all__ = ["EarlierWrite", "NoteListing", "NoteStore", "VectorReads"]
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,18 @@ class VectorReads(NamedTuple):
     unreachable: int
 
 
+class EarlierWrite(NamedTuple):
+    """What an idempotency key used before names: the note its first write stored, or None when
+    that note is gone (deleted, expired, erased): the key outlives its note, so a late retry never
+    writes it again."""
+
+    note: Note | None
+
+
 class NoteStore(Protocol):
-    async def by_request(self, company: str, seat: str, request_id: str) -> Note | None:
-        """The note an earlier write with this idempotency key stored."""
+    async def by_request(self, company: str, seat: str, request_id: str, now: datetime) -> EarlierWrite | None:
+        """What an earlier write with this idempotency key stored (its note when live at ``now``);
+        None when the key was never used."""
         ...
 
     async def insert(
@@ -50,7 +59,8 @@ class NoteStore(Protocol):
         request_id: str | None = None,
         provenance: NoteProvenance | None = None,
     ) -> Note | None:
-        """The stored note, or ``None`` when ``request_id`` was already used. ``provenance`` is
+        """The stored note, or ``None`` when ``request_id`` was already used (by a note stored, or
+        gone since: the key is kept apart from the note and outlives it). ``provenance`` is
         kept with the note, in the same transaction (a note is never stored without it)."""
         ...
 

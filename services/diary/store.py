@@ -19,7 +19,7 @@ from libs.common.coalescer import Coalescer
 from libs.common.db import unflushed
 from libs.common.rows import RowReader
 from services.diary.domain import Note, NoteProvenance, NoteSource, NoteTier
-from services.diary.ports import NoteListing, VectorReads
+from services.diary.ports import EarlierWrite, NoteListing, VectorReads
 
 __all__ = ["PostgresNoteStore"]
 
@@ -49,14 +49,21 @@ _LEXICAL_TOP = """WITH q AS (
             ORDER BY rank DESC, ct DESC LIMIT $4)"""
 
 SQL = {
-    # The note and its provenance (issue 17) in one statement, so one commit: a note is never
-    # stored without the provenance it was written with ($14 subjects, $15 the JSON; NULL: none).
-    # The provenance row's foreign key is checked at the statement's end, when the note is there.
+    # The note, its key and its provenance (issue 17) in one statement, so one commit: a note is
+    # never stored without the provenance it was written with ($14 subjects, $15 the JSON; NULL:
+    # none), nor without its key ($13) claimed in ``diary_requests``, which outlives it: a key
+    # claimed before (a concurrent claim of it is waited for) stores nothing. The provenance row's
+    # foreign key is checked at the statement's end, when the note is there.
     "insert": f"""
-        WITH ins AS (
+        WITH claim AS (
+            INSERT INTO diary_requests (company, seat, request_id, note_id, create_time)
+            SELECT $2, $3, $13::text, $1, $8 WHERE $13::text IS NOT NULL
+            ON CONFLICT DO NOTHING RETURNING note_id),
+        ins AS (
             INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
                                      embedding, embedding_model, embedding_dims, request_id)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+            SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::text
+            WHERE $13::text IS NULL OR EXISTS (SELECT 1 FROM claim)
             ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
             RETURNING {_COLUMNS}),
         kept AS (
@@ -65,10 +72,10 @@ SQL = {
             ON CONFLICT (note_id) DO NOTHING)
         SELECT {_COLUMNS} FROM ins""",
     # Concurrent writers' notes in one statement (PostgresNoteStore.insert gathers them): the
-    # columns of "insert" as arrays, one element per note. A note whose request_id conflicts (with a
-    # stored note, or an earlier one of the same statement) is not returned, as with "insert".
-    # The provenances likewise: $14 each note's subjects as a JSON array (the arrays differ in
-    # length, which one text[][] cannot hold), $15 the JSON (NULL: none).
+    # columns of "insert" as arrays, one element per note. A note whose request_id was used before
+    # (by a note stored, or gone since, or an earlier one of the same statement) is not returned,
+    # as with "insert". The provenances likewise: $14 each note's subjects as a JSON array (the
+    # arrays differ in length, which one text[][] cannot hold), $15 the JSON (NULL: none).
     "insert_many": f"""
         WITH given AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
@@ -76,11 +83,16 @@ SQL = {
                                  $13::text[], $14::jsonb[], $15::jsonb[])
                 AS g(id, company, seat, content, tier, source, turn_id, create_time, expire_time,
                      embedding, embedding_model, embedding_dims, request_id, subjects, provenance)),
+        claim AS (
+            INSERT INTO diary_requests (company, seat, request_id, note_id, create_time)
+            SELECT company, seat, request_id, id, create_time FROM given WHERE request_id IS NOT NULL
+            ON CONFLICT DO NOTHING RETURNING note_id),
         ins AS (
             INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
                                      embedding, embedding_model, embedding_dims, request_id)
             SELECT id, company, seat, content, tier, source, turn_id, create_time, expire_time,
                    embedding, embedding_model, embedding_dims, request_id FROM given
+            WHERE request_id IS NULL OR id IN (SELECT note_id FROM claim)
             ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
             RETURNING {_COLUMNS}),
         kept AS (
@@ -90,7 +102,12 @@ SQL = {
             FROM ins JOIN given g ON g.id = ins.id WHERE g.provenance IS NOT NULL
             ON CONFLICT (note_id) DO NOTHING)
         SELECT {_COLUMNS} FROM ins""",
-    "by_request": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND request_id = $3",
+    # What a key names: the note its first write stored, when still live at $4 (its columns NULL
+    # when the note was deleted, swept, erased, or expired unswept: GetNote's NOT_FOUND too).
+    "by_request": f"""
+        SELECT {_D_COLUMNS} FROM diary_requests r
+        LEFT JOIN agent_diary d ON d.id = r.note_id AND (d.expire_time IS NULL OR d.expire_time > $4)
+        WHERE r.company = $1 AND r.seat = $2 AND r.request_id = $3""",
     "get": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = $4",
     "hydrate": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = ANY($4)",
     "recent": f"""SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE}
@@ -248,9 +265,11 @@ class PostgresNoteStore:
             self._insert_batch, max_batch=insert_batch, max_running=insert_statements
         )
 
-    async def by_request(self, company: str, seat: str, request_id: str) -> Note | None:
-        row = await self.pool.fetchrow(SQL["by_request"], company, seat, request_id)
-        return _note(row) if row else None
+    async def by_request(self, company: str, seat: str, request_id: str, now: datetime) -> EarlierWrite | None:
+        row = await self.pool.fetchrow(SQL["by_request"], company, seat, request_id, now)
+        if row is None:
+            return None
+        return EarlierWrite(_note(row) if row["id"] is not None else None)
 
     async def insert(
         self,

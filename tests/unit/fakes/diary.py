@@ -15,7 +15,7 @@ from datetime import datetime
 import numpy as np
 
 from services.diary.domain import Note, NoteProvenance
-from services.diary.ports import NoteListing, VectorReads
+from services.diary.ports import EarlierWrite, NoteListing, VectorReads
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
 __all__ = ["MemoryNoteStore"]
@@ -33,6 +33,8 @@ class _Row:
 class MemoryNoteStore:
     def __init__(self) -> None:
         self.rows: dict[uuid.UUID, _Row] = {}
+        self.requests: dict[tuple[str, str, str], uuid.UUID] = {}
+        """Idempotency keys and the note each wrote: they outlive the notes (``diary_requests``)."""
 
     def _seat(self, company: str, seat: str, now: datetime | None = None) -> list[_Row]:
         return [
@@ -49,8 +51,11 @@ class MemoryNoteStore:
     def vector_of(self, note_id: uuid.UUID) -> np.ndarray | None:
         return self.rows[note_id].vector
 
-    async def by_request(self, company: str, seat: str, request_id: str) -> Note | None:
-        return next((r.note for r in self._seat(company, seat) if r.request_id == request_id), None)
+    async def by_request(self, company: str, seat: str, request_id: str, now: datetime) -> EarlierWrite | None:
+        note_id = self.requests.get((company, seat, request_id))
+        if note_id is None:
+            return None
+        return EarlierWrite(next((r.note for r in self._seat(company, seat, now) if r.note.id == note_id), None))
 
     async def insert(
         self,
@@ -59,8 +64,10 @@ class MemoryNoteStore:
         request_id: str | None = None,
         provenance: NoteProvenance | None = None,
     ) -> Note | None:
-        if request_id and await self.by_request(note.company, note.seat, request_id) is not None:
-            return None
+        if request_id:
+            if (note.company, note.seat, request_id) in self.requests:
+                return None
+            self.requests[note.company, note.seat, request_id] = note.id
         stored = dataclasses.replace(
             note,
             embedding_model=note.embedding_model if vector is not None else None,
