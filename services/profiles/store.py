@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -64,7 +64,8 @@ SQL = {
         INSERT INTO profile_requests (company, observer, request_id, create_time) VALUES ($1, $2, $3, $4)
         ON CONFLICT DO NOTHING RETURNING 1""",
     # The rows one of the identifiers $4 names (as a key, a handle or an external id), locked; the
-    # store repeats it with the identifiers those rows know too (``linked``), oldest first.
+    # store repeats it with the identifiers those rows know too (``linked``), oldest first. "peek"
+    # is the same read unlocked: which identifiers to lock first.
     "find": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
         WHERE company = $1 AND observer = $2 AND platform = $3
@@ -72,6 +73,11 @@ SQL = {
                OR subject_external_id = ANY($4::text[]))
         ORDER BY create_time, id
         FOR UPDATE""",
+    "peek": f"""
+        SELECT {_COLUMNS} FROM counterparty_profiles
+        WHERE company = $1 AND observer = $2 AND platform = $3
+          AND (subject_key = ANY($4::text[]) OR subject_handle = ANY($4::text[])
+               OR subject_external_id = ANY($4::text[]))""",
     # Rows of one person folded into the oldest (``combine``): their observations move to it (an
     # entry stays traceable to the turn that added it), then they go.
     "move_observations": "UPDATE profile_observations SET profile_id = $1 WHERE profile_id = ANY($2::uuid[])",
@@ -201,16 +207,16 @@ def _recorded(write: ObservationWrite) -> tuple[object, ...] | None:
     )
 
 
-def _identifier_locks(company: str, observer: str, subject: Subject) -> list[int]:
-    """The advisory lock keys of the subject's identifiers (``lock_identifier``), in one order for
-    every caller so two upserts never wait on each other's second lock."""
+def _identifier_locks(company: str, observer: str, subject: Subject, identifiers: Iterable[str]) -> list[int]:
+    """The advisory lock keys of the subject's ``identifiers`` (``lock_identifier``), in one order
+    for every caller so two upserts never wait on each other's second lock."""
     keys = {
         int.from_bytes(
             hashlib.sha256(f"profiles/{company}/{observer}/{subject.platform}/{x}".encode()).digest()[:8],
             "big",
             signed=True,
         )
-        for x in subject.identifiers
+        for x in identifiers
     }
     return sorted(keys)
 
@@ -257,10 +263,17 @@ class PostgresProfileStore:
         """The merge under the subject's locks; a row it writes records ``recorded`` (``_recorded``)."""
         company, observer, subject = write.company, write.observer, write.subject
         now, merge, request_id = write.now, write.merge, write.request_id
-        for lock in _identifier_locks(company, observer, subject):
+        # Every identifier of the person's rows is locked before any row is: two upserts reaching
+        # one row (by whichever identifier) hold its identifiers' locks, so they never hold its
+        # row lock while waiting for another's (no deadlock folding two rows of one person).
+        _, known = await self._rows(conn, write, set(subject.identifiers), "peek")
+        for lock in _identifier_locks(company, observer, subject, known):
             await conn.execute(SQL["lock_identifier"], lock)
         fresh = request_id is None or await conn.fetchval(SQL["claim"], company, observer, request_id, now) is not None
-        rows = await self._rows(conn, write)
+        rows, linked_now = await self._rows(conn, write, known, "find")
+        # Rows linked between the two reads (a concurrent upsert committed a link): lock those too.
+        for lock in _identifier_locks(company, observer, subject, linked_now - known):
+            await conn.execute(SQL["lock_identifier"], lock)
         if not fresh and rows:  # applied before (a concurrent retry waits for the first)
             return combine(rows, write.limits), False, False
         if not rows:
@@ -290,7 +303,7 @@ class PostgresProfileStore:
             # A row under the key was committed between our read and our insert by a writer that
             # did not take our locks (one that predates them): merge into it (a new statement sees
             # the committed row, and waits for its lock).
-            rows = await self._rows(conn, write)
+            rows, _ = await self._rows(conn, write, known, "find")
             assert rows  # the insert conflicted with a row under the key
         current = combine(rows, write.limits)
         folded = [p.id for p in rows if p.id != current.id]
@@ -306,19 +319,24 @@ class PostgresProfileStore:
         return _profile(row), False, True
 
     @staticmethod
-    async def _rows(conn: asyncpg.Connection, write: ObservationWrite) -> list[Profile]:
-        """The subject's rows (``linked``), locked: found by its identifiers, then by those the
-        rows found know too, until no row adds one."""
+    async def _rows(
+        conn: asyncpg.Connection, write: ObservationWrite, identifiers: set[str], statement: str
+    ) -> tuple[list[Profile], set[str]]:
+        """The subject's rows (``linked``) by ``statement`` ("find": locked, "peek": not) and every
+        identifier they know: found by ``identifiers``, then by those the rows found know too, until
+        no row adds one."""
         subject = write.subject
-        known = set(subject.identifiers)
+        known = set(identifiers)
         while True:
             found = [
                 _profile(r)
-                for r in await conn.fetch(SQL["find"], write.company, write.observer, subject.platform, sorted(known))
+                for r in await conn.fetch(
+                    SQL[statement], write.company, write.observer, subject.platform, sorted(known)
+                )
             ]
             more = {x for p in found for x in identifiers_of(p)} - known
             if not more:
-                return linked(subject, found)
+                return linked(subject, found), known
             known |= more
 
     async def get(self, company: str, observer: str, profile_id: uuid.UUID) -> Profile | None:
