@@ -178,27 +178,35 @@ async def test_a_retry_whose_note_was_deleted_writes_nothing_and_says_the_note_i
     assert other.created and not other.note_removed
 
 
-async def test_a_retry_whose_short_note_expired_answers_as_get_note_does(diary, clock):
+async def test_a_short_notes_key_is_spent_until_its_expiry_then_writes_a_new_note(diary, clock):
     """An expired SHORT note not yet swept is gone to every read (GetNote: NOT_FOUND): a retry with
-    its key answers ``note_removed`` too, not the expired note as if it were live."""
-    _, stub = diary
-    req = pb.WriteNoteRequest(
-        company="acme",
-        seat="ana",
-        content="Sprint freeze until Friday",
-        tier=pb.NOTE_TIER_SHORT,
-        ttl_days=1,
-        request_id="r1",
-    )
-    first = await stub.WriteNote(req)
-    again = await stub.WriteNote(req)
+    its key no longer answers it as if it were live. The key is spent until that expiry only (the
+    note was over anyway): past it the write stores a new note, which the key then names. Deleted
+    before its expiry, the note is not written again."""
+    app, stub = diary
+
+    def req(key: str) -> pb.WriteNoteRequest:
+        return pb.WriteNoteRequest(
+            company="acme", seat="ana", content="Sprint freeze until Friday", tier=pb.NOTE_TIER_SHORT,
+            ttl_days=1, request_id=key,
+        )  # fmt: skip
+
+    first = await stub.WriteNote(req("r1"))
+    again = await stub.WriteNote(req("r1"))
     assert not again.created and not again.note_removed and again.note.id == first.note.id  # live: the note
+    deleted = await stub.WriteNote(req("r3"))
+    await stub.DeleteNote(pb.DeleteNoteRequest(company="acme", seat="ana", note_id=deleted.note.id))
+    assert (await stub.WriteNote(req("r3"))).note_removed  # deleted before its expiry: not again
     clock.advance(days=2)
     with pytest.raises(grpc.aio.AioRpcError) as exc:
         await stub.GetNote(pb.GetNoteRequest(company="acme", seat="ana", note_id=first.note.id))
     assert exc.value.code() == grpc.StatusCode.NOT_FOUND
-    late = await stub.WriteNote(req)
-    assert not late.created and late.note_removed and not late.HasField("note")
+    late = await stub.WriteNote(req("r1"))
+    assert late.created and not late.note_removed and late.note.id != first.note.id
+    assert (await stub.WriteNote(req("r1"))).note.id == late.note.id  # the key names the new note now
+    got = await stub.GetNote(pb.GetNoteRequest(company="acme", seat="ana", note_id=late.note.id))
+    assert got.note.content == "Sprint freeze until Friday"
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM diary_requests WHERE request_id = 'r1'") == 1
 
 
 async def test_an_erasure_takes_the_keys_of_what_it_erases_and_keeps_the_others(diary, clock):

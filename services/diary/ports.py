@@ -39,9 +39,9 @@ class VectorReads(NamedTuple):
 
 
 class EarlierWrite(NamedTuple):
-    """What an idempotency key used before names: the note its first write stored, or None when
-    that note is gone (deleted, expired, erased): the key outlives its note, so a late retry never
-    writes it again."""
+    """What an idempotency key used before names: the note its write stored, or None when that
+    note is gone (deleted, erased; or expired, until its expiry passes, when the key is free
+    again): the key outlives its note, so a late retry never writes a removed note again."""
 
     note: Note | None
 
@@ -49,7 +49,7 @@ class EarlierWrite(NamedTuple):
 class NoteStore(Protocol):
     async def by_request(self, company: str, seat: str, request_id: str, now: datetime) -> EarlierWrite | None:
         """What an earlier write with this idempotency key stored (its note when live at ``now``);
-        None when the key was never used."""
+        None when the key was never used, or its SHORT note's expiry is past at ``now``."""
         ...
 
     async def insert(
@@ -60,7 +60,8 @@ class NoteStore(Protocol):
         provenance: NoteProvenance | None = None,
     ) -> Note | None:
         """The stored note, or ``None`` when ``request_id`` was already used (by a note stored, or
-        gone since: the key is kept apart from the note and outlives it). ``provenance`` is
+        gone since: the key is kept apart from the note and outlives it; a SHORT note's key until
+        the note's expiry, past which it is claimed again). ``provenance`` is
         kept with the note, in the same transaction (a note is never stored without it)."""
         ...
 

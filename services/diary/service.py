@@ -113,8 +113,9 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         """Store a note verbatim, with its ``provenance`` in the same commit; returns it, why it has
         no vector (when it has none), and whether this call created it (false: ``request_id`` named
         a note already written, whose provenance this call does not touch). The note is None when
-        ``request_id`` named a note written before and gone since (deleted, expired, erased):
-        nothing is written again, so a late retry never brings back what was removed."""
+        ``request_id`` named a note written before and deleted or erased since: nothing is written
+        again, so a late retry never brings back what was removed. A SHORT note's key is spent until
+        the note's expiry only: past it the key writes a new note (the note was over anyway)."""
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         if request_id:
             require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)

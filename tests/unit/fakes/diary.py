@@ -33,8 +33,9 @@ class _Row:
 class MemoryNoteStore:
     def __init__(self) -> None:
         self.rows: dict[uuid.UUID, _Row] = {}
-        self.requests: dict[tuple[str, str, str], uuid.UUID] = {}
-        """Idempotency keys and the note each wrote: they outlive the notes (``diary_requests``)."""
+        self.requests: dict[tuple[str, str, str], tuple[uuid.UUID, datetime | None]] = {}
+        """Idempotency keys, the note each wrote and its expiry: they outlive the notes
+        (``diary_requests``), a SHORT note's until its expiry."""
 
     def _seat(self, company: str, seat: str, now: datetime | None = None) -> list[_Row]:
         return [
@@ -52,10 +53,14 @@ class MemoryNoteStore:
         return self.rows[note_id].vector
 
     async def by_request(self, company: str, seat: str, request_id: str, now: datetime) -> EarlierWrite | None:
-        note_id = self.requests.get((company, seat, request_id))
-        if note_id is None:
+        if not self._spent(company, seat, request_id, now):
             return None
+        note_id, _ = self.requests[company, seat, request_id]
         return EarlierWrite(next((r.note for r in self._seat(company, seat, now) if r.note.id == note_id), None))
+
+    def _spent(self, company: str, seat: str, request_id: str, now: datetime) -> bool:
+        used = self.requests.get((company, seat, request_id))
+        return used is not None and (used[1] is None or used[1] > now)
 
     async def insert(
         self,
@@ -65,9 +70,9 @@ class MemoryNoteStore:
         provenance: NoteProvenance | None = None,
     ) -> Note | None:
         if request_id:
-            if (note.company, note.seat, request_id) in self.requests:
+            if self._spent(note.company, note.seat, request_id, note.create_time):
                 return None
-            self.requests[note.company, note.seat, request_id] = note.id
+            self.requests[note.company, note.seat, request_id] = (note.id, note.expire_time)
         stored = dataclasses.replace(
             note,
             embedding_model=note.embedding_model if vector is not None else None,
