@@ -3,12 +3,16 @@ budget, stored without a vector (never refused) when none can be had."""
 
 from __future__ import annotations
 
+import uuid
+
 import grpc
 import pytest
 
 from agentlearn.diary.v1 import diary_service_pb2 as pb
 from agentlearn.diary.v1 import diary_service_pb2_grpc as pb_grpc
 from libs.common.embeddings.openai_compat import OpenAICompatibleEmbedder
+from libs.common.erasure import Kind, Target
+from services.diary import erasure
 from tests.support.app import open_app
 from tests.support.embedders import unloadable_local_embedder
 from tests.support.grpc_errors import error_info
@@ -175,3 +179,88 @@ async def test_a_retry_with_the_same_request_id_returns_the_first_note(diary):
     )
     assert other_seat.created  # keys are per seat
     assert await app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 2
+
+
+async def test_a_retry_whose_note_was_deleted_writes_nothing_and_says_the_note_is_removed(diary):
+    """The key outlives its note: a redelivered write never brings back a note an operator (or an
+    erasure) removed; it answers ``note_removed`` with no note, not a second note."""
+    app, stub = diary
+    req = pb.WriteNoteRequest(
+        company="acme", seat="ana", content="Bob wants digests", tier=pb.NOTE_TIER_LONG, request_id="r2"
+    )
+    first = await stub.WriteNote(req)
+    await stub.DeleteNote(pb.DeleteNoteRequest(company="acme", seat="ana", note_id=first.note.id))
+    again = await stub.WriteNote(req)
+    assert not again.created and again.note_removed and not again.HasField("note")
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM agent_diary") == 0
+    assert not first.note_removed  # a write that stored its note says so
+    # The key is the seat's: another seat's write with it is its own.
+    other = await stub.WriteNote(
+        pb.WriteNoteRequest(company="acme", seat="bob", content="x", tier=pb.NOTE_TIER_LONG, request_id="r2")
+    )
+    assert other.created and not other.note_removed
+
+
+async def test_a_short_notes_key_is_spent_until_its_expiry_then_writes_a_new_note(diary, clock):
+    """An expired SHORT note not yet swept is gone to every read (GetNote: NOT_FOUND): a retry with
+    its key no longer answers it as if it were live. The key is spent until that expiry only (the
+    note was over anyway): past it the write stores a new note, which the key then names. Deleted
+    before its expiry, the note is not written again."""
+    app, stub = diary
+
+    def req(key: str) -> pb.WriteNoteRequest:
+        return pb.WriteNoteRequest(
+            company="acme", seat="ana", content="Sprint freeze until Friday", tier=pb.NOTE_TIER_SHORT,
+            ttl_days=1, request_id=key,
+        )  # fmt: skip
+
+    first = await stub.WriteNote(req("r1"))
+    again = await stub.WriteNote(req("r1"))
+    assert not again.created and not again.note_removed and again.note.id == first.note.id  # live: the note
+    deleted = await stub.WriteNote(req("r3"))
+    await stub.DeleteNote(pb.DeleteNoteRequest(company="acme", seat="ana", note_id=deleted.note.id))
+    assert (await stub.WriteNote(req("r3"))).note_removed  # deleted before its expiry: not again
+    clock.advance(days=2)
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await stub.GetNote(pb.GetNoteRequest(company="acme", seat="ana", note_id=first.note.id))
+    assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+    late = await stub.WriteNote(req("r1"))
+    assert late.created and not late.note_removed and late.note.id != first.note.id
+    assert (await stub.WriteNote(req("r1"))).note.id == late.note.id  # the key names the new note now
+    got = await stub.GetNote(pb.GetNoteRequest(company="acme", seat="ana", note_id=late.note.id))
+    assert got.note.content == "Sprint freeze until Friday"
+    assert await app.infra.pool.fetchval("SELECT count(*) FROM diary_requests WHERE request_id = 'r1'") == 1
+
+
+async def test_an_erasure_takes_the_keys_of_what_it_erases_and_keeps_the_others(diary, clock):
+    """A key outlives its note, never its erasure: a person's erasure takes the keys of the notes it
+    deletes, the keys of their turns (a note of which may be gone already) and the keys naming
+    them; a seat's erasure takes the seat's keys."""
+    app, stub = diary
+    pool = app.infra.pool
+
+    async def keyed(seat: str, content: str, key: str, turn_id: str = "") -> pb.WriteNoteResponse:
+        return await stub.WriteNote(
+            pb.WriteNoteRequest(
+                company="acme", seat=seat, content=content, tier=pb.NOTE_TIER_LONG, request_id=key, turn_id=turn_id
+            )
+        )
+
+    async def keys() -> set[tuple[str, str]]:
+        return {(r["seat"], r["request_id"]) for r in await pool.fetch("SELECT seat, request_id FROM diary_requests")}
+
+    await keyed("ana", "Carla wants CSV digests", "run-d:persist_decider")  # names her
+    gone = await keyed("ana", "Prefers short answers", "run-c:persist_decider", turn_id="run-c")  # her turn's
+    await stub.DeleteNote(pb.DeleteNoteRequest(company="acme", seat="ana", note_id=gone.note.id))
+    await keyed("ana", "Dave wants PDF", "run-e:persist_decider")
+    await keyed("ana", "Weekly sync moved", "tool:ask-carla-7")  # a caller's key naming her
+    await keyed("ben", "Ben keeps his own", "k-ben")
+    carla = Target(uuid.uuid4(), "acme", Kind.SUBJECT, handle="carla", names=("Carla Moreno",), turn_ids=("run-c",))
+    assert (await erasure.find(pool, carla)).tables["diary_requests"].count == 3
+    report = await erasure.erase(pool, None, carla, clock.now())
+    assert report.tables["diary_requests"].count == 3
+    assert "carla" not in " ".join(report.tables["diary_requests"].ids)  # digests, never the keys
+    assert await keys() == {("ana", "run-e:persist_decider"), ("ben", "k-ben")}
+    assert "diary_requests" not in (await erasure.find(pool, carla)).tables
+    await erasure.erase(pool, None, Target(uuid.uuid4(), "acme", Kind.SEAT, seat="ana"), clock.now())
+    assert await keys() == {("ben", "k-ben")}

@@ -165,6 +165,7 @@ _TEXT_TABLES = {
     "session_events": "text",
     "workspace_lessons": "title || ' ' || body",
     "profile_requests": "request_id",
+    "diary_requests": "request_id",
     "skill_use_requests": "request_id",
     "note_provenance": "array_to_string(subjects, ' ') || ' ' || provenance::text",
     "turn_contexts": "coalesce(context::text, '')",
@@ -581,6 +582,10 @@ async def test_retention_per_company_is_enforced_by_the_existing_passes(
             got = [await _count(dsn, f"SELECT count(*) FROM {table} WHERE {column} = $1", run)
                    for run in ("old-acme", "old-globex", "new-acme")]  # fmt: skip
             assert got == [0, 1, 1], (table, got)
+        # A note's idempotency key outlives the note, not its company's retention.
+        keys = [await _count(dsn, "SELECT count(*) FROM diary_requests WHERE strpos(request_id, $1) > 0", run)
+                for run in ("old-acme", "old-globex", "new-acme")]  # fmt: skip
+        assert keys == [0, 1, 1], keys
 
 
 def test_a_person_is_matched_as_a_whole_word_whatever_their_name_holds():

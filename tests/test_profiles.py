@@ -295,6 +295,114 @@ async def test_platform_is_case_insensitive_and_handle_and_external_id_are_both_
     assert tuple(row) == ("eve@example.com", None, "eve@example.com")
 
 
+U042 = pb.Subject(external_id="U042", platform="slack")
+BOB_U042 = pb.Subject(handle="bob", external_id="U042", platform="slack")
+
+
+async def get(stub, *subjects):  # type: ignore[no-untyped-def]
+    return list(
+        (await stub.GetProfiles(pb.GetProfilesRequest(company="acme", observer="ana", subjects=subjects))).profiles
+    )
+
+
+async def test_a_person_first_seen_by_external_id_keeps_one_profile_once_the_handle_is_known(profiles, clock):
+    app, stub = profiles
+    first = await upsert(stub, subject=U042, topics=["latency"], turn_id="run-1")
+    clock.advance(minutes=1)
+    both = await upsert(stub, subject=BOB_U042, topics=["budgets"], turn_id="run-2")
+    clock.advance(minutes=1)
+    by_handle = await upsert(stub, subject=BOB, topics=["hiring"], turn_id="run-3")
+    assert first.created and not both.created and not by_handle.created
+    assert first.profile.id == both.profile.id == by_handle.profile.id
+    assert by_handle.profile.subject == BOB_U042 and by_handle.profile.observation_count == 3
+    assert list(by_handle.profile.topics) == ["hiring", "budgets", "latency"]
+    # Filed under the external id it was first seen by; it learned the handle.
+    row = await app.infra.pool.fetchrow(
+        "SELECT subject_key, subject_handle, subject_external_id FROM counterparty_profiles"
+    )
+    assert tuple(row) == ("U042", "bob", "U042") and await rows(app) == 1
+    for asked in ([BOB], [U042], [BOB_U042], [BOB, U042]):
+        assert [p.id for p in await get(stub, *asked)] == [first.profile.id], asked
+    # And the other way round: a handle first, then an external id alone finds it once learned.
+    await upsert(stub, subject=pb.Subject(handle="cara", platform="slack"), topics=["a"])
+    await upsert(stub, subject=pb.Subject(handle="cara", external_id="U077", platform="slack"), topics=["b"])
+    alone = await upsert(stub, subject=pb.Subject(external_id="U077", platform="Slack"), topics=["c"])
+    assert not alone.created and alone.profile.subject.handle == "cara" and await rows(app) == 2
+
+
+async def test_a_first_observation_racing_one_with_another_identifier_set_makes_one_row(profiles, clock):
+    """While a first observation by external id is between its read and its commit, a second one
+    naming the handle and that external id waits for it (it would otherwise find no row, and file
+    a second one under the handle)."""
+    app, stub = profiles
+
+    async def waiting(conn: asyncpg.Connection, want: int, *calls: asyncio.Future) -> int:  # type: ignore[type-arg]
+        for _ in range(600):
+            n = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            await conn.execute("SELECT pg_stat_clear_snapshot()")  # the view is read once per transaction
+            if n >= want or any(c.done() for c in calls):
+                return int(n)
+            await asyncio.sleep(0.05)
+        return int(n)
+
+    blocker = await asyncpg.connect(app.infra.dsn)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        # A row under U042 not yet committed (a writer without the locks): the first upsert's
+        # insert waits on it, holding the identifier lock of U042.
+        await blocker.execute(
+            """INSERT INTO counterparty_profiles (id, company, observer, platform, subject_key, subject_external_id,
+                                                  topics, observation_count, create_time, update_time)
+               VALUES (gen_random_uuid(), 'acme', 'ana', 'slack', 'U042', 'U042', ARRAY['first'], 1, $1, $1)""",
+            clock.now(),
+        )
+        by_external = asyncio.ensure_future(upsert(stub, subject=U042, topics=["by external id"], turn_id="run-1"))
+        assert await waiting(blocker, 1, by_external) == 1
+        by_both = asyncio.ensure_future(upsert(stub, subject=BOB_U042, topics=["by both"], turn_id="run-2"))
+        assert await waiting(blocker, 2, by_external, by_both) == 2
+        await tx.commit()
+        await asyncio.gather(by_external, by_both)
+    finally:
+        await blocker.close()
+    assert await rows(app) == 1
+    [profile] = await get(stub, BOB)
+    assert profile.observation_count == 3 and profile.subject == BOB_U042
+    assert sorted(profile.topics) == ["by both", "by external id", "first"]
+
+
+async def test_two_rows_of_one_person_written_before_the_fix_read_as_one_and_fold_on_the_next_upsert(profiles, clock):
+    """Rows filed under the external id and under the handle (what an upsert wrote before it found
+    a row by either identifier): a read combines them, the next upsert naming the person folds
+    them into the first created, observations and all."""
+    app, stub = profiles
+    old = await upsert(stub, subject=U042, topics=["latency"], communication_style="Terse.", turn_id="run-1")
+    clock.advance(minutes=1)
+    await app.infra.pool.execute(
+        """INSERT INTO counterparty_profiles (id, company, observer, platform, subject_key, subject_handle,
+                                              subject_external_id, topics, past_decisions, observation_count,
+                                              create_time, update_time, last_turn_id)
+           VALUES (gen_random_uuid(), 'acme', 'ana', 'slack', 'bob', 'bob', 'U042', ARRAY['budgets', 'LATENCY'],
+                   ARRAY['Chose Postgres'], 2, $1, $1, 'run-2')""",
+        clock.now(),
+    )
+    [read] = await get(stub, BOB_U042)
+    assert read.id == old.profile.id and read.subject == BOB_U042
+    assert list(read.topics) == ["budgets", "LATENCY"] and list(read.past_decisions) == ["Chose Postgres"]
+    assert read.communication_style == "Terse." and read.observation_count == 3 and read.last_turn_id == "run-2"
+    assert [p.id for p in await get(stub, BOB, U042)] == [old.profile.id]  # one person, answered once
+    clock.advance(minutes=1)
+    resp = await upsert(stub, subject=BOB, topics=["hiring"], turn_id="run-3")
+    assert resp.profile.id == old.profile.id and await rows(app) == 1
+    assert list(resp.profile.topics) == ["hiring", "budgets", "LATENCY"] and resp.profile.observation_count == 4
+    trace = await stub.GetProfileProvenance(
+        pb.GetProfileProvenanceRequest(company="acme", observer="ana", profile_id=old.profile.id)
+    )
+    assert len(trace.observations) == 2  # the first row's observation moved with it, and the new one
+
+
 # ------------------------------------------------------------------------------------------ reads
 
 

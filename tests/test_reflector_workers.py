@@ -5,6 +5,7 @@ them. The model is the offline rules or a scripted OpenAI-compatible server."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import grpc
 import pytest
@@ -18,9 +19,12 @@ from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 from libs.common.events import read_events
+from services.reflector.workers.profiler import LIST_BOUNDS, STYLE_CHARS
 from tests.support.app import open_app
 from tests.support.scripted_openai import openai_provider
 from tests.support.turns import message, turn
+
+PROMPTS = Path(__file__).resolve().parent.parent / "services" / "reflector" / "prompts"
 
 ALL = ["diary", "episodes", "skills", "profiles", "reflector"]
 FIVE_TOOLS = ["jira_get_issue", "github_search", "github_create_branch", "run_tests", "github_create_pr"]
@@ -278,6 +282,61 @@ async def test_one_senders_failure_costs_no_other_sender(env_for, clock, scripte
         assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla"]
         assert w.failure.startswith("invalid_output") and "slack/dan" in w.failure
         assert r.state == pb.REFLECTION_STATE_COMPLETED  # a final failure: not retried
+
+
+async def test_the_profiler_sends_whole_entries_within_the_services_bounds(env_for, clock, scripted_openai):
+    """An answer past UpsertProfile's bounds: a style or an item longer than its bound is left out
+    whole (never cut mid-text to read as the whole of it), the others sent whole however long
+    within it; a list with more items than a profile keeps is sent as the model's first ones, so
+    the sender's observation is not refused whole (TOO_MANY_ITEMS, not retried)."""
+    style_chars = STYLE_CHARS
+    most_topics, item_chars = LIST_BOUNDS["topics"]
+    long_style = ("Writes long careful paragraphs and explains every constraint before the ask. " * 20)[
+        : style_chars - 10
+    ].strip()
+    decision = "Decided " + "to keep the nightly batch " * ((item_chars - 8) // 26)
+    assert 500 < len(long_style) <= style_chars and len(decision) <= item_chars
+
+    def answer(body: dict) -> str:  # type: ignore[type-arg]
+        who = body["messages"][1]["content"].split("\n", 1)[0]
+        if "Dan" in who:
+            topics = [f"topic {i}" for i in range(most_topics + 1)]
+            return json.dumps({"noop": False, "communication_style": "terse", "topics": topics})
+        if "Carla" in who:  # everything past its bound: nothing left to write
+            return json.dumps({"noop": False, "communication_style": "x" * (style_chars + 1)})
+        too_long = "Decided " + "y" * item_chars
+        return json.dumps(
+            {"noop": False, "communication_style": long_style, "past_decisions": [too_long, decision, "Ship Friday"]}
+        )
+
+    scripted_openai.chat_handler = answer
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}, providers=scripted(scripted_openai)) as env:
+        msgs = [message("bob", "Keep it short."), message("dan", "Check the refund job."), message("carla", "Hi.")]
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=msgs))
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_WROTE and not w.failure
+        assert sorted(w.written) == ["profile:slack/bob", "profile:slack/dan"]
+        got = await env.profiles.GetProfiles(
+            pr_pb.GetProfilesRequest(
+                company="acme",
+                observer="ana",
+                subjects=[pr_pb.Subject(handle=h, platform="slack") for h in ("bob", "dan", "carla")],
+            )
+        )
+        bob, dan = got.profiles
+        assert bob.communication_style == long_style
+        assert list(bob.past_decisions) == [decision.strip(), "Ship Friday"]
+        assert dan.communication_style == "terse" and list(dan.topics) == [f"topic {i}" for i in range(most_topics)]
+
+
+def test_the_profiler_prompt_states_the_services_bounds():
+    """The prompt asks the model to keep within what UpsertProfile takes; its numbers are the
+    contract's (LIST_BOUNDS, read from the proto), so the two cannot drift apart."""
+    text = (PROMPTS / "profiler.md").read_text()
+    assert f"at most {STYLE_CHARS} characters" in text
+    decisions, sensitivities, topics = (LIST_BOUNDS[f] for f in ("past_decisions", "sensitivities", "topics"))
+    assert f"at most {decisions[0]} past\ndecisions, {sensitivities[0]} sensitivities and {topics[0]} topics" in text
+    assert {decisions[1], sensitivities[1], topics[1]} == {int(text.split("each item at most ")[1].split()[0])}
 
 
 async def test_a_passing_failure_for_one_sender_retries_only_the_senders_not_yet_merged(

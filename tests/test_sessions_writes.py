@@ -84,6 +84,24 @@ async def test_identical_normalized_content_reuses_its_note_and_keeps_every_sour
     assert LESSON in body  # the page keeps the text it was first written with
 
 
+async def test_a_fact_whose_note_was_deleted_is_not_written_again_and_says_so(reviewed, local_embedder):
+    """The fact's key (its normalized content) outlives its note: deleted by an operator, the note
+    is not brought back by a later check learning the same fact, and the check says so rather than
+    naming a note that is not there."""
+    fact = "Dana reviews pull requests only in the mornings."
+    async with reviewed(review_rule(facts=[fact]), embedder=local_embedder) as env:
+        diary = dgrpc.DiaryServiceStub(env.app.channel)
+        first = await run_check(env, "s1")
+        (written,) = first.outputs
+        await diary.DeleteNote(dpb.DeleteNoteRequest(company="acme", seat="ana", note_id=written.id))
+        again = await run_check(env, "s2")
+        notes = await diary.ListNotes(dpb.ListNotesRequest(company="acme", seat="ana"))
+    assert written.disposition == pb.OUTPUT_DISPOSITION_WRITTEN
+    assert list(again.outputs) == [] and notes.total_size == 0
+    (failure,) = again.partial_failures
+    assert failure.kind == pb.OUTPUT_KIND_PERSONAL_FACT and "deleted or erased" in failure.detail
+
+
 async def test_personal_facts_go_to_the_session_seats_diary_through_the_judge_and_dedup(reviewed, local_embedder):
     fact = "Dana reviews pull requests only in the mornings."
     async with reviewed(review_rule(facts=[fact]), embedder=local_embedder) as env:

@@ -52,6 +52,7 @@ __all__ = [
     "echo",
     "plan_of",
     "refusal",
+    "repeated_string_bounds",
     "string_max_len",
     "violations",
 ]
@@ -161,6 +162,18 @@ def string_max_len(message: type[Message], field: str) -> int:
     if rules is None or not rules.string.HasField("max_len"):
         raise ContractError(f"{descriptor.full_name}.{field} states no string max_len")
     return int(rules.string.max_len)
+
+
+def repeated_string_bounds(message: type[Message], field: str) -> tuple[int, int]:
+    """A repeated string field's ``max_items`` and its items' ``max_len`` as its contract states
+    them (as :func:`string_max_len`, for a writer that must fit a list to another service's field).
+    Raises :class:`ContractError` when the field states either none."""
+    descriptor = cast("Descriptor", message.DESCRIPTOR)
+    fd = descriptor.fields_by_name[field]
+    rules = fd.GetOptions().Extensions[_FIELD_RULES] if fd.GetOptions().HasExtension(_FIELD_RULES) else None
+    if rules is None or not rules.repeated.HasField("max_items") or not rules.repeated.items.string.HasField("max_len"):
+        raise ContractError(f"{descriptor.full_name}.{field} states no max_items and item max_len")
+    return int(rules.repeated.max_items), int(rules.repeated.items.string.max_len)
 
 
 def plan_of(descriptor: Descriptor) -> _MessagePlan:

@@ -13,6 +13,7 @@ remaining sources; its vector (of the unchanged text) stays as it is."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from datetime import datetime
 
@@ -26,11 +27,14 @@ from libs.common.erasure import (
     Report,
     Target,
     delete_indexed,
+    delete_keyed,
+    delete_scope,
     provenance_from_json,
     provenance_json,
     provenance_row,
     provenance_subjects,
     prune_indexed,
+    retention_cutoffs,
     run_once,
     scope_rows,
     verify_index,
@@ -59,6 +63,15 @@ SQL = {
     "unsource": "UPDATE note_provenance SET subjects = $2, provenance = $3::jsonb WHERE note_id = $1",
     "past_retention": """
         DELETE FROM agent_diary WHERE company = $1 AND create_time < $2 RETURNING id, embedding_dims""",
+    # The idempotency keys of the notes an erasure deletes ($2), naming the person ($3: a caller's
+    # key may carry a name), or keyed by a turn of theirs ($4: ``<run id>:<worker>``, the note of
+    # which may be gone already): a key outlives its note, never its erasure.
+    "requests_of": """
+        SELECT seat, request_id FROM diary_requests
+        WHERE company = $1 AND (note_id = ANY($2::uuid[]) OR request_id ~* $3
+               OR EXISTS (SELECT 1 FROM unnest($4::text[]) AS t(run) WHERE starts_with(request_id, t.run || ':')))""",
+    # A company's keys past its retention (kept as long as a note would be).
+    "requests_past_retention": "DELETE FROM diary_requests WHERE company = $1 AND create_time < $2",
     "record": """
         INSERT INTO note_provenance (note_id, company, seat, subjects, provenance, record_time)
         SELECT id, company, seat, $2, $3::jsonb, $4 FROM agent_diary WHERE id = $1
@@ -113,6 +126,21 @@ def _without(provenance: str | None, target: Target) -> provenance_pb2.Provenanc
     return msg
 
 
+def _digests(keys: list[tuple[str, str]]) -> list[str]:
+    """A key may name someone: the receipt keeps a digest of each, never the key."""
+    return [hashlib.sha256(f"{seat}/{key}".encode()).hexdigest()[:16] for seat, key in keys]
+
+
+async def _keys(conn: asyncpg.Connection | asyncpg.Pool, target: Target, gone: list[object]) -> list[tuple[str, str]]:
+    """The idempotency keys an erasure takes: the seat's or the company's; for a person, the keys
+    of the notes it deletes and the keys naming them."""
+    if target.kind is Kind.SUBJECT:
+        rows = await conn.fetch(SQL["requests_of"], target.company, gone, target.sql_pattern(), list(target.turn_ids))
+    else:
+        rows = await scope_rows(conn, target, "diary_requests", "seat, request_id")
+    return sorted((r["seat"], r["request_id"]) for r in rows)
+
+
 async def find(
     pool: asyncpg.Pool, target: Target, index: VectorIndex | None = None, embedder: Embedder | None = None
 ) -> Report:
@@ -120,8 +148,11 @@ async def find(
     notes or near the person's names whose notes name them (``verify_index``)."""
     report = Report(OWNER)
     rows = await _rows(pool, target)
-    if gone := [r["id"] for r in rows if not _shared(r, target)]:
+    gone = [r["id"] for r in rows if not _shared(r, target)]
+    if gone:
         report.add("agent_diary", gone)
+    if keys := await _keys(pool, target, gone):
+        report.add("diary_requests", _digests(keys))
     if shared := [r["id"] for r in rows if _shared(r, target)]:
         report.add("note_provenance", shared, changed=True)
     await verify_index(pool, index, embedder, OWNER, COLLECTION_BASE, "agent_diary", "content", target, report)
@@ -132,7 +163,15 @@ async def erase(pool: asyncpg.Pool, index: VectorIndex | None, target: Target, n
     async def work(conn: asyncpg.Connection) -> Report:
         report = Report(OWNER)
         rows = await _rows(conn, target)
-        await delete_indexed(conn, report, "agent_diary", COLLECTION_BASE, [r for r in rows if not _shared(r, target)])
+        gone = [r for r in rows if not _shared(r, target)]
+        keys = await _keys(conn, target, [r["id"] for r in gone])
+        await delete_indexed(conn, report, "agent_diary", COLLECTION_BASE, gone)
+        if target.kind is Kind.SUBJECT:
+            await delete_keyed(conn, "diary_requests", target.company, keys, ("seat", "request_id"))
+        else:
+            await delete_scope(conn, target, "diary_requests")
+        if keys:
+            report.add("diary_requests", _digests(keys))
         shared = [r for r in rows if _shared(r, target)]
         for row in shared:
             left = _without(row["provenance"], target)
@@ -159,7 +198,11 @@ async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str) 
 
 
 async def prune_retention(pool: asyncpg.Pool, index: VectorIndex | None, privacy: PrivacyConfig, now: datetime) -> int:
-    """Delete notes older than their company's ``note_max_age_days`` (with their vectors); how many."""
+    """Delete notes older than their company's ``note_max_age_days`` (with their vectors); how many.
+    The idempotency keys go by the same age (a key is kept as long as a note written with it
+    would be: past it, a retry is far outside any redelivery window)."""
+    for company, cutoff in await retention_cutoffs(pool, "diary_requests", privacy, "note_max_age_days", now):
+        await pool.execute(SQL["requests_past_retention"], company, cutoff)
     return await prune_indexed(
         pool,
         index,

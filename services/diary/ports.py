@@ -16,7 +16,7 @@ import numpy as np
 
 from services.diary.domain import Note, NoteProvenance, NoteTier
 
-__all__ = ["NoteListing", "NoteStore", "VectorReads"]
+__all__ = ["EarlierWrite", "NoteListing", "NoteStore", "VectorReads"]
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,18 @@ class VectorReads(NamedTuple):
     unreachable: int
 
 
+class EarlierWrite(NamedTuple):
+    """What an idempotency key used before names: the note its write stored, or None when that
+    note is gone (deleted, erased; or expired, until its expiry passes, when the key is free
+    again): the key outlives its note, so a late retry never writes a removed note again."""
+
+    note: Note | None
+
+
 class NoteStore(Protocol):
-    async def by_request(self, company: str, seat: str, request_id: str) -> Note | None:
-        """The note an earlier write with this idempotency key stored."""
+    async def by_request(self, company: str, seat: str, request_id: str, now: datetime) -> EarlierWrite | None:
+        """What an earlier write with this idempotency key stored (its note when live at ``now``);
+        None when the key was never used, or its SHORT note's expiry is past at ``now``."""
         ...
 
     async def insert(
@@ -50,7 +59,9 @@ class NoteStore(Protocol):
         request_id: str | None = None,
         provenance: NoteProvenance | None = None,
     ) -> Note | None:
-        """The stored note, or ``None`` when ``request_id`` was already used. ``provenance`` is
+        """The stored note, or ``None`` when ``request_id`` was already used (by a note stored, or
+        gone since: the key is kept apart from the note and outlives it; a SHORT note's key until
+        the note's expiry, past which it is claimed again). ``provenance`` is
         kept with the note, in the same transaction (a note is never stored without it)."""
         ...
 

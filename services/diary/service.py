@@ -109,16 +109,19 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         turn_id: str | None,
         request_id: str | None = None,
         provenance: NoteProvenance | None = None,
-    ) -> tuple[Note, str | None, bool]:
+    ) -> tuple[Note | None, str | None, bool]:
         """Store a note verbatim, with its ``provenance`` in the same commit; returns it, why it has
         no vector (when it has none), and whether this call created it (false: ``request_id`` named
-        a note already written, whose provenance this call does not touch)."""
+        a note already written, whose provenance this call does not touch). The note is None when
+        ``request_id`` named a note written before and deleted or erased since: nothing is written
+        again, so a late retry never brings back what was removed. A SHORT note's key is spent until
+        the note's expiry only: past it the key writes a new note (the note was over anyway)."""
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         if request_id:
             require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)
-            earlier = await self.store.by_request(company, seat, request_id)
+            earlier = await self.store.by_request(company, seat, request_id, self.clock.now())
             if earlier is not None:
-                return earlier, None, False
+                return earlier.note, None, False
         # Refused, never trimmed: the writer can tighten the text and retry.
         at_most_chars(
             content, "content", self.config.max_content_chars, domain=DOMAIN, reason="NOTE_TOO_LONG", message=_TOO_LONG
@@ -164,9 +167,9 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         )
         stored = await self.store.insert(note, vector, request_id or None, provenance)
         if stored is None:  # a concurrent retry with the same key won the insert
-            earlier = await self.store.by_request(company, seat, request_id or "")
+            earlier = await self.store.by_request(company, seat, request_id or "", now)
             assert earlier is not None
-            return earlier, None, False
+            return earlier.note, None, False
         if vector is not None:
             point = index_point(
                 stored.id, stored.company, stored.seat, vector, stored.embedding_model or "", stored.expire_time

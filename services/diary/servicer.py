@@ -70,6 +70,9 @@ class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
             request.request_id or None,
             kept,
         )
+        if note is None:
+            # The key named a note written before and removed since: nothing is written again.
+            return pb.WriteNoteResponse(created=False, note_removed=True)
         if kept is not None and not created:
             # A retried write: the note an earlier call stored. An earlier server kept its
             # provenance in a second statement that a crash could have missed; keep it now (once).

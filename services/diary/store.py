@@ -19,7 +19,7 @@ from libs.common.coalescer import Coalescer
 from libs.common.db import unflushed
 from libs.common.rows import RowReader
 from services.diary.domain import Note, NoteProvenance, NoteSource, NoteTier
-from services.diary.ports import NoteListing, VectorReads
+from services.diary.ports import EarlierWrite, NoteListing, VectorReads
 
 __all__ = ["PostgresNoteStore"]
 
@@ -49,15 +49,25 @@ _LEXICAL_TOP = """WITH q AS (
             ORDER BY rank DESC, ct DESC LIMIT $4)"""
 
 SQL = {
-    # The note and its provenance (issue 17) in one statement, so one commit: a note is never
-    # stored without the provenance it was written with ($14 subjects, $15 the JSON; NULL: none).
-    # The provenance row's foreign key is checked at the statement's end, when the note is there.
+    # The note, its key and its provenance (issue 17) in one statement, so one commit: a note is
+    # never stored without the provenance it was written with ($14 subjects, $15 the JSON; NULL:
+    # none), nor without its key ($13) claimed in ``diary_requests``, which outlives it: a key
+    # claimed before (a concurrent claim of it is waited for) stores nothing, unless its SHORT
+    # note's expiry has passed (the key is then claimed again for this note). The provenance row's
+    # foreign key is checked at the statement's end, when the note is there.
     "insert": f"""
-        WITH ins AS (
+        WITH claim AS (
+            INSERT INTO diary_requests (company, seat, request_id, note_id, create_time, expire_time)
+            SELECT $2, $3, $13::text, $1, $8, $9 WHERE $13::text IS NOT NULL
+            ON CONFLICT (company, seat, request_id) DO UPDATE
+            SET note_id = EXCLUDED.note_id, create_time = EXCLUDED.create_time, expire_time = EXCLUDED.expire_time
+            WHERE diary_requests.expire_time <= EXCLUDED.create_time
+            RETURNING note_id),
+        ins AS (
             INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
                                      embedding, embedding_model, embedding_dims, request_id)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-            ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
+            SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::text
+            WHERE $13::text IS NULL OR EXISTS (SELECT 1 FROM claim)
             RETURNING {_COLUMNS}),
         kept AS (
             INSERT INTO note_provenance (note_id, company, seat, subjects, provenance, record_time)
@@ -65,23 +75,31 @@ SQL = {
             ON CONFLICT (note_id) DO NOTHING)
         SELECT {_COLUMNS} FROM ins""",
     # Concurrent writers' notes in one statement (PostgresNoteStore.insert gathers them): the
-    # columns of "insert" as arrays, one element per note. A note whose request_id conflicts (with a
-    # stored note, or an earlier one of the same statement) is not returned, as with "insert".
-    # The provenances likewise: $14 each note's subjects as a JSON array (the arrays differ in
-    # length, which one text[][] cannot hold), $15 the JSON (NULL: none).
+    # columns of "insert" as arrays, one element per note. A note whose request_id was used before
+    # (by a note stored, or gone since, or an earlier one of the same statement) is not returned,
+    # as with "insert". The provenances likewise: $14 each note's subjects as a JSON array (the
+    # arrays differ in length, which one text[][] cannot hold), $15 the JSON (NULL: none).
     "insert_many": f"""
         WITH given AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                                  $8::timestamptz[], $9::timestamptz[], $10::vector[], $11::text[], $12::int[],
-                                 $13::text[], $14::jsonb[], $15::jsonb[])
+                                 $13::text[], $14::jsonb[], $15::jsonb[]) WITH ORDINALITY
                 AS g(id, company, seat, content, tier, source, turn_id, create_time, expire_time,
-                     embedding, embedding_model, embedding_dims, request_id, subjects, provenance)),
+                     embedding, embedding_model, embedding_dims, request_id, subjects, provenance, n)),
+        claim AS (
+            INSERT INTO diary_requests (company, seat, request_id, note_id, create_time, expire_time)
+            SELECT DISTINCT ON (company, seat, request_id) company, seat, request_id, id, create_time, expire_time
+            FROM given WHERE request_id IS NOT NULL ORDER BY company, seat, request_id, n
+            ON CONFLICT (company, seat, request_id) DO UPDATE
+            SET note_id = EXCLUDED.note_id, create_time = EXCLUDED.create_time, expire_time = EXCLUDED.expire_time
+            WHERE diary_requests.expire_time <= EXCLUDED.create_time
+            RETURNING note_id),
         ins AS (
             INSERT INTO agent_diary (id, company, seat, content, tier, source, turn_id, create_time, expire_time,
                                      embedding, embedding_model, embedding_dims, request_id)
             SELECT id, company, seat, content, tier, source, turn_id, create_time, expire_time,
                    embedding, embedding_model, embedding_dims, request_id FROM given
-            ON CONFLICT (company, seat, request_id) WHERE request_id IS NOT NULL DO NOTHING
+            WHERE request_id IS NULL OR id IN (SELECT note_id FROM claim)
             RETURNING {_COLUMNS}),
         kept AS (
             INSERT INTO note_provenance (note_id, company, seat, subjects, provenance, record_time)
@@ -90,7 +108,13 @@ SQL = {
             FROM ins JOIN given g ON g.id = ins.id WHERE g.provenance IS NOT NULL
             ON CONFLICT (note_id) DO NOTHING)
         SELECT {_COLUMNS} FROM ins""",
-    "by_request": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND request_id = $3",
+    # What a key names: the note its write stored, when still live at $4 (its columns NULL when
+    # the note was deleted, swept, erased, or expired unswept: GetNote's NOT_FOUND too), and
+    # whether the key is spent at $4 (until that note's own expiry; a LONG note's, for good).
+    "by_request": f"""
+        SELECT (r.expire_time IS NULL OR r.expire_time > $4) AS spent, {_D_COLUMNS} FROM diary_requests r
+        LEFT JOIN agent_diary d ON d.id = r.note_id AND (d.expire_time IS NULL OR d.expire_time > $4)
+        WHERE r.company = $1 AND r.seat = $2 AND r.request_id = $3""",
     "get": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = $4",
     "hydrate": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = ANY($4)",
     "recent": f"""SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE}
@@ -248,9 +272,11 @@ class PostgresNoteStore:
             self._insert_batch, max_batch=insert_batch, max_running=insert_statements
         )
 
-    async def by_request(self, company: str, seat: str, request_id: str) -> Note | None:
-        row = await self.pool.fetchrow(SQL["by_request"], company, seat, request_id)
-        return _note(row) if row else None
+    async def by_request(self, company: str, seat: str, request_id: str, now: datetime) -> EarlierWrite | None:
+        row = await self.pool.fetchrow(SQL["by_request"], company, seat, request_id, now)
+        if row is None or (row["id"] is None and not row["spent"]):
+            return None  # never used, or its SHORT note's time is over: free again
+        return EarlierWrite(_note(row) if row["id"] is not None else None)
 
     async def insert(
         self,

@@ -24,8 +24,11 @@ __all__ = [
     "ObservationSource",
     "Profile",
     "Subject",
+    "combine",
     "empty",
+    "identifiers_of",
     "item_key",
+    "linked",
     "merge",
     "merge_list",
     "prunable",
@@ -90,6 +93,41 @@ class Subject:
         key = self.handle or self.external_id
         assert key is not None
         return key
+
+    @property
+    def identifiers(self) -> tuple[str, ...]:
+        """The handle and the external id it was named by (whichever it has)."""
+        return tuple(x for x in (self.handle, self.external_id) if x)
+
+    def names(self, profile: Profile) -> bool:
+        """Whether ``profile`` is this subject's, by either identifier: one of them is the row's
+        key, handle or external id (handles and external ids share one key space per platform, as
+        the unique index has it), on the same platform. A row filed under one identifier is found
+        by the other once it has learned it."""
+        return profile.subject.platform == self.platform and not identifiers_of(profile).isdisjoint(self.identifiers)
+
+
+def identifiers_of(profile: Profile) -> set[str]:
+    """Every identifier a row knows its subject by: its key, its handle, its external id."""
+    return {x for x in (profile.subject_key, profile.subject.handle, profile.subject.external_id) if x}
+
+
+def linked(subject: Subject, rows: Iterable[Profile]) -> list[Profile]:
+    """The rows of ``subject``, oldest first: the ones it names, and the ones those name in turn (a
+    row under the handle that learned the external id links the row filed under that external id
+    alone): one person, however the rows were filed before an upsert found a row by either id."""
+    pool = [p for p in rows if p.subject.platform == subject.platform]
+    known = set(subject.identifiers)
+    mine: dict[uuid.UUID, Profile] = {}
+    grew = True
+    while grew:
+        grew = False
+        for p in pool:
+            if p.id not in mine and not identifiers_of(p).isdisjoint(known):
+                mine[p.id] = p
+                known |= identifiers_of(p)
+                grew = True
+    return sorted(mine.values(), key=lambda p: (p.create_time, str(p.id)))
 
 
 @dataclass(frozen=True)
@@ -198,19 +236,57 @@ def empty(company: str, observer: str, subject: Subject, now: datetime) -> Profi
     )
 
 
+def _learned(profile: Profile, handle: str | None, external_id: str | None) -> Subject:
+    """The row's subject once it has seen ``handle`` and ``external_id``: it learns whichever it
+    lacks; a known handle stays, and so does the external id of a row filed under it (its key never
+    changes: the table's CHECK holds the key to one of the two), while the external id beside a
+    handle key follows the newest."""
+    keyed_by_external = profile.subject_key != profile.subject.handle
+    return Subject(
+        platform=profile.subject.platform,
+        handle=profile.subject.handle or handle,
+        external_id=(
+            profile.subject.external_id if keyed_by_external else (external_id or profile.subject.external_id)
+        ),
+    )
+
+
+def combine(rows: Sequence[Profile], limits: Limits) -> Profile:
+    """Several rows of one person as one: rows written before an upsert found a row by either
+    identifier (a person first seen by external id, then by handle, got a second row), or by two
+    first observations that shared no identifier. The first created keeps its id, key and creation
+    time; the lists are the newest row's items ahead of the older rows' (each once, bounded as a
+    merge bounds them), the style and last turn the newest non-empty, the counts summed. A read
+    answers this, and the next upsert naming the person writes it (folding the others away)."""
+    first = min(rows, key=lambda p: (p.create_time, str(p.id)))
+    if len(rows) == 1:
+        return first
+    newest = sorted(rows, key=lambda p: (p.update_time, str(p.id)), reverse=True)
+    subject = first.subject
+    for p in newest:
+        subject = _learned(replace(first, subject=subject), p.subject.handle, p.subject.external_id)
+    lists = {f: merge_list([x for p in newest for x in getattr(p, f)], (), limits.bound(f)) for f in LIST_FIELDS}
+    return replace(
+        first,
+        subject=subject,
+        communication_style=next((p.communication_style for p in newest if p.communication_style), ""),
+        past_decisions=lists["past_decisions"],
+        sensitivities=lists["sensitivities"],
+        topics=lists["topics"],
+        observation_count=sum(p.observation_count for p in rows),
+        update_time=newest[0].update_time,
+        last_turn_id=next((p.last_turn_id for p in newest if p.last_turn_id), None),
+    )
+
+
 def merge(profile: Profile, subject: Subject, obs: Observation, limits: Limits, now: datetime) -> Profile:
     """The stored profile with one more observation of ``subject`` merged into it."""
     lists = {f: merge_list(getattr(obs, f), getattr(profile, f), limits.bound(f)) for f in LIST_FIELDS}
     # The row's id, owner, key and creation stay; the rest is the observation merged in.
     return replace(
         profile,
-        # The row learns (or updates) whichever of the subject's handle and external id an
-        # observation carries; its key never changes.
-        subject=Subject(
-            platform=profile.subject.platform,
-            handle=profile.subject.handle or subject.handle,
-            external_id=subject.external_id or profile.subject.external_id,
-        ),
+        # The row learns whichever of the subject's handle and external id it lacks (_learned).
+        subject=_learned(profile, subject.handle, subject.external_id),
         communication_style=obs.communication_style or profile.communication_style,
         past_decisions=lists["past_decisions"],
         sensitivities=lists["sensitivities"],

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from services.profiles.domain import Observation, ObservationRecord, ObservationSource, Profile, Subject
+from services.profiles.domain import Limits, Observation, ObservationRecord, ObservationSource, Profile, Subject
 
 __all__ = ["Merge", "ObservationWrite", "ProfileStore"]
 
@@ -35,17 +35,16 @@ class ObservationWrite:
     source: ObservationSource | None = None
     keep_observations: int | None = None
     """Prune the recorded observations past this many newest (None: keep all)."""
-
-    @property
-    def key(self) -> tuple[str, str, str, str]:
-        """The profile row's key: (company, observer, platform, subject key)."""
-        return (self.company, self.observer, self.subject.platform, self.subject.key)
+    limits: Limits = field(default_factory=Limits)
+    """The bounds the rows of one person are combined within (``domain.combine``)."""
 
 
 class ProfileStore(Protocol):
     async def observe(self, write: ObservationWrite) -> tuple[Profile, bool, bool]:
         """Apply ``write.merge`` to the subject's profile atomically, creating it on the first
-        observation; returns (profile, created, changed). A ``request_id`` seen before changes
+        observation; returns (profile, created, changed). The profile is the row named by either of
+        the subject's identifiers (``domain.linked``); several such rows (written before that rule)
+        are first folded into the oldest (``domain.combine``). A ``request_id`` seen before changes
         nothing: it is recorded in the same step as the merge, so a retry after a crash either finds
         it (the merge committed) or applies the merge (it did not). When the merge changes the
         profile and an ``observation`` with its ``source`` is given, it is recorded in the same step
@@ -64,7 +63,11 @@ class ProfileStore(Protocol):
         """The profile's recorded observations, newest first, at most ``limit``."""
         ...
 
-    async def get_many(self, company: str, observer: str, subjects: Sequence[Subject]) -> list[Profile]: ...
+    async def get_many(self, company: str, observer: str, subjects: Sequence[Subject]) -> list[Profile]:
+        """At least every row of the observer linked to one of ``subjects`` (``domain.linked``: by
+        either identifier, and through the identifiers the rows learned); the service keeps and
+        combines each subject's."""
+        ...
 
     async def count(self, company: str, observer: str) -> int: ...
 

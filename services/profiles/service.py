@@ -33,6 +33,8 @@ from services.profiles.domain import (
     ObservationSource,
     Profile,
     Subject,
+    combine,
+    linked,
     merge,
     trace_entries,
 )
@@ -202,6 +204,7 @@ class ProfileService:
                 observation=obs,
                 source=source_for(source, subject, obs.turn_id),
                 keep_observations=self.limits.kept_observations,
+                limits=self.limits,
             )
         )
         if changed:
@@ -248,21 +251,27 @@ class ProfileService:
 
     async def get_profiles(self, company: str, observer: str, subject_refs: Sequence[SubjectRef]) -> list[Profile]:
         """The observer's profiles of the named subjects, in the order asked; a subject with no
-        profile (or named twice) is absent (or answered once)."""
+        profile (or named twice, or by both identifiers in two entries) is absent (or answered once)."""
         company, observer = self._scope(company, observer)
         cap = self.limits.max_subjects_per_get
         at_most(subject_refs, cap, "subjects", domain=DOMAIN, reason="TOO_MANY_SUBJECTS")
         subjects = [self._subject(ref, f"subjects[{i}]") for i, ref in enumerate(subject_refs)]
         if not subjects:
             return []
-        found = {(p.subject.platform, p.subject_key): p for p in await self.store.get_many(company, observer, subjects)}
+        rows = await self.store.get_many(company, observer, subjects)
         out: list[Profile] = []
-        seen: set[tuple[str, str]] = set()
+        seen: set[uuid.UUID] = set()
         for s in subjects:
-            key = (s.platform, s.key)
-            if key in found and key not in seen:
-                seen.add(key)
-                out.append(found[key])
+            # Found by either identifier; a person's rows written before an upsert found a row by
+            # either (one filed under the external id, one under the handle) answer as one, as the
+            # next upsert naming both will write them (``combine``).
+            mine = linked(s, rows)
+            if not mine:
+                continue
+            profile = combine(mine, self.limits)
+            if profile.id not in seen:
+                seen.add(profile.id)
+                out.append(profile)
         return out
 
     async def list_profiles(self, company: str, observer: str, size: int, token: str) -> tuple[list[Profile], str, int]:

@@ -2,17 +2,20 @@
 kept inside.
 
 Every read is scoped to one (company, observer): a profile is private to the seat that wrote it.
-An observation is merged under a row lock (``SELECT ... FOR UPDATE`` in a transaction), so two
-concurrent observations of one subject are applied one after the other and neither is lost; the
-first observation creates the row with ``INSERT ... ON CONFLICT DO NOTHING``, and the loser of a
-creation race merges into the winner's row instead.
+An observation is merged under its subject's identifier locks (transaction-level advisory locks,
+one per handle or external id sent) and the row's lock (``SELECT ... FOR UPDATE``), so two
+concurrent observations of one person are applied one after the other, neither is lost, and the
+second finds the row the first created by either identifier; the first observation creates the
+row with ``INSERT ... ON CONFLICT DO NOTHING``, and the loser of a creation race (against a writer
+without the locks) merges into the winner's row instead.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +27,10 @@ from services.profiles.domain import (
     ObservationSource,
     Profile,
     Subject,
+    combine,
     empty,
+    identifiers_of,
+    linked,
     prunable,
 )
 from services.profiles.ports import Merge, ObservationWrite
@@ -45,25 +51,37 @@ _RECORDED = """
 """The observation a write records (issue 17), beside the row it wrote (``written``)."""
 
 SQL = {
-    # The request key claimed (when one is given, $5) and the subject's row locked, in one statement:
-    # ``fresh`` false when the key was claimed before (a concurrent claim of it is waited for); the
-    # row's columns NULL when there is no row (yet: a row a concurrent claimant created is not in
-    # this statement's snapshot, and "lock" reads it afterwards).
-    "claim_and_lock": f"""
-        WITH claim AS (
-            INSERT INTO profile_requests (company, observer, request_id, create_time)
-            SELECT $1, $2, $5::text, $6 WHERE $5::text IS NOT NULL
-            ON CONFLICT DO NOTHING RETURNING 1),
-        locked AS (
-            SELECT {_COLUMNS} FROM counterparty_profiles
-            WHERE company = $1 AND observer = $2 AND platform = $3 AND subject_key = $4
-            FOR UPDATE)
-        SELECT ($5::text IS NULL OR EXISTS (SELECT 1 FROM claim)) AS fresh, locked.*
-        FROM (SELECT 1) AS one LEFT JOIN locked ON true""",
-    "lock": f"""
+    # One person's identifiers, each locked (a transaction-level advisory lock on a digest of
+    # company, observer, platform and identifier, taken in order) before their rows are read: two
+    # upserts naming one identifier (a handle, or an external id: one key space, as the unique index
+    # has it) run one after the other, so the second finds the row the first created, whichever
+    # other identifier each sends, and one person never gets two rows by a race.
+    "lock_identifier": "SELECT pg_advisory_xact_lock($1)",
+    # The request key claimed: a row when it was not claimed before (a concurrent claim of it
+    # is waited for; retries of one request name the same identifiers, so they are serialised by
+    # the identifier locks already).
+    "claim": """
+        INSERT INTO profile_requests (company, observer, request_id, create_time) VALUES ($1, $2, $3, $4)
+        ON CONFLICT DO NOTHING RETURNING 1""",
+    # The rows one of the identifiers $4 names (as a key, a handle or an external id), locked; the
+    # store repeats it with the identifiers those rows know too (``linked``), oldest first. "peek"
+    # is the same read unlocked: which identifiers to lock first.
+    "find": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
-        WHERE company = $1 AND observer = $2 AND platform = $3 AND subject_key = $4
+        WHERE company = $1 AND observer = $2 AND platform = $3
+          AND (subject_key = ANY($4::text[]) OR subject_handle = ANY($4::text[])
+               OR subject_external_id = ANY($4::text[]))
+        ORDER BY create_time, id
         FOR UPDATE""",
+    "peek": f"""
+        SELECT {_COLUMNS} FROM counterparty_profiles
+        WHERE company = $1 AND observer = $2 AND platform = $3
+          AND (subject_key = ANY($4::text[]) OR subject_handle = ANY($4::text[])
+               OR subject_external_id = ANY($4::text[]))""",
+    # Rows of one person folded into the oldest (``combine``): their observations move to it (an
+    # entry stays traceable to the turn that added it), then they go.
+    "move_observations": "UPDATE profile_observations SET profile_id = $1 WHERE profile_id = ANY($2::uuid[])",
+    "delete_rows": "DELETE FROM counterparty_profiles WHERE id = ANY($1::uuid[])",
     # A write (the row's first, "insert", or a merge into it, "update") and the observation it
     # records, in one statement: $1..$9 are the observation (its id NULL: nothing recorded), the
     # write's own parameters follow.
@@ -87,11 +105,14 @@ SQL = {
             RETURNING {_COLUMNS}),
         {_RECORDED}
         SELECT * FROM written""",
-    # The named subjects' profiles: pairs of (platform, subject key) unnested side by side.
+    # The rows one of the identifiers $4 names, on one of the subjects' platforms: the store repeats
+    # it with the identifiers those rows know too, and the service keeps and combines each
+    # subject's (``linked``, ``combine``).
     "get_many": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
-        WHERE company = $1 AND observer = $2
-          AND (platform, subject_key) IN (SELECT * FROM unnest($3::text[], $4::text[]))""",
+        WHERE company = $1 AND observer = $2 AND platform = ANY($3::text[])
+          AND (subject_key = ANY($4::text[]) OR subject_handle = ANY($4::text[])
+               OR subject_external_id = ANY($4::text[]))""",
     "get": f"SELECT {_COLUMNS} FROM counterparty_profiles WHERE id = $1 AND company = $2 AND observer = $3",
     "observations": """
         SELECT o.id, o.profile_id, o.provenance, o.communication_style, o.past_decisions, o.sensitivities, o.topics,
@@ -186,6 +207,36 @@ def _recorded(write: ObservationWrite) -> tuple[object, ...] | None:
     )
 
 
+def _identifier_locks(company: str, observer: str, subject: Subject, identifiers: Iterable[str]) -> list[int]:
+    """The advisory lock keys of the subject's ``identifiers`` (``lock_identifier``), in one order
+    for every caller so two upserts never wait on each other's second lock."""
+    keys = {
+        int.from_bytes(
+            hashlib.sha256(f"profiles/{company}/{observer}/{subject.platform}/{x}".encode()).digest()[:8],
+            "big",
+            signed=True,
+        )
+        for x in identifiers
+    }
+    return sorted(keys)
+
+
+def _written(profile: Profile) -> tuple[object, ...]:
+    """The parameters of ``update`` after the observation's ($10 on)."""
+    return (
+        profile.id,
+        profile.subject.handle,
+        profile.subject.external_id,
+        profile.communication_style,
+        list(profile.past_decisions),
+        list(profile.sensitivities),
+        list(profile.topics),
+        profile.observation_count,
+        profile.update_time,
+        profile.last_turn_id,
+    )
+
+
 class PostgresProfileStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
@@ -209,16 +260,23 @@ class PostgresProfileStore:
     async def _observe(
         self, conn: asyncpg.Connection, write: ObservationWrite, recorded: tuple[object, ...]
     ) -> tuple[Profile, bool, bool]:
-        """The merge under the row lock; a row it writes records ``recorded`` (``_recorded``)."""
-        key, company, observer, subject = write.key, write.company, write.observer, write.subject
+        """The merge under the subject's locks; a row it writes records ``recorded`` (``_recorded``)."""
+        company, observer, subject = write.company, write.observer, write.subject
         now, merge, request_id = write.now, write.merge, write.request_id
-        found = await conn.fetchrow(SQL["claim_and_lock"], *key, request_id, now)
-        row = found if found["id"] is not None else None
-        if not found["fresh"]:  # applied before (a concurrent retry waits here for the first)
-            row = row or await conn.fetchrow(SQL["lock"], *key)
-            if row is not None:
-                return _profile(row), False, False
-        if row is None:
+        # Every identifier of the person's rows is locked before any row is: two upserts reaching
+        # one row (by whichever identifier) hold its identifiers' locks, so they never hold its
+        # row lock while waiting for another's (no deadlock folding two rows of one person).
+        _, known = await self._rows(conn, write, set(subject.identifiers), "peek")
+        for lock in _identifier_locks(company, observer, subject, known):
+            await conn.execute(SQL["lock_identifier"], lock)
+        fresh = request_id is None or await conn.fetchval(SQL["claim"], company, observer, request_id, now) is not None
+        rows, linked_now = await self._rows(conn, write, known, "find")
+        # Rows linked between the two reads (a concurrent upsert committed a link): lock those too.
+        for lock in _identifier_locks(company, observer, subject, linked_now - known):
+            await conn.execute(SQL["lock_identifier"], lock)
+        if not fresh and rows:  # applied before (a concurrent retry waits for the first)
+            return combine(rows, write.limits), False, False
+        if not rows:
             first = merge(empty(company, observer, subject, now))
             assert first is not None  # an empty profile has no turn to replay
             row = await conn.fetchrow(
@@ -242,29 +300,44 @@ class PostgresProfileStore:
             )
             if row is not None:
                 return _profile(row), True, True
-            # A concurrent first observation committed the row between our read and our insert:
-            # merge into it (a new statement sees the committed row, and waits for its lock).
-            row = await conn.fetchrow(SQL["lock"], *key)
-            assert row is not None  # profiles are never deleted
-        current = _profile(row)
+            # A row under the key was committed between our read and our insert by a writer that
+            # did not take our locks (one that predates them): merge into it (a new statement sees
+            # the committed row, and waits for its lock).
+            rows, _ = await self._rows(conn, write, known, "find")
+            assert rows  # the insert conflicted with a row under the key
+        current = combine(rows, write.limits)
+        folded = [p.id for p in rows if p.id != current.id]
+        if folded:
+            await conn.execute(SQL["move_observations"], current.id, folded)
+            await conn.execute(SQL["delete_rows"], folded)
         merged = merge(current)
         if merged is None:
+            if folded:  # the rows were folded into one all the same: write it
+                await conn.fetchrow(SQL["update"], *_NOT_RECORDED, *_written(current))
             return current, False, False
-        row = await conn.fetchrow(
-            SQL["update"],
-            *recorded,
-            current.id,
-            merged.subject.handle,
-            merged.subject.external_id,
-            merged.communication_style,
-            list(merged.past_decisions),
-            list(merged.sensitivities),
-            list(merged.topics),
-            merged.observation_count,
-            merged.update_time,
-            merged.last_turn_id,
-        )
+        row = await conn.fetchrow(SQL["update"], *recorded, *_written(merged))
         return _profile(row), False, True
+
+    @staticmethod
+    async def _rows(
+        conn: asyncpg.Connection, write: ObservationWrite, identifiers: set[str], statement: str
+    ) -> tuple[list[Profile], set[str]]:
+        """The subject's rows (``linked``) by ``statement`` ("find": locked, "peek": not) and every
+        identifier they know: found by ``identifiers``, then by those the rows found know too, until
+        no row adds one."""
+        subject = write.subject
+        known = set(identifiers)
+        while True:
+            found = [
+                _profile(r)
+                for r in await conn.fetch(
+                    SQL[statement], write.company, write.observer, subject.platform, sorted(known)
+                )
+            ]
+            more = {x for p in found for x in identifiers_of(p)} - known
+            if not more:
+                return linked(subject, found), known
+            known |= more
 
     async def get(self, company: str, observer: str, profile_id: uuid.UUID) -> Profile | None:
         row = await self.pool.fetchrow(SQL["get"], profile_id, company, observer)
@@ -277,10 +350,16 @@ class PostgresProfileStore:
         return [_observation(r) for r in rows]
 
     async def get_many(self, company: str, observer: str, subjects: Sequence[Subject]) -> list[Profile]:
-        rows = await self.pool.fetch(
-            SQL["get_many"], company, observer, [s.platform for s in subjects], [s.key for s in subjects]
-        )
-        return [_profile(r) for r in rows]
+        platforms = sorted({s.platform for s in subjects})
+        known = {x for s in subjects for x in s.identifiers}
+        while True:  # the rows named, and the rows those name (``linked``)
+            rows = [
+                _profile(r) for r in await self.pool.fetch(SQL["get_many"], company, observer, platforms, sorted(known))
+            ]
+            more = {x for p in rows for x in identifiers_of(p)} - known
+            if not more:
+                return rows
+            known |= more
 
     async def count(self, company: str, observer: str) -> int:
         return int(await self.pool.fetchval(SQL["count"], company, observer))

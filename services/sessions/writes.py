@@ -422,6 +422,18 @@ class Writer:
         )
         if resp is None:
             return
+        if resp.note_removed:
+            # The seat's note of this fact (same normalized content, same key) was deleted or erased
+            # since it was written: the diary does not write it again, and there is no note to name.
+            out.failures.append(
+                PartialFailure(
+                    OutputKind.PERSONAL_FACT,
+                    FailureKind.WRITE_FAILED,
+                    "the seat's note of this fact was deleted or erased since it was first written; "
+                    "it is not written again",
+                )
+            )
+            return
         note = resp.note
         out.outputs.append(
             Output(

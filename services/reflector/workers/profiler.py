@@ -21,6 +21,7 @@ import grpc
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
 from libs.common.auxmodel import OfflineRules
+from libs.common.contract import repeated_string_bounds, string_max_len
 from services.reflector.domain import (
     RETRYABLE_FAILURES,
     Interaction,
@@ -44,6 +45,14 @@ _log = logging.getLogger(__name__)
 PURPOSE = "profiler"
 _PROMPT = WorkerPrompt.load(PURPOSE)
 _INTERNAL = {Trigger.AGENT_ASK, Trigger.SCHEDULE, Trigger.SANDBOX}
+
+# What UpsertProfile takes, read from its contract (the service refuses past these, never trims):
+# the characters of a communication style, and per list the items and an item's characters. The
+# prompt states the same numbers (tests/test_reflector_workers.py checks they agree).
+STYLE_CHARS = string_max_len(pr_pb.UpsertProfileRequest, "communication_style")
+LIST_BOUNDS = {
+    f: repeated_string_bounds(pr_pb.UpsertProfileRequest, f) for f in ("past_decisions", "sensitivities", "topics")
+}
 
 
 def subjects_of(turn: Turn) -> list[tuple[Sender, list[Interaction]]]:
@@ -76,12 +85,25 @@ def context_of(turn: Turn, sender: Sender) -> str:
     return "\n".join(lines)
 
 
-def _strings(value: Any, field: str) -> list[str]:
+def _strings(value: Any, field: str, where: str) -> list[str]:
+    """The answer's ``field`` as UpsertProfile takes it: items stripped, blank ones dropped; an item
+    past the contract's item bound left out whole, never cut (a clipped decision reads as the whole
+    decision: docs/services/profiles.md, "Why refuse rather than trim"); of the rest the model's
+    first ``max_items`` (the prompt asks for the most telling first, and the merge keeps the first
+    sent newest). A list past the bound sent as it came would be refused whole, and with it the
+    sender's style and other lists of the turn."""
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InvalidOutput(f"{field} must be a list of strings")
-    return [v.strip()[:500] for v in value if v.strip()]
+    most, longest = LIST_BOUNDS[field]
+    items = [v.strip() for v in value if v.strip()]
+    kept = [v for v in items if len(v) <= longest]
+    if len(kept) < len(items):
+        _log.info("profiler: %s: left out %d %s past %d characters", where, len(items) - len(kept), field, longest)
+    if len(kept) > most:
+        _log.info("profiler: %s: kept the first %d of %d %s", where, most, len(kept), field)
+    return kept[:most]
 
 
 class Profiler:
@@ -148,14 +170,24 @@ class Profiler:
         style = answer.get("communication_style") or ""
         if not isinstance(style, str):
             raise InvalidOutput("communication_style must be a string")
+        where = f"{sender.key} on {turn.turn_id}"
+        style = style.strip()
+        if len(style) > STYLE_CHARS:  # left out whole, as a list item past its bound
+            _log.info(
+                "profiler: %s: left out a communication_style of %d characters (%d)", where, len(style), STYLE_CHARS
+            )
+            style = ""
+        lists = {f: _strings(answer.get(f), f, where) for f in LIST_BOUNDS}
+        if not style and not any(lists.values()):  # all of it past the bounds: nothing to merge
+            return False
         request = pr_pb.UpsertProfileRequest(
             company=turn.company,
             observer=turn.seat,
             subject=pr_pb.Subject(handle=sender.handle, external_id=sender.external_id, platform=sender.platform),
-            communication_style=style.strip()[:500],
-            past_decisions=_strings(answer.get("past_decisions"), "past_decisions"),
-            sensitivities=_strings(answer.get("sensitivities"), "sensitivities"),
-            topics=_strings(answer.get("topics"), "topics"),
+            communication_style=style,
+            past_decisions=lists["past_decisions"],
+            sensitivities=lists["sensitivities"],
+            topics=lists["topics"],
             turn_id=turn.turn_id,
             request_id=turn.write_key(self.name, sender.key),
             # Issue 17: this observation rests on this sender's messages alone (the pass is shown

@@ -15,7 +15,7 @@ from datetime import datetime
 import numpy as np
 
 from services.diary.domain import Note, NoteProvenance
-from services.diary.ports import NoteListing, VectorReads
+from services.diary.ports import EarlierWrite, NoteListing, VectorReads
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
 __all__ = ["MemoryNoteStore"]
@@ -33,6 +33,9 @@ class _Row:
 class MemoryNoteStore:
     def __init__(self) -> None:
         self.rows: dict[uuid.UUID, _Row] = {}
+        self.requests: dict[tuple[str, str, str], tuple[uuid.UUID, datetime | None]] = {}
+        """Idempotency keys, the note each wrote and its expiry: they outlive the notes
+        (``diary_requests``), a SHORT note's until its expiry."""
 
     def _seat(self, company: str, seat: str, now: datetime | None = None) -> list[_Row]:
         return [
@@ -49,8 +52,15 @@ class MemoryNoteStore:
     def vector_of(self, note_id: uuid.UUID) -> np.ndarray | None:
         return self.rows[note_id].vector
 
-    async def by_request(self, company: str, seat: str, request_id: str) -> Note | None:
-        return next((r.note for r in self._seat(company, seat) if r.request_id == request_id), None)
+    async def by_request(self, company: str, seat: str, request_id: str, now: datetime) -> EarlierWrite | None:
+        if not self._spent(company, seat, request_id, now):
+            return None
+        note_id, _ = self.requests[company, seat, request_id]
+        return EarlierWrite(next((r.note for r in self._seat(company, seat, now) if r.note.id == note_id), None))
+
+    def _spent(self, company: str, seat: str, request_id: str, now: datetime) -> bool:
+        used = self.requests.get((company, seat, request_id))
+        return used is not None and (used[1] is None or used[1] > now)
 
     async def insert(
         self,
@@ -59,8 +69,10 @@ class MemoryNoteStore:
         request_id: str | None = None,
         provenance: NoteProvenance | None = None,
     ) -> Note | None:
-        if request_id and await self.by_request(note.company, note.seat, request_id) is not None:
-            return None
+        if request_id:
+            if self._spent(note.company, note.seat, request_id, note.create_time):
+                return None
+            self.requests[note.company, note.seat, request_id] = (note.id, note.expire_time)
         stored = dataclasses.replace(
             note,
             embedding_model=note.embedding_model if vector is not None else None,

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from services.profiles.domain import (
     ObservationRecord,
     Profile,
     Subject,
+    combine,
     empty,
+    linked,
     prunable,
 )
 from services.profiles.ports import ObservationWrite
@@ -22,12 +25,24 @@ __all__ = ["FakeProfileStore"]
 
 class FakeProfileStore:
     def __init__(self) -> None:
-        self.profiles: dict[tuple[str, str, str, str], Profile] = {}
+        self.profiles: dict[uuid.UUID, Profile] = {}
         self.requests: set[tuple[str, str, str]] = set()
         self.records: list[ObservationRecord] = []
 
     async def observe(self, write: ObservationWrite) -> tuple[Profile, bool, bool]:
-        current = self.profiles.get(write.key)
+        # The subject's rows by either identifier, folded into the oldest (as the store does).
+        rows = linked(
+            write.subject,
+            (p for p in self.profiles.values() if (p.company, p.observer) == (write.company, write.observer)),
+        )
+        current = combine(rows, write.limits) if rows else None
+        if current is not None:
+            for p in rows:
+                self.profiles.pop(p.id)
+            self.profiles[current.id] = current
+            self.records = [
+                replace(r, profile_id=current.id) if r.profile_id in {p.id for p in rows} else r for r in self.records
+            ]
         if write.request_id is not None:
             request = (write.company, write.observer, write.request_id)
             if request in self.requests and current is not None:
@@ -40,7 +55,7 @@ class FakeProfileStore:
         if merged is None:
             assert not created
             return current, False, False
-        self.profiles[write.key] = merged
+        self.profiles[merged.id] = merged
         observation, source = write.observation, write.source
         if observation is not None and source is not None:
             self.records.append(
@@ -84,17 +99,17 @@ class FakeProfileStore:
         return sorted(mine, key=lambda r: (r.observe_time, str(r.id)), reverse=True)[:limit]
 
     async def get_many(self, company: str, observer: str, subjects: Sequence[Subject]) -> list[Profile]:
-        keys = {(company, observer, s.platform, s.key) for s in subjects}
-        return [p for k, p in self.profiles.items() if k in keys]
+        mine = [p for p in self.profiles.values() if (p.company, p.observer) == (company, observer)]
+        return [p for p in mine if any(p in linked(s, mine) for s in subjects)]
 
     async def count(self, company: str, observer: str) -> int:
-        return sum(1 for k in self.profiles if k[:2] == (company, observer))
+        return sum(1 for p in self.profiles.values() if (p.company, p.observer) == (company, observer))
 
     async def page(
         self, company: str, observer: str, after: tuple[datetime, uuid.UUID] | None, limit: int
     ) -> list[Profile]:
         mine = sorted(
-            (p for k, p in self.profiles.items() if k[:2] == (company, observer)),
+            (p for p in self.profiles.values() if (p.company, p.observer) == (company, observer)),
             key=lambda p: (p.update_time, str(p.id)),
             reverse=True,
         )
