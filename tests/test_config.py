@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from libs.common.config import ConfigError, load_settings
@@ -227,3 +229,23 @@ def test_every_variable_the_clients_read_is_skipped():
     assert {"AGENTLEARN_ADDRESS", "AGENTLEARN_TOKEN", "AGENTLEARN_UNIT_CHAIN"} <= names  # the scan sees them
     for name in sorted(names):
         load_settings(None, env={name: "x"})  # refused: ConfigError naming the variable
+
+
+@pytest.mark.parametrize("where", ["company_defaults", "companies.acme"])
+def test_a_role_name_that_is_no_identifier_is_refused_naming_the_key(where):
+    """A role "Tech Lead" would pass gate 2 and then never get an episode (RecordEpisode files a
+    role as an identifier): refused at start, the key and the name in the one line."""
+    doc: dict = {"roles": {"swe": {}, "Tech Lead": {}}}
+    overrides = {"company_defaults": doc} if where == "company_defaults" else {"companies": {"acme": doc}}
+    with pytest.raises(ConfigError, match=rf"^the configuration: {re.escape(where)}\.roles: .*'Tech Lead'"):
+        load_settings(None, overrides, env={})
+    assert load_settings(None, {"company_defaults": {"roles": {"tech-lead": {}, "qa.lead": {}}}}, env={})
+
+
+def test_a_budget_window_is_at_least_an_hour_wide():
+    """``window_hours: 0`` made the reflector re-claim a budget-deferred turn without pause."""
+    with pytest.raises(
+        ConfigError, match=r"company_defaults\.token_budget\.window_hours: .*greater than or equal to 1"
+    ):
+        load_settings(None, {"company_defaults": {"token_budget": {"window_hours": 0}}}, env={})
+    assert load_settings(None, {"company_defaults": {"token_budget": {"window_hours": 1}}}, env={})

@@ -14,6 +14,7 @@ from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from libs.common.embeddings import EmbeddingConfigurationError, EmbeddingRateLimited, EmbeddingRefused
 from tests.support.scripted_openai import Reply
 from tests.test_prefetch_support import (
+    ROLES,
     CountingEmbedder,
     block,
     default_settings,
@@ -248,3 +249,26 @@ async def test_the_offline_briefing_reads_the_turns(env):
     prior = block(await env.build("billing export csv"), pb.BLOCK_SIMILAR_PRIOR_WORK)
     assert prior.markdown.startswith("## Similar prior work\nA briefing on 1 past turn(s)")
     assert "woken by Message from Bob: Slack message; ended done; asked: Export billing to CSV." in prior.markdown
+
+
+async def test_at_the_budget_ceiling_no_rewrite_is_asked_and_long_texts_are_named_by_size(
+    make_settings, dsn, clock, local_embedder, edge_index, scripted_openai
+):
+    """Spec ("What the auxiliary calls cost"): no in-turn call is made while the turn's meter holds
+    a full window. query_episodes asked a rewrite of every long text past the ceiling; it now names
+    them by size, saying why, on every path (recency, conversation, similarity)."""
+    budget = {"seat_ceiling_tokens": 100, "window_hours": 24}
+    settings = llm_settings(
+        make_settings, scripted_openai, companies={"acme": {"roles": ROLES, "token_budget": budget}}
+    )
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        await env.turn("Message from Bob: Slack message", LONG_ASK, "Short account.")
+        cfg = settings.company("acme").token_budget
+        await env.app.infra.budget.charge("acme", "ana", 1000, clock.now(), cfg)
+        scripted_openai.clear()
+        size = len(LONG_ASK.encode())
+        for resp in (await query(env), await query(env, LONG_ASK[:300])):
+            assert f"  Asked: [not shown: {size:,} bytes, too long for one line, and the token budget" in resp.text
+            assert "  What it did: Short account." in resp.text and "condensed from" not in resp.text
+        assert scripted_openai.received("chat") == []
+        assert (await env.app.infra.budget.room("acme", "ana", clock.now(), cfg)).seat_spent == 1000

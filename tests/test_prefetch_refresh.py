@@ -10,6 +10,7 @@ import pytest
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from tests.support.scripted_openai import Reply
 from tests.test_prefetch_support import (
+    ROLES,
     default_settings,
     llm_settings,
     open_env,
@@ -163,3 +164,30 @@ async def test_parallel_refreshes_of_one_hint_spend_one_slot_and_one_model_call(
     assert first.refreshes_spent == second.refreshes_spent == 1
     assert await filter_calls(env) == 1
     assert await env.uses(note) == 1
+
+
+async def test_at_the_budget_ceiling_no_filter_is_asked_and_the_diary_ranks_the_notes(
+    make_settings, dsn, clock, local_embedder, edge_index, scripted_openai
+):
+    """Spec ("What the auxiliary calls cost"): an in-turn call goes through the turn's meter, and
+    none is made while it holds a full window. refresh_memory asked the filter model each time (a
+    seat 1,000 tokens over a 100 ceiling spent 1,020 more on three refreshes); it now answers
+    without the model: the diary's own best matches, ranked by the offline rule, and says so."""
+    scripted_openai.chat_handler = select_containing("billing")
+    budget = {"seat_ceiling_tokens": 100, "window_hours": 24}
+    settings = llm_settings(
+        make_settings, scripted_openai, companies={"acme": {"roles": ROLES, "token_budget": budget}}
+    )
+    async with open_env(settings, dsn, clock, embedder=local_embedder, index=edge_index) as env:
+        note = await env.note("The billing export runs on Mondays.")
+        cfg = settings.company("acme").token_budget
+        await env.app.infra.budget.charge("acme", "ana", 1000, clock.now(), cfg)
+        scripted_openai.clear()
+        found = await refresh(env, "billing export", senders=[BOB])
+        assert list(found.note_ids) == [note] and found.refreshes_spent == 1
+        assert "token budget is spent" in found.text and "no model filtered" in found.text
+        nothing = await refresh(env, "calendar invites")
+        assert list(nothing.note_ids) == [] and nothing.refreshes_spent == 2
+        assert scripted_openai.received("chat") == [] and await filter_calls(env) == 0
+        room = await env.app.infra.budget.room("acme", "ana", clock.now(), cfg)
+        assert room.seat_spent == 1000  # nothing more spent past the ceiling

@@ -367,6 +367,18 @@ async def test_one_block_per_distinct_sender_with_a_profile_of_this_observer(env
     assert resp.summary.line == "prefetch: 2/7 hits"
 
 
+async def test_a_sender_the_profiles_cannot_name_costs_no_other_senders_block(env):
+    """A platform written "MS Teams" is refused by the profiles' contract (no profile can exist for
+    it): it was sent with every other sender in one GetProfiles call, and the refusal of the batch
+    took Bob's block too ("profiles: INVALID_ARGUMENT"). It is left out of the call; Bob renders."""
+    await env.profile("bob")
+    dana = pb.Counterparty(handle="dana", platform="MS Teams", display_name="Dana")
+    resp = await env.build(ASK, senders=[dana, BOB])
+    parties = [b for b in resp.blocks if b.block == pb.BLOCK_COUNTERPARTY]
+    assert [p.counterparty.handle for p in parties] == ["bob"]
+    assert not [b for b in resp.summary.blocks if b.source_error]
+
+
 # ------------------------------------------------------------------------------------ onboarding
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agentlearn.diary.v1 import diary_service_pb2 as d_pb
+from agentlearn.diary.v1 import diary_service_pb2_grpc as d_grpc
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
@@ -773,3 +775,52 @@ async def test_one_worker_failing_costs_no_other_worker(env_for, clock, scripted
         assert r.state == pb.REFLECTION_STATE_RETRYING
         [event] = await read_events(env.app.infra.pool, "reflection_retrying")
         assert event["payload"]["reason"].startswith("persist_decider: server_error")
+
+
+# ------------------------------------------------------------------------------ provenance
+
+
+async def test_every_sender_submit_turn_accepts_is_carried_whole_into_the_lessons_provenance(env_for, clock):
+    """A one-letter GitHub login, a platform written "MS Teams", a coalesced trigger of 101 people:
+    SubmitTurn takes them, and every write of the turn carries them in its provenance (none left
+    out: an erasure finds her rows by it). The stricter ErasureSubject contract made the note, the
+    skill and the episode fail as invalid (final), the reflection still COMPLETED: lost for good."""
+    workers = ["persist_decider", "episodist", "synthesizer"]
+    crowd = [message(f"user{i}", "I prefer tickets linked in every PR." if i == 0 else "+1") for i in range(101)]
+    cases = [
+        ("run-1", [message("q", "I prefer weekly digests over daily pings.", platform="github")], FIVE_TOOLS),
+        (
+            "run-2",
+            [message("dana", "I prefer short standups on Mondays.", platform="MS Teams")],
+            [*FIVE_TOOLS[1:], "jira_comment"],
+        ),
+        ("run-3", crowd, [*FIVE_TOOLS[:4], "slack_post"]),
+    ]
+    async with env_for(learning={"reflection": {"workers": workers}}) as env:
+        for run_id, messages, tools in cases:
+            r = await env.reflect(turn(run_id, now=clock.now(), tools=tools, messages=messages))
+            people = sorted((m.sender.handle, m.sender.platform) for m in messages)
+            assert r.state == pb.REFLECTION_STATE_COMPLETED
+            for name in workers:
+                assert env.worker(r, name).status == pb.WORKER_STATUS_WROTE, (run_id, env.worker(r, name))
+            [note_id] = [w.split()[0].removeprefix("note:") for w in env.worker(r, "persist_decider").written]
+            note = await d_grpc.DiaryServiceStub(env.app.channel).GetNoteProvenance(
+                d_pb.GetNoteProvenanceRequest(company="acme", seat="ana", note_id=note_id)
+            )
+            assert sorted((s.handle, s.platform) for s in note.provenance.subjects) == people
+            [skill_id] = [
+                w.split()[0].removeprefix("skill:")
+                for w in env.worker(r, "synthesizer").written
+                if w.startswith("skill:")
+            ]
+            skill = await env.skills.GetSkillProvenance(
+                sk_pb.GetSkillProvenanceRequest(company="acme", seat="ana", skill_id=skill_id)
+            )
+            assert sorted((s.handle, s.platform) for s in skill.provenance.subjects) == people
+            episode = (
+                await env.episodes.GetEpisode(ep_pb.GetEpisodeRequest(company="acme", seat="ana", turn_id=run_id))
+            ).episode
+            told = await env.episodes.GetEpisodeProvenance(
+                ep_pb.GetEpisodeProvenanceRequest(company="acme", seat="ana", episode_id=episode.id)
+            )
+            assert sorted((s.handle, s.platform) for s in told.provenance.subjects) == people

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -191,8 +192,9 @@ class BudgetConfig(_Section):
     """A seat's auxiliary tokens per window; at the ceiling the reflector's budget gate skips."""
     company_ceiling_tokens: int | None = None
     """The company's auxiliary tokens per window (all seats)."""
-    window_hours: int = 24
-    """Width of a budget window; every call is charged in the window current when it returns."""
+    window_hours: int = Field(default=24, ge=1)
+    """Width of a budget window, at least one hour; every call is charged in the window current when
+    it returns."""
 
 
 ExtractionCadence = Literal["on", "off"]
@@ -250,11 +252,27 @@ class CompanyKnowledgeConfig(_Section):
     read from the container named like the unit."""
 
 
+ROLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$")
+"""A role's name: the identifier rule every service holds a role to (SubmitTurn's ``turn.role``, the
+episode's ``role``): letters, digits and ``._:@/-``, at most 200, no space."""
+
+
+def _role_names(value: dict[str, RoleConfig]) -> dict[str, RoleConfig]:
+    # A role named "Tech Lead" would pass gate 2 and then be refused by every service that files a
+    # row under the role (no episode, ever): refused at start, naming the key, instead.
+    bad = [name for name in value if not ROLE_NAME.match(name)]
+    if bad:
+        raise ValueError(f"role names must be identifiers (letters, digits, . _ : @ / -, at most 200, no space): {bad}")
+    return value
+
+
 class CompanyConfig(_Section):
     roles: dict[str, RoleConfig] = Field(default_factory=dict)
     """Roles of the company by name. A turn of a role not listed closes the reflector's "no role"
     gate (spec gate 2: learning about a renamed or removed role writes memory under an identity
-    nothing can read back), unless ``accept_unknown_roles``."""
+    nothing can read back), unless ``accept_unknown_roles``. A name is an identifier (letters,
+    digits and ``._:@/-``, at most 200, no space: ``Tech Lead`` is refused at start), the rule
+    SubmitTurn holds ``turn.role`` to."""
     accept_unknown_roles: bool = False
     """True: a role not listed under ``roles`` behaves as a default role, and gate 2 never closes.
     Off by default, so a company lists the roles it has."""
@@ -266,6 +284,8 @@ class CompanyConfig(_Section):
     """Per-user knobs by user handle (default workspace, ``memory``)."""
     knowledge: CompanyKnowledgeConfig = CompanyKnowledgeConfig()
     """Knowledge read scope, per-seat permissions and credentials, units' containers."""
+
+    _check_role_names = field_validator("roles")(_role_names)
 
     def extraction_cadence(self, user: str) -> ExtractionCadence:
         """The user's cadence, else the company's, else ``on``."""

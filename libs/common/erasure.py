@@ -11,7 +11,8 @@ on every repeat (a delete of a missing point is a no-op); the orphan sweep remov
 that was down kept.
 
 A person is matched by their identifiers (handle, external id) and the names the request gives, as
-whole words, case-insensitively: "Ana" matches "ask Ana." but not "banana". Identifiers are compared
+whole words, case-insensitively: "Ana" matches "ask Ana." but not "banana" (an identifier of one
+character is matched in structured columns only: ``MIN_TEXT_TERM``). Identifiers are compared
 the way their owners file them: a platform case-insensitively everywhere (the profiles store it
 lowercased, the reflector keeps the engine's spelling: :func:`platform_key` on both sides), a handle
 or an external id exactly (no owner folds their case: "Carla" and "carla" are two profiles). A
@@ -46,6 +47,7 @@ __all__ = [
     "ERASE_ROUNDS",
     "IDS_KEPT",
     "INDEX_PREFIX",
+    "MIN_TEXT_TERM",
     "PENDING_CHECK",
     "Kind",
     "Report",
@@ -92,6 +94,12 @@ PENDING_CHECK = "pending:"
 """A ``FindRows`` report's table named ``pending:<check>`` (count 0) is a verification check the
 owner could not run (e.g. ``pending:index:diary_notes_384``: that vector index was down): the
 erasure is not verified until it runs. A table ``index:<collection>`` names points found there."""
+
+
+MIN_TEXT_TERM = 2
+"""The shortest identifier matched as a word in text (``Target.terms``). The contract takes any
+sender a turn carries (``ErasureSubject``: a one-letter handle included), so this protection lives
+in the matcher, not in what a caller may name."""
 
 
 class Kind(StrEnum):
@@ -152,8 +160,11 @@ class Target:
 
     @property
     def terms(self) -> list[str]:
-        """Every string that names the person in text, longest first (so the longest matches)."""
-        seen = {t.casefold(): t for t in [*self.identifiers, *self.names] if t.strip()}
+        """Every string that names the person in text, longest first (so the longest matches). An
+        identifier shorter than :data:`MIN_TEXT_TERM` characters is not one: a one-letter GitHub
+        login "q" is her handle in the structured columns (``identifiers``), but as a word it is in
+        any text saying "option q", and would erase rows that never named her."""
+        seen = {t.casefold(): t for t in [*self.identifiers, *self.names] if len(t.strip()) >= MIN_TEXT_TERM}
         return sorted(seen.values(), key=len, reverse=True)
 
     def sql_pattern(self) -> str:

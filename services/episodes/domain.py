@@ -8,7 +8,6 @@ compute it again later.
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,6 +15,7 @@ from enum import StrEnum
 
 from libs.common.embeddings import Vector as QueryVector  # a query's vector and its model
 from libs.common.outcomes import TurnOutcome  # a row holds done, failed, self_iterate or skipped
+from libs.common.run_ids import label_names_run_id  # the one rule, shared with the episodist
 from libs.common.vector_path import EmbeddingStatus, VectorSource
 
 __all__ = [
@@ -115,19 +115,6 @@ def tool_set(tool_sequence: tuple[str, ...] | list[str], tools_called: tuple[str
     repetition do not matter). The final round's sequence and every call both count, since a
     final round is often the answer alone."""
     return frozenset(tool_sequence) | frozenset(tools_called)
-
-
-def label_names_run_id(label: str, turn_id: str) -> bool:
-    """True when ``label`` carries ``turn_id`` as a token of its own (not inside a longer word).
-
-    A scheduled turn's label names its schedule and never the fire's run id, which differs on
-    every fire: led by the id, two fires of one schedule are unalike to every similarity search.
-    """
-    if not turn_id or turn_id not in label:
-        # No occurrence at all (nearly every label): no pattern to build and run.
-        return False
-    pattern = r"(?<![A-Za-z0-9])" + re.escape(turn_id) + r"(?![A-Za-z0-9])"
-    return re.search(pattern, label) is not None
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,14 @@ class Builtins:
     def _timeout(self) -> float:
         return self.deps.clients.timeout
 
+    async def _budget_spent(self, company: str, seat: str) -> bool:
+        """True while the seat's or the company's token window is full: an in-turn builtin then
+        makes no model call (spec "What the auxiliary calls cost": the turn's meter makes none
+        "while it holds a full window") and answers without one. Unknown (no ceiling, an unreadable
+        counter) is not spent."""
+        room = await self.deps.aux.room(company, seat)
+        return room is not None and room.exhausted
+
     # ------------------------------------------------------------------ refresh_memory
 
     async def refresh_memory(
@@ -223,6 +231,12 @@ class Builtins:
             )
         pool = [memory.MemoryNote.from_candidate(c) for c in resp.candidates]
         who = Who(company, seat, role, turn_id)
+        # An in-turn call goes through the turn's meter: none is made while the window is full
+        # (spec "What the auxiliary calls cost"). The pool is then ranked by the offline rule, at no
+        # cost, rather than the tool refused.
+        spent_out = bool(pool) and await self._budget_spent(company, seat)
+        if spent_out:
+            counted = f"{counted} {_BUDGET_SPENT_FILTER}"
         try:
             selected = await memory.select_notes(
                 self.deps.aux,
@@ -232,6 +246,7 @@ class Builtins:
                 pool,
                 REFRESH_LIMIT.maximum,
                 self.deps.settings.learning.prefetch.aux_timeout_seconds,
+                model=not spent_out,
             )
         except memory.FilterFailed as err:
             await store.record_failure(company, seat, turn_id, key, hint, now)
@@ -308,7 +323,7 @@ class Builtins:
                 else "You have no recorded turns yet."
             )
             return EpisodesAnswer(text, [], 0)
-        rendered = await self.past_turns.render(who, episodes)
+        rendered = await self.past_turns.render(who, episodes, condense=not await self._budget_spent(company, seat))
         head = (
             f"Your turns {where}, newest first ({len(episodes)} of {resp.total_size}):"
             if conversation_id.strip()
@@ -367,7 +382,9 @@ class Builtins:
                 [],
                 unreachable,
             )
-        rendered = await self.past_turns.render(who, episodes)
+        rendered = await self.past_turns.render(
+            who, episodes, condense=not await self._budget_spent(who.company, who.seat)
+        )
         text = f'Your past turns most like "{one_line(query)}", most similar first:\n{rendered.text}'
         if unreachable:
             text += f"\n\n{unreached}"
@@ -541,6 +558,12 @@ class Builtins:
 
 
 # ------------------------------------------------------------------------------------ texts
+
+
+_BUDGET_SPENT_FILTER = (
+    "(The token budget is spent for this window, so no model filtered these notes: they are the "
+    "diary's best matches for the hint, ranked by its own search.)"
+)
 
 
 def _refresh_text(hint: str, shown: list[memory.MemoryNote], selected: int, tail: str) -> str:

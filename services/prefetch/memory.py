@@ -181,10 +181,13 @@ async def select_notes(
     notes: Sequence[MemoryNote],
     max_selected: int,
     timeout: float,
+    *,
+    model: bool = True,
 ) -> list[MemoryNote]:
     """The filter's choice from ``notes`` for ``query`` (in the filter's order, at most
     ``max_selected``), told of ``senders`` as the engine sent them (:func:`party_senders` picks
-    whom). An empty pool asks nothing. Raises :class:`FilterFailed`."""
+    whom). An empty pool asks nothing. ``model`` False: no model is asked, the offline rule ranks
+    the pool (:func:`memory_filter_rule`; the turn's budget is spent). Raises :class:`FilterFailed`."""
     if not notes:
         return []
     senders = party_senders(senders)
@@ -215,16 +218,19 @@ async def select_notes(
         max_tokens=16 + 8 * max_selected,
         json_output=True,
     )
+    if not model:
+        text = memory_filter_rule(request.data)
+    else:
+        try:
+            text = (await aux.complete(attribution, request, timeout=timeout)).text
+        except AuxiliaryUnavailable as err:
+            raise FilterFailed(err.kind, str(err)) from err
+        except NoAuxiliaryModel as err:
+            raise FilterFailed("no_model", str(err)) from err
+        except TimeoutError as err:
+            raise FilterFailed("timeout", "the filter did not answer in time") from err
     try:
-        completion = await aux.complete(attribution, request, timeout=timeout)
-    except AuxiliaryUnavailable as err:
-        raise FilterFailed(err.kind, str(err)) from err
-    except NoAuxiliaryModel as err:
-        raise FilterFailed("no_model", str(err)) from err
-    except TimeoutError as err:
-        raise FilterFailed("timeout", "the filter did not answer in time") from err
-    try:
-        answer = parse_object(completion.text)
+        answer = parse_object(text)
     except InvalidOutput as err:
         raise FilterFailed("invalid_output", str(err)) from err
     chosen = answer.get("selected", [])

@@ -94,6 +94,10 @@ def tools_of(e: ep_pb.Episode) -> list[str]:
     return list(dict.fromkeys(t for t in (e.tools_called or e.tool_sequence) if t))
 
 
+_NOT_CONDENSED = "no condensed version came in time"
+_BUDGET_SPENT = "the token budget is spent for this window, so no model condensed it"
+
+
 class PastTurns:
     def __init__(self, aux: AuxiliaryModel, learning: LearningConfig):
         self._aux = aux
@@ -114,25 +118,29 @@ class PastTurns:
         summarize: bool = False,
         ask: str = "",
         timeout: float | None = None,
+        condense: bool = True,
     ) -> Rendered:
         """Render ``episodes`` in order. Everything asked of a model shares one deadline: the
-        rewrites, and with ``summarize`` the briefing (whose fallback bullets get what is left)."""
+        rewrites, and with ``summarize`` the briefing (whose fallback bullets get what is left).
+        ``condense`` False (the turn's token window is full): no model is asked, no briefing is
+        written and every long text is named by size."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.timeout if timeout is None else timeout)
         ids = tuple(e.id for e in episodes)
-        if summarize and episodes:
+        if summarize and episodes and condense:
             briefing = await self._briefing(who, ask, episodes, deadline)
             if briefing:
                 return Rendered((), briefing, ids, 0, 0)
         long_texts = [t for e in episodes for t in _texts(e) if len(t.encode()) > self.account_bytes]
-        rewrites = await self._rewrite_all(who, long_texts, self.account_bytes, deadline)
-        entries = tuple(self._entry(e, rewrites) for e in episodes)
+        rewrites = await self._rewrite_all(who, long_texts, self.account_bytes, deadline) if condense else {}
+        missing = _NOT_CONDENSED if condense else _BUDGET_SPENT
+        entries = tuple(self._entry(e, rewrites, missing) for e in episodes)
         rewritten = sum(1 for t in long_texts if rewrites.get(t))
         return Rendered(entries, "", ids, rewritten, len(long_texts) - rewritten)
 
     # ------------------------------------------------------------------ bullets
 
-    def _line(self, label: str, text: str, rewrites: Mapping[str, str | None]) -> str:
+    def _line(self, label: str, text: str, rewrites: Mapping[str, str | None], missing: str) -> str:
         flat = one_line(text)
         size = len(text.encode())
         if size <= self.account_bytes:
@@ -140,9 +148,9 @@ class PastTurns:
         rewrite = rewrites.get(text)
         if rewrite:
             return f"{label} (condensed from {_size(size)}): {one_line(rewrite)}"
-        return f"{label}: [not shown: {_size(size)}, too long for one line, and no condensed version came in time]"
+        return f"{label}: [not shown: {_size(size)}, too long for one line, and {missing}]"
 
-    def _entry(self, e: ep_pb.Episode, rewrites: Mapping[str, str | None]) -> str:
+    def _entry(self, e: ep_pb.Episode, rewrites: Mapping[str, str | None], missing: str) -> str:
         tools = ", ".join(tools_of(e)) or "none"
         if e.kind == ep_pb.EPISODE_KIND_COMPACTED:
             span = f"{_date(e.start_time)} to {_date(e.end_time)}"
@@ -161,8 +169,8 @@ class PastTurns:
             f"  Outcome: {outcome_name(e.outcome)}; tools: {tools}",
         ]
         if e.ask.strip():  # a turn that was told nothing shows no ask
-            lines.append("  " + self._line("Asked", e.ask, rewrites))
-        lines.append("  " + self._line("What it did", e.what_it_did or "(no account)", rewrites))
+            lines.append("  " + self._line("Asked", e.ask, rewrites, missing))
+        lines.append("  " + self._line("What it did", e.what_it_did or "(no account)", rewrites, missing))
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ rewrites

@@ -32,7 +32,7 @@ from agentlearn.profiles.v1 import profile_service_pb2 as prof_pb
 from agentlearn.skills.v1 import skill_service_pb2 as skill_pb
 from libs.common.attributes import agentlearn_attributes
 from libs.common.budgets import window_start
-from libs.common.contract import string_max_len
+from libs.common.contract import string_max_len, violations
 from libs.common.embeddings import EmbeddingError, embed_query
 from libs.common.errors import InvalidArgument, ResourceExhausted
 from libs.common.events import Bookkeeping, bookkeeping, current_bookkeeping
@@ -584,7 +584,13 @@ class TurnContextBuilder:
         senders = distinct_senders(start.senders)
         if not senders:
             return []
-        subjects = [prof_pb.Subject(handle=s.handle, external_id=s.external_id, platform=s.platform) for s in senders]
+        # A sender the profiles' contract refuses (a platform written "MS Teams") can have no profile
+        # (the profiler's write is refused alike) and would fail the whole batch, every other
+        # sender's block with it: it is left out of the call, the others are looked up.
+        asked = [prof_pb.Subject(handle=s.handle, external_id=s.external_id, platform=s.platform) for s in senders]
+        subjects = [subject for subject in asked if not violations(subject)]
+        if not subjects:
+            return []
         try:
             resp = await self.deps.clients.profiles.GetProfiles(
                 prof_pb.GetProfilesRequest(company=start.company, observer=start.seat, subjects=subjects),

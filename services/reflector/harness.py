@@ -31,7 +31,8 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections import ChainMap
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -135,7 +136,9 @@ class Harness:
             return None
         if not room.exhausted:
             return None
-        next_window = window_start(now, config.window_hours) + timedelta(hours=config.window_hours)
+        # At least an hour wide, as the prefetch reads it: a window of 0 would end before now, and a
+        # deferred turn would be claimed again at once, without pause.
+        next_window = window_start(now, config.window_hours) + timedelta(hours=max(1, config.window_hours))
         return min(next_window, now + timedelta(seconds=self._config.budget_recheck_seconds))
 
     # ------------------------------------------------------------------ one job
@@ -223,7 +226,7 @@ class Harness:
         # side by side.
         to_run = [w for w in self._workers if w.name not in known or known[w.name].retryable]
         first_pass = record is None or record.attempts == 0  # no pass of this turn started before
-        fresh = await self._run_workers(turn, to_run, first_pass)
+        fresh = await self._run_workers(turn, to_run, first_pass, known)
         outcomes = [fresh.get(w.name) or known[w.name] for w in self._workers]
         # The record's whole list: what it held, each worker's new outcome in its place.
         workers = merge_outcomes(recorded, [fresh[w.name] for w in to_run])
@@ -234,15 +237,22 @@ class Harness:
         await self._finish(job, turn, ReflectionState.COMPLETED, None, outcomes, workers)
         return ReflectionState.COMPLETED
 
-    async def _run_workers(self, turn: Turn, workers: list[Worker], first_pass: bool) -> dict[str, WorkerOutcome]:
+    async def _run_workers(
+        self,
+        turn: Turn,
+        workers: list[Worker],
+        first_pass: bool,
+        known: Mapping[str, WorkerOutcome] | None = None,
+    ) -> dict[str, WorkerOutcome]:
         """Run ``workers`` side by side, each under its own failure isolation; their outcomes by
         name. The outcomes are recorded by the caller in the transaction that ends the pass; a pass
         still running records what has finished meanwhile (``_CHECKPOINTS_PER_LEASE``), so a crash
-        redoes little (and nothing twice: the receivers are idempotent)."""
-        ctx = dataclasses.replace(self._ctx, first_pass=first_pass) if first_pass else self._ctx
+        redoes little (and nothing twice: the receivers are idempotent). Each worker reads the
+        outcomes known so far (``known``, recorded by earlier passes, under this pass's own)."""
+        done: dict[str, WorkerOutcome] = {}
+        ctx = dataclasses.replace(self._ctx, first_pass=first_pass, outcomes=ChainMap(done, dict(known or {})))
         finished = {w.name: asyncio.Event() for w in workers}
         order = [w.name for w in self._workers]
-        done: dict[str, WorkerOutcome] = {}
 
         async def one(worker: Worker) -> None:
             # A worker that depends on another (``ORDERED_WORKERS``) keeps the configured order with

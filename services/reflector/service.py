@@ -19,6 +19,7 @@ from libs.common.validation import (
     decode_time_cursor,
     encode_time_cursor,
     page_size,
+    require_ident,
     require_text,
     seat_ref,
 )
@@ -57,7 +58,10 @@ def _check_turn(turn: pb.TurnCompleted) -> None:
             domain=DOMAIN,
             value=turn.turn_id,
         )
-    require_text(turn.role, "turn.role", domain=DOMAIN, max_chars=200)
+    # The role files the turn's episode (RecordEpisode takes an identifier) and names a configured
+    # role (config refuses a name with a space): one rule, held here, so a role no service can file
+    # under is refused naming the field rather than accepted and never given an episode.
+    require_ident(turn.role, "turn.role", domain=DOMAIN)
     if turn.outcome == pb.TURN_OUTCOME_UNSPECIFIED or turn.outcome not in pb.TurnOutcome.values():
         raise field_error(
             "turn.outcome",

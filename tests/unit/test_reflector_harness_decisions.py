@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common.config import Settings
+from libs.common.errors import InvalidArgument
 from libs.common.jobs import JobState
 from services.reflector.domain import (
     JOB_KIND,
@@ -26,6 +28,7 @@ from services.reflector.domain import (
 from services.reflector.harness import Harness
 from services.reflector.service import ReflectorService
 from services.reflector.workers.base import EpisodePending, WorkerContext
+from services.reflector.workers.synthesizer import Synthesizer
 from tests.unit.fakes.reflector import FakeEvents, worker_harness
 from tests.unit.fakes.reflector_store import FakeBudget, FakeReflectionDb
 
@@ -346,3 +349,49 @@ async def test_reads_page_newest_first_and_count() -> None:
     assert [r.turn_id for r in records] == ["run-2", "run-1"] and total == 3 and token
     rest, token2, _ = await rig.service.list("acme", "agent-1", 2, token)
     assert [r.turn_id for r in rest] == ["run-0"] and not token2
+
+
+async def test_a_zero_hour_budget_window_still_defers_the_turn_into_the_future() -> None:
+    """Config refuses ``window_hours: 0``; the harness reads a window as at least an hour wide (as
+    every other reader does) all the same, so a deferred turn is never due again at once: it was
+    re-claimed without pause, hundreds of attempts a second."""
+    worker = ScriptedWorker("persist_decider")
+    settings = _settings(
+        company_defaults__token_budget={"seat_ceiling_tokens": 100},
+        learning__reflection__budget_recheck_seconds=7200,
+    )
+    # Past the knob's own check: what the harness does with a window it was handed.
+    object.__setattr__(settings.company_defaults.token_budget, "window_hours", 0)
+    rig = _rig([worker], settings, FakeBudget(seat_spent=100))
+    await rig.service.submit(_turn())
+    assert await rig.harness.drain() == 1
+    record = rig.record()
+    assert record.state is ReflectionState.DEFERRED
+    assert record.next_attempt_time == T0 + timedelta(hours=1)  # the next hour, not now
+    assert await rig.harness.drain() == 0 and worker.runs == 0  # not due: nothing is claimed
+
+
+async def test_a_draft_whose_episode_the_episodist_failed_for_good_ends_unstamped_not_retried() -> None:
+    """The synthesizer waits for the turn's episode only while the episodist may still record it: a
+    final episodist failure (here a refusal) ends the draft unstamped, saying why, and the turn
+    completes; it was retried as episode_pending until dead-lettered."""
+    episodist = ScriptedWorker("episodist", [WorkerStatus.FAILED])
+    synthesizer = Synthesizer(min_tool_calls=3)
+    rig = _rig([episodist, synthesizer])  # type: ignore[list-item]
+    await rig.service.submit(_turn(tools=("search", "read", "reply")))
+    await rig.harness.drain()
+    record = rig.record()
+    assert record.state is ReflectionState.COMPLETED, record.reason
+    drafted = record.workers[1]
+    assert drafted.status is WorkerStatus.WROTE
+    assert "left unstamped" in drafted.detail and "episodist failed" in drafted.detail
+
+
+async def test_a_role_that_is_no_identifier_is_refused_at_submit_naming_the_field() -> None:
+    """One role rule everywhere: RecordEpisode files the role as an identifier, so a turn of role
+    "Tech Lead" would never get an episode; SubmitTurn refuses it naming ``turn.role``."""
+    rig = _rig([ScriptedWorker("episodist")])
+    with pytest.raises(InvalidArgument) as err:
+        await rig.service.submit(_turn(role="Tech Lead"))
+    assert (err.value.reason, err.value.metadata.get("field")) == ("FIELD_INVALID", "turn.role")
+    assert KEY not in rig.db.state.records

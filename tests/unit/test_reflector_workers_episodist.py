@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
+from libs.common.contract import violations
 from libs.common.outcomes import TurnOutcome
+from libs.common.run_ids import label_names_run_id
 from services.reflector.domain import Interaction, Sender, WorkerStatus
 from services.reflector.workers.episodist import Episodist
 from tests.unit.fakes.reflector import make_turn, worker_harness
@@ -45,10 +49,10 @@ def test_a_turn_without_times_has_no_episode() -> None:
     assert Episodist().gate(make_turn(said="x")) is None
 
 
-async def test_the_senders_go_as_people_each_identifier_in_its_field_and_a_refusable_one_only_as_subjects() -> None:
+async def test_the_senders_go_as_people_each_identifier_in_its_field_every_one_of_them() -> None:
     """RecordEpisode's ``senders`` (the episode's provenance) take ErasureSubject's contract, which
-    SubmitTurn's Sender does not: a one-letter handle, a platform with a space would have the whole
-    episode refused, so such a sender goes as ``subjects`` alone."""
+    takes every sender SubmitTurn accepts: a one-letter handle and a platform with a space go as
+    people too, none left out (an erasure finds her episode by them)."""
     base = make_turn(said="export it")
     people = (
         Sender("carla", "U07XK9Q2", "Slack"),
@@ -62,8 +66,33 @@ async def test_the_senders_go_as_people_each_identifier_in_its_field_and_a_refus
     await Episodist().run(turn, h.ctx)
     [request] = h.episodes.calls
     assert isinstance(request, ep_pb.RecordEpisodeRequest)
+    assert not violations(request)  # the contract takes every one of them
     assert [(s.handle, s.external_id, s.platform) for s in request.senders] == [
         ("carla", "U07XK9Q2", "Slack"),
         ("", "U0ZED42", "Slack"),
+        ("x", "", "slack"),
+        ("dan", "", "ms teams"),
     ]
     assert list(request.subjects) == ["U07XK9Q2", "U0ZED42", "carla", "dan", "x"]
+
+
+@pytest.mark.parametrize(
+    ("label", "run_id", "recorded"),
+    [
+        # The id inside a longer word is not the run id (RecordEpisode's own rule): left whole.
+        ("review PR #5120 on POC-512", "512", "review PR #5120 on POC"),
+        ("run-421 nightly", "run-42", "run-421 nightly"),
+        ("cron run-1 nightly", "run-1", "cron nightly"),
+        ("nightly: run-42", "run-42", "nightly"),
+    ],
+)
+async def test_the_run_id_leaves_the_label_only_where_it_is_a_word_of_its_own(
+    label: str, run_id: str, recorded: str
+) -> None:
+    turn = make_turn(said="x", turn_id=run_id, label=label)
+    h = worker_harness(turn.end_time)
+    await Episodist().run(turn, h.ctx)
+    [request] = h.episodes.calls
+    assert isinstance(request, ep_pb.RecordEpisodeRequest)
+    assert request.label == recorded
+    assert not label_names_run_id(request.label, run_id)

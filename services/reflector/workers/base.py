@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 from typing import Any, Protocol
@@ -63,6 +63,10 @@ class WorkerContext:
     """Set by the harness for a turn's first pass (no earlier pass started, so nothing of this turn
     was written before): a worker may skip looking for its own earlier write. False, the safe
     answer, when unknown."""
+    outcomes: Mapping[str, WorkerOutcome] = field(default_factory=dict)
+    """The outcomes of this turn's workers known so far, by name: recorded by an earlier pass, or
+    finished in this one before the reader started (``ORDERED_WORKERS``: the synthesizer reads the
+    episodist's, to tell an episode still coming from one that never will)."""
 
 
 class Worker(Protocol):

@@ -8,9 +8,9 @@ from typing import cast
 
 from agentlearn.common.v1 import erasure_pb2
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
-from libs.common.contract import violations
 from libs.common.outcomes import TurnOutcome, to_proto
 from libs.common.protoconv import timestamp
+from libs.common.run_ids import label_without_run_id
 from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
 from services.reflector.workers.base import WorkerContext
 
@@ -27,9 +27,9 @@ def _label(turn: Turn) -> str:
     """The waking event's label, which names a schedule, never a fire: a run id the engine left in
     it is taken out (two fires of one schedule must read alike), and a turn without a label is named
     by its trigger."""
-    label = turn.label
-    if turn.turn_id and turn.turn_id in label:
-        label = " ".join(label.replace(turn.turn_id, " ").split()).strip(" :-")
+    # Only where the id is a word of its own, the rule RecordEpisode refuses by: run id 512 is not
+    # taken out of "review PR #5120 on POC-512"'s "#5120" (which would read "review PR # 0 on POC").
+    label = label_without_run_id(turn.label, turn.turn_id)
     return label or f"({turn.trigger} turn)"
 
 
@@ -43,15 +43,16 @@ def _subjects(turn: Turn) -> list[str]:
 def _senders(turn: Turn) -> list[erasure_pb2.ErasureSubject]:
     """The same senders one per person, each identifier in its own field, in the order they spoke:
     what the episode's provenance answers (flat, ``subjects`` cannot say which identifier is a handle
-    and which an external id). A sender the contract of a person's name refuses (a one-letter
-    handle, a platform with a space: SubmitTurn's Sender allows them) is left out here rather than
-    fail the episode: its identifiers are still among ``subjects``, answered as handles."""
+    and which an external id). Every sender SubmitTurn accepts is one (``ErasureSubject`` takes what
+    a ``Sender`` takes: a one-letter handle, a platform with a space), so none is left out."""
     seen: dict[tuple[str, str, str], erasure_pb2.ErasureSubject] = {}
     for inter in turn.interactions:
         s = inter.sender
-        person = erasure_pb2.ErasureSubject(handle=s.handle, external_id=s.external_id, platform=s.platform)
-        if (s.handle or s.external_id) and not violations(person):
-            seen.setdefault((s.handle, s.external_id, s.platform), person)
+        if s.handle or s.external_id:
+            seen.setdefault(
+                (s.handle, s.external_id, s.platform),
+                erasure_pb2.ErasureSubject(handle=s.handle, external_id=s.external_id, platform=s.platform),
+            )
     return list(seen.values())
 
 

@@ -17,7 +17,9 @@ def prompt_version(*texts: str) -> str:
 
 
 def provenance_of(turn: Turn, writer: str, model: str, version: str) -> provenance_pb2.Provenance:
-    """The turn's provenance: every sender but the seat itself."""
+    """The turn's provenance: every sender but the seat itself, none left out (an erasure finds her
+    rows by it). ``ErasureSubject`` takes every sender SubmitTurn accepts, and ``subjects`` as many
+    as a turn carries, so the write never fails on who sent the turn."""
     seen: dict[tuple[str, str, str], erasure_pb2.ErasureSubject] = {}
     for inter in turn.interactions:
         s = inter.sender

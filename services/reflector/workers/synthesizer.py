@@ -114,7 +114,8 @@ class Synthesizer:
         consolidated_into_skill_id on each source row"), so the lifecycle drops it after the grace
         and no pass offers it as evidence again. The episodist runs first; if it has not recorded
         the episode yet (it failed for a passing reason this attempt), this worker is retried with
-        it rather than finish with the source unstamped for good."""
+        it rather than finish with the source unstamped for good. An episodist that failed for good
+        (or whose gate closed) never will: the draft then stands unstamped, and its detail says why."""
         resp = await ctx.ports.episodes.mark_consolidated(
             ep_pb.MarkEpisodesConsolidatedRequest(
                 company=turn.company, seat=turn.seat, turn_ids=[turn.turn_id], skill_id=skill_id
@@ -124,7 +125,21 @@ class Synthesizer:
         if resp.marked_count:
             return WorkerOutcome(self.name, WorkerStatus.WROTE, written=[*written, "episode stamped"], detail="drafted")
         if "episodist" in ctx.settings.learning.reflection.workers:
-            raise EpisodePending(f"the episode of {turn.turn_id} is not recorded yet; skill {name} waits to stamp it")
+            episodist = ctx.outcomes.get("episodist")
+            if episodist is None or episodist.retryable:
+                raise EpisodePending(
+                    f"the episode of {turn.turn_id} is not recorded yet; skill {name} waits to stamp it"
+                )
+            # The episodist is done with this turn and left no episode (it failed for good, or its
+            # gate closed): no retry would bring one, so the draft stands unstamped rather than the
+            # turn being retried until it is dead-lettered.
+            why = episodist.failure or episodist.gate or episodist.detail or str(episodist.status)
+            return WorkerOutcome(
+                self.name,
+                WorkerStatus.WROTE,
+                written=written,
+                detail=f"drafted (episode never recorded, left unstamped: episodist {episodist.status}: {why})"[:300],
+            )
         return WorkerOutcome(self.name, WorkerStatus.WROTE, written=written, detail="drafted (no episode to stamp)")
 
     async def _own_skill(
