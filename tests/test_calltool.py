@@ -172,6 +172,20 @@ async def test_request_id_makes_a_retried_write_store_one_note(env):
     assert len(notes.notes) == 2
 
 
+async def test_a_retried_write_whose_note_was_deleted_since_says_it_saved_nothing(env):
+    """The diary's key outlives its note: a retry after the note was deleted writes nothing, and the
+    model is told so rather than "saved"."""
+    arguments = {"content": "Bob prefers weekly digests."}
+    first = await call(env, "reflect_and_persist", arguments, request_id="call-9")
+    note_id = json.loads(first.result_json)["note_id"]
+    await env.diary.DeleteNote(diary_pb.DeleteNoteRequest(company="acme", seat="ana", note_id=note_id))
+    retry = await call(env, "reflect_and_persist", arguments, request_id="call-9")
+    assert "Not saved" in retry.text and "deleted or erased" in retry.text
+    assert json.loads(retry.result_json).get("note_id", "") == ""
+    notes = await env.diary.ListNotes(diary_pb.ListNotesRequest(company="acme", seat="ana"))
+    assert list(notes.notes) == []
+
+
 async def test_a_writing_tool_needs_its_own_scope(make_settings, dsn, clock, local_embedder, edge_index):
     settings = default_settings(make_settings)
     async with open_app(

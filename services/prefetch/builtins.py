@@ -420,6 +420,13 @@ class Builtins:
                 request_id=tool_request_id(),
             ),
         )
+        if resp.note_removed:
+            # A retry of a call whose note was deleted or erased since: the diary writes nothing
+            # again (the key outlives the note), and the model is told so rather than "saved".
+            return "", (
+                "Not saved: this call already saved its note once, and that note was deleted or erased "
+                "since, so it is not written again."
+            )
         note = resp.note
         if note.tier == diary_pb.NOTE_TIER_SHORT:
             until = note.expire_time.ToDatetime().date().isoformat()

@@ -32,6 +32,18 @@ async def test_a_stated_preference_is_written_as_one_long_note_keyed_by_the_work
     assert kind == "persist_decider_completed" and fields["written"] is True
 
 
+async def test_a_redelivered_turn_whose_note_was_deleted_since_writes_and_records_nothing() -> None:
+    turn = make_turn(said="I prefer weekly digests over daily pings.", work_key="ticket-9")
+    h = worker_harness(turn.end_time)
+    first = await PersistDecider().run(turn, h.ctx)
+    assert first.status is WorkerStatus.WROTE
+    h.diary.delete(h.diary.notes[0].id)
+    again = await PersistDecider().run(turn, h.ctx)
+    assert again.status is WorkerStatus.SKIPPED and again.gate == "note_removed" and again.written == []
+    assert h.diary.notes == []
+    assert h.events.emitted[-1][1]["written"] is False
+
+
 async def test_a_paraphrase_of_a_recent_note_writes_nothing() -> None:
     turn = make_turn(said="I would prefer a weekly digest.")
     h = worker_harness(turn.end_time)

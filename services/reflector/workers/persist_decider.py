@@ -126,6 +126,14 @@ class PersistDecider:
                     provenance=provenance_of(turn, self.name, completion.model, _PROMPT.version),
                 ),
             )
+            if resp.note_removed:
+                # A redelivery of a turn whose note was deleted or erased since: the diary writes
+                # nothing again (the key outlives the note), and nothing is recorded as written.
+                out = WorkerOutcome(
+                    self.name, WorkerStatus.SKIPPED, gate="note_removed", detail=f"{tier}: deleted or erased since"
+                )
+                await self._completed(turn, ctx, tier, None, False)
+                return out
             if resp.note.HasField("expire_time"):
                 ttl_until = resp.note.expire_time.ToDatetime().isoformat()
             out = WorkerOutcome(self.name, WorkerStatus.WROTE, written=[f"note:{resp.note.id} {tier}"], detail=tier)

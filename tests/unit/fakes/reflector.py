@@ -61,10 +61,17 @@ class FakeDiary:
         newest = list(reversed(mine))[: request.recency_limit]
         return diary_pb.RecallNotesResponse(candidates=[diary_pb.RecallCandidate(note=n) for n in newest])
 
+    def delete(self, note_id: str) -> None:
+        """An operator's DeleteNote (or an erasure): the note goes, its key stays spent."""
+        self.notes = [n for n in self.notes if n.id != note_id]
+
     async def write_note(self, request: diary_pb.WriteNoteRequest) -> diary_pb.WriteNoteResponse:
         self.calls.append(request)
         if request.request_id and request.request_id in self._by_request:
-            return diary_pb.WriteNoteResponse(note=self._by_request[request.request_id], created=False)
+            first = self._by_request[request.request_id]
+            if all(n.id != first.id for n in self.notes):  # the key outlives its note
+                return diary_pb.WriteNoteResponse(created=False, note_removed=True)
+            return diary_pb.WriteNoteResponse(note=first, created=False)
         note = to_pb(diary_pb.Note, request, "company seat content tier source turn_id", id=str(uuid.uuid4()))
         if request.ttl_days:
             note.expire_time.CopyFrom(timestamp(self.clock.now() + timedelta(days=request.ttl_days)))
