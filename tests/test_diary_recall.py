@@ -218,6 +218,36 @@ async def test_an_unreachable_index_falls_back_to_an_exact_scan_and_says_so(diar
     assert await app.infra.pool.fetchval("SELECT indexed FROM agent_diary WHERE id = $1::uuid", note.id) is False
 
 
+async def test_a_note_written_while_the_index_was_down_is_found_by_an_exact_scan_until_indexed(
+    make_settings, dsn, clock, local_embedder, vector_index
+):
+    """The index refuses a note's upsert, then is back without its point: until the index pass puts
+    it in, the index's answer would miss the note, so the exact scan answers and says so."""
+    from services.diary import passes
+    from tests.support.app import open_app
+    from tests.support.refusing_index import RefusingIndex
+
+    index = RefusingIndex(vector_index)
+    async with open_app(
+        make_settings(), dsn, names=["diary"], clock=clock, embedder=local_embedder, index=index
+    ) as app:
+        stub = pb_grpc.DiaryServiceStub(app.channel)
+        for f in FACTS[:4]:
+            await write(stub, f, clock=clock)
+        index.refusing = True
+        down = await write(stub, FACTS[4], clock=clock)
+        assert await app.infra.pool.fetchval("SELECT indexed FROM agent_diary WHERE id = $1::uuid", down.id) is False
+        index.refusing = False  # back, without the note's point
+        resp = await recall(stub, "who is away on vacation?", recency_limit=0, lexical_limit=0)
+        assert resp.vector_source == embedding_pb2.VECTOR_SOURCE_EXACT_SCAN
+        assert resp.candidates[0].note.id == down.id and halves(resp.candidates[0]) == {pb.RECALL_HALF_VECTOR}
+        assert resp.unreachable_by_vector_count == 0  # it has a vector: the exact scan reaches it
+        assert await passes.index_pending(app.components["diary"].service) == 1
+        resp = await recall(stub, "who is away on vacation?", recency_limit=0, lexical_limit=0)
+        assert resp.vector_source == embedding_pb2.VECTOR_SOURCE_INDEX
+        assert resp.candidates[0].note.id == down.id
+
+
 # ------------------------------------------------------------------------------------ neighbours
 
 
@@ -318,6 +348,9 @@ async def test_the_one_statement_reads_answer_exactly_as_the_separate_ones(diary
         "UPDATE agent_diary SET embedding = NULL, embedding_model = NULL, embedding_dims = NULL WHERE id = $1",
         uuid.UUID(ids[3]),
     )
+    # A note whose vector the index does not hold yet (and another seat's, which is not counted).
+    await app.infra.pool.execute("UPDATE agent_diary SET indexed = false WHERE id = $1", uuid.UUID(ids[5]))
+    await app.infra.pool.execute("UPDATE agent_diary SET indexed = false WHERE seat = 'other'")
     for advance in (0, 2):  # before and after the SHORT note expires
         clock.advance(days=advance)
         now = clock.now()
@@ -332,9 +365,10 @@ async def test_the_one_statement_reads_answer_exactly_as_the_separate_ones(diary
         want = [uuid.UUID(i) for i in (ids[0], ids[3], short.id)] + [uuid.uuid4()]
         for model, dims in (("bogus-model", 384), (app.infra.embedder.model, 384), (app.infra.embedder.model, 7)):
             for asked in (want, []):
-                notes, unreachable = await store.hydrate_unreachable("acme", "ana", asked, now, model, dims)
+                notes, unreachable, unindexed = await store.hydrate_unreachable("acme", "ana", asked, now, model, dims)
                 assert notes == await store.hydrate("acme", "ana", asked, now)
                 assert unreachable == await store.unreachable_by_vector("acme", "ana", now, model, dims)
-        notes, unreachable = await store.hydrate_unreachable("acme", "ana", want, now, app.infra.embedder.model, 384)
+                assert unindexed == (1 if (model, dims) == (app.infra.embedder.model, 384) else 0)
+        notes, unreachable, _ = await store.hydrate_unreachable("acme", "ana", want, now, app.infra.embedder.model, 384)
         assert set(notes) == {uuid.UUID(ids[0]), uuid.UUID(ids[3])} | (set() if advance else {uuid.UUID(short.id)})
         assert unreachable == 1  # the note without a vector; the other seat's are not counted

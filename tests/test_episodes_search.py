@@ -179,6 +179,35 @@ async def test_an_unreachable_index_falls_back_to_an_exact_scan_and_says_so(epis
     assert await app.infra.pool.fetchval("SELECT indexed FROM episodes WHERE id = $1::uuid", ep.id) is False
 
 
+async def test_a_row_recorded_while_the_index_was_down_is_found_by_an_exact_scan_until_indexed(
+    make_settings, dsn, clock, local_embedder, vector_index
+):
+    """The index refuses a row's upsert, then is back without its point: until the index pass puts
+    it in, the index's answer would miss the row, so the exact scan answers and says so."""
+    from tests.support.refusing_index import RefusingIndex
+
+    index = RefusingIndex(vector_index)
+    async with open_app(
+        make_settings(), dsn, names=["episodes"], clock=clock, embedder=local_embedder, index=index
+    ) as app:
+        stub = pb_grpc.EpisodeServiceStub(app.channel)
+        turns = Turns(stub, clock)
+        for t in TURNS[:3] + TURNS[4:]:
+            await turns.add(*t)
+        index.refusing = True
+        down = await turns.add(*TURNS[3])
+        assert await app.infra.pool.fetchval("SELECT indexed FROM episodes WHERE id = $1::uuid", down.id) is False
+        index.refusing = False  # back, without the row's point
+        resp = await search(stub, "billing export is slow", lexical_limit=0)
+        assert resp.vector_source == embedding_pb2.VECTOR_SOURCE_EXACT_SCAN
+        assert resp.hits[0].episode.id == down.id
+        assert resp.unreachable_by_vector_count == 0  # it has a vector: the exact scan reaches it
+        assert await passes.index_pending(app.components["episodes"].service) == 1
+        resp = await search(stub, "billing export is slow", lexical_limit=0)
+        assert resp.vector_source == embedding_pb2.VECTOR_SOURCE_INDEX
+        assert resp.hits[0].episode.id == down.id
+
+
 async def test_a_provided_query_vector_is_used_as_is(episodes, local_embedder):
     _, stub, turns = episodes
     rows = await turns.all()
@@ -325,6 +354,12 @@ async def test_the_one_statement_reads_answer_exactly_as_the_separate_ones(episo
         "UPDATE episodes SET embedding = NULL, embedding_model = NULL, embedding_dims = NULL WHERE id = $1::uuid",
         no_vector.id,
     )
+    # Rows whose vectors the index does not hold yet: one of each outcome of this seat, and the
+    # other seat's (not counted).
+    await pool.execute(
+        "UPDATE episodes SET indexed = false WHERE id = ANY($1::uuid[])", [failed.id, rows[TURNS[0][0]].id]
+    )
+    await pool.execute("UPDATE episodes SET indexed = false WHERE seat = 'bob'")
     store = PostgresEpisodeStore(pool)
     [vec] = await local_embedder.embed(["rotate the staging database credentials"])
     want = [uuid.UUID(e.id) for e in (*rows.values(), failed, no_vector, *theirs.values())] + [uuid.uuid4()]
@@ -350,6 +385,8 @@ async def test_the_one_statement_reads_answer_exactly_as_the_separate_ones(episo
                     for r in lexical
                 ]
                 assert got.unreachable == unreachable
+                comparable = (model, dims) == (vec.model, vec.values.shape[0])
+                assert got.unindexed == (0 if not comparable else 2 if outcome is None else 1)
     mine = await store.search_reads(RawRows("acme", "ana"), vec.values, vec.model, want, "x", 5)
     assert set(mine.hits) == {uuid.UUID(e.id) for e in (*rows.values(), failed, no_vector)}
     assert mine.unreachable == 1  # the row without a vector; the other seat's are not counted

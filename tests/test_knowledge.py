@@ -477,6 +477,30 @@ async def test_vector_and_lexical_halves_are_merged(kb: KB):
     assert await kb.titles(query) == ["Travel booking"]
 
 
+async def test_a_page_written_while_the_index_was_down_is_found_by_meaning_before_the_index_pass(
+    dsn, make_settings, local_embedder, edge_index
+):
+    """The index refuses a page's upsert, then is back without its point: until the index pass puts
+    it in, the index's answer would miss the page, so the exact scan answers."""
+    from services.knowledge.passes import index_pending
+    from tests.support.refusing_index import RefusingIndex
+
+    index = RefusingIndex(edge_index)
+    async with _kb(dsn, _settings(make_settings), local_embedder, index) as kb:
+        await kb.put("ops", "Travel booking", "Book trains through the travel desk; costs over budget need approval.")
+        await kb.put("eng", "Cafeteria menu", "Lunch is served from noon; Tuesday is taco day.")
+        index.refusing = True
+        waiting = await kb.put(
+            "ops", "Expense policy", "Keep receipts for anything above fifty euros and file claims monthly."
+        )
+        assert await kb.pool.fetchval("SELECT indexed FROM knowledge_pages WHERE id = $1::uuid", waiting) is False
+        index.refusing = False  # back, without the page's point
+        # Found by meaning alone (it shares no word with the query), as when it is indexed.
+        assert await kb.titles("reimbursement for travel costs") == ["Travel booking", "Expense policy"]
+        assert await index_pending(kb.service.pages) == 1
+        assert await kb.titles("reimbursement for travel costs") == ["Travel booking", "Expense policy"]
+
+
 async def test_rarer_shared_words_rank_higher_and_the_limit_holds(kb: KB):
     for i in range(6):
         await kb.put("ops", f"Service note {i}", f"The service restarts nightly, note {i}.")

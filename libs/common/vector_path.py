@@ -7,8 +7,10 @@ episodes, knowledge pages):
 * read: :func:`embed_query` (the query's vector and its :class:`EmbeddingStatus`) and
   :func:`vector_half` — the index's top K for each seat (or container), or, when the index cannot
   answer, the store's exact scan of the same rows; every index hit is re-read from Postgres, so a
-  deleted or expired row's stale point is never returned; hits under the relevance floor dropped;
-  and how many live rows the vector half cannot see (no vector of the query's model yet).
+  deleted or expired row's stale point is never returned; the exact scan too when the index
+  answered but rows of the scope wait to be indexed (written while it was down: its answer would
+  miss them); hits under the relevance floor dropped; and how many live rows the vector half cannot
+  see (no vector of the query's model yet).
 
 What differs per table is given as arguments: the collection, the point filters, and a
 :class:`RowReads` bound to one request's scope (its exact scan and its re-read).
@@ -65,7 +67,9 @@ class VectorSource(StrEnum):
     """Which path answered the vector half (the proto's ``agentlearn.common.v1.VectorSource``)."""
 
     INDEX = "index"
-    EXACT_SCAN = "exact_scan"  # the index was unreachable: Postgres scanned the rows' own vectors
+    EXACT_SCAN = "exact_scan"
+    """Postgres scanned the rows' own vectors: the index was unreachable, or it answered while rows
+    of the scope were not in it yet (written while it was down; the index pass puts them in)."""
 
 
 _STATUS_TO_PB = {
@@ -210,11 +214,16 @@ async def vector_half(
     labels: Mapping[str, str] | None = None,
     floor: Callable[[str], float | None] | None = None,
     unreachable: Callable[[Vector], Awaitable[int]] | None = None,
+    unindexed: Callable[[Vector], Awaitable[int]] | None = None,
 ) -> VectorHalf[T]:
     """Top ``limit`` rows by similarity to the query's vector among ``seats`` (one search per seat,
     concurrently; a row's best score), re-read through ``reads``; the exact scan when the index is
     missing or any search cannot answer. ``floor`` maps the query's model to its relevance floor;
-    ``unreachable`` counts the rows the half cannot see. Errors other than ``IndexUnavailable``
+    ``unreachable`` counts the rows the half cannot see. ``unindexed`` counts the live rows of the
+    scope with a vector of the query's model the index does not hold yet (``indexed = false``):
+    asked after the re-read, so a store answers it in that same statement; when there are any, the
+    index's answer would miss them and the exact scan (which reads every row's own vector) answers
+    instead, until the index pass has put them in. Errors other than ``IndexUnavailable``
     propagate."""
     vector = query.vector
     if vector is None:
@@ -271,8 +280,14 @@ async def vector_half(
         if min_score is not None:
             ranked = [i for i in ranked if best[i] >= min_score]
         rows = await reads.hydrate(ranked) if ranked else {}
-        hits = [(rows[i], best[i]) for i in ranked if i in rows]
-        source = VectorSource.INDEX
+        waiting = await unindexed(vector) if unindexed is not None else 0
+        if waiting:
+            _log.debug("%d rows of %s/%s not in the index yet, exact scan", waiting, company, ",".join(seats))
+            hits = list(await reads.exact(values, model, limit))
+            source = VectorSource.EXACT_SCAN
+        else:
+            hits = [(rows[i], best[i]) for i in ranked if i in rows]
+            source = VectorSource.INDEX
     if min_score is not None:
         hits = [(row, sim) for row, sim in hits if sim >= min_score]
     count = await unreachable(vector) if unreachable is not None else 0

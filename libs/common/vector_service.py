@@ -62,6 +62,13 @@ class SearchedRows(Protocol[T_co]):
         """Live rows of the scope with no vector of the query's model and width."""
         ...
 
+    @property
+    def unindexed(self) -> int:
+        """Live rows of the scope with a vector of the query's model and width that the index does
+        not hold yet (``indexed = false``: written while it was down, or embedded by the fill since
+        the last index pass)."""
+        ...
+
 
 S = TypeVar("S", bound=IndexedStore)
 C = TypeVar("C", bound=EmbedBudget)
@@ -177,9 +184,11 @@ class VectorRowService(VectorRowWriter[S], Generic[S, C]):
         now: float,
         limit: int,
         unreachable: Callable[[Vector], Awaitable[int]],
+        unindexed: Callable[[Vector], Awaitable[int]],
         labels: Mapping[str, str] | None = None,
     ) -> VectorHalf[T]:
-        """The vector half over one seat's rows, held to the query model's relevance floor."""
+        """The vector half over one seat's rows, held to the query model's relevance floor; the
+        exact scan when the index cannot answer or does not hold every row yet (``unindexed``)."""
         return await vector_path.vector_half(
             embedded,
             self.index,
@@ -192,15 +201,17 @@ class VectorRowService(VectorRowWriter[S], Generic[S, C]):
             labels=labels,
             floor=self.relevance.floor,
             unreachable=unreachable,
+            unindexed=unindexed,
         )
 
 
 class AfterSearchReads(ABC, Generic[T, R]):
     """One request's :class:`~libs.common.vector_path.RowReads` whose re-read of the index hits is
-    one statement that also counts the rows the query's model cannot reach (and reads whatever else
-    the search needs then: the episodes' lexical half), so the vector half costs one round trip
-    after the index search. When no hit is re-read (none ranked, or the exact scan answered), the
-    count asks the same statement with no ids. ``after`` holds its answer for the rest of the
+    one statement that also counts the rows the query's model cannot reach and the rows the index
+    does not hold yet (and reads whatever else the search needs then: the episodes' lexical half),
+    so the vector half costs one round trip after the index search (two, with the exact scan, while
+    rows wait for the index pass). When no hit is re-read (none ranked, or the exact scan answered),
+    the counts ask the same statement with no ids. ``after`` holds its answer for the rest of the
     request."""
 
     after: R | None = None
@@ -211,13 +222,19 @@ class AfterSearchReads(ABC, Generic[T, R]):
 
     @abstractmethod
     async def read_after_search(self, ids: Sequence[uuid.UUID]) -> R:
-        """The one statement: the rows of ``ids``, the unreachable count, and the rest."""
+        """The one statement: the rows of ``ids``, the unreachable and unindexed counts, and the rest."""
 
     async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, T]:
         self.after = await self.read_after_search(ids)
         return self.after.hits
 
     async def unreachable(self, vector: Vector) -> int:
+        return (await self._after()).unreachable
+
+    async def unindexed(self, vector: Vector) -> int:
+        return (await self._after()).unindexed
+
+    async def _after(self) -> R:
         if self.after is None:
             self.after = await self.read_after_search(())
-        return self.after.unreachable
+        return self.after

@@ -31,11 +31,13 @@ class NoteListing:
 
 
 class VectorReads(NamedTuple):
-    """The vector half's read after the index search: the hits' live notes and the count of live
-    notes the query's model cannot reach."""
+    """The vector half's read after the index search: the hits' live notes, the count of live
+    notes the query's model cannot reach, and the count of live notes with a vector of it that the
+    index does not hold yet (``indexed = false``: while there are any, the exact scan answers)."""
 
     hits: dict[uuid.UUID, Note]
     unreachable: int
+    unindexed: int
 
 
 class EarlierWrite(NamedTuple):
@@ -88,7 +90,8 @@ class NoteStore(Protocol):
     async def hydrate_unreachable(
         self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, model: str, dims: int
     ) -> VectorReads:
-        """``hydrate`` and ``unreachable_by_vector`` at once (one round trip where the store can)."""
+        """``hydrate``, ``unreachable_by_vector`` and the count of live notes with a vector of
+        ``model`` and ``dims`` not in the index yet, at once (one round trip where the store can)."""
         ...
 
     async def neighbours(

@@ -232,6 +232,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
                 now=now.timestamp(),
                 limit=k_vec,
                 unreachable=reads.unreachable,
+                unindexed=reads.unindexed,
             )
 
         async def text_halves() -> tuple[list[tuple[Note, float]], list[Note]]:

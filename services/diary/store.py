@@ -148,15 +148,20 @@ SQL = {
         (SELECT 'recency' AS half, {_COLUMNS}, 0::float8 AS rank FROM agent_diary
          WHERE company = $1 AND seat = $2 AND {_LIVE}
          ORDER BY create_time DESC, id DESC LIMIT $6)""",
-    # The vector half's re-read of its hits and the count of the seat's notes the query's model
-    # cannot reach, in one round trip (both follow the index search). The count is on every row;
-    # the LEFT JOIN keeps one row (with a NULL id) when no hit is still live.
+    # The vector half's re-read of its hits and two counts of the seat's live notes, in one round
+    # trip (all follow the index search): those the query's model cannot reach, and those with a
+    # vector of it the index does not hold yet (written while it was down: the index's answer
+    # misses them, so the exact scan answers instead). Both counts come from the one pass over the
+    # seat's notes. They are on every row; the LEFT JOIN keeps one row (with a NULL id) when no hit
+    # is still live.
     "hydrate_unreachable": f"""
-        SELECT u.unreachable, d.* FROM (
-            SELECT count(*) AS unreachable FROM agent_diary
-            WHERE company = $1 AND seat = $2 AND {_LIVE}
-              AND (embedding IS NULL OR embedding_model IS DISTINCT FROM $5
-                   OR embedding_dims IS DISTINCT FROM $6)) AS u
+        SELECT u.unreachable, u.unindexed, d.* FROM (
+            SELECT count(*) FILTER (WHERE embedding IS NULL OR embedding_model IS DISTINCT FROM $5
+                                          OR embedding_dims IS DISTINCT FROM $6) AS unreachable,
+                   count(*) FILTER (WHERE embedding IS NOT NULL AND embedding_model = $5 AND embedding_dims = $6
+                                          AND NOT indexed) AS unindexed
+            FROM agent_diary
+            WHERE company = $1 AND seat = $2 AND {_LIVE}) AS u
         LEFT JOIN LATERAL (
             SELECT {_COLUMNS} FROM agent_diary
             WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = ANY($4)) AS d ON true""",
@@ -344,10 +349,10 @@ class PostgresNoteStore:
     async def hydrate_unreachable(
         self, company: str, seat: str, ids: Sequence[uuid.UUID], now: datetime, model: str, dims: int
     ) -> VectorReads:
-        """``hydrate(ids)`` and ``unreachable_by_vector(model, dims)`` in one statement."""
+        """``hydrate(ids)``, ``unreachable_by_vector(model, dims)`` and the unindexed count in one statement."""
         rows = await self.pool.fetch(SQL["hydrate_unreachable"], company, seat, now, list(ids), model, dims)
-        unreachable = int(rows[0]["unreachable"]) if rows else 0
-        return VectorReads({r["id"]: _note(r) for r in rows if r["id"] is not None}, unreachable)
+        unreachable, unindexed = (int(rows[0]["unreachable"]), int(rows[0]["unindexed"])) if rows else (0, 0)
+        return VectorReads({r["id"]: _note(r) for r in rows if r["id"] is not None}, unreachable, unindexed)
 
     async def neighbours(
         self, company: str, seat: str, now: datetime, anchors: Sequence[Note], radius: int = 1

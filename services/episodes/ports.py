@@ -35,7 +35,8 @@ class RawRows:
 @dataclass(frozen=True)
 class SearchReads:
     """What a search reads of the table once its index search has answered (one read): the vector
-    half's hits re-read, the lexical half, and the count of rows the query's model cannot reach."""
+    half's hits re-read, the lexical half, the count of rows the query's model cannot reach and the
+    count of rows the index does not hold yet."""
 
     hits: dict[uuid.UUID, Episode]
     """The raw rows of the index hits' ids (a stale point's id is simply absent)."""
@@ -43,6 +44,9 @@ class SearchReads:
     """As :meth:`EpisodeStore.lexical`, each hit's cosine to the query vector where comparable."""
     unreachable: int
     """Rows with no vector of the query's model and width."""
+    unindexed: int
+    """Rows with a vector of the query's model and width not in the index yet (``indexed = false``:
+    written while it was down; while there are any, the exact scan answers)."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,8 @@ class EpisodeStore(Protocol):
     ) -> SearchReads:
         """In one read: the raw rows of ``ids``; the top ``lexical_limit`` of ``rows`` sharing words
         with ``query``, each with its cosine to ``vector`` when its vector is of ``model`` and the
-        same width (else None); ``rows`` with no vector of ``model`` and that width."""
+        same width (else None); ``rows`` with no vector of ``model`` and that width; ``rows`` with
+        one the index does not hold yet."""
         ...
 
     async def exact(self, rows: RawRows, vector: np.ndarray, model: str, limit: int) -> list[tuple[Episode, float]]:

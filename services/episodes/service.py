@@ -416,6 +416,7 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
                 limit=k_vec,
                 labels=labels,
                 unreachable=reads.unreachable,
+                unindexed=reads.unindexed,
             )
         floor = half.floor
         for ep, sim in half.hits:

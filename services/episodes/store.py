@@ -40,6 +40,9 @@ _FILTER = """($3::text IS NULL OR kind = $3) AND (cardinality($4::text[]) = 0 OR
              AND (NOT $7::boolean OR exemplar_of IS NULL)"""
 # Rows the vector half cannot reach: no vector of the query's model and width.
 _UNREACHABLE = "(embedding IS NULL OR embedding_model IS DISTINCT FROM $3 OR embedding_dims IS DISTINCT FROM $4)"
+# Rows with a vector of the query's model and width the index does not hold yet (written while it
+# was down): the index's answer misses them, so the exact scan answers while there are any.
+_UNINDEXED = "(embedding IS NOT NULL AND embedding_model = $3 AND embedding_dims = $4 AND NOT indexed)"
 # The parameters of a search's reads (SQL["lexical"], SQL["search_reads"]): $1 company, $2 seat,
 # $3 the query vector's model, $4 its width, $5 the outcome (NULL: every outcome), $6 the query
 # vector (NULL: none), $7 the query, $8 the lexical K, $9 the index hits' ids.
@@ -128,15 +131,18 @@ SQL = {
     "lexical": f"WITH {_LEXICAL_CTES} SELECT * FROM lex",
     # A search's reads after the index search, in one statement (one round trip instead of three):
     # the vector half's re-read of its hits ($9, raw rows only: a stale point's id is simply
-    # absent), the lexical half (above; $8 = 0 reads none) and the count of the rows the query's
-    # model cannot reach. The count is on every row; the LEFT JOIN keeps one row (with a NULL id)
-    # when there is neither a hit nor a lexical match. Ordered here, so the lexical rows come back
-    # in the lexical statement's order.
+    # absent), the lexical half (above; $8 = 0 reads none) and two counts from one pass over the
+    # seat's raw rows: those the query's model cannot reach, and those the index does not hold yet.
+    # The counts are on every row; the LEFT JOIN keeps one row (with a NULL id) when there is
+    # neither a hit nor a lexical match. Ordered here, so the lexical rows come back in the lexical
+    # statement's order.
     "search_reads": f"""
         WITH {_LEXICAL_CTES}
-        SELECT u.unreachable, x.* FROM (
-            SELECT count(*) AS unreachable FROM episodes
-            WHERE {_SEAT} AND kind = 'raw' AND {_UNREACHABLE} AND ($5::text IS NULL OR outcome = $5)) AS u
+        SELECT u.unreachable, u.unindexed, x.* FROM (
+            SELECT count(*) FILTER (WHERE {_UNREACHABLE}) AS unreachable,
+                   count(*) FILTER (WHERE {_UNINDEXED}) AS unindexed
+            FROM episodes
+            WHERE {_SEAT} AND kind = 'raw' AND ($5::text IS NULL OR outcome = $5)) AS u
         LEFT JOIN LATERAL (
             SELECT 'vector' AS half, {_COLUMNS}, 0::float4 AS rank, NULL::float8 AS similarity
             FROM episodes WHERE {_SEAT} AND kind = 'raw' AND id = ANY($9::uuid[])
@@ -445,7 +451,9 @@ class PostgresEpisodeStore:
             elif r["half"] == "lexical":
                 similarity = r["similarity"]
                 lexical.append((episode_of(r), float(r["rank"]), None if similarity is None else float(similarity)))
-        return SearchReads(hits, lexical, int(found[0]["unreachable"]) if found else 0)
+        if not found:
+            return SearchReads(hits, lexical, 0, 0)
+        return SearchReads(hits, lexical, int(found[0]["unreachable"]), int(found[0]["unindexed"]))
 
     async def exact(self, rows: RawRows, vector: np.ndarray, model: str, limit: int) -> list[tuple[Episode, float]]:
         found = await self.pool.fetch(

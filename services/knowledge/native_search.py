@@ -46,7 +46,7 @@ from services.knowledge.domain import (
     is_native_id,
 )
 from services.knowledge.native import NativePages
-from services.knowledge.ports import PageStore
+from services.knowledge.ports import PageStore, VectorHits
 from services.knowledge.store import StoreUnavailable, one_line
 
 __all__ = ["MIN_SIMILARITY", "PARENT_BODY", "RRF_K", "NativeBackend"]
@@ -78,22 +78,35 @@ class _Found:
     halves: set[str] = field(default_factory=set)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _ContainerReads:
-    """The vector half's reads of the searchable pages of the access's containers."""
+    """The vector half's reads of the searchable pages of the access's containers for one query
+    vector. The re-read of the index hits also counts the pages the index does not hold yet (one
+    statement); ``after`` keeps that answer for the count asked next."""
 
     store: PageStore
     company: str
     containers: list[str]
     query: str
-    model: str
+    vector: Vector
+    after: VectorHits | None = None
 
     async def exact(self, vector: np.ndarray, model: str, limit: int) -> Sequence[tuple[tuple[Page, str], float]]:
         found = await self.store.exact(self.company, self.containers, self.query, vector, model, limit)
         return [((page, snippet), sim) for page, sim, snippet in found]
 
     async def hydrate(self, ids: Sequence[uuid.UUID]) -> Mapping[uuid.UUID, tuple[Page, str]]:
-        return await self.store.hydrate(self.company, self.containers, self.query, ids, self.model)
+        v = self.vector
+        self.after = await self.store.hydrate(self.company, self.containers, self.query, ids, v.model, v.dimensions)
+        return self.after.pages
+
+    async def unindexed(self, vector: Vector) -> int:
+        """Searchable pages of the scope whose vector the index does not hold yet (asked after the
+        re-read; when the index ranked nothing, the same statement with no ids)."""
+        if self.after is None:
+            await self.hydrate(())
+        assert self.after is not None
+        return self.after.unindexed
 
 
 def _unavailable(err: BaseException) -> BackendUnavailable:
@@ -199,16 +212,18 @@ class NativeBackend:
             return []
         # Oversampled: the store drops auto-drafts and stale points after the index answered. The
         # container rides in the points' seat field: one search per container of the scope.
+        reads = _ContainerReads(self.store, company, containers, query, embedded.vector)
         half = await vector_half(
             embedded,
             self.index,
             COLLECTION_BASE,
-            _ContainerReads(self.store, company, containers, query, embedded.vector.model),
+            reads,
             company=company,
             seats=containers,
             now=0.0,
             limit=max(limit * 3, 10),
             floor=lambda _model: self.min_similarity,
+            unindexed=reads.unindexed,
         )
         return [(page, sim, snippet) for (page, snippet), sim in half.hits]
 

@@ -13,13 +13,23 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from services.knowledge.domain import Page, PageQuery
 
-__all__ = ["PageStore", "PageWrite"]
+__all__ = ["PageStore", "PageWrite", "VectorHits"]
+
+
+class VectorHits(NamedTuple):
+    """The vector half's read after the index search: the hits' searchable pages with their
+    snippets, and how many searchable pages of the scope have a vector of the query's model and
+    width the index does not hold yet (``indexed = false``: written while it was down; while there
+    are any, the exact scan answers, since the index's answer would miss them)."""
+
+    pages: dict[uuid.UUID, tuple[Page, str]]
+    unindexed: int
 
 
 @dataclass(frozen=True)
@@ -68,9 +78,11 @@ class PageStore(Protocol):
         ...
 
     async def hydrate(
-        self, company: str, containers: Sequence[str], query: str, ids: Sequence[uuid.UUID], model: str
-    ) -> dict[uuid.UUID, tuple[Page, str]]:
-        """The searchable pages of these ids with a vector of ``model``, and their snippets."""
+        self, company: str, containers: Sequence[str], query: str, ids: Sequence[uuid.UUID], model: str, dims: int
+    ) -> VectorHits:
+        """The searchable pages of these ids with a vector of ``model``, and their snippets; and, in
+        the same read, the count of searchable pages with a vector of ``model`` and ``dims`` not in
+        the index yet."""
         ...
 
     async def exact(

@@ -31,7 +31,7 @@ from services.knowledge.domain import (
     PageQuery,
     ServedMode,
 )
-from services.knowledge.ports import PageWrite
+from services.knowledge.ports import PageWrite, VectorHits
 
 __all__ = ["SQL", "PostgresDraftProvenance", "PostgresPageStore", "StoreUnavailable", "body_too_large_error"]
 
@@ -127,12 +127,22 @@ SQL = {
         FROM s JOIN knowledge_pages p ON p.id = s.id
         ORDER BY s.rank DESC, p.update_time DESC, p.id LIMIT $4""",
     # Vector hits from the index, re-read in scope (a stale or foreign point is simply not found)
-    # and only while the page still holds a vector of the query's model.
+    # and only while the page still holds a vector of the query's model; with, in the same round
+    # trip, the count of searchable pages of the scope with a vector of the query's model and width
+    # ($6) the index does not hold yet (written while it was down: the index's answer misses them,
+    # so the exact scan answers instead). The count reads the partial index of unindexed pages,
+    # empty while the index keeps up. It is on every row; the LEFT JOIN keeps one row (with a NULL
+    # id) when no hit is found.
     "hydrate": f"""
-        SELECT {_COLUMNS}, {_HEADLINE.format(q=_ANY_LEXEME)} AS snippet
-        FROM knowledge_pages p
-        WHERE {_SCOPE} AND {_VISIBLE} AND p.id = ANY($4::uuid[])
-          AND p.embedding IS NOT NULL AND p.embedding_model = $5""",
+        SELECT u.unindexed, h.* FROM (
+            SELECT count(*) AS unindexed FROM knowledge_pages p
+            WHERE {_SCOPE} AND p.embedding IS NOT NULL AND NOT p.indexed
+              AND p.embedding_model = $5 AND p.embedding_dims = $6::int AND {_VISIBLE}) AS u
+        LEFT JOIN LATERAL (
+            SELECT {_COLUMNS}, {_HEADLINE.format(q=_ANY_LEXEME)} AS snippet
+            FROM knowledge_pages p
+            WHERE {_SCOPE} AND {_VISIBLE} AND p.id = ANY($4::uuid[])
+              AND p.embedding IS NOT NULL AND p.embedding_model = $5) AS h ON true""",
     # The exact scan that answers when the index cannot.
     "exact": f"""
         SELECT {_COLUMNS}, 1 - (p.embedding <=> $5) AS similarity, {_HEADLINE.format(q=_ANY_LEXEME)} AS snippet
@@ -292,10 +302,11 @@ class PostgresPageStore:
         return [(_page(r), float(r["rank"]), one_line(r["snippet"])) for r in rows]
 
     async def hydrate(
-        self, company: str, containers: Sequence[str], query: str, ids: Sequence[uuid.UUID], model: str
-    ) -> dict[uuid.UUID, tuple[Page, str]]:
-        rows = await self._fetch("hydrate", company, list(containers), query, list(ids), model)
-        return {r["id"]: (_page(r), one_line(r["snippet"])) for r in rows}
+        self, company: str, containers: Sequence[str], query: str, ids: Sequence[uuid.UUID], model: str, dims: int
+    ) -> VectorHits:
+        rows = await self._fetch("hydrate", company, list(containers), query, list(ids), model, dims)
+        pages = {r["id"]: (_page(r), one_line(r["snippet"])) for r in rows if r["id"] is not None}
+        return VectorHits(pages, int(rows[0]["unindexed"]) if rows else 0)
 
     async def exact(
         self, company: str, containers: Sequence[str], query: str, vector: np.ndarray, model: str, limit: int

@@ -22,7 +22,7 @@ from libs.common.vector_path import EmbeddingStatus, VectorSource
 from libs.common.vectorindex import collection_name
 from libs.common.vectorindex.exact_scan import ExactScanIndex
 from services.diary.domain import COLLECTION_BASE, NoteSource, NoteTier, QueryVector, Recall
-from services.diary.service import DiaryService
+from services.diary.service import DiaryService, index_point
 from tests.unit.fakes.diary import MemoryNoteStore
 from tests.unit.fakes.embedder import HashingEmbedder
 from tests.unit.fakes.events import RecordedEvents
@@ -108,8 +108,16 @@ async def test_index_down_at_write_keeps_the_vector_unindexed_and_recall_scans_e
     assert recall.vector_source is VectorSource.EXACT_SCAN and ids(recall, "vector") == [note.id]
     assert recall.unreachable_by_vector == 0  # it has a vector; only the index lacks its point
     d.index.available = True
-    assert (await d.recall("api keys rotation")).vector_source is VectorSource.INDEX
-    assert ids(await d.recall("api keys rotation"), "vector") == []  # not indexed yet: the index pass's job
+    # Back, but without the note's point until the index pass: its answer would miss the note, so
+    # the exact scan answers and says so.
+    back = await d.recall("api keys rotation")
+    assert back.vector_source is VectorSource.EXACT_SCAN and ids(back, "vector") == [note.id]
+    assert back.unreachable_by_vector == 0
+    # The index pass's step: the stored vector's point upserted and the note marked indexed.
+    point = index_point(note.id, "acme", "ana", d.store.vector_of(note.id), "hash-64", None)
+    assert await d.service.index_row(point, "note")
+    caught_up = await d.recall("api keys rotation")
+    assert caught_up.vector_source is VectorSource.INDEX and ids(caught_up, "vector") == [note.id]
 
 
 async def test_exact_scan_ranks_as_the_index_does():

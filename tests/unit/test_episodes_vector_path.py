@@ -23,7 +23,7 @@ from libs.common.vector_path import EmbeddingStatus, VectorSource
 from libs.common.vectorindex import collection_name
 from libs.common.vectorindex.exact_scan import ExactScanIndex
 from services.episodes.domain import COLLECTION_BASE, QueryVector, Search, TurnOutcome
-from services.episodes.service import EpisodeService, Recorded, TurnRecord
+from services.episodes.service import EpisodeService, Recorded, TurnRecord, index_point
 from tests.unit.fakes.embedder import HashingEmbedder
 from tests.unit.fakes.episodes import MemoryEpisodeStore
 from tests.unit.fakes.events import RecordedEvents
@@ -158,6 +158,19 @@ async def test_index_down_at_record_keeps_the_vector_and_search_scans_exactly():
     search = await e.search("billing database migration")
     assert search.vector_source is VectorSource.EXACT_SCAN and hit_ids(search, "vector") == [rec.episode.id]
     assert search.unreachable_by_vector == 0
+    e.index.available = True
+    # Back, but without the row's point until the index pass: its answer would miss the row, so
+    # the exact scan answers and says so.
+    back = await e.search("billing database migration")
+    assert back.vector_source is VectorSource.EXACT_SCAN and hit_ids(back, "vector") == [rec.episode.id]
+    assert back.unreachable_by_vector == 0
+    # The index pass's step: the stored vector's point upserted and the row marked indexed.
+    vector = e.store.rows[rec.episode.id].vector
+    assert vector is not None
+    point = index_point(rec.episode.id, "acme", "ana", "done", vector, "hash-64")
+    assert await e.service.index_row(point, "episode")
+    caught_up = await e.search("billing database migration")
+    assert caught_up.vector_source is VectorSource.INDEX and hit_ids(caught_up, "vector") == [rec.episode.id]
 
 
 async def test_embedder_down_at_record_counts_the_row_unreachable_and_lexical_still_finds_it():

@@ -27,7 +27,7 @@ from services.knowledge.domain import (
     ServedMode,
     UnsearchedReason,
 )
-from services.knowledge.native import NativePages
+from services.knowledge.native import NativePages, index_point
 from services.knowledge.native_search import NativeBackend
 from tests.unit.fakes.embedder import HashingEmbedder
 from tests.unit.fakes.knowledge import MemoryPageStore
@@ -99,6 +99,24 @@ async def test_index_down_the_vector_half_is_the_exact_scan_with_the_same_answer
     by_scan = await k.search("renew certificates", "eng")
     assert "exact" in k.store.calls and "hydrate" not in k.store.calls
     assert titles(by_scan) == titles(by_index) and titles(by_index)[0] == "Certs"
+
+
+async def test_a_page_written_while_the_index_was_down_is_found_by_the_exact_scan_until_indexed():
+    k = knowledge()
+    await k.page("eng", "Lunch", "lunch menu for the week")
+    k.index.available = False
+    waiting = await k.page("eng", "Certs", "renew certificates yearly")
+    k.index.available = True  # back, without the page's point
+    k.store.calls.clear()
+    assert titles(await k.search("renew certificates", "eng"))[0] == "Certs"
+    assert "exact" in k.store.calls  # the index's answer would have missed it
+    # The index pass's step: the stored vector's point upserted and the page marked indexed.
+    vector = k.store.rows[waiting.uuid].vector
+    assert vector is not None
+    assert await k.pages.index_row(index_point(waiting.uuid, "acme", "eng", vector, "hash-64"), "page")
+    k.store.calls.clear()
+    assert titles(await k.search("renew certificates", "eng"))[0] == "Certs"
+    assert "hydrate" in k.store.calls and "exact" not in k.store.calls
 
 
 async def test_a_deleted_page_is_not_a_hit_though_its_point_remains():

@@ -117,6 +117,14 @@ class MemoryNoteStore:
         return VectorReads(
             await self.hydrate(company, seat, ids, now),
             await self.unreachable_by_vector(company, seat, now, model, dims),
+            sum(
+                1
+                for r in self._seat(company, seat, now)
+                if r.vector is not None
+                and r.note.embedding_model == model
+                and r.note.embedding_dims == dims
+                and not r.indexed
+            ),
         )
 
     async def neighbours(

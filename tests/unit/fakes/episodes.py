@@ -166,6 +166,14 @@ class MemoryEpisodeStore:
                 for r in of
                 if r.vector is None or r.episode.embedding_model != model or r.episode.embedding_dims != vector.shape[0]
             ),
+            unindexed=sum(
+                1
+                for r in of
+                if r.vector is not None
+                and r.episode.embedding_model == model
+                and r.episode.embedding_dims == vector.shape[0]
+                and not r.indexed
+            ),
         )
 
     def _lexical(

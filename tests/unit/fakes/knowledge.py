@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from services.knowledge.domain import ONBOARDING_PARENT, Page, PageQuery, ServedMode
-from services.knowledge.ports import PageWrite
+from services.knowledge.ports import PageWrite, VectorHits
 from services.knowledge.store import StoreUnavailable, one_line
 from tests.unit.fakes.lexical import cosine, idf_ranked
 
@@ -122,15 +122,26 @@ class MemoryPageStore:
         return [(r.page, rank, one_line(r.page.body)) for r, rank in ranked[:limit]]
 
     async def hydrate(
-        self, company: str, containers: Sequence[str], query: str, ids: Sequence[uuid.UUID], model: str
-    ) -> dict[uuid.UUID, tuple[Page, str]]:
+        self, company: str, containers: Sequence[str], query: str, ids: Sequence[uuid.UUID], model: str, dims: int
+    ) -> VectorHits:
         self._read("hydrate")
         wanted = set(ids)
-        return {
-            r.page.uuid: (r.page, one_line(r.page.body))
-            for r in self._scope(company, containers)
-            if r.page.uuid in wanted and r.vector is not None and r.page.embedding_model == model
-        }
+        scope = self._scope(company, containers)
+        return VectorHits(
+            {
+                r.page.uuid: (r.page, one_line(r.page.body))
+                for r in scope
+                if r.page.uuid in wanted and r.vector is not None and r.page.embedding_model == model
+            },
+            sum(
+                1
+                for r in scope
+                if r.vector is not None
+                and r.page.embedding_model == model
+                and r.vector.shape[0] == dims
+                and not r.indexed
+            ),
+        )
 
     async def exact(
         self, company: str, containers: Sequence[str], query: str, vector: np.ndarray, model: str, limit: int
