@@ -32,12 +32,12 @@ _TEXT = (
 )
 _ENTRIES = "communication_style, past_decisions, sensitivities, topics"
 SQL = {
-    # $3 is the target's platform, casefolded (``platform_key``); the column is filed lowercased
-    # (ASCII names only, so ``lower`` is the same fold), compared folded all the same. Handles and
+    # $3 is the target's platform, casefolded (``platform_key``), as the column is filed (rows
+    # filed before any platform was taken hold ASCII names lowercased: the same fold). Handles and
     # external ids are filed as given, so they are compared exactly.
     "subject": """
         SELECT id, subject_handle, subject_external_id FROM counterparty_profiles
-        WHERE company = $1 AND ($3 = '' OR lower(platform) = $3)
+        WHERE company = $1 AND ($3 = '' OR platform = $3)
           AND (subject_handle = ANY($2::text[]) OR subject_external_id = ANY($2::text[])
                OR subject_key = ANY($2::text[]))""",
     "naming": f"""
