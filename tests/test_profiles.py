@@ -556,3 +556,28 @@ async def test_a_retried_request_id_merges_nothing_twice(make_settings, dsn, clo
         assert not again.created
         assert again.profile.observation_count == 2
         assert list(again.profile.topics) == ["billing", "kafka"]
+
+
+@pytest.mark.parametrize(
+    ("key", "ids", "platform", "hers"),
+    [
+        ("w:profiler:github/q", ["q"], "github", True),
+        ("w:profiler:github/q", ["q"], "", True),  # every platform
+        ("w:profiler:github/q", ["q"], "ms teams", False),  # another person
+        ("w:profiler:github/qa", ["q"], "", False),
+        ("w:profiler:MS Teams/dana", ["dana"], "ms teams", True),
+        ("w:profiler:Lab%3AChat%2FEU/bob", ["bob"], "lab:chat/eu", True),
+        ("w:profiler:Lab%3AChat%2FEU/bob", ["EU/bob", "bob"], "eu", False),
+        ("w:profiler:slack/a%3Ab%2Fc", ["a:b/c"], "slack", True),
+        ("w:profiler:slack/a%3Ab%2Fc", ["c", "b/c"], "", False),
+        ("w:profiler:slack/a:b", ["a:b"], "slack", True),  # written before identifiers were escaped
+        ("w:profiler:slack/a:b", ["b"], "", False),
+        ("w:diary:slack/q", ["q"], "", False),  # not the profiler's
+    ],
+)
+def test_a_profiler_key_names_exactly_its_sender(key, ids, platform, hers):
+    """An erasure reads the profiler's idempotency keys by their structure (the escaped
+    ``<platform>/<identifier>`` after ``:profiler:``), never as words: any length, no other person."""
+    from services.profiles.erasure import _names_her
+
+    assert _names_her(key, ids, platform) is hers
