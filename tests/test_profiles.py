@@ -265,6 +265,7 @@ async def test_the_observer_never_profiles_itself(profiles, subject, field):
         ({"topics": [f"t{i}" for i in range(31)]}, "topics", "TOO_MANY_ITEMS"),
         ({"communication_style": "s" * 1001}, "communication_style", "FIELD_TOO_LONG"),
         ({"turn_id": "r" * 201}, "turn_id", "FIELD_TOO_LONG"),
+        ({"request_id": "k" * 1101}, "request_id", "FIELD_TOO_LONG"),
         ({"topics": []}, "communication_style", "OBSERVATION_EMPTY"),
     ],
 )

@@ -323,6 +323,24 @@ async def test_the_profiler_profiles_every_sender_a_turn_may_carry(env_for, cloc
         assert all(list(p.topics) == ["billing"] for p in got.profiles)
 
 
+async def test_a_sender_at_the_bounds_of_submit_turn_is_profiled(env_for, clock, scripted_openai):
+    """A handle of 200 characters and a platform of 64 (SubmitTurn's bounds), ":" in both: the
+    profiler's key (``<work key>:profiler:<platform>/<handle>``, both escaped) was past
+    UpsertProfile's 200-character request_id, refused (final), and the person never profiled."""
+    handle, platform = "x:" * 100, "p:" * 32
+    scripted_openai.chat_handler = lambda body: json.dumps({"noop": False, "communication_style": "brief"})
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}, providers=scripted(scripted_openai)) as env:
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=[message(handle, "Hi.", platform=platform)]))
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_WROTE and w.failure == "", w.failure
+        got = await env.profiles.GetProfiles(
+            pr_pb.GetProfilesRequest(
+                company="acme", observer="ana", subjects=[pr_pb.Subject(handle=handle, platform=platform)]
+            )
+        )
+        assert [p.communication_style for p in got.profiles] == ["brief"]
+
+
 async def test_the_profiler_sends_whole_entries_within_the_services_bounds(env_for, clock, scripted_openai):
     """An answer past UpsertProfile's bounds: a style or an item longer than its bound is left out
     whole (never cut mid-text to read as the whole of it), the others sent whole however long

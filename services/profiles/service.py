@@ -180,7 +180,7 @@ class ProfileService:
             return merge(current, subject, obs, self.limits, now)
 
         if request_id:
-            require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)
+            require_text(request_id, "request_id", domain=DOMAIN, max_chars=self.limits.max_request_id_chars)
         profile, created, changed = await self.store.observe(
             ObservationWrite(
                 company,
