@@ -398,3 +398,45 @@ async def test_an_episode_s_provenance_answers_each_identifier_in_its_own_field(
     people = sorted((s.handle, s.external_id, s.platform) for s in prov.subjects)
     assert people == [("", "U0ZED42", "Slack"), ("carla", EXTERNAL, "Slack")]
     assert list(prov.turn_ids) == ["run-p1"] and prov.writer == "episodist"
+
+
+def _from(handle: str, body: str, platform: str) -> rf_pb.InboundInteraction:
+    return rf_pb.InboundInteraction(sender=rf_pb.Sender(handle=handle, platform=platform), body=body)
+
+
+async def test_a_one_letter_handle_takes_the_profilers_keys_naming_her_and_no_one_elses(env, dsn, clock):
+    """The profiler's idempotency keys (``<work>:profiler:<platform>/<handle>``) were matched with
+    the text pattern, which leaves out an identifier shorter than two characters (it would match
+    any text saying "option q"): q's keys stayed after her erasure SUCCEEDED. They are read by their
+    structure now: q's go, on the platform named or on every one, and qa's (and, while the
+    request names github, q's on MS Teams: another person) stay."""
+    await _submit(env, clock, "run-q1", _from("q", "I prefer the release notes in markdown.", "github"))
+    await _submit(
+        env,
+        clock,
+        "run-q2",
+        _from("qa", "I prefer the test plans in a table.", "github"),
+        _from("q", "I prefer the standups short.", "MS Teams"),
+    )
+
+    async def keys() -> list[str]:
+        return sorted(r["request_id"] for r in await _rows(dsn, "SELECT request_id FROM profile_requests"))
+
+    assert await keys() == [
+        "work-run-q1:profiler:github/q",
+        "work-run-q2:profiler:MS Teams/q",
+        "work-run-q2:profiler:github/qa",
+    ]
+
+    erasure = await _erase(env, er.ErasureSubject(handle="q", platform="GitHub"))
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    assert await keys() == ["work-run-q2:profiler:MS Teams/q", "work-run-q2:profiler:github/qa"]
+    profiles = "SELECT subject_handle, platform FROM counterparty_profiles ORDER BY subject_handle, platform"
+    assert [tuple(r.values()) for r in await _rows(dsn, profiles)] == [("q", "ms teams"), ("qa", "github")]
+
+    erasure = await _erase(env, er.ErasureSubject(handle="q"))  # every platform
+
+    assert erasure.state == pv.ERASURE_STATE_SUCCEEDED and erasure.verified, erasure.reason
+    assert await keys() == ["work-run-q2:profiler:github/qa"]
+    assert [tuple(r.values()) for r in await _rows(dsn, profiles)] == [("qa", "github")]

@@ -253,8 +253,9 @@ async def test_the_observer_never_profiles_itself(profiles, subject, field):
         ({"subject": pb.Subject(handle="bob")}, "subject.platform", "FIELD_REQUIRED"),
         ({"subject": None}, "subject", "FIELD_REQUIRED"),  # the contract: subject is required
         ({"subject": pb.Subject(platform="slack")}, "subject.handle", "FIELD_REQUIRED"),
-        ({"subject": pb.Subject(handle="bob", platform="sl ack")}, "subject.platform", "FIELD_INVALID"),
-        ({"subject": pb.Subject(handle="bob smith", platform="slack")}, "subject.handle", "FIELD_INVALID"),
+        ({"subject": pb.Subject(handle="bob", platform="   ")}, "subject.platform", "FIELD_REQUIRED"),
+        ({"subject": pb.Subject(handle="bob", platform="p" * 65)}, "subject.platform", "FIELD_TOO_LONG"),
+        ({"subject": pb.Subject(handle="  ", platform="slack")}, "subject.handle", "FIELD_REQUIRED"),
         ({"subject": pb.Subject(external_id="x" * 201, platform="slack")}, "subject.external_id", "FIELD_TOO_LONG"),
         ({"company": ""}, "company", "FIELD_REQUIRED"),
         ({"company": "bad handle!"}, "company", "FIELD_INVALID"),
@@ -264,6 +265,7 @@ async def test_the_observer_never_profiles_itself(profiles, subject, field):
         ({"topics": [f"t{i}" for i in range(31)]}, "topics", "TOO_MANY_ITEMS"),
         ({"communication_style": "s" * 1001}, "communication_style", "FIELD_TOO_LONG"),
         ({"turn_id": "r" * 201}, "turn_id", "FIELD_TOO_LONG"),
+        ({"request_id": "k" * 1101}, "request_id", "FIELD_TOO_LONG"),
         ({"topics": []}, "communication_style", "OBSERVATION_EMPTY"),
     ],
 )
@@ -293,6 +295,17 @@ async def test_platform_is_case_insensitive_and_handle_and_external_id_are_both_
         ext.profile.id,
     )
     assert tuple(row) == ("eve@example.com", None, "eve@example.com")
+
+
+async def test_any_sender_a_turn_may_carry_is_a_subject(profiles):
+    """A subject is named as a turn's sender is (no pattern): a platform written "MS Teams" or with
+    "/" and ":" in it, a handle with a space, a one-letter login. The platform is filed folded."""
+    app, stub = profiles
+    for handle, platform in (("bob smith", "MS Teams"), ("q", "github"), ("dana", "Lab:Chat/EU")):
+        resp = await upsert(stub, subject=pb.Subject(handle=handle, platform=platform), topics=["billing"])
+        assert resp.created and resp.profile.subject == pb.Subject(handle=handle, platform=platform.casefold())
+    again = await upsert(stub, subject=pb.Subject(handle="bob smith", platform="ms teams"), topics=["euros"])
+    assert not again.created and again.profile.observation_count == 2 and await rows(app) == 3
 
 
 U042 = pb.Subject(external_id="U042", platform="slack")
@@ -544,3 +557,28 @@ async def test_a_retried_request_id_merges_nothing_twice(make_settings, dsn, clo
         assert not again.created
         assert again.profile.observation_count == 2
         assert list(again.profile.topics) == ["billing", "kafka"]
+
+
+@pytest.mark.parametrize(
+    ("key", "ids", "platform", "hers"),
+    [
+        ("w:profiler:github/q", ["q"], "github", True),
+        ("w:profiler:github/q", ["q"], "", True),  # every platform
+        ("w:profiler:github/q", ["q"], "ms teams", False),  # another person
+        ("w:profiler:github/qa", ["q"], "", False),
+        ("w:profiler:MS Teams/dana", ["dana"], "ms teams", True),
+        ("w:profiler:Lab%3AChat%2FEU/bob", ["bob"], "lab:chat/eu", True),
+        ("w:profiler:Lab%3AChat%2FEU/bob", ["EU/bob", "bob"], "eu", False),
+        ("w:profiler:slack/a%3Ab%2Fc", ["a:b/c"], "slack", True),
+        ("w:profiler:slack/a%3Ab%2Fc", ["c", "b/c"], "", False),
+        ("w:profiler:slack/a:b", ["a:b"], "slack", True),  # written before identifiers were escaped
+        ("w:profiler:slack/a:b", ["b"], "", False),
+        ("w:diary:slack/q", ["q"], "", False),  # not the profiler's
+    ],
+)
+def test_a_profiler_key_names_exactly_its_sender(key, ids, platform, hers):
+    """An erasure reads the profiler's idempotency keys by their structure (the escaped
+    ``<platform>/<identifier>`` after ``:profiler:``), never as words: any length, no other person."""
+    from services.profiles.erasure import _names_her
+
+    assert _names_her(key, ids, platform) is hers

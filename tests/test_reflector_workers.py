@@ -286,6 +286,61 @@ async def test_one_senders_failure_costs_no_other_sender(env_for, clock, scripte
         assert r.state == pb.REFLECTION_STATE_COMPLETED  # a final failure: not retried
 
 
+async def test_the_profiler_profiles_every_sender_a_turn_may_carry(env_for, clock, scripted_openai):
+    """SubmitTurn takes a sender on a platform written "MS Teams", a one-letter GitHub login, a
+    platform with "/" and ":" in it; the profiles' contract refused the first and the last
+    (INVALID_ARGUMENT: final, so the person never got a profile). Each is profiled now, the platform
+    filed folded, and each sender's key escapes the platform so none can read as another sender's."""
+    scripted_openai.chat_handler = lambda body: json.dumps(
+        {"noop": False, "communication_style": "brief", "topics": ["billing"]}
+    )
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}, providers=scripted(scripted_openai)) as env:
+        msgs = [
+            message("dana", "Keep the invoices in euros.", platform="MS Teams"),
+            message("q", "Ship the fix.", platform="github"),
+            message("bob", "Check the refund job.", platform="Lab:Chat/EU"),
+        ]
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=msgs))
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_WROTE and w.failure == "", w.failure
+        assert sorted(w.written) == ["profile:Lab%3AChat%2FEU/bob", "profile:MS Teams/dana", "profile:github/q"]
+        got = await env.profiles.GetProfiles(
+            pr_pb.GetProfilesRequest(
+                company="acme",
+                observer="ana",
+                subjects=[
+                    pr_pb.Subject(handle="dana", platform="ms teams"),
+                    pr_pb.Subject(handle="q", platform="GitHub"),
+                    pr_pb.Subject(handle="bob", platform="lab:chat/eu"),
+                ],
+            )
+        )
+        assert [(p.subject.handle, p.subject.platform) for p in got.profiles] == [
+            ("dana", "ms teams"),
+            ("q", "github"),
+            ("bob", "lab:chat/eu"),
+        ]
+        assert all(list(p.topics) == ["billing"] for p in got.profiles)
+
+
+async def test_a_sender_at_the_bounds_of_submit_turn_is_profiled(env_for, clock, scripted_openai):
+    """A handle of 200 characters and a platform of 64 (SubmitTurn's bounds), ":" in both: the
+    profiler's key (``<work key>:profiler:<platform>/<handle>``, both escaped) was past
+    UpsertProfile's 200-character request_id, refused (final), and the person never profiled."""
+    handle, platform = "x:" * 100, "p:" * 32
+    scripted_openai.chat_handler = lambda body: json.dumps({"noop": False, "communication_style": "brief"})
+    async with env_for(learning={"reflection": {"workers": ["profiler"]}}, providers=scripted(scripted_openai)) as env:
+        r = await env.reflect(turn("run-1", now=clock.now(), messages=[message(handle, "Hi.", platform=platform)]))
+        w = env.worker(r, "profiler")
+        assert w.status == pb.WORKER_STATUS_WROTE and w.failure == "", w.failure
+        got = await env.profiles.GetProfiles(
+            pr_pb.GetProfilesRequest(
+                company="acme", observer="ana", subjects=[pr_pb.Subject(handle=handle, platform=platform)]
+            )
+        )
+        assert [p.communication_style for p in got.profiles] == ["brief"]
+
+
 async def test_the_profiler_sends_whole_entries_within_the_services_bounds(env_for, clock, scripted_openai):
     """An answer past UpsertProfile's bounds: a style or an item longer than its bound is left out
     whole (never cut mid-text to read as the whole of it), the others sent whole however long

@@ -5,9 +5,17 @@ key it files a sender under (they differ, and each is stored). The Python client
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-__all__ = ["Sender"]
+__all__ = ["Sender", "key_part", "parse_subject_part", "subject_part"]
+
+# The characters that structure a key naming a sender (``<work>:<worker>:<platform>/<id>``), escaped
+# in each part so that no platform or identifier ("MS Teams", "a:b/c") can make a key ambiguous. Every
+# other character stands for itself: a key of a platform and id with none of these reads as before.
+_ESCAPES = {"%": "%25", "/": "%2F", ":": "%3A"}
+_UNESCAPES = {v: k for k, v in _ESCAPES.items()}
+_ESCAPED = re.compile("%(25|2F|3A)")
 
 
 @dataclass(frozen=True)
@@ -23,3 +31,31 @@ class Sender:
     def name(self) -> str:
         """How the sender is shown: the display name, else the handle, else the external id."""
         return self.display_name or self.handle or self.external_id
+
+
+def key_part(value: str) -> str:
+    """``value`` as one part of a key: ``%``, ``/`` and ``:`` percent-escaped, nothing else changed."""
+    return "".join(_ESCAPES.get(c, c) for c in value)
+
+
+def subject_part(platform: str, ident: str) -> str:
+    """The part of a key naming a sender: ``<platform>/<handle or external id>``, each escaped
+    (:func:`key_part`), so the part holds no ``:`` and exactly one ``/``."""
+    return f"{key_part(platform)}/{key_part(ident)}"
+
+
+def parse_subject_part(part: str) -> tuple[str, str] | None:
+    """The (platform, identifier) a :func:`subject_part` names, as given to it; None for a string
+    no :func:`subject_part` makes (a ``:``, not exactly one ``/``, a ``%`` that escapes nothing)."""
+    if ":" in part or part.count("/") != 1:
+        return None
+    platform, ident = (_unescape(x) for x in part.split("/"))
+    if not platform or not ident:
+        return None
+    return platform, ident
+
+
+def _unescape(value: str) -> str | None:
+    if "%" in _ESCAPED.sub("", value):  # a "%" that escapes nothing: no key_part made this
+        return None
+    return _ESCAPED.sub(lambda m: _UNESCAPES[m.group(0)], value)

@@ -60,6 +60,11 @@ class Limits:
     """Characters in a subject's handle or external id."""
     max_turn_id_chars: int = 200
     """Characters in a turn id."""
+    max_request_id_chars: int = 1100
+    """Characters in an idempotency key: the profiler's longest fits (a work key of 256, then
+    ``:profiler:`` and a platform of 64 and an identifier of 200, each of those two escaped:
+    ``senders.subject_part``, up to three characters for one), so every sender a turn may carry is
+    profiled."""
     max_subjects_per_get: int = 50
     """Subjects one GetProfiles call may name."""
     kept_observations: int = 200

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -19,7 +20,8 @@ from typing import Any
 
 import asyncpg
 
-from libs.common.erasure import Kind, Report, Target, delete_keyed, delete_scope, run_once
+from libs.common.erasure import Kind, Report, Target, delete_keyed, delete_scope, platform_key, run_once
+from libs.common.senders import key_part, parse_subject_part
 from services.profiles.domain import LIST_FIELDS, item_key
 
 __all__ = ["OWNER", "erase", "find", "remaining_entries"]
@@ -32,12 +34,12 @@ _TEXT = (
 )
 _ENTRIES = "communication_style, past_decisions, sensitivities, topics"
 SQL = {
-    # $3 is the target's platform, casefolded (``platform_key``); the column is filed lowercased
-    # (ASCII names only, so ``lower`` is the same fold), compared folded all the same. Handles and
+    # $3 is the target's platform, casefolded (``platform_key``), as the column is filed (rows
+    # filed before any platform was taken hold ASCII names lowercased: the same fold). Handles and
     # external ids are filed as given, so they are compared exactly.
     "subject": """
         SELECT id, subject_handle, subject_external_id FROM counterparty_profiles
-        WHERE company = $1 AND ($3 = '' OR lower(platform) = $3)
+        WHERE company = $1 AND ($3 = '' OR platform = $3)
           AND (subject_handle = ANY($2::text[]) OR subject_external_id = ANY($2::text[])
                OR subject_key = ANY($2::text[]))""",
     "naming": f"""
@@ -57,8 +59,15 @@ SQL = {
     Kind.COMPANY: "SELECT id FROM counterparty_profiles WHERE company = $1",
     # Their observations go with them (ON DELETE CASCADE).
     "delete": "DELETE FROM counterparty_profiles WHERE id = ANY($1::uuid[])",
-    # An applied observation's key names its sender (``<work>:profiler:<platform>/<handle>``).
-    "requests_subject": "SELECT request_id, observer FROM profile_requests WHERE company = $1 AND request_id ~* $2",
+    # An applied observation's key names its sender: the profiler's ends in ``:profiler:`` and the
+    # sender's ``subject_part``, so the keys ending in one of her identifiers ($2: each as a key part
+    # and as given, after a "/") are read, and :func:`_names_her` parses the rest exactly; another
+    # writer's key is matched as text ($3, as before: an identifier of two characters or more).
+    "requests_subject": """
+        SELECT request_id, observer, request_id ~* $3 AS named FROM profile_requests
+        WHERE company = $1
+          AND (EXISTS (SELECT 1 FROM unnest($2::text[]) AS t(tail) WHERE right(request_id, length(t.tail)) = t.tail)
+               OR request_id ~* $3)""",
     "scrub": """
         UPDATE counterparty_profiles SET communication_style = $2, past_decisions = $3, sensitivities = $4, topics = $5
         WHERE id = $1""",
@@ -108,10 +117,39 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
     for r in await conn.fetch(SQL["resting"], target.company, ids, pattern, plan.gone):
         plan.observations[r["profile_id"]].append(r["id"])
         plan.changed.add(r["profile_id"])
+    tails = sorted({f"/{x}" for i in ids for x in (key_part(i), i)})
+    rows = await conn.fetch(SQL["requests_subject"], target.company, tails, keys)
     plan.keys = [
-        (r["request_id"], r["observer"]) for r in await conn.fetch(SQL["requests_subject"], target.company, keys)
+        (r["request_id"], r["observer"])
+        for r in rows
+        if r["named"] or _names_her(r["request_id"], ids, target.platform)
     ]
     return plan
+
+
+# A key the profiler wrote before platforms were free and identifiers escaped in it: the platform
+# was letters, digits and ``._-``, the identifier as given.
+_LEGACY_PROFILER_KEY = re.compile(r":profiler:([A-Za-z0-9][A-Za-z0-9._-]*)$")
+
+
+def _names_her(request_id: str, ids: Sequence[str], platform: str) -> bool:
+    """Whether a profiler key (``<work>:profiler:<subject_part>``) names one of ``ids`` on
+    ``platform`` (folded; empty: any), by its structure rather than as a word in text, so a
+    one-letter identifier is found as surely as a long one and "q" never finds "MS Teams/qa"."""
+
+    def on_platform(p: str) -> bool:
+        return not platform or platform_key(p) == platform
+
+    head, _, part = request_id.rpartition(":")
+    parsed = parse_subject_part(part) if head.endswith(":profiler") else None
+    if parsed is not None and parsed[1] in ids and on_platform(parsed[0]):
+        return True
+    for ident in ids:  # a key written before the escape, naming an identifier with one of % / :
+        if request_id.endswith(f"/{ident}"):
+            legacy = _LEGACY_PROFILER_KEY.search(request_id[: -len(ident) - 1])
+            if legacy and on_platform(legacy.group(1)):
+                return True
+    return False
 
 
 def _report(plan: _Plan, *, finding: bool) -> Report:

@@ -6,13 +6,13 @@ protobuf to these calls and back. Every read and write is scoped to (company, ob
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from libs.common.bounds import at_most_chars, at_most_items
 from libs.common.clock import Clock
+from libs.common.erasure import platform_key
 from libs.common.errors import FieldViolation, InvalidArgument, field_error
 from libs.common.events import EventSink
 from libs.common.not_found import require_found
@@ -44,9 +44,12 @@ __all__ = ["EVENT_UPDATED", "ProfileService", "SubjectRef", "source_for"]
 
 EVENT_UPDATED = "counterparty_profile_updated"
 
-_PLATFORM = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-# A handle or an external id: no whitespace and no control characters anywhere.
-_SUBJECT_ID = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
+# A subject is named as a turn's sender is (agentlearn.reflector.v1.Sender, ErasureSubject): a
+# handle or an external id of up to 200 characters and a platform of up to 64, with no pattern, so
+# every sender a turn carries ("MS Teams", a one-letter GitHub login) can be profiled. Nothing here
+# parses them: the platform and the identifier are columns of their own, and a key naming a sender
+# escapes them (``libs.common.senders.subject_part``).
+MAX_PLATFORM_CHARS = 64
 
 # Refusals past a bound (libs.common.bounds): what the bound is of, in this service's words.
 _TOO_MANY_ITEMS = "{field} has {count} items; a profile keeps at most {limit}"
@@ -85,31 +88,16 @@ class ProfileService:
     def _subject_id(self, value: str, field: str) -> str | None:
         if not value:
             return None
-        require_text(value, field, domain=DOMAIN, max_chars=self.limits.max_subject_chars)
-        if not _SUBJECT_ID.match(value):
-            raise field_error(
-                field,
-                "FIELD_INVALID",
-                f"{field} {value!r} must not contain whitespace or control characters",
-                domain=DOMAIN,
-                value=value,
-            )
-        return value
+        return require_text(value, field, domain=DOMAIN, max_chars=self.limits.max_subject_chars)
 
     def _subject(self, ref: SubjectRef, prefix: str) -> Subject:
         """A subject needs a platform and a handle or an external id (both may be given: the
-        profile is then filed under the handle and remembers the external id)."""
+        profile is then filed under the handle and remembers the external id). The platform is
+        filed folded as an erasure compares it (``platform_key``: "Slack" and "slack" are one
+        platform); a handle and an external id exactly as given."""
         handle_in, external_in, platform_in = ref
-        platform = platform_in.lower()
-        require_text(platform, f"{prefix}.platform", domain=DOMAIN)
-        if not _PLATFORM.match(platform):
-            raise field_error(
-                f"{prefix}.platform",
-                "FIELD_INVALID",
-                f"{prefix}.platform {platform_in!r} is not a platform name (letters, digits, . _ -, at most 64)",
-                domain=DOMAIN,
-                value=platform_in[:100],
-            )
+        require_text(platform_in, f"{prefix}.platform", domain=DOMAIN, max_chars=MAX_PLATFORM_CHARS)
+        platform = platform_key(platform_in)
         handle = self._subject_id(handle_in, f"{prefix}.handle")
         external_id = self._subject_id(external_in, f"{prefix}.external_id")
         if handle is None and external_id is None:
@@ -151,7 +139,7 @@ class ProfileService:
         company, observer = self._scope(company, observer)
         subject = self._subject(subject_ref, "subject")
         # A seat never profiles itself, on any platform.
-        if subject.key.casefold() == observer.casefold():
+        if subject.key.strip().casefold() == observer.casefold():
             field = "subject.handle" if subject.handle else "subject.external_id"
             raise field_error(
                 field,
@@ -192,7 +180,7 @@ class ProfileService:
             return merge(current, subject, obs, self.limits, now)
 
         if request_id:
-            require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)
+            require_text(request_id, "request_id", domain=DOMAIN, max_chars=self.limits.max_request_id_chars)
         profile, created, changed = await self.store.observe(
             ObservationWrite(
                 company,

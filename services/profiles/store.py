@@ -22,6 +22,7 @@ from typing import Any
 import asyncpg
 
 from libs.common.rows import RowReader
+from libs.common.senders import subject_part
 from services.profiles.domain import (
     ObservationRecord,
     ObservationSource,
@@ -212,7 +213,7 @@ def _identifier_locks(company: str, observer: str, subject: Subject, identifiers
     for every caller so two upserts never wait on each other's second lock."""
     keys = {
         int.from_bytes(
-            hashlib.sha256(f"profiles/{company}/{observer}/{subject.platform}/{x}".encode()).digest()[:8],
+            hashlib.sha256(f"profiles/{company}/{observer}/{subject_part(subject.platform, x)}".encode()).digest()[:8],
             "big",
             signed=True,
         )

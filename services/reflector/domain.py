@@ -240,7 +240,10 @@ class Sender(senders.Sender):
 
     @property
     def key(self) -> str:
-        return f"{self.platform}/{self.handle or self.external_id}"
+        """``<platform>/<handle or external id>``, each part escaped (``senders.subject_part``): the
+        profiler's idempotency keys end in it, and the profiles' erasure parses it back, so a
+        platform written "a/b" or a handle with a ``:`` in it cannot name another sender."""
+        return senders.subject_part(self.platform, self.handle or self.external_id)
 
     def is_seat(self, seat: str) -> bool:
         """The sender is the observing seat itself: its key (handle, else external id) names the

@@ -22,6 +22,7 @@ from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
 from libs.common.auxmodel import OfflineRules
 from libs.common.contract import repeated_string_bounds, string_max_len
+from libs.common.erasure import platform_key
 from services.reflector.domain import (
     RETRYABLE_FAILURES,
     Interaction,
@@ -232,7 +233,7 @@ class Profiler:
             if p.last_turn_id != turn.turn_id:
                 continue
             for s in senders:
-                if s.platform.lower() == p.subject.platform and (s.handle or s.external_id) in (
+                if platform_key(s.platform) == p.subject.platform and (s.handle or s.external_id) in (
                     p.subject.handle,
                     p.subject.external_id,
                 ):
