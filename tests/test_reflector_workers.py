@@ -493,6 +493,23 @@ async def test_internal_triggers_are_not_profiled(env_for, clock, trigger):
 # ------------------------------------------------------------------------------ skill use
 
 
+async def test_a_run_id_and_work_key_at_their_bounds_keep_every_workers_write(env_for, clock):
+    """A run id of 200 characters and a work key of 256 (SubmitTurn's bounds): a worker's
+    idempotency key (``<work key or run id>:<worker>``) is longer than either, and the writes it keys
+    took 200 characters, refused for good (``invalid_argument``): the note and the skill's use
+    lost while the reflection said COMPLETED."""
+    run_id = "r" * 200
+    t = turn(run_id, now=clock.now(), messages=[message("bob", "I prefer weekly digests over daily pings.")])
+    t.work_key = "w" * 256
+    async with env_for() as env:
+        s = await env.skill("alpha", ["a1", "a2"])
+        t.offered_skills.append(pb.OfferedSkill(id=s.id, name=s.name))
+        r = await env.reflect(t)
+        for name in ("persist_decider", "skill_use"):
+            w = env.worker(r, name)
+            assert w.status == pb.WORKER_STATUS_WROTE and w.failure == "", (name, w.failure)
+
+
 async def test_every_offered_skill_is_marked_used(env_for, clock):
     async with env_for() as env:
         a = await env.skill("alpha", ["a1", "a2"])

@@ -16,8 +16,10 @@ from datetime import datetime, timedelta
 import numpy as np
 from typing_extensions import TypeVar
 
+from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.bounds import at_most_chars
 from libs.common.config import DiaryConfig
+from libs.common.contract import string_max_len
 from libs.common.errors import field_error
 from libs.common.not_found import require_found
 from libs.common.request_rules import at_most, time_page
@@ -47,6 +49,9 @@ from services.diary.domain import (
 )
 from services.diary.ports import NoteListing, NoteStore, VectorReads
 from services.diary.store import PostgresNoteStore
+
+REQUEST_ID_CHARS = string_max_len(diary_pb.WriteNoteRequest, "request_id")
+"""The contract's bound: room for a worker's key, ``<work key (256) or run id>:<worker>``."""
 
 __all__ = ["DiaryService", "index_point"]
 
@@ -118,7 +123,7 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         the note's expiry only: past it the key writes a new note (the note was over anyway)."""
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         if request_id:
-            require_text(request_id, "request_id", domain=DOMAIN, max_chars=200)
+            require_text(request_id, "request_id", domain=DOMAIN, max_chars=REQUEST_ID_CHARS)
             earlier = await self.store.by_request(company, seat, request_id, self.clock.now())
             if earlier is not None:
                 return earlier.note, None, False
