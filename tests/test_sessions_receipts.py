@@ -332,12 +332,13 @@ async def test_a_used_review_is_completed_with_counts_and_its_outputs(llm, dsn, 
     assert by_kind[pb.OUTPUT_KIND_SKILL_PROPOSAL].id == proposal.id
     assert proposal.state == spb.PROPOSAL_STATE_PENDING and list(proposal.tool_sequence) == ["make", "git"]
     assert check.reason.startswith("1 lesson written, 0 reused; 1 personal fact written")
-    # No embedder here: the lesson and the fact were saved without vectors, and the fact without the
-    # embedding-backed duplicate check, which the receipt says.
+    # No embedder here: the lesson and the fact were saved without vectors, and the fact and the
+    # proposal without the embedding-backed duplicate check, which the receipt says.
     assert {(p.kind, p.failure) for p in check.partial_failures} == {
         (pb.OUTPUT_KIND_PROJECT_LESSON, pb.FAILURE_KIND_NOT_INDEXED),
         (pb.OUTPUT_KIND_PERSONAL_FACT, pb.FAILURE_KIND_NOT_INDEXED),
         (pb.OUTPUT_KIND_PERSONAL_FACT, pb.FAILURE_KIND_NOT_DEDUPLICATED),
+        (pb.OUTPUT_KIND_SKILL_PROPOSAL, pb.FAILURE_KIND_NOT_DEDUPLICATED),
     }
     # One review call, attributed to the background stage and charged like every call.
     assert sum(1 for b in scripted_openai.received("chat") if is_review(b)) == 1

@@ -505,6 +505,19 @@ class Writer:
         ids = tuple(evidence_ids)
         if d in (skill_pb.PROPOSAL_DISPOSITION_CREATED, skill_pb.PROPOSAL_DISPOSITION_ALREADY_PROPOSED):
             out.outputs.append(Output(OutputKind.SKILL_PROPOSAL, resp.proposal.id, Disposition.WRITTEN, ids))
+            if d == skill_pb.PROPOSAL_DISPOSITION_CREATED and skill_pb.DUPLICATE_CHECK_EMBEDDING not in resp.checks_run:
+                # The skills service leaves the semantic check out when no embedder answered: the
+                # proposal was filed on the exact checks alone, which the receipt says (as a
+                # personal fact's does) instead of a clean WRITTEN.
+                out.failures.append(
+                    PartialFailure(
+                        OutputKind.SKILL_PROPOSAL,
+                        FailureKind.NOT_DEDUPLICATED,
+                        f"the proposal {cand.name} was filed without the semantic duplicate check (no embedding of "
+                        "it): only the exact name, body and tool-set checks ran, so it may repeat a live skill",
+                        resp.proposal.id,
+                    )
+                )
         elif d == skill_pb.PROPOSAL_DISPOSITION_DUPLICATE_PROPOSAL:
             out.outputs.append(Output(OutputKind.SKILL_PROPOSAL, resp.proposal.id, Disposition.REUSED, ids))
         else:
