@@ -487,3 +487,32 @@ async def test_finished_checks_are_counted_by_trigger_and_outcome_on_the_metrics
         check = await _one_check(env, clock)
     assert check.outcome == pb.CHECK_OUTCOME_MISSING_EVIDENCE
     assert count() == before + 1
+
+
+# ------------------------------------------------------------------------------ the judge's failures, crashes
+
+
+async def test_a_skill_needs_a_tool_result_a_tool_request_alone_does_not_support_it(
+    llm, dsn, edge_index, clock, scripted_openai
+):
+    """Spec: tool requests cannot alone support a skill. A candidate citing the user's message and
+    the assistant's tool request (no tool result) is dropped, and nothing is proposed."""
+
+    def review(body: dict) -> str:
+        if not is_review(body):
+            return "{}"
+        prompt = _prompt(body)
+        refs = [_ref(prompt, "Fix the"), _ref(prompt, "pytest tests/payments")]
+        skill = {"name": "run-payments-tests", "summary": "Run the payments tests", "body": "1. Run pytest."}
+        return json.dumps({"skill_candidate": {**skill, "evidence": refs}})
+
+    scripted_openai.chat_handler = review
+    async with open_sessions(llm(), dsn, clock=clock, embedder=None, index=edge_index) as env:
+        check = await _one_check(env, clock, *_work(clock.now()))
+        proposals = await sgrpc.SkillServiceStub(env.app.channel).ListSkillProposals(
+            spb.ListSkillProposalsRequest(company="acme", seat="ana")
+        )
+    assert check.outcome == pb.CHECK_OUTCOME_COMPLETED_EMPTY and list(check.outputs) == []
+    (dropped,) = check.dropped
+    assert dropped.kind == pb.OUTPUT_KIND_SKILL_PROPOSAL and "cites no tool result" in dropped.reason
+    assert list(proposals.proposals) == []
