@@ -492,6 +492,43 @@ async def test_finished_checks_are_counted_by_trigger_and_outcome_on_the_metrics
 # ------------------------------------------------------------------------------ the judge's failures, crashes
 
 
+async def test_a_check_that_crashes_midway_keeps_what_landed_on_its_interrupted_receipt(
+    llm, dsn, edge_index, clock, scripted_openai
+):
+    """Two lessons; Postgres refuses the second one's record (a real failure of the store, which
+    no receipt names): the check ends interrupted, and its receipt still lists the first lesson's
+    page, which was written."""
+    first, second = "Run make migrate before the payments tests.", "Commit the fix before rerunning pytest."
+
+    def review(body: dict) -> str:
+        if not is_review(body):
+            return "{}"
+        ref = _ref(_prompt(body), "make migrate")
+        return json.dumps({"project_lessons": [{"lesson": t, "evidence": [ref]} for t in (first, second)]})
+
+    scripted_openai.chat_handler = review
+    async with open_sessions(llm(), dsn, clock=clock, embedder=None, index=edge_index) as env:
+        pool = env.app.infra.pool
+        await pool.execute(
+            """CREATE FUNCTION refuse_second() RETURNS trigger LANGUAGE plpgsql AS $$
+               BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$"""
+        )
+        await pool.execute(
+            "CREATE TRIGGER refuse_second BEFORE INSERT ON workspace_lessons FOR EACH ROW "
+            "WHEN (NEW.body LIKE 'Commit the fix%') EXECUTE FUNCTION refuse_second()"
+        )
+        check = await _one_check(env, clock, *_work(clock.now()))
+        pages = await pool.fetch("SELECT id::text AS id FROM knowledge_pages")
+    assert check.state == pb.CHECK_STATE_INTERRUPTED and "No space left on device" in check.reason, check.reason
+    (page,) = pages
+    (out,) = check.outputs
+    assert (out.kind, out.id, out.disposition) == (
+        pb.OUTPUT_KIND_PROJECT_LESSON,
+        page["id"],
+        pb.OUTPUT_DISPOSITION_WRITTEN,
+    )
+
+
 async def test_a_skill_needs_a_tool_result_a_tool_request_alone_does_not_support_it(
     llm, dsn, edge_index, clock, scripted_openai
 ):

@@ -157,13 +157,16 @@ class CheckRunner:
             return tuple(by_ref[r].source_id for r in refs)
 
         out = Results(dropped=list(found.dropped))
+        # The receipt holds the very lists the writes fill, so a check that crashes midway (the
+        # store gone, a bug) is finished interrupted WITH what already landed (spec: receipts list
+        # "output IDs and partial failures"), not as though nothing had been written.
+        check.outputs, check.dropped, check.partial_failures = out.outputs, out.dropped, out.failures
         origin = Origin(model=completion.model)  # what the lessons' provenance names (issue 17)
         for lesson in found.lessons:
             await self.writer.lesson(check, lesson, ids(lesson.refs), out, origin)
         await self.writer.facts(check, [(f, ids(f.refs)) for f in found.facts], out)
         if found.skill is not None:
             await self.writer.skill(check, found.skill, ids(found.skill.refs), out, origin)
-        check.outputs, check.dropped, check.partial_failures = out.outputs, out.dropped, out.failures
         check.outcome, check.reason = self._outcome(check, found.proposed)
         return check
 
