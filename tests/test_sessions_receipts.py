@@ -492,6 +492,34 @@ async def test_finished_checks_are_counted_by_trigger_and_outcome_on_the_metrics
 # ------------------------------------------------------------------------------ the judge's failures, crashes
 
 
+@pytest.mark.parametrize(
+    ("judge", "outcome", "failure", "said"),
+    [
+        (lambda body: Reply(status=500), pb.CHECK_OUTCOME_MODEL_ERROR, pb.FAILURE_KIND_MODEL_ERROR, "did not answer"),
+        (
+            lambda body: Reply(body=chat_answer("I think it is a LONG one.")),
+            pb.CHECK_OUTCOME_INVALID_OUTPUT,
+            pb.FAILURE_KIND_INVALID_OUTPUT,
+            "no usable verdicts",
+        ),
+    ],
+    ids=["no-answer", "unusable"],
+)
+async def test_the_memory_judges_failures_keep_their_own_receipts(  # type: ignore[no-untyped-def]
+    llm, dsn, edge_index, clock, scripted_openai, judge, outcome, failure, said
+):
+    """Spec: model errors, invalid output and failed writes have distinct receipts. The memory
+    judge that does not answer is a model error, one that answers nothing usable invalid output —
+    not a failed write (nothing was refused by the diary)."""
+    scripted_openai.rule("chat", _fact_review_and_judge(judge))
+    async with open_sessions(llm(), dsn, clock=clock, embedder=None, index=edge_index) as env:
+        check = await _one_check(env, clock, *_work(clock.now()))
+    assert check.state == pb.CHECK_STATE_FAILED and check.outcome == outcome, check.reason
+    (pf,) = check.partial_failures
+    assert pf.kind == pb.OUTPUT_KIND_PERSONAL_FACT and pf.failure == failure and said in pf.detail
+    assert list(check.outputs) == []
+
+
 async def test_a_check_that_crashes_midway_keeps_what_landed_on_its_interrupted_receipt(
     llm, dsn, edge_index, clock, scripted_openai
 ):

@@ -175,8 +175,15 @@ class CheckRunner:
         if check.outputs:
             return CheckOutcome.COMPLETED, summarize(check)
         failures = check.partial_failures
+        detail = "; ".join(f.detail for f in failures)[:900]
         if any(f.failure is FailureKind.WRITE_FAILED for f in failures):
-            return CheckOutcome.WRITE_FAILED, "no write landed: " + "; ".join(f.detail for f in failures)[:900]
+            return CheckOutcome.WRITE_FAILED, "no write landed: " + detail
+        # The memory judge's own failures keep their receipts (spec: model errors, invalid output
+        # and failed writes are distinct), not WRITE_FAILED.
+        if any(f.failure is FailureKind.MODEL_ERROR for f in failures):
+            return CheckOutcome.MODEL_ERROR, "no write landed: " + detail
+        if any(f.failure is FailureKind.INVALID_OUTPUT for f in failures):
+            return CheckOutcome.INVALID_OUTPUT, "no write landed: " + detail
         if any(f.failure is FailureKind.PERMISSION_REFUSED for f in failures):
             return CheckOutcome.PERMISSION_REFUSED, "every write was refused: " + "; ".join(f.detail for f in failures)[
                 :900
