@@ -492,6 +492,23 @@ async def test_finished_checks_are_counted_by_trigger_and_outcome_on_the_metrics
 # ------------------------------------------------------------------------------ the judge's failures, crashes
 
 
+def _fact_review_and_judge(judge):  # type: ignore[no-untyped-def]
+    """A chat rule: the review proposes one personal fact citing the user's message; the memory
+    judge is answered by ``judge(body)``."""
+
+    def rule(body: dict) -> Reply:
+        if not is_review(body):
+            return judge(body)
+        ref = _ref(_prompt(body), "Fix the")
+        return Reply(
+            body=chat_answer(
+                json.dumps({"personal_facts": [{"fact": "Dana reviews PRs only in the mornings.", "evidence": [ref]}]})
+            )
+        )
+
+    return rule
+
+
 @pytest.mark.parametrize(
     ("judge", "outcome", "failure", "said"),
     [
@@ -502,8 +519,16 @@ async def test_finished_checks_are_counted_by_trigger_and_outcome_on_the_metrics
             pb.FAILURE_KIND_INVALID_OUTPUT,
             "no usable verdicts",
         ),
+        (  # an infinite time to live (int() overflows): unusable, not a crash of the worker
+            lambda body: Reply(
+                body=chat_answer('{"verdicts": [{"id": "F1", "classification": "SHORT", "ttl_days": 1e999}]}')
+            ),
+            pb.CHECK_OUTCOME_INVALID_OUTPUT,
+            pb.FAILURE_KIND_INVALID_OUTPUT,
+            "ttl_days",
+        ),
     ],
-    ids=["no-answer", "unusable"],
+    ids=["no-answer", "unusable", "infinite-ttl"],
 )
 async def test_the_memory_judges_failures_keep_their_own_receipts(  # type: ignore[no-untyped-def]
     llm, dsn, edge_index, clock, scripted_openai, judge, outcome, failure, said
@@ -518,6 +543,16 @@ async def test_the_memory_judges_failures_keep_their_own_receipts(  # type: igno
     (pf,) = check.partial_failures
     assert pf.kind == pb.OUTPUT_KIND_PERSONAL_FACT and pf.failure == failure and said in pf.detail
     assert list(check.outputs) == []
+
+
+async def test_an_answer_nested_too_deeply_is_invalid_output(llm, dsn, edge_index, clock, scripted_openai):
+    """json.loads gives up at about 1000 levels (RecursionError): the answer is invalid output, not
+    a worker error that turns the check interrupted."""
+    deep = '{"project_lessons": ' + "[" * 5000 + "]" * 5000 + "}"
+    scripted_openai.rule("chat", lambda body: Reply(body=chat_answer(deep, completion_tokens=50)))
+    async with open_sessions(llm(), dsn, clock=clock, embedder=None, index=edge_index) as env:
+        check = await _one_check(env, clock, *_work(clock.now()))
+    assert check.outcome == pb.CHECK_OUTCOME_INVALID_OUTPUT and "nested too deeply" in check.reason, check.reason
 
 
 async def test_a_check_that_crashes_midway_keeps_what_landed_on_its_interrupted_receipt(
@@ -581,3 +616,13 @@ async def test_a_skill_needs_a_tool_result_a_tool_request_alone_does_not_support
     (dropped,) = check.dropped
     assert dropped.kind == pb.OUTPUT_KIND_SKILL_PROPOSAL and "cites no tool result" in dropped.reason
     assert list(proposals.proposals) == []
+
+
+@pytest.mark.parametrize("ref", ["F²", "F" + "1" * 5000])
+def test_a_verdict_for_a_fact_id_that_is_no_number_is_no_verdict_not_a_crash(ref: str) -> None:
+    """int() refuses "²" (a digit to str.isdigit) and a string past its digit limit: such an id
+    judges no fact, like any id the judge was not given."""
+    from services.sessions.judge import read_verdicts
+
+    answer = json.dumps({"verdicts": [{"id": ref, "classification": "LONG", "content": "x"}]})
+    assert read_verdicts(answer, 1) == {}
