@@ -569,3 +569,34 @@ async def test_the_seats_page_degrades_and_says_so_when_the_event_log_cannot_be_
                 overview.status_code == 200
                 and text_of(overview.text).count("The telemetry service did not answer.") == 2
             )
+
+
+async def test_a_sessions_page_lists_the_latest_thirty_checks(make_settings, dsn, local_embedder, edge_index):
+    """Spec "Visibility": the Learning disclosure lists the latest 30 checks — the sessions' own
+    page, not the inspector's 25-row pages of everything else."""
+    clock = ManualClock(NOW)
+    async with open_inspector(
+        inspector_settings(make_settings), dsn, clock, embedder=local_embedder, index=edge_index, auth_mode="local"
+    ) as inspector:
+        _, sessions = await _a_note_and_a_session(inspector, clock)
+        made = []
+        for i in range(35):  # 35 plan milestones, 35 queued checks
+            clock.advance(minutes=1)
+            saved = await sessions.SavePlan(
+                ss_pb.SavePlanRequest(
+                    company="acme",
+                    session_id="s1",
+                    user="dana",
+                    revision=i + 1,
+                    steps=[
+                        ss_pb.PlanStep(id=f"s{j}", title=f"step {j}", status=ss_pb.STEP_STATUS_DONE)
+                        for j in range(i + 1)
+                    ],
+                )
+            )
+            made.append(saved.queued_check.check_id)
+        async with inspector.client() as client:
+            page = await client.get("/inspector/c/acme/sessions/s1")
+    assert page.status_code == 200
+    shown = re.findall(r'id="check-([0-9a-f-]+)"', page.text)
+    assert shown == list(reversed(made))[:30]

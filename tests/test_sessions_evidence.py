@@ -175,3 +175,19 @@ def test_once_a_record_is_left_out_every_older_one_is_too():
     ev = assemble([], [], events, {"execution": 3}, 0, [], [], config)
     assert [i.ref for i in ev.items] == ["E3"]
     assert ev.omitted_records == 2
+
+
+def test_a_large_plan_leaves_room_for_the_newest_records_and_the_newly_done_step():
+    """Spec: "Older records may be omitted" — never the newest for the plan's sake. The plan takes
+    at most half the budget, the step newly done first (it is what the check is about); the rest
+    goes to the newest records."""
+    config = EvidenceConfig(total_chars=4000, excerpt_chars=2400)
+    plan = [PlanStep(f"s{i}", f"step {i} " + "p" * 480, StepStatus.DONE) for i in range(10)]
+    events = [_event(i, EventKind.TOOL_RESULT, f"result {i} " + "r" * 480) for i in range(1, 4)]
+    ev = assemble([], [], events, {"execution": 3}, 7, plan, ["s9"], config)
+    plan_ids = [i.source_id for i in ev.items if i.label == "plan_claim"]
+    assert "plan:7:s9" in plan_ids and ev.plan_steps == len(plan_ids) < 10
+    assert sum(len(i.text) for i in ev.items if i.label == "plan_claim") <= 2000
+    assert [i.ref for i in ev.items if i.label != "plan_claim"] == ["E1", "E2", "E3"]
+    assert plan_ids == sorted(plan_ids, key=lambda s: int(s.rsplit(":s", 1)[1]))  # shown in step order
+    assert ev.total_chars <= 4000 and ev.omitted_records == 10 - len(plan_ids)

@@ -333,3 +333,35 @@ async def test_a_session_checks_proposal_records_what_proposed_it_and_the_approv
     assert [s.handle for s in recorded.subjects] == [check.user] == [s.handle for s in prov.subjects]
     assert recorded.session_id == prov.session_id == "s1" and prov.check_id == check.check_id
     assert set(prov.event_ids) == set(out.evidence_ids) and prov.writer.startswith("skill_proposal:")
+
+
+async def test_a_session_checks_proposal_filed_without_the_semantic_check_says_so(
+    make_settings, dsn, edge_index, clock, scripted_openai, local_embedder
+):
+    """No embedder answered: the skills service files the proposal on the exact checks alone
+    (DUPLICATE_CHECK_EMBEDDING not among checks_run), and the receipt names it NOT_DEDUPLICATED
+    rather than a clean written; with the embedder up it is clean."""
+    scripted_openai.chat_handler = _review_proposing_the_candidate
+    settings = make_settings(providers=scripted_llm(scripted_openai))
+    async with open_sessions(settings, dsn, clock=clock, embedder=None, index=edge_index) as env:
+        await _append_a_verified_run(env, "s1", clock.now())
+        unchecked = await _check_now(env, "s1")
+    async with open_sessions(settings, dsn, clock=clock, embedder=local_embedder, index=edge_index) as env:
+        await _append_a_verified_run(env, "s2", clock.now())
+        # A name of its own, so the exact checks do not meet the first proposal.
+        CANDIDATE_NAME = "fix-payments-schema-test-again"
+        scripted_openai.chat_handler = lambda body: _review_proposing_the_candidate(body).replace(
+            CANDIDATE["name"], CANDIDATE_NAME
+        )
+        checked = await _check_now(env, "s2")
+    (out,) = unchecked.outputs
+    assert out.kind == pb.OUTPUT_KIND_SKILL_PROPOSAL and out.disposition == pb.OUTPUT_DISPOSITION_WRITTEN
+    (pf,) = unchecked.partial_failures
+    assert (pf.kind, pf.failure, pf.output_id) == (
+        pb.OUTPUT_KIND_SKILL_PROPOSAL,
+        pb.FAILURE_KIND_NOT_DEDUPLICATED,
+        out.id,
+    )
+    assert CANDIDATE["name"] in pf.detail and "semantic duplicate check" in pf.detail
+    assert unchecked.outcome == pb.CHECK_OUTCOME_COMPLETED
+    assert len(checked.outputs) == 1 and list(checked.partial_failures) == [], checked.partial_failures

@@ -332,12 +332,13 @@ async def test_a_used_review_is_completed_with_counts_and_its_outputs(llm, dsn, 
     assert by_kind[pb.OUTPUT_KIND_SKILL_PROPOSAL].id == proposal.id
     assert proposal.state == spb.PROPOSAL_STATE_PENDING and list(proposal.tool_sequence) == ["make", "git"]
     assert check.reason.startswith("1 lesson written, 0 reused; 1 personal fact written")
-    # No embedder here: the lesson and the fact were saved without vectors, and the fact without the
-    # embedding-backed duplicate check, which the receipt says.
+    # No embedder here: the lesson and the fact were saved without vectors, and the fact and the
+    # proposal without the embedding-backed duplicate check, which the receipt says.
     assert {(p.kind, p.failure) for p in check.partial_failures} == {
         (pb.OUTPUT_KIND_PROJECT_LESSON, pb.FAILURE_KIND_NOT_INDEXED),
         (pb.OUTPUT_KIND_PERSONAL_FACT, pb.FAILURE_KIND_NOT_INDEXED),
         (pb.OUTPUT_KIND_PERSONAL_FACT, pb.FAILURE_KIND_NOT_DEDUPLICATED),
+        (pb.OUTPUT_KIND_SKILL_PROPOSAL, pb.FAILURE_KIND_NOT_DEDUPLICATED),
     }
     # One review call, attributed to the background stage and charged like every call.
     assert sum(1 for b in scripted_openai.received("chat") if is_review(b)) == 1
@@ -486,3 +487,142 @@ async def test_finished_checks_are_counted_by_trigger_and_outcome_on_the_metrics
         check = await _one_check(env, clock)
     assert check.outcome == pb.CHECK_OUTCOME_MISSING_EVIDENCE
     assert count() == before + 1
+
+
+# ------------------------------------------------------------------------------ the judge's failures, crashes
+
+
+def _fact_review_and_judge(judge):  # type: ignore[no-untyped-def]
+    """A chat rule: the review proposes one personal fact citing the user's message; the memory
+    judge is answered by ``judge(body)``."""
+
+    def rule(body: dict) -> Reply:
+        if not is_review(body):
+            return judge(body)
+        ref = _ref(_prompt(body), "Fix the")
+        return Reply(
+            body=chat_answer(
+                json.dumps({"personal_facts": [{"fact": "Dana reviews PRs only in the mornings.", "evidence": [ref]}]})
+            )
+        )
+
+    return rule
+
+
+@pytest.mark.parametrize(
+    ("judge", "outcome", "failure", "said"),
+    [
+        (lambda body: Reply(status=500), pb.CHECK_OUTCOME_MODEL_ERROR, pb.FAILURE_KIND_MODEL_ERROR, "did not answer"),
+        (
+            lambda body: Reply(body=chat_answer("I think it is a LONG one.")),
+            pb.CHECK_OUTCOME_INVALID_OUTPUT,
+            pb.FAILURE_KIND_INVALID_OUTPUT,
+            "no usable verdicts",
+        ),
+        (  # an infinite time to live (int() overflows): unusable, not a crash of the worker
+            lambda body: Reply(
+                body=chat_answer('{"verdicts": [{"id": "F1", "classification": "SHORT", "ttl_days": 1e999}]}')
+            ),
+            pb.CHECK_OUTCOME_INVALID_OUTPUT,
+            pb.FAILURE_KIND_INVALID_OUTPUT,
+            "ttl_days",
+        ),
+    ],
+    ids=["no-answer", "unusable", "infinite-ttl"],
+)
+async def test_the_memory_judges_failures_keep_their_own_receipts(  # type: ignore[no-untyped-def]
+    llm, dsn, edge_index, clock, scripted_openai, judge, outcome, failure, said
+):
+    """Spec: model errors, invalid output and failed writes have distinct receipts. The memory
+    judge that does not answer is a model error, one that answers nothing usable invalid output —
+    not a failed write (nothing was refused by the diary)."""
+    scripted_openai.rule("chat", _fact_review_and_judge(judge))
+    async with open_sessions(llm(), dsn, clock=clock, embedder=None, index=edge_index) as env:
+        check = await _one_check(env, clock, *_work(clock.now()))
+    assert check.state == pb.CHECK_STATE_FAILED and check.outcome == outcome, check.reason
+    (pf,) = check.partial_failures
+    assert pf.kind == pb.OUTPUT_KIND_PERSONAL_FACT and pf.failure == failure and said in pf.detail
+    assert list(check.outputs) == []
+
+
+async def test_an_answer_nested_too_deeply_is_invalid_output(llm, dsn, edge_index, clock, scripted_openai):
+    """json.loads gives up at about 1000 levels (RecursionError): the answer is invalid output, not
+    a worker error that turns the check interrupted."""
+    deep = '{"project_lessons": ' + "[" * 5000 + "]" * 5000 + "}"
+    scripted_openai.rule("chat", lambda body: Reply(body=chat_answer(deep, completion_tokens=50)))
+    async with open_sessions(llm(), dsn, clock=clock, embedder=None, index=edge_index) as env:
+        check = await _one_check(env, clock, *_work(clock.now()))
+    assert check.outcome == pb.CHECK_OUTCOME_INVALID_OUTPUT and "nested too deeply" in check.reason, check.reason
+
+
+async def test_a_check_that_crashes_midway_keeps_what_landed_on_its_interrupted_receipt(
+    llm, dsn, edge_index, clock, scripted_openai
+):
+    """Two lessons; Postgres refuses the second one's record (a real failure of the store, which
+    no receipt names): the check ends interrupted, and its receipt still lists the first lesson's
+    page, which was written."""
+    first, second = "Run make migrate before the payments tests.", "Commit the fix before rerunning pytest."
+
+    def review(body: dict) -> str:
+        if not is_review(body):
+            return "{}"
+        ref = _ref(_prompt(body), "make migrate")
+        return json.dumps({"project_lessons": [{"lesson": t, "evidence": [ref]} for t in (first, second)]})
+
+    scripted_openai.chat_handler = review
+    async with open_sessions(llm(), dsn, clock=clock, embedder=None, index=edge_index) as env:
+        pool = env.app.infra.pool
+        await pool.execute(
+            """CREATE FUNCTION refuse_second() RETURNS trigger LANGUAGE plpgsql AS $$
+               BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$"""
+        )
+        await pool.execute(
+            "CREATE TRIGGER refuse_second BEFORE INSERT ON workspace_lessons FOR EACH ROW "
+            "WHEN (NEW.body LIKE 'Commit the fix%') EXECUTE FUNCTION refuse_second()"
+        )
+        check = await _one_check(env, clock, *_work(clock.now()))
+        pages = await pool.fetch("SELECT id::text AS id FROM knowledge_pages")
+    assert check.state == pb.CHECK_STATE_INTERRUPTED and "No space left on device" in check.reason, check.reason
+    (page,) = pages
+    (out,) = check.outputs
+    assert (out.kind, out.id, out.disposition) == (
+        pb.OUTPUT_KIND_PROJECT_LESSON,
+        page["id"],
+        pb.OUTPUT_DISPOSITION_WRITTEN,
+    )
+
+
+async def test_a_skill_needs_a_tool_result_a_tool_request_alone_does_not_support_it(
+    llm, dsn, edge_index, clock, scripted_openai
+):
+    """Spec: tool requests cannot alone support a skill. A candidate citing the user's message and
+    the assistant's tool request (no tool result) is dropped, and nothing is proposed."""
+
+    def review(body: dict) -> str:
+        if not is_review(body):
+            return "{}"
+        prompt = _prompt(body)
+        refs = [_ref(prompt, "Fix the"), _ref(prompt, "pytest tests/payments")]
+        skill = {"name": "run-payments-tests", "summary": "Run the payments tests", "body": "1. Run pytest."}
+        return json.dumps({"skill_candidate": {**skill, "evidence": refs}})
+
+    scripted_openai.chat_handler = review
+    async with open_sessions(llm(), dsn, clock=clock, embedder=None, index=edge_index) as env:
+        check = await _one_check(env, clock, *_work(clock.now()))
+        proposals = await sgrpc.SkillServiceStub(env.app.channel).ListSkillProposals(
+            spb.ListSkillProposalsRequest(company="acme", seat="ana")
+        )
+    assert check.outcome == pb.CHECK_OUTCOME_COMPLETED_EMPTY and list(check.outputs) == []
+    (dropped,) = check.dropped
+    assert dropped.kind == pb.OUTPUT_KIND_SKILL_PROPOSAL and "cites no tool result" in dropped.reason
+    assert list(proposals.proposals) == []
+
+
+@pytest.mark.parametrize("ref", ["F²", "F" + "1" * 5000])
+def test_a_verdict_for_a_fact_id_that_is_no_number_is_no_verdict_not_a_crash(ref: str) -> None:
+    """int() refuses "²" (a digit to str.isdigit) and a string past its digit limit: such an id
+    judges no fact, like any id the judge was not given."""
+    from services.sessions.judge import read_verdicts
+
+    answer = json.dumps({"verdicts": [{"id": ref, "classification": "LONG", "content": "x"}]})
+    assert read_verdicts(answer, 1) == {}

@@ -34,7 +34,7 @@ def read_ttl_days(answer: Mapping[str, Any], tier: str) -> int:
         return 0
     try:
         ttl = int(answer.get("ttl_days") or 0)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite number (1e999, Infinity)
         raise InvalidOutput(f"ttl_days {answer.get('ttl_days')!r} is not a number") from None
     if not 1 <= ttl <= MAX_TTL_DAYS:
         raise InvalidOutput(f"a SHORT note needs ttl_days in 1..{MAX_TTL_DAYS}, got {ttl}")

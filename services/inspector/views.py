@@ -37,7 +37,7 @@ from agentlearn.sessions.v1 import session_service_pb2 as sessions
 from agentlearn.skills.v1 import skill_service_pb2 as skills
 from agentlearn.telemetry.v1 import telemetry_service_pb2 as telemetry
 from libs.common.auth import TOKEN_COOKIE, Principal
-from libs.common.config import InspectorConfig
+from libs.common.config import InspectorConfig, SessionsConfig
 from services.inspector import charts, security
 from services.inspector.diff import diff_rows
 from services.inspector.paging import Page, offset_page, scan
@@ -1102,6 +1102,9 @@ class Inspector:
             sessions.ListLearningChecksRequest,
             "checks",
             self._token(request),
+            # Spec "Visibility": the latest 30 checks, the sessions' own default page (the
+            # inspector's page_size of 25 is for its other lists).
+            size=SessionsConfig().list_default,
             company=company,
             session_id=session_id,
             user=summary.user,

@@ -157,13 +157,16 @@ class CheckRunner:
             return tuple(by_ref[r].source_id for r in refs)
 
         out = Results(dropped=list(found.dropped))
+        # The receipt holds the very lists the writes fill, so a check that crashes midway (the
+        # store gone, a bug) is finished interrupted WITH what already landed (spec: receipts list
+        # "output IDs and partial failures"), not as though nothing had been written.
+        check.outputs, check.dropped, check.partial_failures = out.outputs, out.dropped, out.failures
         origin = Origin(model=completion.model)  # what the lessons' provenance names (issue 17)
         for lesson in found.lessons:
             await self.writer.lesson(check, lesson, ids(lesson.refs), out, origin)
         await self.writer.facts(check, [(f, ids(f.refs)) for f in found.facts], out)
         if found.skill is not None:
             await self.writer.skill(check, found.skill, ids(found.skill.refs), out, origin)
-        check.outputs, check.dropped, check.partial_failures = out.outputs, out.dropped, out.failures
         check.outcome, check.reason = self._outcome(check, found.proposed)
         return check
 
@@ -172,8 +175,15 @@ class CheckRunner:
         if check.outputs:
             return CheckOutcome.COMPLETED, summarize(check)
         failures = check.partial_failures
+        detail = "; ".join(f.detail for f in failures)[:900]
         if any(f.failure is FailureKind.WRITE_FAILED for f in failures):
-            return CheckOutcome.WRITE_FAILED, "no write landed: " + "; ".join(f.detail for f in failures)[:900]
+            return CheckOutcome.WRITE_FAILED, "no write landed: " + detail
+        # The memory judge's own failures keep their receipts (spec: model errors, invalid output
+        # and failed writes are distinct), not WRITE_FAILED.
+        if any(f.failure is FailureKind.MODEL_ERROR for f in failures):
+            return CheckOutcome.MODEL_ERROR, "no write landed: " + detail
+        if any(f.failure is FailureKind.INVALID_OUTPUT for f in failures):
+            return CheckOutcome.INVALID_OUTPUT, "no write landed: " + detail
         if any(f.failure is FailureKind.PERMISSION_REFUSED for f in failures):
             return CheckOutcome.PERMISSION_REFUSED, "every write was refused: " + "; ".join(f.detail for f in failures)[
                 :900

@@ -148,6 +148,10 @@ class FailureKind(StrEnum):
     PERMISSION_REFUSED = "permission_refused"
     NOT_INDEXED = "not_indexed"
     NOT_DEDUPLICATED = "not_deduplicated"
+    MODEL_ERROR = "model_error"
+    """The memory judge (a model call the personal facts' writes need) got no answer."""
+    INVALID_OUTPUT = "invalid_output"
+    """The memory judge answered nothing usable."""
 
 
 # ------------------------------------------------------------------------------------- records

@@ -3,9 +3,10 @@
 Spec "Evidence and cost": records at or before the trigger only — at most 8 chat messages, 8
 verification records and 100 execution events (the newest of each), plus the milestone's plan
 evidence. Every excerpt is redacted first (``redaction.redact``), then capped at 2,400 characters,
-within a 40,000-character budget for the whole check: the plan evidence is placed first, then the
-records newest first until the budget is spent; older records are omitted. The review sees them
-oldest first.
+within a 40,000-character budget for the whole check: the plan evidence is placed first (the
+newly done steps before the others, the plan taking at most half the budget), then the records
+newest first until the budget is spent; older records are omitted. The review sees them oldest
+first.
 
 Each item carries a label. Tool results, verification records and user messages can support a
 candidate; assistant messages, tool requests and plan steps are claims (``domain.CLAIM_LABELS``)
@@ -142,13 +143,24 @@ def assemble(
 
     events = sorted([*chat, *verification, *execution], key=lambda e: e.seq, reverse=True)
     kept: list[EvidenceItem] = []
-    for item in plan_items:
-        if len(item.text) > budget:
+    # The plan goes first, but it may take at most half the budget, and the steps this milestone
+    # newly marked done go before the rest: a plan of hundreds of steps must neither crowd out the
+    # newest records (only older records may be omitted) nor the step the check is about. What the
+    # plan leaves of its half is the records'.
+    plan_room = budget // 2
+    first = [i for i, step in enumerate(plan) if step.id in newly]
+    rest = [i for i, step in enumerate(plan) if step.id not in newly]
+    placed: set[int] = set()
+    for index in first + rest:
+        item = plan_items[index]
+        if len(item.text) > plan_room:
             out.omitted_records += 1
             continue
+        plan_room -= len(item.text)
         budget -= len(item.text)
-        kept.append(item)
+        placed.add(index)
         out.plan_steps += 1
+    kept.extend(item for index, item in enumerate(plan_items) if index in placed)  # in step order
     full = False
     for event in events:  # newest first: what the budget leaves out is the oldest
         if full:

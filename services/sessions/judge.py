@@ -79,12 +79,17 @@ def read_verdicts(text: str, count: int) -> dict[int, Verdict]:
         if not isinstance(v, dict):
             raise InvalidOutput("a verdict is not an object")
         ref = str(v.get("id", "")).strip().strip("[]")
-        if not ref.startswith("F") or not ref[1:].isdigit() or not 1 <= int(ref[1:]) <= count:
+        # ASCII digits only, and few: int() refuses "²" (a digit to isdigit) and strings past its
+        # digit limit, and an answer must be "invalid", never an exception its caller does not expect.
+        digits = ref[1:]
+        if not ref.startswith("F") or not (digits.isascii() and digits.isdigit() and len(digits) <= 9):
+            continue
+        if not 1 <= int(digits) <= count:
             continue
         tier = read_tier(v)
         ttl = read_ttl_days(v, tier)
         content = v.get("content")
-        out[int(ref[1:])] = Verdict(
+        out[int(digits)] = Verdict(
             tier, content.strip() if isinstance(content, str) else "", ttl, str(v.get("reason") or "")
         )
     return out

@@ -299,10 +299,13 @@ def read_review(text: str, completion_tokens: int, max_tokens: int, evidence: Ev
             review.dropped.append(Dropped(OutputKind.SKILL_PROPOSAL, "at most one skill candidate per check", ids))
             continue
         name, summary, body = (_text(item, k, where) for k in ("name", "summary", "body"))
+        # A skill rests on what its tools returned: tool requests are claims of intent and cannot
+        # alone support one (spec "Evidence and cost"; the prompt asks for "the tool_result items
+        # of the run"), so only the cited tool results make its tool sequence.
         tools = tuple(
             by_ref[r].tool
             for r in sorted(refs, key=lambda r: by_ref[r].seq)
-            if by_ref[r].label in ("tool_result", "tool_request") and by_ref[r].tool
+            if by_ref[r].label == "tool_result" and by_ref[r].tool
         )
         if not (name and summary and body):
             review.dropped.append(Dropped(OutputKind.SKILL_PROPOSAL, "a skill needs a name, a summary and a body", ids))

@@ -309,7 +309,7 @@ class Writer:
                 timeout=self._timeout,
             )
         except grpc.aio.AioRpcError as err:
-            self._all_failed(facts, f"diary: {rpc_failure(err)}", out)
+            self._all_failed(facts, FailureKind.WRITE_FAILED, f"diary: {rpc_failure(err)}", out)
             return
         notes = [c.note.content for c in recent.candidates]
         prompt = judge.build_prompt([f.text for f, _ in facts], notes)
@@ -321,10 +321,12 @@ class Writer:
             verdicts = judge.read_verdicts(completion.text, len(facts))
             judged_by = completion.model
         except (AuxiliaryUnavailable, NoAuxiliaryModel, AttributionMissing) as err:
-            self._all_failed(facts, f"the memory judge did not answer: {err}", out)
+            self._all_failed(facts, FailureKind.MODEL_ERROR, f"the memory judge did not answer: {err}", out)
             return
         except InvalidOutput as err:
-            self._all_failed(facts, f"the memory judge answered no usable verdicts: {err}", out)
+            self._all_failed(
+                facts, FailureKind.INVALID_OUTPUT, f"the memory judge answered no usable verdicts: {err}", out
+            )
             return
         limit = self.settings.learning.diary.max_content_chars
         for i, (fact, ids) in enumerate(facts, 1):
@@ -356,9 +358,18 @@ class Writer:
                 continue
             await self._fact(check, content, verdict, ids, out, judged_by)
 
-    def _all_failed(self, facts: Sequence[tuple[FactCandidate, Sequence[str]]], detail: str, out: Results) -> None:
+    def _all_failed(
+        self,
+        facts: Sequence[tuple[FactCandidate, Sequence[str]]],
+        failure: FailureKind,
+        detail: str,
+        out: Results,
+    ) -> None:
+        """Every fact not written, for one cause: the diary refused (``WRITE_FAILED``), or the
+        judge did not answer (``MODEL_ERROR``) or answered nothing usable (``INVALID_OUTPUT``); the
+        spec gives model errors, invalid output and failed writes distinct receipts."""
         for _ in facts:
-            out.failures.append(PartialFailure(OutputKind.PERSONAL_FACT, FailureKind.WRITE_FAILED, detail[:500]))
+            out.failures.append(PartialFailure(OutputKind.PERSONAL_FACT, failure, detail[:500]))
 
     async def _fact(
         self,
@@ -505,6 +516,19 @@ class Writer:
         ids = tuple(evidence_ids)
         if d in (skill_pb.PROPOSAL_DISPOSITION_CREATED, skill_pb.PROPOSAL_DISPOSITION_ALREADY_PROPOSED):
             out.outputs.append(Output(OutputKind.SKILL_PROPOSAL, resp.proposal.id, Disposition.WRITTEN, ids))
+            if d == skill_pb.PROPOSAL_DISPOSITION_CREATED and skill_pb.DUPLICATE_CHECK_EMBEDDING not in resp.checks_run:
+                # The skills service leaves the semantic check out when no embedder answered: the
+                # proposal was filed on the exact checks alone, which the receipt says (as a
+                # personal fact's does) instead of a clean WRITTEN.
+                out.failures.append(
+                    PartialFailure(
+                        OutputKind.SKILL_PROPOSAL,
+                        FailureKind.NOT_DEDUPLICATED,
+                        f"the proposal {cand.name} was filed without the semantic duplicate check (no embedding of "
+                        "it): only the exact name, body and tool-set checks ran, so it may repeat a live skill",
+                        resp.proposal.id,
+                    )
+                )
         elif d == skill_pb.PROPOSAL_DISPOSITION_DUPLICATE_PROPOSAL:
             out.outputs.append(Output(OutputKind.SKILL_PROPOSAL, resp.proposal.id, Disposition.REUSED, ids))
         else:

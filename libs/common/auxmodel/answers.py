@@ -25,6 +25,10 @@ def parse_object(text: str) -> dict[str, Any]:
         value = json.loads(body[start : end + 1])
     except json.JSONDecodeError as exc:
         raise InvalidOutput(f"invalid JSON: {exc}") from exc
+    except RecursionError:
+        # Nested deeper than the interpreter's recursion limit (about 1000 levels): no prompt asks
+        # for that, and the reader must say "invalid", not crash its caller.
+        raise InvalidOutput("the JSON is nested too deeply to read") from None
     if not isinstance(value, dict):
         raise InvalidOutput("the answer is not a JSON object")
     return value
