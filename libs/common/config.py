@@ -600,8 +600,9 @@ class EvidenceConfig(_Section):
     excerpt_chars: int = 2400
     """Each excerpt is redacted, then capped at this many characters."""
     total_chars: int = 40_000
-    """All excerpts of one check together; older records are omitted once it is spent (the
-    milestone's plan evidence is placed first)."""
+    """All excerpts of one check together; older records are omitted once it is spent. The
+    milestone's plan comes first (its newly done steps before the rest) and takes at most half, so
+    the newest records always have room (spec: "Older records may be omitted")."""
 
 
 class SubstantialTurnConfig(_Section):
