@@ -513,8 +513,11 @@ class PostgresSessionStore:
         note = f" — it went on after its claim lapsed and ended {check.outcome}: {check.reason}"[:1000]
         await self.pool.execute(SQL["annotate_interrupted"], check.id, outputs, dropped, failures, evidence, note)
 
-    async def interrupt_check(self, company: str, job_key: str, reason: str, now: datetime) -> bool:
-        return await self.pool.fetchval(SQL["interrupt_check"], company, job_key, reason, now) is not None
+    async def interrupt_check(self, company: str, job_key: str, reason: str, now: datetime) -> LearningCheck | None:
+        """Report the job's check interrupted; the check as reported, or None when it was not
+        queued or running (already reported)."""
+        found = await self.pool.fetchval(SQL["interrupt_check"], company, job_key, reason, now)
+        return None if found is None else await self.get_check(found)
 
     async def unfinished(self, limit: int) -> list[LearningCheck]:
         return [_check(r) for r in await self.pool.fetch(SQL["unfinished"], limit)]

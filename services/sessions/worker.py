@@ -78,12 +78,15 @@ class LearningWorker(ClaimingWorker):
         now = self.clock.now()
         reported = 0
         for job in await self.queue.interrupt_lapsed(JOB_KIND, now):
-            if await self.store.interrupt_check(job.company, job.key, INTERRUPTED_REASON, now):
+            if check := await self.store.interrupt_check(job.company, job.key, INTERRUPTED_REASON, now):
                 reported += 1
-                await self.events.emit(
-                    "learning_check_interrupted", company=job.company, seat=job.seat, job_key=job.key
-                )
+                await self._interrupted(check, INTERRUPTED_REASON)
         return reported
+
+    async def _interrupted(self, check: LearningCheck, reason: str) -> None:
+        """The closing event of a check that ended interrupted, naming it as its queued event did, so
+        the event log matches every queued check to how it ended."""
+        await self.events.emit("learning_check_interrupted", **check.event_fields(), reason=reason)
 
     async def reconcile(self) -> int:
         """At start: a receipt still queued or running whose job was interrupted meanwhile (the
@@ -95,10 +98,11 @@ class LearningWorker(ClaimingWorker):
             if found is None:
                 continue
             _, state, _ = found
-            if state is JobState.INTERRUPTED and await self.store.interrupt_check(
-                check.company, check.job_key, INTERRUPTED_REASON, now
+            if state is JobState.INTERRUPTED and (
+                reported := await self.store.interrupt_check(check.company, check.job_key, INTERRUPTED_REASON, now)
             ):
                 fixed += 1
+                await self._interrupted(reported, INTERRUPTED_REASON)
         return fixed
 
     # ------------------------------------------------------------------ one job
@@ -177,6 +181,7 @@ class LearningWorker(ClaimingWorker):
                 await self.store.finish_check(conn, check, now)
         if held and check is not None:
             _count_check(check)
+            await self._interrupted(check, check.reason)
 
     # ------------------------------------------------------------------ the loop
 
