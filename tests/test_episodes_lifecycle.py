@@ -147,10 +147,16 @@ async def test_a_seat_at_its_threshold_costs_one_count_and_nothing_else(open_sea
         assert (report.seats_checked, report.seats_due) == (1, 0)
         assert len(await seats.rows()) == GATE  # nothing dropped, nothing folded
         assert await seats.events("compaction_completed") == []
+        assert await seats.events("compaction_requested") == []
         await seats.add(1)  # the sixth raw row: now over the threshold
         report = await seats.run()
         assert (report.seats_checked, report.seats_due) == (1, 1)
         assert (report.non_terminal_dropped, report.tool_free_dropped, report.clusters_compacted) == (1, 1, 1)
+        [requested] = await read_events(seats.app.infra.pool, "compaction_requested")
+        assert (requested["company"], requested["seat"]) == ("acme", "ana")
+        assert requested["payload"] == {"raw_episodes": GATE + 1, "max_raw_episodes": GATE}
+        [completed] = await seats.events("compaction_completed")
+        assert completed["failure"] is None and completed["clusters_compacted"] == 1
 
 
 async def test_the_gate_is_one_index_only_count(open_seats, lifecycle_settings):
@@ -628,6 +634,14 @@ async def test_one_seats_fault_is_counted_and_the_pass_goes_on_to_the_next_seat(
         assert any("acme/ana" in r.getMessage() for r in caplog.records if r.name == "services.episodes.lifecycle")
         [event] = await seats.events("episode_lifecycle_pass")
         assert event["seats_failed"] == 1 and event["failures"] == report.failures
+        # Each seat's pass is announced as requested and as completed, the failed one too: with
+        # what it did before the fault (its drop) and the fault's kind.
+        pool = seats.app.infra.pool
+        assert [e["seat"] for e in await read_events(pool, "compaction_requested")] == ["ana", "bob"]
+        completed = {e["seat"]: e["payload"] for e in await read_events(pool, "compaction_completed")}
+        assert completed["ana"]["failure"] == kind and completed["ana"]["non_terminal_dropped"] == 1
+        assert completed["ana"]["clusters_compacted"] == 0
+        assert completed["bob"]["failure"] is None and completed["bob"]["clusters_compacted"] == 1
 
 
 async def test_each_seat_is_summarised_by_its_own_roles_chain(open_seats, lifecycle_settings, scripted_openai):

@@ -143,6 +143,27 @@ async def test_each_row_written_is_announced_once_as_episode_written(remote, clo
     assert event["payload"]["work_key"] == "w1" and event["payload"]["embedding_model"] == "scripted-embed"
 
 
+async def test_episode_written_survives_a_failure_after_the_row_committed(episodes, clock):
+    """The row is committed, then marking it indexed fails (a statement PostgreSQL refuses): the
+    call fails, and its retry finds the row (a repeat, nothing written). The row's episode_written
+    was announced with its commit, not lost with the failure after it."""
+    app, stub = episodes
+    pool = app.infra.pool
+    await pool.execute(
+        """CREATE FUNCTION refuse_index_mark() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'the index mark is refused'; END $$;
+           CREATE TRIGGER refuse_index_mark BEFORE UPDATE OF indexed ON episodes
+           FOR EACH ROW EXECUTE FUNCTION refuse_index_mark()"""
+    )
+    with pytest.raises(grpc.aio.AioRpcError):
+        await stub.RecordEpisode(turn(clock, "r1"))
+    await pool.execute("DROP TRIGGER refuse_index_mark ON episodes")
+    again = await stub.RecordEpisode(turn(clock, "r1"))
+    assert not again.created
+    [event] = await read_events(pool, "episode_written")
+    assert event["payload"]["episode_id"] == again.episode.id
+
+
 async def test_a_redelivered_trigger_is_collapsed_into_its_works_row(remote, clock):
     """One raw row per work key (spec gate 5: the episode row's own work-key index collapses a
     redelivered trigger): the second run of the same work writes no row and embeds nothing; its run

@@ -364,9 +364,19 @@ class EpisodeLifecycle:
                     report.seats_checked += 1
                     try:
                         # The gate: one indexed count; "not yet" is the common answer and costs only this.
-                        if await self.store.raw_count(company, seat) <= self.config.max_raw_episodes_per_agent:
+                        raw = await self.store.raw_count(company, seat)
+                        if raw <= self.config.max_raw_episodes_per_agent:
                             continue
                         report.seats_due += 1
+                        # The spec's compaction_requested: this seat is due, its pass starts (its
+                        # compaction_completed says what it did, or how it failed).
+                        await self.events.emit(
+                            "compaction_requested",
+                            company=company,
+                            seat=seat,
+                            raw_episodes=raw,
+                            max_raw_episodes=self.config.max_raw_episodes_per_agent,
+                        )
                         await self._seat(company, seat, now, report)
                     except Exception as err:
                         # One seat's fault (a row the store refuses, a statement that fails) must not
@@ -383,16 +393,21 @@ class EpisodeLifecycle:
 
     async def _seat(self, company: str, seat: str, now: datetime, report: LifecycleReport) -> None:
         counts = SeatCounts()
+        failure: str | None = None
         try:
             await self._seat_steps(company, seat, now, counts, report)
+        except BaseException as err:
+            failure = type(err).__name__
+            raise
         finally:
-            # What was done is reported even when a later step failed: a drop is irrecoverable.
+            # What was done is reported even when a later step failed, in the pass's report and in
+            # the seat's compaction_completed (``failure`` names why it stopped): a drop is
+            # irrecoverable. The spec's CompactionCompleted folds the tool-free drops into
+            # non_terminal_dropped; only episode_lifecycle_pass reports them alone.
             add_counts(report, counts)
-        # The spec's CompactionCompleted folds the tool-free drops into non_terminal_dropped; only
-        # episode_lifecycle_pass reports them alone.
-        payload = asdict(counts)
-        payload["non_terminal_dropped"] += payload.pop("tool_free_dropped")
-        await self.events.emit("compaction_completed", company=company, seat=seat, **payload)
+            payload: dict[str, Any] = asdict(counts)
+            payload["non_terminal_dropped"] += payload.pop("tool_free_dropped")
+            await self.events.emit("compaction_completed", company=company, seat=seat, failure=failure, **payload)
 
     async def _seat_steps(
         self, company: str, seat: str, now: datetime, counts: SeatCounts, report: LifecycleReport

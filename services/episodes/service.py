@@ -327,15 +327,11 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
                 stored.outcome,
                 rec.turn_id,
             )
-        if vector is not None:
-            point = index_point(
-                stored.id, stored.company, stored.seat, str(stored.outcome), vector, stored.embedding_model or ""
-            )
-            await self.index_row(point, "episode")
-        if stale_dims is not None:
-            await drop_points(self.index, [Dropped(stored.id, stale_dims)])
         # The spec's episode_written: one per row the turn's record wrote, a mid-state's settling
-        # included (a repeat or a collapsed redelivery writes none).
+        # included (a repeat or a collapsed redelivery writes none). Announced as soon as the row
+        # is committed, before the index: a failure there fails this call, and its retry finds the
+        # row (a repeat: no event), so an event left for after the index was lost for good. The
+        # index is the fill pass's to complete (the row stays ``indexed = false``).
         await self.events.emit(
             "episode_written",
             company=company,
@@ -349,6 +345,13 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             embedding_skipped_reason=skipped,
             superseded=mid_state is not None,
         )
+        if vector is not None:
+            point = index_point(
+                stored.id, stored.company, stored.seat, str(stored.outcome), vector, stored.embedding_model or ""
+            )
+            await self.index_row(point, "episode")
+        if stale_dims is not None:
+            await drop_points(self.index, [Dropped(stored.id, stale_dims)])
         return Recorded(stored, True, skipped)
 
     async def _collapse(self, company: str, seat: str, rec: TurnRecord, row: Episode) -> Recorded:

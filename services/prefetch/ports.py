@@ -77,18 +77,29 @@ class PrefetchStore(Protocol):
 
     async def frozen_context(self, run: RunKey) -> FrozenContext | None: ...
 
-    async def take_over_context(self, run: RunKey, stale_before: datetime, now: datetime) -> bool:
-        """Take a build claimed before ``stale_before`` (its builder died); True if taken."""
+    async def take_over_context(self, run: RunKey, stale_before: datetime, now: datetime) -> datetime | None:
+        """Take a build claimed before ``stale_before`` (its builder died, or is slow): the new
+        claim's time (later than the old one's), or None if not taken."""
         ...
 
     async def save_context(
-        self, run: RunKey, context: dict[str, Any], now: datetime, bookkeeping: Bookkeeping | None = None
-    ) -> None:
-        """Freeze the built context (with the request's bookkeeping, when given)."""
+        self,
+        run: RunKey,
+        context: dict[str, Any],
+        now: datetime,
+        claim: datetime,
+        bookkeeping: Bookkeeping | None = None,
+    ) -> bool:
+        """Freeze the built context, and write the request's bookkeeping with it (when given), only
+        if the run is still building under ``claim`` (the caller's claim time); True if it did.
+        False: another builder took the claim over (this one was slow, not dead) or the run is
+        built; the bookkeeping is then still held by the caller (or was dropped, the outcome of its
+        write unknown: ``Bookkeeping.abandon``)."""
         ...
 
-    async def release_context(self, run: RunKey) -> None:
-        """Give a claim back (the build failed or was parked); a built context stays."""
+    async def release_context(self, run: RunKey, claim: datetime) -> None:
+        """Give the caller's claim back (the build failed or was parked); a built context, or a
+        claim another builder took over, stays."""
         ...
 
     async def prune_contexts(self, before: datetime, limit: int = 500) -> int: ...

@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 import asyncpg
 
 from libs.common.db import unflushed
-from libs.common.events import Bookkeeping, write_bookkeeping
+from libs.common.events import Bookkeeping, held_events, write_bookkeeping
 
 __all__ = ["FrozenContext", "LedgerEntry", "PostgresPrefetchStore", "Reservation", "RunKey"]
 
@@ -74,16 +74,22 @@ SQL = {
                (SELECT chain_hash FROM agent_onboarding_markers WHERE company = $1 AND seat = $2) AS marker""",
     "context_get": """
         SELECT state, context, claim_time FROM turn_contexts WHERE company = $1 AND seat = $2 AND turn_id = $3""",
-    # A claim older than $4 is a build that died with its process: the caller takes it over.
+    # A claim older than $4 is a build that died with its process: the caller takes it over. The new
+    # claim is later than the old one even on a clock that did not move: a claim's time is its
+    # owner's token (``context_save`` and ``context_release`` touch only their own claim's row).
     "context_take_over": """
-        UPDATE turn_contexts SET claim_time = $5
+        UPDATE turn_contexts SET claim_time = GREATEST($5, claim_time + interval '1 microsecond')
         WHERE company = $1 AND seat = $2 AND turn_id = $3 AND state = 'building' AND claim_time < $4
-        RETURNING 1""",
+        RETURNING claim_time""",
+    # Only the builder still holding the claim ($6) freezes the context: a builder whose claim was
+    # taken over as stale (slow, not dead) saves nothing, so the context frozen is one and stays so.
     "context_save": """
         UPDATE turn_contexts SET state = 'built', context = $4::jsonb, create_time = $5
-        WHERE company = $1 AND seat = $2 AND turn_id = $3""",
+        WHERE company = $1 AND seat = $2 AND turn_id = $3 AND state = 'building' AND claim_time = $6
+        RETURNING 1""",
     "context_release": """
-        DELETE FROM turn_contexts WHERE company = $1 AND seat = $2 AND turn_id = $3 AND state = 'building'""",
+        DELETE FROM turn_contexts
+        WHERE company = $1 AND seat = $2 AND turn_id = $3 AND state = 'building' AND claim_time = $4""",
     "context_prune": """
         DELETE FROM turn_contexts WHERE ctid IN (
             SELECT ctid FROM turn_contexts WHERE create_time < $1 ORDER BY create_time LIMIT $2)""",
@@ -128,6 +134,15 @@ class FrozenContext:
     state: Literal["building", "built"]
     context: dict[str, Any] | None
     claim_time: datetime
+
+
+def _refused(err: BaseException) -> bool:
+    """PostgreSQL answered the statement with an error: it rolled back, nothing of it was written.
+    Not a lost connection, nor an operator's intervention (a terminated backend, a cancel), nor a
+    cancelled caller: those may come after the server committed, so their outcome is unknown."""
+    return isinstance(err, asyncpg.PostgresError) and not isinstance(
+        err, asyncpg.PostgresConnectionError | asyncpg.exceptions.OperatorInterventionError
+    )
 
 
 class PostgresPrefetchStore:
@@ -245,35 +260,83 @@ class PostgresPrefetchStore:
         context = json.loads(row["context"]) if row["context"] is not None else None
         return FrozenContext(row["state"], context, row["claim_time"])
 
-    async def take_over_context(self, run: RunKey, stale_before: datetime, now: datetime) -> bool:
-        taken = await self._pool.fetchval(SQL["context_take_over"], *run, stale_before, now)
-        return taken is not None
+    async def take_over_context(self, run: RunKey, stale_before: datetime, now: datetime) -> datetime | None:
+        taken: datetime | None = await self._pool.fetchval(SQL["context_take_over"], *run, stale_before, now)
+        return taken
 
     async def save_context(
-        self, run: RunKey, context: dict[str, Any], now: datetime, bookkeeping: Bookkeeping | None = None
-    ) -> None:
-        """Freeze the built context; with ``bookkeeping``, the request's events and token charges
-        are written by the same statement (one round trip, one commit on the turn's path). Should
-        that combined write fail, the context is saved alone and the bookkeeping written on its own,
-        best-effort."""
+        self,
+        run: RunKey,
+        context: dict[str, Any],
+        now: datetime,
+        claim: datetime,
+        bookkeeping: Bookkeeping | None = None,
+    ) -> bool:
+        """Freeze the built context if the run is still claimed by ``claim`` (the caller's own);
+        True if this call froze it. With ``bookkeeping``, the request's events and token charges
+        are written by the same statement, and only if the context is (one round trip, one commit
+        on the turn's path); a save that does not land leaves them held for the caller.
+
+        Should PostgreSQL refuse the combined statement (nothing written), the context is saved
+        alone and the bookkeeping written on its own, best-effort. Should its outcome be unknown
+        (the connection lost, maybe after the commit), the bookkeeping is never written twice: see
+        :meth:`_save_unknown`."""
         saved = json.dumps(context)
-        if not bookkeeping:
-            async with unflushed(self._pool) as conn:
-                await conn.execute(SQL["context_save"], *run, saved, now)
-            return
-        ctes, args = bookkeeping.ctes(6)
+        if bookkeeping is None or not (len(bookkeeping) or bookkeeping.announced):
+            return await self._save_alone(run, saved, now, claim)
+        held, args = held_events(bookkeeping, 7, "EXISTS (SELECT 1 FROM saved)")
+        sql = f"WITH saved AS ({SQL['context_save']}){held} SELECT EXISTS (SELECT 1 FROM saved)"
         try:
             # One statement: the bookkeeping as common table expressions of the save (one commit).
             async with unflushed(self._pool) as conn:
-                await conn.execute(f"WITH {', '.join(ctes)} {SQL['context_save']}", *run, saved, now, *args)
-            return
-        except Exception as err:
-            _log.warning("turn context and its bookkeeping not written together (%s); writing them apart", err)
-        await self._pool.execute(SQL["context_save"], *run, saved, now)
-        await write_bookkeeping(self._pool, bookkeeping)
+                landed = bool(await conn.fetchval(sql, *run, saved, now, claim, *args))
+        except BaseException as err:
+            if _refused(err):
+                bookkeeping.reopen()
+                _log.warning("turn context and its bookkeeping not written together (%s); writing them apart", err)
+                return await self._save_then_bookkeeping(run, saved, now, claim, bookkeeping)
+            if not isinstance(err, Exception):
+                bookkeeping.abandon()
+                raise
+            _log.warning("turn context's save has an unknown outcome (%s); saving it again", err)
+            return await self._save_unknown(run, saved, now, claim, bookkeeping)
+        else:
+            bookkeeping.settle(landed)
+            return landed
 
-    async def release_context(self, run: RunKey) -> None:
-        await self._pool.execute(SQL["context_release"], *run)
+    async def _save_then_bookkeeping(
+        self, run: RunKey, saved: str, now: datetime, claim: datetime, bookkeeping: Bookkeeping
+    ) -> bool:
+        landed = await self._save_alone(run, saved, now, claim)
+        if landed:
+            await write_bookkeeping(self._pool, bookkeeping)
+        return landed
+
+    async def _save_unknown(
+        self, run: RunKey, saved: str, now: datetime, claim: datetime, bookkeeping: Bookkeeping
+    ) -> bool:
+        """After a combined save whose outcome is unknown: the context saved again, alone. Landing,
+        it proves the first did not commit (it would have left the row built), so the bookkeeping
+        is written now, once. Not landing, the first may have committed it: the rows are dropped
+        (``Bookkeeping.abandon``: at most once) and the caller answers with the frozen context."""
+        try:
+            landed = await self._save_alone(run, saved, now, claim)
+        except BaseException:
+            bookkeeping.abandon()
+            raise
+        if not landed:
+            bookkeeping.abandon()
+            return False
+        bookkeeping.reopen()
+        await write_bookkeeping(self._pool, bookkeeping)
+        return True
+
+    async def _save_alone(self, run: RunKey, saved: str, now: datetime, claim: datetime) -> bool:
+        async with unflushed(self._pool) as conn:
+            return await conn.fetchval(SQL["context_save"], *run, saved, now, claim) is not None
+
+    async def release_context(self, run: RunKey, claim: datetime) -> None:
+        await self._pool.execute(SQL["context_release"], *run, claim)
 
     async def write_bookkeeping(self, batch: Bookkeeping) -> None:
         await write_bookkeeping(self._pool, batch)

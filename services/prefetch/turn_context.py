@@ -186,15 +186,16 @@ class TurnContextBuilder:
         store = self.deps.store
         # The first call of a run (nearly every call) claims at once: one statement, not a read
         # then a claim. A claimed build that the budget parks gives its claim back.
-        claimed, marker = await store.claim_context_reading_marker(key, self.deps.clock.now())
+        claim = self.deps.clock.now()
+        claimed, marker = await store.claim_context_reading_marker(key, claim)
         if claimed:
             try:
                 await self._park_if_spent(start)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(store.release_context(key))
+                    await asyncio.shield(store.release_context(key, claim))
                 raise
-            return await self._build_and_freeze(start, who, key, embedding, (marker,))
+            return await self._build_and_freeze(start, who, key, claim, embedding, (marker,))
         frozen = await store.frozen_context(key)
         if frozen is not None and frozen.state == "built" and frozen.context is not None:
             return TurnContext.from_json(frozen.context)
@@ -202,7 +203,10 @@ class TurnContextBuilder:
         loop = asyncio.get_running_loop()
         limit = self._claim_seconds()
         give_up = loop.time() + limit
-        while not await store.claim_context(key, self.deps.clock.now()):
+        while True:
+            claim = self.deps.clock.now()
+            if await store.claim_context(key, claim):
+                break
             frozen = await store.frozen_context(key)
             if frozen is None:
                 continue  # its builder gave up meanwhile: claim it again
@@ -210,21 +214,27 @@ class TurnContextBuilder:
                 return TurnContext.from_json(frozen.context)
             now = self.deps.clock.now()
             stale = (now - frozen.claim_time).total_seconds() > limit or loop.time() > give_up
-            if stale and await store.take_over_context(key, frozen.claim_time + _EPSILON, now):
+            taken = await store.take_over_context(key, frozen.claim_time + _EPSILON, now) if stale else None
+            if taken is not None:
+                # Dead, or only slow: should its builder finish after all, its save does not land
+                # (the claim is this call's now) and it answers with the context frozen here.
                 _log.warning("turn context of %s/%s/%s: a build died mid-way; building it here", *key)
+                claim = taken
                 break
             await asyncio.sleep(0.1)
-        return await self._build_and_freeze(start, who, key, embedding)
+        return await self._build_and_freeze(start, who, key, claim, embedding)
 
     async def _build_and_freeze(
         self,
         start: TurnStart,
         who: Who,
         key: RunKey,
+        claim: datetime,
         embedding: asyncio.Task[Embedded] | None,
         marker: tuple[str | None] | None = None,
     ) -> TurnContext:
-        """Build the claimed run's context and freeze it (the claim is released if the build fails)."""
+        """Build the run's context under this call's ``claim`` and freeze it (the claim is released
+        if the build fails)."""
         store = self.deps.store
         # The turn's bookkeeping (the auxiliary calls' charges and auxiliary_spend events, the
         # prefetch_summary, the knowledge service's knowledge_read, the note uses and the skills'
@@ -236,23 +246,57 @@ class TurnContextBuilder:
                 context = await self._build(start, who, embedding, marker)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(store.release_context(key))
+                    await asyncio.shield(store.release_context(key, claim))
                 # An auxiliary call is charged and reported whether or not its turn was built.
                 await asyncio.shield(self._settle_failed(batch))
                 raise
             now = self.deps.clock.now()
-            await asyncio.shield(self._settle(key, context, now, batch))
+            frozen = await asyncio.shield(self._settle(key, claim, context, now, batch))
         self._prune_now_and_then(now)
-        return context
+        return frozen
 
-    async def _settle(self, key: RunKey, context: TurnContext, now: Any, batch: Bookkeeping) -> None:
+    async def _settle(
+        self, key: RunKey, claim: datetime, context: TurnContext, now: datetime, batch: Bookkeeping
+    ) -> TurnContext:
         """Freeze the context with the batch in one statement while the stamps started during the
-        build finish on their services. Shielded: a caller going away does not lose them."""
-        saved = self.deps.store.save_context(key, context.to_json(), now, batch)
+        build finish on their services; the context the run answers with. Shielded: a caller going
+        away does not lose them.
+
+        The spec's prefetch_summary is "once per turn" and the context "frozen at turn start": the
+        summary is announced on the save, written only if this call's context is the one frozen.
+        A save that does not land (the claim was taken over as stale while this build was slow)
+        writes no summary; the build's auxiliary charges and reads are still written (each call
+        is charged whether or not its turn was built), and the run answers with the frozen one."""
+        summary: dict[str, Any] = context.summary.payload()
+        company, seat, turn_id = key
+        batch.announce("prefetch_summary", now, company=company, seat=seat, turn_id=turn_id, **summary)
+        saved = self.deps.store.save_context(key, context.to_json(), now, claim, batch)
         results = await asyncio.gather(saved, *batch.followers, return_exceptions=True)
         _log_failed_followers(results[1:])
+        unwritten = batch.withdraw()
         if isinstance(results[0], BaseException):
             raise results[0]
+        if results[0]:
+            if unwritten:  # a store that does not carry announcements (in memory)
+                await self.deps.events.emit("prefetch_summary", company=company, seat=seat, turn_id=turn_id, **summary)
+            return context
+        await self.deps.store.write_bookkeeping(batch)
+        return await self._frozen_by_another(key, context)
+
+    async def _frozen_by_another(self, key: RunKey, built: TurnContext) -> TurnContext:
+        """The context frozen for the run by the builder that took this one's claim over, once it
+        is frozen (within a claim's lifetime). Should none be frozen by then (that builder failed in
+        turn), this build's context answers, unfrozen: the turn still starts."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._claim_seconds()
+        while True:
+            frozen = await self.deps.store.frozen_context(key)
+            if frozen is not None and frozen.state == "built" and frozen.context is not None:
+                return TurnContext.from_json(frozen.context)
+            if frozen is None or loop.time() > give_up:
+                _log.warning("turn context of %s/%s/%s: taken over, and not frozen by its taker", *key)
+                return built
+            await asyncio.sleep(0.1)
 
     async def _settle_failed(self, batch: Bookkeeping) -> None:
         _log_failed_followers(await asyncio.gather(*batch.followers, return_exceptions=True))
@@ -344,9 +388,7 @@ class TurnContextBuilder:
             turn_embedding=turn_embedding,
             gated=start.gated,
         )
-        await self.deps.events.emit(
-            "prefetch_summary", company=start.company, seat=start.seat, turn_id=start.turn_id, **summary.payload()
-        )
+        # The prefetch_summary is announced on the save that freezes the context (``_settle``).
         for b in blocks:
             PREFETCH_BLOCKS.add(1, agentlearn_attributes(block=str(b.kind), hit=b.hit))
         return TurnContext(blocks, summary)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from libs.common.events import Bookkeeping
 from services.prefetch.ports import PrefetchStore
 from services.prefetch.store import LedgerEntry, RunKey
 from tests.unit.fakes.prefetch import FakePrefetchStore
@@ -29,7 +30,7 @@ async def check_first_call_builds_later_calls_read_the_frozen_context(store: Pre
     assert not await store.claim_context(RUN, T0)  # a second caller does not build
     building = await store.frozen_context(RUN)
     assert building is not None and (building.state, building.context) == ("building", None)
-    await store.save_context(RUN, {"blocks": ["a"]}, T0)
+    assert await store.save_context(RUN, {"blocks": ["a"]}, T0, T0)
     for _ in range(2):  # a redelivery, a self_iterate round: the same context
         assert not await store.claim_context(RUN, T0 + timedelta(minutes=5))
         frozen = await store.frozen_context(RUN)
@@ -40,11 +41,11 @@ async def check_first_call_builds_later_calls_read_the_frozen_context(store: Pre
 
 async def check_a_failed_build_gives_its_claim_back_and_a_built_one_stays(store: PrefetchStore) -> None:
     assert await store.claim_context(RUN, T0)
-    await store.release_context(RUN)
+    await store.release_context(RUN, T0)
     assert await store.frozen_context(RUN) is None
     assert await store.claim_context(RUN, T0)  # the next caller builds
-    await store.save_context(RUN, {"v": 1}, T0)
-    await store.release_context(RUN)  # a late release of a built context changes nothing
+    assert await store.save_context(RUN, {"v": 1}, T0, T0)
+    await store.release_context(RUN, T0)  # a late release of a built context changes nothing
     frozen = await store.frozen_context(RUN)
     assert frozen is not None and frozen.context == {"v": 1}
 
@@ -58,8 +59,29 @@ async def check_a_dead_build_is_taken_over_only_once_stale(store: PrefetchStore)
     assert not await store.take_over_context(RUN, T0 + timedelta(microseconds=1), later)
     frozen = await store.frozen_context(RUN)
     assert frozen is not None and frozen.claim_time == later
-    await store.save_context(RUN, {"v": 2}, later)
+    assert await store.save_context(RUN, {"v": 2}, later, later)
     assert not await store.take_over_context(RUN, later + timedelta(hours=1), later)  # built: never taken
+
+
+async def check_a_taken_over_claim_is_the_takers_alone(store: PrefetchStore) -> None:
+    """A builder taken over as stale may be slow rather than dead: when it finishes, its save does
+    not land (nor its bookkeeping), its release does not free the taker's claim, and the context
+    the taker froze stays as it was frozen."""
+    assert await store.claim_context(RUN, T0)
+    taken = await store.take_over_context(RUN, T0 + timedelta(microseconds=1), T0)  # a clock that did not move
+    assert taken is not None and taken > T0  # still a claim of its own
+    batch = Bookkeeping()
+    batch.charge("acme", "agent-1", T0, 5)
+    assert not await store.save_context(RUN, {"by": "slow"}, T0, T0, batch)  # the first claim's
+    assert len(batch) == 2 and not batch.closed  # the seat's and the company's: held for its builder
+    await store.release_context(RUN, T0)
+    building = await store.frozen_context(RUN)
+    assert building is not None and (building.state, building.claim_time) == ("building", taken)
+    assert await store.save_context(RUN, {"by": "taker"}, T0, taken)
+    assert not await store.save_context(RUN, {"by": "slow"}, T0, T0)
+    assert not await store.save_context(RUN, {"by": "again"}, T0, taken)  # frozen: saved once
+    frozen = await store.frozen_context(RUN)
+    assert frozen is not None and (frozen.state, frozen.context) == ("built", {"by": "taker"})
 
 
 async def check_the_ledger_caches_answers_refuses_at_the_cap_and_retries_failures(store: PrefetchStore) -> None:
@@ -106,13 +128,15 @@ async def check_old_contexts_are_pruned(store: PrefetchStore) -> None:
     for i in range(3):
         turn = f"run-{i}"
         assert await store.claim_context(RunKey("acme", "agent-1", turn), T0 + timedelta(hours=i))
-        await store.save_context(RunKey("acme", "agent-1", turn), {"i": i}, T0 + timedelta(hours=i))
+        at = T0 + timedelta(hours=i)
+        assert await store.save_context(RunKey("acme", "agent-1", turn), {"i": i}, at, at)
     assert await store.prune_contexts(T0 + timedelta(hours=1, minutes=30)) == 2
     assert await store.frozen_context(RunKey("acme", "agent-1", "run-0")) is None
     assert await store.frozen_context(RunKey("acme", "agent-1", "run-2")) is not None
 
 
 CHECKS = [
+    check_a_taken_over_claim_is_the_takers_alone,
     check_first_call_builds_later_calls_read_the_frozen_context,
     check_a_failed_build_gives_its_claim_back_and_a_built_one_stays,
     check_a_dead_build_is_taken_over_only_once_stale,

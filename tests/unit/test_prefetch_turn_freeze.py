@@ -6,6 +6,7 @@ and a build left claimed by a dead builder is taken over once stale. No Postgres
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,8 +19,8 @@ from services.prefetch.domain import TurnStart
 from services.prefetch.past_turns import PastTurns
 from services.prefetch.store import RunKey
 from services.prefetch.turn_context import TurnContextBuilder
+from tests.unit.fakes.events import RecordedEvents as FakeEvents
 from tests.unit.fakes.prefetch import DownstreamDown, FakePrefetchStore
-from tests.unit.fakes.reflector import FakeEvents
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -70,3 +71,23 @@ async def test_a_build_left_claimed_by_a_dead_builder_is_taken_over_once_stale()
     frozen = await store.frozen_context(RunKey("acme", "agent-1", "run-1"))
     assert frozen is not None and frozen.state == "built" and frozen.context == context.to_json()
     assert frozen.claim_time == clock.now()  # the taker's claim
+
+
+async def test_a_slow_builder_taken_over_as_stale_freezes_nothing_and_answers_the_frozen_context() -> None:
+    """Spec: prefetch_summary "once per turn", the context "frozen at turn start". A builder whose
+    claim was taken over was slow, not dead: when it finishes, its save does not land; it writes no
+    second summary, leaves the taker's context as frozen and answers with it."""
+    builder, store, down, events, clock = _builder()
+    slow = down.stalled = asyncio.Event()
+    first = asyncio.create_task(builder.build(_start()))
+    while not down.calls:  # the first builder is waiting on a slow service
+        await asyncio.sleep(0)
+    down.stalled = None
+    clock.advance(seconds=builder._claim_seconds() + 1)  # its claim now looks dead
+    taker = await builder.build(_start())
+    slow.set()
+    late = await first
+    assert _builds(events) == 1
+    frozen = await store.frozen_context(RunKey("acme", "agent-1", "run-1"))
+    assert frozen is not None and frozen.context == taker.to_json()
+    assert late.to_json() == taker.to_json()

@@ -17,7 +17,7 @@ import copy
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
@@ -132,25 +132,38 @@ class FakePrefetchStore:
     async def frozen_context(self, run: RunKey) -> FrozenContext | None:
         return copy.deepcopy(self.contexts.get(run))
 
-    async def take_over_context(self, run: RunKey, stale_before: datetime, now: datetime) -> bool:
+    async def take_over_context(self, run: RunKey, stale_before: datetime, now: datetime) -> datetime | None:
         frozen = self.contexts.get(run)
         if frozen is None or frozen.state != "building" or not frozen.claim_time < stale_before:
-            return False
-        self.contexts[run] = FrozenContext("building", None, now)
-        return True
+            return None
+        claim = max(now, frozen.claim_time + timedelta(microseconds=1))  # always a new claim
+        self.contexts[run] = FrozenContext("building", None, claim)
+        return claim
+
+    def _claimed_by(self, run: RunKey, claim: datetime) -> bool:
+        frozen = self.contexts.get(run)
+        return frozen is not None and frozen.state == "building" and frozen.claim_time == claim
 
     async def save_context(
-        self, run: RunKey, context: dict[str, Any], now: datetime, bookkeeping: Bookkeeping | None = None
-    ) -> None:
-        if run in self.contexts:  # the statement updates the claimed row only
-            self.contexts[run] = FrozenContext("built", copy.deepcopy(context), self.contexts[run].claim_time)
-            self.context_times[run] = now
+        self,
+        run: RunKey,
+        context: dict[str, Any],
+        now: datetime,
+        claim: datetime,
+        bookkeeping: Bookkeeping | None = None,
+    ) -> bool:
+        # The statement updates the row only while the caller's claim holds it, and writes the
+        # bookkeeping only with it; one that does not land leaves the batch held (open) as it was.
+        if not self._claimed_by(run, claim):
+            return False
+        self.contexts[run] = FrozenContext("built", copy.deepcopy(context), claim)
+        self.context_times[run] = now
         if bookkeeping is not None:
             await self.write_bookkeeping(bookkeeping)
+        return True
 
-    async def release_context(self, run: RunKey) -> None:
-        frozen = self.contexts.get(run)
-        if frozen is not None and frozen.state == "building":
+    async def release_context(self, run: RunKey, claim: datetime) -> None:
+        if self._claimed_by(run, claim):
             del self.contexts[run]
 
     async def prune_contexts(self, before: datetime, limit: int = 500) -> int:
@@ -195,12 +208,12 @@ class FakeClients:
 
 
 class _DownStub:
-    def __init__(self, service: str, calls: list[str]):
-        self._service, self._calls = service, calls
+    def __init__(self, service: str, down: DownstreamDown):
+        self._service, self._down = service, down
 
     def __getattr__(self, rpc: str) -> Any:
         async def call(request: Any, timeout: float | None = None, **_: Any) -> Any:
-            self._calls.append(f"{self._service}.{rpc}")
+            await self._down.answer(f"{self._service}.{rpc}")
             raise rpc_error(_Status(grpc.StatusCode.UNAVAILABLE, f"{self._service} is down"))
 
         return call
@@ -214,20 +227,28 @@ class DownstreamDown:
     def __init__(self, timeout: float = 5.0) -> None:
         self.calls: list[str] = []
         self.timeout = timeout
+        self.stalled: asyncio.Event | None = None
+        """While set to an event, a call made waits for it before answering (a slow service)."""
+
+    async def answer(self, call: str) -> None:
+        self.calls.append(call)
+        gate = self.stalled
+        if gate is not None:
+            await gate.wait()
 
     def __getattr__(self, service: str) -> Any:
         if service.startswith("_"):
             raise AttributeError(service)
-        return _DownStub(service, self.calls)
+        return _DownStub(service, self)
 
     async def can_search(self, *args: Any, **kwargs: Any) -> bool:
-        self.calls.append("knowledge.can_search")
+        await self.answer("knowledge.can_search")
         raise rpc_error(_Status(grpc.StatusCode.UNAVAILABLE, "knowledge is down"))
 
     async def search(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls.append("knowledge.search")
+        await self.answer("knowledge.search")
         raise rpc_error(_Status(grpc.StatusCode.UNAVAILABLE, "knowledge is down"))
 
     async def onboarding_pages(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls.append("knowledge.onboarding_pages")
+        await self.answer("knowledge.onboarding_pages")
         raise rpc_error(_Status(grpc.StatusCode.UNAVAILABLE, "knowledge is down"))
