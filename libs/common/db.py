@@ -33,6 +33,7 @@ __all__ = [
     "connect_pool",
     "migrate",
     "pending_migrations",
+    "refused_by_server",
     "unflushed",
 ]
 
@@ -384,3 +385,12 @@ class PooledStore:
         """One transaction on a pooled connection: every write made through it commits together."""
         async with self.pool.acquire() as conn, conn.transaction():
             yield conn
+
+
+def refused_by_server(err: BaseException) -> bool:
+    """PostgreSQL answered the statement with an error: it rolled back, nothing of it was written.
+    Not a lost connection, nor an operator's intervention (a terminated backend, a cancel), nor a
+    cancelled caller: those may come after the server committed, so their outcome is unknown."""
+    return isinstance(err, asyncpg.PostgresError) and not isinstance(
+        err, asyncpg.PostgresConnectionError | asyncpg.exceptions.OperatorInterventionError
+    )

@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 import asyncpg
 
-from libs.common.db import unflushed
+from libs.common.db import refused_by_server, unflushed
 from libs.common.events import Bookkeeping, held_events, write_bookkeeping
 
 __all__ = ["FrozenContext", "LedgerEntry", "PostgresPrefetchStore", "Reservation", "RunKey"]
@@ -134,15 +134,6 @@ class FrozenContext:
     state: Literal["building", "built"]
     context: dict[str, Any] | None
     claim_time: datetime
-
-
-def _refused(err: BaseException) -> bool:
-    """PostgreSQL answered the statement with an error: it rolled back, nothing of it was written.
-    Not a lost connection, nor an operator's intervention (a terminated backend, a cancel), nor a
-    cancelled caller: those may come after the server committed, so their outcome is unknown."""
-    return isinstance(err, asyncpg.PostgresError) and not isinstance(
-        err, asyncpg.PostgresConnectionError | asyncpg.exceptions.OperatorInterventionError
-    )
 
 
 class PostgresPrefetchStore:
@@ -291,7 +282,7 @@ class PostgresPrefetchStore:
             async with unflushed(self._pool) as conn:
                 landed = bool(await conn.fetchval(sql, *run, saved, now, claim, *args))
         except BaseException as err:
-            if _refused(err):
+            if refused_by_server(err):
                 bookkeeping.reopen()
                 _log.warning("turn context and its bookkeeping not written together (%s); writing them apart", err)
                 return await self._save_then_bookkeeping(run, saved, now, claim, bookkeeping)

@@ -20,7 +20,7 @@ from typing import Any, Unpack
 
 import asyncpg
 
-from libs.common.db import PooledStore
+from libs.common.db import PooledStore, refused_by_server
 from libs.common.events import Bookkeeping, current_bookkeeping, held_events, write_bookkeeping
 from libs.common.jobs import FINISHED, HELD_FOR_UPDATE, Job, NewJob, enqueue_args, enqueue_sql
 from services.reflector.domain import (
@@ -224,13 +224,15 @@ class PostgresReflectionStore(PooledStore):
         write alone would; whether the rows went in is unknown, so they are dropped: at most once."""
         try:
             return True, await self.pool.fetchrow(sql, *args)
-        except asyncpg.PostgresError as err:
+        except BaseException as err:
+            # A lost connection is a PostgresError too, but its outcome is unknown: refused only
+            # when the server answered the statement with an error.
+            if not refused_by_server(err):
+                batch.abandon()
+                raise
             batch.reopen()
             _log.warning("a reflection write and its bookkeeping not written together (%s); writing them apart", err)
             return False, None
-        except BaseException:
-            batch.abandon()
-            raise
 
     async def _move(
         self, conn: asyncpg.Connection, target: ReflectionState, sql: str, key: TurnKey, *params: Any
