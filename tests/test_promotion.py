@@ -303,3 +303,49 @@ def test_the_title_is_the_same_for_the_same_tool_set_and_clusters_count_seats():
     assert draft_title(run("a", RUN, "1")) != draft_title(run("a", OTHER, "1"))
     clusters = cluster_runs([run("a", RUN, "1"), run("a", RUN, "2"), run("b", NEAR, "3"), run("c", OTHER, "4")], 0.6)
     assert [(c.size, c.distinct_agents) for c in clusters] == [(3, 2), (1, 1)]
+
+
+async def test_a_draft_whose_source_run_was_erased_during_its_model_call_is_not_written(
+    make_settings, dsn, clock, scripted_openai
+):
+    """The distillation is held; meanwhile the episodes owner erases the runs one asker's messages
+    began (her erasure's episodes step). The page, answered after, is not written, nor its provenance
+    record: the pass re-reads the cluster's runs first; it used to file her run ids and handle."""
+    import asyncio
+    import threading
+    import uuid
+
+    from agentlearn.common.v1 import erasure_pb2 as er
+    from tests.support.scripted_openai import Reply
+
+    hold = threading.Event()
+    page = json.dumps({"summary": "How we rotate keys.", "body": "## Steps\n\n1. Read the secret.\n2. Deploy."})
+    scripted_openai.chat_handler = lambda body: page
+    scripted_openai.rule("chat", lambda body: Reply(hold=hold, body=None))
+    providers = {
+        "embeddings": {"kind": "none"},
+        "llm": {"scripted": openai_provider(scripted_openai, "m")},
+        "auxiliary_chain": ["scripted"],
+    }
+    async with open_app(settings(make_settings, providers=providers), dsn, names=NAMES, clock=clock) as app:
+        env = Env(app, clock)
+        await converge(env)
+        task = asyncio.create_task(env.promote())
+        try:
+            async with asyncio.timeout(30):
+                while not scripted_openai.held:
+                    await asyncio.sleep(0.02)
+            target = er.ErasureTarget(
+                erasure_id=str(uuid.uuid4()),
+                company="acme",
+                kind=er.ERASURE_KIND_SUBJECT,
+                subject=er.ErasureSubject(handle="lead-of-ana"),
+            )
+            erased = await env.episodes.EraseRows(epb.EraseRowsRequest(target=target))
+            assert sum(t.count for t in erased.report.tables if t.table == "episodes") == 2
+        finally:
+            hold.set()
+        report = await task
+        assert (report.promoted, report.sources_gone) == (0, 1), report
+        assert await app.infra.pool.fetchval("SELECT count(*) FROM knowledge_pages WHERE body LIKE '%rotate%'") == 0
+        assert await env.events("skill_promoted") == []

@@ -645,3 +645,48 @@ async def test_mark_used_revives_a_stale_skill(skills, clock):
     assert (await stub.GetSkill(pb.GetSkillRequest(company="acme", seat="ana", skill_id=s.id))).skill.state == (
         pb.SKILL_STATE_ACTIVE
     )
+
+
+async def test_concurrent_retries_of_one_proposal_are_told_it_is_already_proposed(skills, dsn):
+    """Two retries of one ProposeSkill (the same request id) both pass the look-up before the seat's
+    lock (held here by the test until both wait on it). The second under the lock finds the first's
+    proposal by its request id: ALREADY_PROPOSED, the same proposal — it used to be matched against
+    its own proposal and told DUPLICATE_PROPOSAL."""
+    import asyncpg
+
+    from services.skills.store import _LOCK_NAMESPACE
+
+    _, stub = skills
+    request = pb.ProposeSkillRequest(
+        company="acme",
+        seat="ana",
+        name="open-pr",
+        summary="Open a pull request for a ticket.",
+        body="# open-pr\n\n1. Read the ticket.\n2. Open the PR.\n",
+        tool_sequence=["jira_get_issue", "github_create_pr"],
+        origin=pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
+        request_id="retry-7",
+    )
+    blocker = await asyncpg.connect(dsn)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("SELECT pg_advisory_xact_lock($1, hashtext('acme/ana'))", _LOCK_NAMESPACE)
+
+        async def propose() -> pb.ProposeSkillResponse:
+            return await stub.ProposeSkill(request)
+
+        calls = [asyncio.create_task(propose()) for _ in range(2)]
+        async with asyncio.timeout(30):  # both past the first look-up, waiting for the seat
+            while (
+                await blocker.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") < 2
+            ):
+                await asyncio.sleep(0.02)
+        await tx.commit()
+        answers = await asyncio.gather(*calls)
+    finally:
+        await blocker.close()
+    dispositions = sorted(a.disposition for a in answers)
+    assert dispositions == sorted([pb.PROPOSAL_DISPOSITION_CREATED, pb.PROPOSAL_DISPOSITION_ALREADY_PROPOSED])
+    assert answers[0].proposal.id == answers[1].proposal.id
+    assert not any(a.HasField("match") for a in answers)

@@ -479,3 +479,57 @@ async def test_a_members_ask_and_account_reach_the_prompt_whole_or_named_by_size
         assert f"asked: [ask of {len(huge_ask.encode())} bytes not shown]" in prompt
         assert "what it did: handled x2" in prompt  # the short account still shown whole
         assert "[cut]" not in prompt and "Traceback" not in prompt
+
+
+async def test_a_draft_whose_source_turns_an_erasure_took_during_its_model_call_is_not_written(
+    make_settings, dsn, clock, scripted_openai, local_embedder, edge_index
+):
+    """The model call is held; meanwhile an erasure of the person every member answered runs to
+    SUCCEEDED (verified): her episodes are gone. The draft, answered after, is not written — the
+    pass re-reads its members before CreateSkill; it used to write her run ids and handle into a
+    skill after the receipt."""
+    import asyncio
+    import threading
+
+    import asyncpg
+
+    from agentlearn.common.v1 import erasure_pb2 as er
+    from agentlearn.privacy.v1 import privacy_service_pb2 as pv
+    from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
+
+    names = ["diary", "episodes", "skills", "profiles", "reflector", "knowledge", "prefetch", "sessions"]
+    names += ["telemetry", "privacy"]
+    settings = make_settings(
+        providers={
+            "llm": {"scripted": openai_provider(scripted_openai, "scripted-chat")},
+            "auxiliary_chain": ["scripted"],
+        },
+    )
+    hold = threading.Event()
+    scripted_openai.chat_handler = draft_from_prompt
+    scripted_openai.rule("chat", lambda body: Reply(hold=hold, body=None))
+    async with open_app(settings, dsn, names=names, clock=clock, embedder=local_embedder, index=edge_index) as app:
+        estub = epb_grpc.EpisodeServiceStub(app.channel)
+        for turn_id, tools in X.items():
+            await record(estub, clock, turn_id, tools)
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("UPDATE episodes SET subjects = ARRAY['carla']")  # she asked every one
+            task = asyncio.create_task(app.passes()["skill-synthesis"].run())
+            async with asyncio.timeout(30):
+                while not scripted_openai.held:
+                    await asyncio.sleep(0.02)
+            privacy = pv_grpc.PrivacyServiceStub(app.channel)
+            subject = er.ErasureSubject(handle="carla")
+            resp = await privacy.EraseSubject(pv.EraseSubjectRequest(company="acme", subject=subject))
+            await app.components["privacy"].service.worker.drain()
+            got = (await privacy.GetErasure(pv.GetErasureRequest(company="acme", erasure_id=resp.erasure.id))).erasure
+            assert got.state == pv.ERASURE_STATE_SUCCEEDED and got.verified, got.reason
+            assert await conn.fetchval("SELECT count(*) FROM episodes") == 0
+            hold.set()
+            report = await task
+            assert (report.drafted, report.sources_gone) == (0, 1)
+            assert await conn.fetchval("SELECT count(*) FROM synthesized_skills") == 0
+        finally:
+            hold.set()
+            await conn.close()

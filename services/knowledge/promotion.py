@@ -386,6 +386,19 @@ class PromotionReport(SeatPassReport):
     it) and that did not converge again since: quiet, no model call."""
     dropped: int = 0
     write_failures: int = 0
+    sources_gone: int = 0
+    """Drafts not written because a source run was gone (erased) by the time the model answered."""
+
+
+async def _sources_gone(episodes: EpisodeReader, company: str, cluster: RunCluster) -> bool:
+    """Whether any of ``cluster``'s runs is no longer its seat's (``EpisodeReader.missing``)."""
+    by_seat: dict[str, list[str]] = {}
+    for m in cluster.members:
+        by_seat.setdefault(m.seat, []).append(m.turn.turn_id)
+    for seat, turn_ids in sorted(by_seat.items()):
+        if await episodes.missing(company, seat, turn_ids):
+            return True
+    return False
 
 
 async def promote(
@@ -426,7 +439,9 @@ async def promote(
         for (company, unit), runs in sorted(units.items()):
             report.units += 1
             try:
-                await _one_unit(settings, writer, distiller, events, company, unit, runs, report, provenance, clock)
+                await _one_unit(
+                    settings, episodes, writer, distiller, events, company, unit, runs, report, provenance, clock
+                )
             except Exception as err:  # one unit's fault must not cost the others their promotion
                 _log.exception("promotion for unit %s of %s failed; next unit", unit, company)
                 report.fail(f"unit:{type(err).__name__}")
@@ -438,6 +453,7 @@ async def promote(
 
 async def _one_unit(
     settings: Settings,
+    episodes: EpisodeReader,
     writer: PromotionWriter,
     distiller: Distiller,
     events: EventSink,
@@ -510,6 +526,13 @@ async def _one_unit(
             else:
                 report.fail(outcome)
             _log.info("promotion: unit %s of %s: nothing drafted (%s)", unit, company, outcome)
+            return
+        # Its source runs read again after the model call: an erasure of the people they answered
+        # may have taken them meanwhile, and a draft (and its provenance record) written now would
+        # carry their run ids and handles after the erasure was verified. Any gone: nothing written.
+        if await _sources_gone(episodes, company, cluster):
+            report.sources_gone += 1
+            _log.info("promotion: unit %s of %s: a source run of %r is gone since it was drafted", unit, company, title)
             return
         summary, body = page
         draft = PromotionDraft(

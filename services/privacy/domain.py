@@ -16,8 +16,10 @@ __all__ = [
     "ERASE_ORDER",
     "JOB_KIND",
     "MAX_ROUNDS",
+    "ClaimLost",
     "Erasure",
     "ErasureState",
+    "Holder",
     "report_key",
     "subject_digest",
 ]
@@ -39,6 +41,23 @@ MAX_ROUNDS = ERASE_ROUNDS
 """Erase rounds of one erasure: a verification that finds rows written after the erase step (a
 reflection of the person that was running when it started) erases again, at most this many times
 in all; what a last round still finds is reported (FAILED, the residues named)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The claim an erasure runs under: its job's id, the holder, the claim's attempt (the fence of
+    ``libs.common.jobs``). Every write of a run is made only while this claim is held, in the same
+    statement that checks it: a holder whose lease lapsed and whose erasure another holder finished
+    writes nothing (it used to write the person's identifiers back into a SUCCEEDED audit row)."""
+
+    job_id: int
+    worker: str
+    attempts: int
+
+
+class ClaimLost(Exception):
+    """The run's claim is no longer held (its lease lapsed; another holder has the erasure): the
+    run stops, its new holder's outcome stands."""
 
 
 def report_key(owner: str, round_: int) -> str:

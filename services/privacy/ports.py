@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from libs.common.erasure import Report, Target
 from libs.common.jobs import ClaimQueue, EnqueueQueue, SettleQueue
-from services.privacy.domain import Erasure
+from services.privacy.domain import Erasure, Holder
 
 __all__ = ["ErasureQueue", "ErasureStore", "Owners", "Tx"]
 
@@ -67,15 +67,18 @@ class ErasureStore(Protocol):
         """QUEUED becomes RUNNING (any other state stays)."""
         ...
 
-    async def set_collected(self, erasure_id: uuid.UUID, target: Target) -> None: ...
+    # The run's writes, each made only while ``holder``'s claim is held and the erasure unfinished;
+    # each raises ``domain.ClaimLost`` when not (the run stops: its new holder's outcome stands).
 
-    async def next_round(self, erasure_id: uuid.UUID, target: Target, round_: int) -> None:
+    async def set_collected(self, holder: Holder, erasure_id: uuid.UUID, target: Target) -> None: ...
+
+    async def next_round(self, holder: Holder, erasure_id: uuid.UUID, target: Target, round_: int) -> None:
         """The erasure goes on to ``round_`` with ``target`` (a round already recorded is kept)."""
         ...
 
-    async def set_pending_checks(self, erasure_id: uuid.UUID, checks: list[str]) -> None: ...
+    async def set_pending_checks(self, holder: Holder, erasure_id: uuid.UUID, checks: list[str]) -> None: ...
 
-    async def put_report(self, erasure_id: uuid.UUID, owner: str, report: Report) -> None:
+    async def put_report(self, holder: Holder, erasure_id: uuid.UUID, owner: str, report: Report) -> None:
         """The report of ``owner`` (a report key: ``domain.report_key``), replacing one recorded."""
         ...
 

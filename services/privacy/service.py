@@ -46,6 +46,7 @@ from services.privacy.domain import (
     MAX_ROUNDS,
     Erasure,
     ErasureState,
+    Holder,
     report_key,
     subject_digest,
 )
@@ -202,9 +203,10 @@ class PrivacyService:
 
     # ------------------------------------------------------------------ running one
 
-    async def run(self, erasure: Erasure) -> Erasure:
+    async def run(self, erasure: Erasure, holder: Holder) -> Erasure:
         """Carry the erasure to its end from wherever it stopped (see the module docstring).
-        An owner's failure propagates (the worker retries the job later)."""
+        An owner's failure propagates (the worker retries the job later). Every write is fenced by
+        ``holder``'s claim: ``ClaimLost`` when another holder took the erasure."""
         if erasure.state.finished or erasure.target is None:
             return erasure
         await self.store.mark_running(erasure.id)
@@ -212,9 +214,9 @@ class PrivacyService:
         if target.kind is Kind.SUBJECT and not erasure.collected:
             found = [await self.owners.find(owner, target) for owner in COLLECTORS]
             target = _widened(target, found)
-            await self.store.set_collected(erasure.id, target)
+            await self.store.set_collected(holder, erasure.id, target)
         while True:
-            target = await self._erase_round(erasure, target)
+            target = await self._erase_round(erasure, target, holder)
             verification = await self._verify(target)
             residues = {o: r for o, r in verification.items() if _rows_left(r)}
             if not residues or erasure.round >= MAX_ROUNDS:
@@ -224,7 +226,7 @@ class PrivacyService:
             target = _widened(target, residues.values())
             erasure.round += 1
             _log.info("erasure %s found %s after its erase step; round %d", erasure.id, sorted(residues), erasure.round)
-            await self.store.next_round(erasure.id, target, erasure.round)
+            await self.store.next_round(holder, erasure.id, target, erasure.round)
         pending = sum(r.index_points_pending for r in erasure.reports.values())
         in_index = sum(
             t.count for r in verification.values() for name, t in r.tables.items() if name.startswith(INDEX_PREFIX)
@@ -251,12 +253,12 @@ class PrivacyService:
         elif checks:
             reason = "verification pending: " + ", ".join(checks) + " could not be searched (the index was down)"
         erasure.pending_checks = checks
-        await self.store.set_pending_checks(erasure.id, checks)
+        await self.store.set_pending_checks(holder, erasure.id, checks)
         erasure.state = ErasureState.SUCCEEDED if verified else ErasureState.FAILED
         erasure.residues, erasure.verified, erasure.reason = residues, verified, reason
         return erasure
 
-    async def _erase_round(self, erasure: Erasure, target: Target) -> Target:
+    async def _erase_round(self, erasure: Erasure, target: Target, holder: Holder) -> Target:
         """Ask every owner (in ``ERASE_ORDER``) to erase, under the round's id; the target as the
         knowledge owner was asked (with the pages the sessions owner named)."""
         asked = dataclasses.replace(target, erasure_id=round_id(erasure.id, erasure.round))
@@ -273,7 +275,7 @@ class PrivacyService:
                     pages |= report.page_ids
                 asked = dataclasses.replace(asked, page_ids=tuple(sorted(pages)))
             report = await self.owners.erase(owner, asked)
-            await self.store.put_report(erasure.id, key, report)
+            await self.store.put_report(holder, erasure.id, key, report)
             erasure.reports[key] = report
         return dataclasses.replace(asked, erasure_id=erasure.id)
 

@@ -13,8 +13,9 @@ import asyncpg
 
 from libs.common.db import PooledStore
 from libs.common.erasure import Kind, Report, Target
+from libs.common.jobs import HELD_FOR_UPDATE
 from libs.common.rows import RowReader
-from services.privacy.domain import Erasure, ErasureState
+from services.privacy.domain import ClaimLost, Erasure, ErasureState, Holder
 
 __all__ = ["PostgresErasureStore", "target_from_json", "target_to_json"]
 
@@ -22,6 +23,18 @@ _COLUMNS = (
     "id, company, kind, seat, subject_digest, requested_by, state, target, collected, reports, residues, verified,"
     " reason, create_time, finish_time, round, pending_checks"
 )
+
+
+def _held(changes: str) -> str:
+    """An UPDATE of the erasure ($4) making ``changes`` only while the claim ($1–$3) is held and the
+    erasure unfinished; it returns the erasure's id when it did."""
+    return f"""
+        WITH held AS ({HELD_FOR_UPDATE})
+        UPDATE erasures SET {changes}
+        WHERE id = $4 AND state IN ('queued', 'running') AND EXISTS (SELECT 1 FROM held)
+        RETURNING id"""
+
+
 SQL = {
     "insert": """
         INSERT INTO erasures (id, company, kind, seat, subject_digest, request_id, requested_by, state, target,
@@ -38,10 +51,14 @@ SQL = {
           AND ($5::text IS NULL OR seat = $5)
         ORDER BY create_time DESC, id DESC LIMIT $4""",
     "running": "UPDATE erasures SET state = 'running' WHERE id = $1 AND state = 'queued'",
-    "collected": "UPDATE erasures SET target = $2::jsonb, collected = true WHERE id = $1",
-    "next_round": "UPDATE erasures SET target = $2::jsonb, round = $3 WHERE id = $1 AND round < $3",
-    "pending": "UPDATE erasures SET pending_checks = $2 WHERE id = $1",
-    "report": "UPDATE erasures SET reports = reports || jsonb_build_object($2::text, $3::jsonb) WHERE id = $1",
+    # A run's writes ($1–$3 its claim, as ``libs.common.jobs``' fenced transitions; $4 the erasure):
+    # made only while the claim is held (locked for the statement, as the finish locks it) and the
+    # erasure is not finished. Each answers the erasure's id when it was written ("held"), so that
+    # a write a guard of its own skipped (``next_round``'s) still tells the claim was held.
+    "collected": _held("target = $5::jsonb, collected = true"),
+    "next_round": _held("target = CASE WHEN round < $6 THEN $5::jsonb ELSE target END, round = greatest(round, $6)"),
+    "pending": _held("pending_checks = $5"),
+    "report": _held("reports = reports || jsonb_build_object($5::text, $6::jsonb)"),
     "finish": """
         UPDATE erasures SET state = $2, residues = $3::jsonb, verified = $4, reason = $5, finish_time = $6,
                             target = NULL
@@ -125,18 +142,23 @@ class PostgresErasureStore(PooledStore):
     async def mark_running(self, erasure_id: uuid.UUID) -> None:
         await self.pool.execute(SQL["running"], erasure_id)
 
-    async def set_collected(self, erasure_id: uuid.UUID, target: Target) -> None:
-        await self.pool.execute(SQL["collected"], erasure_id, target_to_json(target))
+    async def _held(self, sql: str, holder: Holder, erasure_id: uuid.UUID, *args: Any) -> None:
+        written = await self.pool.fetchval(sql, holder.job_id, holder.worker, holder.attempts, erasure_id, *args)
+        if written is None:
+            raise ClaimLost(f"erasure {erasure_id}: the claim of {holder.worker} is no longer held")
 
-    async def next_round(self, erasure_id: uuid.UUID, target: Target, round_: int) -> None:
+    async def set_collected(self, holder: Holder, erasure_id: uuid.UUID, target: Target) -> None:
+        await self._held(SQL["collected"], holder, erasure_id, target_to_json(target))
+
+    async def next_round(self, holder: Holder, erasure_id: uuid.UUID, target: Target, round_: int) -> None:
         """Record that the erasure goes on to ``round_`` with ``target`` (the run ids found since)."""
-        await self.pool.execute(SQL["next_round"], erasure_id, target_to_json(target), round_)
+        await self._held(SQL["next_round"], holder, erasure_id, target_to_json(target), round_)
 
-    async def set_pending_checks(self, erasure_id: uuid.UUID, checks: list[str]) -> None:
-        await self.pool.execute(SQL["pending"], erasure_id, checks)
+    async def set_pending_checks(self, holder: Holder, erasure_id: uuid.UUID, checks: list[str]) -> None:
+        await self._held(SQL["pending"], holder, erasure_id, checks)
 
-    async def put_report(self, erasure_id: uuid.UUID, owner: str, report: Report) -> None:
-        await self.pool.execute(SQL["report"], erasure_id, owner, report.to_json())
+    async def put_report(self, holder: Holder, erasure_id: uuid.UUID, owner: str, report: Report) -> None:
+        await self._held(SQL["report"], holder, erasure_id, owner, report.to_json())
 
     async def set_reason(self, conn: asyncpg.Connection, erasure_id: uuid.UUID, reason: str) -> None:
         await conn.execute(SQL["reason"], erasure_id, reason)

@@ -23,7 +23,7 @@ from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.events import EventSink
 from libs.common.jobs import ClaimingWorker, Job, listen, serve
-from services.privacy.domain import JOB_KIND, Erasure, ErasureState
+from services.privacy.domain import JOB_KIND, ClaimLost, Erasure, ErasureState, Holder
 from services.privacy.ports import ErasureQueue
 from services.privacy.service import PrivacyService, emit_erasure_event
 
@@ -65,9 +65,14 @@ class ErasureWorker(ClaimingWorker):
                 await self.queue.finish(conn, job, self.worker_id, self.clock.now())
             return erasure.state if erasure else None
         try:
-            erasure = await self.service.run(erasure)
+            erasure = await self.service.run(erasure, Holder(job.id, self.worker_id, job.attempts))
         except asyncio.CancelledError:
             raise
+        except ClaimLost:
+            # Its lease lapsed and another holder has it (or has finished it): nothing more is
+            # written by this one, and that holder's outcome stands.
+            _log.warning("erasure %s: claim lost to another holder; stopping", erasure.id)
+            return None
         except grpc.aio.AioRpcError as err:
             return await self._again(job, erasure, f"an owner failed: {err.code().name}: {err.details()}"[:500])
         except Exception as exc:  # the store or a bug: retried, then reported

@@ -201,7 +201,17 @@ class Harness:
         # The take: RUNNING and one more attempt, in one statement that also reads the record as it
         # was (its outcomes so far, its attempts). A finished record is not taken.
         record, taken = await self._store.take(*turn.key)
-        if record is not None and not taken:
+        if record is None:
+            # No record: an erasure took the turn (it deletes the record and closes the job, taking
+            # this claim) after this worker claimed it. Nothing runs: a pass now would write her
+            # note, episode and profile back after the erasure succeeded. (Every queued turn has
+            # its record, inserted with the job in one statement.) The finish is a no-op when the
+            # claim is gone, as the erasure leaves it.
+            async with self._store.transaction() as conn:
+                await self._queue.finish(conn, job, self._worker_id, now)
+            _log.info("turn %s was erased before its pass; nothing reflected", turn.turn_id)
+            return ReflectionState.ERASED
+        if not taken:
             # Gate 5: reflected already (a redelivery): never a second pass; the queue row follows
             # the record's final state.
             async with self._store.transaction() as conn:
@@ -220,12 +230,12 @@ class Harness:
         if gate is not None:
             await self._finish(job, turn, ReflectionState.GATED, gate, [])
             return ReflectionState.GATED
-        recorded = list(record.workers) if record else []
+        recorded = list(record.workers)
         known = {w.worker: w for w in recorded}
         # A worker with a final outcome recorded is not run again (its write is in); the others run,
         # side by side.
         to_run = [w for w in self._workers if w.name not in known or known[w.name].retryable]
-        first_pass = record is None or record.attempts == 0  # no pass of this turn started before
+        first_pass = record.attempts == 0  # no pass of this turn started before
         fresh = await self._run_workers(turn, to_run, first_pass, known)
         outcomes = [fresh.get(w.name) or known[w.name] for w in self._workers]
         # The record's whole list: what it held, each worker's new outcome in its place.

@@ -6,6 +6,7 @@ EpisodeService`` and stamps the ones a skill was drafted from. Every call carrie
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
@@ -35,6 +36,12 @@ class EpisodeReader(Protocol):
 
     async def mark_consolidated(self, company: str, seat: str, turn_ids: Sequence[str], skill_id: str) -> int:
         """Stamp the source turns of a drafted skill; returns how many rows were stamped."""
+        ...
+
+    async def missing(self, company: str, seat: str, turn_ids: Sequence[str]) -> list[str]:
+        """The ones of ``turn_ids`` the seat no longer has (an erasure took them, or the lifecycle):
+        a pass re-reads its sources with it after its model call, before it writes what it drafted
+        from them."""
         ...
 
 
@@ -115,3 +122,20 @@ class GrpcEpisodeReader:
             )
             marked += resp.marked_count
         return marked
+
+    async def missing(self, company: str, seat: str, turn_ids: Sequence[str]) -> list[str]:
+        # GetEpisode by run id also finds a run folded into a compacted row (still there).
+        async def gone(turn_id: str) -> bool:
+            try:
+                await self._stub().GetEpisode(
+                    epb.GetEpisodeRequest(company=company, seat=seat, turn_id=turn_id), timeout=self._deadline
+                )
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.NOT_FOUND:
+                    return True
+                raise
+            return False
+
+        ids = list(dict.fromkeys(turn_ids))
+        found = await asyncio.gather(*(gone(t) for t in ids))
+        return [t for t, g in zip(ids, found, strict=True) if g]

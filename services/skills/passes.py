@@ -95,6 +95,8 @@ class SynthesisReport(SeatPassReport):
     catalogue_full: int = 0
     seats_without_model: int = 0
     """Seats whose role's auxiliary chain names no provider: nothing drafted, nothing charged."""
+    sources_gone: int = 0
+    """Drafts dropped because a source turn was gone (erased) by the time the model answered."""
     restamped: int = 0
     """Turns stamped with the clustered skill drafted from them on an earlier pass whose own stamp
     failed (counted as the episodes service stamped them)."""
@@ -192,6 +194,20 @@ async def _one_seat(
             return
         turn_ids = [m.turn_id for m in cluster.members]
         subjects = sorted({s for m in cluster.members for s in m.subjects})
+        # Its sources read again after the model call (seconds, or minutes): an erasure of the people
+        # they answered may have taken them meanwhile, and a skill written now would carry her turns
+        # and handles after the erasure was verified. Any gone: nothing is written this pass.
+        gone = await episodes.missing(company, seat, turn_ids)
+        if gone:
+            report.sources_gone += 1
+            _log.info(
+                "%s/%s: %d source turns of draft %r gone since it was drafted; dropped",
+                company,
+                seat,
+                len(gone),
+                draft.name,
+            )
+            return
         try:
             skill = await service.create(
                 company,

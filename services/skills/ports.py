@@ -142,7 +142,12 @@ class SkillStore(Protocol):
 class ProposalStore(Protocol):
     """The seats' skill proposals."""
 
-    async def by_request(self, company: str, seat: str, request_id: str) -> SkillProposal | None: ...
+    async def by_request(
+        self, company: str, seat: str, request_id: str, conn: Tx | None = None
+    ) -> SkillProposal | None:
+        """The seat's proposal filed under ``request_id``; read in ``conn`` (the seat's transaction)
+        when given."""
+        ...
 
     async def get(self, company: str, seat: str, proposal_id: uuid.UUID) -> SkillProposal | None: ...
 

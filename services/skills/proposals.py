@@ -199,6 +199,13 @@ class ProposalService:
         async with self.skills.store.seat(company, seat) as tx:
             learned = await tx.all_skills()
             live = [s for s in learned if s.state is not SkillState.ARCHIVED]
+            if rid is not None:
+                # Again under the seat's lock: a concurrent retry of this request may have filed it
+                # since the look-up above, and ``_match`` would then find it and answer this retry
+                # its own proposal as a duplicate.
+                earlier = await self.store.by_request(company, seat, rid, tx.conn)
+                if earlier is not None:
+                    return ProposalResult(ProposalDisposition.ALREADY_PROPOSED, earlier, None, ())
             current = await self.store.comparable(company, seat, tx.conn)
             match = self._match(name, body, tools, live, current, sims)
             holder = next((s for s in learned if s.name == name), None)

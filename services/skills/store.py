@@ -549,8 +549,10 @@ class PostgresProposalStore:
     def __init__(self, pool: asyncpg.Pool):
         self.pool = pool
 
-    async def by_request(self, company: str, seat: str, request_id: str) -> SkillProposal | None:
-        row = await self.pool.fetchrow(PROPOSAL_SQL["by_request"], company, seat, request_id)
+    async def by_request(
+        self, company: str, seat: str, request_id: str, conn: asyncpg.Connection | None = None
+    ) -> SkillProposal | None:
+        row = await (conn or self.pool).fetchrow(PROPOSAL_SQL["by_request"], company, seat, request_id)
         return _proposal(row) if row else None
 
     async def get(self, company: str, seat: str, proposal_id: uuid.UUID) -> SkillProposal | None:

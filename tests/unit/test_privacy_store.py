@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from libs.common.erasure import Kind, Report, Target
-from services.privacy.domain import Erasure, ErasureState
+from services.privacy.domain import ClaimLost, Erasure, ErasureState, Holder
 from services.privacy.ports import ErasureStore
 from tests.unit.fakes.privacy import FakeErasureDb
 
@@ -32,6 +33,28 @@ async def _insert(store: ErasureStore, request_id: str | None = None, at: dateti
         return await store.insert(tx, erasure, target, request_id)
 
 
+def _queue(store: ErasureStore) -> Any:
+    """The job queue beside ``store``: the real one on its pool, or the fake's."""
+    pool = getattr(store, "pool", None)
+    if pool is not None:
+        from libs.common.jobs import JobQueue
+
+        return JobQueue(pool)
+    return store._db.queue  # type: ignore[attr-defined]
+
+
+async def _claim(store: ErasureStore, eid: uuid.UUID, worker: str = "holder-a", at: datetime = T0) -> Holder:
+    """The erasure's job queued and claimed by ``worker`` (a kind of its own: no other check's job
+    is taken); its claim as the run holds it."""
+    queue, kind = _queue(store), f"erasure-check-{eid}"
+    async with store.transaction() as tx:
+        job = dict(kind=kind, key=str(eid), company="acme", seat="", payload=b"{}", trace_carrier={}, now=at)
+        await queue.enqueue(tx, **job)
+    claimed = await queue.claim(kind, worker, at, 60)
+    assert claimed is not None
+    return Holder(claimed.id, worker, claimed.attempts)
+
+
 async def check_a_request_id_names_one_erasure(store: ErasureStore) -> None:
     first = await _insert(store, "req-1")
     assert first is not None and await _insert(store, "req-1") is None
@@ -45,20 +68,21 @@ async def check_a_request_id_names_one_erasure(store: ErasureStore) -> None:
 async def check_the_steps_are_recorded_as_they_say(store: ErasureStore) -> None:
     eid = await _insert(store)
     assert eid is not None
+    holder = await _claim(store, eid)
     await store.mark_running(eid)
     row = await store.get(eid)
     assert row is not None and row.state is ErasureState.RUNNING and not row.collected
     assert row.target is not None
     collected = Target(eid, "acme", Kind.SUBJECT, handle="bob", platform="slack", turn_ids=("r1",))
-    await store.set_collected(eid, collected)
-    await store.next_round(eid, collected, 2)
-    await store.next_round(eid, Target(eid, "acme", Kind.SUBJECT, handle="x"), 2)  # not forward: kept
+    await store.set_collected(holder, eid, collected)
+    await store.next_round(holder, eid, collected, 2)
+    await store.next_round(holder, eid, Target(eid, "acme", Kind.SUBJECT, handle="x"), 2)  # not forward: kept
     report = Report("diary")
     report.add("agent_diary", ["n1"])
-    await store.put_report(eid, "diary", report)
+    await store.put_report(holder, eid, "diary", report)
     report.add("agent_diary", ["n2"])
-    await store.put_report(eid, "diary", report)  # a repeat replaces
-    await store.set_pending_checks(eid, ["episodes"])
+    await store.put_report(holder, eid, "diary", report)  # a repeat replaces
+    await store.set_pending_checks(holder, eid, ["episodes"])
     row = await store.get(eid)
     assert row is not None and row.collected and row.round == 2
     assert row.target is not None and (row.target.handle, row.target.turn_ids) == ("bob", ("r1",))
@@ -83,6 +107,44 @@ async def check_the_steps_are_recorded_as_they_say(store: ErasureStore) -> None:
     assert (await store.get(eid)).state is ErasureState.FAILED  # type: ignore[union-attr]
 
 
+async def check_a_run_writes_only_while_its_claim_is_held(store: ErasureStore) -> None:
+    """A holder whose lease lapsed, its erasure taken again and finished by another: none of its
+    writes lands (it used to write the person's identifiers back into the SUCCEEDED audit row)."""
+    eid = await _insert(store)
+    assert eid is not None
+    stale = await _claim(store, eid, "holder-a")
+    queue = _queue(store)
+    later = T0 + timedelta(minutes=5)  # past the stale claim's lease: taken again
+    again = await queue.claim(f"erasure-check-{eid}", "holder-b", later, 60)
+    assert again is not None
+    holder = Holder(again.id, "holder-b", again.attempts)
+    await store.mark_running(eid)
+    target = Target(eid, "acme", Kind.SUBJECT, handle="bob", platform="slack", turn_ids=("r1",))
+    with pytest.raises(ClaimLost):
+        await store.set_collected(stale, eid, target)
+    await store.set_collected(holder, eid, target)  # the holder writes
+    row = await store.get(eid)
+    assert row is not None
+    async with store.transaction() as tx:
+        assert await queue.finish(tx, again, "holder-b", later)
+        await store.finish(tx, dataclasses.replace(row, state=ErasureState.SUCCEEDED, verified=True), later)
+    report = Report("diary")
+    report.add("agent_diary", ["n1"])
+    writes = [
+        store.set_collected(stale, eid, target),
+        store.next_round(stale, eid, target, 2),
+        store.set_pending_checks(stale, eid, ["episodes"]),
+        store.put_report(stale, eid, "late", report),
+        store.set_collected(holder, eid, target),  # its own claim, finished: no more writes either
+    ]
+    for write in writes:
+        with pytest.raises(ClaimLost):
+            await write
+    row = await store.get(eid)
+    assert row is not None and row.state is ErasureState.SUCCEEDED and row.target is None
+    assert row.round <= 1 and "late" not in row.reports and row.pending_checks == []
+
+
 async def check_a_transaction_that_raises_leaves_nothing(store: ErasureStore) -> None:
     erasure, target = _erasure()
     with pytest.raises(RuntimeError):
@@ -103,6 +165,7 @@ async def check_the_audit_pages_newest_first(store: ErasureStore) -> None:
 CHECKS = [
     check_a_request_id_names_one_erasure,
     check_the_steps_are_recorded_as_they_say,
+    check_a_run_writes_only_while_its_claim_is_held,
     check_a_transaction_that_raises_leaves_nothing,
     check_the_audit_pages_newest_first,
 ]

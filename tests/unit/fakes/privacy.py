@@ -25,7 +25,8 @@ import grpc
 
 from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Report, Target
 from libs.common.grpcserver import _Status, rpc_error
-from services.privacy.domain import Erasure, ErasureState
+from libs.common.jobs import JobState
+from services.privacy.domain import ClaimLost, Erasure, ErasureState, Holder
 from tests.unit.fakes.jobs import FakeDb
 
 
@@ -101,21 +102,30 @@ class FakeErasureStore:
         if row.state is ErasureState.QUEUED:
             row.state = ErasureState.RUNNING
 
-    async def set_collected(self, erasure_id: uuid.UUID, target: Target) -> None:
+    def _held(self, holder: Holder, erasure_id: uuid.UUID) -> Erasure:
+        """The row, when ``holder``'s claim is held and the erasure unfinished (the SQL's fence)."""
+        j = self._db.queue.jobs.get(holder.job_id)
         row = self._row(erasure_id)
+        held = j is not None and j.state == JobState.RUNNING and j.locked_by == holder.worker
+        if not held or j is None or j.job.attempts != holder.attempts or row.state.finished:
+            raise ClaimLost(f"erasure {erasure_id}: the claim of {holder.worker} is no longer held")
+        return row
+
+    async def set_collected(self, holder: Holder, erasure_id: uuid.UUID, target: Target) -> None:
+        row = self._held(holder, erasure_id)
         row.target, row.collected = target, True
 
-    async def next_round(self, erasure_id: uuid.UUID, target: Target, round_: int) -> None:
-        row = self._row(erasure_id)
+    async def next_round(self, holder: Holder, erasure_id: uuid.UUID, target: Target, round_: int) -> None:
+        row = self._held(holder, erasure_id)
         if row.round < round_:
             row.target, row.round = target, round_
 
-    async def set_pending_checks(self, erasure_id: uuid.UUID, checks: list[str]) -> None:
-        self._row(erasure_id).pending_checks = list(checks)
+    async def set_pending_checks(self, holder: Holder, erasure_id: uuid.UUID, checks: list[str]) -> None:
+        self._held(holder, erasure_id).pending_checks = list(checks)
 
-    async def put_report(self, erasure_id: uuid.UUID, owner: str, report: Report) -> None:
+    async def put_report(self, holder: Holder, erasure_id: uuid.UUID, owner: str, report: Report) -> None:
         self._maybe_fail("put_report")
-        self._row(erasure_id).reports[owner] = Report.from_json(report.to_json())
+        self._held(holder, erasure_id).reports[owner] = Report.from_json(report.to_json())
 
     async def set_reason(self, tx: object, erasure_id: uuid.UUID, reason: str) -> None:
         self._row(erasure_id).reason = reason

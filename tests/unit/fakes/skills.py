@@ -330,7 +330,9 @@ class FakeProposalStore:
     def __init__(self) -> None:
         self.rows: dict[uuid.UUID, tuple[SkillProposal, str | None, np.ndarray | None, str | None]] = {}
 
-    async def by_request(self, company: str, seat: str, request_id: str) -> SkillProposal | None:
+    async def by_request(
+        self, company: str, seat: str, request_id: str, conn: object | None = None
+    ) -> SkillProposal | None:
         return next(
             (p for p, rid, _, _ in self.rows.values() if (p.company, p.seat, rid) == (company, seat, request_id)),
             None,
