@@ -10,7 +10,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import asyncpg
 import numpy as np
 
 from agentlearn.common.v1 import erasure_pb2 as er
@@ -20,14 +19,14 @@ from agentlearn.privacy.v1 import privacy_service_pb2 as pv
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
 from agentlearn.sessions.v1 import session_service_pb2 as pb
 from libs.common.embeddings import EmbeddingUnavailable
-from services.sessions.domain import OutputKind
-from services.sessions.writes import Writer
+from libs.common.events import read_events
 from tests.support.embedders import DelegatingEmbedder
 from tests.support.sessions import SERVICES, SessionEnv, review_rule, run_check, step, user
 
 DONE, PENDING = pb.STEP_STATUS_DONE, pb.STEP_STATUS_PENDING
 PRIVACY = [*SERVICES, "episodes", "profiles", "reflector", "telemetry", "privacy"]
 HERS = "Pin the billing fixtures to the 2026 price list before running the billing suite."
+THEIRS = "Rebuild the invoice snapshots after changing any billing template."
 ROLES = {"swe": {"workspaces": ["payments"]}}
 
 
@@ -41,22 +40,13 @@ async def _erase_carla(env: SessionEnv) -> pv.Erasure:
 
 
 async def test_a_fault_after_the_lesson_page_is_written_leaves_it_recorded_reused_and_erasable(  # type: ignore[no-untyped-def]
-    reviewed, local_embedder, monkeypatch
+    reviewed, local_embedder
 ):
-    """Postgres drops (or the process dies) right after UpsertPage answered: the page is already
-    recorded with who taught it, the next check of the lesson writes that page again rather than a
-    second one, and her erasure removes it."""
-    fault = {"on": True}
-    answer = Writer._answer
-
-    async def dropped_after(self: Writer, call: Any, kind: OutputKind, service: str, out: Any) -> Any:
-        got = await answer(self, call, kind, service, out)
-        if kind is OutputKind.PROJECT_LESSON and got is not None and fault["on"]:
-            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation")
-        return got
-
-    monkeypatch.setattr(Writer, "_answer", dropped_after)
-    lessons = [HERS]
+    """Postgres fails right after UpsertPage answered (here: it refuses the record of the check's
+    next lesson, a real failure of the store that no receipt names): the check ends interrupted,
+    closing with its event; the page is already recorded with who taught it, the next check of the
+    lesson writes that page again rather than a second one, and her erasure removes it."""
+    lessons = [HERS, THEIRS]
     async with reviewed(
         review_rule(lessons=lambda _prompt: lessons),
         companies={"acme": {"roles": ROLES}},
@@ -64,16 +54,34 @@ async def test_a_fault_after_the_lesson_page_is_written_leaves_it_recorded_reuse
         names=PRIVACY,
     ) as env:
         pool = env.app.infra.pool
+        await pool.execute(
+            """CREATE FUNCTION refuse_theirs() RETURNS trigger LANGUAGE plpgsql AS $$
+               BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$"""
+        )
+        await pool.execute(
+            "CREATE TRIGGER refuse_theirs BEFORE INSERT OR UPDATE ON workspace_lessons FOR EACH ROW "
+            f"WHEN (NEW.body LIKE '{THEIRS[:20]}%') EXECUTE FUNCTION refuse_theirs()"
+        )
         first = await run_check(env, "s-1", user_name="carla", said="The billing tests keep failing on CI.")
-        assert first.state == pb.CHECK_STATE_INTERRUPTED and not first.outputs, first.reason
+        assert first.state == pb.CHECK_STATE_INTERRUPTED and "No space left on device" in first.reason, first.reason
         (page,) = await pool.fetch("SELECT id FROM knowledge_pages")
+        assert [(o.kind, o.id) for o in first.outputs] == [(pb.OUTPUT_KIND_PROJECT_LESSON, str(page["id"]))]
         (lesson,) = await pool.fetch("SELECT page_id, sources FROM workspace_lessons")
         assert lesson["page_id"] == str(page["id"])
         (source,) = json.loads(lesson["sources"])
         assert (source["session_id"], source["subjects"]) == ("s-1", [{"handle": "carla"}])
+        # Its closing event names the check, as its queued event did.
+        (closed,) = await read_events(pool, "learning_check_interrupted")
+        assert {k: closed["payload"].get(k) for k in ("check_id", "session_id", "trigger", "reason")} == {
+            "check_id": first.check_id,
+            "session_id": "s-1",
+            "trigger": "manual",
+            "reason": first.reason,
+        }
+        assert (closed["company"], closed["seat"]) == ("acme", first.seat)
 
         # Her next check teaches the same lesson (another case): the same page, no second one.
-        fault["on"] = False
+        await pool.execute("DROP TRIGGER refuse_theirs ON workspace_lessons")
         lessons[:] = [HERS.upper()]
         again = await run_check(env, "s-2", user_name="carla", said="The billing tests fail again.")
         assert again.state == pb.CHECK_STATE_COMPLETED, again.reason

@@ -381,6 +381,15 @@ async def test_a_check_whose_process_died_is_reported_interrupted_and_never_repl
         (check,) = await env.checks("s1")
         assert check.state == pb.CHECK_STATE_INTERRUPTED and check.outcome == pb.CHECK_OUTCOME_INTERRUPTED
         assert "not replayed" in check.reason and "Check recent work" in check.reason
+        # The sweep closes it with its event, naming the check as its queued event did.
+        (closed,) = await read_events(env.app.infra.pool, "learning_check_interrupted")
+        assert (closed["company"], closed["seat"]) == ("acme", check.seat)
+        assert {k: closed["payload"].get(k) for k in ("check_id", "session_id", "trigger", "reason")} == {
+            "check_id": queued.check_id,
+            "session_id": "s1",
+            "trigger": "manual",
+            "reason": check.reason,
+        }
         again = await env.manual("s1")  # a person asks again: a new check, not the old one
         assert not again.reused and again.check.check_id != queued.check_id
         assert await env.drain() == 1
