@@ -182,11 +182,13 @@ class Env:
             self.skills, name, list(tools) or [f"{name}.tool"], seat=seat, summary=summary, body=body
         )
 
-    async def profile(self, handle: str = "bob", *, observer: str = "ana", **fields: Any) -> prof_pb.Profile:
+    async def profile(
+        self, handle: str = "bob", *, observer: str = "ana", platform: str = "slack", **fields: Any
+    ) -> prof_pb.Profile:
         fields.setdefault("communication_style", "Terse; wants bullet points.")
         resp = await self.profiles.UpsertProfile(
             prof_pb.UpsertProfileRequest(
-                company="acme", observer=observer, subject=prof_pb.Subject(handle=handle, platform="slack"), **fields
+                company="acme", observer=observer, subject=prof_pb.Subject(handle=handle, platform=platform), **fields
             )
         )
         return resp.profile

@@ -367,15 +367,19 @@ async def test_one_block_per_distinct_sender_with_a_profile_of_this_observer(env
     assert resp.summary.line == "prefetch: 2/7 hits"
 
 
-async def test_a_sender_the_profiles_cannot_name_costs_no_other_senders_block(env):
-    """A platform written "MS Teams" is refused by the profiles' contract (no profile can exist for
-    it): it was sent with every other sender in one GetProfiles call, and the refusal of the batch
-    took Bob's block too ("profiles: INVALID_ARGUMENT"). It is left out of the call; Bob renders."""
+async def test_a_sender_on_any_platform_a_turn_may_carry_gets_their_block(env):
+    """Profiles take every sender a turn may carry and file the platform folded ("Straße" as
+    "strasse"); the turn start compares a sender's platform folded too (it compared it lowercased:
+    "straße" found no profile), and a sender with no profile costs no other sender's block."""
     await env.profile("bob")
+    await env.profile("dana", platform="MS Teams")
+    await env.profile("jörg", platform="Straße")
     dana = pb.Counterparty(handle="dana", platform="MS Teams", display_name="Dana")
-    resp = await env.build(ASK, senders=[dana, BOB])
+    jorg = pb.Counterparty(handle="jörg", platform="Straße", display_name="Jörg")
+    eve = pb.Counterparty(handle="eve", platform="Lab:Chat/EU", display_name="Eve")
+    resp = await env.build(ASK, senders=[dana, jorg, eve, BOB])
     parties = [b for b in resp.blocks if b.block == pb.BLOCK_COUNTERPARTY]
-    assert [p.counterparty.handle for p in parties] == ["bob"]
+    assert [p.counterparty.handle for p in parties] == ["dana", "jörg", "bob"]
     assert not [b for b in resp.summary.blocks if b.source_error]
 
 

@@ -34,6 +34,7 @@ from libs.common.attributes import agentlearn_attributes
 from libs.common.budgets import window_start
 from libs.common.contract import string_max_len, violations
 from libs.common.embeddings import EmbeddingError, embed_query
+from libs.common.erasure import platform_key
 from libs.common.errors import InvalidArgument, ResourceExhausted
 from libs.common.events import Bookkeeping, bookkeeping, current_bookkeeping
 from libs.common.metrics import PREFETCH_BLOCKS
@@ -626,9 +627,9 @@ class TurnContextBuilder:
         senders = distinct_senders(start.senders)
         if not senders:
             return []
-        # A sender the profiles' contract refuses (a platform written "MS Teams") can have no profile
-        # (the profiler's write is refused alike) and would fail the whole batch, every other
-        # sender's block with it: it is left out of the call, the others are looked up.
+        # A sender the profiles' contract refuses (a blank identity, one past its bounds) can have no
+        # profile (the profiler's write is refused alike) and would fail the whole batch, every
+        # other sender's block with it: it is left out of the call, the others are looked up.
         asked = [prof_pb.Subject(handle=s.handle, external_id=s.external_id, platform=s.platform) for s in senders]
         subjects = [subject for subject in asked if not violations(subject)]
         if not subjects:
@@ -642,13 +643,15 @@ class TurnContextBuilder:
             return [Block(BlockKind.COUNTERPARTY, source_error=rpc_failure("profiles", err))]
         by_key: dict[tuple[str, str], Any] = {}
         for p in resp.profiles:
-            platform = p.subject.platform.lower()
-            for ident in (p.subject.handle, p.subject.external_id):
+            # Profiles file a platform folded (``platform_key``: "Straße" as "strasse"), a sender
+            # keeps the engine's spelling: both sides are compared folded, identities stripped.
+            platform = platform_key(p.subject.platform)
+            for ident in (p.subject.handle.strip(), p.subject.external_id.strip()):
                 if ident:
                     by_key.setdefault((platform, ident), p)
         blocks = []
         for s in senders:
-            platform = s.platform.strip().lower()
+            platform = platform_key(s.platform)
             profile = by_key.get((platform, s.handle.strip())) or by_key.get((platform, s.external_id.strip()))
             if profile is None:
                 continue
