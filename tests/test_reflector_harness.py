@@ -17,6 +17,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from libs.common.events import read_events
 from libs.common.jobs import JobQueue
+from services.reflector import erasure
 from services.reflector.domain import IllegalTransition, ReflectionState, TurnKey, WorkerOutcome, WorkerStatus
 from services.reflector.store import PostgresReflectionStore
 from tests.support.app import open_app
@@ -904,3 +905,19 @@ async def test_an_unreadable_turn_is_dead_lettered_on_its_record_too(env_for, cl
         r = await env.reflection("run-1")
         assert r.state == pb.REFLECTION_STATE_DEAD_LETTERED and r.reason.startswith("unreadable")
         assert await _out_of_step(pool) == []
+
+
+async def test_a_turn_still_waiting_past_the_records_retention_keeps_its_record_and_is_reflected(env_for, clock):
+    """The records prune takes finished records only, as it takes finished jobs: a turn deferred by
+    its budget past ``reflection_max_age_days`` lost its record and, a pass reading a missing record
+    as an erasure, was closed unreflected when its window came."""
+    budget = {"roles": {"swe": {}}, "token_budget": {"seat_ceiling_tokens": 100, "window_hours": 24}}
+    async with env_for(company_defaults=budget, privacy={"retention": {"reflection_max_age_days": 1}}) as env:
+        cfg = env.app.infra.settings.company("acme").token_budget
+        await env.app.infra.budget.charge("acme", "ana", 100, clock.now(), cfg)
+        r = await _gate(env, turn("run-1", now=clock.now(), messages=BOB_PREFERS))
+        assert (r.state, r.gate) == (pb.REFLECTION_STATE_DEFERRED, "no_budget")
+        clock.advance(hours=25)
+        assert await erasure.prune_retention(env.app.infra.pool, env.app.infra.settings.privacy, clock.now()) == 0
+        await env.harness.drain()
+        assert len(await env.notes()) == 1

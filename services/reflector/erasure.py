@@ -55,7 +55,11 @@ SQL = {
             ON r.seat = g.seat AND r.turn_id = g.turn_id
         WHERE r.company = $1""",
     "delete_jobs": "DELETE FROM background_jobs WHERE id = ANY($1::bigint[])",
-    "records_past": "DELETE FROM reflections WHERE company = $1 AND submit_time < $2",
+    # Finished records only, as for their jobs: a turn still waiting (deferred by its budget,
+    # retrying) keeps its record, whose absence the harness reads as an erasure.
+    "records_past": """
+        DELETE FROM reflections
+        WHERE company = $1 AND submit_time < $2 AND state IN ('completed', 'gated', 'dead_lettered')""",
     "jobs_past": f"""
         DELETE FROM background_jobs
         WHERE kind = '{JOB_KIND}' AND company = $1 AND state IN ('done', 'dead', 'interrupted') AND create_time < $2""",
