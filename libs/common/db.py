@@ -389,8 +389,13 @@ class PooledStore:
 
 def refused_by_server(err: BaseException) -> bool:
     """PostgreSQL answered the statement with an error: it rolled back, nothing of it was written.
-    Not a lost connection, nor an operator's intervention (a terminated backend, a cancel), nor a
-    cancelled caller: those may come after the server committed, so their outcome is unknown."""
+    A statement timeout or a cancel too (the statement was rolled back). Not a lost connection, nor
+    an operator's shutdown or termination of the backend, nor a cancelled caller: those may come
+    after the server committed, so their outcome is unknown."""
+    if isinstance(err, asyncpg.exceptions.QueryCanceledError):
+        # A statement timeout or a cancel: PostgreSQL reports one only for a statement it rolled
+        # back (a commit under way is not interrupted).
+        return True
     return isinstance(err, asyncpg.PostgresError) and not isinstance(
         err, asyncpg.PostgresConnectionError | asyncpg.exceptions.OperatorInterventionError
     )

@@ -15,7 +15,11 @@ from libs.common.db import refused_by_server
 
 @pytest.mark.parametrize(
     "err",
-    [asyncpg.UniqueViolationError("duplicate key"), asyncpg.exceptions.DiskFullError("No space left on device")],
+    [
+        asyncpg.UniqueViolationError("duplicate key"),
+        asyncpg.exceptions.DiskFullError("No space left on device"),
+        asyncpg.exceptions.QueryCanceledError("canceling statement due to statement timeout"),
+    ],
 )
 def test_an_error_the_server_answered_is_a_refusal(err: BaseException) -> None:
     assert refused_by_server(err)
@@ -26,7 +30,6 @@ def test_an_error_the_server_answered_is_a_refusal(err: BaseException) -> None:
     [
         asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
         asyncpg.exceptions.AdminShutdownError("terminating connection due to administrator command"),
-        asyncpg.exceptions.QueryCanceledError("canceling statement due to user request"),
         asyncpg.InterfaceError("connection is closed"),
         ConnectionResetError(),
         asyncio.CancelledError(),
