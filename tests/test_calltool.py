@@ -180,7 +180,7 @@ async def test_a_retried_write_whose_note_was_deleted_since_says_it_saved_nothin
     note_id = json.loads(first.result_json)["note_id"]
     await env.diary.DeleteNote(diary_pb.DeleteNoteRequest(company="acme", seat="ana", note_id=note_id))
     retry = await call(env, "reflect_and_persist", arguments, request_id="call-9")
-    assert "Not saved" in retry.text and "deleted or erased" in retry.text
+    assert "Not saved" in retry.text and "was deleted" in retry.text
     assert json.loads(retry.result_json).get("note_id", "") == ""
     notes = await env.diary.ListNotes(diary_pb.ListNotesRequest(company="acme", seat="ana"))
     assert list(notes.notes) == []

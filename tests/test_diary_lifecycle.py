@@ -43,6 +43,14 @@ async def get(stub, note_id, seat="ana"):  # type: ignore[no-untyped-def]
     return (await stub.GetNote(pb.GetNoteRequest(company="acme", seat=seat, note_id=note_id))).note
 
 
+async def get_or_none(stub, note_id, seat="ana"):  # type: ignore[no-untyped-def]
+    try:
+        return await get(stub, note_id, seat)
+    except grpc.aio.AioRpcError as err:
+        assert err.code() == grpc.StatusCode.NOT_FOUND
+        return None
+
+
 # ------------------------------------------------------------------------------------------ uses
 
 
@@ -207,6 +215,33 @@ async def test_sweep_evicts_least_used_then_least_recently_used_then_oldest(diar
     left = {str(r["id"]) for r in await app.infra.pool.fetch("SELECT id FROM agent_diary")}
     assert notes[5].id not in left and notes[1].id in left
     assert await app.infra.index.count(collection_name("diary_notes", 384)) == 5
+
+
+async def test_a_note_evicted_over_the_cap_frees_its_key_a_deleted_one_keeps_it(diary, clock):
+    """Evicted for disuse, a fact may be learned again (its key goes with it); deleted by someone,
+    a retry of its write does not bring it back (the key stays)."""
+    app, stub = diary
+    service = app.components["diary"].service
+
+    async def keyed(content: str, key: str) -> pb.WriteNoteResponse:
+        clock.advance(seconds=1)
+        request = pb.WriteNoteRequest(
+            company="acme", seat="ana", content=content, tier=pb.NOTE_TIER_LONG, request_id=key
+        )
+        return await stub.WriteNote(request)
+
+    evicted = (await keyed("fact 0", "k-0")).note  # the oldest, never used: the cap takes it
+    deleted = (await keyed("fact 1", "k-1")).note
+    for i in range(2, 7):
+        await write(stub, f"fact {i}", clock=clock)
+    await stub.DeleteNote(pb.DeleteNoteRequest(company="acme", seat="ana", note_id=deleted.id))
+    report = await passes.sweep(service)
+    assert report.evicted_over_cap == 1
+    assert (await get_or_none(stub, evicted.id)) is None
+    again = await keyed("fact 0", "k-0")
+    assert again.created and again.note.id != evicted.id
+    retried = await keyed("fact 1", "k-1")
+    assert retried.note_removed and not retried.created
 
 
 async def test_sweep_cap_ignores_short_notes_and_other_seats(diary, clock):

@@ -98,8 +98,11 @@ async def test_a_fact_whose_note_was_deleted_is_not_written_again_and_says_so(re
         notes = await diary.ListNotes(dpb.ListNotesRequest(company="acme", seat="ana"))
     assert written.disposition == pb.OUTPUT_DISPOSITION_WRITTEN
     assert list(again.outputs) == [] and notes.total_size == 0
-    (failure,) = again.partial_failures
-    assert failure.kind == pb.OUTPUT_KIND_PERSONAL_FACT and "deleted or erased" in failure.detail
+    # Nothing failed (the diary applied its rule): dropped with the reason, the check not FAILED.
+    assert list(again.partial_failures) == []
+    assert again.outcome == pb.CHECK_OUTCOME_COMPLETED_EMPTY, again.reason
+    (dropped,) = again.dropped
+    assert dropped.kind == pb.OUTPUT_KIND_PERSONAL_FACT and "was deleted since" in dropped.reason
 
 
 async def test_personal_facts_go_to_the_session_seats_diary_through_the_judge_and_dedup(reviewed, local_embedder):

@@ -211,12 +211,17 @@ SQL = {
         GROUP BY company, seat HAVING count(*) > $1""",
     # Past the cap: least-retrieved first, then least-recently-retrieved (never retrieved first),
     # then oldest. What survives is what the seat reaches for.
+    # An evicted note's key goes with it: evicted for disuse, the fact may be learned again (a
+    # deleted note's key stays, so a retry does not bring back what someone removed).
     "evict_over_cap": """
-        DELETE FROM agent_diary WHERE id IN (
-            SELECT id FROM agent_diary WHERE company = $1 AND seat = $2 AND tier = 'long'
-            ORDER BY use_count DESC, last_used_time DESC NULLS LAST, create_time DESC, id DESC
-            OFFSET $3)
-        RETURNING id, embedding_dims""",
+        WITH gone AS (
+            DELETE FROM agent_diary WHERE id IN (
+                SELECT id FROM agent_diary WHERE company = $1 AND seat = $2 AND tier = 'long'
+                ORDER BY use_count DESC, last_used_time DESC NULLS LAST, create_time DESC, id DESC
+                OFFSET $3)
+            RETURNING id, embedding_dims),
+        keys AS (DELETE FROM diary_requests WHERE company = $1 AND seat = $2 AND note_id IN (SELECT id FROM gone))
+        SELECT id, embedding_dims FROM gone""",
 }
 
 

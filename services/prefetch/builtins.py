@@ -421,10 +421,10 @@ class Builtins:
             ),
         )
         if resp.note_removed:
-            # A retry of a call whose note was deleted or erased since: the diary writes nothing
+            # A retry of a call whose note was deleted since: the diary writes nothing
             # again (the key outlives the note), and the model is told so rather than "saved".
             return "", (
-                "Not saved: this call already saved its note once, and that note was deleted or erased "
+                "Not saved: this call already saved its note once, and that note was deleted "
                 "since, so it is not written again."
             )
         note = resp.note

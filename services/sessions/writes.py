@@ -434,14 +434,15 @@ class Writer:
         if resp is None:
             return
         if resp.note_removed:
-            # The seat's note of this fact (same normalized content, same key) was deleted or erased
-            # since it was written: the diary does not write it again, and there is no note to name.
-            out.failures.append(
-                PartialFailure(
+            # The seat's note of this fact (same normalized content, same key) was deleted since it
+            # was written: the diary applied its own rule and does not write it again. Nothing
+            # failed, so it is dropped with the reason (a failure would end the check FAILED and put
+            # an error in the user's away digest).
+            out.dropped.append(
+                Dropped(
                     OutputKind.PERSONAL_FACT,
-                    FailureKind.WRITE_FAILED,
-                    "the seat's note of this fact was deleted or erased since it was first written; "
-                    "it is not written again",
+                    "the seat's note of this fact was deleted since it was first written; it is not written again",
+                    tuple(ids),
                 )
             )
             return

@@ -127,10 +127,10 @@ class PersistDecider:
                 ),
             )
             if resp.note_removed:
-                # A redelivery of a turn whose note was deleted or erased since: the diary writes
+                # A redelivery of a turn whose note was deleted since: the diary writes
                 # nothing again (the key outlives the note), and nothing is recorded as written.
                 out = WorkerOutcome(
-                    self.name, WorkerStatus.SKIPPED, gate="note_removed", detail=f"{tier}: deleted or erased since"
+                    self.name, WorkerStatus.SKIPPED, gate="note_removed", detail=f"{tier}: deleted since"
                 )
                 await self._completed(turn, ctx, tier, None, False)
                 return out
