@@ -114,7 +114,7 @@ async def test_marking_uses_checks_ids_in_the_contract(skills):
     for ids, request_id, reason, field in (
         ([skill.id, "nope"], "k", "FIELD_INVALID", "skill_ids[1]"),
         ([ONE_ID] * 501, "k", "TOO_MANY_IDS", "skill_ids"),
-        ([skill.id], "k" * 201, "FIELD_TOO_LONG", "request_id"),
+        ([skill.id], "k" * 401, "FIELD_TOO_LONG", "request_id"),
     ):
         request = pb.MarkSkillsUsedRequest(**SEAT, skill_ids=ids, request_id=request_id)
         assert await invalid(stub.MarkSkillsUsed(request)) == (reason, field)
@@ -171,7 +171,7 @@ PROPOSAL: dict[str, Any] = {**TEXT, "origin": pb.PROPOSAL_ORIGIN_DISTILL_SKILL}
         ({"source": pb.ProposalSource(evidence_ids=[f"e{i}" for i in range(501)])}, "source.evidence_ids",
          "FIELD_TOO_LONG"),
         ({"source": pb.ProposalSource(session_id="s" * 201)}, "source.session_id", "FIELD_TOO_LONG"),
-        ({"request_id": "k" * 201}, "request_id", "FIELD_TOO_LONG"),
+        ({"request_id": "k" * 401}, "request_id", "FIELD_TOO_LONG"),
     ],
 )  # fmt: skip
 async def test_proposal_limits_are_the_contracts(skills, overrides, field, reason):

@@ -105,7 +105,7 @@ async def test_refine_past_the_body_cap_is_refused_naming_the_field(skills):
         ({"body": ""}, "body", "FIELD_REQUIRED"),
         ({"body": "x", "reason": "r" * 1001}, "reason", "FIELD_TOO_LONG"),
         ({"body": "x", "name": ""}, "skill_id", "ONE_OF_REQUIRED"),
-        ({"body": "x", "request_id": "k" * 201}, "request_id", "FIELD_TOO_LONG"),
+        ({"body": "x", "request_id": "k" * 401}, "request_id", "FIELD_TOO_LONG"),
     ],
 )
 async def test_refine_refuses_a_bad_request_naming_the_field(skills, kwargs, field, reason):
@@ -327,7 +327,7 @@ async def test_a_retried_rollback_with_its_request_id_writes_nothing_new(skills)
     assert paths == ["manual", "rollback"]
     # Another key is another rollback.
     assert (await rollback(2, "rb-2")).skill.version == 4
-    code, info, _ = await refused(rollback(1, "x" * 201))
+    code, info, _ = await refused(rollback(1, "x" * 401))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and info.reason == "FIELD_TOO_LONG"
 
 

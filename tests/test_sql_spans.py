@@ -64,6 +64,10 @@ def test_a_statement_is_named_by_its_main_statement_past_its_ctes():
     written = "WITH w AS (UPDATE profiles SET n = n + 1 WHERE id = $1 RETURNING id), "
     recorded = "o AS (INSERT INTO observations (p) SELECT id FROM w) SELECT * FROM w"
     assert _span_name(written + recorded)[:3] == ("db update profiles", "UPDATE", "profiles")
+    # ... and by the write it reads back when that is not the first (a key claimed on the way).
+    claimed = "WITH claim AS (INSERT INTO diary_requests (k) SELECT $1 RETURNING k), "
+    stored = "ins AS (INSERT INTO agent_diary (id) SELECT $2 WHERE EXISTS (SELECT 1 FROM claim) RETURNING id) "
+    assert _span_name(claimed + stored + "SELECT id FROM ins")[0] == "db insert agent_diary"
     assert _span_name("WITH r AS (SELECT 1 AS a) SELECT a FROM r")[0] == "db select r"
     # A transaction's own statements (asyncpg's, or ``unflushed``'s) say what they are.
     assert _span_name("BEGIN; SET LOCAL synchronous_commit = off")[:2] == ("db begin", "BEGIN")

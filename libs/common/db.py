@@ -138,9 +138,15 @@ def _span_name(query: str) -> tuple[str, str, str]:
     found = _VERB.match(query, start)
     verb = found.group(1).upper() if found else "SQL"
     if start and verb == "SELECT":
-        # A SELECT over data-modifying CTEs (a write that returns what it wrote) is named by its
-        # first write, not by the CTE it reads back: the span says which table the statement changed.
-        writing = _WRITING_CTE.search(query, 0, start)
+        # A SELECT over data-modifying CTEs (a write that returns what it wrote) is named by the
+        # write it reads back (``SELECT … FROM ins``: the note it stored, not the key it claimed on
+        # the way), else by its first write: the span says which table the statement changed.
+        read = _TABLE.search(query, start)
+        writing = None
+        if read is not None:
+            own = re.compile(rf"\b{re.escape(read.group(1))}\s+AS\s*\(\s*(INSERT|UPDATE|DELETE)\b", re.I)
+            writing = own.search(query, 0, start)
+        writing = writing or _WRITING_CTE.search(query, 0, start)
         if writing is not None:
             verb, start = writing.group(1).upper(), writing.start(1)
     table = _TABLE.search(query, start)
