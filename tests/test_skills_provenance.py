@@ -204,3 +204,23 @@ async def test_after_the_erasure_nothing_of_theirs_is_found_and_a_skill_from_the
     assert list((await stub.FindRows(pb.FindRowsRequest(target=target))).report.tables) == []
     listed = await stub.ListSkills(pb.ListSkillsRequest(**SEAT, include_archived=True))
     assert [k.id for k in listed.skills] == [shared.id]
+
+
+async def test_a_one_letter_handle_is_found_by_the_provenance_s_subjects_without_her_run_ids(skills):
+    """Her handle "q" is too short for a text match, and her run ids were not collected: the skill
+    is still found by its provenance's subjects (compared exactly, as proposals are), her bullet
+    goes, her part of the shared draft leaves, and nothing of hers is found after."""
+    _, stub = skills
+    q = ErasureSubject(handle="q", platform="slack")
+    shared = await create(stub, ["r-b1", "r-q1"], [BOB, q])
+    await observe(stub, "check CI first", ["r-q2"], [q])
+    target = subject_target("q", str(uuid.uuid4()))
+    found = (await stub.FindRows(pb.FindRowsRequest(target=target))).report
+    assert tables(found)["synthesized_skills"] == (0, 1) and tables(found)["skill_practice_bullets"] == (1, 0)
+    erased = (await stub.EraseRows(pb.EraseRowsRequest(target=target))).report
+    assert tables(erased) == tables(found)
+    target.erasure_id = str(uuid.uuid4())
+    assert list((await stub.FindRows(pb.FindRowsRequest(target=target))).report.tables) == []
+    got = await provenance(stub, shared.id)
+    assert [s.handle for s in got.provenance.subjects] == ["bob"] and list(got.bullets) == []
+    assert all(s.handle != "q" for v in got.versions for s in v.provenance.subjects)

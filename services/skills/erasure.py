@@ -53,8 +53,13 @@ OWNER = "skills"
 
 _TEXT = "(name || ' ' || summary || ' ' || body || ' ' || array_to_string(tool_sequence, ' '))"
 # $2: the person's run ids; $3: the pattern of their identifiers and names (whole words); $4: their
-# sessions.
-_MENTIONS = "({col}->'turn_ids' ?| $2::text[] OR {col}->>'session_id' = ANY($4::text[]) OR {col}::text ~* $3)"
+# sessions; $5: their identifiers, compared exactly with the provenance's subjects (as proposals are):
+# the pattern drops a term too short to match as a word, so a one-letter handle is found only here.
+_MENTIONS = (
+    "({col}->'turn_ids' ?| $2::text[] OR {col}->>'session_id' = ANY($4::text[]) OR {col}::text ~* $3"
+    " OR EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce({col}->'subjects', '[]')) p"
+    " WHERE p->>'handle' = ANY($5::text[]) OR p->>'external_id' = ANY($5::text[])))"
+)
 SQL = {
     "skills_subject": f"""
         SELECT s.id FROM synthesized_skills s
@@ -233,7 +238,9 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
     turns, pattern = list(target.turn_ids), target.sql_pattern()
     plans = [
         await _plan_skill(conn, target, r["id"])
-        for r in await conn.fetch(SQL["skills_subject"], target.company, turns, pattern, list(target.session_ids))
+        for r in await conn.fetch(
+            SQL["skills_subject"], target.company, turns, pattern, list(target.session_ids), list(target.identifiers)
+        )
     ]
     proposals = await conn.fetch(
         SQL["proposals_subject"], target.company, turns, pattern, list(target.session_ids), list(target.identifiers)
