@@ -224,3 +224,24 @@ async def test_a_one_letter_handle_is_found_by_the_provenance_s_subjects_without
     got = await provenance(stub, shared.id)
     assert [s.handle for s in got.provenance.subjects] == ["bob"] and list(got.bullets) == []
     assert all(s.handle != "q" for v in got.versions for s in v.provenance.subjects)
+
+
+async def test_the_use_keys_of_her_turns_go_with_her_and_are_counted(skills):
+    """MarkSkillsUsed's idempotency key of a turn of hers (``<run id>:skill_use``) is found, erased
+    and counted in the receipt (a digest); another turn's key stays, even one whose run id starts
+    with hers."""
+    app, stub = skills
+    skill = await create(stub, ["r-b1"], [BOB])
+    for key in ("r-c9:skill_use", "r-c90:skill_use", "r-b9:skill_use"):
+        await stub.MarkSkillsUsed(pb.MarkSkillsUsedRequest(**SEAT, skill_ids=[skill.id], request_id=key))
+    target = subject_target("carla", str(uuid.uuid4()), turn_ids=["r-c9"])
+    found = (await stub.FindRows(pb.FindRowsRequest(target=target))).report
+    assert tables(found) == {"skill_use_requests": (1, 0)}
+    [digest] = [i for t in found.tables for i in t.ids]
+    assert "r-c9" not in digest  # the receipt never keeps the key
+    erased = (await stub.EraseRows(pb.EraseRowsRequest(target=target))).report
+    assert tables(erased) == tables(found)
+    keys = await app.infra.pool.fetch("SELECT request_id FROM skill_use_requests ORDER BY request_id")
+    assert [k["request_id"] for k in keys] == ["r-b9:skill_use", "r-c90:skill_use"]
+    target.erasure_id = str(uuid.uuid4())
+    assert list((await stub.FindRows(pb.FindRowsRequest(target=target))).report.tables) == []
