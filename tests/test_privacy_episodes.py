@@ -189,3 +189,32 @@ async def test_a_model_briefly_down_fails_the_erasure_for_a_retry_and_only_a_ref
         report = (await seats.stub.EraseRows(pb.EraseRowsRequest(target=theirs))).report
         assert str(shared["id"]) in {i for t in report.tables if t.table == "episodes" for i in t.ids}
         assert await seats.compacted() == []
+
+
+async def test_a_row_folded_before_members_were_kept_loses_her_from_subjects_too(seats):
+    """A compacted row from before ``compaction_members``: her handle is in ``subjects`` (its members'
+    senders) as well as ``subjects_involved``, or in ``subjects`` alone. The erasure strips her from
+    both (the others' part stays), and FindRows, asked after, finds nothing of her."""
+    pool = seats.app.infra.pool
+    now = seats.clock.now()
+    insert = """
+        INSERT INTO episodes (id, company, seat, kind, label, outcome, subjects, subjects_involved,
+                              start_time, end_time, record_time, count, common_task_pattern)
+        VALUES ($1, 'acme', 'ana', 'compacted', 'Weekly report', 'done', $2, $3, $4, $4, $4, 3, 'weekly report')"""
+    both, only_subjects = uuid.uuid4(), uuid.uuid4()
+    await pool.execute(insert, both, ["carla", "dave"], ["carla", "dave"], now)
+    await pool.execute(insert, only_subjects, ["carla", "dave"], ["dave"], now)
+
+    theirs = subject_target("carla", str(uuid.uuid4()))
+    found = (await seats.stub.FindRows(pb.FindRowsRequest(target=theirs))).report
+    assert {str(both), str(only_subjects)} <= {i for t in found.tables if t.table == "episodes" for i in t.ids}
+    await seats.stub.EraseRows(pb.EraseRowsRequest(target=theirs))
+    rows = await pool.fetch(
+        "SELECT id, subjects, subjects_involved FROM episodes WHERE id = ANY($1::uuid[])", [both, only_subjects]
+    )
+    assert {r["id"]: (list(r["subjects"]), list(r["subjects_involved"])) for r in rows} == {
+        both: (["dave"], ["dave"]),
+        only_subjects: (["dave"], ["dave"]),
+    }
+    after = (await seats.stub.FindRows(pb.FindRowsRequest(target=subject_target("carla", str(uuid.uuid4()))))).report
+    assert [i for t in after.tables if t.table == "episodes" for i in t.ids] == []

@@ -204,3 +204,44 @@ async def test_after_the_erasure_nothing_of_theirs_is_found_and_a_skill_from_the
     assert list((await stub.FindRows(pb.FindRowsRequest(target=target))).report.tables) == []
     listed = await stub.ListSkills(pb.ListSkillsRequest(**SEAT, include_archived=True))
     assert [k.id for k in listed.skills] == [shared.id]
+
+
+async def test_a_one_letter_handle_is_found_by_the_provenance_s_subjects_without_her_run_ids(skills):
+    """Her handle "q" is too short for a text match, and her run ids were not collected: the skill
+    is still found by its provenance's subjects (compared exactly, as proposals are), her bullet
+    goes, her part of the shared draft leaves, and nothing of hers is found after."""
+    _, stub = skills
+    q = ErasureSubject(handle="q", platform="slack")
+    shared = await create(stub, ["r-b1", "r-q1"], [BOB, q])
+    await observe(stub, "check CI first", ["r-q2"], [q])
+    target = subject_target("q", str(uuid.uuid4()))
+    found = (await stub.FindRows(pb.FindRowsRequest(target=target))).report
+    assert tables(found)["synthesized_skills"] == (0, 1) and tables(found)["skill_practice_bullets"] == (1, 0)
+    erased = (await stub.EraseRows(pb.EraseRowsRequest(target=target))).report
+    assert tables(erased) == tables(found)
+    target.erasure_id = str(uuid.uuid4())
+    assert list((await stub.FindRows(pb.FindRowsRequest(target=target))).report.tables) == []
+    got = await provenance(stub, shared.id)
+    assert [s.handle for s in got.provenance.subjects] == ["bob"] and list(got.bullets) == []
+    assert all(s.handle != "q" for v in got.versions for s in v.provenance.subjects)
+
+
+async def test_the_use_keys_of_her_turns_go_with_her_and_are_counted(skills):
+    """MarkSkillsUsed's idempotency key of a turn of hers (``<run id>:skill_use``) is found, erased
+    and counted in the receipt (a digest); another turn's key stays, even one whose run id starts
+    with hers."""
+    app, stub = skills
+    skill = await create(stub, ["r-b1"], [BOB])
+    for key in ("r-c9:skill_use", "r-c90:skill_use", "r-b9:skill_use"):
+        await stub.MarkSkillsUsed(pb.MarkSkillsUsedRequest(**SEAT, skill_ids=[skill.id], request_id=key))
+    target = subject_target("carla", str(uuid.uuid4()), turn_ids=["r-c9"])
+    found = (await stub.FindRows(pb.FindRowsRequest(target=target))).report
+    assert tables(found) == {"skill_use_requests": (1, 0)}
+    [digest] = [i for t in found.tables for i in t.ids]
+    assert "r-c9" not in digest  # the receipt never keeps the key
+    erased = (await stub.EraseRows(pb.EraseRowsRequest(target=target))).report
+    assert tables(erased) == tables(found)
+    keys = await app.infra.pool.fetch("SELECT request_id FROM skill_use_requests ORDER BY request_id")
+    assert [k["request_id"] for k in keys] == ["r-b9:skill_use", "r-c90:skill_use"]
+    target.erasure_id = str(uuid.uuid4())
+    assert list((await stub.FindRows(pb.FindRowsRequest(target=target))).report.tables) == []

@@ -13,7 +13,8 @@
   never a search hit), so there is none to replace. The model calls run before the owner's
   transaction; a plan that changed meanwhile deletes the row instead.
 - A compacted row folded before members were kept (no ``compaction_members``): its text is kept
-  only when it does not name them; their identifiers leave ``subjects_involved`` and their run ids
+  only when it does not name them; their identifiers leave ``subjects_involved`` and ``subjects``
+  (the union of its members' senders: such a row is found by either) and their run ids
   ``exemplar_turn_ids`` (the row is *changed*); otherwise it is deleted.
 """
 
@@ -61,10 +62,11 @@ SQL = {
         WHERE carried OR names""",
     "runs_of": "SELECT turn_id FROM episode_runs WHERE episode_id = ANY($1::uuid[])",
     "compacted_subject": f"""
-        SELECT id, seat, role, subjects_involved, exemplar_turn_ids, {_COMPACTED_TEXT} ~* $4 AS names
+        SELECT id, seat, role, subjects, subjects_involved, exemplar_turn_ids, {_COMPACTED_TEXT} ~* $4 AS names
         FROM episodes e
         WHERE company = $1 AND kind = 'compacted'
-          AND (subjects_involved && $2::text[] OR exemplar_turn_ids && $3::text[] OR {_COMPACTED_TEXT} ~* $4
+          AND (subjects_involved && $2::text[] OR subjects && $2::text[] OR exemplar_turn_ids && $3::text[]
+               OR {_COMPACTED_TEXT} ~* $4
                OR EXISTS (SELECT 1 FROM compaction_members m
                           WHERE m.compacted_id = e.id
                             AND (m.runs && $3::text[] OR m.subjects && $2::text[] OR m.record::text ~* $4)))""",
@@ -91,6 +93,7 @@ SQL = {
     "strip": """
         UPDATE episodes
         SET subjects_involved = ARRAY(SELECT s FROM unnest(subjects_involved) s WHERE s <> ALL($2::text[])),
+            subjects = ARRAY(SELECT s FROM unnest(subjects) s WHERE s <> ALL($2::text[])),
             exemplar_turn_ids = ARRAY(SELECT t FROM unnest(exemplar_turn_ids) t WHERE t <> ALL($3::text[]))
         WHERE id = $1""",
     "drop_members": "DELETE FROM compaction_members WHERE compacted_id = $1 AND NOT (position = ANY($2::int[]))",
@@ -159,7 +162,7 @@ async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Pla
     for row in compacted:
         kept = members.get(row["id"])
         if kept is None:  # folded before members were kept: strip or delete
-            others = [s for s in row["subjects_involved"] if s not in ident]
+            others = [s for s in [*row["subjects_involved"], *row["subjects"]] if s not in ident]
             if row["names"] or not others:
                 plan.gone.append({"id": row["id"], "turn_id": None, "embedding_dims": None})
             else:

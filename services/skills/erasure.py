@@ -18,11 +18,14 @@ the newest kept version that stays. A skill goes when its draft rests only on th
 still names them after the bullets are out, or when none of its versions stays; it is changed when
 any part of it lost their contribution. A skill is a procedure (tools in order), so what the person
 contributed to a shared one is evidence, not words. A skill proposal from their turns or sessions,
-or naming them, is deleted.
+or naming them, is deleted, and so are MarkSkillsUsed's idempotency keys of their turns
+(``<run id>:skill_use``, as the diary's keys go) or naming them; the receipt counts the keys (a
+digest of each, never the key).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -38,6 +41,7 @@ from libs.common.erasure import (
     Kind,
     Report,
     Target,
+    delete_keyed,
     delete_scope,
     provenance_from_json,
     provenance_json,
@@ -53,8 +57,13 @@ OWNER = "skills"
 
 _TEXT = "(name || ' ' || summary || ' ' || body || ' ' || array_to_string(tool_sequence, ' '))"
 # $2: the person's run ids; $3: the pattern of their identifiers and names (whole words); $4: their
-# sessions.
-_MENTIONS = "({col}->'turn_ids' ?| $2::text[] OR {col}->>'session_id' = ANY($4::text[]) OR {col}::text ~* $3)"
+# sessions; $5: their identifiers, compared exactly with the provenance's subjects (as proposals are):
+# the pattern drops a term too short to match as a word, so a one-letter handle is found only here.
+_MENTIONS = (
+    "({col}->'turn_ids' ?| $2::text[] OR {col}->>'session_id' = ANY($4::text[]) OR {col}::text ~* $3"
+    " OR EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce({col}->'subjects', '[]')) p"
+    " WHERE p->>'handle' = ANY($5::text[]) OR p->>'external_id' = ANY($5::text[])))"
+)
 SQL = {
     "skills_subject": f"""
         SELECT s.id FROM synthesized_skills s
@@ -89,6 +98,12 @@ SQL = {
         UPDATE synthesized_skill_versions SET body = $3, provenance = $4 WHERE skill_id = $1 AND version = $2""",
     "delete_bullet": "DELETE FROM skill_practice_bullets WHERE id = $1",
     "update_bullet": "UPDATE skill_practice_bullets SET provenance = $2 WHERE id = $1",
+    # MarkSkillsUsed's idempotency keys (``<run id>:skill_use``) of a turn of theirs ($2), or naming
+    # them ($3): a key outlives the uses it counted, never its erasure (as the diary's keys).
+    "requests_of": """
+        SELECT seat, request_id FROM skill_use_requests
+        WHERE company = $1 AND (request_id ~* $3
+               OR EXISTS (SELECT 1 FROM unnest($2::text[]) AS t(run) WHERE starts_with(request_id, t.run || ':')))""",
     "provenance": """
         SELECT source_turn_ids, trigger, version, change, provenance, version_provenance
         FROM synthesized_skills WHERE id = $1 AND company = $2 AND seat = $3""",
@@ -223,22 +238,42 @@ class _Plan:
     skills: list[_SkillPlan]
     gone: list[uuid.UUID]
     proposals: list[uuid.UUID]
+    keys: list[tuple[str, str]]
+    """``skill_use_requests`` (seat, request id) the erasure takes."""
+
+
+def _digests(keys: list[tuple[str, str]]) -> list[str]:
+    """A key may name someone: the receipt keeps a digest of each, never the key."""
+    return [hashlib.sha256(f"{seat}/{key}".encode()).hexdigest()[:16] for seat, key in keys]
 
 
 async def _plan(conn: asyncpg.Connection | asyncpg.Pool, target: Target) -> _Plan:
     if target.kind is not Kind.SUBJECT:  # a seat's or a company's: every one of the seat (the company)
         skills = await scope_rows(conn, target, "synthesized_skills", "id")
         proposals = await scope_rows(conn, target, "skill_proposals", "id")
-        return _Plan([], [r["id"] for r in skills], [r["id"] for r in proposals])
+        keys = await scope_rows(conn, target, "skill_use_requests", "seat, request_id")
+        return _Plan([], [r["id"] for r in skills], [r["id"] for r in proposals], _sorted_keys(keys))
     turns, pattern = list(target.turn_ids), target.sql_pattern()
     plans = [
         await _plan_skill(conn, target, r["id"])
-        for r in await conn.fetch(SQL["skills_subject"], target.company, turns, pattern, list(target.session_ids))
+        for r in await conn.fetch(
+            SQL["skills_subject"], target.company, turns, pattern, list(target.session_ids), list(target.identifiers)
+        )
     ]
     proposals = await conn.fetch(
         SQL["proposals_subject"], target.company, turns, pattern, list(target.session_ids), list(target.identifiers)
     )
-    return _Plan([p for p in plans if p.changed], [p.skill_id for p in plans if p.gone], [r["id"] for r in proposals])
+    keys = await conn.fetch(SQL["requests_of"], target.company, turns, pattern)
+    return _Plan(
+        [p for p in plans if p.changed],
+        [p.skill_id for p in plans if p.gone],
+        [r["id"] for r in proposals],
+        _sorted_keys(keys),
+    )
+
+
+def _sorted_keys(rows: list[asyncpg.Record]) -> list[tuple[str, str]]:
+    return sorted((r["seat"], r["request_id"]) for r in rows)
 
 
 def _report(plan: _Plan) -> Report:
@@ -258,6 +293,8 @@ def _report(plan: _Plan) -> Report:
         report.add("skill_practice_bullets", bullets_changed, changed=True)
     if plan.proposals:
         report.add("skill_proposals", plan.proposals)
+    if plan.keys:
+        report.add("skill_use_requests", _digests(plan.keys))
     return report
 
 
@@ -287,7 +324,9 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
                 provenance_json(p.provenance),
                 provenance_json(p.version_provenance),
             )
-        if target.kind is not Kind.SUBJECT:
+        if target.kind is Kind.SUBJECT:
+            await delete_keyed(conn, "skill_use_requests", target.company, plan.keys, ("seat", "request_id"))
+        else:
             await delete_scope(conn, target, "skill_use_requests")
         return _report(plan)
 
