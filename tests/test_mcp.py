@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
-from services.mcp.server import TURN_META_KEY
+from services.mcp.server import REFUSED, TURN_META_KEY
 from tests.support.app import open_app
 from tests.test_prefetch_support import SERVICES, default_settings, open_env
 
@@ -182,6 +183,37 @@ async def test_tool_calls_are_charged_to_the_turn_whose_context_was_read(env):
         assert await spent("holidays") == 3  # back on turn-a
 
 
+async def test_each_http_client_has_its_own_current_turn(make_settings, dsn, clock, local_embedder, edge_index):
+    """One client's context read moves only its own turn: another client's calls are never charged
+    to it (nor spend its refreshes). The modern protocol has no sessions: a client is its token."""
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+    async with open_app(
+        default_settings(make_settings),
+        dsn,
+        names=SERVICES,
+        clock=clock,
+        embedder=local_embedder,
+        index=edge_index,
+        auth_mode="tokens",
+    ) as app:
+        first, _ = await app.infra.tokens.issue("acme", ["memory:read"], seat="ana")
+        second, _ = await app.infra.tokens.issue("acme", ["memory:read"], seat="ana")
+        async with (
+            http_server(app.port) as url,
+            create_mcp_http_client(headers={"authorization": f"Bearer {first}"}) as own_a,
+            create_mcp_http_client(headers={"authorization": f"Bearer {second}"}) as own_b,
+            Client(streamable_http_client(url, http_client=own_a), read_timeout_seconds=60) as a,
+            Client(streamable_http_client(url, http_client=own_b), read_timeout_seconds=60) as b,
+        ):
+            await a.read_resource("agentlearn://turn-context/turn-of-a?ask=billing")
+            for hint in ("deploys", "holidays", "oncall"):
+                assert not (await b.call_tool("refresh_memory", {"context_hint": hint})).is_error
+            mine = await a.call_tool("refresh_memory", {"context_hint": "billing export"})
+            assert not mine.is_error, mine.content
+            assert mine.structured_content["refreshes_spent"] == 1  # turn-of-a, untouched by b
+
+
 async def test_a_context_read_that_is_refused_starts_no_turn(env):
     async with stdio(env.app.port, "--turn-id", "turn-start") as client:
 
@@ -224,8 +256,15 @@ async def test_a_tokens_scopes_hold_through_the_mcp_server(make_settings, dsn, c
             assert refused.is_error and refused.content[0].text.startswith("PERMISSION_DENIED")
             assert "reason: SCOPE_MISSING" in refused.content[0].text
         async with stdio(app.port) as anonymous:
-            with pytest.raises(Exception, match="UNAUTHENTICATED"):
+            with pytest.raises(MCPError) as refused_call:
                 await anonymous.list_tools()
+            # A refusal, not "Internal error": its own code, the status and reason as data, and
+            # what an MCP client does about it.
+            assert refused_call.value.code == REFUSED, refused_call.value.error
+            assert refused_call.value.data["status"] == "UNAUTHENTICATED"
+            assert refused_call.value.data["reason"]
+            assert "Authorization: Bearer" in refused_call.value.message
+            assert "metadata" not in refused_call.value.message
 
 
 async def refused_to_start(port: int, *extra: str) -> str:
