@@ -336,6 +336,17 @@ async def test_http_on_a_public_address_serves_each_client_as_its_own_token(
                 Client(streamable_http_client(local, http_client=own), read_timeout_seconds=60) as client,
             ):
                 assert "refresh_memory" in {t.name for t in (await client.list_tools()).tools}
-            async with Client(local, read_timeout_seconds=60) as anonymous:
-                with pytest.raises(Exception, match="UNAUTHENTICATED"):
-                    await anonymous.list_tools()
+            # One with no token is refused before the MCP exchange: it does not even learn whose
+            # memory this is (initialize's instructions would name the company, seat and role).
+            import httpx
+
+            accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+            async with httpx.AsyncClient(timeout=60) as http:
+                anonymous = await http.post(local, json=INITIALIZE, headers=accept)
+                assert anonymous.status_code == 401, anonymous.text
+                assert anonymous.headers["www-authenticate"].startswith("Bearer")
+                assert "acme" not in anonymous.text and "ana" not in anonymous.text
+                # Any bearer gets initialize (agentlearn judges the token call by call): no names in it.
+                bogus = await http.post(local, json=INITIALIZE, headers={**accept, "authorization": "Bearer agl_x"})
+                assert bogus.status_code == 200 and "instructions" in bogus.text, bogus.text
+                assert "acme" not in bogus.text and "ana (" not in bogus.text and "swe" not in bogus.text

@@ -144,8 +144,10 @@ def rpc_error(err: grpc.aio.AioRpcError) -> MCPError:
     return MCPError(_UNAVAILABLE, message, data)
 
 
-def build_server(seat: Seat) -> Server[Any]:
-    """The MCP server for ``seat`` (serve it over stdio or streamable HTTP)."""
+def build_server(seat: Seat, *, public: bool = False) -> Server[Any]:
+    """The MCP server for ``seat`` (serve it over stdio or streamable HTTP). ``public``: served to
+    whoever reaches a non-loopback port, so ``initialize`` (answered before any token is checked)
+    names no company, seat or role."""
     prefetch = pb_grpc.PrefetchServiceStub(seat.channel)
     builtins = pb_grpc.BuiltinServiceStub(seat.channel)
     template = UriTemplate.parse(CONTEXT_TEMPLATE)
@@ -326,8 +328,9 @@ def build_server(seat: Seat) -> Server[Any]:
         "agentlearn",
         version="1",
         instructions=(
-            f"Memory of {seat.seat} ({seat.role}, {seat.company}): read the turn-context resource or the turn_start "
-            "prompt at the start of a task, then use the tools as their descriptions say."
+            ("A seat's memory" if public else f"Memory of {seat.seat} ({seat.role}, {seat.company})")
+            + ": read the turn-context resource or the turn_start prompt at the start of a task, then use the "
+            "tools as their descriptions say."
         ),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
