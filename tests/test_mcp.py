@@ -181,6 +181,13 @@ async def test_tool_calls_are_charged_to_the_turn_whose_context_was_read(env):
         assert [await spent("billing export"), await spent("deploys")] == [1, 2]  # turn-a, a fresh run
         assert await spent("holidays", turn="turn-b") == 1  # the turn _meta names
         assert await spent("holidays") == 3  # back on turn-a
+        assert await spent("deploys", turn=" turn-b ") == 2  # the same turn-b, its padding stripped
+        for bad in (5, "  "):  # names no turn: refused, not charged to turn-a (whose 3 are spent)
+            answer = await client.call_tool("refresh_memory", {"context_hint": "x"}, meta={TURN_META_KEY: bad})
+            assert answer.is_error and TURN_META_KEY in answer.content[0].text, answer.content
+        with pytest.raises(MCPError) as no_ask:
+            await client.get_prompt("turn_start", {})
+        assert no_ask.value.code == -32602 and "ask" in no_ask.value.message
 
 
 async def test_each_http_client_has_its_own_current_turn(make_settings, dsn, clock, local_embedder, edge_index):

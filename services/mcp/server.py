@@ -13,8 +13,8 @@ seat and role it was started for:
   (``BuildTurnContext``'s markdown: similar prior work, personal memory, skills, knowledge,
   onboarding) for a task; and a static resource ``agentlearn://guidance``, the guidance that goes
   with the tools.
-- **a prompt** ``turn_start`` (arguments ``ask``, optional ``turn_id``): the same context as a
-  message to start a task with.
+- **a prompt** ``turn_start`` (arguments ``ask``, required, and optional ``turn_id``): the same
+  context as a message to start a task with.
 
 The turn: tool calls are charged to a run id (refresh_memory's cap of refreshes is per run). It is
 the ``agentlearn/turn_id`` a client puts in a request's ``_meta``, else the turn whose context that
@@ -184,9 +184,13 @@ def build_server(seat: Seat, *, public: bool = False) -> Server[Any]:
             while len(turns) > _SESSIONS_KEPT:
                 turns.popitem(last=False)
 
-    def turn_of(ctx: ServerRequestContext[Any, Any], meta: Any) -> str:
-        value = meta.get(TURN_META_KEY) if isinstance(meta, dict) else None
-        return value if isinstance(value, str) and value.strip() else current_turn(ctx)
+    def turn_of(ctx: ServerRequestContext[Any, Any], meta: Any) -> str | None:
+        """The run id a tool call is charged to; None when ``_meta`` names one that is no run id (a
+        number, a blank): charging the call elsewhere would spend another turn's refreshes."""
+        if not isinstance(meta, dict) or TURN_META_KEY not in meta:
+            return current_turn(ctx)
+        value = meta[TURN_META_KEY]
+        return value.strip() if isinstance(value, str) and value.strip() else None
 
     async def rpc(ctx: ServerRequestContext[Any, Any] | None, method: Any, request: Any) -> Any:
         """One call to agentlearn; a failure to reach it or a refusal is an MCP error in words."""
@@ -209,13 +213,17 @@ def build_server(seat: Seat, *, public: bool = False) -> Server[Any]:
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        turn_id = turn_of(ctx, params.meta)
+        if turn_id is None:
+            said = f"INVALID_ARGUMENT: _meta {TURN_META_KEY} must be a non-empty string (the turn's run id)"
+            return types.CallToolResult(content=[types.TextContent(text=said)], is_error=True)
         request = pb.CallToolRequest(
             name=params.name,
             arguments_json=json.dumps(params.arguments or {}),
             company=seat.company,
             seat=seat.seat,
             role=seat.role,
-            turn_id=turn_of(ctx, params.meta),
+            turn_id=turn_id,
             unit_chain=list(seat.unit_chain),
             # One key per MCP call: a retry of this gRPC call (never of the model's call) writes once.
             request_id=f"mcp-{uuid.uuid4().hex}",
@@ -316,6 +324,12 @@ def build_server(seat: Seat, *, public: bool = False) -> Server[Any]:
             raise MCPError(_INVALID_PARAMS, f"unknown prompt {params.name}; the prompt is turn_start")
         arguments = params.arguments or {}
         ask = arguments.get("ask", "")
+        if not ask.strip():
+            raise MCPError(
+                _INVALID_PARAMS,
+                "turn_start needs ask: the task, as it was asked",
+                {"status": "INVALID_ARGUMENT", "fields": [{"field": "ask", "description": "required"}]},
+            )
         turn_id = arguments.get("turn_id") or f"mcp-{uuid.uuid4().hex[:16]}"
         markdown = await context_markdown(ctx, turn_id, ask)
         text = f"{markdown}\n\n---\n\nThe task (turn {turn_id}):\n{ask}"
