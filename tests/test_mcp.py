@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
-from services.mcp.server import TURN_META_KEY
+from services.mcp.server import REFUSED, TURN_META_KEY
 from tests.support.app import open_app
 from tests.test_prefetch_support import SERVICES, default_settings, open_env
 
@@ -180,6 +181,44 @@ async def test_tool_calls_are_charged_to_the_turn_whose_context_was_read(env):
         assert [await spent("billing export"), await spent("deploys")] == [1, 2]  # turn-a, a fresh run
         assert await spent("holidays", turn="turn-b") == 1  # the turn _meta names
         assert await spent("holidays") == 3  # back on turn-a
+        assert await spent("deploys", turn=" turn-b ") == 2  # the same turn-b, its padding stripped
+        for bad in (5, "  "):  # names no turn: refused, not charged to turn-a (whose 3 are spent)
+            answer = await client.call_tool("refresh_memory", {"context_hint": "x"}, meta={TURN_META_KEY: bad})
+            assert answer.is_error and TURN_META_KEY in answer.content[0].text, answer.content
+        with pytest.raises(MCPError) as no_ask:
+            await client.get_prompt("turn_start", {})
+        assert no_ask.value.code == -32602 and "ask" in no_ask.value.message
+
+
+async def test_each_http_client_has_its_own_current_turn(make_settings, dsn, clock, local_embedder, edge_index):
+    """One client's context read moves only its own turn: another client's calls are never charged
+    to it (nor spend its refreshes). The modern protocol has no sessions: a client is its token."""
+    from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+    async with open_app(
+        default_settings(make_settings),
+        dsn,
+        names=SERVICES,
+        clock=clock,
+        embedder=local_embedder,
+        index=edge_index,
+        auth_mode="tokens",
+    ) as app:
+        first, _ = await app.infra.tokens.issue("acme", ["memory:read"], seat="ana")
+        second, _ = await app.infra.tokens.issue("acme", ["memory:read"], seat="ana")
+        async with (
+            http_server(app.port) as url,
+            create_mcp_http_client(headers={"authorization": f"Bearer {first}"}) as own_a,
+            create_mcp_http_client(headers={"authorization": f"Bearer {second}"}) as own_b,
+            Client(streamable_http_client(url, http_client=own_a), read_timeout_seconds=60) as a,
+            Client(streamable_http_client(url, http_client=own_b), read_timeout_seconds=60) as b,
+        ):
+            await a.read_resource("agentlearn://turn-context/turn-of-a?ask=billing")
+            for hint in ("deploys", "holidays", "oncall"):
+                assert not (await b.call_tool("refresh_memory", {"context_hint": hint})).is_error
+            mine = await a.call_tool("refresh_memory", {"context_hint": "billing export"})
+            assert not mine.is_error, mine.content
+            assert mine.structured_content["refreshes_spent"] == 1  # turn-of-a, untouched by b
 
 
 async def test_a_context_read_that_is_refused_starts_no_turn(env):
@@ -224,8 +263,15 @@ async def test_a_tokens_scopes_hold_through_the_mcp_server(make_settings, dsn, c
             assert refused.is_error and refused.content[0].text.startswith("PERMISSION_DENIED")
             assert "reason: SCOPE_MISSING" in refused.content[0].text
         async with stdio(app.port) as anonymous:
-            with pytest.raises(Exception, match="UNAUTHENTICATED"):
+            with pytest.raises(MCPError) as refused_call:
                 await anonymous.list_tools()
+            # A refusal, not "Internal error": its own code, the status and reason as data, and
+            # what an MCP client does about it.
+            assert refused_call.value.code == REFUSED, refused_call.value.error
+            assert refused_call.value.data["status"] == "UNAUTHENTICATED"
+            assert refused_call.value.data["reason"]
+            assert "Authorization: Bearer" in refused_call.value.message
+            assert "metadata" not in refused_call.value.message
 
 
 async def refused_to_start(port: int, *extra: str) -> str:
@@ -297,6 +343,17 @@ async def test_http_on_a_public_address_serves_each_client_as_its_own_token(
                 Client(streamable_http_client(local, http_client=own), read_timeout_seconds=60) as client,
             ):
                 assert "refresh_memory" in {t.name for t in (await client.list_tools()).tools}
-            async with Client(local, read_timeout_seconds=60) as anonymous:
-                with pytest.raises(Exception, match="UNAUTHENTICATED"):
-                    await anonymous.list_tools()
+            # One with no token is refused before the MCP exchange: it does not even learn whose
+            # memory this is (initialize's instructions would name the company, seat and role).
+            import httpx
+
+            accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+            async with httpx.AsyncClient(timeout=60) as http:
+                anonymous = await http.post(local, json=INITIALIZE, headers=accept)
+                assert anonymous.status_code == 401, anonymous.text
+                assert anonymous.headers["www-authenticate"].startswith("Bearer")
+                assert "acme" not in anonymous.text and "ana" not in anonymous.text
+                # Any bearer gets initialize (agentlearn judges the token call by call): no names in it.
+                bogus = await http.post(local, json=INITIALIZE, headers={**accept, "authorization": "Bearer agl_x"})
+                assert bogus.status_code == 200 and "instructions" in bogus.text, bogus.text
+                assert "acme" not in bogus.text and "ana (" not in bogus.text and "swe" not in bogus.text

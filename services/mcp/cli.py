@@ -9,8 +9,10 @@ Over HTTP on an address other than loopback, whoever reaches the port is a clien
 lends nothing: it refuses to start with a ``--token`` (every client would act with it), and it
 refuses to start in front of an agentlearn that answers a call carrying no token (local mode),
 which would trust whoever reaches the port. It starts only when a call with no credential is
-refused UNAUTHENTICATED: each client then acts as its own ``Authorization: Bearer``, and one that
-sends none is refused by agentlearn.
+refused UNAUTHENTICATED: each client then acts as its own ``Authorization: Bearer``. A request that
+sends none is answered 401 with ``WWW-Authenticate: Bearer`` before any MCP exchange (so an
+anonymous caller learns nothing, not even whose memory this is), and ``initialize``'s instructions
+name no company, seat or role.
 
 Over HTTP on a loopback address, whoever reaches the port is this machine, and a web page its
 browser opens must not be: a page that rebinds its own name to the bound address would send
@@ -24,6 +26,7 @@ any loopback name and port through; here they hold for every loopback address (1
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import sys
@@ -35,7 +38,7 @@ import grpc
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 from libs.common.auth import is_loopback
-from services.mcp.server import Seat, build_server
+from services.mcp.server import REFUSED, Seat, build_server
 
 if TYPE_CHECKING:
     from mcp.server import Server
@@ -158,7 +161,7 @@ async def main(argv: list[str]) -> int:
     )
     if args.turn_id:
         seat.turn_id = args.turn_id
-    server = build_server(seat)
+    server = build_server(seat, public=public)
     who = f"{seat.company}/{seat.seat} ({seat.role}) via {args.address}"
     try:
         if args.transport == "stdio":
@@ -195,6 +198,46 @@ def _loopback_security(host: str, bound: str, port: int) -> TransportSecuritySet
     )
 
 
+_UNAUTHORIZED = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": REFUSED,
+            "message": "UNAUTHENTICATED: send 'Authorization: Bearer <token>' on the MCP HTTP request",
+            "data": {"status": "UNAUTHENTICATED"},
+        },
+    }
+).encode()
+
+
+def _require_bearer(app: Any) -> Any:
+    """``app`` (ASGI) answering an HTTP request with no ``Authorization: Bearer`` 401 before the MCP
+    exchange starts: on a public address agentlearn would refuse it anyway, and ``initialize``
+    would otherwise answer it. Whether the token is valid is agentlearn's to say, call by call."""
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            header = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not header.lower().startswith(b"bearer ") or not header[7:].strip():
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"www-authenticate", b'Bearer realm="agentlearn"'),
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(_UNAUTHORIZED)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": _UNAUTHORIZED})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 async def _serve_http(server: Server[Any], args: argparse.Namespace, who: str) -> None:
     import uvicorn
 
@@ -214,8 +257,9 @@ async def _serve_http(server: Server[Any], args: argparse.Namespace, who: str) -
         host=args.host,
         transport_security=_loopback_security(args.host, bound, port),
     )
+    served: Any = _require_bearer(app) if not is_loopback(args.host) else app
     host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
     # The socket already queues connections, so the line is true as soon as it is printed.
     _say(f"serving MCP (streamable HTTP) on http://{host}:{port}{args.path} for {who}")
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(served, log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve(sockets=[sock])

@@ -13,19 +13,27 @@ seat and role it was started for:
   (``BuildTurnContext``'s markdown: similar prior work, personal memory, skills, knowledge,
   onboarding) for a task; and a static resource ``agentlearn://guidance``, the guidance that goes
   with the tools.
-- **a prompt** ``turn_start`` (arguments ``ask``, optional ``turn_id``): the same context as a
-  message to start a task with.
+- **a prompt** ``turn_start`` (arguments ``ask``, required, and optional ``turn_id``): the same
+  context as a message to start a task with.
 
 The turn: tool calls are charged to a run id (refresh_memory's cap of refreshes is per run). It is
-the ``agentlearn/turn_id`` a client puts in a request's ``_meta``, else the turn whose context was
-read last (the resource or the prompt starts a turn), else one chosen when the server started.
+the ``agentlearn/turn_id`` a client puts in a request's ``_meta``, else the turn whose context that
+client's MCP session read last (the resource or the prompt starts a turn; each HTTP client has its
+own session, stdio has one), else one chosen when the server started.
+
+A call agentlearn refuses is a JSON-RPC error: -32602 for INVALID_ARGUMENT, -32001 ("refused") for a
+refusal the caller can act on (no or a bad token, no scope, not found, a cap spent, a precondition),
+with the gRPC status and the ErrorInfo reason in the error's ``data``; -32603 only when agentlearn
+could not answer (UNAVAILABLE, INTERNAL, UNKNOWN, DEADLINE_EXCEEDED).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +49,7 @@ from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pb_grpc
 from libs.common.status_details import status_details
 
-__all__ = ["CONTEXT_TEMPLATE", "GUIDANCE_URI", "TURN_META_KEY", "Seat", "build_server", "describe_rpc_error"]
+__all__ = ["CONTEXT_TEMPLATE", "GUIDANCE_URI", "REFUSED", "TURN_META_KEY", "Seat", "build_server", "describe_rpc_error"]
 
 _log = logging.getLogger(__name__)
 
@@ -53,6 +61,22 @@ TURN_META_KEY = "agentlearn/turn_id"
 """A request ``_meta`` key naming the run id a tool call belongs to."""
 _INVALID_PARAMS = -32602
 _UNAVAILABLE = -32603
+_SESSIONS_KEPT = 1024
+REFUSED = -32001
+"""The JSON-RPC error code of a refusal the caller can act on (JSON-RPC leaves -32000..-32099 to
+servers); the gRPC status and ErrorInfo reason are in the error's ``data``."""
+_REFUSALS = frozenset(
+    {
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.ABORTED,
+    }
+)
 
 
 @dataclass
@@ -67,7 +91,7 @@ class Seat:
     unit_chain: Sequence[str] = ()
     timeout: float = 60.0
     turn_id: str = field(default_factory=lambda: f"mcp-{uuid.uuid4().hex[:16]}")
-    """The current turn: set at start, moved by every context read that succeeds."""
+    """The turn a session starts on (each session then moves its own with the context it reads)."""
 
     def metadata(self, ctx: ServerRequestContext[Any, Any] | None = None) -> tuple[tuple[str, str], ...]:
         """The bearer token: the MCP HTTP request's own ``Authorization`` header when it has one (each
@@ -83,7 +107,15 @@ class Seat:
 def describe_rpc_error(err: grpc.aio.AioRpcError) -> str:
     """A refusal in words: the code, the message, and each violated field (google.rpc.BadRequest),
     with the ErrorInfo reason."""
-    lines = [f"{err.code().name}: {err.details() or ''}".strip()]
+    if err.code() == grpc.StatusCode.UNAUTHENTICATED:
+        # agentlearn's words speak of gRPC call metadata; an MCP client fixes this on its request
+        # (the ErrorInfo reason below still says which: missing, unknown, expired).
+        lines = [
+            "UNAUTHENTICATED: agentlearn needs a valid bearer token: send 'Authorization: Bearer <token>' on "
+            "the MCP HTTP request (a stdio server is started with --token)"
+        ]
+    else:
+        lines = [f"{err.code().name}: {err.details() or ''}".strip()]
     said = status_details(err)
     if said.info is not None:
         lines.append(f"reason: {said.info.reason} ({said.info.domain})")
@@ -92,24 +124,80 @@ def describe_rpc_error(err: grpc.aio.AioRpcError) -> str:
     return "\n".join(lines)
 
 
-def _turn_of(seat: Seat, meta: Any) -> str:
-    value = meta.get(TURN_META_KEY) if isinstance(meta, dict) else None
-    return value if isinstance(value, str) and value.strip() else seat.turn_id
+def rpc_error(err: grpc.aio.AioRpcError) -> MCPError:
+    """A gRPC failure as a JSON-RPC error whose code says whose it is: the caller's arguments
+    (-32602), a refusal the caller can act on (REFUSED, status and reason in ``data``), or
+    agentlearn not answering (-32603)."""
+    code = err.code()
+    said = status_details(err)
+    data: dict[str, Any] = {"status": code.name}
+    if said.info is not None:
+        data["reason"] = said.info.reason
+        data["domain"] = said.info.domain
+    if said.bad is not None:
+        data["fields"] = [{"field": v.field, "description": v.description} for v in said.bad.field_violations]
+    message = describe_rpc_error(err)
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return MCPError(_INVALID_PARAMS, message, data)
+    if code in _REFUSALS:
+        return MCPError(REFUSED, message, data)
+    return MCPError(_UNAVAILABLE, message, data)
 
 
-def build_server(seat: Seat) -> Server[Any]:
-    """The MCP server for ``seat`` (serve it over stdio or streamable HTTP)."""
+def build_server(seat: Seat, *, public: bool = False) -> Server[Any]:
+    """The MCP server for ``seat`` (serve it over stdio or streamable HTTP). ``public``: served to
+    whoever reaches a non-loopback port, so ``initialize`` (answered before any token is checked)
+    names no company, seat or role."""
     prefetch = pb_grpc.PrefetchServiceStub(seat.channel)
     builtins = pb_grpc.BuiltinServiceStub(seat.channel)
     template = UriTemplate.parse(CONTEXT_TEMPLATE)
+    # The current turn of each HTTP client (the latest few hundred), so one client's context read
+    # never moves another's turn nor has its calls charged to it. A client is its MCP session when
+    # the protocol has one, else its bearer token (who it acts as; the modern protocol has no
+    # sessions); stdio is one client, its turn the seat's.
+    turns: OrderedDict[str, str] = OrderedDict()
+
+    def session_of(ctx: ServerRequestContext[Any, Any] | None) -> str | None:
+        """Which HTTP client sent the request, None for stdio. Sessionless requests without a token
+        (agentlearn in local mode, one user) are all one client, "anonymous"."""
+        request = getattr(ctx, "request", None) if ctx is not None else None
+        headers = getattr(request, "headers", None)
+        if headers is None:
+            return None
+        if session := str(headers.get("mcp-session-id", "")):
+            return f"session:{session}"
+        if token := str(headers.get("authorization", "")):
+            return f"token:{hashlib.sha256(token.encode()).hexdigest()}"
+        return "anonymous"
+
+    def current_turn(ctx: ServerRequestContext[Any, Any]) -> str:
+        session = session_of(ctx)
+        return seat.turn_id if session is None else turns.get(session, seat.turn_id)
+
+    def start_turn(ctx: ServerRequestContext[Any, Any] | None, turn_id: str) -> None:
+        session = session_of(ctx)
+        if session is None:
+            seat.turn_id = turn_id
+        else:
+            turns[session] = turn_id
+            turns.move_to_end(session)
+            while len(turns) > _SESSIONS_KEPT:
+                turns.popitem(last=False)
+
+    def turn_of(ctx: ServerRequestContext[Any, Any], meta: Any) -> str | None:
+        """The run id a tool call is charged to; None when ``_meta`` names one that is no run id (a
+        number, a blank): charging the call elsewhere would spend another turn's refreshes."""
+        if not isinstance(meta, dict) or TURN_META_KEY not in meta:
+            return current_turn(ctx)
+        value = meta[TURN_META_KEY]
+        return value.strip() if isinstance(value, str) and value.strip() else None
 
     async def rpc(ctx: ServerRequestContext[Any, Any] | None, method: Any, request: Any) -> Any:
         """One call to agentlearn; a failure to reach it or a refusal is an MCP error in words."""
         try:
             return await method(request, timeout=seat.timeout, metadata=seat.metadata(ctx))
         except grpc.aio.AioRpcError as err:
-            code = _INVALID_PARAMS if err.code() == grpc.StatusCode.INVALID_ARGUMENT else _UNAVAILABLE
-            raise MCPError(code, describe_rpc_error(err)) from None
+            raise rpc_error(err) from None
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
         listed = await rpc(
@@ -125,13 +213,17 @@ def build_server(seat: Seat) -> Server[Any]:
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        turn_id = turn_of(ctx, params.meta)
+        if turn_id is None:
+            said = f"INVALID_ARGUMENT: _meta {TURN_META_KEY} must be a non-empty string (the turn's run id)"
+            return types.CallToolResult(content=[types.TextContent(text=said)], is_error=True)
         request = pb.CallToolRequest(
             name=params.name,
             arguments_json=json.dumps(params.arguments or {}),
             company=seat.company,
             seat=seat.seat,
             role=seat.role,
-            turn_id=_turn_of(seat, params.meta),
+            turn_id=turn_id,
             unit_chain=list(seat.unit_chain),
             # One key per MCP call: a retry of this gRPC call (never of the model's call) writes once.
             request_id=f"mcp-{uuid.uuid4().hex}",
@@ -161,7 +253,7 @@ def build_server(seat: Seat) -> Server[Any]:
         # Reading a turn's context starts that turn, once it is read: a read refused (no turn id,
         # one past its limit) or unanswered leaves the current turn as it was, so later tool calls
         # without _meta are never refused on a turn id the client did not send.
-        seat.turn_id = turn_id
+        start_turn(ctx, turn_id)
         return built.markdown or f"(No learned context for this task yet. {built.summary.line})"
 
     async def list_resource_templates(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
@@ -232,6 +324,12 @@ def build_server(seat: Seat) -> Server[Any]:
             raise MCPError(_INVALID_PARAMS, f"unknown prompt {params.name}; the prompt is turn_start")
         arguments = params.arguments or {}
         ask = arguments.get("ask", "")
+        if not ask.strip():
+            raise MCPError(
+                _INVALID_PARAMS,
+                "turn_start needs ask: the task, as it was asked",
+                {"status": "INVALID_ARGUMENT", "fields": [{"field": "ask", "description": "required"}]},
+            )
         turn_id = arguments.get("turn_id") or f"mcp-{uuid.uuid4().hex[:16]}"
         markdown = await context_markdown(ctx, turn_id, ask)
         text = f"{markdown}\n\n---\n\nThe task (turn {turn_id}):\n{ask}"
@@ -244,8 +342,9 @@ def build_server(seat: Seat) -> Server[Any]:
         "agentlearn",
         version="1",
         instructions=(
-            f"Memory of {seat.seat} ({seat.role}, {seat.company}): read the turn-context resource or the turn_start "
-            "prompt at the start of a task, then use the tools as their descriptions say."
+            ("A seat's memory" if public else f"Memory of {seat.seat} ({seat.role}, {seat.company})")
+            + ": read the turn-context resource or the turn_start prompt at the start of a task, then use the "
+            "tools as their descriptions say."
         ),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
