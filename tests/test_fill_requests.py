@@ -87,8 +87,14 @@ async def test_minutes_an_hour_gone_are_pruned_when_a_minute_starts(dsn: str) ->
         ledger = PostgresRequestLedger(pool)
         for minutes in range(0, 100, 10):
             assert await ledger.take(MINUTE + timedelta(minutes=minutes), LIMIT, 1) is None
+            await pool.execute(
+                "INSERT INTO fill_budget (company, window_start, bytes) VALUES ('acme', $1, 10)",
+                MINUTE + timedelta(minutes=minutes),
+            )
         assert await ledger.ended(MINUTE + timedelta(minutes=100)) is None
         left = await pool.fetchval("SELECT count(*) FROM fill_requests")
         assert left == 6  # minutes 40..90: within the hour before minute 100
+        # The byte budget's minutes go with them (it was never pruned: a row a company a minute).
+        assert await pool.fetchval("SELECT count(*) FROM fill_budget") == 6
     finally:
         await pool.close()

@@ -199,8 +199,10 @@ REQUEST_SQL = {
     "end": """INSERT INTO fill_requests AS f (window_start, ended) VALUES ($1, $2)
               ON CONFLICT (window_start) DO UPDATE SET ended = COALESCE(f.ended, EXCLUDED.ended)""",
     "ended": "SELECT ended FROM fill_requests WHERE window_start = $1",
-    # Read once a fill's minute starts; the rows of minutes long gone go then too.
-    "ended_pruning": """WITH pruned AS (DELETE FROM fill_requests WHERE window_start < $2)
+    # Read once a fill's minute starts; the rows of minutes long gone go then too, the byte
+    # budget's with them (one row a company a minute, never read past its minute).
+    "ended_pruning": """WITH pruned AS (DELETE FROM fill_requests WHERE window_start < $2),
+                             spent AS (DELETE FROM fill_budget WHERE window_start < $2)
                         SELECT ended FROM fill_requests WHERE window_start = $1""",
 }
 """fill_requests: one row a minute, the requests every fill on the database sent in it and why the
