@@ -51,6 +51,13 @@ _RECORDED = """
             FROM written w WHERE $1::uuid IS NOT NULL)"""
 """The observation a write records (issue 17), beside the row it wrote (``written``)."""
 
+_NAMED_BY = """(subject_key = ANY($4::text[]) OR subject_handle = ANY($4::text[])
+               OR subject_external_id = ANY($4::text[]))"""
+"""A row one of the identifiers $4 names: as its key, its handle or its external id."""
+_PEEK = f"""
+        SELECT {_COLUMNS} FROM counterparty_profiles
+        WHERE company = $1 AND observer = $2 AND platform = $3 AND {_NAMED_BY}"""
+
 SQL = {
     # One person's identifiers, each locked (a transaction-level advisory lock on a digest of
     # company, observer, platform and identifier, taken in order) before their rows are read: two
@@ -67,18 +74,8 @@ SQL = {
     # The rows one of the identifiers $4 names (as a key, a handle or an external id), locked; the
     # store repeats it with the identifiers those rows know too (``linked``), oldest first. "peek"
     # is the same read unlocked: which identifiers to lock first.
-    "find": f"""
-        SELECT {_COLUMNS} FROM counterparty_profiles
-        WHERE company = $1 AND observer = $2 AND platform = $3
-          AND (subject_key = ANY($4::text[]) OR subject_handle = ANY($4::text[])
-               OR subject_external_id = ANY($4::text[]))
-        ORDER BY create_time, id
-        FOR UPDATE""",
-    "peek": f"""
-        SELECT {_COLUMNS} FROM counterparty_profiles
-        WHERE company = $1 AND observer = $2 AND platform = $3
-          AND (subject_key = ANY($4::text[]) OR subject_handle = ANY($4::text[])
-               OR subject_external_id = ANY($4::text[]))""",
+    "find": f"{_PEEK} ORDER BY create_time, id FOR UPDATE",
+    "peek": _PEEK,
     # Rows of one person folded into the oldest (``combine``): their observations move to it (an
     # entry stays traceable to the turn that added it), then they go.
     "move_observations": "UPDATE profile_observations SET profile_id = $1 WHERE profile_id = ANY($2::uuid[])",
@@ -111,9 +108,7 @@ SQL = {
     # subject's (``linked``, ``combine``).
     "get_many": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
-        WHERE company = $1 AND observer = $2 AND platform = ANY($3::text[])
-          AND (subject_key = ANY($4::text[]) OR subject_handle = ANY($4::text[])
-               OR subject_external_id = ANY($4::text[]))""",
+        WHERE company = $1 AND observer = $2 AND platform = ANY($3::text[]) AND {_NAMED_BY}""",
     "get": f"SELECT {_COLUMNS} FROM counterparty_profiles WHERE id = $1 AND company = $2 AND observer = $3",
     "observations": """
         SELECT o.id, o.profile_id, o.provenance, o.communication_style, o.past_decisions, o.sensitivities, o.topics,
