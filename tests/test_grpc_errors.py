@@ -107,6 +107,14 @@ class _Listing:
         return d_pb.ListNotesResponse(notes=[d_pb.Note(id="n1", content="kept")])
 
 
+async def _note_provenance(request, timeout=None):  # type: ignore[no-untyped-def]
+    """GetNoteProvenance: where each exported note came from (a turn)."""
+    from agentlearn.common.v1 import provenance_pb2
+    from agentlearn.diary.v1 import diary_service_pb2 as d_pb
+
+    return d_pb.GetNoteProvenanceResponse(provenance=provenance_pb2.Provenance(turn_ids=["t1"]))
+
+
 class _Owner:
     def __init__(self, **rpcs: _Listing):
         for name, rpc in rpcs.items():
@@ -114,14 +122,15 @@ class _Owner:
 
 
 class _ExportClients:
-    """The owners ExportSeat reads: the diary answers one page, the episodes fail with ``failure``."""
+    """The owners ExportSeat reads: the diary answers one page (and its provenance), the episodes
+    fail with ``failure``."""
 
     timeout = 5.0
 
     def __init__(self, failure: Exception | None = None):
         self.notes = _Listing()
         self.episodes_listing = _Listing(failure)
-        self.diary = _Owner(ListNotes=self.notes)
+        self.diary = _Owner(ListNotes=self.notes, GetNoteProvenance=_note_provenance)
         self.episodes = _Owner(ListEpisodes=self.episodes_listing)
 
 
@@ -171,7 +180,8 @@ async def test_a_downstream_refusal_mid_stream_ends_it_with_that_refusal_not_unk
     got, err = await _export(
         _ExportClients(rpc_error(status_of(refusal))), pv.ExportSeatRequest(company="acme", seat="ana")
     )
-    assert len(got) == 1 and '"kept"' in got[0].lines[0]  # the notes page, sent before the refusal
+    # The notes page and their provenance, sent before the refusal.
+    assert len(got) == 2 and '"kept"' in got[0].lines[0] and '"note_provenance"' in got[1].lines[0]
     assert err is not None
     code, info, bad = error_info(err)
     assert (code, info.reason, info.domain, info.metadata["seat"]) == (

@@ -1,26 +1,41 @@
 """ExportSeat (issue 17, data portability): everything learned for a seat, as NDJSON, read through
-each owner's own listing RPCs (the privacy service reads no other service's tables) and streamed a
-page at a time, so an export of any size holds one page in memory."""
+each owner's own listing and provenance RPCs (the privacy service reads no other service's tables)
+and streamed a page at a time, so an export of any size holds one page in memory."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 from google.protobuf.json_format import MessageToDict
 
 from agentlearn.diary.v1 import diary_service_pb2 as d_pb
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
+from agentlearn.sessions.v1 import session_service_pb2 as ss_pb
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from libs.common.clients import Clients
 
 __all__ = ["export_seat"]
 
 PAGE = 200
+SESSIONS_PAGE = 100
+"""The sessions service's listings serve at most 100 a page."""
+
+
+@dataclass(frozen=True)
+class _Provenance:
+    """Where each listed row came from: the line ``kind``, the owner's Get*Provenance RPC, its
+    request, and the request field naming the row (the line carries it beside the answer)."""
+
+    kind: str
+    rpc: Callable[[Clients], Callable[..., Awaitable[Any]]]
+    request: Callable[..., Any]
+    id_field: str
 
 
 @dataclass(frozen=True)
@@ -35,17 +50,44 @@ class _Source:
     seat_field: str = "seat"
     extra: dict[str, Any] = field(default_factory=dict)
     """Further request fields (a skill's full body, the archived ones too)."""
+    provenance: _Provenance | None = None
+    """Each row's provenance, as lines of its own after the row's page."""
 
 
 _SOURCES = (
-    _Source("note", lambda clients: clients.diary.ListNotes, d_pb.ListNotesRequest, "notes"),
-    _Source("episode", lambda clients: clients.episodes.ListEpisodes, ep_pb.ListEpisodesRequest, "episodes"),
+    _Source(
+        "note",
+        lambda clients: clients.diary.ListNotes,
+        d_pb.ListNotesRequest,
+        "notes",
+        provenance=_Provenance(
+            "note_provenance", lambda clients: clients.diary.GetNoteProvenance, d_pb.GetNoteProvenanceRequest, "note_id"
+        ),
+    ),
+    _Source(
+        "episode",
+        lambda clients: clients.episodes.ListEpisodes,
+        ep_pb.ListEpisodesRequest,
+        "episodes",
+        provenance=_Provenance(
+            "episode_provenance",
+            lambda clients: clients.episodes.GetEpisodeProvenance,
+            ep_pb.GetEpisodeProvenanceRequest,
+            "episode_id",
+        ),
+    ),
     _Source(
         "profile",
         lambda clients: clients.profiles.ListProfiles,
         pr_pb.ListProfilesRequest,
         "profiles",
         seat_field="observer",
+        provenance=_Provenance(
+            "profile_provenance",
+            lambda clients: clients.profiles.GetProfileProvenance,
+            pr_pb.GetProfileProvenanceRequest,
+            "profile_id",
+        ),
     ),
     _Source(
         "skill",
@@ -53,6 +95,12 @@ _SOURCES = (
         sk_pb.ListSkillsRequest,
         "skills",
         extra={"include_archived": True, "view": sk_pb.SKILL_VIEW_FULL},
+        provenance=_Provenance(
+            "skill_provenance",
+            lambda clients: clients.skills.GetSkillProvenance,
+            sk_pb.GetSkillProvenanceRequest,
+            "skill_id",
+        ),
     ),
     _Source(
         "skill_proposal",
@@ -67,13 +115,45 @@ _SOURCES = (
         "reflections",
     ),
 )
-"""What the export holds of a seat, in this order: notes, episodes, profiles, skills (full
-bodies), skill proposals, reflection records."""
+"""What the export holds of a seat's rows, in this order: notes, episodes, profiles, skills (full
+bodies), skill proposals (their provenance is on them), reflection records; each page of notes,
+episodes, profiles and skills followed by their provenance. The seat's sessions follow
+(``_sessions``)."""
 
 
-def _line(kind: str, message: Any) -> str:
+def _fields(message: Any) -> dict[str, Any]:
+    return MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _line(kind: str, body: dict[str, Any]) -> str:
     # The resource under its kind's name: its own fields (an episode's "kind") never collide.
-    return json.dumps({"kind": kind, kind: MessageToDict(message, preserving_proto_field_name=True)}, sort_keys=True)
+    return json.dumps({"kind": kind, kind: body}, sort_keys=True)
+
+
+async def _found(call: Awaitable[Any]) -> Any | None:
+    """The answer of a Get* call, or None when the row is gone (NOT_FOUND): a note expired, a row
+    erased or a lesson removed between its listing and this read has nothing left to say; any
+    other failure ends the export with its status."""
+    try:
+        return await call
+    except grpc.aio.AioRpcError as err:
+        if err.code() == grpc.StatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+async def _provenance(clients: Clients, source: _Source, company: str, seat: str, rows: Iterable[Any]) -> list[str]:
+    """The provenance line of each of ``rows`` (one call each, in the rows' order)."""
+    prov = source.provenance
+    assert prov is not None
+    rpc = prov.rpc(clients)
+    lines = []
+    for row in rows:
+        request = prov.request(company=company, **{source.seat_field: seat, prov.id_field: row.id})
+        resp = await _found(rpc(request, timeout=clients.timeout))
+        if resp is not None:
+            lines.append(_line(prov.kind, {prov.id_field: row.id, **_fields(resp)}))
+    return lines
 
 
 async def _pages(clients: Clients, source: _Source, company: str, seat: str) -> AsyncIterator[list[str]]:
@@ -84,16 +164,76 @@ async def _pages(clients: Clients, source: _Source, company: str, seat: str) -> 
             company=company, page_size=PAGE, page_token=token, **{source.seat_field: seat}, **source.extra
         )
         resp = await rpc(request, timeout=clients.timeout)
-        lines = [_line(source.kind, m) for m in getattr(resp, source.items)]
-        if lines:
-            yield lines
+        rows = getattr(resp, source.items)
+        if rows:
+            yield [_line(source.kind, _fields(m)) for m in rows]
+            if source.provenance is not None:
+                lines = await _provenance(clients, source, company, seat, rows)
+                if lines:
+                    yield lines
+        token = resp.next_page_token
+        if not token:
+            return
+
+
+async def _checks(clients: Clients, company: str, session: ss_pb.SessionSummary) -> AsyncIterator[list[str]]:
+    """The session's learning checks (their receipts), a page at a time, then the provenance of
+    each workspace lesson they wrote, narrowed to this session's sources."""
+    lessons: dict[str, None] = {}  # the lesson pages of this session's checks, in order, once each
+    token = ""
+    while True:
+        request = ss_pb.ListLearningChecksRequest(
+            company=company,
+            session_id=session.session_id,
+            user=session.user,
+            page_size=SESSIONS_PAGE,
+            page_token=token,
+        )
+        resp = await clients.sessions.ListLearningChecks(request, timeout=clients.timeout)
+        if resp.checks:
+            yield [_line("learning_check", _fields(c)) for c in resp.checks]
+        for check in resp.checks:
+            lessons.update(dict.fromkeys(o.id for o in check.outputs if o.kind == ss_pb.OUTPUT_KIND_PROJECT_LESSON))
+        token = resp.next_page_token
+        if not token:
+            break
+    lines = []
+    for page_id in lessons:
+        asked = ss_pb.GetLessonProvenanceRequest(company=company, page_id=page_id)
+        found = await _found(clients.sessions.GetLessonProvenance(asked, timeout=clients.timeout))
+        if found is None:
+            continue
+        # A workspace lesson is the workspace's: the sources other sessions (other seats' and
+        # users') taught it are theirs, not this seat's, so only this session's are exported.
+        sources = [_fields(s) for s in found.sources if s.session_id == session.session_id]
+        if sources:
+            body = {"page_id": page_id, "session_id": session.session_id, "workspace": found.workspace}
+            lines.append(_line("lesson_provenance", {**body, "title": found.title, "sources": sources}))
+    if lines:
+        yield lines
+
+
+async def _sessions(clients: Clients, company: str, seat: str) -> AsyncIterator[list[str]]:
+    """The seat's sessions (as the sessions index lists them), each page followed by its sessions'
+    learning checks and lesson provenance."""
+    token = ""
+    while True:
+        request = ss_pb.ListSessionsRequest(company=company, seat=seat, page_size=SESSIONS_PAGE, page_token=token)
+        resp = await clients.sessions.ListSessions(request, timeout=clients.timeout)
+        if resp.sessions:
+            yield [_line("session", _fields(s)) for s in resp.sessions]
+        for session in resp.sessions:
+            async for lines in _checks(clients, company, session):
+                yield lines
         token = resp.next_page_token
         if not token:
             return
 
 
 async def export_seat(clients: Clients, company: str, seat: str) -> AsyncIterator[list[str]]:
-    """NDJSON lines of the seat, a page at a time (``_SOURCES``, in order)."""
+    """NDJSON lines of the seat, a page at a time (``_SOURCES``, in order, then ``_sessions``)."""
     for source in _SOURCES:
         async for lines in _pages(clients, source, company, seat):
             yield lines
+    async for lines in _sessions(clients, company, seat):
+        yield lines

@@ -34,7 +34,7 @@ from libs.common import auth
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target, round_id
-from libs.common.errors import field_error
+from libs.common.errors import PermissionDenied, field_error
 from libs.common.events import EventSink
 from libs.common.not_found import require_found
 from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
@@ -52,7 +52,14 @@ from services.privacy.domain import (
 )
 from services.privacy.ports import ErasureQueue, ErasureStore, Owners
 
-__all__ = ["Owners", "PrivacyService", "emit_erasure_event", "readable_seat", "requested_by"]
+__all__ = [
+    "Owners",
+    "PrivacyService",
+    "emit_erasure_event",
+    "readable_seat",
+    "requested_by",
+    "require_seat_credential",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -85,6 +92,26 @@ def readable_seat(what: str) -> str | None:
         return principal.seat
     principal.require_company_wide(what)
     return None
+
+
+def require_seat_credential(what: str) -> None:
+    """Refuse a seat's erasure or export (``what`` names it) to a token bound to a user alone.
+
+    The edge refuses a seat-bound token naming another seat, but compares a seat only when the token
+    has one: a token bound to a user alone would reach every seat of the company, erasing or reading
+    out seats whose notes and profiles are other people's. Such a token has no seat of its own, so
+    it is refused as a company-wide call is; a seat-bound token (its seat, checked at the edge), the
+    company's, a service and local mode are served."""
+    principal = auth.current_principal()
+    if principal.trusted or principal.seat is not None or principal.user is None:
+        return
+    raise PermissionDenied(
+        f"the credential is bound to user {principal.user}: {what} needs a credential bound to that seat"
+        " or to the company alone",
+        reason="COMPANY_WIDE_CREDENTIAL_REQUIRED",
+        field="seat",
+        metadata={"bound_user": principal.user},
+    )
 
 
 def _widened(target: Target, found: Iterable[Report]) -> Target:
@@ -129,8 +156,10 @@ class PrivacyService:
     async def request(self, target: Target, request_id: str | None) -> Erasure:
         """Queue an erasure (once per ``request_id``); the erasure, as it stands. A person's or the
         company's erasure reaches every seat and user: it needs a credential bound to the company
-        alone (for a seat's, the edge has refused a credential bound to another seat)."""
-        if target.kind is not Kind.SEAT:
+        alone; a seat's, one bound to that seat (the edge refused another seat) or to the company."""
+        if target.kind is Kind.SEAT:
+            require_seat_credential("erasing a seat")
+        else:
             what = "erasing the company" if target.kind is Kind.COMPANY else "erasing a person across the company"
             auth.current_principal().require_company_wide(what)
         if target.kind is Kind.SUBJECT and not target.identifiers:

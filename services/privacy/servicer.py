@@ -15,7 +15,7 @@ from libs.common.field_copy import to_pb
 from libs.common.rpctypes import ServicerContext
 from services.privacy.domain import Erasure, ErasureState
 from services.privacy.export import export_seat
-from services.privacy.service import PrivacyService
+from services.privacy.service import PrivacyService, require_seat_credential
 
 __all__ = ["PrivacyServicer", "erasure_to_pb"]
 
@@ -77,6 +77,7 @@ class PrivacyServicer(pb_grpc.PrivacyServiceServicer):
         self, request: pb.ExportSeatRequest, context: ServicerContext
     ) -> AsyncIterator[pb.ExportSeatResponse]:
         assert self._clients is not None
+        require_seat_credential("exporting a seat")  # before any owner is read
         async for lines in export_seat(self._clients, request.company, request.seat):
             yield pb.ExportSeatResponse(lines=lines)
 

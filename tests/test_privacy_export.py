@@ -1,0 +1,125 @@
+"""ExportSeat holds what the system keeps of a seat's work (issue 17, data portability): besides its
+notes, episodes, profiles and skills, where each of them came from (its owner's Get*Provenance
+answer, a line of its own), the seat's sessions, their learning checks (the receipts), and the
+provenance of the workspace lessons those checks wrote, narrowed to the seat's own sessions (a
+lesson another seat's session taught too keeps that session out of this seat's export). Real
+services on loopback, real Postgres and embedder; the review is a scripted model over real HTTP."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agentlearn.common.v1 import erasure_pb2 as er
+from agentlearn.common.v1 import provenance_pb2
+from agentlearn.diary.v1 import diary_service_pb2 as d_pb
+from agentlearn.diary.v1 import diary_service_pb2_grpc as d_grpc
+from agentlearn.episodes.v1 import episode_service_pb2_grpc as ep_grpc
+from agentlearn.privacy.v1 import privacy_service_pb2 as pv
+from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
+from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
+from agentlearn.profiles.v1 import profile_service_pb2_grpc as pr_grpc
+from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
+from tests.support.sessions import SERVICES, review_rule, run_check
+from tests.support.skills import skill_request
+from tests.support.turns import raw_episode
+
+pytestmark = pytest.mark.timeout(300)
+
+SHARED = "Run make migrate before the payments tests: the test database needs the current schema."
+HERS = "Pin the billing fixtures to the 2026 price list before running the billing suite."
+ROLES = {"swe": {"workspaces": ["payments"]}}
+NAMES = [*SERVICES, "episodes", "profiles", "reflector", "telemetry", "privacy"]
+
+
+def _lessons(prompt: str) -> list[str]:
+    """Each session's lessons: the shared one, and ana's own where the billing suite ran."""
+    return [SHARED] + ([HERS] if "billing" in prompt else [])
+
+
+async def _export(channel: Any, seat: str) -> list[dict[str, Any]]:
+    request = pv.ExportSeatRequest(company="acme", seat=seat)
+    stub = pv_grpc.PrivacyServiceStub(channel)
+    return [json.loads(line) async for chunk in stub.ExportSeat(request) for line in chunk.lines]
+
+
+def _of(lines: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [line[kind] for line in lines if line["kind"] == kind]
+
+
+async def test_an_export_holds_the_seats_provenance_sessions_checks_and_its_share_of_lessons(reviewed, local_embedder):
+    companies = {"acme": {"roles": ROLES}}
+    async with reviewed(
+        review_rule(lessons=_lessons), companies=companies, embedder=local_embedder, names=NAMES
+    ) as env:
+        channel = env.app.channel
+        carla = er.ErasureSubject(handle="carla", platform="slack")
+        provenance = provenance_pb2.Provenance(turn_ids=["run-1"], subjects=[carla], writer="persist_decider")
+        note = await d_grpc.DiaryServiceStub(channel).WriteNote(
+            d_pb.WriteNoteRequest(
+                company="acme",
+                seat="ana",
+                content="Carla wants the billing export as a CSV file.",
+                tier=d_pb.NOTE_TIER_LONG,
+                source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+                turn_id="run-1",
+                provenance=provenance,
+            )
+        )
+        end = env.app.infra.clock.now()
+        episode = await ep_grpc.EpisodeServiceStub(channel).RecordEpisode(
+            raw_episode("ana", "run-1", end, "Billing export", "", "Sent the CSV.", ["sql_query"], senders=[carla])
+        )
+        profile = await pr_grpc.ProfileServiceStub(channel).UpsertProfile(
+            pr_pb.UpsertProfileRequest(
+                company="acme",
+                observer="ana",
+                subject=pr_pb.Subject(handle="carla", platform="slack"),
+                topics=["billing"],
+                turn_id="run-1",
+                provenance=provenance,
+            )
+        )
+        skill = await sk_grpc.SkillServiceStub(channel).CreateSkill(
+            skill_request("ana", "csv-export", "use for CSV exports", "# CSV\n\n1. Export.\n", ["sql_query"], ["run-1"])
+        )
+        # Ana's session teaches the shared lesson and her own; ben's (another user) the shared one.
+        await run_check(env, "s-ana", user_name="carla", said="The billing tests keep failing on CI.")
+        env.seat = "ben"
+        await run_check(env, "s-ben", user_name="dave", said="The payments tests keep failing on CI.")
+        ana = await _export(channel, "ana")
+        ben = await _export(channel, "ben")
+
+    # Each exported row is followed by where it came from, named by its id.
+    assert [n["id"] for n in _of(ana, "note")] == [note.note.id]
+    [np] = _of(ana, "note_provenance")
+    assert np["note_id"] == note.note.id and np["provenance"]["turn_ids"] == ["run-1"]
+    assert np["provenance"]["subjects"][0]["handle"] == "carla"
+    [epv] = _of(ana, "episode_provenance")
+    assert epv["episode_id"] == episode.episode.id and epv["provenance"]["turn_ids"] == ["run-1"]
+    [ppv] = _of(ana, "profile_provenance")
+    assert ppv["profile_id"] == profile.profile.id and ppv["observations"]
+    [spv] = _of(ana, "skill_provenance")
+    assert spv["skill_id"] == skill.skill.id and spv["provenance"]["turn_ids"] == ["run-1"]
+
+    # The seat's sessions and their checks, and no other seat's.
+    assert [(s["session_id"], s["user"]) for s in _of(ana, "session")] == [("s-ana", "carla")]
+    [check] = _of(ana, "learning_check")
+    assert check["session_id"] == "s-ana" and check["state"] == "CHECK_STATE_COMPLETED"
+    pages = {o["id"] for o in check["outputs"] if o["kind"] == "OUTPUT_KIND_PROJECT_LESSON"}
+    assert len(pages) == 2
+    # Each lesson its checks wrote, with this session's sources only: the shared lesson's other
+    # source (ben's session, dave's) is not ana's to export.
+    lessons = _of(ana, "lesson_provenance")
+    assert {p["page_id"] for p in lessons} == pages
+    assert all({s["session_id"] for s in p["sources"]} == {"s-ana"} for p in lessons)
+    assert "s-ben" not in json.dumps(ana) and "dave" not in json.dumps(ana)
+
+    assert [s["session_id"] for s in _of(ben, "session")] == ["s-ben"]
+    assert [c["session_id"] for c in _of(ben, "learning_check")] == ["s-ben"]
+    [shared] = _of(ben, "lesson_provenance")  # the shared lesson only
+    assert shared["page_id"] in pages and [s["session_id"] for s in shared["sources"]] == ["s-ben"]
+    assert "s-ana" not in json.dumps(ben) and "carla" not in json.dumps(ben)
+    assert not {"note", "episode", "profile", "skill"} & {line["kind"] for line in ben}
