@@ -173,6 +173,39 @@ async def test_delete_removes_the_row_and_its_vector(diary, clock):
     assert (await get(stub, keep.id)).content == "Ana likes tea"
 
 
+async def test_an_expired_short_note_not_swept_yet_is_not_found_to_delete_and_still_goes(diary, clock):
+    """Past its expiry a SHORT note is gone to every read before the sweep takes it: DeleteNote
+    answers it as a note that does not exist (it answered OK, as if it had deleted a live note), and
+    removes its row and point all the same."""
+    app, stub = diary
+    expired = await write(stub, "Sprint freeze through Friday", tier=pb.NOTE_TIER_SHORT, ttl=1, clock=clock)
+    keep = await write(stub, "Sprint planning is on Mondays", clock=clock)
+    coll = collection_name("diary_notes", 384)
+    clock.advance(days=2)
+    # Every read has it gone already.
+    assert await get_or_none(stub, expired.id) is None
+    listed = await stub.ListNotes(pb.ListNotesRequest(company="acme", seat="ana"))
+    assert [n.id for n in listed.notes] == [keep.id] and listed.total_size == 1
+    recalled = await stub.RecallNotes(pb.RecallNotesRequest(company="acme", seat="ana", query="Sprint freeze"))
+    assert [c.note.id for c in recalled.candidates] == [keep.id]
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await stub.GetNoteProvenance(pb.GetNoteProvenanceRequest(company="acme", seat="ana", note_id=expired.id))
+    code, info, _ = error_info(exc.value)
+    assert (code, info.reason) == (grpc.StatusCode.NOT_FOUND, "NOTE_NOT_FOUND")
+    # So is it to DeleteNote, answered as a note that never existed is ...
+    answers = []
+    for note_id in (expired.id, str(uuid.uuid4())):
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await stub.DeleteNote(pb.DeleteNoteRequest(company="acme", seat="ana", note_id=note_id))
+        code, info, _ = error_info(exc.value)
+        answers.append((code, info.reason, info.metadata["note_id"] == note_id, info.metadata["seat"]))
+    assert answers[0] == answers[1] == (grpc.StatusCode.NOT_FOUND, "NOTE_NOT_FOUND", True, "ana")
+    # ... and its row and its point are gone now, not at the next sweep; the live note stays.
+    assert [str(r["id"]) for r in await app.infra.pool.fetch("SELECT id FROM agent_diary")] == [keep.id]
+    assert await app.infra.index.count(coll) == 1
+    assert (await passes.sweep(app.components["diary"].service)).expired_deleted == 0
+
+
 # ------------------------------------------------------------------------------------------ sweep
 
 

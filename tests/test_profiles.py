@@ -5,6 +5,7 @@ itself; concurrent observations all land; reads in the order asked; pages with c
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import asyncpg
 import grpc
@@ -414,6 +415,110 @@ async def test_two_rows_of_one_person_written_before_the_fix_read_as_one_and_fol
         pb.GetProfileProvenanceRequest(company="acme", observer="ana", profile_id=old.profile.id)
     )
     assert len(trace.observations) == 2  # the first row's observation moved with it, and the new one
+
+
+async def pre_fix_row(app, key: str, handle: str, external_id: str, topic: str, at) -> str:  # type: ignore[no-untyped-def]
+    """A row of ana's as an upsert wrote one before it found a row by either identifier."""
+    return str(
+        await app.infra.pool.fetchval(
+            """INSERT INTO counterparty_profiles (id, company, observer, platform, subject_key, subject_handle,
+                                                  subject_external_id, topics, observation_count, create_time,
+                                                  update_time, last_turn_id)
+               VALUES (gen_random_uuid(), 'acme', 'ana', 'slack', $1, $2, $3, ARRAY[$4::text], 1, $5, $5, NULL)
+               RETURNING id""",
+            key,
+            handle,
+            external_id,
+            topic,
+            at,
+        )
+    )
+
+
+async def listed(stub, size: int) -> tuple[list[list[pb.Profile]], set[int]]:  # type: ignore[no-untyped-def]
+    """Every page of ana's profiles at ``size``, and the total_size each page said."""
+    pages, totals, token = [], set(), ""
+    while True:
+        page = await stub.ListProfiles(
+            pb.ListProfilesRequest(company="acme", observer="ana", page_size=size, page_token=token)
+        )
+        pages.append(list(page.profiles))
+        totals.add(page.total_size)
+        token = page.next_page_token
+        if not token:
+            return pages, totals
+
+
+async def provenance(stub, profile_id: str) -> pb.GetProfileProvenanceResponse:  # type: ignore[no-untyped-def]
+    return await stub.GetProfileProvenance(
+        pb.GetProfileProvenanceRequest(company="acme", observer="ana", profile_id=profile_id)
+    )
+
+
+async def test_a_person_with_two_rows_written_before_the_fix_is_listed_once_merged_and_paged_stably(profiles, clock):
+    """ListProfiles listed both rows (and counted two people) until an upsert folded them: it lists
+    the person once, merged as GetProfiles answers them, at the newer row's place, so every page
+    size shows each person exactly once."""
+    app, stub = profiles
+    old = await upsert(stub, subject=U042, topics=["latency"], turn_id="run-1")
+    for name in ("eve", "cara"):
+        clock.advance(minutes=1)
+        await upsert(stub, subject=pb.Subject(handle=name, platform="slack"), topics=[f"about {name}"])
+    clock.advance(minutes=1)
+    await pre_fix_row(app, "bob", "bob", "U042", "budgets", clock.now())  # bob's second row, newer than cara's
+    clock.advance(minutes=1)
+    await upsert(stub, subject=pb.Subject(handle="dave", platform="slack"), topics=["about dave"])
+    assert await rows(app) == 5
+    [merged] = await get(stub, BOB_U042)
+    assert merged.id == old.profile.id and list(merged.topics) == ["budgets", "latency"]
+    for size in (1, 2, 3, 50):
+        pages, totals = await listed(stub, size)
+        assert totals == {4} and all(0 < len(p) <= size for p in pages), size
+        people = [p for page in pages for p in page]
+        assert [p.subject.handle or p.subject.external_id for p in people] == ["dave", "bob", "cara", "eve"], size
+        assert people[1] == merged, size  # as the point read answers the person
+    clock.advance(minutes=1)
+    await upsert(stub, subject=BOB, topics=["hiring"], turn_id="run-3")  # folds the two rows
+    assert await rows(app) == 4
+    pages, totals = await listed(stub, 2)
+    assert totals == {4} and [p.subject.handle for page in pages for p in page] == ["bob", "dave", "cara", "eve"]
+
+
+async def test_the_provenance_of_a_row_folded_away_is_the_persons_it_went_into(profiles, clock):
+    """GetProfileProvenance of a row an upsert folded into the person's first row answered
+    NOT_FOUND (a caller who held its id lost the provenance): it answers the row it went into, as
+    often as the folding goes on; and a row of a person whose rows are not folded yet answers the
+    person's, as every read answers the person."""
+    app, stub = profiles
+    clock.advance(minutes=1)
+    old = await upsert(stub, subject=U042, topics=["latency"], turn_id="run-1")
+    clock.advance(minutes=1)
+    second = await pre_fix_row(app, "bob", "bob", "U042", "budgets", clock.now())
+    before = await provenance(stub, second)
+    assert before == await provenance(stub, old.profile.id)
+    assert [(e.text, list(e.turn_ids)) for e in before.entries] == [("budgets", []), ("latency", ["run-1"])]
+    clock.advance(minutes=1)
+    await upsert(stub, subject=BOB, topics=["hiring"], turn_id="run-2")  # the second row goes into the first
+    assert await rows(app) == 1
+    after = await provenance(stub, second)
+    assert after == await provenance(stub, old.profile.id)
+    assert [o.provenance.turn_ids[0] for o in after.observations] == ["run-2", "run-1"]
+    assert [e.text for e in after.entries] == ["hiring", "budgets", "latency"]
+    # A still older row of bob's (filed under another external id) takes them both on the next upsert.
+    oldest = await pre_fix_row(app, "U999", "bob", "U999", "kafka", clock.now() - timedelta(days=1))
+    clock.advance(minutes=1)
+    await upsert(stub, subject=BOB, topics=["pricing"], turn_id="run-3")
+    assert await rows(app) == 1
+    for held in (second, old.profile.id, oldest):
+        answer = await provenance(stub, held)
+        assert answer == await provenance(stub, oldest), held
+        assert [o.provenance.turn_ids[0] for o in answer.observations] == ["run-3", "run-2", "run-1"]
+    # Another observer's, as before: not found, whichever id it is asked by.
+    for held in (second, oldest):
+        code, info, _ = await refused(
+            stub.GetProfileProvenance(pb.GetProfileProvenanceRequest(company="acme", observer="carl", profile_id=held))
+        )
+        assert (code, info.reason) == (grpc.StatusCode.NOT_FOUND, "PROFILE_NOT_FOUND")
 
 
 # ------------------------------------------------------------------------------------------ reads

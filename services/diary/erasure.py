@@ -39,6 +39,7 @@ from libs.common.erasure import (
     scope_rows,
     verify_index,
 )
+from libs.common.not_found import require_found
 from libs.common.vectorindex import VectorIndex
 from services.diary.domain import COLLECTION_BASE, DOMAIN
 
@@ -77,7 +78,7 @@ SQL = {
         SELECT id, company, seat, $2, $3::jsonb, $4 FROM agent_diary WHERE id = $1
         ON CONFLICT (note_id) DO NOTHING""",
     "provenance": """
-        SELECT p.provenance, d.turn_id FROM agent_diary d LEFT JOIN note_provenance p ON p.note_id = d.id
+        SELECT p.provenance, d.turn_id, d.expire_time FROM agent_diary d LEFT JOIN note_provenance p ON p.note_id = d.id
         WHERE d.id = $1 AND d.company = $2 AND d.seat = $3""",
 }
 
@@ -188,9 +189,14 @@ async def record_provenance(pool: asyncpg.Pool, note_id: object, msg: provenance
     await pool.execute(SQL["record"], uuid.UUID(str(note_id)), provenance_subjects(msg), provenance_json(msg), now)
 
 
-async def provenance(pool: asyncpg.Pool, company: str, seat: str, note_id: str) -> provenance_pb2.Provenance:
-    """The note's provenance; a note written before provenance was kept names its run id only."""
+async def provenance(
+    pool: asyncpg.Pool, company: str, seat: str, note_id: str, now: datetime
+) -> provenance_pb2.Provenance:
+    """The note's provenance; a note written before provenance was kept names its run id only. A
+    SHORT note past its expiry at ``now`` (not swept yet) is NOT_FOUND, as GetNote answers it."""
     row = await provenance_row(pool, SQL["provenance"], "note", note_id, company, seat, domain=DOMAIN)
+    if row["expire_time"] is not None and row["expire_time"] <= now:
+        require_found(None, "note", note_id, seat=seat, domain=DOMAIN)
     msg = provenance_from_json(row["provenance"])
     if not msg.turn_ids and row["turn_id"]:
         msg.turn_ids.append(row["turn_id"])

@@ -118,6 +118,8 @@ class NoteStore(Protocol):
         """The listing's notes newest first, after the (create_time, id) cursor."""
         ...
 
-    async def delete(self, company: str, seat: str, note_id: uuid.UUID) -> tuple[bool, int | None]:
-        """Whether the note existed, and its vector's width (its collection) when it had one."""
+    async def delete(self, company: str, seat: str, note_id: uuid.UUID, now: datetime) -> tuple[bool, int | None]:
+        """Delete the note, live or expired at ``now`` and not swept yet; whether it was live (an
+        expired note is gone to every read already), and the deleted row's vector width (its
+        collection) when it had one."""
         ...

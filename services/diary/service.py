@@ -311,8 +311,9 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
     async def delete(self, company: str, seat: str, note_id: str) -> None:
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         nid = require_id(note_id, "note_id", domain=DOMAIN)
-        found, dims = await self.store.delete(company, seat, nid)
-        require_found(found or None, "note", note_id, seat=seat, domain=DOMAIN)
+        # A SHORT note past its expiry is gone to every read (GetNote, ListNotes, RecallNotes), so
+        # it is NOT_FOUND here too; its row and point still go now rather than at the next sweep.
+        live, dims = await self.store.delete(company, seat, nid, self.clock.now())
         if dims:
             try:
                 await self.index.delete(collection_name(COLLECTION_BASE, dims), [nid])
@@ -320,3 +321,4 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
                 # A stale point is harmless: every hit is re-read from Postgres, which no longer
                 # has the row; rebuild-index clears it.
                 _log.warning("note %s deleted; its point stays in the index until a rebuild: %s", nid, err)
+        require_found(live or None, "note", note_id, seat=seat, domain=DOMAIN)

@@ -124,5 +124,8 @@ class DiaryServicer(ErasureRpcs, pb_grpc.DiaryServiceServicer):
     async def GetNoteProvenance(
         self, request: pb.GetNoteProvenanceRequest, context: ServicerContext
     ) -> pb.GetNoteProvenanceResponse:
-        found = await _erasure.provenance(self._service.store.pool, request.company, request.seat, request.note_id)
+        service = self._service
+        found = await _erasure.provenance(
+            service.store.pool, request.company, request.seat, request.note_id, service.clock.now()
+        )
         return pb.GetNoteProvenanceResponse(provenance=found)

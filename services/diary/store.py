@@ -200,7 +200,11 @@ SQL = {
         WHERE company = $1 AND seat = $2 AND {_LIVE} AND ($4::text IS NULL OR tier = $4)
           AND ($5::timestamptz IS NULL OR (create_time, id) < ($5, $6::uuid))
         ORDER BY create_time DESC, id DESC LIMIT $7""",
-    "delete": "DELETE FROM agent_diary WHERE company = $1 AND seat = $2 AND id = $3 RETURNING embedding_dims",
+    # The note whether live or expired unswept (the caller wants it gone: it goes now, not at the
+    # sweep), and whether it was live at $4 (an expired one is gone to every read: NOT_FOUND).
+    "delete": """
+        DELETE FROM agent_diary WHERE company = $1 AND seat = $2 AND id = $3
+        RETURNING embedding_dims, (expire_time IS NULL OR expire_time > $4) AS live""",
     "set_indexed": "UPDATE agent_diary SET indexed = true WHERE id = ANY($1)",
     "sweep_expired": """
         DELETE FROM agent_diary WHERE id IN (
@@ -407,9 +411,9 @@ class PostgresNoteStore:
         )
         return [_note(r) for r in rows]
 
-    async def delete(self, company: str, seat: str, note_id: uuid.UUID) -> tuple[bool, int | None]:
-        row = await self.pool.fetchrow(SQL["delete"], company, seat, note_id)
-        return (row is not None, row["embedding_dims"] if row else None)
+    async def delete(self, company: str, seat: str, note_id: uuid.UUID, now: datetime) -> tuple[bool, int | None]:
+        row = await self.pool.fetchrow(SQL["delete"], company, seat, note_id, now)
+        return (row is not None and bool(row["live"]), row["embedding_dims"] if row else None)
 
     async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None:
         if ids:

@@ -17,8 +17,15 @@ MIGRATIONS = Migrations("inspector", Path(__file__).parent / "migrations")
 
 
 def build(infra: Infra) -> Inspector:
-    config = infra.settings.inspector
-    return Inspector(Gateway(Clients(infra.channels, config.rpc_timeout_seconds)), config, infra.clock)
+    settings = infra.settings
+    config = settings.inspector
+    return Inspector(
+        Gateway(Clients(infra.channels, config.rpc_timeout_seconds)),
+        config,
+        infra.clock,
+        sessions=settings.sessions,
+        diary=settings.learning.diary,
+    )
 
 
 def component(infra: Infra) -> Component:

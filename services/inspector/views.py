@@ -37,7 +37,7 @@ from agentlearn.sessions.v1 import session_service_pb2 as sessions
 from agentlearn.skills.v1 import skill_service_pb2 as skills
 from agentlearn.telemetry.v1 import telemetry_service_pb2 as telemetry
 from libs.common.auth import TOKEN_COOKIE, Principal
-from libs.common.config import InspectorConfig, SessionsConfig
+from libs.common.config import DiaryConfig, InspectorConfig, SessionsConfig
 from services.inspector import charts, security
 from services.inspector.diff import diff_rows
 from services.inspector.paging import Page, offset_page, scan
@@ -62,7 +62,9 @@ PREFIX = "/inspector"
 STATIC = Mount(f"{PREFIX}/static", app=StaticFiles(directory=__file__.rsplit("/", 1)[0] + "/static"), name="static")
 MAX_QUERY = 200
 SEARCH_POOL = 50
-"""A search the service ranks (notes, episodes) asks for this many per half; the pool is paged here."""
+"""A search the service ranks (notes, episodes) asks for this many per half (the diary's at most its
+``learning.diary.max_recall_limit``, past which RecallNotes refuses the search); the pool is paged
+here."""
 AUTO_DRAFTED = "Auto-Drafted Skills"
 """The knowledge page cross-agent promotion files its drafts under, one per space."""
 DRAFTS_PAGE_MAX = 50
@@ -183,10 +185,23 @@ def _safe_next(target: str) -> str:
 
 
 class Inspector:
-    def __init__(self, gateway: Gateway, config: InspectorConfig, clock: Any):
+    def __init__(
+        self,
+        gateway: Gateway,
+        config: InspectorConfig,
+        clock: Any,
+        *,
+        sessions: SessionsConfig | None = None,
+        diary: DiaryConfig | None = None,
+    ):
         self.rpc = gateway
         self.config = config
         self.clock = clock
+        # The settings of the services whose pages follow their own bounds (the sessions' page of
+        # checks, the diary's largest recall), as the deployment configures them: the process reads
+        # the same settings as theirs.
+        self.sessions_config = sessions or SessionsConfig()
+        self.diary_config = diary or DiaryConfig()
         self.env = environment()
 
     # ------------------------------------------------------------------------------ plumbing
@@ -595,7 +610,9 @@ class Inspector:
         for _ in range(self.config.search_scan_pages):
             resp = await self.rpc.sessions(
                 "ListSessions",
-                sessions.ListSessionsRequest(company=company, user=principal.user, page_size=100, page_token=token),
+                sessions.ListSessionsRequest(
+                    company=company, user=principal.user, page_size=self.sessions_config.list_max, page_token=token
+                ),
             )
             seats.update(s.seat for s in resp.sessions if s.seat)
             token = resp.next_page_token
@@ -784,9 +801,9 @@ class Inspector:
                 company=company,
                 seat=seat,
                 query=q,
-                vector_limit=SEARCH_POOL,
+                vector_limit=min(SEARCH_POOL, self.diary_config.max_recall_limit),
                 recency_limit=0,
-                lexical_limit=SEARCH_POOL,
+                lexical_limit=min(SEARCH_POOL, self.diary_config.max_recall_limit),
                 neighbour_limit=0,  # a search shows what matches, not the notes written beside it
             ),
         )
@@ -1079,7 +1096,7 @@ class Inspector:
                     seat=principal.seat or "",
                     user=principal.user or "",
                     query=session_id,
-                    page_size=100,
+                    page_size=self.sessions_config.list_max,
                     page_token=token,
                 ),
             )
@@ -1102,9 +1119,9 @@ class Inspector:
             sessions.ListLearningChecksRequest,
             "checks",
             self._token(request),
-            # Spec "Visibility": the latest 30 checks, the sessions' own default page (the
-            # inspector's page_size of 25 is for its other lists).
-            size=SessionsConfig().list_default,
+            # Spec "Visibility": the latest 30 checks, the sessions' own default page as configured
+            # (``sessions.list_default``; the inspector's page_size is for its other lists).
+            size=self.sessions_config.list_default,
             company=company,
             session_id=session_id,
             user=summary.user,

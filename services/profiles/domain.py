@@ -31,6 +31,7 @@ __all__ = [
     "linked",
     "merge",
     "merge_list",
+    "newest",
     "prunable",
     "trace_entries",
 ]
@@ -133,6 +134,12 @@ def linked(subject: Subject, rows: Iterable[Profile]) -> list[Profile]:
                 known |= identifiers_of(p)
                 grew = True
     return sorted(mine.values(), key=lambda p: (p.create_time, str(p.id)))
+
+
+def newest(rows: Iterable[Profile]) -> Profile:
+    """The most recently updated of a person's rows, by (update_time, id) as ListProfiles orders
+    rows: where the person is listed, its rows combined (``combine``)."""
+    return max(rows, key=lambda p: (p.update_time, p.id))
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from services.profiles.domain import (
     combine,
     linked,
     merge,
+    newest,
     trace_entries,
 )
 from services.profiles.ports import ObservationWrite, ProfileStore
@@ -219,7 +220,12 @@ class ProfileService:
     ) -> tuple[Profile, list[ObservationRecord], list[EntryOrigin]]:
         """Where a profile came from: the profile, its recorded observations (newest first: every
         one the store keeps, see ``Limits.kept_observations``) and each of its entries traced to
-        the observations that stated it. Another observer's or company's profile is NOT_FOUND."""
+        the observations that stated it. Another observer's or company's profile is NOT_FOUND.
+
+        The profile is the person's, as every read answers it: an id an upsert folded into another
+        row of the person answers that row (a caller who held it keeps the provenance), and a row
+        of a person with several rows not folded yet answers them combined (``combine``), their
+        observations together, as GetProfiles and ListProfiles show them."""
         company, observer = self._scope(company, observer)
         require_text(profile_id, "profile_id", domain=DOMAIN, max_chars=100)
         try:
@@ -233,8 +239,12 @@ class ProfileService:
                 value=profile_id[:100],
             ) from None
         found = await self.store.get(company, observer, pid)
-        profile = require_found(found, "profile", profile_id, seat=observer, scope="observer", domain=DOMAIN)
-        observations = await self.store.observations(company, observer, pid, self.limits.max_provenance_observations)
+        row = require_found(found, "profile", profile_id, seat=observer, scope="observer", domain=DOMAIN)
+        rows = linked(row.subject, await self.store.get_many(company, observer, [row.subject])) or [row]
+        profile = combine(rows, self.limits)
+        observations = await self.store.observations(
+            company, observer, [p.id for p in rows], self.limits.max_provenance_observations
+        )
         return profile, observations, trace_entries(profile, observations)
 
     async def get_profiles(self, company: str, observer: str, subject_refs: Sequence[SubjectRef]) -> list[Profile]:
@@ -267,7 +277,11 @@ class ProfileService:
         size = page_size(size, domain=DOMAIN)
         scope = {"company": company, "observer": observer}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
-        rows = await self.store.page(company, observer, after, size + 1)
-        total = await self.store.count(company, observer)
-        profiles, next_token = time_page(rows, size, scope, lambda p: p.update_time, lambda p: p.id)
-        return profiles, next_token, total
+        found = await self.store.page(company, observer, after, size + 1)
+        # One entry per person, its rows merged as the point reads merge them, placed (and the
+        # cursor kept) at its newest row, in the order the rows are paged: paging neither repeats
+        # nor skips a person.
+        people, next_token = time_page(
+            found.people, size, scope, lambda rows: newest(rows).update_time, lambda rows: newest(rows).id
+        )
+        return [combine(rows, self.limits) for rows in people], next_token, found.total

@@ -32,9 +32,10 @@ from services.profiles.domain import (
     empty,
     identifiers_of,
     linked,
+    newest,
     prunable,
 )
-from services.profiles.ports import Merge, ObservationWrite
+from services.profiles.ports import Merge, ObservationWrite, ProfilePage
 
 __all__ = ["Merge", "PostgresProfileStore", "source_from_json", "source_to_json"]
 
@@ -79,6 +80,13 @@ SQL = {
     # Rows of one person folded into the oldest (``combine``): their observations move to it (an
     # entry stays traceable to the turn that added it), then they go.
     "move_observations": "UPDATE profile_observations SET profile_id = $1 WHERE profile_id = ANY($2::uuid[])",
+    # The folded rows' ids (and the ids folded into them before) kept on the row they went into: a
+    # caller holding one still reaches the person (``get``).
+    "keep_folded_ids": """
+        UPDATE counterparty_profiles c SET merged_ids = ARRAY(
+            SELECT unnest(c.merged_ids) UNION SELECT unnest($2::uuid[])
+            UNION SELECT unnest(f.merged_ids) FROM counterparty_profiles f WHERE f.id = ANY($2::uuid[]))
+        WHERE c.id = $1""",
     "delete_rows": "DELETE FROM counterparty_profiles WHERE id = ANY($1::uuid[])",
     # A write (the row's first, "insert", or a merge into it, "update") and the observation it
     # records, in one statement: $1..$9 are the observation (its id NULL: nothing recorded), the
@@ -110,11 +118,15 @@ SQL = {
         SELECT {_COLUMNS} FROM counterparty_profiles
         WHERE company = $1 AND observer = $2 AND platform = ANY($3::text[]) AND {_NAMED_BY}""",
     "get": f"SELECT {_COLUMNS} FROM counterparty_profiles WHERE id = $1 AND company = $2 AND observer = $3",
+    # The row a row of id $1 was folded into (``keep_folded_ids``).
+    "get_folded": f"""
+        SELECT {_COLUMNS} FROM counterparty_profiles
+        WHERE company = $2 AND observer = $3 AND merged_ids @> ARRAY[$1::uuid] LIMIT 1""",
     "observations": """
         SELECT o.id, o.profile_id, o.provenance, o.communication_style, o.past_decisions, o.sensitivities, o.topics,
                o.observe_time
         FROM profile_observations o
-        WHERE o.profile_id = $1 AND o.company = $2 AND o.observer = $3
+        WHERE o.profile_id = ANY($1::uuid[]) AND o.company = $2 AND o.observer = $3
         ORDER BY o.observe_time DESC, o.id DESC LIMIT $4""",
     # Past the newest $2 (what prunable() reads), oldest last.
     "older_observations": """
@@ -124,9 +136,22 @@ SQL = {
         ORDER BY o.observe_time DESC, o.id DESC OFFSET $2""",
     "prune_observations": "DELETE FROM profile_observations WHERE id = ANY($1::uuid[])",
     "count": "SELECT count(*) FROM counterparty_profiles WHERE company = $1 AND observer = $2",
+    # The observer's rows that share an identifier (as a key, a handle or an external id) with
+    # another of its rows on their platform: the rows of the people with several (``linked``), to
+    # be listed as one each. One pass over the observer's rows, grouped by identifier.
+    "shared": f"""
+        WITH ids AS (
+            SELECT p.id, p.platform, x.ident FROM counterparty_profiles p,
+                   unnest(ARRAY[p.subject_key, p.subject_handle, p.subject_external_id]) AS x(ident)
+            WHERE p.company = $1 AND p.observer = $2 AND x.ident IS NOT NULL),
+        shared AS (SELECT platform, ident FROM ids GROUP BY platform, ident HAVING count(DISTINCT id) > 1)
+        SELECT {_COLUMNS} FROM counterparty_profiles
+        WHERE id IN (SELECT i.id FROM ids i JOIN shared s ON s.platform = i.platform AND s.ident = i.ident)""",
+    # A page of the observer's rows, newest first, but for $6: a person's rows other than the
+    # newest, listed with it.
     "page": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
-        WHERE company = $1 AND observer = $2
+        WHERE company = $1 AND observer = $2 AND NOT (id = ANY($6::uuid[]))
           AND ($3::timestamptz IS NULL OR (update_time, id) < ($3, $4::uuid))
         ORDER BY update_time DESC, id DESC LIMIT $5""",
 }
@@ -305,6 +330,7 @@ class PostgresProfileStore:
         folded = [p.id for p in rows if p.id != current.id]
         if folded:
             await conn.execute(SQL["move_observations"], current.id, folded)
+            await conn.execute(SQL["keep_folded_ids"], current.id, folded)
             await conn.execute(SQL["delete_rows"], folded)
         merged = merge(current)
         if merged is None:
@@ -337,12 +363,14 @@ class PostgresProfileStore:
 
     async def get(self, company: str, observer: str, profile_id: uuid.UUID) -> Profile | None:
         row = await self.pool.fetchrow(SQL["get"], profile_id, company, observer)
+        if row is None:  # folded into another row of the person since (rare: read only then)
+            row = await self.pool.fetchrow(SQL["get_folded"], profile_id, company, observer)
         return _profile(row) if row is not None else None
 
     async def observations(
-        self, company: str, observer: str, profile_id: uuid.UUID, limit: int
+        self, company: str, observer: str, profile_ids: Sequence[uuid.UUID], limit: int
     ) -> list[ObservationRecord]:
-        rows = await self.pool.fetch(SQL["observations"], profile_id, company, observer, limit)
+        rows = await self.pool.fetch(SQL["observations"], list(profile_ids), company, observer, limit)
         return [_observation(r) for r in rows]
 
     async def get_many(self, company: str, observer: str, subjects: Sequence[Subject]) -> list[Profile]:
@@ -357,13 +385,27 @@ class PostgresProfileStore:
                 return rows
             known |= more
 
-    async def count(self, company: str, observer: str) -> int:
-        return int(await self.pool.fetchval(SQL["count"], company, observer))
-
     async def page(
         self, company: str, observer: str, after: tuple[datetime, uuid.UUID] | None, limit: int
-    ) -> list[Profile]:
-        rows = await self.pool.fetch(
-            SQL["page"], company, observer, after[0] if after else None, after[1] if after else None, limit
-        )
-        return [_profile(r) for r in rows]
+    ) -> ProfilePage:
+        """One snapshot (repeatable read): the rows of the people with several, grouped
+        (``linked``) and each group placed at its newest row; then a page of the rows with those
+        groups' other rows left out, and the count of people."""
+        async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+            shared = [_profile(r) for r in await conn.fetch(SQL["shared"], company, observer)]
+            groups: dict[uuid.UUID, list[Profile]] = {}
+            hidden: list[uuid.UUID] = []
+            placed: set[uuid.UUID] = set()
+            for row in shared:
+                if row.id in placed:
+                    continue
+                mine = linked(row.subject, shared)
+                placed.update(p.id for p in mine)
+                top = newest(mine)
+                groups[top.id] = mine
+                hidden += [p.id for p in mine if p.id != top.id]
+            rows = await conn.fetch(
+                SQL["page"], company, observer, after[0] if after else None, after[1] if after else None, limit, hidden
+            )
+            total = int(await conn.fetchval(SQL["count"], company, observer)) - len(hidden)
+        return ProfilePage([groups.get(r["id"]) or [_profile(r)] for r in rows], total)

@@ -182,9 +182,10 @@ class MemoryNoteStore:
             notes = [n for n in notes if (n.create_time, n.id) < after]
         return notes[:limit]
 
-    async def delete(self, company: str, seat: str, note_id: uuid.UUID) -> tuple[bool, int | None]:
+    async def delete(self, company: str, seat: str, note_id: uuid.UUID, now: datetime) -> tuple[bool, int | None]:
         row = self.rows.get(note_id)
         if row is None or row.note.company != company or row.note.seat != seat:
             return False, None
         del self.rows[note_id]
-        return True, row.note.embedding_dims
+        expire = row.note.expire_time
+        return expire is None or expire > now, row.note.embedding_dims

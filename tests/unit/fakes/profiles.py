@@ -16,9 +16,10 @@ from services.profiles.domain import (
     combine,
     empty,
     linked,
+    newest,
     prunable,
 )
-from services.profiles.ports import ObservationWrite
+from services.profiles.ports import ObservationWrite, ProfilePage
 
 __all__ = ["FakeProfileStore"]
 
@@ -28,6 +29,8 @@ class FakeProfileStore:
         self.profiles: dict[uuid.UUID, Profile] = {}
         self.requests: set[tuple[str, str, str]] = set()
         self.records: list[ObservationRecord] = []
+        self.folded: dict[uuid.UUID, uuid.UUID] = {}
+        """A folded row's id -> the row it went into."""
 
     async def observe(self, write: ObservationWrite) -> tuple[Profile, bool, bool]:
         # The subject's rows by either identifier, folded into the oldest (as the store does).
@@ -39,6 +42,9 @@ class FakeProfileStore:
         if current is not None:
             for p in rows:
                 self.profiles.pop(p.id)
+            gone = {p.id for p in rows if p.id != current.id}
+            self.folded = {k: current.id if v in gone else v for k, v in self.folded.items()}
+            self.folded.update((g, current.id) for g in gone)
             self.profiles[current.id] = current
             self.records = [
                 replace(r, profile_id=current.id) if r.profile_id in {p.id for p in rows} else r for r in self.records
@@ -81,6 +87,7 @@ class FakeProfileStore:
         return merged, created, True
 
     async def get(self, company: str, observer: str, profile_id: uuid.UUID) -> Profile | None:
+        profile_id = self.folded.get(profile_id, profile_id)
         return next(
             (
                 p
@@ -91,28 +98,26 @@ class FakeProfileStore:
         )
 
     async def observations(
-        self, company: str, observer: str, profile_id: uuid.UUID, limit: int
+        self, company: str, observer: str, profile_ids: Sequence[uuid.UUID], limit: int
     ) -> list[ObservationRecord]:
-        if await self.get(company, observer, profile_id) is None:
-            return []
-        mine = [r for r in self.records if r.profile_id == profile_id]
+        ids = {
+            p.id for i in profile_ids if (p := self.profiles.get(i)) and (p.company, p.observer) == (company, observer)
+        }
+        mine = [r for r in self.records if r.profile_id in ids]
         return sorted(mine, key=lambda r: (r.observe_time, str(r.id)), reverse=True)[:limit]
 
     async def get_many(self, company: str, observer: str, subjects: Sequence[Subject]) -> list[Profile]:
         mine = [p for p in self.profiles.values() if (p.company, p.observer) == (company, observer)]
         return [p for p in mine if any(p in linked(s, mine) for s in subjects)]
 
-    async def count(self, company: str, observer: str) -> int:
-        return sum(1 for p in self.profiles.values() if (p.company, p.observer) == (company, observer))
-
     async def page(
         self, company: str, observer: str, after: tuple[datetime, uuid.UUID] | None, limit: int
-    ) -> list[Profile]:
-        mine = sorted(
-            (p for p in self.profiles.values() if (p.company, p.observer) == (company, observer)),
-            key=lambda p: (p.update_time, str(p.id)),
-            reverse=True,
-        )
-        if after is not None:
-            mine = [p for p in mine if (p.update_time, str(p.id)) < (after[0], str(after[1]))]
-        return mine[:limit]
+    ) -> ProfilePage:
+        mine = [p for p in self.profiles.values() if (p.company, p.observer) == (company, observer)]
+        people: list[list[Profile]] = []
+        for p in mine:  # each person once: its rows (``linked``)
+            if not any(p in rows for rows in people):
+                people.append(linked(p.subject, mine))
+        people.sort(key=lambda rows: (newest(rows).update_time, newest(rows).id), reverse=True)
+        listed = [rows for rows in people if after is None or (newest(rows).update_time, newest(rows).id) < after]
+        return ProfilePage(listed[:limit], len(people))
