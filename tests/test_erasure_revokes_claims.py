@@ -5,9 +5,10 @@ cancels the work of those it lost.
 
 Before, a reflection of her turn blocked in its model call went on after the erasure took its turn,
 until its next renewal (a third of ``claim_lease_seconds``), and wrote her note and profile after
-the erasure had succeeded and been verified: nothing erased them again. The leases here are long
-(120 s) so a renewal cannot be what stops the work; the model calls are held by the scripted server
-until the erasure is over. Everything else is real: Postgres, gRPC on loopback, the local embedding model.
+the erasure had succeeded and been verified: nothing erased them again. A session learning check of
+her session did the same with her workspace lesson. The leases here are long (120 s) so a renewal
+cannot be what stops the work; the model calls are held by the scripted server until the erasure
+is over. Everything else is real: Postgres, gRPC on loopback, the local embedding model.
 """
 
 from __future__ import annotations
@@ -30,7 +31,18 @@ from libs.common.db import connect_pool
 from libs.common.jobs import NOTIFY_CHANNEL, HeldClaims, JobQueue, listen, revoked_payload, run_claimed
 from tests.support.app import App, open_app
 from tests.support.scripted_openai import Reply, openai_provider
-from tests.support.sessions import prompt_text, wait_for
+from tests.support.sessions import (
+    SERVICES,
+    is_review,
+    open_sessions,
+    prompt_text,
+    review_rule,
+    run_check,
+    user,
+    verification,
+    wait_for,
+)
+from tests.support.sessions import result as tool_result
 from tests.support.turns import message, turn
 
 pytestmark = pytest.mark.timeout(300)
@@ -163,6 +175,79 @@ async def _is(value: Awaitable[int], wanted: int) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+# ------------------------------------------------------------------------------ session learning
+
+HERS = "Pin the billing fixtures to the 2026 price list before running the billing suite."
+HIS = "Run make migrate before the payments tests: the test database needs the current schema."
+
+
+async def test_a_learning_check_in_its_review_stops_when_the_erasure_deletes_her_session(
+    make_settings, dsn, clock, scripted_openai, local_embedder, edge_index, caplog
+):
+    caplog.set_level(logging.INFO)
+    hold = threading.Event()
+    review = review_rule(lessons=lambda prompt: [HERS] if "billing" in prompt else [HIS])
+
+    def rule(body: dict) -> Reply | None:
+        reply = review(body)
+        if reply is not None and is_review(body) and "billing" in prompt_text(body):
+            reply.hold = hold  # her session's review is held open until the erasure is over
+        return reply
+
+    scripted_openai.rule("chat", rule)
+    settings = make_settings(
+        # As ``reviewed_settings``, the review's deadline past the test's: the held call never times out.
+        providers={
+            "llm": {
+                "scripted": openai_provider(scripted_openai, "small", timeout_seconds=120),
+                "offline": {"kind": "offline"},
+            },
+            "auxiliary_chain": ["scripted", "offline"],
+        },
+        companies={"acme": {"roles": {"swe": {"workspaces": ["payments"]}}}},
+        sessions={"claim_lease_seconds": LEASE},
+    )
+    names = [*SERVICES, "episodes", "profiles", "reflector", "telemetry", "privacy"]
+    async with open_sessions(settings, dsn, names=names, clock=clock, embedder=local_embedder, index=edge_index) as env:
+        pool = env.app.infra.pool
+        # The control: the same review writes Dave's lesson.
+        await run_check(env, "s-dave", user_name="dave", said="The payments tests keep failing on CI.")
+        assert await pool.fetchval("SELECT count(*) FROM workspace_lessons WHERE body LIKE $1", f"{HIS}%") == 1
+
+        checking = asyncio.create_task(env.sessions.worker.run_forever(env.app.infra.listen_dsn))  # the worker loop
+        try:
+            t = clock.now()
+            await env.append(
+                "s-carla",
+                user("s-carla-u", "The billing tests keep failing on CI.", t),
+                tool_result("s-carla-r", "make", "make migrate: applied 3 migrations", t),
+                verification("s-carla-v", "pytest", "42 passed", t),
+                user="carla",
+                workspace="payments",
+            )
+            await env.manual("s-carla", user="carla")
+            await wait_for(lambda: _true(scripted_openai.held == 1), timeout=60)  # her check is in its review
+            await _erase_carla(env.app)
+            await _stopped_or_not(_logged(caplog, "was revoked (erased); its work stopped"))
+            hold.set()  # the review answers now: a check still running writes her lesson
+            await wait_for(
+                _logged(caplog, "was revoked (erased); its work stopped", "before finishing; it stays interrupted"),
+                timeout=60,
+            )
+            # Nothing learned from her session was written after the erasure that deleted it.
+            assert await pool.fetchval("SELECT count(*) FROM workspace_lessons WHERE body LIKE $1", f"{HERS}%") == 0
+            assert await pool.fetchval("SELECT count(*) FROM knowledge_pages WHERE body LIKE $1", f"{HERS}%") == 0
+            assert await _logged(caplog, "was revoked (erased); its work stopped")()
+            assert not await _logged(caplog, "before finishing; it stays interrupted")()
+            # Dave's lesson is his own: kept.
+            assert await pool.fetchval("SELECT count(*) FROM workspace_lessons WHERE body LIKE $1", f"{HIS}%") == 1
+        finally:
+            hold.set()
+            checking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await checking
 
 
 # ------------------------------------------------------------------------------ the queue itself
