@@ -16,6 +16,14 @@ claim counts one), so a holder whose lease lapsed and was taken by another can c
 stale holder's ``finish`` returns False. A job is queued once per ``(kind, company, key)``: the
 durable duplicate gate.
 
+A claim can also be revoked: an erasure empties or deletes the jobs of the person it forgets,
+clearing their claims, and NOTIFYs ``revoked:<kind>`` (:func:`revoked_payload`) in the same
+statement. Every worker process of that kind re-checks every claim it holds at once, in one query
+(:class:`HeldClaims`), and stops the work of any it no longer holds, as a claim found lost at
+renewal is stopped: a pass reflecting her turn writes nothing more of hers once the erasure has
+taken it, instead of going on until its next renewal (a third of the lease) and writing after the
+erasure's verification. The renewal stays the backstop for a notice that reached nobody.
+
 Attempts bound retries: ``retry`` (a transient fault) keeps the attempt counted, ``defer`` (not
 now, e.g. no budget) gives it back, and the caller dead-letters once its own limit is reached.
 """
@@ -26,7 +34,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -38,14 +46,25 @@ from libs.common.clock import Clock
 
 __all__ = [
     "FINISHED", "HELD_FOR_UPDATE", "NOTIFY_CHANNEL", "SQL", "ClaimLeaseConfig", "ClaimManyQueue", "ClaimQueue",
-    "ClaimingWorker", "EnqueueQueue", "Job", "JobQueue", "JobState", "NewJob", "PendingQueue", "RenewQueue",
-    "SettleQueue", "drain_claimed", "enqueue_args", "enqueue_sql", "keep_claim", "listen", "run_claimed", "serve",
+    "ClaimingWorker", "EnqueueQueue", "HeldClaims", "HeldQueue", "Job", "JobQueue", "JobState", "NewJob",
+    "PendingQueue", "RenewQueue", "SettleQueue", "drain_claimed", "enqueue_args", "enqueue_sql", "keep_claim",
+    "listen", "revoked_payload", "run_claimed", "serve",
 ]  # fmt: skip
 
 _log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "background_jobs"
-"""The LISTEN/NOTIFY channel; the payload is the job's kind."""
+"""The LISTEN/NOTIFY channel; the payload is the job's kind (one was queued) or
+:func:`revoked_payload` of it (claims of that kind were revoked)."""
+
+_REVOKED = "revoked:"
+
+
+def revoked_payload(kind: str) -> str:
+    """The NOTIFY payload that tells the workers of ``kind`` some of its claims were revoked (an
+    erasure emptied or deleted their jobs): each re-checks the claims it holds (:class:`HeldClaims`).
+    A statement that revokes claims sends it with ``pg_notify`` itself, so it goes out at its commit."""
+    return _REVOKED + kind
 
 
 class JobState(StrEnum):
@@ -173,6 +192,11 @@ SQL = {
         WHERE kind = $1 AND state = 'running' AND locked_until < $2
         RETURNING {_JOB}""",
     "pending": "SELECT count(*) FROM background_jobs WHERE kind = $1 AND state IN ('queued', 'running')",
+    # Which of a worker's claims ($2 ids, $3 their attempts) it still holds: one query for them all.
+    "held": """
+        SELECT j.id, j.attempts FROM background_jobs j
+        JOIN unnest($2::bigint[], $3::int[]) AS h(id, attempts) ON j.id = h.id AND j.attempts = h.attempts
+        WHERE j.locked_by = $1 AND j.state = 'running'""",
 }
 
 _INTERRUPTED = "its worker stopped before it finished (the claim lapsed)"
@@ -272,6 +296,11 @@ class JobQueue:
         """Jobs of ``kind`` not yet finished (queued, or running)."""
         return int(await self._pool.fetchval(SQL["pending"], kind))
 
+    async def held(self, worker: str, jobs: Sequence[Job]) -> set[tuple[int, int]]:
+        """Which of ``jobs`` (claims of ``worker``) are still held, as (id, attempts)."""
+        rows = await self._pool.fetch(SQL["held"], worker, [j.id for j in jobs], [j.attempts for j in jobs])
+        return {(r["id"], r["attempts"]) for r in rows}
+
 
 # The queue's operations as ``typing.Protocol``s, stated once here: a service's port of the queue
 # composes the ones its use cases need (``JobQueue`` is the adapter; tests/unit/fakes/jobs.py the
@@ -325,15 +354,91 @@ class PendingQueue(Protocol):
     async def pending(self, kind: str) -> int: ...
 
 
+class HeldQueue(Protocol):
+    """Which of a worker's claims it still holds (:meth:`JobQueue.held`)."""
+
+    async def held(self, worker: str, jobs: Sequence[Job]) -> set[tuple[int, int]]: ...
+
+
+class HeldClaims:
+    """The claims one worker process holds, re-checked together when claims of its kind are revoked.
+
+    An erasure that takes a job from its holder (empties or deletes it) NOTIFYs
+    :func:`revoked_payload`; :func:`listen` hands it to :meth:`revoked`, and :meth:`watch` asks the
+    queue once which claims this process still holds and sets the ``lost`` event of each it does
+    not, which :func:`keep_claim` turns into the work's cancellation at once. Each (re)connect of the
+    listener counts as a notice too (one sent meanwhile reached nobody); the lease's renewal stays
+    the backstop."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[int, int], tuple[Job, asyncio.Event]] = {}
+        self._notice = asyncio.Event()
+
+    @contextlib.contextmanager
+    def holding(self, job: Job) -> Iterator[asyncio.Event]:
+        """Watch ``job``'s claim while the block runs; yields the event set when it is found lost."""
+        key = (job.id, job.attempts)
+        lost = asyncio.Event()
+        self._held[key] = (job, lost)
+        try:
+            yield lost
+        finally:
+            self._held.pop(key, None)
+
+    def revoked(self) -> None:
+        """Claims of this kind were revoked somewhere: re-check them all (:meth:`watch`)."""
+        self._notice.set()
+
+    async def recheck(self, queue: HeldQueue, worker: str) -> int:
+        """Ask which claims are still held and mark the others lost; how many were."""
+        held = list(self._held.items())
+        if not held:
+            return 0
+        still = await queue.held(worker, [job for _, (job, _) in held])
+        lost = 0
+        for key, (job, event) in held:
+            if key not in still:
+                _log.warning("the claim on %s job %s was revoked; stopping its work", job.kind, job.id)
+                event.set()
+                lost += 1
+        return lost
+
+    async def watch(self, queue: HeldQueue, worker: str) -> None:
+        """Re-check the held claims at every notice; runs until cancelled. A re-check the database
+        did not answer leaves them to their renewal."""
+        while True:
+            await self._notice.wait()
+            self._notice.clear()
+            try:
+                await self.recheck(queue, worker)
+            except Exception as exc:
+                _log.warning("could not re-check the claims held after a revocation (%s); their renewal will", exc)
+
+
 async def keep_claim(
-    queue: RenewQueue, job: Job, worker: str, clock: Clock, lease_seconds: float, work: asyncio.Task[Any]
+    queue: RenewQueue,
+    job: Job,
+    worker: str,
+    clock: Clock,
+    lease_seconds: float,
+    work: asyncio.Task[Any],
+    lost: asyncio.Event | None = None,
 ) -> bool:
     """Renew ``job``'s lease every third of it while ``work`` runs. A renewal the database did not
     answer is tried again at the next beat (the lease still covers two); a claim no longer held (it
     lapsed and another worker took it) cancels ``work`` and returns False, so the caller can tell a
-    lost claim from any other cancellation. Every queue family's worker runs this one loop."""
+    lost claim from any other cancellation. So does ``lost`` set (:class:`HeldClaims` found the
+    claim revoked), at once rather than at the next beat. Every queue family's worker runs this one
+    loop."""
     while True:
-        await asyncio.sleep(lease_seconds / 3)
+        if lost is None:
+            await asyncio.sleep(lease_seconds / 3)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(lost.wait(), lease_seconds / 3)
+            if lost.is_set():
+                work.cancel()
+                return False
         try:
             held = await queue.renew(job, worker, clock.now(), lease_seconds)
         except Exception as exc:
@@ -353,25 +458,31 @@ async def run_claimed(
     process: Callable[[Job], Coroutine[Any, Any, Any]],
     *,
     when_lost: str,
+    claims: HeldClaims | None = None,
 ) -> None:
-    """Run ``process(job)`` under its renewed claim. A lost claim stops the work and is logged with
-    ``when_lost`` (what becomes of the job: the family's rule); a failure to record is logged and
-    the claim left to lapse (the family's lapse rule then applies). Cancellation of the caller
-    propagates."""
-    work = asyncio.create_task(process(job))
-    renew = asyncio.create_task(keep_claim(queue, job, worker, clock, lease_seconds, work))
-    try:
-        await work
-    except asyncio.CancelledError:
-        if not (renew.done() and renew.result() is False):
-            raise
-        _log.warning("lost the claim on %s job %s; %s", job.kind, job.id, when_lost)
-    except Exception:
-        _log.exception("%s job %s could not be recorded; its claim will lapse", job.kind, job.id)
-    finally:
-        renew.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await renew
+    """Run ``process(job)`` under its renewed claim, watched in ``claims`` (its revocation stops the
+    work at once). A lost claim stops the work and is logged with ``when_lost`` (what becomes of the
+    job: the family's rule); a revoked one stops it too (its job was erased: nothing becomes of it);
+    a failure to record is logged and the claim left to lapse (the family's lapse rule then
+    applies). Cancellation of the caller propagates."""
+    with (claims if claims is not None else HeldClaims()).holding(job) as lost:
+        work = asyncio.create_task(process(job))
+        renew = asyncio.create_task(keep_claim(queue, job, worker, clock, lease_seconds, work, lost))
+        try:
+            await work
+        except asyncio.CancelledError:
+            if not (renew.done() and renew.result() is False):
+                raise
+            if lost.is_set():
+                _log.warning("%s job %s was revoked (erased); its work stopped", job.kind, job.id)
+            else:
+                _log.warning("lost the claim on %s job %s; %s", job.kind, job.id, when_lost)
+        except Exception:
+            _log.exception("%s job %s could not be recorded; its claim will lapse", job.kind, job.id)
+        finally:
+            renew.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renew
 
 
 async def drain_claimed(
@@ -384,14 +495,15 @@ async def drain_claimed(
     *,
     reclaim_lapsed: bool,
     when_lost: str,
+    claims: HeldClaims | None = None,
 ) -> int:
     """Run every job of ``kind`` claimable now, one at a time, each under its renewed claim
-    (``run_claimed``); returns how many were taken. ``reclaim_lapsed``: a lapsed claim is taken
-    again (the job resumes) — the family's lapse rule."""
+    (``run_claimed``, watched in ``claims``); returns how many were taken. ``reclaim_lapsed``: a
+    lapsed claim is taken again (the job resumes) — the family's lapse rule."""
     taken = 0
     while job := await queue.claim(kind, worker, clock.now(), lease_seconds, reclaim_lapsed=reclaim_lapsed):
         taken += 1
-        await run_claimed(queue, job, worker, clock, lease_seconds, process, when_lost=when_lost)
+        await run_claimed(queue, job, worker, clock, lease_seconds, process, when_lost=when_lost, claims=claims)
     return taken
 
 
@@ -406,7 +518,8 @@ class ClaimingWorker:
     """A worker that runs its family's jobs one at a time, each under its renewed claim: the
     family states its rule as class attributes (``kind``; ``reclaim_lapsed`` and ``when_lost``: what
     becomes of a lapsed or lost claim) and its ``process``; ``drain`` is the same for every family.
-    A mixin for a dataclass whose fields hold the parts named below."""
+    A mixin for a dataclass whose fields hold the parts named below. A family whose jobs an erasure
+    can take from their holder gives itself ``_claims`` (a :class:`HeldClaims`) and watches it."""
 
     kind: ClassVar[str]
     reclaim_lapsed: ClassVar[bool]
@@ -416,6 +529,7 @@ class ClaimingWorker:
     clock: Clock
     worker_id: str
     _wake: asyncio.Event
+    _claims: HeldClaims | None = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -435,6 +549,7 @@ class ClaimingWorker:
             self.process,
             reclaim_lapsed=self.reclaim_lapsed,
             when_lost=self.when_lost,
+            claims=self._claims,
         )
 
 
@@ -463,19 +578,25 @@ async def listen(
     channel: str = NOTIFY_CHANNEL,
     reconnect_seconds: float = 2.0,
     check_seconds: float = 30.0,
+    on_revoke: Callable[[], object] | None = None,
 ) -> None:
-    """Call ``on_wake`` whenever a job of one of ``kinds`` is queued; runs until cancelled.
+    """Call ``on_wake`` whenever a job of one of ``kinds`` is queued, and ``on_revoke`` whenever
+    claims of one of them are revoked (:func:`revoked_payload`); runs until cancelled.
 
-    The wake is an optimisation: the workers poll as the backstop. A lost connection (a database
-    restart) is reopened every ``reconnect_seconds``, and ``on_wake`` is called after each
-    (re)connect, since anything queued meanwhile sent its NOTIFY to nobody. A connection that the
-    socket does not report as lost is checked every ``check_seconds``.
+    The wake is an optimisation: the workers poll as the backstop; so is the revocation, which the
+    claims' renewal backs. A lost connection (a database restart) is reopened every
+    ``reconnect_seconds``, and both are called after each (re)connect, since anything queued or
+    revoked meanwhile sent its NOTIFY to nobody. A connection that the socket does not report as
+    lost is checked every ``check_seconds``.
     """
     wanted = frozenset(kinds)
+    revoked = frozenset(revoked_payload(k) for k in kinds)
 
     def notified(_conn: object, _pid: int, _channel: str, payload: str) -> None:
         if payload in wanted:
             on_wake()
+        elif on_revoke is not None and payload in revoked:
+            on_revoke()
 
     down_logged = False
     while True:
@@ -495,6 +616,8 @@ async def listen(
                 _log.info("LISTEN %s restored", channel)
             down_logged = False
             on_wake()
+            if on_revoke is not None:
+                on_revoke()
             while not lost.is_set():
                 try:
                     await asyncio.wait_for(lost.wait(), check_seconds)

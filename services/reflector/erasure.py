@@ -10,7 +10,9 @@ gate) with an empty payload, and one not yet run is closed as finished (its reco
 it), so it never writes anything derived from them and a redelivery of the turn (the engine
 retrying SubmitTurn) is refused as a duplicate instead of being reflected again: a job row so
 emptied with no record is what the service answers REFLECTION_STATE_ERASED for. A seat's or a company's erasure deletes
-the rows.
+the rows. Either way a worker reflecting one of those turns is told at the commit (a NOTIFY,
+``libs.common.jobs.HeldClaims``) and stops its pass at once: nothing more derived from the person
+is written after the erasure took the turn.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from libs.common.erasure import (
     run_once,
     scope_rows,
 )
+from libs.common.jobs import NOTIFY_CHANNEL, revoked_payload
 from services.reflector.domain import JOB_KIND, ROUND_SUFFIX, run_id_of, turn_id_of
 
 __all__ = ["OWNER", "erase", "find", "prune_retention"]
@@ -41,6 +44,7 @@ OWNER = "reflector"
 BATCH = 500
 _OF_KIND = f" AND kind = '{JOB_KIND}'"
 """The reflector's jobs among the shared queue's (a condition on ``background_jobs``)."""
+_REVOKED = revoked_payload(JOB_KIND)
 
 SQL = {
     "jobs": f"""
@@ -54,7 +58,11 @@ SQL = {
         SELECT r.seat, r.turn_id FROM reflections r JOIN unnest($2::text[], $3::text[]) AS g(seat, turn_id)
             ON r.seat = g.seat AND r.turn_id = g.turn_id
         WHERE r.company = $1""",
-    "delete_jobs": "DELETE FROM background_jobs WHERE id = ANY($1::bigint[])",
+    # Every statement that takes jobs away tells their holders at its commit (``revoked_payload``):
+    # a worker reflecting one of them stops at once instead of at its next renewal.
+    "delete_jobs": """
+        WITH gone AS (DELETE FROM background_jobs WHERE id = ANY($1::bigint[]) RETURNING id)
+        SELECT pg_notify($2, $3) WHERE EXISTS (SELECT 1 FROM gone)""",
     # Finished records only, as for their jobs: a turn still waiting (deferred by its budget,
     # retrying) keeps its record, whose absence the harness reads as an erasure.
     "records_past": """
@@ -66,14 +74,18 @@ SQL = {
     # A job of her turn keeps its row (the duplicate gate: a redelivered SubmitTurn of the same run
     # finds it and queues nothing) and loses the turn's text. One not run yet is closed as finished
     # ($2: the erasure's time), so no worker claims it; a worker holding it loses its claim (its
-    # finish is guarded by the claim) and what it already wrote is the next round's.
+    # finish is guarded by the claim) and, told at this commit ($3, $4: the revocation's NOTIFY),
+    # stops its pass there and then; what it already wrote is the next round's.
     "empty_jobs": """
-        UPDATE background_jobs
-        SET payload = ''::bytea, state = CASE WHEN state IN ('queued', 'running') THEN 'done' ELSE state END,
-            finish_time = coalesce(finish_time, $2), reason = CASE WHEN state IN ('queued', 'running')
-                THEN 'erased before it was reflected' ELSE reason END,
-            locked_by = NULL, locked_until = NULL
-        WHERE id = ANY($1::bigint[])""",
+        WITH emptied AS (
+            UPDATE background_jobs
+            SET payload = ''::bytea, state = CASE WHEN state IN ('queued', 'running') THEN 'done' ELSE state END,
+                finish_time = coalesce(finish_time, $2), reason = CASE WHEN state IN ('queued', 'running')
+                    THEN 'erased before it was reflected' ELSE reason END,
+                locked_by = NULL, locked_until = NULL
+            WHERE id = ANY($1::bigint[])
+            RETURNING id)
+        SELECT pg_notify($3, $4) WHERE EXISTS (SELECT 1 FROM emptied)""",
 }
 
 
@@ -190,9 +202,9 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
             # Every job of hers stays as an emptied, finished row: deleting a queued one let an
             # engine's retry of SubmitTurn queue the whole turn again, and everything of hers was
             # derived anew after an erasure that had succeeded.
-            await conn.execute(SQL["empty_jobs"], ids, now)
+            await conn.execute(SQL["empty_jobs"], ids, now, NOTIFY_CHANNEL, _REVOKED)
         else:  # a seat's or a company's: the rows go (the seat, the company, is gone)
-            await conn.execute(SQL["delete_jobs"], ids)
+            await conn.execute(SQL["delete_jobs"], ids, NOTIFY_CHANNEL, _REVOKED)
         await delete_keyed(conn, "reflections", target.company, found.records)
         return _report(found)
 

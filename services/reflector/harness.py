@@ -44,7 +44,7 @@ from libs.common import telemetry
 from libs.common.budgets import window_start
 from libs.common.config import Settings
 from libs.common.events import EventSink, bookkeeping, current_bookkeeping
-from libs.common.jobs import Job, keep_claim, listen
+from libs.common.jobs import HeldClaims, Job, keep_claim, listen
 from libs.common.metrics import QUEUE_DEPTH, QUEUE_LAG, WORKER_OUTCOMES
 from services.reflector.convert import turn_from_pb
 from services.reflector.domain import (
@@ -99,6 +99,10 @@ class Harness:
         self._worker_id = worker_id
         self._clock = ctx.clock
         self._wake = asyncio.Event()
+        self._claims = HeldClaims()
+        """The turns this process is reflecting, re-checked at once when an erasure takes some
+        (``run_forever`` watches them): a pass whose turn an erasure took stops writing there and
+        then, not at its next renewal."""
 
     @property
     def workers(self) -> list[str]:
@@ -479,29 +483,35 @@ class Harness:
                 await asyncio.gather(*running, return_exceptions=True)
 
     async def _run_claimed(self, job: Job) -> None:
-        work = asyncio.create_task(self.process(job))
-        renew = asyncio.create_task(self._keep_claim(job, work))
-        try:
-            await work
-        except asyncio.CancelledError:
-            if not (renew.done() and renew.result() is False):
-                # We are stopping (shutdown): hand the turn back now rather than make the next
-                # process wait out the lease. The attempt is given back; what finished is kept.
-                work.cancel()
-                await asyncio.wait([work])
-                await self._release(job)
-                raise
-            # The claim went to another worker (ours lapsed): it runs the turn; we stop here
-            # rather than spend a second round of model calls on it.
-            _log.warning("lost the claim on job %s; its new holder reflects it", job.id)
-        except Exception:
-            # The database did not answer even to put the turn back: its claim lapses and the
-            # turn is taken again.
-            _log.exception("reflection of job %s failed; it will be taken again", job.id)
-        finally:
-            renew.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renew
+        with self._claims.holding(job) as revoked:
+            work = asyncio.create_task(self.process(job))
+            renew = asyncio.create_task(self._keep_claim(job, work, revoked))
+            try:
+                await work
+            except asyncio.CancelledError:
+                if not (renew.done() and renew.result() is False):
+                    # We are stopping (shutdown): hand the turn back now rather than make the next
+                    # process wait out the lease. The attempt is given back; what finished is kept.
+                    work.cancel()
+                    await asyncio.wait([work])
+                    await self._release(job)
+                    raise
+                if revoked.is_set():
+                    # An erasure took the turn (its record deleted, its job emptied): the pass stops
+                    # where it was, and nothing more derived from the person is written.
+                    _log.warning("job %s was erased while it was reflected; its pass stopped", job.id)
+                else:
+                    # The claim went to another worker (ours lapsed): it runs the turn; we stop
+                    # here rather than spend a second round of model calls on it.
+                    _log.warning("lost the claim on job %s; its new holder reflects it", job.id)
+            except Exception:
+                # The database did not answer even to put the turn back: its claim lapses and the
+                # turn is taken again.
+                _log.exception("reflection of job %s failed; it will be taken again", job.id)
+            finally:
+                renew.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renew
 
     async def _release(self, job: Job) -> None:
         try:
@@ -512,7 +522,7 @@ class Harness:
         except Exception as exc:  # best effort: the lease lapses otherwise
             _log.warning("could not hand back job %s on stopping (%s); its claim will lapse", job.id, exc)
 
-    async def _keep_claim(self, job: Job, work: asyncio.Task[str]) -> bool:
+    async def _keep_claim(self, job: Job, work: asyncio.Task[str], revoked: asyncio.Event) -> bool:
         return await keep_claim(
             self._queue,
             job,
@@ -520,6 +530,7 @@ class Harness:
             self._clock,
             self._config.claim_lease_seconds,
             work,
+            revoked,
         )
 
     def wake(self) -> None:
@@ -527,9 +538,11 @@ class Harness:
 
     async def run_forever(self, dsn: str) -> None:
         """The worker loop: woken by NOTIFY (``libs.common.jobs.listen``), polling as the backstop,
-        ``concurrency`` turns at a time."""
+        ``concurrency`` turns at a time; the claims it holds re-checked whenever an erasure revokes
+        some (``libs.common.jobs.HeldClaims``)."""
         async with asyncio.TaskGroup() as group:
-            group.create_task(listen(dsn, [JOB_KIND], self._wake.set))
+            group.create_task(listen(dsn, [JOB_KIND], self._wake.set, on_revoke=self._claims.revoked))
+            group.create_task(self._claims.watch(self._queue, self._worker_id))
             group.create_task(self._sample_depth())
             group.create_task(self._dispatch(forever=True))
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol, Unpack
 from libs.common.budgets import BudgetRoom
 from libs.common.config import BudgetConfig
 from libs.common.events import Bookkeeping
-from libs.common.jobs import ClaimManyQueue, Job, NewJob, PendingQueue, SettleQueue
+from libs.common.jobs import ClaimManyQueue, HeldQueue, Job, NewJob, PendingQueue, SettleQueue
 from services.reflector.domain import ReflectionState, TurnKey, WorkerOutcome
 from services.reflector.store import ReflectionRecord
 
@@ -118,7 +118,7 @@ class ReflectionStore(Protocol):
         ...
 
 
-class ReflectionQueue(ClaimManyQueue, SettleQueue, PendingQueue, Protocol):
+class ReflectionQueue(ClaimManyQueue, SettleQueue, PendingQueue, HeldQueue, Protocol):
     """The reflection jobs' queue (``libs.common.jobs.JobQueue``, kind ``reflection``): the queue's
     operations as libs.common.jobs states them, those the harness uses (a turn is queued with its
     record by the store: ``ReflectionStore.queue_turn``)."""

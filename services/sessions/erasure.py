@@ -12,7 +12,9 @@ unlike the reflector's (whose emptied rows stay as the "reflected once" gate): a
 ``plan:<session>:<revision>``, ``turn:<session>:<seq>`` or ``manual:<session>:<uuid>``, and a
 session recreated under the same id starts its revisions and sequence again, so a kept row would
 refuse the new session's checks their jobs. Nothing is gated by the old rows: the session they
-belonged to is gone.
+belonged to is gone. A check running when its job is deleted is stopped at once (the delete
+NOTIFYs its revocation: ``libs.common.jobs.HeldClaims``), before it writes what it learned from the
+erased session.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 import asyncpg
 
 from libs.common.erasure import Kind, Report, Target, delete_keyed, run_once, scope_rows
+from libs.common.jobs import NOTIFY_CHANNEL, revoked_payload
+from services.sessions.domain import JOB_KIND
 
 __all__ = ["OWNER", "erase", "find"]
 
@@ -60,7 +64,13 @@ SQL = {
     "jobs_of": """
         SELECT key FROM background_jobs
         WHERE kind = 'learning' AND company = $1 AND substring(key from '^[a-z]+:(.*):[^:]*$') = ANY($2::text[])""",
-    "delete_jobs": "DELETE FROM background_jobs WHERE kind = 'learning' AND company = $1 AND key = ANY($2::text[])",
+    # The revocation's NOTIFY ($3, $4) goes out at the commit: a worker running one of these checks
+    # stops it at once, before it writes lessons or facts of the erased session.
+    "delete_jobs": """
+        WITH gone AS (
+            DELETE FROM background_jobs WHERE kind = 'learning' AND company = $1 AND key = ANY($2::text[])
+            RETURNING id)
+        SELECT pg_notify($3, $4) WHERE EXISTS (SELECT 1 FROM gone)""",
     "delete_sessions": "DELETE FROM chat_sessions WHERE company = $1 AND session_id = ANY($2::text[])",
     "delete_checks": "DELETE FROM learning_checks WHERE id = ANY($1::uuid[])",
     "delete_lesson": "DELETE FROM workspace_lessons WHERE company = $1 AND workspace = $2 AND content_hash = $3",
@@ -150,7 +160,7 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
         await delete_keyed(conn, "session_events", c, plan.events, ("session_id", "seq"), second_type="bigint")
         await delete_keyed(conn, "session_plans", c, plan.plans, ("session_id", "revision"), second_type="bigint")
         await conn.execute(SQL["delete_checks"], plan.checks)
-        await conn.execute(SQL["delete_jobs"], c, plan.jobs)
+        await conn.execute(SQL["delete_jobs"], c, plan.jobs, NOTIFY_CHANNEL, revoked_payload(JOB_KIND))
         for lesson in plan.lessons_gone:
             await conn.execute(SQL["delete_lesson"], c, lesson["workspace"], lesson["content_hash"])
         for lesson, rest in plan.lessons_changed:

@@ -14,6 +14,9 @@ declared successful or automatically replayed."
 - A check's end and its job's end commit in one transaction. A worker that lost its claim (its
   lease lapsed while it was still running) records nothing over the interrupted receipt but what
   it wrote, so the receipt stays true.
+- An erasure that deletes a running check's job (its session's person is forgotten) revokes the
+  claim with a NOTIFY; the worker re-checks its claims at once and stops that check before it
+  writes anything more of hers (``libs.common.jobs.HeldClaims``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from libs.common.attributes import agentlearn_attributes
 from libs.common.clock import Clock
 from libs.common.config import SessionsConfig
 from libs.common.events import EventSink
-from libs.common.jobs import ClaimingWorker, Job, JobQueue, JobState, listen, serve
+from libs.common.jobs import ClaimingWorker, HeldClaims, Job, JobQueue, JobState, listen, serve
 from libs.common.metrics import LEARNING_CHECKS
 from services.sessions.checks import CheckRunner
 from services.sessions.domain import JOB_KIND, CheckOutcome, CheckState, LearningCheck
@@ -70,6 +73,9 @@ class LearningWorker(ClaimingWorker):
     events: EventSink
     worker_id: str
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _claims: HeldClaims = field(default_factory=HeldClaims, init=False, repr=False)
+    """The checks this process runs, re-checked at once when an erasure deletes jobs of theirs: a
+    check of an erased person's session stops before it writes her lessons and facts."""
 
     # ------------------------------------------------------------------ interrupted checks
 
@@ -193,7 +199,8 @@ class LearningWorker(ClaimingWorker):
         except Exception:
             _log.exception("could not reconcile unfinished learning checks at start")
         async with asyncio.TaskGroup() as group:
-            group.create_task(listen(dsn, [JOB_KIND], self.wake))
+            group.create_task(listen(dsn, [JOB_KIND], self.wake, on_revoke=self._claims.revoked))
+            group.create_task(self._claims.watch(self.queue, self.worker_id))
             group.create_task(self._sweeper())
             for _ in range(max(1, self.config.concurrency)):
                 group.create_task(serve(self.drain, self._wake, self.config.poll_interval_seconds, "learning"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -130,6 +130,9 @@ class FakeJobQueue:
         return sum(
             1 for j in self.jobs.values() if j.job.kind == kind and j.state in (JobState.QUEUED, JobState.RUNNING)
         )
+
+    async def held(self, worker: str, jobs: Sequence[Job]) -> set[tuple[int, int]]:
+        return {(job.id, job.attempts) for job in jobs if self._held(job, worker) is not None}
 
 
 class FakeDb:
