@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from typing_extensions import TypeVar
@@ -21,6 +22,7 @@ from libs.common import vector_rows
 from libs.common.auth import current_principal
 from libs.common.config import EpisodesConfig
 from libs.common.errors import field_error
+from libs.common.events import bookkeeping
 from libs.common.not_found import require_found
 from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
@@ -58,7 +60,7 @@ from services.episodes.domain import (
     label_names_run_id,
     vector_text,
 )
-from services.episodes.ports import EpisodeStore, RawRows, SearchReads
+from services.episodes.ports import EpisodeStore, RawRows, SearchReads, Superseded
 from services.episodes.store import Dropped, PostgresEpisodeStore
 
 __all__ = ["EpisodeService", "Recorded", "TurnRecord", "drop_points", "index_point"]
@@ -305,15 +307,41 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
             work_key=rec.work_key or None,
         )
         stale_dims: int | None = None
-        if mid_state is None:
-            stored = await self.store.insert_raw(episode, vector, self.clock.now(), rec.senders)
-            if stored is None:
-                return None
-        else:
-            superseded = await self.store.supersede(mid_state.id, episode, vector, self.clock.now(), rec.senders)
-            if superseded is None:
-                return None
-            stored = superseded.episode
+        now = self.clock.now()
+        # The spec's episode_written: one per row the turn's record wrote, a mid-state's settling
+        # included (a repeat or a collapsed redelivery writes none). Announced on the write itself:
+        # the Postgres store inserts it in the statement that writes the row, only if the row is
+        # written (one commit for both), so no crash between two commits can lose it — an event
+        # emitted after the row's commit was lost for good to a crash before it, as the retry finds
+        # the row (a repeat: no event). A store that does not carry it leaves it to be emitted here.
+        written: dict[str, Any] = {
+            "company": company,
+            "seat": seat,
+            "turn_id": rec.turn_id,
+            "episode_id": str(mid_state.id if mid_state is not None else episode.id),
+            "episode_kind": str(EpisodeKind.RAW),
+            "outcome": str(rec.outcome),
+            "work_key": rec.work_key or None,
+            "embedding_model": embedded.model if vector is not None else None,
+            "embedding_skipped_reason": skipped,
+            "superseded": mid_state is not None,
+        }
+        superseded: Superseded | None = None
+        with bookkeeping() as batch:
+            batch.announce("episode_written", now, **written)
+            try:
+                if mid_state is None:
+                    stored = await self.store.insert_raw(episode, vector, now, rec.senders)
+                else:
+                    superseded = await self.store.supersede(mid_state.id, episode, vector, now, rec.senders)
+                    stored = superseded.episode if superseded is not None else None
+            finally:
+                unwritten = batch.withdraw()
+        if stored is None:
+            return None
+        if unwritten:
+            await self.events.emit("episode_written", **written)
+        if superseded is not None:
             # The mid-state's point is of its old text: overwritten below when the new vector has
             # its width, else dropped (the fill embeds the new text and indexes it).
             if superseded.previous_dims and (vector is None or int(vector.shape[0]) != superseded.previous_dims):
@@ -327,24 +355,8 @@ class EpisodeService(VectorRowService[S, EpisodesConfig]):
                 stored.outcome,
                 rec.turn_id,
             )
-        # The spec's episode_written: one per row the turn's record wrote, a mid-state's settling
-        # included (a repeat or a collapsed redelivery writes none). Announced as soon as the row
-        # is committed, before the index: a failure there fails this call, and its retry finds the
-        # row (a repeat: no event), so an event left for after the index was lost for good. The
-        # index is the fill pass's to complete (the row stays ``indexed = false``).
-        await self.events.emit(
-            "episode_written",
-            company=company,
-            seat=seat,
-            turn_id=rec.turn_id,
-            episode_id=str(stored.id),
-            episode_kind=str(EpisodeKind.RAW),
-            outcome=str(stored.outcome),
-            work_key=rec.work_key or None,
-            embedding_model=stored.embedding_model,
-            embedding_skipped_reason=skipped,
-            superseded=mid_state is not None,
-        )
+        # A failure to index fails this call after the row and its event are in; the index is the
+        # fill pass's to complete (the row stays ``indexed = false``).
         if vector is not None:
             point = index_point(
                 stored.id, stored.company, stored.seat, str(stored.outcome), vector, stored.embedding_model or ""

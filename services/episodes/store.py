@@ -8,8 +8,9 @@ fold is one transaction that re-checks its members under row locks before it del
 from __future__ import annotations
 
 import json
+import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,11 +18,15 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from libs.common.db import refused_by_server
+from libs.common.events import current_bookkeeping, held_events
 from libs.common.rows import RowReader
 from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, Sender, TurnOutcome
 from services.episodes.ports import RawRows, SearchReads, Superseded
 
 __all__ = ["SQL", "Dropped", "PostgresEpisodeStore", "senders_json"]
+
+_log = logging.getLogger(__name__)
 
 _COLUMNS = """id, company, seat, role, kind, turn_id, work_item, label, ask, what_it_did, outcome, review_outcome,
               tool_sequence, tools_called, skills_used, subjects, conversation_id, start_time, end_time, duration_ms,
@@ -62,6 +67,9 @@ _LEXICAL_CTES = f"""q AS (
             WHERE e.company = $1 AND e.seat = $2 AND e.kind = 'raw' AND ($5::text IS NULL OR e.outcome = $5)
               AND e.tsv @@ q.tsq
             ORDER BY rank DESC, e.end_time DESC, e.id DESC LIMIT $8)"""
+# The end of the supersede's ``old`` (the mid-state it locks): an announcement's common table
+# expressions go after it (``PostgresEpisodeStore.supersede``).
+_SUPERSEDE_LOCKED = "kind = 'raw' AND outcome = 'self_iterate' FOR UPDATE)"
 # A row a fold may take: old enough, settled, called a tool, not a summary's exemplar, not absorbed
 # by a skill ($3 is the compaction horizon).
 _FOLDABLE = """kind = 'raw' AND end_time < $3 AND exemplar_of IS NULL AND consolidated_into_skill_id IS NULL
@@ -115,7 +123,7 @@ SQL = {
     "supersede": f"""
         WITH old AS (
             SELECT id, embedding_dims FROM episodes
-            WHERE {_SEAT} AND id = $3 AND kind = 'raw' AND outcome = 'self_iterate' FOR UPDATE)
+            WHERE {_SEAT} AND id = $3 AND {_SUPERSEDE_LOCKED}
         UPDATE episodes e SET
             outcome = $4, label = $5, ask = $6, what_it_did = $7, review_outcome = $8, tool_sequence = $9,
             tools_called = $10, skills_used = $11, subjects = $12, senders = $21::jsonb,
@@ -316,9 +324,12 @@ class PostgresEpisodeStore:
     async def insert_raw(
         self, ep: Episode, vector: np.ndarray | None, now: datetime, senders: Sequence[Sender] = ()
     ) -> Episode | None:
-        """Insert a raw row; ``None`` when the seat already has a row for this run id or work key."""
-        row = await self.pool.fetchrow(
-            SQL["insert"],
+        """Insert a raw row; ``None`` when the seat already has a row for this run id or work key.
+
+        Under a bookkeeping batch announcing the row (the service's ``episode_written``:
+        ``Bookkeeping.announce``), the same statement writes the batch's rows, only if the row went
+        in (:meth:`_with_announced`)."""
+        args = [
             ep.id,
             ep.company,
             ep.seat,
@@ -344,8 +355,40 @@ class PostgresEpisodeStore:
             int(vector.shape[0]) if vector is not None else None,
             ep.work_key or None,
             senders_json(senders),
+        ]
+        row = await self._with_announced(
+            SQL["insert"], args, lambda held: f"WITH ins AS ({SQL['insert']}){held} SELECT * FROM ins", "ins"
         )
         return episode_of(row) if row else None
+
+    async def _with_announced(
+        self, alone: str, args: list[Any], combined: Callable[[str], str], written: str
+    ) -> asyncpg.Record | None:
+        """Run the write ``alone`` (its one row back, or None), or — under a bookkeeping batch
+        holding announcements (``Bookkeeping.announce``) — ``combined``: the same write with the
+        batch's rows as common table expressions (``held_events``), each inserted only if the CTE
+        ``written`` returned a row. One statement, one commit: a row and its announcement are
+        written together or not at all, so no crash between two commits can lose the event.
+
+        Refused by PostgreSQL (rolled back, nothing written): the batch opens again and the write
+        runs alone; the announcement is left for ``Bookkeeping.withdraw`` (the service then emits
+        it, best-effort, as before). An unknown outcome (a lost connection, a cancellation) drops
+        the batch's rows (at most once) and raises, as the write alone would."""
+        batch = current_bookkeeping()
+        if batch is None or not batch.announced:
+            return await self.pool.fetchrow(alone, *args)
+        held, more = held_events(batch, len(args) + 1, f"EXISTS (SELECT 1 FROM {written})")
+        try:
+            row = await self.pool.fetchrow(combined(held), *args, *more)
+        except BaseException as err:
+            if not refused_by_server(err):
+                batch.abandon()
+                raise
+            batch.reopen()
+            _log.warning("an episode row and its announcement not written together (%s); writing the row alone", err)
+            return await self.pool.fetchrow(alone, *args)
+        batch.settle(row is not None)
+        return row
 
     async def get_by_work_key(self, company: str, seat: str, work_key: str) -> Episode | None:
         row = await self.pool.fetchrow(SQL["get_by_work_key"], company, seat, work_key)
@@ -372,32 +415,53 @@ class PostgresEpisodeStore:
         """Settle the self_iterate row ``row_id`` with the record ``ep`` (SQL["supersede"] says which
         fields it takes), filing ``ep.turn_id`` under it when it is another run's, in one
         transaction; ``None`` when the row is no longer a mid-state (a concurrent record settled
-        it, or it was deleted)."""
+        it, or it was deleted). An announcement of the batch rides on the supersede's statement,
+        as on :meth:`insert_raw`'s."""
+        args = [
+            ep.company,
+            ep.seat,
+            row_id,
+            str(ep.outcome),
+            ep.label,
+            ep.ask,
+            ep.what_it_did,
+            ep.review_outcome,
+            list(ep.tool_sequence),
+            list(ep.tools_called),
+            list(ep.skills_used),
+            list(ep.subjects),
+            ep.role or None,
+            ep.work_item or None,
+            ep.conversation_id or None,
+            ep.start_time,
+            ep.end_time,
+            None if vector is None else vector.astype(np.float32),
+            ep.embedding_model if vector is not None else None,
+            int(vector.shape[0]) if vector is not None else None,
+            senders_json(senders),
+        ]
+        batch = current_bookkeeping()
+        if batch is None or not batch.announced:
+            return await self._supersede(args, ep, now, "")
+        # The announcement rides on the supersede itself, inserted only if the row was still a
+        # mid-state, in the transaction that also files the run under it (as insert_raw's does).
+        held, more = held_events(batch, len(args) + 1, "EXISTS (SELECT 1 FROM old)")
+        try:
+            superseded = await self._supersede([*args, *more], ep, now, held)
+        except BaseException as err:
+            if not refused_by_server(err):
+                batch.abandon()
+                raise
+            batch.reopen()
+            _log.warning("an episode row and its announcement not written together (%s); writing the row alone", err)
+            return await self._supersede(args, ep, now, "")
+        batch.settle(superseded is not None)
+        return superseded
+
+    async def _supersede(self, args: list[Any], ep: Episode, now: datetime, held: str) -> Superseded | None:
+        sql = SQL["supersede"].replace(_SUPERSEDE_LOCKED, _SUPERSEDE_LOCKED + held, 1)
         async with self.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(
-                SQL["supersede"],
-                ep.company,
-                ep.seat,
-                row_id,
-                str(ep.outcome),
-                ep.label,
-                ep.ask,
-                ep.what_it_did,
-                ep.review_outcome,
-                list(ep.tool_sequence),
-                list(ep.tools_called),
-                list(ep.skills_used),
-                list(ep.subjects),
-                ep.role or None,
-                ep.work_item or None,
-                ep.conversation_id or None,
-                ep.start_time,
-                ep.end_time,
-                None if vector is None else vector.astype(np.float32),
-                ep.embedding_model if vector is not None else None,
-                int(vector.shape[0]) if vector is not None else None,
-                senders_json(senders),
-            )
+            row = await conn.fetchrow(sql, *args)
             if row is None:  # no longer a mid-state: another record settled it, or it is gone
                 return None
             settled = episode_of(row)

@@ -443,7 +443,10 @@ class Builtins:
         resp = await self._call(
             "skills",
             self.deps.clients.skills.UseSkill,
-            skill_pb.UseSkillRequest(company=company, seat=seat, skill_name=name.strip(), turn_id=turn_id),
+            # The CallTool's key: a retried call is the same use, counted once (skills' UseSkill).
+            skill_pb.UseSkillRequest(
+                company=company, seat=seat, skill_name=name.strip(), turn_id=turn_id, request_id=tool_request_id()
+            ),
         )
         return resp.skill.body, resp.skill.id
 

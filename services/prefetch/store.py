@@ -7,6 +7,7 @@ take the last slot.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -136,9 +137,21 @@ class FrozenContext:
     claim_time: datetime
 
 
+def guard_slots(pool_size: int) -> int:
+    """How many ``one_at_a_time`` guards one process holds at once on a pool of ``pool_size``: half
+    the pool (at least one). Each guard holds a pooled connection for its whole section while the
+    guarded work takes others from the same pool (the ledger's reservation, its answer, the diary's
+    and the skills' writes in an all-in-one process), so guards must never hold the connections
+    that work waits for."""
+    return max(1, pool_size // 2)
+
+
 class PostgresPrefetchStore:
     def __init__(self, pool: asyncpg.Pool):
         self._pool = pool
+        self._guards = asyncio.Semaphore(guard_slots(pool.get_max_size()))
+        """Guards held at once in this process (:func:`guard_slots`): a guard past it waits here,
+        holding no connection, rather than on the pool with one."""
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -155,8 +168,14 @@ class PostgresPrefetchStore:
         deadline. An open transaction pins its server connection, and the lock ends with it: on
         the rollback, or when the process dies (its connection closes, the server aborts the
         transaction), so nothing is left held either way. Nothing is written on this connection
-        (the guarded work uses its own), so the end is a rollback."""
-        async with self._pool.acquire() as conn:
+        (the guarded work uses its own), so the end is a rollback.
+
+        At most :func:`guard_slots` guards hold a connection at once in a process: with as many
+        concurrent refreshes of different runs as the pool has connections, every connection was a
+        guard's, the guarded work waited on the pool for one, and every refresh starved until its
+        deadline. A guard past the bound waits for a slot holding no connection; the rest of the
+        pool stays free for the guarded work (and the process's other requests)."""
+        async with self._guards, self._pool.acquire() as conn:
             tx = conn.transaction()
             await tx.start()
             try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -36,7 +37,7 @@ from libs.common.contract import string_max_len, violations
 from libs.common.embeddings import EmbeddingError, embed_query
 from libs.common.erasure import platform_key
 from libs.common.errors import InvalidArgument, ResourceExhausted
-from libs.common.events import Bookkeeping, bookkeeping, current_bookkeeping
+from libs.common.events import Bookkeeping, bookkeeping
 from libs.common.metrics import PREFETCH_BLOCKS
 from libs.common.validation import require_text, seat_ref
 from services.prefetch import hints, knowledge_block, memory
@@ -83,6 +84,30 @@ def _detach(write: Any) -> asyncio.Future[None]:
     _DETACHED.add(task)
     task.add_done_callback(_DETACHED.discard)
     return task
+
+
+Stamp = Callable[[], Awaitable[None]]
+_shown_stamps: contextvars.ContextVar[list[Stamp] | None] = contextvars.ContextVar(
+    "agentlearn_turn_shown_stamps", default=None
+)
+"""The stamps of what a turn-start build selected (note uses, skill offers), held while it builds:
+they are written only once the context they are in is the one the run answers with."""
+
+
+def _when_shown(stamp: Stamp) -> bool:
+    """Inside a turn-start build, hold ``stamp`` for when its context is shown (True); else False:
+    the caller writes it now."""
+    held = _shown_stamps.get()
+    if held is None:
+        return False
+    held.append(stamp)
+    return True
+
+
+async def _write_stamps(stamps: list[Stamp]) -> None:
+    """The held stamps side by side, each to its end whatever happens to the caller."""
+    if stamps:
+        _log_failed_followers(await asyncio.gather(*(_detach(s()) for s in stamps), return_exceptions=True))
 
 
 _EPSILON = timedelta(microseconds=1)
@@ -238,36 +263,52 @@ class TurnContextBuilder:
         if the build fails)."""
         store = self.deps.store
         # The turn's bookkeeping (the auxiliary calls' charges and auxiliary_spend events, the
-        # prefetch_summary, the knowledge service's knowledge_read, the note uses and the skills'
-        # offered stamps) is gathered while the blocks build and written once the context is built:
-        # events and charges in the transaction that freezes the context, the stamps beside it on
-        # their services — every one of them before the turn is answered, as before.
-        with bookkeeping() as batch:
-            try:
-                context = await self._build(start, who, embedding, marker)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(store.release_context(key, claim))
-                # An auxiliary call is charged and reported whether or not its turn was built.
-                await asyncio.shield(self._settle_failed(batch))
-                raise
-            now = self.deps.clock.now()
-            frozen = await asyncio.shield(self._settle(key, claim, context, now, batch))
+        # prefetch_summary, the knowledge service's knowledge_read) is gathered while the blocks
+        # build and written in the transaction that freezes the context. The note uses and the
+        # skills' offered stamps are held too (``_when_shown``) and written on their services once
+        # the context they are in is the one the run answers with — every one of them before the
+        # turn is answered.
+        stamps: list[Stamp] = []
+        held = _shown_stamps.set(stamps)
+        try:
+            with bookkeeping() as batch:
+                try:
+                    context = await self._build(start, who, embedding, marker)
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(store.release_context(key, claim))
+                    # An auxiliary call is charged and reported whether or not its turn was built;
+                    # nothing it selected was shown, so nothing is stamped.
+                    await asyncio.shield(self._settle_failed(batch))
+                    raise
+                now = self.deps.clock.now()
+                frozen = await asyncio.shield(self._settle(key, claim, context, now, batch, stamps))
+        finally:
+            _shown_stamps.reset(held)
         self._prune_now_and_then(now)
         return frozen
 
     async def _settle(
-        self, key: RunKey, claim: datetime, context: TurnContext, now: datetime, batch: Bookkeeping
+        self,
+        key: RunKey,
+        claim: datetime,
+        context: TurnContext,
+        now: datetime,
+        batch: Bookkeeping,
+        stamps: list[Stamp],
     ) -> TurnContext:
-        """Freeze the context with the batch in one statement while the stamps started during the
-        build finish on their services; the context the run answers with. Shielded: a caller going
-        away does not lose them.
+        """Freeze the context with the batch in one statement; then, if the run answers with this
+        build's context, stamp what it shows (``stamps``: note uses, skill offers); the context the
+        run answers with. Shielded: a caller going away does not lose them.
 
         The spec's prefetch_summary is "once per turn" and the context "frozen at turn start": the
         summary is announced on the save, written only if this call's context is the one frozen.
         A save that does not land (the claim was taken over as stale while this build was slow)
-        writes no summary; the build's auxiliary charges and reads are still written (each call
-        is charged whether or not its turn was built), and the run answers with the frozen one."""
+        writes no summary and stamps nothing — the notes and skills it selected are never shown
+        (the run answers with the taker's context, whose build stamps its own); the build's
+        auxiliary charges and reads are still written (each call is charged whether or not its
+        turn was built). The stamps follow the save rather than run beside it: one more round trip
+        on the turn's path, for uses and offers that are counted only when they happened."""
         summary: dict[str, Any] = context.summary.payload()
         company, seat, turn_id = key
         batch.announce("prefetch_summary", now, company=company, seat=seat, turn_id=turn_id, **summary)
@@ -280,23 +321,29 @@ class TurnContextBuilder:
         if results[0]:
             if unwritten:  # a store that does not carry announcements (in memory)
                 await self.deps.events.emit("prefetch_summary", company=company, seat=seat, turn_id=turn_id, **summary)
+            await _write_stamps(stamps)
             return context
         await self.deps.store.write_bookkeeping(batch)
-        return await self._frozen_by_another(key, context)
+        answer, mine = await self._frozen_by_another(key, claim, context)
+        if mine:
+            await _write_stamps(stamps)
+        return answer
 
-    async def _frozen_by_another(self, key: RunKey, built: TurnContext) -> TurnContext:
+    async def _frozen_by_another(self, key: RunKey, claim: datetime, built: TurnContext) -> tuple[TurnContext, bool]:
         """The context frozen for the run by the builder that took this one's claim over, once it
-        is frozen (within a claim's lifetime). Should none be frozen by then (that builder failed in
-        turn), this build's context answers, unfrozen: the turn still starts."""
+        is frozen (within a claim's lifetime), and whether it is this build's after all: frozen
+        under this build's ``claim`` (a save whose commit's answer was lost had landed). Should
+        none be frozen by then (that builder failed in turn), this build's context answers,
+        unfrozen: the turn still starts."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._claim_seconds()
         while True:
             frozen = await self.deps.store.frozen_context(key)
             if frozen is not None and frozen.state == "built" and frozen.context is not None:
-                return TurnContext.from_json(frozen.context)
+                return TurnContext.from_json(frozen.context), frozen.claim_time == claim
             if frozen is None or loop.time() > give_up:
                 _log.warning("turn context of %s/%s/%s: taken over, and not frozen by its taker", *key)
-                return built
+                return built, True
             await asyncio.sleep(0.1)
 
     async def _settle_failed(self, batch: Bookkeeping) -> None:
@@ -571,12 +618,13 @@ class TurnContextBuilder:
         block.markdown = "\n".join([HEADINGS[BlockKind.SKILLS], hints.SKILLS_INTRO, *lines])
         block.selection_count = len(offered)
         block.ids = [s.id for s in offered]
-        stamp = _detach(self._stamp_offered(start, list(block.ids)))
-        batch = current_bookkeeping()
-        if batch is not None:
-            batch.follow(stamp)  # written beside the rest of the turn, awaited before it answers
-        else:
-            await asyncio.shield(stamp)
+        ids = list(block.ids)
+
+        async def stamp() -> None:
+            await self._stamp_offered(start, ids)
+
+        if not _when_shown(stamp):  # held for when this context is shown, awaited before it answers
+            await asyncio.shield(_detach(stamp()))
         return block
 
     async def _stamp_offered(self, start: TurnStart, ids: list[str]) -> None:
@@ -711,10 +759,7 @@ async def mark_used(deps: Deps, company: str, seat: str, note_ids: list[str]) ->
         except _READ_ERRORS as err:
             _log.warning("uses of %d notes of %s/%s not recorded: %s", len(note_ids), company, seat, err)
 
-    if note_ids:
-        task = _detach(call())  # held until done, so a caller going away cannot lose the write
-        batch = current_bookkeeping()
-        if batch is not None:
-            batch.follow(task)  # a turn start: written beside its other blocks, awaited before it answers
-        else:
-            await asyncio.shield(task)
+    # A turn start's are held for when its context is shown (``_when_shown``); a builtin's are
+    # written now, held until done, so a caller going away cannot lose the write.
+    if note_ids and not _when_shown(call):
+        await asyncio.shield(_detach(call()))

@@ -98,8 +98,9 @@ SQL = {
         UPDATE synthesized_skill_versions SET body = $3, provenance = $4 WHERE skill_id = $1 AND version = $2""",
     "delete_bullet": "DELETE FROM skill_practice_bullets WHERE id = $1",
     "update_bullet": "UPDATE skill_practice_bullets SET provenance = $2 WHERE id = $1",
-    # MarkSkillsUsed's idempotency keys (``<run id>:skill_use``) of a turn of theirs ($2), or naming
-    # them ($3): a key outlives the uses it counted, never its erasure (as the diary's keys).
+    # MarkSkillsUsed's and UseSkill's idempotency keys (``<run id>:skill_use``,
+    # ``<run id>:use_skill:<request id>``) of a turn of theirs ($2), or naming them ($3): a key
+    # outlives the uses it counted, never its erasure (as the diary's keys).
     "requests_of": """
         SELECT seat, request_id FROM skill_use_requests
         WHERE company = $1 AND (request_id ~* $3

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -34,13 +34,22 @@ from services.skills.domain import (
     SkillVersion,
 )
 
-__all__ = ["Moved", "ProposalStore", "SeatTx", "SkillStore", "Tx"]
+__all__ = ["Moved", "ProposalStore", "SeatTx", "SkillStore", "Tx", "Used"]
 
 Tx = Any
 """A store's transaction handle, passed back to the store that gave it and never looked into."""
 
 Moved = tuple[uuid.UUID, str, SkillState, SkillState]
 """A stamp's effect on one skill: (id, name, state before, state after)."""
+
+
+class Used(NamedTuple):
+    """A use (:meth:`SkillStore.use`): the skill after it and its state before; ``counted`` false
+    when the use's key was recorded before (a retry: nothing written, the skill as it is)."""
+
+    skill: Skill
+    prior: SkillState
+    counted: bool = True
 
 
 class SeatTx(Protocol):
@@ -97,9 +106,11 @@ class SkillStore(Protocol):
 
     async def health(self, company: str, seat: str, now: datetime) -> LearningHealth: ...
 
-    async def use(self, key: SkillKey, now: datetime, timeout: float) -> tuple[Skill, SkillState] | None:
+    async def use(self, key: SkillKey, now: datetime, timeout: float, request_id: str | None = None) -> Used | None:
         """Record a use: the skill after it and its state before, or None when the seat has no live
-        skill under the key. Raises ``store.StampFailed`` when the stamp cannot be written."""
+        skill under the key. With ``request_id``, the key is recorded with the use and a key used
+        before records nothing (``Used.counted`` false: the skill as it is). Raises
+        ``store.StampFailed`` when the stamp cannot be written."""
         ...
 
     async def offer(

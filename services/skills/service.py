@@ -54,7 +54,7 @@ from services.skills.domain import (
 from services.skills.ports import Moved, SkillStore, Tx
 from services.skills.store import StampFailed, name_taken_error
 
-__all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult", "not_blank"]
+__all__ = ["ObservationResult", "OfferResult", "SkillService", "UseResult", "not_blank", "use_key"]
 
 T = TypeVar("T")
 
@@ -73,6 +73,17 @@ class UseResult:
     skill: Skill
     revived: bool
     telemetry_write_failed: bool
+    already_applied: bool = False
+    """The use's key was used before: the body is answered, no second use was counted."""
+
+
+def use_key(turn_id: str | None, request_id: str) -> str | None:
+    """The key a UseSkill's ``request_id`` is kept under in ``skill_use_requests`` (shared with
+    MarkSkillsUsed's ``<run id>:skill_use``): led by the run id, as those are, so an erasure of a
+    run takes it with them; ``use_skill`` keeps it apart from the reflector's keys. None: no key."""
+    if not request_id:
+        return None
+    return f"{turn_id}:use_skill:{request_id}" if turn_id else f"use_skill:{request_id}"
 
 
 @dataclass(frozen=True)
@@ -296,16 +307,21 @@ class SkillService:
 
     # ---------------------------------------------------------------- use and offer
 
-    async def use(self, key: SkillKey, turn_id: str | None) -> UseResult:
+    async def use(self, key: SkillKey, turn_id: str | None, request_id: str = "") -> UseResult:
         """The body verbatim, with the use recorded and a stale skill revived in the same write.
 
         The use count is telemetry: if it cannot be written, the body is still returned (read
-        without the stamp) and the failure is announced, never swallowed."""
+        without the stamp) and the failure is announced, never swallowed.
+
+        Spec: one use (and one ``skill_used``) "per use_skill(name) resolution": a retried call
+        (the engines retry CallTool on UNAVAILABLE and DEADLINE_EXCEEDED with its key) is the same
+        resolution. With ``request_id`` the use's key is recorded with it, and a call whose key
+        was recorded before answers the body and counts nothing."""
         now = self.clock.now()
         failed: str | None = None
         try:
             # Shielded: a use the seat already benefited from is recorded even if the caller goes.
-            used = await asyncio.shield(self.store.use(key, now, STAMP_TIMEOUT_SECONDS))
+            used = await asyncio.shield(self.store.use(key, now, STAMP_TIMEOUT_SECONDS, use_key(turn_id, request_id)))
         except StampFailed as err:
             used, failed = None, str(err)
         if used is None:
@@ -320,8 +336,10 @@ class SkillService:
                 skill.company, skill.seat, turn_id, "skill_used", failed, [str(skill.id)], [skill.name]
             )
             revived = False
+        elif not used.counted:
+            return UseResult(used.skill, revived=False, telemetry_write_failed=False, already_applied=True)
         else:
-            skill, prior = used
+            skill, prior = used.skill, used.prior
             revived = prior is SkillState.STALE and skill.state is SkillState.ACTIVE
         # The resolution happened (the body is answered), so skill_used is published whether or not
         # the counter was written: they are separate best-effort writes (spec, "Best-effort rule").

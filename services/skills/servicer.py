@@ -201,11 +201,12 @@ class SkillServicer(ErasureRpcs, pb_grpc.SkillServiceServicer):
         return pb.GetSkillResponse(skill=_skill_fields(skill, self._now()))
 
     async def UseSkill(self, request: pb.UseSkillRequest, context: ServicerContext) -> pb.UseSkillResponse:
-        result = await self._service.use(self._key(request), request.turn_id)
+        result = await self._service.use(self._key(request), request.turn_id, request.request_id)
         return pb.UseSkillResponse(
             skill=_skill_fields(result.skill, self._now()),
             revived=result.revived,
             telemetry_write_failed=result.telemetry_write_failed,
+            already_applied=result.already_applied,
         )
 
     async def MarkSkillsOffered(

@@ -40,6 +40,7 @@ from services.skills.domain import (
     SkillTrigger,
     SkillVersion,
 )
+from services.skills.ports import Used
 
 __all__ = [
     "PROPOSAL_SQL",
@@ -87,15 +88,29 @@ SQL = {
                s.version = (SELECT version FROM synthesized_skills WHERE id = s.id) AS settled
         FROM synthesized_skills s WHERE {_KEY} FOR UPDATE""",
     # A use: the body, the count, the clock, and a stale (unpinned) skill revived, in one statement.
+    # A use ($5 now): the count, the clock, and revival. With a key ($6: UseSkill's request id) the
+    # key is claimed by the same statement, only for a live skill, and the use made only if this
+    # statement claimed it; a key claimed before reads the skill as it is (``counted`` false).
     "use": f"""
         WITH prior AS (
-            SELECT id, state FROM synthesized_skills WHERE {_KEY} AND state <> 'archived' FOR UPDATE)
-        UPDATE synthesized_skills s
-           SET use_count = s.use_count + 1, last_used_time = $5, unused_since = greatest(s.unused_since, $5),
-               state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
-               state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5 ELSE s.state_change_time END
-          FROM prior WHERE s.id = prior.id
-        RETURNING {_S_COLUMNS}, prior.state AS prior_state""",
+            SELECT id, state FROM synthesized_skills WHERE {_KEY} AND state <> 'archived' FOR UPDATE),
+        claim AS (
+            INSERT INTO skill_use_requests (company, seat, request_id, create_time)
+            SELECT $1, $2, $6::text, $5 WHERE $6::text IS NOT NULL AND EXISTS (SELECT 1 FROM prior)
+            ON CONFLICT DO NOTHING RETURNING 1),
+        moved AS (
+            UPDATE synthesized_skills s
+               SET use_count = s.use_count + 1, last_used_time = $5, unused_since = greatest(s.unused_since, $5),
+                   state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
+                   state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5
+                                            ELSE s.state_change_time END
+              FROM prior WHERE s.id = prior.id AND ($6::text IS NULL OR EXISTS (SELECT 1 FROM claim))
+            RETURNING {_S_COLUMNS}, prior.state AS prior_state)
+        SELECT *, true AS counted FROM moved
+        UNION ALL
+        SELECT {_S_COLUMNS}, prior.state AS prior_state, false AS counted
+        FROM synthesized_skills s JOIN prior ON s.id = prior.id
+        WHERE NOT EXISTS (SELECT 1 FROM moved)""",
     # An offer moves the clock (and revives, like a use) of exactly the named live skills.
     "offer": """
         WITH prior AS (
@@ -399,14 +414,15 @@ class PostgresSkillStore:
 
     # -------------------------------------------------------------- telemetry stamps
 
-    async def use(self, key: SkillKey, now: datetime, timeout: float) -> tuple[Skill, SkillState] | None:
+    async def use(self, key: SkillKey, now: datetime, timeout: float, request_id: str | None = None) -> Used | None:
+        """The key is recorded by the same statement as the use (one round trip, one commit)."""
         try:
             # The timeout bounds the wait for a connection too: a turn start must not hang on it.
             async with self.pool.acquire(timeout=timeout) as conn:
-                row = await conn.fetchrow(SQL["use"], *key.args(), now, timeout=timeout)
+                row = await conn.fetchrow(SQL["use"], *key.args(), now, request_id, timeout=timeout)
         except _STAMP_ERRORS as err:
             raise StampFailed(f"{type(err).__name__}: {err}") from err
-        return (_skill(row), SkillState(row["prior_state"])) if row else None
+        return Used(_skill(row), SkillState(row["prior_state"]), bool(row["counted"])) if row else None
 
     async def offer(
         self, company: str, seat: str, ids: Sequence[uuid.UUID], names: Sequence[str], now: datetime, timeout: float

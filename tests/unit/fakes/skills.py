@@ -40,7 +40,7 @@ from services.skills.domain import (
     SkillState,
     SkillVersion,
 )
-from services.skills.ports import Moved, Tx
+from services.skills.ports import Moved, Tx, Used
 from services.skills.proposals import ProposalService
 from services.skills.service import SkillService
 from services.skills.store import StampFailed, name_taken_error
@@ -219,13 +219,17 @@ class FakeSkillStore:
         )
         return self._put(stamped), skill.state
 
-    async def use(self, key: SkillKey, now: datetime, timeout: float) -> tuple[Skill, SkillState] | None:
+    async def use(self, key: SkillKey, now: datetime, timeout: float, request_id: str | None = None) -> Used | None:
         if self.fail_stamps:
             raise StampFailed("TimeoutError: the fake store is unreachable")
         skill = await self.get(key)
         if skill is None or skill.state is SkillState.ARCHIVED:
             return None
-        return self._stamp(skill, now, used=True)
+        if request_id is not None:
+            if (key.company, key.seat, request_id) in self.use_requests:
+                return Used(skill, skill.state, counted=False)
+            self.use_requests.add((key.company, key.seat, request_id))
+        return Used(*self._stamp(skill, now, used=True))
 
     def _targets(self, company: str, seat: str, ids: Sequence[uuid.UUID], names: Sequence[str]) -> list[Skill]:
         return sorted(
