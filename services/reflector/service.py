@@ -47,6 +47,14 @@ MAX_ASKED_CHARS = 100_000
 """What a turn was asked, in all: the episode's ``ask`` takes at most this (RecordEpisode's contract)."""
 
 
+def _asked_length(turn: pb.TurnCompleted) -> int:
+    """The length of the ask the episode will be given (``domain.Turn.asked``), without building it."""
+    if not turn.interactions:
+        return len(turn.ask)
+    bodies = [len(i.body) for i in turn.interactions if i.body]
+    return sum(bodies) + max(len(bodies) - 1, 0)
+
+
 def _check_turn(turn: pb.TurnCompleted) -> None:
     seat_ref(turn.company, turn.seat, domain=DOMAIN)
     require_text(turn.turn_id, "turn.turn_id", domain=DOMAIN, max_chars=200)
@@ -103,10 +111,12 @@ def _check_turn(turn: pb.TurnCompleted) -> None:
         )
     for i, skill in enumerate(turn.offered_skills):
         require_text(skill.id, f"turn.offered_skills[{i}].id", domain=DOMAIN)
-    # What the turn was asked becomes its episode's ask (the bodies joined): refused here, at the
-    # edge, rather than accepted and then lost when the episode cannot take it. The contract bounds
-    # each body; only their sum needs this.
-    asked = sum(len(i.body) + 1 for i in turn.interactions) if turn.interactions else len(turn.ask)
+    # What the turn was asked becomes its episode's ask: refused here, at the edge, rather than
+    # accepted and then lost when the episode cannot take it. The contract bounds each body; only
+    # their sum needs this. Counted as ``Turn.asked`` builds it (the non-empty bodies joined one to
+    # a line, so one separator fewer than bodies): a separator counted per body refused a single
+    # body of exactly the documented limit.
+    asked = _asked_length(turn)
     if asked > MAX_ASKED_CHARS:
         raise field_error(
             "turn.interactions" if turn.interactions else "turn.ask",

@@ -36,6 +36,7 @@ from libs.common.validation import (
     require_text,
 )
 from services.sessions.domain import (
+    CHAT_KINDS,
     DOMAIN,
     JOB_KIND,
     MAX_EVENT_TEXT_CHARS,
@@ -155,6 +156,17 @@ class SessionService:
             where = f"events[{i}]"
             require_text(e.event_id, f"{where}.event_id", domain=DOMAIN, max_chars=MAX_ID_CHARS)
             at_most_chars(e.text, f"{where}.text", MAX_EVENT_TEXT_CHARS, domain=DOMAIN)
+            # A message is its text: an empty one records nothing, and one marked remember would
+            # hand the reviewer an empty personal fact. A tool request, result or verification may
+            # be empty (a call without arguments, a command that printed nothing): its tool and
+            # status are the record, and refusing it would refuse the whole batch with it.
+            if e.kind in CHAT_KINDS and not e.text.strip():
+                raise field_error(
+                    f"{where}.text",
+                    "FIELD_REQUIRED",
+                    f"{where}.text is required: a {e.kind.value.replace('_', ' ')} needs its text",
+                    domain=DOMAIN,
+                )
             for name in ("turn_id", "tool_name", "source"):
                 at_most_chars(getattr(e, name), f"{where}.{name}", MAX_ID_CHARS, domain=DOMAIN)
             if e.kind is EventKind.TURN_END:

@@ -6,15 +6,22 @@ Never on self_iterate (work the agent judged incomplete). Only skills that still
 ids are intersected with the live catalogue, so an archived skill is not resurrected, and a turn
 whose skills are all gone costs no model call. A name the model invents is dropped rather than
 matched onto the nearest skill. Left unbuilt when refinement is off (see bootstrap).
+
+An observation longer than the skill service takes (AppendSkillObservation's contract) is left out
+whole, never clipped: a clip lands mid-step and a reader takes the fragment for the whole lesson
+(spec: refused, never truncated). The auto path has no model to hand the refusal back to, so the
+turn's outcome is SKIPPED with the reason, and the log names the size, not the text.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from libs.common.auxmodel import OfflineRules
+from libs.common.contract import string_max_len
 from libs.common.outcomes import TurnOutcome
 from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus
 from services.reflector.workers.base import (
@@ -32,6 +39,7 @@ __all__ = ["PURPOSE", "Refiner", "offline_rule", "register"]
 
 PURPOSE = "refiner"
 _PROMPT = WorkerPrompt.load(PURPOSE)
+_log = logging.getLogger(__name__)
 
 
 class Refiner:
@@ -96,6 +104,23 @@ class Refiner:
         observation = " ".join(str(answer.get("observation") or "").split())
         if not observation:
             raise InvalidOutput("an observation without text")
+        limit = string_max_len(sk_pb.AppendSkillObservationRequest, "observation")
+        if len(observation) > limit:
+            _log.info(
+                "refiner: %s/%s turn %s: observation for skill %s is %d characters (limit %d); left out",
+                turn.company,
+                turn.seat,
+                turn.turn_id,
+                skill.id,
+                len(observation),
+                limit,
+            )
+            return WorkerOutcome(
+                self.name,
+                WorkerStatus.SKIPPED,
+                gate="observation_too_long",
+                detail=f"{skill.name}: observation of {len(observation)} characters (limit {limit})"[:300],
+            )
         kind = (
             sk_pb.OBSERVATION_KIND_OBSERVED
             if turn.outcome is TurnOutcome.DONE
@@ -107,7 +132,7 @@ class Refiner:
                 seat=turn.seat,
                 skill_id=skill.id,
                 kind=kind,
-                observation=observation[:1000],
+                observation=observation,
                 turn_id=turn.turn_id,
                 request_id=f"{turn.turn_id}:{self.name}",
                 # Issue 17: the bullet's turn, its senders, the model and prompt that wrote it.
