@@ -141,12 +141,13 @@ def _retried(known: Erasure, target: Target, request_id: str) -> Erasure:
     it asked in) and picks another."""
     if same_request(known, target):
         return known
-    whose = {Kind.SUBJECT: "a person", Kind.SEAT: f"seat {target.seat}", Kind.COMPANY: "the company"}[target.kind]
+    # Only a person's request can differ within its scope (a seat's or the company's has nothing
+    # beside its kind and seat, which the scope already fixes).
     raise AlreadyExists.of_field(
         "request_id",
         "REQUEST_ID_REUSED",
-        f"request_id {request_id!r} already queued an erasure of {whose} for a different request (another"
-        " person, or other names): a retry repeats its request exactly, a new request needs a new request_id",
+        f"request_id {request_id!r} already queued the erasure of another person, or of this one with other"
+        " names: a retry repeats its request exactly, a new request needs a new request_id",
         domain=DOMAIN,
         request_id=request_id,
     )
