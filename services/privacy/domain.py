@@ -21,6 +21,8 @@ __all__ = [
     "ErasureState",
     "Holder",
     "report_key",
+    "request_digest",
+    "same_request",
     "subject_digest",
 ]
 
@@ -84,6 +86,26 @@ def subject_digest(target: Target) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+def request_digest(target: Target) -> str:
+    """What a retry under the same ``request_id`` must repeat: the kind, the seat, the person's
+    identifiers and the names (as a set, folded as the owners match them: case-insensitively, as
+    whole words). A digest, like ``subject_digest``: the audit row outlives the target and keeps no
+    copy of the person."""
+    names = sorted({" ".join(n.split()).casefold() for n in target.names} - {""})
+    key = "\x1f".join([str(target.kind), target.seat, target.platform, target.handle, target.external_id, *names])
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def same_request(erasure: Erasure, target: Target) -> bool:
+    """``target`` is a retry of the request that queued ``erasure`` (both under one key). A row
+    queued before the request digest was kept has none: its person is compared by
+    ``subject_digest`` (the names it was given are gone)."""
+    if erasure.request_digest:
+        return erasure.request_digest == request_digest(target)
+    same_scope = erasure.kind is target.kind and erasure.seat == target.seat
+    return same_scope and erasure.subject_digest == subject_digest(target)
+
+
 @dataclass
 class Erasure:
     id: uuid.UUID
@@ -103,6 +125,8 @@ class Erasure:
     finish_time: datetime | None = None
     round: int = 1
     pending_checks: list[str] = field(default_factory=list)
+    request_digest: str = ""
+    """``request_digest`` of the request that queued it (empty on a row queued before it was kept)."""
 
     def receipt(self) -> dict[str, Report]:
         """One report per owner: every round's folded into the first's."""

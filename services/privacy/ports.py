@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from libs.common.erasure import Report, Target
+from libs.common.erasure import Kind, Report, Target
 from libs.common.jobs import ClaimQueue, EnqueueQueue, SettleQueue
 from services.privacy.domain import Erasure, Holder
 
@@ -50,10 +50,13 @@ class ErasureStore(Protocol):
         ...
 
     async def insert(self, tx: Tx, erasure: Erasure, target: Target, request_id: str | None) -> uuid.UUID | None:
-        """The new erasure's id, or None when ``request_id`` already named one."""
+        """The new erasure's id, or None when ``request_id`` already named one of the company's
+        erasures of the same kind and seat (a key is scoped to what the erasure is of)."""
         ...
 
-    async def by_request(self, company: str, request_id: str) -> uuid.UUID | None: ...
+    async def by_request(self, company: str, kind: Kind, seat: str, request_id: str) -> Erasure | None:
+        """The erasure ``request_id`` named among the company's erasures of ``kind`` and ``seat``."""
+        ...
 
     async def get(self, erasure_id: uuid.UUID, company: str | None = None) -> Erasure | None: ...
 

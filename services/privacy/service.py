@@ -34,7 +34,7 @@ from libs.common import auth
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target, round_id
-from libs.common.errors import PermissionDenied, field_error
+from libs.common.errors import AlreadyExists, PermissionDenied, field_error
 from libs.common.events import EventSink
 from libs.common.not_found import require_found
 from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
@@ -48,6 +48,8 @@ from services.privacy.domain import (
     ErasureState,
     Holder,
     report_key,
+    request_digest,
+    same_request,
     subject_digest,
 )
 from services.privacy.ports import ErasureQueue, ErasureStore, Owners
@@ -133,6 +135,24 @@ def _widened(target: Target, found: Iterable[Report]) -> Target:
     )
 
 
+def _retried(known: Erasure, target: Target, request_id: str) -> Erasure:
+    """The erasure ``request_id`` queued, when ``target`` repeats its request; otherwise refused.
+    The refusal names no erasure: the caller learns only that the key is taken (within the scope
+    it asked in) and picks another."""
+    if same_request(known, target):
+        return known
+    # Only a person's request can differ within its scope (a seat's or the company's has nothing
+    # beside its kind and seat, which the scope already fixes).
+    raise AlreadyExists.of_field(
+        "request_id",
+        "REQUEST_ID_REUSED",
+        f"request_id {request_id!r} already queued the erasure of another person, or of this one with other"
+        " names: a retry repeats its request exactly, a new request needs a new request_id",
+        domain=DOMAIN,
+        request_id=request_id,
+    )
+
+
 def _rows_left(report: Report) -> bool:
     """The owner still holds rows of the target (not counting what its index checks found)."""
     return any(
@@ -156,7 +176,13 @@ class PrivacyService:
     async def request(self, target: Target, request_id: str | None) -> Erasure:
         """Queue an erasure (once per ``request_id``); the erasure, as it stands. A person's or the
         company's erasure reaches every seat and user: it needs a credential bound to the company
-        alone; a seat's, one bound to that seat (the edge refused another seat) or to the company."""
+        alone; a seat's, one bound to that seat (the edge refused another seat) or to the company.
+
+        A key is scoped to what the erasure is of, its kind and its seat: one ticket may name a
+        person and a seat, and a seat-bound caller's key finds only its own seat's erasures (it can
+        read them all), never another seat's. Within that scope a retry must be the same request
+        (``domain.request_digest``); a key reused for another person or other names is refused,
+        since answering with the earlier erasure handed out a receipt for an erasure never run."""
         if target.kind is Kind.SEAT:
             require_seat_credential("erasing a seat")
         else:
@@ -165,9 +191,9 @@ class PrivacyService:
         if target.kind is Kind.SUBJECT and not target.identifiers:
             raise field_error("subject", "SUBJECT_REQUIRED", "name the person's handle or external id", domain=DOMAIN)
         if request_id:
-            known = await self.store.by_request(target.company, request_id)
+            known = await self.store.by_request(target.company, target.kind, target.seat, request_id)
             if known is not None:
-                return await self._get(target.company, str(known), auth.current_principal().seat)
+                return _retried(known, target, request_id)
         now = self.clock.now()
         erasure = Erasure(
             id=target.erasure_id,
@@ -178,6 +204,7 @@ class PrivacyService:
             requested_by=requested_by(),
             state=ErasureState.QUEUED,
             create_time=now,
+            request_digest=request_digest(target),
         )
         async with self.store.transaction() as conn:
             created = await self.store.insert(conn, erasure, target, request_id or None)
@@ -194,8 +221,9 @@ class PrivacyService:
                 )
         if created is None:  # a concurrent call with the same request id won
             assert request_id
-            known = await self.store.by_request(target.company, request_id)
-            return await self._get(target.company, str(known), auth.current_principal().seat)
+            known = await self.store.by_request(target.company, target.kind, target.seat, request_id)
+            assert known is not None
+            return _retried(known, target, request_id)
         await emit_erasure_event(self.events, "erasure_requested", erasure, requested_by=erasure.requested_by)
         return erasure
 

@@ -21,7 +21,7 @@ __all__ = ["PostgresErasureStore", "target_from_json", "target_to_json"]
 
 _COLUMNS = (
     "id, company, kind, seat, subject_digest, requested_by, state, target, collected, reports, residues, verified,"
-    " reason, create_time, finish_time, round, pending_checks"
+    " reason, create_time, finish_time, round, pending_checks, request_digest"
 )
 
 
@@ -37,12 +37,17 @@ def _held(changes: str) -> str:
 
 SQL = {
     "insert": """
-        INSERT INTO erasures (id, company, kind, seat, subject_digest, request_id, requested_by, state, target,
-                              create_time)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8::jsonb, $9)
-        ON CONFLICT (company, request_id) WHERE request_id IS NOT NULL DO NOTHING
+        INSERT INTO erasures (id, company, kind, seat, subject_digest, request_key, requested_by, state, target,
+                              create_time, request_digest)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8::jsonb, $9, $10)
+        ON CONFLICT (company, kind, seat, request_key) WHERE request_key IS NOT NULL DO NOTHING
         RETURNING id""",
-    "by_request": "SELECT id FROM erasures WHERE company = $1 AND request_id = $2",
+    # A key is scoped to what the erasure is of, its kind and its seat (migration 0003); a row the
+    # previous release wrote keeps its key in request_id, and is found within the same scope.
+    "by_request": f"""
+        SELECT {_COLUMNS} FROM erasures
+        WHERE company = $1 AND kind = $2 AND seat = $3 AND (request_key = $4 OR request_id = $4)
+        ORDER BY create_time, id LIMIT 1""",
     "get": f"SELECT {_COLUMNS} FROM erasures WHERE id = $1",
     "get_company": f"SELECT {_COLUMNS} FROM erasures WHERE company = $1 AND id = $2",
     "page": f"""
@@ -105,7 +110,8 @@ class PostgresErasureStore(PooledStore):
     async def insert(
         self, conn: asyncpg.Connection, erasure: Erasure, target: Target, request_id: str | None
     ) -> uuid.UUID | None:
-        """The new erasure's id, or None when ``request_id`` already named one."""
+        """The new erasure's id, or None when ``request_id`` already named one of the same kind and
+        seat."""
         found: uuid.UUID | None = await conn.fetchval(
             SQL["insert"],
             erasure.id,
@@ -117,12 +123,13 @@ class PostgresErasureStore(PooledStore):
             erasure.requested_by,
             target_to_json(target),
             erasure.create_time,
+            erasure.request_digest,
         )
         return found
 
-    async def by_request(self, company: str, request_id: str) -> uuid.UUID | None:
-        found: uuid.UUID | None = await self.pool.fetchval(SQL["by_request"], company, request_id)
-        return found
+    async def by_request(self, company: str, kind: Kind, seat: str, request_id: str) -> Erasure | None:
+        row = await self.pool.fetchrow(SQL["by_request"], company, str(kind), seat, request_id)
+        return _erasure(row) if row is not None else None
 
     async def get(self, erasure_id: uuid.UUID, company: str | None = None) -> Erasure | None:
         if company is None:

@@ -21,14 +21,19 @@ from tests.unit.fakes.privacy import FakeErasureDb
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
 
-def _erasure(at: datetime = T0) -> tuple[Erasure, Target]:
-    target = Target(uuid.uuid4(), "acme", Kind.SUBJECT, handle="bob", platform="slack")
-    erasure = Erasure(target.erasure_id, "acme", Kind.SUBJECT, "", "digest", "local", ErasureState.QUEUED, at)
+def _erasure(at: datetime = T0, kind: Kind = Kind.SUBJECT, seat: str = "") -> tuple[Erasure, Target]:
+    target = Target(
+        uuid.uuid4(), "acme", kind, seat=seat, handle="bob" if kind is Kind.SUBJECT else "", platform="slack"
+    )
+    erasure = Erasure(target.erasure_id, "acme", kind, seat, "digest", "local", ErasureState.QUEUED, at)
+    erasure.request_digest = f"request {kind} {seat}"
     return erasure, target
 
 
-async def _insert(store: ErasureStore, request_id: str | None = None, at: datetime = T0) -> uuid.UUID | None:
-    erasure, target = _erasure(at)
+async def _insert(
+    store: ErasureStore, request_id: str | None = None, at: datetime = T0, kind: Kind = Kind.SUBJECT, seat: str = ""
+) -> uuid.UUID | None:
+    erasure, target = _erasure(at, kind, seat)
     async with store.transaction() as tx:
         return await store.insert(tx, erasure, target, request_id)
 
@@ -58,11 +63,28 @@ async def _claim(store: ErasureStore, eid: uuid.UUID, worker: str = "holder-a", 
 async def check_a_request_id_names_one_erasure(store: ErasureStore) -> None:
     first = await _insert(store, "req-1")
     assert first is not None and await _insert(store, "req-1") is None
-    assert await store.by_request("acme", "req-1") == first and await store.by_request("globex", "req-1") is None
+    found = await store.by_request("acme", Kind.SUBJECT, "", "req-1")
+    assert found is not None and found.id == first and found.request_digest == "request subject "
+    assert await store.by_request("globex", Kind.SUBJECT, "", "req-1") is None
     assert await _insert(store) is not None and await _insert(store) is not None  # no request id: each is new
     row = await store.get(first, "acme")
     assert row is not None and row.state is ErasureState.QUEUED and row.target is not None
     assert row.target.handle == "bob" and await store.get(first, "globex") is None
+
+
+async def check_a_request_id_is_scoped_to_the_kind_and_seat(store: ErasureStore) -> None:
+    """One ticket's key names a person's erasure, each seat's and the company's: a seat's keys are
+    its own, so a seat-bound caller's key never finds another seat's erasure."""
+    ids = {
+        (kind, seat): await _insert(store, "ticket-1", kind=kind, seat=seat)
+        for kind, seat in ((Kind.SUBJECT, ""), (Kind.SEAT, "ana"), (Kind.SEAT, "bob"), (Kind.COMPANY, ""))
+    }
+    assert None not in ids.values() and len(set(ids.values())) == 4
+    for (kind, seat), eid in ids.items():
+        found = await store.by_request("acme", kind, seat, "ticket-1")
+        assert found is not None and found.id == eid and (found.kind, found.seat) == (kind, seat)
+        assert await _insert(store, "ticket-1", kind=kind, seat=seat) is None
+    assert await store.by_request("acme", Kind.SEAT, "carol", "ticket-1") is None
 
 
 async def check_the_steps_are_recorded_as_they_say(store: ErasureStore) -> None:
@@ -151,7 +173,7 @@ async def check_a_transaction_that_raises_leaves_nothing(store: ErasureStore) ->
         async with store.transaction() as tx:
             await store.insert(tx, erasure, target, "req-9")
             raise RuntimeError("the enqueue beside it failed")
-    assert await store.get(erasure.id) is None and await store.by_request("acme", "req-9") is None
+    assert await store.get(erasure.id) is None and await store.by_request("acme", Kind.SUBJECT, "", "req-9") is None
 
 
 async def check_the_audit_pages_newest_first(store: ErasureStore) -> None:
@@ -164,6 +186,7 @@ async def check_the_audit_pages_newest_first(store: ErasureStore) -> None:
 
 CHECKS = [
     check_a_request_id_names_one_erasure,
+    check_a_request_id_is_scoped_to_the_kind_and_seat,
     check_the_steps_are_recorded_as_they_say,
     check_a_run_writes_only_while_its_claim_is_held,
     check_a_transaction_that_raises_leaves_nothing,

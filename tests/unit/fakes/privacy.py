@@ -23,7 +23,7 @@ from datetime import datetime
 
 import grpc
 
-from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Report, Target
+from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target
 from libs.common.grpcserver import _Status, rpc_error
 from libs.common.jobs import JobState
 from services.privacy.domain import ClaimLost, Erasure, ErasureState, Holder
@@ -33,7 +33,8 @@ from tests.unit.fakes.jobs import FakeDb
 @dataclass
 class _State:
     erasures: dict[uuid.UUID, Erasure] = field(default_factory=dict)
-    requests: dict[tuple[str, str], uuid.UUID] = field(default_factory=dict)
+    requests: dict[tuple[str, str, str, str], uuid.UUID] = field(default_factory=dict)
+    """(company, kind, seat, request_id) -> the erasure: a key is scoped to what the erasure is of."""
     targets_dropped: set[uuid.UUID] = field(default_factory=set)
 
 
@@ -67,17 +68,19 @@ class FakeErasureStore:
         return self._db.transaction()
 
     async def insert(self, tx: object, erasure: Erasure, target: Target, request_id: str | None) -> uuid.UUID | None:
-        if request_id is not None and (erasure.company, request_id) in self._s.requests:
+        key = (erasure.company, str(erasure.kind), erasure.seat, request_id or "")
+        if request_id is not None and key in self._s.requests:
             return None
         row = copy.deepcopy(erasure)
         row.target = target
         self._s.erasures[erasure.id] = row
         if request_id is not None:
-            self._s.requests[(erasure.company, request_id)] = erasure.id
+            self._s.requests[key] = erasure.id
         return erasure.id
 
-    async def by_request(self, company: str, request_id: str) -> uuid.UUID | None:
-        return self._s.requests.get((company, request_id))
+    async def by_request(self, company: str, kind: Kind, seat: str, request_id: str) -> Erasure | None:
+        found = self._s.requests.get((company, str(kind), seat, request_id))
+        return copy.deepcopy(self._s.erasures[found]) if found is not None else None
 
     async def get(self, erasure_id: uuid.UUID, company: str | None = None) -> Erasure | None:
         row = self._s.erasures.get(erasure_id)
