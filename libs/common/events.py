@@ -1,4 +1,5 @@
-"""Events: rows in the ``events`` table plus a span event on the current trace.
+"""Events: rows in the ``events`` table plus a span event on the current trace (the kind and the
+payload's ids, counts and states only: :data:`SPAN_PAYLOAD_KEYS`).
 
 Publishing is best-effort (spec: "Best-effort rule"): a failure is logged once per kind and
 swallowed, so measurement never breaks the path it measures. Use :meth:`EventLog.emit_strict`
@@ -22,6 +23,7 @@ from opentelemetry import trace
 from libs.common.clock import Clock, SystemClock
 
 __all__ = [
+    "SPAN_PAYLOAD_KEYS",
     "Bookkeeping",
     "EventLog",
     "EventSink",
@@ -101,10 +103,47 @@ def _row(
     return (at, kind, company, seat, turn_id, _trace_id(), json.dumps(payload, default=str))
 
 
+SPAN_PAYLOAD_KEYS = frozenset(
+    {
+        # ids
+        "check_id", "episode_id", "erasure_id", "page_id", "profile_id", "proposal_id", "row",
+        "session_id", "skill_id", "skill_ids",
+        # states, kinds and enums
+        "backend", "cause", "classification", "container_key", "created", "embedding_model",
+        "embedding_skipped_reason", "episode_kind", "erasure_kind", "failure", "gate", "line", "model",
+        "origin", "outcome", "provider", "purpose", "role", "source", "stage", "state", "superseded",
+        "trigger", "trigger_requires_recon", "turn_embedding", "unit", "workers", "write", "written",
+        # counts and times
+        "attempts", "block_count", "cap", "completion_tokens", "counterparty_blocks",
+        "counterparty_bytes", "counts", "distinct_agents", "evicted", "hits", "interactions",
+        "max_raw_episodes", "members", "next_attempt_time", "observation_count", "partial_failures",
+        "paused_until", "prompt_tokens", "raw_episodes", "relevant_knowledge_selection_count",
+        "seats_failed", "sibling_count", "tool_calls", "ttl_until",
+    }
+)  # fmt: skip
+"""The payload keys an event copies onto the current span: ids, counts, states and enums only.
+
+A span leaves the process (an exporter, a tracing backend) where no erasure reaches it, so what may
+quote or name a person — a turn's label, a search's query, a profile's subject, a failure's text, a
+skill's or page's name, a reviewer — stays in the event's row (which an erasure reaches) and off the
+span. A key not listed here is left off: a new payload key is private until someone lists it."""
+_SPAN_KEY_SUFFIXES = ("_hit", "_bytes")
+"""``prefetch_summary``'s per-block flags and sizes (``skills_hit``, ``personal_memory_bytes``)."""
+
+
+def span_attributes(payload: Mapping[str, Any]) -> dict[str, str]:
+    """The part of an event's payload its span event carries (:data:`SPAN_PAYLOAD_KEYS`)."""
+    return {
+        k: str(v)
+        for k, v in payload.items()
+        if v is not None and (k in SPAN_PAYLOAD_KEYS or k.endswith(_SPAN_KEY_SUFFIXES))
+    }
+
+
 def _on_span(kind: str, payload: dict[str, Any]) -> None:
     span = trace.get_current_span()
     if span.is_recording():
-        span.add_event(kind, {k: str(v) for k, v in payload.items() if v is not None})
+        span.add_event(kind, span_attributes(payload))
 
 
 class Bookkeeping:
