@@ -8,6 +8,8 @@ the local embedding model; the auxiliary model is the scripted OpenAI-compatible
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 import pytest
@@ -16,8 +18,10 @@ from agentlearn.knowledge.v1 import knowledge_service_pb2 as kn_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pf_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pf_grpc
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
+from libs.common.auxmodel.answers import digest
 from libs.common.events import read_events, span_attributes
 from tests.support.app import open_app
+from tests.support.scripted_openai import openai_provider
 from tests.support.turns import turn
 from tests.test_privacy import NAMES, Env
 
@@ -104,4 +108,64 @@ async def test_span_events_name_no_person_and_the_rows_keep_the_payload(
         assert kind in events, kind
     assert events["turn_completed"]["tool_calls"] == str(rows["turn_completed"]["tool_calls"])
     assert events["counterparty_profile_updated"]["profile_id"]
+    assert [x for x in _span_texts(spans) if _naming_her(x[3])] == []
+
+
+async def test_log_lines_and_failures_quote_no_model_answer(
+    make_settings: Any,
+    dsn: str,
+    clock: Any,
+    local_embedder: Any,
+    edge_index: Any,
+    spans: Any,
+    caplog: pytest.LogCaptureFixture,
+    scripted_openai: Any,
+) -> None:
+    """A model that answers in prose quoting her message (the profiler's and the synthesizer's
+    prompts), and a DOC recommendation naming her: the warnings, the reflection's failures and the
+    decider's log line say what failed and name the answer by length and digest, never its text;
+    the sender by digest."""
+    caplog.set_level(logging.INFO)
+    recommendation = f"{PERSON} wants the {MARK} digest weekly."
+
+    def handler(body: dict[str, Any]) -> str:
+        system = next((m["content"] for m in body.get("messages", []) if m["role"] == "system"), "")
+        user = next((m["content"] for m in body.get("messages", []) if m["role"] == "user"), "")
+        if "should remember from a turn" in system:
+            return json.dumps({"classification": "DOC", "content": recommendation})
+        i = user.find(MARK)
+        return "Sure! The person said: " + (user[max(0, i - 60) : i + 60] if i >= 0 else user[:120])
+
+    scripted_openai.chat_handler = handler
+    settings = make_settings(
+        companies={"acme": {"roles": {"swe": {"knowledge_containers": ["team"]}}}},
+        providers={
+            "llm": {"scripted": openai_provider(scripted_openai, "small", timeout_seconds=10)},
+            "auxiliary_chain": ["scripted"],
+        },
+    )
+    async with open_app(settings, dsn, names=NAMES, clock=clock, embedder=local_embedder, index=edge_index) as app:
+        env = Env(app)  # type: ignore[no-untyped-call]
+        t = turn(
+            "tel-9",
+            now=clock.now(),
+            messages=[_her_message()],
+            label="Message: Slack message",
+            ask="digest",
+            tools=["a", "b", "c", "d", "e", "f"],
+        )
+        await env.reflector.SubmitTurn(rf_pb.SubmitTurnRequest(turn=t))
+        await env.harness.drain()
+        got = await env.reflector.GetReflection(rf_pb.GetReflectionRequest(company="acme", seat="ana", turn_id="tel-9"))
+    workers = {w.worker: w for w in got.reflection.workers}
+    assert workers["profiler"].status == rf_pb.WORKER_STATUS_FAILED
+    assert workers["profiler"].failure.startswith("invalid_output: no JSON object in the answer (")
+    assert "sha256:" in workers["profiler"].failure
+    assert workers["synthesizer"].failure.startswith("invalid_output: no JSON object in the answer (")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(f"sender {digest('slack/carlaz')} on tel-9 not profiled" in m for m in messages), messages
+    doc = [m for m in messages if "recommends team documentation" in m]
+    assert doc == [f"persist decider recommends team documentation for acme/ana on tel-9 ({len(recommendation)} "
+                   f"chars, {digest(recommendation)})"]  # fmt: skip
+    assert [m for m in messages if _naming_her(m)] == []
     assert [x for x in _span_texts(spans) if _naming_her(x[3])] == []
