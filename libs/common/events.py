@@ -1,4 +1,5 @@
-"""Events: rows in the ``events`` table plus a span event on the current trace.
+"""Events: rows in the ``events`` table plus a span event on the current trace (the kind and the
+payload's ids, counts and states only: :data:`SPAN_PAYLOAD_KEYS`).
 
 Publishing is best-effort (spec: "Best-effort rule"): a failure is logged once per kind and
 swallowed, so measurement never breaks the path it measures. Use :meth:`EventLog.emit_strict`
@@ -22,6 +23,7 @@ from opentelemetry import trace
 from libs.common.clock import Clock, SystemClock
 
 __all__ = [
+    "SPAN_PAYLOAD_KEYS",
     "Bookkeeping",
     "EventLog",
     "EventSink",
@@ -35,8 +37,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 
-_EventRow = tuple[datetime, str, str | None, str | None, str | None, str | None, str]
-"""An event_log row: time, kind, company, seat, turn id, trace id, payload (JSON)."""
+_EventRow = tuple[datetime, str, str | None, str | None, str | None, str | None, str | None, str]
+"""An event_log row: time, kind, company, seat, turn id, trace id, span id, payload (JSON)."""
 
 
 class EventSink(Protocol):
@@ -51,17 +53,22 @@ class EventSink(Protocol):
     ) -> None: ...
 
 
-def _trace_id() -> str | None:
+def _trace_and_span_ids() -> tuple[str | None, str | None]:
+    """The current span's trace id and span id (hex), the event's place in the trace: a
+    ``skill_used`` is correlated to the host turn by both (spec), the span being the call that
+    resolved the skill."""
     ctx = trace.get_current_span().get_span_context()
-    return format(ctx.trace_id, "032x") if ctx.is_valid else None
+    if not ctx.is_valid:
+        return None, None
+    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
 
 
-_READ_EVENTS = """SELECT kind, company, seat, turn_id, trace_id, payload FROM events
+_READ_EVENTS = """SELECT kind, company, seat, turn_id, trace_id, span_id, payload FROM events
                   WHERE ($1::text IS NULL OR kind = $1) AND ($2::text IS NULL OR company = $2) ORDER BY id"""
 _BOOKKEEPING_ALONE = "WITH {ctes} SELECT 1"
 """A batch written on its own: its common table expressions (below) and nothing else."""
-_INSERT_EVENT = """INSERT INTO events (time, kind, company, seat, turn_id, trace_id, payload)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)"""
+_INSERT_EVENT = """INSERT INTO events (time, kind, company, seat, turn_id, trace_id, span_id, payload)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)"""
 # A request's bookkeeping as common table expressions of ONE statement (with the writer's own
 # statement as its main query, or ``SELECT 1``): one round trip and one commit for all of it. The
 # placeholders ({}) are the positions of the array parameters. Charges are summed per key first (an
@@ -69,10 +76,11 @@ _INSERT_EVENT = """INSERT INTO events (time, kind, company, seat, turn_id, trace
 # row's lock in the same order and cannot deadlock. ``{when}``: nothing, or a WHERE clause that
 # writes the rows only with the statement's own write (``held_events``).
 _EVENTS_CTE = """bookkeeping_events AS (
-    INSERT INTO events (time, kind, company, seat, turn_id, trace_id, payload)
-    SELECT t, k, c, s, tu, tr, p::jsonb
-    FROM unnest(${}::timestamptz[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[])
-         AS u(t, k, c, s, tu, tr, p){when})"""
+    INSERT INTO events (time, kind, company, seat, turn_id, trace_id, span_id, payload)
+    SELECT t, k, c, s, tu, tr, sp, p::jsonb
+    FROM unnest(${}::timestamptz[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[],
+                ${}::text[])
+         AS u(t, k, c, s, tu, tr, sp, p){when})"""
 _CHARGES_CTE = """bookkeeping_charges AS (
     INSERT INTO token_spend (company, seat, window_start, tokens)
     SELECT * FROM unnest(${}::text[], ${}::text[], ${}::timestamptz[], ${}::bigint[]) AS u(c, s, w, n){when}
@@ -85,7 +93,7 @@ def _ctes(
     ctes: list[str] = []
     args: list[Any] = []
     if events:
-        ctes.append(_EVENTS_CTE.format(*range(first, first + 7), when=when))
+        ctes.append(_EVENTS_CTE.format(*range(first, first + 8), when=when))
         args += [list(column) for column in zip(*events, strict=True)]
     if charges:
         keys = sorted(charges)
@@ -98,13 +106,50 @@ def _ctes(
 def _row(
     kind: str, at: datetime, company: str | None, seat: str | None, turn_id: str | None, payload: dict[str, Any]
 ) -> _EventRow:
-    return (at, kind, company, seat, turn_id, _trace_id(), json.dumps(payload, default=str))
+    return (at, kind, company, seat, turn_id, *_trace_and_span_ids(), json.dumps(payload, default=str))
+
+
+SPAN_PAYLOAD_KEYS = frozenset(
+    {
+        # ids
+        "check_id", "episode_id", "erasure_id", "page_id", "profile_id", "proposal_id", "row",
+        "session_id", "skill_id", "skill_ids",
+        # states, kinds and enums
+        "backend", "cause", "classification", "container_key", "created", "embedding_model",
+        "embedding_skipped_reason", "episode_kind", "erasure_kind", "failure", "gate", "line", "model",
+        "origin", "outcome", "provider", "purpose", "role", "source", "stage", "state", "superseded",
+        "trigger", "trigger_requires_recon", "turn_embedding", "unit", "workers", "write", "written",
+        # counts and times
+        "attempts", "block_count", "cap", "completion_tokens", "counterparty_blocks",
+        "counterparty_bytes", "counts", "distinct_agents", "evicted", "hits", "interactions",
+        "max_raw_episodes", "members", "next_attempt_time", "observation_count", "partial_failures",
+        "paused_until", "prompt_tokens", "raw_episodes", "relevant_knowledge_selection_count",
+        "seats_failed", "sibling_count", "tool_calls", "ttl_until",
+    }
+)  # fmt: skip
+"""The payload keys an event copies onto the current span: ids, counts, states and enums only.
+
+A span leaves the process (an exporter, a tracing backend) where no erasure reaches it, so what may
+quote or name a person — a turn's label, a search's query, a profile's subject, a failure's text, a
+skill's or page's name, a reviewer — stays in the event's row (which an erasure reaches) and off the
+span. A key not listed here is left off: a new payload key is private until someone lists it."""
+_SPAN_KEY_SUFFIXES = ("_hit", "_bytes")
+"""``prefetch_summary``'s per-block flags and sizes (``skills_hit``, ``personal_memory_bytes``)."""
+
+
+def span_attributes(payload: Mapping[str, Any]) -> dict[str, str]:
+    """The part of an event's payload its span event carries (:data:`SPAN_PAYLOAD_KEYS`)."""
+    return {
+        k: str(v)
+        for k, v in payload.items()
+        if v is not None and (k in SPAN_PAYLOAD_KEYS or k.endswith(_SPAN_KEY_SUFFIXES))
+    }
 
 
 def _on_span(kind: str, payload: dict[str, Any]) -> None:
     span = trace.get_current_span()
     if span.is_recording():
-        span.add_event(kind, {k: str(v) for k, v in payload.items() if v is not None})
+        span.add_event(kind, span_attributes(payload))
 
 
 class Bookkeeping:

@@ -15,7 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, cast
+from typing import Any, NoReturn, TypeAlias, cast
 
 import asyncpg
 import grpc
@@ -26,6 +26,8 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from opentelemetry import trace
+from opentelemetry.trace import Status as SpanStatus
+from opentelemetry.trace import StatusCode as SpanStatusCode
 
 from libs.common import auth as _auth
 from libs.common import telemetry
@@ -144,6 +146,40 @@ def _internal_status() -> grpc.Status:
     return rpc_status.to_status(
         status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; see the server log", details=[info])
     )
+
+
+_SERVER_FAULTS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+"""The codes a server span marks as an error (OpenTelemetry's gRPC semantic conventions): the
+server's faults. A refusal of the caller's request (INVALID_ARGUMENT, NOT_FOUND, ...) is no error
+of the server's: its span keeps status UNSET, with the code in ``rpc.grpc.status_code``."""
+
+
+def _mark_span(code: grpc.StatusCode, span: trace.Span | None = None) -> None:
+    """The call's status code on its span (``span``, else the current one, the server span): the
+    number in ``rpc.grpc.status_code``, and status ERROR for a server fault (:data:`_SERVER_FAULTS`)."""
+    span = span if span is not None else trace.get_current_span()
+    if not span.is_recording():
+        return
+    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    if code in _SERVER_FAULTS:
+        span.set_status(SpanStatus(SpanStatusCode.ERROR, code.name))
+
+
+async def _abort(context: ServicerContext, status: grpc.Status) -> NoReturn:
+    """``context.abort_with_status``, with the code on the server span first: OpenTelemetry's server
+    interceptor sees ``abort`` and ``set_code``, not ``abort_with_status``, so the span would say
+    OK (status code 0, UNSET) for every refusal and every INTERNAL our interceptors answer."""
+    _mark_span(status.code)
+    await context.abort_with_status(status)
 
 
 _IDENTITY = ("company", "seat", "turn_id", "observer")
@@ -316,7 +352,7 @@ class ErrorInterceptor(_WrappingInterceptor):
             except (grpc.aio.AbortError, asyncio.CancelledError):
                 raise
             except Exception as err:
-                await context.abort_with_status(failure_status(err, method, domain))
+                await _abort(context, failure_status(err, method, domain))
 
         return guarded
 
@@ -332,7 +368,7 @@ class ErrorInterceptor(_WrappingInterceptor):
             except (grpc.aio.AbortError, asyncio.CancelledError):
                 raise
             except Exception as err:
-                await context.abort_with_status(failure_status(err, method, domain))
+                await _abort(context, failure_status(err, method, domain))
 
         return guarded
 
@@ -416,7 +452,7 @@ class LoadShedder(_WrappingInterceptor):
         company = _company_of(request)
         refusal = self.admit(company, domain)
         if refusal is not None:
-            await context.abort_with_status(refusal)
+            await _abort(context, refusal)
         return company
 
     def wrap_unary(self, method: str, inner: AioUnary) -> AioUnary:
@@ -485,7 +521,7 @@ class AuthInterceptor(_WrappingInterceptor):
             authorize(principal, method, request)
         except AgentLearnError as err:
             err.domain = _domain(method) if err.domain == "agentlearn.dev" else err.domain
-            await context.abort_with_status(status_of(err))  # raises: the handler never runs
+            await _abort(context, status_of(err))  # raises: the handler never runs
         use_principal(principal)
         span = trace.get_current_span()
         if span.is_recording():
@@ -991,8 +1027,7 @@ class LocalServer:
                 if token is not None:
                     _auth.reset_principal(token)
                 code = status.code.name if status is not None else "OK"
-                if span.is_recording():
-                    span.set_attribute("rpc.grpc.status_code", code)
+                _mark_span(status.code if status is not None else grpc.StatusCode.OK, span)
                 RPC_DURATION.record((time.perf_counter() - started) * 1000, plan.metric_attributes_of(code))
         raise rpc_error(status)
 

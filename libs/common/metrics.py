@@ -9,8 +9,10 @@ no-op.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import metrics
 
@@ -29,7 +31,11 @@ __all__ = [
     "RPC_DURATION",
     "WORKER_OUTCOMES",
     "prometheus_app",
+    "record_queue_depth",
+    "record_queue_lag",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 class _Lazy:
@@ -76,9 +82,11 @@ RPC_DURATION = _histogram(
 """Attributes: ``rpc.system`` (grpc), ``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code``."""
 
 QUEUE_DEPTH = _gauge("agentlearn.queue.depth", "{job}", "Jobs waiting or running in the durable queue, per kind")
-"""Attributes: ``agentlearn.job.kind`` (reflection, learning). The reflector's HPA scales on it."""
+"""Attributes: ``agentlearn.job.kind`` (reflection, learning, erasure). The reflector's HPA scales
+on it. A worker records it with :func:`record_queue_depth`."""
 
 QUEUE_LAG = _histogram("agentlearn.queue.lag", "s", "Time from enqueue to claim of a job, per kind")
+"""Attributes: ``agentlearn.job.kind``. A worker records it with :func:`record_queue_lag`."""
 
 WORKER_OUTCOMES = _counter("agentlearn.reflection.worker.outcomes", "{outcome}", "Reflection worker outcomes")
 """Attributes: ``agentlearn.worker``, ``agentlearn.worker.status``."""
@@ -98,6 +106,35 @@ PREFETCH_BLOCKS = _counter("agentlearn.prefetch.blocks", "{block}", "Turn-start 
 
 LEARNING_CHECKS = _counter("agentlearn.learning_checks", "{check}", "Session learning checks finished, by outcome")
 """Attributes: ``agentlearn.trigger``, ``agentlearn.outcome``."""
+
+
+class _Claimed(Protocol):
+    """A claimed job as the lag needs it (``libs.common.jobs.Job``)."""
+
+    @property
+    def attempts(self) -> int: ...
+
+    @property
+    def create_time(self) -> datetime: ...
+
+
+def record_queue_lag(kind: str, job: _Claimed, now: datetime) -> None:
+    """``agentlearn.queue.lag`` of a job of ``kind`` just claimed: enqueue to its first claim (a
+    retry's wait is its backoff, not lag, so a later claim records nothing)."""
+    if job.attempts == 1:
+        QUEUE_LAG.record(max(0.0, (now - job.create_time).total_seconds()), {"agentlearn.job.kind": kind})
+
+
+async def record_queue_depth(kind: str, pending: Callable[[str], Awaitable[int]]) -> None:
+    """``agentlearn.queue.depth`` of ``kind``: ``pending(kind)`` (``JobQueue.pending``: jobs queued or
+    running). Best-effort: a queue that does not answer is logged at debug and the gauge keeps its
+    last value; the worker's own read of the queue reports the fault."""
+    try:
+        depth = await pending(kind)
+    except Exception as exc:
+        _log.debug("%s queue depth unreadable: %s", kind, exc)
+        return
+    QUEUE_DEPTH.set(depth, {"agentlearn.job.kind": kind})
 
 
 def prometheus_app() -> ASGIApp:

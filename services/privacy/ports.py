@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from libs.common.erasure import Kind, Report, Target
-from libs.common.jobs import ClaimQueue, EnqueueQueue, SettleQueue
+from libs.common.jobs import ClaimQueue, EnqueueQueue, PendingQueue, SettleQueue
 from services.privacy.domain import Erasure, Holder
 
 __all__ = ["ErasureQueue", "ErasureStore", "Owners", "Tx"]
@@ -93,7 +93,7 @@ class ErasureStore(Protocol):
         ...
 
 
-class ErasureQueue(EnqueueQueue, ClaimQueue, SettleQueue, Protocol):
+class ErasureQueue(EnqueueQueue, ClaimQueue, SettleQueue, PendingQueue, Protocol):
     """The erasure jobs' queue (``libs.common.jobs.JobQueue``, kind ``erasure``): queued with its
     erasure's row, claimed and renewed by the worker, and every move of a claimed job fenced by the
-    claim (False when it is no longer held)."""
+    claim (False when it is no longer held); its depth read for ``agentlearn.queue.depth``."""

@@ -23,6 +23,7 @@ from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.events import EventSink
 from libs.common.jobs import ClaimingWorker, Job, listen, serve
+from libs.common.metrics import record_queue_depth, record_queue_lag
 from services.privacy.domain import JOB_KIND, ClaimLost, Erasure, ErasureState, Holder
 from services.privacy.ports import ErasureQueue
 from services.privacy.service import PrivacyService, emit_erasure_event
@@ -50,8 +51,15 @@ class ErasureWorker(ClaimingWorker):
     worker_id: str
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
+    async def drain(self) -> int:
+        """Every erasure claimable now (``ClaimingWorker.drain``), the queue's depth sampled first:
+        the loop drains on every wake and every poll, so the gauge is never older than a poll."""
+        await record_queue_depth(JOB_KIND, self.queue.pending)
+        return await super().drain()
+
     async def process(self, job: Job) -> ErasureState | None:
         """Run one claimed erasure; the state it was left in (None: it went back to the queue)."""
+        record_queue_lag(JOB_KIND, job, self.clock.now())
         store = self.service.store
         try:
             erasure_id = uuid.UUID(json.loads(job.payload)["erasure_id"])

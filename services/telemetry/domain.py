@@ -104,3 +104,4 @@ class Event:
     turn_id: str | None
     trace_id: str | None
     payload: dict[str, Any] = field(default_factory=dict)
+    span_id: str | None = None

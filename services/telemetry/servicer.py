@@ -34,7 +34,9 @@ def _struct(payload: Mapping[str, Any]) -> struct_pb2.Struct:
 
 
 def _event(e: Event) -> pb.Event:
-    return to_pb(pb.Event, e, "time kind company seat turn_id trace_id", id=str(e.id), payload=_struct(e.payload))
+    return to_pb(
+        pb.Event, e, "time kind company seat turn_id trace_id span_id", id=str(e.id), payload=_struct(e.payload)
+    )
 
 
 def _seat(s: SeatActivity) -> pb.SeatActivity:

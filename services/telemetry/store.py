@@ -92,7 +92,7 @@ SQL = {
         LIMIT $6""",
     "seat_count": f"SELECT count(DISTINCT seat) FROM events WHERE {_SEAT_MATCH.format(only='$3')}",
     "events": """
-        SELECT id, time, kind, company, seat, turn_id, trace_id, payload
+        SELECT id, time, kind, company, seat, turn_id, trace_id, span_id, payload
         FROM events
         WHERE company = $1 AND ($2::text IS NULL OR seat = $2)
           AND (cardinality($3::text[]) = 0 OR kind = ANY($3::text[]))

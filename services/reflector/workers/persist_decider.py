@@ -20,6 +20,7 @@ from typing import Any
 
 from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.auxmodel import OfflineRules
+from libs.common.auxmodel.answers import described
 from libs.common.memory_tiers import MAX_TTL_DAYS, read_tier, read_ttl_days
 from services.reflector.domain import Turn, WorkerOutcome, WorkerStatus, turn_fields
 from services.reflector.workers.base import (
@@ -85,7 +86,15 @@ class PersistDecider:
         if tier == "NOOP":
             pass
         elif tier == "DOC":
-            _log.info("persist decider recommends team documentation for %s/%s: %s", turn.company, turn.seat, content)
+            # The spec's "logs the recommendation": that one was made, on which turn, and which (by
+            # length and digest); its text (which names people) stays in the worker's detail.
+            _log.info(
+                "persist decider recommends team documentation for %s/%s on %s (%s)",
+                turn.company,
+                turn.seat,
+                turn.turn_id,
+                described(content),
+            )
             out.detail = f"DOC (recommendation logged, nothing written): {content[:200]}"
         elif not content.strip():
             raise InvalidOutput(f"a {tier} note without content")

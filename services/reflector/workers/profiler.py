@@ -21,6 +21,7 @@ import grpc
 from agentlearn.common.v1 import erasure_pb2, provenance_pb2
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
 from libs.common.auxmodel import OfflineRules
+from libs.common.auxmodel.answers import digest
 from libs.common.contract import repeated_string_bounds, string_max_len
 from libs.common.erasure import platform_key
 from services.reflector.domain import (
@@ -137,7 +138,10 @@ class Profiler:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                _log.warning("profiler: %s on %s not profiled: %s", sender.key, turn.turn_id, failure_text(exc))
+                # The sender by digest: a log line is kept where no erasure of that person reaches.
+                _log.warning(
+                    "profiler: sender %s on %s not profiled: %s", digest(sender.key), turn.turn_id, failure_text(exc)
+                )
                 failures.append((sender.key, exc))
         if not failures:
             if not written:
