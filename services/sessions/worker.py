@@ -35,7 +35,7 @@ from libs.common.clock import Clock
 from libs.common.config import SessionsConfig
 from libs.common.events import EventSink
 from libs.common.jobs import ClaimingWorker, HeldClaims, Job, JobQueue, JobState, listen, serve
-from libs.common.metrics import LEARNING_CHECKS
+from libs.common.metrics import LEARNING_CHECKS, record_queue_depth, record_queue_lag
 from services.sessions.checks import CheckRunner
 from services.sessions.domain import JOB_KIND, CheckOutcome, CheckState, LearningCheck
 from services.sessions.store import PostgresSessionStore
@@ -115,6 +115,7 @@ class LearningWorker(ClaimingWorker):
 
     async def process(self, job: Job) -> CheckState | None:
         """Run one claimed check; returns the state recorded (None when nothing was)."""
+        record_queue_lag(JOB_KIND, job, self.clock.now())
         token = otel_context.attach(telemetry.restore_context(job.trace_carrier))
         try:
             with _tracer.start_as_current_span(
@@ -207,6 +208,7 @@ class LearningWorker(ClaimingWorker):
 
     async def _sweeper(self) -> None:
         while True:
+            await record_queue_depth(JOB_KIND, self.queue.pending)
             try:
                 await self.sweep()
             except asyncio.CancelledError:
