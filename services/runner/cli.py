@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from libs.common import telemetry, text_caches
 from libs.common.auth import Authenticator, is_loopback
 from libs.common.config import ConfigError, Settings, TelemetryConfig, load_settings
-from libs.common.db import COMMON_MIGRATIONS, migrate
+from libs.common.db import COMMON_MIGRATIONS, MigrationBlocked, migrate
 from libs.common.embedded_pg import EmbeddedPostgresFailed
 from libs.common.grpcserver import BindError, bind_server, create_server, drain, start_server
 from libs.common.infra import Infra, SchemaBehind, open_infra, resolve_dsn
@@ -514,7 +514,12 @@ async def pass_worker(settings: Settings, names: list[str]) -> int:
 async def migrate_all(settings: Settings) -> int:
     """Apply every service's migrations (the common ones first), under the advisory lock, once."""
     dsn = await resolve_dsn(settings)
-    applied = await migrate(dsn, [COMMON_MIGRATIONS, *migrations_of(list(SERVICES))])
+    try:
+        applied = await migrate(dsn, [COMMON_MIGRATIONS, *migrations_of(list(SERVICES))])
+    except MigrationBlocked as err:
+        # Exit 1, not 2: the sessions in the way end, so the Job's backoffLimit retry can succeed.
+        print(f"agentlearn: {err}", file=sys.stderr)
+        return 1
     print(f"migrate: {len(applied)} applied" + (": " + ", ".join(applied) if applied else " (the schema is current)"))
     return 0
 
@@ -567,7 +572,7 @@ async def main(argv: list[str]) -> int:
     }
     try:
         return await commands[args.command]()
-    except (security.StartRefused, BindError, SchemaBehind, EmbeddedPostgresFailed) as err:
+    except (security.StartRefused, BindError, SchemaBehind, EmbeddedPostgresFailed, MigrationBlocked) as err:
         # What an operator can act on, in one line (the cause first), not a traceback.
         print(f"agentlearn: {err}", file=sys.stderr)
         return 2
