@@ -1,13 +1,21 @@
 """PostgreSQL: the asyncpg pool (with the pgvector codec) and ordered, concurrent-safe migrations.
 
 Each component owns a directory of ``NNNN_name.sql`` files. ``migrate`` applies the ones not yet
-recorded in ``schema_migrations`` in order, under a transaction-level advisory lock, so two
-processes starting at once apply each file exactly once (the second waits, then finds nothing to
-do).
+recorded in ``schema_migrations`` in order, under a session-level advisory lock, so two processes
+starting at once apply each file exactly once (the second waits, then finds nothing to do).
+
+Each file is its own transaction (it and its ledger row commit together, or neither does), so the
+locks a file takes end with it: one run over every component's files in a single transaction kept
+an early file's ACCESS EXCLUSIVE locks until the last file, and a later file waiting behind any open
+reader of its table stalled every reader of the earlier tables meanwhile. A file waits at most
+``MIGRATION_LOCK_TIMEOUT_S`` for its locks (a queued ACCESS EXCLUSIVE request blocks the table's new
+readers too), then rolls back, logs who holds locks, and tries again, ``MIGRATION_LOCK_ATTEMPTS``
+times in all before :class:`MigrationBlocked`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -25,6 +33,7 @@ from pgvector.asyncpg import register_vector
 
 __all__ = [
     "COMMON_MIGRATIONS",
+    "MigrationBlocked",
     "Migrations",
     "PooledStore",
     "as_array",
@@ -60,7 +69,9 @@ class Migrations:
 
 COMMON_MIGRATIONS = Migrations("common", Path(__file__).parent / "migrations")
 
-SQL_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock($1)"
+SQL_MIGRATION_LOCK = "SELECT pg_advisory_lock($1)"
+SQL_MIGRATION_TRY_LOCK = "SELECT pg_try_advisory_lock($1)"
+SQL_MIGRATION_UNLOCK = "SELECT pg_advisory_unlock($1)"
 # applied_at keeps its database default: the migration ledger is the one table written outside the
 # injected clock (it runs before any service, and its time is only read by operators).
 SQL_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -72,28 +83,104 @@ SQL_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
 SQL_APPLIED_OF = "SELECT version FROM schema_migrations WHERE component = $1"
 SQL_RECORD_MIGRATION = "INSERT INTO schema_migrations (component, version, name) VALUES ($1, $2, $3)"
 SQL_MIGRATIONS_EXIST = "SELECT to_regclass('schema_migrations') IS NOT NULL"
+# Who holds table locks in this database now, other than the migrator: what a file that timed out
+# waiting for its locks was most likely waiting for (its own wait ended with its rollback).
+SQL_LOCK_HOLDERS = """SELECT a.pid, a.state, a.xact_start, left(a.query, 120) AS query,
+       string_agg(DISTINCT c.relname, ',' ORDER BY c.relname) AS tables
+  FROM pg_locks l
+  JOIN pg_class c ON c.oid = l.relation
+  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+  JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND l.pid <> pg_backend_pid()
+ GROUP BY a.pid, a.state, a.xact_start, a.query
+ ORDER BY a.xact_start NULLS LAST
+ LIMIT 5"""
+
+MIGRATION_LOCK_TIMEOUT_S = 5.0
+"""How long one file waits for its table locks before it rolls back and tries again."""
+MIGRATION_LOCK_ATTEMPTS = 60
+"""Tries per file before :class:`MigrationBlocked` (about six minutes with the pause)."""
+MIGRATION_RETRY_PAUSE_S = 1.0
+
+
+class MigrationBlocked(RuntimeError):
+    """A migration file could not take its locks in ``MIGRATION_LOCK_ATTEMPTS`` tries: one line
+    naming the file and the sessions holding locks. The files before it are applied (each is its
+    own transaction); the next run starts again at this one."""
+
+
+async def _lock_holders(conn: asyncpg.Connection) -> str:
+    rows = await conn.fetch(SQL_LOCK_HOLDERS)
+    return (
+        "; ".join(
+            f"pid {r['pid']} ({r['state']}, transaction since "
+            f"{r['xact_start'].isoformat(timespec='seconds') if r['xact_start'] else '-'}) "
+            f"on {r['tables']}: {' '.join(str(r['query']).split())!r}"
+            for r in rows
+        )
+        or "no session holds a table lock now"
+    )
+
+
+async def _apply(conn: asyncpg.Connection, component: str, version: int, file: str, sql: str) -> None:
+    """One file and its ledger row in one transaction, retried while its locks are held elsewhere."""
+    name = f"{component}/{file}"
+    timeout_ms = max(1, int(MIGRATION_LOCK_TIMEOUT_S * 1000))
+    for attempt in range(1, MIGRATION_LOCK_ATTEMPTS + 1):
+        try:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = {timeout_ms}")
+                await conn.execute(sql)
+                await conn.execute(SQL_RECORD_MIGRATION, component, version, file)
+            return
+        except asyncpg.LockNotAvailableError:
+            holders = await _lock_holders(conn)
+            if attempt == MIGRATION_LOCK_ATTEMPTS:
+                raise MigrationBlocked(
+                    f"migration {name} could not take its locks in {attempt} tries of "
+                    f"{MIGRATION_LOCK_TIMEOUT_S:g} s (sessions holding table locks: {holders}); "
+                    "the migrations before it are applied, run ./run migrate again once those end"
+                ) from None
+            _log.warning(
+                "migration %s waited %g s for its locks (try %d of %d); sessions holding table locks: %s",
+                name,
+                MIGRATION_LOCK_TIMEOUT_S,
+                attempt,
+                MIGRATION_LOCK_ATTEMPTS,
+                holders,
+            )
+            await asyncio.sleep(MIGRATION_RETRY_PAUSE_S)
 
 
 async def migrate(dsn: str, components: Sequence[Migrations]) -> list[str]:
-    """Apply pending migrations of ``components`` (in the order given); returns what was applied."""
+    """Apply pending migrations of ``components`` (in the order given), each file in its own
+    transaction; returns what was applied. Raises :class:`MigrationBlocked` when a file cannot take
+    its locks (the ones before it stay applied)."""
     applied: list[str] = []
     conn = await asyncpg.connect(dsn)
     try:
-        async with conn.transaction():
+        # Session-level: it spans the files' transactions. A migrator that dies releases it with
+        # its connection.
+        if not await conn.fetchval(SQL_MIGRATION_TRY_LOCK, _LOCK_KEY):
+            _log.info("waiting for another ./run migrate (or a starting process) to finish migrating")
             await conn.execute(SQL_MIGRATION_LOCK, _LOCK_KEY)
+        try:
             await conn.execute(SQL_MIGRATIONS_TABLE)
             for comp in components:
                 done = {r["version"] for r in await conn.fetch(SQL_APPLIED_OF, comp.component)}
                 for version, path in comp.files():
                     if version in done:
                         continue
-                    await conn.execute(path.read_text())
-                    await conn.execute(SQL_RECORD_MIGRATION, comp.component, version, path.name)
+                    await _apply(conn, comp.component, version, path.name, path.read_text())
                     applied.append(f"{comp.component}/{path.name}")
+                    _log.info("applied migration %s/%s", comp.component, path.name)
+        finally:
+            if not conn.is_closed():
+                with contextlib.suppress(asyncpg.PostgresError, OSError):
+                    await conn.execute(SQL_MIGRATION_UNLOCK, _LOCK_KEY)
     finally:
         await conn.close()
-    for name in applied:
-        _log.info("applied migration %s", name)
     return applied
 
 

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 from libs.common import telemetry, text_caches
 from libs.common.auth import Authenticator, is_loopback
 from libs.common.config import ConfigError, Settings, TelemetryConfig, load_settings
-from libs.common.db import COMMON_MIGRATIONS, migrate
+from libs.common.db import COMMON_MIGRATIONS, MigrationBlocked, migrate
 from libs.common.embedded_pg import EmbeddedPostgresFailed
 from libs.common.grpcserver import BindError, bind_server, create_server, drain, start_server
 from libs.common.infra import Infra, SchemaBehind, open_infra, resolve_dsn
 from libs.common.passrunner import LEASE_LOST, holder_identity, log_failure, run_pass, tick_forever
+from libs.common.vectorindex.qdrant_edge_index import EdgeIndexInUse, exclusive_edge_index
 from services.runner import security
 from services.runner.registry import PASSES, SERVICES, embedder_mode, migrations_of
 
@@ -514,13 +515,22 @@ async def pass_worker(settings: Settings, names: list[str]) -> int:
 async def migrate_all(settings: Settings) -> int:
     """Apply every service's migrations (the common ones first), under the advisory lock, once."""
     dsn = await resolve_dsn(settings)
-    applied = await migrate(dsn, [COMMON_MIGRATIONS, *migrations_of(list(SERVICES))])
+    try:
+        applied = await migrate(dsn, [COMMON_MIGRATIONS, *migrations_of(list(SERVICES))])
+    except MigrationBlocked as err:
+        # Exit 1, not 2: the sessions in the way end, so the Job's backoffLimit retry can succeed.
+        print(f"agentlearn: {err}", file=sys.stderr)
+        return 1
     print(f"migrate: {len(applied)} applied" + (": " + ", ".join(applied) if applied else " (the schema is current)"))
     return 0
 
 
 async def rebuild_index(settings: Settings) -> int:
     async with contextlib.AsyncExitStack() as stack:
+        if settings.vector_index == "edge" or (settings.vector_index == "auto" and not settings.qdrant_url):
+            # The embedded index is a directory a running server has open: emptying it under that
+            # server desyncs both, so it is rebuilt only with no other process on it.
+            stack.enter_context(exclusive_edge_index(settings.data_dir / "qdrant-edge"))
         _, components = await _open(settings, stack, list(SERVICES), warm=False)
         for c in components:
             if c.rebuild_index is not None:
@@ -567,7 +577,14 @@ async def main(argv: list[str]) -> int:
     }
     try:
         return await commands[args.command]()
-    except (security.StartRefused, BindError, SchemaBehind, EmbeddedPostgresFailed) as err:
+    except (
+        security.StartRefused,
+        BindError,
+        SchemaBehind,
+        EmbeddedPostgresFailed,
+        MigrationBlocked,
+        EdgeIndexInUse,
+    ) as err:
         # What an operator can act on, in one line (the cause first), not a traceback.
         print(f"agentlearn: {err}", file=sys.stderr)
         return 2

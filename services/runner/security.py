@@ -25,10 +25,10 @@ from pydantic import SecretStr
 from libs.common.auth import SCOPES, Authenticator, TokenRecord, TokenStore, is_loopback
 from libs.common.clock import SystemClock
 from libs.common.config import Settings
-from libs.common.db import COMMON_MIGRATIONS, migrate
+from libs.common.db import COMMON_MIGRATIONS, migrate, pending_migrations
 from libs.common.errors import AgentLearnError
 from libs.common.grpcserver import Listener
-from libs.common.infra import resolve_dsn
+from libs.common.infra import SchemaBehind, resolve_dsn
 
 __all__ = ["StartRefused", "add_token_parser", "auth_mode", "listeners", "run_token", "with_internal_secret"]
 
@@ -149,8 +149,18 @@ def _describe(r: TokenRecord) -> str:
 
 async def run_token(settings: Settings, args: argparse.Namespace) -> int:
     dsn = await resolve_dsn(settings)
-    await migrate(dsn, [COMMON_MIGRATIONS])
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    # As the services do: on Kubernetes (migrate_on_start false) this runs as the application role,
+    # which has no DDL right, so it only checks the tokens' schema is there (the migrate Job's) and
+    # says so in one line when it is not; migrating would fail on "permission denied for schema".
+    cache = settings.database.statement_cache_size
+    if settings.database.migrate_on_start:
+        await migrate(dsn, [COMMON_MIGRATIONS])
+    elif pending := await pending_migrations(dsn, [COMMON_MIGRATIONS], statement_cache_size=cache):
+        raise SchemaBehind(
+            f"the database schema is behind ({len(pending)} migrations pending, first {pending[0]}): "
+            "run ./run migrate (database.migrate_on_start is false)"
+        )
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2, statement_cache_size=cache)
     assert pool is not None
     try:
         store = TokenStore(pool, SystemClock())

@@ -2,15 +2,25 @@
 
 The SDK is synchronous, so every call runs in a worker thread; a lock per shard keeps one
 operation at a time on it. Shards persist and reopen across restarts.
+
+A shard is open in the process that loaded it, so another process deleting or rewriting its files
+(``./run rebuild-index`` while the all-in-one serves) leaves the server on files that are gone and
+the two copies out of step. So every opener holds a lock on ``<root>/.lock`` for its life: shared
+by servers and passes (split mode runs one process per service on the same directory), exclusive by
+``./run rebuild-index`` (:func:`exclusive_edge_index`), and each refuses in one line while the other
+kind is held.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, overload
 
@@ -22,9 +32,49 @@ from libs.common.vectorindex._qdrant import PAYLOAD_INDEXES, hits, page_request,
 if TYPE_CHECKING:
     from qdrant_edge import ConditionType, EdgeShard
 
-__all__ = ["QdrantEdgeIndex"]
+__all__ = ["EdgeIndexInUse", "QdrantEdgeIndex", "exclusive_edge_index"]
 
 T = TypeVar("T")
+LOCK_FILE = ".lock"
+# Roots this process holds exclusively (rebuild-index): its own adapter opens them without a lock
+# of its own (a second flock on another descriptor would conflict with the process's own).
+_EXCLUSIVE: dict[Path, int] = {}
+
+
+class EdgeIndexInUse(RuntimeError):
+    """Another process holds the embedded index in a way this one cannot share: a one-line reason."""
+
+
+def _lock(root: Path, mode: int) -> int:
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def exclusive_edge_index(root: Path) -> Iterator[None]:
+    """Hold the embedded index at ``root`` alone for the block: what ``./run rebuild-index`` needs
+    before it empties and refills the collections. Refuses while any server or pass has it open."""
+    key = Path(root).resolve()
+    try:
+        fd = _lock(key, fcntl.LOCK_EX)
+    except BlockingIOError:
+        raise EdgeIndexInUse(
+            f"the embedded vector index at {root} is open in another process (a running ./run up or "
+            "serve, or a pass): stop the server first, or run with a Qdrant server (qdrant_url), where "
+            "rebuild-index runs while serving"
+        ) from None
+    _EXCLUSIVE[key] = fd
+    try:
+        yield
+    finally:
+        del _EXCLUSIVE[key]
+        os.close(fd)
 
 
 class QdrantEdgeIndex(VectorIndex):
@@ -36,6 +86,15 @@ class QdrantEdgeIndex(VectorIndex):
         self._locks: dict[str, threading.Lock] = {}
         self._registry = threading.Lock()
         self._closed = False
+        self._lock_fd: int | None = None
+        if self._root.resolve() not in _EXCLUSIVE:
+            try:
+                self._lock_fd = _lock(self._root, fcntl.LOCK_SH)
+            except BlockingIOError:
+                raise EdgeIndexInUse(
+                    f"the embedded vector index at {self._root} is being rebuilt by another process "
+                    "(./run rebuild-index): start again when it has finished"
+                ) from None
 
     def _path(self, collection: str) -> Path:
         return self._root / collection
@@ -205,5 +264,8 @@ class QdrantEdgeIndex(VectorIndex):
             for shard in shards:
                 shard.flush()
                 shard.close()
+            fd, self._lock_fd = self._lock_fd, None
+            if fd is not None:
+                os.close(fd)  # releases the lock: the shards are flushed and closed
 
         await asyncio.to_thread(work)
