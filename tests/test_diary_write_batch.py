@@ -129,10 +129,14 @@ async def test_notes_that_wait_together_go_in_one_statement_with_their_vectors(d
         one = store._insert_one
 
         async def counted(
-            note: Note, vector: np.ndarray | None, request_id: str | None, provenance: NoteProvenance | None
+            note: Note,
+            vector: np.ndarray | None,
+            request_id: str | None,
+            provenance: NoteProvenance | None,
+            request_digest: bytes | None,
         ) -> Note | None:
             alone.append(note.id)
-            return await one(note, vector, request_id, provenance)
+            return await one(note, vector, request_id, provenance, request_digest)
 
         store._insert_one = counted  # type: ignore[method-assign]  # counts the single-row path
         notes = [_note("a", f"n {i}") for i in range(6)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,6 +17,7 @@ __all__ = [
     "COLLECTION_BASE",
     "DOMAIN",
     "MAX_TTL_DAYS",
+    "WORK_KEYED_SOURCES",
     "Candidate",
     "Note",
     "NoteSource",
@@ -22,6 +25,7 @@ __all__ = [
     "QueryVector",
     "Recall",
     "fused_scores",
+    "request_digest",
 ]
 
 DOMAIN = "diary.agentlearn.dev"
@@ -64,6 +68,26 @@ class Note:
     last_used_time: datetime | None = None
     embedding_model: str | None = None
     embedding_dims: int | None = None
+
+
+WORK_KEYED_SOURCES = frozenset({NoteSource.PERSIST_DECIDER})
+"""Writers whose ``request_id`` names a unit of work or a fact, not one request: the reflector's
+persist decider keys its write by the turn's work (a redelivery asks the model again, and counts a
+SHORT note's days from the turn, so its body may differ), the sessions' writer by the fact's
+normalized text (two checks may word or tier it differently). For them a key used before answers
+with the note it wrote, whatever the body; for every other writer the key is a retry's (AIP-155)
+and a different request under it is refused."""
+
+
+def request_digest(
+    company: str, seat: str, content: str, tier: NoteTier, ttl_days: int, source: NoteSource, turn_id: str | None
+) -> bytes:
+    """What identifies a WriteNote, as ``diary_requests.request_digest`` keeps it: a SHA-256 of
+    every field the stored note is made from (the provenance is not: a retry fills in a missing
+    one), so a retry matches and a different note under the same key does not. A digest, never
+    the text: the key table holds no note's content."""
+    fields = [company, seat, content, str(tier), ttl_days, str(source), turn_id or ""]
+    return hashlib.sha256(json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()).digest()
 
 
 @dataclass

@@ -43,9 +43,12 @@ class VectorReads(NamedTuple):
 class EarlierWrite(NamedTuple):
     """What an idempotency key used before names: the note its write stored, or None when that
     note is gone (deleted, erased; or expired, until its expiry passes, when the key is free
-    again): the key outlives its note, so a late retry never writes a removed note again."""
+    again): the key outlives its note, so a late retry never writes a removed note again. And
+    the digest of the request that wrote it (``request_digest``), None for a key claimed before
+    digests were kept."""
 
     note: Note | None
+    digest: bytes | None = None
 
 
 class NoteStore(Protocol):
@@ -60,11 +63,13 @@ class NoteStore(Protocol):
         vector: np.ndarray | None,
         request_id: str | None = None,
         provenance: NoteProvenance | None = None,
+        request_digest: bytes | None = None,
     ) -> Note | None:
         """The stored note, or ``None`` when ``request_id`` was already used (by a note stored, or
         gone since: the key is kept apart from the note and outlives it; a SHORT note's key until
         the note's expiry, past which it is claimed again). ``provenance`` is
-        kept with the note, in the same transaction (a note is never stored without it)."""
+        kept with the note, in the same transaction (a note is never stored without it);
+        ``request_digest`` with the key, so a later use of it can be told a retry or not."""
         ...
 
     async def set_indexed(self, ids: Sequence[uuid.UUID]) -> None: ...

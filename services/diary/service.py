@@ -20,7 +20,7 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.bounds import at_most_chars
 from libs.common.config import DiaryConfig
 from libs.common.contract import string_max_len
-from libs.common.errors import field_error
+from libs.common.errors import FailedPrecondition, field_error
 from libs.common.not_found import require_found
 from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
@@ -38,6 +38,7 @@ from services.diary.domain import (
     COLLECTION_BASE,
     DOMAIN,
     MAX_TTL_DAYS,
+    WORK_KEYED_SOURCES,
     Candidate,
     Note,
     NoteProvenance,
@@ -46,8 +47,9 @@ from services.diary.domain import (
     QueryVector,
     Recall,
     fused_scores,
+    request_digest,
 )
-from services.diary.ports import NoteListing, NoteStore, VectorReads
+from services.diary.ports import EarlierWrite, NoteListing, NoteStore, VectorReads
 from services.diary.store import PostgresNoteStore
 
 REQUEST_ID_CHARS = string_max_len(diary_pb.WriteNoteRequest, "request_id")
@@ -98,6 +100,25 @@ class _SeatReads(AfterSearchReads[Note, VectorReads]):
         )
 
 
+def _replayed(
+    earlier: EarlierWrite, request_id: str, digest: bytes | None, source: NoteSource
+) -> tuple[Note | None, str | None, bool]:
+    """A write whose key was used before: the first write's answer when this is a retry of it (the
+    same request; or a key claimed before digests were kept, whose request is unknown; or a writer
+    that keys a unit of work), else REQUEST_ID_REUSED. Answering the first note would tell the
+    caller its new content was saved when it was dropped (a provider reusing tool-call ids)."""
+    if earlier.digest is not None and earlier.digest != digest and source not in WORK_KEYED_SOURCES:
+        raise FailedPrecondition.of_field(
+            "request_id",
+            "REQUEST_ID_REUSED",
+            f"request_id {request_id!r} was used for a different note of this seat; a retry sends the same"
+            " content, tier, ttl_days, source and turn_id, a new note needs a new request_id",
+            domain=DOMAIN,
+            request_id=request_id,
+        )
+    return earlier.note, None, False
+
+
 class DiaryService(VectorRowService[S, DiaryConfig]):
     collection_base = COLLECTION_BASE
 
@@ -120,13 +141,16 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         a note already written, whose provenance this call does not touch). The note is None when
         ``request_id`` named a note written before and deleted or erased since: nothing is written
         again, so a late retry never brings back what was removed. A SHORT note's key is spent until
-        the note's expiry only: past it the key writes a new note (the note was over anyway)."""
+        the note's expiry only: past it the key writes a new note (the note was over anyway).
+
+        A key is a retry's: used before for a different request (content, tier, ttl_days, source
+        or turn_id), it is refused (REQUEST_ID_REUSED), not answered with the first note while this
+        call's content is dropped; except for the writers that key a unit of work
+        (``WORK_KEYED_SOURCES``). The request is checked before its key is looked up, so an invalid
+        request is refused whatever its key names."""
         company, seat = seat_ref(company, seat, domain=DOMAIN)
         if request_id:
             require_text(request_id, "request_id", domain=DOMAIN, max_chars=REQUEST_ID_CHARS)
-            earlier = await self.store.by_request(company, seat, request_id, self.clock.now())
-            if earlier is not None:
-                return earlier.note, None, False
         # Refused, never trimmed: the writer can tighten the text and retry.
         at_most_chars(
             content, "content", self.config.max_content_chars, domain=DOMAIN, reason="NOTE_TOO_LONG", message=_TOO_LONG
@@ -134,7 +158,6 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         require_text(content, "content", domain=DOMAIN)
         if tier is None:
             raise field_error("tier", "FIELD_REQUIRED", "tier must be NOTE_TIER_LONG or NOTE_TIER_SHORT", domain=DOMAIN)
-        now = self.clock.now()
         if tier is NoteTier.SHORT:
             if not 1 <= ttl_days <= MAX_TTL_DAYS:
                 raise field_error(
@@ -145,17 +168,22 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
                     value=ttl_days,
                     maximum=MAX_TTL_DAYS,
                 )
-            expire_time: datetime | None = now + timedelta(days=ttl_days)
-        else:
-            if ttl_days:
-                raise field_error(
-                    "ttl_days",
-                    "TTL_NOT_ALLOWED",
-                    "a LONG note has no time to live; send ttl_days 0 or write a SHORT note",
-                    domain=DOMAIN,
-                    value=ttl_days,
-                )
-            expire_time = None
+        elif ttl_days:
+            raise field_error(
+                "ttl_days",
+                "TTL_NOT_ALLOWED",
+                "a LONG note has no time to live; send ttl_days 0 or write a SHORT note",
+                domain=DOMAIN,
+                value=ttl_days,
+            )
+        digest = None
+        if request_id:
+            digest = request_digest(company, seat, content, tier, ttl_days, source, turn_id)
+            earlier = await self.store.by_request(company, seat, request_id, self.clock.now())
+            if earlier is not None:
+                return _replayed(earlier, request_id, digest, source)
+        now = self.clock.now()
+        expire_time = now + timedelta(days=ttl_days) if tier is NoteTier.SHORT else None
         embedded = await self.embed_row(content)
         vector = embedded.values
         note = Note(
@@ -170,11 +198,11 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
             expire_time=expire_time,
             embedding_model=embedded.model,
         )
-        stored = await self.store.insert(note, vector, request_id or None, provenance)
-        if stored is None:  # a concurrent retry with the same key won the insert
+        stored = await self.store.insert(note, vector, request_id or None, provenance, digest)
+        if stored is None:  # a concurrent write with the same key won the insert
             earlier = await self.store.by_request(company, seat, request_id or "", now)
-            assert earlier is not None
-            return earlier.note, None, False
+            assert earlier is not None and request_id
+            return _replayed(earlier, request_id, digest, source)
         if vector is not None:
             point = index_point(
                 stored.id, stored.company, stored.seat, vector, stored.embedding_model or "", stored.expire_time

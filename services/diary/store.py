@@ -51,16 +51,18 @@ _LEXICAL_TOP = """WITH q AS (
 SQL = {
     # The note, its key and its provenance (issue 17) in one statement, so one commit: a note is
     # never stored without the provenance it was written with ($14 subjects, $15 the JSON; NULL:
-    # none), nor without its key ($13) claimed in ``diary_requests``, which outlives it: a key
-    # claimed before (a concurrent claim of it is waited for) stores nothing, unless its SHORT
-    # note's expiry has passed (the key is then claimed again for this note). The provenance row's
-    # foreign key is checked at the statement's end, when the note is there.
+    # none), nor without its key ($13, with its request's digest $16) claimed in
+    # ``diary_requests``, which outlives it: a key claimed before (a concurrent claim of it is
+    # waited for) stores nothing, unless its SHORT note's expiry has passed (the key is then claimed
+    # again for this note). The provenance row's foreign key is checked at the statement's end,
+    # when the note is there.
     "insert": f"""
         WITH claim AS (
-            INSERT INTO diary_requests (company, seat, request_id, note_id, create_time, expire_time)
-            SELECT $2, $3, $13::text, $1, $8, $9 WHERE $13::text IS NOT NULL
+            INSERT INTO diary_requests (company, seat, request_id, note_id, create_time, expire_time, request_digest)
+            SELECT $2, $3, $13::text, $1, $8, $9, $16::bytea WHERE $13::text IS NOT NULL
             ON CONFLICT (company, seat, request_id) DO UPDATE
-            SET note_id = EXCLUDED.note_id, create_time = EXCLUDED.create_time, expire_time = EXCLUDED.expire_time
+            SET note_id = EXCLUDED.note_id, create_time = EXCLUDED.create_time, expire_time = EXCLUDED.expire_time,
+                request_digest = EXCLUDED.request_digest
             WHERE diary_requests.expire_time <= EXCLUDED.create_time
             RETURNING note_id),
         ins AS (
@@ -83,15 +85,17 @@ SQL = {
         WITH given AS (
             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                                  $8::timestamptz[], $9::timestamptz[], $10::vector[], $11::text[], $12::int[],
-                                 $13::text[], $14::jsonb[], $15::jsonb[]) WITH ORDINALITY
+                                 $13::text[], $14::jsonb[], $15::jsonb[], $16::bytea[]) WITH ORDINALITY
                 AS g(id, company, seat, content, tier, source, turn_id, create_time, expire_time,
-                     embedding, embedding_model, embedding_dims, request_id, subjects, provenance, n)),
+                     embedding, embedding_model, embedding_dims, request_id, subjects, provenance, digest, n)),
         claim AS (
-            INSERT INTO diary_requests (company, seat, request_id, note_id, create_time, expire_time)
-            SELECT DISTINCT ON (company, seat, request_id) company, seat, request_id, id, create_time, expire_time
+            INSERT INTO diary_requests (company, seat, request_id, note_id, create_time, expire_time, request_digest)
+            SELECT DISTINCT ON (company, seat, request_id) company, seat, request_id, id, create_time, expire_time,
+                   digest
             FROM given WHERE request_id IS NOT NULL ORDER BY company, seat, request_id, n
             ON CONFLICT (company, seat, request_id) DO UPDATE
-            SET note_id = EXCLUDED.note_id, create_time = EXCLUDED.create_time, expire_time = EXCLUDED.expire_time
+            SET note_id = EXCLUDED.note_id, create_time = EXCLUDED.create_time, expire_time = EXCLUDED.expire_time,
+                request_digest = EXCLUDED.request_digest
             WHERE diary_requests.expire_time <= EXCLUDED.create_time
             RETURNING note_id),
         ins AS (
@@ -110,9 +114,11 @@ SQL = {
         SELECT {_COLUMNS} FROM ins""",
     # What a key names: the note its write stored, when still live at $4 (its columns NULL when
     # the note was deleted, swept, erased, or expired unswept: GetNote's NOT_FOUND too), and
-    # whether the key is spent at $4 (until that note's own expiry; a LONG note's, for good).
+    # whether the key is spent at $4 (until that note's own expiry; a LONG note's, for good), and
+    # the digest of the request that claimed it (NULL: claimed before digests were kept).
     "by_request": f"""
-        SELECT (r.expire_time IS NULL OR r.expire_time > $4) AS spent, {_D_COLUMNS} FROM diary_requests r
+        SELECT (r.expire_time IS NULL OR r.expire_time > $4) AS spent, r.request_digest, {_D_COLUMNS}
+        FROM diary_requests r
         LEFT JOIN agent_diary d ON d.id = r.note_id AND (d.expire_time IS NULL OR d.expire_time > $4)
         WHERE r.company = $1 AND r.seat = $2 AND r.request_id = $3""",
     "get": f"SELECT {_COLUMNS} FROM agent_diary WHERE company = $1 AND seat = $2 AND {_LIVE} AND id = $4",
@@ -250,13 +256,17 @@ def _listing_params(listing: NoteListing) -> tuple[str, str, datetime, str | Non
     return listing.company, listing.seat, listing.now, str(listing.tier) if listing.tier else None
 
 
-_Insert = tuple[Note, np.ndarray | None, str | None, NoteProvenance | None]
+_Insert = tuple[Note, np.ndarray | None, str | None, NoteProvenance | None, bytes | None]
 
 
 def _insert_params(
-    note: Note, vector: np.ndarray | None, request_id: str | None, provenance: NoteProvenance | None
+    note: Note,
+    vector: np.ndarray | None,
+    request_id: str | None,
+    provenance: NoteProvenance | None,
+    request_digest: bytes | None,
 ) -> tuple[object, ...]:
-    """$1..$15 of "insert" for one note (an element of each array of "insert_many", where $14 is
+    """$1..$16 of "insert" for one note (an element of each array of "insert_many", where $14 is
     the subjects as a JSON array)."""
     return (
         note.id,
@@ -274,6 +284,7 @@ def _insert_params(
         request_id,
         None if provenance is None else provenance.subjects,
         None if provenance is None else provenance.json,
+        request_digest,
     )
 
 
@@ -290,7 +301,7 @@ class PostgresNoteStore:
         row = await self.pool.fetchrow(SQL["by_request"], company, seat, request_id, now)
         if row is None or (row["id"] is None and not row["spent"]):
             return None  # never used, or its SHORT note's time is over: free again
-        return EarlierWrite(_note(row) if row["id"] is not None else None)
+        return EarlierWrite(_note(row) if row["id"] is not None else None, row["request_digest"])
 
     async def insert(
         self,
@@ -298,16 +309,24 @@ class PostgresNoteStore:
         vector: np.ndarray | None,
         request_id: str | None = None,
         provenance: NoteProvenance | None = None,
+        request_digest: bytes | None = None,
     ) -> Note | None:
         """The stored note, or ``None`` when ``request_id`` was already used (see ``by_request``);
-        ``provenance`` is committed with it. Concurrent calls share one statement; each still gets
-        its own note, ``None`` or error."""
-        return await self._inserts.submit((note, vector, request_id, provenance))
+        ``provenance`` is committed with it, ``request_digest`` with the key. Concurrent calls
+        share one statement; each still gets its own note, ``None`` or error."""
+        return await self._inserts.submit((note, vector, request_id, provenance, request_digest))
 
     async def _insert_one(
-        self, note: Note, vector: np.ndarray | None, request_id: str | None, provenance: NoteProvenance | None
+        self,
+        note: Note,
+        vector: np.ndarray | None,
+        request_id: str | None,
+        provenance: NoteProvenance | None,
+        request_digest: bytes | None,
     ) -> Note | None:
-        row = await self.pool.fetchrow(SQL["insert"], *_insert_params(note, vector, request_id, provenance))
+        row = await self.pool.fetchrow(
+            SQL["insert"], *_insert_params(note, vector, request_id, provenance, request_digest)
+        )
         return _note(row) if row else None
 
     async def _insert_batch(self, items: list[_Insert]) -> list[Note | Exception | None]:

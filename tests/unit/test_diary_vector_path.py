@@ -17,7 +17,7 @@ import pytest
 from libs.common.clock import ManualClock
 from libs.common.config import DiaryConfig, RelevanceConfig
 from libs.common.embeddings import EmbeddingUnavailable
-from libs.common.errors import InvalidArgument, NotFound
+from libs.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from libs.common.vector_path import EmbeddingStatus, VectorSource
 from libs.common.vectorindex import collection_name
 from libs.common.vectorindex.exact_scan import ExactScanIndex
@@ -213,13 +213,17 @@ async def test_an_expired_short_note_is_in_no_half():
     assert ids(await d.recall("vpn flaky")) == []
 
 
-async def test_a_repeated_request_id_returns_the_first_note():
+async def test_a_repeated_request_id_returns_the_first_note_and_refuses_another_request():
     d = diary()
     first, _ = await d.write("one", request_id="r1")
     again, created = (
-        await d.service.write_note("acme", "ana", "two", NoteTier.LONG, 0, NoteSource.OPERATOR, None, "r1")
+        await d.service.write_note("acme", "ana", "one", NoteTier.LONG, 0, NoteSource.OPERATOR, None, "r1")
     )[0::2]
     assert again.id == first.id and again.content == "one" and created is False
+    # Another note under the key is not its retry: answering "one" would drop "two" unseen.
+    with pytest.raises(FailedPrecondition) as err:
+        await d.service.write_note("acme", "ana", "two", NoteTier.LONG, 0, NoteSource.OPERATOR, None, "r1")
+    assert err.value.reason == "REQUEST_ID_REUSED" and err.value.violations[0].field == "request_id"
 
 
 @pytest.mark.parametrize(

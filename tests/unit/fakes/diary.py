@@ -33,9 +33,9 @@ class _Row:
 class MemoryNoteStore:
     def __init__(self) -> None:
         self.rows: dict[uuid.UUID, _Row] = {}
-        self.requests: dict[tuple[str, str, str], tuple[uuid.UUID, datetime | None]] = {}
-        """Idempotency keys, the note each wrote and its expiry: they outlive the notes
-        (``diary_requests``), a SHORT note's until its expiry."""
+        self.requests: dict[tuple[str, str, str], tuple[uuid.UUID, datetime | None, bytes | None]] = {}
+        """Idempotency keys, the note each wrote, its expiry and the request's digest: they outlive
+        the notes (``diary_requests``), a SHORT note's until its expiry."""
 
     def _seat(self, company: str, seat: str, now: datetime | None = None) -> list[_Row]:
         return [
@@ -55,8 +55,9 @@ class MemoryNoteStore:
     async def by_request(self, company: str, seat: str, request_id: str, now: datetime) -> EarlierWrite | None:
         if not self._spent(company, seat, request_id, now):
             return None
-        note_id, _ = self.requests[company, seat, request_id]
-        return EarlierWrite(next((r.note for r in self._seat(company, seat, now) if r.note.id == note_id), None))
+        note_id, _, digest = self.requests[company, seat, request_id]
+        note = next((r.note for r in self._seat(company, seat, now) if r.note.id == note_id), None)
+        return EarlierWrite(note, digest)
 
     def _spent(self, company: str, seat: str, request_id: str, now: datetime) -> bool:
         used = self.requests.get((company, seat, request_id))
@@ -68,11 +69,12 @@ class MemoryNoteStore:
         vector: np.ndarray | None,
         request_id: str | None = None,
         provenance: NoteProvenance | None = None,
+        request_digest: bytes | None = None,
     ) -> Note | None:
         if request_id:
             if self._spent(note.company, note.seat, request_id, note.create_time):
                 return None
-            self.requests[note.company, note.seat, request_id] = (note.id, note.expire_time)
+            self.requests[note.company, note.seat, request_id] = (note.id, note.expire_time, request_digest)
         stored = dataclasses.replace(
             note,
             embedding_model=note.embedding_model if vector is not None else None,
