@@ -24,6 +24,11 @@ renewal is stopped: a pass reflecting her turn writes nothing more of hers once 
 taken it, instead of going on until its next renewal (a third of the lease) and writing after the
 erasure's verification. The renewal stays the backstop for a notice that reached nobody.
 
+A claim its own worker settles (finishes, retries, defers, dead-letters) is no longer held either,
+and that is no revocation: the worker says so (:meth:`HeldClaims.settling`) before its settle
+statement, and neither a re-check nor a renewal then stops the rest of its work (its closing event,
+its bookkeeping) after that statement committed.
+
 Attempts bound retries: ``retry`` (a transient fault) keeps the attempt counted, ``defer`` (not
 now, e.g. no budget) gives it back, and the caller dead-letters once its own limit is reached.
 """
@@ -35,7 +40,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, ClassVar, NotRequired, Protocol, TypedDict, Unpack
@@ -46,7 +51,7 @@ from libs.common.clock import Clock
 
 __all__ = [
     "FINISHED", "HELD_FOR_UPDATE", "NOTIFY_CHANNEL", "SQL", "ClaimLeaseConfig", "ClaimManyQueue", "ClaimQueue",
-    "ClaimingWorker", "EnqueueQueue", "HeldClaims", "HeldQueue", "Job", "JobQueue", "JobState", "NewJob",
+    "ClaimingWorker", "EnqueueQueue", "HeldClaim", "HeldClaims", "HeldQueue", "Job", "JobQueue", "JobState", "NewJob",
     "PendingQueue", "RenewQueue", "SettleQueue", "drain_claimed", "enqueue_args", "enqueue_sql", "keep_claim",
     "listen", "revoked_payload", "run_claimed", "serve",
 ]  # fmt: skip
@@ -360,6 +365,18 @@ class HeldQueue(Protocol):
     async def held(self, worker: str, jobs: Sequence[Job]) -> set[tuple[int, int]]: ...
 
 
+@dataclass(eq=False)
+class HeldClaim:
+    """One claim a worker process holds, watched in its :class:`HeldClaims`."""
+
+    job: Job
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a re-check found the claim revoked (:func:`keep_claim` then cancels the work)."""
+    settling: bool = False
+    """Its own worker is settling it (:meth:`HeldClaims.settling`): not being held any more is then
+    its own doing, not a revocation."""
+
+
 class HeldClaims:
     """The claims one worker process holds, re-checked together when claims of its kind are revoked.
 
@@ -368,22 +385,43 @@ class HeldClaims:
     queue once which claims this process still holds and sets the ``lost`` event of each it does
     not, which :func:`keep_claim` turns into the work's cancellation at once. Each (re)connect of the
     listener counts as a notice too (one sent meanwhile reached nobody); the lease's renewal stays
-    the backstop."""
+    the backstop. A claim its worker is settling (:meth:`settling`) is not re-checked: a notice
+    about someone else's job must not stop the end of a job this worker just finished."""
 
     def __init__(self) -> None:
-        self._held: dict[tuple[int, int], tuple[Job, asyncio.Event]] = {}
+        self._held: dict[tuple[int, int], HeldClaim] = {}
         self._notice = asyncio.Event()
 
     @contextlib.contextmanager
-    def holding(self, job: Job) -> Iterator[asyncio.Event]:
-        """Watch ``job``'s claim while the block runs; yields the event set when it is found lost."""
+    def holding(self, job: Job) -> Iterator[HeldClaim]:
+        """Watch ``job``'s claim while the block runs; yields it (its ``lost`` event is set when it
+        is found revoked)."""
         key = (job.id, job.attempts)
-        lost = asyncio.Event()
-        self._held[key] = (job, lost)
+        claim = HeldClaim(job)
+        self._held[key] = claim
         try:
-            yield lost
+            yield claim
         finally:
             self._held.pop(key, None)
+
+    @contextlib.contextmanager
+    def settling(self, job: Job) -> Iterator[None]:
+        """Around a worker's own settle of ``job`` (its finish, retry, defer or dead-letter, and the
+        transaction that commits it): from here on the claim is not held because its worker let it
+        go, so neither a re-check nor a renewal stops the work that follows (its closing event, its
+        bookkeeping). Marked *before* the statement, so a re-check that reads the committed settle
+        always finds the mark; a block that raises (the settle did not commit) unmarks it, and the
+        claim is watched again. A job this process does not watch is settled as usual."""
+        claim = self._held.get((job.id, job.attempts))
+        if claim is None:
+            yield
+            return
+        claim.settling = True
+        try:
+            yield
+        except BaseException:
+            claim.settling = False
+            raise
 
     def revoked(self) -> None:
         """Claims of this kind were revoked somewhere: re-check them all (:meth:`watch`)."""
@@ -391,15 +429,18 @@ class HeldClaims:
 
     async def recheck(self, queue: HeldQueue, worker: str) -> int:
         """Ask which claims are still held and mark the others lost; how many were."""
-        held = list(self._held.items())
+        held = [c for c in self._held.values() if not c.settling]
         if not held:
             return 0
-        still = await queue.held(worker, [job for _, (job, _) in held])
+        still = await queue.held(worker, [c.job for c in held])
         lost = 0
-        for key, (job, event) in held:
-            if key not in still:
+        for claim in held:
+            job = claim.job
+            # Settled meanwhile by its worker (the mark precedes the statement the query may have
+            # read): its own doing, not a revocation.
+            if (job.id, job.attempts) not in still and not claim.settling:
                 _log.warning("the claim on %s job %s was revoked; stopping its work", job.kind, job.id)
-                event.set()
+                claim.lost.set()
                 lost += 1
         return lost
 
@@ -422,29 +463,32 @@ async def keep_claim(
     clock: Clock,
     lease_seconds: float,
     work: asyncio.Task[Any],
-    lost: asyncio.Event | None = None,
+    claim: HeldClaim | None = None,
 ) -> bool:
     """Renew ``job``'s lease every third of it while ``work`` runs. A renewal the database did not
     answer is tried again at the next beat (the lease still covers two); a claim no longer held (it
     lapsed and another worker took it) cancels ``work`` and returns False, so the caller can tell a
-    lost claim from any other cancellation. So does ``lost`` set (:class:`HeldClaims` found the
-    claim revoked), at once rather than at the next beat. Every queue family's worker runs this one
-    loop."""
+    lost claim from any other cancellation. So does ``claim.lost`` set (:class:`HeldClaims` found
+    the claim revoked), at once rather than at the next beat. A claim its worker is settling
+    (:meth:`HeldClaims.settling`) is neither renewed nor lost: what follows its settle runs to its
+    end. Every queue family's worker runs this one loop."""
     while True:
-        if lost is None:
+        if claim is None:
             await asyncio.sleep(lease_seconds / 3)
         else:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lost.wait(), lease_seconds / 3)
-            if lost.is_set():
+                await asyncio.wait_for(claim.lost.wait(), lease_seconds / 3)
+            if claim.lost.is_set():
                 work.cancel()
                 return False
+            if claim.settling:
+                continue
         try:
             held = await queue.renew(job, worker, clock.now(), lease_seconds)
         except Exception as exc:
             _log.warning("could not renew the claim on %s job %s: %s", job.kind, job.id, exc)
             continue
-        if not held:
+        if not held and not (claim is not None and claim.settling):  # settled meanwhile: its own doing
             work.cancel()
             return False
 
@@ -464,16 +508,17 @@ async def run_claimed(
     work at once). A lost claim stops the work and is logged with ``when_lost`` (what becomes of the
     job: the family's rule); a revoked one stops it too (its job was erased: nothing becomes of it);
     a failure to record is logged and the claim left to lapse (the family's lapse rule then
-    applies). Cancellation of the caller propagates."""
-    with (claims if claims is not None else HeldClaims()).holding(job) as lost:
+    applies). ``process`` marks its own settle of the job in ``claims``
+    (:meth:`HeldClaims.settling`). Cancellation of the caller propagates."""
+    with (claims if claims is not None else HeldClaims()).holding(job) as claim:
         work = asyncio.create_task(process(job))
-        renew = asyncio.create_task(keep_claim(queue, job, worker, clock, lease_seconds, work, lost))
+        renew = asyncio.create_task(keep_claim(queue, job, worker, clock, lease_seconds, work, claim))
         try:
             await work
         except asyncio.CancelledError:
             if not (renew.done() and renew.result() is False):
                 raise
-            if lost.is_set():
+            if claim.lost.is_set():
                 _log.warning("%s job %s was revoked (erased); its work stopped", job.kind, job.id)
             else:
                 _log.warning("lost the claim on %s job %s; %s", job.kind, job.id, when_lost)

@@ -44,7 +44,7 @@ from libs.common import telemetry
 from libs.common.budgets import window_start
 from libs.common.config import Settings
 from libs.common.events import EventSink, bookkeeping, current_bookkeeping
-from libs.common.jobs import HeldClaims, Job, keep_claim, listen
+from libs.common.jobs import HeldClaim, HeldClaims, Job, keep_claim, listen
 from libs.common.metrics import QUEUE_DEPTH, QUEUE_LAG, WORKER_OUTCOMES
 from services.reflector.convert import turn_from_pb
 from services.reflector.domain import (
@@ -102,7 +102,8 @@ class Harness:
         self._claims = HeldClaims()
         """The turns this process is reflecting, re-checked at once when an erasure takes some
         (``run_forever`` watches them): a pass whose turn an erasure took stops writing there and
-        then, not at its next renewal."""
+        then, not at its next renewal. Each settle of a pass is marked in it (``settling``) so that
+        a notice about someone else's turn never stops what follows that settle."""
 
     @property
     def workers(self) -> list[str]:
@@ -167,11 +168,12 @@ class Harness:
         except Exception as exc:
             # Nothing to retry: the same bytes will never read better.
             _log.error("job %s holds no readable turn (%s); dead-lettering it", job.id, exc)
-            async with self._store.transaction() as conn:
-                reason = f"unreadable: {exc}"[:1000]
-                if await self._queue.dead_letter(conn, job, self._worker_id, self._clock.now(), reason):
-                    key = TurnKey(job.company, job.seat, turn_id_of(job.key))
-                    await self._store.dead_letter(conn, key, reason, None, self._clock.now())
+            with self._claims.settling(job):
+                async with self._store.transaction() as conn:
+                    reason = f"unreadable: {exc}"[:1000]
+                    if await self._queue.dead_letter(conn, job, self._worker_id, self._clock.now(), reason):
+                        key = TurnKey(job.company, job.seat, turn_id_of(job.key))
+                        await self._store.dead_letter(conn, key, reason, None, self._clock.now())
             return ReflectionState.DEAD_LETTERED
         with (
             _tracer.start_as_current_span(
@@ -211,23 +213,26 @@ class Harness:
             # note, episode and profile back after the erasure succeeded. (Every queued turn has
             # its record, inserted with the job in one statement.) The finish is a no-op when the
             # claim is gone, as the erasure leaves it.
-            async with self._store.transaction() as conn:
-                await self._queue.finish(conn, job, self._worker_id, now)
+            with self._claims.settling(job):
+                async with self._store.transaction() as conn:
+                    await self._queue.finish(conn, job, self._worker_id, now)
             _log.info("turn %s was erased before its pass; nothing reflected", turn.turn_id)
             return ReflectionState.ERASED
         if not taken:
             # Gate 5: reflected already (a redelivery): never a second pass; the queue row follows
             # the record's final state.
-            async with self._store.transaction() as conn:
-                await self._queue.finish(conn, job, self._worker_id, now)
+            with self._claims.settling(job):
+                async with self._store.transaction() as conn:
+                    await self._queue.finish(conn, job, self._worker_id, now)
             return record.state
         gate = self._static_gate(turn)
         if gate is None:
             later = await self._budget_gate(turn, now)
             if later is not None:
-                async with self._store.transaction() as conn:
-                    if await self._queue.defer(conn, job, self._worker_id, later):
-                        await self._store.defer(conn, turn.key, Gate.NO_BUDGET, later)
+                with self._claims.settling(job):
+                    async with self._store.transaction() as conn:
+                        if await self._queue.defer(conn, job, self._worker_id, later):
+                            await self._store.defer(conn, turn.key, Gate.NO_BUDGET, later)
                 return ReflectionState.DEFERRED
         if gate is None and not turn.engaged:
             gate = Gate.NO_ENGAGEMENT
@@ -319,11 +324,12 @@ class Harness:
             reason = f"gave up after {job.attempts} attempts: {reason}"[:1000]
             # Given up: what was still to be retried is now the worker's final outcome.
             final = [dataclasses.replace(o, status=WorkerStatus.FAILED) if o.retryable else o for o in workers]
-            async with self._store.transaction() as conn:
-                if not await self._queue.dead_letter(conn, job, self._worker_id, now, reason):
-                    _log.warning("lost the claim on %s before dead-lettering it", turn.turn_id)
-                    return ReflectionState.RUNNING
-                await self._store.dead_letter(conn, turn.key, reason, final, now)
+            with self._claims.settling(job):
+                async with self._store.transaction() as conn:
+                    if not await self._queue.dead_letter(conn, job, self._worker_id, now, reason):
+                        _log.warning("lost the claim on %s before dead-lettering it", turn.turn_id)
+                        return ReflectionState.RUNNING
+                    await self._store.dead_letter(conn, turn.key, reason, final, now)
             _log.error("reflection of %s/%s dead-lettered: %s", turn.seat, turn.turn_id, reason)
             await self._events.emit(
                 "reflection_dead_lettered",
@@ -333,11 +339,14 @@ class Harness:
             )
             return ReflectionState.DEAD_LETTERED
         until = now + self.backoff(job.attempts)
-        async with self._store.transaction() as conn:
-            if not await self._queue.retry(conn, job, self._worker_id, until, reason):
-                _log.warning("lost the claim on %s before re-queueing it", turn.turn_id)
-                return ReflectionState.RUNNING
-            await self._store.retrying(conn, turn.key, reason, until, workers)
+        # Settled by us from here (as every settle of the pass): a revocation notice of someone
+        # else's turn must not stop the pass's bookkeeping after this commit (its token charges).
+        with self._claims.settling(job):
+            async with self._store.transaction() as conn:
+                if not await self._queue.retry(conn, job, self._worker_id, until, reason):
+                    _log.warning("lost the claim on %s before re-queueing it", turn.turn_id)
+                    return ReflectionState.RUNNING
+                await self._store.retrying(conn, turn.key, reason, until, workers)
         _log.warning("reflection of %s/%s retries at %s: %s", turn.seat, turn.turn_id, until.isoformat(), reason)
         await self._events.emit(
             "reflection_retrying",
@@ -408,7 +417,8 @@ class Harness:
         if batch is not None:
             batch.announce("reflection_completed", now, **completed)
         try:
-            finished = await self._store.finish_and_close(job, self._worker_id, turn.key, state, gate, now, workers)
+            with self._claims.settling(job):
+                finished = await self._store.finish_and_close(job, self._worker_id, turn.key, state, gate, now, workers)
         finally:
             unwritten = batch.withdraw() if batch is not None else True
         if not finished:
@@ -483,9 +493,9 @@ class Harness:
                 await asyncio.gather(*running, return_exceptions=True)
 
     async def _run_claimed(self, job: Job) -> None:
-        with self._claims.holding(job) as revoked:
+        with self._claims.holding(job) as claim:
             work = asyncio.create_task(self.process(job))
-            renew = asyncio.create_task(self._keep_claim(job, work, revoked))
+            renew = asyncio.create_task(self._keep_claim(job, work, claim))
             try:
                 await work
             except asyncio.CancelledError:
@@ -496,7 +506,7 @@ class Harness:
                     await asyncio.wait([work])
                     await self._release(job)
                     raise
-                if revoked.is_set():
+                if claim.lost.is_set():
                     # An erasure took the turn (its record deleted, its job emptied): the pass stops
                     # where it was, and nothing more derived from the person is written.
                     _log.warning("job %s was erased while it was reflected; its pass stopped", job.id)
@@ -516,13 +526,14 @@ class Harness:
     async def _release(self, job: Job) -> None:
         try:
             async with asyncio.timeout(2):
-                async with self._store.transaction() as conn:
-                    if await self._queue.defer(conn, job, self._worker_id, self._clock.now()):
-                        await self._store.requeued(conn, TurnKey(job.company, job.seat, turn_id_of(job.key)))
+                with self._claims.settling(job):
+                    async with self._store.transaction() as conn:
+                        if await self._queue.defer(conn, job, self._worker_id, self._clock.now()):
+                            await self._store.requeued(conn, TurnKey(job.company, job.seat, turn_id_of(job.key)))
         except Exception as exc:  # best effort: the lease lapses otherwise
             _log.warning("could not hand back job %s on stopping (%s); its claim will lapse", job.id, exc)
 
-    async def _keep_claim(self, job: Job, work: asyncio.Task[str], revoked: asyncio.Event) -> bool:
+    async def _keep_claim(self, job: Job, work: asyncio.Task[str], claim: HeldClaim) -> bool:
         return await keep_claim(
             self._queue,
             job,
@@ -530,7 +541,7 @@ class Harness:
             self._clock,
             self._config.claim_lease_seconds,
             work,
-            revoked,
+            claim,
         )
 
     def wake(self) -> None:

@@ -16,7 +16,9 @@ declared successful or automatically replayed."
   it wrote, so the receipt stays true.
 - An erasure that deletes a running check's job (its session's person is forgotten) revokes the
   claim with a NOTIFY; the worker re-checks its claims at once and stops that check before it
-  writes anything more of hers (``libs.common.jobs.HeldClaims``).
+  writes anything more of hers (``libs.common.jobs.HeldClaims``). A check this worker settles
+  itself is marked so first (``HeldClaims.settling``): a notice about someone else's jobs never
+  stops its closing event.
 """
 
 from __future__ import annotations
@@ -137,8 +139,9 @@ class LearningWorker(ClaimingWorker):
             await self._dead(job, f"no receipt for check {check_id}")
             return None
         if not check.state.active:  # already reported (e.g. interrupted): never run again
-            async with self.store.pool.acquire() as conn, conn.transaction():
-                await self.queue.finish(conn, job, self.worker_id, self.clock.now())
+            with self._claims.settling(job):
+                async with self.store.pool.acquire() as conn, conn.transaction():
+                    await self.queue.finish(conn, job, self.worker_id, self.clock.now())
             return check.state
         await self.store.start_check(check.id, self.clock.now())
         try:
@@ -155,12 +158,15 @@ class LearningWorker(ClaimingWorker):
 
     async def _finish(self, job: Job, check: LearningCheck) -> CheckState | None:
         now = self.clock.now()
-        async with self.store.pool.acquire() as conn, conn.transaction():
-            if not await self.queue.finish(conn, job, self.worker_id, now):
-                held = False
-            else:
-                held = True
-                await self.store.finish_check(conn, check, now)
+        # Settled by us from here: a revocation notice (someone else's erasure) must not stop the
+        # closing event below, or the event log would lose how this check ended.
+        with self._claims.settling(job):
+            async with self.store.pool.acquire() as conn, conn.transaction():
+                if not await self.queue.finish(conn, job, self.worker_id, now):
+                    held = False
+                else:
+                    held = True
+                    await self.store.finish_check(conn, check, now)
         if not held:
             # The claim lapsed while we worked and the check was reported interrupted: keep that,
             # and add what this run wrote so the receipt does not hide a write.
@@ -180,12 +186,13 @@ class LearningWorker(ClaimingWorker):
 
     async def _dead(self, job: Job, reason: str, check: LearningCheck | None = None) -> None:
         now = self.clock.now()
-        async with self.store.pool.acquire() as conn, conn.transaction():
-            held = await self.queue.dead_letter(conn, job, self.worker_id, now, reason)
-            if held and check is not None:
-                check.outcome = CheckOutcome.INTERRUPTED
-                check.reason = f"{reason}; not replayed: use Check recent work to review the session again"
-                await self.store.finish_check(conn, check, now)
+        with self._claims.settling(job):
+            async with self.store.pool.acquire() as conn, conn.transaction():
+                held = await self.queue.dead_letter(conn, job, self.worker_id, now, reason)
+                if held and check is not None:
+                    check.outcome = CheckOutcome.INTERRUPTED
+                    check.reason = f"{reason}; not replayed: use Check recent work to review the session again"
+                    await self.store.finish_check(conn, check, now)
         if held and check is not None:
             _count_check(check)
             await self._interrupted(check, check.reason)
