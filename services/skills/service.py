@@ -139,6 +139,42 @@ class SkillService:
                 raise self._not_found(key)
             yield conn, skill, seen
 
+    async def _same_request(
+        self,
+        conn: Tx,
+        skill: Skill,
+        request_id: str | None,
+        change: SkillChange,
+        *,
+        body: str | None = None,
+        reason: str | None = None,
+        restored_from: int | None = None,
+    ) -> None:
+        """A key whose version is kept answers a retry of ITS request with the skill as it is; a
+        different request under that key (another body, reason or kind of change, a rollback to
+        another version) is refused, not answered as if applied: a refine_skill reusing a key was
+        told its body was in while the first one stayed (AIP-155: a key names one request)."""
+        made = None if request_id is None else await self.store.keyed_version(conn, skill.id, request_id)
+        if made is None:
+            return  # trimmed from the kept versions since the check: nothing to compare with
+        same = (
+            made.change is change
+            and (body is None or made.body == body)
+            and (reason is None or (made.reason or "") == reason)
+            and (restored_from is None or made.restored_from_version == restored_from)
+        )
+        if not same:
+            raise FailedPrecondition.of_field(
+                "request_id",
+                "REQUEST_ID_REUSED",
+                f"request_id {request_id!r} already made version {made.version} of skill {skill.name!r} with "
+                "another request; a retry sends the same request, a new request needs a new key",
+                domain=DOMAIN,
+                request_id=request_id,
+                skill_name=skill.name,
+                version=made.version,
+            )
+
     @staticmethod
     def _archived(skill: Skill, action: str) -> FailedPrecondition:
         return FailedPrecondition(
@@ -495,6 +531,7 @@ class SkillService:
             if skill.state is SkillState.ARCHIVED:
                 raise self._archived(skill, "refining it")
             if seen:
+                await self._same_request(conn, skill, rid, SkillChange.REFINED, body=body, reason=reason)
                 return skill  # a retry of a refinement already made
             prov = _sourced(provenance, [turn_id] if turn_id else [], "refine_skill")
             edit = SkillEdit(body, SkillChange.REFINED, reason, prov, request_id=rid)
@@ -604,6 +641,7 @@ class SkillService:
         now = self.clock.now()
         async with self._locked(key, rid) as (conn, skill, seen):
             if seen:
+                await self._same_request(conn, skill, rid, SkillChange.ROLLED_BACK, restored_from=version)
                 return skill  # a retry of a rollback already made
             if version == skill.version:
                 raise FailedPrecondition(
