@@ -8,6 +8,7 @@ protobuf to these calls and back. The passes (curator, clustered synthesis) live
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -77,13 +78,20 @@ class UseResult:
     """The use's key was used before: the body is answered, no second use was counted."""
 
 
-def use_key(turn_id: str | None, request_id: str) -> str | None:
+def use_key(turn_id: str | None, request_id: str, skill: SkillKey) -> str | None:
     """The key a UseSkill's ``request_id`` is kept under in ``skill_use_requests`` (shared with
     MarkSkillsUsed's ``<run id>:skill_use``): led by the run id, as those are, so an erasure of a
-    run takes it with them; ``use_skill`` keeps it apart from the reflector's keys. None: no key."""
+    run takes it with them; ``use_skill`` keeps it apart from the reflector's keys. None: no key.
+
+    It ends with a digest of the skill asked for, so the key names one request (this skill, this
+    call): a retry is answered as before, but the same request id reused for ANOTHER skill (an
+    engine forwarding provider call ids that restart each response) is a use of that skill, where
+    it was answered already_applied and never counted."""
     if not request_id:
         return None
-    return f"{turn_id}:use_skill:{request_id}" if turn_id else f"use_skill:{request_id}"
+    ref = f"id:{skill.id}" if skill.id is not None else f"name:{skill.name}"
+    digest = hashlib.sha256(ref.encode()).hexdigest()[:16]
+    return f"{turn_id}:use_skill:{request_id}:{digest}" if turn_id else f"use_skill:{request_id}:{digest}"
 
 
 @dataclass(frozen=True)
@@ -357,7 +365,9 @@ class SkillService:
         failed: str | None = None
         try:
             # Shielded: a use the seat already benefited from is recorded even if the caller goes.
-            used = await asyncio.shield(self.store.use(key, now, STAMP_TIMEOUT_SECONDS, use_key(turn_id, request_id)))
+            used = await asyncio.shield(
+                self.store.use(key, now, STAMP_TIMEOUT_SECONDS, use_key(turn_id, request_id, key))
+            )
         except StampFailed as err:
             used, failed = None, str(err)
         if used is None:
