@@ -117,8 +117,10 @@ async def test_bad_arguments_are_invalid_argument_naming_every_argument_at_once(
     assert [(v.field, v.description) for v in bad.field_violations] == [
         ("arguments_json.limit", "limit must be at most 50, got 500")
     ]
-    _, _, bad = await refused(call(env, "reflect_and_persist", {"content": "x" * 2001}))
-    assert bad.field_violations[0].description == "content is 2001 characters; the limit is 2000"
+    # A note's length alone is the diary's to refuse, as the typed call's is (NOTE_TOO_LONG).
+    _, info, bad = await refused(call(env, "reflect_and_persist", {"content": "x" * 2001}))
+    assert info.reason == "NOTE_TOO_LONG" and bad.field_violations[0].field == "arguments_json.content"
+    assert bad.field_violations[0].description == "content is 2001 characters; a note holds at most 2000"
 
 
 async def test_arguments_that_are_not_a_json_object_name_arguments_json(env):

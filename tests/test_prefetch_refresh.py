@@ -1,7 +1,7 @@
 """refresh_memory: the per-run cap refused with the count spent, the idempotency cache (a repeat of
 a normalised hint answered from the ledger without a model call, a larger limit getting more), a
 failed filter spending its slot while the same hint may be retried, isolation between run ids and
-seats, and the ledger bounded to the newest 256 runs. Real services over gRPC."""
+seats, and the ledger bounded to the newest 256 runs of a seat. Real services over gRPC."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ async def test_state_is_per_run_id_and_per_seat(env):
     assert other_seat.refreshes_spent == 1 and not other_seat.from_ledger
 
 
-async def test_the_ledger_keeps_the_newest_256_runs_of_a_company(env, clock):
+async def test_the_ledger_keeps_the_newest_256_runs_of_a_seat(env, clock):
     store = env.service.deps.store
     await env.note("The billing export runs on Mondays.")
     await refresh(env, "billing export", turn_id="run-0")
@@ -140,6 +140,24 @@ async def test_the_ledger_keeps_the_newest_256_runs_of_a_company(env, clock):
     assert not forgotten.from_ledger and forgotten.refreshes_spent == 1  # evicted: a fresh start
     await store.reserve("other", "ana", "run-x", "k", 3, 256, clock.now())
     assert await store.runs("other") == 1 and await store.runs("acme") == 256
+
+
+async def test_other_seats_starting_runs_never_evict_a_running_turn_at_its_cap(env, clock):
+    """The bound is per seat: 256 runs started across 40 other seats of the company (and 256 of
+    another company) leave a seat's running turn at its cap refused. Per company, they evicted its
+    row and the turn got three more refreshes."""
+    store = env.service.deps.store
+    await env.note("The billing export runs on Mondays.")
+    for hint in ["billing export", "deploy pipeline", "holiday calendar"]:
+        await refresh(env, hint, turn_id="long-run")
+    for i in range(256):
+        await store.reserve("acme", f"seat{i % 40}", f"other-{i}", "k", 3, 256, clock.now())
+        await store.reserve("other", "ana", f"other-{i}", "k", 3, 256, clock.now())
+    before = await filter_calls(env)
+    code, info, _ = await refused(refresh(env, "fourth hint", turn_id="long-run"))
+    assert (code.name, info.reason) == ("RESOURCE_EXHAUSTED", "REFRESH_LIMIT_REACHED")
+    assert await filter_calls(env) == before
+    assert (await refresh(env, "billing export", turn_id="long-run")).from_ledger
 
 
 async def test_a_hint_is_required_and_a_negative_limit_refused(env):

@@ -69,4 +69,22 @@ async def test_useskill_with_a_key_used_before_answers_the_body_and_says_so(env)
     assert not last.already_applied and last.skill.use_count == 3
     # The key is kept with the run's (an erasure of the run takes it with them).
     keys = await env.app.infra.pool.fetch("SELECT request_id FROM skill_use_requests ORDER BY request_id")
-    assert [k["request_id"] for k in keys] == ["run-1:use_skill:k1"]
+    assert [k["request_id"][: len("run-1:use_skill:k1:")] for k in keys] == ["run-1:use_skill:k1:"]
+
+
+async def test_a_key_reused_for_another_skill_is_a_use_of_that_skill(env):
+    """A key names one request: the same request id for another skill (an engine forwarding
+    provider call ids that restart each response) counts that skill's use. It was answered
+    already_applied and never counted, because the key was the run's and the request id's alone."""
+    billing = await env.skill("billing-digest", "Export billing and post the weekly digest")
+    access = await env.skill("access-review", "Rotate the quarterly access review")
+    await env.builtins.CallTool(use_skill("billing-digest", "call_0"))
+    other = await env.skills.UseSkill(
+        skill_pb.UseSkillRequest(
+            company="acme", seat="ana", skill_name="access-review", turn_id="run-1", request_id="call_0"
+        )
+    )
+    assert not other.already_applied and other.skill.body == access.body
+    assert await uses(env, access.id) == 1 and await uses(env, billing.id) == 1
+    retry = await env.builtins.CallTool(use_skill("access-review", "call_0"))  # still a retry of that call
+    assert retry.text == access.body and await uses(env, access.id) == 1

@@ -353,7 +353,7 @@ class PersonalMemoryConfig(_Section):
     max_refreshes_per_turn: int = 3
     """learning.personal_memory.max_refreshes_per_turn."""
     refresh_ledger_runs: int = 256
-    """Refresh state kept for the newest N run ids."""
+    """Refresh state kept for the newest N run ids of each seat."""
 
 
 class EpisodesConfig(_Section):

@@ -10,6 +10,7 @@ that says in words what happened and where to go next.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -515,7 +516,7 @@ class Builtins:
                 tool_sequence=tool_sequence,
                 origin=skill_pb.PROPOSAL_ORIGIN_DISTILL_SKILL,
                 source=skill_pb.ProposalSource(session_id=session_id, turn_id=turn_id),
-                request_id=f"distill:{turn_id}:{name.strip()}"[:200] if turn_id else "",
+                request_id=distill_key(turn_id, name),
             ),
         )
         disposition = skill_pb.ProposalDisposition.Name(resp.disposition).removeprefix("PROPOSAL_DISPOSITION_").lower()
@@ -565,6 +566,22 @@ class Builtins:
             f"Onboarding recorded for your current team structure ({chain}). The First-turn onboarding "
             "section will not appear again unless your unit chain changes."
         )
+
+
+# ------------------------------------------------------------------------------------ keys
+
+
+def distill_key(turn_id: str, name: str) -> str:
+    """ProposeSkill's idempotency key for a distill_skill call: one proposal per skill name per run,
+    so a retried call (or the model asking again in the turn) is answered "already proposed".
+
+    The name enters as a digest, so the key is at most 249 characters (a run id is at most 200)
+    whatever the name, within ProposeSkill's 400, and never cut: it was "distill:<run>:<name>" cut
+    to 200, so with a long run id two skills distilled in one turn shared a key and the second was
+    answered the first's proposal and never filed."""
+    if not turn_id:
+        return ""
+    return f"distill:{turn_id}:{hashlib.sha256(name.strip().encode()).hexdigest()[:40]}"
 
 
 # ------------------------------------------------------------------------------------ texts

@@ -9,7 +9,8 @@ seat, role, run id, senders, unit chain). Nothing here is a table per tool, so a
   request is built from the arguments (a parameter's name is its request field's name) plus the
   turn's fields the request has;
 - the arguments are validated against the very schema ``ListTools`` hands out, every violation
-  named at once (``arguments_json.<parameter>``);
+  named at once (``arguments_json.<parameter>``) — save a note's length, which the diary refuses
+  as it does the typed call (``NOTE_TOO_LONG``, with its limit and length: ``_OWN_LENGTH_REFUSAL``);
 - the scope is the tool's own RPC's ``required_scope`` from the proto, checked against the caller
   (CallTool's door only needs memory:read, so a read-only token can call the reading tools);
 - a refusal of the typed RPC keeps its code, reason and domain; its field is renamed to where the
@@ -213,13 +214,23 @@ def _arguments(text: str) -> dict[str, Any]:
     return value
 
 
+# Arguments whose length the write behind the tool refuses with its own reason and metadata (the
+# diary's NOTE_TOO_LONG, with limit and length): a value too long for its schema and wrong in no
+# other way is left to that refusal, so CallTool answers what the typed RPC answers and what an
+# engine is told to expect, not TOOL_ARGUMENTS_INVALID.
+_OWN_LENGTH_REFUSAL = frozenset({("reflect_and_persist", "content")})
+
+
 def _validate(tool: str, schema: dict[str, Any], arguments: dict[str, Any]) -> None:
     """Every violation of the tool's schema, each naming its parameter, in one INVALID_ARGUMENT."""
     properties = schema.get("properties", {})
     found: dict[tuple[str, str], None] = {}  # ordered and deduplicated
+    deferred = 0  # violations left to the write's own refusal if they are all there is
     for error in sorted(Draft202012Validator(schema).iter_errors(arguments), key=lambda e: list(e.absolute_path)):
         if error.absolute_path:
             argument = str(error.absolute_path[0])
+            if error.validator == "maxLength" and (tool, argument) in _OWN_LENGTH_REFUSAL:
+                deferred += 1
             found[(argument, _describe(error))] = None
         elif error.validator == "required":
             for argument in error.validator_value:
@@ -232,7 +243,7 @@ def _validate(tool: str, schema: dict[str, Any], arguments: dict[str, Any]) -> N
                     found[(argument, f"is not a parameter of {tool} (its parameters: {known})")] = None
         else:
             found[("", error.message[:200])] = None
-    if not found:
+    if len(found) == deferred:
         return
     violations = [
         FieldViolation(f"arguments_json.{argument}" if argument else "arguments_json", f"{argument} {text}".strip())

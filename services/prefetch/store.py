@@ -40,12 +40,16 @@ SQL = {
         ON CONFLICT (company, seat, turn_id) DO NOTHING RETURNING seq""",
     "run_lock": "SELECT spent FROM refresh_ledger_runs WHERE company = $1 AND seat = $2 AND turn_id = $3 FOR UPDATE",
     "run_spend": "UPDATE refresh_ledger_runs SET spent = spent + 1 WHERE company = $1 AND seat = $2 AND turn_id = $3",
-    # Keep the newest N runs of the company; the hints go with their run (ON DELETE CASCADE).
+    # Keep the newest N runs of the SEAT (spec: "the most recent 256 turns, far more than a node
+    # runs at once" -- one agent's turns); the hints go with their run (ON DELETE CASCADE). Per
+    # company, a few hundred seats starting turns evicted a still-running turn's row, and its
+    # per-turn cap started again from nothing.
     "run_evict": """
         DELETE FROM refresh_ledger_runs r
-        WHERE r.company = $1 AND r.seq < (
+        WHERE r.company = $1 AND r.seat = $2 AND r.seq < (
             SELECT min(seq) FROM (
-                SELECT seq FROM refresh_ledger_runs WHERE company = $1 ORDER BY seq DESC LIMIT $2) newest)""",
+                SELECT seq FROM refresh_ledger_runs WHERE company = $1 AND seat = $2
+                ORDER BY seq DESC LIMIT $3) newest)""",
     "hint_get": """
         SELECT status, notes, shown FROM refresh_ledger_hints
         WHERE company = $1 AND seat = $2 AND turn_id = $3 AND hint_key = $4""",
@@ -207,7 +211,7 @@ class PostgresPrefetchStore:
         async with self._pool.acquire() as conn, conn.transaction():
             created = await conn.fetchval(SQL["run_insert"], company, seat, turn_id, now)
             if created is not None:
-                await conn.execute(SQL["run_evict"], company, keep_runs)
+                await conn.execute(SQL["run_evict"], company, seat, keep_runs)
             spent = await conn.fetchval(SQL["run_lock"], company, seat, turn_id)
             if spent is None:  # evicted by its own insert: only when keep_runs < 1
                 raise RuntimeError("refresh ledger keeps no runs (refresh_ledger_runs < 1)")
@@ -235,7 +239,7 @@ class PostgresPrefetchStore:
         try:
             await self._pool.execute(SQL["hint_put"], *row)
         except asyncpg.ForeignKeyViolationError:
-            pass  # the run was evicted meanwhile (257 newer runs in between): nothing to remember
+            pass  # the run was evicted meanwhile (257 newer runs of the seat): nothing to remember
 
     async def record_shown(
         self, company: str, seat: str, turn_id: str, hint_key: str, shown: int, now: datetime

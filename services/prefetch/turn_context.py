@@ -4,8 +4,9 @@ The ask is embedded ONCE (``learning.prefetch.embed_budget_seconds``) and the ve
 diary's and the episodes' reads and to the knowledge search as ``query_embedding``: a turn start runs
 the embedding model once (the knowledge service embeds its keyword query itself only when the turn
 has no vector). The independent blocks run concurrently,
-each read under its own deadline; a source that cannot be read degrades its block and never fails
-the turn (the block's ``source_error`` and the summary say so).
+each read under its own deadline and each block under one budget (``_block_seconds``); a source
+that cannot be read in time degrades its block and never fails the turn (the block's
+``source_error`` and the summary say so).
 
 The thin-trigger gate (``requires_recon``, or an ask with nothing in it) makes no auxiliary call,
 no vector query and no embedding: personal memory reads its cheap recency list only to know
@@ -181,6 +182,16 @@ class TurnContextBuilder:
             return await self._frozen_or_built(start, who)
 
     # ------------------------------------------------------------------ frozen per run id
+
+    def _block_seconds(self) -> float:
+        """One block's whole budget: the ask's embed, one read and the auxiliary model's deadline
+        (2 + 10 + 30 = 42 s by default). Each step has its own deadline, but a block runs several in
+        a row (relevant knowledge: can_search, the query model, the search; personal memory: the
+        recall, the filter, the use stamp), so without this a slow source made BuildTurnContext
+        wait the sum (about 54 s) past what an engine is told to expect. A block that misses it
+        degrades as a failed one does (``source_error``: DEADLINE_EXCEEDED); the others stand."""
+        prefetch = self.deps.settings.learning.prefetch
+        return prefetch.embed_budget_seconds + prefetch.aux_timeout_seconds + self._timeout
 
     def _claim_seconds(self) -> float:
         """How long a build may take before its claim counts as dead: its embed, every block's
@@ -446,7 +457,8 @@ class TurnContextBuilder:
         is a span of the turn's prefetch trace."""
         with _tracer.start_as_current_span(f"block {kind}") as span:
             try:
-                block = await make()
+                async with asyncio.timeout(self._block_seconds()):
+                    block = await make()
             except Exception as err:
                 _log.warning("prefetch block %s degraded: %s", kind, err, exc_info=not isinstance(err, _READ_ERRORS))
                 block = Block(kind, source_error=rpc_failure(str(kind), err))
@@ -456,7 +468,8 @@ class TurnContextBuilder:
     async def _guard_many(self, kind: BlockKind, make: Callable[[], Awaitable[list[Block]]]) -> list[Block]:
         with _tracer.start_as_current_span(f"block {kind}") as span:
             try:
-                blocks = await make()
+                async with asyncio.timeout(self._block_seconds()):
+                    blocks = await make()
             except Exception as err:
                 _log.warning("prefetch blocks %s degraded: %s", kind, err, exc_info=not isinstance(err, _READ_ERRORS))
                 blocks = [Block(kind, source_error=rpc_failure(str(kind), err))]
@@ -493,7 +506,7 @@ class TurnContextBuilder:
         if embedding is None:  # gated: only the skipped vector query could say whether such turns exist
             block.markdown = f"{heading}\n{hints.EMPTY_RECALL_HINT}"
             return block
-        vector, status = await embedding
+        vector, status = await asyncio.shield(embedding)  # shared: a block's budget must not cancel it
         if status is TurnEmbedding.FAILED:
             # The search did not run (sending the ask alone would make the episodes service embed it
             # again); the summary's turn_embedding says an empty block is not "nothing similar".
@@ -546,7 +559,7 @@ class TurnContextBuilder:
                 return block
             block.markdown = memory.render_block([], has_notes=bool(resp.candidates))
             return block
-        vector, _status = await embedding
+        vector, _status = await asyncio.shield(embedding)
         request = diary_pb.RecallNotesRequest(company=start.company, seat=start.seat, query=search_query(start.ask))
         if vector is not None:
             request.query_embedding.CopyFrom(vector)
@@ -665,7 +678,7 @@ class TurnContextBuilder:
         async def turn_vector() -> embedding_pb2.Embedding | None:
             # The ask's one vector of the turn, or none (failed, unconfigured): the knowledge
             # service then embeds its query itself, as it does for search_knowledge.
-            return (await embedding)[0]
+            return (await asyncio.shield(embedding))[0]
 
         return await knowledge_block.relevant_knowledge(self.deps, start, who, turn_vector)
 

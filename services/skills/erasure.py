@@ -99,7 +99,7 @@ SQL = {
     "delete_bullet": "DELETE FROM skill_practice_bullets WHERE id = $1",
     "update_bullet": "UPDATE skill_practice_bullets SET provenance = $2 WHERE id = $1",
     # MarkSkillsUsed's and UseSkill's idempotency keys (``<run id>:skill_use``,
-    # ``<run id>:use_skill:<request id>``) of a turn of theirs ($2), or naming them ($3): a key
+    # ``<run id>:use_skill:<request id>:<skill digest>``) of a turn of theirs ($2), or naming them ($3): a key
     # outlives the uses it counted, never its erasure (as the diary's keys).
     "requests_of": """
         SELECT seat, request_id FROM skill_use_requests

@@ -135,6 +135,10 @@ class SkillStore(Protocol):
         it, so an erasure can take one person's bullets out of the body without a model."""
         ...
 
+    async def keyed_version(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> SkillVersion | None:
+        """The version (live or kept) the call with idempotency key ``request_id`` made, if kept."""
+        ...
+
     async def archived_body(self, conn: Tx, skill_id: uuid.UUID, version: int) -> tuple[str, Provenance] | None:
         """A kept version's body and where it came from."""
         ...

@@ -8,6 +8,7 @@ protobuf to these calls and back. The passes (curator, clustered synthesis) live
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -77,13 +78,20 @@ class UseResult:
     """The use's key was used before: the body is answered, no second use was counted."""
 
 
-def use_key(turn_id: str | None, request_id: str) -> str | None:
+def use_key(turn_id: str | None, request_id: str, skill: SkillKey) -> str | None:
     """The key a UseSkill's ``request_id`` is kept under in ``skill_use_requests`` (shared with
     MarkSkillsUsed's ``<run id>:skill_use``): led by the run id, as those are, so an erasure of a
-    run takes it with them; ``use_skill`` keeps it apart from the reflector's keys. None: no key."""
+    run takes it with them; ``use_skill`` keeps it apart from the reflector's keys. None: no key.
+
+    It ends with a digest of the skill asked for, so the key names one request (this skill, this
+    call): a retry is answered as before, but the same request id reused for ANOTHER skill (an
+    engine forwarding provider call ids that restart each response) is a use of that skill, where
+    it was answered already_applied and never counted."""
     if not request_id:
         return None
-    return f"{turn_id}:use_skill:{request_id}" if turn_id else f"use_skill:{request_id}"
+    ref = f"id:{skill.id}" if skill.id is not None else f"name:{skill.name}"
+    digest = hashlib.sha256(ref.encode()).hexdigest()[:16]
+    return f"{turn_id}:use_skill:{request_id}:{digest}" if turn_id else f"use_skill:{request_id}:{digest}"
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,42 @@ class SkillService:
             if skill is None:
                 raise self._not_found(key)
             yield conn, skill, seen
+
+    async def _same_request(
+        self,
+        conn: Tx,
+        skill: Skill,
+        request_id: str | None,
+        change: SkillChange,
+        *,
+        body: str | None = None,
+        reason: str | None = None,
+        restored_from: int | None = None,
+    ) -> None:
+        """A key whose version is kept answers a retry of ITS request with the skill as it is; a
+        different request under that key (another body, reason or kind of change, a rollback to
+        another version) is refused, not answered as if applied: a refine_skill reusing a key was
+        told its body was in while the first one stayed (AIP-155: a key names one request)."""
+        made = None if request_id is None else await self.store.keyed_version(conn, skill.id, request_id)
+        if made is None:
+            return  # trimmed from the kept versions since the check: nothing to compare with
+        same = (
+            made.change is change
+            and (body is None or made.body == body)
+            and (reason is None or (made.reason or "") == reason)
+            and (restored_from is None or made.restored_from_version == restored_from)
+        )
+        if not same:
+            raise FailedPrecondition.of_field(
+                "request_id",
+                "REQUEST_ID_REUSED",
+                f"request_id {request_id!r} already made version {made.version} of skill {skill.name!r} with "
+                "another request; a retry sends the same request, a new request needs a new key",
+                domain=DOMAIN,
+                request_id=request_id,
+                skill_name=skill.name,
+                version=made.version,
+            )
 
     @staticmethod
     def _archived(skill: Skill, action: str) -> FailedPrecondition:
@@ -321,7 +365,9 @@ class SkillService:
         failed: str | None = None
         try:
             # Shielded: a use the seat already benefited from is recorded even if the caller goes.
-            used = await asyncio.shield(self.store.use(key, now, STAMP_TIMEOUT_SECONDS, use_key(turn_id, request_id)))
+            used = await asyncio.shield(
+                self.store.use(key, now, STAMP_TIMEOUT_SECONDS, use_key(turn_id, request_id, key))
+            )
         except StampFailed as err:
             used, failed = None, str(err)
         if used is None:
@@ -495,6 +541,7 @@ class SkillService:
             if skill.state is SkillState.ARCHIVED:
                 raise self._archived(skill, "refining it")
             if seen:
+                await self._same_request(conn, skill, rid, SkillChange.REFINED, body=body, reason=reason)
                 return skill  # a retry of a refinement already made
             prov = _sourced(provenance, [turn_id] if turn_id else [], "refine_skill")
             edit = SkillEdit(body, SkillChange.REFINED, reason, prov, request_id=rid)
@@ -604,6 +651,7 @@ class SkillService:
         now = self.clock.now()
         async with self._locked(key, rid) as (conn, skill, seen):
             if seen:
+                await self._same_request(conn, skill, rid, SkillChange.ROLLED_BACK, restored_from=version)
                 return skill  # a retry of a rollback already made
             if version == skill.version:
                 raise FailedPrecondition(

@@ -177,6 +177,17 @@ SQL = {
     "request_seen": """
         SELECT EXISTS (SELECT 1 FROM synthesized_skills WHERE id = $1 AND request_id = $2)
             OR EXISTS (SELECT 1 FROM synthesized_skill_versions WHERE skill_id = $1 AND request_id = $2)""",
+    # The version the call with idempotency key $2 made (the live one or a kept one), to tell a
+    # retry of that call from another request reusing its key.
+    "keyed_version": """
+        SELECT * FROM (
+            SELECT id AS skill_id, version, body, change, change_reason AS reason, restored_from_version,
+                   version_time AS create_time, NULL::timestamptz AS supersede_time, true AS current
+            FROM synthesized_skills WHERE id = $1 AND request_id = $2
+            UNION ALL
+            SELECT skill_id, version, body, change, reason, restored_from_version, create_time, supersede_time, false
+            FROM synthesized_skill_versions WHERE skill_id = $1 AND request_id = $2) v
+        ORDER BY version DESC LIMIT 1""",
     "get_version": """
         SELECT version, body, provenance FROM synthesized_skill_versions WHERE skill_id = $1 AND version = $2""",
     "versions_page": """
@@ -471,6 +482,11 @@ class PostgresSkillStore:
     @staticmethod
     async def request_seen(conn: asyncpg.Connection, skill_id: uuid.UUID, request_id: str) -> bool:
         return bool(await conn.fetchval(SQL["request_seen"], skill_id, request_id))
+
+    @staticmethod
+    async def keyed_version(conn: asyncpg.Connection, skill_id: uuid.UUID, request_id: str) -> SkillVersion | None:
+        row = await conn.fetchrow(SQL["keyed_version"], skill_id, request_id)
+        return _version(row) if row else None
 
     @staticmethod
     async def archived_body(

@@ -69,8 +69,13 @@ async def test_a_refinement_retry_with_its_key_is_not_a_second_version():
     s = make()
     await s.create("open-pr")
     first = await s.service.refine(s.key(), "B\n", "", None, request_id="r-1")
-    second = await s.service.refine(s.key(), "C\n", "", None, request_id="r-1")
+    second = await s.service.refine(s.key(), "B\n", "", None, request_id="r-1")
     assert first.version == second.version == 2 and second.body == "B\n"
+    # The key reused for another body is another request: refused, not answered as applied.
+    with pytest.raises(FailedPrecondition) as err:
+        await s.service.refine(s.key(), "C\n", "", None, request_id="r-1")
+    assert err.value.reason == "REQUEST_ID_REUSED" and err.value.metadata["field"] == "request_id"
+    assert (await s.service.get(s.key())).body == "B\n"
 
 
 async def test_an_archived_skill_is_not_refined_until_restored():

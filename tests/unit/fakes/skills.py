@@ -295,6 +295,13 @@ class FakeSkillStore:
         row = self.rows[skill_id]
         return row.request_id == request_id or any(v.request_id == request_id for v in row.versions)
 
+    async def keyed_version(self, conn: Tx, skill_id: uuid.UUID, request_id: str) -> SkillVersion | None:
+        row = self.rows[skill_id]
+        if row.request_id == request_id:
+            return self._all_versions(skill_id)[0]
+        kept = [v.version for v in row.versions if v.request_id == request_id]
+        return kept[-1] if kept else None
+
     async def archived_body(self, conn: Tx, skill_id: uuid.UUID, version: int) -> tuple[str, Provenance] | None:
         kept = (v for v in self.rows[skill_id].versions if v.version.version == version)
         return next(((v.version.body, v.provenance) for v in kept), None)
