@@ -7,9 +7,11 @@ services on loopback, real Postgres and embedder; the review is a scripted model
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
+import grpc
 import pytest
 
 from agentlearn.common.v1 import erasure_pb2 as er
@@ -21,6 +23,8 @@ from agentlearn.privacy.v1 import privacy_service_pb2 as pv
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pv_grpc
 from agentlearn.profiles.v1 import profile_service_pb2 as pr_pb
 from agentlearn.profiles.v1 import profile_service_pb2_grpc as pr_grpc
+from agentlearn.sessions.v1 import session_service_pb2 as ss_pb
+from agentlearn.sessions.v1 import session_service_pb2_grpc as ss_grpc
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
 from tests.support.sessions import SERVICES, review_rule, run_check
 from tests.support.skills import skill_request
@@ -39,10 +43,14 @@ def _lessons(prompt: str) -> list[str]:
     return [SHARED] + ([HERS] if "billing" in prompt else [])
 
 
-async def _export(channel: Any, seat: str) -> list[dict[str, Any]]:
+def _bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+async def _export(channel: Any, seat: str, metadata: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
     request = pv.ExportSeatRequest(company="acme", seat=seat)
     stub = pv_grpc.PrivacyServiceStub(channel)
-    return [json.loads(line) async for chunk in stub.ExportSeat(request) for line in chunk.lines]
+    return [json.loads(line) async for chunk in stub.ExportSeat(request, metadata=metadata) for line in chunk.lines]
 
 
 def _of(lines: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -123,3 +131,62 @@ async def test_an_export_holds_the_seats_provenance_sessions_checks_and_its_shar
     assert shared["page_id"] in pages and [s["session_id"] for s in shared["sources"]] == ["s-ben"]
     assert "s-ana" not in json.dumps(ben) and "carla" not in json.dumps(ben)
     assert not {"note", "episode", "profile", "skill"} & {line["kind"] for line in ben}
+
+
+class _Bearer(grpc.aio.UnaryUnaryClientInterceptor):
+    """Every unary call of a channel made with a token's credential."""
+
+    def __init__(self, token: str):
+        self._metadata = _bearer(token)
+
+    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return await continuation(details._replace(metadata=self._metadata), request)
+
+
+async def test_a_token_bound_to_a_seat_and_a_user_exports_that_users_sessions_checks_and_lessons_only(
+    reviewed, local_embedder
+):
+    """The sessions service shows a token bound to seat ana and user ann only ann's sessions; the
+    export, which reads them with the privacy service's own credential, shows it no more: not bob's
+    session on the same seat, nor its checks, nor its sources of the lesson both sessions taught.
+    The seat's own rows (its notes) are the seat's, listed to that token, and exported to it."""
+    companies = {"acme": {"roles": ROLES}}
+    async with reviewed(
+        review_rule(lessons=[SHARED]), companies=companies, embedder=local_embedder, names=NAMES, auth_mode="tokens"
+    ) as env:
+        tokens = env.app.infra.tokens
+        acme, _ = await tokens.issue("acme", ["admin"])
+        ann, _ = await tokens.issue("acme", ["admin"], seat="ana", user="ann")
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{env.app.port}", interceptors=[_Bearer(acme)])
+        try:
+            admin = dataclasses.replace(env, stub=ss_grpc.SessionServiceStub(channel))
+            note = await d_grpc.DiaryServiceStub(channel).WriteNote(
+                d_pb.WriteNoteRequest(
+                    company="acme",
+                    seat="ana",
+                    content="The seat's CI runner is the large one.",
+                    tier=d_pb.NOTE_TIER_LONG,
+                    source=d_pb.NOTE_SOURCE_PERSIST_DECIDER,
+                    turn_id="run-1",
+                )
+            )
+            await run_check(admin, "s-ann", user_name="ann")
+            await run_check(admin, "s-bob", user_name="bob")
+            shown = await ss_grpc.SessionServiceStub(env.app.channel).ListSessions(
+                ss_pb.ListSessionsRequest(company="acme", seat="ana"), metadata=_bearer(ann)
+            )
+            lines = await _export(env.app.channel, "ana", _bearer(ann))
+            whole = await _export(env.app.channel, "ana", _bearer(acme))
+        finally:
+            await channel.close()
+
+    assert [s.user for s in shown.sessions] == ["ann"]
+    assert [(s["session_id"], s["user"]) for s in _of(lines, "session")] == [("s-ann", "ann")]
+    assert [c["session_id"] for c in _of(lines, "learning_check")] == ["s-ann"]
+    [lesson] = _of(lines, "lesson_provenance")
+    assert lesson["session_id"] == "s-ann" and {s["session_id"] for s in lesson["sources"]} == {"s-ann"}
+    assert "s-bob" not in json.dumps(lines) and "bob" not in json.dumps(lines)
+    assert [n["id"] for n in _of(lines, "note")] == [note.note.id]
+    # The company's token exports both users' sessions, each with its own share of the lesson.
+    assert sorted(s["session_id"] for s in _of(whole, "session")) == ["s-ann", "s-bob"]
+    assert sorted(p["session_id"] for p in _of(whole, "lesson_provenance")) == ["s-ann", "s-bob"]

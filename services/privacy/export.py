@@ -213,12 +213,15 @@ async def _checks(clients: Clients, company: str, session: ss_pb.SessionSummary)
         yield lines
 
 
-async def _sessions(clients: Clients, company: str, seat: str) -> AsyncIterator[list[str]]:
-    """The seat's sessions (as the sessions index lists them), each page followed by its sessions'
-    learning checks and lesson provenance."""
+async def _sessions(clients: Clients, company: str, seat: str, user: str | None) -> AsyncIterator[list[str]]:
+    """The seat's sessions (as the sessions index lists them; a caller bound to a user: that user's
+    only, as ``ListSessions`` shows it), each page followed by its sessions' learning checks and
+    lesson provenance."""
     token = ""
     while True:
-        request = ss_pb.ListSessionsRequest(company=company, seat=seat, page_size=SESSIONS_PAGE, page_token=token)
+        request = ss_pb.ListSessionsRequest(
+            company=company, seat=seat, user=user or "", page_size=SESSIONS_PAGE, page_token=token
+        )
         resp = await clients.sessions.ListSessions(request, timeout=clients.timeout)
         if resp.sessions:
             yield [_line("session", _fields(s)) for s in resp.sessions]
@@ -230,10 +233,16 @@ async def _sessions(clients: Clients, company: str, seat: str) -> AsyncIterator[
             return
 
 
-async def export_seat(clients: Clients, company: str, seat: str) -> AsyncIterator[list[str]]:
-    """NDJSON lines of the seat, a page at a time (``_SOURCES``, in order, then ``_sessions``)."""
+async def export_seat(clients: Clients, company: str, seat: str, user: str | None = None) -> AsyncIterator[list[str]]:
+    """NDJSON lines of the seat, a page at a time (``_SOURCES``, in order, then ``_sessions``).
+
+    ``user``: the user the caller is bound to (None: every user). The seat's own rows (notes,
+    episodes, profiles, skills, proposals, reflections) are the seat's, and their listings show
+    them to a token bound to the seat and a user alike, so they are exported whole; sessions, their
+    checks and their share of lessons are a user's, and such a token gets that user's only, as the
+    sessions service shows it (``ListSessions``, ``ListLearningChecks``)."""
     for source in _SOURCES:
         async for lines in _pages(clients, source, company, seat):
             yield lines
-    async for lines in _sessions(clients, company, seat):
+    async for lines in _sessions(clients, company, seat, user):
         yield lines
