@@ -7,6 +7,7 @@ services on loopback, real Postgres and embedder; the review is a scripted model
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Any
@@ -190,3 +191,82 @@ async def test_a_token_bound_to_a_seat_and_a_user_exports_that_users_sessions_ch
     # The company's token exports both users' sessions, each with its own share of the lesson.
     assert sorted(s["session_id"] for s in _of(whole, "session")) == ["s-ann", "s-bob"]
     assert sorted(p["session_id"] for p in _of(whole, "lesson_provenance")) == ["s-ann", "s-bob"]
+
+
+async def test_each_lesson_is_read_once_per_export_and_split_across_the_seats_sessions(
+    reviewed, local_embedder, monkeypatch
+):
+    """Two sessions of the seat teach the same two lessons: the export reads each lesson's
+    provenance once (not once per session: N sessions of a common lesson were N reads of N sources)
+    and still gives each session its own line with its own sources."""
+    from services.sessions import servicer
+
+    read: list[str] = []
+    real = servicer.lesson_provenance
+
+    async def counted(store, company, page_id):  # type: ignore[no-untyped-def]
+        read.append(page_id)
+        return await real(store, company, page_id)
+
+    monkeypatch.setattr(servicer, "lesson_provenance", counted)
+    companies = {"acme": {"roles": ROLES}}
+    async with reviewed(
+        review_rule(lessons=[SHARED, HERS]), companies=companies, embedder=local_embedder, names=NAMES
+    ) as env:
+        await run_check(env, "s-1", user_name="carla")
+        await run_check(env, "s-2", user_name="dave")
+        lines = await _export(env.app.channel, "ana")
+
+    lessons = _of(lines, "lesson_provenance")
+    assert len(read) == len(set(read)) == 2  # each lesson read once
+    assert sorted((p["page_id"], p["session_id"]) for p in lessons) == sorted(
+        (page, session) for page in set(read) for session in ("s-1", "s-2")
+    )
+    assert all([s["session_id"] for s in p["sources"]] == [p["session_id"]] for p in lessons)
+
+
+async def test_provenance_reads_run_a_few_at_a_time_in_order_and_the_first_failure_ends_them_all():
+    """A page's provenance reads run together, at most ``CONCURRENCY`` in flight, their answers in
+    the rows' order however they finish; a read that fails cancels the others and its own error (the
+    owner's status) is what ends the export."""
+    from services.privacy.export import CONCURRENCY, _bounded
+
+    in_flight, peak = 0, 0
+
+    def read(i: int):  # type: ignore[no-untyped-def]
+        async def call() -> int:
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            for _ in range(30 - i):  # the later rows finish first
+                await asyncio.sleep(0)
+            in_flight -= 1
+            return i
+
+        return call
+
+    assert await _bounded([read(i) for i in range(30)]) == list(range(30))
+    assert peak == CONCURRENCY
+
+    refusal = grpc.aio.AioRpcError(grpc.StatusCode.PERMISSION_DENIED, grpc.aio.Metadata(), grpc.aio.Metadata())
+    never = asyncio.Event()
+    cancelled: list[int] = []
+
+    def waits(i: int):  # type: ignore[no-untyped-def]
+        async def call() -> int:
+            try:
+                await never.wait()
+            except asyncio.CancelledError:
+                cancelled.append(i)
+                raise
+            return i
+
+        return call
+
+    async def fails() -> int:
+        raise refusal
+
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await _bounded([waits(0), waits(1), fails, waits(3), waits(4)])
+    assert raised.value is refusal
+    assert sorted(cancelled) == [0, 1, 3, 4]
