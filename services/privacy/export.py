@@ -1,6 +1,7 @@
 """ExportSeat (issue 17, data portability): everything learned for a seat, as NDJSON, read through
 each owner's own listing and provenance RPCs (the privacy service reads no other service's tables)
-and streamed a page at a time, so an export of any size holds one page in memory."""
+and streamed a page at a time, so an export of any size holds one page in memory (and the ids of
+the sessions it exported and of their lessons, ``_sessions``)."""
 
 from __future__ import annotations
 
@@ -238,9 +239,11 @@ async def _lessons(
     among its sources, in the sessions' order, with that session's sources only. A workspace lesson
     is the workspace's: the sources other sessions (other seats' and users') taught it are theirs.
 
-    ``GetLessonProvenance`` answers a lesson's every source, workspace-wide, unpaged: a lesson
-    taught by more sessions than fit the 4 MB receive limit (thousands) ends the export with
-    RESOURCE_EXHAUSTED (the sessions service would need a paged or session-filtered read)."""
+    ``GetLessonProvenance`` answers a lesson's every source, workspace-wide, unpaged (so at most
+    ``CONCURRENCY`` answers are held at once): over the wire, a lesson taught by more checks than
+    fit gRPC's 4 MB receive limit (thousands) ends the export with RESOURCE_EXHAUSTED; an
+    in-process call has no such limit. Bounding it needs a paged or session-filtered read from the
+    sessions service."""
     for start in range(0, len(lessons), CONCURRENCY):
         chunk = lessons[start : start + CONCURRENCY]
 
