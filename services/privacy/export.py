@@ -1,13 +1,15 @@
 """ExportSeat (issue 17, data portability): everything learned for a seat, as NDJSON, read through
 each owner's own listing and provenance RPCs (the privacy service reads no other service's tables)
-and streamed a page at a time, so an export of any size holds one page in memory."""
+and streamed a page at a time, so an export of any size holds one page in memory (and the ids of
+the sessions it exported and of their lessons, ``_sessions``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.json_format import MessageToDict
@@ -25,6 +27,11 @@ __all__ = ["export_seat"]
 PAGE = 200
 SESSIONS_PAGE = 100
 """The sessions service's listings serve at most 100 a page."""
+CONCURRENCY = 8
+"""Provenance reads in flight at once: a page's rows are read together, not one after another,
+without asking one owner for a whole page at once."""
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -142,18 +149,42 @@ async def _found(call: Awaitable[Any]) -> Any | None:
         raise
 
 
+async def _bounded(calls: Sequence[Callable[[], Awaitable[_T]]]) -> list[_T]:
+    """The answers of ``calls``, in their order, at most ``CONCURRENCY`` in flight. The first
+    failure cancels the rest and is raised as it is (the owner's status ends the export)."""
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(call: Callable[[], Awaitable[_T]]) -> _T:
+        async with gate:
+            return await call()
+
+    tasks = [asyncio.ensure_future(one(call)) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 async def _provenance(clients: Clients, source: _Source, company: str, seat: str, rows: Iterable[Any]) -> list[str]:
-    """The provenance line of each of ``rows`` (one call each, in the rows' order)."""
+    """The provenance line of each of ``rows``, in the rows' order (read ``CONCURRENCY`` at a time)."""
     prov = source.provenance
     assert prov is not None
     rpc = prov.rpc(clients)
-    lines = []
-    for row in rows:
-        request = prov.request(company=company, **{source.seat_field: seat, prov.id_field: row.id})
-        resp = await _found(rpc(request, timeout=clients.timeout))
-        if resp is not None:
-            lines.append(_line(prov.kind, {prov.id_field: row.id, **_fields(resp)}))
-    return lines
+
+    def read(row_id: str) -> Callable[[], Awaitable[Any | None]]:
+        request = prov.request(company=company, **{source.seat_field: seat, prov.id_field: row_id})
+        return lambda: _found(rpc(request, timeout=clients.timeout))
+
+    ids = [row.id for row in rows]
+    answers = await _bounded([read(row_id) for row_id in ids])
+    return [
+        _line(prov.kind, {prov.id_field: row_id, **_fields(resp)})
+        for row_id, resp in zip(ids, answers, strict=True)
+        if resp is not None
+    ]
 
 
 async def _pages(clients: Clients, source: _Source, company: str, seat: str) -> AsyncIterator[list[str]]:
@@ -176,10 +207,11 @@ async def _pages(clients: Clients, source: _Source, company: str, seat: str) -> 
             return
 
 
-async def _checks(clients: Clients, company: str, session: ss_pb.SessionSummary) -> AsyncIterator[list[str]]:
-    """The session's learning checks (their receipts), a page at a time, then the provenance of
-    each workspace lesson they wrote, narrowed to this session's sources."""
-    lessons: dict[str, None] = {}  # the lesson pages of this session's checks, in order, once each
+async def _checks(
+    clients: Clients, company: str, session: ss_pb.SessionSummary, lessons: dict[str, None]
+) -> AsyncIterator[list[str]]:
+    """The session's learning checks (their receipts), a page at a time; the workspace lessons they
+    wrote are added to ``lessons`` (their provenance is read once per export, ``_lessons``)."""
     token = ""
     while True:
         request = ss_pb.ListLearningChecksRequest(
@@ -196,44 +228,80 @@ async def _checks(clients: Clients, company: str, session: ss_pb.SessionSummary)
             lessons.update(dict.fromkeys(o.id for o in check.outputs if o.kind == ss_pb.OUTPUT_KIND_PROJECT_LESSON))
         token = resp.next_page_token
         if not token:
-            break
-    lines = []
-    for page_id in lessons:
-        asked = ss_pb.GetLessonProvenanceRequest(company=company, page_id=page_id)
-        found = await _found(clients.sessions.GetLessonProvenance(asked, timeout=clients.timeout))
-        if found is None:
-            continue
-        # A workspace lesson is the workspace's: the sources other sessions (other seats' and
-        # users') taught it are theirs, not this seat's, so only this session's are exported.
-        sources = [_fields(s) for s in found.sources if s.session_id == session.session_id]
-        if sources:
-            body = {"page_id": page_id, "session_id": session.session_id, "workspace": found.workspace}
-            lines.append(_line("lesson_provenance", {**body, "title": found.title, "sources": sources}))
-    if lines:
-        yield lines
+            return
 
 
-async def _sessions(clients: Clients, company: str, seat: str) -> AsyncIterator[list[str]]:
-    """The seat's sessions (as the sessions index lists them), each page followed by its sessions'
-    learning checks and lesson provenance."""
+async def _lessons(
+    clients: Clients, company: str, lessons: Sequence[str], sessions: dict[str, int]
+) -> AsyncIterator[list[str]]:
+    """The provenance of each workspace lesson the exported sessions' checks wrote, read once per
+    export (``CONCURRENCY`` lessons at a time) and split by session: one line per exported session
+    among its sources, in the sessions' order, with that session's sources only. A workspace lesson
+    is the workspace's: the sources other sessions (other seats' and users') taught it are theirs.
+
+    ``GetLessonProvenance`` answers a lesson's every source, workspace-wide, unpaged (so at most
+    ``CONCURRENCY`` answers are held at once): over the wire, a lesson taught by more checks than
+    fit gRPC's 4 MB receive limit (thousands) ends the export with RESOURCE_EXHAUSTED; an
+    in-process call has no such limit. Bounding it needs a paged or session-filtered read from the
+    sessions service."""
+    for start in range(0, len(lessons), CONCURRENCY):
+        chunk = lessons[start : start + CONCURRENCY]
+
+        def read(page_id: str) -> Callable[[], Awaitable[Any | None]]:
+            asked = ss_pb.GetLessonProvenanceRequest(company=company, page_id=page_id)
+            return lambda: _found(clients.sessions.GetLessonProvenance(asked, timeout=clients.timeout))
+
+        lines = []
+        for page_id, found in zip(chunk, await _bounded([read(p) for p in chunk]), strict=True):
+            if found is None:
+                continue
+            own: dict[str, list[dict[str, Any]]] = {}
+            for source in found.sources:
+                if source.session_id in sessions:
+                    own.setdefault(source.session_id, []).append(_fields(source))
+            for session_id in sorted(own, key=sessions.__getitem__):
+                body = {"page_id": page_id, "session_id": session_id, "workspace": found.workspace}
+                lines.append(_line("lesson_provenance", {**body, "title": found.title, "sources": own[session_id]}))
+        if lines:
+            yield lines
+
+
+async def _sessions(clients: Clients, company: str, seat: str, user: str | None) -> AsyncIterator[list[str]]:
+    """The seat's sessions (as the sessions index lists them; a caller bound to a user: that user's
+    only, as ``ListSessions`` shows it), each page followed by its sessions' learning checks; then
+    the provenance of the workspace lessons those checks wrote (``_lessons``). The ids of the
+    exported sessions and of their lessons are what the export keeps in memory past a page."""
+    sessions: dict[str, int] = {}  # each exported session's position, to split a lesson's sources
+    lessons: dict[str, None] = {}  # the lesson pages of the exported checks, in order, once each
     token = ""
     while True:
-        request = ss_pb.ListSessionsRequest(company=company, seat=seat, page_size=SESSIONS_PAGE, page_token=token)
+        request = ss_pb.ListSessionsRequest(
+            company=company, seat=seat, user=user or "", page_size=SESSIONS_PAGE, page_token=token
+        )
         resp = await clients.sessions.ListSessions(request, timeout=clients.timeout)
         if resp.sessions:
             yield [_line("session", _fields(s)) for s in resp.sessions]
         for session in resp.sessions:
-            async for lines in _checks(clients, company, session):
+            sessions.setdefault(session.session_id, len(sessions))
+            async for lines in _checks(clients, company, session, lessons):
                 yield lines
         token = resp.next_page_token
         if not token:
-            return
+            break
+    async for lines in _lessons(clients, company, list(lessons), sessions):
+        yield lines
 
 
-async def export_seat(clients: Clients, company: str, seat: str) -> AsyncIterator[list[str]]:
-    """NDJSON lines of the seat, a page at a time (``_SOURCES``, in order, then ``_sessions``)."""
+async def export_seat(clients: Clients, company: str, seat: str, user: str | None = None) -> AsyncIterator[list[str]]:
+    """NDJSON lines of the seat, a page at a time (``_SOURCES``, in order, then ``_sessions``).
+
+    ``user``: the user the caller is bound to (None: every user). The seat's own rows (notes,
+    episodes, profiles, skills, proposals, reflections) are the seat's, and their listings show
+    them to a token bound to the seat and a user alike, so they are exported whole; sessions, their
+    checks and their share of lessons are a user's, and such a token gets that user's only, as the
+    sessions service shows it (``ListSessions``, ``ListLearningChecks``)."""
     for source in _SOURCES:
         async for lines in _pages(clients, source, company, seat):
             yield lines
-    async for lines in _sessions(clients, company, seat):
+    async for lines in _sessions(clients, company, seat, user):
         yield lines

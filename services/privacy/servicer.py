@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from agentlearn.common.v1 import erasure_pb2
 from agentlearn.privacy.v1 import privacy_service_pb2 as pb
 from agentlearn.privacy.v1 import privacy_service_pb2_grpc as pb_grpc
+from libs.common import auth
 from libs.common.clients import Clients
 from libs.common.enum_maps import enum_to_pb
 from libs.common.erasure import PROTO_OF_KIND, Kind, Target, report_to_proto
@@ -78,7 +79,10 @@ class PrivacyServicer(pb_grpc.PrivacyServiceServicer):
     ) -> AsyncIterator[pb.ExportSeatResponse]:
         assert self._clients is not None
         require_seat_credential("exporting a seat")  # before any owner is read
-        async for lines in export_seat(self._clients, request.company, request.seat):
+        # The owners are read with this service's credential: a caller bound to a user (and its
+        # seat) is given that user's sessions only, as the sessions service would show it.
+        user = auth.current_principal().user
+        async for lines in export_seat(self._clients, request.company, request.seat, user):
             yield pb.ExportSeatResponse(lines=lines)
 
     async def ListErasures(self, request: pb.ListErasuresRequest, context: ServicerContext) -> pb.ListErasuresResponse:
