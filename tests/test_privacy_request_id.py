@@ -52,7 +52,7 @@ async def test_a_key_reused_for_another_person_is_refused_and_one_ticket_may_nam
         # refusal names no erasure. It used to answer with carla's erasure, and dan was never erased.
         for other in (_subject("dan"), _subject("carla", ("Carla Moreno", "Carlita")), _subject("carla")):
             code, reason, metadata, fields, message = await _refused(stub.EraseSubject(other))
-            assert (code, reason, fields) == (grpc.StatusCode.ALREADY_EXISTS, "REQUEST_ID_REUSED", ["request_id"])
+            assert (code, reason, fields) == (grpc.StatusCode.FAILED_PRECONDITION, "REQUEST_ID_REUSED", ["request_id"])
             assert metadata == {"field": "request_id", "request_id": "dsr-2026-17"}
             assert carla.id not in message and carla.id not in str(metadata)
 
@@ -129,7 +129,7 @@ async def test_a_key_the_previous_release_recorded_is_still_a_retry_of_its_own_r
         again = (await stub.EraseSubject(_subject("carla", ("Carla Moreno",)))).erasure
         assert again.id == str(legacy) and again.state == pv.ERASURE_STATE_SUCCEEDED
         code, reason, _, fields, message = await _refused(stub.EraseSubject(_subject("dan")))
-        assert (code, reason, fields) == (grpc.StatusCode.ALREADY_EXISTS, "REQUEST_ID_REUSED", ["request_id"])
+        assert (code, reason, fields) == (grpc.StatusCode.FAILED_PRECONDITION, "REQUEST_ID_REUSED", ["request_id"])
         assert str(legacy) not in message
         seat = (await stub.EraseSeat(pv.EraseSeatRequest(company="acme", seat="ana", request_id="dsr-2026-17"))).erasure
         assert seat.id != str(legacy) and seat.seat == "ana"
