@@ -8,6 +8,8 @@ a caller's mistake never does.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Self
 
@@ -19,6 +21,7 @@ __all__ = [
     "FailedPrecondition",
     "FieldViolation",
     "InvalidArgument",
+    "InvalidFields",
     "NotFound",
     "PermissionDenied",
     "ResourceExhausted",
@@ -107,3 +110,70 @@ class Unavailable(AgentLearnError):
 field_error = InvalidArgument.of_field
 """The refusal of one request field (INVALID_ARGUMENT): ``field_error(field, reason, message,
 domain=..., **metadata)``, see :meth:`AgentLearnError.of_field`."""
+
+
+class InvalidFields:
+    """Collects a request's bad fields so the caller hears of every one at once (docs/integrating.md,
+    "Errors"), not one per round trip. Each check runs in its own ``with found.check():`` block (an
+    :class:`InvalidArgument` it raises is kept and the next check runs), or hands its refusal to
+    :meth:`add`. :meth:`raise_any` then raises:
+
+    - nothing, when every check passed;
+    - the one refusal unchanged, when one field is bad (its reason, message and metadata are what
+      engines and tests match on, so a single violation answers as it did before);
+    - one INVALID_ARGUMENT for several, built the way the edge's contract refusal is
+      (``libs.common.contract.refusal``): the first violation's reason and metadata, ``violations``
+      (the count), ``fields`` (every path) and ``reasons`` (when they differ) in metadata, and every
+      field in the BadRequest, a description whose reason differs from the first's prefixed with it.
+
+    Only INVALID_ARGUMENT is collected: any other refusal (a stale revision, a missing row) is
+    about the request as a whole and propagates at once."""
+
+    MAX_KEPT = 100
+    """Refusals kept (the rest are counted as ``100+``): a list of 10,000 bad items costs no more
+    to refuse than one of 100, as at the edge (``libs.common.contract.MAX_COLLECTED``)."""
+
+    def __init__(self) -> None:
+        self.errors: list[InvalidArgument] = []
+
+    @contextmanager
+    def check(self) -> Iterator[None]:
+        try:
+            yield
+        except InvalidArgument as err:
+            self.add(err)
+
+    def add(self, err: InvalidArgument) -> None:
+        """Keep a refusal a check built itself (``found.add(field_error(...))``)."""
+        if len(self.errors) < self.MAX_KEPT:
+            self.errors.append(err)
+
+    def raise_any(self) -> None:
+        if not self.errors:
+            return
+        first = self.errors[0]
+        if len(self.errors) == 1:
+            raise first
+        shown: list[FieldViolation] = []
+        reasons: list[str] = []
+        for err in self.errors:
+            reasons.append(err.reason)
+            same = err.reason == first.reason
+            for v in err.violations:
+                shown.append(FieldViolation(v.field, v.description if same else f"{err.reason}: {v.description}"))
+        count = f"{len(self.errors)}+" if len(self.errors) >= self.MAX_KEPT else str(len(self.errors))
+        message = f"{count} violations: " + "; ".join(err.message for err in self.errors[:3])
+        if len(self.errors) > 3:
+            message += "; and more (see the BadRequest)"
+        metadata: dict[str, object] = {"violations": count}
+        paths = ",".join(dict.fromkeys(v.field for v in shown))
+        metadata["fields"] = paths if len(paths) <= 96 else paths[:93] + "..."
+        distinct = ",".join(dict.fromkeys(reasons))
+        if distinct != first.reason:
+            metadata["reasons"] = distinct
+        # The first violation's own facts (field, value, limit...) after the summary: a status
+        # keeps only its first metadata keys (libs.common.grpcserver), and the summary matters more.
+        metadata.update({k: v for k, v in first.metadata.items() if k not in metadata})
+        if "field" in first.metadata:
+            metadata = {"field": first.metadata["field"], **metadata}
+        raise InvalidArgument(message, reason=first.reason, domain=first.domain, metadata=metadata, violations=shown)

@@ -20,7 +20,7 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.bounds import at_most_chars
 from libs.common.config import DiaryConfig
 from libs.common.contract import string_max_len
-from libs.common.errors import FailedPrecondition, field_error
+from libs.common.errors import FailedPrecondition, InvalidArgument, InvalidFields, field_error
 from libs.common.not_found import require_found
 from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
@@ -28,6 +28,7 @@ from libs.common.validation import (
     optional_limit,
     page_size,
     require_id,
+    require_ident,
     require_text,
     seat_ref,
 )
@@ -148,34 +149,54 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         call's content is dropped; except for the writers that key a unit of work
         (``WORK_KEYED_SOURCES``). The request is checked before its key is looked up, so an invalid
         request is refused whatever its key names."""
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        # Every bad field is named at once (one INVALID_ARGUMENT, libs.common.errors.InvalidFields).
+        found = InvalidFields()
+        with found.check():
+            require_ident(company, "company", domain=DOMAIN)
+        with found.check():
+            require_ident(seat, "seat", domain=DOMAIN)
         if request_id:
-            require_text(request_id, "request_id", domain=DOMAIN, max_chars=REQUEST_ID_CHARS)
-        # Refused, never trimmed: the writer can tighten the text and retry.
-        at_most_chars(
-            content, "content", self.config.max_content_chars, domain=DOMAIN, reason="NOTE_TOO_LONG", message=_TOO_LONG
-        )
-        require_text(content, "content", domain=DOMAIN)
+            with found.check():
+                require_text(request_id, "request_id", domain=DOMAIN, max_chars=REQUEST_ID_CHARS)
+        with found.check():
+            # Refused, never trimmed: the writer can tighten the text and retry.
+            at_most_chars(
+                content,
+                "content",
+                self.config.max_content_chars,
+                domain=DOMAIN,
+                reason="NOTE_TOO_LONG",
+                message=_TOO_LONG,
+            )
+            require_text(content, "content", domain=DOMAIN)
         if tier is None:
-            raise field_error("tier", "FIELD_REQUIRED", "tier must be NOTE_TIER_LONG or NOTE_TIER_SHORT", domain=DOMAIN)
-        if tier is NoteTier.SHORT:
+            found.add(
+                field_error("tier", "FIELD_REQUIRED", "tier must be NOTE_TIER_LONG or NOTE_TIER_SHORT", domain=DOMAIN)
+            )
+        elif tier is NoteTier.SHORT:
             if not 1 <= ttl_days <= MAX_TTL_DAYS:
-                raise field_error(
-                    "ttl_days",
-                    "TTL_OUT_OF_RANGE",
-                    f"a SHORT note needs ttl_days between 1 and {MAX_TTL_DAYS}, got {ttl_days}",
-                    domain=DOMAIN,
-                    value=ttl_days,
-                    maximum=MAX_TTL_DAYS,
+                found.add(
+                    field_error(
+                        "ttl_days",
+                        "TTL_OUT_OF_RANGE",
+                        f"a SHORT note needs ttl_days between 1 and {MAX_TTL_DAYS}, got {ttl_days}",
+                        domain=DOMAIN,
+                        value=ttl_days,
+                        maximum=MAX_TTL_DAYS,
+                    )
                 )
         elif ttl_days:
-            raise field_error(
-                "ttl_days",
-                "TTL_NOT_ALLOWED",
-                "a LONG note has no time to live; send ttl_days 0 or write a SHORT note",
-                domain=DOMAIN,
-                value=ttl_days,
+            found.add(
+                field_error(
+                    "ttl_days",
+                    "TTL_NOT_ALLOWED",
+                    "a LONG note has no time to live; send ttl_days 0 or write a SHORT note",
+                    domain=DOMAIN,
+                    value=ttl_days,
+                )
             )
+        found.raise_any()
+        assert tier is not None  # refused above
         digest = None
         if request_id:
             digest = request_digest(company, seat, content, tier, ttl_days, source, turn_id)
@@ -223,20 +244,26 @@ class DiaryService(VectorRowService[S, DiaryConfig]):
         query_vector: QueryVector | None,
         neighbour_limit: int | None = None,
     ) -> Recall:
-        company, seat = seat_ref(company, seat, domain=DOMAIN)
+        # Every bad field is named at once (one INVALID_ARGUMENT, libs.common.errors.InvalidFields).
+        found = InvalidFields()
+        with found.check():
+            require_ident(company, "company", domain=DOMAIN)
+        with found.check():
+            require_ident(seat, "seat", domain=DOMAIN)
         cap = self.config.max_recall_limit
-        k_vec = optional_limit(
-            vector_limit, "vector_limit", default=self.config.vector_limit, maximum=cap, domain=DOMAIN
-        )
-        k_rec = optional_limit(
-            recency_limit, "recency_limit", default=self.config.recency_limit, maximum=cap, domain=DOMAIN
-        )
-        k_lex = optional_limit(
-            lexical_limit, "lexical_limit", default=self.config.lexical_limit, maximum=cap, domain=DOMAIN
-        )
-        k_nei = optional_limit(
-            neighbour_limit, "neighbour_limit", default=self.config.neighbour_limit, maximum=cap, domain=DOMAIN
-        )
+
+        def limit(value: int | None, field: str, default: int) -> int:
+            try:
+                return optional_limit(value, field, default=default, maximum=cap, domain=DOMAIN)
+            except InvalidArgument as err:
+                found.add(err)
+                return default  # never used: raise_any below refuses the request
+
+        k_vec = limit(vector_limit, "vector_limit", self.config.vector_limit)
+        k_rec = limit(recency_limit, "recency_limit", self.config.recency_limit)
+        k_lex = limit(lexical_limit, "lexical_limit", self.config.lexical_limit)
+        k_nei = limit(neighbour_limit, "neighbour_limit", self.config.neighbour_limit)
+        found.raise_any()
         now = self.clock.now()
         pool: dict[uuid.UUID, Candidate] = {}
 

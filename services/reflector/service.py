@@ -12,7 +12,7 @@ from typing_extensions import TypeVar
 from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from libs.common import telemetry
 from libs.common.clock import Clock
-from libs.common.errors import field_error
+from libs.common.errors import InvalidFields, field_error
 from libs.common.events import EventSink, bookkeeping
 from libs.common.not_found import require_found
 from libs.common.validation import (
@@ -56,61 +56,79 @@ def _asked_length(turn: pb.TurnCompleted) -> int:
 
 
 def _check_turn(turn: pb.TurnCompleted) -> None:
-    seat_ref(turn.company, turn.seat, domain=DOMAIN)
-    require_text(turn.turn_id, "turn.turn_id", domain=DOMAIN, max_chars=200)
-    if turn.turn_id.endswith(ROUND_SUFFIX):
-        raise field_error(
-            "turn.turn_id",
-            "FIELD_INVALID",
-            f"turn.turn_id must not end in {ROUND_SUFFIX!r}: that names a run's self_iterate round",
-            domain=DOMAIN,
-            value=turn.turn_id,
-        )
+    """Refuse a turn no reflection can be made of, naming every bad field at once (one
+    INVALID_ARGUMENT, :class:`~libs.common.errors.InvalidFields`): an engine fixing a refused turn
+    hears of all its mistakes in one round trip, as the contract's own refusals tell it."""
+    found = InvalidFields()
+    with found.check():
+        require_ident(turn.company, "company", domain=DOMAIN)
+    with found.check():
+        require_ident(turn.seat, "seat", domain=DOMAIN)
+    with found.check():
+        require_text(turn.turn_id, "turn.turn_id", domain=DOMAIN, max_chars=200)
+        if turn.turn_id.endswith(ROUND_SUFFIX):
+            raise field_error(
+                "turn.turn_id",
+                "FIELD_INVALID",
+                f"turn.turn_id must not end in {ROUND_SUFFIX!r}: that names a run's self_iterate round",
+                domain=DOMAIN,
+                value=turn.turn_id,
+            )
     # The role files the turn's episode (RecordEpisode takes an identifier) and names a configured
     # role (config refuses a name with a space): one rule, held here, so a role no service can file
     # under is refused naming the field rather than accepted and never given an episode.
-    require_ident(turn.role, "turn.role", domain=DOMAIN)
+    with found.check():
+        require_ident(turn.role, "turn.role", domain=DOMAIN)
     if turn.outcome == pb.TURN_OUTCOME_UNSPECIFIED or turn.outcome not in pb.TurnOutcome.values():
-        raise field_error(
-            "turn.outcome",
-            "FIELD_REQUIRED",
-            "turn.outcome must be DONE, FAILED, SELF_ITERATE or SKIPPED",
-            domain=DOMAIN,
+        found.add(
+            field_error(
+                "turn.outcome",
+                "FIELD_REQUIRED",
+                "turn.outcome must be DONE, FAILED, SELF_ITERATE or SKIPPED",
+                domain=DOMAIN,
+            )
         )
     # The turn's episode needs both times (spec: every episode row carries started_at, ended_at and
     # duration_ms): a turn without them is refused here, naming the field, rather than accepted
     # and then silently left without an episode.
     for name in ("start_time", "end_time"):
         if not turn.HasField(name):
-            raise field_error(
-                f"turn.{name}",
-                "FIELD_REQUIRED",
-                f"turn.{name} is required: the turn's episode records when it started and ended",
-                domain=DOMAIN,
+            found.add(
+                field_error(
+                    f"turn.{name}",
+                    "FIELD_REQUIRED",
+                    f"turn.{name} is required: the turn's episode records when it started and ended",
+                    domain=DOMAIN,
+                )
             )
     if turn.HasField("start_time") and turn.HasField("end_time"):
         if turn.end_time.ToDatetime() < turn.start_time.ToDatetime():
-            raise field_error(
-                "turn.end_time", "FIELD_INVALID", "turn.end_time is before turn.start_time", domain=DOMAIN
+            found.add(
+                field_error("turn.end_time", "FIELD_INVALID", "turn.end_time is before turn.start_time", domain=DOMAIN)
             )
     for i, item in enumerate(turn.interactions):
         if not item.sender.platform or not (item.sender.handle or item.sender.external_id):
-            raise field_error(
-                f"turn.interactions[{i}].sender",
-                "FIELD_REQUIRED",
-                "an interaction's sender needs a platform and a handle or an external id",
-                domain=DOMAIN,
+            found.add(
+                field_error(
+                    f"turn.interactions[{i}].sender",
+                    "FIELD_REQUIRED",
+                    "an interaction's sender needs a platform and a handle or an external id",
+                    domain=DOMAIN,
+                )
             )
     if turn.work_item and not _WORK_ITEM.match(turn.work_item):
-        raise field_error(
-            "turn.work_item",
-            "FIELD_INVALID",
-            f"turn.work_item {turn.work_item!r} is not a backend-qualified ref (native:<id> or jira:<id>)",
-            domain=DOMAIN,
-            value=turn.work_item[:200],
+        found.add(
+            field_error(
+                "turn.work_item",
+                "FIELD_INVALID",
+                f"turn.work_item {turn.work_item!r} is not a backend-qualified ref (native:<id> or jira:<id>)",
+                domain=DOMAIN,
+                value=turn.work_item[:200],
+            )
         )
     for i, skill in enumerate(turn.offered_skills):
-        require_text(skill.id, f"turn.offered_skills[{i}].id", domain=DOMAIN)
+        with found.check():
+            require_text(skill.id, f"turn.offered_skills[{i}].id", domain=DOMAIN)
     # What the turn was asked becomes its episode's ask: refused here, at the edge, rather than
     # accepted and then lost when the episode cannot take it. The contract bounds each body; only
     # their sum needs this. Counted as ``Turn.asked`` builds it (the non-empty bodies joined one to
@@ -118,14 +136,17 @@ def _check_turn(turn: pb.TurnCompleted) -> None:
     # body of exactly the documented limit.
     asked = _asked_length(turn)
     if asked > MAX_ASKED_CHARS:
-        raise field_error(
-            "turn.interactions" if turn.interactions else "turn.ask",
-            "FIELD_TOO_LONG",
-            f"the turn's inbound text is {asked} characters in all; the limit is {MAX_ASKED_CHARS}",
-            domain=DOMAIN,
-            limit=MAX_ASKED_CHARS,
-            length=asked,
+        found.add(
+            field_error(
+                "turn.interactions" if turn.interactions else "turn.ask",
+                "FIELD_TOO_LONG",
+                f"the turn's inbound text is {asked} characters in all; the limit is {MAX_ASKED_CHARS}",
+                domain=DOMAIN,
+                limit=MAX_ASKED_CHARS,
+                length=asked,
+            )
         )
+    found.raise_any()
 
 
 S = TypeVar("S", bound=ReflectionStore, default=PostgresReflectionStore)
