@@ -196,8 +196,9 @@ def _settled(*, collect: bool = True) -> None:
     gc.enable()
 
 
-PUBLIC_HTTP_PATHS = ("/metrics", "/healthz", "/api/openapi.json")
-"""What any caller may read without a credential: aggregate metrics, liveness, the API's schema."""
+PUBLIC_HTTP_PATHS = ("/metrics", "/metrics/", "/healthz", "/api/openapi.json")
+"""What any caller may read without a credential: aggregate metrics, liveness, the API's schema.
+``/metrics/`` is served too (a scraper configured with the slash gets the same text, not a 401)."""
 
 
 def http_app(components: list[Component], authenticator: Authenticator) -> Starlette:
@@ -206,7 +207,7 @@ def http_app(components: list[Component], authenticator: Authenticator) -> Starl
     from starlette.middleware import Middleware
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse
-    from starlette.routing import Mount, Route
+    from starlette.routing import Route
 
     from libs.common.auth import HttpAuthMiddleware
     from libs.common.httpserver import build_app
@@ -215,10 +216,25 @@ def http_app(components: list[Component], authenticator: Authenticator) -> Starl
     async def healthz(_request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok\n")
 
+    class _Metrics:
+        """The Prometheus ASGI app as a Route's endpoint (a plain function would be taken for a
+        request handler)."""
+
+        def __init__(self) -> None:
+            self.app = prometheus_app()
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await self.app(scope, receive, send)
+
+    metrics = _Metrics()
+
     routes = [
         *[r for c in components for r in c.http_routes],
         Route("/healthz", healthz, methods=["GET"]),
-        Mount("/metrics", app=prometheus_app()),
+        # Routes, not a Mount: a Mount answers /metrics with a 307 to /metrics/, a path the token
+        # check does not know as public, so every scrape in token mode ended in a 401.
+        Route("/metrics", metrics),
+        Route("/metrics/", metrics),
     ]
     auth = Middleware(
         HttpAuthMiddleware,
