@@ -1,20 +1,29 @@
 """The all-in-one's HTTP port as an operator and a scraper meet it: /metrics answers Prometheus
-without a token in token mode (no redirect)."""
+without a token in token mode (no redirect), the HTTP port speaks TLS whenever the gRPC port does."""
 
 from __future__ import annotations
 
+import asyncio
+import ssl
+import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.runner import Running, start
+from tests.support.certs import Authority
+from tests.support.runner import Running, clean_env, run_once, start
+from tests.test_inspector_support import csrf_of
 
 pytestmark = pytest.mark.slow
 
 
 async def _up(data_dir: Path, *flags: str) -> Running:
     return await start("up", "--port", "0", "--data-dir", str(data_dir), "--require-auth", *flags)
+
+
+def _issue(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_once("token", "issue", *args, data_dir=data_dir, env=clean_env(), timeout=120)
 
 
 async def test_metrics_answer_a_scrape_without_a_token_in_token_mode(tmp_path):
@@ -32,5 +41,32 @@ async def test_metrics_answer_a_scrape_without_a_token_in_token_mode(tmp_path):
             # What is not public still needs the token.
             refused = await client.get("/api/sessions/s1/learning", params={"company": "acme"})
             assert refused.status_code == 401 and refused.json()["error"]["reason"] == "CREDENTIAL_MISSING"
+    finally:
+        assert await running.stop() == 0
+
+
+async def test_the_http_port_speaks_tls_with_the_grpc_port_certificate(tmp_path):
+    authority = Authority()
+    issued = authority.issue("agentlearn")
+    (cert := tmp_path / "cert.pem").write_bytes(issued.cert)
+    (key := tmp_path / "key.pem").write_bytes(issued.key)
+    data = tmp_path / "data"
+    running = await _up(data, "--tls-cert", str(cert), "--tls-key", str(key))
+    try:
+        assert "tls=on(grpc,http)" in running.line, running.line
+        trusted = ssl.create_default_context(cadata=authority.pem.decode())
+        async with httpx.AsyncClient(base_url=f"https://{running.http}", verify=trusted, timeout=30) as client:
+            assert (await client.get("/healthz")).text == "ok\n"
+            assert (await client.get("/metrics")).status_code == 200
+            # The inspector sees https: its sign-in cookie is Secure (cookie_secure auto).
+            token = (await asyncio.to_thread(_issue, data, "--company", "acme", "--scopes", "admin")).stdout.strip()
+            form = await client.get("/inspector/signin")
+            signed = await client.post("/inspector/signin", data={"csrf": csrf_of(form.text), "token": token})
+            assert signed.status_code == 303, signed.text[:300]
+            assert "secure" in {a.strip().lower() for a in signed.headers["set-cookie"].split(";")}
+        # Plain HTTP on the same port gets no answer: nothing crosses it in clear.
+        async with httpx.AsyncClient(base_url=f"http://{running.http}", timeout=10) as client:
+            with pytest.raises(httpx.HTTPError):
+                await client.get("/healthz")
     finally:
         assert await running.stop() == 0

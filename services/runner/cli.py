@@ -246,6 +246,15 @@ def http_app(components: list[Component], authenticator: Authenticator) -> Starl
     return build_app(routes, [auth])
 
 
+def _http_tls(settings: Settings) -> tuple[str, str] | None:
+    """The HTTP port serves over the public port's certificate when there is one: the sessions API
+    takes ``Authorization: Bearer`` and the inspector's sign-in posts the raw token, so neither may
+    go in clear beside a TLS gRPC port (and the inspector's cookie gets Secure: it sees https)."""
+    cert, key = settings.server.tls_cert, settings.server.tls_key
+    # Both or neither: security.listeners refused one without the other before this runs.
+    return (str(cert), str(key)) if cert is not None and key is not None else None
+
+
 PARENT_PIPE_ENV = "AGL_SPLIT_PARENT_PIPE"  # not AGENTLEARN_*: that prefix is the config's
 """Split mode: the fd of a pipe whose write end only the parent holds (EOF: the parent is gone)."""
 
@@ -291,7 +300,9 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
         await start_server(bound, [r for c in components for r in c.registrations])
         port = bound.port
         infra.channels.serve_locally([c.name for c in components], f"{settings.server.host}:{port}")
-        http = await start_http(http_app(components, authenticator), settings.server.host, 0, sock=http_socket)
+        http = await start_http(
+            http_app(components, authenticator), settings.server.host, 0, sock=http_socket, tls=_http_tls(settings)
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -320,7 +331,8 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
                 if mode == "local"
                 else "auth=tokens"
             )
-            tls = " tls=on" if settings.server.tls_cert else ""
+            # What each public port speaks: with a certificate both are TLS (grpcs, https).
+            tls = " tls=on(grpc,http)" if settings.server.tls_cert else ""
             internal = f" internal={bound.ports[1]}" if len(bound.ports) > 1 else ""
             print(
                 f"agentlearn ready on {settings.server.host}:{port} "
