@@ -1,5 +1,6 @@
 """The all-in-one's HTTP port as an operator and a scraper meet it: /metrics answers Prometheus
-without a token in token mode (no redirect), the HTTP port speaks TLS whenever the gRPC port does."""
+without a token in token mode (no redirect), the HTTP port speaks TLS whenever the gRPC port does, and
+``./run token issue`` refuses what no request could use."""
 
 from __future__ import annotations
 
@@ -70,3 +71,24 @@ async def test_the_http_port_speaks_tls_with_the_grpc_port_certificate(tmp_path)
                 await client.get("/healthz")
     finally:
         assert await running.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--company", "ac me"), "company 'ac me' is not a valid handle"),
+        (("--company", "acme", "--seat", "a/b c"), "seat 'a/b c' is not a valid handle"),
+        (("--company", "acme", "--user", " dana"), "user ' dana' is not a valid handle"),
+        (("--company", "acme", "--ttl-days", "-5"), "--ttl-days must be 1..36500"),
+        (("--company", "acme", "--ttl-days", "0"), "--ttl-days must be 1..36500"),
+        (("--company", "acme", "--ttl-days", "99999999"), "--ttl-days must be 1..36500"),
+    ],
+)
+def test_token_issue_refuses_what_no_request_could_use_in_one_line(tmp_path, args, said):
+    data = tmp_path / "data"
+    done = _issue(data, *args, "--scopes", "memory:read")
+    assert done.returncode == 2, (done.stdout, done.stderr[-2000:])
+    assert done.stdout == ""  # no token printed
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("./run token issue: ") and said in lines[0], done.stderr
+    assert not (data / "postgres").exists()  # refused before any database was started
