@@ -1,19 +1,20 @@
 """The all-in-one's HTTP port as an operator and a scraper meet it: /metrics answers Prometheus
-without a token in token mode (no redirect), the HTTP port speaks TLS whenever the gRPC port does, and
-``./run token issue`` refuses what no request could use."""
+without a token in token mode (no redirect), the HTTP port speaks TLS whenever the gRPC port does,
+``./run token issue`` refuses what no request could use, and ``./run demo`` carries a token."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.certs import Authority
-from tests.support.runner import Running, clean_env, run_once, start
+from tests.support.runner import ROOT, Running, clean_env, run_once, start
 from tests.test_inspector_support import csrf_of
 
 pytestmark = pytest.mark.slow
@@ -92,3 +93,38 @@ def test_token_issue_refuses_what_no_request_could_use_in_one_line(tmp_path, arg
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("./run token issue: ") and said in lines[0], done.stderr
     assert not (data / "postgres").exists()  # refused before any database was started
+
+
+def _demo(address: str, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = clean_env({"AGENTLEARN_TOKEN": token} if token else None)
+    return subprocess.run(
+        [sys.executable, "-m", "services.runner", "demo", "--address", address, "--company", "globex", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def test_the_demo_sends_a_token_and_a_refusal_is_one_line(tmp_path):
+    data = tmp_path / "data"
+    running = await _up(data)
+    try:
+        bare = await asyncio.to_thread(_demo, running.address)
+        assert bare.returncode == 2, bare.stderr[-2000:]
+        assert bare.stderr.strip().splitlines() == [bare.stderr.strip()], bare.stderr[-2000:]  # no traceback
+        assert bare.stderr.startswith("./run demo: UNAUTHENTICATED: ") and "AGENTLEARN_TOKEN" in bare.stderr
+        # A token is sent (from the environment, or --token): this one is of another company, so the
+        # services answer PERMISSION_DENIED, which they can only say of a token they received.
+        issued = await asyncio.to_thread(_issue, data, "--company", "acme", "--scopes", "admin")
+        token = issued.stdout.strip()
+        for done in await asyncio.gather(
+            asyncio.to_thread(_demo, running.address, token=token),
+            asyncio.to_thread(_demo, running.address, "--token", token),
+        ):
+            assert done.returncode == 2, done.stderr[-2000:]
+            assert done.stderr.startswith("./run demo: PERMISSION_DENIED: "), done.stderr[-2000:]
+            assert len(done.stderr.strip().splitlines()) == 1
+    finally:
+        assert await running.stop() == 0
