@@ -204,6 +204,46 @@ TOKEN_SQL = {
 _token_record = RowReader(TokenRecord, {"id": str, "scopes": tuple}, computed={"user": lambda row: row["user_handle"]})
 
 
+MAX_TOKEN_TTL = timedelta(days=36_500)
+"""The longest lifetime a token is issued with (a century: past it, the expiry date overflows long
+before it matters; unset is "never")."""
+
+
+def check_issue(
+    company: str,
+    scopes: Sequence[str],
+    *,
+    seat: str | None = None,
+    user: str | None = None,
+    ttl: timedelta | None = None,
+) -> None:
+    """Refuse a token no request could use: the company, seat and user by the identifier rule every
+    service applies to a request's own (a token for "ac me" would match only requests that are
+    refused), and a lifetime that is over at issue (``ttl`` None is the one way to say "never")."""
+    from libs.common.validation import require_ident
+
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if not scopes or unknown:
+        raise InvalidArgument(
+            f"scopes must be some of {', '.join(SCOPES)}; unknown: {', '.join(unknown) or '(none given)'}",
+            reason="SCOPE_UNKNOWN",
+            field="scopes",
+        )
+    if not company:
+        raise InvalidArgument("a token is bound to a company", reason="FIELD_REQUIRED", field="company")
+    require_ident(company, "company", domain="agentlearn.dev")
+    for value, name in ((seat, "seat"), (user, "user")):
+        if value:
+            require_ident(value, name, domain="agentlearn.dev")
+    if ttl is not None and not timedelta(0) < ttl <= MAX_TOKEN_TTL:
+        raise InvalidArgument(
+            f"a token's lifetime must be more than 0 and at most {MAX_TOKEN_TTL.days} days "
+            "(leave it unset for a token that never expires)",
+            reason="FIELD_INVALID",
+            field="ttl",
+        )
+
+
 class TokenStore:
     """The ``api_tokens`` table (common migration 0002)."""
 
@@ -222,15 +262,7 @@ class TokenStore:
         ttl: timedelta | None = None,
     ) -> tuple[str, TokenRecord]:
         """A new token (returned once, never stored) and its record."""
-        unknown = sorted(set(scopes) - set(SCOPES))
-        if not scopes or unknown:
-            raise InvalidArgument(
-                f"scopes must be some of {', '.join(SCOPES)}; unknown: {', '.join(unknown) or '(none given)'}",
-                reason="SCOPE_UNKNOWN",
-                field="scopes",
-            )
-        if not company:
-            raise InvalidArgument("a token is bound to a company", reason="FIELD_REQUIRED", field="company")
+        check_issue(company, scopes, seat=seat, user=user, ttl=ttl)
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         now = self._clock.now()
         token_id = uuid.uuid4()

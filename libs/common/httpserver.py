@@ -91,12 +91,22 @@ async def start_http(
     middleware: Sequence[Middleware] = (),
     log_level: str = "warning",
     sock: socket.socket | None = None,
+    tls: tuple[str, str] | None = None,
 ) -> HttpServer:
     """Serve ``routes`` (or a ready ASGI app) on ``host:port`` (or on ``sock``, bound earlier by
-    :func:`bind_http`) inside the running loop."""
+    :func:`bind_http`) inside the running loop. ``tls``: (certificate file, key file), the public
+    gRPC port's own, so a bearer token or the inspector's sign-in never crosses in clear on the
+    port beside a TLS one."""
     app = routes if callable(routes) and not isinstance(routes, (list, tuple)) else build_app(routes, middleware)
     sock = sock if sock is not None else bind_http(host, port)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off")
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=False,
+        lifespan="off",
+        ssl_certfile=tls[0] if tls else None,
+        ssl_keyfile=tls[1] if tls else None,
+    )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="http-server")
     # Bound already (the socket listens); wait until uvicorn has started serving on it, or failed.

@@ -196,8 +196,9 @@ def _settled(*, collect: bool = True) -> None:
     gc.enable()
 
 
-PUBLIC_HTTP_PATHS = ("/metrics", "/healthz", "/api/openapi.json")
-"""What any caller may read without a credential: aggregate metrics, liveness, the API's schema."""
+PUBLIC_HTTP_PATHS = ("/metrics", "/metrics/", "/healthz", "/api/openapi.json")
+"""What any caller may read without a credential: aggregate metrics, liveness, the API's schema.
+``/metrics/`` is served too (a scraper configured with the slash gets the same text, not a 401)."""
 
 
 def http_app(components: list[Component], authenticator: Authenticator) -> Starlette:
@@ -206,7 +207,7 @@ def http_app(components: list[Component], authenticator: Authenticator) -> Starl
     from starlette.middleware import Middleware
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse
-    from starlette.routing import Mount, Route
+    from starlette.routing import Route
 
     from libs.common.auth import HttpAuthMiddleware
     from libs.common.httpserver import build_app
@@ -215,10 +216,25 @@ def http_app(components: list[Component], authenticator: Authenticator) -> Starl
     async def healthz(_request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok\n")
 
+    class _Metrics:
+        """The Prometheus ASGI app as a Route's endpoint (a plain function would be taken for a
+        request handler)."""
+
+        def __init__(self) -> None:
+            self.app = prometheus_app()
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await self.app(scope, receive, send)
+
+    metrics = _Metrics()
+
     routes = [
         *[r for c in components for r in c.http_routes],
         Route("/healthz", healthz, methods=["GET"]),
-        Mount("/metrics", app=prometheus_app()),
+        # Routes, not a Mount: a Mount answers /metrics with a 307 to /metrics/, a path the token
+        # check does not know as public, so every scrape in token mode ended in a 401.
+        Route("/metrics", metrics),
+        Route("/metrics/", metrics),
     ]
     auth = Middleware(
         HttpAuthMiddleware,
@@ -228,6 +244,15 @@ def http_app(components: list[Component], authenticator: Authenticator) -> Starl
         optional=[p for c in components for p in c.http_open_paths],
     )
     return build_app(routes, [auth])
+
+
+def _http_tls(settings: Settings) -> tuple[str, str] | None:
+    """The HTTP port serves over the public port's certificate when there is one: the sessions API
+    takes ``Authorization: Bearer`` and the inspector's sign-in posts the raw token, so neither may
+    go in clear beside a TLS gRPC port (and the inspector's cookie gets Secure: it sees https)."""
+    cert, key = settings.server.tls_cert, settings.server.tls_key
+    # Both or neither: security.listeners refused one without the other before this runs.
+    return (str(cert), str(key)) if cert is not None and key is not None else None
 
 
 PARENT_PIPE_ENV = "AGL_SPLIT_PARENT_PIPE"  # not AGENTLEARN_*: that prefix is the config's
@@ -275,7 +300,9 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
         await start_server(bound, [r for c in components for r in c.registrations])
         port = bound.port
         infra.channels.serve_locally([c.name for c in components], f"{settings.server.host}:{port}")
-        http = await start_http(http_app(components, authenticator), settings.server.host, 0, sock=http_socket)
+        http = await start_http(
+            http_app(components, authenticator), settings.server.host, 0, sock=http_socket, tls=_http_tls(settings)
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -304,7 +331,8 @@ async def serve(settings: Settings, names: list[str], *, ready_line: bool = True
                 if mode == "local"
                 else "auth=tokens"
             )
-            tls = " tls=on" if settings.server.tls_cert else ""
+            # What each public port speaks: with a certificate both are TLS (grpcs, https).
+            tls = " tls=on(grpc,http)" if settings.server.tls_cert else ""
             internal = f" internal={bound.ports[1]}" if len(bound.ports) > 1 else ""
             print(
                 f"agentlearn ready on {settings.server.host}:{port} "

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -173,77 +175,103 @@ async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="./run demo", description="a scripted agent life against ./run up")
     parser.add_argument("--address", default="127.0.0.1:50051", help="the running all-in-one (default %(default)s)")
     parser.add_argument("--company", default=f"demo-{int(time.time())}", help="a fresh company each run")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("AGENTLEARN_TOKEN"),
+        help="a caller token, for ./run up --require-auth (default: $AGENTLEARN_TOKEN; local mode needs none)",
+    )
     args = parser.parse_args(argv)
-    company = args.company
-    async with grpc.aio.insecure_channel(args.address) as channel:
+    interceptors = [_Bearer(args.token)] if args.token else []
+    async with grpc.aio.insecure_channel(args.address, interceptors=interceptors) as channel:
         try:
             await asyncio.wait_for(channel.channel_ready(), 10)
         except TimeoutError:
             print(f"nothing answers on {args.address}: start the system first with ./run up")
             return 2
-        reflector = rgrpc.ReflectorServiceStub(channel)
-        prefetch = pgrpc.PrefetchServiceStub(channel)
-        skills = sgrpc.SkillServiceStub(channel)
-        now = datetime.now(UTC)
-        turns = life(company, now - timedelta(days=21))
-        print(f"company {company}, seat {SEAT}: submitting {len(turns)} turns to the reflector ...")
-        for t in turns:
-            await reflector.SubmitTurn(rpb.SubmitTurnRequest(turn=t), timeout=10)
-        pending = {t.turn_id for t in turns}
-        deadline = time.monotonic() + 180
-        while pending and time.monotonic() < deadline:
-            for turn_id in sorted(pending):
-                r = (
-                    await reflector.GetReflection(
-                        rpb.GetReflectionRequest(company=company, seat=SEAT, turn_id=turn_id), timeout=10
-                    )
-                ).reflection
-                if r.state in (rpb.REFLECTION_STATE_COMPLETED, rpb.REFLECTION_STATE_GATED):
-                    pending.discard(turn_id)
-            if pending:
-                await asyncio.sleep(0.5)
-        if pending:
-            print(f"{len(pending)} turns were not reflected within 3 minutes; showing what was learned so far")
-        print("\nwhat each turn taught (the reflector's record):")
-        for t in turns:
+        try:
+            return await _demo(channel, args.company)
+        except grpc.aio.AioRpcError as err:
+            if err.code() not in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise
+            hint = "" if args.token else " (pass --token or set AGENTLEARN_TOKEN: ./run token issue)"
+            print(f"./run demo: {err.code().name}: {err.details()}{hint}", file=sys.stderr)
+            return 2
+
+
+class _Bearer(grpc.aio.UnaryUnaryClientInterceptor):
+    """Every call carries ``authorization: Bearer <token>`` (the demo's calls are all unary)."""
+
+    def __init__(self, token: str) -> None:
+        self._metadata = ("authorization", f"Bearer {token}")
+
+    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        metadata = grpc.aio.Metadata(*(client_call_details.metadata or ()), self._metadata)
+        return await continuation(client_call_details._replace(metadata=metadata), request)
+
+
+async def _demo(channel: grpc.aio.Channel, company: str) -> int:
+    """The scripted life and the chat session (see the module's docstring)."""
+    reflector = rgrpc.ReflectorServiceStub(channel)
+    prefetch = pgrpc.PrefetchServiceStub(channel)
+    skills = sgrpc.SkillServiceStub(channel)
+    now = datetime.now(UTC)
+    turns = life(company, now - timedelta(days=21))
+    print(f"company {company}, seat {SEAT}: submitting {len(turns)} turns to the reflector ...")
+    for t in turns:
+        await reflector.SubmitTurn(rpb.SubmitTurnRequest(turn=t), timeout=10)
+    pending = {t.turn_id for t in turns}
+    deadline = time.monotonic() + 180
+    while pending and time.monotonic() < deadline:
+        for turn_id in sorted(pending):
             r = (
                 await reflector.GetReflection(
-                    rpb.GetReflectionRequest(company=company, seat=SEAT, turn_id=t.turn_id), timeout=10
+                    rpb.GetReflectionRequest(company=company, seat=SEAT, turn_id=turn_id), timeout=10
                 )
             ).reflection
-            wrote = [
-                f"{w.worker}: {', '.join(w.written) or w.detail}"
-                for w in r.workers
-                if w.status == rpb.WORKER_STATUS_WROTE and w.worker != "episodist"
-            ]
-            print(f"  {t.turn_id}  {t.label[:38]:<38}  " + ("; ".join(wrote) or "(episode only)"))
-
-        learned = (await skills.ListSkills(spb.ListSkillsRequest(company=company, seat=SEAT), timeout=10)).skills
-        offered = [(s.id, s.name) for s in learned]
-
-        bob = ppb.Counterparty(handle="bob", platform="slack", display_name="Bob")
-        new_turns: list[tuple[str, dict[str, Any]]] = [
-            (
-                "New turn: Bob asks for a payments update",
-                {"ask": "Bob: can you send me an update on the payments migration?", "senders": [bob]},
-            ),
-            ("New turn: a task like the recurring one", {"ask": "Fix the flaky notifications test on main"}),
-            (
-                "New turn: a thin trigger ('+1' in a thread): the gate renders hints, asks no model",
-                {"ask": "+1", "requires_recon": True, "senders": [bob]},
-            ),
-        ]
-        for n, (title, turn) in enumerate(new_turns, start=1):
-            resp = await prefetch.BuildTurnContext(
-                ppb.BuildTurnContextRequest(
-                    company=company, seat=SEAT, role=ROLE, turn_id=f"{company}-new-{n}", **turn
-                ),
-                timeout=60,
+            if r.state in (rpb.REFLECTION_STATE_COMPLETED, rpb.REFLECTION_STATE_GATED):
+                pending.discard(turn_id)
+        if pending:
+            await asyncio.sleep(0.5)
+    if pending:
+        print(f"{len(pending)} turns were not reflected within 3 minutes; showing what was learned so far")
+    print("\nwhat each turn taught (the reflector's record):")
+    for t in turns:
+        r = (
+            await reflector.GetReflection(
+                rpb.GetReflectionRequest(company=company, seat=SEAT, turn_id=t.turn_id), timeout=10
             )
-            _print_context(title, resp)
-        print(f"skills the seat learned: {', '.join(name for _, name in offered) or 'none'}")
-        if not await session_demo(channel, company):
-            return 1
+        ).reflection
+        wrote = [
+            f"{w.worker}: {', '.join(w.written) or w.detail}"
+            for w in r.workers
+            if w.status == rpb.WORKER_STATUS_WROTE and w.worker != "episodist"
+        ]
+        print(f"  {t.turn_id}  {t.label[:38]:<38}  " + ("; ".join(wrote) or "(episode only)"))
+
+    learned = (await skills.ListSkills(spb.ListSkillsRequest(company=company, seat=SEAT), timeout=10)).skills
+    offered = [(s.id, s.name) for s in learned]
+
+    bob = ppb.Counterparty(handle="bob", platform="slack", display_name="Bob")
+    new_turns: list[tuple[str, dict[str, Any]]] = [
+        (
+            "New turn: Bob asks for a payments update",
+            {"ask": "Bob: can you send me an update on the payments migration?", "senders": [bob]},
+        ),
+        ("New turn: a task like the recurring one", {"ask": "Fix the flaky notifications test on main"}),
+        (
+            "New turn: a thin trigger ('+1' in a thread): the gate renders hints, asks no model",
+            {"ask": "+1", "requires_recon": True, "senders": [bob]},
+        ),
+    ]
+    for n, (title, turn) in enumerate(new_turns, start=1):
+        resp = await prefetch.BuildTurnContext(
+            ppb.BuildTurnContextRequest(company=company, seat=SEAT, role=ROLE, turn_id=f"{company}-new-{n}", **turn),
+            timeout=60,
+        )
+        _print_context(title, resp)
+    print(f"skills the seat learned: {', '.join(name for _, name in offered) or 'none'}")
+    if not await session_demo(channel, company):
+        return 1
     return 0
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import asyncpg
 from pydantic import SecretStr
 
-from libs.common.auth import SCOPES, Authenticator, TokenRecord, TokenStore, is_loopback
+from libs.common.auth import MAX_TOKEN_TTL, SCOPES, Authenticator, TokenRecord, TokenStore, check_issue, is_loopback
 from libs.common.clock import SystemClock
 from libs.common.config import Settings
 from libs.common.db import COMMON_MIGRATIONS, migrate, pending_migrations
@@ -125,7 +125,9 @@ def add_token_parser(
         "--scopes", required=True, help="comma-separated: " + ", ".join(SCOPES) + " (admin implies every scope)"
     )
     issue.add_argument("--name", default="", help="a label for the operator (e.g. 'engine prod')")
-    issue.add_argument("--ttl-days", type=int, help="expire after this many days (default: never)")
+    issue.add_argument(
+        "--ttl-days", type=int, help="expire after this many days, at least 1 (omitted: the token never expires)"
+    )
     listing = tsub.add_parser("list", help="list tokens (never their secrets)")
     common(listing)
     listing.add_argument("--company", help="only this company's tokens")
@@ -134,6 +136,15 @@ def add_token_parser(
     revoke.add_argument("token_id")
     for sp in (issue, listing, revoke):
         sp.set_defaults(log_level="WARNING")  # the output is the answer, not the store's chatter
+
+
+def _scopes(args: argparse.Namespace) -> list[str]:
+    return [s.strip() for s in args.scopes.split(",") if s.strip()]
+
+
+def _ttl(args: argparse.Namespace) -> timedelta | None:
+    """``--ttl-days N``; omitted is "never expires" (0 is not: it is refused, as a negative is)."""
+    return timedelta(days=args.ttl_days) if args.ttl_days is not None else None
 
 
 def _describe(r: TokenRecord) -> str:
@@ -148,6 +159,20 @@ def _describe(r: TokenRecord) -> str:
 
 
 async def run_token(settings: Settings, args: argparse.Namespace) -> int:
+    if args.token_command == "issue":
+        # Checked before a database is started or reached: a refusal is one line in a moment.
+        if args.ttl_days is not None and not 0 < args.ttl_days <= MAX_TOKEN_TTL.days:
+            print(
+                f"./run token issue: --ttl-days must be 1..{MAX_TOKEN_TTL.days} "
+                "(omit it for a token that never expires)",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            check_issue(args.company, _scopes(args), seat=args.seat, user=args.user, ttl=_ttl(args))
+        except AgentLearnError as err:
+            print(f"./run token issue: {err.message}", file=sys.stderr)
+            return 2
     dsn = await resolve_dsn(settings)
     # As the services do: on Kubernetes (migrate_on_start false) this runs as the application role,
     # which has no DDL right, so it only checks the tokens' schema is there (the migrate Job's) and
@@ -165,15 +190,9 @@ async def run_token(settings: Settings, args: argparse.Namespace) -> int:
     try:
         store = TokenStore(pool, SystemClock())
         if args.token_command == "issue":
-            scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
             try:
                 token, record = await store.issue(
-                    args.company,
-                    scopes,
-                    seat=args.seat,
-                    user=args.user,
-                    name=args.name,
-                    ttl=timedelta(days=args.ttl_days) if args.ttl_days else None,
+                    args.company, _scopes(args), seat=args.seat, user=args.user, name=args.name, ttl=_ttl(args)
                 )
             except AgentLearnError as err:
                 print(f"./run token issue: {err.message}", file=sys.stderr)
