@@ -712,7 +712,9 @@ class ServerConfig(_Section):
     """Calls one company (the request's ``company``) runs at once on one server; past it that
     company's calls are refused (reason ``COMPANY_OVERLOADED``) while other companies are served."""
     tls_cert: Path | None = None
-    """PEM certificate chain of the public port (``--tls-cert``); unset serves plaintext."""
+    """PEM certificate chain of the public port (``--tls-cert``), served on the HTTP port too (the
+    sessions API, the inspector, /metrics); unset serves both in plaintext. The pass worker's HTTP
+    port (/healthz, /metrics only) stays plaintext."""
     tls_key: Path | None = None
     """PEM private key of that certificate (``--tls-key``)."""
     internal_port: int | None = None
