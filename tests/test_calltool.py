@@ -153,6 +153,15 @@ async def test_an_unknown_tool_and_a_withdrawn_one_are_not_found(make_settings, 
         assert info.reason == "TOOL_NOT_FOUND"
 
 
+async def test_a_refusal_for_an_unknown_tool_lists_every_tool_the_role_has_whole(env):
+    """The role's tool names are ~125 bytes together: the refusal's 96-byte metadata cut dropped
+    use_skill and ended the list in a name that is no tool ("u...")."""
+    tools = (await env.prefetch.ListTools(pb.ListToolsRequest(company="acme", role="swe"))).tools
+    _, info, _ = await refused(call(env, "delete_everything", {}))
+    assert info.reason == "TOOL_NOT_FOUND"
+    assert info.metadata["tools"].split(",") == sorted(t.name for t in tools)
+
+
 async def test_a_typed_refusal_keeps_its_reason_and_names_the_argument(env):
     code, info, bad = await refused(call(env, "reflect_and_persist", {"content": "Sprint freeze.", "tier": "short"}))
     assert code.name == "INVALID_ARGUMENT" and info.domain == "diary.agentlearn.dev"

@@ -1,9 +1,9 @@
-"""``refresh_memory``'s one-at-a-time guard (``PostgresPrefetchStore.one_at_a_time``) holds a pooled
-connection for its whole section while the guarded work takes others from the same pool: with as
+"""``refresh_memory``'s one-at-a-time guard (``PostgresPrefetchStore.one_at_a_time``) held a pooled
+connection for its whole section while the guarded work took others from the same pool: with as
 many concurrent refreshes of different runs as the pool had connections, every connection was a
-guard's and every refresh waited on the pool until its deadline. A process now holds at most half
-its pool in guards (``store.guard_slots``). Real builtins over the real services on the embedded
-PostgreSQL, the prefetch's store on a pool of three connections."""
+guard's and every refresh waited on the pool until its deadline. The guard is now a lease on the
+run's ledger row and holds no connection while held. Real builtins over the real services on the
+embedded PostgreSQL, the prefetch's store on a pool of three connections."""
 
 from __future__ import annotations
 
@@ -26,12 +26,6 @@ REFRESHES = 7  # more concurrent refreshes of different runs than the pool has c
 async def env(make_settings, dsn, clock, local_embedder, edge_index):
     async with counting_env(make_settings, dsn, clock, local_embedder, edge_index) as e:
         yield e
-
-
-def test_guards_never_hold_the_whole_pool() -> None:
-    from services.prefetch.store import guard_slots
-
-    assert [guard_slots(n) for n in (1, 2, 3, 5, 10)] == [1, 1, 1, 2, 5]
 
 
 async def test_more_concurrent_refreshes_than_the_pool_has_connections_all_complete(env, dsn):

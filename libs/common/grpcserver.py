@@ -236,6 +236,10 @@ _MAX_MESSAGE = 300
 _MAX_META_KEY = 32
 _MAX_META_VALUE = 96
 _MAX_META_KEYS = 8
+# Values bounded by construction, not quoting a caller, read whole: ``tools`` lists the role's
+# builtins on a TOOL_NOT_FOUND / TOOL_NOT_OFFERED (at most the eight names, ~125 bytes). Cut at 96
+# bytes it dropped its last names and ended in a name that is no tool ("u...").
+_META_VALUE_BUDGET = {"tools": 256}
 _MAX_FIELD = 80
 _MAX_DESCRIPTION = 140
 _MAX_ECHO = 200
@@ -251,7 +255,8 @@ def _bounded(err: AgentLearnError) -> AgentLearnError:
     """``err`` with everything it quotes cut to sizes that always fit the caller's metadata."""
     err.message = _cut(err.message, _MAX_MESSAGE)
     err.metadata = {
-        _cut(k, _MAX_META_KEY): _cut(v, _MAX_META_VALUE) for k, v in list(err.metadata.items())[:_MAX_META_KEYS]
+        _cut(k, _MAX_META_KEY): _cut(v, _META_VALUE_BUDGET.get(k, _MAX_META_VALUE))
+        for k, v in list(err.metadata.items())[:_MAX_META_KEYS]
     }
     err.violations = [
         FieldViolation(_cut(v.field, _MAX_FIELD), _cut(v.description, _MAX_DESCRIPTION))

@@ -50,7 +50,7 @@ from services.prefetch.domain import (
 from services.prefetch.downstream_errors import passthrough
 from services.prefetch.knowledge_block import render_search_result, search
 from services.prefetch.past_turns import PastTurns
-from services.prefetch.store import LedgerEntry
+from services.prefetch.store import LedgerEntry, RunKey
 from services.prefetch.turn_context import mark_used
 
 __all__ = [
@@ -174,8 +174,13 @@ class Builtins:
         limit = _limit(limit, "limit", REFRESH_LIMIT)
         # One run's refreshes go one at a time, on every replica: two parallel calls with the same
         # hint would otherwise both spend a slot and both call the filter, and two repeats would
-        # both count the same newly shown notes as uses.
-        async with self.deps.store.one_at_a_time("\x1f".join(("refresh_memory", company, seat, turn_id))):
+        # both count the same newly shown notes as uses. The lease is held no longer than the work
+        # can take: the filter's bound and the diary calls' (recall, uses) with one more to spare.
+        settings = self.deps.settings.learning
+        hold_for = settings.prefetch.aux_timeout_seconds + 3 * self._timeout
+        run = RunKey(company, seat, turn_id)
+        keep = settings.personal_memory.refresh_ledger_runs
+        async with self.deps.store.one_at_a_time(run, hold_for=hold_for, keep_runs=keep, now=self.deps.clock.now()):
             return await self._refresh_memory(company, seat, turn_id, hint, limit, senders, role)
 
     async def _refresh_memory(

@@ -6,8 +6,8 @@ holds an in-memory one, so the unit tier runs the store-level decisions (a run's
 once and redelivered, a dead build taken over, the ledger's cached/refused/reserved answer, an
 onboarding marker per seat) with no Postgres.
 
-How each decision is made atomic (one statement, the run row's lock, a transaction-level advisory
-lock across replicas) is the adapter's job; the port promises the outcome: two callers racing for one run's
+How each decision is made atomic (one statement, the run row's lock, a lease on the run's row
+across replicas) is the adapter's job; the port promises the outcome: two callers racing for one run's
 claim, or for its last refresh slot, never both win.
 """
 
@@ -24,8 +24,12 @@ __all__ = ["PrefetchStore"]
 
 
 class PrefetchStore(Protocol):
-    def one_at_a_time(self, key: str) -> AbstractAsyncContextManager[None]:
-        """Work on ``key`` serialised across every replica while the context is held."""
+    def one_at_a_time(
+        self, run: RunKey, *, hold_for: float, keep_runs: int, now: datetime
+    ) -> AbstractAsyncContextManager[None]:
+        """Work on ``run`` serialised across every replica while the context is held, for at most
+        ``hold_for`` seconds (a holder that died lets the next in after that). Holds no connection
+        while held. The run's ledger row is created if it has none (the seat keeps ``keep_runs``)."""
         ...
 
     # ---- onboarding markers

@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,8 +28,17 @@ __all__ = ["FrozenContext", "LedgerEntry", "PostgresPrefetchStore", "Reservation
 _log = logging.getLogger(__name__)
 
 SQL = {
-    # Transaction-scoped (see ``one_at_a_time``): no session state, so PgBouncer-safe.
-    "one_at_a_time": "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+    # ``one_at_a_time``'s lease on the run's row: taken when free or lapsed, on the database's clock
+    # (the one clock every replica shares), and cleared only by its own holder.
+    "lease_take": """
+        UPDATE refresh_ledger_runs
+           SET lease_holder = $4, busy_until = clock_timestamp() + make_interval(secs => $5::float8)
+        WHERE company = $1 AND seat = $2 AND turn_id = $3
+          AND (busy_until IS NULL OR busy_until <= clock_timestamp())
+        RETURNING 1""",
+    "lease_release": """
+        UPDATE refresh_ledger_runs SET lease_holder = NULL, busy_until = NULL
+        WHERE company = $1 AND seat = $2 AND turn_id = $3 AND lease_holder = $4""",
     "marker": "SELECT chain_hash FROM agent_onboarding_markers WHERE company = $1 AND seat = $2",
     "mark": """
         INSERT INTO agent_onboarding_markers (company, seat, chain_hash, unit_chain, marked_time)
@@ -141,57 +152,64 @@ class FrozenContext:
     claim_time: datetime
 
 
-def guard_slots(pool_size: int) -> int:
-    """How many ``one_at_a_time`` guards one process holds at once on a pool of ``pool_size``: half
-    the pool (at least one). Each guard holds a pooled connection for its whole section while the
-    guarded work takes others from the same pool (the ledger's reservation, its answer, the diary's
-    and the skills' writes in an all-in-one process), so guards must never hold the connections
-    that work waits for."""
-    return max(1, pool_size // 2)
+LEASE_FIRST_PAUSE = 0.01
+LEASE_LONGEST_PAUSE = 0.2
+"""Seconds between a waiting guard's tries for a busy lease: doubling from the first to the longest
+(each with jitter), no connection held in between."""
 
 
 class PostgresPrefetchStore:
     def __init__(self, pool: asyncpg.Pool):
         self._pool = pool
-        self._guards = asyncio.Semaphore(guard_slots(pool.get_max_size()))
-        """Guards held at once in this process (:func:`guard_slots`): a guard past it waits here,
-        holding no connection, rather than on the pool with one."""
 
     @property
     def pool(self) -> asyncpg.Pool:
         return self._pool
 
     @contextlib.asynccontextmanager
-    async def one_at_a_time(self, key: str) -> AsyncIterator[None]:
-        """Serialise work on ``key`` across every replica: a transaction-level advisory lock, in a
-        transaction kept open on one connection for the guarded section and rolled back after it.
+    async def one_at_a_time(
+        self, run: RunKey, *, hold_for: float, keep_runs: int, now: datetime
+    ) -> AsyncIterator[None]:
+        """Serialise work on ``run`` across every replica: a lease on the run's ledger row, taken
+        by one short statement, held for at most ``hold_for`` seconds (the guarded work's own
+        bound), and cleared by its holder when the work is done. The row is created here when the
+        run has none yet (and the seat's oldest runs evicted, as :meth:`reserve` does).
 
-        Not a session lock taken and released by two statements: behind PgBouncer in transaction
-        mode those two may run on different server connections, so the unlock failed and the lock
-        stayed granted on a pooled server connection, and the run's next refresh waited out its
-        deadline. An open transaction pins its server connection, and the lock ends with it: on
-        the rollback, or when the process dies (its connection closes, the server aborts the
-        transaction), so nothing is left held either way. Nothing is written on this connection
-        (the guarded work uses its own), so the end is a rollback.
+        No connection is held while the work runs. The guard was a transaction-level advisory lock
+        on a pooled connection kept for the whole call, through the filter's model call (up to
+        ``aux_timeout_seconds``): capped at half the pool so the work itself could get connections,
+        one tenant's few slow refreshes then held every slot and every other tenant's refresh
+        queued behind them. A caller finding the lease busy waits holding nothing and tries again
+        (:data:`LEASE_FIRST_PAUSE` doubling to :data:`LEASE_LONGEST_PAUSE`), bounded by the
+        holder's release or, should the holder die, its lease lapsing. Not LISTEN/NOTIFY: a
+        listener needs a session of its own, which PgBouncer in transaction mode does not keep.
 
-        At most :func:`guard_slots` guards hold a connection at once in a process: with as many
-        concurrent refreshes of different runs as the pool has connections, every connection was a
-        guard's, the guarded work waited on the pool for one, and every refresh starved until its
-        deadline. A guard past the bound waits for a slot holding no connection; the rest of the
-        pool stays free for the guarded work (and the process's other requests)."""
-        async with self._guards, self._pool.acquire() as conn:
-            tx = conn.transaction()
-            await tx.start()
+        Every statement is its own transaction, so a pooler in transaction mode keeps nothing
+        between them. The per-turn cap does not rest on the lease (:meth:`reserve` spends a slot
+        under the row's lock): a holder outliving its lease could at worst let a second call of
+        the run run its filter alongside it."""
+        if keep_runs < 1:
+            raise RuntimeError("refresh ledger keeps no runs (refresh_ledger_runs < 1)")
+        holder = uuid.uuid4()
+        pause = LEASE_FIRST_PAUSE
+        while not await self._take_lease(run, holder, hold_for, keep_runs, now):
+            await asyncio.sleep(pause * random.uniform(0.5, 1.5))
+            pause = min(pause * 2, LEASE_LONGEST_PAUSE)
+        try:
+            yield
+        finally:
             try:
-                await conn.execute(SQL["one_at_a_time"], key)
-                yield
-            finally:
-                try:
-                    await tx.rollback()
-                except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as err:
-                    # The connection broke meanwhile: its transaction, and the lock, ended with it.
-                    # The guarded work is done; its answer is not lost over the release.
-                    _log.warning("one_at_a_time: the guard's transaction ended on its own: %s", err)
+                await self._pool.execute(SQL["lease_release"], *run, holder)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as err:
+                # The work is done and its answer stands; the lease lapses at its bound instead.
+                _log.warning("one_at_a_time: the lease of %s was not released (it lapses): %s", run.turn_id, err)
+
+    async def _take_lease(self, run: RunKey, holder: uuid.UUID, hold_for: float, keep_runs: int, now: datetime) -> bool:
+        async with self._pool.acquire() as conn, conn.transaction():
+            created = await conn.fetchval(SQL["run_insert"], *run, now)
+            if created is not None:
+                await conn.execute(SQL["run_evict"], run.company, run.seat, keep_runs)
+            return await conn.fetchval(SQL["lease_take"], *run, holder, hold_for) is not None
 
     # ------------------------------------------------------------------ onboarding markers
 

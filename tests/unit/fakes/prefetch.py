@@ -56,8 +56,8 @@ class FakePrefetchStore:
         self._locks: dict[str, asyncio.Lock] = {}
 
     @contextlib.asynccontextmanager
-    async def one_at_a_time(self, key: str) -> AsyncIterator[None]:
-        async with self._locks.setdefault(key, asyncio.Lock()):
+    async def one_at_a_time(self, run: Run, *, hold_for: float, keep_runs: int, now: datetime) -> AsyncIterator[None]:
+        async with self._locks.setdefault("\x1f".join(run), asyncio.Lock()):
             yield
 
     # ---- onboarding markers
