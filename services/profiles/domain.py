@@ -26,6 +26,7 @@ __all__ = [
     "Subject",
     "combine",
     "empty",
+    "grouped",
     "identifiers_of",
     "item_key",
     "linked",
@@ -134,6 +135,29 @@ def linked(subject: Subject, rows: Iterable[Profile]) -> list[Profile]:
                 known |= identifiers_of(p)
                 grew = True
     return sorted(mine.values(), key=lambda p: (p.create_time, str(p.id)))
+
+
+def grouped(rows: Iterable[Profile]) -> list[list[Profile]]:
+    """``rows`` by person, each oldest first: the rows sharing an identifier on their platform,
+    directly or through another of them, as ``linked`` finds one subject's; one pass over the
+    rows' identifiers (a union-find), not ``linked`` from every row."""
+    pool = list({p.id: p for p in rows}.values())
+    parent = list(range(len(pool)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[tuple[str, str], int] = {}
+    for i, p in enumerate(pool):
+        for x in identifiers_of(p):
+            parent[root(i)] = root(first.setdefault((p.subject.platform, x), i))
+    people: dict[int, list[Profile]] = {}
+    for i, p in enumerate(pool):
+        people.setdefault(root(i), []).append(p)
+    return [sorted(mine, key=lambda p: (p.create_time, str(p.id))) for mine in people.values()]
 
 
 def newest(rows: Iterable[Profile]) -> Profile:

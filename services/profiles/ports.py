@@ -46,8 +46,8 @@ class ProfilePage(NamedTuple):
     """Each person's rows (``domain.linked``; several for a person whose rows were written before
     an upsert found a row by either identifier, one otherwise), most recently updated first by
     their newest row (``domain.newest``)."""
-    total: int
-    """The observer's people: its rows, a person with several counted once."""
+    total: int | None
+    """The observer's people: its rows, a person with several counted once (None: not asked)."""
 
 
 class ProfileStore(Protocol):
@@ -84,8 +84,14 @@ class ProfileStore(Protocol):
         ...
 
     async def page(
-        self, company: str, observer: str, after: tuple[datetime, uuid.UUID] | None, limit: int
+        self,
+        company: str,
+        observer: str,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+        *,
+        count: bool = True,
     ) -> ProfilePage:
         """At most ``limit`` of the observer's people after the (update_time, id) cursor of a
-        person's newest row, and the count of all its people."""
+        person's newest row, and, when ``count``, the count of all its people."""
         ...

@@ -9,6 +9,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
+from typing import Any
 
 from libs.common.bounds import at_most_chars, at_most_items
 from libs.common.clock import Clock
@@ -16,9 +18,11 @@ from libs.common.erasure import platform_key
 from libs.common.errors import FieldViolation, InvalidArgument, field_error
 from libs.common.events import EventSink
 from libs.common.not_found import require_found
-from libs.common.request_rules import at_most, time_page
+from libs.common.request_rules import at_most, key_page
 from libs.common.validation import (
+    decode_cursor,
     decode_time_cursor,
+    encode_page_token,
     page_size,
     require_ident,
     require_text,
@@ -277,11 +281,30 @@ class ProfileService:
         size = page_size(size, domain=DOMAIN)
         scope = {"company": company, "observer": observer}
         after = decode_time_cursor(token, scope, domain=DOMAIN, id_type=uuid.UUID)
-        found = await self.store.page(company, observer, after, size + 1)
+        # Counting the people groups all the observer's rows, so it is counted on a listing's first
+        # page and carried in the token to the next (a token without it, from before, counts again):
+        # paging a large observer pays for one count, not one per page.
+        counted = decode_cursor(token, scope, _counted, domain=DOMAIN) if after else None
+        found = await self.store.page(company, observer, after, size + 1, count=counted is None)
+        total = found.total if counted is None else counted
+        assert total is not None  # asked for when not carried
+
+        def resume(rows: list[Profile]) -> str:
+            top = newest(rows)
+            when = top.update_time if top.update_time.tzinfo else top.update_time.replace(tzinfo=UTC)
+            return encode_page_token({"t": when.isoformat(), "id": str(top.id), "n": total}, scope)
+
         # One entry per person, its rows merged as the point reads merge them, placed (and the
         # cursor kept) at its newest row, in the order the rows are paged: paging neither repeats
         # nor skips a person.
-        people, next_token = time_page(
-            found.people, size, scope, lambda rows: newest(rows).update_time, lambda rows: newest(rows).id
-        )
-        return [combine(rows, self.limits) for rows in people], next_token, found.total
+        people, next_token = key_page(found.people, size, resume)
+        return [combine(rows, self.limits) for rows in people], next_token, total
+
+
+def _counted(cursor: dict[str, Any]) -> int | None:
+    """The count of people a listing's first page took (``list_profiles``), or None from a token
+    issued before it was carried."""
+    n = cursor.get("n")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+        raise TypeError("n")
+    return n

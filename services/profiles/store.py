@@ -30,6 +30,7 @@ from services.profiles.domain import (
     Subject,
     combine,
     empty,
+    grouped,
     identifiers_of,
     linked,
     newest,
@@ -138,7 +139,8 @@ SQL = {
     "count": "SELECT count(*) FROM counterparty_profiles WHERE company = $1 AND observer = $2",
     # The observer's rows that share an identifier (as a key, a handle or an external id) with
     # another of its rows on their platform: the rows of the people with several (``linked``), to
-    # be listed as one each. One pass over the observer's rows, grouped by identifier.
+    # be counted as one each. One pass over all the observer's rows, grouped by identifier: read
+    # for the count only, on the first page of a listing (``page``).
     "shared": f"""
         WITH ids AS (
             SELECT p.id, p.platform, x.ident FROM counterparty_profiles p,
@@ -147,11 +149,26 @@ SQL = {
         shared AS (SELECT platform, ident FROM ids GROUP BY platform, ident HAVING count(DISTINCT id) > 1)
         SELECT {_COLUMNS} FROM counterparty_profiles
         WHERE id IN (SELECT i.id FROM ids i JOIN shared s ON s.platform = i.platform AND s.ident = i.ident)""",
-    # A page of the observer's rows, newest first, but for $6: a person's rows other than the
-    # newest, listed with it.
+    # The observer's rows one of the (platform $3[i], identifier $4[i]) pairs names, as a key, a
+    # handle or an external id: one lookup per pair in each identifier's index, so finding the
+    # people of a page costs the page, not the observer's rows.
+    "named_pairs": f"""
+        SELECT {_COLUMNS} FROM counterparty_profiles WHERE id IN (
+            SELECT p.id FROM unnest($3::text[], $4::text[]) AS x(platform, ident)
+            JOIN counterparty_profiles p ON p.company = $1 AND p.observer = $2 AND p.platform = x.platform
+                                        AND p.subject_key = x.ident
+            UNION
+            SELECT p.id FROM unnest($3::text[], $4::text[]) AS x(platform, ident)
+            JOIN counterparty_profiles p ON p.company = $1 AND p.observer = $2 AND p.platform = x.platform
+                                        AND p.subject_handle = x.ident
+            UNION
+            SELECT p.id FROM unnest($3::text[], $4::text[]) AS x(platform, ident)
+            JOIN counterparty_profiles p ON p.company = $1 AND p.observer = $2 AND p.platform = x.platform
+                                        AND p.subject_external_id = x.ident)""",
+    # A page of the observer's rows, newest first.
     "page": f"""
         SELECT {_COLUMNS} FROM counterparty_profiles
-        WHERE company = $1 AND observer = $2 AND NOT (id = ANY($6::uuid[]))
+        WHERE company = $1 AND observer = $2
           AND ($3::timestamptz IS NULL OR (update_time, id) < ($3, $4::uuid))
         ORDER BY update_time DESC, id DESC LIMIT $5""",
 }
@@ -386,26 +403,58 @@ class PostgresProfileStore:
             known |= more
 
     async def page(
-        self, company: str, observer: str, after: tuple[datetime, uuid.UUID] | None, limit: int
+        self,
+        company: str,
+        observer: str,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+        *,
+        count: bool = True,
     ) -> ProfilePage:
-        """One snapshot (repeatable read): the rows of the people with several, grouped
-        (``linked``) and each group placed at its newest row; then a page of the rows with those
-        groups' other rows left out, and the count of people."""
+        """One snapshot (repeatable read): the observer's rows after the cursor, newest first, each
+        with the rows of its person (``_people``); a row that is not its person's newest is passed
+        over (the person was listed at its newest row, before it), and rows are read on until
+        ``limit`` people are. The count of people (``count``) groups all the observer's rows, so it
+        is read only when asked (the service asks on a listing's first page); None otherwise."""
         async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-            shared = [_profile(r) for r in await conn.fetch(SQL["shared"], company, observer)]
-            groups: dict[uuid.UUID, list[Profile]] = {}
-            hidden: list[uuid.UUID] = []
-            placed: set[uuid.UUID] = set()
-            for row in shared:
-                if row.id in placed:
-                    continue
-                mine = linked(row.subject, shared)
-                placed.update(p.id for p in mine)
-                top = newest(mine)
-                groups[top.id] = mine
-                hidden += [p.id for p in mine if p.id != top.id]
-            rows = await conn.fetch(
-                SQL["page"], company, observer, after[0] if after else None, after[1] if after else None, limit, hidden
-            )
-            total = int(await conn.fetchval(SQL["count"], company, observer)) - len(hidden)
-        return ProfilePage([groups.get(r["id"]) or [_profile(r)] for r in rows], total)
+            people: list[list[Profile]] = []
+            cursor = after
+            while len(people) < limit:
+                # A page of rows each time (not just the people missing): a run of rows passed
+                # over costs a few reads, not one a row.
+                at, at_id = cursor if cursor else (None, None)
+                rows = [_profile(r) for r in await conn.fetch(SQL["page"], company, observer, at, at_id, limit)]
+                of = await self._people(conn, company, observer, rows)
+                people += [of[row.id] for row in rows if newest(of[row.id]).id == row.id]
+                if len(rows) < limit:
+                    break
+                cursor = (rows[-1].update_time, rows[-1].id)
+            total = None
+            if count:
+                shared = [_profile(r) for r in await conn.fetch(SQL["shared"], company, observer)]
+                hidden = sum(len(rows) - 1 for rows in grouped(shared))
+                total = int(await conn.fetchval(SQL["count"], company, observer)) - hidden
+        return ProfilePage(people[:limit], total)
+
+    @staticmethod
+    async def _people(
+        conn: asyncpg.Connection, company: str, observer: str, rows: Sequence[Profile]
+    ) -> dict[uuid.UUID, list[Profile]]:
+        """Each row's person (``grouped``): the rows sharing an identifier with it on its platform,
+        and those sharing one with them, until no row adds one; read through the identifier
+        indexes (``named_pairs``)."""
+        known = {(p.subject.platform, x) for p in rows for x in identifiers_of(p)}
+        found: list[Profile] = []
+        while known:
+            pairs = sorted(known)
+            found = [
+                _profile(r)
+                for r in await conn.fetch(
+                    SQL["named_pairs"], company, observer, [p for p, _ in pairs], [x for _, x in pairs]
+                )
+            ]
+            more = {(p.subject.platform, x) for p in found for x in identifiers_of(p)} - known
+            if not more:
+                break
+            known |= more
+        return {p.id: mine for mine in grouped(found) for p in mine}

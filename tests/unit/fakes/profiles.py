@@ -111,7 +111,13 @@ class FakeProfileStore:
         return [p for p in mine if any(p in linked(s, mine) for s in subjects)]
 
     async def page(
-        self, company: str, observer: str, after: tuple[datetime, uuid.UUID] | None, limit: int
+        self,
+        company: str,
+        observer: str,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+        *,
+        count: bool = True,
     ) -> ProfilePage:
         mine = [p for p in self.profiles.values() if (p.company, p.observer) == (company, observer)]
         people: list[list[Profile]] = []
@@ -120,4 +126,4 @@ class FakeProfileStore:
                 people.append(linked(p.subject, mine))
         people.sort(key=lambda rows: (newest(rows).update_time, newest(rows).id), reverse=True)
         listed = [rows for rows in people if after is None or (newest(rows).update_time, newest(rows).id) < after]
-        return ProfilePage(listed[:limit], len(people))
+        return ProfilePage(listed[:limit], len(people) if count else None)
