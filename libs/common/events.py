@@ -13,14 +13,15 @@ import contextlib
 import contextvars
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import asyncpg
 from opentelemetry import trace
 
 from libs.common.clock import Clock, SystemClock
+from libs.common.db import refused_by_server
 
 __all__ = [
     "SPAN_PAYLOAD_KEYS",
@@ -255,6 +256,30 @@ def held_events(batch: Bookkeeping, first: int, when: str) -> tuple[str, list[An
     batch.closed = True
     ctes, args = _ctes(batch.events + [row for row, _ in batch.announced], batch.charges, first, f" WHERE {when}")
     return "".join(f",\n    {cte}" for cte in ctes), args
+
+
+_T = TypeVar("_T")
+
+
+async def written_together(batch: Bookkeeping, write: Callable[[], Awaitable[_T]], what: str) -> tuple[bool, _T | None]:
+    """Run ``write``, a statement carrying ``batch``'s rows (``held_events``): (True, its result).
+    (False, None) when PostgreSQL refused it (rolled back, nothing written): the batch is open
+    again and the caller writes its row alone, the bookkeeping following on its own, best-effort
+    (``write_bookkeeping``, ``EventLog.emit``). A lost connection or a cancellation raises, as the
+    write alone would; whether the rows went in is unknown, so they are dropped: at most once.
+    ``what`` names the write in the log line. Every writer that carries its bookkeeping in its own
+    statement (the reflector's moves, an episode's insert and supersede) goes through here."""
+    try:
+        return True, await write()
+    except BaseException as err:
+        # A lost connection is a PostgresError too, but its outcome is unknown: refused only when
+        # the server answered the statement with an error.
+        if not refused_by_server(err):
+            batch.abandon()
+            raise
+        batch.reopen()
+        _log.warning("%s and its bookkeeping not written together (%s); writing them apart", what, err)
+        return False, None
 
 
 async def write_bookkeeping(pool: asyncpg.Pool, batch: Bookkeeping) -> None:

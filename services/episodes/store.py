@@ -18,8 +18,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from libs.common.db import refused_by_server
-from libs.common.events import current_bookkeeping, held_events
+from libs.common.events import current_bookkeeping, held_events, written_together
 from libs.common.rows import RowReader
 from services.episodes.domain import Episode, EpisodeFilter, EpisodeKind, Sender, TurnOutcome
 from services.episodes.ports import RawRows, SearchReads, Superseded
@@ -378,14 +377,10 @@ class PostgresEpisodeStore:
         if batch is None or not batch.announced:
             return await self.pool.fetchrow(alone, *args)
         held, more = held_events(batch, len(args) + 1, f"EXISTS (SELECT 1 FROM {written})")
-        try:
-            row = await self.pool.fetchrow(combined(held), *args, *more)
-        except BaseException as err:
-            if not refused_by_server(err):
-                batch.abandon()
-                raise
-            batch.reopen()
-            _log.warning("an episode row and its announcement not written together (%s); writing the row alone", err)
+        together, row = await written_together(
+            batch, lambda: self.pool.fetchrow(combined(held), *args, *more), "an episode row"
+        )
+        if not together:
             return await self.pool.fetchrow(alone, *args)
         batch.settle(row is not None)
         return row
@@ -446,14 +441,10 @@ class PostgresEpisodeStore:
         # The announcement rides on the supersede itself, inserted only if the row was still a
         # mid-state, in the transaction that also files the run under it (as insert_raw's does).
         held, more = held_events(batch, len(args) + 1, "EXISTS (SELECT 1 FROM old)")
-        try:
-            superseded = await self._supersede([*args, *more], ep, now, held)
-        except BaseException as err:
-            if not refused_by_server(err):
-                batch.abandon()
-                raise
-            batch.reopen()
-            _log.warning("an episode row and its announcement not written together (%s); writing the row alone", err)
+        together, superseded = await written_together(
+            batch, lambda: self._supersede([*args, *more], ep, now, held), "an episode row"
+        )
+        if not together:
             return await self._supersede(args, ep, now, "")
         batch.settle(superseded is not None)
         return superseded

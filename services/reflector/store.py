@@ -20,8 +20,8 @@ from typing import Any, Unpack
 
 import asyncpg
 
-from libs.common.db import PooledStore, refused_by_server
-from libs.common.events import Bookkeeping, current_bookkeeping, held_events, write_bookkeeping
+from libs.common.db import PooledStore
+from libs.common.events import Bookkeeping, current_bookkeeping, held_events, write_bookkeeping, written_together
 from libs.common.jobs import FINISHED, HELD_FOR_UPDATE, Job, NewJob, enqueue_args, enqueue_sql
 from services.reflector.domain import (
     JOB_KIND,
@@ -217,22 +217,8 @@ class PostgresReflectionStore(PooledStore):
     async def _with_bookkeeping(
         self, batch: Bookkeeping, sql: str, args: list[Any]
     ) -> tuple[bool, asyncpg.Record | None]:
-        """Run ``sql``, a write with its bookkeeping (``held_events``): (True, its row). (False, None)
-        when PostgreSQL refused it (rolled back, nothing written): the batch is open again and the
-        caller runs its write alone, the bookkeeping following on its own as before (best-effort:
-        ``write_bookkeeping``, ``EventLog.emit``). A lost connection (or a cancellation) raises, as the
-        write alone would; whether the rows went in is unknown, so they are dropped: at most once."""
-        try:
-            return True, await self.pool.fetchrow(sql, *args)
-        except BaseException as err:
-            # A lost connection is a PostgresError too, but its outcome is unknown: refused only
-            # when the server answered the statement with an error.
-            if not refused_by_server(err):
-                batch.abandon()
-                raise
-            batch.reopen()
-            _log.warning("a reflection write and its bookkeeping not written together (%s); writing them apart", err)
-            return False, None
+        """Run ``sql``, a write with its bookkeeping (``held_events``): :func:`written_together`."""
+        return await written_together(batch, lambda: self.pool.fetchrow(sql, *args), "a reflection write")
 
     async def _move(
         self, conn: asyncpg.Connection, target: ReflectionState, sql: str, key: TurnKey, *params: Any

@@ -59,6 +59,19 @@ _COLUMNS = """id, company, seat, name, summary, body, tool_sequence, trigger, cl
 _S_COLUMNS = ", ".join(f"s.{c.strip()}" for c in _COLUMNS.split(","))
 # One skill of the seat by id or by name: exactly one of $3 (id) and $4 (name) is set.
 _KEY = "company = $1 AND seat = $2 AND (id = $3::uuid OR name = $4::text)"
+
+
+def _revived(now: str) -> str:
+    """The SET items every touch of a skill shares (a use, an offer, a use without loading): its
+    clock of disuse moved to ``now`` (an SQL parameter), and a stale, unpinned skill made active
+    again at ``now``, in the same statement as the touch (spec L359: "Revival happens in the same
+    transaction as the use"; L367: the offer is what moves the staleness clock)."""
+    return f"""unused_since = greatest(s.unused_since, {now}),
+                   state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
+                   state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN {now}
+                                            ELSE s.state_change_time END"""
+
+
 _LOCK_NAMESPACE = 0x736B6C73  # "skls": the seat locks of this service
 
 SQL = {
@@ -100,10 +113,7 @@ SQL = {
             ON CONFLICT DO NOTHING RETURNING 1),
         moved AS (
             UPDATE synthesized_skills s
-               SET use_count = s.use_count + 1, last_used_time = $5, unused_since = greatest(s.unused_since, $5),
-                   state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
-                   state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5
-                                            ELSE s.state_change_time END
+               SET use_count = s.use_count + 1, last_used_time = $5, {_revived("$5")}
               FROM prior WHERE s.id = prior.id AND ($6::text IS NULL OR EXISTS (SELECT 1 FROM claim))
             RETURNING {_S_COLUMNS}, prior.state AS prior_state)
         SELECT *, true AS counted FROM moved
@@ -112,23 +122,21 @@ SQL = {
         FROM synthesized_skills s JOIN prior ON s.id = prior.id
         WHERE NOT EXISTS (SELECT 1 FROM moved)""",
     # An offer moves the clock (and revives, like a use) of exactly the named live skills.
-    "offer": """
+    "offer": f"""
         WITH prior AS (
             SELECT id, state FROM synthesized_skills
             WHERE company = $1 AND seat = $2 AND (id = ANY($3::uuid[]) OR name = ANY($4::text[]))
               AND state <> 'archived'
             ORDER BY id FOR UPDATE)
         UPDATE synthesized_skills s
-           SET last_offered_time = $5, unused_since = greatest(s.unused_since, $5),
-               state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
-               state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $5 ELSE s.state_change_time END
+           SET last_offered_time = $5, {_revived("$5")}
           FROM prior WHERE s.id = prior.id
         RETURNING s.id, s.name, prior.state AS prior_state, s.state""",
     # Uses without loading (the reflector's SkillUse worker): the count, the clock, and revival;
     # with a request id ($5) the key is claimed in the same statement and the uses are made only
     # if this statement claimed it. One row per skill moved, plus a row of NULLs when none moved;
     # ``applied`` false: the request was applied before.
-    "mark_used": """
+    "mark_used": f"""
         WITH claim AS (
             INSERT INTO skill_use_requests (company, seat, request_id, create_time)
             SELECT $1, $2, $5::text, $4 WHERE $5::text IS NOT NULL
@@ -140,10 +148,7 @@ SQL = {
             ORDER BY id FOR UPDATE),
         moved AS (
             UPDATE synthesized_skills s
-               SET use_count = s.use_count + 1, last_used_time = $4, unused_since = greatest(s.unused_since, $4),
-                   state = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN 'active' ELSE s.state END,
-                   state_change_time = CASE WHEN s.state = 'stale' AND NOT s.pinned THEN $4
-                                            ELSE s.state_change_time END
+               SET use_count = s.use_count + 1, last_used_time = $4, {_revived("$4")}
               FROM prior WHERE s.id = prior.id
             RETURNING s.id, s.name, prior.state AS prior_state, s.state)
         SELECT ($5::text IS NULL OR EXISTS (SELECT 1 FROM claim)) AS applied,
