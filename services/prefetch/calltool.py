@@ -36,8 +36,17 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from agentlearn.episodes.v1 import episode_service_pb2 as ep_pb
 from agentlearn.prefetch.v1 import prefetch_service_pb2 as pb
 from libs.common.auth import current_principal, required_scope
+from libs.common.bounds import at_most_chars
 from libs.common.contract import check_request
-from libs.common.errors import AgentLearnError, FieldViolation, InvalidArgument, NotFound, PermissionDenied, field_error
+from libs.common.errors import (
+    AgentLearnError,
+    FieldViolation,
+    InvalidArgument,
+    InvalidFields,
+    NotFound,
+    PermissionDenied,
+    field_error,
+)
 from libs.common.rpctypes import ServicerContext
 from libs.common.validation import require_ident, require_text
 from services.knowledge.domain import Reader
@@ -138,37 +147,22 @@ async def call_tool(
 
 
 def _check_envelope(request: pb.CallToolRequest) -> None:
-    """Every bad envelope field at once (not the first)."""
-    violations: list[FieldViolation] = []
-    checks: tuple[Callable[[], object], ...] = (
-        lambda: require_text(request.name, "name", domain=DOMAIN, max_chars=200),
-        lambda: require_ident(request.company, "company", domain=DOMAIN),
-        lambda: require_ident(request.seat, "seat", domain=DOMAIN),
-        lambda: require_text(request.role, "role", domain=DOMAIN, max_chars=200),
-    )
-    for check in checks:
-        try:
-            check()
-        except InvalidArgument as err:
-            violations.extend(err.violations)
+    """Every bad envelope field at once (not the first), answered as every collecting RPC answers
+    (:class:`InvalidFields`, docs/integrating.md "Errors"): it was ``FIELD_INVALID`` with only
+    ``metadata.fields`` when several, and one bad field lost its ``field``/``value``/``limit``."""
+    invalid = InvalidFields()
+    with invalid.check():
+        require_text(request.name, "name", domain=DOMAIN, max_chars=200)
+    with invalid.check():
+        require_ident(request.company, "company", domain=DOMAIN)
+    with invalid.check():
+        require_ident(request.seat, "seat", domain=DOMAIN)
+    with invalid.check():
+        require_text(request.role, "role", domain=DOMAIN, max_chars=200)
     for field, limit in (("turn_id", 200), ("request_id", 200), ("arguments_json", ARGUMENTS_MAX_CHARS)):
-        value = getattr(request, field)
-        if len(value) > limit:
-            violations.append(FieldViolation(field, f"{field} is {len(value)} characters; the limit is {limit}"))
-    if violations:
-        raise InvalidArgument(
-            "; ".join(v.description for v in violations),
-            reason="FIELD_INVALID" if len(violations) > 1 else _reason_of(violations[0]),
-            domain=DOMAIN,
-            violations=violations,
-            metadata={"fields": ",".join(v.field for v in violations)},
-        )
-
-
-def _reason_of(violation: FieldViolation) -> str:
-    if violation.description.endswith("is required"):
-        return "FIELD_REQUIRED"
-    return "FIELD_TOO_LONG" if "the limit is" in violation.description else "FIELD_INVALID"
+        with invalid.check():
+            at_most_chars(getattr(request, field), field, limit, domain=DOMAIN)
+    invalid.raise_any()
 
 
 def _not_offered(name: str, role: str, offered: list[str]) -> NoReturn:

@@ -25,7 +25,7 @@ from libs.common.auth import current_principal
 from libs.common.bounds import at_most_chars, at_most_items
 from libs.common.clock import Clock
 from libs.common.config import Settings
-from libs.common.errors import FailedPrecondition, NotFound, field_error
+from libs.common.errors import FailedPrecondition, InvalidFields, NotFound, field_error
 from libs.common.events import EventSink
 from libs.common.not_found import not_found_error
 from libs.common.request_rules import at_most, time_page
@@ -150,34 +150,44 @@ class SessionService:
             raise not_found(session_id)
         return session
 
-    def _validate_events(self, events: Sequence[Event]) -> None:
-        at_most(events, MAX_EVENTS_PER_CALL, "events", domain=DOMAIN, reason="TOO_MANY_EVENTS")
+    def _validate_events(self, events: Sequence[Event], found: InvalidFields) -> None:
+        """Every bad event field into ``found`` (docs/integrating.md, "Errors"): a batch of events
+        with two mistakes was refused for the first, fixed, and refused again for the second."""
+        with found.check():
+            at_most(events, MAX_EVENTS_PER_CALL, "events", domain=DOMAIN, reason="TOO_MANY_EVENTS")
+        if len(events) > MAX_EVENTS_PER_CALL:
+            return  # the batch as a whole is refused: its events are not read one by one
         for i, e in enumerate(events):
             where = f"events[{i}]"
-            require_text(e.event_id, f"{where}.event_id", domain=DOMAIN, max_chars=MAX_ID_CHARS)
-            at_most_chars(e.text, f"{where}.text", MAX_EVENT_TEXT_CHARS, domain=DOMAIN)
-            # A message is its text: an empty one records nothing, and one marked remember would
-            # hand the reviewer an empty personal fact. A tool request, result or verification may
-            # be empty (a call without arguments, a command that printed nothing): its tool and
-            # status are the record, and refusing it would refuse the whole batch with it.
-            if e.kind in CHAT_KINDS and not e.text.strip():
-                raise field_error(
-                    f"{where}.text",
-                    "FIELD_REQUIRED",
-                    f"{where}.text is required: a {e.kind.value.replace('_', ' ')} needs its text",
-                    domain=DOMAIN,
-                )
-            for name in ("turn_id", "tool_name", "source"):
-                at_most_chars(getattr(e, name), f"{where}.{name}", MAX_ID_CHARS, domain=DOMAIN)
-            if e.kind is EventKind.TURN_END:
-                require_text(e.turn_id, f"{where}.turn_id", domain=DOMAIN)
-                if e.turn_outcome is TurnOutcome.UNSPECIFIED:
+            with found.check():
+                require_text(e.event_id, f"{where}.event_id", domain=DOMAIN, max_chars=MAX_ID_CHARS)
+            with found.check():
+                at_most_chars(e.text, f"{where}.text", MAX_EVENT_TEXT_CHARS, domain=DOMAIN)
+                # A message is its text: an empty one records nothing, and one marked remember would
+                # hand the reviewer an empty personal fact. A tool request, result or verification may
+                # be empty (a call without arguments, a command that printed nothing): its tool and
+                # status are the record, and refusing it would refuse the whole batch with it.
+                if e.kind in CHAT_KINDS and not e.text.strip():
                     raise field_error(
+                        f"{where}.text",
+                        "FIELD_REQUIRED",
+                        f"{where}.text is required: a {e.kind.value.replace('_', ' ')} needs its text",
+                        domain=DOMAIN,
+                    )
+            for name in ("turn_id", "tool_name", "source"):
+                with found.check():
+                    at_most_chars(getattr(e, name), f"{where}.{name}", MAX_ID_CHARS, domain=DOMAIN)
+                    if name == "turn_id" and e.kind is EventKind.TURN_END:
+                        require_text(e.turn_id, f"{where}.turn_id", domain=DOMAIN)
+            if e.kind is EventKind.TURN_END and e.turn_outcome is TurnOutcome.UNSPECIFIED:
+                found.add(
+                    field_error(
                         f"{where}.turn_outcome",
                         "FIELD_REQUIRED",
                         f"{where}.turn_outcome is required on a turn end",
                         domain=DOMAIN,
                     )
+                )
 
     # ---------------------------------------------------------------- queueing a check
 
@@ -235,14 +245,18 @@ class SessionService:
         role: str,
         events: Sequence[Event],
     ) -> AppendResult:
-        company, session_id, user = self._ref(company, session_id, user)
-        if workspace:
-            self._ident(workspace, "workspace")
-        if seat:
-            self._ident(seat, "seat")
-        if role:
-            self._ident(role, "role")
-        self._validate_events(events)
+        # Every bad field at once, in the order they were checked one by one (a single bad field
+        # answers as it did then).
+        invalid = InvalidFields()
+        for value, name in ((company, "company"), (session_id, "session_id"), (user, "user")):
+            with invalid.check():
+                self._ident(value, name)
+        for value, name in ((workspace, "workspace"), (seat, "seat"), (role, "role")):
+            if value:
+                with invalid.check():
+                    self._ident(value, name)
+        self._validate_events(events, invalid)
+        invalid.raise_any()
         now = self.clock.now()
         existing = await self.store.get_session(company, session_id)
         create = None
