@@ -277,8 +277,8 @@ class TurnContextBuilder:
         # prefetch_summary, the knowledge service's knowledge_read) is gathered while the blocks
         # build and written in the transaction that freezes the context. The note uses and the
         # skills' offered stamps are held too (``_when_shown``) and written on their services once
-        # the context they are in is the one the run answers with — every one of them before the
-        # turn is answered.
+        # the context they are in is the one the run answers with (beside the save when its claim
+        # is too young to have been taken over) — every one of them before the turn is answered.
         stamps: list[Stamp] = []
         held = _shown_stamps.set(stamps)
         try:
@@ -308,9 +308,10 @@ class TurnContextBuilder:
         batch: Bookkeeping,
         stamps: list[Stamp],
     ) -> TurnContext:
-        """Freeze the context with the batch in one statement; then, if the run answers with this
-        build's context, stamp what it shows (``stamps``: note uses, skill offers); the context the
-        run answers with. Shielded: a caller going away does not lose them.
+        """Freeze the context with the batch in one statement and, if the run answers with this
+        build's context, stamp what it shows (``stamps``: note uses, skill offers) — beside the
+        save when no one can have taken its claim over, else after it lands; the context the run
+        answers with. Shielded: a caller going away does not lose them.
 
         The spec's prefetch_summary is "once per turn" and the context "frozen at turn start": the
         summary is announced on the save, written only if this call's context is the one frozen.
@@ -318,13 +319,20 @@ class TurnContextBuilder:
         writes no summary and stamps nothing — the notes and skills it selected are never shown
         (the run answers with the taker's context, whose build stamps its own); the build's
         auxiliary charges and reads are still written (each call is charged whether or not its
-        turn was built). The stamps follow the save rather than run beside it: one more round trip
-        on the turn's path, for uses and offers that are counted only when they happened."""
+        turn was built).
+
+        The stamps are other services' RPCs, so they cannot join the save's statement. A save can
+        only fail to land once its claim has been taken over, and a claim is taken over only once
+        it is older than :meth:`_claim_seconds`: a build settling well inside that lifetime
+        (:meth:`_stamps_beside_save`) stamps beside its save, saving the turn start a round trip;
+        a slower one, which a taker may have overtaken, stamps only after its save lands."""
         summary: dict[str, Any] = context.summary.payload()
         company, seat, turn_id = key
         batch.announce("prefetch_summary", now, company=company, seat=seat, turn_id=turn_id, **summary)
+        beside = self._stamps_beside_save(claim, now)
         saved = self.deps.store.save_context(key, context.to_json(), now, claim, batch)
-        results = await asyncio.gather(saved, *batch.followers, return_exceptions=True)
+        early = [_write_stamps(stamps)] if beside else []
+        results = await asyncio.gather(saved, *early, *batch.followers, return_exceptions=True)
         _log_failed_followers(results[1:])
         unwritten = batch.withdraw()
         if isinstance(results[0], BaseException):
@@ -332,13 +340,22 @@ class TurnContextBuilder:
         if results[0]:
             if unwritten:  # a store that does not carry announcements (in memory)
                 await self.deps.events.emit("prefetch_summary", company=company, seat=seat, turn_id=turn_id, **summary)
-            await _write_stamps(stamps)
+            if not beside:
+                await _write_stamps(stamps)
             return context
+        if beside:  # a claim taken over while fresh: replicas' clocks far apart
+            _log.warning("turn context of %s/%s/%s: taken over while fresh; its stamps were written", *key)
         await self.deps.store.write_bookkeeping(batch)
         answer, mine = await self._frozen_by_another(key, claim, context)
-        if mine:
+        if mine and not beside:
             await _write_stamps(stamps)
         return answer
+
+    def _stamps_beside_save(self, claim: datetime, now: datetime) -> bool:
+        """Whether a build settling at ``now`` under ``claim`` may stamp beside its save: no other
+        builder can take a claim over before it is :meth:`_claim_seconds` old, and half of that
+        lifetime is left for the save itself to land (far more than one statement takes)."""
+        return (now - claim).total_seconds() < self._claim_seconds() / 2
 
     async def _frozen_by_another(self, key: RunKey, claim: datetime, built: TurnContext) -> tuple[TurnContext, bool]:
         """The context frozen for the run by the builder that took this one's claim over, once it
