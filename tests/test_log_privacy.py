@@ -18,14 +18,27 @@ import pytest
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
 from libs.common.auxmodel import AuxiliaryModel, AuxiliaryUnavailable
-from libs.common.auxmodel.answers import digest
+from libs.common.auxmodel.answers import InvalidOutput, digest
 from libs.common.auxmodel.openai_provider import OpenAICompatibleProvider
+from libs.common.memory_tiers import read_tier, read_ttl_days
 from services.reflector.workers.profiler import STYLE_CHARS
+from services.sessions.evidence import Evidence
+from services.sessions.review import Limits, read_review
 from tests.support.app import open_app
 from tests.support.scripted_openai import Reply, openai_provider
 from tests.support.turns import turn
 from tests.test_auxiliary_model import ATTR, PROMPT, chain_settings
 from tests.test_privacy import NAMES, Env
+from tests.test_skills_synthesis import (
+    X,
+    create_unrelated_skill,
+    draft_from_prompt,
+    record,
+    representative_of,
+    stubs,
+    synthesize,
+)
+from tests.test_skills_synthesis import app as app  # the fixture, used by name
 from tests.test_telemetry_privacy import _her_message, _naming_her
 
 pytestmark = pytest.mark.timeout(300)
@@ -137,3 +150,53 @@ async def test_a_profile_field_left_out_is_logged_with_its_sender_by_digest(
     left_out = [m for m in _lines(caplog) if "left out a communication_style" in m]
     assert left_out and left_out[0].startswith(f"profiler: sender {digest('slack/carlaz')} on log-2:"), _lines(caplog)
     assert [m for m in _lines(caplog) if _naming_her(m)] == []
+
+
+async def test_a_refused_clustered_draft_is_logged_by_its_names_digest(  # type: ignore[no-untyped-def]
+    app,
+    clock,
+    scripted_openai,
+    caplog,
+):
+    """A skill's name is the model's text, and may name the person the turns answered: the pass's
+    line names a draft by the digest of its name (the skill row, which an erasure reaches, keeps
+    the name)."""
+    caplog.set_level(logging.INFO, logger="services.skills.passes")
+    name = "carla-zyxmoreno-digests"
+    estub, sstub = stubs(app)  # type: ignore[no-untyped-call]
+    for turn_id, tools in X.items():
+        await record(estub, clock, turn_id, tools)  # type: ignore[no-untyped-call]
+    await create_unrelated_skill(sstub, name)
+
+    def handler(body: dict[str, Any]) -> str:
+        if representative_of(body) == X["x4"]:
+            return json.dumps({"name": name, "summary": "x work", "body": "# x\n"})
+        return draft_from_prompt(body)
+
+    scripted_openai.chat_handler = handler
+    report = await synthesize(app)  # type: ignore[no-untyped-call]
+    assert report.dropped == 1
+    refused = [m for m in _lines(caplog) if "clustered draft" in m]
+    assert refused and all(digest(name) in m for m in refused), _lines(caplog)
+    assert [m for m in _lines(caplog) if _naming_her(m)] == []
+
+
+def test_the_judges_own_tier_string_is_named_by_length_and_digest() -> None:
+    """The message is logged by the persist decider (``names no tier, NOOP: ...``)."""
+    with pytest.raises(InvalidOutput) as exc:
+        read_tier({"classification": HERS})
+    assert (
+        str(exc.value) == f"a classification ({len(HERS)} chars, {digest(HERS)}) that is none of LONG, SHORT, DOC, NOOP"
+    )
+    with pytest.raises(InvalidOutput) as exc:
+        read_ttl_days({"ttl_days": HERS}, "SHORT")
+    assert not _naming_her(str(exc.value))
+
+
+def test_a_reviews_unknown_keys_are_counted_not_quoted() -> None:
+    with pytest.raises(InvalidOutput) as exc:
+        read_review(json.dumps({HERS: 1, "other": 2}), 10, 100, Evidence(), Limits(3, 3, 200, 200))
+    assert (
+        str(exc.value)
+        == "the answer has none of ['personal_facts', 'project_lessons', 'skill_candidate'] (2 other keys)"
+    )
