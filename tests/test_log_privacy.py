@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from agentlearn.reflector.v1 import reflector_service_pb2 as rf_pb
+from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from libs.common.auxmodel import AuxiliaryModel, AuxiliaryUnavailable
 from libs.common.auxmodel.answers import InvalidOutput, digest
 from libs.common.auxmodel.openai_provider import OpenAICompatibleProvider
@@ -29,6 +30,8 @@ from tests.support.scripted_openai import Reply, openai_provider
 from tests.support.turns import turn
 from tests.test_auxiliary_model import ATTR, PROMPT, chain_settings
 from tests.test_privacy import NAMES, Env
+from tests.test_reflector_workers import FIVE_TOOLS
+from tests.test_reflector_workers import env_for as env_for  # the fixture, used by name
 from tests.test_skills_synthesis import (
     X,
     create_unrelated_skill,
@@ -200,3 +203,21 @@ def test_a_reviews_unknown_keys_are_counted_not_quoted() -> None:
         str(exc.value)
         == "the answer has none of ['personal_facts', 'project_lessons', 'skill_candidate'] (2 other keys)"
     )
+
+
+async def test_a_single_turn_draft_waiting_for_its_episode_is_logged_by_its_skill_id(  # type: ignore[no-untyped-def]
+    env_for, clock, caplog
+):
+    """The synthesizer's draft waits for the episodist's row (it runs first here) and the turn is
+    retried: the harness logs the failure, which names the skill by id, not by its name (taken
+    from the ask's words by the offline rule, from the model's answer otherwise)."""
+    caplog.set_level(logging.INFO)
+    async with env_for(learning={"reflection": {"workers": ["synthesizer", "episodist"]}}) as env:
+        t = turn("log-3", now=clock.now(), tools=FIVE_TOOLS, ask="Send Zyxmoreno the weekly digest")
+        r = await env.reflect(t)
+        w = env.worker(r, "synthesizer")
+        [skill] = (await env.skills.ListSkills(sk_pb.ListSkillsRequest(company="acme", seat="ana"))).skills
+    assert w.status == rf_pb.WORKER_STATUS_RETRYING and _naming_her(skill.name)
+    assert f"skill {skill.id} waits to stamp it" in w.failure
+    assert [m for m in _lines(caplog) if f"skill {skill.id} waits" in m], _lines(caplog)
+    assert [m for m in _lines(caplog) if _naming_her(m)] == []
