@@ -20,6 +20,7 @@ from agentlearn.reflector.v1 import reflector_service_pb2 as pb
 from agentlearn.reflector.v1 import reflector_service_pb2_grpc as pb_grpc
 from agentlearn.skills.v1 import skill_service_pb2 as sk_pb
 from agentlearn.skills.v1 import skill_service_pb2_grpc as sk_grpc
+from libs.common.auxmodel.answers import digest
 from libs.common.events import read_events
 from services.reflector.workers.profiler import LIST_BOUNDS, STYLE_CHARS
 from tests.support.app import open_app
@@ -282,7 +283,7 @@ async def test_one_senders_failure_costs_no_other_sender(env_for, clock, scripte
         w = env.worker(r, "profiler")
         assert w.status == pb.WORKER_STATUS_WROTE
         assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla"]
-        assert w.failure.startswith("invalid_output") and "slack/dan" in w.failure
+        assert w.failure.startswith("invalid_output") and f"sender {digest('slack/dan')};" in w.failure
         assert r.state == pb.REFLECTION_STATE_COMPLETED  # a final failure: not retried
 
 
@@ -412,7 +413,7 @@ async def test_a_passing_failure_for_one_sender_retries_only_the_senders_not_yet
         msgs = [message("bob", "Keep it short."), message("dan", "Check the refund job."), message("carla", "Ship.")]
         r = await env.reflect(turn("run-1", now=clock.now(), messages=msgs))
         w = env.worker(r, "profiler")
-        assert w.status == pb.WORKER_STATUS_RETRYING and "slack/dan" in w.failure
+        assert w.status == pb.WORKER_STATUS_RETRYING and f"sender {digest('slack/dan')};" in w.failure
         assert sorted(w.written) == ["profile:slack/bob", "profile:slack/carla"]
         down["dan"] = False
         scripted_openai.clear()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from libs.common.auxmodel.answers import InvalidOutput
+from libs.common.auxmodel.answers import InvalidOutput, described
 
 __all__ = ["MAX_TTL_DAYS", "TIERS", "read_tier", "read_ttl_days"]
 
@@ -21,9 +21,12 @@ TIERS = frozenset({"LONG", "SHORT", "DOC", "NOOP"})
 
 def read_tier(answer: Mapping[str, Any]) -> str:
     """The answer's ``classification``, upper-cased; InvalidOutput when it is none of the tiers."""
-    tier = str(answer.get("classification", "")).upper()
+    raw = str(answer.get("classification", ""))
+    tier = raw.upper()
     if tier not in TIERS:
-        raise InvalidOutput(f"classification {tier!r} is none of LONG, SHORT, DOC, NOOP")
+        # By length and digest: the model's own string may be anything it wrote (a sentence about
+        # the person), and this message is logged where no erasure reaches.
+        raise InvalidOutput(f"a classification ({described(raw)}) that is none of LONG, SHORT, DOC, NOOP")
     return tier
 
 
@@ -35,7 +38,7 @@ def read_ttl_days(answer: Mapping[str, Any], tier: str) -> int:
     try:
         ttl = int(answer.get("ttl_days") or 0)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite number (1e999, Infinity)
-        raise InvalidOutput(f"ttl_days {answer.get('ttl_days')!r} is not a number") from None
+        raise InvalidOutput(f"ttl_days ({described(str(answer.get('ttl_days')))}) is not a number") from None
     if not 1 <= ttl <= MAX_TTL_DAYS:
         raise InvalidOutput(f"a SHORT note needs ttl_days in 1..{MAX_TTL_DAYS}, got {ttl}")
     return ttl

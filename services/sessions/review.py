@@ -208,7 +208,8 @@ def read_review(text: str, completion_tokens: int, max_tokens: int, evidence: Ev
         raise
     known = {"project_lessons", "personal_facts", "skill_candidate"}
     if not known & set(answer) and answer:
-        raise InvalidOutput(f"the answer has none of {sorted(known)}: {sorted(answer)[:5]}")
+        # Its keys counted, not quoted: a model's keys are its text too (it may key a fact by a name).
+        raise InvalidOutput(f"the answer has none of {sorted(known)} ({len(answer)} other keys)")
     by_ref = evidence.by_ref()
     review = Review()
 

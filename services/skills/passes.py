@@ -19,6 +19,7 @@ import grpc
 
 from agentlearn.common.v1.erasure_pb2 import ErasureSubject
 from agentlearn.common.v1.provenance_pb2 import Provenance
+from libs.common.auxmodel.answers import digest
 from libs.common.config import SkillSynthesisConfig
 from libs.common.errors import AgentLearnError
 from libs.common.pass_report import SeatPassReport, emit_report
@@ -168,12 +169,15 @@ async def _one_seat(
         match = best_match(representative.run, learned)
         if match is not None and match[1] >= cfg.duplicate_jaccard_threshold:
             report.skipped_duplicate += 1
+            # A skill is logged by id and a draft (no id yet) by the digest of its name, never by the
+            # name: the model wrote it from people's messages and it may name one, and a log line is
+            # kept where no erasure reaches. The id is the operator's handle (GetSkill, the events).
             _log.info(
-                "%s/%s: a cluster of %d duplicates skill %r (%s, %.2f); next cluster",
+                "%s/%s: a cluster of %d duplicates skill %s (%s, %.2f); next cluster",
                 company,
                 seat,
                 cluster.size,
-                match[0].name,
+                match[0].id,
                 match[0].state,
                 match[1],
             )
@@ -201,11 +205,11 @@ async def _one_seat(
         if gone:
             report.sources_gone += 1
             _log.info(
-                "%s/%s: %d source turns of draft %r gone since it was drafted; dropped",
+                "%s/%s: %d source turns of draft %s gone since it was drafted; dropped",
                 company,
                 seat,
                 len(gone),
-                draft.name,
+                digest(draft.name),
             )
             return
         try:
@@ -230,9 +234,15 @@ async def _one_seat(
             # catalogue a concurrent draft filled) ends the seat's pass.
             report.dropped += 1
             if err.reason in REFUSED_MOVE_ON:
-                _log.info("%s/%s: clustered draft %r refused (%s); next cluster", company, seat, draft.name, err.reason)
+                _log.info(
+                    "%s/%s: clustered draft %s refused (%s); next cluster",
+                    company,
+                    seat,
+                    digest(draft.name),
+                    err.reason,
+                )
                 continue
-            _log.info("%s/%s: clustered draft %r refused: %s", company, seat, draft.name, err)
+            _log.info("%s/%s: clustered draft %s refused: %s", company, seat, digest(draft.name), err.reason)
             return
         report.drafted += 1
         try:
@@ -240,7 +250,7 @@ async def _one_seat(
         except grpc.aio.AioRpcError as err:
             # The skill stands; the next pass finds these turns among its source_turn_ids and
             # stamps them (``_restamp``), so nothing is redrafted and they are not evidence again.
-            _log.warning("%s/%s: source turns of %s not stamped: %s", company, seat, skill.name, err.code())
+            _log.warning("%s/%s: source turns of %s not stamped: %s", company, seat, skill.id, err.code())
             report.fail(f"consolidate:{err.code().name}")
         return
 
@@ -279,7 +289,7 @@ async def _restamp(
         try:
             report.restamped += await episodes.mark_consolidated(company, seat, turn_ids, str(skill.id))
         except grpc.aio.AioRpcError as err:
-            _log.warning("%s/%s: source turns of %s still not stamped: %s", company, seat, skill.name, err.code())
+            _log.warning("%s/%s: source turns of %s still not stamped: %s", company, seat, skill.id, err.code())
             report.fail(f"consolidate:{err.code().name}")
             continue
         _log.info(
@@ -287,6 +297,6 @@ async def _restamp(
             company,
             seat,
             len(turn_ids),
-            skill.name,
+            skill.id,
         )
     return [t for t in turns if t.turn_id not in source]

@@ -31,6 +31,14 @@ def _kind(exc: Exception) -> str:
     return "server_error"
 
 
+def _said(exc: Exception) -> str:
+    """What a failed request says in a log line: the error's type and HTTP status, never its text.
+    An endpoint's error message may echo the prompt or the answer (a person's words), and the seam
+    logs the failure where no erasure reaches it."""
+    status = getattr(exc, "status_code", None)
+    return f"{type(exc).__name__} (HTTP {status})" if isinstance(status, int) else type(exc).__name__
+
+
 class OpenAICompatibleProvider:
     def __init__(self, config: ProviderConfig, *, name: str):
         self.name = name
@@ -60,7 +68,7 @@ class OpenAICompatibleProvider:
                 response_format=response_format,
             )
         except Exception as exc:
-            raise ProviderError(_kind(exc), str(exc)) from exc
+            raise ProviderError(_kind(exc), _said(exc)) from exc
         return self._completion(resp)
 
     def _completion(self, resp: Any) -> Completion:

@@ -149,7 +149,11 @@ class Profiler:
             return WorkerOutcome(self.name, WorkerStatus.WROTE, written=written)
         passing = [(key, exc) for key, exc in failures if failure_kind(exc) in RETRYABLE_FAILURES]
         key, first = (passing or failures)[0]
-        failure = f"{failure_text(first)} (sender {key}; {len(failures)} of {len(subjects)} senders not profiled)"
+        # The sender by digest here too: a retrying or dead-lettered reflection logs its failures
+        # (services/reflector/harness.py), and a log line is kept where no erasure reaches.
+        failure = (
+            f"{failure_text(first)} (sender {digest(key)}; {len(failures)} of {len(subjects)} senders not profiled)"
+        )
         if passing:
             status = WorkerStatus.RETRYING
         else:
@@ -175,7 +179,7 @@ class Profiler:
         style = answer.get("communication_style") or ""
         if not isinstance(style, str):
             raise InvalidOutput("communication_style must be a string")
-        where = f"{sender.key} on {turn.turn_id}"
+        where = f"sender {digest(sender.key)} on {turn.turn_id}"  # logged: the sender by digest
         style = style.strip()
         if len(style) > STYLE_CHARS:  # left out whole, as a list item past its bound
             _log.info(

@@ -127,8 +127,9 @@ class Synthesizer:
         if "episodist" in ctx.settings.learning.reflection.workers:
             episodist = ctx.outcomes.get("episodist")
             if episodist is None or episodist.retryable:
+                # The skill by id, not its name (the model's text): the harness logs a retried failure.
                 raise EpisodePending(
-                    f"the episode of {turn.turn_id} is not recorded yet; skill {name} waits to stamp it"
+                    f"the episode of {turn.turn_id} is not recorded yet; skill {skill_id} waits to stamp it"
                 )
             # The episodist is done with this turn and left no episode (it failed for good, or its
             # gate closed): no retry would bring one, so the draft stands unstamped rather than the
