@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 from dataclasses import dataclass
 
 import grpc
@@ -522,3 +523,17 @@ async def test_a_listing_of_spaces_and_workspaces_lists_both(env):
     assert requests == 3
     listings = site.received("/rest/api/content/search")
     assert {clause(r, "space").value for r in listings if clause(r, "parent") is None} == {("ENG", "OPS")}  # type: ignore[union-attr]
+
+
+async def test_confluences_own_error_message_is_not_repeated_or_logged(env, caplog):
+    """Confluence's error message echoes the request — the CQL written from a person's ask, a
+    page's title — and the unsearched detail is logged, where no erasure reaches: only the status
+    is said."""
+    env.site.page("ENG", "Deploy runbook", "Deploy.")
+    env.site.push(Reply(400, {"message": 'Could not parse cql: text ~ "carla zyxmoreno salary"'}))
+    with caplog.at_level(logging.DEBUG):
+        resp = await env.search("carla zyxmoreno salary")
+    assert resp.unsearched_reason == pb.UNSEARCHED_REASON_UNREACHABLE and not resp.hits
+    assert "HTTP 400" in resp.detail
+    assert "zyxmoreno" not in resp.detail
+    assert not [r for r in caplog.records if "zyxmoreno" in r.getMessage()]

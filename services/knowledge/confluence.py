@@ -296,15 +296,10 @@ class ConfluenceClient:
             if resp.status_code == 404 and missing_ok:
                 return None
             if resp.status_code >= 400:
-                message = ""
-                try:
-                    message = str(resp.json().get("message", ""))[:200]
-                except ValueError:
-                    pass
-                raise BackendUnavailable(
-                    UnsearchedReason.UNREACHABLE,
-                    f"Confluence answered HTTP {resp.status_code}" + (f": {message}" if message else ""),
-                )
+                # The status only: Confluence's own message echoes the request (a CQL query written
+                # from a person's ask, a page title), and this text is logged where no erasure
+                # reaches (docs/operations.md, "Logs").
+                raise BackendUnavailable(UnsearchedReason.UNREACHABLE, f"Confluence answered HTTP {resp.status_code}")
             try:
                 data = resp.json()
             except ValueError as err:
