@@ -57,6 +57,7 @@ from services.reflector.domain import (
     TurnKey,
     WorkerOutcome,
     WorkerStatus,
+    failure_kind_of,
     turn_fields,
     turn_id_of,
 )
@@ -330,7 +331,7 @@ class Harness:
                         _log.warning("lost the claim on %s before dead-lettering it", turn.turn_id)
                         return ReflectionState.RUNNING
                     await self._store.dead_letter(conn, turn.key, reason, final, now)
-            _log.error("reflection of %s/%s dead-lettered: %s", turn.seat, turn.turn_id, reason)
+            _log.error("reflection of %s/%s dead-lettered: %s", turn.seat, turn.turn_id, _said(workers, reason))
             await self._events.emit(
                 "reflection_dead_lettered",
                 **turn_fields(turn),
@@ -347,7 +348,9 @@ class Harness:
                     _log.warning("lost the claim on %s before re-queueing it", turn.turn_id)
                     return ReflectionState.RUNNING
                 await self._store.retrying(conn, turn.key, reason, until, workers)
-        _log.warning("reflection of %s/%s retries at %s: %s", turn.seat, turn.turn_id, until.isoformat(), reason)
+        _log.warning(
+            "reflection of %s/%s retries at %s: %s", turn.seat, turn.turn_id, until.isoformat(), _said(workers, reason)
+        )
         await self._events.emit(
             "reflection_retrying",
             **turn_fields(turn),
@@ -383,7 +386,10 @@ class Harness:
                 # not its final outcome.
                 kind = failure_kind(exc)
                 status = WorkerStatus.RETRYING if kind in RETRYABLE_FAILURES else WorkerStatus.FAILED
-                _log.warning("worker %s %s on %s: %s: %s", worker.name, status, turn.turn_id, kind, exc)
+                # The kind and the exception's type, not its text: an owner's refusal quotes the
+                # value it refused (a person's handle, a note's words), and a log is where no
+                # erasure reaches; the text is in the record's failure, which one does.
+                _log.warning("worker %s %s on %s: %s (%s)", worker.name, status, turn.turn_id, kind, type(exc).__name__)
                 span.set_status(trace.Status(trace.StatusCode.ERROR, kind))
                 return WorkerOutcome(worker.name, status, failure=failure_text(exc)[:500])
             span.set_attribute("agentlearn.worker.status", str(outcome.status))
@@ -565,3 +571,11 @@ class Harness:
             except Exception as exc:
                 _log.debug("queue depth unreadable: %s", exc)
             await asyncio.sleep(every)
+
+
+def _said(workers: list[WorkerOutcome], reason: str) -> str:
+    """What a log line says of a pass's failures: each unfinished worker's failure kind (or the
+    pass's own, when no worker's is left), never the failure's text — the record and the event
+    keep that, and an erasure reaches them; a log it does not."""
+    kinds = [f"{o.worker}: {failure_kind_of(o.failure)}" for o in workers if o.failure and o.retryable]
+    return "; ".join(kinds) or failure_kind_of(reason)
