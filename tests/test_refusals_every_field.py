@@ -154,3 +154,26 @@ def test_a_thousand_bad_fields_cost_no_more_than_a_hundred():
     assert exc.value.metadata["violations"] == "100+" and exc.value.message.startswith("100+ violations: ")
     assert exc.value.message.endswith("; and more (see the BadRequest)")
     InvalidFields().raise_any()  # nothing found: nothing raised
+
+
+async def test_build_turn_context_names_every_bad_field_its_own_checks_find(make_settings, dsn, clock, edge_index):
+    """Past the edge (the contract takes a blank role and turn id, and a blank unit), the turn
+    start's own checks name each at once; one bad field is answered as it always was."""
+    from agentlearn.prefetch.v1 import prefetch_service_pb2 as ppb
+    from agentlearn.prefetch.v1 import prefetch_service_pb2_grpc as pgrpc
+
+    async with open_app(make_settings(), dsn, clock=clock, embedder=None, index=edge_index) as app:
+        stub = pgrpc.PrefetchServiceStub(app.channel)
+        code, _, info, bad = await _refused(
+            stub.BuildTurnContext(
+                ppb.BuildTurnContextRequest(company="acme", seat="ana", role="  ", turn_id=" ", unit_chain=["eng", " "])
+            )
+        )
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and info.domain == "prefetch.agentlearn.dev"
+        assert [v.field for v in bad.field_violations] == ["turn_id", "role", "unit_chain[1]"]
+        assert info.metadata["violations"] == "3" and info.reason == "FIELD_REQUIRED"
+
+        code, _, info, bad = await _refused(
+            stub.BuildTurnContext(ppb.BuildTurnContextRequest(company="acme", seat="ana", role="  ", turn_id="r1"))
+        )
+        assert [v.field for v in bad.field_violations] == ["role"] and "violations" not in info.metadata

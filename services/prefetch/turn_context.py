@@ -37,10 +37,10 @@ from libs.common.budgets import window_start
 from libs.common.contract import string_max_len, violations
 from libs.common.embeddings import EmbeddingError, embed_query
 from libs.common.erasure import platform_key
-from libs.common.errors import InvalidArgument, ResourceExhausted
+from libs.common.errors import InvalidArgument, InvalidFields, ResourceExhausted
 from libs.common.events import Bookkeeping, bookkeeping
 from libs.common.metrics import PREFETCH_BLOCKS
-from libs.common.validation import require_text, seat_ref
+from libs.common.validation import require_ident, require_text
 from services.prefetch import hints, knowledge_block, memory
 from services.prefetch.deps import Deps, Who
 from services.prefetch.domain import (
@@ -161,14 +161,25 @@ class TurnContextBuilder:
     # ------------------------------------------------------------------ the use case
 
     async def build(self, start: TurnStart) -> TurnContext:
-        seat_ref(start.company, start.seat, domain=DOMAIN)
-        require_text(start.turn_id, "turn_id", domain=DOMAIN, max_chars=200)
-        require_text(start.role, "role", domain=DOMAIN, max_chars=200)
+        # Every bad field at once, as SubmitTurn's and CallTool's own checks answer (one bad field:
+        # the answer it always was; docs/integrating.md "Errors").
+        invalid = InvalidFields()
+        with invalid.check():
+            require_ident(start.company, "company", domain=DOMAIN)
+        with invalid.check():
+            require_ident(start.seat, "seat", domain=DOMAIN)
+        with invalid.check():
+            require_text(start.turn_id, "turn_id", domain=DOMAIN, max_chars=200)
+        with invalid.check():
+            require_text(start.role, "role", domain=DOMAIN, max_chars=200)
         for i, unit in enumerate(start.unit_chain):
             if not unit.strip():
-                raise InvalidArgument(
-                    f"unit_chain[{i}] is empty", reason="FIELD_REQUIRED", domain=DOMAIN, field=f"unit_chain[{i}]"
+                invalid.add(
+                    InvalidArgument(
+                        f"unit_chain[{i}] is empty", reason="FIELD_REQUIRED", domain=DOMAIN, field=f"unit_chain[{i}]"
+                    )
                 )
+        invalid.raise_any()
         who = Who(start.company, start.seat, start.role, start.turn_id)
         with _tracer.start_as_current_span(
             "prefetch",
