@@ -13,14 +13,18 @@ person (a SUBJECT erasure) each of them is judged on its own:
 
 A bullet that goes leaves the body (and every kept version's body) it was appended to: the skill is
 re-rendered from its remaining bullets, with no model (``domain.remove_practice_bullets``). A kept
-version that goes is deleted; a live version that goes (a refinement only they taught) gives way to
-the newest kept version that stays. A skill goes when its draft rests only on them, when its text
-still names them after the bullets are out, or when none of its versions stays; it is changed when
-any part of it lost their contribution. A skill is a procedure (tools in order), so what the person
-contributed to a shared one is evidence, not words. A skill proposal from their turns or sessions,
-or naming them, is deleted, and so are MarkSkillsUsed's idempotency keys of their turns
-(``<run id>:skill_use``, as the diary's keys go) or naming them; the receipt counts the keys (a
-digest of each, never the key).
+version that goes is deleted; a live version that goes (their observation or refinement) gives way,
+its whole record (number, change, reason, key, time, provenance) with it, to the newest kept version
+that stays. A version's reason and its call's idempotency key are judged as its body is: one that
+names them, or a key of one of their runs (``<run id>:...``), drops the version (a reason is the
+teacher's words, and a redacted one would still say a version came from somewhere). A provenance
+that loses one of their turns loses its work key too (which turn's it is, is not recorded). A skill
+goes when its draft rests only on them, when its text still names them after the bullets are out, or
+when none of its versions stays; it is changed when any part of it lost their contribution. A skill
+is a procedure (tools in order), so what the person contributed to a shared one is evidence, not
+words. A skill proposal from their turns or sessions, or naming them, is deleted, and so are
+MarkSkillsUsed's idempotency keys of their turns (``<run id>:skill_use``, as the diary's keys go) or
+naming them; the receipt counts the keys (a digest of each, never the key).
 """
 
 from __future__ import annotations
