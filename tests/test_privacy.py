@@ -155,9 +155,11 @@ _TEXT_TABLES = {
     " || ' ' || array_to_string(subjects_involved, ' ') || ' ' || coalesce(turn_id, '')",
     "counterparty_profiles": "subject_key || ' ' || coalesce(subject_handle, '') || ' ' || communication_style"
     " || ' ' || array_to_string(past_decisions, ' ') || ' ' || array_to_string(topics, ' ')",
-    "synthesized_skills": "name || ' ' || summary || ' ' || body || ' ' || array_to_string(source_turn_ids, ' ')",
-    "synthesized_skill_versions": "body",
-    "skill_proposals": "name || ' ' || summary || ' ' || body",
+    "synthesized_skills": "name || ' ' || summary || ' ' || body || ' ' || array_to_string(source_turn_ids, ' ')"
+    " || ' ' || change_reason || ' ' || coalesce(request_id, '') || ' ' || version_provenance::text",
+    "synthesized_skill_versions": "body || ' ' || reason || ' ' || coalesce(request_id, '') || ' ' || provenance::text",
+    "skill_proposals": "name || ' ' || summary || ' ' || body || ' ' || decision_reason"
+    " || ' ' || coalesce(request_id, '')",
     "reflections": "turn_id || ' ' || workers::text || ' ' || coalesce(reason, '')",
     "background_jobs": "key || ' ' || encode(payload, 'escape')",
     "events": "coalesce(turn_id, '') || ' ' || payload::text",

@@ -13,14 +13,18 @@ person (a SUBJECT erasure) each of them is judged on its own:
 
 A bullet that goes leaves the body (and every kept version's body) it was appended to: the skill is
 re-rendered from its remaining bullets, with no model (``domain.remove_practice_bullets``). A kept
-version that goes is deleted; a live version that goes (a refinement only they taught) gives way to
-the newest kept version that stays. A skill goes when its draft rests only on them, when its text
-still names them after the bullets are out, or when none of its versions stays; it is changed when
-any part of it lost their contribution. A skill is a procedure (tools in order), so what the person
-contributed to a shared one is evidence, not words. A skill proposal from their turns or sessions,
-or naming them, is deleted, and so are MarkSkillsUsed's idempotency keys of their turns
-(``<run id>:skill_use``, as the diary's keys go) or naming them; the receipt counts the keys (a
-digest of each, never the key).
+version that goes is deleted; a live version that goes (their observation or refinement) gives way,
+its whole record (number, change, reason, key, time, provenance) with it, to the newest kept version
+that stays. A version's reason and its call's idempotency key are judged as its body is: one that
+names them, or a key of one of their runs (``<run id>:...``), drops the version (a reason is the
+teacher's words, and a redacted one would still say a version came from somewhere). A provenance
+that loses one of their turns loses its work key too (which turn's it is, is not recorded). A skill
+goes when its draft rests only on them, when its text still names them after the bullets are out, or
+when none of its versions stays; it is changed when any part of it lost their contribution. A skill
+is a procedure (tools in order), so what the person contributed to a shared one is evidence, not
+words. A skill proposal from their turns or sessions, or naming them, is deleted, and so are
+MarkSkillsUsed's idempotency keys of their turns (``<run id>:skill_use``, as the diary's keys go) or
+naming them; the receipt counts the keys (a digest of each, never the key).
 """
 
 from __future__ import annotations
@@ -55,7 +59,18 @@ __all__ = ["OWNER", "erase", "find", "provenance"]
 
 OWNER = "skills"
 
-_TEXT = "(name || ' ' || summary || ' ' || body || ' ' || array_to_string(tool_sequence, ' '))"
+# A version's why and its call's key are words of whoever taught it as much as its body is: the live
+# version's, a kept version's and a proposal's decision are matched with the rest of the text.
+_SKILL_TEXT = (
+    "(name || ' ' || summary || ' ' || body || ' ' || array_to_string(tool_sequence, ' ')"
+    " || ' ' || change_reason || ' ' || coalesce(request_id, ''))"
+)
+_PROPOSAL_TEXT = (
+    "(name || ' ' || summary || ' ' || body || ' ' || array_to_string(tool_sequence, ' ')"
+    " || ' ' || decision_reason || ' ' || coalesce(request_id, ''))"
+)
+# An idempotency key ``<run id>:...`` of one of their runs ($2).
+_THEIR_KEY = "EXISTS (SELECT 1 FROM unnest($2::text[]) AS t(run) WHERE starts_with({col}, t.run || ':'))"
 # $2: the person's run ids; $3: the pattern of their identifiers and names (whole words); $4: their
 # sessions; $5: their identifiers, compared exactly with the provenance's subjects (as proposals are):
 # the pattern drops a term too short to match as a word, so a one-letter handle is found only here.
@@ -67,31 +82,37 @@ _MENTIONS = (
 SQL = {
     "skills_subject": f"""
         SELECT s.id FROM synthesized_skills s
-        WHERE company = $1 AND (source_turn_ids && $2::text[] OR {_TEXT} ~* $3
+        WHERE company = $1 AND (source_turn_ids && $2::text[] OR {_SKILL_TEXT} ~* $3
+               OR {_THEIR_KEY.format(col="s.request_id")}
                OR {_MENTIONS.format(col="s.provenance")} OR {_MENTIONS.format(col="s.version_provenance")}
                OR EXISTS (SELECT 1 FROM synthesized_skill_versions v WHERE v.skill_id = s.id
-                          AND (v.body ~* $3 OR {_MENTIONS.format(col="v.provenance")}))
+                          AND ((v.body || ' ' || v.reason || ' ' || coalesce(v.request_id, '')) ~* $3
+                               OR {_THEIR_KEY.format(col="v.request_id")} OR {_MENTIONS.format(col="v.provenance")}))
                OR EXISTS (SELECT 1 FROM skill_practice_bullets b WHERE b.skill_id = s.id
                           AND (b.bullet ~* $3 OR {_MENTIONS.format(col="b.provenance")})))""",
     "skill": """
-        SELECT id, name, summary, body, tool_sequence, source_turn_ids, change, provenance, version_provenance
+        SELECT id, name, summary, body, tool_sequence, source_turn_ids, version, change, change_reason,
+               restored_from_version, request_id, version_time, provenance, version_provenance
         FROM synthesized_skills WHERE id = $1 FOR UPDATE""",
     "versions": """
-        SELECT version, body, change, provenance FROM synthesized_skill_versions WHERE skill_id = $1
-        ORDER BY version DESC""",
+        SELECT version, body, change, reason, restored_from_version, request_id, create_time, provenance
+        FROM synthesized_skill_versions WHERE skill_id = $1 ORDER BY version DESC""",
     "bullets": """
         SELECT id, version, bullet, provenance FROM skill_practice_bullets WHERE skill_id = $1
         ORDER BY version, create_time, id""",
     "proposals_subject": f"""
         SELECT id FROM skill_proposals
-        WHERE company = $1 AND ((turn_id <> '' AND turn_id = ANY($2::text[])) OR {_TEXT} ~* $3
+        WHERE company = $1 AND ((turn_id <> '' AND turn_id = ANY($2::text[])) OR {_PROPOSAL_TEXT} ~* $3
+               OR {_THEIR_KEY.format(col="request_id")}
                OR (session_id <> '' AND session_id = ANY($4::text[]))
                OR EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(provenance->'subjects', '[]')) s
                           WHERE s->>'handle' = ANY($5::text[]) OR s->>'external_id' = ANY($5::text[])))""",
     "delete_skills": "DELETE FROM synthesized_skills WHERE id = ANY($1::uuid[])",
     "delete_proposals": "DELETE FROM skill_proposals WHERE id = ANY($1::uuid[])",
     "update_skill": """
-        UPDATE synthesized_skills SET body = $2, source_turn_ids = $3, provenance = $4, version_provenance = $5
+        UPDATE synthesized_skills SET body = $2, source_turn_ids = $3, provenance = $4, version_provenance = $5,
+               version = $6, change = $7, change_reason = $8, restored_from_version = $9, request_id = $10,
+               version_time = $11
         WHERE id = $1""",
     "delete_version": "DELETE FROM synthesized_skill_versions WHERE skill_id = $1 AND version = $2",
     "update_version": """
@@ -132,6 +153,15 @@ def _judge(target: Target, prov: Provenance, *texts: str) -> _Verdict:
     del rest.subjects[:]
     rest.subjects.extend(s for s in prov.subjects if s.handle not in ids and s.external_id not in ids)
     touched = len(rest.turn_ids) != len(prov.turn_ids) or len(rest.subjects) != len(prov.subjects)
+    # The work key is a turn's: with one of their turns out it may be theirs (which turn's, when
+    # several, is not recorded), so it goes with their run ids; so does one that names them.
+    if prov.work_key and (
+        len(rest.turn_ids) != len(prov.turn_ids)
+        or any(t in prov.work_key for t in theirs_turns)
+        or target.names_text(prov.work_key)
+    ):
+        rest.work_key = ""
+        touched = True
     only_theirs = touched and (
         (len(prov.turn_ids) > 0 and len(rest.turn_ids) == 0) or (len(prov.subjects) > 0 and len(rest.subjects) == 0)
     )
@@ -140,6 +170,27 @@ def _judge(target: Target, prov: Provenance, *texts: str) -> _Verdict:
     their_session = bool(prov.session_id) and prov.session_id in target.session_ids
     gone = target.names_text(*texts) or only_theirs or their_session
     return _Verdict(gone, touched and not gone, rest)
+
+
+def _their_key(target: Target, request_id: str | None) -> bool:
+    """Whether a version's idempotency key is of one of their runs (``<run id>:...``) or names them."""
+    if not request_id:
+        return False
+    return any(request_id.startswith(f"{run}:") for run in target.turn_ids) or target.names_text(request_id)
+
+
+@dataclass(frozen=True)
+class _Version:
+    """A version as it reads after the erasure: what the live row takes back when its own goes."""
+
+    version: int
+    body: str
+    change: str
+    reason: str
+    restored_from_version: int | None
+    request_id: str | None
+    time: datetime
+    provenance: Provenance
 
 
 @dataclass
@@ -153,6 +204,13 @@ class _SkillPlan:
     source_turn_ids: list[str] = field(default_factory=list)
     provenance: Provenance = field(default_factory=Provenance)
     version_provenance: Provenance = field(default_factory=Provenance)
+    # The live version's own record (its number, how and why it became live, its call's key, when).
+    version: int = 0
+    change: str = ""
+    change_reason: str = ""
+    restored_from_version: int | None = None
+    request_id: str | None = None
+    version_time: datetime | None = None
     bullets_gone: list[uuid.UUID] = field(default_factory=list)
     bullets_changed: list[tuple[uuid.UUID, Provenance]] = field(default_factory=list)
     versions_gone: list[int] = field(default_factory=list)
@@ -178,39 +236,62 @@ async def _plan_skill(conn: asyncpg.Connection | asyncpg.Pool, target: Target, s
             plan.bullets_changed.append((b["id"], v.rest))
 
     # Kept versions: rendered without the gone bullets, then judged on their own provenance.
-    kept: list[tuple[int, str, Provenance]] = []
+    # A version whose reason or key is theirs goes as one whose body names them does.
+    kept: list[_Version] = []
     for ver in versions:
         body = remove_practice_bullets(ver["body"], out) if out else ver["body"]
-        v = _judge(target, provenance_from_json(ver["provenance"]), body)
-        if v.gone:
+        v = _judge(target, provenance_from_json(ver["provenance"]), body, ver["reason"])
+        if v.gone or _their_key(target, ver["request_id"]):
             plan.versions_gone.append(ver["version"])
             continue
         prov = v.rest if v.changed else provenance_from_json(ver["provenance"])
         if v.changed or body != ver["body"]:
             plan.versions_changed.append((ver["version"], body, prov))
-        kept.append((ver["version"], body, prov))
+        kept.append(
+            _Version(
+                ver["version"], body, ver["change"], ver["reason"], ver["restored_from_version"],
+                ver["request_id"], ver["create_time"], prov,
+            )
+        )  # fmt: skip
 
-    # The live version: a bullet of theirs is already out of its body; a refinement only they
-    # taught gives way to the newest kept version that stays.
+    # The live version: a bullet of theirs is already out of its body; a version that rests on
+    # them (their observation or refinement, or a reason or key of theirs) gives way, record and
+    # all, to the newest kept version that stays: the live row says nothing of what was theirs.
     body = remove_practice_bullets(row["body"], out) if out else row["body"]
-    live = _judge(target, provenance_from_json(row["version_provenance"]))
+    live = _judge(target, provenance_from_json(row["version_provenance"]), row["change_reason"])
+    live_gone = live.gone or _their_key(target, row["request_id"])
     version_prov = live.rest if live.changed else provenance_from_json(row["version_provenance"])
-    if live.gone and SkillChange(row["change"]) is SkillChange.OBSERVATION_APPENDED:
-        version_prov = live.rest  # its bullet is out; what is left of the version is the body before it
-    elif live.gone:
-        if not kept:
-            plan.gone = True
-            return plan
-        version, body, version_prov = kept[0]
-        plan.versions_gone.append(version)  # it is live again: not also a kept version
-        plan.versions_changed = [c for c in plan.versions_changed if c[0] != version]
+    plan.version, plan.change, plan.change_reason = row["version"], row["change"], row["change_reason"]
+    plan.restored_from_version, plan.request_id = row["restored_from_version"], row["request_id"]
+    plan.version_time = row["version_time"]
+    if live_gone and kept:
+        back = kept.pop(0)
+        body, version_prov = back.body, back.provenance
+        plan.version, plan.change, plan.change_reason = back.version, back.change, back.reason
+        plan.restored_from_version, plan.request_id = back.restored_from_version, back.request_id
+        plan.version_time = back.time
+        plan.versions_gone.append(back.version)  # it is live again: not also a kept version
+        plan.versions_changed = [c for c in plan.versions_changed if c[0] != back.version]
+        # Bullets the dropped version appended are no longer in any body.
+        for b in bullets:
+            if b["version"] > back.version and b["id"] not in plan.bullets_gone:
+                plan.bullets_gone.append(b["id"])
+                plan.bullets_changed = [c for c in plan.bullets_changed if c[0] != b["id"]]
+    elif live_gone and SkillChange(row["change"]) is SkillChange.OBSERVATION_APPENDED:
+        # No kept version to go back to (the history is bounded): its bullet is out of the body;
+        # the version keeps its number but neither their words nor their call's key.
+        version_prov = live.rest
+        plan.change_reason, plan.request_id = "", None
+    elif live_gone:
+        plan.gone = True
+        return plan
 
     # The skill's draft: its source turns and its own provenance, and its text as it now reads.
     theirs = set(target.turn_ids)
     turns = [t for t in row["source_turn_ids"] if t not in theirs]
     draft = _judge(target, provenance_from_json(row["provenance"]))
     text = " ".join([row["name"], row["summary"], body, " ".join(row["tool_sequence"])])
-    if target.names_text(text, *(b for _, b, _ in kept)) or (row["source_turn_ids"] and not turns) or draft.gone:
+    if target.names_text(text, *(k.body for k in kept)) or (row["source_turn_ids"] and not turns) or draft.gone:
         plan.gone = True
         return plan
     plan.body = body
@@ -221,7 +302,7 @@ async def _plan_skill(conn: asyncpg.Connection | asyncpg.Pool, target: Target, s
         len(turns) != len(row["source_turn_ids"])
         or draft.changed
         or live.changed
-        or live.gone
+        or live_gone
         or body != row["body"]
         or plan.bullets_gone
         or plan.bullets_changed
@@ -324,6 +405,12 @@ async def erase(pool: asyncpg.Pool, target: Target, now: datetime) -> Report:
                 p.source_turn_ids,
                 provenance_json(p.provenance),
                 provenance_json(p.version_provenance),
+                p.version,
+                p.change,
+                p.change_reason,
+                p.restored_from_version,
+                p.request_id,
+                p.version_time,
             )
         if target.kind is Kind.SUBJECT:
             await delete_keyed(conn, "skill_use_requests", target.company, plan.keys, ("seat", "request_id"))
