@@ -29,16 +29,23 @@ WIRE = "/agentlearn.profiles.v1.ProfileService/GetProfiles"
 INPROC = "agentlearn.profiles.v1.ProfileService/GetProfiles"
 
 
-def _ended(served: Served) -> list[tuple[str, Any, Any]]:
+async def _ended(served: Served) -> list[tuple[str, Any, Any]]:
     """(how the call was made, ``rpc.grpc.status_code``, span status) of each call's span since the
-    last look: the wire's server span and the in-process call's span."""
-    out = []
-    for s in served.exporter.get_finished_spans():
-        attrs = s.attributes or {}
-        if s.name == WIRE and s.kind is trace.SpanKind.SERVER:
-            out.append(("wire", attrs.get("rpc.grpc.status_code"), s.status.status_code))
-        elif s.name == INPROC and attrs.get("network.transport") == "inproc":
-            out.append(("inproc", attrs.get("rpc.grpc.status_code"), s.status.status_code))
+    last look: the wire's server span and the in-process call's span. The wire's server span ends
+    after the client has its answer (the server finishes the call on its own loop turn), so this
+    waits for both, bounded, rather than reading the exporter at once."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        out = []
+        for s in served.exporter.get_finished_spans():
+            attrs = s.attributes or {}
+            if s.name == WIRE and s.kind is trace.SpanKind.SERVER:
+                out.append(("wire", attrs.get("rpc.grpc.status_code"), s.status.status_code))
+            elif s.name == INPROC and attrs.get("network.transport") == "inproc":
+                out.append(("inproc", attrs.get("rpc.grpc.status_code"), s.status.status_code))
+        if {k for k, _, _ in out} >= {"wire", "inproc"} or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.01)
     served.exporter.clear()
     return sorted(out, key=lambda x: x[0])
 
@@ -57,11 +64,11 @@ async def _both_ways(served: Served, request: Any, metadata: Any = (), *, channe
 async def test_a_refusal_is_its_code_and_no_error(served: Served) -> None:
     # Refused by the authenticator (AuthInterceptor): no credential.
     assert await _both_ways(served, REQUEST) is grpc.StatusCode.UNAUTHENTICATED
-    assert _ended(served) == [("inproc", 16, trace.StatusCode.UNSET), ("wire", 16, trace.StatusCode.UNSET)]
+    assert await _ended(served) == [("inproc", 16, trace.StatusCode.UNSET), ("wire", 16, trace.StatusCode.UNSET)]
     # Refused by the contract (ErrorInterceptor).
     bad = prof_pb.GetProfilesRequest(company="", observer="ana", subjects=[prof_pb.Subject(handle="bob")])
     assert await _both_ways(served, bad, channels=served.service) is grpc.StatusCode.INVALID_ARGUMENT
-    assert _ended(served) == [("inproc", 3, trace.StatusCode.UNSET), ("wire", 3, trace.StatusCode.UNSET)]
+    assert await _ended(served) == [("inproc", 3, trace.StatusCode.UNSET), ("wire", 3, trace.StatusCode.UNSET)]
 
 
 async def test_a_shed_call_is_resource_exhausted_and_no_error(served: Served) -> None:
@@ -77,7 +84,7 @@ async def test_a_shed_call_is_resource_exhausted_and_no_error(served: Served) ->
     assert exc.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     served.servicer.release.set()
     await parked
-    ended = _ended(served)
+    ended = await _ended(served)
     # RESOURCE_EXHAUSTED is retried by the channel's policy: each attempt is one shed call.
     assert ended.count(("wire", 0, trace.StatusCode.UNSET)) == 1
     shed = [e for e in ended if e[1] != 0]
@@ -104,7 +111,7 @@ async def test_a_server_fault_is_its_code_and_an_error(
     monkeypatch.setattr(served.servicer, "principals", Failing())
     # Tried once each way: the channel's retry policy may retry UNAVAILABLE, each attempt a span.
     assert await _both_ways(served, REQUEST, channels=served.service) is code
-    ended = _ended(served)
+    ended = await _ended(served)
     assert set(ended) == {
         ("inproc", code.value[0], trace.StatusCode.ERROR),
         ("wire", code.value[0], trace.StatusCode.ERROR),
