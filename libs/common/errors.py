@@ -91,6 +91,15 @@ class FailedPrecondition(AgentLearnError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+def request_id_reused(request_id: str, message: str, *, domain: str, **metadata: object) -> FailedPrecondition:
+    """An idempotency key reused for a different request (AIP-155): FAILED_PRECONDITION
+    REQUEST_ID_REUSED naming ``request_id``, whichever owner keeps the key (diary notes, skill
+    versions, erasures); ``message`` says what the key made before."""
+    return FailedPrecondition.of_field(
+        "request_id", "REQUEST_ID_REUSED", message, domain=domain, request_id=request_id, **metadata
+    )
+
+
 class PermissionDenied(AgentLearnError):
     code = grpc.StatusCode.PERMISSION_DENIED
 

@@ -20,7 +20,7 @@ from agentlearn.diary.v1 import diary_service_pb2 as diary_pb
 from libs.common.bounds import at_most_chars
 from libs.common.config import DiaryConfig
 from libs.common.contract import string_max_len
-from libs.common.errors import FailedPrecondition, InvalidArgument, InvalidFields, field_error
+from libs.common.errors import InvalidArgument, InvalidFields, field_error, request_id_reused
 from libs.common.not_found import require_found
 from libs.common.request_rules import at_most, time_page
 from libs.common.validation import (
@@ -109,13 +109,11 @@ def _replayed(
     that keys a unit of work), else REQUEST_ID_REUSED. Answering the first note would tell the
     caller its new content was saved when it was dropped (a provider reusing tool-call ids)."""
     if earlier.digest is not None and earlier.digest != digest and source not in WORK_KEYED_SOURCES:
-        raise FailedPrecondition.of_field(
-            "request_id",
-            "REQUEST_ID_REUSED",
+        raise request_id_reused(
+            request_id,
             f"request_id {request_id!r} was used for a different note of this seat; a retry sends the same"
             " content, tier, ttl_days, source and turn_id, a new note needs a new request_id",
             domain=DOMAIN,
-            request_id=request_id,
         )
     return earlier.note, None, False
 

@@ -34,7 +34,7 @@ from libs.common import auth
 from libs.common.clock import Clock
 from libs.common.config import PrivacyConfig
 from libs.common.erasure import INDEX_PREFIX, PENDING_CHECK, Kind, Report, Target, round_id
-from libs.common.errors import FailedPrecondition, PermissionDenied, field_error
+from libs.common.errors import PermissionDenied, field_error, request_id_reused
 from libs.common.events import EventSink
 from libs.common.not_found import require_found
 from libs.common.validation import decode_time_cursor, encode_time_cursor, page_size
@@ -143,13 +143,11 @@ def _retried(known: Erasure, target: Target, request_id: str) -> Erasure:
         return known
     # Only a person's request can differ within its scope (a seat's or the company's has nothing
     # beside its kind and seat, which the scope already fixes).
-    raise FailedPrecondition.of_field(
-        "request_id",
-        "REQUEST_ID_REUSED",
+    raise request_id_reused(
+        request_id,
         f"request_id {request_id!r} already queued the erasure of another person, or of this one with other"
         " names: a retry repeats its request exactly, a new request needs a new request_id",
         domain=DOMAIN,
-        request_id=request_id,
     )
 
 

@@ -26,6 +26,7 @@ from libs.common.errors import (
     NotFound,
     ResourceExhausted,
     field_error,
+    request_id_reused,
 )
 from libs.common.events import EventSink
 from libs.common.request_rules import key_page
@@ -172,13 +173,11 @@ class SkillService:
             and (restored_from is None or made.restored_from_version == restored_from)
         )
         if not same:
-            raise FailedPrecondition.of_field(
-                "request_id",
-                "REQUEST_ID_REUSED",
+            raise request_id_reused(
+                request_id or "",  # set: a version was found by it
                 f"request_id {request_id!r} already made version {made.version} of skill {skill.name!r} with "
                 "another request; a retry sends the same request, a new request needs a new key",
                 domain=DOMAIN,
-                request_id=request_id,
                 skill_name=skill.name,
                 version=made.version,
             )
