@@ -162,19 +162,41 @@ def offline_rule(data: Mapping[str, Any]) -> str:
             best, overlap = skill, n
     if best is None:
         return json.dumps({"noop": True})
+    # The rule's own bullet stays within the observation bound (1,000): a label may be 1,000
+    # characters and a turn may call many tools, and a bullet past the bound is left out whole,
+    # so the rule writes its parts short rather than losing the lesson.
+    label = _short(str(data.get("label") or ""), _LABEL_CHARS)
     if data.get("outcome") == "failed":
-        tail = (data.get("what_it_did") or "it failed").strip().splitlines()[0][:300]
-        return json.dumps({"noop": False, "skill": best["name"], "observation": f"{data.get('label', '')}: {tail}"})
+        lines = (data.get("what_it_did") or "it failed").strip().splitlines() or ["it failed"]
+        tail = _short(lines[0], _TAIL_CHARS)
+        return json.dumps({"noop": False, "skill": best["name"], "observation": f"{label}: {tail}"})
     extra = sorted(turn_tools - set(best.get("tool_sequence") or []))
     if not extra:
         return json.dumps({"noop": True})
+    named = extra[:_EXTRA_TOOLS]
+    more = f" and {len(extra) - len(named)} more" if len(extra) > len(named) else ""
+    tools = _short(", ".join(named), _TAIL_CHARS) + more
     return json.dumps(
         {
             "noop": False,
             "skill": best["name"],
-            "observation": f"also needed {', '.join(extra)} when woken by {data.get('label', '')}",
+            "observation": f"also needed {tools} when woken by {label}",
         }
     )
+
+
+_LABEL_CHARS = 200
+_TAIL_CHARS = 300
+_EXTRA_TOOLS = 10
+
+
+def _short(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, cut at a word with a mark that it was cut (the offline
+    rule's own wording, not the person's lesson: shortening it loses no step)."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 2]
+    return (head.rsplit(" ", 1)[0] if " " in head else head) + " …"
 
 
 def register(rules: OfflineRules) -> None:
